@@ -1,0 +1,57 @@
+// The Reporter: how services tell the user what happens. Services call it; cli/ui/ implements it (Ink, Plain, JSON, Null).
+// Services never import ink or react: they only see this interface.
+
+export type StepId = 'target' | 'agent' | 'tunnel' | 'env' | 'listen' | 'traffic' | (string & {});
+
+export type TrafficMode = 'steal' | 'mirror';
+
+export interface PortState {
+  remotePort: number;
+  localPort: number;
+  mode: TrafficMode;
+  /** Human-readable filter, e.g. "header x-user: alice", or undefined for the whole port. */
+  filter?: string;
+  paused?: boolean;
+}
+
+export interface SessionInfo {
+  target: string;
+  namespace: string;
+  pod?: string;
+  node?: string;
+  container?: string;
+  agent?: { name: string; reused: boolean; version?: string };
+  ports: PortState[];
+}
+
+/** One event per line of the NDJSON output; `type` is the stable discriminator documented in the README. */
+export type ReportEvent =
+  | { type: 'step'; id: StepId; status: 'start' | 'done' | 'fail'; title: string; detail?: string; ms?: number }
+  | { type: 'ready'; session: SessionInfo }
+  | { type: 'connection'; id: string; port: number; remote: string; to: 'local' | 'pod'; pod?: string; state: 'open' | 'closed'; bytesIn?: number; bytesOut?: number }
+  | { type: 'request'; id: string; port: number; method: string; path: string; to: 'local' | 'pod'; pod?: string; headers?: Record<string, string> }
+  | { type: 'response'; id: string; status: number; ms: number; bytes: number }
+  | { type: 'session'; session: SessionInfo }
+  | { type: 'rtt'; ms: number }
+  | { type: 'log'; level: 'debug' | 'info' | 'warn'; message: string }
+  | { type: 'output'; stream: 'stdout' | 'stderr'; text: string }
+  | { type: 'error'; message: string; hint?: string; step?: StepId }
+  | { type: 'exit'; code: number | null; signal?: string | null };
+
+/** What an interactive UI can ask the running session to do (keys m, p, f, q). */
+export interface SessionControls {
+  setMode(mode: TrafficMode): Promise<void>;
+  pause(): Promise<void>;
+  resume(): Promise<void>;
+  setHeaderFilter(filter: string | undefined): Promise<void>;
+  stop(): Promise<void>;
+}
+
+export interface Reporter {
+  emit(event: ReportEvent): void;
+  /** Called once the session can be steered (after `ready`); interactive reporters bind keys to it. */
+  attachControls?(controls: SessionControls): void;
+  /** Whether the local command's stdio should be piped through the reporter (Ink) instead of inherited. */
+  readonly capturesChildOutput: boolean;
+  close(): Promise<void>;
+}
