@@ -1,0 +1,6 @@
+// Registers `devop vscode` on the program (being built).
+import type { Command } from 'commander';
+
+export function registerVscodeCommand(program: Command): void {
+  void program;
+}
