@@ -1,6 +1,30 @@
-// Registers `devop config` on the program (being built).
-import type { Command } from 'commander';
+// Registers `devop config validate [-f file]` (one line per problem) and `devop config schema` (the JSON Schema).
+import { Command } from 'commander';
+import { CONFIG_FILE_NAME } from '../../shared/config.js';
+import { configSchemaText, validateConfigFile } from '../services/config.js';
 
 export function registerConfigCommand(program: Command): void {
-  void program;
+  const config = program.command('config').description('check devop.json, print its JSON Schema');
+
+  config
+    .command('validate')
+    .description('check a devop.json: one line per problem naming the key, its value and what is accepted')
+    .option('-f, --config <file>', 'the config file to check', CONFIG_FILE_NAME)
+    .action((options: { config: string }) => {
+      const { file, problems } = validateConfigFile(options.config);
+      if (problems.length === 0) {
+        process.stdout.write(`${file}: valid\n`);
+        return;
+      }
+      process.stdout.write(problems.map((line) => `${line}\n`).join(''));
+      process.stderr.write(`devop: ${file} has ${problems.length} problem${problems.length === 1 ? '' : 's'}\n`);
+      process.exitCode = 1;
+    });
+
+  config
+    .command('schema')
+    .description('print the JSON Schema of devop.json (what editors use for completion)')
+    .action(() => {
+      process.stdout.write(configSchemaText());
+    });
 }

@@ -1,0 +1,106 @@
+// DNS as the target pod sees it: its resolv.conf (nameservers, search domains, ndots) and /etc/hosts, read from the
+// target container's filesystem (/proc/PID/root) and queried from the pod's netns.
+import { Resolver } from 'node:dns/promises';
+import { isIP } from 'node:net';
+import { readFile } from 'node:fs/promises';
+import { targetPath } from './target.js';
+
+export interface ResolvConf {
+  nameservers: string[];
+  search: string[];
+  ndots: number;
+}
+
+export interface ResolvedAddress {
+  address: string;
+  family: 4 | 6;
+}
+
+export class DnsError extends Error {
+  constructor(readonly code: string, message: string) {
+    super(message);
+  }
+}
+
+/** Per query and server: short, because the CLI's caller (a DNS lookup in the local command) waits for it. */
+const QUERY_TIMEOUT_MS = 2000;
+
+export function parseResolvConf(text: string): ResolvConf {
+  const conf: ResolvConf = { nameservers: [], search: [], ndots: 1 };
+  for (const raw of text.split('\n')) {
+    const line = raw.replace(/[#;].*$/, '').trim();
+    const [key, ...values] = line.split(/\s+/);
+    if (key === 'nameserver' && values[0]) conf.nameservers.push(values[0]);
+    else if (key === 'search' || key === 'domain') conf.search = values.filter(Boolean);
+    else if (key === 'options') {
+      for (const opt of values) {
+        const m = /^ndots:(\d+)$/.exec(opt);
+        if (m) conf.ndots = Math.min(15, Number(m[1]));
+      }
+    }
+  }
+  return conf;
+}
+
+export function parseHosts(text: string): Map<string, ResolvedAddress[]> {
+  const hosts = new Map<string, ResolvedAddress[]>();
+  for (const raw of text.split('\n')) {
+    const [address, ...names] = raw.replace(/#.*$/, '').trim().split(/\s+/);
+    const family = isIP(address ?? '');
+    if (family === 0) continue;
+    for (const name of names) {
+      const key = name.toLowerCase();
+      hosts.set(key, [...(hosts.get(key) ?? []), { address, family: family as 4 | 6 }]);
+    }
+  }
+  return hosts;
+}
+
+/** The names to try for `name`, in order, as glibc's resolver does with search and ndots. */
+export function candidates(name: string, conf: ResolvConf): string[] {
+  if (name.endsWith('.')) return [name.slice(0, -1)];
+  const searched = conf.search.map((domain) => `${name}.${domain}`);
+  const dots = name.split('.').length - 1;
+  return dots >= conf.ndots ? [name, ...searched] : [...searched, name];
+}
+
+async function readOptional(path: string): Promise<string> {
+  try {
+    return await readFile(path, 'utf8');
+  } catch {
+    return '';
+  }
+}
+
+/** Resolves a name for a session; read the files on every call so that a changed resolv.conf is picked up. */
+export async function resolveInPod(pid: number | undefined, name: string, family?: 4 | 6): Promise<ResolvedAddress[]> {
+  const literal = isIP(name);
+  if (literal !== 0) return [{ address: name, family: literal as 4 | 6 }];
+  const [confText, hostsText] = await Promise.all([readOptional(targetPath(pid, '/etc/resolv.conf')), readOptional(targetPath(pid, '/etc/hosts'))]);
+  const conf = parseResolvConf(confText);
+  const hosts = parseHosts(hostsText);
+  const fromHosts = (hosts.get(name.toLowerCase().replace(/\.$/, '')) ?? []).filter((a) => family === undefined || a.family === family);
+  if (fromHosts.length > 0) return fromHosts;
+  if (conf.nameservers.length === 0) throw new DnsError('ENOTFOUND', `${name}: the pod has no nameserver in /etc/resolv.conf`);
+  const resolver = new Resolver({ timeout: QUERY_TIMEOUT_MS, tries: 2 });
+  resolver.setServers(conf.nameservers);
+  let lastError: DnsError = new DnsError('ENOTFOUND', `${name} not found`);
+  for (const candidate of candidates(name, conf)) {
+    const found: ResolvedAddress[] = [];
+    const tries: Array<[4 | 6, () => Promise<string[]>]> = [
+      [4, () => resolver.resolve4(candidate)],
+      [6, () => resolver.resolve6(candidate)],
+    ];
+    for (const [fam, query] of tries) {
+      if (family !== undefined && family !== fam) continue;
+      try {
+        for (const address of await query()) found.push({ address, family: fam });
+      } catch (err) {
+        const code = (err as NodeJS.ErrnoException).code ?? 'ESERVFAIL';
+        if (code !== 'ENOTFOUND' && code !== 'ENODATA') lastError = new DnsError(code, `${candidate}: ${(err as Error).message}`);
+      }
+    }
+    if (found.length > 0) return found;
+  }
+  throw lastError;
+}

@@ -1,0 +1,53 @@
+// HTTP filters of filtered steals, compiled once per subscription: header / path regex and method, all-of or any-of.
+import type { IncomingHttpHeaders } from 'node:http';
+import { UserError } from '../shared/errors.js';
+import type { HttpFilter } from '../shared/protocol.js';
+
+export interface RequestHead {
+  method: string;
+  url: string;
+  headers: IncomingHttpHeaders;
+}
+
+export type RequestMatcher = (req: RequestHead) => boolean;
+
+function compile(source: string, what: string): RegExp {
+  try {
+    return new RegExp(source);
+  } catch (err) {
+    throw new UserError(`the ${what} filter "${source}" is not a valid regular expression (${(err as Error).message})`, 'fix the regex in --filter / devop.json');
+  }
+}
+
+/** Compiles a filter; throws a UserError naming the bad part. A filter with no criterion is refused (it would steal all). */
+export function compileFilter(filter: HttpFilter): RequestMatcher {
+  const tests: RequestMatcher[] = [];
+  if (filter.header !== undefined) {
+    const colon = filter.header.indexOf(':');
+    if (colon <= 0) throw new UserError(`the header filter "${filter.header}" has no "name: value-regex" form`, 'write it as e.g. "x-devop-user: alice"');
+    const name = filter.header.slice(0, colon).trim().toLowerCase();
+    const value = compile(filter.header.slice(colon + 1).trim(), 'header');
+    tests.push((req) => {
+      const v = req.headers[name];
+      if (v === undefined) return false;
+      return (Array.isArray(v) ? v : [v]).some((one) => value.test(one));
+    });
+  }
+  if (filter.path !== undefined) {
+    const path = compile(filter.path, 'path');
+    tests.push((req) => path.test(req.url));
+  }
+  if (filter.method !== undefined) {
+    const method = filter.method.toUpperCase();
+    tests.push((req) => req.method.toUpperCase() === method);
+  }
+  if (tests.length === 0) throw new UserError('the HTTP filter has no header, path or method', 'give at least one of header, path or method, or steal the whole port');
+  return (filter.match ?? 'all') === 'any' ? (req) => tests.some((t) => t(req)) : (req) => tests.every((t) => t(req));
+}
+
+/** Human-readable form for logs and refusals. */
+export function describeFilter(filter: HttpFilter | undefined): string {
+  if (!filter) return 'the whole port';
+  const parts = [filter.header && `header ${filter.header}`, filter.path && `path ${filter.path}`, filter.method && `method ${filter.method}`].filter(Boolean);
+  return parts.join(filter.match === 'any' ? ' or ' : ' and ');
+}

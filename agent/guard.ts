@@ -1,0 +1,31 @@
+// The guard: a tiny shell process, started detached in the agent's netns, that holds a pipe from the agent and removes
+// the agent's iptables chain when that pipe closes — which happens however the agent dies, SIGKILL included.
+import { spawn } from 'node:child_process';
+import type { Writable } from 'node:stream';
+import { cleanupScript, type IptablesBackend } from './iptables.js';
+import type { AgentLog } from './log.js';
+
+export interface Guard {
+  pid: number;
+  /** Closes the pipe: the guard runs its cleanup (idempotent) and exits. */
+  release(): void;
+}
+
+/**
+ * Starts the guard. It ignores INT/TERM/HUP (a signal to the agent's process group must not stop it before it cleaned up),
+ * lives in its own session (setsid) so it outlives the agent, and waits for EOF on stdin — the agent holds the only writer.
+ */
+export function startGuard(backend: IptablesBackend, chain: string, log: AgentLog): Guard {
+  const script = `trap '' INT TERM HUP; cat >/dev/null; ${cleanupScript(backend, chain)}`;
+  const child = spawn('sh', ['-c', script], { detached: true, stdio: ['pipe', 'ignore', 'ignore'] });
+  const stdin = child.stdin as Writable & { unref?: () => void };
+  stdin.on('error', () => undefined); // the guard died first: nothing more to do here
+  // Neither the child nor its pipe may keep the agent's event loop alive.
+  child.unref();
+  (stdin as unknown as { _handle?: { unref?: () => void } })._handle?.unref?.();
+  log.debug('guard started', { pid: child.pid, chain, backend });
+  return {
+    pid: child.pid ?? -1,
+    release: () => stdin.end(),
+  };
+}

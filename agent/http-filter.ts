@@ -1,0 +1,131 @@
+// Filtered steal: each HTTP/1.1 request on a redirected connection goes to the first session whose filter matches (one
+// mux stream per request, so keep-alive connections may interleave destinations), every other one to the original app.
+import { request as httpRequest, Agent, type IncomingMessage, type ServerResponse, type OutgoingHttpHeaders } from 'node:http';
+import type { Socket } from 'node:net';
+import httpProxy from 'http-proxy';
+import { originOf, resetStream, type IncomingStream, type IncomingTarget, type PortSubscription } from './port-redirect.js';
+import type { AgentLog } from './log.js';
+
+export interface HttpRouting {
+  port: number;
+  active(): PortSubscription[];
+  all(): IncomingTarget[];
+  log: AgentLog;
+  nextId(): string;
+  proxy: httpProxy;
+}
+
+/** Hop-by-hop headers belong to one connection; each request to a session is its own connection (stream). */
+const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'upgrade']);
+
+function headersFromRaw(raw: string[], drop: Set<string>): OutgoingHttpHeaders {
+  const out: Record<string, string | string[]> = {};
+  for (let i = 0; i + 1 < raw.length; i += 2) {
+    const name = raw[i];
+    if (drop.has(name.toLowerCase())) continue;
+    const prev = out[name];
+    out[name] = prev === undefined ? raw[i + 1] : Array.isArray(prev) ? [...prev, raw[i + 1]] : [prev, raw[i + 1]];
+  }
+  return out;
+}
+
+function pick(routing: HttpRouting, req: IncomingMessage): PortSubscription | undefined {
+  const head = { method: req.method ?? 'GET', url: req.url ?? '/', headers: req.headers };
+  return routing.active().find((s) => s.mode === 'steal' && s.match !== undefined && s.match(head));
+}
+
+/** The proxy for unmatched requests: keep-alive connections to the original app, a 502 when it does not answer. */
+export function createPodProxy(): { proxy: httpProxy; agent: Agent } {
+  const agent = new Agent({ keepAlive: true, maxFreeSockets: 64 });
+  const proxy = httpProxy.createProxyServer({ xfwd: false, agent });
+  proxy.on('error', (_err, _req, res) => {
+    const r = res as ServerResponse | Socket;
+    if ('writeHead' in r && !r.headersSent) {
+      r.writeHead(502, { 'content-type': 'text/plain' });
+      r.end('devop agent: the original app did not answer\n');
+    } else r.destroy();
+  });
+  return { proxy, agent };
+}
+
+export function handleFilteredRequest(routing: HttpRouting, req: IncomingMessage, res: ServerResponse): void {
+  const started = Date.now();
+  const requestId = routing.nextId();
+  const sub = pick(routing, req);
+  const method = req.method ?? 'GET';
+  const path = req.url ?? '/';
+  const to = sub ? 'local' : 'pod';
+  const listeners = sub ? [sub.session] : routing.all();
+  for (const s of listeners) s.traffic({ kind: 'request', requestId, port: routing.port, method, path, to, at: started });
+  let bytes = 0;
+  const write = res.write.bind(res);
+  res.write = ((chunk: unknown, ...rest: unknown[]) => {
+    if (chunk && typeof chunk !== 'function') bytes += Buffer.byteLength(chunk as Buffer);
+    return (write as (...a: unknown[]) => boolean)(chunk, ...rest);
+  }) as typeof res.write;
+  res.once('finish', () => {
+    for (const s of listeners) s.traffic({ kind: 'response', requestId, port: routing.port, status: res.statusCode, durationMs: Date.now() - started, bytes, to, at: Date.now() });
+  });
+  const origin = originOf(req.socket, routing.port);
+  if (!sub || !sendToSession(routing, sub, req, res)) {
+    routing.proxy.web(req, res, { target: { host: origin.host, port: origin.port } });
+  }
+}
+
+/** Sends one request to the session over a stream of its own and copies the local command's answer back. */
+function sendToSession(routing: HttpRouting, sub: PortSubscription, req: IncomingMessage, res: ServerResponse): boolean {
+  let stream: IncomingStream;
+  try {
+    stream = sub.session.openIncoming({
+      kind: 'incoming', port: routing.port, mode: 'steal', remoteAddress: req.socket.remoteAddress ?? '', remotePort: req.socket.remotePort ?? 0,
+      subscriptionId: sub.id, request: { method: req.method ?? 'GET', path: req.url ?? '/', headers: req.headers as Record<string, string | string[]> },
+    });
+  } catch {
+    return false;
+  }
+  const out = httpRequest({
+    method: req.method, path: req.url, headers: { ...headersFromRaw(req.rawHeaders, HOP_BY_HOP), connection: 'close' },
+    createConnection: () => stream as unknown as Socket,
+  });
+  out.on('response', (answer) => {
+    res.writeHead(answer.statusCode ?? 502, answer.statusMessage, headersFromRaw(answer.rawHeaders, HOP_BY_HOP));
+    answer.pipe(res);
+    answer.once('end', () => stream.end());
+  });
+  out.on('error', (err) => {
+    routing.log.debug('request to session failed', { port: routing.port, error: err.message });
+    if (!res.headersSent) {
+      res.writeHead(502, { 'content-type': 'text/plain' });
+      res.end('devop agent: the local command did not answer\n');
+    } else res.destroy();
+  });
+  res.once('close', () => {
+    if (!res.writableFinished) resetStream(stream, 'client went away');
+  });
+  req.pipe(out);
+  return true;
+}
+
+/** WebSocket (or other Upgrade) requests: matched ones become a raw two-way stream to the session, others go to the pod. */
+export function handleFilteredUpgrade(routing: HttpRouting, req: IncomingMessage, socket: Socket, head: Buffer): void {
+  const sub = pick(routing, req);
+  const origin = originOf(socket, routing.port);
+  if (sub) {
+    try {
+      const stream = sub.session.openIncoming({
+        kind: 'incoming', port: routing.port, mode: 'steal', remoteAddress: socket.remoteAddress ?? '', remotePort: socket.remotePort ?? 0,
+        subscriptionId: sub.id, request: { method: req.method ?? 'GET', path: req.url ?? '/', headers: req.headers as Record<string, string | string[]> },
+      });
+      let text = `${req.method} ${req.url} HTTP/${req.httpVersion}\r\n`;
+      for (let i = 0; i + 1 < req.rawHeaders.length; i += 2) text += `${req.rawHeaders[i]}: ${req.rawHeaders[i + 1]}\r\n`;
+      stream.write(Buffer.concat([Buffer.from(text + '\r\n'), head]));
+      socket.pipe(stream).pipe(socket);
+      socket.on('error', () => resetStream(stream, 'client connection error'));
+      stream.on('error', () => socket.destroy());
+      return;
+    } catch {
+      // the session's tunnel is down: the pod answers
+    }
+  }
+  routing.proxy.ws(req, socket, head, { target: { host: origin.host, port: origin.port } });
+}

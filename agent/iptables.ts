@@ -1,0 +1,131 @@
+// The agent's iptables (nat) rules: backend detection (nft vs legacy), one DEVOP-<id> chain jumped to from PREROUTING,
+// one REDIRECT per stolen port, and the removal of stale chains whose agent is gone.
+import { connect } from 'node:net';
+import { CHAIN_PREFIX, chainName } from '../shared/agent-contract.js';
+import { run, runOk } from './exec.js';
+import type { AgentLog } from './log.js';
+
+export type IptablesBackend = 'nft' | 'legacy';
+
+export function iptablesBinary(backend: IptablesBackend): string {
+  return backend === 'nft' ? 'iptables-nft' : 'iptables-legacy';
+}
+
+/** Counts the rules each backend holds in this netns and picks the one the pod already uses (default nft). */
+export async function detectBackend(log: AgentLog): Promise<IptablesBackend> {
+  const count = async (backend: IptablesBackend): Promise<number> => {
+    try {
+      const res = await run(`${iptablesBinary(backend)}-save`, []);
+      return res.code === 0 ? res.stdout.split('\n').filter((l) => l.startsWith('-A ')).length : -1;
+    } catch {
+      return -1; // that backend is not installed
+    }
+  };
+  const [nft, legacy] = await Promise.all([count('nft'), count('legacy')]);
+  const backend: IptablesBackend = legacy > 0 && nft <= 0 ? 'legacy' : nft < 0 && legacy >= 0 ? 'legacy' : 'nft';
+  log.debug('iptables backend', { backend, nftRules: nft, legacyRules: legacy });
+  return backend;
+}
+
+/** The abstract unix socket an agent holds while it lives; it is per-netns, so it proves liveness across PID namespaces. */
+export function livenessSocket(agentId: string): string {
+  return `\0devop-agent-${agentId}`;
+}
+
+/** The jump from PREROUTING to the agent's chain, as iptables arguments (same words for -I and -D). */
+export function jumpRule(chain: string): string[] {
+  return ['PREROUTING', '-p', 'tcp', '-m', 'comment', '--comment', 'devop', '-j', chain];
+}
+
+/** One stolen port: REDIRECT to the agent's listener, skipping the node's IP (kubelet probes) unless asked. */
+export function redirectRule(chain: string, port: number, listenerPort: number, skipSource?: string): string[] {
+  const rule = [chain, '-p', 'tcp', '--dport', String(port)];
+  if (skipSource) rule.push('!', '-s', skipSource);
+  rule.push('-j', 'REDIRECT', '--to-ports', String(listenerPort));
+  return rule;
+}
+
+/** The shell commands that remove an agent's chain and jump; the guard runs them when the agent dies. */
+export function cleanupScript(backend: IptablesBackend, chain: string): string {
+  const ipt = `${iptablesBinary(backend)} -w -t nat`;
+  const jump = jumpRule(chain).join(' ');
+  // -D removes one copy per call: loop until none is left, then empty and delete the chain.
+  return `while ${ipt} -D ${jump} 2>/dev/null; do :; done; ${ipt} -F ${chain} 2>/dev/null; ${ipt} -X ${chain} 2>/dev/null; true`;
+}
+
+export class AgentChain {
+  readonly chain: string;
+  private created = false;
+
+  constructor(readonly backend: IptablesBackend, agentId: string) {
+    this.chain = chainName(agentId);
+  }
+
+  private ipt(args: readonly string[]): Promise<string> {
+    return runOk(iptablesBinary(this.backend), ['-w', '-t', 'nat', ...args]);
+  }
+
+  /** Creates the chain and the jump (once). */
+  async ensure(): Promise<void> {
+    if (this.created) return;
+    await this.ipt(['-N', this.chain]);
+    await this.ipt(['-I', ...jumpRule(this.chain).slice(0, 1), '1', ...jumpRule(this.chain).slice(1)]);
+    this.created = true;
+  }
+
+  async addRedirect(port: number, listenerPort: number, skipSource?: string): Promise<void> {
+    await this.ensure();
+    await this.ipt(['-A', ...redirectRule(this.chain, port, listenerPort, skipSource)]);
+  }
+
+  async removeRedirect(port: number, listenerPort: number, skipSource?: string): Promise<void> {
+    if (!this.created) return;
+    await this.ipt(['-D', ...redirectRule(this.chain, port, listenerPort, skipSource)]);
+  }
+
+  /** Removes the jump and the chain (idempotent). */
+  async remove(): Promise<void> {
+    await run('sh', ['-c', cleanupScript(this.backend, this.chain)]);
+    this.created = false;
+  }
+}
+
+function isAlive(agentId: string): Promise<boolean> {
+  return new Promise((resolve) => {
+    const sock = connect(livenessSocket(agentId));
+    sock.once('connect', () => {
+      sock.destroy();
+      resolve(true);
+    });
+    sock.once('error', () => resolve(false));
+  });
+}
+
+/** Removes DEVOP-* chains (both backends) whose agent no longer holds its liveness socket in this netns. */
+export async function removeStaleChains(log: AgentLog, ownAgentId: string): Promise<string[]> {
+  const removed: string[] = [];
+  for (const backend of ['nft', 'legacy'] as const) {
+    let saved: string;
+    try {
+      const res = await run(`${iptablesBinary(backend)}-save`, ['-t', 'nat']);
+      if (res.code !== 0) continue;
+      saved = res.stdout;
+    } catch {
+      continue;
+    }
+    const chains = [...saved.matchAll(new RegExp(`^:(${CHAIN_PREFIX}([a-z0-9]+)) `, 'gm'))];
+    for (const [, chain, id] of chains) {
+      if (id === ownAgentId || (await isAlive(id))) continue;
+      // Jumps may have been written by another devop version: delete every PREROUTING rule that targets the chain.
+      for (const line of saved.split('\n')) {
+        if (line.startsWith('-A PREROUTING ') && line.endsWith(`-j ${chain}`)) {
+          await run('sh', ['-c', `${iptablesBinary(backend)} -w -t nat -D ${line.slice(3)}`]);
+        }
+      }
+      await run('sh', ['-c', cleanupScript(backend, chain)]);
+      log.info('removed stale chain', { chain, backend });
+      removed.push(`${backend}:${chain}`);
+    }
+  }
+  return removed;
+}

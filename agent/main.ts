@@ -1,0 +1,49 @@
+// The agent's entry (bundled into dist/agent.js): reads its config from the env (shared/agent-contract.ts), enters the
+// target's netns in job mode, starts the agent, prints the ready line, and stops cleanly on SIGTERM/SIGINT.
+import { AGENT_VERSION, formatReadyLine, parseAgentEnv, type AgentConfig } from '../shared/agent-contract.js';
+import { formatError, isUserError } from '../shared/errors.js';
+import { startAgent } from './agent.js';
+import { createLog } from './log.js';
+import { reenterNetns, watchParent } from './netns.js';
+import { findContainerPid } from './target.js';
+
+async function targetPid(config: AgentConfig): Promise<number | undefined> {
+  if (config.mode === 'targetless') return undefined;
+  if (config.targetPid !== undefined) return config.targetPid;
+  if (config.containerId) return findContainerPid(config.containerId);
+  // An ephemeral container shares the target container's PID namespace (targetContainerName): its first process is 1.
+  if (config.mode === 'ephemeral') return 1;
+  throw new Error(`job mode needs ${'DEVOP_AGENT_CONTAINER_ID'} or DEVOP_AGENT_TARGET_PID`);
+}
+
+async function main(): Promise<number> {
+  let config: AgentConfig;
+  try {
+    config = parseAgentEnv(process.env);
+  } catch (err) {
+    const issues = (err as { issues?: Array<{ path: PropertyKey[]; message: string }> }).issues;
+    const detail = issues ? issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ') : String(err);
+    process.stdout.write(JSON.stringify({ level: 'warn', msg: `bad agent configuration: ${detail}`, hint: 'the CLI sets DEVOP_AGENT_* (see shared/agent-contract.ts)' }) + '\n');
+    return 2;
+  }
+  const log = createLog(config.logLevel);
+  const pid = await targetPid(config);
+  if (config.mode === 'job' && !config.inNetns && pid !== undefined) return reenterNetns(pid, log);
+
+  const agent = await startAgent({ config, pid, log });
+  for (const signal of ['SIGTERM', 'SIGINT'] as const) process.on(signal, () => void agent.stop(`${signal} received`));
+  if (config.inNetns) watchParent(() => void agent.stop('parent process gone'));
+  process.stdout.write(formatReadyLine({ version: AGENT_VERSION, port: agent.port, agentId: agent.agentId, pid: process.pid }) + '\n');
+  log.info('agent ready', { mode: config.mode, targetPid: pid, port: agent.port, agentId: agent.agentId });
+  const reason = await agent.stopped;
+  log.info('agent stopped', { reason });
+  return 0;
+}
+
+main().then(
+  (code) => process.exit(code),
+  (err: unknown) => {
+    process.stdout.write(JSON.stringify({ level: 'warn', msg: formatError(err, !isUserError(err)) }) + '\n');
+    process.exit(1);
+  },
+);

@@ -1,0 +1,35 @@
+// Job mode's entry into the target pod's network namespace: the agent re-runs itself under `nsenter -t PID -n` and
+// stays as a thin parent that forwards signals; the child watches a pipe so that it ends when the parent dies.
+import { spawn } from 'node:child_process';
+import { Socket } from 'node:net';
+import { AGENT_ENV } from '../shared/agent-contract.js';
+import type { AgentLog } from './log.js';
+
+/** File descriptor of the parent-liveness pipe in the re-executed agent. */
+export const PARENT_PIPE_FD = 3;
+
+/** Runs this agent again inside the netns of `pid`; resolves with the child's exit code. */
+export function reenterNetns(pid: number, log: AgentLog): Promise<number> {
+  const script = process.argv[1];
+  const env = { ...process.env, [AGENT_ENV.inNetns]: 'true', [AGENT_ENV.targetPid]: String(pid) };
+  const child = spawn('nsenter', ['-t', String(pid), '-n', '--', process.execPath, script], { env, stdio: ['ignore', 'inherit', 'inherit', 'pipe'] });
+  log.debug('entering target netns', { pid });
+  for (const signal of ['SIGTERM', 'SIGINT', 'SIGHUP'] as const) process.on(signal, () => child.kill(signal));
+  return new Promise((resolve) => {
+    child.once('error', (err) => {
+      log.warn('cannot run nsenter', { error: err.message });
+      resolve(1);
+    });
+    child.once('exit', (code, signal) => resolve(code ?? (signal ? 128 + 9 : 1)));
+  });
+}
+
+/** In the re-executed agent: calls `onGone` when the parent (holder of the pipe's other end) is gone. */
+export function watchParent(onGone: () => void): void {
+  const pipe = new Socket({ fd: PARENT_PIPE_FD, readable: true, writable: false });
+  pipe.on('error', onGone);
+  pipe.on('end', onGone);
+  pipe.on('close', onGone);
+  pipe.resume();
+  pipe.unref();
+}

@@ -1,0 +1,191 @@
+// One redirect listener per stolen/mirrored port: iptables REDIRECTs the port here, and each connection (or, with
+// filtered steals, each HTTP request) goes to a session or on to the original app, with mirror copies on the side.
+import { createServer as createTcpServer, connect, type Server, type Socket } from 'node:net';
+import { createServer as createHttpServer, type Server as HttpServer } from 'node:http';
+import type { Duplex } from 'node:stream';
+import type { HttpFilter, StealMode, StreamOpen, TrafficEvent } from '../shared/protocol.js';
+import type { RequestMatcher } from './filter.js';
+import { createPodProxy, handleFilteredRequest, handleFilteredUpgrade, type HttpRouting } from './http-filter.js';
+import type { AgentLog } from './log.js';
+
+export type IncomingOpen = Extract<StreamOpen, { kind: 'incoming' }>;
+export type IncomingStream = Duplex & { reset?: (reason: string) => void };
+
+/** A session as the listeners see it. `openIncoming` throws when the session's tunnel is down. */
+export interface IncomingTarget {
+  readonly sessionId: string;
+  readonly connected: boolean;
+  openIncoming(open: IncomingOpen): IncomingStream;
+  traffic(event: TrafficEvent): void;
+  warn(message: string): void;
+}
+
+export interface PortSubscription {
+  id: string;
+  session: IncomingTarget;
+  mode: StealMode;
+  filter?: HttpFilter;
+  match?: RequestMatcher;
+  since: Date;
+  paused: boolean;
+  holder: { user: string; host: string };
+}
+
+/**
+ * A mirror copy is abandoned once this many bytes wait for the session: the copy must never slow the original exchange,
+ * and a copy with a hole in it is worthless, so the whole copy of that connection goes (and the session is told).
+ */
+export const MIRROR_BUFFER_LIMIT = 1024 * 1024;
+
+export function resetStream(stream: IncomingStream, reason: string): void {
+  if (stream.reset) stream.reset(reason);
+  else stream.destroy();
+}
+
+/** Original destination of a redirected connection: the address it arrived on (REDIRECT keeps the interface's address). */
+export function originOf(socket: Socket, port: number): { host: string; port: number } {
+  const local = socket.localAddress ?? '127.0.0.1';
+  return { host: local.startsWith('::ffff:') ? local.slice(7) : local, port };
+}
+
+export class PortRedirect {
+  readonly subs: PortSubscription[] = [];
+  private readonly server: Server;
+  private readonly http: HttpServer;
+  private readonly sockets = new Set<Socket>();
+  private readonly pod: ReturnType<typeof createPodProxy>;
+  private nextConn = 0;
+  listenerPort = 0;
+
+  constructor(readonly port: number, private readonly log: AgentLog) {
+    this.server = createTcpServer({ noDelay: true }, (socket) => this.onConnection(socket));
+    this.pod = createPodProxy();
+    const routing: HttpRouting = { port, active: () => this.active(), all: () => this.subs.map((s) => s.session), log, nextId: () => this.connId(), proxy: this.pod.proxy };
+    // The HTTP server never listens: filtered connections are handed to it. Keep-alive requests are routed one by one.
+    this.http = createHttpServer({ keepAliveTimeout: 65_000 });
+    this.http.on('request', (req, res) => handleFilteredRequest(routing, req, res));
+    this.http.on('upgrade', (req, socket, head) => handleFilteredUpgrade(routing, req, socket as Socket, head));
+    this.http.on('clientError', (_err, socket) => socket.destroy());
+  }
+
+  listen(): Promise<number> {
+    return new Promise((resolve, reject) => {
+      this.server.once('error', reject);
+      this.server.listen(0, '0.0.0.0', () => {
+        this.listenerPort = (this.server.address() as { port: number }).port;
+        resolve(this.listenerPort);
+      });
+    });
+  }
+
+  /** Stops accepting; connections in flight end with their sessions (or on their own when they go to the pod). */
+  close(): void {
+    this.server.close();
+    this.http.close();
+    this.pod.proxy.close();
+    this.pod.agent.destroy();
+    for (const socket of this.sockets) socket.destroy();
+  }
+
+  /** Subscriptions whose session is connected and not paused: only those receive traffic. */
+  private active(): PortSubscription[] {
+    return this.subs.filter((s) => s.session.connected && !s.paused);
+  }
+
+  private connId(): string {
+    return `${this.port}-${++this.nextConn}`;
+  }
+
+  private onConnection(socket: Socket): void {
+    this.sockets.add(socket);
+    socket.once('close', () => this.sockets.delete(socket));
+    socket.on('error', () => socket.destroy());
+    const active = this.active();
+    const whole = active.find((s) => s.mode === 'steal' && !s.match);
+    if (whole && this.stealConnection(socket, whole)) return;
+    if (active.some((s) => s.mode === 'steal' && s.match)) {
+      this.http.emit('connection', socket);
+      return;
+    }
+    this.forwardConnection(socket, active.filter((s) => s.mode === 'mirror'));
+  }
+
+  private stealConnection(socket: Socket, sub: PortSubscription): boolean {
+    let stream: IncomingStream;
+    const id = this.connId();
+    try {
+      stream = sub.session.openIncoming({ kind: 'incoming', port: this.port, mode: 'steal', remoteAddress: socket.remoteAddress ?? '', remotePort: socket.remotePort ?? 0, subscriptionId: sub.id });
+    } catch {
+      return false; // the tunnel just went: the original app answers instead
+    }
+    const event = { kind: 'connection' as const, connId: id, port: this.port, remoteAddress: socket.remoteAddress ?? '', remotePort: socket.remotePort ?? 0, to: 'local' as const };
+    sub.session.traffic({ ...event, phase: 'open', at: Date.now() });
+    const counts = spliceSockets(socket, stream, (reason) => resetStream(stream, reason));
+    counts.done.then(() => sub.session.traffic({ ...event, phase: 'close', bytesIn: counts.in, bytesOut: counts.out, at: Date.now() }));
+    return true;
+  }
+
+  private forwardConnection(socket: Socket, mirrors: PortSubscription[]): void {
+    const origin = originOf(socket, this.port);
+    const upstream = connect({ host: origin.host, port: origin.port, noDelay: true });
+    const counts = spliceSockets(socket, upstream, () => upstream.destroy());
+    if (mirrors.length === 0) return;
+    const id = this.connId();
+    const copies = mirrors.flatMap((sub) => {
+      try {
+        const stream = sub.session.openIncoming({ kind: 'incoming', port: this.port, mode: 'mirror', remoteAddress: socket.remoteAddress ?? '', remotePort: socket.remotePort ?? 0, subscriptionId: sub.id });
+        stream.on('error', () => undefined);
+        stream.resume(); // the local command's answers to a mirrored connection are dropped
+        return [{ sub, stream, dropped: false }];
+      } catch {
+        return [];
+      }
+    });
+    const event = { kind: 'connection' as const, connId: id, port: this.port, remoteAddress: socket.remoteAddress ?? '', remotePort: socket.remotePort ?? 0, to: 'pod' as const };
+    for (const c of copies) c.sub.session.traffic({ ...event, phase: 'open', at: Date.now() });
+    socket.on('data', (chunk: Buffer) => {
+      for (const copy of copies) {
+        if (copy.dropped) continue;
+        if (copy.stream.writableLength > MIRROR_BUFFER_LIMIT || copy.stream.destroyed) {
+          copy.dropped = true;
+          resetStream(copy.stream, 'mirror copy dropped: the session did not keep up');
+          copy.sub.session.warn(`mirror of :${this.port}: copy of connection ${id} dropped (the tunnel did not keep up); the pod was not affected`);
+          this.log.warn('mirror copy dropped', { port: this.port, connId: id, session: copy.sub.session.sessionId });
+          continue;
+        }
+        copy.stream.write(chunk);
+      }
+    });
+    socket.once('end', () => copies.forEach((c) => !c.dropped && c.stream.end()));
+    counts.done.then(() => {
+      for (const c of copies) {
+        if (!c.dropped && !c.stream.writableEnded) c.stream.end();
+        c.sub.session.traffic({ ...event, phase: 'close', bytesIn: counts.in, bytesOut: counts.out, at: Date.now() });
+      }
+    });
+  }
+}
+
+/** Pipes a client socket and its peer both ways with half-close; an error on either side tears both down. */
+export function spliceSockets(client: Socket, peer: Duplex, abortPeer: (reason: string) => void): { in: number; out: number; done: Promise<void> } {
+  const counts = { in: 0, out: 0, done: Promise.resolve() };
+  client.on('data', (c: Buffer) => (counts.in += c.length));
+  peer.on('data', (c: Buffer) => (counts.out += c.length));
+  client.pipe(peer);
+  peer.pipe(client);
+  counts.done = new Promise((resolve) => {
+    let open = 2;
+    const closed = (): void => {
+      if (--open === 0) resolve();
+    };
+    client.once('close', () => {
+      // A client that vanished without a FIN (reset) takes its peer down too.
+      if (!client.readableEnded) abortPeer('client connection reset');
+      closed();
+    });
+    peer.once('close', closed);
+    peer.on('error', () => client.destroy());
+    client.on('error', () => abortPeer('client connection error'));
+  });
+  return counts;
+}

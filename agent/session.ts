@@ -1,0 +1,164 @@
+// One devop session (one CLI) on this agent: its subscriptions, requests and streams; it outlives a dropped tunnel for a
+// grace period so that a reconnecting CLI (hello.resumeSessionId) takes its steals back.
+import { randomBytes } from 'node:crypto';
+import { FEATURES, type ClientIdentity, type ClientMessage, type TrafficEvent } from '../shared/protocol.js';
+import { ProtocolError, type AgentMux, type MuxStream } from '../shared/mux.js';
+import { DnsError, resolveInPod } from './dns.js';
+import type { AgentLog } from './log.js';
+import type { IncomingOpen, IncomingStream, IncomingTarget } from './port-redirect.js';
+import type { PortTable } from './ports.js';
+import { serveFile, serveOutgoing } from './streams.js';
+import { readTargetEnv } from './target.js';
+
+export interface SessionContext {
+  ports: PortTable;
+  pid: number | undefined;
+  log: AgentLog;
+  graceMs: number;
+  /** Called once when the session ends for good. */
+  ended(session: Session): void;
+}
+
+export class Session implements IncomingTarget {
+  readonly sessionId = randomBytes(9).toString('base64url');
+  private mux: AgentMux | undefined;
+  private wantsTraffic = true;
+  private graceTimer: NodeJS.Timeout | undefined;
+  private over = false;
+
+  constructor(readonly client: ClientIdentity, private readonly ctx: SessionContext) {}
+
+  get connected(): boolean {
+    return this.mux !== undefined && !this.mux.closed;
+  }
+
+  get ended(): boolean {
+    return this.over;
+  }
+
+  get who(): string {
+    return `${this.client.user}@${this.client.host}`;
+  }
+
+  /** Binds the session to a (new) connection; `features` are the client's from its hello. */
+  attach(mux: AgentMux, features: string[] | undefined): void {
+    if (this.graceTimer) clearTimeout(this.graceTimer);
+    this.graceTimer = undefined;
+    this.mux = mux;
+    this.wantsTraffic = features === undefined || features.includes(FEATURES.traffic);
+    mux.on('message', (msg) => this.onMessage(mux, msg));
+    mux.on('stream', (stream) => this.onStream(stream));
+    mux.once('close', (err) => this.onClose(mux, err));
+  }
+
+  openIncoming(open: IncomingOpen): IncomingStream {
+    if (!this.mux || this.mux.closed) throw new Error('session tunnel is down');
+    return this.mux.openStream(open);
+  }
+
+  traffic(event: TrafficEvent): void {
+    if (this.wantsTraffic && this.mux && !this.mux.closed) this.mux.send({ type: 'traffic', event });
+  }
+
+  warn(message: string): void {
+    this.mux?.send({ type: 'log', level: 'warn', message });
+  }
+
+  /** Ends the session for good: its subscriptions, rules and listeners go. */
+  async end(reason: string): Promise<void> {
+    if (this.over) return;
+    this.over = true;
+    if (this.graceTimer) clearTimeout(this.graceTimer);
+    const mux = this.mux;
+    this.mux = undefined;
+    if (mux && !mux.closed) {
+      mux.send({ type: 'bye', reason });
+      mux.close(reason);
+    }
+    await this.ctx.ports.release(this.sessionId);
+    this.ctx.log.info('session ended', { session: this.sessionId, user: this.who, reason });
+    this.ctx.ended(this);
+  }
+
+  private onClose(mux: AgentMux, err: Error | undefined): void {
+    if (this.mux !== mux || this.over) return;
+    this.mux = undefined;
+    if (err instanceof ProtocolError) {
+      // A client that sends bad frames is broken, not disconnected: no resume.
+      this.ctx.log.warn('session closed: bad frames', { session: this.sessionId, user: this.who, reason: err.message });
+      void this.end(`protocol error: ${err.message}`);
+      return;
+    }
+    if (this.ctx.graceMs <= 0) {
+      void this.end('disconnected');
+      return;
+    }
+    // Meanwhile its stolen traffic goes to the pod's own app (PortRedirect skips sessions that are not connected).
+    this.ctx.log.info('session disconnected, waiting for resume', { session: this.sessionId, user: this.who, graceMs: this.ctx.graceMs, reason: err?.message });
+    this.graceTimer = setTimeout(() => void this.end('not resumed in time'), this.ctx.graceMs);
+  }
+
+  private onMessage(mux: AgentMux, msg: ClientMessage): void {
+    void this.handle(mux, msg).catch((err: Error) => {
+      this.ctx.log.warn('request failed', { session: this.sessionId, type: msg.type, error: err.message });
+      const id = 'id' in msg && typeof msg.id === 'string' ? msg.id : undefined;
+      mux.send({ type: 'error', id, code: 'internal', message: err.message });
+    });
+  }
+
+  private async handle(mux: AgentMux, msg: ClientMessage): Promise<void> {
+    switch (msg.type) {
+      case 'ping':
+        mux.send({ type: 'pong', id: msg.id, sentAt: msg.sentAt });
+        return;
+      case 'pong':
+        return;
+      case 'hello':
+        mux.send({ type: 'error', code: 'bad_request', message: 'hello was already received on this connection' });
+        return;
+      case 'subscribe': {
+        const res = await this.ctx.ports.subscribe(this, this.client, msg);
+        if (res.ok) mux.send({ type: 'subscribed', id: msg.id, port: msg.port, mode: msg.mode });
+        else mux.send({ type: 'refused', id: msg.id, port: msg.port, reason: res.reason, holder: res.holder });
+        return;
+      }
+      case 'unsubscribe':
+        await this.ctx.ports.unsubscribe(this.sessionId, msg.port, msg.id);
+        mux.send({ type: 'unsubscribed', id: msg.id, port: msg.port });
+        return;
+      case 'pause':
+      case 'resume':
+        this.ctx.ports.setPaused(this.sessionId, msg.type === 'pause', msg.port);
+        return;
+      case 'dnsResolve':
+        try {
+          const addresses = await resolveInPod(this.ctx.pid, msg.name, msg.family);
+          mux.send({ type: 'dnsResult', id: msg.id, addresses });
+        } catch (err) {
+          const code = err instanceof DnsError ? err.code : 'ESERVFAIL';
+          mux.send({ type: 'dnsResult', id: msg.id, addresses: [], error: { code, message: (err as Error).message } });
+        }
+        return;
+      case 'envRead':
+        if (this.ctx.pid === undefined) {
+          mux.send({ type: 'error', id: msg.id, code: 'unsupported', message: 'this agent runs targetless: there is no container env to read', hint: 'give a target to read its env' });
+          return;
+        }
+        mux.send({ type: 'env', id: msg.id, vars: await readTargetEnv(this.ctx.pid) });
+        return;
+      case 'bye':
+        await this.end(`client said bye: ${msg.reason}`);
+        return;
+    }
+  }
+
+  private onStream(stream: MuxStream): void {
+    const open = stream.open;
+    stream.on('error', () => undefined);
+    if (open.kind === 'outgoing') void serveOutgoing(stream, open.host, open.port, this.ctx.pid, this.ctx.log);
+    else if (open.kind === 'file') {
+      if (this.ctx.pid === undefined) stream.reset('ENOTSUP: this agent runs targetless: there is no container filesystem');
+      else void serveFile(stream, open.path, this.ctx.pid);
+    } else stream.reset(`EINVAL: a client may not open ${open.kind} streams`);
+  }
+}

@@ -1,0 +1,64 @@
+// Streams a session opens: outgoing TCP connections from the pod's netns, and reads of files in the target's filesystem.
+import { connect } from 'node:net';
+import { createReadStream } from 'node:fs';
+import { stat } from 'node:fs/promises';
+import type { MuxStream } from '../shared/mux.js';
+import { resolveInPod } from './dns.js';
+import { targetPath } from './target.js';
+import type { AgentLog } from './log.js';
+
+/** Bound on the connect: the caller is a local command waiting in connect(), and pods' DNS may be slow. */
+const CONNECT_TIMEOUT_MS = 10_000;
+
+export async function serveOutgoing(stream: MuxStream, host: string, port: number, pid: number | undefined, log: AgentLog): Promise<void> {
+  let address: string;
+  try {
+    const found = await resolveInPod(pid, host);
+    address = (found.find((a) => a.family === 4) ?? found[0]).address;
+  } catch (err) {
+    stream.reset(`${(err as { code?: string }).code ?? 'ENOTFOUND'}: cannot resolve ${host} in the pod`);
+    return;
+  }
+  const socket = connect({ host: address, port, noDelay: true, timeout: CONNECT_TIMEOUT_MS });
+  const fail = (err: NodeJS.ErrnoException): void => {
+    stream.reset(`${err.code ?? 'ECONNREFUSED'}: ${host}:${port}: ${err.message}`);
+    socket.destroy();
+  };
+  socket.once('timeout', () => fail(Object.assign(new Error('connect timed out'), { code: 'ETIMEDOUT' })));
+  socket.once('error', fail);
+  socket.once('connect', () => {
+    socket.setTimeout(0);
+    socket.off('error', fail);
+    log.debug('outgoing connected', { host, port, address });
+    stream.accept({ localAddress: socket.localAddress, localPort: socket.localPort, remoteAddress: socket.remoteAddress, remotePort: socket.remotePort });
+    socket.pipe(stream);
+    stream.pipe(socket);
+    socket.on('error', () => stream.reset('connection reset in the pod'));
+    stream.on('error', () => socket.destroy());
+    socket.once('close', () => {
+      if (!stream.writableEnded) stream.reset('connection closed in the pod');
+    });
+  });
+  stream.on('error', () => socket.destroy());
+}
+
+export async function serveFile(stream: MuxStream, path: string, pid: number | undefined): Promise<void> {
+  stream.on('error', () => undefined);
+  stream.resume(); // nothing to read from the CLI on a file stream
+  let full: string;
+  try {
+    full = targetPath(pid, path);
+    const info = await stat(full);
+    if (!info.isFile()) {
+      stream.reset(`EISDIR: ${path} is not a regular file`);
+      return;
+    }
+    stream.accept({ size: info.size });
+  } catch (err) {
+    stream.reset(`${(err as NodeJS.ErrnoException).code ?? 'EINVAL'}: ${path}: ${(err as Error).message}`);
+    return;
+  }
+  const file = createReadStream(full);
+  file.once('error', (err: NodeJS.ErrnoException) => stream.reset(`${err.code ?? 'EIO'}: ${path}`));
+  file.pipe(stream);
+}

@@ -1,0 +1,135 @@
+// Tunnel benchmark: throughput of raw loopback TCP, one devop mux stream, 64 parallel mux streams and OpenSSH `ssh -L`,
+// measured side by side in one run (interleaved rounds, medians), ending with one RESULT line of ratios.
+import { spawn } from 'node:child_process';
+import net from 'node:net';
+import { fileURLToPath } from 'node:url';
+import { createClientMux } from '../shared/mux.js';
+import { startSshForward, type SshForward } from './lib/ssh.js';
+
+const MiB = 1024 * 1024;
+/** Bytes sent per measurement (env DEVOP_BENCH_MIB): large enough that setup is noise, small enough for a busy box. */
+const TOTAL = Number(process.env.DEVOP_BENCH_MIB ?? 256) * MiB;
+/** Interleaved rounds; each variant's median is used, so one noisy neighbour does not decide the result. */
+const ROUNDS = Number(process.env.DEVOP_BENCH_ROUNDS ?? 5);
+const PARALLEL = 64;
+/** Size of each write() by the sender, the same for every variant. */
+const WRITE_SIZE = 128 * 1024;
+
+type Writer = NodeJS.WritableStream & { once(e: 'drain', f: () => void): unknown };
+
+/** Writes `total` bytes with backpressure, half-closes, and resolves when the receiver's one-byte answer arrived. */
+function transfer(stream: net.Socket | import('node:stream').Duplex, total: number, chunk: Buffer): Promise<void> {
+  return new Promise((resolve, reject) => {
+    let sent = 0;
+    stream.on('error', reject);
+    stream.on('data', () => undefined);
+    stream.on('end', () => resolve());
+    const w = stream as unknown as Writer;
+    const go = (): void => {
+      while (sent < total) {
+        const n = Math.min(chunk.length, total - sent);
+        sent += n;
+        if (!w.write(n === chunk.length ? chunk : chunk.subarray(0, n))) {
+          w.once('drain', go);
+          return;
+        }
+      }
+      w.end();
+    };
+    go();
+  });
+}
+
+function connect(port: number): Promise<net.Socket> {
+  return new Promise((resolve, reject) => {
+    const sock = net.connect(port, '127.0.0.1', () => resolve(sock));
+    sock.once('error', reject);
+  });
+}
+
+async function timeRaw(port: number, chunk: Buffer): Promise<number> {
+  const sock = await connect(port);
+  const t0 = process.hrtime.bigint();
+  await transfer(sock, TOTAL, chunk);
+  const dt = Number(process.hrtime.bigint() - t0) / 1e9;
+  sock.destroy();
+  return TOTAL / dt;
+}
+
+async function timeMux(port: number, streams: number, chunk: Buffer): Promise<number> {
+  const sock = await connect(port);
+  sock.setNoDelay(true);
+  const mux = createClientMux(sock);
+  const t0 = process.hrtime.bigint();
+  const per = Math.floor(TOTAL / streams);
+  await Promise.all(
+    Array.from({ length: streams }, () => transfer(mux.openStream({ kind: 'outgoing', host: 'sink', port: 9 }), per, chunk)),
+  );
+  const dt = Number(process.hrtime.bigint() - t0) / 1e9;
+  mux.close('bench done');
+  sock.destroy();
+  return (per * streams) / dt;
+}
+
+function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  const m = Math.floor(s.length / 2);
+  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
+}
+
+const fmt = (bps: number): string => `${(bps / MiB).toFixed(0)} MiB/s`;
+
+async function main(): Promise<void> {
+  const sinkPath = fileURLToPath(new URL('./lib/sink.ts', import.meta.url));
+  const sink = spawn(process.execPath, ['--import', 'tsx', sinkPath], { stdio: ['pipe', 'pipe', 'inherit'] });
+  let ssh: SshForward | undefined;
+  try {
+    const ports = await new Promise<{ raw: number; mux: number }>((resolve, reject) => {
+      let buf = '';
+      sink.stdout.on('data', (d: Buffer) => {
+        buf += d.toString();
+        const nl = buf.indexOf('\n');
+        if (nl >= 0) resolve(JSON.parse(buf.slice(0, nl)) as { raw: number; mux: number });
+      });
+      sink.once('exit', (code) => reject(new Error(`sink exited with ${code}`)));
+    });
+    ssh = await startSshForward(ports.raw);
+    const chunk = Buffer.alloc(WRITE_SIZE, 0x5a);
+    const results: Record<'raw' | 'single' | 'multi' | 'ssh', number[]> = { raw: [], single: [], multi: [], ssh: [] };
+    console.log(`tunnel benchmark: ${TOTAL / MiB} MiB per transfer, ${ROUNDS} interleaved rounds, loopback`);
+    for (let round = 1; round <= ROUNDS; round++) {
+      const sshPort = ssh.localPort;
+      const runs: Array<[keyof typeof results, () => Promise<number>]> = [
+        ['raw', () => timeRaw(ports.raw, chunk)],
+        ['single', () => timeMux(ports.mux, 1, chunk)],
+        ['multi', () => timeMux(ports.mux, PARALLEL, chunk)],
+        ['ssh', () => timeRaw(sshPort, chunk)],
+      ];
+      // Rotate the order each round so that no variant always runs right after the same neighbour.
+      const order = runs.map((_, i) => runs[(i + round) % runs.length]);
+      const line: string[] = [];
+      for (const [name, run] of order) {
+        const bps = await run();
+        results[name].push(bps);
+        line.push(`${name}=${fmt(bps)}`);
+      }
+      console.log(`round ${round}: ${line.join(' ')}`);
+    }
+    const med = { raw: median(results.raw), single: median(results.single), multi: median(results.multi), ssh: median(results.ssh) };
+    console.log(
+      `medians: raw TCP ${fmt(med.raw)}, 1 mux stream ${fmt(med.single)}, ${PARALLEL} mux streams ${fmt(med.multi)}, ssh -L ${fmt(med.ssh)}`,
+    );
+    console.log(
+      `RESULT tunnel single_vs_raw=${(med.single / med.raw).toFixed(2)} multi_vs_raw=${(med.multi / med.raw).toFixed(2)} single_vs_ssh=${(med.single / med.ssh).toFixed(2)}`,
+    );
+  } finally {
+    await ssh?.stop();
+    sink.stdin.end();
+    sink.kill();
+  }
+}
+
+main().catch((err: unknown) => {
+  console.error(`bench:tunnel failed: ${err instanceof Error ? err.message : String(err)}`);
+  process.exitCode = 1;
+});

@@ -1,0 +1,67 @@
+// `devop exec [options] -- <command> [args...]`: parses and merges the flags over devop.json, then runs the exec service.
+import { Command, Option } from 'commander';
+import { isUserError } from '../../shared/errors.js';
+import type { Reporter } from '../reporter.js';
+import { createReporter, OUTPUT_MODES, type OutputMode } from '../ui/index.js';
+import { mergeExecOptions, type ExecFlags } from '../services/exec-options.js';
+import { runExec } from '../services/exec.js';
+import { loadCommandConfig } from './config-file.js';
+
+const collect = (value: string, previous: string[] = []): string[] => [...previous, value];
+
+interface ExecCommandFlags extends ExecFlags {
+  config?: string;
+  output: OutputMode;
+}
+
+export function registerExecCommand(program: Command, onExit: (code: number) => void): void {
+  program
+    .command('exec')
+    .description('run a local command as if it were the target workload: its env, and its pod\'s traffic (mirrored or stolen)')
+    .usage('[options] -- <command> [args...]')
+    .argument('[command...]', 'the local command and its arguments (after --)')
+    .passThroughOptions()
+    .option('-t, --target <target>', 'pod/NAME, deploy/NAME, sts/NAME or rollout/NAME, optionally /container/NAME; or targetless')
+    .option('-n, --namespace <namespace>', "the target's namespace (default: the context's)")
+    .option('--context <context>', 'kubeconfig context (default: the current one)')
+    .option('--kubeconfig <path>', 'kubeconfig file (default: $KUBECONFIG, else ~/.kube/config)')
+    .option('--steal', 'take the pod\'s traffic: the local command answers instead of the pod')
+    .option('--mirror', 'copy the pod\'s traffic to the local command; the pod still answers (the default)')
+    .option('-p, --port <REMOTE[:LOCAL]>', "pod port to steal/mirror, repeatable (default: the container's declared ports)", collect)
+    .option('--http-header-filter <"name: regex">', 'only HTTP requests with a matching header go to the local command')
+    .option('--http-path-filter <regex>', 'only HTTP requests whose path matches go to the local command')
+    .option('--http-method-filter <method>', 'only HTTP requests with this method go to the local command')
+    .option('--no-flush', "do not close the pod's existing connections when stealing starts")
+    .option('--steal-probes', 'also steal connections from the node (kubelet probes)')
+    .option('--env-include <glob>', 'pod env vars to give the local command, repeatable (default: all)', collect)
+    .option('--env-exclude <glob>', 'pod env vars to leave out, repeatable', collect)
+    .option('--env-file <path>', 'dotenv file applied over the pod env')
+    .option('--agent-image <image>', 'agent image (default: the one of this devop version)')
+    .option('--agent-namespace <namespace>', "where the agent Job runs (default: the target's namespace)")
+    .option('--agent-privileged', 'run the agent privileged (when capabilities are not enough on this node)')
+    .option('--ephemeral', 'run the agent as an ephemeral container in the target pod instead of a Job')
+    .option('--agent-ttl <seconds>', 'ttlSecondsAfterFinished of the agent Job')
+    .option('--startup-timeout <seconds>', 'how long to wait for the agent, and for the local command to listen')
+    .option('-f, --config <path>', 'devop.json to read (default: ./devop.json if present)')
+    .addOption(new Option('--output <mode>', 'output: auto (terminal UI when interactive), plain or json').choices(OUTPUT_MODES).default('auto'))
+    .option('-v, --verbose', 'more output, and stacks of internal errors')
+    .action(async (command: string[], flags: ExecCommandFlags, cmd: Command) => {
+      const { config, dir } = loadCommandConfig(flags.config);
+      const explicitFlush = cmd.getOptionValueSource('flush') === 'cli' ? flags.flush : undefined;
+      const options = mergeExecOptions({ ...flags, flush: explicitFlush }, config, command, dir);
+      const reporter = createReporter({ output: flags.output, verbose: Boolean(flags.verbose) });
+      onExit(await runWithReporter(reporter, () => runExec(options, reporter)));
+    });
+}
+
+/** Runs a service; a failure is also told to the reporter (JSON consumers see it), then rethrown for the top-level handler. */
+export async function runWithReporter(reporter: Reporter, run: () => Promise<number>): Promise<number> {
+  try {
+    return await run();
+  } catch (err) {
+    reporter.emit({ type: 'error', message: err instanceof Error ? err.message : String(err), ...(isUserError(err) ? { hint: err.hint } : {}) });
+    throw err;
+  } finally {
+    await reporter.close();
+  }
+}

@@ -1,0 +1,72 @@
+// RBAC preflight: asks the API server (SelfSubjectAccessReview) whether the current user may do what a session needs,
+// so that a missing permission is named in one line before anything is created.
+import { AuthorizationV1Api, type KubeConfig } from '@kubernetes/client-node';
+import { UserError } from '../../shared/errors.js';
+import { apiCall } from './errors.js';
+
+export interface AccessCheck {
+  verb: string;
+  /** API group ('' for core). */
+  group: string;
+  resource: string;
+  subresource?: string;
+  namespace: string;
+}
+
+export function describeCheck(check: AccessCheck): string {
+  const resource = check.subresource ? `${check.resource}/${check.subresource}` : check.resource;
+  return `${check.verb} ${check.group ? `${resource}.${check.group}` : resource}`;
+}
+
+/** What a session needs: target lookup, the tunnel, and the agent (a Job, or an ephemeral container). */
+export function sessionAccessChecks(input: { namespace: string; agentNamespace: string; ephemeral: boolean }): AccessCheck[] {
+  const { namespace, agentNamespace } = input;
+  const checks: AccessCheck[] = [
+    { verb: 'get', group: '', resource: 'pods', namespace },
+    { verb: 'list', group: '', resource: 'pods', namespace },
+    { verb: 'create', group: '', resource: 'pods', subresource: 'portforward', namespace },
+  ];
+  if (input.ephemeral) {
+    checks.push({ verb: 'patch', group: '', resource: 'pods', subresource: 'ephemeralcontainers', namespace });
+  } else {
+    checks.push(
+      { verb: 'create', group: 'batch', resource: 'jobs', namespace: agentNamespace },
+      { verb: 'get', group: 'batch', resource: 'jobs', namespace: agentNamespace },
+      { verb: 'delete', group: 'batch', resource: 'jobs', namespace: agentNamespace },
+    );
+    if (agentNamespace !== namespace) checks.push({ verb: 'list', group: '', resource: 'pods', namespace: agentNamespace });
+  }
+  return checks;
+}
+
+/** Runs every check in parallel; returns the ones that are denied. */
+export async function deniedChecks(kc: KubeConfig, checks: AccessCheck[]): Promise<AccessCheck[]> {
+  const api = kc.makeApiClient(AuthorizationV1Api);
+  const results = await Promise.all(
+    checks.map(async (check) => {
+      const review = await apiCall({ action: 'check RBAC permissions', verb: 'create', resource: 'selfsubjectaccessreviews.authorization.k8s.io' }, () =>
+        api.createSelfSubjectAccessReview({
+          body: {
+            apiVersion: 'authorization.k8s.io/v1',
+            kind: 'SelfSubjectAccessReview',
+            spec: { resourceAttributes: { verb: check.verb, group: check.group, resource: check.resource, subresource: check.subresource, namespace: check.namespace } },
+          },
+        }),
+      );
+      return review.status?.allowed ? undefined : check;
+    }),
+  );
+  return results.filter((c): c is AccessCheck => c !== undefined);
+}
+
+/** Throws one UserError naming every missing verb + resource. */
+export async function assertAccess(kc: KubeConfig, checks: AccessCheck[], user: string): Promise<void> {
+  const denied = await deniedChecks(kc, checks);
+  if (denied.length === 0) return;
+  const namespaces = [...new Set(denied.map((c) => c.namespace))].join(', ');
+  const list = denied.map(describeCheck).join(', ');
+  throw new UserError(
+    `RBAC: ${user} may not ${list} in namespace ${namespaces}`,
+    `ask a cluster admin for a Role granting ${list} in ${namespaces}, or use a --context with more rights`,
+  );
+}

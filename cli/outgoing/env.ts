@@ -1,0 +1,59 @@
+// The env that points the local command at the session's outgoing proxy: proxy variables for any program, NODE_OPTIONS
+// --import of the preload for Node programs, DEVOP_OUTGOING (the preload's config) and DEVOP_ROOT (remote files).
+import { existsSync } from 'node:fs';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { PRELOAD_CONFIG_ENV, type PreloadConfig } from './control-protocol.js';
+import { noProxyEntries } from './filters.js';
+
+export const DEVOP_ROOT_ENV = 'DEVOP_ROOT';
+
+/**
+ * The preload bundle: next to the running bundle (dist/cli.js → dist/preload.js), or dist/preload.js of the checkout
+ * when devop runs from source (tests, tsx).
+ */
+export function preloadBundlePath(): string | undefined {
+  for (const relative of ['./preload.js', '../../dist/preload.js']) {
+    const candidate = fileURLToPath(new URL(relative, import.meta.url));
+    if (existsSync(candidate)) return candidate;
+  }
+  return undefined;
+}
+
+export interface OutgoingEnvInput {
+  proxy: { host: string; port: number };
+  include: readonly string[];
+  exclude: readonly string[];
+  /** Absolute path of dist/preload.js; undefined = no Node preload (proxy env only). */
+  preloadPath?: string;
+  /** The per-session directory holding the remote files. */
+  root?: string;
+}
+
+/** The variables to add; NODE_OPTIONS is the child's own (if any) with the --import appended. */
+export function outgoingEnv(childEnv: Readonly<Record<string, string>>, input: OutgoingEnvInput): Record<string, string> {
+  const hostPort = input.proxy.host.includes(':') ? `[${input.proxy.host}]:${input.proxy.port}` : `${input.proxy.host}:${input.proxy.port}`;
+  const httpProxy = `http://${hostPort}`;
+  // socks5h: the proxy, not the program, resolves names (they must be resolved by the pod's DNS).
+  const socksProxy = `socks5h://${hostPort}`;
+  const noProxy = noProxyEntries(input.exclude).join(',');
+  const vars: Record<string, string> = {
+    HTTP_PROXY: httpProxy,
+    http_proxy: httpProxy,
+    HTTPS_PROXY: httpProxy,
+    https_proxy: httpProxy,
+    ALL_PROXY: socksProxy,
+    all_proxy: socksProxy,
+    NO_PROXY: noProxy,
+    no_proxy: noProxy,
+  };
+  if (input.preloadPath) {
+    const config: PreloadConfig = { proxy: input.proxy, include: [...input.include], exclude: [...input.exclude] };
+    vars[PRELOAD_CONFIG_ENV] = JSON.stringify(config);
+    // A file: URL needs no quoting inside NODE_OPTIONS, whatever the path contains.
+    const importFlag = `--import=${pathToFileURL(input.preloadPath).href}`;
+    const existing = childEnv.NODE_OPTIONS?.trim();
+    vars.NODE_OPTIONS = existing ? `${existing} ${importFlag}` : importFlag;
+  }
+  if (input.root) vars[DEVOP_ROOT_ENV] = input.root;
+  return vars;
+}

@@ -1,0 +1,134 @@
+// The ClusterDialer of a real session: `outgoing` and `file` streams and `dnsResolve` messages on the tunnel's mux, so
+// that connections, names and files are those of the target pod (or of a targetless agent's pod).
+import type { Duplex } from 'node:stream';
+import type { ClientMux, MuxStream } from '../../shared/mux.js';
+import type { AgentMessage, StreamAccept } from '../../shared/protocol.js';
+import { DialError, dialErrorCode, type ClusterDialer, type ResolvedAddress } from './dialer.js';
+
+/**
+ * How long a connect or lookup may wait for the agent's answer. The agent bounds its own connect (10 s) and DNS queries
+ * (2 s per server); this only catches an agent that never answers, so the local program gets an error, not a hang.
+ */
+export const AGENT_ANSWER_TIMEOUT_MS = 30_000;
+/** A remote file larger than this is refused: remote files are small secrets and configs, read into memory. */
+export const MAX_REMOTE_FILE_BYTES = 64 * 1024 * 1024;
+
+/** What a dialled connection knows about its two ends in the pod (from the agent's accept). */
+export type DialledStream = Duplex & Partial<Pick<StreamAccept, 'localAddress' | 'localPort' | 'remoteAddress' | 'remotePort'>>;
+
+type DnsResult = Extract<AgentMessage, { type: 'dnsResult' }>;
+
+export function createMuxDialer(mux: ClientMux): ClusterDialer {
+  const lookups = new Map<string, { resolve(msg: DnsResult): void; reject(err: Error): void }>();
+  let nextLookup = 0;
+  mux.on('message', (msg) => {
+    if (msg.type !== 'dnsResult') return;
+    const waiter = lookups.get(msg.id);
+    if (!waiter) return;
+    lookups.delete(msg.id);
+    waiter.resolve(msg);
+  });
+  mux.once('close', () => {
+    for (const waiter of lookups.values()) waiter.reject(new DialError('ENOTCONN', 'the tunnel to the agent is closed'));
+    lookups.clear();
+  });
+
+  const failure = (reason: string, what: string): DialError => new DialError(dialErrorCode(reason), `${what}: ${reason}`);
+
+  return {
+    connect(host, port) {
+      return new Promise<Duplex>((resolve, reject) => {
+        if (mux.closed) {
+          reject(new DialError('ENOTCONN', `connect ${host}:${port}: the tunnel to the agent is closed`));
+          return;
+        }
+        const stream: MuxStream = mux.openStream({ kind: 'outgoing', host, port });
+        const timer = setTimeout(() => {
+          cleanup();
+          stream.destroy();
+          reject(new DialError('ETIMEDOUT', `connect ${host}:${port}: the agent did not answer in ${AGENT_ANSWER_TIMEOUT_MS} ms`));
+        }, AGENT_ANSWER_TIMEOUT_MS);
+        const onAccepted = (info: StreamAccept): void => {
+          cleanup();
+          resolve(Object.assign(stream, pickAddresses(info)) as DialledStream);
+        };
+        const onError = (err: Error & { reason?: string }): void => {
+          cleanup();
+          reject(failure(err.reason ?? err.message, `connect ${host}:${port}`));
+        };
+        const onClose = (): void => {
+          cleanup();
+          reject(new DialError('ECONNRESET', `connect ${host}:${port}: the stream closed before the agent answered`));
+        };
+        const cleanup = (): void => {
+          clearTimeout(timer);
+          stream.off('accepted', onAccepted);
+          stream.off('error', onError);
+          stream.off('close', onClose);
+        };
+        stream.on('accepted', onAccepted);
+        stream.on('error', onError);
+        stream.on('close', onClose);
+      });
+    },
+
+    lookup(name, family) {
+      return new Promise<ResolvedAddress[]>((resolve, reject) => {
+        if (mux.closed) {
+          reject(new DialError('ENOTCONN', `lookup ${name}: the tunnel to the agent is closed`));
+          return;
+        }
+        const id = `dns-${++nextLookup}`;
+        const timer = setTimeout(() => {
+          lookups.delete(id);
+          reject(new DialError('EAI_AGAIN', `lookup ${name}: the agent did not answer in ${AGENT_ANSWER_TIMEOUT_MS} ms`));
+        }, AGENT_ANSWER_TIMEOUT_MS);
+        lookups.set(id, {
+          resolve(msg) {
+            clearTimeout(timer);
+            if (msg.error || msg.addresses.length === 0) {
+              const code = msg.error ? dialErrorCode(msg.error) : 'ENOTFOUND';
+              reject(new DialError(code === 'EFAULT' ? 'EAI_AGAIN' : code, `getaddrinfo ${code} ${name}${msg.error ? ` (${msg.error.message})` : ''}`));
+              return;
+            }
+            resolve(msg.addresses);
+          },
+          reject(err) {
+            clearTimeout(timer);
+            reject(err);
+          },
+        });
+        mux.send({ type: 'dnsResolve', id, name, family });
+      });
+    },
+
+    readFile(path) {
+      return new Promise<Buffer>((resolve, reject) => {
+        if (mux.closed) {
+          reject(new DialError('ENOTCONN', `read ${path}: the tunnel to the agent is closed`));
+          return;
+        }
+        const stream = mux.openStream({ kind: 'file', path });
+        const chunks: Buffer[] = [];
+        let size = 0;
+        stream.end(); // nothing to send on a file stream
+        stream.on('data', (chunk: Buffer) => {
+          size += chunk.length;
+          if (size > MAX_REMOTE_FILE_BYTES) {
+            stream.destroy();
+            reject(new DialError('EFAULT', `read ${path}: larger than ${MAX_REMOTE_FILE_BYTES} bytes`));
+            return;
+          }
+          chunks.push(chunk);
+        });
+        stream.on('end', () => resolve(Buffer.concat(chunks)));
+        stream.on('error', (err: Error & { reason?: string }) => reject(failure(err.reason ?? err.message, `read ${path}`)));
+      });
+    },
+  };
+}
+
+function pickAddresses(info: StreamAccept): Partial<StreamAccept> {
+  const { localAddress, localPort, remoteAddress, remotePort } = info;
+  return { localAddress, localPort, remoteAddress, remotePort };
+}

@@ -1,0 +1,125 @@
+// The session's local outgoing proxy on 127.0.0.1:<random>: one port that speaks SOCKS5, HTTP (CONNECT and absolute-URI
+// requests) and the preload's control protocol, told apart by the first byte; every connection is dialled by the agent.
+import { createServer, type Server, type Socket } from 'node:net';
+import { CONTROL_FIRST_BYTE } from './control-protocol.js';
+import { serveControl } from './control.js';
+import { toDialError, type ClusterDialer } from './dialer.js';
+import { acceptHttp, createHttpProxyServer, describeDialError, type ProxyDialEvent } from './http-connect.js';
+import { SOCKS_VERSION, SocksProtocolError, SocksReply, encodeSocksReply, readSocksConnect, socksReplyFor } from './socks5.js';
+import { joinStreams } from './streams.js';
+
+/** A client that connects and says nothing is dropped after this long (a proxy client always speaks first). */
+const FIRST_BYTE_TIMEOUT_MS = 30_000;
+
+export interface OutgoingProxyOptions {
+  dialer: ClusterDialer;
+  /** Loopback address to listen on (default 127.0.0.1). */
+  host?: string;
+  /** 0 (default) picks a free port. */
+  port?: number;
+  /** Called for every dial (success or failure), e.g. to log it. */
+  onDial?: (event: ProxyDialEvent) => void;
+}
+
+export interface OutgoingProxy {
+  host: string;
+  port: number;
+  /** host:port, IPv6 in brackets. */
+  address: string;
+  /** Stops listening and destroys every connection the proxy holds. */
+  close(): Promise<void>;
+}
+
+export async function startOutgoingProxy(options: OutgoingProxyOptions): Promise<OutgoingProxy> {
+  const host = options.host ?? '127.0.0.1';
+  const resources = new Set<Socket | Server>();
+  const track = (resource: Socket | Server): (() => void) => {
+    resources.add(resource);
+    return () => resources.delete(resource);
+  };
+  const httpServer = createHttpProxyServer({ dialer: options.dialer, onDial: options.onDial });
+
+  const server = createServer({ allowHalfOpen: true }, (socket) => {
+    const forget = track(socket);
+    socket.once('close', forget);
+    socket.on('error', () => socket.destroy());
+    socket.setTimeout(FIRST_BYTE_TIMEOUT_MS, () => socket.destroy());
+    socket.once('readable', () => {
+      const first = socket.read(1) as Buffer | null;
+      if (first === null) return; // ended before saying anything
+      socket.setTimeout(0);
+      socket.unshift(first);
+      if (first[0] === SOCKS_VERSION) void serveSocks(socket, options);
+      else if (first[0] === CONTROL_FIRST_BYTE) serveControl(socket, options, { track });
+      else {
+        // The HTTP side wants a half-closing client to be closed (Node's http server expects allowHalfOpen false).
+        socket.allowHalfOpen = false;
+        acceptHttp(httpServer, socket);
+      }
+    });
+  });
+
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(options.port ?? 0, host, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  const bound = server.address();
+  if (!bound || typeof bound !== 'object') throw new Error('the outgoing proxy has no address');
+  const port = bound.port;
+  let closing: Promise<void> | undefined;
+  return {
+    host,
+    port,
+    address: host.includes(':') ? `[${host}]:${port}` : `${host}:${port}`,
+    close() {
+      closing ??= new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        httpServer.close();
+        for (const resource of resources) {
+          if ('destroy' in resource) resource.destroy();
+          else resource.close();
+        }
+        resources.clear();
+      });
+      return closing;
+    },
+  };
+}
+
+async function serveSocks(socket: Socket, options: OutgoingProxyOptions): Promise<void> {
+  let target: { host: string; port: number };
+  try {
+    target = await readSocksConnect(socket);
+  } catch (err) {
+    if (err instanceof SocksProtocolError && err.reply !== undefined && socket.writable) {
+      socket.end(encodeSocksReply(err.reply));
+    } else {
+      socket.destroy();
+    }
+    return;
+  }
+  try {
+    const remote = await options.dialer.connect(target.host, target.port);
+    options.onDial?.({ via: 'socks5', ...target });
+    if (socket.destroyed) {
+      remote.destroy();
+      return;
+    }
+    const details = remote as Partial<{ localAddress: string; localPort: number }>;
+    const bound =
+      details.localAddress && details.localPort ? { address: details.localAddress, port: details.localPort } : undefined;
+    socket.write(encodeSocksReply(SocksReply.succeeded, bound));
+    await joinStreams(socket, remote);
+  } catch (err) {
+    const dialError = toDialError(err, `connect ${target.host}:${target.port}`);
+    options.onDial?.({
+      via: 'socks5',
+      ...target,
+      error: { code: dialError.code, message: describeDialError(dialError, target.host, target.port) },
+    });
+    if (socket.writable) socket.end(encodeSocksReply(socksReplyFor(dialError.code)));
+  }
+}

@@ -1,0 +1,127 @@
+// The outgoing side of one session, as `devop exec` uses it: start the local proxy over the session's dialer, fetch the
+// remote files, and say which env the local command gets; close() undoes all of it.
+import { UserError } from '../../shared/errors.js';
+import type { Reporter } from '../reporter.js';
+import type { ClusterDialer } from './dialer.js';
+import { DEVOP_ROOT_ENV, outgoingEnv, preloadBundlePath } from './env.js';
+import { FilterSyntaxError, parseOutgoingRule } from './filters.js';
+import { startOutgoingProxy, type OutgoingProxy } from './proxy.js';
+import { fetchRemoteFiles, type RemoteFiles } from './remote-files.js';
+
+export interface OutgoingOptions {
+  dialer: ClusterDialer;
+  /** Route the local command's connections through the cluster at all (devop.json outgoing.enabled). */
+  enabled?: boolean;
+  /** Set HTTP(S)_PROXY / ALL_PROXY / NO_PROXY (outgoing.proxy). */
+  proxyEnv?: boolean;
+  /** Add the Node preload to NODE_OPTIONS (outgoing.nodePreload). */
+  nodePreload?: boolean;
+  include?: readonly string[];
+  exclude?: readonly string[];
+  /** Destinations that must stay local whatever the user says, e.g. the kube API server of the local kubeconfig. */
+  alwaysLocal?: readonly string[];
+  /** Absolute paths in the target container (--remote-file, remoteFiles). */
+  remoteFiles?: readonly string[];
+  reporter?: Reporter;
+}
+
+export interface OutgoingSession {
+  /** The local proxy (undefined when outgoing is disabled). */
+  proxy?: OutgoingProxy;
+  remoteFiles?: RemoteFiles;
+  /** The variables to add to the child's env (given the env built so far, for NODE_OPTIONS). */
+  env(childEnv: Readonly<Record<string, string>>): Record<string, string>;
+  /** Stops the proxy and removes DEVOP_ROOT. Safe to call twice. */
+  close(): Promise<void>;
+}
+
+/** The exclude rule for the kube API server of a kubeconfig cluster URL (so a local kube client talks to it directly). */
+export function apiServerRule(serverUrl: string | undefined): string | undefined {
+  if (!serverUrl) return undefined;
+  try {
+    const host = new URL(serverUrl).hostname.replace(/^\[|\]$/g, '');
+    return host || undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+function checkRules(flag: string, rules: readonly string[]): void {
+  for (const rule of rules) {
+    try {
+      parseOutgoingRule(rule);
+    } catch (err) {
+      if (err instanceof FilterSyntaxError) {
+        throw new UserError(`${flag}: ${err.message}`, 'use HOST, *.DOMAIN, IP, CIDR (10.0.0.0/8), each optionally with :PORT or :LOW-HIGH, or :PORT alone');
+      }
+      throw err;
+    }
+  }
+}
+
+export async function startOutgoing(options: OutgoingOptions): Promise<OutgoingSession> {
+  const include = [...(options.include ?? [])];
+  const exclude = [...(options.exclude ?? []), ...(options.alwaysLocal ?? [])];
+  checkRules('--outgoing-include', include);
+  checkRules('--outgoing-exclude', exclude);
+  const enabled = options.enabled ?? true;
+  const reporter = options.reporter;
+
+  const proxy = enabled
+    ? await startOutgoingProxy({
+        dialer: options.dialer,
+        onDial: (event) =>
+          reporter?.emit({
+            type: 'log',
+            level: event.error ? 'info' : 'debug',
+            message: event.error
+              ? `outgoing ${event.host}:${event.port} (${event.via}) failed: ${event.error.message}`
+              : `outgoing ${event.host}:${event.port} (${event.via}) through the pod`,
+          }),
+      })
+    : undefined;
+  let remoteFiles: RemoteFiles | undefined;
+  try {
+    if (options.remoteFiles && options.remoteFiles.length > 0) {
+      remoteFiles = await fetchRemoteFiles(options.dialer, options.remoteFiles);
+      reporter?.emit({ type: 'log', level: 'info', message: `remote files in DEVOP_ROOT=${remoteFiles.root}: ${remoteFiles.paths.join(', ')}` });
+    }
+  } catch (err) {
+    await proxy?.close();
+    throw err;
+  }
+
+  const preloadPath = options.nodePreload === false ? undefined : preloadBundlePath();
+  if (proxy && options.nodePreload !== false && !preloadPath) {
+    reporter?.emit({ type: 'log', level: 'warn', message: 'dist/preload.js is missing (run `npm run build`): Node programs get the proxy env only' });
+  }
+  let closed = false;
+  return {
+    proxy,
+    remoteFiles,
+    env(childEnv) {
+      const vars = proxy
+        ? outgoingEnv(childEnv, {
+            proxy: { host: proxy.host, port: proxy.port },
+            include,
+            exclude,
+            preloadPath,
+            root: remoteFiles?.root,
+          })
+        : remoteFiles
+          ? { [DEVOP_ROOT_ENV]: remoteFiles.root }
+          : {};
+      if (proxy && options.proxyEnv === false) {
+        for (const key of ['HTTP_PROXY', 'http_proxy', 'HTTPS_PROXY', 'https_proxy', 'ALL_PROXY', 'all_proxy', 'NO_PROXY', 'no_proxy']) {
+          delete vars[key];
+        }
+      }
+      return vars;
+    },
+    async close() {
+      if (closed) return;
+      closed = true;
+      await Promise.all([proxy?.close(), remoteFiles?.remove()]);
+    },
+  };
+}

@@ -1,0 +1,33 @@
+// Waits until the local command accepts TCP connections on 127.0.0.1:<port>, by connecting (the only portable test).
+import { connect } from 'node:net';
+
+/** Between connect attempts: short, so stealing starts soon after the command listens; a refused connect is cheap. */
+const LISTEN_POLL_MS = 50;
+
+export function canConnect(port: number, host = '127.0.0.1'): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = connect({ port, host });
+    socket.once('connect', () => {
+      socket.destroy();
+      resolve(true);
+    });
+    socket.once('error', () => resolve(false));
+  });
+}
+
+/**
+ * Resolves true once the port accepts a connection, false when the deadline passes or `stopped` resolves first (e.g. the
+ * command exited).
+ */
+export async function waitForListen(port: number, input: { timeoutMs: number; stopped?: Promise<unknown>; host?: string }): Promise<boolean> {
+  const deadline = Date.now() + input.timeoutMs;
+  let stop = false;
+  void input.stopped?.then(() => {
+    stop = true;
+  });
+  while (!stop && Date.now() < deadline) {
+    if (await canConnect(port, input.host)) return true;
+    await new Promise((r) => setTimeout(r, LISTEN_POLL_MS));
+  }
+  return false;
+}

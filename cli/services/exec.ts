@@ -1,0 +1,314 @@
+// `devop exec`: connect a session, start the local command with the pod's env, and — once it listens — steal or mirror
+// the pod's ports to it; stop cleanly on Ctrl-C, the command's exit or an error. Returns the command's exit code.
+import { randomUUID } from 'node:crypto';
+import { UserError, isUserError } from '../../shared/errors.js';
+import type { ClientMux } from '../../shared/mux.js';
+import type { AgentMessage, HttpFilter, StealMode } from '../../shared/protocol.js';
+import { FEATURES } from '../../shared/protocol.js';
+import type { PortState, Reporter, SessionInfo } from '../reporter.js';
+import { startLocalCommand, type LocalCommand } from '../process/child.js';
+import { waitForListen } from '../process/listen.js';
+import { buildChildEnv, readEnvFile } from './child-env.js';
+import { incomingStreamHandler } from './incoming.js';
+import { resolvePorts, type PortMapping } from './ports.js';
+import { connectSession, step, type Session, type SessionOptions } from './session.js';
+import { trafficToEvent } from './traffic.js';
+
+export interface ExecServiceOptions extends SessionOptions {
+  command: string;
+  args: string[];
+  mode: StealMode;
+  /** REMOTE[:LOCAL] specs; empty = the container's declared ports. */
+  ports: (string | number)[];
+  httpFilter?: HttpFilter;
+  flush: boolean;
+  stealProbes: boolean;
+  env: { include: string[]; exclude: string[]; override: Record<string, string>; file?: string };
+  /** Hooks that add to the child env once the session is up (e.g. the outgoing proxy); each may return a cleanup. */
+  childEnvHooks?: ChildEnvHook[];
+  cwd?: string;
+}
+
+export type ChildEnvHook = (env: Record<string, string>, ctx: { session: Session; options: ExecServiceOptions; reporter: Reporter }) => Promise<{ env: Record<string, string>; cleanup?: () => Promise<void> }>;
+
+/** How long a request to the agent (env read, subscribe) may take before the session is declared broken. */
+const AGENT_REQUEST_TIMEOUT_MS = 15_000;
+
+/** Sends a request and waits for the agent message that answers it (same id), or its `error`. */
+export function agentRequest<T extends AgentMessage['type']>(
+  mux: ClientMux,
+  send: (id: string) => void,
+  answers: readonly T[],
+  what: string,
+): Promise<Extract<AgentMessage, { type: T }> | Extract<AgentMessage, { type: 'error' }>> {
+  const id = randomUUID();
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => finish(() => reject(new UserError(`the agent did not answer (${what}) within ${AGENT_REQUEST_TIMEOUT_MS / 1000} s`, 'check the agent logs; rerun with --verbose'))), AGENT_REQUEST_TIMEOUT_MS);
+    const finish = (fn: () => void): void => {
+      clearTimeout(timer);
+      mux.off('message', onMessage);
+      mux.off('close', onClose);
+      fn();
+    };
+    const onMessage = (msg: AgentMessage): void => {
+      if (!('id' in msg) || msg.id !== id) return;
+      if (msg.type === 'error' || (answers as readonly string[]).includes(msg.type)) finish(() => resolve(msg as never));
+    };
+    const onClose = (err?: Error): void => finish(() => reject(new UserError(`the tunnel to the agent closed (${what})${err ? `: ${err.message}` : ''}`, 'check the agent logs; run again')));
+    mux.on('message', onMessage);
+    mux.on('close', onClose);
+    send(id);
+  });
+}
+
+export function describeFilter(filter: HttpFilter | undefined): string | undefined {
+  if (!filter) return undefined;
+  const parts = [filter.header && `header ${filter.header}`, filter.path && `path ${filter.path}`, filter.method && `method ${filter.method}`].filter(Boolean);
+  return parts.length ? parts.join(filter.match === 'any' ? ' or ' : ' and ') : undefined;
+}
+
+async function readRemoteEnv(session: Session): Promise<Record<string, string>> {
+  if (!session.hello.features.includes(FEATURES.env)) return {};
+  const answer = await agentRequest(session.mux, (id) => session.mux.send({ type: 'envRead', id }), ['env'], 'read the pod env');
+  if (answer.type === 'error') throw new UserError(`the agent could not read the pod's env: ${answer.message}`, answer.hint ?? 'check the agent logs');
+  return answer.vars;
+}
+
+export async function runExec(options: ExecServiceOptions, reporter: Reporter): Promise<number> {
+  const abort = new AbortController();
+  // Before the local command runs, a signal stops the start-up; afterwards it goes to the command (child.ts).
+  const onStartupSignal = (signal: NodeJS.Signals): void => abort.abort(new UserError(`stopped by ${signal} during start-up`, 'run again'));
+  const startupSignals = ['SIGINT', 'SIGTERM', 'SIGHUP'] as const;
+  for (const s of startupSignals) process.on(s, onStartupSignal);
+  const dropStartupSignals = (): void => {
+    for (const s of startupSignals) process.off(s, onStartupSignal);
+  };
+  let session: Session | undefined;
+  let child: LocalCommand | undefined;
+  const cleanups: (() => Promise<void>)[] = [];
+  try {
+    session = await raceAbort(connectSession({ ...options, signal: abort.signal }, reporter), abort.signal);
+    const s = session;
+    const target = s.target;
+    const ports = resolvePorts(options.ports, target?.container);
+
+    const childEnv = await step(reporter, 'env', 'environment', async () => {
+      const [remoteEnv, envFile] = await Promise.all([readRemoteEnv(s), options.env.file ? readEnvFile(options.env.file) : Promise.resolve(undefined)]);
+      let env = buildChildEnv({ localEnv: process.env, remoteEnv, include: options.env.include, exclude: options.env.exclude, override: options.env.override, envFile });
+      for (const hook of options.childEnvHooks ?? []) {
+        const result = await hook(env, { session: s, options, reporter });
+        env = result.env;
+        if (result.cleanup) cleanups.push(result.cleanup);
+      }
+      return { env, remoteCount: Object.keys(remoteEnv).length };
+    }, (v) => `${v.remoteCount} variables from the pod`);
+    abort.signal.throwIfAborted();
+
+    s.mux.on('stream', incomingStreamHandler({ ports, onError: (message) => reporter.emit({ type: 'log', level: 'warn', message }) }));
+    s.mux.on('message', (msg) => {
+      if (msg.type === 'traffic') {
+        const event = trafficToEvent(msg.event, target?.podName);
+        if (event) reporter.emit(event);
+      } else if (msg.type === 'log') {
+        reporter.emit({ type: 'log', level: msg.level === 'error' ? 'warn' : msg.level, message: `agent: ${msg.message}` });
+      } else if (msg.type === 'error' && msg.id === undefined) {
+        reporter.emit({ type: 'error', message: `agent: ${msg.message}`, hint: msg.hint });
+      }
+    });
+
+    child = await startLocalCommand({
+      command: options.command,
+      args: options.args,
+      env: childEnv.env,
+      cwd: options.cwd,
+      pipeOutput: reporter.capturesChildOutput,
+      onOutput: (stream, text) => reporter.emit({ type: 'output', stream, text }),
+    });
+    dropStartupSignals();
+    const running = child;
+    const info: SessionInfo = {
+      target: options.target ?? 'targetless',
+      namespace: s.namespace,
+      pod: target?.podName,
+      node: target?.nodeName,
+      container: target?.container.name,
+      agent: { name: s.agent.name, reused: s.agent.reused, version: s.hello.agentVersion },
+      ports: ports.map((p): PortState => ({ remotePort: p.remote, localPort: p.local, mode: options.mode, filter: describeFilter(options.httpFilter) })),
+    };
+    const traffic = new TrafficControl(s, info, options, reporter);
+
+    const tunnelLost = new Promise<Error>((resolve) => s.mux.once('close', (err) => resolve(err ?? new Error('closed'))));
+    const started = startTraffic(ports, traffic, options, reporter, running);
+    const outcome = await Promise.race([
+      running.exited.then((exit) => ({ kind: 'exit' as const, exit })),
+      tunnelLost.then((err) => ({ kind: 'tunnel' as const, err })),
+      started.then(
+        () => new Promise<never>(() => undefined),
+        (err: unknown) => ({ kind: 'failed' as const, err }),
+      ),
+    ]);
+    if (outcome.kind === 'exit') {
+      reporter.emit({ type: 'exit', code: outcome.exit.code, signal: outcome.exit.signal });
+      await traffic.release();
+      return outcome.exit.exitCode;
+    }
+    const err = outcome.kind === 'tunnel'
+      ? new UserError(`the tunnel to the agent closed: ${outcome.err.message}`, 'the pod serves its own traffic again; run devop again (check the agent pod and the API server)')
+      : outcome.err;
+    const exit = await running.stop('SIGTERM');
+    reporter.emit({ type: 'exit', code: exit.code, signal: exit.signal });
+    await traffic.release();
+    throw err;
+  } finally {
+    dropStartupSignals();
+    if (child) await child.stop('SIGTERM').catch(() => undefined);
+    for (const cleanup of cleanups.reverse()) await cleanup().catch(() => undefined);
+    await session?.close('devop exec ended').catch(() => undefined);
+  }
+}
+
+/** Waits for each port's local listener, then subscribes it; says why when the command never listens. */
+async function startTraffic(ports: PortMapping[], traffic: TrafficControl, options: ExecServiceOptions, reporter: Reporter, child: LocalCommand): Promise<void> {
+  if (ports.length === 0) {
+    reporter.emit({ type: 'log', level: 'info', message: 'no ports to steal or mirror (the container declares none; pass -p REMOTE[:LOCAL]): only the env is applied' });
+    traffic.markReady();
+    return;
+  }
+  const list = ports.map((p) => `:${p.local}`).join(', ');
+  const verb = options.mode === 'steal' ? 'stealing' : 'mirroring';
+  await step(reporter, 'listen', `waiting for the local command to listen on ${list}`, async () => {
+    const results = await Promise.all(ports.map((p) => waitForListen(p.local, { timeoutMs: options.startupTimeoutMs ?? 60_000, stopped: child.exited })));
+    const missing = ports.filter((_, i) => !results[i]);
+    if (missing.length > 0 && child.child.exitCode === null && child.child.signalCode === null) {
+      const ms = options.startupTimeoutMs ?? 60_000;
+      reporter.emit({
+        type: 'error',
+        step: 'listen',
+        message: `the local command does not listen on 127.0.0.1:${missing.map((p) => p.local).join(', 127.0.0.1:')} after ${ms / 1000} s: the pod keeps serving port ${missing.map((p) => p.remote).join(', ')}`,
+        hint: 'make the command listen on that port on 127.0.0.1 (or 0.0.0.0), or map it with -p REMOTE:LOCAL; devop keeps waiting',
+      });
+      // Keep waiting in the background: a slow build may still bring the listener up.
+      const late = await Promise.all(missing.map((p) => waitForListen(p.local, { timeoutMs: Number.MAX_SAFE_INTEGER, stopped: child.exited })));
+      if (late.some((ok) => !ok)) return;
+    }
+  });
+  if (child.child.exitCode !== null || child.child.signalCode !== null) return;
+  await step(reporter, 'traffic', `${verb} ${ports.map((p) => `:${p.remote}`).join(', ')}`, () => traffic.subscribeAll(), () => describeFilter(options.httpFilter));
+  traffic.markReady();
+}
+
+/** The session's subscriptions: subscribe, switch mode/filter, pause/resume, release; bound to the reporter's keys. */
+class TrafficControl {
+  private readonly subscriptions = new Map<number, string>();
+  private mode: StealMode;
+  private filter: HttpFilter | undefined;
+  private ready = false;
+
+  constructor(
+    private readonly session: Session,
+    private readonly info: SessionInfo,
+    private readonly options: ExecServiceOptions,
+    private readonly reporter: Reporter,
+  ) {
+    this.mode = options.mode;
+    this.filter = options.httpFilter;
+  }
+
+  async subscribeAll(): Promise<void> {
+    await Promise.all(this.info.ports.map((p) => this.subscribe(p.remotePort)));
+  }
+
+  private async subscribe(port: number): Promise<void> {
+    const { mux } = this.session;
+    const answer = await agentRequest(
+      mux,
+      (id) => mux.send({ type: 'subscribe', id, port, mode: this.mode, ...(this.filter ? { filter: this.filter } : {}), flush: this.options.flush, stealProbes: this.options.stealProbes }),
+      ['subscribed', 'refused'],
+      `${this.mode} port ${port}`,
+    );
+    if (answer.type === 'subscribed') {
+      this.subscriptions.set(port, answer.id);
+      return;
+    }
+    if (answer.type === 'refused') {
+      const holder = answer.holder ? ` (held by ${answer.holder.user}@${answer.holder.host} since ${answer.holder.since})` : '';
+      throw new UserError(`port ${port} of pod ${this.info.pod} cannot be ${this.mode === 'steal' ? 'stolen' : 'mirrored'}: ${answer.reason}${holder}`, 'use --http-header-filter to share the port, --mirror, or wait until the other session ends');
+    }
+    throw new UserError(`the agent refused to ${this.mode} port ${port}: ${answer.message}`, answer.hint ?? 'check the agent logs (rerun with --verbose)');
+  }
+
+  private async unsubscribeAll(): Promise<void> {
+    const { mux } = this.session;
+    const entries = [...this.subscriptions];
+    this.subscriptions.clear();
+    await Promise.all(
+      entries.map(([port, id]) =>
+        agentRequest(mux, () => mux.send({ type: 'unsubscribe', id, port }), ['unsubscribed'], `release port ${port}`).catch(() => undefined),
+      ),
+    );
+  }
+
+  markReady(): void {
+    if (this.ready) return;
+    this.ready = true;
+    this.reporter.emit({ type: 'ready', session: this.info });
+    this.reporter.attachControls?.({
+      setMode: async (mode) => {
+        this.mode = mode;
+        await this.resubscribe();
+      },
+      setHeaderFilter: async (header) => {
+        const rest = { ...(this.filter ?? { match: 'all' as const }) };
+        delete rest.header;
+        this.filter = header ? { ...rest, header } : rest.path || rest.method ? rest : undefined;
+        await this.resubscribe();
+      },
+      pause: async () => {
+        this.session.mux.send({ type: 'pause' });
+        this.update({ paused: true });
+      },
+      resume: async () => {
+        this.session.mux.send({ type: 'resume' });
+        this.update({ paused: false });
+      },
+      stop: async () => {
+        process.kill(process.pid, 'SIGTERM');
+      },
+    });
+  }
+
+  private async resubscribe(): Promise<void> {
+    await this.unsubscribeAll();
+    await this.subscribeAll().catch((err: unknown) => {
+      this.reporter.emit({ type: 'error', message: err instanceof Error ? err.message : String(err), hint: isUserError(err) ? err.hint : undefined });
+    });
+    this.update({ mode: this.mode, filter: describeFilter(this.filter) });
+  }
+
+  private update(change: Partial<PortState>): void {
+    this.info.ports = this.info.ports.map((p) => ({ ...p, ...change }));
+    this.reporter.emit({ type: 'session', session: { ...this.info } });
+  }
+
+  async release(): Promise<void> {
+    if (this.session.mux.closed) return;
+    await this.unsubscribeAll();
+  }
+}
+
+function raceAbort<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = (): void => reject(signal.reason);
+    signal.addEventListener('abort', onAbort, { once: true });
+    promise.then(
+      (v) => {
+        signal.removeEventListener('abort', onAbort);
+        resolve(v);
+      },
+      (e: unknown) => {
+        signal.removeEventListener('abort', onAbort);
+        reject(e);
+      },
+    );
+  });
+}

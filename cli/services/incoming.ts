@@ -1,0 +1,47 @@
+// Incoming streams (a stolen or mirrored connection, or one filtered HTTP request, opened by the agent) are connected to
+// 127.0.0.1:<local port>; for mirror, the local command's answers are read and dropped (the pod answers the client).
+import { connect, type Socket } from 'node:net';
+import type { MuxStream } from '../../shared/mux.js';
+import type { PortMapping } from './ports.js';
+
+export interface IncomingHandlerInput {
+  ports: readonly PortMapping[];
+  host?: string;
+  onError?: (message: string) => void;
+}
+
+/** Returns the 'stream' listener for the session's mux. */
+export function incomingStreamHandler(input: IncomingHandlerInput): (stream: MuxStream) => void {
+  const host = input.host ?? '127.0.0.1';
+  return (stream) => {
+    stream.on('error', () => undefined);
+    if (stream.open.kind !== 'incoming') {
+      stream.reset('unsupported stream kind');
+      return;
+    }
+    const { port: remotePort, mode } = stream.open;
+    const mapping = input.ports.find((p) => p.remote === remotePort);
+    if (!mapping) {
+      stream.reset(`no local port for ${remotePort}`);
+      return;
+    }
+    const socket: Socket = connect({ host, port: mapping.local });
+    socket.setNoDelay(true);
+    socket.on('error', (err: NodeJS.ErrnoException) => {
+      input.onError?.(`local connection to ${host}:${mapping.local} failed: ${err.code ?? err.message}`);
+      stream.reset(err.code ?? 'ECONNRESET');
+    });
+    stream.on('error', () => socket.destroy());
+    stream.pipe(socket);
+    if (mode === 'mirror') {
+      // The pod answers the client; the local answer is read (so the local command is not blocked) and dropped.
+      socket.resume();
+      socket.on('end', () => stream.end());
+    } else {
+      socket.pipe(stream);
+    }
+    socket.on('close', () => {
+      if (!stream.writableEnded && !stream.destroyed) stream.end();
+    });
+  };
+}

@@ -1,0 +1,280 @@
+// connectSession: resolve the target (or go targetless) → reuse or start an agent → open the one tunnel → handshake.
+// The reusable core of `devop exec`, `devop port-forward`, `devop doctor` and the reliability work.
+import { hostname, userInfo } from 'node:os';
+import type { Duplex } from 'node:stream';
+import type { KubeConfig } from '@kubernetes/client-node';
+import { AGENT_IMAGE, AGENT_VERSION } from '../../shared/agent-contract.js';
+import { UserError, isUserError } from '../../shared/errors.js';
+import { clientHello } from '../../shared/handshake.js';
+import { createClientMux, type ClientMux } from '../../shared/mux.js';
+import { FEATURES, type HelloOk } from '../../shared/protocol.js';
+import { parseTarget } from '../../shared/target.js';
+import type { Reporter, StepId } from '../reporter.js';
+import { assertAccess, sessionAccessChecks } from '../kube/access.js';
+import { loadKubeConfig, type KubeAccessOptions } from '../kube/config.js';
+import { openPortForward, PortForwardError } from '../kube/tunnel.js';
+import { createEphemeralAgent, createJobAgent, createTargetlessAgent, findAgent, type AgentEndpoint, type AgentOptions } from './agent.js';
+import type { AgentExtras } from './agent-manifest.js';
+import { resolveTarget, type ResolvedTarget } from './target.js';
+
+/** Defaults shared by every command that starts a session (each is also a devop.json key / flag). */
+export const SESSION_DEFAULTS = {
+  agentImage: AGENT_IMAGE,
+  /** A finished agent Job is removed by the cluster after this long (it stays a little for `kubectl logs`). */
+  agentTtlSeconds: 60,
+  startupTimeoutMs: 60_000,
+  /**
+   * The agent exits this long after its last session ends: short, so nothing keeps running in the cluster, yet long enough
+   * for a quick re-run to reuse it (the second session skips the agent start-up).
+   */
+  agentIdleSeconds: 10,
+} as const;
+
+/** How long a reused agent gets to accept the tunnel before devop starts a fresh one (it may just be exiting idle). */
+const REUSE_CONNECT_MS = 3000;
+/** Between tunnel attempts while a new agent starts listening (kubelet's dial is refused until then). */
+const CONNECT_RETRY_MS = 100;
+/** Keep-alive and RTT measurement on the tunnel. */
+const PING_INTERVAL_MS = 5000;
+
+export interface SessionOptions extends KubeAccessOptions {
+  /** Target string (`deploy/x`, …); undefined or "targetless" for a targetless agent. */
+  target?: string;
+  namespace?: string;
+  agentImage?: string;
+  agentNamespace?: string;
+  ephemeral?: boolean;
+  agentTtlSeconds?: number;
+  agentIdleSeconds?: number;
+  startupTimeoutMs?: number;
+  flush?: boolean;
+  agentPrivileged?: boolean;
+  /** devop.json agent.labels / annotations / tolerations. */
+  agentExtras?: AgentExtras;
+  /** Skip the RBAC preflight (e.g. doctor runs its own). */
+  skipPreflight?: boolean;
+  /** Features this client announces in hello. */
+  features?: string[];
+  verbose?: boolean;
+  signal?: AbortSignal;
+  /** An already loaded kubeconfig (then kubeconfig/context are ignored). */
+  kc?: KubeConfig;
+}
+
+export interface Session {
+  kc: KubeConfig;
+  namespace: string;
+  target?: ResolvedTarget;
+  agent: AgentEndpoint;
+  mux: ClientMux;
+  hello: HelloOk;
+  /** Ends the session: bye, close the tunnel. Safe to call twice. */
+  close(reason?: string): Promise<void>;
+}
+
+export function clientIdentity(): { user: string; host: string; pid: number; devopVersion: string } {
+  let user = process.env.USER ?? 'unknown';
+  try {
+    user = userInfo().username;
+  } catch {
+    // no passwd entry (containers): keep $USER
+  }
+  return { user, host: hostname(), pid: process.pid, devopVersion: AGENT_VERSION };
+}
+
+/** Runs one start-up step, reporting start / done (with ms) / fail. */
+export async function step<T>(reporter: Reporter, id: StepId, title: string, run: () => Promise<T>, detail?: (value: T) => string | undefined): Promise<T> {
+  const started = Date.now();
+  reporter.emit({ type: 'step', id, status: 'start', title });
+  try {
+    const value = await run();
+    reporter.emit({ type: 'step', id, status: 'done', title, detail: detail?.(value), ms: Date.now() - started });
+    return value;
+  } catch (err) {
+    reporter.emit({ type: 'step', id, status: 'fail', title, detail: err instanceof Error ? err.message : String(err), ms: Date.now() - started });
+    throw err;
+  }
+}
+
+export async function connectSession(options: SessionOptions, reporter: Reporter): Promise<Session> {
+  const loaded = options.kc ? undefined : loadKubeConfig(options);
+  const kc = options.kc ?? loaded!.kc;
+  const namespace = options.namespace ?? loaded?.namespace ?? 'default';
+  const parsed = parseTarget(options.target ?? 'targetless');
+  const targetless = parsed.kind === 'targetless';
+  const agentNamespace = options.agentNamespace ?? namespace;
+  const identity = clientIdentity();
+  const agentOptions: AgentOptions = {
+    image: options.agentImage ?? SESSION_DEFAULTS.agentImage,
+    agentNamespace,
+    ephemeral: options.ephemeral ?? false,
+    ttlSeconds: options.agentTtlSeconds ?? SESSION_DEFAULTS.agentTtlSeconds,
+    idleSeconds: options.agentIdleSeconds ?? SESSION_DEFAULTS.agentIdleSeconds,
+    startupTimeoutMs: options.startupTimeoutMs ?? SESSION_DEFAULTS.startupTimeoutMs,
+    flush: options.flush ?? true,
+    privileged: options.agentPrivileged ?? false,
+    owner: `${identity.user}@${identity.host}`,
+    logLevel: options.verbose ? 'debug' : undefined,
+    extras: options.agentExtras,
+    signal: options.signal,
+  };
+
+  // The title starts with "resolve target": the VS Code task's beginsPattern (cli/ui/lines.ts) waits for it.
+  const target = targetless
+    ? await step(reporter, 'target', 'resolve target: targetless', async () => undefined, () => 'no target pod: outgoing traffic and DNS only')
+    : await step(
+        reporter,
+        'target',
+        `resolve target ${options.target}`,
+        async () => {
+          // The RBAC preflight runs beside the lookup; a denial is the better message when both fail.
+          const user = kc.getCurrentUser()?.name ?? 'the current user';
+          const checks = sessionAccessChecks({ namespace, agentNamespace, ephemeral: agentOptions.ephemeral });
+          const [access, resolved] = await Promise.allSettled([
+            options.skipPreflight ? Promise.resolve() : assertAccess(kc, checks, user),
+            resolveTarget(kc, { target: options.target ?? '', namespace }),
+          ]);
+          if (access.status === 'rejected' && (isUserError(access.reason) || resolved.status === 'rejected')) throw access.reason;
+          if (resolved.status === 'rejected') throw resolved.reason;
+          return resolved.value;
+        },
+        (t) => `pod ${t!.podName} (${t!.podReason}), container ${t!.container.name} (${t!.containerReason}), node ${t!.nodeName}`,
+      );
+
+  const { agent, mux, hello } = await step(
+    reporter,
+    'agent',
+    target ? `agent for pod ${target.podName}` : 'targetless agent',
+    async () => {
+      if (target) {
+        const existing = await findAgent(kc, target, agentNamespace);
+        if (existing) {
+          try {
+            const link = await connectAgent(kc, existing, target, { deadline: Date.now() + REUSE_CONNECT_MS, identity, features: options.features });
+            return { agent: existing, ...link };
+          } catch (err) {
+            if (isUserError(err) && /protocol version|token/.test(err.message)) throw err;
+            reporter.emit({ type: 'log', level: 'debug', message: `agent ${existing.name} did not accept the session (${(err as Error).message}); starting a new one` });
+          }
+        }
+      }
+      const created = target
+        ? agentOptions.ephemeral
+          ? await createEphemeralAgent(kc, target, agentOptions)
+          : await createJobAgent(kc, target, agentOptions)
+        : await createTargetlessAgent(kc, agentOptions);
+      const link = await connectAgent(kc, created, target, { deadline: Date.now() + agentOptions.startupTimeoutMs, identity, features: options.features });
+      return { agent: created, ...link };
+    },
+    (v) => `${v.agent.reused ? 'reused' : 'started'} ${v.agent.mode === 'ephemeral' ? 'ephemeral container' : 'Job'} ${v.agent.name} (agent ${v.hello.agentVersion}), tunnel to ${v.agent.mode === 'job' && target ? target.podName : v.agent.agentPod}:${v.agent.port}`,
+  );
+
+  const pinger = startPinger(mux, reporter);
+  let closed = false;
+  return {
+    kc,
+    namespace,
+    target,
+    agent,
+    mux,
+    hello,
+    async close(reason = 'session ended') {
+      if (closed) return;
+      closed = true;
+      clearInterval(pinger);
+      if (!mux.closed) {
+        mux.send({ type: 'bye', reason });
+        await waitClosed(mux, 1000);
+        mux.close(reason);
+      }
+    },
+  };
+}
+
+/** Gives the agent a moment to read our bye and close its end first (so the GOAWAY is not needed). */
+function waitClosed(mux: ClientMux, ms: number): Promise<void> {
+  return new Promise((resolve) => {
+    const timer = setTimeout(resolve, ms);
+    mux.once('close', () => {
+      clearTimeout(timer);
+      resolve();
+    });
+    mux.once('message', (msg) => {
+      if (msg.type === 'bye') {
+        clearTimeout(timer);
+        resolve();
+      }
+    });
+  });
+}
+
+function startPinger(mux: ClientMux, reporter: Reporter): NodeJS.Timeout {
+  let id = 0;
+  mux.on('message', (msg) => {
+    if (msg.type === 'pong') reporter.emit({ type: 'rtt', ms: Date.now() - msg.sentAt });
+    else if (msg.type === 'ping') mux.send({ type: 'pong', id: msg.id, sentAt: msg.sentAt });
+  });
+  const timer = setInterval(() => mux.send({ type: 'ping', id: ++id, sentAt: Date.now() }), PING_INTERVAL_MS);
+  timer.unref();
+  mux.once('close', () => clearInterval(timer));
+  return timer;
+}
+
+/** Which pod the tunnel goes to: the target pod (the agent listens in its netns), or a targetless agent's own pod. */
+export function tunnelPod(agent: AgentEndpoint, target: ResolvedTarget | undefined): { namespace: string; pod: string } {
+  return target ? { namespace: target.namespace, pod: target.podName } : { namespace: agent.agentNamespace, pod: agent.agentPod };
+}
+
+/**
+ * Opens the tunnel and says hello, retrying while the agent is still starting to listen (the port-forward's dial is
+ * refused, or the connection closes before the handshake) until the deadline.
+ */
+export async function connectAgent(
+  kc: KubeConfig,
+  agent: AgentEndpoint,
+  target: ResolvedTarget | undefined,
+  input: { deadline: number; identity: ReturnType<typeof clientIdentity>; features?: string[] },
+): Promise<{ mux: ClientMux; hello: HelloOk; conn: Duplex }> {
+  const where = tunnelPod(agent, target);
+  let lastError: unknown;
+  while (Date.now() < input.deadline) {
+    let conn: Duplex;
+    try {
+      conn = await openPortForward(kc, { namespace: where.namespace, pod: where.pod, port: agent.port });
+    } catch (err) {
+      if (isUserError(err)) throw err;
+      lastError = err;
+      await delay(CONNECT_RETRY_MS);
+      continue;
+    }
+    let tunnelError: Error | undefined;
+    conn.on('error', (err) => {
+      tunnelError = err;
+    });
+    const mux = createClientMux(conn);
+    try {
+      const hello = await clientHello(mux, {
+        token: agent.token,
+        client: input.identity,
+        features: input.features ?? Object.values(FEATURES),
+        timeoutMs: Math.max(1000, input.deadline - Date.now()),
+      });
+      return { mux, hello, conn };
+    } catch (err) {
+      mux.close('handshake failed');
+      conn.destroy();
+      const retryable = tunnelError instanceof PortForwardError || (isUserError(err) && /closed during the handshake/.test(err.message));
+      if (!retryable) throw err;
+      lastError = tunnelError ?? err;
+      await delay(CONNECT_RETRY_MS);
+    }
+  }
+  throw new UserError(
+    `the agent ${agent.name} did not accept the tunnel to ${where.pod}:${agent.port} in time (${lastError instanceof Error ? lastError.message : String(lastError)})`,
+    `check the agent's logs (kubectl logs -n ${agent.agentNamespace} ${agent.agentPod}${agent.mode === 'ephemeral' ? ` -c ${agent.agentContainer}` : ''}) or raise --startup-timeout`,
+  );
+}
+
+function delay(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}

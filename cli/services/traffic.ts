@@ -1,0 +1,26 @@
+// Maps the agent's traffic messages to the reporter's connection / request / response events.
+import type { TrafficEvent } from '../../shared/protocol.js';
+import type { ReportEvent } from '../reporter.js';
+
+export function trafficToEvent(event: TrafficEvent, pod: string | undefined): ReportEvent | undefined {
+  switch (event.kind) {
+    case 'connection':
+      return {
+        type: 'connection',
+        id: event.connId,
+        port: event.port,
+        remote: `${event.remoteAddress}:${event.remotePort}`,
+        to: event.to,
+        ...(pod ? { pod } : {}),
+        state: event.phase === 'open' ? 'open' : 'closed',
+        ...(event.bytesIn !== undefined ? { bytesIn: event.bytesIn } : {}),
+        ...(event.bytesOut !== undefined ? { bytesOut: event.bytesOut } : {}),
+      };
+    case 'request':
+      return { type: 'request', id: event.requestId, port: event.port, method: event.method, path: event.path, to: event.to, ...(pod ? { pod } : {}) };
+    case 'response':
+      return { type: 'response', id: event.requestId, status: event.status, ms: event.durationMs, bytes: event.bytes };
+    default:
+      return undefined;
+  }
+}

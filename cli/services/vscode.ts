@@ -1,0 +1,284 @@
+// `devop vscode init`: writes .vscode/tasks.json (a background `devop exec` task whose problem matcher waits for the
+// real start and ready lines), .vscode/launch.json (a Node attach configuration around it) and devop.json's $schema —
+// merging into existing files (JSON with comments accepted) without touching other entries.
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { basename, isAbsolute, join, relative, sep } from 'node:path';
+import { UserError } from '../../shared/errors.js';
+import { CONFIG_FILE_NAME } from '../../shared/config.js';
+import { BEGINS_PATTERN, ENDS_PATTERN, ERROR_PATTERN } from '../ui/lines.js';
+import { SCHEMA_FILE_NAME, schemaFilePath } from './config.js';
+
+export const DEFAULT_TASK_LABEL = 'devop: exec';
+export const DEFAULT_INSPECT_PORT = 9229;
+/** The schema path written when devop is a dependency of the workspace: stable across machines and checkouts. */
+export const INSTALLED_SCHEMA_PATH = `./node_modules/devop/${SCHEMA_FILE_NAME}`;
+
+export interface VscodeInitOptions {
+  /** The folder that holds (or will hold) .vscode/ and devop.json. */
+  workspace: string;
+  /** `devop exec` flags to bake into the task (target, mode, ports, filters…), without --output. */
+  execArgs: string[];
+  /** The local command after `--`; empty: `node <package.json main>`. */
+  localCommand: string[];
+  /** How the task starts devop, e.g. ['npx', 'devop']. */
+  devopCommand: string[];
+  inspectPort: number;
+  taskLabel: string;
+}
+
+export interface WrittenFile {
+  path: string;
+  action: 'created' | 'updated' | 'unchanged';
+  /** Set when the file had comments: the original is kept here (the merged file is plain JSON). */
+  backup?: string;
+}
+
+export interface VscodeInitResult {
+  files: WrittenFile[];
+  notes: string[];
+  task: VscodeTask;
+}
+
+export interface VscodeTask {
+  label: string;
+  type: string;
+  command: string;
+  args?: string[];
+  [key: string]: unknown;
+}
+
+export function stopTaskLabel(taskLabel: string): string {
+  return taskLabel.replace(/exec$/, 'stop') === taskLabel ? `${taskLabel} (stop)` : taskLabel.replace(/exec$/, 'stop');
+}
+
+/** `node --inspect=PORT …` so the launch configuration can attach; other commands are left as they are. */
+export function withInspect(command: string[], port: number): { command: string[]; inspected: boolean } {
+  const [program, ...rest] = command;
+  const isNode = program !== undefined && /^node(\.exe)?$/.test(basename(program));
+  if (!isNode) return { command, inspected: false };
+  if (rest.some((arg) => arg.startsWith('--inspect'))) return { command, inspected: true };
+  return { command: [program, `--inspect=${port}`, ...rest], inspected: true };
+}
+
+/** The background task: VS Code waits for `devop: ready` (endsPattern) before the debugger attaches. */
+export function buildExecTask(options: VscodeInitOptions, localCommand: string[]): VscodeTask {
+  const [command, ...prefix] = options.devopCommand;
+  const args = [...prefix, 'exec', ...options.execArgs, '--output', 'plain', '--', ...localCommand];
+  return {
+    label: options.taskLabel,
+    detail: `devop exec ${[...options.execArgs, '--', ...localCommand].join(' ')}`,
+    type: 'process',
+    command,
+    args,
+    isBackground: true,
+    options: { cwd: '${workspaceFolder}' },
+    presentation: { reveal: 'always', panel: 'dedicated', clear: true },
+    problemMatcher: {
+      owner: 'devop',
+      source: 'devop',
+      fileLocation: ['relative', '${workspaceFolder}'],
+      pattern: { regexp: ERROR_PATTERN, message: 1 },
+      background: { activeBegins: true, beginsPattern: BEGINS_PATTERN, endsPattern: ENDS_PATTERN },
+    },
+  };
+}
+
+/** Ends the background task after debugging (VS Code's terminate command, fed the task's label through an input). */
+export function buildStopTask(taskLabel: string): { task: VscodeTask; input: Record<string, unknown> } {
+  const inputId = 'devopTerminate';
+  return {
+    task: { label: stopTaskLabel(taskLabel), type: 'shell', command: `echo \${input:${inputId}}`, problemMatcher: [], presentation: { reveal: 'never' } },
+    input: { id: inputId, type: 'command', command: 'workbench.action.tasks.terminate', args: taskLabel },
+  };
+}
+
+export function buildLaunchConfiguration(taskLabel: string, port: number): Record<string, unknown> {
+  return {
+    name: 'devop: attach',
+    type: 'node',
+    request: 'attach',
+    port,
+    preLaunchTask: taskLabel,
+    postDebugTask: stopTaskLabel(taskLabel),
+    skipFiles: ['<node_internals>/**'],
+  };
+}
+
+export function initVscode(options: VscodeInitOptions): VscodeInitResult {
+  const notes: string[] = [];
+  const localCommand = options.localCommand.length > 0 ? options.localCommand : defaultLocalCommand(options.workspace);
+  const inspected = withInspect(localCommand, options.inspectPort);
+  if (!inspected.inspected) notes.push(`the local command does not start with node: give it --inspect=${options.inspectPort} yourself so "devop: attach" can attach`);
+  const task = buildExecTask(options, inspected.command);
+  const stop = buildStopTask(options.taskLabel);
+  const vscodeDir = join(options.workspace, '.vscode');
+  mkdirSync(vscodeDir, { recursive: true });
+
+  const tasksFile = updateJsonFile(join(vscodeDir, 'tasks.json'), { version: '2.0.0' }, (doc, file) => {
+    doc.tasks = upsert(arrayAt(doc, 'tasks', file), 'label', [task, stop.task]);
+    doc.inputs = upsert(arrayAt(doc, 'inputs', file), 'id', [stop.input]);
+  });
+  const launchFile = updateJsonFile(join(vscodeDir, 'launch.json'), { version: '0.2.0' }, (doc, file) => {
+    doc.configurations = upsert(arrayAt(doc, 'configurations', file), 'name', [buildLaunchConfiguration(options.taskLabel, options.inspectPort)]);
+  });
+  const schema = schemaReference(options.workspace);
+  const configFile = updateDevopJson(join(options.workspace, CONFIG_FILE_NAME), schema);
+  return { files: [tasksFile, launchFile, configFile], notes, task };
+}
+
+function defaultLocalCommand(workspace: string): string[] {
+  const packageJson = join(workspace, 'package.json');
+  const main = existsSync(packageJson) ? (parseJsonc(readFileSync(packageJson, 'utf8'), packageJson) as { main?: unknown }).main : undefined;
+  if (typeof main === 'string' && main !== '') return ['node', main];
+  throw new UserError('no local command to run under devop', 'give it after --, e.g. `devop vscode init -t deploy/NAME -- node dist/main.js`');
+}
+
+/** `./node_modules/devop/devop.schema.json` when the workspace has devop installed, else a path to this devop's file. */
+export function schemaReference(workspace: string): string {
+  if (existsSync(join(workspace, INSTALLED_SCHEMA_PATH))) return INSTALLED_SCHEMA_PATH;
+  const file = schemaFilePath();
+  const rel = relative(workspace, file);
+  if (rel === '' || isAbsolute(rel)) return file;
+  const posix = rel.split(sep).join('/');
+  return posix.startsWith('.') ? posix : `./${posix}`;
+}
+
+function updateDevopJson(path: string, schema: string): WrittenFile {
+  if (!existsSync(path)) {
+    writeFileSync(path, `${JSON.stringify({ $schema: schema }, null, 2)}\n`);
+    return { path, action: 'created' };
+  }
+  const text = readFileSync(path, 'utf8');
+  let doc: unknown;
+  try {
+    doc = JSON.parse(text);
+  } catch (err) {
+    throw new UserError(`${path} is not valid JSON (${(err as Error).message})`, 'fix it (devop config validate shows where), then run devop vscode init again');
+  }
+  if (!isObject(doc)) throw new UserError(`${path} does not hold a JSON object`, 'make it an object such as {"target": "deploy/NAME"}');
+  if (doc.$schema === schema) return { path, action: 'unchanged' };
+  const { $schema: _old, ...rest } = doc;
+  writeFileSync(path, `${JSON.stringify({ $schema: schema, ...rest }, null, 2)}\n`);
+  return { path, action: 'updated' };
+}
+
+type JsonObject = Record<string, unknown>;
+
+function updateJsonFile(path: string, fresh: JsonObject, change: (doc: JsonObject, file: string) => void): WrittenFile {
+  const exists = existsSync(path);
+  const text = exists ? readFileSync(path, 'utf8') : '';
+  const parsed: unknown = exists && text.trim() !== '' ? parseJsonc(text, path) : { ...fresh };
+  if (!isObject(parsed)) throw new UserError(`${path} does not hold a JSON object`, `move it away and run devop vscode init again`);
+  const doc: JsonObject = { ...parsed };
+  change(doc, path);
+  const next = `${JSON.stringify(doc, null, 2)}\n`;
+  if (exists && next === text) return { path, action: 'unchanged' };
+  let backup: string | undefined;
+  if (exists && hasComments(text)) {
+    backup = `${path}.devop.bak`;
+    writeFileSync(backup, text);
+  }
+  writeFileSync(path, next);
+  return { path, action: exists ? 'updated' : 'created', backup };
+}
+
+function arrayAt(doc: JsonObject, key: string, file: string): unknown[] {
+  const value = doc[key];
+  if (value === undefined) return [];
+  if (!Array.isArray(value)) throw new UserError(`${file}: "${key}" is not a list`, `make "${key}" a JSON array (or remove it) and run devop vscode init again`);
+  return value;
+}
+
+/** Replaces the entries whose `key` matches one of `entries`, in place, and appends the others. */
+export function upsert(list: unknown[], key: string, entries: Record<string, unknown>[]): unknown[] {
+  const next = list.slice();
+  for (const entry of entries) {
+    const at = next.findIndex((item) => isObject(item) && item[key] === entry[key]);
+    if (at >= 0) next[at] = entry;
+    else next.push(entry);
+  }
+  return next;
+}
+
+function isObject(value: unknown): value is JsonObject {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+/** JSON with comments and trailing commas, as VS Code writes and reads its settings files. */
+export function parseJsonc(text: string, file: string): unknown {
+  const plain = stripTrailingCommas(stripComments(text));
+  try {
+    return JSON.parse(plain);
+  } catch (err) {
+    throw new UserError(`${file} is not valid JSON with comments (${(err as Error).message})`, 'fix the file (VS Code underlines the error) or move it away, then run devop vscode init again');
+  }
+}
+
+function hasComments(text: string): boolean {
+  return stripComments(text) !== text;
+}
+
+/** Removes line and block comments outside strings (replaced by spaces, so positions in errors stay right). */
+export function stripComments(text: string): string {
+  let out = '';
+  let i = 0;
+  while (i < text.length) {
+    const char = text[i];
+    if (char === '"') {
+      const end = stringEnd(text, i);
+      out += text.slice(i, end);
+      i = end;
+    } else if (char === '/' && text[i + 1] === '/') {
+      const end = text.indexOf('\n', i);
+      const stop = end < 0 ? text.length : end;
+      out += ' '.repeat(stop - i);
+      i = stop;
+    } else if (char === '/' && text[i + 1] === '*') {
+      const end = text.indexOf('*/', i + 2);
+      const stop = end < 0 ? text.length : end + 2;
+      out += text.slice(i, stop).replace(/[^\n]/g, ' ');
+      i = stop;
+    } else {
+      out += char;
+      i += 1;
+    }
+  }
+  return out;
+}
+
+function stripTrailingCommas(text: string): string {
+  let out = '';
+  let i = 0;
+  while (i < text.length) {
+    const char = text[i];
+    if (char === '"') {
+      const end = stringEnd(text, i);
+      out += text.slice(i, end);
+      i = end;
+      continue;
+    }
+    if (char === ',') {
+      let j = i + 1;
+      while (j < text.length && /\s/.test(text[j])) j += 1;
+      if (text[j] === '}' || text[j] === ']') {
+        out += ' ';
+        i += 1;
+        continue;
+      }
+    }
+    out += char;
+    i += 1;
+  }
+  return out;
+}
+
+/** Index just after the string literal that starts at `start` (a `"`), honouring backslash escapes. */
+function stringEnd(text: string, start: number): number {
+  let i = start + 1;
+  while (i < text.length) {
+    if (text[i] === '\\') i += 2;
+    else if (text[i] === '"') return i + 1;
+    else i += 1;
+  }
+  return text.length;
+}

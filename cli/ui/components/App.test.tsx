@@ -1,0 +1,157 @@
+// The TUI's keys: m / p / f / q call the session controls, c clears, keys stay off without raw mode.
+import { PassThrough } from 'node:stream';
+import { describe, expect, it, vi } from 'vitest';
+import { render } from 'ink-testing-library';
+import { render as inkRender } from 'ink';
+import { App } from './App.js';
+import { ViewStore } from '../store.js';
+import type { SessionControls } from '../../reporter.js';
+import { startupEvents, trafficEvents } from '../../../test/ui/fixtures/events.js';
+import { waitFor } from '../../../test/ui/helpers/wait.js';
+
+function recordingControls(): { controls: SessionControls; calls: string[] } {
+  const calls: string[] = [];
+  const controls: SessionControls = {
+    setMode: async (mode) => void calls.push(`setMode ${mode}`),
+    pause: async () => void calls.push('pause'),
+    resume: async () => void calls.push('resume'),
+    setHeaderFilter: async (filter) => void calls.push(`setHeaderFilter ${filter ?? '(none)'}`),
+    stop: async () => void calls.push('stop'),
+  };
+  return { controls, calls };
+}
+
+async function readySession() {
+  const store = new ViewStore();
+  const onInterrupt = vi.fn();
+  const app = render(<App store={store} onInterrupt={onInterrupt} />);
+  for (const event of [...startupEvents(), ...trafficEvents()]) store.dispatch(event);
+  const { controls, calls } = recordingControls();
+  store.setControls(controls);
+  await waitFor(() => app.lastFrame()?.includes('/apis/farm.example.com/v1/llamas') && app.lastFrame()?.includes('q quit'), 'the live view');
+  // ink enables raw mode and starts reading stdin in an effect after the first render.
+  await waitFor(() => app.stdin.listenerCount('readable') > 0, 'ink to read keys');
+  return { store, app, calls, onInterrupt };
+}
+
+describe('App keys', () => {
+  it('m switches steal → mirror, and the header follows', async () => {
+    // Given a ready stealing session
+    const { app, calls } = await readySession();
+    expect(app.lastFrame()).toContain(':3000 stealing → local :3000');
+    // When m is pressed
+    app.stdin.write('m');
+    // Then the controls are asked for mirror and the header shows it
+    await waitFor(() => calls.includes('setMode mirror'), 'setMode mirror');
+    await waitFor(() => app.lastFrame()?.includes(':3000 mirroring → local :3000'), 'header in mirror mode');
+    app.unmount();
+  });
+
+  it('p pauses and p again resumes', async () => {
+    // Given a ready session
+    const { app, calls } = await readySession();
+    // When p is pressed
+    app.stdin.write('p');
+    // Then the session is paused and the header says the traffic goes to the pod
+    await waitFor(() => calls.includes('pause'), 'pause');
+    await waitFor(() => app.lastFrame()?.includes('paused (steal, traffic → pod)'), 'paused header');
+    // When p is pressed again
+    app.stdin.write('p');
+    // Then it resumes
+    await waitFor(() => calls.includes('resume'), 'resume');
+    expect(calls).toEqual(['pause', 'resume']);
+    app.unmount();
+  });
+
+  it('q stops the session (and Ctrl-C too)', async () => {
+    // Given a ready session
+    const { app, calls, onInterrupt } = await readySession();
+    // When q is pressed
+    app.stdin.write('q');
+    // Then controls.stop() is called and the UI says it is stopping
+    await waitFor(() => calls.includes('stop'), 'stop');
+    await waitFor(() => app.lastFrame()?.includes('stopping'), 'stopping line');
+    expect(onInterrupt).not.toHaveBeenCalled();
+    app.unmount();
+
+    const second = await readySession();
+    second.app.stdin.write('\u0003');
+    await waitFor(() => second.calls.includes('stop'), 'stop on Ctrl-C');
+    second.app.unmount();
+  });
+
+  it('f opens the filter input; typing, Backspace and Enter set the header filter', async () => {
+    // Given a ready session
+    const { app, calls } = await readySession();
+    // When f is pressed, a filter typed and Enter pressed
+    app.stdin.write('f');
+    await waitFor(() => app.lastFrame()?.includes('header filter'), 'filter input');
+    app.stdin.write('x-user: alic');
+    app.stdin.write('x');
+    app.stdin.write('\u007f');
+    app.stdin.write('e');
+    await waitFor(() => app.lastFrame()?.includes('› x-user: alice'), 'typed filter');
+    app.stdin.write('\r');
+    // Then the controls get the filter and the header shows it
+    await waitFor(() => calls.includes('setHeaderFilter x-user: alice'), `setHeaderFilter (calls: ${calls.join(', ')}; frame: ${app.lastFrame()})`);
+    await waitFor(() => app.lastFrame()?.includes('filter header x-user: alice'), 'filter in header');
+    // And keys typed as one chunk ("fx-user: bob\r") go to the filter, not to the main view
+    app.stdin.write('fx-user: bob\r');
+    await waitFor(() => calls.includes('setHeaderFilter x-user: bob'), `setHeaderFilter bob (calls: ${calls.join(', ')})`);
+    expect(calls).not.toContain('stop');
+    app.unmount();
+  });
+
+  it('c clears the list and counters, ? shows the help', async () => {
+    // Given a session with traffic
+    const { app } = await readySession();
+    expect(app.lastFrame()).toContain('requests 2');
+    // When c is pressed
+    app.stdin.write('c');
+    // Then the list is empty and the counters are zero
+    await waitFor(() => app.lastFrame()?.includes('requests 0'), 'cleared counters');
+    expect(app.lastFrame()).not.toContain('/apis/farm.example.com/v1/llamas');
+    // When ? is pressed
+    app.stdin.write('?');
+    await waitFor(() => app.lastFrame()?.includes('pause (traffic goes back to the pod) / resume'), 'help panel');
+    app.unmount();
+  });
+
+  it('q before the session is ready interrupts the start-up instead', async () => {
+    // Given a session still starting (no controls yet)
+    const store = new ViewStore();
+    const onInterrupt = vi.fn();
+    const app = render(<App store={store} onInterrupt={onInterrupt} />);
+    store.dispatch({ type: 'step', id: 'target', status: 'start', title: 'resolve target' });
+    await waitFor(() => app.lastFrame()?.includes('resolve target'), 'first step');
+    await waitFor(() => app.stdin.listenerCount('readable') > 0, 'ink to read keys');
+    // When q is pressed
+    app.stdin.write('q');
+    // Then the start-up is interrupted
+    await waitFor(() => onInterrupt.mock.calls.length > 0, 'onInterrupt');
+    app.unmount();
+  });
+
+  it('keys stay off when stdin cannot go raw (not a TTY)', async () => {
+    // Given a stdin that is not a terminal
+    const stdin = Object.assign(new PassThrough(), { isTTY: false, setRawMode: () => undefined, ref: () => undefined, unref: () => undefined });
+    const stdout = Object.assign(new PassThrough(), { columns: 100, rows: 30, isTTY: false });
+    let frame = '';
+    stdout.on('data', (chunk: Buffer) => (frame += chunk.toString()));
+    const store = new ViewStore();
+    const instance = inkRender(<App store={store} onInterrupt={() => undefined} />, {
+      stdin: stdin as unknown as NodeJS.ReadStream,
+      stdout: stdout as unknown as NodeJS.WriteStream,
+      debug: true,
+      patchConsole: false,
+      exitOnCtrlC: false,
+    });
+    for (const event of startupEvents()) store.dispatch(event);
+    store.setControls(recordingControls().controls);
+    // When the live view is up
+    await waitFor(() => frame.includes('keys need a terminal with raw mode'), 'the no-keys notice');
+    // Then ink does not read stdin at all (no raw mode, no key handling)
+    expect(stdin.listenerCount('readable') + stdin.listenerCount('data')).toBe(0);
+    instance.unmount();
+  });
+});

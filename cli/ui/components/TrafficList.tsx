@@ -1,0 +1,49 @@
+// The scrolling list of connections and HTTP requests: time, method, path, status, duration, bytes, where it went.
+import { Box, Text } from 'ink';
+import type { TrafficRow } from '../state.js';
+import { formatBytes, formatDuration } from '../lines.js';
+
+function clock(time: number): string {
+  const date = new Date(time);
+  return [date.getHours(), date.getMinutes(), date.getSeconds()].map((n) => String(n).padStart(2, '0')).join(':');
+}
+
+function fit(text: string, width: number): string {
+  return text.length > width ? `${text.slice(0, width - 1)}…` : text.padEnd(width);
+}
+
+function statusColor(row: TrafficRow): string | undefined {
+  if (!row.done || row.status === undefined) return undefined;
+  if (row.status >= 500) return 'red';
+  if (row.status >= 400) return 'yellow';
+  return 'green';
+}
+
+export function TrafficLine({ row, pathWidth }: { row: TrafficRow; pathWidth: number }) {
+  const what = row.kind === 'http' ? `${fit(row.method ?? '', 7)} ${fit(row.path ?? '', pathWidth)}` : `${fit('TCP', 7)} ${fit(row.remote ?? '', pathWidth)}`;
+  const status = row.kind === 'http' ? (row.status === undefined ? '…' : String(row.status)) : row.done ? 'closed' : 'open';
+  const duration = row.ms === undefined ? '' : formatDuration(row.ms);
+  const bytes = row.kind === 'http' ? (row.bytesOut === undefined ? '' : formatBytes(row.bytesOut)) : row.done ? `${formatBytes(row.bytesIn ?? 0)}/${formatBytes(row.bytesOut ?? 0)}` : '';
+  const to = row.to === 'local' ? '→ local' : `→ pod${row.pod ? ` ${row.pod}` : ''}`;
+  return (
+    <Text wrap="truncate">
+      <Text dimColor>{clock(row.time)}</Text> :{String(row.port).padEnd(5)} {what} <Text color={statusColor(row)}>{status.padStart(6)}</Text> {duration.padStart(8)} {bytes.padStart(10)}{' '}
+      <Text color={row.to === 'local' ? 'magenta' : undefined} dimColor={row.to === 'pod'}>{to}</Text>
+    </Text>
+  );
+}
+
+/** Shows the newest `height` rows; older rows stay in the store (capped) until `c` clears them. */
+export function TrafficList({ rows, height, width }: { rows: TrafficRow[]; height: number; width: number }) {
+  const visible = rows.slice(-Math.max(1, height));
+  // Time, port, method, status, duration and bytes take 51 columns and "→ pod <name>" about 15: the path gets the rest.
+  const pathWidth = Math.max(12, Math.min(60, width - 66));
+  return (
+    <Box flexDirection="column">
+      {visible.length === 0 ? <Text dimColor>  no traffic yet: requests to the pod's ports appear here</Text> : null}
+      {visible.map((row) => (
+        <TrafficLine key={row.id} row={row} pathWidth={pathWidth} />
+      ))}
+    </Box>
+  );
+}

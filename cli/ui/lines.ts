@@ -1,0 +1,55 @@
+// The stable text of devop's Plain output lines. VS Code problem matchers and scripts match these, so change them only
+// together with cli/services/vscode.ts (which builds its patterns from the constants here).
+import type { ReportEvent, SessionInfo, PortState } from '../reporter.js';
+
+export const LINE_PREFIX = 'devop: ';
+/** The exact line printed when the session is ready (traffic flows to the local command). */
+export const READY_LINE = 'devop: ready';
+export const STEP_START_MARK = '→';
+export const STEP_DONE_MARK = '✓';
+export const STEP_FAIL_MARK = '✗';
+/** The title of the first start-up step (id `target`); the VS Code beginsPattern waits for its start line. */
+export const FIRST_STEP_TITLE = 'resolve target';
+
+/** Regex source (VS Code / JS syntax) matching the start line of the first step: `devop: → resolve target …`. */
+export const BEGINS_PATTERN = `^devop: ${STEP_START_MARK} ${FIRST_STEP_TITLE}\\b`;
+/** Regex source matching the ready line (and nothing else devop prints). */
+export const ENDS_PATTERN = '^devop: ready$';
+/** Regex source matching a failure line: a failed step or an error; groups: 1 = message. */
+export const ERROR_PATTERN = `^devop: (?:${STEP_FAIL_MARK} |error(?: \\[[^\\]]+\\])?: )(.*)$`;
+
+type StepEvent = Extract<ReportEvent, { type: 'step' }>;
+
+export function formatDuration(ms: number): string {
+  if (ms < 1000) return `${Math.round(ms)} ms`;
+  if (ms < 60_000) return `${(ms / 1000).toFixed(1)} s`;
+  const minutes = Math.floor(ms / 60_000);
+  return `${minutes} m ${Math.round((ms % 60_000) / 1000)} s`;
+}
+
+export function formatBytes(bytes: number): string {
+  if (bytes < 1024) return `${bytes} B`;
+  if (bytes < 1024 * 1024) return `${(bytes / 1024).toFixed(1)} KiB`;
+  if (bytes < 1024 * 1024 * 1024) return `${(bytes / 1024 / 1024).toFixed(1)} MiB`;
+  return `${(bytes / 1024 / 1024 / 1024).toFixed(2)} GiB`;
+}
+
+export function formatStepLine(event: StepEvent): string {
+  const mark = event.status === 'start' ? STEP_START_MARK : event.status === 'done' ? STEP_DONE_MARK : STEP_FAIL_MARK;
+  const detail = event.detail ? `: ${event.detail}` : '';
+  const ms = event.status !== 'start' && event.ms !== undefined ? ` (${formatDuration(event.ms)})` : '';
+  return `${LINE_PREFIX}${mark} ${event.title}${detail}${ms}`;
+}
+
+/** `:3000 steal → local :3000 (header x-user: alice) [paused]` */
+export function formatPort(port: PortState): string {
+  const filter = port.filter ? ` (${port.filter})` : '';
+  const paused = port.paused ? ' [paused: traffic goes to the pod]' : '';
+  return `:${port.remotePort} ${port.mode} → local :${port.localPort}${filter}${paused}`;
+}
+
+export function formatSessionLine(session: SessionInfo): string {
+  const pod = session.pod ? ` pod/${session.pod}` : '';
+  const ports = session.ports.length > 0 ? ` ${session.ports.map(formatPort).join(', ')}` : ' no ports';
+  return `${LINE_PREFIX}session ${session.target}${pod}:${ports}`;
+}

@@ -1,0 +1,210 @@
+// The TUI's view state and the pure function that folds one reporter event into it (the Ink components only render it).
+import type { ReportEvent, SessionInfo, StepId } from '../reporter.js';
+
+/** Rows kept for the traffic list: enough to scroll back a while, small enough that each update stays cheap. */
+export const MAX_ROWS = 500;
+/** Lines kept of the local command's output pane. */
+export const MAX_OUTPUT_LINES = 200;
+/** A partial output line longer than this is shown as it is rather than waiting for its newline. */
+const MAX_PARTIAL_LINE = 4096;
+const MAX_NOTICES = 5;
+
+export interface StepView {
+  id: StepId;
+  title: string;
+  status: 'running' | 'done' | 'fail';
+  detail?: string;
+  startedAt: number;
+  ms?: number;
+}
+
+export interface TrafficRow {
+  id: string;
+  kind: 'http' | 'tcp';
+  time: number;
+  port: number;
+  to: 'local' | 'pod';
+  pod?: string;
+  method?: string;
+  path?: string;
+  remote?: string;
+  status?: number;
+  ms?: number;
+  bytesIn?: number;
+  bytesOut?: number;
+  done: boolean;
+}
+
+export interface OutputLine {
+  stream: 'stdout' | 'stderr';
+  text: string;
+}
+
+export interface Counters {
+  requests: number;
+  connections: number;
+  bytesIn: number;
+  bytesOut: number;
+  errors: number;
+}
+
+export interface Notice {
+  level: 'info' | 'warn' | 'error' | 'debug';
+  message: string;
+  hint?: string;
+}
+
+export interface ViewState {
+  startedAt: number;
+  steps: StepView[];
+  session?: SessionInfo;
+  readyAt?: number;
+  rttMs?: number;
+  rows: TrafficRow[];
+  counters: Counters;
+  output: OutputLine[];
+  partial: { stdout: string; stderr: string };
+  notices: Notice[];
+  failure?: { message: string; hint?: string; step?: StepId };
+  exit?: { code: number | null; signal?: string | null };
+  stopping: boolean;
+}
+
+export const emptyCounters: Counters = { requests: 0, connections: 0, bytesIn: 0, bytesOut: 0, errors: 0 };
+
+export function initialViewState(now: number): ViewState {
+  return { startedAt: now, steps: [], rows: [], counters: emptyCounters, output: [], partial: { stdout: '', stderr: '' }, notices: [], stopping: false };
+}
+
+/** Folds one event into the state; returns a new state and leaves the old one untouched. */
+export function applyEvent(state: ViewState, event: ReportEvent, now: number): ViewState {
+  switch (event.type) {
+    case 'step':
+      return { ...state, steps: applyStep(state.steps, event, now) };
+    case 'ready':
+      return { ...state, session: event.session, readyAt: now };
+    case 'session':
+      return { ...state, session: event.session };
+    case 'rtt':
+      return { ...state, rttMs: event.ms };
+    case 'request': {
+      const row: TrafficRow = { id: event.id, kind: 'http', time: now, port: event.port, to: event.to, pod: event.pod, method: event.method, path: event.path, done: false };
+      return { ...state, rows: appendRow(state.rows, row), counters: { ...state.counters, requests: state.counters.requests + 1 } };
+    }
+    case 'response': {
+      const isError = event.status >= 500;
+      const counters = { ...state.counters, bytesOut: state.counters.bytesOut + event.bytes, errors: state.counters.errors + (isError ? 1 : 0) };
+      const rows = updateRow(state.rows, event.id, (row) => ({ ...row, status: event.status, ms: event.ms, bytesOut: event.bytes, done: true }));
+      return { ...state, rows, counters };
+    }
+    case 'connection': {
+      if (event.state === 'open') {
+        const row: TrafficRow = { id: event.id, kind: 'tcp', time: now, port: event.port, to: event.to, pod: event.pod, remote: event.remote, done: false };
+        return { ...state, rows: appendRow(state.rows, row), counters: { ...state.counters, connections: state.counters.connections + 1 } };
+      }
+      const bytesIn = event.bytesIn ?? 0;
+      const bytesOut = event.bytesOut ?? 0;
+      const counters = { ...state.counters, bytesIn: state.counters.bytesIn + bytesIn, bytesOut: state.counters.bytesOut + bytesOut };
+      const found = state.rows.some((row) => row.id === event.id);
+      const rows = found
+        ? updateRow(state.rows, event.id, (row) => ({ ...row, bytesIn, bytesOut, done: true, ms: now - row.time }))
+        : appendRow(state.rows, { id: event.id, kind: 'tcp', time: now, port: event.port, to: event.to, pod: event.pod, remote: event.remote, bytesIn, bytesOut, done: true });
+      return { ...state, rows, counters };
+    }
+    case 'output':
+      return applyOutput(state, event.stream, event.text);
+    case 'log':
+      return { ...state, notices: appendNotice(state.notices, { level: event.level, message: event.message }) };
+    case 'error': {
+      const counters = { ...state.counters, errors: state.counters.errors + 1 };
+      const fatal = !state.readyAt || event.step !== undefined;
+      const notice: Notice = { level: 'error', message: event.message, hint: event.hint };
+      return fatal
+        ? { ...state, counters, failure: { message: event.message, hint: event.hint, step: event.step } }
+        : { ...state, counters, notices: appendNotice(state.notices, notice) };
+    }
+    case 'exit':
+      return { ...flushPartial(state), exit: { code: event.code, signal: event.signal } };
+    default:
+      return state;
+  }
+}
+
+/** The `c` key: empties the list, the counters and the output pane; the session itself is untouched. */
+export function clearTraffic(state: ViewState): ViewState {
+  return { ...state, rows: [], counters: emptyCounters, output: [], notices: [] };
+}
+
+export function addNotice(state: ViewState, notice: Notice): ViewState {
+  return { ...state, notices: appendNotice(state.notices, notice) };
+}
+
+function applyStep(steps: StepView[], event: Extract<ReportEvent, { type: 'step' }>, now: number): StepView[] {
+  const index = findLastIndex(steps, (step) => step.id === event.id);
+  const status = event.status === 'start' ? 'running' : event.status === 'done' ? 'done' : 'fail';
+  if (event.status === 'start' || index < 0) {
+    const startedAt = event.status === 'start' ? now : now - (event.ms ?? 0);
+    return [...steps, { id: event.id, title: event.title, status, detail: event.detail, startedAt, ms: event.ms }];
+  }
+  const previous = steps[index];
+  const next: StepView = { ...previous, title: event.title, status, detail: event.detail ?? previous.detail, ms: event.ms ?? now - previous.startedAt };
+  return steps.map((step, i) => (i === index ? next : step));
+}
+
+function appendRow(rows: TrafficRow[], row: TrafficRow): TrafficRow[] {
+  const next = rows.length >= MAX_ROWS ? rows.slice(rows.length - MAX_ROWS + 1) : rows.slice();
+  next.push(row);
+  return next;
+}
+
+function updateRow(rows: TrafficRow[], id: string, update: (row: TrafficRow) => TrafficRow): TrafficRow[] {
+  const index = findLastIndex(rows, (row) => row.id === id);
+  if (index < 0) return rows;
+  const next = rows.slice();
+  next[index] = update(rows[index]);
+  return next;
+}
+
+function appendNotice(notices: Notice[], notice: Notice): Notice[] {
+  return [...notices.slice(-(MAX_NOTICES - 1)), notice];
+}
+
+function applyOutput(state: ViewState, stream: 'stdout' | 'stderr', text: string): ViewState {
+  const combined = state.partial[stream] + stripControl(text);
+  const parts = combined.split('\n');
+  let rest = parts.pop() ?? '';
+  const complete = parts.map((line) => ({ stream, text: lastCarriageSegment(line) }));
+  if (rest.length > MAX_PARTIAL_LINE) {
+    complete.push({ stream, text: rest });
+    rest = '';
+  }
+  if (complete.length === 0) return { ...state, partial: { ...state.partial, [stream]: rest } };
+  const output = [...state.output, ...complete].slice(-MAX_OUTPUT_LINES);
+  return { ...state, output, partial: { ...state.partial, [stream]: rest } };
+}
+
+function flushPartial(state: ViewState): ViewState {
+  const pending = (['stdout', 'stderr'] as const).filter((stream) => state.partial[stream] !== '');
+  if (pending.length === 0) return state;
+  const lines = pending.map((stream) => ({ stream, text: state.partial[stream] }));
+  return { ...state, output: [...state.output, ...lines].slice(-MAX_OUTPUT_LINES), partial: { stdout: '', stderr: '' } };
+}
+
+// The child's output is drawn inside the layout, so its cursor movements and colours must not reach the terminal.
+// eslint-disable-next-line no-control-regex
+const CONTROL_SEQUENCE = /\u001b\[[0-?]*[ -/]*[@-~]|\u001b\][^\u0007\u001b]*(?:\u0007|\u001b\\)|\u001b[@-Z\\-_]|[\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f]/g;
+
+export function stripControl(text: string): string {
+  return text.replace(CONTROL_SEQUENCE, '');
+}
+
+function lastCarriageSegment(line: string): string {
+  const trimmed = line.endsWith('\r') ? line.slice(0, -1) : line;
+  const at = trimmed.lastIndexOf('\r');
+  return at < 0 ? trimmed : trimmed.slice(at + 1);
+}
+
+function findLastIndex<T>(items: T[], predicate: (item: T) => boolean): number {
+  for (let i = items.length - 1; i >= 0; i -= 1) if (predicate(items[i])) return i;
+  return -1;
+}

@@ -1,0 +1,94 @@
+// List+watch against an API server on loopback: events flow, a watch that ends resumes from the last resourceVersion,
+// and an expired one (410) leads to a re-list that reports what vanished meanwhile.
+import { createServer, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { KubeConfig } from '@kubernetes/client-node';
+import { afterEach, describe, expect, it } from 'vitest';
+import { ListWatch, type EventType } from './listwatch.js';
+
+interface Obj {
+  metadata: { name: string; namespace: string; resourceVersion: string };
+}
+
+const obj = (name: string, rv: string): Obj => ({ metadata: { name, namespace: 'default', resourceVersion: rv } });
+
+async function until(cond: () => boolean, what: string, timeoutMs = 10_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!cond()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+const cleanups: (() => void)[] = [];
+afterEach(() => cleanups.splice(0).forEach((c) => c()));
+
+function kubeConfigFor(port: number): KubeConfig {
+  const kc = new KubeConfig();
+  kc.loadFromOptions({
+    clusters: [{ name: 'loop', server: `http://127.0.0.1:${port}`, skipTLSVerify: true }],
+    users: [{ name: 'u', token: 't' }],
+    contexts: [{ name: 'c', cluster: 'loop', user: 'u' }],
+    currentContext: 'c',
+  });
+  return kc;
+}
+
+describe('ListWatch', () => {
+  it('resumes after a watch ends and re-lists after 410 Gone', async () => {
+    // Given an API server whose first watch delivers one event and ends, whose second reports 410, and whose
+    // second list no longer has object a
+    const watchRequests: string[] = [];
+    let lists = 0;
+    const open: ServerResponse[] = [];
+    const server = createServer((req, res) => {
+      const url = new URL(req.url ?? '/', 'http://x');
+      if (url.searchParams.get('watch') !== 'true') {
+        lists += 1;
+        const items = lists === 1 ? [obj('a', '1')] : [obj('b', '5')];
+        res.end(JSON.stringify({ items, metadata: { resourceVersion: lists === 1 ? '1' : '5' } }));
+        return;
+      }
+      watchRequests.push(url.searchParams.get('resourceVersion') ?? '');
+      res.writeHead(200, { 'Content-Type': 'application/json' });
+      const n = watchRequests.length;
+      if (n === 1) {
+        res.end(`${JSON.stringify({ type: 'ADDED', object: obj('b', '2') })}\n`);
+      } else if (n === 2) {
+        res.end(`${JSON.stringify({ type: 'ERROR', object: { kind: 'Status', code: 410, reason: 'Expired', message: 'too old resource version' } })}\n`);
+      } else {
+        res.write(`${JSON.stringify({ type: 'MODIFIED', object: obj('b', '6') })}\n`);
+        open.push(res);
+      }
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    cleanups.push(() => {
+      open.forEach((r) => r.destroy());
+      server.close();
+    });
+    const kc = kubeConfigFor((server.address() as AddressInfo).port);
+    const events: string[] = [];
+    const lw = new ListWatch<Obj>({
+      kubeConfig: kc,
+      path: '/apis/example.com/v1/echoes',
+      retryMs: 10,
+      list: async () => {
+        const res = await fetch(`${kc.getCurrentCluster()!.server}/apis/example.com/v1/echoes`);
+        return (await res.json()) as { items: Obj[]; metadata: { resourceVersion: string } };
+      },
+      onEvent: (type: EventType, o) => events.push(`${type} ${o.metadata.name}@${o.metadata.resourceVersion}`),
+    });
+    cleanups.push(() => lw.stop());
+
+    // When the ListWatch runs
+    lw.start();
+    await until(() => events.length === 4, 'four events');
+
+    // Then: list a, watch from 1 adds b, resumes from 2, is told 410, re-lists (a gone, b known), watches from 5
+    expect(events).toEqual(['ADDED a@1', 'ADDED b@2', 'MODIFIED b@5', 'DELETED a@1']);
+    await until(() => events.length === 5, 'the event of the third watch');
+    expect(events).toEqual(['ADDED a@1', 'ADDED b@2', 'MODIFIED b@5', 'DELETED a@1', 'MODIFIED b@6']);
+    expect(watchRequests).toEqual(['1', '2', '5']);
+    expect(lw.lists).toBe(2);
+  });
+});

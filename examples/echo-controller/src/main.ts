@@ -1,0 +1,74 @@
+// echo-controller entry: `main.ts [--namespace NS] [--image IMAGE] [--leader-elect]` reconciles Echo resources.
+import { hostname } from 'node:os';
+import { parseArgs } from 'node:util';
+import { KubeConfig } from '@kubernetes/client-node';
+import { EchoController } from './controller.js';
+import { DEFAULT_ECHO_IMAGE } from './echo.js';
+import { becomeLeader } from './leader.js';
+
+/** In a pod: its service account; elsewhere (e.g. under devop exec): the local kubeconfig. */
+function loadKubeConfig(): KubeConfig {
+  const kc = new KubeConfig();
+  if (process.env.KUBERNETES_SERVICE_HOST) {
+    kc.loadFromCluster();
+    return kc;
+  }
+  kc.loadFromDefault();
+  if (!kc.getCurrentContext() || !kc.getCurrentCluster()) {
+    throw new Error('echo-controller: no Kubernetes context found. Fix: set KUBECONFIG or run in a pod with a service account.');
+  }
+  return kc;
+}
+
+async function main(): Promise<void> {
+  const { values } = parseArgs({
+    options: {
+      namespace: { type: 'string' },
+      image: { type: 'string' },
+      'leader-elect': { type: 'boolean', default: false },
+      'lease-namespace': { type: 'string' },
+    },
+  });
+  const log = (line: string): void => void process.stdout.write(`${new Date().toISOString()} ${line}\n`);
+  const kubeConfig = loadKubeConfig();
+  const namespace = values.namespace ?? process.env.WATCH_NAMESPACE;
+  const shutdown = new AbortController();
+  process.once('SIGTERM', () => shutdown.abort());
+  process.once('SIGINT', () => shutdown.abort());
+
+  const leadership = values['leader-elect']
+    ? await becomeLeader({
+        kubeConfig,
+        namespace: values['lease-namespace'] ?? process.env.POD_NAMESPACE ?? namespace ?? 'default',
+        name: 'echo-controller',
+        identity: `${hostname()}-${process.pid}`,
+        signal: shutdown.signal,
+        log,
+      }).catch((err: unknown) => {
+        if (shutdown.signal.aborted) return undefined;
+        throw err;
+      })
+    : undefined;
+  if (shutdown.signal.aborted) return;
+
+  const controller = new EchoController({ kubeConfig, namespace, image: values.image ?? process.env.ECHO_IMAGE ?? DEFAULT_ECHO_IMAGE, log });
+  shutdown.signal.addEventListener('abort', () => controller.stop(), { once: true });
+  void leadership?.lost.then(() => {
+    if (!shutdown.signal.aborted) {
+      log('lost leadership: stopping');
+      process.exitCode = 1;
+      shutdown.abort();
+    }
+  });
+  log(`echo-controller watching echoes in ${namespace ?? 'all namespaces'}`);
+  await controller.run();
+  await leadership?.release();
+}
+
+main().then(
+  () => process.exit(process.exitCode ?? 0),
+  (err: unknown) => {
+    process.stderr.write(`${err instanceof Error ? err.message : String(err)}\n`);
+    process.exit(1);
+  },
+);

@@ -1,0 +1,110 @@
+// A self-signed TLS certificate made with nothing but node:crypto (a tiny DER writer), so the example needs no openssl.
+// The aggregator reaches the server with insecureSkipTLSVerify: the certificate only has to be valid X.509, not trusted.
+import { generateKeyPairSync, randomBytes, sign } from 'node:crypto';
+import { isIP } from 'node:net';
+
+export interface SelfSignedCert {
+  /** PEM, PKCS#8 EC P-256 private key. */
+  key: string;
+  /** PEM X.509 certificate. */
+  cert: string;
+}
+
+export interface CertOptions {
+  commonName: string;
+  /** DNS names and IP addresses put in subjectAltName. */
+  altNames: string[];
+  /** How long the certificate is valid; examples restart often, so a year is plenty. */
+  validDays?: number;
+  now?: Date;
+}
+
+const OID = {
+  ecdsaWithSha256: '1.2.840.10045.4.3.2',
+  commonName: '2.5.4.3',
+  subjectAltName: '2.5.29.17',
+  basicConstraints: '2.5.29.19',
+};
+
+function length(n: number): Buffer {
+  if (n < 0x80) return Buffer.from([n]);
+  const bytes: number[] = [];
+  for (let v = n; v > 0; v = Math.floor(v / 256)) bytes.unshift(v & 0xff);
+  return Buffer.from([0x80 | bytes.length, ...bytes]);
+}
+
+function tlv(tag: number, ...content: Buffer[]): Buffer {
+  const body = Buffer.concat(content);
+  return Buffer.concat([Buffer.from([tag]), length(body.length), body]);
+}
+
+const seq = (...items: Buffer[]): Buffer => tlv(0x30, ...items);
+const set = (...items: Buffer[]): Buffer => tlv(0x31, ...items);
+
+function oid(dotted: string): Buffer {
+  const [a, b, ...rest] = dotted.split('.').map(Number);
+  const out = [40 * a + b];
+  for (const arc of rest) {
+    const chunk = [arc & 0x7f];
+    for (let v = Math.floor(arc / 128); v > 0; v = Math.floor(v / 128)) chunk.unshift(0x80 | (v & 0x7f));
+    out.push(...chunk);
+  }
+  return tlv(0x06, Buffer.from(out));
+}
+
+function time(d: Date): Buffer {
+  // RFC 5280: UTCTime through 2049, GeneralizedTime from 2050 on.
+  const iso = d.toISOString().replace(/[-:T]/g, '').slice(0, 14) + 'Z';
+  return d.getUTCFullYear() < 2050 ? tlv(0x17, Buffer.from(iso.slice(2))) : tlv(0x18, Buffer.from(iso));
+}
+
+function name(commonName: string): Buffer {
+  return seq(set(seq(oid(OID.commonName), tlv(0x0c, Buffer.from(commonName, 'utf8')))));
+}
+
+function ipBytes(ip: string): Buffer {
+  if (isIP(ip) === 4) return Buffer.from(ip.split('.').map(Number));
+  const [head, tail = ''] = ip.split('::');
+  const parts = (s: string): number[] => (s ? s.split(':').map((h) => parseInt(h, 16)) : []);
+  const h = parts(head);
+  const t = parts(tail);
+  const groups = ip.includes('::') ? [...h, ...new Array<number>(8 - h.length - t.length).fill(0), ...t] : h;
+  return Buffer.from(groups.flatMap((g) => [g >> 8, g & 0xff]));
+}
+
+function subjectAltName(altNames: string[]): Buffer {
+  const entries = altNames.map((n) => (isIP(n) ? tlv(0x87, ipBytes(n)) : tlv(0x82, Buffer.from(n, 'ascii'))));
+  return seq(oid(OID.subjectAltName), tlv(0x04, seq(...entries)));
+}
+
+function toPem(label: string, der: Buffer): string {
+  const lines = der.toString('base64').match(/.{1,64}/g) ?? [];
+  return `-----BEGIN ${label}-----\n${lines.join('\n')}\n-----END ${label}-----\n`;
+}
+
+/** Makes a fresh EC P-256 key and a self-signed certificate for it. */
+export function selfSignedCert(options: CertOptions): SelfSignedCert {
+  const { privateKey, publicKey } = generateKeyPairSync('ec', { namedCurve: 'prime256v1' });
+  const now = options.now ?? new Date();
+  const notBefore = new Date(now.getTime() - 5 * 60_000); // tolerate small clock skew between hosts
+  const notAfter = new Date(now.getTime() + (options.validDays ?? 365) * 86_400_000);
+  const serial = randomBytes(16);
+  serial[0] &= 0x7f; // a DER INTEGER serial must be positive
+  const algorithm = seq(oid(OID.ecdsaWithSha256));
+  const tbs = seq(
+    tlv(0xa0, tlv(0x02, Buffer.from([2]))), // version v3
+    tlv(0x02, serial),
+    algorithm,
+    name(options.commonName),
+    seq(time(notBefore), time(notAfter)),
+    name(options.commonName),
+    publicKey.export({ type: 'spki', format: 'der' }),
+    tlv(0xa3, seq(subjectAltName(options.altNames), seq(oid(OID.basicConstraints), tlv(0x04, seq())))),
+  );
+  const signature = sign('sha256', tbs, privateKey);
+  const cert = seq(tbs, algorithm, tlv(0x03, Buffer.from([0]), signature));
+  return {
+    key: privateKey.export({ type: 'pkcs8', format: 'pem' }) as string,
+    cert: toPem('CERTIFICATE', cert),
+  };
+}

@@ -1,0 +1,146 @@
+// The CLI↔agent contract: env names, defaults, labels and the ready line, read by both the agent's start-up and the CLI's
+// pod-spec builder. Changing a name here is a breaking change for agents already running in clusters.
+import { z } from 'zod';
+
+/** The agent's own version; the CLI compares it with HelloOk and the ready line. Kept equal to package.json's version. */
+export const AGENT_VERSION = '0.1.0';
+
+/** The image the CLI puts in the agent's pod spec unless the user overrides it. */
+export const AGENT_IMAGE = `ghcr.io/devop/agent:${AGENT_VERSION}`;
+/** The container name of the agent (Job container or ephemeral container). */
+export const AGENT_CONTAINER_NAME = 'devop-agent';
+/** The agent image runs the one-file bundle with plain Node. */
+export const AGENT_COMMAND: readonly string[] = ['node', '/opt/devop/agent.js'];
+
+/**
+ * Linux capabilities the agent container needs (docs/agent.md says why):
+ * NET_ADMIN for iptables and conntrack; SYS_ADMIN for setns (nsenter -n); SYS_PTRACE to read /proc/PID/environ and
+ * /proc/PID/root of another user's process.
+ */
+export const AGENT_CAPABILITIES: readonly string[] = ['NET_ADMIN', 'SYS_ADMIN', 'SYS_PTRACE'];
+
+/** Labels and annotations the CLI puts on agent pods/Jobs and uses to find them again (`devop clean`, reuse). */
+export const AGENT_LABELS = {
+  name: 'app.kubernetes.io/name',
+  nameValue: 'devop-agent',
+  managedBy: 'app.kubernetes.io/managed-by',
+  managedByValue: 'devop',
+  targetPod: 'devop.dev/target-pod',
+  targetUid: 'devop.dev/target-uid',
+} as const;
+export const AGENT_ANNOTATIONS = {
+  /** The agent's control port inside the target pod's netns (the CLI port-forwards to the *target* pod on it). */
+  port: 'devop.dev/agent-port',
+  /** user@host of the CLI that created the agent. */
+  owner: 'devop.dev/owner',
+  /** The agent's id (its iptables chain is DEVOP-<id>). */
+  agentId: 'devop.dev/agent-id',
+} as const;
+
+/** Environment variable names read by the agent (each one's meaning is in AGENT_ENV_DOC). */
+export const AGENT_ENV = {
+  mode: 'DEVOP_AGENT_MODE',
+  port: 'DEVOP_AGENT_PORT',
+  token: 'DEVOP_AGENT_TOKEN',
+  containerId: 'DEVOP_AGENT_CONTAINER_ID',
+  targetPid: 'DEVOP_AGENT_TARGET_PID',
+  idleSeconds: 'DEVOP_AGENT_IDLE_SECONDS',
+  resumeGraceSeconds: 'DEVOP_AGENT_RESUME_GRACE_SECONDS',
+  nodeIP: 'DEVOP_AGENT_NODE_IP',
+  iptables: 'DEVOP_AGENT_IPTABLES',
+  flushConnections: 'DEVOP_AGENT_FLUSH_CONNECTIONS',
+  agentId: 'DEVOP_AGENT_ID',
+  logLevel: 'DEVOP_AGENT_LOG_LEVEL',
+  /** Set by the agent itself on the process it re-executes inside the target netns (job mode); never set it by hand. */
+  inNetns: 'DEVOP_AGENT_IN_NETNS',
+} as const;
+
+export const AGENT_ENV_DOC: Record<keyof typeof AGENT_ENV, string> = {
+  mode: 'job (hostPID pod on the target node; finds the target by container ID and enters its netns), ephemeral (an ephemeral container already in the netns) or targetless (outgoing/DNS only).',
+  port: 'TCP port of the control listener on 127.0.0.1 inside the target pod netns; 0 picks a free one (printed in the ready line).',
+  token: 'Secret every session must present in its Hello.',
+  containerId: 'Target container ID as in pod status (containerd://…, cri-o://…, docker://… or bare hex).',
+  targetPid: 'Target PID when already known (tests, ephemeral mode); skips the /proc/*/cgroup scan.',
+  idleSeconds: 'Exit after this many seconds without any connected session (never while one is connected).',
+  resumeGraceSeconds: 'How long a disconnected session keeps its steals (traffic goes to the pod meanwhile) waiting for a resume.',
+  nodeIP: "The node's IP (kubelet probes come from it and are not stolen); default: the pod's default gateway.",
+  iptables: 'auto (use the backend that already has rules in the pod netns, else nft), nft or legacy.',
+  flushConnections: 'Default for flushing (conntrack -D) connections to a port when stealing starts: true or false.',
+  agentId: 'Id of this agent (iptables chain DEVOP-<id>); default: random.',
+  logLevel: 'debug, info or warn.',
+  inNetns: 'Internal: marks the re-executed agent in job mode.',
+};
+
+export const AgentMode = z.enum(['job', 'ephemeral', 'targetless']);
+export type AgentMode = z.infer<typeof AgentMode>;
+
+const bool = z.enum(['true', 'false', '1', '0']).transform((v) => v === 'true' || v === '1');
+
+/** The agent's configuration as parsed from its environment. */
+export const AgentConfig = z.object({
+  mode: AgentMode.default('job'),
+  port: z.coerce.number().int().min(0).max(65535).default(0),
+  token: z.string().min(1),
+  containerId: z.string().min(1).optional(),
+  targetPid: z.coerce.number().int().positive().optional(),
+  idleSeconds: z.coerce.number().positive().default(60),
+  resumeGraceSeconds: z.coerce.number().min(0).default(30),
+  nodeIP: z.string().min(1).optional(),
+  iptables: z.enum(['auto', 'nft', 'legacy']).default('auto'),
+  flushConnections: bool.default(true),
+  agentId: z.string().regex(/^[a-z0-9]{1,20}$/, 'lower-case letters and digits, at most 20 (iptables chain names are short)').optional(),
+  logLevel: z.enum(['debug', 'info', 'warn']).default('info'),
+  inNetns: bool.default(false),
+});
+export type AgentConfig = z.infer<typeof AgentConfig>;
+export type AgentConfigInput = z.input<typeof AgentConfig>;
+
+/** Reads the agent's config from an environment; throws a ZodError naming the bad variable. */
+export function parseAgentEnv(env: Record<string, string | undefined>): AgentConfig {
+  const raw: Record<string, string> = {};
+  for (const [key, name] of Object.entries(AGENT_ENV)) {
+    const value = env[name];
+    if (value !== undefined && value !== '') raw[key] = value;
+  }
+  return AgentConfig.parse(raw);
+}
+
+/** The env list for the agent's container spec (what the CLI's pod-spec builder writes). */
+export function agentEnv(config: Partial<Record<keyof typeof AGENT_ENV, string | number | boolean>>): { name: string; value: string }[] {
+  const out: { name: string; value: string }[] = [];
+  for (const [key, name] of Object.entries(AGENT_ENV) as [keyof typeof AGENT_ENV, string][]) {
+    const value = config[key];
+    if (value !== undefined) out.push({ name, value: String(value) });
+  }
+  return out;
+}
+
+/** Strips the runtime prefix of a container ID: `containerd://abc…` → `abc…`. */
+export function bareContainerId(id: string): string {
+  const i = id.indexOf('://');
+  return i >= 0 ? id.slice(i + 3) : id;
+}
+
+/** The one line the agent prints on stdout once its control listener accepts sessions. */
+export const ReadyLine = z.object({ msg: z.literal('ready'), version: z.string(), port: z.number().int(), agentId: z.string(), pid: z.number().int().optional() });
+export type ReadyLine = z.infer<typeof ReadyLine>;
+
+export function formatReadyLine(ready: Omit<ReadyLine, 'msg'>): string {
+  return JSON.stringify({ msg: 'ready', ...ready });
+}
+
+/** Parses one stdout line of the agent: the ready line, or undefined for a log line / anything else. */
+export function parseReadyLine(line: string): ReadyLine | undefined {
+  try {
+    const parsed = ReadyLine.safeParse(JSON.parse(line));
+    return parsed.success ? parsed.data : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** iptables chain name of an agent; stale chains (owner dead) match CHAIN_PREFIX. */
+export const CHAIN_PREFIX = 'DEVOP-';
+export function chainName(agentId: string): string {
+  return `${CHAIN_PREFIX}${agentId}`.slice(0, 28);
+}

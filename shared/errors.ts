@@ -1,0 +1,56 @@
+// The two kinds of failure devop reports — UserError (the user can fix it: message + hint) and BugError (ours) — and
+// the one formatter the top-level handlers of the CLI and the agent use.
+
+/** A problem the user can fix. `message` names the problem, `hint` names the fix; printed as one line, never a stack. */
+export class UserError extends Error {
+  readonly hint: string;
+
+  constructor(message: string, hint: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = 'UserError';
+    this.hint = hint;
+  }
+}
+
+/** A problem in devop itself (a broken invariant). Printed with its stack when --verbose is given. */
+export class BugError extends Error {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = 'BugError';
+  }
+}
+
+/** True for a UserError, also one that crossed a module boundary (duck-typed on name + hint). */
+export function isUserError(err: unknown): err is UserError {
+  return (
+    err instanceof UserError ||
+    (err instanceof Error && err.name === 'UserError' && typeof (err as { hint?: unknown }).hint === 'string')
+  );
+}
+
+/**
+ * The text a top-level handler prints for `err` (without a trailing newline).
+ * UserError: `devop: <message> — <hint>`; anything else: an internal-error line, plus the stack (and causes) when verbose.
+ */
+export function formatError(err: unknown, verbose = false): string {
+  if (isUserError(err)) {
+    const line = err.hint ? `devop: ${err.message} — ${err.hint}` : `devop: ${err.message}`;
+    return verbose && err.cause !== undefined ? `${line}\n${formatCause(err.cause)}` : line;
+  }
+  const message = err instanceof Error ? err.message : String(err);
+  if (!verbose) {
+    return `devop: internal error: ${message} (run again with --verbose for details, and please report it)`;
+  }
+  const stack = err instanceof Error && err.stack ? err.stack : message;
+  const cause = err instanceof Error && err.cause !== undefined ? `\n${formatCause(err.cause)}` : '';
+  return `devop: internal error: ${stack}${cause}`;
+}
+
+function formatCause(cause: unknown, depth = 0): string {
+  if (depth > 5) return '  caused by: …';
+  if (cause instanceof Error) {
+    const more = cause.cause !== undefined ? `\n${formatCause(cause.cause, depth + 1)}` : '';
+    return `  caused by: ${cause.stack ?? cause.message}${more}`;
+  }
+  return `  caused by: ${String(cause)}`;
+}

@@ -1,0 +1,204 @@
+// One multiplexed stream as a Node Duplex: sends DATA within the peer's credit, grants credit as its reader consumes,
+// half-closes with END, aborts with RESET. The connection-level work (framing, ids, close) is in mux.ts.
+import { Duplex } from 'node:stream';
+import { FrameKind, MAX_DATA_FRAME, ProtocolError, encodeReason } from './codec.js';
+import type { StreamAccept, StreamOpen } from './protocol.js';
+
+/** The peer reset the stream (e.g. "ECONNREFUSED" for an outgoing connect); `.reason` is the peer's text. */
+export class StreamResetError extends Error {
+  readonly reason: string;
+  constructor(reason: string) {
+    super(`stream reset by peer: ${reason}`);
+    this.name = 'StreamResetError';
+    this.reason = reason;
+  }
+}
+
+/** The connection under the stream ended (peer went away, tunnel cut, protocol error or local close). */
+export class MuxClosedError extends Error {
+  readonly reason: string;
+  constructor(message: string, reason = message) {
+    super(message);
+    this.name = 'MuxClosedError';
+    this.reason = reason;
+  }
+}
+
+/** What a stream needs from its connection (implemented by Mux). */
+export interface StreamSink {
+  sendFrame(kind: FrameKind, id: number, payload?: Buffer): void;
+  readonly blocked: boolean;
+  readonly isClosed: boolean;
+  whenDrained(fn: () => void): void;
+  forget(id: number): void;
+}
+
+/** Give back credit once a quarter of the window was consumed: few CREDIT frames, and the sender never stalls at the edge. */
+const CREDIT_UPDATE_DIVISOR = 4;
+
+/**
+ * A byte stream inside a Mux. `open` is the header it was opened with; end() half-closes; reset(reason) aborts both
+ * directions (the peer sees a StreamResetError). Emits 'accepted' (StreamAccept) when the peer called accept().
+ */
+export class MuxStream extends Duplex {
+  readonly id: number;
+  readonly open: StreamOpen;
+  readonly #sink: StreamSink;
+  readonly #window: number;
+  #sendCredit: number;
+  #recvTotal = 0;
+  #recvGranted: number;
+  #pending: Buffer | null = null;
+  #pendingCb: ((err?: Error | null) => void) | null = null;
+  #localEnded = false;
+  #remoteEnded = false;
+  #reset = false;
+  #accepted: StreamAccept | null = null;
+
+  constructor(sink: StreamSink, id: number, open: StreamOpen, window: number, initialCredit: number) {
+    super({ allowHalfOpen: true, readableHighWaterMark: window, writableHighWaterMark: Math.min(window, MAX_DATA_FRAME) });
+    this.#sink = sink;
+    this.id = id;
+    this.open = open;
+    this.#window = window;
+    this.#sendCredit = initialCredit;
+    this.#recvGranted = initialCredit;
+  }
+
+  /** Details the peer sent with accept(), or null while not (yet) accepted. */
+  get acceptedInfo(): StreamAccept | null {
+    return this.#accepted;
+  }
+
+  /** Bytes this side may still send before the peer grants more credit. */
+  get sendCredit(): number {
+    return this.#sendCredit;
+  }
+
+  /** Tells the opener its request succeeded (e.g. the outgoing connect is up), with optional details. */
+  accept(info: StreamAccept = {}): void {
+    if (this.destroyed || this.#reset) return;
+    this.#sink.sendFrame(FrameKind.ACCEPT, this.id, Buffer.from(JSON.stringify(info), 'utf8'));
+  }
+
+  /** Aborts the stream in both directions; the peer's side errors with StreamResetError(reason). */
+  reset(reason = 'reset'): void {
+    if (this.#reset || this.destroyed) return;
+    this.#reset = true;
+    this.#sink.sendFrame(FrameKind.RESET, this.id, encodeReason(reason));
+    this.destroy();
+  }
+
+  // ---- Duplex ----
+
+  override _write(chunk: Buffer, _encoding: BufferEncoding, callback: (err?: Error | null) => void): void {
+    this.#pending = chunk;
+    this.#pendingCb = callback;
+    this.#pump();
+  }
+
+  override _final(callback: (err?: Error | null) => void): void {
+    if (!this.#reset && !this.#sink.isClosed) this.#sink.sendFrame(FrameKind.END, this.id);
+    this.#localEnded = true;
+    this.#maybeForget();
+    callback();
+  }
+
+  override _read(): void {
+    this.grantCredit();
+  }
+
+  override _destroy(err: Error | null, callback: (err?: Error | null) => void): void {
+    if (!this.#reset && !(this.#localEnded && this.#remoteEnded) && !this.#sink.isClosed) {
+      this.#reset = true;
+      this.#sink.sendFrame(FrameKind.RESET, this.id, encodeReason(err ? err.message : 'cancelled'));
+    }
+    this.#pending = null;
+    this.#pendingCb = null;
+    this.#sink.forget(this.id);
+    callback(err);
+  }
+
+  // ---- from the Mux ----
+
+  /** @internal */ receiveData(data: Buffer): void {
+    if (this.#reset || this.#remoteEnded) return;
+    this.#recvTotal += data.length;
+    if (this.#recvTotal > this.#recvGranted) {
+      throw new ProtocolError(`flow control violated on stream ${this.id}: ${this.#recvTotal - this.#recvGranted} bytes beyond credit`);
+    }
+    if (this.destroyed) return;
+    this.push(data);
+    this.grantCredit();
+  }
+
+  /** @internal */ receiveCredit(increment: number): void {
+    this.#sendCredit += increment;
+    if (this.#pending) this.#pump();
+  }
+
+  /** @internal */ receiveEnd(): void {
+    if (this.#remoteEnded) return;
+    this.#remoteEnded = true;
+    if (!this.destroyed) this.push(null);
+    this.#maybeForget();
+  }
+
+  /** @internal */ receiveReset(reason: string): void {
+    if (this.#reset) return;
+    this.#reset = true;
+    this.#sink.forget(this.id);
+    this.destroy(new StreamResetError(reason));
+  }
+
+  /** @internal */ receiveAccept(info: StreamAccept): void {
+    if (this.#accepted || this.destroyed) return;
+    this.#accepted = info;
+    this.emit('accepted', info);
+  }
+
+  /**
+   * Gives the peer credit so that at most one window is unread on this side: consumed bytes (received minus what still
+   * sits in the readable buffer) plus the window, minus what was already granted.
+   * @internal
+   */
+  grantCredit(): void {
+    if (this.#remoteEnded || this.#reset || this.#sink.isClosed) return;
+    const consumed = this.#recvTotal - this.readableLength;
+    const due = consumed + this.#window - this.#recvGranted;
+    if (due >= this.#window / CREDIT_UPDATE_DIVISOR) {
+      const payload = Buffer.allocUnsafe(4);
+      payload.writeUInt32BE(due, 0);
+      this.#recvGranted += due;
+      this.#sink.sendFrame(FrameKind.CREDIT, this.id, payload);
+    }
+  }
+
+  #pump(): void {
+    let chunk = this.#pending;
+    if (!chunk) return;
+    if (this.#reset || this.#sink.isClosed) return;
+    while (chunk.length > 0 && this.#sendCredit > 0) {
+      const n = Math.min(chunk.length, this.#sendCredit, MAX_DATA_FRAME);
+      this.#sink.sendFrame(FrameKind.DATA, this.id, n === chunk.length ? chunk : chunk.subarray(0, n));
+      this.#sendCredit -= n;
+      chunk = n === chunk.length ? EMPTY : chunk.subarray(n);
+    }
+    if (chunk.length > 0) {
+      this.#pending = chunk;
+      return;
+    }
+    const cb = this.#pendingCb;
+    this.#pending = null;
+    this.#pendingCb = null;
+    if (!cb) return;
+    if (this.#sink.blocked) this.#sink.whenDrained(() => cb());
+    else cb();
+  }
+
+  #maybeForget(): void {
+    if (this.#localEnded && this.#remoteEnded) this.#sink.forget(this.id);
+  }
+}
+
+const EMPTY = Buffer.alloc(0);

@@ -1,0 +1,337 @@
+// The stream multiplexer: control messages plus many concurrent byte streams (opened from either side, with half-close,
+// reset and per-stream credit flow control) over one Duplex connection — a TCP socket or the port-forward WebSocket.
+import { EventEmitter } from 'node:events';
+import type { Duplex } from 'node:stream';
+import type { z } from 'zod';
+import {
+  DEFAULT_MAX_FRAME,
+  FrameDecoder,
+  FrameEncoder,
+  FrameKind,
+  MAX_DATA_FRAME,
+  ProtocolError,
+  decodeCredit,
+  decodeJson,
+  encodeReason,
+} from './codec.js';
+import { BugError } from './errors.js';
+import { AgentMessage, ClientMessage, StreamAccept, StreamOpen } from './protocol.js';
+import { MuxStream, type StreamSink } from './mux-stream.js';
+
+export { ProtocolError } from './codec.js';
+export { MuxStream, StreamResetError, MuxClosedError } from './mux-stream.js';
+import { MuxClosedError } from './mux-stream.js';
+
+/**
+ * Every stream starts with this much credit in each direction (256 KiB), known to both sides without a round trip, so
+ * the first bytes of a stolen request leave at once. It is also the default receive window: large enough that one
+ * stream keeps loopback and a port-forward busy between credit updates, small enough that 1 000 stalled streams cost
+ * at most 256 MiB in the worst case and typically nothing (credit only bounds, nothing is preallocated).
+ */
+export const INITIAL_WINDOW = 256 * 1024;
+/** After close(), how long the peer gets to read our GOAWAY and close its side before the connection is destroyed. */
+const CLOSE_GRACE_MS = 2000;
+
+export type Side = 'client' | 'agent';
+type Outbound<S extends Side> = S extends 'client' ? ClientMessage : AgentMessage;
+type Inbound<S extends Side> = S extends 'client' ? AgentMessage : ClientMessage;
+
+export interface MuxOptions<S extends Side> {
+  side: S;
+  /** This side's receive window per stream in bytes (default INITIAL_WINDOW; at least 1 KiB). */
+  window?: number;
+  /** Largest frame payload accepted from the peer (default 1 MiB; at least MAX_DATA_FRAME). */
+  maxFrame?: number;
+}
+
+export interface Mux<S extends Side> {
+  on(event: 'message', listener: (msg: Inbound<S>) => void): this;
+  on(event: 'stream', listener: (stream: MuxStream) => void): this;
+  on(event: 'close', listener: (err?: Error) => void): this;
+  once(event: 'message', listener: (msg: Inbound<S>) => void): this;
+  once(event: 'stream', listener: (stream: MuxStream) => void): this;
+  once(event: 'close', listener: (err?: Error) => void): this;
+  off(event: 'message', listener: (msg: Inbound<S>) => void): this;
+  off(event: 'stream', listener: (stream: MuxStream) => void): this;
+  off(event: 'close', listener: (err?: Error) => void): this;
+}
+
+/**
+ * One multiplexed connection. The client (CLI) opens odd stream ids, the agent even ones. Emits 'message' (a validated
+ * peer control message), 'stream' (a stream the peer opened) and 'close' once (undefined after a local close(), else the
+ * reason: a ProtocolError for a bad frame, a MuxClosedError when the peer or the connection went away).
+ */
+export class Mux<S extends Side = Side> extends EventEmitter implements StreamSink {
+  readonly side: S;
+  readonly window: number;
+  readonly #conn: Duplex;
+  readonly #decoder: FrameDecoder;
+  readonly #encoder = new FrameEncoder();
+  readonly #outbound: typeof ClientMessage | typeof AgentMessage;
+  readonly #inbound: typeof ClientMessage | typeof AgentMessage;
+  readonly #streams = new Map<number, MuxStream>();
+  #nextId: number;
+  #lastPeerId = 0;
+  #flushScheduled = false;
+  #blocked = false;
+  #drainWaiters: Array<() => void> = [];
+  #closed = false;
+
+  constructor(conn: Duplex, options: MuxOptions<S>) {
+    super();
+    const window = options.window ?? INITIAL_WINDOW;
+    const maxFrame = options.maxFrame ?? DEFAULT_MAX_FRAME;
+    if (!Number.isInteger(window) || window < 1024) throw new BugError(`mux window must be an integer >= 1024, got ${window}`);
+    if (maxFrame < MAX_DATA_FRAME) throw new BugError(`mux maxFrame must be >= ${MAX_DATA_FRAME}, got ${maxFrame}`);
+    this.side = options.side;
+    this.window = window;
+    this.#conn = conn;
+    this.#nextId = options.side === 'client' ? 1 : 2;
+    this.#outbound = options.side === 'client' ? ClientMessage : AgentMessage;
+    this.#inbound = options.side === 'client' ? AgentMessage : ClientMessage;
+    this.#decoder = new FrameDecoder((kind, id, payload) => this.#onFrame(kind, id, payload), maxFrame);
+    conn.on('data', this.#onData);
+    conn.on('end', this.#onEnd);
+    conn.on('error', this.#onError);
+    conn.on('close', this.#onConnClose);
+    conn.on('drain', this.#onDrain);
+  }
+
+  get closed(): boolean {
+    return this.#closed;
+  }
+
+  /** Number of streams currently open (for diagnostics and tests). */
+  get streamCount(): number {
+    return this.#streams.size;
+  }
+
+  /** Sends a control message (validated against this side's union). Returns false if the mux is already closed. */
+  send(msg: Outbound<S>): boolean {
+    const parsed = this.#outbound.safeParse(msg);
+    if (!parsed.success) throw new BugError(`invalid ${this.side} message ${JSON.stringify(msg)}: ${parsed.error.message}`);
+    if (this.#closed) return false;
+    const payload = Buffer.from(JSON.stringify(parsed.data), 'utf8');
+    if (payload.length > DEFAULT_MAX_FRAME) throw new BugError(`control message of ${payload.length} bytes exceeds the frame limit`);
+    this.#queue(FrameKind.CONTROL, 0, payload);
+    return true;
+  }
+
+  /** Opens a stream to the peer; data may be written at once (up to the initial window before the peer's credit). */
+  openStream(open: StreamOpen): MuxStream {
+    const parsed = StreamOpen.safeParse(open);
+    if (!parsed.success) throw new BugError(`invalid stream header ${JSON.stringify(open)}: ${parsed.error.message}`);
+    const id = this.#nextId;
+    if (id > 0xffffffff) throw new BugError('stream ids exhausted on this connection');
+    this.#nextId += 2;
+    const stream = new MuxStream(this, id, parsed.data, this.window, INITIAL_WINDOW);
+    if (this.#closed) {
+      process.nextTick(() => stream.destroy(new MuxClosedError('connection already closed')));
+      return stream;
+    }
+    this.#streams.set(id, stream);
+    this.#queue(FrameKind.OPEN, id, Buffer.from(JSON.stringify(parsed.data), 'utf8'));
+    stream.grantCredit();
+    return stream;
+  }
+
+  /** Closes the connection: tells the peer why, ends every open stream with a MuxClosedError, emits 'close'. */
+  close(reason = 'closed'): void {
+    if (this.#closed) return;
+    this.#queue(FrameKind.GOAWAY, 0, encodeReason(reason));
+    this.#shutdown(new MuxClosedError(reason), undefined);
+  }
+
+  // ---- StreamSink: what MuxStream calls ----
+
+  /** @internal */ sendFrame(kind: FrameKind, id: number, payload?: Buffer): void {
+    if (!this.#closed) this.#queue(kind, id, payload);
+  }
+  /** @internal */ get blocked(): boolean {
+    return this.#blocked;
+  }
+  /** @internal */ whenDrained(fn: () => void): void {
+    this.#drainWaiters.push(fn);
+  }
+  /** @internal */ forget(id: number): void {
+    this.#streams.delete(id);
+  }
+  /** @internal */ get isClosed(): boolean {
+    return this.#closed;
+  }
+
+  // ---- writing ----
+
+  #queue(kind: FrameKind, id: number, payload?: Buffer): void {
+    this.#encoder.frame(kind, id, payload);
+    if (!this.#flushScheduled) {
+      this.#flushScheduled = true;
+      process.nextTick(this.#flush);
+    }
+  }
+
+  readonly #flush = (): void => {
+    this.#flushScheduled = false;
+    const chunks = this.#encoder.take();
+    if (chunks.length === 0 || this.#conn.destroyed || this.#conn.writableEnded) return;
+    let ok: boolean;
+    if (chunks.length === 1) {
+      ok = this.#conn.write(chunks[0]);
+    } else {
+      this.#conn.cork();
+      for (const chunk of chunks) this.#conn.write(chunk);
+      this.#conn.uncork();
+      ok = !this.#conn.writableNeedDrain;
+    }
+    if (!ok) this.#blocked = true;
+  };
+
+  readonly #onDrain = (): void => {
+    this.#blocked = false;
+    const waiters = this.#drainWaiters;
+    this.#drainWaiters = [];
+    for (const fn of waiters) fn();
+  };
+
+  // ---- reading ----
+
+  readonly #onData = (chunk: Buffer | string): void => {
+    if (this.#closed) return;
+    try {
+      this.#decoder.push(typeof chunk === 'string' ? Buffer.from(chunk) : chunk);
+    } catch (err) {
+      this.#fail(err);
+    }
+  };
+
+  #onFrame(kind: FrameKind, id: number, payload: Buffer): void {
+    if (this.#closed) return;
+    switch (kind) {
+      case FrameKind.DATA: {
+        if (payload.length > 0) this.#streams.get(id)?.receiveData(payload);
+        return;
+      }
+      case FrameKind.CREDIT: {
+        const increment = decodeCredit(payload);
+        this.#streams.get(id)?.receiveCredit(increment);
+        return;
+      }
+      case FrameKind.END:
+        this.#streams.get(id)?.receiveEnd();
+        return;
+      case FrameKind.RESET:
+        this.#streams.get(id)?.receiveReset(payload.toString('utf8'));
+        return;
+      case FrameKind.ACCEPT: {
+        const stream = this.#streams.get(id);
+        if (stream) stream.receiveAccept(decodeJson(payload.length ? payload : Buffer.from('{}'), StreamAccept, 'ACCEPT'));
+        return;
+      }
+      case FrameKind.OPEN:
+        this.#onOpen(id, payload);
+        return;
+      case FrameKind.CONTROL: {
+        const msg = decodeJson(payload, this.#inbound as z.ZodType<unknown>, 'control message') as Inbound<S>;
+        this.#emitSafely('message', msg);
+        return;
+      }
+      case FrameKind.GOAWAY: {
+        const reason = payload.toString('utf8') || 'closed';
+        this.#shutdown(new MuxClosedError(`peer closed the connection: ${reason}`, reason), new MuxClosedError(`peer closed the connection: ${reason}`, reason));
+        return;
+      }
+    }
+  }
+
+  #onOpen(id: number, payload: Buffer): void {
+    const peerParity = this.side === 'client' ? 0 : 1;
+    if (id % 2 !== peerParity) throw new ProtocolError(`malformed frame: peer opened stream ${id} with this side's parity`);
+    if (id <= this.#lastPeerId) throw new ProtocolError(`malformed frame: stream id ${id} reused (last was ${this.#lastPeerId})`);
+    this.#lastPeerId = id;
+    const open = decodeJson(payload, StreamOpen, 'stream header');
+    const stream = new MuxStream(this, id, open, this.window, INITIAL_WINDOW);
+    this.#streams.set(id, stream);
+    stream.grantCredit();
+    this.#emitSafely('stream', stream);
+  }
+
+  /** A listener that throws must not leave the decoder mid-chunk: rethrow it on a later tick instead. */
+  #emitSafely(event: string, arg: unknown): void {
+    try {
+      this.emit(event, arg);
+    } catch (err) {
+      process.nextTick(() => {
+        throw err;
+      });
+    }
+  }
+
+  readonly #onEnd = (): void => {
+    if (this.#closed) return;
+    try {
+      this.#decoder.end();
+    } catch (err) {
+      this.#fail(err);
+      return;
+    }
+    const err = new MuxClosedError('connection closed by the peer');
+    this.#shutdown(err, err);
+  };
+
+  readonly #onError = (err: Error): void => {
+    if (this.#closed) return;
+    const closed = new MuxClosedError(`connection failed: ${err.message}`);
+    this.#shutdown(closed, closed);
+  };
+
+  readonly #onConnClose = (): void => {
+    if (this.#closed) return;
+    const err = new MuxClosedError('connection closed');
+    this.#shutdown(err, err);
+  };
+
+  #fail(err: unknown): void {
+    const error = err instanceof Error ? err : new ProtocolError(String(err));
+    this.#queue(FrameKind.GOAWAY, 0, encodeReason(`protocol error: ${error.message}`));
+    this.#shutdown(error, error);
+  }
+
+  /** Ends every stream with `streamErr`, flushes what is queued (GOAWAY), ends the connection, emits 'close'(closeErr). */
+  #shutdown(streamErr: Error, closeErr: Error | undefined): void {
+    if (this.#closed) return;
+    this.#closed = true;
+    const streams = [...this.#streams.values()];
+    this.#streams.clear();
+    for (const stream of streams) stream.destroy(streamErr);
+    this.#flushScheduled = false;
+    this.#flush();
+    const conn = this.#conn;
+    conn.off('data', this.#onData);
+    if (!conn.destroyed) {
+      conn.end();
+      const timer = setTimeout(() => conn.destroy(), CLOSE_GRACE_MS);
+      timer.unref();
+      conn.once('close', () => clearTimeout(timer));
+    }
+    const waiters = this.#drainWaiters;
+    this.#drainWaiters = [];
+    for (const fn of waiters) fn();
+    this.emit('close', closeErr);
+  }
+}
+
+export type ClientMux = Mux<'client'>;
+export type AgentMux = Mux<'agent'>;
+
+/** The CLI's side of a connection to the agent. */
+export function createClientMux(conn: Duplex, options: Omit<MuxOptions<'client'>, 'side'> = {}): ClientMux {
+  return new Mux(conn, { ...options, side: 'client' });
+}
+
+/** The agent's side of a connection from the CLI. */
+export function createAgentMux(conn: Duplex, options: Omit<MuxOptions<'agent'>, 'side'> = {}): AgentMux {
+  return new Mux(conn, { ...options, side: 'agent' });
+}
+
+export { clientHello, acceptHello, checkHello, HANDSHAKE_TIMEOUT_MS } from './handshake.js';
+export type { ClientHelloOptions, AcceptHelloOptions } from './handshake.js';

@@ -1,0 +1,217 @@
+// The devop wire protocol's messages, defined once: ClientMessage (CLI→agent), AgentMessage (agent→CLI), the header of a
+// new stream (StreamOpen) and of its acceptance (StreamAccept), grouped by feature. The framing lives in codec.ts.
+//
+// COMPATIBILITY (read before changing anything here; docs/protocol.md says the same):
+// - Appending a new message `type`, a new StreamOpen `kind`, or a new *optional* field does not break the wire: a peer
+//   only sends it when the other side listed the matching feature in its hello/helloOk `features`.
+// - Everything else breaks the wire and must bump PROTOCOL_VERSION: renaming or removing a type/kind/field, making a field
+//   required, narrowing a field's values, changing a field's meaning, or any change to the frame layout in codec.ts.
+// - The handshake messages (hello, helloOk, error, bye) keep their shape forever so that a version mismatch can always be
+//   reported as a clear error rather than a parse failure.
+import { z } from 'zod';
+
+/** Bumped on every wire-breaking change (see the compatibility note above). */
+export const PROTOCOL_VERSION = 1;
+
+/** Optional capabilities a side announces in hello/helloOk; a peer uses an appended message kind only if announced. */
+export const FEATURES = {
+  steal: 'steal',
+  mirror: 'mirror',
+  httpFilter: 'http-filter',
+  outgoing: 'outgoing',
+  dns: 'dns',
+  env: 'env',
+  files: 'files',
+  traffic: 'traffic',
+  pause: 'pause',
+} as const;
+
+/** Error codes an agent sends in `error`; unknown codes must be shown as-is (the field is an open string). */
+export const ERROR_CODES = {
+  versionMismatch: 'version_mismatch',
+  badToken: 'bad_token',
+  badRequest: 'bad_request',
+  notFound: 'not_found',
+  portInUse: 'port_in_use',
+  unsupported: 'unsupported',
+  internal: 'internal',
+} as const;
+
+const port = z.number().int().min(1).max(65535);
+const requestId = z.string().min(1).max(200);
+const reason = z.string().max(4096);
+
+// ---- shared pieces ----
+
+export const StealMode = z.enum(['steal', 'mirror']);
+export type StealMode = z.infer<typeof StealMode>;
+
+/** Which HTTP requests a filtered steal takes; anything else still goes to the pod's own app. */
+export const HttpFilter = z.object({
+  /** `name: value-regex`, e.g. `x-devop-user: alice` (header name is matched case-insensitively). */
+  header: z.string().optional(),
+  /** Regex matched against the request path (with query string). */
+  path: z.string().optional(),
+  /** HTTP method, case-insensitive (e.g. GET). */
+  method: z.string().optional(),
+  /** `all`: every given criterion must match; `any`: one is enough. */
+  match: z.enum(['all', 'any']).default('all'),
+});
+export type HttpFilter = z.infer<typeof HttpFilter>;
+
+export const ClientIdentity = z.object({
+  user: z.string(),
+  host: z.string(),
+  pid: z.number().int(),
+  devopVersion: z.string(),
+});
+export type ClientIdentity = z.infer<typeof ClientIdentity>;
+
+/** Who currently holds a port (sent when a subscribe is refused). */
+export const Holder = z.object({ user: z.string(), host: z.string(), since: z.string() });
+
+export const TrafficEvent = z.discriminatedUnion('kind', [
+  z.object({
+    kind: z.literal('connection'),
+    connId: z.string(),
+    port,
+    remoteAddress: z.string(),
+    remotePort: z.number().int(),
+    to: z.enum(['local', 'pod']),
+    phase: z.enum(['open', 'close']),
+    bytesIn: z.number().int().optional(),
+    bytesOut: z.number().int().optional(),
+    at: z.number(),
+  }),
+  z.object({
+    kind: z.literal('request'),
+    requestId: z.string(),
+    port,
+    method: z.string(),
+    path: z.string(),
+    to: z.enum(['local', 'pod']),
+    at: z.number(),
+  }),
+  z.object({
+    kind: z.literal('response'),
+    requestId: z.string(),
+    port,
+    status: z.number().int(),
+    durationMs: z.number(),
+    bytes: z.number().int(),
+    to: z.enum(['local', 'pod']),
+    at: z.number(),
+  }),
+]);
+export type TrafficEvent = z.infer<typeof TrafficEvent>;
+
+// ---- CLI → agent ----
+
+export const ClientMessage = z.discriminatedUnion('type', [
+  // handshake and liveness
+  z.object({
+    type: z.literal('hello'),
+    protocolVersion: z.number().int(),
+    token: z.string(),
+    client: ClientIdentity,
+    resumeSessionId: z.string().optional(),
+    features: z.array(z.string()).optional(),
+  }),
+  z.object({ type: z.literal('ping'), id: z.number().int(), sentAt: z.number() }),
+  z.object({ type: z.literal('pong'), id: z.number().int(), sentAt: z.number() }),
+  // incoming traffic
+  z.object({
+    type: z.literal('subscribe'),
+    id: requestId,
+    port,
+    mode: StealMode,
+    filter: HttpFilter.optional(),
+    flush: z.boolean(),
+    stealProbes: z.boolean(),
+  }),
+  z.object({ type: z.literal('unsubscribe'), id: requestId, port }),
+  z.object({ type: z.literal('pause'), port: port.optional() }),
+  z.object({ type: z.literal('resume'), port: port.optional() }),
+  // DNS and env through the pod
+  z.object({ type: z.literal('dnsResolve'), id: requestId, name: z.string().min(1).max(253), family: z.union([z.literal(4), z.literal(6)]).optional() }),
+  z.object({ type: z.literal('envRead'), id: requestId }),
+  // end of session
+  z.object({ type: z.literal('bye'), reason }),
+]);
+export type ClientMessage = z.infer<typeof ClientMessage>;
+export type Hello = Extract<ClientMessage, { type: 'hello' }>;
+
+// ---- agent → CLI ----
+
+export const AgentMessage = z.discriminatedUnion('type', [
+  // handshake and liveness
+  z.object({
+    type: z.literal('helloOk'),
+    protocolVersion: z.number().int(),
+    agentVersion: z.string(),
+    sessionId: z.string(),
+    features: z.array(z.string()),
+    target: z
+      .object({ pid: z.number().int().optional(), containerId: z.string().optional(), podIP: z.string().optional() })
+      .optional(),
+  }),
+  z.object({ type: z.literal('pong'), id: z.number().int(), sentAt: z.number() }),
+  z.object({ type: z.literal('ping'), id: z.number().int(), sentAt: z.number() }),
+  // incoming traffic
+  z.object({ type: z.literal('subscribed'), id: requestId, port, mode: StealMode }),
+  z.object({ type: z.literal('refused'), id: requestId, port, reason, holder: Holder.optional() }),
+  z.object({ type: z.literal('unsubscribed'), id: requestId, port }),
+  // DNS and env through the pod; `error` is set (and addresses empty) when the name did not resolve
+  z.object({
+    type: z.literal('dnsResult'),
+    id: requestId,
+    addresses: z.array(z.object({ address: z.string(), family: z.union([z.literal(4), z.literal(6)]) })),
+    error: z.object({ code: z.string(), message: z.string() }).optional(),
+  }),
+  z.object({ type: z.literal('env'), id: requestId, vars: z.record(z.string(), z.string()) }),
+  // observability
+  z.object({ type: z.literal('traffic'), event: TrafficEvent }),
+  z.object({ type: z.literal('log'), level: z.enum(['debug', 'info', 'warn', 'error']), message: z.string() }),
+  // failures and end of session
+  z.object({ type: z.literal('error'), id: requestId.optional(), code: z.string(), message: z.string(), hint: z.string().optional() }),
+  z.object({ type: z.literal('bye'), reason }),
+]);
+export type AgentMessage = z.infer<typeof AgentMessage>;
+export type HelloOk = Extract<AgentMessage, { type: 'helloOk' }>;
+
+// ---- streams ----
+
+/** The header of a new stream (OPEN frame). */
+export const StreamOpen = z.discriminatedUnion('kind', [
+  // agent → CLI: a stolen/mirrored connection, or (filtered steal) one HTTP request whose bytes follow on the stream
+  z.object({
+    kind: z.literal('incoming'),
+    port,
+    mode: StealMode,
+    remoteAddress: z.string(),
+    remotePort: z.number().int().min(0).max(65535),
+    subscriptionId: z.string().optional(),
+    request: z
+      .object({
+        method: z.string(),
+        path: z.string(),
+        headers: z.record(z.string(), z.union([z.string(), z.array(z.string())])),
+      })
+      .optional(),
+  }),
+  // CLI → agent: connect to host:port from the pod's netns; the agent accepts once connected or resets with the errno
+  z.object({ kind: z.literal('outgoing'), host: z.string().min(1).max(253), port }),
+  // CLI → agent: read a file in the target's filesystem; the agent accepts (with size) and streams it, or resets
+  z.object({ kind: z.literal('file'), path: z.string().min(1).max(4096) }),
+]);
+export type StreamOpen = z.infer<typeof StreamOpen>;
+
+/** Optional details the accepting side sends with ACCEPT (all fields optional, so any kind may use it). */
+export const StreamAccept = z.object({
+  localAddress: z.string().optional(),
+  localPort: z.number().int().optional(),
+  remoteAddress: z.string().optional(),
+  remotePort: z.number().int().optional(),
+  size: z.number().int().optional(),
+});
+export type StreamAccept = z.infer<typeof StreamAccept>;

@@ -1,0 +1,188 @@
+// Test fixture of the agent suites: a "pod" netns (HTTP server in a cgroup named after a 64-hex container ID, with its
+// own mount namespace for resolv.conf/hosts), a "client" netns and a host bridge (the "node"), all under a unique prefix.
+import { spawn, execFile, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, mkdirSync, rmSync, writeFileSync, rmdirSync, existsSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { promisify } from 'node:util';
+
+const exec = promisify(execFile);
+const FIXTURES = resolve(import.meta.dirname, 'fixtures');
+export const AGENT_BUNDLE = resolve(import.meta.dirname, '../../dist/agent.js');
+const CGROUP_ROOT = existsSync('/sys/fs/cgroup/unified') ? '/sys/fs/cgroup/unified' : '/sys/fs/cgroup';
+
+/** Polls `check` until it returns a truthy value; fails with `what` after `timeoutMs` (generous: the machine is shared). */
+export async function waitFor<T>(check: () => T | Promise<T>, what: string, timeoutMs = 20_000): Promise<NonNullable<T>> {
+  const deadline = Date.now() + timeoutMs;
+  let last: unknown;
+  for (;;) {
+    try {
+      const value = await check();
+      if (value) return value as NonNullable<T>;
+    } catch (err) {
+      last = err;
+    }
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}${last ? ` (last error: ${String(last)})` : ''}`);
+    await new Promise((r) => setTimeout(r, 25));
+  }
+}
+
+export async function sh(cmd: string): Promise<string> {
+  const { stdout } = await exec('sh', ['-c', cmd], { maxBuffer: 8 * 1024 * 1024 });
+  return stdout;
+}
+
+export interface Proc {
+  child: ChildProcess;
+  lines: string[];
+  pid: number;
+}
+
+export interface AgentProc extends Proc {
+  /** PID of the agent process inside the pod netns (the re-executed one, from the ready line). */
+  innerPid: number;
+  port: number;
+  agentId: string;
+}
+
+export class PodNet {
+  readonly prefix = `dva${randomBytes(3).toString('hex')}`;
+  readonly podNs = `${this.prefix}-pod`;
+  readonly clientNs = `${this.prefix}-cli`;
+  readonly bridge = `${this.prefix}b`;
+  readonly dir = mkdtempSync(join(tmpdir(), 'devop-agent-test-'));
+  readonly containerId = randomBytes(32).toString('hex');
+  readonly cgroupParent = join(CGROUP_ROOT, this.prefix);
+  readonly cgroupDir = join(this.cgroupParent, this.containerId);
+  subnet = '';
+  private readonly procs: Proc[] = [];
+
+  get nodeIP(): string {
+    return `${this.subnet}.1`;
+  }
+  get podIP(): string {
+    return `${this.subnet}.2`;
+  }
+  get clientIP(): string {
+    return `${this.subnet}.3`;
+  }
+
+  /** Creates the bridge, both netns and their veths; picks a /24 no route on the host uses. */
+  async setup(): Promise<void> {
+    const routes = await sh('ip -4 route; ip -4 addr');
+    do {
+      this.subnet = `10.${150 + Math.floor(Math.random() * 100)}.${Math.floor(Math.random() * 256)}`;
+    } while (routes.includes(`${this.subnet}.`));
+    const p = this.prefix;
+    await sh(`ip link add ${this.bridge} type bridge && ip addr add ${this.nodeIP}/24 dev ${this.bridge} && ip link set ${this.bridge} up`);
+    for (const [ns, short, ip] of [[this.podNs, 'p', this.podIP], [this.clientNs, 'c', this.clientIP]] as const) {
+      await sh(
+        `ip netns add ${ns} && ip link add ${p}${short}0 type veth peer name ${p}${short}1 && ip link set ${p}${short}1 netns ${ns} && ` +
+          `ip link set ${p}${short}0 master ${this.bridge} up && ip netns exec ${ns} sh -c 'ip link set lo up && ip link set ${p}${short}1 name eth0 && ` +
+          `ip addr add ${ip}/24 dev eth0 && ip link set eth0 up && ip route add default via ${this.nodeIP}'`,
+      );
+    }
+    mkdirSync(this.cgroupDir, { recursive: true });
+  }
+
+  private spawnTracked(cmd: string, args: string[], env?: NodeJS.ProcessEnv): Proc {
+    const child = spawn(cmd, args, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const proc: Proc = { child, lines: [], pid: child.pid ?? -1 };
+    let buf = '';
+    const onData = (chunk: Buffer): void => {
+      buf += chunk.toString();
+      const parts = buf.split('\n');
+      buf = parts.pop() ?? '';
+      proc.lines.push(...parts);
+    };
+    child.stdout?.on('data', onData);
+    child.stderr?.on('data', onData);
+    this.procs.push(proc);
+    return proc;
+  }
+
+  /** Starts the pod's HTTP server in the container cgroup, the pod netns, and a mount namespace of its own. */
+  async startPod(opts: { port: number; name?: string; env?: Record<string, string>; resolvConf?: string; hosts?: string }): Promise<Proc> {
+    const resolvConf = join(this.dir, 'resolv.conf');
+    const hosts = join(this.dir, 'hosts');
+    writeFileSync(resolvConf, opts.resolvConf ?? `nameserver ${this.clientIP}\nsearch team.svc.cluster.local svc.cluster.local\noptions ndots:5\n`);
+    writeFileSync(hosts, opts.hosts ?? `127.0.0.1 localhost\n${this.podIP} ${opts.name ?? 'pod'}\n10.77.0.7 pinned.example\n`);
+    const inner = `mount --bind ${resolvConf} /etc/resolv.conf && mount --bind ${hosts} /etc/hosts && exec ${process.execPath} ${join(FIXTURES, 'pod-server.mjs')}`;
+    // Join the cgroup first (nsenter keeps the mount namespace, so /sys/fs/cgroup is still there), then the netns.
+    const script = `echo $$ > ${this.cgroupDir}/cgroup.procs && exec nsenter --net=/run/netns/${this.podNs} unshare -m --propagation private sh -c '${inner}'`;
+    const proc = this.spawnTracked('sh', ['-c', script], { PORT: String(opts.port), POD_NAME: opts.name ?? 'pod', ...opts.env });
+    await waitFor(() => proc.lines.some((l) => l.startsWith('LISTENING')), 'the pod server to listen');
+    return proc;
+  }
+
+  /** Runs the built agent the way job mode does: by container ID, from the host (hostPID), re-entering the pod netns. */
+  async startAgent(env: Record<string, string> = {}): Promise<AgentProc> {
+    const proc = this.spawnTracked(process.execPath, [AGENT_BUNDLE], {
+      DEVOP_AGENT_MODE: 'job',
+      DEVOP_AGENT_CONTAINER_ID: `containerd://${this.containerId}`,
+      DEVOP_AGENT_TOKEN: 'test-token',
+      DEVOP_AGENT_PORT: '0',
+      DEVOP_AGENT_ID: `${this.prefix}${randomBytes(2).toString('hex')}`,
+      DEVOP_AGENT_LOG_LEVEL: 'debug',
+      ...env,
+    });
+    const ready = await waitFor(() => proc.lines.map((l) => { try { return JSON.parse(l); } catch { return undefined; } }).find((m) => m?.msg === 'ready'), `the agent's ready line (output so far: ${proc.lines.slice(-5).join(' | ')})`);
+    return { ...proc, innerPid: ready.pid, port: ready.port, agentId: ready.agentId };
+  }
+
+  /** A unix socket at which the test reaches host:port from inside `ns` (one TCP connection per unix connection). */
+  async relay(ns: string, host: string, port: number): Promise<string> {
+    const path = join(this.dir, `relay-${randomBytes(4).toString('hex')}.sock`);
+    const proc = this.spawnTracked('nsenter', [`--net=/run/netns/${ns}`, process.execPath, join(FIXTURES, 'relay.mjs'), path, host, String(port)]);
+    await waitFor(() => proc.lines.includes('LISTENING'), 'a relay to listen');
+    return path;
+  }
+
+  /** The "cluster DNS" at the client IP (the pod's resolv.conf names it). */
+  async startDns(records: Record<string, string>): Promise<Proc> {
+    const proc = this.spawnTracked('nsenter', [`--net=/run/netns/${this.clientNs}`, process.execPath, join(FIXTURES, 'dns-server.mjs'), this.clientIP, JSON.stringify(records)]);
+    await waitFor(() => proc.lines.includes('LISTENING'), 'the DNS server to listen');
+    return proc;
+  }
+
+  /** iptables-save of the pod netns, both backends (nat table). */
+  async iptablesSave(): Promise<string> {
+    return sh(`ip netns exec ${this.podNs} sh -c 'iptables-nft-save -t nat 2>/dev/null; iptables-legacy-save -t nat 2>/dev/null; true'`);
+  }
+
+  /** Kills everything this fixture started (and anything left in its netns, e.g. a guard), then removes netns, links, cgroups. */
+  async teardown(): Promise<void> {
+    for (const proc of this.procs) if (proc.child.exitCode === null) proc.child.kill('SIGKILL');
+    for (const ns of [this.podNs, this.clientNs]) {
+      const pids = await sh(`ip netns pids ${ns} 2>/dev/null || true`);
+      for (const pid of pids.split('\n').filter(Boolean)) {
+        try {
+          process.kill(Number(pid), 'SIGKILL');
+        } catch {
+          // already gone
+        }
+      }
+    }
+    await sh(`ip netns del ${this.podNs} 2>/dev/null; ip netns del ${this.clientNs} 2>/dev/null; ip link del ${this.bridge} 2>/dev/null; true`);
+    await waitFor(() => {
+      try {
+        if (existsSync(this.cgroupDir)) rmdirSync(this.cgroupDir);
+        if (existsSync(this.cgroupParent)) rmdirSync(this.cgroupParent);
+        return true;
+      } catch {
+        return false;
+      }
+    }, 'the test cgroup to empty', 10_000).catch(() => undefined);
+    rmSync(this.dir, { recursive: true, force: true });
+  }
+
+  /** Processes the pod server's log says it handled: "REQ <method> <url> from <addr>". */
+  podRequests(pod: Proc): string[] {
+    return pod.lines.filter((l) => l.startsWith('REQ '));
+  }
+
+  readHostFile(path: string): string {
+    return readFileSync(path, 'utf8');
+  }
+}

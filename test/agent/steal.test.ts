@@ -1,0 +1,115 @@
+// Steal a whole port: the client's requests reach the local command, node-IP probes still reach the pod, flush moves
+// keep-alive connections, and unsubscribing gives the port back.
+import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { requireRoot } from '../helpers/root.js';
+import { PodNet, sh, waitFor, type AgentProc, type Proc } from './netns.js';
+import { connectSession, startLocalCommand, type LocalCommand, type TestSession } from './session-client.js';
+import { httpGet, keepAliveAgent } from './http.js';
+
+const run = requireRoot('agent steal');
+
+describe.runIf(run)('agent: steal a whole port', () => {
+  const net = new PodNet();
+  let pod: Proc;
+  let agent: AgentProc;
+  let control: string;
+  let client: string;
+  let local: LocalCommand;
+  let session: TestSession;
+
+  beforeAll(async () => {
+    await net.setup();
+    pod = await net.startPod({ port: 3000 });
+    agent = await net.startAgent();
+    control = await net.relay(net.podNs, '127.0.0.1', agent.port);
+    client = await net.relay(net.clientNs, net.podIP, 3000);
+    local = await startLocalCommand('local');
+    session = await connectSession(control, { local });
+  });
+  afterAll(async () => {
+    session?.mux.close('test over');
+    await local?.close();
+    await net.teardown();
+  });
+
+  test('requests from the client netns reach the local command; the pod sees none; node-IP probes still reach the pod', async () => {
+    // Given a session that steals port 3000 (probes not stolen)
+    expect((await session.subscribe(3000, 'steal')).type).toBe('subscribed');
+    // When the client sends requests to the pod IP
+    const a = await httpGet(client, '/stolen-a');
+    const b = await httpGet(client, '/stolen-b', { method: 'POST', body: 'hello' });
+    // Then the local command answered them and the pod's app never saw them
+    expect(a.body).toBe('local: GET /stolen-a');
+    expect(b.body).toBe('local: POST /stolen-b body=hello');
+    expect(net.podRequests(pod).filter((l) => l.includes('/stolen'))).toEqual([]);
+    // And a kubelet-like request from the node's IP still reaches the pod
+    const probe = await fetch(`http://${net.podIP}:3000/healthz`).then((r) => r.text());
+    expect(probe).toBe('pod: GET /healthz');
+    expect(net.podRequests(pod)).toContain(`REQ GET /healthz from ${net.nodeIP}`);
+    // And the rule lives in one DEVOP chain jumped to from PREROUTING, skipping the node IP
+    const rules = await net.iptablesSave();
+    expect(rules).toContain(`-A PREROUTING -p tcp -m comment --comment devop -j DEVOP-${agent.agentId}`);
+    expect(rules).toMatch(new RegExp(`-A DEVOP-${agent.agentId} ! -s ${net.nodeIP}/32 -p tcp -m tcp --dport 3000 -j REDIRECT --to-ports \\d+`));
+    // And the session was told about each connection
+    await waitFor(() => session.traffic.filter((t) => t.kind === 'connection' && t.phase === 'close' && t.to === 'local').length >= 2, 'traffic events');
+  });
+
+  test('unsubscribing gives the port back to the pod and removes its rule', async () => {
+    const port = 3000;
+    const sub = session.messages.find((m) => m.type === 'subscribed');
+    expect(sub).toBeDefined();
+    await session.request({ type: 'unsubscribe', id: (sub as { id: string }).id, port }, ['unsubscribed']);
+    expect((await httpGet(client, '/after-unsubscribe')).body).toBe('pod: GET /after-unsubscribe');
+    expect(await net.iptablesSave()).not.toMatch(/--dport 3000 -j REDIRECT/);
+  });
+
+  test('when nothing in the pod used conntrack, an open keep-alive connection is reset on its next request even without flush', async () => {
+    // Given a keep-alive connection to the pod, opened while no rule in the pod netns needed connection tracking
+    const keep = keepAliveAgent();
+    expect((await httpGet(client, '/ka-1', { agent: keep })).body).toBe('pod: GET /ka-1');
+    // When stealing starts without flush
+    const sub = await session.subscribe(3000, 'steal', { flush: false });
+    expect(sub.type).toBe('subscribed');
+    // Then the kernel picks the untracked connection's next packet up as new, redirects it, and the listener resets it
+    await expect(httpGet(client, '/ka-2', { agent: keep })).rejects.toThrow(/socket hang up|ECONNRESET/);
+    // And the client's next connection is stolen
+    expect((await httpGet(client, '/ka-3', { agent: keep })).body).toBe('local: GET /ka-3');
+    expect(net.podRequests(pod).some((l) => l.includes('/ka-2'))).toBe(false);
+    await session.request({ type: 'unsubscribe', id: (sub as { id: string }).id, port: 3000 }, ['unsubscribed']);
+    keep.destroy();
+  });
+
+  test('with conntrack already in use in the pod: without flush a keep-alive connection stays with the pod; with flush it is reset at once', async () => {
+    // Given a pod netns where a rule (as a service mesh would have) keeps connection tracking on
+    await sh(`ip netns exec ${net.podNs} iptables-nft -t nat -A OUTPUT -p tcp -d 127.0.0.2 --dport 9 -j REDIRECT --to-ports 9`);
+    try {
+      const keep = keepAliveAgent();
+      expect((await httpGet(client, '/kb-1', { agent: keep })).body).toBe('pod: GET /kb-1');
+      // When stealing starts without flush, the tracked connection keeps its original (non-)NAT decision
+      const noFlush = await session.subscribe(3000, 'steal', { flush: false });
+      expect(noFlush.type).toBe('subscribed');
+      const second = await httpGet(client, '/kb-2', { agent: keep });
+      expect(second.reused).toBe(true);
+      expect(second.body).toBe('pod: GET /kb-2');
+      await session.request({ type: 'unsubscribe', id: (noFlush as { id: string }).id, port: 3000 }, ['unsubscribed']);
+
+      // Given a fresh keep-alive connection to the pod
+      const keep2 = keepAliveAgent();
+      const before = await httpGet(client, '/kb-3', { agent: keep2 });
+      expect(before.body).toBe('pod: GET /kb-3');
+      const closed = new Promise<void>((r) => before.socket.once('close', () => r()));
+      // When stealing starts with flush
+      expect((await session.subscribe(3000, 'steal', { flush: true })).type).toBe('subscribed');
+      // Then the pod's side of that connection is reset at once, before the client sends anything more
+      await closed;
+      // And the client's next request (on a new connection) lands at the local command
+      const after = await httpGet(client, '/kb-4', { agent: keep2 });
+      expect(after.reused).toBe(false);
+      expect(after.body).toBe('local: GET /kb-4');
+      keep.destroy();
+      keep2.destroy();
+    } finally {
+      await sh(`ip netns exec ${net.podNs} iptables-nft -t nat -D OUTPUT -p tcp -d 127.0.0.2 --dport 9 -j REDIRECT --to-ports 9`);
+    }
+  });
+});

@@ -1,0 +1,143 @@
+// APIService aggregation: requests under /apis/<group>/<version> of an APIService backed by a Service are proxied over
+// TLS to a ready endpoint of that Service with the caller's identity in X-Remote-User/X-Remote-Group, as kube-apiserver
+// does; a status loop keeps each APIService's Available condition current.
+import { request as httpsRequest } from 'node:https';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { ApiError, type K8sObject } from './errors.js';
+import type { Identity } from './auth.js';
+import type { AggregatedGroup } from './discovery.js';
+import { nowTime, type Objects } from './objects.js';
+
+const APISERVICES = 'apiregistration.k8s.io/apiservices';
+/** How often Available is re-checked (kube-apiserver's availability controller re-checks on a similar cadence). */
+const CHECK_INTERVAL_MS = 2000;
+const PROXY_TIMEOUT_MS = 30_000;
+
+interface Backend {
+  host: string;
+  port: number;
+  ca?: string;
+  insecure: boolean;
+}
+
+export class Aggregator {
+  private timer?: NodeJS.Timeout;
+
+  constructor(private readonly objects: Objects) {}
+
+  private remoteServices(): K8sObject[] {
+    return this.objects.store.list(APISERVICES).filter((a) => a.spec?.service && a.spec?.group && a.spec?.version);
+  }
+
+  groups(): AggregatedGroup[] {
+    return this.remoteServices().map((a) => ({ group: a.spec.group, version: a.spec.version }));
+  }
+
+  handles(group: string, version: string): boolean {
+    return this.remoteServices().some((a) => a.spec.group === group && a.spec.version === version);
+  }
+
+  /** A ready endpoint (pod IP and target port) of the APIService's Service. */
+  backend(apiService: K8sObject): Backend | { error: string; reason: string } {
+    const ref = apiService.spec.service;
+    const svc = this.objects.store.get('/services', ref.namespace, ref.name);
+    if (!svc) return { reason: 'ServiceNotFound', error: `service/${ref.name} in "${ref.namespace}" is not present` };
+    const port = Number(ref.port ?? 443);
+    const svcPort = (svc.spec?.ports ?? []).find((p: K8sObject) => p.port === port);
+    if (!svcPort) return { reason: 'ServicePortError', error: `service/${ref.name} in "${ref.namespace}" is not listening on port ${port}` };
+    const ep = this.objects.store.get('/endpoints', ref.namespace, ref.name);
+    for (const subset of ep?.subsets ?? []) {
+      const epPort = (subset.ports ?? []).find((p: K8sObject) => (svcPort.name ? p.name === svcPort.name : true));
+      const addr = (subset.addresses ?? [])[0];
+      if (epPort && addr) {
+        const ca = apiService.spec.caBundle ? Buffer.from(apiService.spec.caBundle, 'base64').toString('utf8') : undefined;
+        return { host: addr.ip, port: epPort.port, ca, insecure: Boolean(apiService.spec.insecureSkipTLSVerify) };
+      }
+    }
+    return { reason: 'MissingEndpoints', error: `endpoints for service/${ref.name} in "${ref.namespace}" have no addresses with port name "${svcPort.name ?? ''}"` };
+  }
+
+  proxy(req: IncomingMessage, res: ServerResponse, id: Identity): void {
+    const url = new URL(req.url ?? '/', 'https://stand-in');
+    const [, , group, version] = url.pathname.split('/');
+    const apiService = this.remoteServices().find((a) => a.spec.group === group && a.spec.version === version);
+    if (!apiService) throw new ApiError(404, 'NotFound', 'the server could not find the requested resource');
+    const b = this.backend(apiService);
+    if ('error' in b) throw new ApiError(503, 'ServiceUnavailable', `${b.error}`);
+    const headers: Record<string, string | string[]> = {};
+    for (const [k, v] of Object.entries(req.headers)) {
+      if (v === undefined || ['authorization', 'host', 'connection', 'x-remote-user', 'x-remote-group'].includes(k)) continue;
+      headers[k] = v;
+    }
+    headers['x-remote-user'] = id.name;
+    headers['x-remote-group'] = id.groups;
+    headers['x-forwarded-for'] = req.socket.remoteAddress ?? '127.0.0.1';
+    const out = httpsRequest(
+      { host: b.host, port: b.port, method: req.method, path: req.url, headers, ca: b.ca, rejectUnauthorized: !b.insecure, servername: undefined, timeout: PROXY_TIMEOUT_MS },
+      (up) => {
+        res.writeHead(up.statusCode ?? 502, up.headers);
+        up.pipe(res);
+      },
+    );
+    out.on('timeout', () => out.destroy(new Error('timeout')));
+    out.on('error', (e) => {
+      if (res.headersSent) return res.end();
+      const body = JSON.stringify(new ApiError(503, 'ServiceUnavailable', `error trying to reach service: ${e.message}`).toStatus());
+      res.writeHead(503, { 'Content-Type': 'application/json' });
+      res.end(body);
+    });
+    req.pipe(out);
+  }
+
+  private probe(b: Backend, group: string, version: string): Promise<boolean> {
+    return new Promise((resolve) => {
+      const r = httpsRequest(
+        { host: b.host, port: b.port, path: `/apis/${group}/${version}`, method: 'GET', ca: b.ca, rejectUnauthorized: !b.insecure, timeout: 1500, headers: { 'x-remote-user': 'system:kube-aggregator', accept: 'application/json' } },
+        (res) => {
+          res.resume();
+          resolve((res.statusCode ?? 500) < 300);
+        },
+      );
+      r.on('timeout', () => r.destroy());
+      r.on('error', () => resolve(false));
+      r.end();
+    });
+  }
+
+  private async checkAll(): Promise<void> {
+    for (const a of this.objects.store.list(APISERVICES)) {
+      let cond: { status: string; reason: string; message: string };
+      if (!a.spec?.service) cond = { status: 'True', reason: 'Local', message: 'Local APIServices are always available' };
+      else {
+        const b = this.backend(a);
+        if ('error' in b) cond = { status: 'False', reason: b.reason, message: b.error };
+        else if (await this.probe(b, a.spec.group, a.spec.version)) cond = { status: 'True', reason: 'Passed', message: 'all checks passed' };
+        else cond = { status: 'False', reason: 'FailedDiscoveryCheck', message: `failing or missing response from https://${b.host}:${b.port}/apis/${a.spec.group}/${a.spec.version}` };
+      }
+      const cur = this.objects.store.get(APISERVICES, '', a.metadata.name);
+      if (!cur) continue;
+      const old = (cur.status?.conditions ?? []).find((c: K8sObject) => c.type === 'Available');
+      if (old && old.status === cond.status && old.reason === cond.reason) continue;
+      const t = this.objects.type(APISERVICES);
+      try {
+        this.objects.update(t, '', a.metadata.name, { ...cur, status: { conditions: [{ type: 'Available', ...cond, lastTransitionTime: nowTime() }] } }, { subresource: 'status' });
+      } catch {
+        // A concurrent write wins; the next round re-checks.
+      }
+    }
+  }
+
+  start(): void {
+    let running = false;
+    this.timer = setInterval(() => {
+      if (running) return;
+      running = true;
+      this.checkAll().finally(() => (running = false));
+    }, CHECK_INTERVAL_MS);
+    this.timer.unref();
+  }
+
+  stop(): void {
+    if (this.timer) clearInterval(this.timer);
+  }
+}

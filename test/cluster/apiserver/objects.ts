@@ -1,0 +1,260 @@
+// Object semantics shared by the REST handlers and the in-process controllers: create/update/patch/delete with
+// resourceVersion conflicts, generation, status subresources, finalizers, deletionTimestamp and graceful pod deletion.
+import { ApiError, alreadyExists, badRequest, conflict, notFound, statusSuccess, type K8sObject } from './errors.js';
+import type { Catalog } from './catalog.js';
+import { defaultContainerList, defaultOnCreate, newUid, randomSuffix, validateName } from './defaults.js';
+import { applyPatch, type PatchKind } from './patch.js';
+import { apiVersionOf, storeKey, type ResourceType } from './resources.js';
+import type { Store } from './store.js';
+
+export interface WriteOptions {
+  subresource?: string;
+  dryRun?: boolean;
+}
+
+export interface DeleteOptions {
+  propagationPolicy?: 'Orphan' | 'Background' | 'Foreground';
+  gracePeriodSeconds?: number;
+  orphanDependents?: boolean;
+  preconditions?: { uid?: string; resourceVersion?: string };
+  dryRun?: boolean;
+}
+
+export interface ObjectsOptions {
+  /** True when a kubelet terminates pods: pod deletion is then graceful (deletionTimestamp first) as on a real node. */
+  gracefulPods: () => boolean;
+  /** First three octets of the Service ClusterIP range, e.g. `10.96.7`. */
+  serviceNet: string;
+}
+
+/** Kinds that a PUT may create (AllowCreateOnUpdate in kube-apiserver). */
+const CREATE_ON_UPDATE = new Set(['/endpoints', '/events', 'coordination.k8s.io/leases', 'events.k8s.io/events']);
+/** Kinds whose status clients cannot set on create. */
+const CLEAR_STATUS_ON_CREATE = new Set(['apps/deployments', 'apps/replicasets', 'batch/jobs', '/services', 'apiregistration.k8s.io/apiservices']);
+
+export function nowTime(): string {
+  return new Date().toISOString().replace(/\.\d+Z$/, 'Z');
+}
+
+/** Everything of an object that counts as its spec for metadata.generation. */
+function specPart(t: ResourceType, o: K8sObject): string {
+  const { metadata: _m, status, kind: _k, apiVersion: _a, ...rest } = o;
+  return JSON.stringify(t.hasStatus ? rest : { ...rest, status });
+}
+
+function sameContent(a: K8sObject, b: K8sObject): boolean {
+  const strip = (o: K8sObject) => ({ ...o, metadata: { ...o.metadata, resourceVersion: undefined, managedFields: undefined } });
+  return JSON.stringify(strip(a)) === JSON.stringify(strip(b));
+}
+
+export class Objects {
+  constructor(
+    readonly store: Store,
+    readonly catalog: Catalog,
+    private readonly opts: ObjectsOptions,
+  ) {}
+
+  type(key: string): ResourceType {
+    const t = this.catalog.byKey(key);
+    if (!t) throw new Error(`unknown resource type ${key}`);
+    return t;
+  }
+
+  get(t: ResourceType, ns: string, name: string): K8sObject {
+    const o = this.store.get(storeKey(t), t.namespaced ? ns : '', name);
+    if (!o) throw notFound(t.group, t.resource, name);
+    return this.present(t, o);
+  }
+
+  tryGet(t: ResourceType, ns: string, name: string): K8sObject | undefined {
+    const o = this.store.get(storeKey(t), t.namespaced ? ns : '', name);
+    return o ? this.present(t, o) : undefined;
+  }
+
+  list(t: ResourceType, ns?: string): K8sObject[] {
+    return this.store.list(storeKey(t), t.namespaced ? ns : undefined).map((o) => this.present(t, o));
+  }
+
+  /** The object as served in a given version: custom resources are stored once, served under each version. */
+  present(t: ResourceType, o: K8sObject): K8sObject {
+    o.apiVersion = apiVersionOf(t);
+    o.kind = t.kind;
+    return o;
+  }
+
+  private checkNamespace(t: ResourceType, ns: string): void {
+    if (!t.namespaced) return;
+    const nsObj = this.store.get('/namespaces', '', ns);
+    if (!nsObj) throw notFound('', 'namespaces', ns);
+    if (nsObj.metadata.deletionTimestamp) {
+      throw new ApiError(403, 'Forbidden', `${t.resource} is forbidden: unable to create new content in namespace ${ns} because it is being terminated`, { kind: t.resource });
+    }
+  }
+
+  allocateClusterIP(): string {
+    const used = new Set(this.store.list('/services').map((s) => s.spec?.clusterIP));
+    for (let i = 10; i < 255; i++) {
+      const ip = `${this.opts.serviceNet}.${i}`;
+      if (!used.has(ip)) return ip;
+    }
+    throw new ApiError(500, 'InternalError', 'Internal error occurred: failed to allocate a serviceIP: range is full');
+  }
+
+  create(t: ResourceType, ns: string, body: K8sObject, w: WriteOptions = {}): K8sObject {
+    if (!body || typeof body !== 'object' || Array.isArray(body)) throw badRequest('the body of the request was in an unknown format');
+    const obj: K8sObject = structuredClone(body);
+    obj.metadata ??= {};
+    if (t.namespaced) {
+      if (obj.metadata.namespace && obj.metadata.namespace !== ns) {
+        throw badRequest('the namespace of the provided object does not match the namespace sent on the request');
+      }
+      obj.metadata.namespace = ns;
+    } else delete obj.metadata.namespace;
+    if (!obj.metadata.name && obj.metadata.generateName) obj.metadata.name = `${obj.metadata.generateName}${randomSuffix()}`;
+    validateName(t, obj);
+    this.checkNamespace(t, ns);
+    if (this.store.get(storeKey(t), t.namespaced ? ns : '', obj.metadata.name)) throw alreadyExists(t.group, t.resource, obj.metadata.name);
+    this.present(t, obj);
+    delete obj.metadata.resourceVersion;
+    delete obj.metadata.deletionTimestamp;
+    delete obj.metadata.deletionGracePeriodSeconds;
+    obj.metadata.uid = newUid();
+    obj.metadata.creationTimestamp = nowTime();
+    if (t.generation) obj.metadata.generation = 1;
+    else delete obj.metadata.generation;
+    if (CLEAR_STATUS_ON_CREATE.has(storeKey(t)) || (t.custom && t.hasStatus)) delete obj.status;
+    defaultOnCreate(t, obj, { allocateClusterIP: () => this.allocateClusterIP() });
+    if (w.dryRun) return obj;
+    return this.present(t, this.store.put(storeKey(t), obj));
+  }
+
+  update(t: ResourceType, ns: string, name: string, body: K8sObject, w: WriteOptions = {}): K8sObject {
+    if (!body || typeof body !== 'object' || Array.isArray(body)) throw badRequest('the body of the request was in an unknown format');
+    const old = this.tryGet(t, ns, name);
+    if (!old) {
+      if (!w.subresource && CREATE_ON_UPDATE.has(storeKey(t))) return this.create(t, ns, { ...body, metadata: { ...body.metadata, name } }, w);
+      throw notFound(t.group, t.resource, name);
+    }
+    if (body.metadata?.name && body.metadata.name !== name) {
+      throw badRequest(`the name of the object (${body.metadata.name}) does not match the name on the URL (${name})`);
+    }
+    const rv = body.metadata?.resourceVersion;
+    if (rv && rv !== old.metadata.resourceVersion) {
+      throw conflict(t.group, t.resource, name, 'the object has been modified; please apply your changes to the latest version and try again');
+    }
+    let next: K8sObject;
+    if (w.subresource === 'status') {
+      next = { ...old, status: structuredClone(body.status) };
+    } else if (w.subresource === 'ephemeralcontainers') {
+      const eph = structuredClone(body.spec?.ephemeralContainers ?? []);
+      defaultContainerList(eph);
+      next = { ...old, spec: { ...old.spec, ephemeralContainers: eph } };
+    } else {
+      next = structuredClone(body);
+      next.metadata ??= {};
+      if (t.hasStatus) next.status = old.status;
+      for (const k of ['uid', 'creationTimestamp', 'deletionTimestamp', 'deletionGracePeriodSeconds', 'generation', 'namespace']) {
+        if (old.metadata[k] === undefined) delete next.metadata[k];
+        else next.metadata[k] = old.metadata[k];
+      }
+      next.metadata.name = name;
+      if (old.metadata.deletionTimestamp) {
+        const added = (next.metadata.finalizers ?? []).filter((f: string) => !(old.metadata.finalizers ?? []).includes(f));
+        if (added.length > 0) throw new ApiError(422, 'Invalid', `${t.kind} "${name}" is invalid: metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers ${JSON.stringify(added)}`);
+      }
+      if (storeKey(t) === '/services' && old.spec?.clusterIP && !next.spec?.clusterIP) {
+        next.spec = { ...next.spec, clusterIP: old.spec.clusterIP, clusterIPs: old.spec.clusterIPs };
+      }
+    }
+    this.present(t, next);
+    next.metadata.resourceVersion = old.metadata.resourceVersion;
+    if (t.generation && specPart(t, next) !== specPart(t, old)) next.metadata.generation = (old.metadata.generation ?? 1) + 1;
+    if (sameContent(next, old)) return old;
+    if (w.dryRun) return next;
+    if (next.metadata.deletionTimestamp && (next.metadata.finalizers ?? []).length === 0 && !this.waitsForKubelet(t, next)) {
+      return this.present(t, this.store.remove(storeKey(t), ns, name) ?? next);
+    }
+    return this.present(t, this.store.put(storeKey(t), next));
+  }
+
+  patch(t: ResourceType, ns: string, name: string, kind: PatchKind, patch: K8sObject, w: WriteOptions = {}): K8sObject {
+    if (t.custom && kind === 'strategic') {
+      throw new ApiError(415, 'UnsupportedMediaType', 'the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml');
+    }
+    const old = this.tryGet(t, ns, name);
+    if (!old) {
+      if (kind === 'apply' && !w.subresource) return this.create(t, ns, { ...patch, metadata: { ...patch.metadata, name } }, w);
+      throw notFound(t.group, t.resource, name);
+    }
+    const patched = applyPatch(kind, old, patch);
+    if (!patched || typeof patched !== 'object') throw badRequest('the patch produced something that is not an object');
+    return this.update(t, ns, name, patched, w);
+  }
+
+  /** A pod that a kubelet still has to stop keeps existing (with deletionTimestamp) until the kubelet deletes it with grace 0. */
+  private waitsForKubelet(t: ResourceType, o: K8sObject): boolean {
+    return storeKey(t) === '/pods' && o.metadata.deletionGracePeriodSeconds > 0;
+  }
+
+  /** Returns the deleted object (deleted: true) or the object now pending deletion (deleted: false). */
+  delete(t: ResourceType, ns: string, name: string, d: DeleteOptions = {}): { object: K8sObject; deleted: boolean } {
+    const old = this.get(t, ns, name);
+    const pre = d.preconditions ?? {};
+    if (pre.uid && pre.uid !== old.metadata.uid) {
+      throw conflict(t.group, t.resource, name, `Precondition failed: UID in precondition: ${pre.uid}, UID in object meta: ${old.metadata.uid}`);
+    }
+    if (pre.resourceVersion && pre.resourceVersion !== old.metadata.resourceVersion) {
+      throw conflict(t.group, t.resource, name, `Precondition failed: ResourceVersion in precondition: ${pre.resourceVersion}, ResourceVersion in object meta: ${old.metadata.resourceVersion}`);
+    }
+    const key = storeKey(t);
+    const policy = d.propagationPolicy ?? (d.orphanDependents === true ? 'Orphan' : d.orphanDependents === false ? 'Background' : key === 'batch/jobs' ? 'Orphan' : 'Background');
+    const next = structuredClone(old);
+    const finalizers: string[] = [...(old.metadata.finalizers ?? [])];
+    if (policy === 'Foreground' && !finalizers.includes('foregroundDeletion')) finalizers.push('foregroundDeletion');
+    if (policy === 'Orphan' && !finalizers.includes('orphan') && !old.metadata.deletionTimestamp) finalizers.push('orphan');
+    next.metadata.finalizers = finalizers.length ? finalizers : undefined;
+    if (next.metadata.finalizers === undefined) delete next.metadata.finalizers;
+
+    if (key === '/pods') {
+      const terminal = ['Succeeded', 'Failed'].includes(old.status?.phase);
+      let grace = d.gracePeriodSeconds ?? old.metadata.deletionGracePeriodSeconds ?? old.spec?.terminationGracePeriodSeconds ?? 30;
+      if (!old.spec?.nodeName || terminal || !this.opts.gracefulPods()) grace = 0;
+      if (old.metadata.deletionGracePeriodSeconds !== undefined) grace = Math.min(grace, old.metadata.deletionGracePeriodSeconds);
+      next.metadata.deletionGracePeriodSeconds = grace;
+      if (!old.metadata.deletionTimestamp || grace < (old.metadata.deletionGracePeriodSeconds ?? Infinity)) {
+        next.metadata.deletionTimestamp = new Date(Date.now() + grace * 1000).toISOString().replace(/\.\d+Z$/, 'Z');
+      }
+      if (grace > 0 || finalizers.length > 0) return this.markDeleting(t, ns, name, next, old, d);
+      return this.removeNow(t, ns, name, old, d);
+    }
+    if (key === '/namespaces') {
+      next.status = { ...(next.status ?? {}), phase: 'Terminating' };
+      next.metadata.deletionTimestamp ??= nowTime();
+      next.metadata.deletionGracePeriodSeconds ??= 0;
+      return this.markDeleting(t, ns, name, next, old, d);
+    }
+    if (finalizers.length > 0) {
+      next.metadata.deletionTimestamp ??= nowTime();
+      next.metadata.deletionGracePeriodSeconds ??= 0;
+      return this.markDeleting(t, ns, name, next, old, d);
+    }
+    return this.removeNow(t, ns, name, old, d);
+  }
+
+  private markDeleting(t: ResourceType, ns: string, name: string, next: K8sObject, old: K8sObject, d: DeleteOptions) {
+    if (d.dryRun || sameContent(next, old)) return { object: old, deleted: false };
+    return { object: this.present(t, this.store.put(storeKey(t), next)), deleted: false };
+  }
+
+  private removeNow(t: ResourceType, ns: string, name: string, old: K8sObject, d: DeleteOptions) {
+    if (d.dryRun) return { object: old, deleted: true };
+    const gone = this.store.remove(storeKey(t), t.namespaced ? ns : '', name) ?? old;
+    return { object: this.present(t, gone), deleted: true };
+  }
+
+  /** The body kube-apiserver answers a DELETE with: the object for pods and pending deletions, else a Status. */
+  deleteResponse(t: ResourceType, r: { object: K8sObject; deleted: boolean }): K8sObject {
+    if (!r.deleted || storeKey(t) === '/pods' || t.custom) return r.object;
+    return statusSuccess({ name: r.object.metadata.name, group: t.group || undefined, kind: t.resource, uid: r.object.metadata.uid });
+  }
+}

@@ -1,0 +1,240 @@
+// REST verbs on resources and their plain subresources (status, scale, ephemeralcontainers, binding, eviction, token,
+// finalize) plus the review kinds (SelfSubjectAccessReview, SelfSubjectRulesReview, SelfSubjectReview).
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { parse as parseYaml } from 'yaml';
+import { ApiError, badRequest, methodNotAllowed, statusSuccess, type K8sObject } from './errors.js';
+import type { Authenticator, Identity } from './auth.js';
+import type { DeleteOptions, Objects } from './objects.js';
+import { applyPatch, patchKindOf } from './patch.js';
+import { apiVersionOf, type ResourceType } from './resources.js';
+import { parseFieldSelector, parseLabelSelector } from './selectors.js';
+import { toTable, wantsTable } from './table.js';
+import { serveWatch } from './watch.js';
+
+export interface ResourceRequest {
+  method: string;
+  t: ResourceType;
+  ns: string;
+  name?: string;
+  sub?: string;
+  query: URLSearchParams;
+  identity: Identity;
+}
+
+export interface RestContext {
+  objects: Objects;
+  auth: Authenticator;
+  /** Registers a stop function for a long-running response (watch), so that the server can end it on stop. */
+  track(stop: () => void): void;
+}
+
+const MAX_BODY = 3 * 1024 * 1024;
+
+export async function readBody(req: IncomingMessage): Promise<K8sObject | undefined> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const c of req) {
+    size += (c as Buffer).length;
+    if (size > MAX_BODY) throw new ApiError(413, 'RequestEntityTooLarge', 'Request entity too large: limit is 3145728');
+    chunks.push(c as Buffer);
+  }
+  const text = Buffer.concat(chunks).toString('utf8');
+  if (text.trim() === '') return undefined;
+  const ct = req.headers['content-type'] ?? '';
+  try {
+    return ct.includes('yaml') ? parseYaml(text) : JSON.parse(text);
+  } catch (e) {
+    throw badRequest(`the body of the request could not be decoded: ${(e as Error).message}`);
+  }
+}
+
+export function sendJson(res: ServerResponse, code: number, body: unknown): void {
+  const text = JSON.stringify(body);
+  res.writeHead(code, { 'Content-Type': 'application/json', 'Cache-Control': 'no-cache, private', 'Content-Length': Buffer.byteLength(text) });
+  res.end(text);
+}
+
+function stripForList(t: ResourceType, o: K8sObject): K8sObject {
+  if (t.custom) return o;
+  const { kind: _k, apiVersion: _a, ...rest } = o;
+  return rest;
+}
+
+function deleteOptions(q: URLSearchParams, body: K8sObject | undefined): DeleteOptions {
+  const d: DeleteOptions = {};
+  const pp = body?.propagationPolicy ?? q.get('propagationPolicy') ?? undefined;
+  if (pp) {
+    if (!['Orphan', 'Background', 'Foreground'].includes(pp)) throw badRequest(`propagationPolicy: Unsupported value: "${pp}"`);
+    d.propagationPolicy = pp;
+  }
+  const g = body?.gracePeriodSeconds ?? q.get('gracePeriodSeconds') ?? undefined;
+  if (g !== undefined && g !== null) d.gracePeriodSeconds = Number(g);
+  const od = body?.orphanDependents ?? q.get('orphanDependents') ?? undefined;
+  if (od !== undefined && od !== null) d.orphanDependents = od === true || od === 'true';
+  if (body?.preconditions) d.preconditions = body.preconditions;
+  d.dryRun = isDryRun(q, body);
+  return d;
+}
+
+function isDryRun(q: URLSearchParams, body?: K8sObject): boolean {
+  return q.getAll('dryRun').includes('All') || (Array.isArray(body?.dryRun) && body.dryRun.includes('All'));
+}
+
+function scaleOf(t: ResourceType, o: K8sObject): K8sObject {
+  const sel = o.spec?.selector?.matchLabels ?? {};
+  return {
+    kind: 'Scale',
+    apiVersion: 'autoscaling/v1',
+    metadata: { name: o.metadata.name, namespace: o.metadata.namespace, uid: o.metadata.uid, resourceVersion: o.metadata.resourceVersion, creationTimestamp: o.metadata.creationTimestamp },
+    spec: { replicas: o.spec?.replicas ?? 0 },
+    status: { replicas: o.status?.replicas ?? 0, selector: Object.entries(sel).map(([k, v]) => `${k}=${v}`).join(',') },
+  };
+}
+
+export async function handleReview(ctx: RestContext, req: IncomingMessage, res: ServerResponse, r: ResourceRequest): Promise<void> {
+  if (r.method !== 'POST') throw methodNotAllowed();
+  const body = (await readBody(req)) ?? {};
+  const out: K8sObject = { ...body, apiVersion: apiVersionOf(r.t), kind: r.t.kind, metadata: { ...(body.metadata ?? {}), creationTimestamp: null } };
+  if (r.t.resource === 'selfsubjectaccessreviews') {
+    const ra = body.spec?.resourceAttributes;
+    let allowed: boolean;
+    if (ra) {
+      allowed = ctx.auth.allowed(r.identity, { verb: ra.verb ?? '', apiGroup: ra.group ?? '', resource: ra.resource ?? '', subresource: ra.subresource || undefined, namespace: ra.namespace || undefined, name: ra.name || undefined });
+    } else {
+      allowed = Boolean(body.spec?.nonResourceAttributes);
+    }
+    out.status = allowed ? { allowed: true, reason: 'allowed by the stand-in policy' } : { allowed: false };
+  } else if (r.t.resource === 'selfsubjectrulesreviews') {
+    out.status = ctx.auth.rulesFor(r.identity, body.spec?.namespace ?? 'default');
+  } else {
+    out.status = { userInfo: { username: r.identity.name, uid: r.identity.uid, groups: r.identity.groups } };
+  }
+  sendJson(res, 201, out);
+}
+
+export async function handleResource(ctx: RestContext, req: IncomingMessage, res: ServerResponse, r: ResourceRequest): Promise<void> {
+  const { objects } = ctx;
+  const { t, ns, name, sub, query: q } = r;
+  const accept = req.headers.accept;
+  const dryRun = isDryRun(q);
+  if (sub === 'scale') {
+    if (!name) throw methodNotAllowed();
+    if (r.method === 'GET') return sendJson(res, 200, scaleOf(t, objects.get(t, ns, name)));
+    if (r.method !== 'PUT' && r.method !== 'PATCH') throw methodNotAllowed();
+    const cur = objects.get(t, ns, name);
+    const body = (await readBody(req)) ?? {};
+    let scale = scaleOf(t, cur);
+    if (r.method === 'PUT') scale = body;
+    else {
+      const kind = patchKindOf(req.headers['content-type']);
+      if (!kind) throw new ApiError(415, 'UnsupportedMediaType', `the body of the request was in an unknown format`);
+      scale = applyPatch(kind, scale, body);
+    }
+    if (scale.metadata?.resourceVersion && scale.metadata.resourceVersion !== cur.metadata.resourceVersion) {
+      cur.metadata.resourceVersion = scale.metadata.resourceVersion;
+    }
+    const updated = objects.update(t, ns, name, { ...cur, spec: { ...cur.spec, replicas: Number(scale.spec?.replicas ?? 0) } }, { dryRun });
+    return sendJson(res, 200, scaleOf(t, updated));
+  }
+  if (sub === 'binding' || sub === 'eviction') {
+    if (r.method !== 'POST' || !name) throw methodNotAllowed();
+    const body = (await readBody(req)) ?? {};
+    if (sub === 'binding') {
+      const pod = objects.get(t, ns, name);
+      if (pod.spec.nodeName) throw new ApiError(409, 'Conflict', `Operation cannot be fulfilled on pods/binding "${name}": pod ${name} is already assigned to node "${pod.spec.nodeName}"`);
+      objects.update(t, ns, name, { ...pod, spec: { ...pod.spec, nodeName: body.target?.name } });
+    } else {
+      objects.delete(t, ns, name, deleteOptions(q, body.deleteOptions));
+    }
+    return sendJson(res, 201, statusSuccess());
+  }
+  if (sub === 'token') {
+    if (r.method !== 'POST' || !name) throw methodNotAllowed();
+    objects.get(t, ns, name);
+    const body = (await readBody(req)) ?? {};
+    const seconds = Number(body.spec?.expirationSeconds ?? 3600);
+    const token = ctx.auth.issue(`system:serviceaccount:${ns}:${name}`, ['system:serviceaccounts', `system:serviceaccounts:${ns}`, 'system:authenticated'], [{ verbs: ['*'], apiGroups: ['*'], resources: ['*'] }]);
+    return sendJson(res, 201, {
+      kind: 'TokenRequest',
+      apiVersion: 'authentication.k8s.io/v1',
+      metadata: { name, namespace: ns, creationTimestamp: null },
+      spec: { audiences: body.spec?.audiences ?? ['https://kubernetes.default.svc.cluster.local'], expirationSeconds: seconds, boundObjectRef: body.spec?.boundObjectRef ?? null },
+      status: { token, expirationTimestamp: new Date(Date.now() + seconds * 1000).toISOString().replace(/\.\d+Z$/, 'Z') },
+    });
+  }
+  if (sub && !['status', 'ephemeralcontainers', 'finalize'].includes(sub)) throw new ApiError(404, 'NotFound', 'the server could not find the requested resource');
+  const w = { subresource: sub === 'finalize' ? undefined : sub, dryRun };
+
+  switch (r.method) {
+    case 'GET': {
+      if (name) {
+        const o = objects.get(t, ns, name);
+        return sendJson(res, 200, wantsTable(accept) ? toTable(t, [o], { resourceVersion: o.metadata.resourceVersion }, q.get('includeObject') ?? undefined) : o);
+      }
+      const match = (() => {
+        const l = parseLabelSelector(q.get('labelSelector') ?? undefined);
+        const f = parseFieldSelector(q.get('fieldSelector') ?? undefined);
+        return (o: K8sObject) => l(o) && f(o);
+      })();
+      const listNs = t.namespaced && ns ? ns : undefined;
+      if (q.get('watch') === 'true' || q.get('watch') === '1') {
+        const table = wantsTable(accept);
+        serveWatch(
+          objects,
+          res,
+          {
+            t,
+            ns: listNs,
+            match,
+            resourceVersion: q.get('resourceVersion') ?? undefined,
+            timeoutSeconds: q.has('timeoutSeconds') ? Number(q.get('timeoutSeconds')) : undefined,
+            bookmarks: q.get('allowWatchBookmarks') === 'true',
+            sendInitialEvents: q.get('sendInitialEvents') === 'true',
+            render: table ? (o) => toTable(t, [o], { resourceVersion: o.metadata.resourceVersion }, q.get('includeObject') ?? undefined) : undefined,
+          },
+          ctx.track,
+        );
+        return;
+      }
+      const items = objects.list(t, listNs).filter(match);
+      const meta = { resourceVersion: String(objects.store.currentRV()) };
+      if (wantsTable(accept)) return sendJson(res, 200, toTable(t, items, meta, q.get('includeObject') ?? undefined));
+      return sendJson(res, 200, { kind: t.listKind, apiVersion: apiVersionOf(t), metadata: meta, items: items.map((o) => stripForList(t, o)) });
+    }
+    case 'POST': {
+      if (name) throw methodNotAllowed();
+      const body = await readBody(req);
+      return sendJson(res, 201, objects.create(t, ns, body ?? {}, w));
+    }
+    case 'PUT': {
+      if (!name) throw methodNotAllowed();
+      const body = await readBody(req);
+      const existed = Boolean(objects.tryGet(t, ns, name));
+      return sendJson(res, existed ? 200 : 201, objects.update(t, ns, name, body ?? {}, w));
+    }
+    case 'PATCH': {
+      if (!name) throw methodNotAllowed();
+      const kind = patchKindOf(req.headers['content-type']);
+      if (!kind) {
+        throw new ApiError(415, 'UnsupportedMediaType', `the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml`);
+      }
+      const body = await readBody(req);
+      return sendJson(res, 200, objects.patch(t, ns, name, kind, body ?? {}, w));
+    }
+    case 'DELETE': {
+      const body = await readBody(req);
+      const d = deleteOptions(q, body);
+      if (name) {
+        const result = objects.delete(t, ns, name, d);
+        return sendJson(res, result.deleted ? 200 : 202, objects.deleteResponse(t, result));
+      }
+      const l = parseLabelSelector(q.get('labelSelector') ?? undefined);
+      const f = parseFieldSelector(q.get('fieldSelector') ?? undefined);
+      const victims = objects.list(t, t.namespaced ? ns : undefined).filter((o) => l(o) && f(o));
+      const out = victims.map((o) => objects.delete(t, o.metadata.namespace ?? '', o.metadata.name, d).object);
+      return sendJson(res, 200, { kind: t.listKind, apiVersion: apiVersionOf(t), metadata: { resourceVersion: String(objects.store.currentRV()) }, items: out });
+    }
+    default:
+      throw methodNotAllowed();
+  }
+}

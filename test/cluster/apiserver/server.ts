@@ -1,0 +1,214 @@
+// The stand-in's HTTPS API server: authentication, authorization, routing of discovery, OpenAPI, resources, streaming
+// subresources and aggregated APIs, with every error answered as a metav1.Status.
+import { createServer, type Server } from 'node:https';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { Duplex } from 'node:stream';
+import { ApiError, type K8sObject } from './errors.js';
+import type { Authenticator, Identity } from './auth.js';
+import type { Catalog } from './catalog.js';
+import { apiGroup, apiGroupList, apiResourceList, apiVersions, openapiV3, SERVER_VERSION } from './discovery.js';
+import type { Objects } from './objects.js';
+import { VIRTUAL_RESOURCES, type ResourceType } from './resources.js';
+import { handleResource, handleReview, sendJson, type ResourceRequest } from './rest.js';
+import { createStreamServer, serveLogs } from './streams.js';
+import type { Aggregator } from './aggregator.js';
+import type { NodeRuntime } from '../node-runtime.js';
+
+export interface ApiServerOptions {
+  cert: string;
+  key: string;
+  objects: Objects;
+  catalog: Catalog;
+  auth: Authenticator;
+  aggregator: Aggregator;
+  runtime: () => NodeRuntime | undefined;
+  host?: string;
+}
+
+export interface ApiServer {
+  server: Server;
+  url: string;
+  port: number;
+  dropPortForwards(): void;
+  close(): Promise<void>;
+}
+
+interface Route {
+  group: string;
+  version: string;
+  ns: string;
+  resource?: string;
+  name?: string;
+  sub?: string;
+}
+
+/** Splits /api/v1/... and /apis/<g>/<v>/... into group, version, namespace, resource, name, subresource. */
+export function parseResourcePath(path: string): Route | undefined {
+  const seg = path.split('/').filter((s) => s !== '').map(decodeURIComponent);
+  let group: string;
+  let version: string;
+  let rest: string[];
+  if (seg[0] === 'api' && seg.length >= 2) [group, version, rest] = ['', seg[1], seg.slice(2)];
+  else if (seg[0] === 'apis' && seg.length >= 3) [group, version, rest] = [seg[1], seg[2], seg.slice(3)];
+  else return undefined;
+  if (rest.length === 0) return { group, version, ns: '' };
+  if (rest[0] === 'namespaces' && rest.length >= 3 && !(rest.length === 3 && ['status', 'finalize'].includes(rest[2]))) {
+    return { group, version, ns: rest[1], resource: rest[2], name: rest[3], sub: rest[4] };
+  }
+  return { group, version, ns: '', resource: rest[0], name: rest[1], sub: rest[2] };
+}
+
+function verbOf(method: string, name: string | undefined, q: URLSearchParams, sub?: string): string {
+  if (sub && ['exec', 'portforward', 'attach', 'binding', 'eviction', 'token'].includes(sub)) return 'create';
+  switch (method) {
+    case 'GET':
+    case 'HEAD':
+      return name ? 'get' : q.get('watch') === 'true' || q.get('watch') === '1' ? 'watch' : 'list';
+    case 'POST':
+      return 'create';
+    case 'PUT':
+      return 'update';
+    case 'PATCH':
+      return 'patch';
+    case 'DELETE':
+      return name ? 'delete' : 'deletecollection';
+    default:
+      return method.toLowerCase();
+  }
+}
+
+export async function startApiServer(o: ApiServerOptions): Promise<ApiServer> {
+  const streams = createStreamServer(o.runtime);
+  const watchStops = new Set<() => void>();
+  const track = (stop: () => void) => {
+    watchStops.add(stop);
+  };
+  const restCtx = { objects: o.objects, auth: o.auth, track };
+  let address = '';
+
+  const resolve = (r: Route): { t: ResourceType; name?: string; sub?: string; ns: string } => {
+    if (!r.resource) throw new ApiError(404, 'NotFound', 'the server could not find the requested resource');
+    const t = o.catalog.find(r.group, r.version, r.resource);
+    if (!t) throw new ApiError(404, 'NotFound', 'the server could not find the requested resource');
+    if (!t.namespaced && r.ns) throw new ApiError(404, 'NotFound', 'the server could not find the requested resource');
+    return { t, name: r.name, sub: r.sub, ns: r.ns };
+  };
+
+  const authorize = (id: Identity, method: string, route: { t: ResourceType; ns: string; name?: string; sub?: string }, q: URLSearchParams) => {
+    const isNamespaceObject = route.t.group === '' && route.t.resource === 'namespaces';
+    o.auth.authorize(id, {
+      verb: verbOf(method, route.name, q, route.sub),
+      apiGroup: route.t.group,
+      resource: route.t.resource,
+      subresource: route.sub,
+      namespace: route.t.namespaced ? route.ns || undefined : isNamespaceObject ? route.name : undefined,
+      name: route.name,
+    });
+  };
+
+  const handle = async (req: IncomingMessage, res: ServerResponse) => {
+    const url = new URL(req.url ?? '/', 'https://stand-in');
+    const path = url.pathname.replace(/\/+$/, '') || '/';
+    const q = url.searchParams;
+    const method = req.method ?? 'GET';
+    if (path === '/healthz' || path === '/livez' || path === '/readyz') {
+      res.writeHead(200, { 'Content-Type': 'text/plain' });
+      return res.end('ok');
+    }
+    const id = o.auth.authenticate(req.headers.authorization);
+    if (path === '/version') return sendJson(res, 200, SERVER_VERSION);
+    if (path === '/api') return sendJson(res, 200, apiVersions(address));
+    if (path === '/apis') return sendJson(res, 200, apiGroupList(o.catalog, o.aggregator.groups()));
+    if (path === '/openapi/v3' || path.startsWith('/openapi/v3/')) {
+      const { index, docs } = openapiV3(o.catalog);
+      if (path === '/openapi/v3') return sendJson(res, 200, index);
+      const doc = docs.get(path.slice('/openapi/v3/'.length));
+      if (!doc) throw new ApiError(404, 'NotFound', 'the server could not find the requested resource');
+      return sendJson(res, 200, doc);
+    }
+    if (path === '/openapi/v2') throw new ApiError(404, 'NotFound', 'the server could not find the requested resource');
+    const route = parseResourcePath(path);
+    if (!route) throw new ApiError(404, 'NotFound', 'the server could not find the requested resource');
+    if (route.group && o.aggregator.handles(route.group, route.version)) return o.aggregator.proxy(req, res, id);
+    if (!route.resource) {
+      if (path.split('/').filter(Boolean).length === 2 && route.group && path.startsWith('/apis/')) {
+        const g = apiGroup(o.catalog, route.group, o.aggregator.groups());
+        if (g) return sendJson(res, 200, g);
+      }
+      const types = o.catalog.all().filter((t) => t.group === route.group && t.version === route.version);
+      if (types.length === 0) throw new ApiError(404, 'NotFound', 'the server could not find the requested resource');
+      return sendJson(res, 200, apiResourceList(types, route.group ? `${route.group}/${route.version}` : route.version));
+    }
+    const r = resolve(route);
+    authorize(id, method, r, q);
+    const rr: ResourceRequest = { method, t: r.t, ns: r.ns, name: r.name, sub: r.sub, query: q, identity: id };
+    if (VIRTUAL_RESOURCES.has(r.t.resource)) return handleReview(restCtx, req, res, rr);
+    if (r.t.group === '' && r.t.resource === 'pods' && r.sub === 'log') {
+      const pod = o.objects.get(r.t, r.ns, r.name ?? '');
+      return serveLogs(o.runtime(), pod, q, res);
+    }
+    if (r.t.group === '' && r.t.resource === 'pods' && ['exec', 'portforward', 'attach'].includes(r.sub ?? '')) {
+      throw new ApiError(400, 'BadRequest', 'Upgrade request required');
+    }
+    return handleResource(restCtx, req, res, rr);
+  };
+
+  const fail = (res: ServerResponse, e: unknown) => {
+    const err = e instanceof ApiError ? e : new ApiError(500, 'InternalError', `Internal error occurred: ${(e as Error).message}`);
+    if (!(e instanceof ApiError)) console.error('stand-in apiserver:', e);
+    if (res.headersSent) return res.end();
+    sendJson(res, err.code, err.toStatus());
+  };
+
+  const server = createServer({ cert: o.cert, key: o.key }, (req, res) => {
+    handle(req, res).catch((e) => fail(res, e));
+  });
+
+  server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+    const refuse = (e: unknown) => {
+      const err = e instanceof ApiError ? e : new ApiError(500, 'InternalError', (e as Error).message);
+      const body = JSON.stringify(err.toStatus());
+      socket.end(`HTTP/1.1 ${err.code} ${err.reason}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
+    };
+    try {
+      const url = new URL(req.url ?? '/', 'https://stand-in');
+      const q = url.searchParams;
+      const id = o.auth.authenticate(req.headers.authorization);
+      const route = parseResourcePath(url.pathname);
+      if (route?.group && o.aggregator.handles(route.group, route.version)) throw new ApiError(400, 'BadRequest', 'upgrades are not proxied to aggregated APIs by the stand-in');
+      if (!route) throw new ApiError(404, 'NotFound', 'the server could not find the requested resource');
+      const r = resolve(route);
+      if (!(r.t.group === '' && r.t.resource === 'pods' && (r.sub === 'exec' || r.sub === 'portforward' || r.sub === 'attach'))) {
+        throw new ApiError(400, 'BadRequest', 'this resource does not support upgrades');
+      }
+      authorize(id, req.method ?? 'GET', r, q);
+      const pod = o.objects.get(r.t, r.ns, r.name ?? '');
+      if (r.sub === 'attach') throw new ApiError(400, 'BadRequest', 'the stand-in does not support pods/attach; use pods/exec');
+      if (r.sub === 'exec') streams.upgradeExec(req, socket, head, pod as K8sObject, q);
+      else streams.upgradePortForward(req, socket, head, pod as K8sObject, q);
+    } catch (e) {
+      refuse(e);
+    }
+  });
+
+  const host = o.host ?? '127.0.0.1';
+  await new Promise<void>((resolveListen, reject) => {
+    server.once('error', reject);
+    server.listen(0, host, () => resolveListen());
+  });
+  const port = (server.address() as AddressInfo).port;
+  address = `${host}:${port}`;
+  return {
+    server,
+    url: `https://${host}:${port}`,
+    port,
+    dropPortForwards: () => streams.dropPortForwards(),
+    close: async () => {
+      for (const stop of watchStops) stop();
+      streams.closeAll();
+      server.closeAllConnections();
+      await new Promise<void>((r) => server.close(() => r()));
+    },
+  };
+}

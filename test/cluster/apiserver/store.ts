@@ -1,0 +1,123 @@
+// In-memory object storage with one resourceVersion counter, change events and a bounded watch history window.
+import type { K8sObject } from './errors.js';
+
+export type EventType = 'ADDED' | 'MODIFIED' | 'DELETED';
+
+export interface StoreEvent {
+  type: EventType;
+  /** storeKey of the resource type: `<group>/<resource>`. */
+  key: string;
+  object: K8sObject;
+  rv: number;
+}
+
+/** How many past events a watch may resume from; older resourceVersions get 410 Gone, as etcd compaction does. */
+export const HISTORY_WINDOW = 5000;
+
+export class Store {
+  private rv = 1;
+  private readonly data = new Map<string, Map<string, K8sObject>>();
+  private readonly byUid = new Map<string, { key: string; ns: string; name: string }>();
+  private readonly history: StoreEvent[] = [];
+  private readonly listeners = new Set<(ev: StoreEvent) => void>();
+  private compactedRv = 1;
+
+  currentRV(): number {
+    return this.rv;
+  }
+
+  /** Lowest resourceVersion from which a watch can still resume. */
+  oldestRV(): number {
+    return this.compactedRv;
+  }
+
+  private bucket(key: string): Map<string, K8sObject> {
+    let b = this.data.get(key);
+    if (!b) {
+      b = new Map();
+      this.data.set(key, b);
+    }
+    return b;
+  }
+
+  get(key: string, ns: string, name: string): K8sObject | undefined {
+    const o = this.data.get(key)?.get(`${ns}/${name}`);
+    return o ? structuredClone(o) : undefined;
+  }
+
+  getByUid(uid: string): { key: string; object: K8sObject } | undefined {
+    const loc = this.byUid.get(uid);
+    if (!loc) return undefined;
+    const object = this.get(loc.key, loc.ns, loc.name);
+    return object ? { key: loc.key, object } : undefined;
+  }
+
+  list(key: string, ns?: string): K8sObject[] {
+    const out: K8sObject[] = [];
+    for (const o of this.data.get(key)?.values() ?? []) {
+      if (ns === undefined || (o.metadata.namespace ?? '') === ns) out.push(structuredClone(o));
+    }
+    return out.sort((a, b) => (a.metadata.namespace ?? '').localeCompare(b.metadata.namespace ?? '') || a.metadata.name.localeCompare(b.metadata.name));
+  }
+
+  keys(): string[] {
+    return [...this.data.keys()];
+  }
+
+  /** Stores an object (new or replacing), stamping the next resourceVersion; returns the stored copy. */
+  put(key: string, obj: K8sObject): K8sObject {
+    const ns = obj.metadata.namespace ?? '';
+    const bucket = this.bucket(key);
+    const existed = bucket.has(`${ns}/${obj.metadata.name}`);
+    const stored = structuredClone(obj);
+    stored.metadata.resourceVersion = String(++this.rv);
+    bucket.set(`${ns}/${stored.metadata.name}`, stored);
+    if (stored.metadata.uid) this.byUid.set(stored.metadata.uid, { key, ns, name: stored.metadata.name });
+    this.emit({ type: existed ? 'MODIFIED' : 'ADDED', key, object: stored, rv: this.rv });
+    return structuredClone(stored);
+  }
+
+  remove(key: string, ns: string, name: string): K8sObject | undefined {
+    const bucket = this.data.get(key);
+    const old = bucket?.get(`${ns}/${name}`);
+    if (!bucket || !old) return undefined;
+    bucket.delete(`${ns}/${name}`);
+    if (old.metadata.uid) this.byUid.delete(old.metadata.uid);
+    const gone = structuredClone(old);
+    gone.metadata.resourceVersion = String(++this.rv);
+    this.emit({ type: 'DELETED', key, object: gone, rv: this.rv });
+    return structuredClone(gone);
+  }
+
+  /** Events of one resource type after `rv`, or 'gone' when they fell out of the history window. */
+  eventsSince(key: string, rv: number): StoreEvent[] | 'gone' {
+    if (rv < this.compactedRv) return 'gone';
+    return this.history.filter((e) => e.rv > rv && e.key === key);
+  }
+
+  subscribe(fn: (ev: StoreEvent) => void): () => void {
+    this.listeners.add(fn);
+    return () => this.listeners.delete(fn);
+  }
+
+  /** Test hook: forget history up to now, so every older resourceVersion is Gone. */
+  compact(): void {
+    this.history.length = 0;
+    this.compactedRv = this.rv;
+  }
+
+  private emit(ev: StoreEvent): void {
+    this.history.push(ev);
+    if (this.history.length > HISTORY_WINDOW) {
+      const dropped = this.history.splice(0, this.history.length - HISTORY_WINDOW);
+      this.compactedRv = dropped[dropped.length - 1].rv;
+    }
+    for (const l of [...this.listeners]) {
+      try {
+        l(ev);
+      } catch {
+        // A listener's failure must not break storage; listeners log their own errors.
+      }
+    }
+  }
+}

@@ -1,0 +1,136 @@
+// Container log files in the CRI format kubelet reads (`<RFC3339Nano> <stream> <F|P> <text>`), and the reader behind
+// pods/log: tailLines, timestamps and follow (until the container attempt ends or the reader is destroyed).
+import { createWriteStream, type WriteStream } from 'node:fs';
+import { open, readFile } from 'node:fs/promises';
+import { Readable } from 'node:stream';
+
+/** How often a follower looks for appended lines. */
+const FOLLOW_POLL_MS = 100;
+
+function timestamp(): string {
+  return new Date().toISOString().replace(/\.(\d{3})Z$/, '.$1000000Z');
+}
+
+/** Appends one container attempt's stdout/stderr to its log file, one CRI line per output line. */
+export class ContainerLogWriter {
+  private readonly out: WriteStream;
+  private readonly partial: Record<'stdout' | 'stderr', string> = { stdout: '', stderr: '' };
+  private closed = false;
+
+  constructor(readonly path: string) {
+    this.out = createWriteStream(path, { flags: 'a' });
+    this.out.on('error', () => {});
+  }
+
+  write(stream: 'stdout' | 'stderr', chunk: Buffer | string): void {
+    if (this.closed) return;
+    const text = this.partial[stream] + chunk.toString();
+    const lines = text.split('\n');
+    this.partial[stream] = lines.pop() ?? '';
+    for (const line of lines) this.out.write(`${timestamp()} ${stream} F ${line}\n`);
+  }
+
+  /** Flushes partial lines (a last line without newline is kept as kubelet does) and closes the file. */
+  close(): Promise<void> {
+    if (this.closed) return Promise.resolve();
+    for (const stream of ['stdout', 'stderr'] as const) {
+      if (this.partial[stream]) this.out.write(`${timestamp()} ${stream} P ${this.partial[stream]}\n`);
+    }
+    this.closed = true;
+    return new Promise((resolve) => this.out.end(resolve));
+  }
+}
+
+interface ParsedLine {
+  time: string;
+  text: string;
+  partial: boolean;
+}
+
+function parseLine(line: string): ParsedLine | undefined {
+  const m = /^(\S+) (stdout|stderr) ([FP]) (.*)$/.exec(line);
+  return m ? { time: m[1], text: m[4], partial: m[3] === 'P' } : undefined;
+}
+
+function format(line: ParsedLine, timestamps: boolean): string {
+  return `${timestamps ? `${line.time} ` : ''}${line.text}${line.partial ? '' : '\n'}`;
+}
+
+export interface LogReadOptions {
+  follow: boolean;
+  tailLines?: number;
+  timestamps?: boolean;
+  /** True once no more lines will be appended (the attempt has ended and its writer is closed). */
+  ended: () => boolean;
+}
+
+/** A Readable of a log file's content as `kubectl logs` shows it. */
+export function readContainerLog(path: string, opts: LogReadOptions): Readable {
+  let offset = 0;
+  let carry = '';
+  let timer: NodeJS.Timeout | undefined;
+  let first = true;
+  let reading = false;
+  const timestamps = Boolean(opts.timestamps);
+
+  const readable = new Readable({
+    read() {
+      if (!reading && !timer) void pump();
+    },
+    destroy(err, cb) {
+      if (timer) clearTimeout(timer);
+      timer = undefined;
+      cb(err);
+    },
+  });
+
+  async function readNew(): Promise<string[]> {
+    let data = '';
+    if (first) {
+      data = await readFile(path, 'utf8').catch(() => '');
+      offset = Buffer.byteLength(data);
+    } else {
+      const fh = await open(path, 'r').catch(() => undefined);
+      if (!fh) return [];
+      try {
+        const { size } = await fh.stat();
+        if (size > offset) {
+          const buf = Buffer.alloc(size - offset);
+          await fh.read(buf, 0, buf.length, offset);
+          offset = size;
+          data = buf.toString('utf8');
+        }
+      } finally {
+        await fh.close();
+      }
+    }
+    const lines = (carry + data).split('\n');
+    carry = lines.pop() ?? '';
+    let out = lines;
+    if (first && opts.tailLines !== undefined) out = opts.tailLines <= 0 ? [] : lines.slice(-opts.tailLines);
+    first = false;
+    return out;
+  }
+
+  async function pump(): Promise<void> {
+    reading = true;
+    try {
+      const endedBefore = opts.ended();
+      const lines = await readNew();
+      if (readable.destroyed) return;
+      const text = lines.map(parseLine).filter((l): l is ParsedLine => Boolean(l)).map((l) => format(l, timestamps)).join('');
+      if (text) readable.push(text);
+      if (!opts.follow || endedBefore) {
+        readable.push(null);
+        return;
+      }
+      if (!text) timer = setTimeout(() => { timer = undefined; void pump(); }, FOLLOW_POLL_MS);
+    } catch (err) {
+      readable.destroy(err as Error);
+    } finally {
+      reading = false;
+    }
+  }
+
+  return readable;
+}

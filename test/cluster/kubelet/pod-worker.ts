@@ -1,0 +1,350 @@
+// One pod on the node: its sandbox, its init, regular and ephemeral containers (start, restart with back-off under the
+// restart policy, readiness), and its termination (SIGTERM, grace period, SIGKILL, sandbox removal).
+import { randomBytes } from 'node:crypto';
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import type { V1Container, V1EphemeralContainer, V1Pod } from '@kubernetes/client-node';
+import type { ImageTable } from '../images.js';
+import type { CgroupRoot } from './cgroup.js';
+import { ContainerProcess, ContainerStartError } from './container.js';
+import { buildContainerEnv, EnvConfigError, expandRefs, type EnvSources } from './env.js';
+import { execInContainer } from './exec.js';
+import type { NodeNetwork } from './network.js';
+import { PodDialer } from './pod-dialer.js';
+import { startReadinessLoop } from './probes.js';
+import { currentAttempt, isRunning, newRecord, type ContainerKind, type ContainerRecord } from './records.js';
+import { PodSandbox } from './sandbox.js';
+
+/** Restart back-off: first restart at once, then doubling from here (kubelet uses 10 s; tests should not wait that). */
+const BACKOFF_BASE_MS = 200;
+const BACKOFF_MAX_MS = 5_000;
+/** A container that ran this long resets its back-off, as kubelet does after a stable run. */
+const BACKOFF_RESET_AFTER_MS = 10_000;
+
+export interface PodWorkerDeps {
+  nodeName: string;
+  nodeIP: string;
+  network: NodeNetwork;
+  cgroups: CgroupRoot;
+  images: ImageTable;
+  envSources: EnvSources;
+  /** Per-instance directory for relay sockets and logs. */
+  stateDir: string;
+  /** Unique netns/veth names for a new sandbox. */
+  sandboxNames(): { netns: string; hostVeth: string };
+  clusterDomain: string;
+  onChange(worker: PodWorker): void;
+  event(pod: V1Pod, type: 'Normal' | 'Warning', reason: string, message: string, fieldPath?: string): void;
+}
+
+export type RestartPolicy = 'Always' | 'OnFailure' | 'Never';
+
+export class PodWorker {
+  readonly uid: string;
+  readonly startTime = new Date();
+  sandbox: PodSandbox | undefined;
+  dialer: PodDialer | undefined;
+  readonly records = new Map<string, ContainerRecord>();
+  initialized = false;
+  sandboxError: string | undefined;
+  private stopping = false;
+  private sandboxCreation: Promise<PodSandbox> | undefined;
+  private terminated: Promise<void> | undefined;
+  private readonly wakers = new Set<() => void>();
+  private readonly stopProbes = new Map<string, () => void>();
+  private readonly logDir: string;
+
+  constructor(
+    public pod: V1Pod,
+    private readonly deps: PodWorkerDeps,
+  ) {
+    this.uid = pod.metadata?.uid ?? randomBytes(8).toString('hex');
+    this.logDir = join(deps.stateDir, 'logs', `${pod.metadata?.namespace}_${pod.metadata?.name}_${this.uid}`);
+    for (const c of pod.spec?.initContainers ?? []) this.records.set(c.name, newRecord(c, 'init'));
+    for (const c of pod.spec?.containers ?? []) this.records.set(c.name, newRecord(c, 'regular'));
+  }
+
+  get name(): string {
+    return this.pod.metadata?.name ?? '';
+  }
+
+  get namespace(): string {
+    return this.pod.metadata?.namespace ?? 'default';
+  }
+
+  get restartPolicy(): RestartPolicy {
+    return (this.pod.spec?.restartPolicy as RestartPolicy | undefined) ?? 'Always';
+  }
+
+  get isStopping(): boolean {
+    return this.stopping;
+  }
+
+  recordsOf(kind: ContainerKind): ContainerRecord[] {
+    return [...this.records.values()].filter((r) => r.kind === kind);
+  }
+
+  /** Runs the pod: sandbox, init containers in order, then the regular containers side by side. */
+  async run(): Promise<void> {
+    while (!this.sandbox && !this.stopping) {
+      try {
+        const names = this.deps.sandboxNames();
+        this.sandboxCreation = PodSandbox.create(this.deps.network, {
+          name: names.netns,
+          hostVeth: names.hostVeth,
+          podName: this.name,
+          namespace: this.namespace,
+          dnsSearch: [`${this.namespace}.svc.${this.deps.clusterDomain}`, `svc.${this.deps.clusterDomain}`, this.deps.clusterDomain],
+          hostAliases: (this.pod.spec?.hostAliases ?? []).map((a) => ({ ip: a.ip ?? '', hostnames: a.hostnames ?? [] })),
+        });
+        this.sandbox = await this.sandboxCreation;
+        this.dialer = new PodDialer(names.netns, join(this.deps.stateDir, `${names.netns}.sock`));
+        this.sandboxError = undefined;
+      } catch (err) {
+        this.sandboxError = (err as Error).message;
+        this.deps.event(this.pod, 'Warning', 'FailedCreatePodSandBox', `Failed to create pod sandbox: ${this.sandboxError}`);
+        this.changed();
+        await this.sleep(1000);
+      }
+    }
+    if (this.stopping) return;
+    mkdirSync(this.logDir, { recursive: true });
+    this.changed();
+    for (const rec of this.recordsOf('init')) {
+      const exitCode = await this.runContainer(rec, this.restartPolicy === 'Never' ? 'Never' : 'OnFailure');
+      if (this.stopping || exitCode !== 0) {
+        for (const other of this.recordsOf('regular')) other.done = true;
+        this.changed();
+        return;
+      }
+    }
+    this.initialized = true;
+    this.changed();
+    for (const rec of this.recordsOf('ephemeral')) void this.runContainer(rec, 'Never');
+    await Promise.all(this.recordsOf('regular').map((rec) => this.runContainer(rec, this.restartPolicy)));
+  }
+
+  /** A newer version of the pod object: starts ephemeral containers that were added. */
+  update(pod: V1Pod): void {
+    this.pod = pod;
+    for (const c of pod.spec?.ephemeralContainers ?? []) {
+      if (this.records.has(c.name)) continue;
+      const rec = newRecord(c as V1EphemeralContainer, 'ephemeral');
+      this.records.set(c.name, rec);
+      this.changed();
+      if (this.initialized) void this.runContainer(rec, 'Never');
+    }
+  }
+
+  private changed(): void {
+    this.deps.onChange(this);
+  }
+
+  private sleep(ms: number): Promise<void> {
+    if (this.stopping) return Promise.resolve();
+    return new Promise((resolve) => {
+      const wake = () => {
+        clearTimeout(timer);
+        this.wakers.delete(wake);
+        resolve();
+      };
+      const timer = setTimeout(wake, ms);
+      this.wakers.add(wake);
+    });
+  }
+
+  /** Runs a container until its restart policy says it is done; resolves to its last exit code (-1 if it never ran). */
+  private async runContainer(rec: ContainerRecord, policy: RestartPolicy): Promise<number> {
+    let failures = 0;
+    let lastExitCode = -1;
+    while (!this.stopping) {
+      const outcome = await this.attempt(rec);
+      if (this.stopping) break;
+      if (outcome.kind === 'error') {
+        const delay = Math.min(BACKOFF_BASE_MS * 2 ** failures++, BACKOFF_MAX_MS);
+        if (outcome.reason === 'ErrImagePull') {
+          await this.sleep(Math.min(delay, 500));
+          if (this.stopping) break;
+          rec.waiting = { reason: 'ImagePullBackOff', message: `Back-off pulling image "${rec.spec.image}"` };
+          this.deps.event(this.pod, 'Normal', 'BackOff', `Back-off pulling image "${rec.spec.image}"`, fieldPathOf(rec));
+          this.changed();
+        }
+        await this.sleep(delay);
+        continue;
+      }
+      lastExitCode = outcome.exitCode;
+      const restart = policy === 'Always' || (policy === 'OnFailure' && outcome.exitCode !== 0);
+      if (!restart) break;
+      if (outcome.ranMs >= BACKOFF_RESET_AFTER_MS) failures = 0;
+      const delay = failures === 0 ? 0 : Math.min(BACKOFF_BASE_MS * 2 ** (failures - 1), BACKOFF_MAX_MS);
+      failures++;
+      if (delay > 0) {
+        rec.waiting = {
+          reason: 'CrashLoopBackOff',
+          message: `back-off ${delay}ms restarting failed container=${rec.name} pod=${this.name}_${this.namespace}(${this.uid})`,
+        };
+        this.deps.event(this.pod, 'Warning', 'BackOff', 'Back-off restarting failed container', fieldPathOf(rec));
+        this.changed();
+        await this.sleep(delay);
+      }
+      if (this.stopping) break;
+      rec.restartCount++;
+    }
+    rec.done = true;
+    rec.waiting = undefined;
+    this.changed();
+    return lastExitCode;
+  }
+
+  private async attempt(rec: ContainerRecord): Promise<{ kind: 'error'; reason: string } | { kind: 'exit'; exitCode: number; ranMs: number }> {
+    const image = this.deps.images.resolve(rec.spec.image ?? '');
+    const fieldPath = fieldPathOf(rec);
+    if (!image) {
+      const message = `Failed to pull image "${rec.spec.image}": rpc error: code = NotFound desc = failed to pull and unpack image "${rec.spec.image}": not found (the stand-in has no such image: add it to the image table, test/cluster/images.ts)`;
+      rec.waiting = { reason: 'ErrImagePull', message };
+      this.deps.event(this.pod, 'Warning', 'Failed', message, fieldPath);
+      this.changed();
+      return { kind: 'error', reason: 'ErrImagePull' };
+    }
+    rec.imageResolved = true;
+    let env: Record<string, string>;
+    try {
+      env = await buildContainerEnv(
+        { pod: this.pod, container: rec.spec, podIP: this.sandbox!.podIP, hostIP: this.deps.nodeIP, imageEnv: image.env },
+        this.deps.envSources,
+      );
+    } catch (err) {
+      if (!(err instanceof EnvConfigError)) throw err;
+      rec.waiting = { reason: 'CreateContainerConfigError', message: err.message };
+      this.deps.event(this.pod, 'Warning', 'Failed', `Error: ${err.message}`, fieldPath);
+      this.changed();
+      return { kind: 'error', reason: 'CreateContainerConfigError' };
+    }
+    const command = rec.spec.command?.length ? rec.spec.command : image.entrypoint;
+    const args = rec.spec.command?.length ? (rec.spec.args ?? []) : rec.spec.args?.length ? rec.spec.args : image.cmd;
+    const argv = [...command, ...args].map((a) => expandRefs(a, env));
+    if (argv.length === 0) {
+      rec.waiting = { reason: 'CreateContainerError', message: 'Error: no command specified' };
+      this.changed();
+      return { kind: 'error', reason: 'CreateContainerError' };
+    }
+    if (this.stopping) return { kind: 'error', reason: 'Stopping' };
+    if (rec.attempts.length === 0) {
+      this.deps.event(this.pod, 'Normal', 'Pulled', `Container image "${rec.spec.image}" already present on machine`, fieldPath);
+    }
+    const id = randomBytes(32).toString('hex');
+    const containerLogDir = join(this.logDir, rec.name);
+    mkdirSync(containerLogDir, { recursive: true });
+    const attempt: ContainerRecord['attempts'][number] = { id, logPath: join(containerLogDir, `${rec.restartCount}.log`) };
+    rec.attempts.push(attempt);
+    rec.env = env;
+    const cgroupDir = this.deps.cgroups.createContainerDir(id);
+    try {
+      attempt.proc = ContainerProcess.start({
+        id,
+        argv,
+        env,
+        workingDir: rec.spec.workingDir || image.workingDir || '/',
+        netns: this.sandbox!.name,
+        cgroupDir,
+        logPath: attempt.logPath,
+        stdin: Boolean(rec.spec.stdin),
+      });
+    } catch (err) {
+      await this.deps.cgroups.destroy(cgroupDir);
+      const now = new Date();
+      const message = err instanceof ContainerStartError ? err.message : (err as Error).message;
+      attempt.exit = { exitCode: 128, reason: 'StartError' as 'Error', message, startedAt: now, finishedAt: now };
+      rec.waiting = undefined;
+      this.deps.event(this.pod, 'Warning', 'Failed', `Error: ${message}`, fieldPath);
+      this.changed();
+      return { kind: 'exit', exitCode: 128, ranMs: 0 };
+    }
+    rec.waiting = undefined;
+    rec.ready = false;
+    this.deps.event(this.pod, 'Normal', 'Created', `Created container ${rec.name}`, fieldPath);
+    this.deps.event(this.pod, 'Normal', 'Started', `Started container ${rec.name}`, fieldPath);
+    this.startReadiness(rec);
+    this.changed();
+    const exit = await attempt.proc.exited;
+    this.stopProbes.get(rec.name)?.();
+    rec.ready = false;
+    await this.deps.cgroups.destroy(cgroupDir);
+    attempt.exit = exit;
+    this.changed();
+    return { kind: 'exit', exitCode: exit.exitCode, ranMs: exit.finishedAt.getTime() - exit.startedAt.getTime() };
+  }
+
+  private startReadiness(rec: ContainerRecord): void {
+    const probe = rec.kind === 'regular' ? (rec.spec as V1Container).readinessProbe : undefined;
+    if (!probe) {
+      rec.ready = rec.kind === 'regular';
+      return;
+    }
+    const stop = startReadinessLoop(
+      probe,
+      {
+        podIP: this.sandbox!.podIP,
+        nodeIP: this.deps.nodeIP,
+        container: rec.spec as V1Container,
+        exec: (command, timeoutMs) => this.execForProbe(rec, command, timeoutMs),
+      },
+      (ready) => {
+        rec.ready = ready;
+        this.changed();
+      },
+    );
+    this.stopProbes.set(rec.name, stop);
+  }
+
+  private async execForProbe(rec: ContainerRecord, command: string[], timeoutMs: number): Promise<number> {
+    const proc = this.execProcess(rec, command, false, false);
+    proc.stdout.resume();
+    proc.stderr.resume();
+    const timer = setTimeout(() => proc.kill(), timeoutMs);
+    const { exitCode } = await proc.wait();
+    clearTimeout(timer);
+    return exitCode;
+  }
+
+  /** Runs a command in a running container (pods/exec and exec probes). */
+  execProcess(rec: ContainerRecord, command: string[], stdin: boolean, tty: boolean) {
+    const attempt = currentAttempt(rec);
+    if (!attempt?.proc || !isRunning(rec)) throw new Error(`container ${rec.name} is not running`);
+    return execInContainer({ pid: attempt.proc.pid, cgroupDir: this.deps.cgroups.dirOf(attempt.id), env: rec.env ?? {} }, command, stdin, tty);
+  }
+
+  /** Stops the pod: SIGTERM to every container, SIGKILL (cgroup.kill) after the grace period, then the sandbox goes. */
+  terminate(gracePeriodSeconds: number): Promise<void> {
+    if (this.terminated) return this.terminated;
+    this.stopping = true;
+    for (const wake of [...this.wakers]) wake();
+    for (const stop of this.stopProbes.values()) stop();
+    this.terminated = (async () => {
+      const running = [...this.records.values()].filter(isRunning);
+      for (const rec of running) {
+        this.deps.event(this.pod, 'Normal', 'Killing', `Stopping container ${rec.name}`, fieldPathOf(rec));
+        currentAttempt(rec)!.proc!.signal('SIGTERM');
+      }
+      const exits = Promise.all(running.map((rec) => currentAttempt(rec)!.proc!.exited));
+      let timer: NodeJS.Timeout | undefined;
+      const grace = new Promise<void>((resolve) => (timer = setTimeout(resolve, Math.max(0, gracePeriodSeconds) * 1000)));
+      await Promise.race([exits, grace]);
+      clearTimeout(timer);
+      for (const rec of this.records.values()) {
+        const attempt = currentAttempt(rec);
+        if (attempt?.proc?.running) await this.deps.cgroups.destroy(this.deps.cgroups.dirOf(attempt.id));
+      }
+      await exits;
+      const created = await this.sandboxCreation?.catch(() => undefined);
+      await this.dialer?.stop();
+      await (created ?? this.sandbox)?.remove();
+    })();
+    return this.terminated;
+  }
+}
+
+export function fieldPathOf(rec: ContainerRecord): string {
+  const section = rec.kind === 'init' ? 'initContainers' : rec.kind === 'ephemeral' ? 'ephemeralContainers' : 'containers';
+  return `spec.${section}{${rec.name}}`;
+}

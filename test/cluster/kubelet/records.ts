@@ -1,0 +1,98 @@
+// What the kubelet remembers about each container of a pod (attempts, restarts, waiting reason, readiness), and how that
+// becomes a V1ContainerStatus.
+import type { V1Container, V1ContainerState, V1ContainerStatus, V1EphemeralContainer } from '@kubernetes/client-node';
+import { imageID } from '../images.js';
+import type { ContainerExit, ContainerProcess } from './container.js';
+
+export type ContainerKind = 'init' | 'regular' | 'ephemeral';
+
+export interface ContainerAttempt {
+  id: string;
+  logPath: string;
+  proc?: ContainerProcess;
+  /** Set when the attempt could not start (StartError) or once it has exited. */
+  exit?: ContainerExit & { message?: string };
+}
+
+export interface ContainerRecord {
+  name: string;
+  kind: ContainerKind;
+  spec: V1Container | V1EphemeralContainer;
+  attempts: ContainerAttempt[];
+  restartCount: number;
+  /** Why the container is not running now (ContainerCreating, ErrImagePull, CrashLoopBackOff, …). */
+  waiting?: { reason: string; message?: string };
+  /** True when the container will not be started again (completed under its restart policy, or the pod is stopping). */
+  done: boolean;
+  ready: boolean;
+  /** The env of the current attempt (pods/exec uses it). */
+  env?: Record<string, string>;
+  imageResolved: boolean;
+}
+
+export function newRecord(spec: V1Container | V1EphemeralContainer, kind: ContainerKind): ContainerRecord {
+  return { name: spec.name, kind, spec, attempts: [], restartCount: 0, waiting: { reason: 'ContainerCreating' }, done: false, ready: false, imageResolved: false };
+}
+
+export function currentAttempt(rec: ContainerRecord): ContainerAttempt | undefined {
+  return rec.attempts[rec.attempts.length - 1];
+}
+
+export function isRunning(rec: ContainerRecord): boolean {
+  const attempt = currentAttempt(rec);
+  return Boolean(attempt?.proc?.running && !attempt.exit);
+}
+
+function terminatedState(attempt: ContainerAttempt): V1ContainerState {
+  const exit = attempt.exit!;
+  return {
+    terminated: {
+      exitCode: exit.exitCode,
+      reason: exit.reason,
+      ...(exit.message ? { message: exit.message } : {}),
+      ...(exit.signal ? { signal: signalNumber(exit.signal) } : {}),
+      startedAt: exit.startedAt,
+      finishedAt: exit.finishedAt,
+      containerID: `containerd://${attempt.id}`,
+    },
+  };
+}
+
+function signalNumber(signal: string): number | undefined {
+  const table: Record<string, number> = { SIGKILL: 9, SIGTERM: 15, SIGINT: 2, SIGHUP: 1, SIGSEGV: 11, SIGABRT: 6 };
+  return table[signal];
+}
+
+/** The V1ContainerStatus of a record, as kubelet reports it. */
+export function containerStatus(rec: ContainerRecord): V1ContainerStatus {
+  const attempt = currentAttempt(rec);
+  const running = isRunning(rec);
+  let state: V1ContainerState;
+  let lastState: V1ContainerState = {};
+  if (running && attempt?.proc) {
+    state = { running: { startedAt: attempt.proc.startedAt } };
+    const previous = rec.attempts[rec.attempts.length - 2];
+    if (previous?.exit) lastState = terminatedState(previous);
+  } else if (rec.waiting) {
+    state = { waiting: { reason: rec.waiting.reason, ...(rec.waiting.message ? { message: rec.waiting.message } : {}) } };
+    if (attempt?.exit) lastState = terminatedState(attempt);
+  } else if (attempt?.exit) {
+    state = terminatedState(attempt);
+    const previous = rec.attempts[rec.attempts.length - 2];
+    if (previous?.exit) lastState = terminatedState(previous);
+  } else {
+    state = { waiting: { reason: 'ContainerCreating' } };
+  }
+  const image = rec.spec.image ?? '';
+  return {
+    name: rec.name,
+    state,
+    lastState,
+    ready: running && rec.ready,
+    restartCount: rec.restartCount,
+    image,
+    imageID: rec.imageResolved ? imageID(image) : '',
+    ...(attempt ? { containerID: `containerd://${attempt.id}` } : {}),
+    started: running,
+  };
+}

@@ -1,0 +1,86 @@
+// A pod sandbox: the pod's network namespace (veth on the node bridge, pod IP, default route via the node) and the
+// resolv.conf/hosts files that `ip netns exec` bind-mounts over /etc for every process started in it.
+import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { ipBatch, run, runQuiet } from './host.js';
+import type { NodeNetwork } from './network.js';
+
+export interface SandboxConfig {
+  /** Unique netns name (e.g. dvk-<instance>-<n>). */
+  name: string;
+  /** Host end of the veth pair (≤ 15 characters). */
+  hostVeth: string;
+  podName: string;
+  namespace: string;
+  /** Cluster DNS: search path and nameserver written into the pod's resolv.conf. */
+  dnsSearch: string[];
+  hostAliases?: Array<{ ip: string; hostnames: string[] }>;
+}
+
+export class PodSandbox {
+  readonly netnsPath: string;
+  readonly etcDir: string;
+  private removed = false;
+
+  private constructor(
+    readonly config: SandboxConfig,
+    readonly podIP: string,
+    private readonly network: NodeNetwork,
+  ) {
+    this.netnsPath = `/run/netns/${config.name}`;
+    this.etcDir = `/etc/netns/${config.name}`;
+  }
+
+  get name(): string {
+    return this.config.name;
+  }
+
+  /** Creates the netns and wires it to the bridge; on failure removes what it made. */
+  static async create(network: NodeNetwork, config: SandboxConfig): Promise<PodSandbox> {
+    const podIP = network.allocateIP();
+    const sandbox = new PodSandbox(config, podIP, network);
+    try {
+      sandbox.writeEtcFiles();
+      await ipBatch([
+        `netns add ${config.name}`,
+        `link add ${config.hostVeth} type veth peer name eth0 netns ${config.name}`,
+        `link set ${config.hostVeth} master ${network.bridge} up`,
+      ]);
+      await run('ip', ['-n', config.name, '-batch', '-'], [
+        'link set lo up',
+        `addr add ${podIP}/24 dev eth0`,
+        'link set eth0 up',
+        `route add default via ${network.nodeIP} dev eth0`,
+        '',
+      ].join('\n'));
+      return sandbox;
+    } catch (err) {
+      await sandbox.remove();
+      throw err;
+    }
+  }
+
+  private writeEtcFiles(): void {
+    const { podName, dnsSearch, hostAliases = [] } = this.config;
+    mkdirSync(this.etcDir, { recursive: true });
+    writeFileSync(
+      `${this.etcDir}/resolv.conf`,
+      `search ${dnsSearch.join(' ')}\nnameserver ${this.network.nodeIP}\noptions ndots:5\n`,
+    );
+    // The kubelet-managed hosts file: localhost, then the pod's own name on its IP, then hostAliases.
+    const aliases = hostAliases.map((a) => `${a.ip}\t${a.hostnames.join('\t')}\n`).join('');
+    writeFileSync(
+      `${this.etcDir}/hosts`,
+      `# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n` +
+        `${this.podIP}\t${podName}\n${aliases}`,
+    );
+  }
+
+  async remove(): Promise<void> {
+    if (this.removed) return;
+    this.removed = true;
+    await runQuiet('ip', ['link', 'del', this.config.hostVeth]);
+    await runQuiet('ip', ['netns', 'del', this.config.name]);
+    rmSync(this.etcDir, { recursive: true, force: true });
+    this.network.releaseIP(this.podIP);
+  }
+}

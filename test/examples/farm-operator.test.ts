@@ -1,0 +1,118 @@
+// The farm-operator walkthrough (docs/examples.md) end to end on the stand-in: kubectl 1.33 reaches the aggregated API,
+// first served by the in-cluster step-1 pod, then — under `devop exec --steal` — by step 3 running locally, then step 1 again.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { requireRoot } from '../helpers/root.js';
+import { startCluster } from '../cluster/index.js';
+import { Kubectl, LocalProcess, TSX_LOADER, eventually, exampleImages, freePort } from './harness.js';
+
+requireRoot('examples: farm-operator');
+
+type Cluster = Awaited<ReturnType<typeof startCluster>>;
+
+const NOT_SERVED = /the server doesn't have a resource type "(llamas|llama|farmpods)"|could not find the requested resource/;
+
+describe('farm-operator walkthrough', () => {
+  let cluster: Cluster;
+  let kubectl: Kubectl;
+  let devop: LocalProcess | undefined;
+  let localPort: number;
+
+  beforeAll(async () => {
+    cluster = await startCluster();
+    for (const [image, spec] of Object.entries(exampleImages())) cluster.images.add(image, spec);
+    kubectl = new Kubectl(cluster.kubeconfigPath);
+    localPort = await freePort();
+  });
+
+  afterAll(async () => {
+    await devop?.stop('SIGKILL');
+    kubectl?.dispose();
+    await cluster?.stop();
+  });
+
+  it('step 1 in the cluster: the APIService is available and serves no resource yet', async () => {
+    // Given the example's manifests
+    // When they are applied
+    const applied = await kubectl.ok('apply', '-f', 'examples/farm-operator/app.yaml');
+    // Then every object is created
+    for (const obj of ['serviceaccount/farm-operator', 'clusterrole.rbac.authorization.k8s.io/farm-operator', 'deployment.apps/farm-operator', 'service/farm-operator', 'apiservice.apiregistration.k8s.io/v1alpha.farm.example.com']) {
+      expect(applied).toContain(`${obj} created`);
+    }
+    await kubectl.ok('rollout', 'status', 'deployment/farm-operator', '--timeout=120s');
+
+    // And the aggregator reaches the step-1 server through the Service
+    const apiservice = await eventually('the APIService to be Available', async () => {
+      const out = await kubectl.ok('get', 'apiservice', 'v1alpha.farm.example.com');
+      return /default\/farm-operator\s+True/.test(out) ? out : undefined;
+    });
+    expect(apiservice).toMatch(/^NAME\s+SERVICE\s+AVAILABLE\s+AGE/);
+
+    // And the group version is known but empty: kubectl has no llamas or farmpods to show
+    const raw = JSON.parse(await kubectl.ok('get', '--raw', '/apis/farm.example.com/v1alpha'));
+    expect(raw).toMatchObject({ kind: 'APIResourceList', groupVersion: 'farm.example.com/v1alpha', resources: [] });
+    for (const args of [['get', 'llamas', '-n', 'default'], ['get', 'llama', 'dolly', '-n', 'default', '-o', 'json'], ['get', 'farmpods', '-n', 'default']]) {
+      const r = await kubectl.run(...args);
+      expect(r.code, `kubectl ${args.join(' ')}: ${r.stdout}`).not.toBe(0);
+      expect(r.stderr).toMatch(NOT_SERVED);
+    }
+  });
+
+  it('under devop exec --steal, step 3 running locally answers kubectl', async () => {
+    // Given the step-1 pod serving the APIService
+    // When step 3 runs locally under devop, stealing the pod's port 8443
+    devop = new LocalProcess(
+      process.execPath,
+      [
+        'bin/devop.js', 'exec', '-t', 'deploy/farm-operator', '--steal', '-p', `8443:${localPort}`, '--output', 'plain', '--',
+        process.execPath, '--import', TSX_LOADER, 'examples/farm-operator/src/main.ts', '--step', '3', '--port', String(localPort),
+      ],
+      { ...process.env, KUBECONFIG: cluster.kubeconfigPath, CI: 'true' },
+    );
+    await eventually('devop to be ready', async () => {
+      if (!devop!.running) throw new Error(`devop exited early\n${devop!.output()}`);
+      return devop!.stderr.includes('devop: ready') ? true : undefined;
+    });
+
+    // Then kubectl's llamas come from the local process (the aggregator may need a moment to see the new discovery)
+    const llamas = await eventually('llamas to be listed', async () => {
+      const r = await kubectl.run('get', 'llamas', '-n', 'default');
+      return r.code === 0 ? r.stdout : undefined;
+    });
+    expect(llamas).toMatch(/^NAME\s+WEIGHT\s+HEIGHT\s+AGE\n/);
+    expect(llamas).toMatch(/\ndolly\s+130\s+175\s/);
+    expect(llamas).toMatch(/\nfernando\s+160\s+185\s/);
+
+    const dolly = JSON.parse(await kubectl.ok('get', 'llama', 'dolly', '-n', 'default', '-o', 'json'));
+    expect(dolly).toMatchObject({ apiVersion: 'farm.example.com/v1alpha', kind: 'Llama', metadata: { name: 'dolly', namespace: 'default' }, spec: { weight: 130, height: 175 } });
+
+    const missing = await kubectl.run('get', 'llama', 'nobody', '-n', 'default');
+    expect(missing.code).not.toBe(0);
+    expect(missing.stderr).toContain('Error from server (NotFound): llamas.farm.example.com "nobody" not found');
+
+    // And FarmPods are built from the namespace's real pods: the farm-operator pod itself is one of them
+    const pods = JSON.parse(await kubectl.ok('get', 'pods', '-n', 'default', '-l', 'app=farm-operator', '-o', 'json')) as { items: { metadata: { name: string } }[] };
+    const farmpods = await kubectl.ok('get', 'farmpods', '-n', 'default');
+    expect(farmpods).toMatch(/^NAME\s+CONTAINERS\s+AGE\n/);
+    for (const p of pods.items) expect(farmpods).toMatch(new RegExp(`\\nfarm-${p.metadata.name}\\s+1\\s`));
+
+    // And the requests reached the local process (its request log is devop's stdout)
+    expect(devop.stdout).toMatch(/step=3 GET \/apis\/farm\.example\.com\/v1alpha\/namespaces\/default\/llamas/);
+    expect(devop.stdout).toMatch(/step=3 GET \/apis\/farm\.example\.com\/v1alpha\/namespaces\/default\/farmpods/);
+  });
+
+  it('after devop stops, the cluster’s step-1 pod answers again', async () => {
+    // When devop is stopped (Ctrl-C)
+    const exit = await devop!.stop('SIGINT');
+    expect(exit.signal === null || exit.signal === 'SIGINT', devop!.output()).toBe(true);
+
+    // Then llamas are no longer served: the step-1 server answers
+    const r = await eventually('llamas to be gone again', async () => {
+      const res = await kubectl.run('get', 'llamas', '-n', 'default');
+      return res.code !== 0 && NOT_SERVED.test(res.stderr) ? res : undefined;
+    });
+    expect(r.stdout).toBe('');
+    const raw = JSON.parse(await kubectl.ok('get', '--raw', '/apis/farm.example.com/v1alpha'));
+    expect(raw.resources).toEqual([]);
+    expect(await kubectl.ok('get', 'apiservice', 'v1alpha.farm.example.com')).toMatch(/default\/farm-operator\s+True/);
+  });
+});

@@ -1,0 +1,123 @@
+// What the examples' end-to-end suites share: kubectl 1.33 against the stand-in, polling, local processes, example images.
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+
+export const KUBECTL = '/usr/lib/google-cloud-sdk/bin/kubectl.1.33';
+export const ROOT = resolve(fileURLToPath(new URL('../..', import.meta.url)));
+/** `node --import <this>` runs the examples' TypeScript directly, as `npx tsx` does in the walkthrough. */
+export const TSX_LOADER = pathToFileURL(join(ROOT, 'node_modules', 'tsx', 'dist', 'loader.mjs')).href;
+export const FARM_MAIN = join(ROOT, 'examples', 'farm-operator', 'src', 'main.ts');
+export const ECHO_MAIN = join(ROOT, 'examples', 'echo-controller', 'src', 'main.ts');
+
+/** Image names of the examples, as their manifests say, mapped to the example's entry point. */
+export function exampleImages(): Record<string, { entrypoint: string[]; cmd: string[] }> {
+  const node = process.execPath;
+  const farm = (step: number) => ({ entrypoint: [node, '--import', TSX_LOADER, FARM_MAIN], cmd: ['--step', String(step)] });
+  return {
+    'devop.test/farm-operator:step1': farm(1),
+    'devop.test/farm-operator:step2': farm(2),
+    'devop.test/farm-operator:step3': farm(3),
+    'devop.test/echo-controller': { entrypoint: [node, '--import', TSX_LOADER, ECHO_MAIN], cmd: [] },
+  };
+}
+
+export interface Run {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+/** A kubectl bound to one kubeconfig with a private discovery cache, so runs never see each other's cached discovery. */
+export class Kubectl {
+  readonly cacheDir = mkdtempSync(join(tmpdir(), 'devop-examples-kubectl-'));
+  constructor(readonly kubeconfig: string) {}
+
+  run(...args: string[]): Promise<Run> {
+    return new Promise((done) => {
+      execFile(
+        KUBECTL,
+        args,
+        { cwd: ROOT, env: { ...process.env, KUBECONFIG: this.kubeconfig, KUBECACHEDIR: this.cacheDir }, timeout: 60_000, maxBuffer: 16 << 20 },
+        (err, stdout, stderr) => {
+          const code = err ? (typeof (err as { code?: unknown }).code === 'number' ? (err as { code: number }).code : 1) : 0;
+          done({ code, stdout, stderr });
+        },
+      );
+    });
+  }
+
+  /** Runs and insists on success: the failure message carries kubectl's own words. */
+  async ok(...args: string[]): Promise<string> {
+    const r = await this.run(...args);
+    if (r.code !== 0) throw new Error(`kubectl ${args.join(' ')} exited ${r.code}: ${r.stderr || r.stdout}`);
+    return r.stdout;
+  }
+
+  dispose(): void {
+    rmSync(this.cacheDir, { recursive: true, force: true });
+  }
+}
+
+/** Polls `probe` until it returns a value (not undefined); the deadline is generous because CI machines are shared. */
+export async function eventually<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs = 120_000, intervalMs = 250): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  let last: unknown;
+  for (;;) {
+    try {
+      const value = await probe();
+      if (value !== undefined) return value;
+    } catch (err) {
+      last = err;
+    }
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${last ? `: ${String(last)}` : ''}`);
+    await new Promise((r) => setTimeout(r, intervalMs));
+  }
+}
+
+export async function freePort(): Promise<number> {
+  return new Promise((resolvePort, reject) => {
+    const s = createServer();
+    s.once('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const port = (s.address() as { port: number }).port;
+      s.close(() => resolvePort(port));
+    });
+  });
+}
+
+/** A process started by a suite, with its output collected; stop() ends it (SIGINT, then SIGKILL) and waits. */
+export class LocalProcess {
+  readonly child: ChildProcess;
+  stdout = '';
+  stderr = '';
+  exit: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+
+  constructor(command: string, args: string[], env: NodeJS.ProcessEnv) {
+    this.child = spawn(command, args, { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
+    this.child.stdout!.on('data', (d: Buffer) => (this.stdout += d.toString()));
+    this.child.stderr!.on('data', (d: Buffer) => (this.stderr += d.toString()));
+    this.exit = new Promise((r) => this.child.once('exit', (code, signal) => r({ code, signal })));
+  }
+
+  get running(): boolean {
+    return this.child.exitCode === null && this.child.signalCode === null;
+  }
+
+  async stop(signal: NodeJS.Signals = 'SIGINT', graceMs = 15_000): Promise<{ code: number | null; signal: NodeJS.Signals | null }> {
+    if (this.running) this.child.kill(signal);
+    const timer = setTimeout(() => this.running && this.child.kill('SIGKILL'), graceMs);
+    try {
+      return await this.exit;
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  output(): string {
+    return `--- stdout ---\n${this.stdout}\n--- stderr ---\n${this.stderr}`;
+  }
+}
