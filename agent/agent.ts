@@ -1,18 +1,19 @@
 // The agent's life: the control listener on 127.0.0.1 in the pod netns, the handshake (version, token, resume), the
 // sessions, the idle exit, and a clean shutdown that leaves no rule behind.
 import { createServer, type Server, type Socket } from 'node:net';
-import { randomBytes, timingSafeEqual } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import { AGENT_VERSION, chainName, type AgentConfig } from '../shared/agent-contract.js';
-import { FEATURES, PROTOCOL_VERSION, type ClientMessage } from '../shared/protocol.js';
-import { createAgentMux, type AgentMux } from '../shared/mux.js';
+import { ERROR_CODES, FEATURES } from '../shared/protocol.js';
+import { createAgentMux } from '../shared/mux.js';
+import { acceptHello } from '../shared/handshake.js';
 import { AgentChain, detectBackend, livenessSocket, removeStaleChains } from './iptables.js';
 import { startGuard, type Guard } from './guard.js';
 import type { AgentLog } from './log.js';
 import { defaultGateway, PortTable } from './ports.js';
 import { Session } from './session.js';
 
-/** A connection that has not said hello in this time is dropped (a port scan, or a client of another protocol). */
-const HELLO_TIMEOUT_MS = 10_000;
+/** Features that need a target container (a targetless agent does not announce them). */
+const TARGET_FEATURES: string[] = [FEATURES.steal, FEATURES.mirror, FEATURES.httpFilter, FEATURES.env, FEATURES.files];
 
 export interface AgentOptions {
   config: AgentConfig;
@@ -28,12 +29,6 @@ export interface RunningAgent {
   stopped: Promise<string>;
   stop(reason: string): Promise<void>;
   ports: PortTable;
-}
-
-function sameToken(given: string, expected: string): boolean {
-  const a = Buffer.from(given);
-  const b = Buffer.from(expected);
-  return a.length === b.length && timingSafeEqual(a, b);
 }
 
 export async function startAgent({ config, pid, log }: AgentOptions): Promise<RunningAgent> {
@@ -77,49 +72,39 @@ export async function startAgent({ config, pid, log }: AgentOptions): Promise<Ru
     },
   };
 
+  const features = Object.values(FEATURES).filter((f) => config.mode !== 'targetless' || !TARGET_FEATURES.includes(f));
   const handshake = (socket: Socket): void => {
     socket.setNoDelay(true);
     const mux = createAgentMux(socket);
-    const timer = setTimeout(() => mux.close('no hello received'), HELLO_TIMEOUT_MS);
-    const onClose = (): void => clearTimeout(timer);
-    mux.once('close', onClose);
-    const onHello = (msg: ClientMessage): void => {
-      mux.off('message', onHello);
-      clearTimeout(timer);
-      mux.off('close', onClose);
-      accept(mux, msg);
-    };
-    mux.on('message', onHello);
-  };
-
-  const refuse = (mux: AgentMux, code: string, message: string, hint: string): void => {
-    log.warn('session refused', { code, message });
-    mux.send({ type: 'error', code, message, hint });
-    mux.close(message);
-  };
-
-  const accept = (mux: AgentMux, msg: ClientMessage): void => {
-    if (msg.type !== 'hello') return refuse(mux, 'bad_request', `expected hello, got ${msg.type}`, 'connect with a devop CLI');
-    if (msg.protocolVersion !== PROTOCOL_VERSION) {
-      return refuse(mux, 'version_mismatch', `agent speaks protocol ${PROTOCOL_VERSION} (devop ${AGENT_VERSION}), the CLI speaks ${msg.protocolVersion}`, 'use a devop CLI and agent image of the same version (devop clean removes old agents)');
+    if (stopping) {
+      mux.send({ type: 'error', code: ERROR_CODES.internal, message: 'the agent is shutting down', hint: 'run the command again: devop starts a new agent' });
+      mux.close('agent shutting down');
+      return;
     }
-    if (!sameToken(msg.token, config.token)) return refuse(mux, 'bad_token', 'the agent token does not match', 'this agent belongs to another devop session; let devop start its own agent');
-    if (stopping) return refuse(mux, 'internal', 'the agent is shutting down', 'run the command again: devop starts a new agent');
-    let session = msg.resumeSessionId ? sessions.get(msg.resumeSessionId) : undefined;
-    if (session && session.connected) session = undefined; // the id is in use by a live connection: start afresh
-    const resumed = session !== undefined;
-    if (!session) {
-      session = new Session(msg.client, sessionContext);
-      sessions.set(session.sessionId, session);
-    }
-    session.attach(mux, msg.features);
-    armIdle();
-    mux.send({
-      type: 'helloOk', protocolVersion: PROTOCOL_VERSION, agentVersion: AGENT_VERSION, sessionId: session.sessionId,
-      features: Object.values(FEATURES).filter((f) => config.mode !== 'targetless' || !['steal', 'mirror', 'http-filter', 'env', 'files'].includes(f)),
+    let resumed = false;
+    acceptHello(mux, {
+      token: config.token,
+      agentVersion: AGENT_VERSION,
+      features,
       target: { pid, containerId: config.containerId },
-    });
-    log.info(resumed ? 'session resumed' : 'session started', { session: session.sessionId, user: session.who, pid: msg.client.pid });
+      // Called synchronously just before helloOk goes out: the session attaches here, so that messages the CLI sends
+      // right behind its hello (same chunk) already find their listener.
+      sessionId: (hello) => {
+        let session = hello.resumeSessionId ? sessions.get(hello.resumeSessionId) : undefined;
+        if (session?.connected) session = undefined; // that id belongs to a live connection: start afresh
+        resumed = session !== undefined;
+        if (!session) {
+          session = new Session(hello.client, sessionContext);
+          sessions.set(session.sessionId, session);
+        }
+        session.attach(mux, hello.features);
+        armIdle();
+        return session.sessionId;
+      },
+    }).then(
+      ({ hello, helloOk }) => log.info(resumed ? 'session resumed' : 'session started', { session: helloOk.sessionId, user: `${hello.client.user}@${hello.client.host}`, pid: hello.client.pid }),
+      (err: Error) => log.warn('session refused', { reason: err.message }),
+    );
   };
 
   const control: Server = createServer(handshake);

@@ -32,6 +32,8 @@ async function main(): Promise<number> {
 
   const agent = await startAgent({ config, pid, log });
   for (const signal of ['SIGTERM', 'SIGINT'] as const) process.on(signal, () => void agent.stop(`${signal} received`));
+  // Memory figures on demand (kill -USR2), for the soak test and the benchmark.
+  process.on('SIGUSR2', () => log.info('memory', { ...process.memoryUsage(), streams: agent.ports.listeners() }));
   if (config.inNetns) watchParent(() => void agent.stop('parent process gone'));
   process.stdout.write(formatReadyLine({ version: AGENT_VERSION, port: agent.port, agentId: agent.agentId, pid: process.pid }) + '\n');
   log.info('agent ready', { mode: config.mode, targetPid: pid, port: agent.port, agentId: agent.agentId });

@@ -12,7 +12,7 @@ export const PARENT_PIPE_FD = 3;
 export function reenterNetns(pid: number, log: AgentLog): Promise<number> {
   const script = process.argv[1];
   const env = { ...process.env, [AGENT_ENV.inNetns]: 'true', [AGENT_ENV.targetPid]: String(pid) };
-  const child = spawn('nsenter', ['-t', String(pid), '-n', '--', process.execPath, script], { env, stdio: ['ignore', 'inherit', 'inherit', 'pipe'] });
+  const child = spawn('nsenter', ['-t', String(pid), '-n', '--', process.execPath, ...process.execArgv, script], { env, stdio: ['ignore', 'inherit', 'inherit', 'pipe'] });
   log.debug('entering target netns', { pid });
   for (const signal of ['SIGTERM', 'SIGINT', 'SIGHUP'] as const) process.on(signal, () => child.kill(signal));
   return new Promise((resolve) => {

@@ -8,13 +8,15 @@ import { startSshForward, type SshForward } from './lib/ssh.js';
 
 const MiB = 1024 * 1024;
 /** Bytes sent per measurement (env DEVOP_BENCH_MIB): large enough that setup is noise, small enough for a busy box. */
-const TOTAL = Number(process.env.DEVOP_BENCH_MIB ?? 256) * MiB;
+const TOTAL = Number(process.env.DEVOP_BENCH_MIB ?? 192) * MiB;
 /** Interleaved rounds; each variant's median is used, so one noisy neighbour does not decide the result. */
-const ROUNDS = Number(process.env.DEVOP_BENCH_ROUNDS ?? 5);
+const ROUNDS = Number(process.env.DEVOP_BENCH_ROUNDS ?? 7);
+const WARMUP = 32 * MiB;
 const PARALLEL = 64;
 /** Size of each write() by the sender, the same for every variant. */
 const WRITE_SIZE = 128 * 1024;
 
+type Variant = 'raw' | 'single' | 'multi' | 'ssh';
 type Writer = NodeJS.WritableStream & { once(e: 'drain', f: () => void): unknown };
 
 /** Writes `total` bytes with backpressure, half-closes, and resolves when the receiver's one-byte answer arrived. */
@@ -47,21 +49,21 @@ function connect(port: number): Promise<net.Socket> {
   });
 }
 
-async function timeRaw(port: number, chunk: Buffer): Promise<number> {
+async function timeRaw(port: number, total: number, chunk: Buffer): Promise<number> {
   const sock = await connect(port);
   const t0 = process.hrtime.bigint();
-  await transfer(sock, TOTAL, chunk);
+  await transfer(sock, total, chunk);
   const dt = Number(process.hrtime.bigint() - t0) / 1e9;
   sock.destroy();
-  return TOTAL / dt;
+  return total / dt;
 }
 
-async function timeMux(port: number, streams: number, chunk: Buffer): Promise<number> {
+async function timeMux(port: number, streams: number, total: number, chunk: Buffer): Promise<number> {
   const sock = await connect(port);
   sock.setNoDelay(true);
   const mux = createClientMux(sock);
   const t0 = process.hrtime.bigint();
-  const per = Math.floor(TOTAL / streams);
+  const per = Math.floor(total / streams);
   await Promise.all(
     Array.from({ length: streams }, () => transfer(mux.openStream({ kind: 'outgoing', host: 'sink', port: 9 }), per, chunk)),
   );
@@ -95,32 +97,36 @@ async function main(): Promise<void> {
     });
     ssh = await startSshForward(ports.raw);
     const chunk = Buffer.alloc(WRITE_SIZE, 0x5a);
-    const results: Record<'raw' | 'single' | 'multi' | 'ssh', number[]> = { raw: [], single: [], multi: [], ssh: [] };
-    console.log(`tunnel benchmark: ${TOTAL / MiB} MiB per transfer, ${ROUNDS} interleaved rounds, loopback`);
+    const variants: Record<Variant, (total: number) => Promise<number>> = {
+      raw: (total) => timeRaw(ports.raw, total, chunk),
+      single: (total) => timeMux(ports.mux, 1, total, chunk),
+      multi: (total) => timeMux(ports.mux, PARALLEL, total, chunk),
+      ssh: (total) => timeRaw(ssh!.localPort, total, chunk),
+    };
+    const names = Object.keys(variants) as Variant[];
+    console.log(`tunnel benchmark: ${TOTAL / MiB} MiB per transfer, ${ROUNDS} interleaved rounds (+1 warm-up), loopback`);
+    // Warm-up: JIT, TCP buffers and the ssh session settle before anything is measured.
+    for (const name of names) await variants[name](WARMUP);
+    const results: Record<Variant, number[]> = { raw: [], single: [], multi: [], ssh: [] };
     for (let round = 1; round <= ROUNDS; round++) {
-      const sshPort = ssh.localPort;
-      const runs: Array<[keyof typeof results, () => Promise<number>]> = [
-        ['raw', () => timeRaw(ports.raw, chunk)],
-        ['single', () => timeMux(ports.mux, 1, chunk)],
-        ['multi', () => timeMux(ports.mux, PARALLEL, chunk)],
-        ['ssh', () => timeRaw(sshPort, chunk)],
-      ];
       // Rotate the order each round so that no variant always runs right after the same neighbour.
-      const order = runs.map((_, i) => runs[(i + round) % runs.length]);
+      const order = names.map((_, i) => names[(i + round) % names.length]);
       const line: string[] = [];
-      for (const [name, run] of order) {
-        const bps = await run();
+      for (const name of order) {
+        const bps = await variants[name](TOTAL);
         results[name].push(bps);
         line.push(`${name}=${fmt(bps)}`);
       }
       console.log(`round ${round}: ${line.join(' ')}`);
     }
-    const med = { raw: median(results.raw), single: median(results.single), multi: median(results.multi), ssh: median(results.ssh) };
+    const med = Object.fromEntries(names.map((n) => [n, median(results[n])])) as Record<Variant, number>;
+    // Ratios are taken within each round (neighbours in time see the same machine load), then the median across rounds.
+    const ratio = (a: Variant, b: Variant): number => median(results[a].map((x, i) => x / results[b][i]));
     console.log(
       `medians: raw TCP ${fmt(med.raw)}, 1 mux stream ${fmt(med.single)}, ${PARALLEL} mux streams ${fmt(med.multi)}, ssh -L ${fmt(med.ssh)}`,
     );
     console.log(
-      `RESULT tunnel single_vs_raw=${(med.single / med.raw).toFixed(2)} multi_vs_raw=${(med.multi / med.raw).toFixed(2)} single_vs_ssh=${(med.single / med.ssh).toFixed(2)}`,
+      `RESULT tunnel single_vs_raw=${ratio('single', 'raw').toFixed(2)} multi_vs_raw=${ratio('multi', 'raw').toFixed(2)} single_vs_ssh=${ratio('single', 'ssh').toFixed(2)}`,
     );
   } finally {
     await ssh?.stop();

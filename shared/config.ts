@@ -191,6 +191,63 @@ export function loadConfigFile(path: string): DevopConfig {
   return parseConfig(obj, path);
 }
 
+/**
+ * Environment variables that override a config key (precedence: devop.json < environment < command-line flags). Each
+ * maps to a key path; booleans accept true/false/1/0.
+ */
+export const ENV_OVERRIDES: Readonly<Record<string, { key: string; type: 'string' | 'boolean' }>> = {
+  DEVOP_TARGET: { key: 'target', type: 'string' },
+  DEVOP_NAMESPACE: { key: 'namespace', type: 'string' },
+  DEVOP_CONTEXT: { key: 'context', type: 'string' },
+  DEVOP_KUBECONFIG: { key: 'kubeconfig', type: 'string' },
+  DEVOP_MODE: { key: 'incoming.mode', type: 'string' },
+  DEVOP_AGENT_IMAGE: { key: 'agent.image', type: 'string' },
+  DEVOP_AGENT_NAMESPACE: { key: 'agent.namespace', type: 'string' },
+  DEVOP_AGENT_EPHEMERAL: { key: 'agent.ephemeral', type: 'boolean' },
+  DEVOP_OUTGOING: { key: 'outgoing.enabled', type: 'boolean' },
+  DEVOP_DNS: { key: 'dns.enabled', type: 'boolean' },
+};
+
+/** The config layer that ENV_OVERRIDES variables set in `env` (a partial input for mergeConfigInput). */
+export function envOverrides(env: NodeJS.ProcessEnv): DevopConfigInput {
+  const out: Record<string, unknown> = {};
+  for (const [name, { key, type }] of Object.entries(ENV_OVERRIDES)) {
+    const raw = env[name];
+    if (raw === undefined || raw === '') continue;
+    let value: unknown = raw;
+    if (type === 'boolean') {
+      if (/^(true|1|yes)$/i.test(raw)) value = true;
+      else if (/^(false|0|no)$/i.test(raw)) value = false;
+      else throw new UserError(`environment variable ${name} is "${raw}"`, `set it to true or false (it overrides ${key})`);
+    }
+    const path = key.split('.');
+    let node = out;
+    for (const segment of path.slice(0, -1)) node = (node[segment] ??= {}) as Record<string, unknown>;
+    node[path[path.length - 1]] = value;
+  }
+  return out as DevopConfigInput;
+}
+
+/** Merges config layers, later ones winning; objects merge key by key, lists and scalars are replaced. */
+export function mergeConfigInput(...layers: unknown[]): unknown {
+  const isPlain = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+  let result: unknown = {};
+  for (const layer of layers) {
+    if (layer === undefined) continue;
+    if (!isPlain(result) || !isPlain(layer)) {
+      result = layer;
+      continue;
+    }
+    const merged: Record<string, unknown> = { ...result };
+    for (const [k, v] of Object.entries(layer)) {
+      if (v === undefined) continue;
+      merged[k] = isPlain(merged[k]) && isPlain(v) ? mergeConfigInput(merged[k], v) : v;
+    }
+    result = merged;
+  }
+  return result;
+}
+
 type Issue = z.core.$ZodIssue;
 
 function configError(issues: readonly Issue[], obj: unknown, source: string): UserError {

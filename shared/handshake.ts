@@ -146,9 +146,9 @@ export function acceptHello(mux: AgentMux, options: AcceptHelloOptions): Promise
       fn();
     };
     const refuse = (error: Extract<AgentMessage, { type: 'error' }>): void => {
+      done(() => reject(new Error(`handshake refused: ${error.message}`)));
       mux.send(error);
       mux.close(error.message);
-      done(() => reject(new Error(`handshake refused: ${error.message}`)));
     };
     const onMessage = (msg: ClientMessage): void => {
       if (msg.type !== 'hello') {

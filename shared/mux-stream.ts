@@ -54,6 +54,7 @@ export class MuxStream extends Duplex {
   #remoteEnded = false;
   #reset = false;
   #accepted: StreamAccept | null = null;
+  #grantScheduled = false;
 
   constructor(sink: StreamSink, id: number, open: StreamOpen, window: number, initialCredit: number) {
     super({ allowHalfOpen: true, readableHighWaterMark: window, writableHighWaterMark: Math.min(window, MAX_DATA_FRAME) });
@@ -63,6 +64,9 @@ export class MuxStream extends Duplex {
     this.#window = window;
     this.#sendCredit = initialCredit;
     this.#recvGranted = initialCredit;
+    // A peer's reset or a lost connection must never crash the process through an unhandled 'error' event (a bad or
+    // hostile peer could otherwise kill the agent); listeners added by the user still receive every error.
+    this.on('error', ignoreError);
   }
 
   /** Details the peer sent with accept(), or null while not (yet) accepted. */
@@ -105,8 +109,27 @@ export class MuxStream extends Duplex {
   }
 
   override _read(): void {
-    this.grantCredit();
+    this.#scheduleGrant();
   }
+
+  // Readable calls _read before it takes bytes out of its buffer, and only once until the next push; a reader taking
+  // small bites would then never trigger a grant. So every read() schedules one, computed after the read has happened.
+  override read(size?: number): ReturnType<Duplex['read']> {
+    const chunk: unknown = super.read(size);
+    if (chunk !== null) this.#scheduleGrant();
+    return chunk;
+  }
+
+  #scheduleGrant(): void {
+    if (this.#grantScheduled) return;
+    this.#grantScheduled = true;
+    queueMicrotask(this.#deferredGrant);
+  }
+
+  readonly #deferredGrant = (): void => {
+    this.#grantScheduled = false;
+    this.grantCredit();
+  };
 
   override _destroy(err: Error | null, callback: (err?: Error | null) => void): void {
     if (!this.#reset && !(this.#localEnded && this.#remoteEnded) && !this.#sink.isClosed) {
@@ -202,3 +225,4 @@ export class MuxStream extends Duplex {
 }
 
 const EMPTY = Buffer.alloc(0);
+function ignoreError(): void {}

@@ -76,6 +76,8 @@ export class Mux<S extends Side = Side> extends EventEmitter implements StreamSi
   #blocked = false;
   #drainWaiters: Array<() => void> = [];
   #closed = false;
+  /** True when the connection turns corked writes into one writev (net.Socket does); else flushes are concatenated. */
+  readonly #gathers: boolean;
 
   constructor(conn: Duplex, options: MuxOptions<S>) {
     super();
@@ -86,6 +88,10 @@ export class Mux<S extends Side = Side> extends EventEmitter implements StreamSi
     this.side = options.side;
     this.window = window;
     this.#conn = conn;
+    this.#gathers = typeof (conn as { _writev?: unknown })._writev === 'function';
+    // Frames are already coalesced per tick; Nagle would only hold a small reply (a CREDIT, an HTTP answer) for an ACK.
+    const socket = conn as { setNoDelay?: (on: boolean) => unknown };
+    if (typeof socket.setNoDelay === 'function') socket.setNoDelay(true);
     this.#nextId = options.side === 'client' ? 1 : 2;
     this.#outbound = options.side === 'client' ? ClientMessage : AgentMessage;
     this.#inbound = options.side === 'client' ? AgentMessage : ClientMessage;
@@ -177,11 +183,14 @@ export class Mux<S extends Side = Side> extends EventEmitter implements StreamSi
     let ok: boolean;
     if (chunks.length === 1) {
       ok = this.#conn.write(chunks[0]);
-    } else {
+    } else if (this.#gathers) {
       this.#conn.cork();
       for (const chunk of chunks) this.#conn.write(chunk);
       this.#conn.uncork();
       ok = !this.#conn.writableNeedDrain;
+    } else {
+      // A connection without writev (e.g. a WebSocket stream: one message per write) gets one buffer per flush.
+      ok = this.#conn.write(Buffer.concat(chunks));
     }
     if (!ok) this.#blocked = true;
   };
@@ -251,6 +260,10 @@ export class Mux<S extends Side = Side> extends EventEmitter implements StreamSi
     const open = decodeJson(payload, StreamOpen, 'stream header');
     const stream = new MuxStream(this, id, open, this.window, INITIAL_WINDOW);
     this.#streams.set(id, stream);
+    if (this.listenerCount('stream') === 0) {
+      stream.reset('no handler for new streams');
+      return;
+    }
     stream.grantCredit();
     this.#emitSafely('stream', stream);
   }

@@ -1,5 +1,6 @@
 // Test fixtures for the protocol: one sample of every message type and stream kind (the compiler insists on all of them),
-// a seeded PRNG, and an in-memory Duplex pair. Used by the shared/ tests only.
+// a seeded PRNG, socket pairs (real loopback TCP, or in-memory) and polling helpers. Used by the shared/ tests only.
+import net from 'node:net';
 import { Duplex } from 'node:stream';
 import type { AgentMessage, ClientMessage, StreamOpen } from './protocol.js';
 
@@ -105,3 +106,29 @@ export function duplexPair(): [Duplex, Duplex] {
   b = make(() => a);
   return [a, b];
 }
+
+/** A connected pair of real loopback TCP sockets; destroyed by the caller's cleanups. */
+export async function socketPair(cleanups: Array<() => void>): Promise<[net.Socket, net.Socket]> {
+  const server = net.createServer();
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  const accepted = new Promise<net.Socket>((r) => server.once('connection', r));
+  const client = net.connect((server.address() as net.AddressInfo).port, '127.0.0.1');
+  const serverSide = await accepted;
+  server.close();
+  cleanups.push(() => {
+    client.destroy();
+    serverSide.destroy();
+  });
+  return [client, serverSide];
+}
+
+/** Polls `cond` until true, with a generous deadline (the machine is shared): never a fixed sleep. */
+export async function until(cond: () => boolean, what: string, deadlineMs = 30_000): Promise<void> {
+  const end = Date.now() + deadlineMs;
+  while (!cond()) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
+
+export const nextEvent = <T>(emitter: NodeJS.EventEmitter, event: string): Promise<T> => new Promise((r) => emitter.once(event, r));

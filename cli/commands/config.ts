@@ -1,6 +1,7 @@
 // Registers `devop config validate [-f file]` (one line per problem) and `devop config schema` (the JSON Schema).
 import { Command } from 'commander';
 import { CONFIG_FILE_NAME } from '../../shared/config.js';
+import { UserError } from '../../shared/errors.js';
 import { configSchemaText, validateConfigFile } from '../services/config.js';
 
 export function registerConfigCommand(program: Command): void {
@@ -17,8 +18,8 @@ export function registerConfigCommand(program: Command): void {
         return;
       }
       process.stdout.write(problems.map((line) => `${line}\n`).join(''));
-      process.stderr.write(`devop: ${file} has ${problems.length} problem${problems.length === 1 ? '' : 's'}\n`);
-      process.exitCode = 1;
+      // Thrown so that the top-level handler sets the exit code (1) and prints the summary on stderr.
+      throw new UserError(`${file} has ${problems.length} problem${problems.length === 1 ? '' : 's'} (listed above)`, 'fix each key as its line says; editors check devop.json against devop.schema.json (devop vscode init sets $schema)');
     });
 
   config

@@ -6,6 +6,7 @@ import { createReporter, OUTPUT_MODES, type OutputMode } from '../ui/index.js';
 import { mergeExecOptions, type ExecFlags } from '../services/exec-options.js';
 import { runExec } from '../services/exec.js';
 import { loadCommandConfig } from './config-file.js';
+import { addOutgoingOptions, outgoingChildEnvHook, outgoingSettingsFrom } from '../outgoing/exec-hook.js';
 
 const collect = (value: string, previous: string[] = []): string[] => [...previous, value];
 
@@ -15,8 +16,7 @@ interface ExecCommandFlags extends ExecFlags {
 }
 
 export function registerExecCommand(program: Command, onExit: (code: number) => void): void {
-  program
-    .command('exec')
+  addOutgoingOptions(program.command('exec'))
     .description('run a local command as if it were the target workload: its env, and its pod\'s traffic (mirrored or stolen)')
     .usage('[options] -- <command> [args...]')
     .argument('[command...]', 'the local command and its arguments (after --)')
@@ -49,17 +49,21 @@ export function registerExecCommand(program: Command, onExit: (code: number) => 
       const { config, dir } = loadCommandConfig(flags.config);
       const explicitFlush = cmd.getOptionValueSource('flush') === 'cli' ? flags.flush : undefined;
       const options = mergeExecOptions({ ...flags, flush: explicitFlush }, config, command, dir);
+      options.childEnvHooks = [...(options.childEnvHooks ?? []), outgoingChildEnvHook(outgoingSettingsFrom(cmd, config))];
       const reporter = createReporter({ output: flags.output, verbose: Boolean(flags.verbose) });
-      onExit(await runWithReporter(reporter, () => runExec(options, reporter)));
+      onExit(await runWithReporter(reporter, flags.output === 'json', () => runExec(options, reporter)));
     });
 }
 
-/** Runs a service; a failure is also told to the reporter (JSON consumers see it), then rethrown for the top-level handler. */
-export async function runWithReporter(reporter: Reporter, run: () => Promise<number>): Promise<number> {
+/**
+ * Runs a service and closes the reporter. A failure is rethrown for the top-level handler (which prints it on stderr);
+ * in JSON mode it is also an `error` event, so consumers of stdout see it.
+ */
+export async function runWithReporter(reporter: Reporter, json: boolean, run: () => Promise<number>): Promise<number> {
   try {
     return await run();
   } catch (err) {
-    reporter.emit({ type: 'error', message: err instanceof Error ? err.message : String(err), ...(isUserError(err) ? { hint: err.hint } : {}) });
+    if (json) reporter.emit({ type: 'error', message: err instanceof Error ? err.message : String(err), ...(isUserError(err) ? { hint: err.hint } : {}) });
     throw err;
   } finally {
     await reporter.close();

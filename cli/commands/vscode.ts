@@ -24,6 +24,7 @@ const EXEC_FLAGS: ReadonlyArray<{ flags: string; description: string; kind: 'val
   { flags: '--env-file <file>', description: 'dotenv file applied over the pod env', kind: 'value' },
   { flags: '--agent-image <image>', description: 'agent image', kind: 'value' },
   { flags: '--agent-namespace <namespace>', description: 'namespace of the agent Job', kind: 'value' },
+  { flags: '--agent-privileged', description: 'run the agent privileged', kind: 'switch' },
   { flags: '--ephemeral', description: 'run the agent as an ephemeral container', kind: 'switch' },
   { flags: '--agent-ttl <seconds>', description: 'agent lifetime after its last session', kind: 'value' },
   { flags: '--startup-timeout <seconds>', description: 'how long to wait for the agent', kind: 'value' },

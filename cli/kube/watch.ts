@@ -3,6 +3,9 @@
 import { CoreV1Api, Watch, type KubeConfig, type V1Pod } from '@kubernetes/client-node';
 import { apiCall } from './errors.js';
 
+/** Pause before re-watching after a watch failed (not after a normal server-side end). */
+const WATCH_RESTART_PAUSE_MS = 200;
+
 export interface PodQuery {
   namespace: string;
   labelSelector?: string;
@@ -89,10 +92,16 @@ export async function waitForPods<T>(kc: KubeConfig, query: PodQuery, decide: (p
         (err: unknown) => {
           if (settled) return;
           const code = (err as { code?: unknown; statusCode?: unknown } | null)?.statusCode ?? (err as { code?: unknown } | null)?.code;
-          const restart = gone || code === 410 ? list() : watch(lastVersion);
-          restart.catch((e: unknown) => finish(() => reject(e)));
+          // A watch that ended with an error is restarted after a short pause, so a flapping API server is not hammered.
+          const pause = err ? WATCH_RESTART_PAUSE_MS : 0;
+          setTimeout(() => {
+            if (settled) return;
+            const restart = gone || code === 410 ? list() : watch(lastVersion);
+            restart.catch((e: unknown) => finish(() => reject(e)));
+          }, pause);
         },
       );
+      if (settled) abort.abort();
     };
     list().catch((err: unknown) => finish(() => reject(err)));
   });

@@ -55,7 +55,10 @@ export function joinStreams(a: Duplex, b: Duplex): Promise<void> {
       finished(self, (err) => {
         if (err) {
           self.destroy();
-          other.destroy();
+          // A TCP peer learns of the failure as a reset (ECONNRESET), not as an end it could take for a complete answer.
+          const socket = other as Duplex & { resetAndDestroy?: () => void; connecting?: boolean };
+          if (typeof socket.resetAndDestroy === 'function' && !socket.destroyed && !socket.connecting) socket.resetAndDestroy();
+          else other.destroy();
         }
         resolve();
       });

@@ -94,6 +94,17 @@ export function dialFailure(code: string, host: string, port: number, detail?: s
   return errnoError(code, 'connect', host, port, code === 'EFAULT' ? detail : undefined);
 }
 
+/**
+ * A routed socket is really connected to a loopback port of devop; its peer, for the program, is what the agent
+ * connected to in the pod (a service IP and port), as it would be if the program ran there.
+ */
+function showPodPeer(socket: net.Socket, address: string, port: number): void {
+  const family = net.isIP(address) === 6 ? 'IPv6' : 'IPv4';
+  Object.defineProperty(socket, 'remoteAddress', { configurable: true, get: () => address });
+  Object.defineProperty(socket, 'remotePort', { configurable: true, get: () => port });
+  Object.defineProperty(socket, 'remoteFamily', { configurable: true, get: () => family });
+}
+
 function normalizeConnectArgs(args: unknown[]): [ConnectOptions, ((...a: unknown[]) => void) | null] {
   // net.connect passes Socket#connect an already normalized [options, cb] array.
   if (Array.isArray(args[0])) return args[0] as [ConnectOptions, ((...a: unknown[]) => void) | null];
@@ -158,6 +169,7 @@ export function installOutgoingHooks(config: PreloadConfig): InstalledHooks {
           originalConnect.call(drop, { port: answer.port, host: config.proxy.host }, () => drop.destroy());
           return;
         }
+        if (answer.remoteAddress) showPodPeer(socket, answer.remoteAddress, answer.remotePort ?? port);
         originalConnect.call(socket, { port: answer.port, host: config.proxy.host });
       },
       (err: Error & { code?: string }) => {

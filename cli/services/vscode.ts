@@ -112,18 +112,24 @@ export function initVscode(options: VscodeInitOptions): VscodeInitResult {
   const task = buildExecTask(options, inspected.command);
   const stop = buildStopTask(options.taskLabel);
   const vscodeDir = join(options.workspace, '.vscode');
-  mkdirSync(vscodeDir, { recursive: true });
 
-  const tasksFile = updateJsonFile(join(vscodeDir, 'tasks.json'), { version: '2.0.0' }, (doc, file) => {
+  // Every file is planned before any is written: a broken launch.json must not leave a half-done set-up behind.
+  const tasksFile = planJsonFile(join(vscodeDir, 'tasks.json'), { version: '2.0.0' }, (doc, file) => {
     doc.tasks = upsert(arrayAt(doc, 'tasks', file), 'label', [task, stop.task]);
     doc.inputs = upsert(arrayAt(doc, 'inputs', file), 'id', [stop.input]);
   });
-  const launchFile = updateJsonFile(join(vscodeDir, 'launch.json'), { version: '0.2.0' }, (doc, file) => {
+  const launchFile = planJsonFile(join(vscodeDir, 'launch.json'), { version: '0.2.0' }, (doc, file) => {
     doc.configurations = upsert(arrayAt(doc, 'configurations', file), 'name', [buildLaunchConfiguration(options.taskLabel, options.inspectPort)]);
   });
   const schema = schemaReference(options.workspace);
-  const configFile = updateDevopJson(join(options.workspace, CONFIG_FILE_NAME), schema);
-  return { files: [tasksFile, launchFile, configFile], notes, task };
+  const configFile = planDevopJson(join(options.workspace, CONFIG_FILE_NAME), schema);
+  const planned = [tasksFile, launchFile, configFile];
+  mkdirSync(vscodeDir, { recursive: true });
+  for (const file of planned) {
+    if (file.backup && file.original !== undefined) writeFileSync(file.backup, file.original);
+    if (file.action !== 'unchanged') writeFileSync(file.path, file.text);
+  }
+  return { files: planned.map(({ path, action, backup }) => ({ path, action, backup })), notes, task };
 }
 
 function defaultLocalCommand(workspace: string): string[] {
@@ -143,11 +149,13 @@ export function schemaReference(workspace: string): string {
   return posix.startsWith('.') ? posix : `./${posix}`;
 }
 
-function updateDevopJson(path: string, schema: string): WrittenFile {
-  if (!existsSync(path)) {
-    writeFileSync(path, `${JSON.stringify({ $schema: schema }, null, 2)}\n`);
-    return { path, action: 'created' };
-  }
+interface PlannedFile extends WrittenFile {
+  text: string;
+  original?: string;
+}
+
+function planDevopJson(path: string, schema: string): PlannedFile {
+  if (!existsSync(path)) return { path, action: 'created', text: `${JSON.stringify({ $schema: schema }, null, 2)}\n` };
   const text = readFileSync(path, 'utf8');
   let doc: unknown;
   try {
@@ -156,15 +164,14 @@ function updateDevopJson(path: string, schema: string): WrittenFile {
     throw new UserError(`${path} is not valid JSON (${(err as Error).message})`, 'fix it (devop config validate shows where), then run devop vscode init again');
   }
   if (!isObject(doc)) throw new UserError(`${path} does not hold a JSON object`, 'make it an object such as {"target": "deploy/NAME"}');
-  if (doc.$schema === schema) return { path, action: 'unchanged' };
+  if (doc.$schema === schema) return { path, action: 'unchanged', text };
   const { $schema: _old, ...rest } = doc;
-  writeFileSync(path, `${JSON.stringify({ $schema: schema, ...rest }, null, 2)}\n`);
-  return { path, action: 'updated' };
+  return { path, action: 'updated', text: `${JSON.stringify({ $schema: schema, ...rest }, null, 2)}\n` };
 }
 
 type JsonObject = Record<string, unknown>;
 
-function updateJsonFile(path: string, fresh: JsonObject, change: (doc: JsonObject, file: string) => void): WrittenFile {
+function planJsonFile(path: string, fresh: JsonObject, change: (doc: JsonObject, file: string) => void): PlannedFile {
   const exists = existsSync(path);
   const text = exists ? readFileSync(path, 'utf8') : '';
   const parsed: unknown = exists && text.trim() !== '' ? parseJsonc(text, path) : { ...fresh };
@@ -172,14 +179,9 @@ function updateJsonFile(path: string, fresh: JsonObject, change: (doc: JsonObjec
   const doc: JsonObject = { ...parsed };
   change(doc, path);
   const next = `${JSON.stringify(doc, null, 2)}\n`;
-  if (exists && next === text) return { path, action: 'unchanged' };
-  let backup: string | undefined;
-  if (exists && hasComments(text)) {
-    backup = `${path}.devop.bak`;
-    writeFileSync(backup, text);
-  }
-  writeFileSync(path, next);
-  return { path, action: exists ? 'updated' : 'created', backup };
+  if (exists && next === text) return { path, action: 'unchanged', text };
+  const backup = exists && hasComments(text) ? `${path}.devop.bak` : undefined;
+  return { path, action: exists ? 'updated' : 'created', text: next, backup, original: backup ? text : undefined };
 }
 
 function arrayAt(doc: JsonObject, key: string, file: string): unknown[] {

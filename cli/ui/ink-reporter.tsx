@@ -46,11 +46,20 @@ export class InkReporter implements Reporter {
     await instance.waitUntilExit().catch(() => undefined);
   }
 
+  /**
+   * q / Ctrl-C before the session has controls: the keys are raw, so the terminal sent no SIGINT — raise it. Without a
+   * handler SIGINT kills devop outright, so the terminal is given back (raw mode off) first.
+   */
+  private raiseInterrupt(): void {
+    if (process.listenerCount('SIGINT') === 0) this.instance?.unmount();
+    process.kill(process.pid, 'SIGINT');
+  }
+
   /** Mounted on the first event rather than at construction, so a reporter that is never used leaves the terminal alone. */
   private mount(): void {
     if (this.instance) return;
     const { stdout, stderr, stdin, verbose } = this.options;
-    const onInterrupt = this.options.onInterrupt ?? (() => process.kill(process.pid, 'SIGINT'));
+    const onInterrupt = this.options.onInterrupt ?? (() => this.raiseInterrupt());
     this.instance = render(<App store={this.store} onInterrupt={onInterrupt} verbose={verbose} />, {
       stdout,
       stderr,

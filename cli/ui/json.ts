@@ -24,6 +24,6 @@ export class JsonReporter implements Reporter {
 
   async close(): Promise<void> {
     await this.sink.flush();
-    this.sink.dispose();
+    
   }
 }

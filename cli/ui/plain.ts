@@ -34,6 +34,7 @@ export class PlainReporter implements Reporter {
     const { verbose } = this.options;
     switch (event.type) {
       case 'step':
+        // A failed step's fix is printed once, by the top-level error handler that reports the failure itself.
         return formatStepLine(event);
       case 'ready':
         return READY_LINE;

@@ -8,19 +8,22 @@ export class LineSink {
   }
 
   write(text: string): void {
-    if (this.broken) return;
+    if (this.broken || isGone(this.stream)) return;
     this.stream.write(text);
   }
 
   /** Resolves once everything written so far is handed to the OS (or the stream broke), so exit does not cut lines. */
   flush(): Promise<void> {
-    if (this.broken) return Promise.resolve();
+    if (this.broken || isGone(this.stream)) return Promise.resolve();
     return new Promise((resolve) => {
+      // A stream destroyed by an EPIPE drops pending write callbacks: 'close' ends the wait then.
       const done = (): void => {
         this.stream.removeListener('error', done);
+        this.stream.removeListener('close', done);
         resolve();
       };
       this.stream.once('error', done);
+      this.stream.once('close', done);
       this.stream.write('', done);
     });
   }
@@ -32,4 +35,9 @@ export class LineSink {
   private readonly onError = (): void => {
     this.broken = true;
   };
+}
+
+function isGone(stream: NodeJS.WritableStream): boolean {
+  const state = stream as NodeJS.WritableStream & { destroyed?: boolean; writableEnded?: boolean };
+  return Boolean(state.destroyed || state.writableEnded);
 }

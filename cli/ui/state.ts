@@ -14,6 +14,7 @@ export interface StepView {
   title: string;
   status: 'running' | 'done' | 'fail';
   detail?: string;
+  hint?: string;
   startedAt: number;
   ms?: number;
 }
@@ -48,10 +49,21 @@ export interface Counters {
   errors: number;
 }
 
+/** The failed start-up step with why and the fix (from the step itself, else from the error event about it). */
+export function failureOf(state: ViewState): { id: StepId; title: string; why: string; fix?: string } | undefined {
+  const failed = state.steps.find((step) => step.status === 'fail');
+  if (!failed) return undefined;
+  const error = state.lastError && (state.lastError.step === undefined || state.lastError.step === failed.id) ? state.lastError : undefined;
+  const why = [failed.detail, error?.message].filter((part, i, parts): part is string => Boolean(part) && parts.indexOf(part) === i).join(': ');
+  return { id: failed.id, title: failed.title, why: why || 'failed', fix: failed.hint ?? error?.hint };
+}
+
 export interface Notice {
   level: 'info' | 'warn' | 'error' | 'debug';
   message: string;
   hint?: string;
+  /** For errors: the step they are about (the failure box shows those). */
+  step?: StepId;
 }
 
 export interface ViewState {
@@ -65,7 +77,8 @@ export interface ViewState {
   output: OutputLine[];
   partial: { stdout: string; stderr: string };
   notices: Notice[];
-  failure?: { message: string; hint?: string; step?: StepId };
+  /** The last error event: the failure box shows it when a step failed (start-up ends there). */
+  lastError?: { message: string; hint?: string; step?: StepId };
   exit?: { code: number | null; signal?: string | null };
   stopping: boolean;
 }
@@ -116,12 +129,11 @@ export function applyEvent(state: ViewState, event: ReportEvent, now: number): V
     case 'log':
       return { ...state, notices: appendNotice(state.notices, { level: event.level, message: event.message }) };
     case 'error': {
+      // Not every error ends the session (e.g. "the local command does not listen yet; devop keeps waiting"): it is a
+      // notice; the failure box appears when a step has failed.
       const counters = { ...state.counters, errors: state.counters.errors + 1 };
-      const fatal = !state.readyAt || event.step !== undefined;
-      const notice: Notice = { level: 'error', message: event.message, hint: event.hint };
-      return fatal
-        ? { ...state, counters, failure: { message: event.message, hint: event.hint, step: event.step } }
-        : { ...state, counters, notices: appendNotice(state.notices, notice) };
+      const notice: Notice = { level: 'error', message: event.message, hint: event.hint, step: event.step };
+      return { ...state, counters, notices: appendNotice(state.notices, notice), lastError: { message: event.message, hint: event.hint, step: event.step } };
     }
     case 'exit':
       return { ...flushPartial(state), exit: { code: event.code, signal: event.signal } };
@@ -144,10 +156,10 @@ function applyStep(steps: StepView[], event: Extract<ReportEvent, { type: 'step'
   const status = event.status === 'start' ? 'running' : event.status === 'done' ? 'done' : 'fail';
   if (event.status === 'start' || index < 0) {
     const startedAt = event.status === 'start' ? now : now - (event.ms ?? 0);
-    return [...steps, { id: event.id, title: event.title, status, detail: event.detail, startedAt, ms: event.ms }];
+    return [...steps, { id: event.id, title: event.title, status, detail: event.detail, hint: event.hint, startedAt, ms: event.ms }];
   }
   const previous = steps[index];
-  const next: StepView = { ...previous, title: event.title, status, detail: event.detail ?? previous.detail, ms: event.ms ?? now - previous.startedAt };
+  const next: StepView = { ...previous, title: event.title, status, detail: event.detail ?? previous.detail, hint: event.hint, ms: event.ms ?? now - previous.startedAt };
   return steps.map((step, i) => (i === index ? next : step));
 }
 

@@ -6,6 +6,7 @@ import { mkdtempSync, mkdirSync, rmSync, writeFileSync, rmdirSync, existsSync, r
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { promisify } from 'node:util';
+import { AGENT_NODE_FLAGS } from '../../shared/agent-contract.js';
 
 const exec = promisify(execFile);
 const FIXTURES = resolve(import.meta.dirname, 'fixtures');
@@ -103,7 +104,7 @@ export class PodNet {
   }
 
   /** Starts the pod's HTTP server in the container cgroup, the pod netns, and a mount namespace of its own. */
-  async startPod(opts: { port: number; name?: string; env?: Record<string, string>; resolvConf?: string; hosts?: string }): Promise<Proc> {
+  async startPod(opts: { port: number | string; name?: string; env?: Record<string, string>; resolvConf?: string; hosts?: string }): Promise<Proc> {
     const resolvConf = join(this.dir, 'resolv.conf');
     const hosts = join(this.dir, 'hosts');
     writeFileSync(resolvConf, opts.resolvConf ?? `nameserver ${this.clientIP}\nsearch team.svc.cluster.local svc.cluster.local\noptions ndots:5\n`);
@@ -112,13 +113,14 @@ export class PodNet {
     // Join the cgroup first (nsenter keeps the mount namespace, so /sys/fs/cgroup is still there), then the netns.
     const script = `echo $$ > ${this.cgroupDir}/cgroup.procs && exec nsenter --net=/run/netns/${this.podNs} unshare -m --propagation private sh -c '${inner}'`;
     const proc = this.spawnTracked('sh', ['-c', script], { PORT: String(opts.port), POD_NAME: opts.name ?? 'pod', ...opts.env });
-    await waitFor(() => proc.lines.some((l) => l.startsWith('LISTENING')), 'the pod server to listen');
+    const count = String(opts.port).split(',').length;
+    await waitFor(() => proc.lines.filter((l) => l.startsWith('LISTENING')).length === count, 'the pod server to listen');
     return proc;
   }
 
   /** Runs the built agent the way job mode does: by container ID, from the host (hostPID), re-entering the pod netns. */
   async startAgent(env: Record<string, string> = {}): Promise<AgentProc> {
-    const proc = this.spawnTracked(process.execPath, [AGENT_BUNDLE], {
+    const proc = this.spawnTracked(process.execPath, [...(process.env.DEVOP_TEST_AGENT_FLAGS?.split(' ').filter(Boolean) ?? AGENT_NODE_FLAGS), AGENT_BUNDLE], {
       DEVOP_AGENT_MODE: 'job',
       DEVOP_AGENT_CONTAINER_ID: `containerd://${this.containerId}`,
       DEVOP_AGENT_TOKEN: 'test-token',
@@ -180,6 +182,14 @@ export class PodNet {
   /** Processes the pod server's log says it handled: "REQ <method> <url> from <addr>". */
   podRequests(pod: Proc): string[] {
     return pod.lines.filter((l) => l.startsWith('REQ '));
+  }
+
+  readCmdline(pid: number): string {
+    try {
+      return readFileSync(`/proc/${pid}/cmdline`, 'utf8').replaceAll('\0', ' ');
+    } catch {
+      return '';
+    }
   }
 
   readHostFile(path: string): string {

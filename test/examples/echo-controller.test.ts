@@ -4,7 +4,7 @@ import { KubeConfig, Watch } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { requireRoot } from '../helpers/root.js';
 import { startCluster } from '../cluster/index.js';
-import { Kubectl, LocalProcess, TSX_LOADER, eventually, exampleImages } from './harness.js';
+import { Kubectl, LocalProcess, eventually, exampleImages } from './harness.js';
 
 requireRoot('examples: echo-controller');
 
@@ -18,7 +18,7 @@ describe('echo-controller walkthrough', () => {
 
   const env = (): NodeJS.ProcessEnv => ({ ...process.env, KUBECONFIG: cluster.kubeconfigPath });
   const startController = (...args: string[]): LocalProcess =>
-    new LocalProcess(process.execPath, ['--import', TSX_LOADER, 'examples/echo-controller/src/main.ts', ...args], env());
+    new LocalProcess('npx', ['tsx', 'examples/echo-controller/src/main.ts', ...args], env());
 
   /** "<spec.replicas> <status.readyReplicas> <uid>" of the Echo's Deployment, or undefined while it does not exist. */
   const deployment = async (): Promise<{ replicas: string; ready: string; uid: string } | undefined> => {
@@ -34,8 +34,7 @@ describe('echo-controller walkthrough', () => {
     });
 
   beforeAll(async () => {
-    cluster = await startCluster();
-    for (const [image, spec] of Object.entries(exampleImages())) cluster.images.add(image, spec);
+    cluster = await startCluster({ images: exampleImages() });
     kubectl = new Kubectl(cluster.kubeconfigPath);
   });
 
@@ -129,8 +128,9 @@ describe('echo-controller walkthrough', () => {
     extra.push(first);
     const holder = () =>
       kubectl.run('get', 'lease', 'echo-controller', '-n', 'default', '-o', 'jsonpath={.spec.holderIdentity}').then((r) => (r.code === 0 && r.stdout ? r.stdout : undefined));
-    const firstHolder = await eventually('the first controller to hold the lease', holder);
-    expect(firstHolder).toMatch(new RegExp(`-${first.child.pid}$`));
+    const identityOf = (p: LocalProcess) => /lease default\/echo-controller acquired by (\S+)/.exec(p.stdout)?.[1];
+    const firstIdentity = await eventually('the first controller to acquire the lease', async () => identityOf(first));
+    expect(await eventually('the lease to name the first controller', holder)).toBe(firstIdentity);
     const second = startController('--leader-elect');
     extra.push(second);
     await eventually('the second controller to wait', async () => (second.stdout.includes('is held by another replica; waiting') ? true : undefined));
@@ -138,7 +138,9 @@ describe('echo-controller walkthrough', () => {
     // When the leader stops (it hands the lease back)
     await first.stop('SIGTERM');
     // Then the second one leads and reconciles
-    await eventually('the second controller to hold the lease', async () => ((await holder()) === firstHolder.replace(/-\d+$/, `-${second.child.pid}`) ? true : undefined));
+    const secondIdentity = await eventually('the second controller to acquire the lease', async () => identityOf(second));
+    expect(secondIdentity).not.toBe(firstIdentity);
+    expect(await eventually('the lease to name the second controller', async () => ((await holder()) === secondIdentity ? true : undefined))).toBe(true);
     await kubectl.ok('apply', '-f', 'examples/echo-controller/manifests/echo.yaml');
     await deploymentWith(2);
     expect(second.stdout).toContain('default/hello: create deployment (replicas 2)');

@@ -97,7 +97,8 @@ export class LocalProcess {
   exit: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
 
   constructor(command: string, args: string[], env: NodeJS.ProcessEnv) {
-    this.child = spawn(command, args, { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
+    // Its own process group, like a command typed in a terminal: signals reach it and everything it started.
+    this.child = spawn(command, args, { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
     this.child.stdout!.on('data', (d: Buffer) => (this.stdout += d.toString()));
     this.child.stderr!.on('data', (d: Buffer) => (this.stderr += d.toString()));
     this.exit = new Promise((r) => this.child.once('exit', (code, signal) => r({ code, signal })));
@@ -107,13 +108,25 @@ export class LocalProcess {
     return this.child.exitCode === null && this.child.signalCode === null;
   }
 
+  /** Signals the process group (Ctrl-C in a terminal does the same), then SIGKILLs it after the grace period. */
   async stop(signal: NodeJS.Signals = 'SIGINT', graceMs = 15_000): Promise<{ code: number | null; signal: NodeJS.Signals | null }> {
-    if (this.running) this.child.kill(signal);
-    const timer = setTimeout(() => this.running && this.child.kill('SIGKILL'), graceMs);
+    this.signalGroup(signal);
+    const timer = setTimeout(() => this.signalGroup('SIGKILL'), graceMs);
     try {
       return await this.exit;
     } finally {
       clearTimeout(timer);
+      // Whatever it started and left behind goes too.
+      this.signalGroup('SIGKILL');
+    }
+  }
+
+  private signalGroup(signal: NodeJS.Signals): void {
+    if (this.child.pid === undefined) return;
+    try {
+      process.kill(-this.child.pid, signal);
+    } catch {
+      // the group is already gone
     }
   }
 

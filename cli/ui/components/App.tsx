@@ -3,7 +3,7 @@ import { useEffect, useRef, useState, useSyncExternalStore } from 'react';
 import { Box, Text, useInput, useStdin, useStdout, type Key } from 'ink';
 import type { SessionControls, SessionInfo, TrafficMode } from '../../reporter.js';
 import type { ViewStore } from '../store.js';
-import { addNotice, clearTraffic, type ViewState } from '../state.js';
+import { addNotice, clearTraffic, failureOf, type ViewState } from '../state.js';
 import { Counters } from './Counters.js';
 import { Header } from './Header.js';
 import { FilterInput, HelpPanel, KeyBar } from './Keys.js';
@@ -62,7 +62,8 @@ export function App({ store, onInterrupt, verbose = false }: AppProps) {
     setFilterState(next);
   };
   const keysActive = Boolean(isRawModeSupported);
-  const starting = !state.readyAt && !state.failure;
+  const failure = failureOf(state);
+  const starting = !state.readyAt && !failure;
   const now = useNow((starting && state.steps.some((step) => step.status === 'running')) || (state.stopping && !state.exit));
 
   const run = (label: string, action: (controls: SessionControls) => Promise<void>, optimistic: (state: ViewState) => ViewState) => {
@@ -157,10 +158,11 @@ export function App({ store, onInterrupt, verbose = false }: AppProps) {
       <Box flexDirection="column">
         <Text bold color="cyan">devop</Text>
         <StepList steps={state.steps} now={now} />
-        {state.failure ? <FailureBox failure={state.failure} steps={state.steps} /> : null}
-        {notices.map((notice, index) => (
+        {failure ? <FailureBox failure={failure} /> : null}
+        {notices.filter((notice) => !failure || !(notice.level === 'error' && (notice.step === undefined || notice.step === failure.id))).map((notice, index) => (
           <Text key={index} color={notice.level === 'warn' ? 'yellow' : notice.level === 'error' ? 'red' : undefined} wrap="truncate">
             {notice.message}
+            {notice.hint ? ` — fix: ${notice.hint}` : ''}
           </Text>
         ))}
         {state.stopping && !state.exit ? <Text color="yellow">stopping…</Text> : null}
@@ -170,7 +172,7 @@ export function App({ store, onInterrupt, verbose = false }: AppProps) {
   }
 
   // Header (1 + ports) + separators/counters/keys (5) + notices; what is left is shared by the list (2/3) and output (1/3).
-  const fixed = 7 + Math.max(1, state.session.ports.length) + notices.length + (panel === 'help' ? 9 : 0) + (state.failure ? 3 : 0);
+  const fixed = 7 + Math.max(1, state.session.ports.length) + notices.length + (panel === 'help' ? 9 : 0) + (failure ? 4 : 0);
   const free = Math.max(4, rows - fixed - 1);
   const outputHeight = Math.max(2, Math.floor(free / 3));
   const listHeight = Math.max(2, free - outputHeight);
@@ -188,7 +190,7 @@ export function App({ store, onInterrupt, verbose = false }: AppProps) {
           {notice.hint ? ` — fix: ${notice.hint}` : ''}
         </Text>
       ))}
-      {state.failure ? <FailureBox failure={state.failure} steps={state.steps} /> : null}
+      {failure ? <FailureBox failure={failure} /> : null}
       {panel === 'help' ? <HelpPanel /> : null}
       {panel === 'filter' ? (
         <FilterInput value={filterValue} />

@@ -2,7 +2,9 @@
 import { describe, expect, it } from 'vitest';
 import { render } from 'ink-testing-library';
 import { FailureBox, StepList } from './Steps.js';
-import type { StepView } from '../state.js';
+import { applyEvent, failureOf, initialViewState, type StepView } from '../state.js';
+import type { ReportEvent } from '../../reporter.js';
+import { failureEvents } from '../../../test/ui/fixtures/events.js';
 
 const now = 1_000_000;
 
@@ -24,24 +26,31 @@ describe('StepList', () => {
   });
 
   it('names the failed step, the reason and the fix', () => {
-    // Given a failed agent step and its error
-    const steps: StepView[] = [
-      { id: 'target', title: 'resolve target', status: 'done', startedAt: now, ms: 10 },
-      { id: 'agent', title: 'agent', status: 'fail', detail: 'image pull failed', startedAt: now, ms: 3000 },
-    ];
-    const failure = { message: 'cannot pull ghcr.io/devop/agent:nope', hint: 'pass --agent-image', step: 'agent' };
-    // When the failure is rendered
+    // Given a start-up whose agent step failed with a UserError (message + hint)
+    const state = failureEvents().reduce((current, event) => applyEvent(current, event, now), initialViewState(now));
+    const failure = failureOf(state);
+    // When the steps and the failure are rendered
     const { lastFrame } = render(
       <>
-        <StepList steps={steps} now={now} />
-        <FailureBox failure={failure} steps={steps} />
+        <StepList steps={state.steps} now={now} />
+        {failure ? <FailureBox failure={failure} /> : null}
       </>,
     );
     const frame = lastFrame() ?? '';
     // Then the step line has ✗ and the failure box says which step, why and the fix
     expect(frame).toContain('✗ agent: image pull failed 3.0 s');
     expect(frame).toContain('✗ agent failed');
-    expect(frame).toContain('why: cannot pull ghcr.io/devop/agent:nope');
-    expect(frame).toContain('fix: pass --agent-image');
+    expect(frame).toContain('why: image pull failed: the agent pod cannot pull ghcr.io/devop/agent:nope');
+    expect(frame).toContain('fix: pass --agent-image with an image your cluster can pull');
+  });
+
+  it('takes the fix from the step event itself when it carries one', () => {
+    // Given a failed step with a hint and no error event
+    const state = [
+      { type: 'step', id: 'tunnel', status: 'start', title: 'tunnel' },
+      { type: 'step', id: 'tunnel', status: 'fail', title: 'tunnel', detail: 'protocol version mismatch', hint: 'upgrade devop', ms: 20 },
+    ].reduce((current, event) => applyEvent(current, event as ReportEvent, now), initialViewState(now));
+    // Then the failure names it with its fix
+    expect(failureOf(state)).toEqual({ id: 'tunnel', title: 'tunnel', why: 'protocol version mismatch', fix: 'upgrade devop' });
   });
 });

@@ -1,7 +1,7 @@
 // Start-up steps (resolve target → agent → tunnel → env → listen → traffic) with a spinner, elapsed time and, on failure,
 // which step failed, why, and the fix.
 import { Box, Text } from 'ink';
-import type { StepView, ViewState } from '../state.js';
+import type { StepView } from '../state.js';
 import { formatDuration } from '../lines.js';
 
 const SPINNER = ['⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '⠧', '⠇', '⠏'];
@@ -30,21 +30,19 @@ export function StepList({ steps, now }: { steps: StepView[]; now: number }) {
   );
 }
 
-/** Names the failed step (or the last one that ran), the reason, and the fix. */
-export function FailureBox({ failure, steps }: { failure: NonNullable<ViewState['failure']>; steps: StepView[] }) {
-  const failed = steps.find((step) => step.status === 'fail') ?? steps.find((step) => step.id === failure.step);
-  const where = failed ? failed.title : failure.step;
+/** Names the failed step, the reason, and the fix. */
+export function FailureBox({ failure }: { failure: { title: string; why: string; fix?: string } }) {
   return (
     <Box flexDirection="column" marginTop={1}>
       <Text color="red" bold>
-        ✗ {where ? `${where} failed` : 'failed'}
+        ✗ {failure.title} failed
       </Text>
       <Text>
-        {'  '}why: {failure.message}
+        {'  '}why: {failure.why}
       </Text>
-      {failure.hint ? (
+      {failure.fix ? (
         <Text>
-          {'  '}fix: <Text color="cyan">{failure.hint}</Text>
+          {'  '}fix: <Text color="cyan">{failure.fix}</Text>
         </Text>
       ) : null}
     </Box>

@@ -122,7 +122,7 @@ export class EchoController {
         await orUndefinedOn404(this.apps.deleteNamespacedDeployment({ namespace, name: action.name, propagationPolicy: 'Background' }));
         return echo;
       case 'updateStatus':
-        this.log(`${key}: status ready ${action.status.readyReplicas}/${echo.spec.replicas} (generation ${action.status.observedGeneration})`);
+        this.log(`${key}: status replicas ${action.status.replicas}, ready ${action.status.readyReplicas} (generation ${action.status.observedGeneration})`);
         return (await this.custom.replaceNamespacedCustomObjectStatus({ group: GROUP, version: VERSION, namespace, plural: PLURAL, name, body: { ...echo, status: action.status } })) as Echo;
       case 'conflict':
         // Not retried: a person has to rename one of them. The next change to either brings us back.

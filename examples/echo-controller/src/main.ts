@@ -13,7 +13,11 @@ function loadKubeConfig(): KubeConfig {
     kc.loadFromCluster();
     return kc;
   }
-  kc.loadFromDefault();
+  try {
+    kc.loadFromDefault();
+  } catch (err) {
+    throw new Error(`echo-controller: cannot load the kubeconfig (${err instanceof Error ? err.message : String(err)}). Fix: point KUBECONFIG at a readable kubeconfig.`);
+  }
   if (!kc.getCurrentContext() || !kc.getCurrentCluster()) {
     throw new Error('echo-controller: no Kubernetes context found. Fix: set KUBECONFIG or run in a pod with a service account.');
   }

@@ -94,9 +94,16 @@ export function table<T extends KubeObject>(
   items: T[],
   listMeta: Record<string, unknown>,
   includeObject: string | null,
+  now: Date = new Date(),
 ): object {
   const nameColumn: TableColumn<T> = { name: 'Name', type: 'string', description: 'Name of the object', cell: (i) => String(i.metadata.name) };
-  const ageColumn: TableColumn<T> = { name: 'Age', type: 'date', description: 'Time since creation', cell: (i) => String(i.metadata.creationTimestamp) };
+  const ageColumn: TableColumn<T> = {
+    name: 'Age',
+    type: 'date',
+    description: 'Time since creation',
+    // Server-side printing sends the age already written out, as kube-apiserver does: kubectl prints cells as they come.
+    cell: (i) => (i.metadata.creationTimestamp ? humanDuration(now.getTime() - Date.parse(String(i.metadata.creationTimestamp))) : '<unknown>'),
+  };
   const all = [nameColumn, ...columns, ageColumn];
   const rowObject = (item: T): object | undefined => {
     if (includeObject === 'None') return undefined;
@@ -110,6 +117,25 @@ export function table<T extends KubeObject>(
     columnDefinitions: all.map((c) => ({ name: c.name, type: c.type === 'date' ? 'string' : c.type, format: c.type === 'date' ? 'date' : c.name === 'Name' ? 'name' : '', description: c.description, priority: 0 })),
     rows: items.map((item) => ({ cells: all.map((c) => c.cell(item)), object: rowObject(item) })),
   };
+}
+
+/** An age as kubectl shows it (k8s.io/apimachinery duration.HumanDuration): 45s, 3m20s, 15m, 2h5m, 10h, 3d4h, 20d, 2y3d. */
+export function humanDuration(ms: number): string {
+  const seconds = Math.floor(ms / 1000);
+  if (seconds < -1) return '<invalid>';
+  if (seconds < 0) return '0s';
+  if (seconds < 120) return `${seconds}s`;
+  const minutes = Math.floor(seconds / 60);
+  const withUnit = (big: number, bigUnit: string, small: number, smallUnit: string): string => (small === 0 ? `${big}${bigUnit}` : `${big}${bigUnit}${small}${smallUnit}`);
+  if (minutes < 10) return withUnit(minutes, 'm', seconds % 60, 's');
+  if (minutes < 180) return `${minutes}m`;
+  const hours = Math.floor(minutes / 60);
+  if (hours < 8) return withUnit(hours, 'h', minutes % 60, 'm');
+  if (hours < 48) return `${hours}h`;
+  if (hours < 24 * 8) return withUnit(Math.floor(hours / 24), 'd', hours % 24, 'h');
+  if (hours < 24 * 365 * 2) return `${Math.floor(hours / 24)}d`;
+  if (hours < 24 * 365 * 8) return withUnit(Math.floor(hours / 24 / 365), 'y', Math.floor(hours / 24) % 365, 'd');
+  return `${Math.floor(hours / 24 / 365)}y`;
 }
 
 const objectMetaRef = { type: 'object', description: 'Standard object metadata.' };

@@ -12,7 +12,11 @@ export function loadKubeConfig(env: NodeJS.ProcessEnv = process.env): KubeConfig
     kc.loadFromCluster();
     return kc;
   }
-  kc.loadFromDefault();
+  try {
+    kc.loadFromDefault();
+  } catch (err) {
+    throw new Error(`farm-operator: cannot load the kubeconfig (${err instanceof Error ? err.message : String(err)}). Fix: point KUBECONFIG at a readable kubeconfig.`);
+  }
   // loadFromDefault quietly falls back to http://localhost:8080 when it finds nothing; say so instead.
   if (!kc.getCurrentContext() || !kc.getCurrentCluster()) {
     throw new Error('farm-operator: no Kubernetes context found. Fix: set KUBECONFIG or run in a pod with a service account.');

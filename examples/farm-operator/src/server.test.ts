@@ -164,6 +164,8 @@ describe('llamas', () => {
     expect(reply.body.apiVersion).toBe('meta.k8s.io/v1');
     expect(reply.body.columnDefinitions.map((c: { name: string }) => c.name)).toEqual(['Name', 'Weight', 'Height', 'Age']);
     expect(reply.body.rows[1].cells.slice(0, 3)).toEqual(['fernando', 160, 185]);
+    // The age is written out by the server (kubectl prints cells as they come), the llamas being seconds old.
+    expect(reply.body.rows[1].cells[3]).toMatch(/^\d+s$/);
     expect(reply.body.rows[1].object).toMatchObject({ kind: 'PartialObjectMetadata', metadata: { name: 'fernando' } });
   });
 

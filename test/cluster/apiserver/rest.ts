@@ -6,6 +6,7 @@ import { ApiError, badRequest, methodNotAllowed, statusSuccess, type K8sObject }
 import type { Authenticator, Identity } from './auth.js';
 import type { DeleteOptions, Objects } from './objects.js';
 import { applyPatch, patchKindOf } from './patch.js';
+import { decodeProtobuf, PROTOBUF_CONTENT_TYPE } from './protobuf.js';
 import { apiVersionOf, type ResourceType } from './resources.js';
 import { parseFieldSelector, parseLabelSelector } from './selectors.js';
 import { toTable, wantsTable } from './table.js';
@@ -25,7 +26,7 @@ export interface RestContext {
   objects: Objects;
   auth: Authenticator;
   /** Registers a stop function for a long-running response (watch), so that the server can end it on stop. */
-  track(stop: () => void): void;
+  track(stop: () => void): () => void;
 }
 
 const MAX_BODY = 3 * 1024 * 1024;
@@ -38,9 +39,11 @@ export async function readBody(req: IncomingMessage): Promise<K8sObject | undefi
     if (size > MAX_BODY) throw new ApiError(413, 'RequestEntityTooLarge', 'Request entity too large: limit is 3145728');
     chunks.push(c as Buffer);
   }
-  const text = Buffer.concat(chunks).toString('utf8');
-  if (text.trim() === '') return undefined;
+  const raw = Buffer.concat(chunks);
   const ct = req.headers['content-type'] ?? '';
+  if (ct.startsWith(PROTOBUF_CONTENT_TYPE)) return raw.length ? decodeProtobuf(raw) : undefined;
+  const text = raw.toString('utf8');
+  if (text.trim() === '') return undefined;
   try {
     return ct.includes('yaml') ? parseYaml(text) : JSON.parse(text);
   } catch (e) {

@@ -31,6 +31,8 @@ export interface ApiServer {
   url: string;
   port: number;
   dropPortForwards(): void;
+  /** Ends every open watch response (clients then resume from their last resourceVersion). */
+  endWatches(): void;
   close(): Promise<void>;
 }
 
@@ -83,6 +85,9 @@ export async function startApiServer(o: ApiServerOptions): Promise<ApiServer> {
   const watchStops = new Set<() => void>();
   const track = (stop: () => void) => {
     watchStops.add(stop);
+    return () => {
+      watchStops.delete(stop);
+    };
   };
   const restCtx = { objects: o.objects, auth: o.auth, track };
   let address = '';
@@ -204,8 +209,11 @@ export async function startApiServer(o: ApiServerOptions): Promise<ApiServer> {
     url: `https://${host}:${port}`,
     port,
     dropPortForwards: () => streams.dropPortForwards(),
+    endWatches: () => {
+      for (const stop of [...watchStops]) stop();
+    },
     close: async () => {
-      for (const stop of watchStops) stop();
+      for (const stop of [...watchStops]) stop();
       streams.closeAll();
       server.closeAllConnections();
       await new Promise<void>((r) => server.close(() => r()));

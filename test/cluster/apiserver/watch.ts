@@ -23,7 +23,7 @@ export interface WatchParams {
   render?: (o: K8sObject) => K8sObject;
 }
 
-export function serveWatch(objects: Objects, res: ServerResponse, p: WatchParams, onClose: (fn: () => void) => void): void {
+export function serveWatch(objects: Objects, res: ServerResponse, p: WatchParams, track: (stop: () => void) => () => void): void {
   const key = storeKey(p.t);
   const inScope = (o: K8sObject) => !p.t.namespaced || p.ns === undefined || o.metadata.namespace === p.ns;
   const seen = new Set<string>();
@@ -82,6 +82,9 @@ export function serveWatch(objects: Objects, res: ServerResponse, p: WatchParams
     for (const t of timers) clearTimeout(t);
     if (!res.writableEnded) res.end();
   };
-  res.on('close', stop);
-  onClose(stop);
+  const untrack = track(stop);
+  res.on('close', () => {
+    stop();
+    untrack();
+  });
 }

@@ -58,32 +58,41 @@ export class PodDialer {
     await this.start();
     const socket = connect(this.socketPath);
     return new Promise<Socket>((resolve, reject) => {
-      let header = '';
+      // The header is read in paused ('readable') mode so no byte after it is lost, and the socket is handed over with
+      // no listener attached: the caller's first 'data' listener or pipe() starts the flow.
+      let header = Buffer.alloc(0);
+      const cleanup = () => {
+        socket.off('readable', onReadable);
+        socket.off('error', fail);
+        socket.off('close', onClose);
+      };
       const fail = (err: Error) => {
+        cleanup();
         socket.destroy();
         reject(err);
       };
-      const onData = (chunk: Buffer) => {
-        header += chunk.toString('latin1');
-        const nl = header.indexOf('\n');
-        if (nl < 0) return;
-        socket.off('data', onData);
-        socket.off('error', fail);
-        socket.off('close', onClose);
-        socket.pause();
-        const line = header.slice(0, nl);
-        const rest = Buffer.from(header.slice(nl + 1), 'latin1');
-        if (line === 'OK') {
-          if (rest.length) socket.unshift(rest);
-          resolve(socket);
-        } else {
-          const [, code = 'ERROR', ...words] = line.split(' ');
-          socket.destroy();
-          reject(new PodDialError(`dial 127.0.0.1:${port} in pod: ${words.join(' ')}`, code));
+      const onClose = () => fail(new PodDialError(`dial 127.0.0.1:${port} in pod: relay closed the connection`, 'ECONNRESET'));
+      const onReadable = () => {
+        let chunk: Buffer | null;
+        while ((chunk = socket.read() as Buffer | null) !== null) {
+          header = Buffer.concat([header, chunk]);
+          const nl = header.indexOf(10);
+          if (nl < 0) continue;
+          cleanup();
+          const line = header.subarray(0, nl).toString('latin1');
+          const rest = header.subarray(nl + 1);
+          if (line === 'OK') {
+            if (rest.length) socket.unshift(rest);
+            resolve(socket);
+          } else {
+            const [, code = 'ERROR', ...words] = line.split(' ');
+            socket.destroy();
+            reject(new PodDialError(`dial 127.0.0.1:${port} in pod: ${words.join(' ')}`, code));
+          }
+          return;
         }
       };
-      const onClose = () => reject(new PodDialError(`dial 127.0.0.1:${port} in pod: relay closed the connection`, 'ECONNRESET'));
-      socket.on('data', onData);
+      socket.on('readable', onReadable);
       socket.once('error', fail);
       socket.once('close', onClose);
       socket.once('connect', () => socket.write(`${port}\n`));

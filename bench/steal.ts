@@ -1,0 +1,118 @@
+// Benchmark of the agent's data path, side by side in one run (root, real netns): per-request latency through a stolen
+// port vs. straight to the pod's app, the pod's latency with and without mirroring, and agent RSS with 1000 stolen
+// connections. Last line: RESULT steal added_p50_ms=… added_p99_ms=… mirror_overhead_p50=… agent_rss_mib_1000=…
+import { execFileSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { connect, type Socket } from 'node:net';
+import { request, Agent } from 'node:http';
+import { performance } from 'node:perf_hooks';
+import { PodNet, waitFor } from '../test/agent/netns.js';
+import { connectSession, startLocalCommand } from '../test/agent/session-client.js';
+
+/** The design's load: 200 requests per second in all, spread evenly over the compared paths. */
+const RATE_PER_S = 200;
+const REQUESTS_PER_PATH = Number(process.env.BENCH_REQUESTS ?? 1000);
+const WARMUP_PER_PATH = 100;
+const OPEN_CONNECTIONS = 1000;
+
+type Path = 'direct' | 'stolen' | 'mirrored';
+const PORTS: Record<Path, number> = { direct: 3001, stolen: 3000, mirrored: 3002 };
+
+function percentile(sorted: number[], p: number): number {
+  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))];
+}
+
+function timedGet(socketPath: string, agent: Agent, path: string): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const start = performance.now();
+    const req = request({ socketPath, path, agent }, (res) => {
+      res.resume();
+      res.on('end', () => (res.statusCode === 200 ? resolve(performance.now() - start) : reject(new Error(`status ${res.statusCode}`))));
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+function rssMiB(pid: number): number {
+  const kb = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1];
+  return Number(kb) / 1024;
+}
+
+async function main(): Promise<void> {
+  if (process.getuid?.() !== 0) throw new Error('bench:steal needs root (network namespaces, iptables)');
+  execFileSync(process.execPath, ['scripts/build.mjs'], { stdio: 'inherit' });
+  const net = new PodNet();
+  const sockets: Socket[] = [];
+  try {
+    await net.setup();
+    await net.startPod({ port: Object.values(PORTS).join(','), env: { POD_QUIET: '1' } });
+    const agentProc = await net.startAgent({ DEVOP_AGENT_LOG_LEVEL: 'info' });
+    const control = await net.relay(net.podNs, '127.0.0.1', agentProc.port);
+    const local = await startLocalCommand('local');
+    const session = await connectSession(control, { local });
+    for (const [path, mode] of [['stolen', 'steal'], ['mirrored', 'mirror']] as const) {
+      const res = await session.subscribe(PORTS[path], mode);
+      if (res.type !== 'subscribed') throw new Error(`subscribe ${path}: ${JSON.stringify(res)}`);
+    }
+    const relays = {} as Record<Path, string>;
+    for (const path of Object.keys(PORTS) as Path[]) relays[path] = await net.relay(net.clientNs, net.podIP, PORTS[path]);
+    // One keep-alive client per path (as a real client such as the API server's aggregator keeps its connection).
+    const agents = Object.fromEntries((Object.keys(PORTS) as Path[]).map((p) => [p, new Agent({ keepAlive: true, maxSockets: 1 })])) as Record<Path, Agent>;
+    const samples: Record<Path, number[]> = { direct: [], stolen: [], mirrored: [] };
+    const order: Path[] = ['direct', 'stolen', 'mirrored'];
+    const interval = 1000 / RATE_PER_S;
+    const total = (REQUESTS_PER_PATH + WARMUP_PER_PATH) * order.length;
+    const started = performance.now();
+    const inflight: Promise<void>[] = [];
+    for (let i = 0; i < total; i++) {
+      const due = started + i * interval;
+      const wait = due - performance.now();
+      if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+      const path = order[i % order.length];
+      const warm = i < WARMUP_PER_PATH * order.length;
+      inflight.push(timedGet(relays[path], agents[path], `/${path}/${i}`).then((ms) => { if (!warm) samples[path].push(ms); }));
+    }
+    await Promise.all(inflight);
+    const stats = Object.fromEntries(order.map((p) => {
+      const sorted = [...samples[p]].sort((a, b) => a - b);
+      return [p, { p50: percentile(sorted, 50), p99: percentile(sorted, 99), n: sorted.length }];
+    })) as Record<Path, { p50: number; p99: number; n: number }>;
+    for (const p of order) console.log(`${p.padEnd(9)} n=${stats[p].n} p50=${stats[p].p50.toFixed(3)}ms p99=${stats[p].p99.toFixed(3)}ms`);
+    const mirrored = session.incoming.filter((i) => i.open.mode === 'mirror').length;
+    console.log(`mirror copies received by the session: ${mirrored} connection(s)`);
+
+    // RSS with 1000 open stolen connections (each one: a client socket in the agent + one mux stream).
+    const before = rssMiB(agentProc.innerPid);
+    process.kill(agentProc.innerPid, 'SIGUSR2');
+    const opened = session.incoming.length;
+    for (let i = 0; i < OPEN_CONNECTIONS; i++) {
+      const s = connect(relays.stolen);
+      s.on('error', () => undefined);
+      s.resume();
+      sockets.push(s);
+      if (i % 100 === 99) await waitFor(() => session.incoming.length >= opened + i + 1, 'stolen connections to reach the session', 60_000);
+    }
+    await waitFor(() => session.incoming.length >= opened + OPEN_CONNECTIONS, 'all stolen connections to reach the session', 60_000);
+    const rss = rssMiB(agentProc.innerPid);
+    process.kill(agentProc.innerPid, 'SIGUSR2');
+    await waitFor(() => agentProc.lines.find((l) => l.includes('"msg":"memory"')), 'memory line');
+    console.log(agentProc.lines.filter((l) => l.includes('"msg":"memory"')).join('\n'));
+    console.log(`agent RSS: ${before.toFixed(1)} MiB idle after the latency run, ${rss.toFixed(1)} MiB with ${OPEN_CONNECTIONS} open stolen connections`);
+    for (const a of Object.values(agents)) a.destroy();
+    session.mux.close('bench over');
+    await local.close();
+    const added50 = stats.stolen.p50 - stats.direct.p50;
+    const added99 = stats.stolen.p99 - stats.direct.p99;
+    const mirror = stats.mirrored.p50 / stats.direct.p50 - 1;
+    console.log(`RESULT steal added_p50_ms=${added50.toFixed(3)} added_p99_ms=${added99.toFixed(3)} mirror_overhead_p50=${mirror.toFixed(3)} agent_rss_mib_1000=${rss.toFixed(1)}`);
+  } finally {
+    for (const s of sockets) s.destroy();
+    await net.teardown();
+  }
+}
+
+main().catch((err: unknown) => {
+  console.error(err);
+  process.exit(1);
+});

@@ -1,0 +1,155 @@
+// Tests of the mux dialer against a real Mux pair over a loopback socket, with an agent side that follows the agent's
+// conventions (accept once connected / opened, reset with the errno, dnsResult by id): success and every failure mapping.
+import { connect as netConnect, createServer, type Server, type Socket } from 'node:net';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createAgentMux, createClientMux, type AgentMux, type ClientMux } from '../../shared/mux.js';
+import { startTcpEcho, type Closable } from '../../test/outgoing/helpers.js';
+import { DialError } from './dialer.js';
+import { createMuxDialer, type DialledStream } from './mux-dialer.js';
+import { startOutgoingProxy } from './proxy.js';
+
+/** An agent stand-in: knows echo.default (→ 127.0.0.1) and one file. */
+function serveAgentSide(mux: AgentMux): void {
+  const names: Record<string, string> = { 'echo.default': '127.0.0.1' };
+  mux.on('message', (msg) => {
+    if (msg.type !== 'dnsResolve') return;
+    const address = names[msg.name];
+    if (address) mux.send({ type: 'dnsResult', id: msg.id, addresses: [{ address, family: 4 }] });
+    else if (msg.name === 'flaky.default') mux.send({ type: 'dnsResult', id: msg.id, addresses: [], error: { code: 'ESERVFAIL', message: 'queryA ESERVFAIL flaky.default' } });
+    else mux.send({ type: 'dnsResult', id: msg.id, addresses: [], error: { code: 'ENOTFOUND', message: `queryA ENOTFOUND ${msg.name}` } });
+  });
+  mux.on('stream', (stream) => {
+    stream.on('error', () => undefined);
+    const open = stream.open;
+    if (open.kind === 'file') {
+      if (open.path === '/etc/pod-only.txt') {
+        stream.accept({ size: 11 });
+        stream.end('pod content');
+      } else stream.reset(`ENOENT: ${open.path}: no such file or directory`);
+      return;
+    }
+    if (open.kind !== 'outgoing') return;
+    const address = names[open.host];
+    if (!address) {
+      stream.reset(`ENOTFOUND: cannot resolve ${open.host} in the pod`);
+      return;
+    }
+    const socket = netConnect({ host: address, port: open.port });
+    socket.once('error', (err: NodeJS.ErrnoException) => stream.reset(`${err.code}: ${open.host}:${open.port}: ${err.message}`));
+    socket.once('connect', () => {
+      stream.accept({ remoteAddress: socket.remoteAddress, remotePort: socket.remotePort, localAddress: '10.1.2.3', localPort: 40000 });
+      socket.pipe(stream);
+      stream.pipe(socket);
+    });
+  });
+}
+
+/** Two connected loopback sockets (client end, agent end). */
+async function socketPair(): Promise<{ client: Socket; agent: Socket; close(): Promise<void> }> {
+  let server: Server | undefined;
+  const accepted = new Promise<Socket>((resolve) => {
+    server = createServer((socket) => resolve(socket));
+  });
+  await new Promise<void>((resolve) => server!.listen(0, '127.0.0.1', () => resolve()));
+  const client = netConnect({ port: (server!.address() as { port: number }).port, host: '127.0.0.1' });
+  client.on('error', () => undefined);
+  const agent = await accepted;
+  agent.on('error', () => undefined);
+  return {
+    client,
+    agent,
+    close: async () => {
+      client.destroy();
+      agent.destroy();
+      await new Promise<void>((resolve) => server!.close(() => resolve()));
+    },
+  };
+}
+
+describe('mux dialer (real Mux, agent conventions)', () => {
+  const closers: (() => Promise<void>)[] = [];
+  let clientMux: ClientMux;
+  let agentMux: AgentMux;
+  let echo: Closable;
+
+  beforeAll(async () => {
+    echo = await startTcpEcho();
+    const pair = await socketPair();
+    closers.push(pair.close);
+    clientMux = createClientMux(pair.client);
+    agentMux = createAgentMux(pair.agent);
+    serveAgentSide(agentMux);
+  });
+  afterAll(async () => {
+    clientMux?.close();
+    agentMux?.close();
+    for (const close of closers) await close();
+    await echo.close();
+  });
+
+  it('connects through an outgoing stream and carries the pod-side addresses of the accept', async () => {
+    const dialer = createMuxDialer(clientMux);
+    const stream = (await dialer.connect('echo.default', echo.port)) as DialledStream;
+    expect(stream).toMatchObject({ remoteAddress: '127.0.0.1', remotePort: echo.port, localAddress: '10.1.2.3', localPort: 40000 });
+    const back = new Promise<string>((resolve) => {
+      let got = '';
+      stream.on('data', (chunk: Buffer) => (got += chunk.toString()));
+      stream.on('end', () => resolve(got));
+    });
+    stream.end('round trip');
+    expect(await back).toBe('round trip');
+  });
+
+  it('maps resets to DialError codes: ENOTFOUND, ECONNREFUSED, ENOENT', async () => {
+    const dialer = createMuxDialer(clientMux);
+    await expect(dialer.connect('nosuch.default', 80)).rejects.toMatchObject({ name: 'DialError', code: 'ENOTFOUND' });
+    await expect(dialer.connect('echo.default', 9)).rejects.toMatchObject({ code: 'ECONNREFUSED' });
+    await expect(dialer.readFile('/etc/missing')).rejects.toMatchObject({ code: 'ENOENT' });
+  });
+
+  it('reads a file stream to the end', async () => {
+    const dialer = createMuxDialer(clientMux);
+    expect((await dialer.readFile('/etc/pod-only.txt')).toString()).toBe('pod content');
+  });
+
+  it('resolves names with dnsResolve; unknown names are ENOTFOUND, server failures EAI_AGAIN', async () => {
+    const dialer = createMuxDialer(clientMux);
+    expect(await dialer.lookup('echo.default')).toEqual([{ address: '127.0.0.1', family: 4 }]);
+    await expect(dialer.lookup('nosuch.default')).rejects.toMatchObject({ code: 'ENOTFOUND' });
+    await expect(dialer.lookup('flaky.default')).rejects.toMatchObject({ code: 'EAI_AGAIN' });
+  });
+
+  it('serves the local proxy: SOCKS clients get the pod-side bound address', async () => {
+    const proxy = await startOutgoingProxy({ dialer: createMuxDialer(clientMux) });
+    try {
+      const socket = netConnect({ port: proxy.port, host: '127.0.0.1' });
+      const name = Buffer.from('echo.default');
+      socket.write(Buffer.concat([Buffer.from([5, 1, 0, 5, 1, 0, 3, name.length]), name, Buffer.from([echo.port >> 8, echo.port & 0xff])]));
+      const reply = await new Promise<Buffer>((resolve) => {
+        let got = Buffer.alloc(0);
+        socket.on('data', (chunk: Buffer) => {
+          got = Buffer.concat([got, chunk]);
+          if (got.length >= 12) resolve(got);
+        });
+      });
+      socket.destroy();
+      // 10.1.2.3:40000 is what the agent said its end of the connection is
+      expect([...reply.subarray(2, 12)]).toEqual([5, 0, 0, 1, 10, 1, 2, 3, 40000 >> 8, 40000 & 0xff]);
+    } finally {
+      await proxy.close();
+    }
+  });
+
+  it('fails fast with ENOTCONN once the tunnel is closed', async () => {
+    // Given a client mux whose connection is closed
+    const pair = await socketPair();
+    closers.push(pair.close);
+    const mux = createClientMux(pair.client);
+    const dialer = createMuxDialer(mux);
+    mux.close('test over');
+    const err = await dialer.connect('echo.default', 80).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(DialError);
+    expect((err as DialError).code).toBe('ENOTCONN');
+    await expect(dialer.lookup('echo.default')).rejects.toMatchObject({ code: 'ENOTCONN' });
+  });
+});

@@ -1,0 +1,89 @@
+// Unit tests of the outgoing session: the child env it adds, remote files under DEVOP_ROOT (and their removal), and the
+// user errors for bad rules and missing remote files. Local dialer, real temp directories.
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { isUserError } from '../../shared/errors.js';
+import { createLocalDialer } from './dialer.js';
+import { PRELOAD_CONFIG_ENV } from './control-protocol.js';
+import { apiServerRule, startOutgoing } from './session.js';
+import { fetchRemoteFiles, normalizeRemotePath } from './remote-files.js';
+
+const TOKEN_PATH = '/var/run/secrets/kubernetes.io/serviceaccount/token';
+
+describe('outgoing session', () => {
+  it('gives the child proxy env, the preload and DEVOP_ROOT with the remote files, and removes them on close', async () => {
+    // Given a pod filesystem with a service-account token
+    const dialer = createLocalDialer({ files: { [TOKEN_PATH]: 'pod-token-123', '/etc/app/config.yaml': 'a: 1\n' } });
+    // When the session starts with two remote files and an exclude
+    const outgoing = await startOutgoing({ dialer, remoteFiles: [TOKEN_PATH, '/etc/app//config.yaml'], exclude: ['*.corp.example'], alwaysLocal: ['10.0.0.1'] });
+    try {
+      const env = outgoing.env({ NODE_OPTIONS: '--enable-source-maps' });
+      const port = outgoing.proxy!.port;
+      // Then the proxy variables point at the local proxy (names resolved by the proxy: socks5h)
+      expect(env).toMatchObject({
+        HTTP_PROXY: `http://127.0.0.1:${port}`,
+        http_proxy: `http://127.0.0.1:${port}`,
+        HTTPS_PROXY: `http://127.0.0.1:${port}`,
+        https_proxy: `http://127.0.0.1:${port}`,
+        ALL_PROXY: `socks5h://127.0.0.1:${port}`,
+        all_proxy: `socks5h://127.0.0.1:${port}`,
+        NO_PROXY: 'localhost,127.0.0.1,::1,.corp.example,10.0.0.1',
+      });
+      expect(env.NODE_OPTIONS).toMatch(/^--enable-source-maps --import=file:\/\/\S+\/dist\/preload\.js$/);
+      expect(JSON.parse(env[PRELOAD_CONFIG_ENV])).toEqual({ proxy: { host: '127.0.0.1', port }, include: [], exclude: ['*.corp.example', '10.0.0.1'] });
+      // And the remote files are under DEVOP_ROOT with the same relative paths, readable by the user only
+      const root = env.DEVOP_ROOT;
+      expect(readFileSync(join(root, TOKEN_PATH), 'utf8')).toBe('pod-token-123');
+      expect(readFileSync(join(root, '/etc/app/config.yaml'), 'utf8')).toBe('a: 1\n');
+      expect(statSync(join(root, TOKEN_PATH)).mode & 0o777).toBe(0o600);
+      expect(outgoing.remoteFiles?.paths).toEqual([TOKEN_PATH, '/etc/app/config.yaml']);
+      // When the session closes / Then DEVOP_ROOT is gone
+      await outgoing.close();
+      expect(existsSync(root)).toBe(false);
+    } finally {
+      await outgoing.close();
+    }
+  });
+
+  it('a remote file that does not exist is a user error naming it, and nothing is left behind', async () => {
+    const dialer = createLocalDialer({ files: { '/etc/present.conf': 'x' } });
+    const err = await startOutgoing({ dialer, remoteFiles: ['/etc/missing.conf'] }).catch((e: unknown) => e);
+    expect(isUserError(err)).toBe(true);
+    expect((err as Error).message).toBe('remote file /etc/missing.conf does not exist in the target container');
+    // The partial session directory is removed as well
+    const parent = mkdtempSync(join(tmpdir(), 'devop-remote-test-'));
+    try {
+      await expect(fetchRemoteFiles(dialer, ['/etc/present.conf', '/etc/missing.conf'], { parent })).rejects.toThrow(/missing\.conf/);
+      expect(readdirSync(parent)).toEqual([]);
+    } finally {
+      rmSync(parent, { recursive: true, force: true });
+    }
+  });
+
+  it('bad rules and relative remote paths are user errors with the accepted forms', async () => {
+    const dialer = createLocalDialer();
+    const err = await startOutgoing({ dialer, exclude: ['10.0.0.0/40'] }).catch((e: unknown) => e);
+    expect(isUserError(err)).toBe(true);
+    expect((err as Error).message).toContain('--outgoing-exclude: bad outgoing rule "10.0.0.0/40"');
+    expect(() => normalizeRemotePath('etc/x')).toThrow(/not an absolute path/);
+    expect(() => normalizeRemotePath('/')).toThrow(/root directory/);
+  });
+
+  it('with the proxy env and the preload off (and no remote files), the child env gets nothing', async () => {
+    const outgoing = await startOutgoing({ dialer: createLocalDialer(), proxyEnv: false, nodePreload: false });
+    try {
+      expect(outgoing.env({})).toEqual({});
+    } finally {
+      await outgoing.close();
+    }
+  });
+
+  it('keeps the kube API server of the kubeconfig local', () => {
+    expect(apiServerRule('https://127.0.0.1:6443')).toBe('127.0.0.1');
+    expect(apiServerRule('https://api.example.com')).toBe('api.example.com');
+    expect(apiServerRule('https://[fd00::1]:6443')).toBe('fd00::1');
+    expect(apiServerRule(undefined)).toBeUndefined();
+  });
+});

@@ -1,0 +1,89 @@
+// Incoming streams reach 127.0.0.1:<local port> over a real mux on a real socket pair: steal answers go back, mirror
+// answers are dropped, an unreachable local port resets the stream.
+import { createServer, type AddressInfo, type Server, type Socket } from 'node:net';
+import { afterEach, describe, expect, it } from 'vitest';
+import { createAgentMux, createClientMux, type AgentMux, type ClientMux, type MuxStream } from '../../shared/mux.js';
+import { incomingStreamHandler } from './incoming.js';
+
+async function socketPair(): Promise<{ a: Socket; b: Socket; close: () => void }> {
+  const server = createServer();
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  const port = (server.address() as AddressInfo).port;
+  const accepted = new Promise<Socket>((r) => server.once('connection', r));
+  const { connect } = await import('node:net');
+  const a = connect({ port, host: '127.0.0.1' });
+  const b = await accepted;
+  return { a, b, close: () => server.close() };
+}
+
+function collect(stream: MuxStream): Promise<string> {
+  return new Promise((resolve, reject) => {
+    let text = '';
+    stream.setEncoding('utf8').on('data', (t: string) => (text += t));
+    stream.on('end', () => resolve(text));
+    stream.on('error', reject);
+  });
+}
+
+describe('incoming streams', () => {
+  const cleanups: (() => void)[] = [];
+  afterEach(() => {
+    for (const c of cleanups.splice(0)) c();
+  });
+
+  async function setup(): Promise<{ agent: AgentMux; client: ClientMux; local: Server; localPort: number; received: string[] }> {
+    const pair = await socketPair();
+    const agent = createAgentMux(pair.a);
+    const client = createClientMux(pair.b);
+    const received: string[] = [];
+    const local = createServer((s) => {
+      let text = '';
+      s.setEncoding('utf8').on('data', (t: string) => (text += t));
+      s.on('end', () => {
+        received.push(text);
+        s.end(`answer to ${text}`);
+      });
+    });
+    await new Promise<void>((r) => local.listen(0, '127.0.0.1', r));
+    cleanups.push(() => {
+      agent.close();
+      client.close();
+      local.close();
+      pair.close();
+    });
+    return { agent, client, local, localPort: (local.address() as AddressInfo).port, received };
+  }
+
+  it('steal: the local command answers through the stream', async () => {
+    // Given the CLI maps pod port 3000 to the local server
+    const { agent, client, localPort, received } = await setup();
+    client.on('stream', incomingStreamHandler({ ports: [{ remote: 3000, local: localPort }] }));
+    // When the agent opens a stolen connection and sends a request
+    const stream = agent.openStream({ kind: 'incoming', port: 3000, mode: 'steal', remoteAddress: '10.0.0.9', remotePort: 5555 });
+    const answer = collect(stream);
+    stream.end('GET /x');
+    // Then the local server got it and its answer came back
+    expect(await answer).toBe('answer to GET /x');
+    expect(received).toEqual(['GET /x']);
+  });
+
+  it('mirror: the local command gets the bytes, its answer is dropped', async () => {
+    const { agent, client, localPort, received } = await setup();
+    client.on('stream', incomingStreamHandler({ ports: [{ remote: 3000, local: localPort }] }));
+    const stream = agent.openStream({ kind: 'incoming', port: 3000, mode: 'mirror', remoteAddress: '10.0.0.9', remotePort: 5555 });
+    const answer = collect(stream);
+    stream.end('copy of GET /y');
+    expect(await answer).toBe('');
+    expect(received).toEqual(['copy of GET /y']);
+  });
+
+  it('resets the stream when nothing listens on the local port, and says so', async () => {
+    const { agent, client, local, localPort } = await setup();
+    await new Promise<void>((r) => local.close(() => r()));
+    const errors: string[] = [];
+    client.on('stream', incomingStreamHandler({ ports: [{ remote: 3000, local: localPort }], onError: (m) => errors.push(m) }));
+    const stream = agent.openStream({ kind: 'incoming', port: 3000, mode: 'steal', remoteAddress: '10.0.0.9', remotePort: 5555 });
+    await expect(collect(stream)).rejects.toMatchObject({ reason: 'ECONNREFUSED' });
+    expect(errors).toEqual([`local connection to 127.0.0.1:${localPort} failed: ECONNREFUSED`]);
+  });
+});

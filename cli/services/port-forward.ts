@@ -1,0 +1,143 @@
+// `devop port-forward`: local listeners whose connections the agent opens from the pod's netns (a target's pod, or a
+// targetless agent's own pod) to cluster names or IPs; runs until stopped or the tunnel goes.
+import { createServer, type Server, type Socket } from 'node:net';
+import { UserError } from '../../shared/errors.js';
+import { FEATURES } from '../../shared/protocol.js';
+import { createMuxDialer } from '../outgoing/mux-dialer.js';
+import { describeDialError, parseAuthority } from '../outgoing/http-connect.js';
+import { toDialError, type ClusterDialer } from '../outgoing/dialer.js';
+import { joinStreams } from '../outgoing/streams.js';
+import type { Reporter } from '../reporter.js';
+import { connectSession, step, type Session, type SessionOptions } from './session.js';
+
+export interface Forward {
+  /** Local port (0 = any free one). */
+  localPort: number;
+  host: string;
+  port: number;
+  /** The spec as the user wrote it. */
+  spec: string;
+}
+
+export interface PortForwardOptions extends SessionOptions {
+  /** `[LOCAL:]HOST:PORT` specs (HOST may be `[v6]`). */
+  forwards: string[];
+  /** Local address to listen on (default 127.0.0.1). */
+  address?: string;
+  /** Stops the forwarding (Ctrl-C). */
+  signal: AbortSignal;
+  /** Called once every listener is up, with `local address → HOST:PORT` per forward. */
+  onListening?: (listening: { local: string; forward: Forward }[]) => void;
+}
+
+/** Parses `[LOCAL:]HOST:PORT`: LOCAL defaults to PORT; HOST is a name, an IPv4 address or `[IPv6]`. */
+export function parseForward(spec: string): Forward {
+  const bad = (why: string): UserError =>
+    new UserError(`-L ${spec}: ${why}`, 'write -L [LOCAL:]HOST:PORT, e.g. -L 18080:echo.default:80 (IPv6 hosts in brackets: -L 8080:[fd00::1]:80)');
+  const match = /^(?:(\d{1,5}):)?(\[[^\]]+\]|[^:[\]]+):(\d{1,5})$/.exec(spec.trim());
+  if (!match) throw bad('not [LOCAL:]HOST:PORT');
+  const target = parseAuthority(`${match[2]}:${match[3]}`);
+  if (!target) throw bad('the remote port must be 1..65535');
+  const localPort = match[1] === undefined ? target.port : Number(match[1]);
+  if (localPort > 65535) throw bad('the local port must be 0..65535');
+  return { localPort, host: target.host, port: target.port, spec };
+}
+
+function listen(server: Server, port: number, address: string, forward: Forward): Promise<number> {
+  return new Promise((resolve, reject) => {
+    server.once('error', (err: NodeJS.ErrnoException) => {
+      const why = err.code === 'EADDRINUSE' ? 'is in use' : err.code === 'EACCES' ? 'needs privileges (ports below 1024)' : `cannot be used (${err.code ?? err.message})`;
+      reject(new UserError(`local port ${address}:${port} for -L ${forward.spec} ${why}`, `pick another local port: -L <LOCAL>:${forward.host}:${forward.port}`));
+    });
+    server.listen(port, address, () => resolve((server.address() as { port: number }).port));
+  });
+}
+
+/** Serves the forwards on `dialer` until `signal` aborts; resolves with the listeners' ports, closes with `stop()`. */
+export async function startForwards(
+  dialer: ClusterDialer,
+  forwards: readonly Forward[],
+  address: string,
+  reporter: Reporter,
+): Promise<{ ports: number[]; stop(): Promise<void> }> {
+  const servers: Server[] = [];
+  const sockets = new Set<Socket>();
+  const stop = async (): Promise<void> => {
+    for (const socket of sockets) socket.destroy();
+    await Promise.all(servers.map((server) => new Promise<void>((resolve) => server.close(() => resolve()))));
+  };
+  try {
+    const ports: number[] = [];
+    for (const forward of forwards) {
+      const server = createServer({ allowHalfOpen: true }, (client) => {
+        sockets.add(client);
+        client.once('close', () => sockets.delete(client));
+        client.on('error', () => client.destroy());
+        client.pause();
+        dialer.connect(forward.host, forward.port).then(
+          (remote) => {
+            if (client.destroyed) remote.destroy();
+            else void joinStreams(client, remote);
+          },
+          (err: unknown) => {
+            const failure = toDialError(err, `connect ${forward.host}:${forward.port}`);
+            reporter.emit({ type: 'log', level: 'warn', message: `-L ${forward.spec}: ${describeDialError(failure, forward.host, forward.port)}` });
+            // A reset, not an end: the client must not take the failed dial for an empty answer.
+            client.resetAndDestroy();
+          },
+        );
+      });
+      servers.push(server);
+      ports.push(await listen(server, forward.localPort, address, forward));
+    }
+    return { ports, stop };
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+}
+
+export async function runPortForward(options: PortForwardOptions, reporter: Reporter): Promise<void> {
+  if (options.forwards.length === 0) {
+    throw new UserError('no forward given', 'pass at least one -L [LOCAL:]HOST:PORT, e.g. -L 18080:echo.default:80');
+  }
+  const forwards = options.forwards.map(parseForward);
+  const address = options.address ?? '127.0.0.1';
+  let session: Session | undefined;
+  let forwarding: Awaited<ReturnType<typeof startForwards>> | undefined;
+  try {
+    session = await connectSession({ ...options, features: [FEATURES.outgoing, FEATURES.dns] }, reporter);
+    if (!session.hello.features.includes(FEATURES.outgoing)) {
+      throw new UserError(`the agent ${session.agent.name} does not offer outgoing connections`, 'use an agent image of this devop version (--agent-image)');
+    }
+    const s = session;
+    forwarding = await step(reporter, 'listen', `listen on ${forwards.map((f) => `${address}:${f.localPort || 'any'}`).join(', ')}`, () =>
+      startForwards(createMuxDialer(s.mux), forwards, address, reporter),
+    );
+    const listening = forwards.map((forward, i) => ({ local: `${address.includes(':') ? `[${address}]` : address}:${forwarding!.ports[i]}`, forward }));
+    options.onListening?.(listening);
+    reporter.emit({
+      type: 'ready',
+      session: {
+        target: options.target ?? 'targetless',
+        namespace: s.namespace,
+        pod: s.target?.podName ?? s.agent.agentPod,
+        node: s.target?.nodeName,
+        container: s.target?.container.name,
+        agent: { name: s.agent.name, reused: s.agent.reused, version: s.hello.agentVersion },
+        ports: [],
+      },
+    });
+    const lost = await new Promise<Error | undefined>((resolve) => {
+      if (options.signal.aborted) return resolve(undefined);
+      options.signal.addEventListener('abort', () => resolve(undefined), { once: true });
+      s.mux.once('close', (err) => resolve(err ?? new Error('closed')));
+    });
+    if (lost) {
+      throw new UserError(`the tunnel to the agent closed: ${lost.message}`, 'run devop port-forward again (check the agent pod and the API server)');
+    }
+  } finally {
+    await forwarding?.stop();
+    await session?.close('devop port-forward ended').catch(() => undefined);
+  }
+}

@@ -1,0 +1,67 @@
+// The README's quick start, end to end on the stand-in cluster (run as root): start the stand-in, deploy an echo server,
+// `devop exec -t deploy/echo --steal -- node <a tiny local server>`, send a request to the pod's IP and show that the
+// local server answered it, then stop everything.
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { ROOT, DevopRun, deployEcho, httpGet, startE2ECluster, waitFor, whoAnswers } from '../test/e2e/harness.js';
+
+const LOCAL_APP = `// A tiny local server: what you would run from your editor.
+import { createServer } from 'node:http';
+createServer((req, res) => res.end(\`hello from my laptop: \${req.method} \${req.url} (APP_MODE=\${process.env.APP_MODE})\\n\`))
+  .listen(8080, '127.0.0.1', () => console.log('local server listening on 127.0.0.1:8080'));
+`;
+
+function say(text: string): void {
+  process.stdout.write(`\n\x1b[1m== ${text}\x1b[0m\n`);
+}
+
+async function main(): Promise<void> {
+  if (process.getuid?.() !== 0) throw new Error('the demo needs root (the stand-in cluster makes network namespaces and iptables rules)');
+  say('building devop');
+  execFileSync(process.execPath, ['scripts/build.mjs'], { cwd: ROOT, stdio: 'inherit' });
+  say('starting the stand-in Kubernetes cluster');
+  const env = await startE2ECluster();
+  let run: DevopRun | undefined;
+  try {
+    console.log(`kubeconfig: ${env.cluster.kubeconfigPath}`);
+    say('deploying deploy/echo (an HTTP echo server on port 8080)');
+    const echo = await deployEcho(env, 'echo');
+    console.log(`pod ${echo.podName} at ${echo.podIP}`);
+    console.log(`curl http://${echo.podIP}:8080/hello → ${(await httpGet(echo.podIP, 8080, '/hello')).body.slice(0, 120)}…`);
+
+    const dir = mkdtempSync(join(tmpdir(), 'devop-demo-'));
+    const app = join(dir, 'server.mjs');
+    writeFileSync(app, LOCAL_APP);
+    const command = ['exec', '--kubeconfig', env.cluster.kubeconfigPath, '--output', 'plain', '-t', 'deploy/echo', '--steal', '--', 'node', app];
+    say(`devop ${command.join(' ')}`);
+    run = new DevopRun(command);
+    run.child.stderr?.pipe(process.stderr);
+    run.child.stdout?.pipe(process.stdout);
+    await run.ready(60_000);
+
+    say(`a request to the pod's IP (${echo.podIP}:8080) …`);
+    const answer = await httpGet(echo.podIP, 8080, '/hello');
+    console.log(`curl http://${echo.podIP}:8080/hello → ${answer.body.trim()}`);
+    if (!answer.body.startsWith('hello from my laptop')) throw new Error('the local server did not answer');
+    console.log('… was answered by the local server, with the pod\'s env (APP_MODE comes from the Deployment).');
+
+    say('stopping devop (Ctrl-C)');
+    await run.stop('SIGINT');
+    await waitFor('the pod to serve again', async () => ((await whoAnswers(echo.podIP, 8080)) === echo.podName ? true : undefined), 10_000);
+    console.log(`curl http://${echo.podIP}:8080/hello → answered by the pod ${echo.podName} again`);
+  } finally {
+    await run?.stop('SIGKILL');
+    say('stopping the stand-in');
+    await env.cluster.stop();
+  }
+}
+
+main().then(
+  () => process.exit(0),
+  (err: unknown) => {
+    console.error(`demo failed: ${err instanceof Error ? err.message : String(err)}`);
+    process.exit(1);
+  },
+);

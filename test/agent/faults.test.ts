@@ -1,0 +1,171 @@
+// Faults: kill -9 of the agent (or of its parent), SIGTERM, a dropped session (fallback, then resume), bad frames from
+// one session, stale chains of dead agents, and the idle exit. The pod's port must work again within 2 s, rule-free.
+import { connect } from 'node:net';
+import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { requireRoot } from '../helpers/root.js';
+import { PodNet, sh, waitFor, type AgentProc } from './netns.js';
+import { connectSession, startLocalCommand, type LocalCommand } from './session-client.js';
+import { httpGet } from './http.js';
+
+const run = requireRoot('agent faults');
+/** The design's failure rule; the poll below measures it from the kill to the first answer of the pod. */
+const RECOVERY_MS = 2000;
+
+describe.runIf(run)('agent: faults', () => {
+  const net = new PodNet();
+  let client: string;
+  let local: LocalCommand;
+
+  beforeAll(async () => {
+    await net.setup();
+    await net.startPod({ port: 3000 });
+    client = await net.relay(net.clientNs, net.podIP, 3000);
+    local = await startLocalCommand('local');
+  });
+  afterAll(async () => {
+    await local?.close();
+    await net.teardown();
+  });
+
+  async function stealingAgent(env: Record<string, string> = {}): Promise<{ agent: AgentProc; control: string }> {
+    const agent = await net.startAgent(env);
+    const control = await net.relay(net.podNs, '127.0.0.1', agent.port);
+    const session = await connectSession(control, { local });
+    expect((await session.subscribe(3000, 'steal')).type).toBe('subscribed');
+    expect((await httpGet(client, '/stolen')).body).toBe('local: GET /stolen');
+    return { agent, control };
+  }
+
+  /** Time from now until the pod's own app answers on the pod IP again. */
+  async function timeUntilPodAnswers(): Promise<number> {
+    const start = Date.now();
+    await waitFor(async () => (await httpGet(client, '/back')).body === 'pod: GET /back', 'the pod to answer again', 10_000);
+    return Date.now() - start;
+  }
+
+  async function exited(pid: number): Promise<void> {
+    await waitFor(() => { try { process.kill(pid, 0); return false; } catch { return true; } }, `process ${pid} to exit`);
+  }
+
+  test('kill -9 of the agent: the pod answers again within 2 s and no devop rule is left', async () => {
+    const { agent } = await stealingAgent();
+    expect(await net.iptablesSave()).toContain(`DEVOP-${agent.agentId}`);
+    process.kill(agent.innerPid, 'SIGKILL');
+    const ms = await timeUntilPodAnswers();
+    expect(ms).toBeLessThan(RECOVERY_MS);
+    await waitFor(async () => !(await net.iptablesSave()).includes('DEVOP'), 'the guard to remove the chain', RECOVERY_MS);
+    await exited(agent.pid); // the job-mode parent follows its child
+  });
+
+  test('kill -9 of the job-mode parent: the agent in the netns stops, the rules go within 2 s', async () => {
+    const { agent } = await stealingAgent();
+    process.kill(agent.pid, 'SIGKILL');
+    expect(await timeUntilPodAnswers()).toBeLessThan(RECOVERY_MS);
+    await exited(agent.innerPid);
+    expect(await net.iptablesSave()).not.toContain('DEVOP');
+  });
+
+  test('SIGTERM ends the agent cleanly: exit code 0, no rule, no guard left', async () => {
+    const { agent } = await stealingAgent();
+    const code = new Promise<number | null>((r) => agent.child.once('exit', (c) => r(c)));
+    process.kill(agent.pid, 'SIGTERM');
+    expect(await code).toBe(0);
+    expect(await net.iptablesSave()).not.toContain('DEVOP');
+    expect((await httpGet(client, '/after-term')).body).toBe('pod: GET /after-term');
+    // The guard (whose command line names the chain) has gone too
+    await waitFor(async () => {
+      const pids = (await sh(`ip netns pids ${net.podNs}`)).trim().split('\n').filter(Boolean);
+      return pids.every((pid) => !net.readCmdline(Number(pid)).includes(`DEVOP-${agent.agentId}`));
+    }, 'the guard to exit');
+  });
+
+  test('a new agent removes stale DEVOP chains whose agent is gone', async () => {
+    // Given a chain and jump left behind by an agent that died with its guard
+    await sh(`ip netns exec ${net.podNs} sh -c 'iptables-nft -t nat -N DEVOP-stale1 && iptables-nft -t nat -A DEVOP-stale1 -p tcp --dport 3000 -j REDIRECT --to-ports 9 && iptables-nft -t nat -I PREROUTING 1 -p tcp -m comment --comment devop -j DEVOP-stale1'`);
+    await expect(httpGet(client, '/broken')).rejects.toThrow();
+    // When a new agent starts
+    const agent = await net.startAgent();
+    // Then the stale chain is gone and the pod answers
+    expect(await net.iptablesSave()).not.toContain('DEVOP-stale1');
+    expect((await httpGet(client, '/fixed')).body).toBe('pod: GET /fixed');
+    expect(agent.lines.some((l) => l.includes('removed stale chain'))).toBe(true);
+    process.kill(agent.pid, 'SIGTERM');
+    await exited(agent.pid);
+  });
+
+  test('a dropped session: its traffic goes to the pod meanwhile, a resume takes the steal back, bye releases the port', async () => {
+    const agent = await net.startAgent({ DEVOP_AGENT_RESUME_GRACE_SECONDS: '60' });
+    const control = await net.relay(net.podNs, '127.0.0.1', agent.port);
+    const first = await connectSession(control, { local });
+    expect((await first.subscribe(3000, 'steal')).type).toBe('subscribed');
+    expect((await httpGet(client, '/s1')).body).toBe('local: GET /s1');
+    // When the tunnel drops without a goodbye
+    first.socket.destroy();
+    // Then the pod answers meanwhile (the rule stays, the agent forwards)
+    expect(await timeUntilPodAnswers()).toBeLessThan(RECOVERY_MS);
+    expect(await net.iptablesSave()).toContain(`DEVOP-${agent.agentId}`);
+    // When the CLI reconnects with the session id
+    const again = await connectSession(control, { local, resumeSessionId: first.sessionId });
+    expect(again.sessionId).toBe(first.sessionId);
+    // Then stealing resumes without a new subscribe
+    expect((await httpGet(client, '/s2')).body).toBe('local: GET /s2');
+    // When the session says bye, its rule goes
+    again.send({ type: 'bye', reason: 'done' });
+    await again.closed;
+    await waitFor(async () => !(await net.iptablesSave()).includes('--dport 3000'), 'the redirect rule to go');
+    expect((await httpGet(client, '/s3')).body).toBe('pod: GET /s3');
+    process.kill(agent.pid, 'SIGTERM');
+    await exited(agent.pid);
+  });
+
+  test('bad frames from one session close that session with a reason; the other session goes on', async () => {
+    const agent = await net.startAgent();
+    const control = await net.relay(net.podNs, '127.0.0.1', agent.port);
+    const bad = await connectSession(control, { local, user: 'bad' });
+    const goodLocal = await startLocalCommand('local-good');
+    const good = await connectSession(control, { local: goodLocal, user: 'good' });
+    expect((await bad.subscribe(3000, 'steal', { filter: { header: 'x-user: bad', match: 'all' } })).type).toBe('subscribed');
+    expect((await good.subscribe(3000, 'steal', { filter: { header: 'x-user: good', match: 'all' } })).type).toBe('subscribed');
+    // When one session's connection carries garbage (a frame with an unknown kind)
+    bad.socket.write(Buffer.from([0, 0, 0, 5, 0xee, 0, 0, 0, 1, 0xde, 0xad, 0xbe, 0xef, 0]));
+    // Then that session is closed with a reason
+    const err = await bad.closed;
+    expect(String(err)).toMatch(/protocol error|malformed|unknown/i);
+    // And the other goes on, while the bad one's requests go to the pod (its session ended for good)
+    expect((await httpGet(client, '/g', { headers: { 'x-user': 'good' } })).body).toBe('local-good: GET /g');
+    expect((await httpGet(client, '/b', { headers: { 'x-user': 'bad' } })).body).toBe('pod: GET /b');
+    expect(agent.lines.some((l) => l.includes('session closed: bad frames'))).toBe(true);
+    good.mux.close('done');
+    await goodLocal.close();
+    process.kill(agent.pid, 'SIGTERM');
+    await exited(agent.pid);
+  });
+
+  test('a wrong token or protocol version is refused with a reason', async () => {
+    const agent = await net.startAgent();
+    const control = await net.relay(net.podNs, '127.0.0.1', agent.port);
+    await expect(connectSession(control, { token: 'wrong' })).rejects.toThrow(/token does not match/);
+    await expect(connectSession(control, { protocolVersion: 999 })).rejects.toThrow(/protocol/);
+    // A connection that never says hello is not a session and does not crash anything
+    const idle = connect(control);
+    idle.resume();
+    idle.write('GET / HTTP/1.1\r\n\r\n');
+    await new Promise((r) => idle.once('close', r));
+    process.kill(agent.pid, 'SIGTERM');
+    await exited(agent.pid);
+  });
+
+  test('the agent exits by itself when idle, never while a session is connected', async () => {
+    const agent = await net.startAgent({ DEVOP_AGENT_IDLE_SECONDS: '1', DEVOP_AGENT_RESUME_GRACE_SECONDS: '0' });
+    const control = await net.relay(net.podNs, '127.0.0.1', agent.port);
+    const session = await connectSession(control, { local });
+    // While connected, well past the idle time, it stays
+    await new Promise((r) => setTimeout(r, 2500));
+    expect(agent.child.exitCode).toBe(null);
+    expect((await session.request({ type: 'ping', id: 1, sentAt: Date.now() }, ['pong'])).type).toBe('pong');
+    // Once the session is gone, it exits on its own
+    session.mux.close('done');
+    await exited(agent.pid);
+    expect(agent.child.exitCode).toBe(0);
+  });
+});

@@ -1,0 +1,115 @@
+// Filtered steal: two sessions with different header filters share one port, unmatched requests go to the pod,
+// keep-alive connections interleave destinations, upgrades pass through, and port locks name the holder.
+import { connect } from 'node:net';
+import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { requireRoot } from '../helpers/root.js';
+import { PodNet, waitFor, type AgentProc, type Proc } from './netns.js';
+import { connectSession, startLocalCommand, type LocalCommand, type TestSession } from './session-client.js';
+import { httpGet, keepAliveAgent } from './http.js';
+
+const run = requireRoot('agent filter');
+
+describe.runIf(run)('agent: HTTP-filtered steal', () => {
+  const net = new PodNet();
+  let pod: Proc;
+  let agent: AgentProc;
+  let control: string;
+  let client: string;
+  const locals: LocalCommand[] = [];
+  const sessions: TestSession[] = [];
+  let alice: TestSession;
+  let bob: TestSession;
+
+  beforeAll(async () => {
+    await net.setup();
+    pod = await net.startPod({ port: 3000 });
+    agent = await net.startAgent();
+    control = await net.relay(net.podNs, '127.0.0.1', agent.port);
+    client = await net.relay(net.clientNs, net.podIP, 3000);
+    const [la, lb] = await Promise.all([startLocalCommand('local-alice'), startLocalCommand('local-bob')]);
+    locals.push(la, lb);
+    alice = await connectSession(control, { local: la, user: 'alice' });
+    bob = await connectSession(control, { local: lb, user: 'bob' });
+    sessions.push(alice, bob);
+  });
+  afterAll(async () => {
+    for (const s of sessions) s.mux.close('test over');
+    await Promise.all(locals.map((l) => l.close()));
+    await net.teardown();
+  });
+
+  test('each request lands where its header says, unmatched ones at the pod, interleaved on one keep-alive connection', async () => {
+    // Given two sessions filtering on different values of one header
+    expect((await alice.subscribe(3000, 'steal', { filter: { header: 'x-user: ^alice$', match: 'all' } })).type).toBe('subscribed');
+    expect((await bob.subscribe(3000, 'steal', { filter: { header: 'x-user: ^bob$', match: 'all' } })).type).toBe('subscribed');
+    // When one keep-alive client sends requests for alice, nobody, bob, alice in turn
+    const keep = keepAliveAgent();
+    const answers = [];
+    for (const [path, user] of [['/1', 'alice'], ['/2', undefined], ['/3', 'bob'], ['/4', 'alice'], ['/5', 'carol']] as const) {
+      answers.push(await httpGet(client, path, { agent: keep, headers: user ? { 'x-user': user } : {} }));
+    }
+    // Then each answer came from the right place, all on the same connection
+    expect(answers.map((a) => a.body)).toEqual(['local-alice: GET /1', 'pod: GET /2', 'local-bob: GET /3', 'local-alice: GET /4', 'pod: GET /5']);
+    expect(answers.slice(1).every((a) => a.reused)).toBe(true);
+    expect(net.podRequests(pod).map((l) => l.split(' ')[2])).toEqual(['/2', '/5']);
+    // And alice's session saw her requests as traffic events (method, path, status, to)
+    await waitFor(() => alice.traffic.filter((t) => t.kind === 'response' && t.to === 'local').length >= 2, 'response events');
+    const req = alice.traffic.find((t) => t.kind === 'request' && t.path === '/4');
+    expect(req).toMatchObject({ method: 'GET', to: 'local', port: 3000 });
+    keep.destroy();
+  });
+
+  test('a POST body reaches the session intact; path and method filters work with any-of', async () => {
+    const carolLocal = await startLocalCommand('local-carol');
+    locals.push(carolLocal);
+    const carol = await connectSession(control, { local: carolLocal, user: 'carol' });
+    sessions.push(carol);
+    expect((await carol.subscribe(3000, 'steal', { filter: { path: '^/carol/', method: 'DELETE', match: 'any' } })).type).toBe('subscribed');
+    expect((await httpGet(client, '/carol/x', { method: 'POST', body: 'payload-123' })).body).toBe('local-carol: POST /carol/x body=payload-123');
+    expect((await httpGet(client, '/other', { method: 'DELETE' })).body).toBe('local-carol: DELETE /other');
+    expect((await httpGet(client, '/other', { method: 'GET' })).body).toBe('pod: GET /other');
+    // When carol ends her session (bye), her filter goes with it
+    carol.send({ type: 'bye', reason: 'done' });
+    await carol.closed;
+    expect((await httpGet(client, '/carol/y')).body).toBe('pod: GET /carol/y');
+  });
+
+  test('an unmatched WebSocket upgrade passes through to the pod', async () => {
+    const socket = connect(client);
+    const received: Buffer[] = [];
+    socket.on('data', (c: Buffer) => received.push(c));
+    socket.write('GET /ws HTTP/1.1\r\nHost: pod\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n');
+    await waitFor(() => Buffer.concat(received).toString().includes('\r\n\r\n'), 'the 101 answer');
+    expect(Buffer.concat(received).toString()).toMatch(/^HTTP\/1.1 101 .*x-served-by: pod/s);
+    received.length = 0;
+    socket.write('ping-over-upgrade');
+    await waitFor(() => Buffer.concat(received).toString() === 'ping-over-upgrade', 'the echo over the upgraded connection');
+    socket.destroy();
+  });
+
+  test('an unfiltered steal of a port with filtered steals is refused, naming the holder and since when', async () => {
+    const dave = await connectSession(control, { user: 'dave' });
+    sessions.push(dave);
+    const refused = await dave.subscribe(3000, 'steal');
+    expect(refused.type).toBe('refused');
+    expect(refused).toMatchObject({ holder: { user: 'alice', host: 'laptop' } });
+    expect((refused as { reason: string }).reason).toMatch(/port 3000 is stolen .* by alice@laptop since \d{4}-\d\d-\d\dT/);
+  });
+
+  test('a second unfiltered steal of a stolen port is refused naming the first; a filtered steal is refused too', async () => {
+    for (const s of [alice, bob]) {
+      const sub = s.messages.find((m) => m.type === 'subscribed') as { id: string };
+      await s.request({ type: 'unsubscribe', id: sub.id, port: 3000 }, ['unsubscribed']);
+    }
+    expect((await alice.subscribe(3000, 'steal')).type).toBe('subscribed');
+    const second = await bob.subscribe(3000, 'steal');
+    expect(second).toMatchObject({ type: 'refused', holder: { user: 'alice', host: 'laptop' } });
+    const filtered = await bob.subscribe(3000, 'steal', { filter: { header: 'x-user: bob', match: 'all' } });
+    expect(filtered).toMatchObject({ type: 'refused', holder: { user: 'alice' } });
+    // A bad regex is refused with the reason, not a crash
+    const bad = await bob.subscribe(3000, 'steal', { filter: { path: '([', match: 'all' } });
+    expect(bad.type).toBe('refused');
+    expect((bad as { reason: string }).reason).toMatch(/not a valid regular expression/);
+    expect((await httpGet(client, '/whole')).body).toBe('local-alice: GET /whole');
+  });
+});

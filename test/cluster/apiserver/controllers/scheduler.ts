@@ -1,0 +1,22 @@
+// The one-node scheduler: binds every pending pod to the node (spec.nodeName + PodScheduled), as kube-scheduler would.
+import type { K8sObject } from '../errors.js';
+import { nowTime, type Objects } from '../objects.js';
+import type { Controller } from './loop.js';
+
+export function scheduler(nodeName: string): Controller {
+  return {
+    name: 'scheduler',
+    watches: ['/pods', '/nodes'],
+    reconcile(objects: Objects) {
+      if (!objects.store.get('/nodes', '', nodeName)) return;
+      const podType = objects.type('/pods');
+      for (const pod of objects.store.list('/pods')) {
+        if (pod.spec?.nodeName || pod.metadata.deletionTimestamp) continue;
+        const ns = pod.metadata.namespace;
+        const bound = objects.update(podType, ns, pod.metadata.name, { ...pod, spec: { ...pod.spec, nodeName } });
+        const conditions = [...(bound.status?.conditions ?? []).filter((c: K8sObject) => c.type !== 'PodScheduled'), { type: 'PodScheduled', status: 'True', lastProbeTime: null, lastTransitionTime: nowTime() }];
+        objects.update(podType, ns, pod.metadata.name, { ...bound, status: { ...(bound.status ?? {}), conditions } }, { subresource: 'status' });
+      }
+    },
+  };
+}

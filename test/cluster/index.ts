@@ -1,0 +1,161 @@
+// startCluster: the Kubernetes stand-in for tests — certificates, the API server and controllers, the node (kubelet),
+// kubeconfig files — and a handle that stops all of it.
+import { createHash, randomBytes } from 'node:crypto';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { createServer, type Server } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { makeCerts, servingNames } from './certs.js';
+import { ImageTable, defaultImages, type ImageSpec } from './images.js';
+import { writeKubeconfig } from './kubeconfig.js';
+import { startControlPlane, type ControlPlane } from './apiserver/index.js';
+import { ADMIN_USER, RESTRICTED_USER } from './apiserver/auth.js';
+import type { NodeRuntime } from './node-runtime.js';
+
+export const NODE_NAME = 'standin-node';
+
+export interface ClusterOptions {
+  /** Run the kubelet (pods become processes in network namespaces; needs root). Default true. */
+  kubelet?: boolean;
+  /** Extra image table entries (repository or repository:tag → command). */
+  images?: Record<string, ImageSpec>;
+  /** Unique id of this cluster on the machine (names of netns, links, cgroups, chains). Default: random. */
+  instance?: string;
+}
+
+export interface ClusterHandle {
+  instance: string;
+  kubeconfigPath: string;
+  restrictedKubeconfigPath: string;
+  server: string;
+  adminToken: string;
+  restrictedToken: string;
+  namespace: 'default';
+  nodeName: string;
+  nodeIP: string;
+  caPath: string;
+  images: ImageTable;
+  /** The node's runtime, when the kubelet runs. */
+  runtime?: NodeRuntime;
+  controlPlane: ControlPlane;
+  /** Cuts every open pods/portforward WebSocket (the tunnel-loss failure tests). */
+  dropWebSockets(): void;
+  /** Makes every resourceVersion seen so far too old for a watch (410 Gone), as etcd compaction does. */
+  compactWatchHistory(): void;
+  stop(): Promise<void>;
+}
+
+interface Subnets {
+  podCIDR: string;
+  nodeIP: string;
+  serviceCIDR: string;
+  release(): void;
+}
+
+type StartKubelet = (o: { kubeconfigPath: string; instance: string; nodeName: string; images?: ImageTable; subnets?: Subnets; caPath?: string }) => Promise<NodeRuntime>;
+
+/** A Service /24 for a cluster without a node (no iptables use it, so a clash with another instance is harmless). */
+function standaloneServiceNet(instance: string): string {
+  return `10.96.${createHash('sha1').update(instance).digest()[0]}`;
+}
+
+export async function startCluster(options: ClusterOptions = {}): Promise<ClusterHandle> {
+  const instance = options.instance ?? `sc${randomBytes(3).toString('hex')}`;
+  const withKubelet = options.kubelet !== false;
+  const dir = await mkdtemp(join(tmpdir(), `devop-cluster-${instance}-`));
+  const cleanups: (() => Promise<void> | void)[] = [() => rm(dir, { recursive: true, force: true })];
+  const cleanup = async () => {
+    for (const c of cleanups.reverse()) {
+      try {
+        await c();
+      } catch (e) {
+        console.error(`stand-in ${instance}: cleanup failed:`, e);
+      }
+    }
+  };
+  try {
+    let subnets: Subnets | undefined;
+    let startKubelet: StartKubelet | undefined;
+    if (withKubelet) {
+      const kubeletModule = './kubelet/index.js';
+      const network = './kubelet/network.js';
+      startKubelet = ((await import(kubeletModule)) as { startKubelet: StartKubelet }).startKubelet;
+      subnets = await ((await import(network)) as { reserveSubnets(i: string): Promise<Subnets> }).reserveSubnets(instance);
+      const s = subnets;
+      cleanups.push(() => s.release());
+    }
+    const serviceNet = subnets ? subnets.serviceCIDR.split('.').slice(0, 3).join('.') : standaloneServiceNet(instance);
+    const certs = await makeCerts(dir, servingNames(`${serviceNet}.1`));
+    const cp = await startControlPlane({ cert: certs.certPem, key: certs.keyPem, serviceNet, nodeName: NODE_NAME });
+    cleanups.push(() => cp.stop());
+    const server = cp.api.url;
+    const kubeconfigPath = join(dir, 'kubeconfig');
+    const restrictedKubeconfigPath = join(dir, 'kubeconfig-restricted');
+    const users = [
+      { name: ADMIN_USER, token: cp.auth.adminToken },
+      { name: RESTRICTED_USER, token: cp.auth.restrictedToken },
+    ];
+    const clusterName = `devop-standin-${instance}`;
+    await writeKubeconfig({ path: kubeconfigPath, clusterName, server, caPem: certs.caPem, users, current: ADMIN_USER, namespace: 'default' });
+    await writeKubeconfig({ path: restrictedKubeconfigPath, clusterName, server, caPem: certs.caPem, users: [users[1]], current: RESTRICTED_USER, namespace: 'default' });
+
+    const images = defaultImages();
+    for (const [k, v] of Object.entries(options.images ?? {})) images.add(k, v);
+    let runtime: NodeRuntime | undefined;
+    let nodeIP = '127.0.0.1';
+    if (startKubelet) {
+      runtime = await startKubelet({ kubeconfigPath, instance, nodeName: NODE_NAME, images, subnets, caPath: certs.caPath });
+      const rt = runtime;
+      // Stop the node before the API server: the kubelet is an API client and reports pods ending.
+      cleanups.push(() => rt.stop());
+      nodeIP = runtime.nodeIP;
+      cp.attachNode(runtime);
+      const relay = await listenRelay(cp, nodeIP);
+      cleanups.push(() => new Promise<void>((r) => relay.server.close(() => r())));
+      cp.setKubernetesEndpoint(nodeIP, relay.port);
+      cp.registerNode(nodeIP, runtime.podCIDR);
+    } else {
+      cp.registerNode(nodeIP);
+    }
+    let stopped: Promise<void> | undefined;
+    return {
+      instance,
+      kubeconfigPath,
+      restrictedKubeconfigPath,
+      server,
+      adminToken: cp.auth.adminToken,
+      restrictedToken: cp.auth.restrictedToken,
+      namespace: 'default',
+      nodeName: NODE_NAME,
+      nodeIP,
+      caPath: certs.caPath,
+      images,
+      runtime,
+      controlPlane: cp,
+      dropWebSockets: () => cp.api.dropPortForwards(),
+      compactWatchHistory: () => cp.compactWatchHistory(),
+      stop: () => (stopped ??= cleanup()),
+    };
+  } catch (e) {
+    await cleanup();
+    throw e;
+  }
+}
+
+/** The API server also answers on the node IP (the `kubernetes` Service's endpoint), by handing connections over. */
+async function listenRelay(cp: ControlPlane, nodeIP: string): Promise<{ server: Server; port: number }> {
+  const tryListen = (port: number) =>
+    new Promise<Server>((resolve, reject) => {
+      const s = createServer((sock) => cp.api.server.emit('connection', sock));
+      s.once('error', reject);
+      s.listen(port, nodeIP, () => resolve(s));
+    });
+  let s: Server;
+  try {
+    s = await tryListen(cp.api.port);
+  } catch {
+    s = await tryListen(0);
+  }
+  const addr = s.address();
+  return { server: s, port: typeof addr === 'object' && addr ? addr.port : cp.api.port };
+}

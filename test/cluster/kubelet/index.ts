@@ -1,0 +1,236 @@
+// The stand-in's kubelet: an ordinary API client (client-node, admin kubeconfig) that lists and watches the pods bound to
+// its node, runs them on a KubeletNode, reports their status, records events and deletes pods once they have terminated.
+import { randomBytes } from 'node:crypto';
+import {
+  CoreV1Api,
+  KubeConfig,
+  PatchStrategy,
+  setHeaderOptions,
+  type CoreV1Event,
+  type V1Pod,
+  type V1PodStatus,
+  type V1Service,
+} from '@kubernetes/client-node';
+import { defaultImages, type ImageTable } from '../images.js';
+import type { NodeRuntime } from '../node-runtime.js';
+import type { EnvSources } from './env.js';
+import { startListWatch, type ListWatch } from './list-watch.js';
+import { KubeletNode } from './node.js';
+import type { PodWorker } from './pod-worker.js';
+import { podStatus } from './status.js';
+
+export { ImageTable, defaultImages } from '../images.js';
+export { KubeletNode, NodeLookupError } from './node.js';
+
+export interface KubeletOptions {
+  kubeconfigPath: string;
+  /** Unique per running cluster ([a-z0-9-]): names the netns, links, cgroup root and iptables chains. */
+  instance: string;
+  nodeName: string;
+  images?: ImageTable;
+  clusterDomain?: string;
+}
+
+export interface Kubelet extends NodeRuntime {
+  /** A /24 that no other running stand-in uses for ClusterIPs (the twin of podCIDR). */
+  serviceCIDR: string;
+  images: ImageTable;
+}
+
+function httpCode(err: unknown): number | undefined {
+  return (err as { code?: number }).code;
+}
+
+function key(obj: { metadata?: { namespace?: string; name?: string } }): string {
+  return `${obj.metadata?.namespace ?? ''}/${obj.metadata?.name ?? ''}`;
+}
+
+export async function startKubelet(opts: KubeletOptions): Promise<Kubelet> {
+  const kc = new KubeConfig();
+  kc.loadFromFile(opts.kubeconfigPath);
+  const core = kc.makeApiClient(CoreV1Api);
+  const images = opts.images ?? defaultImages();
+  const services = new Map<string, V1Service>();
+  let stopped = false;
+
+  const readOrUndefined = async <T>(read: () => Promise<T>): Promise<T | undefined> => {
+    try {
+      return await read();
+    } catch (err) {
+      if (httpCode(err) === 404) return undefined;
+      throw err;
+    }
+  };
+  const envSources: EnvSources = {
+    configMap: (namespace, name) => readOrUndefined(() => core.readNamespacedConfigMap({ namespace, name })),
+    secret: (namespace, name) => readOrUndefined(() => core.readNamespacedSecret({ namespace, name })),
+    services: (namespace) => [...services.values()].filter((s) => s.metadata?.namespace === namespace),
+    masterService: () => services.get('default/kubernetes'),
+  };
+
+  const event = (pod: V1Pod, type: 'Normal' | 'Warning', reason: string, message: string, fieldPath?: string): void => {
+    if (stopped) return;
+    const now = new Date();
+    const namespace = pod.metadata?.namespace ?? 'default';
+    const body: CoreV1Event = {
+      metadata: { name: `${pod.metadata?.name}.${randomBytes(8).toString('hex')}`, namespace },
+      involvedObject: { kind: 'Pod', apiVersion: 'v1', namespace, name: pod.metadata?.name, uid: pod.metadata?.uid, ...(fieldPath ? { fieldPath } : {}) },
+      type,
+      reason,
+      message,
+      source: { component: 'kubelet', host: opts.nodeName },
+      reportingComponent: 'kubelet',
+      reportingInstance: opts.nodeName,
+      firstTimestamp: now,
+      lastTimestamp: now,
+      count: 1,
+    };
+    core.createNamespacedEvent({ namespace, body }).catch(() => {});
+  };
+
+  // Status reports: at most one request in flight per pod; changes meanwhile are folded into the next one.
+  const sent = new Map<PodWorker, { status?: V1PodStatus; json?: string; inflight: boolean; dirty: boolean }>();
+  const flush = async (worker: PodWorker): Promise<void> => {
+    const entry = sent.get(worker) ?? { inflight: false, dirty: false };
+    sent.set(worker, entry);
+    if (entry.inflight) {
+      entry.dirty = true;
+      return;
+    }
+    entry.inflight = true;
+    try {
+      do {
+        entry.dirty = false;
+        if (stopped) return;
+        const status = podStatus(worker, node.nodeIP, entry.status ?? worker.pod.status);
+        const json = JSON.stringify(status);
+        if (json === entry.json) continue;
+        try {
+          await core.patchNamespacedPodStatus(
+            { namespace: worker.namespace, name: worker.name, body: { status } },
+            setHeaderOptions('Content-Type', PatchStrategy.MergePatch),
+          );
+          entry.status = status;
+          entry.json = json;
+        } catch (err) {
+          if (httpCode(err) === 404) return;
+          entry.dirty = true;
+          await new Promise((r) => setTimeout(r, 200));
+        }
+      } while (entry.dirty && !stopped);
+    } finally {
+      entry.inflight = false;
+    }
+  };
+
+  const node = await KubeletNode.start({
+    instance: opts.instance,
+    nodeName: opts.nodeName,
+    images,
+    envSources,
+    clusterDomain: opts.clusterDomain,
+    onPodChange: (worker) => void flush(worker),
+    event,
+  });
+
+  const deleting = new Set<string>();
+  const finishDeletion = async (pod: V1Pod): Promise<void> => {
+    const uid = pod.metadata?.uid ?? '';
+    if (deleting.has(uid)) return;
+    deleting.add(uid);
+    const worker = node.workers.get(key(pod));
+    const grace = pod.metadata?.deletionGracePeriodSeconds ?? pod.spec?.terminationGracePeriodSeconds ?? 30;
+    if (worker && worker.uid === uid) {
+      await node.removePod(worker, grace);
+      await flush(worker);
+      sent.delete(worker);
+    }
+    if (stopped) return;
+    try {
+      await core.deleteNamespacedPod({
+        namespace: pod.metadata?.namespace ?? 'default',
+        name: pod.metadata?.name ?? '',
+        gracePeriodSeconds: 0,
+        body: { gracePeriodSeconds: 0, preconditions: { uid } },
+      });
+    } catch {
+      // Already gone, or replaced by a pod of the same name (the uid precondition protects it).
+    }
+  };
+
+  const onPod = (type: 'ADDED' | 'MODIFIED' | 'DELETED', pod: V1Pod): void => {
+    if (stopped) return;
+    const worker = node.workers.get(key(pod));
+    if (type === 'DELETED') {
+      if (worker && worker.uid === pod.metadata?.uid) {
+        void node.removePod(worker, 0).then(() => sent.delete(worker));
+      }
+      return;
+    }
+    if (pod.metadata?.deletionTimestamp) {
+      void finishDeletion(pod);
+      return;
+    }
+    const phase = pod.status?.phase;
+    if (!worker && (phase === 'Succeeded' || phase === 'Failed')) return;
+    node.syncPod(pod);
+  };
+
+  const watches: ListWatch[] = [];
+  try {
+    watches.push(
+      startListWatch<V1Service>({
+        kubeConfig: kc,
+        path: '/api/v1/services',
+        list: () => core.listServiceForAllNamespaces(),
+        onList: (items) => {
+          services.clear();
+          for (const s of items) services.set(key(s), s);
+        },
+        onEvent: (type, s) => {
+          if (type === 'DELETED') services.delete(key(s));
+          else services.set(key(s), s);
+        },
+      }),
+    );
+    await watches[0].synced;
+    const fieldSelector = `spec.nodeName=${opts.nodeName}`;
+    watches.push(
+      startListWatch<V1Pod>({
+        kubeConfig: kc,
+        path: '/api/v1/pods',
+        fieldSelector,
+        list: () => core.listPodForAllNamespaces({ fieldSelector }),
+        onList: (pods) => {
+          const present = new Set(pods.map((p) => p.metadata?.uid));
+          for (const worker of [...node.workers.values()]) {
+            if (!present.has(worker.uid)) void node.removePod(worker, 0);
+          }
+          for (const pod of pods) onPod('ADDED', pod);
+        },
+        onEvent: onPod,
+      }),
+    );
+    await watches[1].synced;
+  } catch (err) {
+    for (const w of watches) w.stop();
+    await node.stop();
+    throw err;
+  }
+
+  return {
+    nodeName: node.nodeName,
+    nodeIP: node.nodeIP,
+    podCIDR: node.podCIDR,
+    serviceCIDR: node.serviceCIDR,
+    images,
+    dialPod: (namespace, pod, port) => node.dialPod(namespace, pod, port),
+    exec: (req) => node.exec(req),
+    logs: (req) => node.logs(req),
+    async stop() {
+      stopped = true;
+      for (const w of watches) w.stop();
+      await node.stop();
+    },
+  };
+}

@@ -1,0 +1,149 @@
+// `devop exec` and `devop ls` end to end: exit codes and signals pass through, and every user-facing failure is one line
+// naming the problem plus a "fix:" line — no kubeconfig/context, missing namespace/target, no Ready pod, RBAC denial,
+// agent protocol mismatch, local command not found.
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { parse, stringify } from 'yaml';
+import { requireRoot } from '../helpers/root.js';
+import { DevopRun, ROOT, deployEcho, devopExec, startE2ECluster, waitFor, type Cluster } from './harness.js';
+
+requireRoot('e2e exec errors');
+
+/** The last two lines devop printed: the problem and the fix. */
+function failure(run: DevopRun): string {
+  return run.stderr.trim().split('\n').slice(-2).join('\n');
+}
+
+describe('devop exec: exit codes and errors', () => {
+  let cluster: Cluster;
+  let env: Awaited<ReturnType<typeof startE2ECluster>>;
+
+  beforeAll(async () => {
+    env = await startE2ECluster();
+    cluster = env.cluster;
+    await deployEcho(env, 'echo');
+  });
+
+  afterAll(async () => {
+    await cluster?.stop();
+  });
+
+  it("exits with the local command's exit code", async () => {
+    const run = devopExec(cluster, ['-t', 'deploy/echo'], ['sh', '-c', 'exit 7']);
+    expect((await run.exited).code, run.output).toBe(7);
+  });
+
+  it('exits with 128 + signal when the local command is killed by a signal, and forwards signals to it', async () => {
+    const selfKill = devopExec(cluster, ['-t', 'deploy/echo'], ['sh', '-c', 'kill -TERM $$']);
+    expect((await selfKill.exited).code, selfKill.output).toBe(143);
+    // Given a local command that reports SIGINT and exits 42
+    const run = devopExec(cluster, ['-t', 'deploy/echo'], ['sh', '-c', 'trap "echo got-int; exit 42" INT; echo started; while true; do sleep 0.1; done']);
+    await waitFor('the local command to start', () => (run.stdout.includes('started') ? true : undefined));
+    // When devop gets SIGINT (not from a terminal)
+    run.child.kill('SIGINT');
+    // Then the command got it and devop exits with its code
+    expect((await run.exited).code, run.output).toBe(42);
+    expect(run.stdout).toContain('got-int');
+  });
+
+  it('says when there is no kubeconfig', async () => {
+    const run = new DevopRun(['exec', '-t', 'deploy/echo', '--output', 'plain', '--', 'true'], { env: { KUBECONFIG: '/nonexistent/devop-kubeconfig' } });
+    expect((await run.exited).code).toBe(1);
+    expect(failure(run)).toBe(
+      'devop: no kubeconfig found (KUBECONFIG: /nonexistent/devop-kubeconfig)\n  fix: point --kubeconfig or KUBECONFIG at a kubeconfig file, or create ~/.kube/config (e.g. with your cloud CLI)',
+    );
+  });
+
+  it('says when the kubeconfig has no current context, or the asked context is unknown', async () => {
+    const doc = parse(readFileSync(cluster.kubeconfigPath, 'utf8')) as Record<string, unknown> & { contexts: { name: string }[] };
+    delete doc['current-context'];
+    const path = join(mkdtempSync(join(tmpdir(), 'devop-e2e-')), 'config');
+    writeFileSync(path, stringify(doc));
+    const run = devopExec(cluster, ['-t', 'deploy/echo'], ['true'], { kubeconfig: path });
+    expect((await run.exited).code).toBe(1);
+    expect(failure(run)).toMatch(/^devop: the kubeconfig \(.*\) has no current context\n {2}fix: pass --context \(one of: .+\) or run `kubectl config use-context NAME`$/);
+    const unknown = devopExec(cluster, ['-t', 'deploy/echo', '--context', 'nope'], ['true']);
+    expect((await unknown.exited).code).toBe(1);
+    expect(failure(unknown)).toMatch(/^devop: context "nope" is not in the kubeconfig \(contexts: .+\)\n {2}fix: pass one of the listed contexts to --context$/);
+  });
+
+  it('says when the namespace does not exist', async () => {
+    const run = devopExec(cluster, ['-t', 'deploy/echo', '-n', 'no-such-ns'], ['true']);
+    expect((await run.exited).code).toBe(1);
+    expect(failure(run)).toMatch(/^devop: namespace "no-such-ns" not found\n {2}fix: pass an existing namespace with -n/);
+  });
+
+  it('lists what exists when the target is not found', async () => {
+    const run = devopExec(cluster, ['-t', 'deploy/nope'], ['true']);
+    expect((await run.exited).code).toBe(1);
+    expect(failure(run)).toMatch(/^devop: deployment "nope" not found in namespace "default" \(deployments there: echo\)\n {2}fix: check the name and -n\/--namespace; `devop ls` lists the targets$/);
+    const pod = devopExec(cluster, ['-t', 'pod/nope'], ['true']);
+    expect((await pod.exited).code).toBe(1);
+    expect(failure(pod)).toMatch(/^devop: pod "nope" not found in namespace "default" \(pods there: echo-\S+\)/);
+    const bad = devopExec(cluster, ['-t', 'nonsense'], ['true']);
+    expect((await bad.exited).code).toBe(1);
+    expect(failure(bad)).toMatch(/^devop: invalid target "nonsense"/);
+  });
+
+  it('says when no pod is Ready, with the pods states', async () => {
+    // Given a deployment whose pod never passes its readiness probe
+    await env.apps.createNamespacedDeployment({
+      namespace: 'default',
+      body: {
+        metadata: { name: 'never-ready' },
+        spec: {
+          replicas: 1,
+          selector: { matchLabels: { app: 'never-ready' } },
+          template: {
+            metadata: { labels: { app: 'never-ready' } },
+            spec: { containers: [{ name: 'echo', image: 'devop.test/http-echo', env: [{ name: 'PORT', value: '8080' }], readinessProbe: { tcpSocket: { port: 9999 }, periodSeconds: 1 } }] },
+          },
+        },
+      },
+    });
+    await waitFor('the never-ready pod to run', async () => {
+      const list = await env.core.listNamespacedPod({ namespace: 'default', labelSelector: 'app=never-ready' });
+      return list.items.some((p) => p.status?.phase === 'Running') ? true : undefined;
+    });
+    const run = devopExec(cluster, ['-t', 'deploy/never-ready'], ['true']);
+    expect((await run.exited).code).toBe(1);
+    expect(failure(run)).toMatch(/^devop: deployment\/never-ready has no Ready pod \(never-ready-\S+: Running, not Ready\)\n {2}fix: wait until a pod is Ready/);
+  });
+
+  it('names the missing RBAC permissions (SelfSubjectAccessReview preflight)', async () => {
+    const restricted = cluster.restrictedKubeconfigPath;
+    const run = devopExec(cluster, ['-t', 'deploy/echo'], ['true'], { kubeconfig: restricted });
+    expect((await run.exited).code).toBe(1);
+    expect(failure(run)).toMatch(/^devop: RBAC: .+ may not create pods\/portforward, create jobs\.batch, get jobs\.batch, delete jobs\.batch in namespace default\n {2}fix: ask a cluster admin for a Role granting/);
+  });
+
+  it('reports an agent that speaks another protocol version', async () => {
+    // Given an agent image from another release (answers hello with protocol 999), run as an ephemeral container
+    cluster.images.add('devop.test/old-agent', { entrypoint: [process.execPath, join(ROOT, 'test', 'e2e', 'fixtures', 'old-agent.mjs')], cmd: [] });
+    await deployEcho(env, 'echo-old');
+    const run = devopExec(cluster, ['-t', 'deploy/echo-old', '--ephemeral', '--agent-image', 'devop.test/old-agent'], ['true']);
+    expect((await run.exited).code).toBe(1);
+    expect(failure(run)).toMatch(/^devop: the agent speaks protocol version 999, this devop speaks \d+\n {2}fix: use an agent image of the same devop version/);
+  });
+
+  it('says when the local command is not found', async () => {
+    const run = devopExec(cluster, ['-t', 'deploy/echo'], ['devop-no-such-command']);
+    expect((await run.exited).code).toBe(1);
+    expect(failure(run)).toBe('devop: command not found: devop-no-such-command\n  fix: check the command after `--` (is it installed and on your PATH?)');
+  });
+
+  it('devop ls lists deployments and pods with ready counts and ports, also as JSON', async () => {
+    const table = new DevopRun(['ls', '--kubeconfig', cluster.kubeconfigPath]);
+    expect((await table.exited).code, table.output).toBe(0);
+    expect(table.stdout).toMatch(/^TARGET\s+READY\s+PORTS\s+CONTAINERS$/m);
+    expect(table.stdout).toMatch(/^deploy\/echo\s+1\/1\s+8080\s+echo$/m);
+    expect(table.stdout).toMatch(/^pod\/echo-\S+\s+1\/1\s+8080\s+echo$/m);
+    const json = new DevopRun(['ls', '--kubeconfig', cluster.kubeconfigPath, '--output', 'json']);
+    expect((await json.exited).code).toBe(0);
+    const parsed = JSON.parse(json.stdout) as { namespace: string; targets: { target: string; ready: number; total: number; ports: number[] }[] };
+    expect(parsed.namespace).toBe('default');
+    expect(parsed.targets).toContainEqual(expect.objectContaining({ target: 'deploy/echo', ready: 1, total: 1, ports: [8080] }));
+  });
+});

@@ -1,0 +1,133 @@
+// `devop exec` end to end against the stand-in cluster: steal, mirror, HTTP filters, concurrent sessions, kill -9 of
+// the CLI, the pod's env, and a local command that never listens.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { requireRoot } from '../helpers/root.js';
+import { DevopRun, LOCAL_SERVER_COMMAND, killLocalServer, deployEcho, devopExec, freePort, seenRequests, startE2ECluster, waitFor, whoAnswers, type Cluster, type EchoDeployment } from './harness.js';
+
+requireRoot('e2e exec traffic');
+
+describe('devop exec: traffic', () => {
+  let cluster: Cluster;
+  let echo: EchoDeployment;
+  const runs: DevopRun[] = [];
+  const track = (run: DevopRun): DevopRun => {
+    runs.push(run);
+    return run;
+  };
+
+  beforeAll(async () => {
+    const env = await startE2ECluster();
+    cluster = env.cluster;
+    echo = await deployEcho(env, 'echo');
+  });
+
+  afterAll(async () => {
+    await Promise.all(runs.map((r) => r.stop('SIGKILL')));
+    await cluster?.stop();
+  });
+
+  it('steals: requests to the pod IP are answered by the local command, and by the pod again after devop exits', async () => {
+    // Given the echo pod answers its own traffic
+    expect(await whoAnswers(echo.podIP, 8080)).toBe(echo.podName);
+    // When devop steals its port for a local server
+    const local = await freePort();
+    const run = track(devopExec(cluster, ['-t', 'deploy/echo', '--steal', '-p', `8080:${local}`], [...LOCAL_SERVER_COMMAND], { env: { LOCAL_PORT: String(local) } }));
+    await run.ready();
+    // Then the local server answers requests sent to the pod
+    expect(await whoAnswers(echo.podIP, 8080, '/stolen')).toBe('local');
+    expect(seenRequests(run).map((r) => r.path)).toContain('/stolen');
+    expect(run.stderr).toMatch(/resolve target deploy\/echo: pod echo-\S+ \(its only pod\)/);
+    // When devop stops (SIGTERM: forwarded to the local server, which exits 0)
+    const exit = await run.stop('SIGTERM');
+    expect(exit.code).toBe(0);
+    // Then the pod answers again
+    await waitFor('the pod to answer again', async () => ((await whoAnswers(echo.podIP, 8080)) === echo.podName ? true : undefined), 5000);
+  });
+
+  it('mirrors: the pod still answers, the local command receives a copy', async () => {
+    const local = await freePort();
+    const run = track(devopExec(cluster, ['-t', 'deploy/echo', '--mirror', '-p', `8080:${local}`], [...LOCAL_SERVER_COMMAND], { env: { LOCAL_PORT: String(local) } }));
+    await run.ready();
+    // When a request reaches the pod
+    expect(await whoAnswers(echo.podIP, 8080, '/mirrored')).toBe(echo.podName);
+    // Then the local server saw the same request
+    await waitFor('the mirrored copy', () => (seenRequests(run).some((r) => r.path === '/mirrored') ? true : undefined), 10_000);
+    await run.stop();
+  });
+
+  it('filters: only requests with the matching header reach the local command', async () => {
+    const local = await freePort();
+    const run = track(devopExec(cluster, ['-t', 'deploy/echo', '--steal', '-p', `8080:${local}`, '--http-header-filter', 'x-user: alice'], [...LOCAL_SERVER_COMMAND], { env: { LOCAL_PORT: String(local) } }));
+    await run.ready();
+    expect(await whoAnswers(echo.podIP, 8080, '/a', { 'x-user': 'alice' })).toBe('local');
+    expect(await whoAnswers(echo.podIP, 8080, '/b', { 'x-user': 'bob' })).toBe(echo.podName);
+    expect(await whoAnswers(echo.podIP, 8080, '/c')).toBe(echo.podName);
+    expect(seenRequests(run).map((r) => r.path)).toEqual(['/a']);
+    await run.stop();
+  });
+
+  it('runs two filtered sessions at once on one target and refuses a third unfiltered steal, naming the holder', async () => {
+    // Given alice's and bob's sessions with different header filters
+    const [portA, portB, portC] = [await freePort(), await freePort(), await freePort()];
+    const alice = track(devopExec(cluster, ['-t', 'deploy/echo', '--steal', '-p', `8080:${portA}`, '--http-header-filter', 'x-user: alice'], [...LOCAL_SERVER_COMMAND], { env: { LOCAL_PORT: String(portA) } }));
+    await alice.ready();
+    const bob = track(devopExec(cluster, ['-t', 'deploy/echo', '--steal', '-p', `8080:${portB}`, '--http-header-filter', 'x-user: bob'], [...LOCAL_SERVER_COMMAND], { env: { LOCAL_PORT: String(portB) } }));
+    await bob.ready();
+    // Then the second session reused the first one's agent, and each gets its own requests
+    expect(bob.stderr).toMatch(/reused Job devop-agent-/);
+    expect(await whoAnswers(echo.podIP, 8080, '/for-alice', { 'x-user': 'alice' })).toBe('local');
+    expect(await whoAnswers(echo.podIP, 8080, '/for-bob', { 'x-user': 'bob' })).toBe('local');
+    expect(seenRequests(alice).map((r) => r.path)).toEqual(['/for-alice']);
+    expect(seenRequests(bob).map((r) => r.path)).toEqual(['/for-bob']);
+    // When a third session asks for the whole port
+    const third = track(devopExec(cluster, ['-t', 'deploy/echo', '--steal', '-p', `8080:${portC}`], [...LOCAL_SERVER_COMMAND], { env: { LOCAL_PORT: String(portC) } }));
+    const exit = await third.exited;
+    // Then it is refused in one line naming who holds the port
+    expect(exit.code).toBe(1);
+    expect(third.stderr).toMatch(/devop: port 8080 of pod echo-\S+ cannot be stolen: .*(held by|alice|bob|filter)/);
+    expect(third.stderr).toMatch(/\n {2}fix: /);
+    await Promise.all([alice.stop(), bob.stop()]);
+  });
+
+  it('kill -9 of the devop CLI: the pod answers its own traffic again within 2 s', async () => {
+    const local = await freePort();
+    const run = track(devopExec(cluster, ['-t', 'deploy/echo', '--steal', '-p', `8080:${local}`], [...LOCAL_SERVER_COMMAND], { env: { LOCAL_PORT: String(local) } }));
+    await run.ready();
+    expect(await whoAnswers(echo.podIP, 8080)).toBe('local');
+    // When the CLI is killed without a chance to clean up
+    const killedAt = Date.now();
+    run.child.kill('SIGKILL');
+    await run.exited;
+    // Then within 2 s the pod answers (the local server is an orphan now: it is killed after the check)
+    let answeredAt = 0;
+    await waitFor('the pod to answer after kill -9', async () => {
+      const who = await whoAnswers(echo.podIP, 8080).catch(() => 'error');
+      if (who === echo.podName) {
+        answeredAt = Date.now();
+        return true;
+      }
+      return undefined;
+    }, 10_000);
+    killLocalServer(run);
+    expect(answeredAt - killedAt).toBeLessThanOrEqual(2000);
+  });
+
+  it("gives the local command the pod's env (with the configmap value), minus excluded keys", async () => {
+    const run = track(devopExec(cluster, ['-t', 'deploy/echo', '--env-exclude', 'SECRET_*'], ['sh', '-c', 'echo "GREETING=$GREETING"; echo "APP_MODE=$APP_MODE"; echo "SECRET_TOKEN=${SECRET_TOKEN:-unset}"; echo "KSH=${KUBERNETES_SERVICE_HOST:-unset}"']));
+    const exit = await run.exited;
+    expect(exit.code, run.output).toBe(0);
+    expect(run.stdout).toContain("GREETING=hello from echo's configmap");
+    expect(run.stdout).toContain('APP_MODE=production');
+    expect(run.stdout).toContain('SECRET_TOKEN=unset');
+    expect(run.stdout).toContain('KSH=unset');
+  });
+
+  it('a local command that never listens: the pod keeps serving and devop says why', async () => {
+    const local = await freePort();
+    const run = track(devopExec(cluster, ['-t', 'deploy/echo', '--steal', '-p', `8080:${local}`, '--startup-timeout', '3'], ['sleep', '60']));
+    await run.waitForStderr(/does not listen on 127\.0\.0\.1:\d+ after 3 s: the pod keeps serving port 8080/);
+    expect(await whoAnswers(echo.podIP, 8080)).toBe(echo.podName);
+    const exit = await run.stop('SIGTERM');
+    expect(exit.code).toBe(143);
+  });
+});

@@ -1,0 +1,201 @@
+// End-to-end harness: a stand-in cluster, helpers to deploy the echo workload, run the built `devop` CLI as a child
+// process and watch its output, and send HTTP requests to pod IPs (on the stand-in's bridge, reachable from the host).
+import { spawn, type ChildProcess } from 'node:child_process';
+import { request } from 'node:http';
+import { join, resolve } from 'node:path';
+import { AppsV1Api, CoreV1Api, KubeConfig, type V1Pod } from '@kubernetes/client-node';
+import { startCluster } from '../cluster/index.js';
+
+export type Cluster = Awaited<ReturnType<typeof startCluster>>;
+
+export const ROOT = resolve(import.meta.dirname, '..', '..');
+export const LOCAL_SERVER = join(ROOT, 'test', 'e2e', 'fixtures', 'local-server.mjs');
+/** Generous: the suites share 2 cores with other engineers' suites. */
+export const WAIT_MS = 45_000;
+
+export async function startE2ECluster(): Promise<{ cluster: Cluster; kc: KubeConfig; core: CoreV1Api; apps: AppsV1Api }> {
+  const cluster = await startCluster();
+  const kc = new KubeConfig();
+  kc.loadFromFile(cluster.kubeconfigPath);
+  return { cluster, kc, core: kc.makeApiClient(CoreV1Api), apps: kc.makeApiClient(AppsV1Api) };
+}
+
+export async function waitFor<T>(what: string, check: () => Promise<T | undefined> | T | undefined, timeoutMs = WAIT_MS): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  let lastError: unknown;
+  while (Date.now() < deadline) {
+    try {
+      const value = await check();
+      if (value !== undefined && value !== false) return value;
+    } catch (err) {
+      lastError = err;
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`timed out waiting for ${what}${lastError ? ` (last error: ${(lastError as Error).message})` : ''}`);
+}
+
+export interface EchoDeployment {
+  name: string;
+  pod: V1Pod;
+  podName: string;
+  podIP: string;
+}
+
+/** A Deployment of devop.test/http-echo on port 8080, with a ConfigMap-backed env var; waits for a Ready pod. */
+export async function deployEcho(env: { core: CoreV1Api; apps: AppsV1Api }, name: string, namespace = 'default'): Promise<EchoDeployment> {
+  await env.core.createNamespacedConfigMap({ namespace, body: { metadata: { name: `${name}-config` }, data: { GREETING: `hello from ${name}'s configmap` } } });
+  await env.apps.createNamespacedDeployment({
+    namespace,
+    body: {
+      metadata: { name },
+      spec: {
+        replicas: 1,
+        selector: { matchLabels: { app: name } },
+        template: {
+          metadata: { labels: { app: name } },
+          spec: {
+            containers: [
+              {
+                name: 'echo',
+                image: 'devop.test/http-echo',
+                ports: [{ containerPort: 8080 }],
+                env: [
+                  { name: 'PORT', value: '8080' },
+                  { name: 'APP_MODE', value: 'production' },
+                  { name: 'SECRET_TOKEN', value: 'do-not-leak' },
+                  { name: 'GREETING', valueFrom: { configMapKeyRef: { name: `${name}-config`, key: 'GREETING' } } },
+                ],
+                readinessProbe: { tcpSocket: { port: 8080 }, periodSeconds: 1 },
+              },
+            ],
+          },
+        },
+      },
+    },
+  });
+  const pod = await waitFor(`a Ready pod of deployment ${name}`, async () => {
+    const list = await env.core.listNamespacedPod({ namespace, labelSelector: `app=${name}` });
+    return list.items.find((p) => p.status?.podIP && (p.status?.conditions ?? []).some((c) => c.type === 'Ready' && c.status === 'True'));
+  });
+  return { name, pod, podName: pod.metadata?.name ?? '', podIP: pod.status?.podIP ?? '' };
+}
+
+export interface HttpAnswer {
+  status: number;
+  body: string;
+}
+
+export function httpGet(host: string, port: number, path: string, headers: Record<string, string> = {}, timeoutMs = 5000): Promise<HttpAnswer> {
+  return new Promise((resolvePromise, reject) => {
+    const req = request({ host, port, path, headers: { connection: 'close', ...headers }, timeout: timeoutMs, agent: false }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('end', () => resolvePromise({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString('utf8') }));
+      res.on('error', reject);
+    });
+    req.on('timeout', () => req.destroy(new Error(`GET http://${host}:${port}${path} timed out`)));
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+/** Who answered: "local" (the local server) or the pod's name (http-echo's JSON). */
+export async function whoAnswers(host: string, port: number, path = '/', headers: Record<string, string> = {}): Promise<string> {
+  const answer = await httpGet(host, port, path, headers);
+  if (answer.body.startsWith('local ')) return 'local';
+  try {
+    return String((JSON.parse(answer.body) as { pod: string }).pod);
+  } catch {
+    return `unexpected: ${answer.status} ${answer.body.slice(0, 100)}`;
+  }
+}
+
+export class DevopRun {
+  readonly child: ChildProcess;
+  stdout = '';
+  stderr = '';
+  readonly exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+
+  constructor(args: string[], options: { env?: NodeJS.ProcessEnv; cwd?: string } = {}) {
+    this.child = spawn(process.execPath, [join(ROOT, 'bin', 'devop.js'), ...args], {
+      cwd: options.cwd ?? ROOT,
+      env: { ...process.env, CI: '1', ...options.env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    this.child.stdout?.setEncoding('utf8').on('data', (t: string) => (this.stdout += t));
+    this.child.stderr?.setEncoding('utf8').on('data', (t: string) => (this.stderr += t));
+    this.exited = new Promise((r) => this.child.once('exit', (code, signal) => r({ code, signal })));
+  }
+
+  get output(): string {
+    return `--- stdout ---\n${this.stdout}\n--- stderr ---\n${this.stderr}`;
+  }
+
+  async waitForStderr(pattern: RegExp, timeoutMs = WAIT_MS): Promise<RegExpMatchArray> {
+    return waitFor(`devop to print ${pattern}\n${this.output}`, () => {
+      const m = this.stderr.match(pattern);
+      if (m) return m;
+      if (this.child.exitCode !== null || this.child.signalCode !== null) throw new Error(`devop exited (${this.child.exitCode ?? this.child.signalCode}) before printing ${pattern}\n${this.output}`);
+      return undefined;
+    }, timeoutMs);
+  }
+
+  /** Waits for "devop: ready"; fails early (with the output) if devop exits first. */
+  async ready(timeoutMs = WAIT_MS): Promise<void> {
+    const deadline = Date.now() + timeoutMs;
+    while (Date.now() < deadline) {
+      if (/^devop: ready$/m.test(this.stderr)) return;
+      if (this.child.exitCode !== null || this.child.signalCode !== null) throw new Error(`devop exited with ${this.child.exitCode ?? this.child.signalCode} before ready\n${this.output}`);
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    throw new Error(`devop not ready within ${timeoutMs} ms\n${this.output}`);
+  }
+
+  async stop(signal: NodeJS.Signals = 'SIGTERM'): Promise<{ code: number | null; signal: NodeJS.Signals | null }> {
+    if (this.child.exitCode === null && this.child.signalCode === null) this.child.kill(signal);
+    return this.exited;
+  }
+}
+
+/** `devop exec` against the cluster with plain output. */
+export function devopExec(cluster: Cluster, execArgs: string[], command: string[], options: { env?: NodeJS.ProcessEnv; kubeconfig?: string } = {}): DevopRun {
+  return new DevopRun(['exec', '--kubeconfig', options.kubeconfig ?? cluster.kubeconfigPath, '--output', 'plain', ...execArgs, '--', ...command], { env: options.env });
+}
+
+/** The local test server as the local command (it listens on $LOCAL_PORT). */
+export const LOCAL_SERVER_COMMAND: readonly string[] = [process.execPath, LOCAL_SERVER];
+
+/** Requests the local server saw (from its stdout lines). */
+export function seenRequests(run: DevopRun): { method: string; path: string; headers: Record<string, string> }[] {
+  return run.stdout
+    .split('\n')
+    .filter((l) => l.startsWith('{'))
+    .map((l) => JSON.parse(l) as { seen: string; method: string; path: string; headers: Record<string, string> })
+    .filter((e) => e.seen === 'request');
+}
+
+/** A TCP port free on 127.0.0.1 right now (for the local command's listener). */
+export async function freePort(): Promise<number> {
+  const { createServer } = await import('node:net');
+  const server = createServer();
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  const port = (server.address() as { port: number }).port;
+  await new Promise<void>((r) => server.close(() => r()));
+  return port;
+}
+
+/** Kills the local server a devop run started (after a kill -9 of devop it is left as an orphan). */
+export function killLocalServer(run: DevopRun): void {
+  for (const line of run.stdout.split('\n')) {
+    if (!line.startsWith('{')) continue;
+    const e = JSON.parse(line) as { seen: string; pid?: number };
+    if (e.seen === 'listening' && e.pid) {
+      try {
+        process.kill(e.pid, 'SIGKILL');
+      } catch {
+        // already gone
+      }
+    }
+  }
+}

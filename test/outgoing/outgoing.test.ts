@@ -1,0 +1,204 @@
+// Outgoing traffic, cluster DNS and remote files end to end on the stand-in: a local curl (proxy env) and a local Node
+// program (plain fetch, preload) reach a ClusterIP service by name from the target pod; excludes stay local; unknown
+// names are ENOTFOUND; --remote-file copies a pod-only file under DEVOP_ROOT; devop port-forward serves byte-exact.
+import { randomBytes } from 'node:crypto';
+import { existsSync, readFileSync } from 'node:fs';
+import { request } from 'node:http';
+import { join } from 'node:path';
+import type { AppsV1Api, CoreV1Api } from '@kubernetes/client-node';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { requireRoot } from '../helpers/root.js';
+import { DevopRun, ROOT, deployEcho, devopExec, startE2ECluster, waitFor, type Cluster, type EchoDeployment } from '../e2e/harness.js';
+
+requireRoot('outgoing (proxy env, Node preload, remote files, port-forward)');
+
+const FETCH_CLIENT = join(ROOT, 'test', 'outgoing', 'fixtures', 'fetch-client.mjs');
+/** The port the issue names for `devop port-forward -L 18080:echo.default:80`. */
+const FORWARD_PORT = 18080;
+
+interface EchoAnswer {
+  pod: string;
+  path: string;
+  body: string;
+  remoteAddress: string;
+  headers: Record<string, string>;
+}
+
+/** A Deployment of http-echo that declares no ports: the "workload" the local command runs as (nothing to steal). */
+async function deployClient(env: { core: CoreV1Api; apps: AppsV1Api }, name: string): Promise<{ podName: string; podIP: string }> {
+  await env.apps.createNamespacedDeployment({
+    namespace: 'default',
+    body: {
+      metadata: { name },
+      spec: {
+        replicas: 1,
+        selector: { matchLabels: { app: name } },
+        template: {
+          metadata: { labels: { app: name } },
+          spec: { containers: [{ name: 'app', image: 'devop.test/http-echo', env: [{ name: 'PORT', value: '8080' }] }] },
+        },
+      },
+    },
+  });
+  const pod = await waitFor(`a running pod of ${name}`, async () => {
+    const list = await env.core.listNamespacedPod({ namespace: 'default', labelSelector: `app=${name}` });
+    return list.items.find((p) => p.status?.podIP && p.status.phase === 'Running');
+  });
+  return { podName: pod.metadata?.name ?? '', podIP: pod.status?.podIP ?? '' };
+}
+
+function jsonLines<T>(text: string): T[] {
+  return text
+    .split('\n')
+    .filter((line) => line.startsWith('{'))
+    .map((line) => JSON.parse(line) as T);
+}
+
+async function finished(run: DevopRun, what: string): Promise<number | null> {
+  let timer: NodeJS.Timeout | undefined;
+  const deadline = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what} did not finish\n${run.output}`)), 90_000);
+  });
+  try {
+    return (await Promise.race([run.exited, deadline])).code;
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+function post(port: number, body: string): Promise<EchoAnswer> {
+  return new Promise((resolve, reject) => {
+    const req = request({ host: '127.0.0.1', port, method: 'POST', path: '/forwarded', agent: false, headers: { 'content-length': Buffer.byteLength(body), connection: 'close' } }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (chunk: Buffer) => chunks.push(chunk));
+      res.on('end', () => {
+        try {
+          resolve(JSON.parse(Buffer.concat(chunks).toString('utf8')) as EchoAnswer);
+        } catch (err) {
+          reject(err);
+        }
+      });
+      res.on('error', reject);
+    });
+    req.on('error', reject);
+    req.end(body);
+  });
+}
+
+describe('outgoing traffic, DNS and remote files through the pod', () => {
+  let cluster: Cluster;
+  let echo: EchoDeployment;
+  let client: { podName: string; podIP: string };
+  const runs: DevopRun[] = [];
+  const track = (run: DevopRun): DevopRun => {
+    runs.push(run);
+    return run;
+  };
+
+  beforeAll(async () => {
+    const env = await startE2ECluster();
+    cluster = env.cluster;
+    // Given an echo Deployment behind a ClusterIP Service echo:80, and a client workload to run as
+    echo = await deployEcho(env, 'echo');
+    await env.core.createNamespacedService({
+      namespace: 'default',
+      body: { metadata: { name: 'echo' }, spec: { selector: { app: 'echo' }, ports: [{ port: 80, targetPort: 8080 }] } },
+    });
+    client = await deployClient(env, 'client');
+  });
+
+  afterAll(async () => {
+    await Promise.all(runs.map((run) => run.stop('SIGKILL')));
+    await cluster?.stop();
+  });
+
+  it('a local curl reaches the service by name.namespace and by full name through the proxy env, from the pod', async () => {
+    // When curl (http_proxy for http://, and ALL_PROXY's socks5h:// given explicitly) asks for the service by name
+    const script = [
+      'curl -sS --max-time 30 http://echo.default/by-short-name',
+      'echo',
+      'curl -sS --max-time 30 http://echo.default.svc.cluster.local/by-full-name',
+      'echo',
+      'curl -sS --max-time 30 -x "$ALL_PROXY" http://echo.default/through-socks',
+      'echo',
+    ].join(' && ');
+    const run = track(devopExec(cluster, ['-t', 'deploy/client'], ['sh', '-c', script]));
+    expect(await finished(run, 'devop exec curl'), run.output).toBe(0);
+    // Then the echo pod answered each, and saw the connection come from the client pod's IP
+    const answers = jsonLines<EchoAnswer>(run.stdout);
+    expect(answers.map((a) => a.path), run.output).toEqual(['/by-short-name', '/by-full-name', '/through-socks']);
+    for (const answer of answers) {
+      expect(answer.pod).toBe(echo.podName);
+      expect(answer.remoteAddress.replace(/^::ffff:/, '')).toBe(client.podIP);
+    }
+  });
+
+  it('a local Node program with plain fetch reaches the service by name; an unknown name is ENOTFOUND', async () => {
+    const run = track(
+      devopExec(cluster, ['-t', 'deploy/client'], [process.execPath, FETCH_CLIENT, 'http://echo.default/node-short', 'http://echo.default.svc.cluster.local/node-full', 'http://nosuch.default/']),
+    );
+    expect(await finished(run, 'devop exec node'), run.output).toBe(0);
+    const lines = jsonLines<{ url: string; status?: number; body?: string; error?: string }>(run.stdout);
+    expect(lines, run.output).toHaveLength(3);
+    for (const line of lines.slice(0, 2)) {
+      expect(line.status, run.output).toBe(200);
+      const answer = JSON.parse(line.body ?? '{}') as EchoAnswer;
+      expect(answer.pod).toBe(echo.podName);
+      expect(answer.remoteAddress.replace(/^::ffff:/, '')).toBe(client.podIP);
+    }
+    // Not a hang (the answer comes from the pod's DNS), not a timeout: the program's own ENOTFOUND.
+    expect(lines[2], run.output).toMatchObject({ url: 'http://nosuch.default/', error: 'ENOTFOUND' });
+  });
+
+  it('an excluded host is dialled locally (from this machine, not from the pod)', async () => {
+    const url = `http://${echo.podIP}:8080/excluded`;
+    // Given the same program, once with the echo pod's IP excluded and once without
+    const local = track(devopExec(cluster, ['-t', 'deploy/client', '--outgoing-exclude', echo.podIP], [process.execPath, FETCH_CLIENT, url]));
+    expect(await finished(local, 'devop exec excluded'), local.output).toBe(0);
+    const routed = track(devopExec(cluster, ['-t', 'deploy/client'], [process.execPath, FETCH_CLIENT, url]));
+    expect(await finished(routed, 'devop exec routed'), routed.output).toBe(0);
+    const sourceOf = (run: DevopRun): string => {
+      const [line] = jsonLines<{ body?: string }>(run.stdout);
+      return (JSON.parse(line?.body ?? '{}') as EchoAnswer).remoteAddress?.replace(/^::ffff:/, '');
+    };
+    // Then the excluded connection came from the node (this machine's bridge address), the other from the client pod
+    expect(sourceOf(local), local.output).toBe(cluster.nodeIP);
+    expect(sourceOf(routed), routed.output).toBe(client.podIP);
+  });
+
+  it('--remote-file copies a file that exists only in the pod under DEVOP_ROOT, and removes it at exit', async () => {
+    // The pod's /etc/hosts is the kubelet's (it names the pod); this machine's /etc/hosts does not
+    expect(readFileSync('/etc/hosts', 'utf8')).not.toContain(client.podName);
+    const run = track(devopExec(cluster, ['-t', 'deploy/client', '--remote-file', '/etc/hosts'], ['sh', '-c', 'echo "ROOT=$DEVOP_ROOT"; cat "$DEVOP_ROOT/etc/hosts"']));
+    expect(await finished(run, 'devop exec remote-file'), run.output).toBe(0);
+    expect(run.stdout).toContain(`${client.podIP}\t${client.podName}`);
+    const root = /ROOT=(\S+)/.exec(run.stdout)?.[1] ?? '';
+    expect(root).not.toBe('');
+    expect(existsSync(root)).toBe(false);
+  });
+
+  it('a remote file that does not exist in the pod stops devop with one line naming it', async () => {
+    const run = track(devopExec(cluster, ['-t', 'deploy/client', '--remote-file', '/etc/not-in-the-pod'], ['true']));
+    expect(await finished(run, 'devop exec missing remote-file')).toBe(1);
+    expect(run.stderr).toContain('remote file /etc/not-in-the-pod does not exist in the target container');
+  });
+
+  it('devop port-forward -L 18080:echo.default:80 (targetless) serves requests; 100 parallel connections are byte-exact', async () => {
+    const run = track(new DevopRun(['port-forward', '--kubeconfig', cluster.kubeconfigPath, '-L', `${FORWARD_PORT}:echo.default:80`]));
+    await waitFor(`the forward to listen\n${run.output}`, () => {
+      if (run.child.exitCode !== null) throw new Error(`devop port-forward exited\n${run.output}`);
+      return run.stdout.includes(`127.0.0.1:${FORWARD_PORT} -> echo.default:80`) ? true : undefined;
+    }, 90_000);
+    // When 100 clients post distinct 32 KiB bodies at once
+    const bodies = Array.from({ length: 100 }, () => randomBytes(24 * 1024).toString('base64'));
+    const answers = await Promise.all(bodies.map((body) => post(FORWARD_PORT, body)));
+    // Then each body came back exactly, from the echo pod, connected from the (targetless) agent's pod
+    answers.forEach((answer, i) => {
+      expect(answer.pod).toBe(echo.podName);
+      expect(answer.body === bodies[i], `body ${i} differs`).toBe(true);
+    });
+    // When Ctrl-C / Then it stops cleanly
+    const exit = await run.stop('SIGINT');
+    expect(exit.code, run.output).toBe(0);
+  });
+});

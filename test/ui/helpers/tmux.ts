@@ -1,0 +1,41 @@
+// A real terminal for TUI tests: one tmux server per test run on its own socket (so parallel runs and other users'
+// tmux are untouched), a pane running a shell command, capture-pane to read the screen, send-keys to type.
+import { execFileSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+
+export class TmuxPane {
+  readonly socket = `devop-ui-${process.pid}-${randomBytes(3).toString('hex')}`;
+  readonly session = 'ui';
+
+  /** Starts `command` (run by sh) in a detached width×height terminal; the pane stays after the command ends. */
+  constructor(command: string, options: { width?: number; height?: number } = {}) {
+    this.tmux('-f', '/dev/null', 'new-session', '-d', '-s', this.session, '-x', String(options.width ?? 140), '-y', String(options.height ?? 45), command);
+    this.tmux('set-option', '-t', this.session, 'remain-on-exit', 'on');
+  }
+
+  capture(): string {
+    return this.tmux('capture-pane', '-p', '-t', this.session);
+  }
+
+  /** tmux key names (`Enter`, `C-c`) or literal text with `literal: true`. */
+  sendKeys(keys: string, literal = false): void {
+    this.tmux('send-keys', '-t', this.session, ...(literal ? ['-l', keys] : [keys]));
+  }
+
+  kill(): void {
+    try {
+      this.tmux('kill-server');
+    } catch {
+      // already gone
+    }
+  }
+
+  private tmux(...args: string[]): string {
+    return execFileSync('tmux', ['-L', this.socket, ...args], { encoding: 'utf8' });
+  }
+}
+
+/** Quotes a word for sh. */
+export function shellQuote(word: string): string {
+  return /^[\w@%+=:,./-]+$/.test(word) ? word : `'${word.replace(/'/g, `'\\''`)}'`;
+}
