@@ -2,7 +2,7 @@
 // mux stream per request, so keep-alive connections may interleave destinations), every other one to the original app.
 import { request as httpRequest, Agent, type IncomingMessage, type ServerResponse, type OutgoingHttpHeaders } from 'node:http';
 import type { Socket } from 'node:net';
-import httpProxy from 'http-proxy';
+import type httpProxy from 'http-proxy';
 import { originOf, resetStream, type IncomingStream, type IncomingTarget, type PortSubscription } from './port-redirect.js';
 import type { AgentLog } from './log.js';
 
@@ -12,7 +12,7 @@ export interface HttpRouting {
   all(): IncomingTarget[];
   log: AgentLog;
   nextId(): string;
-  proxy: httpProxy;
+  proxy(): Promise<PodProxy>;
 }
 
 /** Hop-by-hop headers belong to one connection; each request to a session is its own connection (stream). */
@@ -34,8 +34,18 @@ function pick(routing: HttpRouting, req: IncomingMessage): PortSubscription | un
   return routing.active().find((s) => s.mode === 'steal' && s.match !== undefined && s.match(head));
 }
 
-/** The proxy for unmatched requests: keep-alive connections to the original app, a 502 when it does not answer. */
-export function createPodProxy(): { proxy: httpProxy; agent: Agent } {
+export interface PodProxy {
+  proxy: httpProxy;
+  agent: Agent;
+}
+
+/**
+ * The proxy for unmatched requests: keep-alive connections to the original app, a 502 when it does not answer.
+ * http-proxy is loaded on first use: it pulls in https/tls, whose set-up costs ~4 MiB of RSS that a whole-port steal
+ * never needs.
+ */
+export async function createPodProxy(): Promise<PodProxy> {
+  const { default: httpProxy } = await import('http-proxy');
   const agent = new Agent({ keepAlive: true, maxFreeSockets: 64 });
   const proxy = httpProxy.createProxyServer({ xfwd: false, agent });
   proxy.on('error', (_err, _req, res) => {
@@ -68,7 +78,7 @@ export function handleFilteredRequest(routing: HttpRouting, req: IncomingMessage
   });
   const origin = originOf(req.socket, routing.port);
   if (!sub || !sendToSession(routing, sub, req, res)) {
-    routing.proxy.web(req, res, { target: { host: origin.host, port: origin.port } });
+    void routing.proxy().then((pod) => pod.proxy.web(req, res, { target: { host: origin.host, port: origin.port } }));
   }
 }
 
@@ -127,5 +137,5 @@ export function handleFilteredUpgrade(routing: HttpRouting, req: IncomingMessage
       // the session's tunnel is down: the pod answers
     }
   }
-  routing.proxy.ws(req, socket, head, { target: { host: origin.host, port: origin.port } });
+  void routing.proxy().then((pod) => pod.proxy.ws(req, socket, head, { target: { host: origin.host, port: origin.port } }));
 }

@@ -1,7 +1,7 @@
 // The agent's entry (bundled into dist/agent.js): reads its config from the env (shared/agent-contract.ts), enters the
 // target's netns in job mode, starts the agent, prints the ready line, and stops cleanly on SIGTERM/SIGINT.
-import { AGENT_VERSION, formatReadyLine, parseAgentEnv, type AgentConfig } from '../shared/agent-contract.js';
-import { formatError, isUserError } from '../shared/errors.js';
+import { AGENT_ENV, AGENT_VERSION, formatReadyLine, parseAgentEnv, type AgentConfig } from '../shared/agent-contract.js';
+import { formatError, isUserError, UserError } from '../shared/errors.js';
 import { startAgent } from './agent.js';
 import { createLog } from './log.js';
 import { reenterNetns, watchParent } from './netns.js';
@@ -10,10 +10,11 @@ import { findContainerPid } from './target.js';
 async function targetPid(config: AgentConfig): Promise<number | undefined> {
   if (config.mode === 'targetless') return undefined;
   if (config.targetPid !== undefined) return config.targetPid;
+  // An ephemeral container shares the target container's PID namespace (targetContainerName), where the target's first
+  // process is PID 1; its cgroup namespace may hide the container ID from /proc/*/cgroup, so that is the fallback.
+  if (config.mode === 'ephemeral') return config.containerId ? findContainerPid(config.containerId).catch(() => 1) : 1;
   if (config.containerId) return findContainerPid(config.containerId);
-  // An ephemeral container shares the target container's PID namespace (targetContainerName): its first process is 1.
-  if (config.mode === 'ephemeral') return 1;
-  throw new Error(`job mode needs ${'DEVOP_AGENT_CONTAINER_ID'} or DEVOP_AGENT_TARGET_PID`);
+  throw new UserError('job mode needs the target container', `set ${AGENT_ENV.containerId} (the containerID from the pod status) or ${AGENT_ENV.targetPid}`);
 }
 
 async function main(): Promise<number> {

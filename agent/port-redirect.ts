@@ -5,7 +5,7 @@ import { createServer as createHttpServer, type Server as HttpServer } from 'nod
 import type { Duplex } from 'node:stream';
 import type { HttpFilter, StealMode, StreamOpen, TrafficEvent } from '../shared/protocol.js';
 import type { RequestMatcher } from './filter.js';
-import { createPodProxy, handleFilteredRequest, handleFilteredUpgrade, type HttpRouting } from './http-filter.js';
+import { createPodProxy, handleFilteredRequest, handleFilteredUpgrade, type HttpRouting, type PodProxy } from './http-filter.js';
 import type { AgentLog } from './log.js';
 
 export type IncomingOpen = Extract<StreamOpen, { kind: 'incoming' }>;
@@ -53,14 +53,13 @@ export class PortRedirect {
   private readonly server: Server;
   private readonly http: HttpServer;
   private readonly sockets = new Set<Socket>();
-  private readonly pod: ReturnType<typeof createPodProxy>;
+  private pod: Promise<PodProxy> | undefined;
   private nextConn = 0;
   listenerPort = 0;
 
   constructor(readonly port: number, private readonly log: AgentLog) {
     this.server = createTcpServer({ noDelay: true }, (socket) => this.onConnection(socket));
-    this.pod = createPodProxy();
-    const routing: HttpRouting = { port, active: () => this.active(), all: () => this.subs.map((s) => s.session), log, nextId: () => this.connId(), proxy: this.pod.proxy };
+    const routing: HttpRouting = { port, active: () => this.active(), all: () => this.subs.map((s) => s.session), log, nextId: () => this.connId(), proxy: () => (this.pod ??= createPodProxy()) };
     // The HTTP server never listens: filtered connections are handed to it. Keep-alive requests are routed one by one.
     this.http = createHttpServer({ keepAliveTimeout: 65_000 });
     this.http.on('request', (req, res) => handleFilteredRequest(routing, req, res));
@@ -82,8 +81,10 @@ export class PortRedirect {
   close(): void {
     this.server.close();
     this.http.close();
-    this.pod.proxy.close();
-    this.pod.agent.destroy();
+    void this.pod?.then((pod) => {
+      pod.proxy.close();
+      pod.agent.destroy();
+    });
     for (const socket of this.sockets) socket.destroy();
   }
 

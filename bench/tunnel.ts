@@ -1,7 +1,9 @@
 // Tunnel benchmark: throughput of raw loopback TCP, one devop mux stream, 64 parallel mux streams and OpenSSH `ssh -L`,
-// measured side by side in one run (interleaved rounds, medians), ending with one RESULT line of ratios.
+// measured side by side in one run (interleaved rounds, medians), ending with one RESULT line of ratios. The receiving
+// ends run in a separate process (bench/lib/sink.ts), as sshd does, so no variant shares the sender's event loop.
 import { spawn } from 'node:child_process';
 import net from 'node:net';
+import type { Duplex } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import { createClientMux } from '../shared/mux.js';
 import { startSshForward, type SshForward } from './lib/ssh.js';
@@ -9,8 +11,9 @@ import { startSshForward, type SshForward } from './lib/ssh.js';
 const MiB = 1024 * 1024;
 /** Bytes sent per measurement (env DEVOP_BENCH_MIB): large enough that setup is noise, small enough for a busy box. */
 const TOTAL = Number(process.env.DEVOP_BENCH_MIB ?? 192) * MiB;
-/** Interleaved rounds; each variant's median is used, so one noisy neighbour does not decide the result. */
+/** Interleaved rounds; ratios are medians over rounds, so one noisy neighbour (the box is shared) does not decide. */
 const ROUNDS = Number(process.env.DEVOP_BENCH_ROUNDS ?? 7);
+/** One untimed transfer per variant first, so that JIT and the ssh session's start-up are not measured. */
 const WARMUP = 32 * MiB;
 const PARALLEL = 64;
 /** Size of each write() by the sender, the same for every variant. */
@@ -20,7 +23,7 @@ type Variant = 'raw' | 'single' | 'multi' | 'ssh';
 type Writer = NodeJS.WritableStream & { once(e: 'drain', f: () => void): unknown };
 
 /** Writes `total` bytes with backpressure, half-closes, and resolves when the receiver's one-byte answer arrived. */
-function transfer(stream: net.Socket | import('node:stream').Duplex, total: number, chunk: Buffer): Promise<void> {
+function transfer(stream: net.Socket | Duplex, total: number, chunk: Buffer): Promise<void> {
   return new Promise((resolve, reject) => {
     let sent = 0;
     stream.on('error', reject);

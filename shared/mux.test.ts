@@ -148,9 +148,8 @@ describe('mux streams', () => {
     await until(() => client.streamCount === 0 && agent.streamCount === 0, 'streams released');
   }, 120_000);
 
-  it('leaves a writer whose reader stalls with at most one window buffered on each side', async () => {
+  it.each([INITIAL_WINDOW, 1024 * 1024])('leaves a writer whose reader stalls with at most one window (%i B) buffered on each side', async (window) => {
     // Given a stream whose receiving end does not read
-    const window = INITIAL_WINDOW;
     const { client, agent, sockets } = await muxPair(window);
     const incoming = nextEvent<MuxStream>(agent, 'stream');
     const stream = client.openStream({ kind: 'outgoing', host: 'slow', port: 1 });
@@ -263,6 +262,28 @@ describe('mux streams', () => {
     expect((await errA as StreamResetError).reason).toBe('user cancelled');
     expect((await errB as StreamResetError).reason).toBe('local socket closed');
     await until(() => client.streamCount === 0 && agent.streamCount === 0, 'streams released');
+  });
+
+  it('resets streams the peer opens beyond the stream limit, and accepts new ones once others end', async () => {
+    const sockets = await socketPair(cleanups);
+    const client = createClientMux(sockets[0]);
+    const agent = createAgentMux(sockets[1], { maxStreams: 2 });
+    cleanups.push(() => {
+      client.close();
+      agent.close();
+    });
+    const held: MuxStream[] = [];
+    agent.on('stream', (s) => held.push(s));
+    const [a, b, c] = [0, 1, 2].map(() => client.openStream({ kind: 'outgoing', host: 'h', port: 1 }));
+    const err = await errorOf(c);
+    expect((err as StreamResetError).reason).toBe('too many open streams (limit 2)');
+    expect(held.length).toBe(2);
+    a.destroy();
+    await until(() => agent.streamCount === 1, 'a slot to free up');
+    const d = client.openStream({ kind: 'outgoing', host: 'h', port: 1 });
+    await until(() => held.length === 3, 'the new stream to arrive');
+    expect(held[2].id).toBe(d.id);
+    expect(b.destroyed).toBe(false);
   });
 
   it('half-closes: each direction ends on its own', async () => {

@@ -29,6 +29,11 @@ import { MuxClosedError } from './mux-stream.js';
  * at most 256 MiB in the worst case and typically nothing (credit only bounds, nothing is preallocated).
  */
 export const INITIAL_WINDOW = 256 * 1024;
+/**
+ * Open streams per connection (10 000): ten times what the agent is sized for (1 000 stolen connections), and a bound on
+ * what a peer can make this side hold (each stream buffers at most one window).
+ */
+export const MAX_STREAMS = 10_000;
 /** After close(), how long the peer gets to read our GOAWAY and close its side before the connection is destroyed. */
 const CLOSE_GRACE_MS = 2000;
 
@@ -38,10 +43,12 @@ type Inbound<S extends Side> = S extends 'client' ? AgentMessage : ClientMessage
 
 export interface MuxOptions<S extends Side> {
   side: S;
-  /** This side's receive window per stream in bytes (default INITIAL_WINDOW; at least 1 KiB). */
+  /** This side's receive window per stream in bytes (default and minimum: INITIAL_WINDOW). */
   window?: number;
   /** Largest frame payload accepted from the peer (default 1 MiB; at least MAX_DATA_FRAME). */
   maxFrame?: number;
+  /** Streams open at once on this connection (default MAX_STREAMS); the peer's OPEN beyond it is reset. */
+  maxStreams?: number;
 }
 
 export interface Mux<S extends Side> {
@@ -64,6 +71,7 @@ export interface Mux<S extends Side> {
 export class Mux<S extends Side = Side> extends EventEmitter implements StreamSink {
   readonly side: S;
   readonly window: number;
+  readonly #maxStreams: number;
   readonly #conn: Duplex;
   readonly #decoder: FrameDecoder;
   readonly #encoder = new FrameEncoder();
@@ -83,10 +91,14 @@ export class Mux<S extends Side = Side> extends EventEmitter implements StreamSi
     super();
     const window = options.window ?? INITIAL_WINDOW;
     const maxFrame = options.maxFrame ?? DEFAULT_MAX_FRAME;
-    if (!Number.isInteger(window) || window < 1024) throw new BugError(`mux window must be an integer >= 1024, got ${window}`);
+    // Every stream starts with INITIAL_WINDOW of credit, so a smaller window could not be honoured at the start.
+    if (!Number.isInteger(window) || window < INITIAL_WINDOW) {
+      throw new BugError(`mux window must be an integer >= ${INITIAL_WINDOW}, got ${window}`);
+    }
     if (maxFrame < MAX_DATA_FRAME) throw new BugError(`mux maxFrame must be >= ${MAX_DATA_FRAME}, got ${maxFrame}`);
     this.side = options.side;
     this.window = window;
+    this.#maxStreams = options.maxStreams ?? MAX_STREAMS;
     this.#conn = conn;
     this.#gathers = typeof (conn as { _writev?: unknown })._writev === 'function';
     // Frames are already coalesced per tick; Nagle would only hold a small reply (a CREDIT, an HTTP answer) for an ACK.
@@ -262,6 +274,10 @@ export class Mux<S extends Side = Side> extends EventEmitter implements StreamSi
     this.#streams.set(id, stream);
     if (this.listenerCount('stream') === 0) {
       stream.reset('no handler for new streams');
+      return;
+    }
+    if (this.#streams.size > this.#maxStreams) {
+      stream.reset(`too many open streams (limit ${this.#maxStreams})`);
       return;
     }
     stream.grantCredit();

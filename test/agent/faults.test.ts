@@ -79,6 +79,25 @@ describe.runIf(run)('agent: faults', () => {
     }, 'the guard to exit');
   });
 
+  test('in a pod whose rules are iptables-legacy the agent uses legacy, and its guard cleans legacy up after kill -9', async () => {
+    // Given a pod netns that already has a legacy rule (as a legacy-only CNI or sidecar would leave)
+    const marker = ['-t', 'nat', '-A', 'OUTPUT', '-p', 'tcp', '-d', '127.0.0.3', '--dport', '9', '-j', 'RETURN'].join(' ');
+    await sh(`ip netns exec ${net.podNs} iptables-legacy ${marker}`);
+    try {
+      const { agent } = await stealingAgent();
+      const legacy = await sh(`ip netns exec ${net.podNs} iptables-legacy-save -t nat`);
+      const nft = await sh(`ip netns exec ${net.podNs} iptables-nft-save -t nat`);
+      expect(legacy).toContain(`-A PREROUTING -p tcp -m comment --comment devop -j DEVOP-${agent.agentId}`);
+      expect(nft).not.toContain('DEVOP');
+      process.kill(agent.innerPid, 'SIGKILL');
+      expect(await timeUntilPodAnswers()).toBeLessThan(RECOVERY_MS);
+      await waitFor(async () => !(await net.iptablesSave()).includes('DEVOP'), 'the guard to remove the legacy chain', RECOVERY_MS);
+      await exited(agent.pid);
+    } finally {
+      await sh(`ip netns exec ${net.podNs} iptables-legacy ${marker.replace('-A', '-D')}`);
+    }
+  });
+
   test('a new agent removes stale DEVOP chains whose agent is gone', async () => {
     // Given a chain and jump left behind by an agent that died with its guard
     await sh(`ip netns exec ${net.podNs} sh -c 'iptables-nft -t nat -N DEVOP-stale1 && iptables-nft -t nat -A DEVOP-stale1 -p tcp --dport 3000 -j REDIRECT --to-ports 9 && iptables-nft -t nat -I PREROUTING 1 -p tcp -m comment --comment devop -j DEVOP-stale1'`);

@@ -87,6 +87,24 @@ describe.runIf(run)('agent: HTTP-filtered steal', () => {
     socket.destroy();
   });
 
+  test('a matching WebSocket upgrade goes to its session as a raw two-way stream', async () => {
+    // Given alice's local command answers upgrades by echoing
+    locals[0].server.once('upgrade', (_req, socket) => {
+      socket.write('HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nx-served-by: local-alice\r\n\r\n');
+      socket.pipe(socket);
+    });
+    const socket = connect(client);
+    const received: Buffer[] = [];
+    socket.on('data', (c: Buffer) => received.push(c));
+    socket.write('GET /ws-alice HTTP/1.1\r\nHost: pod\r\nx-user: alice\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n');
+    await waitFor(() => Buffer.concat(received).toString().includes('\r\n\r\n'), 'the 101 answer');
+    expect(Buffer.concat(received).toString()).toMatch(/^HTTP\/1.1 101 .*x-served-by: local-alice/s);
+    received.length = 0;
+    socket.write('hello-alice');
+    await waitFor(() => Buffer.concat(received).toString() === 'hello-alice', 'the echo from the local command');
+    socket.destroy();
+  });
+
   test('an unfiltered steal of a port with filtered steals is refused, naming the holder and since when', async () => {
     const dave = await connectSession(control, { user: 'dave' });
     sessions.push(dave);

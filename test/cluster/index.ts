@@ -11,6 +11,7 @@ import { writeKubeconfig } from './kubeconfig.js';
 import { startControlPlane, type ControlPlane } from './apiserver/index.js';
 import { ADMIN_USER, RESTRICTED_USER } from './apiserver/auth.js';
 import type { NodeRuntime } from './node-runtime.js';
+import { reserveSubnets, startKubelet, type NodeSubnets } from './kubelet/index.js';
 
 export const NODE_NAME = 'standin-node';
 
@@ -45,15 +46,6 @@ export interface ClusterHandle {
   stop(): Promise<void>;
 }
 
-interface Subnets {
-  podCIDR: string;
-  nodeIP: string;
-  serviceCIDR: string;
-  release(): void;
-}
-
-type StartKubelet = (o: { kubeconfigPath: string; instance: string; nodeName: string; images?: ImageTable; subnets?: Subnets; caPath?: string }) => Promise<NodeRuntime>;
-
 /** A Service /24 for a cluster without a node (no iptables use it, so a clash with another instance is harmless). */
 function standaloneServiceNet(instance: string): string {
   return `10.96.${createHash('sha1').update(instance).digest()[0]}`;
@@ -74,13 +66,10 @@ export async function startCluster(options: ClusterOptions = {}): Promise<Cluste
     }
   };
   try {
-    let subnets: Subnets | undefined;
-    let startKubelet: StartKubelet | undefined;
+    let subnets: NodeSubnets | undefined;
     if (withKubelet) {
-      const kubeletModule = './kubelet/index.js';
-      const network = './kubelet/network.js';
-      startKubelet = ((await import(kubeletModule)) as { startKubelet: StartKubelet }).startKubelet;
-      subnets = await ((await import(network)) as { reserveSubnets(i: string): Promise<Subnets> }).reserveSubnets(instance);
+      // The Service range comes from the node's reservation, and the API server needs it first.
+      subnets = await reserveSubnets(instance);
       const s = subnets;
       cleanups.push(() => s.release());
     }
@@ -103,7 +92,7 @@ export async function startCluster(options: ClusterOptions = {}): Promise<Cluste
     for (const [k, v] of Object.entries(options.images ?? {})) images.add(k, v);
     let runtime: NodeRuntime | undefined;
     let nodeIP = '127.0.0.1';
-    if (startKubelet) {
+    if (withKubelet) {
       runtime = await startKubelet({ kubeconfigPath, instance, nodeName: NODE_NAME, images, subnets, caPath: certs.caPath });
       const rt = runtime;
       // Stop the node before the API server: the kubelet is an API client and reports pods ending.

@@ -37,8 +37,8 @@ async function main(): Promise<void> {
   const kubeConfig = loadKubeConfig();
   const namespace = values.namespace ?? process.env.WATCH_NAMESPACE;
   const shutdown = new AbortController();
-  process.once('SIGTERM', () => shutdown.abort());
-  process.once('SIGINT', () => shutdown.abort());
+  process.on('SIGTERM', () => shutdown.abort());
+  process.on('SIGINT', () => shutdown.abort());
 
   const leadership = values['leader-elect']
     ? await becomeLeader({

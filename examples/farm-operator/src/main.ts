@@ -47,11 +47,15 @@ async function main(): Promise<void> {
     log: (line) => process.stdout.write(`${line}\n`),
   });
   process.stdout.write(`farm-operator step ${step} listening on https://${values.host ?? '0.0.0.0'}:${server.port}\n`);
+  let stopping = false;
   const stop = (): void => {
+    // Ctrl-C reaches both a wrapper (npx, tsx) and this process: the second signal must not cut the shutdown short.
+    if (stopping) return;
+    stopping = true;
     void server.close().then(() => process.exit(0));
   };
-  process.once('SIGTERM', stop);
-  process.once('SIGINT', stop);
+  process.on('SIGTERM', stop);
+  process.on('SIGINT', stop);
 }
 
 main().catch((err: unknown) => {

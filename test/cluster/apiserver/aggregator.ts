@@ -22,6 +22,7 @@ interface Backend {
 
 export class Aggregator {
   private timer?: NodeJS.Timeout;
+  private unsubscribe?: () => void;
 
   constructor(private readonly objects: Objects) {}
 
@@ -129,15 +130,31 @@ export class Aggregator {
 
   start(): void {
     let running = false;
-    this.timer = setInterval(() => {
-      if (running) return;
+    let again = false;
+    const check = () => {
+      if (running) {
+        again = true;
+        return;
+      }
       running = true;
-      this.checkAll().finally(() => (running = false));
-    }, CHECK_INTERVAL_MS);
+      this.checkAll().finally(() => {
+        running = false;
+        if (again) {
+          again = false;
+          check();
+        }
+      });
+    };
+    this.timer = setInterval(check, CHECK_INTERVAL_MS);
     this.timer.unref();
+    // Re-check at once when what availability depends on changes, as kube-apiserver's controller does.
+    this.unsubscribe = this.objects.store.subscribe((ev) => {
+      if (ev.key === APISERVICES || ev.key === '/endpoints' || ev.key === '/services') setImmediate(check);
+    });
   }
 
   stop(): void {
     if (this.timer) clearInterval(this.timer);
+    this.unsubscribe?.();
   }
 }

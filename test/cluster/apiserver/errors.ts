@@ -66,3 +66,13 @@ export function statusSuccess(details?: Record<string, unknown>): K8sObject {
   if (details) s.details = details;
   return s;
 }
+
+/** Errors from the node (e.g. the kubelet's lookup errors carry an HTTP `status`) as Status errors; others as 500. */
+export function toApiError(e: unknown): ApiError {
+  if (e instanceof ApiError) return e;
+  const status = (e as { status?: unknown }).status;
+  const message = (e as Error)?.message ?? String(e);
+  if (status === 404) return new ApiError(404, 'NotFound', message);
+  if (status === 400) return new ApiError(400, 'BadRequest', message);
+  return new ApiError(500, 'InternalError', `Internal error occurred: ${message}`);
+}

@@ -56,14 +56,46 @@ const msg = (f: Fields, n: number): Fields | undefined => {
   return Buffer.isBuffer(v) ? fields(v) : undefined;
 };
 
+const strs = (f: Fields, n: number): string[] => (f.get(n) ?? []).filter(Buffer.isBuffer).map((b) => (b as Buffer).toString('utf8'));
+
+/** A map<string, string|bytes> field (repeated entries {key = 1, value = 2}); bytes values as base64, as in JSON. */
+function stringMap(f: Fields, n: number, bytes = false): Record<string, string> | undefined {
+  const entries = (f.get(n) ?? []).filter(Buffer.isBuffer).map((b) => fields(b as Buffer));
+  if (entries.length === 0) return undefined;
+  const out: Record<string, string> = {};
+  for (const e of entries) {
+    const v = e.get(2)?.[0];
+    out[str(e, 1) ?? ''] = Buffer.isBuffer(v) ? (bytes ? v.toString('base64') : v.toString('utf8')) : '';
+  }
+  return out;
+}
+
 function objectMeta(f: Fields | undefined): K8sObject {
   if (!f) return {};
   const m: K8sObject = {};
   const name = str(f, 1);
+  const generateName = str(f, 2);
   const namespace = str(f, 3);
   if (name) m.name = name;
+  if (generateName) m.generateName = generateName;
   if (namespace) m.namespace = namespace;
+  const labels = stringMap(f, 11);
+  const annotations = stringMap(f, 12);
+  if (labels) m.labels = labels;
+  if (annotations) m.annotations = annotations;
+  const finalizers = strs(f, 14);
+  if (finalizers.length) m.finalizers = finalizers;
   return m;
+}
+
+const bool = (f: Fields, n: number): boolean | undefined => {
+  const v = f.get(n)?.[0];
+  return typeof v === 'number' ? v !== 0 : undefined;
+};
+
+function withoutUndefined(o: K8sObject): K8sObject {
+  for (const k of Object.keys(o)) if (o[k] === undefined) delete o[k];
+  return o;
 }
 
 function resourceAttributes(f: Fields): K8sObject {
@@ -88,6 +120,11 @@ const DECODERS: Record<string, (raw: Fields) => K8sObject> = {
   },
   'authorization.k8s.io/v1/SelfSubjectRulesReview': (f) => ({ metadata: objectMeta(msg(f, 1)), spec: { namespace: str(msg(f, 2) ?? new Map(), 1) ?? '' } }),
   'authentication.k8s.io/v1/SelfSubjectReview': (f) => ({ metadata: objectMeta(msg(f, 1)) }),
+  // The kinds `kubectl create namespace|configmap|secret|serviceaccount` send as protobuf from kubectl 1.32 on.
+  'v1/Namespace': (f) => withoutUndefined({ metadata: objectMeta(msg(f, 1)), spec: { finalizers: strs(msg(f, 2) ?? new Map(), 1) } }),
+  'v1/ConfigMap': (f) => withoutUndefined({ metadata: objectMeta(msg(f, 1)), data: stringMap(f, 2), binaryData: stringMap(f, 3, true), immutable: bool(f, 4) }),
+  'v1/Secret': (f) => withoutUndefined({ metadata: objectMeta(msg(f, 1)), data: stringMap(f, 2, true), type: str(f, 3), stringData: stringMap(f, 4), immutable: bool(f, 5) }),
+  'v1/ServiceAccount': (f) => withoutUndefined({ metadata: objectMeta(msg(f, 1)), automountServiceAccountToken: bool(f, 4) }),
 };
 
 /** Decodes a protobuf request body; kinds the stand-in has no decoder for get 415, naming what to send instead. */

@@ -4,7 +4,7 @@ import { createServer, type Server } from 'node:https';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
-import { ApiError, type K8sObject } from './errors.js';
+import { ApiError, toApiError, type K8sObject } from './errors.js';
 import type { Authenticator, Identity } from './auth.js';
 import type { Catalog } from './catalog.js';
 import { apiGroup, apiGroupList, apiResourceList, apiVersions, openapiV3, SERVER_VERSION } from './discovery.js';
@@ -160,8 +160,8 @@ export async function startApiServer(o: ApiServerOptions): Promise<ApiServer> {
   };
 
   const fail = (res: ServerResponse, e: unknown) => {
-    const err = e instanceof ApiError ? e : new ApiError(500, 'InternalError', `Internal error occurred: ${(e as Error).message}`);
-    if (!(e instanceof ApiError)) console.error('stand-in apiserver:', e);
+    const err = toApiError(e);
+    if (err.code === 500) console.error('stand-in apiserver:', e);
     if (res.headersSent) return res.end();
     sendJson(res, err.code, err.toStatus());
   };

@@ -3,7 +3,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { WebSocket, WebSocketServer } from 'ws';
-import { ApiError, badRequest, type K8sObject } from './errors.js';
+import { ApiError, badRequest, toApiError, type K8sObject } from './errors.js';
 import type { NodeRuntime } from '../node-runtime.js';
 
 const EXEC_PROTOCOLS = ['v5.channel.k8s.io', 'v4.channel.k8s.io'];
@@ -39,7 +39,8 @@ export async function serveLogs(runtime: NodeRuntime | undefined, pod: K8sObject
   const container = pickContainer(pod, q.get('container'));
   if (!runtime) throw badRequest(`container "${container}" in pod "${pod.metadata.name}" is waiting to start: no node runs this pod`);
   const tail = q.get('tailLines');
-  const stream = await runtime.logs({
+  const stream = await runtime
+    .logs({
     namespace: pod.metadata.namespace,
     pod: pod.metadata.name,
     container,
@@ -47,7 +48,10 @@ export async function serveLogs(runtime: NodeRuntime | undefined, pod: K8sObject
     tailLines: tail !== null ? Number(tail) : undefined,
     previous: q.get('previous') === 'true',
     timestamps: q.get('timestamps') === 'true',
-  });
+    })
+    .catch((e) => {
+      throw toApiError(e);
+    });
   res.writeHead(200, { 'Content-Type': 'text/plain', 'Cache-Control': 'no-cache, private', 'Transfer-Encoding': 'chunked' });
   res.flushHeaders();
   res.on('close', () => stream.destroy());
@@ -134,8 +138,7 @@ export function createStreamServer(runtime: () => NodeRuntime | undefined): Stre
       await Promise.race([drained, new Promise((r) => setTimeout(r, 2000))]);
       sendStatus(exitStatus(exitCode, signal, command));
     } catch (e) {
-      const status = e instanceof ApiError ? e.toStatus() : { metadata: {}, status: 'Failure', message: (e as Error).message, reason: 'InternalError', code: 500 };
-      sendStatus(status);
+      sendStatus(toApiError(e).toStatus());
     }
   };
 

@@ -16,11 +16,13 @@ import type { NodeRuntime } from '../node-runtime.js';
 import type { EnvSources } from './env.js';
 import { startListWatch, type ListWatch } from './list-watch.js';
 import { KubeletNode } from './node.js';
+import type { NodeSubnets } from './network.js';
 import type { PodWorker } from './pod-worker.js';
 import { podStatus } from './status.js';
 
 export { ImageTable, defaultImages } from '../images.js';
 export { KubeletNode, NodeLookupError } from './node.js';
+export { reserveSubnets, type NodeSubnets } from './network.js';
 
 export interface KubeletOptions {
   kubeconfigPath: string;
@@ -29,6 +31,10 @@ export interface KubeletOptions {
   nodeName: string;
   images?: ImageTable;
   clusterDomain?: string;
+  /** Pod and Service subnets reserved with reserveSubnets (network.ts); reserved here when absent. */
+  subnets?: NodeSubnets;
+  /** The cluster CA (PEM file) for the service-account volume's ca.crt. */
+  caPath?: string;
 }
 
 export interface Kubelet extends NodeRuntime {
@@ -129,6 +135,7 @@ export async function startKubelet(opts: KubeletOptions): Promise<Kubelet> {
     images,
     envSources,
     clusterDomain: opts.clusterDomain,
+    subnets: opts.subnets,
     onPodChange: (worker) => void flush(worker),
     event,
   });

@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { ipBatch, run, runQuiet } from './host.js';
 
 /** Where subnet reservations live, so that clusters started at the same moment never pick the same /24. */
-const SUBNET_LOCK_DIR = '/run/devop-kubelet/subnets';
+export const SUBNET_LOCK_DIR = '/run/devop-kubelet/subnets';
 /** Pod subnets are 10.<244..250>.<x>.0/24; services get the twin 10.<96..102>.<x>.0/24. */
 const FIRST_OCTET2 = 244;
 const LAST_OCTET2 = 250;
@@ -28,7 +28,7 @@ export function linkTag(instance: string): string {
   return createHash('sha1').update(instance).digest('hex').slice(0, 6);
 }
 
-function pidAlive(pid: number): boolean {
+export function pidAlive(pid: number): boolean {
   try {
     process.kill(pid, 0);
     return true;
@@ -52,6 +52,9 @@ async function usedPrefixes(): Promise<Set<string>> {
 /** Picks a free pod /24 (checked against the host's routes and addresses) and reserves it with a lock file. */
 export async function reserveSubnets(instance: string): Promise<NodeSubnets> {
   mkdirSync(SUBNET_LOCK_DIR, { recursive: true });
+  // A killed run leaves its bridge and reservation behind: clear those first so their subnets become free again.
+  const { cleanStaleInstances } = await import('./stale.js');
+  await cleanStaleInstances();
   const used = await usedPrefixes();
   for (let o2 = FIRST_OCTET2; o2 <= LAST_OCTET2; o2++) {
     for (let o3 = 0; o3 < 256; o3++) {

@@ -9,7 +9,7 @@ import type { ExecProcess, ExecRequest, LogRequest, NodeRuntime } from '../node-
 import { CgroupRoot } from './cgroup.js';
 import type { EnvSources } from './env.js';
 import { readContainerLog } from './logs.js';
-import { NodeNetwork, reserveSubnets } from './network.js';
+import { NodeNetwork, reserveSubnets, type NodeSubnets } from './network.js';
 import { PodWorker } from './pod-worker.js';
 import { currentAttempt, isRunning, type ContainerRecord } from './records.js';
 
@@ -19,6 +19,8 @@ export interface NodeOptions {
   images: ImageTable;
   envSources: EnvSources;
   clusterDomain?: string;
+  /** Subnets reserved beforehand (startCluster reserves them first: the API server needs the Service range). */
+  subnets?: NodeSubnets;
   onPodChange(worker: PodWorker): void;
   event(pod: V1Pod, type: 'Normal' | 'Warning', reason: string, message: string, fieldPath?: string): void;
 }
@@ -48,7 +50,7 @@ export class KubeletNode implements NodeRuntime {
   /** Sets up the bridge, the iptables FORWARD chain and the cgroup root; undoes it all if a step fails. */
   static async start(opts: NodeOptions): Promise<KubeletNode> {
     if (!/^[a-z0-9][a-z0-9-]{0,39}$/.test(opts.instance)) throw new Error(`instance "${opts.instance}" must be [a-z0-9-], at most 40 characters`);
-    const subnets = await reserveSubnets(opts.instance);
+    const subnets = opts.subnets ?? (await reserveSubnets(opts.instance));
     const network = new NodeNetwork(opts.instance, subnets);
     const cgroups = new CgroupRoot(opts.instance);
     const stateDir = join('/run/devop-kubelet', opts.instance);

@@ -1,0 +1,113 @@
+// A stand-in cluster that starts, runs pods (with a port-forward relay and an exec) and stops leaves nothing behind:
+// no netns, link, cgroup, iptables rule, /etc/netns file, state directory or process of its own.
+import { randomBytes } from 'node:crypto';
+import { execFileSync } from 'node:child_process';
+import { existsSync, readdirSync, readFileSync, readlinkSync, statSync } from 'node:fs';
+import { CoreV1Api, KubeConfig } from '@kubernetes/client-node';
+import { describe, expect, it } from 'vitest';
+import { requireRoot } from '../helpers/root.js';
+import { startCluster } from './index.js';
+import { cgroup2Mount } from './kubelet/cgroup.js';
+import { linkTag } from './kubelet/network.js';
+import { execOutput, isReady, pidsOfContainer, waitForPod } from './kubelet/testing.js';
+
+requireRoot('stand-in hygiene');
+
+interface Footprint {
+  netns: string[];
+  links: string[];
+  cgroups: string[];
+  iptables: string[];
+  etcNetns: string[];
+  stateDirs: string[];
+}
+
+function footprint(instance: string): Footprint {
+  const tag = linkTag(instance);
+  const mount = cgroup2Mount();
+  const sh = (cmd: string, args: string[]) => execFileSync(cmd, args, { encoding: 'utf8' });
+  const iptables = ['filter', 'nat'].flatMap((table) => sh('iptables-save', ['-t', table]).split('\n'));
+  return {
+    netns: sh('ip', ['netns', 'list']).split('\n').filter((l) => l.includes(instance)),
+    links: sh('ip', ['-o', 'link']).split('\n').filter((l) => l.includes(tag)),
+    cgroups: existsSync(`${mount}/${instance}`) ? [`${mount}/${instance}`, ...readdirSync(`${mount}/${instance}`).filter((f) => /^[0-9a-f]{64}$/.test(f))] : [],
+    iptables: iptables.filter((l) => l.includes(tag)),
+    etcNetns: existsSync('/etc/netns') ? readdirSync('/etc/netns').filter((d) => d.includes(instance)) : [],
+    stateDirs: existsSync(`/run/devop-kubelet/${instance}`) ? [`/run/devop-kubelet/${instance}`] : [],
+  };
+}
+
+/** Processes inside any of the given network namespaces (by inode), or whose cgroup is under the instance's root. */
+function processesOf(instance: string, netnsInodes: Set<number>): number[] {
+  const found: number[] = [];
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const net = readlinkSync(`/proc/${entry}/ns/net`);
+      const inode = Number(/\[(\d+)\]/.exec(net)?.[1]);
+      const cgroup = readFileSync(`/proc/${entry}/cgroup`, 'utf8');
+      if (netnsInodes.has(inode) || cgroup.includes(`/${instance}/`)) found.push(Number(entry));
+    } catch {
+      // exited while we looked
+    }
+  }
+  return found;
+}
+
+describe('stand-in hygiene', () => {
+  it('stop() removes every netns, link, cgroup, iptables rule, file and process the cluster made', async () => {
+    // Given nothing of this instance exists
+    const instance = `hy${randomBytes(3).toString('hex')}`;
+    expect(footprint(instance)).toEqual({ netns: [], links: [], cgroups: [], iptables: [], etcNetns: [], stateDirs: [] });
+    // When a cluster starts and runs pods, a port-forward dial and an exec
+    const t0 = Date.now();
+    const cluster = await startCluster({ instance });
+    const startMs = Date.now() - t0;
+    let during: Footprint;
+    let inodes: Set<number>;
+    let containerPids: number[] = [];
+    try {
+      const kc = new KubeConfig();
+      kc.loadFromFile(cluster.kubeconfigPath);
+      const core = kc.makeApiClient(CoreV1Api);
+      for (const name of ['web', 'sleeper']) {
+        await core.createNamespacedPod({
+          namespace: 'default',
+          body: { metadata: { name }, spec: { containers: [{ name: 'main', image: name === 'web' ? 'devop.test/http-echo' : 'busybox', command: name === 'web' ? undefined : ['sh', '-c', 'sleep 3600 & sleep 3600'] }] } },
+        });
+      }
+      const web = await waitForPod(core, 'web', 'Ready', isReady);
+      const sleeper = await waitForPod(core, 'sleeper', 'Running', (p) => p.status?.phase === 'Running');
+      const socket = await waitForPod(core, 'web', 'dialable', () => true).then(async () => {
+        for (;;) {
+          try {
+            return await cluster.runtime!.dialPod('default', 'web', 8080);
+          } catch {
+            await new Promise((r) => setTimeout(r, 50));
+          }
+        }
+      });
+      socket.destroy();
+      const out = await execOutput(await cluster.runtime!.exec({ namespace: 'default', pod: 'sleeper', command: ['sh', '-c', 'sleep 3600 & echo started'], stdin: false, tty: false }));
+      expect(out.stdout).toBe('started\n');
+      for (const pod of [web, sleeper]) containerPids.push(...(await pidsOfContainer(pod.status!.containerStatuses![0].containerID!)));
+      during = footprint(instance);
+      inodes = new Set(during.netns.map((l) => statSync(`/run/netns/${l.split(' ')[0]}`).ino));
+    } finally {
+      await cluster.stop();
+    }
+    // Then, while it ran, the footprint was visible to these checks (so the checks below can fail) …
+    expect(startMs).toBeLessThan(3_000);
+    expect(during.netns.length).toBe(2);
+    expect(during.links.length).toBe(3);
+    expect(during.cgroups.length).toBe(3);
+    expect(during.iptables.length).toBeGreaterThan(0);
+    expect(during.etcNetns.length).toBe(2);
+    expect(during.stateDirs.length).toBe(1);
+    expect(containerPids.length).toBeGreaterThanOrEqual(4);
+    // … and after stop nothing of it is left
+    expect(footprint(instance)).toEqual({ netns: [], links: [], cgroups: [], iptables: [], etcNetns: [], stateDirs: [] });
+    expect(processesOf(instance, inodes)).toEqual([]);
+    expect(containerPids.filter((pid) => existsSync(`/proc/${pid}`))).toEqual([]);
+  });
+});

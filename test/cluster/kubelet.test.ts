@@ -1,0 +1,337 @@
+// The stand-in kubelet against a live API server: pods become processes in network namespaces with the env, cgroups,
+// restarts, readiness, logs, exec, port-forward dialling and deletion that a real node gives them.
+import { createHash, randomBytes } from 'node:crypto';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { CoreV1Api, KubeConfig, type V1Pod } from '@kubernetes/client-node';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { requireRoot } from '../helpers/root.js';
+import { startCluster, type ClusterHandle } from './index.js';
+import type { NodeRuntime } from './node-runtime.js';
+import { execOutput, isReady, pidsOfContainer, readAll, waitForPod, waitUntil } from './kubelet/testing.js';
+
+requireRoot('stand-in kubelet');
+
+let cluster: ClusterHandle;
+let core: CoreV1Api;
+let runtime: NodeRuntime;
+let scratch: string;
+const NODE = process.execPath;
+
+function podName(prefix: string): string {
+  return `${prefix}-${randomBytes(3).toString('hex')}`;
+}
+
+async function createPod(body: V1Pod): Promise<V1Pod> {
+  return core.createNamespacedPod({ namespace: 'default', body });
+}
+
+function containerID(pod: V1Pod, name?: string): string {
+  const status = pod.status?.containerStatuses?.find((c) => !name || c.name === name);
+  return status?.containerID ?? '';
+}
+
+beforeAll(async () => {
+  cluster = await startCluster();
+  runtime = cluster.runtime!;
+  const kc = new KubeConfig();
+  kc.loadFromFile(cluster.kubeconfigPath);
+  core = kc.makeApiClient(CoreV1Api);
+  scratch = mkdtempSync(join(tmpdir(), 'devop-kubelet-test-'));
+});
+
+afterAll(async () => {
+  await cluster?.stop();
+  if (scratch) rmSync(scratch, { recursive: true, force: true });
+});
+
+describe('stand-in kubelet', () => {
+  it('serves HTTP from the container on the pod IP; probes come from the node IP', async () => {
+    // Given an http-echo pod with an HTTP readiness probe
+    const name = podName('echo');
+    await createPod({
+      metadata: { name },
+      spec: { containers: [{ name: 'echo', image: 'devop.test/http-echo', ports: [{ name: 'http', containerPort: 8080 }], readinessProbe: { httpGet: { path: '/ready', port: 'http' }, periodSeconds: 1 } }] },
+    });
+    // When it is Ready
+    const pod = await waitForPod(core, name, 'Ready', isReady);
+    // Then the host reaches the container by pod IP, and the status is the one a node reports
+    const res = await fetch(`http://${pod.status!.podIP}:8080/hello?x=1`, { method: 'POST', body: 'ping' });
+    const echoed = (await res.json()) as { pod: string; method: string; path: string; body: string; remoteAddress: string };
+    expect(echoed).toMatchObject({ pod: name, method: 'POST', path: '/hello?x=1', body: 'ping' });
+    expect(echoed.remoteAddress).toBe(cluster.nodeIP);
+    expect(pod.status).toMatchObject({ phase: 'Running', hostIP: cluster.nodeIP, podIPs: [{ ip: pod.status!.podIP }] });
+    expect(pod.status!.podIP).not.toBe(cluster.nodeIP);
+    expect(runtime.podCIDR.startsWith(pod.status!.podIP!.split('.').slice(0, 3).join('.'))).toBe(true);
+    const types = (pod.status!.conditions ?? []).filter((c) => c.status === 'True').map((c) => c.type).sort();
+    expect(types).toEqual(['ContainersReady', 'Initialized', 'PodReadyToStartContainers', 'PodScheduled', 'Ready']);
+    const cs = pod.status!.containerStatuses![0];
+    expect(cs).toMatchObject({ name: 'echo', ready: true, started: true, restartCount: 0, image: 'devop.test/http-echo' });
+    expect(cs.containerID).toMatch(/^containerd:\/\/[0-9a-f]{64}$/);
+    expect(cs.state?.running?.startedAt).toBeTruthy();
+    // And the probe's requests, made from the node IP, are in the container's log? No: http-echo logs only its start line.
+    const log = await readAll(await runtime.logs({ namespace: 'default', pod: name, container: 'echo', follow: false }));
+    expect(log).toContain(`http-echo ${name} listening on 8080`);
+  });
+
+  it('gives the container the env of its spec, configmaps, secrets and the service env vars', async () => {
+    // Given a configmap, a secret and a service in the namespace
+    await core.createNamespacedConfigMap({ namespace: 'default', body: { metadata: { name: 'app-config' }, data: { GREETING: 'hello from configmap', LEVEL: 'debug' } } });
+    await core.createNamespacedSecret({ namespace: 'default', body: { metadata: { name: 'app-secret' }, data: { password: Buffer.from('s3cr3t').toString('base64') } } });
+    const svc = await core.createNamespacedService({
+      namespace: 'default',
+      body: { metadata: { name: 'my-db' }, spec: { selector: { app: 'nothing' }, ports: [{ name: 'pg', port: 5432, targetPort: 5432 }] } },
+    });
+    const name = podName('env');
+    // When a pod that uses them starts (env printed to its log, then it stays up)
+    await createPod({
+      metadata: { name, labels: { team: 'a' } },
+      spec: {
+        containers: [{
+          name: 'main',
+          image: 'busybox',
+          command: ['sh', '-c', 'env; sleep 3600'],
+          env: [
+            { name: 'FROM_CM', valueFrom: { configMapKeyRef: { name: 'app-config', key: 'GREETING' } } },
+            { name: 'PASSWORD', valueFrom: { secretKeyRef: { name: 'app-secret', key: 'password' } } },
+            { name: 'MY_POD', valueFrom: { fieldRef: { fieldPath: 'metadata.name' } } },
+            { name: 'MY_NS', valueFrom: { fieldRef: { fieldPath: 'metadata.namespace' } } },
+            { name: 'MY_IP', valueFrom: { fieldRef: { fieldPath: 'status.podIP' } } },
+            { name: 'MY_NODE', valueFrom: { fieldRef: { fieldPath: 'spec.nodeName' } } },
+            { name: 'COMPOSED', value: 'pod=$(MY_POD)' },
+          ],
+          envFrom: [{ configMapRef: { name: 'app-config' }, prefix: 'CFG_' }],
+        }],
+      },
+    });
+    const pod = await waitForPod(core, name, 'Running', (p) => p.status?.phase === 'Running');
+    const env = await waitUntil('env in the log', async () => {
+      const text = await readAll(await runtime.logs({ namespace: 'default', pod: name, follow: false }));
+      return text.includes('PATH=') ? text : undefined;
+    });
+    const vars = Object.fromEntries(env.trim().split('\n').map((l) => [l.slice(0, l.indexOf('=')), l.slice(l.indexOf('=') + 1)]));
+    // Then
+    expect(vars).toMatchObject({
+      FROM_CM: 'hello from configmap',
+      CFG_GREETING: 'hello from configmap',
+      CFG_LEVEL: 'debug',
+      PASSWORD: 's3cr3t',
+      MY_POD: name,
+      MY_NS: 'default',
+      MY_IP: pod.status!.podIP,
+      MY_NODE: cluster.nodeName,
+      COMPOSED: `pod=${name}`,
+      HOSTNAME: name,
+      MY_DB_SERVICE_HOST: svc.spec!.clusterIP,
+      MY_DB_SERVICE_PORT: '5432',
+      MY_DB_SERVICE_PORT_PG: '5432',
+      MY_DB_PORT: `tcp://${svc.spec!.clusterIP}:5432`,
+      MY_DB_PORT_5432_TCP_ADDR: svc.spec!.clusterIP,
+      MY_DB_PORT_5432_TCP_PORT: '5432',
+      MY_DB_PORT_5432_TCP_PROTO: 'tcp',
+      KUBERNETES_SERVICE_PORT: '443',
+    });
+    expect(vars.KUBERNETES_SERVICE_HOST).toMatch(/^\d+\.\d+\.\d+\.\d+$/);
+    expect(vars.PATH).toContain('/usr/bin');
+  });
+
+  it('reports a missing configmap as CreateContainerConfigError, then starts once it exists', async () => {
+    const name = podName('cfgwait');
+    await createPod({
+      metadata: { name },
+      spec: { containers: [{ name: 'main', image: 'busybox', command: ['sleep', '3600'], env: [{ name: 'X', valueFrom: { configMapKeyRef: { name: `${name}-cm`, key: 'x' } } }] }] },
+    });
+    const waiting = await waitForPod(core, name, 'CreateContainerConfigError', (p) => p.status?.containerStatuses?.[0]?.state?.waiting?.reason === 'CreateContainerConfigError');
+    expect(waiting.status!.containerStatuses![0].state!.waiting!.message).toContain(`configmap "${name}-cm" not found`);
+    expect(waiting.status!.phase).toBe('Pending');
+    await core.createNamespacedConfigMap({ namespace: 'default', body: { metadata: { name: `${name}-cm` }, data: { x: '1' } } });
+    await waitForPod(core, name, 'Running', (p) => p.status?.phase === 'Running');
+  });
+
+  it('dials 127.0.0.1 inside the pod: a loopback-only listener carries 10 MiB byte-exact', async () => {
+    // Given a pod whose process echoes bytes on 127.0.0.1:7000 only
+    const name = podName('loop');
+    await createPod({
+      metadata: { name },
+      spec: { containers: [{ name: 'main', image: 'devop.test/shell', command: [NODE, '-e', "require('net').createServer((s) => s.pipe(s)).listen(7000, '127.0.0.1', () => console.log('up'))"] }] },
+    });
+    const pod = await waitForPod(core, name, 'Running', (p) => p.status?.phase === 'Running');
+    await waitUntil('echo listening', async () => (await readAll(await runtime.logs({ namespace: 'default', pod: name, follow: false }))).includes('up'));
+    // Then it is not reachable on the pod IP from the host …
+    const refused = await fetch(`http://${pod.status!.podIP}:7000/`).then(() => 'connected', (e: Error & { cause?: { code?: string } }) => e.cause?.code);
+    expect(refused).toBe('ECONNREFUSED');
+    // … but dialPod reaches it, and 10 MiB come back byte-exact
+    const socket = await runtime.dialPod('default', name, 7000);
+    const payload = randomBytes(10 * 1024 * 1024);
+    const received: Buffer[] = [];
+    let size = 0;
+    const done = new Promise<void>((resolve, reject) => {
+      socket.on('data', (c: Buffer) => {
+        received.push(c);
+        size += c.length;
+        if (size >= payload.length) resolve();
+      });
+      socket.on('error', reject);
+    });
+    socket.write(payload);
+    await done;
+    socket.destroy();
+    const digest = (b: Buffer) => createHash('sha256').update(b).digest('hex');
+    expect(size).toBe(payload.length);
+    expect(digest(Buffer.concat(received))).toBe(digest(payload));
+    // And a closed port is an error, not a hang
+    await expect(runtime.dialPod('default', name, 7001)).rejects.toThrow(/ECONNREFUSED|refused/);
+  });
+
+  it("puts the container process in a cgroup named after its container ID, found through /proc/<pid>/cgroup", async () => {
+    const name = podName('cg');
+    await createPod({ metadata: { name }, spec: { containers: [{ name: 'main', image: 'busybox', command: ['sleep', '3600'] }] } });
+    const pod = await waitForPod(core, name, 'Running', (p) => p.status?.phase === 'Running');
+    const id = containerID(pod).replace('containerd://', '');
+    const pids = await pidsOfContainer(id);
+    expect(pids.length).toBe(1);
+    expect(readFileSync(`/proc/${pids[0]}/cmdline`, 'utf8').split('\0')).toEqual(['sleep', '3600', '']);
+    expect(readFileSync(`/proc/${pids[0]}/cgroup`, 'utf8')).toMatch(new RegExp(`^0::/.*${cluster.instance}/${id}$`, 'm'));
+    // The process is in the pod's network namespace, not the host's
+    expect(readFileSync(`/proc/${pids[0]}/net/fib_trie`, 'utf8')).toContain(pod.status!.podIP!);
+  });
+
+  it('restarts a container that exits (restartPolicy Always) and keeps the previous attempt’s log', async () => {
+    const name = podName('crash');
+    await createPod({ metadata: { name }, spec: { containers: [{ name: 'main', image: 'busybox', command: ['sh', '-c', 'echo attempt; exit 3'] }] } });
+    const pod = await waitForPod(core, name, 'two restarts', (p) => (p.status?.containerStatuses?.[0]?.restartCount ?? 0) >= 2);
+    const cs = pod.status!.containerStatuses![0];
+    expect(cs.lastState?.terminated).toMatchObject({ exitCode: 3, reason: 'Error' });
+    expect(pod.status!.phase).toBe('Running');
+    const previous = await readAll(await runtime.logs({ namespace: 'default', pod: name, previous: true, follow: false }));
+    expect(previous).toBe('attempt\n');
+    const timestamps = await readAll(await runtime.logs({ namespace: 'default', pod: name, previous: true, follow: false, timestamps: true }));
+    expect(timestamps).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z attempt\n$/);
+  });
+
+  it('ends a pod Succeeded (OnFailure, exit 0) or Failed (Never, exit 7) with terminated states', async () => {
+    const ok = podName('ok');
+    const bad = podName('bad');
+    await createPod({ metadata: { name: ok }, spec: { restartPolicy: 'OnFailure', containers: [{ name: 'main', image: 'busybox', command: ['sh', '-c', 'exit 0'] }] } });
+    await createPod({ metadata: { name: bad }, spec: { restartPolicy: 'Never', containers: [{ name: 'main', image: 'busybox', command: ['sh', '-c', 'exit 7'] }] } });
+    const done = await waitForPod(core, ok, 'Succeeded', (p) => p.status?.phase === 'Succeeded');
+    const failed = await waitForPod(core, bad, 'Failed', (p) => p.status?.phase === 'Failed');
+    expect(done.status!.containerStatuses![0].state!.terminated).toMatchObject({ exitCode: 0, reason: 'Completed' });
+    expect(failed.status!.containerStatuses![0].state!.terminated).toMatchObject({ exitCode: 7, reason: 'Error' });
+    expect(failed.status!.containerStatuses![0].restartCount).toBe(0);
+    expect(failed.status!.conditions!.find((c) => c.type === 'Ready')).toMatchObject({ status: 'False', reason: 'PodCompleted' });
+  });
+
+  it('runs init containers first, in order', async () => {
+    const name = podName('init');
+    const marker = join(scratch, name);
+    await createPod({
+      metadata: { name },
+      spec: {
+        initContainers: [
+          { name: 'one', image: 'busybox', command: ['sh', '-c', `echo one >> ${marker}`] },
+          { name: 'two', image: 'busybox', command: ['sh', '-c', `echo two >> ${marker}`] },
+        ],
+        containers: [{ name: 'main', image: 'busybox', command: ['sh', '-c', `echo main >> ${marker}; sleep 3600`] }],
+      },
+    });
+    const pod = await waitForPod(core, name, 'Running', (p) => p.status?.phase === 'Running' && isReady(p));
+    await waitUntil('main wrote', () => existsSync(marker) && readFileSync(marker, 'utf8').includes('main'));
+    expect(readFileSync(marker, 'utf8')).toBe('one\ntwo\nmain\n');
+    expect(pod.status!.initContainerStatuses!.map((s) => s.state?.terminated?.reason)).toEqual(['Completed', 'Completed']);
+  });
+
+  it('follows the readiness probe: not Ready until it passes, Ready after', async () => {
+    const name = podName('ready');
+    const flag = join(scratch, `${name}.ready`);
+    await createPod({
+      metadata: { name },
+      spec: { containers: [{ name: 'main', image: 'busybox', command: ['sleep', '3600'], readinessProbe: { exec: { command: ['test', '-f', flag] }, periodSeconds: 1 } }] },
+    });
+    const running = await waitForPod(core, name, 'Running', (p) => p.status?.phase === 'Running');
+    await new Promise((r) => setTimeout(r, 500));
+    const notYet = await core.readNamespacedPod({ namespace: 'default', name });
+    expect(isReady(notYet)).toBe(false);
+    expect(notYet.status!.conditions!.find((c) => c.type === 'ContainersReady')).toMatchObject({ status: 'False', reason: 'ContainersNotReady' });
+    expect(running.status!.containerStatuses![0].ready).toBe(false);
+    writeFileSync(flag, '');
+    const ready = await waitForPod(core, name, 'Ready', isReady);
+    expect(ready.status!.containerStatuses![0].ready).toBe(true);
+  });
+
+  it('reports an unknown image as ErrImagePull / ImagePullBackOff with a message naming it', async () => {
+    const name = podName('noimg');
+    await createPod({ metadata: { name }, spec: { containers: [{ name: 'main', image: 'example.com/no-such-image:1.0' }] } });
+    const pod = await waitForPod(core, name, 'pull error', (p) => ['ErrImagePull', 'ImagePullBackOff'].includes(p.status?.containerStatuses?.[0]?.state?.waiting?.reason ?? ''));
+    const waiting = pod.status!.containerStatuses![0].state!.waiting!;
+    expect(waiting.message).toContain('example.com/no-such-image:1.0');
+    expect(pod.status!.phase).toBe('Pending');
+    await waitForPod(core, name, 'ImagePullBackOff', (p) => p.status?.containerStatuses?.[0]?.state?.waiting?.reason === 'ImagePullBackOff');
+    // A test can add the image: the next retry starts it
+    cluster.images.add('example.com/no-such-image', { entrypoint: ['sleep'], cmd: ['3600'] });
+    await waitForPod(core, name, 'Running', (p) => p.status?.phase === 'Running');
+  });
+
+  it('execs a command in the container’s netns with its env', async () => {
+    const name = podName('exec');
+    await createPod({ metadata: { name }, spec: { containers: [{ name: 'main', image: 'busybox', command: ['sleep', '3600'], env: [{ name: 'COLOR', value: 'teal' }] }] } });
+    const pod = await waitForPod(core, name, 'Running', (p) => p.status?.phase === 'Running');
+    const proc = await runtime.exec({ namespace: 'default', pod: name, command: ['sh', '-c', 'echo $COLOR; cat /etc/resolv.conf; ip -4 -o addr show eth0; exit 4'], stdin: false, tty: false });
+    const out = await execOutput(proc);
+    expect(out.exitCode).toBe(4);
+    expect(out.stdout).toContain('teal\n');
+    expect(out.stdout).toContain('search default.svc.cluster.local svc.cluster.local cluster.local');
+    expect(out.stdout).toContain(`nameserver ${cluster.nodeIP}`);
+    expect(out.stdout).toContain(`${pod.status!.podIP}/24`);
+    // stdin reaches the command
+    const cat = await runtime.exec({ namespace: 'default', pod: name, command: ['cat'], stdin: true, tty: false });
+    cat.stdin!.end('through stdin');
+    expect((await execOutput(cat)).stdout).toBe('through stdin');
+  });
+
+  it('runs an ephemeral container in the target pod’s netns', async () => {
+    const name = podName('eph');
+    await createPod({ metadata: { name }, spec: { containers: [{ name: 'app', image: 'devop.test/http-echo', env: [{ name: 'LISTEN_HOST', value: '127.0.0.1' }] }] } });
+    await waitForPod(core, name, 'Running', (p) => p.status?.phase === 'Running');
+    const current = await core.readNamespacedPod({ namespace: 'default', name });
+    const script = "fetch('http://127.0.0.1:8080/from-debug').then((r) => r.json()).then((j) => console.log('reached', j.pod, j.path))";
+    await core.replaceNamespacedPodEphemeralcontainers({
+      namespace: 'default',
+      name,
+      body: { ...current, spec: { ...current.spec!, ephemeralContainers: [{ name: 'debugger', image: 'devop.test/shell', command: ['sh', '-c', `sleep 0.3; ${NODE} -e "${script}"; sleep 3600`], targetContainerName: 'app' }] } },
+    });
+    const pod = await waitForPod(core, name, 'ephemeral running', (p) => Boolean(p.status?.ephemeralContainerStatuses?.[0]?.state?.running));
+    expect(pod.status!.ephemeralContainerStatuses![0].containerID).toMatch(/^containerd:\/\/[0-9a-f]{64}$/);
+    const log = await waitUntil('debugger output', async () => {
+      const text = await readAll(await runtime.logs({ namespace: 'default', pod: name, container: 'debugger', follow: false }));
+      return text.includes('reached') ? text : undefined;
+    });
+    expect(log).toContain(`reached ${name} /from-debug`);
+  });
+
+  it('deletes a pod: SIGTERM to the container, netns removed, then the pod object', async () => {
+    const name = podName('del');
+    await createPod({ metadata: { name }, spec: { terminationGracePeriodSeconds: 5, containers: [{ name: 'app', image: 'devop.test/http-echo' }] } });
+    const pod = await waitForPod(core, name, 'Running', (p) => p.status?.phase === 'Running');
+    const id = containerID(pod).replace('containerd://', '');
+    const pids = await pidsOfContainer(id);
+    expect(pids.length).toBe(1);
+    // Follow the log while deleting: it ends when the container does
+    const follower = readAll(await runtime.logs({ namespace: 'default', pod: name, follow: true }));
+    await core.deleteNamespacedPod({ namespace: 'default', name });
+    await waitUntil('pod object gone', async () => {
+      try {
+        await core.readNamespacedPod({ namespace: 'default', name });
+        return false;
+      } catch (err) {
+        return (err as { code?: number }).code === 404;
+      }
+    });
+    expect(await follower).toContain(`http-echo ${name} got SIGTERM`);
+    expect(existsSync(`/proc/${pids[0]}`)).toBe(false);
+    expect(await pidsOfContainer(id)).toEqual([]);
+    expect(existsSync(`/sys/fs/cgroup/unified/${cluster.instance}/${id}`)).toBe(false);
+    await expect(fetch(`http://${pod.status!.podIP}:8080/`, { signal: AbortSignal.timeout(2000) })).rejects.toThrow();
+  });
+});

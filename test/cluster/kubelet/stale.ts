@@ -1,0 +1,51 @@
+// Clean-up of stand-in nodes whose process died without stop() (a killed test run): everything named after their
+// instance — processes (cgroup.kill), netns, links, iptables chains, /etc/netns files, state — is removed.
+import { existsSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { CgroupRoot, cgroup2Mount } from './cgroup.js';
+import { run, runQuiet } from './host.js';
+import { linkTag, SUBNET_LOCK_DIR, pidAlive } from './network.js';
+
+/** Removes what a dead instance left; safe to call for an instance that left nothing. */
+export async function removeInstanceLeftovers(instance: string): Promise<void> {
+  const tag = linkTag(instance);
+  const cgroups = new CgroupRoot(instance, cgroup2Mount());
+  await cgroups.destroyAll();
+  const netns = (await run('ip', ['netns', 'list'])).split('\n').map((l) => l.split(' ')[0]).filter((n) => n.startsWith(`dvk-${instance}-`));
+  for (const name of netns) {
+    await runQuiet('ip', ['netns', 'del', name]);
+    rmSync(join('/etc/netns', name), { recursive: true, force: true });
+  }
+  for (const line of (await run('ip', ['-o', 'link'])).split('\n')) {
+    const m = /^\d+: ([^:@]+)/.exec(line);
+    if (m && (m[1] === `dvb${tag}` || m[1].startsWith(`dvv${tag}`))) await runQuiet('ip', ['link', 'del', m[1]]);
+  }
+  for (const table of ['filter', 'nat']) {
+    const rules = (await run('iptables-save', ['-t', table])).split('\n');
+    for (const rule of rules.filter((r) => r.startsWith('-A ') && r.includes(`DVK-${tag}-`) && !r.startsWith(`-A DVK-${tag}-`))) {
+      await runQuiet('iptables', ['-w', '-t', table, '-D', ...rule.slice(3).split(' ')]);
+    }
+    for (const chain of rules.filter((r) => r.startsWith(`:DVK-${tag}-`)).map((r) => r.slice(1).split(' ')[0])) {
+      await runQuiet('iptables', ['-w', '-t', table, '-F', chain]);
+    }
+    for (const chain of rules.filter((r) => r.startsWith(`:DVK-${tag}-`)).map((r) => r.slice(1).split(' ')[0])) {
+      await runQuiet('iptables', ['-w', '-t', table, '-X', chain]);
+    }
+  }
+  rmSync(join('/run/devop-kubelet', instance), { recursive: true, force: true });
+}
+
+/** Finds subnet reservations whose owner process is gone and removes their instance's leftovers and the reservation. */
+export async function cleanStaleInstances(): Promise<string[]> {
+  if (!existsSync(SUBNET_LOCK_DIR)) return [];
+  const cleaned: string[] = [];
+  for (const prefix of readdirSync(SUBNET_LOCK_DIR)) {
+    const lock = join(SUBNET_LOCK_DIR, prefix);
+    const [pid, instance] = readFileSync(lock, 'utf8').trim().split(' ');
+    if (!instance || pidAlive(Number(pid))) continue;
+    await removeInstanceLeftovers(instance);
+    rmSync(lock, { force: true });
+    cleaned.push(instance);
+  }
+  return cleaned;
+}

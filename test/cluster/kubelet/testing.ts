@@ -1,0 +1,63 @@
+// Helpers for the kubelet's suites: wait for a pod to reach a state, read a container's log or exec output as text.
+import type { CoreV1Api, V1Pod } from '@kubernetes/client-node';
+import type { Readable } from 'node:stream';
+import type { ExecProcess } from '../node-runtime.js';
+
+/** Polls until the predicate holds for the pod (generous deadline: the machine may be loaded). */
+export async function waitForPod(core: CoreV1Api, name: string, what: string, predicate: (pod: V1Pod) => boolean, timeoutMs = 30_000): Promise<V1Pod> {
+  const deadline = Date.now() + timeoutMs;
+  let last: V1Pod | undefined;
+  for (;;) {
+    try {
+      last = await core.readNamespacedPod({ namespace: 'default', name });
+      if (predicate(last)) return last;
+    } catch {
+      // not there yet
+    }
+    if (Date.now() > deadline) throw new Error(`pod ${name}: timed out waiting for ${what}; last status: ${JSON.stringify(last?.status)}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+export async function waitUntil<T>(what: string, fn: () => Promise<T | undefined | false> | T | undefined | false, timeoutMs = 30_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  let lastError: unknown;
+  for (;;) {
+    try {
+      const v = await fn();
+      if (v !== undefined && v !== false) return v as T;
+    } catch (err) {
+      lastError = err;
+    }
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}${lastError ? `: ${(lastError as Error).message}` : ''}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+export function isReady(pod: V1Pod): boolean {
+  return pod.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false;
+}
+
+export async function readAll(stream: Readable): Promise<string> {
+  const chunks: Buffer[] = [];
+  for await (const chunk of stream) chunks.push(Buffer.from(chunk as Buffer));
+  return Buffer.concat(chunks).toString('utf8');
+}
+
+export async function execOutput(proc: ExecProcess): Promise<{ stdout: string; stderr: string; exitCode: number }> {
+  const [stdout, stderr, { exitCode }] = await Promise.all([readAll(proc.stdout), readAll(proc.stderr), proc.wait()]);
+  return { stdout, stderr, exitCode };
+}
+
+/** The PIDs whose /proc/<pid>/cgroup mentions the container ID — the way the devop agent finds a container. */
+export async function pidsOfContainer(containerID: string): Promise<number[]> {
+  const { readdir, readFile } = await import('node:fs/promises');
+  const id = containerID.replace(/^containerd:\/\//, '');
+  const pids: number[] = [];
+  for (const entry of await readdir('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    const cgroup = await readFile(`/proc/${entry}/cgroup`, 'utf8').catch(() => '');
+    if (cgroup.includes(id)) pids.push(Number(entry));
+  }
+  return pids;
+}
