@@ -9,14 +9,16 @@ import { performance } from 'node:perf_hooks';
 import { PodNet, waitFor } from '../test/agent/netns.js';
 import { connectSession, startLocalCommand } from '../test/agent/session-client.js';
 
-/** The design's load: 200 requests per second in all, spread evenly over the compared paths. */
+/** The design's load: 200 requests per second in all, interleaved over the compared paths so all see the same machine. */
 const RATE_PER_S = 200;
 const REQUESTS_PER_PATH = Number(process.env.BENCH_REQUESTS ?? 1000);
 const WARMUP_PER_PATH = 100;
 const OPEN_CONNECTIONS = 1000;
 
-type Path = 'direct' | 'stolen' | 'mirrored';
-const PORTS: Record<Path, number> = { direct: 3001, stolen: 3000, mirrored: 3002 };
+type Path = 'direct' | 'stolen' | 'mirrored' | 'one-hop';
+/** Ports of the pod's app; `one-hop` is a plain TCP relay in the pod netns (port 3003 → 3001): what one userspace hop costs here. */
+const PORTS: Record<Path, number> = { direct: 3001, stolen: 3000, mirrored: 3002, 'one-hop': 3003 };
+const APP_PORTS = [PORTS.direct, PORTS.stolen, PORTS.mirrored];
 
 function percentile(sorted: number[], p: number): number {
   return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))];
@@ -46,7 +48,8 @@ async function main(): Promise<void> {
   const sockets: Socket[] = [];
   try {
     await net.setup();
-    await net.startPod({ port: Object.values(PORTS).join(','), env: { POD_QUIET: '1' } });
+    await net.startPod({ port: APP_PORTS.join(','), env: { POD_QUIET: '1' } });
+    await net.relay(net.podNs, '127.0.0.1', PORTS.direct, PORTS['one-hop']);
     const agentProc = await net.startAgent({ DEVOP_AGENT_LOG_LEVEL: 'info' });
     const control = await net.relay(net.podNs, '127.0.0.1', agentProc.port);
     const local = await startLocalCommand('local');
@@ -59,8 +62,8 @@ async function main(): Promise<void> {
     for (const path of Object.keys(PORTS) as Path[]) relays[path] = await net.relay(net.clientNs, net.podIP, PORTS[path]);
     // One keep-alive client per path (as a real client such as the API server's aggregator keeps its connection).
     const agents = Object.fromEntries((Object.keys(PORTS) as Path[]).map((p) => [p, new Agent({ keepAlive: true, maxSockets: 1 })])) as Record<Path, Agent>;
-    const samples: Record<Path, number[]> = { direct: [], stolen: [], mirrored: [] };
-    const order: Path[] = ['direct', 'stolen', 'mirrored'];
+    const order = Object.keys(PORTS) as Path[];
+    const samples = Object.fromEntries(order.map((p) => [p, [] as number[]])) as Record<Path, number[]>;
     const interval = 1000 / RATE_PER_S;
     const total = (REQUESTS_PER_PATH + WARMUP_PER_PATH) * order.length;
     const started = performance.now();
@@ -79,6 +82,7 @@ async function main(): Promise<void> {
       return [p, { p50: percentile(sorted, 50), p99: percentile(sorted, 99), n: sorted.length }];
     })) as Record<Path, { p50: number; p99: number; n: number }>;
     for (const p of order) console.log(`${p.padEnd(9)} n=${stats[p].n} p50=${stats[p].p50.toFixed(3)}ms p99=${stats[p].p99.toFixed(3)}ms`);
+    console.log(`one userspace hop (a plain relay) adds ${(stats['one-hop'].p50 - stats.direct.p50).toFixed(3)} ms p50 on this machine now; the stolen path has two (agent + port-forward relay) plus the session's local side`);
     const mirrored = session.incoming.filter((i) => i.open.mode === 'mirror').length;
     console.log(`mirror copies received by the session: ${mirrored} connection(s)`);
 

@@ -3,7 +3,9 @@
 import { Command } from 'commander';
 import { AGENT_VERSION } from '../shared/agent-contract.js';
 import { isUserError } from '../shared/errors.js';
+import { registerCleanCommand } from './commands/clean.js';
 import { registerConfigCommand } from './commands/config.js';
+import { registerDoctorCommand } from './commands/doctor.js';
 import { registerExecCommand } from './commands/exec.js';
 import { registerLsCommand } from './commands/ls.js';
 import { registerPortForwardCommand } from './commands/port-forward.js';
@@ -27,6 +29,8 @@ export function buildProgram(onExit: (code: number) => void): Command {
   registerPortForwardCommand(program);
   registerVscodeCommand(program);
   registerConfigCommand(program);
+  registerDoctorCommand(program, onExit);
+  registerCleanCommand(program, onExit);
   return program;
 }
 

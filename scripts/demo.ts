@@ -5,7 +5,7 @@ import { execFileSync } from 'node:child_process';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { ROOT, DevopRun, deployEcho, httpGet, startE2ECluster, waitFor, whoAnswers } from '../test/e2e/harness.js';
+import { ROOT, DevopRun, deployEcho, startE2ECluster, startPodClient, waitFor } from '../test/e2e/harness.js';
 
 const LOCAL_APP = `// A tiny local server: what you would run from your editor.
 import { createServer } from 'node:http';
@@ -27,9 +27,11 @@ async function main(): Promise<void> {
   try {
     console.log(`kubeconfig: ${env.cluster.kubeconfigPath}`);
     say('deploying deploy/echo (an HTTP echo server on port 8080)');
-    const echo = await deployEcho(env, 'echo');
-    console.log(`pod ${echo.podName} at ${echo.podIP}`);
-    console.log(`curl http://${echo.podIP}:8080/hello → ${(await httpGet(echo.podIP, 8080, '/hello')).body.slice(0, 120)}…`);
+    // The requests come from a client pod: the host is the node, and connections from the node (kubelet probes) are
+    // never stolen unless --steal-probes is given.
+    const [echo, client] = await Promise.all([deployEcho(env, 'echo'), startPodClient(env)]);
+    console.log(`pod ${echo.podName} at ${echo.podIP}; requests come from pod "client"`);
+    console.log(`curl http://${echo.podIP}:8080/hello → ${(await client.get(echo.podIP, 8080, '/hello')).body.slice(0, 120)}…`);
 
     const dir = mkdtempSync(join(tmpdir(), 'devop-demo-'));
     const app = join(dir, 'server.mjs');
@@ -41,15 +43,15 @@ async function main(): Promise<void> {
     run.child.stdout?.pipe(process.stdout);
     await run.ready(60_000);
 
-    say(`a request to the pod's IP (${echo.podIP}:8080) …`);
-    const answer = await httpGet(echo.podIP, 8080, '/hello');
+    say(`a request from pod "client" to the echo pod's IP (${echo.podIP}:8080) …`);
+    const answer = await client.get(echo.podIP, 8080, '/hello');
     console.log(`curl http://${echo.podIP}:8080/hello → ${answer.body.trim()}`);
     if (!answer.body.startsWith('hello from my laptop')) throw new Error('the local server did not answer');
     console.log('… was answered by the local server, with the pod\'s env (APP_MODE comes from the Deployment).');
 
     say('stopping devop (Ctrl-C)');
     await run.stop('SIGINT');
-    await waitFor('the pod to serve again', async () => ((await whoAnswers(echo.podIP, 8080)) === echo.podName ? true : undefined), 10_000);
+    await waitFor('the pod to serve again', async () => ((await client.who(echo.podIP, 8080)) === echo.podName ? true : undefined), 10_000);
     console.log(`curl http://${echo.podIP}:8080/hello → answered by the pod ${echo.podName} again`);
   } finally {
     await run?.stop('SIGKILL');

@@ -77,8 +77,9 @@ export async function openPortForward(kc: KubeConfig, input: { namespace: string
   let errorText = '';
   const errors = new Writable({
     write(chunk: Buffer, _enc, cb) {
+      // The error channel opens with the port number (stripped by PortForward): an empty chunk is not an error.
       errorText += chunk.toString('utf8');
-      stream.destroy(new PortForwardError(errorText.trim() || 'port-forward error'));
+      if (errorText.trim() !== '') stream.destroy(new PortForwardError(errorText.trim()));
       cb();
     },
   });

@@ -1,5 +1,6 @@
 // The ClusterDialer seam: how the local proxy, the preload's control endpoint, remote files and port-forward reach the
 // cluster (connect, DNS, file read), plus DialError (the errno a failed dial carries) and a local dialer for unit tests.
+import { lookup as dnsLookup } from 'node:dns/promises';
 import { readFile } from 'node:fs/promises';
 import { isIP, connect as netConnect } from 'node:net';
 import type { Duplex } from 'node:stream';
@@ -84,6 +85,8 @@ export function dialErrorCode(reasonOrError: unknown): DialErrorCode {
         (reasonOrError as { message?: unknown } | null)?.message);
   if (typeof text === 'string') {
     const match = /\b(E[A-Z_]{3,})\b/.exec(text);
+    // "ECONNREFUSED: cannot resolve x in the pod" is the pod's DNS server refusing, not x: a name failure, try again.
+    if (match && /cannot resolve|resolv|getaddrinfo|query/i.test(text) && !DNS_CODES[match[1]] && match[1] !== 'ENOTFOUND') return 'EAI_AGAIN';
     if (match && KNOWN_CODES.has(match[1])) return match[1] as DialErrorCode;
     if (match && DNS_CODES[match[1]]) return DNS_CODES[match[1]];
   }
@@ -145,6 +148,31 @@ export function createLocalDialer(options: LocalDialerOptions = {}): ClusterDial
       } catch (err) {
         throw toDialError(err, `read ${path}`);
       }
+    },
+  };
+}
+
+/**
+ * A dialer that resolves names with this machine's resolver and connects to the resulting address through `inner`
+ * (devop.json dns.enabled = false: connections go through the pod, names are resolved locally).
+ */
+export function withLocalNames(inner: ClusterDialer): ClusterDialer {
+  const lookup = async (name: string, family?: 4 | 6): Promise<ResolvedAddress[]> => {
+    const literal = isIP(name);
+    if (literal) return [{ address: name, family: literal as 4 | 6 }];
+    try {
+      const found = await dnsLookup(name, { all: true, family: family ?? 0 });
+      return found.map((entry) => ({ address: entry.address, family: entry.family as 4 | 6 }));
+    } catch (err) {
+      throw toDialError(err, `getaddrinfo ${name}`);
+    }
+  };
+  return {
+    lookup,
+    readFile: (path) => inner.readFile(path),
+    async connect(host, port) {
+      const [first] = await lookup(host);
+      return inner.connect(first.address, port);
     },
   };
 }

@@ -1,5 +1,6 @@
 // How `devop exec` gets outgoing traffic, DNS and remote files: the flags it adds, their merge over devop.json, and the
 // child-env hook that starts the proxy on the session's tunnel and returns the env plus its cleanup.
+import { networkInterfaces } from 'node:os';
 import type { Command } from 'commander';
 import type { DevopConfig } from '../../shared/config.js';
 import { FEATURES } from '../../shared/protocol.js';
@@ -17,6 +18,8 @@ export interface OutgoingSettings {
   include: string[];
   exclude: string[];
   remoteFiles: string[];
+  /** Names resolved by the pod's DNS (devop.json dns.enabled), else by this machine's. */
+  clusterDns: boolean;
 }
 
 /** Adds --remote-file, --outgoing-include/--outgoing-exclude, --no-outgoing, --no-proxy-env, --no-node-preload. */
@@ -42,7 +45,16 @@ export function outgoingSettingsFrom(command: Command, config: DevopConfig): Out
     include: opts.outgoingInclude && opts.outgoingInclude.length > 0 ? opts.outgoingInclude : config.outgoing.include,
     exclude: [...config.outgoing.exclude, ...(opts.outgoingExclude ?? [])],
     remoteFiles: [...new Set([...config.remoteFiles, ...(opts.remoteFile ?? [])])],
+    clusterDns: config.dns.enabled,
   };
+}
+
+/** This machine's own addresses (a local program connecting to them means this machine, not something in the pod). */
+export function thisMachineAddresses(): string[] {
+  return Object.values(networkInterfaces())
+    .flatMap((entries) => entries ?? [])
+    .filter((entry) => !entry.internal && !entry.address.startsWith('fe80:'))
+    .map((entry) => entry.address);
 }
 
 /** The exec child-env hook: proxy + preload env and DEVOP_ROOT; its cleanup stops the proxy and removes DEVOP_ROOT. */
@@ -60,8 +72,9 @@ export function outgoingChildEnvHook(settings: OutgoingSettings): ChildEnvHook {
       nodePreload: settings.nodePreload,
       include: settings.include,
       exclude: settings.exclude,
-      alwaysLocal: [apiServerRule(session.kc.getCurrentCluster()?.server)].filter((rule): rule is string => Boolean(rule)),
+      alwaysLocal: [apiServerRule(session.kc.getCurrentCluster()?.server), ...thisMachineAddresses()].filter((rule): rule is string => Boolean(rule)),
       remoteFiles: settings.remoteFiles,
+      localNames: !settings.clusterDns,
       reporter,
     });
     if (outgoing.proxy) {

@@ -46,6 +46,8 @@ export function describeDialError(err: DialError, host: string, port: number): s
   switch (err.code) {
     case 'ENOTFOUND':
       return `ENOTFOUND: ${host} does not resolve from the pod (cluster DNS)`;
+    case 'EAI_AGAIN':
+      return `EAI_AGAIN: the pod's DNS did not answer for ${host} (${err.message})`;
     case 'ECONNREFUSED':
       return `ECONNREFUSED: ${host}:${port} refused the connection from the pod`;
     case 'ETIMEDOUT':
@@ -101,6 +103,7 @@ export function createHttpProxyServer(options: HttpProxyOptions): Server {
   });
 
   server.on('request', (req: IncomingMessage, res: ServerResponse) => forwardPlainRequest(req, res, options));
+  server.on('upgrade', (req: IncomingMessage, client: Duplex, head: Buffer) => forwardUpgrade(req, client, head, options));
   // A client that sends garbage gets a 400 from Node itself; make sure its socket never crashes the proxy.
   server.on('clientError', (_err, socket: Duplex) => {
     if (socket.writable) socket.end('HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 0\r\n\r\n');
@@ -187,6 +190,40 @@ function forwardPlainRequest(req: IncomingMessage, res: ServerResponse, { dialer
     if (!res.writableFinished) upstream.destroy();
   });
   req.pipe(upstream);
+}
+
+/**
+ * An absolute-URI request that upgrades the connection (WebSocket over plain http://): the head is passed on in origin
+ * form and the two connections are joined, so the upgrade's answer and everything after it flow through untouched.
+ */
+function forwardUpgrade(req: IncomingMessage, client: Duplex, head: Buffer, { dialer, onDial }: HttpProxyOptions): void {
+  let url: URL;
+  try {
+    url = new URL(req.url ?? '');
+    if (url.protocol !== 'http:') throw new Error(url.protocol);
+  } catch {
+    client.end('HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 0\r\n\r\n');
+    return;
+  }
+  const host = url.hostname.replace(/^\[|\]$/g, '');
+  const port = url.port ? Number(url.port) : 80;
+  const lines = [`${req.method} ${url.pathname}${url.search} HTTP/${req.httpVersion}`];
+  for (let i = 0; i < req.rawHeaders.length; i += 2) {
+    if (!/^proxy-/i.test(req.rawHeaders[i])) lines.push(`${req.rawHeaders[i]}: ${req.rawHeaders[i + 1]}`);
+  }
+  dialer.connect(host, port).then(
+    (remote) => {
+      onDial?.({ via: 'http', host, port });
+      remote.write(`${lines.join('\r\n')}\r\n\r\n`);
+      if (head.length > 0) remote.write(head);
+      void joinStreams(client, remote);
+    },
+    (err: unknown) => {
+      const dialError = toDialError(err, `connect ${host}:${port}`);
+      onDial?.({ via: 'http', host, port, error: { code: dialError.code, message: dialError.message } });
+      client.end(badGatewayHead(describeDialError(dialError, host, port), dialError.code));
+    },
+  );
 }
 
 /** Hands an accepted socket (first byte already peeked and put back) to the HTTP side. */

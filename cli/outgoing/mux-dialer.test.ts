@@ -30,6 +30,11 @@ function serveAgentSide(mux: AgentMux): void {
     }
     if (open.kind !== 'outgoing') return;
     const address = names[open.host];
+    if (open.host === 'dnsdown.default') {
+      // What the agent says when the pod's DNS server itself refuses
+      stream.reset(`ECONNREFUSED: cannot resolve ${open.host} in the pod`);
+      return;
+    }
     if (!address) {
       stream.reset(`ENOTFOUND: cannot resolve ${open.host} in the pod`);
       return;
@@ -100,11 +105,13 @@ describe('mux dialer (real Mux, agent conventions)', () => {
     expect(await back).toBe('round trip');
   });
 
-  it('maps resets to DialError codes: ENOTFOUND, ECONNREFUSED, ENOENT', async () => {
+  it('maps resets to DialError codes: ENOTFOUND, ECONNREFUSED, ENOENT, EAI_AGAIN', async () => {
     const dialer = createMuxDialer(clientMux);
     await expect(dialer.connect('nosuch.default', 80)).rejects.toMatchObject({ name: 'DialError', code: 'ENOTFOUND' });
     await expect(dialer.connect('echo.default', 9)).rejects.toMatchObject({ code: 'ECONNREFUSED' });
     await expect(dialer.readFile('/etc/missing')).rejects.toMatchObject({ code: 'ENOENT' });
+    // A DNS server that refuses is a name failure to retry, not a refused connection to the destination
+    await expect(dialer.connect('dnsdown.default', 80)).rejects.toMatchObject({ code: 'EAI_AGAIN' });
   });
 
   it('reads a file stream to the end', async () => {

@@ -5,7 +5,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { isUserError } from '../../shared/errors.js';
-import { createLocalDialer } from './dialer.js';
+import { createLocalDialer, withLocalNames } from './dialer.js';
+import { recordingDialer } from '../../test/outgoing/helpers.js';
 import { PRELOAD_CONFIG_ENV } from './control-protocol.js';
 import { apiServerRule, startOutgoing } from './session.js';
 import { fetchRemoteFiles, normalizeRemotePath } from './remote-files.js';
@@ -85,5 +86,18 @@ describe('outgoing session', () => {
     expect(apiServerRule('https://api.example.com')).toBe('api.example.com');
     expect(apiServerRule('https://[fd00::1]:6443')).toBe('fd00::1');
     expect(apiServerRule(undefined)).toBeUndefined();
+  });
+
+  it('with dns.enabled off, names are resolved on this machine and only the address goes to the pod', async () => {
+    // Given a pod dialer that would know no names at all
+    const pod = recordingDialer(createLocalDialer({ hosts: {} }));
+    const dialer = withLocalNames(pod);
+    // When a name of this machine's /etc/hosts is looked up and dialled (nothing listens on port 9: refused)
+    const [first] = await dialer.lookup('localhost', 4);
+    expect(first).toEqual({ address: '127.0.0.1', family: 4 });
+    await expect(dialer.connect('localhost', 9)).rejects.toMatchObject({ code: 'ECONNREFUSED' });
+    // Then the pod side was asked for an address, never for the name
+    expect(pod.calls.filter((call) => call.op === 'connect').map((call) => call.target)).toEqual([expect.stringMatching(/^(127\.0\.0\.1|::1):9$/)]);
+    expect(pod.calls.some((call) => call.op === 'lookup')).toBe(false);
   });
 });

@@ -2,7 +2,7 @@
 // remote files, and say which env the local command gets; close() undoes all of it.
 import { UserError } from '../../shared/errors.js';
 import type { Reporter } from '../reporter.js';
-import type { ClusterDialer } from './dialer.js';
+import { withLocalNames, type ClusterDialer } from './dialer.js';
 import { DEVOP_ROOT_ENV, outgoingEnv, preloadBundlePath } from './env.js';
 import { FilterSyntaxError, parseOutgoingRule } from './filters.js';
 import { startOutgoingProxy, type OutgoingProxy } from './proxy.js';
@@ -20,6 +20,8 @@ export interface OutgoingOptions {
   exclude?: readonly string[];
   /** Destinations that must stay local whatever the user says, e.g. the kube API server of the local kubeconfig. */
   alwaysLocal?: readonly string[];
+  /** Resolve names with this machine's DNS instead of the pod's (devop.json dns.enabled = false). */
+  localNames?: boolean;
   /** Absolute paths in the target container (--remote-file, remoteFiles). */
   remoteFiles?: readonly string[];
   reporter?: Reporter;
@@ -67,9 +69,10 @@ export async function startOutgoing(options: OutgoingOptions): Promise<OutgoingS
   const enabled = options.enabled ?? true;
   const reporter = options.reporter;
 
+  const dialer = options.localNames ? withLocalNames(options.dialer) : options.dialer;
   const proxy = enabled
     ? await startOutgoingProxy({
-        dialer: options.dialer,
+        dialer,
         onDial: (event) =>
           reporter?.emit({
             type: 'log',

@@ -11,7 +11,8 @@ import { waitForListen } from '../process/listen.js';
 import { buildChildEnv, readEnvFile } from './child-env.js';
 import { incomingStreamHandler } from './incoming.js';
 import { resolvePorts, type PortMapping } from './ports.js';
-import { connectSession, step, type Session, type SessionOptions } from './session.js';
+import { step, type Session, type SessionOptions } from './session.js';
+import { connectSupervisedSession } from './supervisor.js';
 import { trafficToEvent } from './traffic.js';
 
 export interface ExecServiceOptions extends SessionOptions {
@@ -40,8 +41,8 @@ export function agentRequest<T extends AgentMessage['type']>(
   send: (id: string) => void,
   answers: readonly T[],
   what: string,
+  id: string = randomUUID(),
 ): Promise<Extract<AgentMessage, { type: T }> | Extract<AgentMessage, { type: 'error' }>> {
-  const id = randomUUID();
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => finish(() => reject(new UserError(`the agent did not answer (${what}) within ${AGENT_REQUEST_TIMEOUT_MS / 1000} s`, 'check the agent logs; rerun with --verbose'))), AGENT_REQUEST_TIMEOUT_MS);
     const finish = (fn: () => void): void => {
@@ -87,7 +88,7 @@ export async function runExec(options: ExecServiceOptions, reporter: Reporter): 
   let child: LocalCommand | undefined;
   const cleanups: (() => Promise<void>)[] = [];
   try {
-    session = await raceAbort(connectSession({ ...options, signal: abort.signal }, reporter), abort.signal);
+    session = await raceAbort(connectSupervisedSession({ ...options, signal: abort.signal }, reporter), abort.signal);
     const s = session;
     const target = s.target;
     const ports = resolvePorts(options.ports, target?.container);
@@ -243,7 +244,8 @@ class TrafficControl {
     this.subscriptions.clear();
     await Promise.all(
       entries.map(([port, id]) =>
-        agentRequest(mux, () => mux.send({ type: 'unsubscribe', id, port }), ['unsubscribed'], `release port ${port}`).catch(() => undefined),
+        // An unsubscribe names the subscription (its subscribe id); the answer carries the same id.
+        agentRequest(mux, () => mux.send({ type: 'unsubscribe', id, port }), ['unsubscribed'], `release port ${port}`, id).catch(() => undefined),
       ),
     );
   }

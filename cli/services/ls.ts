@@ -2,7 +2,7 @@
 import { AppsV1Api, CoreV1Api, type V1Container, type V1PodSpec } from '@kubernetes/client-node';
 import { apiCall, apiErrorCode } from '../kube/errors.js';
 import { loadKubeConfig, type KubeAccessOptions } from '../kube/config.js';
-import { isPodReady } from './target.js';
+import { isAgentPod, isPodReady } from './target.js';
 
 export interface LsOptions extends KubeAccessOptions {
   namespace?: string;
@@ -56,7 +56,7 @@ export async function listTargets(options: LsOptions): Promise<LsResult> {
     const name = s.metadata?.name ?? '';
     targets.push({ target: `sts/${name}`, kind: 'statefulset', name, ready: s.status?.readyReplicas ?? 0, total: s.spec?.replicas ?? 1, ports: declaredPorts(s.spec?.template.spec?.containers), containers: names(s.spec?.template.spec) });
   }
-  for (const p of pods.items) {
+  for (const p of pods.items.filter((pod) => !isAgentPod(pod))) {
     const name = p.metadata?.name ?? '';
     const statuses = p.status?.containerStatuses ?? [];
     targets.push({

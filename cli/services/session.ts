@@ -51,6 +51,8 @@ export interface SessionOptions extends KubeAccessOptions {
   agentPrivileged?: boolean;
   /** devop.json agent.labels / annotations / tolerations. */
   agentExtras?: AgentExtras;
+  /** Steal/mirror on every Ready pod of a deploy/sts target (cli/services/supervisor.ts). */
+  allPods?: boolean;
   /** Skip the RBAC preflight (e.g. doctor runs its own). */
   skipPreflight?: boolean;
   /** Features this client announces in hello. */
@@ -233,7 +235,7 @@ export async function connectAgent(
   kc: KubeConfig,
   agent: AgentEndpoint,
   target: ResolvedTarget | undefined,
-  input: { deadline: number; identity: ReturnType<typeof clientIdentity>; features?: string[] },
+  input: { deadline: number; identity: ReturnType<typeof clientIdentity>; features?: string[]; resumeSessionId?: string },
 ): Promise<{ mux: ClientMux; hello: HelloOk; conn: Duplex }> {
   const where = tunnelPod(agent, target);
   let lastError: unknown;
@@ -257,6 +259,7 @@ export async function connectAgent(
         token: agent.token,
         client: input.identity,
         features: input.features ?? Object.values(FEATURES),
+        ...(input.resumeSessionId ? { resumeSessionId: input.resumeSessionId } : {}),
         timeoutMs: Math.max(1000, input.deadline - Date.now()),
       });
       return { mux, hello, conn };

@@ -1,6 +1,7 @@
 // Target resolution: `pod/`, `deploy/`, `sts/`, `rollout/` (+ `/container/NAME`) → the pod and container a session uses,
 // with the reason that pod was chosen; unknown targets are answered with what exists of that kind.
 import { AppsV1Api, CoreV1Api, CustomObjectsApi, type KubeConfig, type V1Container, type V1LabelSelector, type V1Pod } from '@kubernetes/client-node';
+import { AGENT_LABELS } from '../../shared/agent-contract.js';
 import { UserError } from '../../shared/errors.js';
 import { apiCall, apiErrorCode, mapApiError } from '../kube/errors.js';
 import { parseTarget, type Target, type TargetKind } from '../../shared/target.js';
@@ -37,6 +38,11 @@ export function selectorToString(selector: V1LabelSelector | undefined): string 
     else if (e.operator === 'DoesNotExist') parts.push(`!${e.key}`);
   }
   return parts.join(',');
+}
+
+/** devop's own agent pods are not targets. */
+export function isAgentPod(pod: V1Pod): boolean {
+  return pod.metadata?.labels?.[AGENT_LABELS.name] === AGENT_LABELS.nameValue;
 }
 
 export function isPodReady(pod: V1Pod): boolean {
@@ -143,7 +149,7 @@ export async function resolveTarget(kc: KubeConfig, input: { target: string; nam
   let chosen: { pod: V1Pod; reason: string };
   switch (ref.kind) {
     case 'pod': {
-      const pod = await get(() => core.readNamespacedPod({ name: ref.name, namespace }), async () => (await core.listNamespacedPod({ namespace })).items.map((p) => p.metadata?.name ?? ''), 'pods');
+      const pod = await get(() => core.readNamespacedPod({ name: ref.name, namespace }), async () => (await core.listNamespacedPod({ namespace })).items.filter((p) => !isAgentPod(p)).map((p) => p.metadata?.name ?? ''), 'pods');
       if (!isPodReady(pod)) throw new UserError(`pod "${ref.name}" is not Ready (${podState(pod)})`, 'wait until it is Ready (`kubectl get pod`), or target its deployment');
       chosen = { pod, reason: 'as asked' };
       break;

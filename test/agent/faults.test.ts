@@ -39,7 +39,9 @@ describe.runIf(run)('agent: faults', () => {
   /** Time from now until the pod's own app answers on the pod IP again. */
   async function timeUntilPodAnswers(): Promise<number> {
     const start = Date.now();
-    await waitFor(async () => (await httpGet(client, '/back')).body === 'pod: GET /back', 'the pod to answer again', 10_000);
+    // Each attempt is a fresh connection with a short timeout, as a retrying client's would be: a connection caught in the
+    // middle of the agent's shutdown must not hide that the next one works.
+    await waitFor(async () => (await httpGet(client, '/back', { timeoutMs: 1000 })).body === 'pod: GET /back', 'the pod to answer again', 10_000);
     return Date.now() - start;
   }
 

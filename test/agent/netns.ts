@@ -133,9 +133,12 @@ export class PodNet {
     return { ...proc, innerPid: ready.pid, port: ready.port, agentId: ready.agentId };
   }
 
-  /** A unix socket at which the test reaches host:port from inside `ns` (one TCP connection per unix connection). */
-  async relay(ns: string, host: string, port: number): Promise<string> {
-    const path = join(this.dir, `relay-${randomBytes(4).toString('hex')}.sock`);
+  /**
+   * A unix socket at which the test reaches host:port from inside `ns` (one TCP connection per unix connection); with
+   * `listenPort`, the relay listens on that TCP port inside `ns` instead (a userspace hop, for the benchmark's baseline).
+   */
+  async relay(ns: string, host: string, port: number, listenPort?: number): Promise<string> {
+    const path = listenPort === undefined ? join(this.dir, `relay-${randomBytes(4).toString('hex')}.sock`) : String(listenPort);
     const proc = this.spawnTracked('nsenter', [`--net=/run/netns/${ns}`, process.execPath, join(FIXTURES, 'relay.mjs'), path, host, String(port)]);
     await waitFor(() => proc.lines.includes('LISTENING'), 'a relay to listen');
     return path;

@@ -54,6 +54,13 @@ describe.runIf(run)('agent: steal a whole port', () => {
     await waitFor(() => session.traffic.filter((t) => t.kind === 'connection' && t.phase === 'close' && t.to === 'local').length >= 2, 'traffic events');
   });
 
+  test('pause sends the port\'s traffic back to the pod; resume takes it again', async () => {
+    session.send({ type: 'pause', port: 3000 });
+    await waitFor(async () => (await httpGet(client, '/paused')).body === 'pod: GET /paused', 'the pod to answer while paused');
+    session.send({ type: 'resume', port: 3000 });
+    await waitFor(async () => (await httpGet(client, '/resumed')).body === 'local: GET /resumed', 'the local command to answer again');
+  });
+
   test('unsubscribing gives the port back to the pod and removes its rule', async () => {
     const port = 3000;
     const sub = session.messages.find((m) => m.type === 'subscribed');

@@ -1,6 +1,9 @@
 // pods/portforward, pods/exec and pods/log wire protocols, checked with client-node and kubectl against a node runtime
 // stand-in (local sockets and processes), so that framing is tested apart from the kubelet's namespaces.
 import { spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { createHash, randomBytes } from 'node:crypto';
 import { createServer, connect, type Server } from 'node:net';
 import { PassThrough, Readable, Writable } from 'node:stream';
@@ -17,6 +20,7 @@ let cluster: ClusterHandle;
 let kc: KubeConfig;
 let echo: Server;
 let echoPort: number;
+let home: string;
 const dialed: string[] = [];
 
 /** A node whose "pods" are local: port 7000 of any pod is the echo server, exec runs `sh -c` locally. */
@@ -46,6 +50,7 @@ function localRuntime(): NodeRuntime {
 }
 
 beforeAll(async () => {
+  home = mkdtempSync(join(tmpdir(), 'devop-streams-'));
   echo = createServer((s) => s.pipe(s));
   await new Promise<void>((r) => echo.listen(0, '127.0.0.1', () => r()));
   echoPort = (echo.address() as { port: number }).port;
@@ -59,6 +64,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await cluster?.stop();
   echo?.close();
+  if (home) rmSync(home, { recursive: true, force: true });
 });
 
 describe('streaming subresources', () => {
@@ -117,7 +123,7 @@ describe('streaming subresources', () => {
 
   for (const v of ['1.31', '1.32', '1.33']) {
     it(`kubectl ${v} exec and logs go through the same node runtime`, async () => {
-      const env = { ...process.env, KUBECONFIG: cluster.kubeconfigPath };
+      const env = { ...process.env, KUBECONFIG: cluster.kubeconfigPath, HOME: home };
       const k = `/usr/lib/google-cloud-sdk/bin/kubectl.${v}`;
       const ex = await runFile(k, ['exec', 'box', '--', 'sh', '-c', 'echo exec-ok'], { env });
       expect(ex.stdout).toBe('exec-ok\n');

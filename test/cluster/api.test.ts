@@ -1,6 +1,6 @@
 // The stand-in API server through @kubernetes/client-node, unmodified: CRUD, Status errors, selectors, watch + 410,
 // patches, garbage collection, finalizers, controllers, CRDs, RBAC policy and APIService aggregation (no node needed).
-import { AppsV1Api, BatchV1Api, CoreV1Api, CustomObjectsApi, ApiextensionsV1Api, KubeConfig, PatchStrategy, VersionApi, Watch, makeInformer, setHeaderOptions, type V1Pod } from '@kubernetes/client-node';
+import { AppsApi, AppsV1Api, BatchV1Api, CoreV1Api, CustomObjectsApi, ApiextensionsV1Api, KubeConfig, PatchStrategy, VersionApi, Watch, makeInformer, setHeaderOptions, type V1Pod } from '@kubernetes/client-node';
 import { readFileSync } from 'node:fs';
 import https from 'node:https';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -34,6 +34,10 @@ describe('stand-in API with client-node', () => {
   it('serves version and a fresh cluster: namespaces, default service accounts, the kubernetes Service, the node', async () => {
     const v = await kc.makeApiClient(VersionApi).getCode();
     expect(v.gitVersion).toMatch(/^v1\.\d+\.\d+/);
+    const group = await kc.makeApiClient(AppsApi).getAPIGroup();
+    expect(group.preferredVersion?.groupVersion).toBe('apps/v1');
+    const resources = await apps.getAPIResources();
+    expect(resources.resources.find((r) => r.name === 'deployments/scale')).toMatchObject({ kind: 'Scale', group: 'autoscaling', version: 'v1' });
     const nss = (await core.listNamespace()).items.map((n) => n.metadata?.name);
     expect(nss).toEqual(expect.arrayContaining(['default', 'kube-system']));
     const sa = await core.readNamespacedServiceAccount({ name: 'default', namespace: 'kube-system' });
@@ -175,6 +179,8 @@ describe('stand-in API with client-node', () => {
       return x.status?.observedGeneration === x.metadata?.generation && x.status?.replicas === 3 ? x : undefined;
     });
     expect(d.metadata?.annotations?.['deployment.kubernetes.io/revision']).toBe('2');
+    const events = (await core.listNamespacedEvent({ namespace: ns, fieldSelector: 'involvedObject.kind=Deployment,involvedObject.name=web' })).items;
+    expect(events.map((e) => e.reason)).toContain('ScalingReplicaSet');
 
     await apps.deleteNamespacedDeployment({ name: 'web', namespace: ns, propagationPolicy: 'Foreground' });
     const pending = await apps.readNamespacedDeployment({ name: 'web', namespace: ns }).catch(() => undefined);
@@ -234,6 +240,11 @@ describe('stand-in API with client-node', () => {
     const list: any = await co.listNamespacedCustomObject({ group: 'example.com', version: 'v1', namespace: ns, plural: 'echoes' });
     expect(list.kind).toBe('EchoList');
     expect(list.items.map((i: any) => i.metadata.name)).toEqual(['e1']);
+    const strategic = await expectStatus(co.patchNamespacedCustomObject({ group: 'example.com', version: 'v1', namespace: ns, plural: 'echoes', name: 'e1', body: { spec: { replicas: 4 } } }, setHeaderOptions('Content-Type', PatchStrategy.StrategicMergePatch)));
+    expect(strategic).toMatchObject({ code: 415, reason: 'UnsupportedMediaType' });
+
+    await ext.deleteCustomResourceDefinition({ name: 'echoes.example.com' });
+    expect((await expectStatus(co.listNamespacedCustomObject({ group: 'example.com', version: 'v1', namespace: ns, plural: 'echoes' }))).code).toBe(404);
   });
 
   it('enforces the restricted token policy with kube-apiserver Forbidden bodies', async () => {

@@ -33,8 +33,16 @@ function footprint(instance: string): Footprint {
     cgroups: existsSync(`${mount}/${instance}`) ? [`${mount}/${instance}`, ...readdirSync(`${mount}/${instance}`).filter((f) => /^[0-9a-f]{64}$/.test(f))] : [],
     iptables: iptables.filter((l) => l.includes(tag)),
     etcNetns: existsSync('/etc/netns') ? readdirSync('/etc/netns').filter((d) => d.includes(instance)) : [],
-    stateDirs: existsSync(`/run/devop-kubelet/${instance}`) ? [`/run/devop-kubelet/${instance}`] : [],
+    stateDirs: [`/run/devop-kubelet/${instance}`, `/var/lib/devop-kubelet/${instance}`].filter((d) => existsSync(d)),
   };
+}
+
+function alive(pid: number): boolean {
+  try {
+    return !/^\d+ \(.*\) Z/.test(readFileSync(`/proc/${pid}/stat`, 'utf8'));
+  } catch {
+    return false;
+  }
 }
 
 /** Processes inside any of the given network namespaces (by inode), or whose cgroup is under the instance's root. */
@@ -103,11 +111,12 @@ describe('stand-in hygiene', () => {
     expect(during.cgroups.length).toBe(3);
     expect(during.iptables.length).toBeGreaterThan(0);
     expect(during.etcNetns.length).toBe(2);
-    expect(during.stateDirs.length).toBe(1);
+    expect(during.stateDirs.length).toBe(2);
     expect(containerPids.length).toBeGreaterThanOrEqual(4);
     // … and after stop nothing of it is left
     expect(footprint(instance)).toEqual({ netns: [], links: [], cgroups: [], iptables: [], etcNetns: [], stateDirs: [] });
-    expect(processesOf(instance, inodes)).toEqual([]);
-    expect(containerPids.filter((pid) => existsSync(`/proc/${pid}`))).toEqual([]);
+    expect(processesOf(instance, inodes).filter(alive)).toEqual([]);
+    // A killed process may stay a zombie until its parent (or init, for orphans) reaps it: that is not a leak.
+    expect(containerPids.filter(alive)).toEqual([]);
   });
 });

@@ -128,6 +128,19 @@ describe('devop exec: exit codes and errors', () => {
     expect(failure(run)).toMatch(/^devop: the agent speaks protocol version 999, this devop speaks \d+\n {2}fix: use an agent image of the same devop version/);
   });
 
+  it('says when the agent image cannot be pulled, and removes the agent Job it made', async () => {
+    const run = devopExec(cluster, ['-t', 'deploy/echo', '--agent-image', 'devop.test/no-such-agent:1'], ['true']);
+    expect((await run.exited).code).toBe(1);
+    expect(failure(run)).toMatch(/^devop: the agent image devop\.test\/no-such-agent:1 cannot be pulled \((ErrImagePull|ImagePullBackOff|InvalidImageName).*\)\n {2}fix: check --agent-image/);
+    const jobs = await waitFor('the failed agent Job to be deleted', async () => {
+      const { BatchV1Api } = await import('@kubernetes/client-node');
+      const list = await env.kc.makeApiClient(BatchV1Api).listNamespacedJob({ namespace: 'default' });
+      const left = list.items.filter((j) => j.spec?.template.spec?.containers[0].image === 'devop.test/no-such-agent:1' && !j.metadata?.deletionTimestamp);
+      return left.length === 0 ? left : undefined;
+    });
+    expect(jobs).toEqual([]);
+  });
+
   it('says when the local command is not found', async () => {
     const run = devopExec(cluster, ['-t', 'deploy/echo'], ['devop-no-such-command']);
     expect((await run.exited).code).toBe(1);

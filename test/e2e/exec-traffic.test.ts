@@ -2,13 +2,15 @@
 // the CLI, the pod's env, and a local command that never listens.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { requireRoot } from '../helpers/root.js';
-import { DevopRun, LOCAL_SERVER_COMMAND, killLocalServer, deployEcho, devopExec, freePort, seenRequests, startE2ECluster, waitFor, whoAnswers, type Cluster, type EchoDeployment } from './harness.js';
+import { DevopRun, LOCAL_SERVER_COMMAND, deployEcho, devopExec, freePort, killLocalServer, seenRequests, startE2ECluster, startPodClient, waitFor, whoAnswers, type Cluster, type EchoDeployment, type PodClient } from './harness.js';
 
 requireRoot('e2e exec traffic');
 
 describe('devop exec: traffic', () => {
   let cluster: Cluster;
   let echo: EchoDeployment;
+  /** Requests come from another pod: the host is the node, whose connections count as kubelet probes. */
+  let client: PodClient;
   const runs: DevopRun[] = [];
   const track = (run: DevopRun): DevopRun => {
     runs.push(run);
@@ -18,7 +20,7 @@ describe('devop exec: traffic', () => {
   beforeAll(async () => {
     const env = await startE2ECluster();
     cluster = env.cluster;
-    echo = await deployEcho(env, 'echo');
+    [echo, client] = await Promise.all([deployEcho(env, 'echo'), startPodClient(env)]);
   });
 
   afterAll(async () => {
@@ -28,20 +30,29 @@ describe('devop exec: traffic', () => {
 
   it('steals: requests to the pod IP are answered by the local command, and by the pod again after devop exits', async () => {
     // Given the echo pod answers its own traffic
-    expect(await whoAnswers(echo.podIP, 8080)).toBe(echo.podName);
+    expect(await client.who(echo.podIP, 8080)).toBe(echo.podName);
     // When devop steals its port for a local server
     const local = await freePort();
     const run = track(devopExec(cluster, ['-t', 'deploy/echo', '--steal', '-p', `8080:${local}`], [...LOCAL_SERVER_COMMAND], { env: { LOCAL_PORT: String(local) } }));
     await run.ready();
     // Then the local server answers requests sent to the pod
-    expect(await whoAnswers(echo.podIP, 8080, '/stolen')).toBe('local');
+    expect(await client.who(echo.podIP, 8080, '/stolen')).toBe('local');
     expect(seenRequests(run).map((r) => r.path)).toContain('/stolen');
     expect(run.stderr).toMatch(/resolve target deploy\/echo: pod echo-\S+ \(its only pod\)/);
     // When devop stops (SIGTERM: forwarded to the local server, which exits 0)
     const exit = await run.stop('SIGTERM');
     expect(exit.code).toBe(0);
     // Then the pod answers again
-    await waitFor('the pod to answer again', async () => ((await whoAnswers(echo.podIP, 8080)) === echo.podName ? true : undefined), 5000);
+    await waitFor('the pod to answer again', async () => ((await client.who(echo.podIP, 8080)) === echo.podName ? true : undefined), 5000);
+  });
+
+  it('does not steal connections from the node (kubelet probes) unless asked', async () => {
+    const local = await freePort();
+    const run = track(devopExec(cluster, ['-t', 'deploy/echo', '--steal', '-p', `8080:${local}`], [...LOCAL_SERVER_COMMAND], { env: { LOCAL_PORT: String(local) } }));
+    await run.ready();
+    expect(await client.who(echo.podIP, 8080)).toBe('local');
+    expect(await whoAnswers(echo.podIP, 8080, '/from-node')).toBe(echo.podName);
+    await run.stop();
   });
 
   it('mirrors: the pod still answers, the local command receives a copy', async () => {
@@ -49,7 +60,7 @@ describe('devop exec: traffic', () => {
     const run = track(devopExec(cluster, ['-t', 'deploy/echo', '--mirror', '-p', `8080:${local}`], [...LOCAL_SERVER_COMMAND], { env: { LOCAL_PORT: String(local) } }));
     await run.ready();
     // When a request reaches the pod
-    expect(await whoAnswers(echo.podIP, 8080, '/mirrored')).toBe(echo.podName);
+    expect(await client.who(echo.podIP, 8080, '/mirrored')).toBe(echo.podName);
     // Then the local server saw the same request
     await waitFor('the mirrored copy', () => (seenRequests(run).some((r) => r.path === '/mirrored') ? true : undefined), 10_000);
     await run.stop();
@@ -59,9 +70,9 @@ describe('devop exec: traffic', () => {
     const local = await freePort();
     const run = track(devopExec(cluster, ['-t', 'deploy/echo', '--steal', '-p', `8080:${local}`, '--http-header-filter', 'x-user: alice'], [...LOCAL_SERVER_COMMAND], { env: { LOCAL_PORT: String(local) } }));
     await run.ready();
-    expect(await whoAnswers(echo.podIP, 8080, '/a', { 'x-user': 'alice' })).toBe('local');
-    expect(await whoAnswers(echo.podIP, 8080, '/b', { 'x-user': 'bob' })).toBe(echo.podName);
-    expect(await whoAnswers(echo.podIP, 8080, '/c')).toBe(echo.podName);
+    expect(await client.who(echo.podIP, 8080, '/a', { 'x-user': 'alice' })).toBe('local');
+    expect(await client.who(echo.podIP, 8080, '/b', { 'x-user': 'bob' })).toBe(echo.podName);
+    expect(await client.who(echo.podIP, 8080, '/c')).toBe(echo.podName);
     expect(seenRequests(run).map((r) => r.path)).toEqual(['/a']);
     await run.stop();
   });
@@ -75,8 +86,8 @@ describe('devop exec: traffic', () => {
     await bob.ready();
     // Then the second session reused the first one's agent, and each gets its own requests
     expect(bob.stderr).toMatch(/reused Job devop-agent-/);
-    expect(await whoAnswers(echo.podIP, 8080, '/for-alice', { 'x-user': 'alice' })).toBe('local');
-    expect(await whoAnswers(echo.podIP, 8080, '/for-bob', { 'x-user': 'bob' })).toBe('local');
+    expect(await client.who(echo.podIP, 8080, '/for-alice', { 'x-user': 'alice' })).toBe('local');
+    expect(await client.who(echo.podIP, 8080, '/for-bob', { 'x-user': 'bob' })).toBe('local');
     expect(seenRequests(alice).map((r) => r.path)).toEqual(['/for-alice']);
     expect(seenRequests(bob).map((r) => r.path)).toEqual(['/for-bob']);
     // When a third session asks for the whole port
@@ -93,7 +104,7 @@ describe('devop exec: traffic', () => {
     const local = await freePort();
     const run = track(devopExec(cluster, ['-t', 'deploy/echo', '--steal', '-p', `8080:${local}`], [...LOCAL_SERVER_COMMAND], { env: { LOCAL_PORT: String(local) } }));
     await run.ready();
-    expect(await whoAnswers(echo.podIP, 8080)).toBe('local');
+    expect(await client.who(echo.podIP, 8080)).toBe('local');
     // When the CLI is killed without a chance to clean up
     const killedAt = Date.now();
     run.child.kill('SIGKILL');
@@ -101,7 +112,7 @@ describe('devop exec: traffic', () => {
     // Then within 2 s the pod answers (the local server is an orphan now: it is killed after the check)
     let answeredAt = 0;
     await waitFor('the pod to answer after kill -9', async () => {
-      const who = await whoAnswers(echo.podIP, 8080).catch(() => 'error');
+      const who = await client.who(echo.podIP, 8080).catch(() => 'error');
       if (who === echo.podName) {
         answeredAt = Date.now();
         return true;
@@ -126,7 +137,7 @@ describe('devop exec: traffic', () => {
     const local = await freePort();
     const run = track(devopExec(cluster, ['-t', 'deploy/echo', '--steal', '-p', `8080:${local}`, '--startup-timeout', '3'], ['sleep', '60']));
     await run.waitForStderr(/does not listen on 127\.0\.0\.1:\d+ after 3 s: the pod keeps serving port 8080/);
-    expect(await whoAnswers(echo.podIP, 8080)).toBe(echo.podName);
+    expect(await client.who(echo.podIP, 8080)).toBe(echo.podName);
     const exit = await run.stop('SIGTERM');
     expect(exit.code).toBe(143);
   });

@@ -100,15 +100,9 @@ export function httpGet(host: string, port: number, path: string, headers: Recor
   });
 }
 
-/** Who answered: "local" (the local server) or the pod's name (http-echo's JSON). */
+/** Who answers a request from the host (the node: never stolen unless --steal-probes). */
 export async function whoAnswers(host: string, port: number, path = '/', headers: Record<string, string> = {}): Promise<string> {
-  const answer = await httpGet(host, port, path, headers);
-  if (answer.body.startsWith('local ')) return 'local';
-  try {
-    return String((JSON.parse(answer.body) as { pod: string }).pod);
-  } catch {
-    return `unexpected: ${answer.status} ${answer.body.slice(0, 100)}`;
-  }
+  return whoAnswered(await httpGet(host, port, path, headers));
 }
 
 export class DevopRun {
@@ -197,5 +191,71 @@ export function killLocalServer(run: DevopRun): void {
         // already gone
       }
     }
+  }
+}
+
+/**
+ * A client inside the cluster: connections from the host come from the node's IP, which the agent treats as kubelet
+ * probes and never steals (unless --steal-probes); real traffic comes from other pods. This pod runs `sleep`, and its
+ * requests are curl run in its network namespace (nsenter into its container's process, found through the cgroup that
+ * the stand-in names after the container ID).
+ */
+export interface PodClient {
+  get(host: string, port: number, path: string, headers?: Record<string, string>): Promise<HttpAnswer>;
+  who(host: string, port: number, path?: string, headers?: Record<string, string>): Promise<string>;
+}
+
+export async function startPodClient(env: { cluster: Cluster; core: CoreV1Api }, name = 'client', namespace = 'default'): Promise<PodClient> {
+  await env.core.createNamespacedPod({
+    namespace,
+    body: { metadata: { name }, spec: { containers: [{ name: 'client', image: 'devop.test/shell', command: ['sh', '-c', 'exec sleep 100000'] }] } },
+  });
+  const containerId = await waitFor(`client pod ${name} to run`, async () => {
+    const pod = await env.core.readNamespacedPod({ name, namespace });
+    const status = pod.status?.containerStatuses?.[0];
+    return status?.state?.running && status.containerID ? status.containerID.replace(/^[a-z]+:\/\//, '') : undefined;
+  });
+  const { readFileSync, existsSync } = await import('node:fs');
+  const cgroupRoots = ['/sys/fs/cgroup/unified', '/sys/fs/cgroup'].map((m) => join(m, env.cluster.instance, containerId, 'cgroup.procs'));
+  const pid = await waitFor(`the client pod's process`, () => {
+    for (const file of cgroupRoots) {
+      if (!existsSync(file)) continue;
+      const first = readFileSync(file, 'utf8').split('\n').find(Boolean);
+      if (first) return Number(first);
+    }
+    return undefined;
+  });
+  const get = (host: string, port: number, path: string, headers: Record<string, string> = {}): Promise<HttpAnswer> =>
+    new Promise((resolvePromise, reject) => {
+      const args = ['-t', String(pid), '-n', 'curl', '-sS', '-m', '5', '-o', '-', '-w', '\n%{http_code}'];
+      for (const [k, v] of Object.entries(headers)) args.push('-H', `${k}: ${v}`);
+      args.push(`http://${host}:${port}${path}`);
+      const child = spawn('nsenter', args, { stdio: ['ignore', 'pipe', 'pipe'] });
+      let out = '';
+      let err = '';
+      child.stdout.setEncoding('utf8').on('data', (t: string) => (out += t));
+      child.stderr.setEncoding('utf8').on('data', (t: string) => (err += t));
+      child.on('error', reject);
+      child.on('exit', (code) => {
+        if (code !== 0) return reject(new Error(`curl ${host}:${port}${path} from pod ${name} failed (${code}): ${err.trim()}`));
+        const i = out.lastIndexOf('\n');
+        resolvePromise({ status: Number(out.slice(i + 1)), body: out.slice(0, i) });
+      });
+    });
+  return {
+    get,
+    async who(host, port, path = '/', headers = {}) {
+      return whoAnswered(await get(host, port, path, headers));
+    },
+  };
+}
+
+/** "local" (the local test server), or the pod name http-echo put in its JSON answer. */
+export function whoAnswered(answer: HttpAnswer): string {
+  if (answer.body.startsWith('local ')) return 'local';
+  try {
+    return String((JSON.parse(answer.body) as { pod: string }).pod);
+  } catch {
+    return `unexpected: ${answer.status} ${answer.body.slice(0, 100)}`;
   }
 }

@@ -9,6 +9,8 @@ import { Kubectl, LocalProcess, eventually, exampleImages } from './harness.js';
 requireRoot('examples: echo-controller');
 
 type Cluster = Awaited<ReturnType<typeof startCluster>>;
+/** Each step waits for pods to become Ready with generous deadlines (shared CI machine); this bounds the whole step. */
+const STEP_TIMEOUT_MS = 300_000;
 
 describe('echo-controller walkthrough', () => {
   let cluster: Cluster;
@@ -42,7 +44,7 @@ describe('echo-controller walkthrough', () => {
     await Promise.all([controller, ...extra].map((p) => p?.stop('SIGKILL')));
     kubectl?.dispose();
     await cluster?.stop();
-  });
+  }, STEP_TIMEOUT_MS);
 
   it('installs the CRD and RBAC', async () => {
     const applied = await kubectl.ok('apply', '-f', 'examples/echo-controller/manifests/crd.yaml', '-f', 'examples/echo-controller/manifests/rbac.yaml');
@@ -53,7 +55,7 @@ describe('echo-controller walkthrough', () => {
     const none = await kubectl.run('get', 'echo', '-n', 'default');
     expect(none.code).toBe(0);
     expect(none.stderr).toContain('No resources found in default namespace.');
-  });
+  }, STEP_TIMEOUT_MS);
 
   it('an Echo with replicas 2 becomes a Deployment with 2 Ready pods, and the Echo reports them', async () => {
     // Given the controller running locally with the cluster's kubeconfig
@@ -62,6 +64,7 @@ describe('echo-controller walkthrough', () => {
     expect(await kubectl.ok('apply', '-f', 'examples/echo-controller/manifests/echo.yaml')).toContain('echo.example.com/hello created');
     // Then its Deployment runs 2 Ready pods of the echo image, owned by the Echo
     await deploymentWith(2);
+    expect(await kubectl.ok('get', 'deployment', 'hello', '-n', 'default')).toMatch(/^NAME\s+READY\s+UP-TO-DATE\s+AVAILABLE\s+AGE\nhello\s+2\/2\s+2\s+2\s/);
     const dep = JSON.parse(await kubectl.ok('get', 'deployment', 'hello', '-n', 'default', '-o', 'json'));
     expect(dep.spec.template.spec.containers[0].image).toBe('devop.test/http-echo');
     expect(dep.metadata.ownerReferences).toMatchObject([{ apiVersion: 'example.com/v1', kind: 'Echo', name: 'hello', controller: true }]);
@@ -73,7 +76,7 @@ describe('echo-controller walkthrough', () => {
     expect(echo.metadata.finalizers).toEqual(['example.com/echo-deployment']);
     expect(echo.status).toEqual({ replicas: 2, readyReplicas: 2, observedGeneration: 1 });
     expect(await kubectl.ok('get', 'echo', 'hello', '-n', 'default')).toMatch(/^NAME\s+REPLICAS\s+READY\s+AGE\nhello\s+2\s+2\s/);
-  });
+  }, STEP_TIMEOUT_MS);
 
   it('changing replicas to 3 updates the Deployment in place', async () => {
     const before = await deployment();
@@ -84,14 +87,14 @@ describe('echo-controller walkthrough', () => {
       const s = JSON.parse(await kubectl.ok('get', 'echo', 'hello', '-n', 'default', '-o', 'jsonpath={.status}'));
       return s.observedGeneration === 2 && s.readyReplicas === 3 ? s : undefined;
     });
-  });
+  }, STEP_TIMEOUT_MS);
 
   it('a deleted Deployment is created again', async () => {
     const before = await deployment();
     expect(await kubectl.ok('delete', 'deployment', 'hello', '-n', 'default')).toContain('deployment.apps "hello" deleted');
     const again = await deploymentWith(3, before?.uid);
     expect(again.uid).not.toBe(before?.uid);
-  });
+  }, STEP_TIMEOUT_MS);
 
   it('deleting the Echo removes its Deployment first, then the Echo', async () => {
     // Given a watch on Echoes that checks, when the Echo is finally gone, whether its Deployment still exists
@@ -120,7 +123,7 @@ describe('echo-controller walkthrough', () => {
     expect(log.indexOf('default/hello: echo deleted, delete deployment')).toBeGreaterThan(-1);
     expect(log.indexOf('default/hello: deployment gone, remove finalizer')).toBeGreaterThan(log.indexOf('default/hello: echo deleted, delete deployment'));
     await controller!.stop('SIGINT');
-  });
+  }, STEP_TIMEOUT_MS);
 
   it('with --leader-elect, one of two controllers leads and the other takes over when it stops', async () => {
     // Given two controllers that elect a leader with the Lease default/echo-controller
@@ -144,5 +147,5 @@ describe('echo-controller walkthrough', () => {
     await kubectl.ok('apply', '-f', 'examples/echo-controller/manifests/echo.yaml');
     await deploymentWith(2);
     expect(second.stdout).toContain('default/hello: create deployment (replicas 2)');
-  });
+  }, STEP_TIMEOUT_MS);
 });

@@ -8,6 +8,8 @@ import { Kubectl, LocalProcess, eventually, exampleImages, freePort } from './ha
 requireRoot('examples: farm-operator');
 
 type Cluster = Awaited<ReturnType<typeof startCluster>>;
+/** Each step waits on rollouts and discovery with generous deadlines (shared CI machine); this bounds the whole step. */
+const STEP_TIMEOUT_MS = 300_000;
 
 /** What kubectl says when the group version has no such resource: unknown type (fresh discovery)… */
 const UNKNOWN_TYPE = (type: string) => `error: the server doesn't have a resource type "${type}"`;
@@ -61,7 +63,7 @@ describe('farm-operator walkthrough', () => {
       expect(r.code, `kubectl ${args.join(' ')}: ${r.stdout}`).not.toBe(0);
       expect(r.stderr.trim()).toBe(UNKNOWN_TYPE(type));
     }
-  });
+  }, STEP_TIMEOUT_MS);
 
   it('under devop exec --steal, step 3 running locally answers kubectl', async () => {
     // Given the step-1 pod serving the APIService
@@ -77,6 +79,8 @@ describe('farm-operator walkthrough', () => {
     await eventually('devop to be ready', async () => {
       if (!devop!.running) throw new Error(`devop exited early\n${devop!.output()}`);
       return devop!.stderr.includes('devop: ready') ? true : undefined;
+    }).catch((err: Error) => {
+      throw new Error(`${err.message}\n${devop!.output()}`);
     });
 
     // Then kubectl's llamas come from the local process (the aggregator may need a moment to see the new discovery)
@@ -104,7 +108,7 @@ describe('farm-operator walkthrough', () => {
     // And the requests reached the local process (its request log is devop's stdout)
     expect(devop.stdout).toMatch(/step=3 GET \/apis\/farm\.example\.com\/v1alpha\/namespaces\/default\/llamas/);
     expect(devop.stdout).toMatch(/step=3 GET \/apis\/farm\.example\.com\/v1alpha\/namespaces\/default\/farmpods/);
-  });
+  }, STEP_TIMEOUT_MS);
 
   it('after devop stops, the cluster’s step-1 pod answers again', async () => {
     // When devop is stopped (Ctrl-C)
@@ -121,5 +125,5 @@ describe('farm-operator walkthrough', () => {
     const raw = JSON.parse(await kubectl.ok('get', '--raw', '/apis/farm.example.com/v1alpha'));
     expect(raw.resources).toEqual([]);
     expect(await kubectl.ok('get', 'apiservice', 'v1alpha.farm.example.com')).toMatch(/default\/farm-operator\s+True/);
-  });
+  }, STEP_TIMEOUT_MS);
 });

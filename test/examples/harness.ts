@@ -108,16 +108,26 @@ export class LocalProcess {
     return this.child.exitCode === null && this.child.signalCode === null;
   }
 
-  /** Signals the process group (Ctrl-C in a terminal does the same), then SIGKILLs it after the grace period. */
+  /**
+   * Signals the process group (Ctrl-C in a terminal does the same) and waits until every process of it has ended — a
+   * wrapper such as npx may exit before the program it started has finished shutting down — then SIGKILLs what is left
+   * after the grace period.
+   */
   async stop(signal: NodeJS.Signals = 'SIGINT', graceMs = 15_000): Promise<{ code: number | null; signal: NodeJS.Signals | null }> {
     this.signalGroup(signal);
-    const timer = setTimeout(() => this.signalGroup('SIGKILL'), graceMs);
+    const deadline = Date.now() + graceMs;
+    while (this.groupAlive() && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    this.signalGroup('SIGKILL');
+    return this.exit;
+  }
+
+  private groupAlive(): boolean {
+    if (this.child.pid === undefined) return false;
     try {
-      return await this.exit;
-    } finally {
-      clearTimeout(timer);
-      // Whatever it started and left behind goes too.
-      this.signalGroup('SIGKILL');
+      process.kill(-this.child.pid, 0);
+      return true;
+    } catch {
+      return false;
     }
   }
 

@@ -13,6 +13,9 @@ import { DevopRun, ROOT, deployEcho, devopExec, startE2ECluster, waitFor, type C
 requireRoot('outgoing (proxy env, Node preload, remote files, port-forward)');
 
 const FETCH_CLIENT = join(ROOT, 'test', 'outgoing', 'fixtures', 'fetch-client.mjs');
+/** A devop run (agent start-up included) on a loaded machine; below TEST_TIMEOUT_MS so that its output is shown. */
+const RUN_DEADLINE_MS = 120_000;
+const TEST_TIMEOUT_MS = 180_000;
 /** The port the issue names for `devop port-forward -L 18080:echo.default:80`. */
 const FORWARD_PORT = 18080;
 
@@ -57,7 +60,7 @@ function jsonLines<T>(text: string): T[] {
 async function finished(run: DevopRun, what: string): Promise<number | null> {
   let timer: NodeJS.Timeout | undefined;
   const deadline = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what} did not finish\n${run.output}`)), 90_000);
+    timer = setTimeout(() => reject(new Error(`${what} did not finish\n${run.output}`)), RUN_DEADLINE_MS);
   });
   try {
     return (await Promise.race([run.exited, deadline])).code;
@@ -85,10 +88,11 @@ function post(port: number, body: string): Promise<EchoAnswer> {
   });
 }
 
-describe('outgoing traffic, DNS and remote files through the pod', () => {
+describe('outgoing traffic, DNS and remote files through the pod', { timeout: TEST_TIMEOUT_MS }, () => {
   let cluster: Cluster;
   let echo: EchoDeployment;
   let client: { podName: string; podIP: string };
+  let clusterIP: string;
   const runs: DevopRun[] = [];
   const track = (run: DevopRun): DevopRun => {
     runs.push(run);
@@ -100,16 +104,29 @@ describe('outgoing traffic, DNS and remote files through the pod', () => {
     cluster = env.cluster;
     // Given an echo Deployment behind a ClusterIP Service echo:80, and a client workload to run as
     echo = await deployEcho(env, 'echo');
-    await env.core.createNamespacedService({
+    const service = await env.core.createNamespacedService({
       namespace: 'default',
       body: { metadata: { name: 'echo' }, spec: { selector: { app: 'echo' }, ports: [{ port: 80, targetPort: 8080 }] } },
     });
+    clusterIP = service.spec?.clusterIP ?? '';
     client = await deployClient(env, 'client');
   });
 
   afterAll(async () => {
     await Promise.all(runs.map((run) => run.stop('SIGKILL')));
     await cluster?.stop();
+  });
+
+  it('a local curl (proxy env) and a local Node fetch (preload) reach the service by its ClusterIP, from the pod', async () => {
+    const script = `curl -sS --max-time 30 http://${clusterIP}/curl-by-ip && echo && ${process.execPath} ${FETCH_CLIENT} http://${clusterIP}/node-by-ip`;
+    const run = track(devopExec(cluster, ['-t', 'deploy/client'], ['sh', '-c', script]));
+    expect(await finished(run, 'devop exec by ClusterIP'), run.output).toBe(0);
+    const [curlAnswer, nodeLine] = jsonLines<EchoAnswer & { body: string }>(run.stdout);
+    const nodeAnswer = JSON.parse(nodeLine?.body ?? '{}') as EchoAnswer;
+    for (const [answer, path] of [[curlAnswer, '/curl-by-ip'], [nodeAnswer, '/node-by-ip']] as const) {
+      expect(answer, run.output).toMatchObject({ pod: echo.podName, path });
+      expect(answer.remoteAddress.replace(/^::ffff:/, '')).toBe(client.podIP);
+    }
   });
 
   it('a local curl reaches the service by name.namespace and by full name through the proxy env, from the pod', async () => {
@@ -188,7 +205,7 @@ describe('outgoing traffic, DNS and remote files through the pod', () => {
     await waitFor(`the forward to listen\n${run.output}`, () => {
       if (run.child.exitCode !== null) throw new Error(`devop port-forward exited\n${run.output}`);
       return run.stdout.includes(`127.0.0.1:${FORWARD_PORT} -> echo.default:80`) ? true : undefined;
-    }, 90_000);
+    }, RUN_DEADLINE_MS);
     // When 100 clients post distinct 32 KiB bodies at once
     const bodies = Array.from({ length: 100 }, () => randomBytes(24 * 1024).toString('base64'));
     const answers = await Promise.all(bodies.map((body) => post(FORWARD_PORT, body)));

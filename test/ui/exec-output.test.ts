@@ -51,9 +51,13 @@ describe('devop exec output when piped', () => {
     const local = await freePort();
     const run = exec([], local, { CI: '' });
     // When it is ready and serves a request
-    await run.ready();
-    expect(await whoAnswers(echo.podIP, 8080, '/piped')).toBe('local');
-    const exit = await run.stop('SIGTERM');
+    try {
+      await run.ready();
+      expect(await whoAnswers(echo.podIP, 8080, '/piped'), run.output).toBe('local');
+    } finally {
+      await run.stop('SIGTERM');
+    }
+    const exit = await run.exited;
     // Then it exits with the local command's code, printed lines only, and no escape code on either stream
     expect(exit.code, run.output).toBe(0);
     expect(run.stderr).not.toMatch(ESCAPE_CODES);
@@ -70,11 +74,15 @@ describe('devop exec output when piped', () => {
     // Given devop with --output json
     const local = await freePort();
     const run = exec(['--output', 'json'], local);
-    await waitFor('the ready event', () => (run.stdout.includes('"type":"ready"') ? true : undefined));
-    // When a request is stolen and devop stops
-    expect(await whoAnswers(echo.podIP, 8080, '/json')).toBe('local');
-    await waitFor('a traffic event', () => (/"type":"(connection|request)"/.test(run.stdout) ? true : undefined));
-    const exit = await run.stop('SIGTERM');
+    try {
+      await waitFor(`the ready event\n${run.output}`, () => (run.stdout.includes('"type":"ready"') ? true : undefined));
+      // When a request is stolen and devop stops
+      expect(await whoAnswers(echo.podIP, 8080, '/json'), run.output).toBe('local');
+      await waitFor('a traffic event', () => (/"type":"(connection|request)"/.test(run.stdout) ? true : undefined));
+    } finally {
+      await run.stop('SIGTERM');
+    }
+    const exit = await run.exited;
     expect(exit.code, run.output).toBe(0);
     // Then each line parses, has a type, and the sequence has steps, ready, traffic, the child's output and exit
     const events = run.stdout.trim().split('\n').map((line) => JSON.parse(line) as { type: string; [key: string]: unknown });
@@ -117,7 +125,7 @@ describe('devop exec output when piped', () => {
       expect(terminal).toContain(`ws://127.0.0.1:${inspect}/`);
     } finally {
       child.kill('SIGTERM');
-      expect(await exited).toBe(0);
+      expect(await exited, terminal).toBe(0);
     }
   });
 });

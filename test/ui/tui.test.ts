@@ -44,9 +44,7 @@ describe('devop exec in a terminal (tmux)', () => {
     waitFor(`the screen to show ${what}`, () => {
       const text = pane!.capture();
       return test(text) ? text : undefined;
-    }, SCREEN_WAIT_MS).catch((err: Error) => {
-      throw new Error(`${err.message}\n--- screen ---\n${pane!.capture()}`);
-    });
+    }, SCREEN_WAIT_MS);
 
   it('lists requests, pauses and resumes with p, mirrors with m, and quits cleanly with q', async () => {
     // Given devop stealing the echo pod's port for requests with x-user: tui, in a 140×45 terminal
@@ -55,6 +53,17 @@ describe('devop exec in a terminal (tmux)', () => {
     // CI unset: interactive means stdin and stdout are terminals and CI is not set.
     const command = `env -u CI LOCAL_PORT=${local} ${devop.map(shellQuote).join(' ')}; echo DEVOP_EXITED=$?`;
     pane = new TmuxPane(command, { width: 140, height: 45 });
+    try {
+      await steerAndQuit(local);
+    } catch (err) {
+      // Whatever failed, the screen says most about why.
+      (err as Error).message += `\n--- screen ---\n${pane.capture()}`;
+      throw err;
+    }
+  });
+
+  async function steerAndQuit(local: number): Promise<void> {
+    const terminal = pane!;
     await screen('the live view', (text) => text.includes('q quit') && /:8080 stealing → local :\d+/.test(text));
 
     // When requests are sent to the pod: two for the local command, one for the pod
@@ -67,28 +76,28 @@ describe('devop exec in a terminal (tmux)', () => {
     expect(listed).toMatch(/requests 3\b/);
 
     // When p is pressed
-    pane.sendKeys('p');
+    terminal.sendKeys('p');
     await screen('the paused header', (text) => /:8080 paused/.test(text));
     // Then matching requests reach the pod again
     await waitFor('the pod to answer while paused', async () => ((await whoAnswers(echo.podIP, 8080, '/tui-paused', { 'x-user': 'tui' })) === echo.podName ? true : undefined), SCREEN_WAIT_MS);
     // When p is pressed again, the local command answers again
-    pane.sendKeys('p');
+    terminal.sendKeys('p');
     await screen('the stealing header', (text) => /:8080 stealing/.test(text));
     await waitFor('the local command to answer after resume', async () => ((await whoAnswers(echo.podIP, 8080, '/tui-resumed', { 'x-user': 'tui' })) === 'local' ? true : undefined), SCREEN_WAIT_MS);
 
     // When m is pressed: mirror — the pod answers, the local command gets a copy
-    pane.sendKeys('m');
+    terminal.sendKeys('m');
     await screen('the mirroring header', (text) => /:8080 mirroring/.test(text));
     await waitFor('the pod to answer in mirror mode', async () => ((await whoAnswers(echo.podIP, 8080, '/tui-mirrored', { 'x-user': 'tui' })) === echo.podName ? true : undefined), SCREEN_WAIT_MS);
     const mirrored = await screen('the mirrored copy in the output pane', (text) => text.includes('/tui-mirrored'));
     if (process.env.DEVOP_TUI_CAPTURE) writeFileSync(process.env.DEVOP_TUI_CAPTURE, mirrored);
 
     // When q is pressed
-    pane.sendKeys('q');
+    terminal.sendKeys('q');
     // Then devop exits 0, the local command is stopped, and the pod serves its own traffic
     await screen('devop to exit', (text) => text.includes('DEVOP_EXITED='));
-    expect(pane.capture()).toContain('DEVOP_EXITED=0');
+    expect(terminal.capture()).toContain('DEVOP_EXITED=0');
     expect(await portAccepts(local)).toBe(false);
     expect(await whoAnswers(echo.podIP, 8080, '/after', { 'x-user': 'tui' })).toBe(echo.podName);
-  });
+  }
 });

@@ -13,6 +13,21 @@ export interface EchoControllerOptions {
   log?: (line: string) => void;
 }
 
+/** One line for the log: the API's Status message when there is one (client-node's errors span several lines). */
+export function errorLine(err: unknown): string {
+  const e = err as { code?: unknown; body?: unknown; message?: unknown } | undefined;
+  if (typeof e?.code === 'number' && e.body !== undefined) {
+    let message: unknown;
+    try {
+      message = (typeof e.body === 'string' ? JSON.parse(e.body) : e.body)?.message;
+    } catch {
+      message = undefined;
+    }
+    return `HTTP ${e.code}${typeof message === 'string' ? `: ${message}` : ''}`;
+  }
+  return (err instanceof Error ? err.message : String(err)).split('\n')[0];
+}
+
 function statusCode(err: unknown): number | undefined {
   const code = (err as { code?: unknown } | undefined)?.code;
   return typeof code === 'number' ? code : undefined;
@@ -41,7 +56,7 @@ export class EchoController {
     this.image = options.image ?? DEFAULT_ECHO_IMAGE;
     this.log = options.log ?? (() => {});
     this.queue = new WorkQueue({
-      onError: (key, err, retryInMs) => this.log(`reconcile ${key} failed (retry in ${retryInMs}ms): ${err instanceof Error ? err.message.split('\n')[0] : String(err)}`),
+      onError: (key, err, retryInMs) => this.log(`reconcile ${key} failed (retry in ${retryInMs}ms): ${errorLine(err)}`),
     });
   }
 
@@ -57,7 +72,7 @@ export class EchoController {
           ? await this.custom.listNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: ns, plural: PLURAL })
           : await this.custom.listClusterCustomObject({ group: GROUP, version: VERSION, plural: PLURAL })) as { items: Echo[]; metadata?: { resourceVersion?: string } },
       onEvent: (_type, echo) => this.queue.add(keyOf(echo.metadata)),
-      onError: (err) => this.log(`watch echoes: ${String(err)}`),
+      onError: (err) => this.log(`watch echoes: ${errorLine(err)}`),
     });
     const labelSelector = `${MANAGED_BY_LABEL}=${MANAGED_BY}`;
     const deployments = new ListWatch<V1Deployment>({
@@ -70,7 +85,7 @@ export class EchoController {
         const owner = deployment.metadata?.ownerReferences?.find((r) => r.kind === KIND && r.apiVersion === API_VERSION);
         if (owner) this.queue.add(keyOf({ namespace: deployment.metadata?.namespace, name: owner.name }));
       },
-      onError: (err) => this.log(`watch deployments: ${String(err)}`),
+      onError: (err) => this.log(`watch deployments: ${errorLine(err)}`),
     });
     this.watches.push(echoes as ListWatch<Echo | V1Deployment>, deployments as ListWatch<Echo | V1Deployment>);
     echoes.start();

@@ -108,7 +108,114 @@ function resourceAttributes(f: Fields): K8sObject {
   return out;
 }
 
+const num = (f: Fields, n: number): number | undefined => {
+  const v = f.get(n)?.[0];
+  return typeof v === 'number' ? v : undefined;
+};
+const msgs = (f: Fields, n: number): Fields[] => (f.get(n) ?? []).filter(Buffer.isBuffer).map((b) => fields(b as Buffer));
+
+function labelSelector(f: Fields | undefined): K8sObject | undefined {
+  return f ? withoutUndefined({ matchLabels: stringMap(f, 1) }) : undefined;
+}
+
+/** IntOrString {type = 1 (0 int, 1 string), intVal = 2, strVal = 3}. */
+function intOrString(f: Fields | undefined): number | string | undefined {
+  if (!f) return undefined;
+  return num(f, 1) === 1 ? str(f, 3) : (num(f, 2) ?? 0);
+}
+
+function container(f: Fields): K8sObject {
+  const list = (n: number) => {
+    const v = strs(f, n);
+    return v.length ? v : undefined;
+  };
+  const ports = msgs(f, 6).map((p) => withoutUndefined({ name: str(p, 1), hostPort: num(p, 2), containerPort: num(p, 3), protocol: str(p, 4) }));
+  const env = msgs(f, 7).map((e) => withoutUndefined({ name: str(e, 1), value: str(e, 2) }));
+  return withoutUndefined({
+    name: str(f, 1),
+    image: str(f, 2),
+    command: list(3),
+    args: list(4),
+    workingDir: str(f, 5),
+    ports: ports.length ? ports : undefined,
+    env: env.length ? env : undefined,
+    resources: {},
+    terminationMessagePath: str(f, 13),
+    imagePullPolicy: str(f, 14),
+    stdin: bool(f, 16),
+    tty: bool(f, 18),
+    terminationMessagePolicy: str(f, 20),
+  });
+}
+
+function podSpec(f: Fields | undefined): K8sObject | undefined {
+  if (!f) return undefined;
+  const init = msgs(f, 20).map(container);
+  return withoutUndefined({
+    containers: msgs(f, 2).map(container),
+    restartPolicy: str(f, 3),
+    terminationGracePeriodSeconds: num(f, 4),
+    activeDeadlineSeconds: num(f, 5),
+    dnsPolicy: str(f, 6),
+    nodeSelector: stringMap(f, 7),
+    serviceAccountName: str(f, 8),
+    nodeName: str(f, 10),
+    hostNetwork: bool(f, 11),
+    hostPID: bool(f, 12),
+    schedulerName: str(f, 19),
+    initContainers: init.length ? init : undefined,
+  });
+}
+
+function podTemplate(f: Fields | undefined): K8sObject | undefined {
+  return f ? withoutUndefined({ metadata: objectMeta(msg(f, 1)), spec: podSpec(msg(f, 2)) }) : undefined;
+}
+
 const DECODERS: Record<string, (raw: Fields) => K8sObject> = {
+  // `kubectl create deployment|job|service` (kubectl ≥ 1.32 sends them as protobuf): the fields those generators set.
+  'apps/v1/Deployment': (f) => {
+    const spec = msg(f, 2) ?? new Map();
+    const strategy = msg(spec, 4);
+    return withoutUndefined({
+      metadata: objectMeta(msg(f, 1)),
+      spec: withoutUndefined({
+        replicas: num(spec, 1),
+        selector: labelSelector(msg(spec, 2)),
+        template: podTemplate(msg(spec, 3)),
+        strategy: strategy ? withoutUndefined({ type: str(strategy, 1) }) : undefined,
+        minReadySeconds: num(spec, 5),
+        revisionHistoryLimit: num(spec, 6),
+        paused: bool(spec, 7),
+        progressDeadlineSeconds: num(spec, 9),
+      }),
+    });
+  },
+  'batch/v1/Job': (f) => {
+    const spec = msg(f, 2) ?? new Map();
+    return withoutUndefined({
+      metadata: objectMeta(msg(f, 1)),
+      spec: withoutUndefined({
+        parallelism: num(spec, 1),
+        completions: num(spec, 2),
+        activeDeadlineSeconds: num(spec, 3),
+        selector: labelSelector(msg(spec, 4)),
+        manualSelector: bool(spec, 5),
+        template: podTemplate(msg(spec, 6)),
+        backoffLimit: num(spec, 7),
+        ttlSecondsAfterFinished: num(spec, 8),
+        completionMode: str(spec, 9),
+        suspend: bool(spec, 10),
+      }),
+    });
+  },
+  'v1/Service': (f) => {
+    const spec = msg(f, 2) ?? new Map();
+    const ports = msgs(spec, 1).map((p) => withoutUndefined({ name: str(p, 1), protocol: str(p, 2), port: num(p, 3), targetPort: intOrString(msg(p, 4)), nodePort: num(p, 5) }));
+    return withoutUndefined({
+      metadata: objectMeta(msg(f, 1)),
+      spec: withoutUndefined({ ports: ports.length ? ports : undefined, selector: stringMap(spec, 2), clusterIP: str(spec, 3), type: str(spec, 4) }),
+    });
+  },
   'authorization.k8s.io/v1/SelfSubjectAccessReview': (f) => {
     const spec = msg(f, 2);
     const out: K8sObject = { metadata: objectMeta(msg(f, 1)), spec: {} };
@@ -124,6 +231,11 @@ const DECODERS: Record<string, (raw: Fields) => K8sObject> = {
   'v1/Namespace': (f) => withoutUndefined({ metadata: objectMeta(msg(f, 1)), spec: { finalizers: strs(msg(f, 2) ?? new Map(), 1) } }),
   'v1/ConfigMap': (f) => withoutUndefined({ metadata: objectMeta(msg(f, 1)), data: stringMap(f, 2), binaryData: stringMap(f, 3, true), immutable: bool(f, 4) }),
   'v1/Secret': (f) => withoutUndefined({ metadata: objectMeta(msg(f, 1)), data: stringMap(f, 2, true), type: str(f, 3), stringData: stringMap(f, 4), immutable: bool(f, 5) }),
+  'authentication.k8s.io/v1/TokenRequest': (f) => {
+    const spec = msg(f, 2) ?? new Map();
+    const seconds = spec.get(4)?.[0];
+    return withoutUndefined({ metadata: objectMeta(msg(f, 1)), spec: withoutUndefined({ audiences: strs(spec, 1), expirationSeconds: typeof seconds === 'number' ? seconds : undefined }) });
+  },
   'v1/ServiceAccount': (f) => withoutUndefined({ metadata: objectMeta(msg(f, 1)), automountServiceAccountToken: bool(f, 4) }),
 };
 

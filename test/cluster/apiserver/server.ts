@@ -133,14 +133,16 @@ export async function startApiServer(o: ApiServerOptions): Promise<ApiServer> {
       return sendJson(res, 200, doc);
     }
     if (path === '/openapi/v2') throw new ApiError(404, 'NotFound', 'the server could not find the requested resource');
+    const groupOnly = /^\/apis\/([^/]+)$/.exec(path);
+    if (groupOnly) {
+      const g = apiGroup(o.catalog, groupOnly[1], o.aggregator.groups());
+      if (!g) throw new ApiError(404, 'NotFound', 'the server could not find the requested resource');
+      return sendJson(res, 200, g);
+    }
     const route = parseResourcePath(path);
     if (!route) throw new ApiError(404, 'NotFound', 'the server could not find the requested resource');
     if (route.group && o.aggregator.handles(route.group, route.version)) return o.aggregator.proxy(req, res, id);
     if (!route.resource) {
-      if (path.split('/').filter(Boolean).length === 2 && route.group && path.startsWith('/apis/')) {
-        const g = apiGroup(o.catalog, route.group, o.aggregator.groups());
-        if (g) return sendJson(res, 200, g);
-      }
       const types = o.catalog.all().filter((t) => t.group === route.group && t.version === route.version);
       if (types.length === 0) throw new ApiError(404, 'NotFound', 'the server could not find the requested resource');
       return sendJson(res, 200, apiResourceList(types, route.group ? `${route.group}/${route.version}` : route.version));

@@ -15,6 +15,8 @@ export interface ContainerLaunch {
   cgroupDir: string;
   logPath: string;
   stdin: boolean;
+  /** Shell lines run in the container's mount namespace before the command (volume mounts); empty for none. */
+  setup?: string;
 }
 
 export interface ContainerExit {
@@ -30,6 +32,8 @@ const SIGNAL_NUMBERS: Record<string, number> = { SIGHUP: 1, SIGINT: 2, SIGQUIT: 
 
 /** The shell step that runs in the host's mount namespace: join the cgroup, then enter the netns and exec the command. */
 const LAUNCH_SCRIPT = 'echo $$ > "$1/cgroup.procs" || exit 126; shift; exec ip netns exec "$@"';
+/** With volume mounts: after entering the netns (and the mount namespace `ip netns exec` makes), mount, then exec. */
+const SETUP_SCRIPT = (setup: string) => `${setup}\nexec "$@"`;
 
 /** Finds an executable as execvp would with the container's PATH; undefined when there is none. */
 export function lookPath(file: string, path: string): string | undefined {
@@ -65,7 +69,8 @@ export class ContainerProcess {
     }
     if (!existsSync(launch.workingDir)) mkdirSync(launch.workingDir, { recursive: true });
     this.log = new ContainerLogWriter(launch.logPath);
-    this.child = spawn('/bin/sh', ['-c', LAUNCH_SCRIPT, 'sh', launch.cgroupDir, launch.netns, ...launch.argv], {
+    const inner = launch.setup ? ['/bin/sh', '-c', SETUP_SCRIPT(launch.setup), 'sh', ...launch.argv] : launch.argv;
+    this.child = spawn('/bin/sh', ['-c', LAUNCH_SCRIPT, 'sh', launch.cgroupDir, launch.netns, ...inner], {
       env: launch.env,
       cwd: launch.workingDir,
       detached: true,

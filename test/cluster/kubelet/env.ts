@@ -9,6 +9,10 @@ export interface EnvSources {
   /** Services of the pod's namespace, and the `kubernetes` service of `default`. */
   services(namespace: string): V1Service[];
   masterService(): V1Service | undefined;
+  /** A token for the pod's service account (TokenRequest), for the automounted service-account volume. */
+  serviceAccountToken?(namespace: string, serviceAccount: string, expirationSeconds?: number): Promise<string | undefined>;
+  /** The cluster CA (PEM) for that volume's ca.crt. */
+  caPem?(): string | undefined;
 }
 
 /** An env reference that cannot be resolved: kubelet reports CreateContainerConfigError with this message. */

@@ -1,6 +1,7 @@
 // The stand-in's kubelet: an ordinary API client (client-node, admin kubeconfig) that lists and watches the pods bound to
 // its node, runs them on a KubeletNode, reports their status, records events and deletes pods once they have terminated.
 import { randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import {
   CoreV1Api,
   KubeConfig,
@@ -9,6 +10,7 @@ import {
   type CoreV1Event,
   type V1Pod,
   type V1PodStatus,
+  type V1Endpoints,
   type V1Service,
 } from '@kubernetes/client-node';
 import { defaultImages, type ImageTable } from '../images.js';
@@ -18,6 +20,8 @@ import { startListWatch, type ListWatch } from './list-watch.js';
 import { KubeletNode } from './node.js';
 import type { NodeSubnets } from './network.js';
 import type { PodWorker } from './pod-worker.js';
+import { ClusterDns } from './dns.js';
+import { ServiceProxy } from './service-proxy.js';
 import { podStatus } from './status.js';
 
 export { ImageTable, defaultImages } from '../images.js';
@@ -57,6 +61,8 @@ export async function startKubelet(opts: KubeletOptions): Promise<Kubelet> {
   const core = kc.makeApiClient(CoreV1Api);
   const images = opts.images ?? defaultImages();
   const services = new Map<string, V1Service>();
+  const caPem = opts.caPath ? readFileSync(opts.caPath, 'utf8') : kc.getCurrentCluster()?.caData ? Buffer.from(kc.getCurrentCluster()!.caData!, 'base64').toString('utf8') : undefined;
+  const endpoints = new Map<string, V1Endpoints>();
   let stopped = false;
 
   const readOrUndefined = async <T>(read: () => Promise<T>): Promise<T | undefined> => {
@@ -72,6 +78,19 @@ export async function startKubelet(opts: KubeletOptions): Promise<Kubelet> {
     secret: (namespace, name) => readOrUndefined(() => core.readNamespacedSecret({ namespace, name })),
     services: (namespace) => [...services.values()].filter((s) => s.metadata?.namespace === namespace),
     masterService: () => services.get('default/kubernetes'),
+    serviceAccountToken: async (namespace, name, expirationSeconds) => {
+      try {
+        const review = await core.createNamespacedServiceAccountToken({
+          namespace,
+          name,
+          body: { spec: { audiences: [], expirationSeconds: expirationSeconds ?? 3607 } },
+        });
+        return review.status?.token;
+      } catch {
+        return undefined;
+      }
+    },
+    caPem: () => caPem,
   };
 
   const event = (pod: V1Pod, type: 'Normal' | 'Warning', reason: string, message: string, fieldPath?: string): void => {
@@ -140,6 +159,19 @@ export async function startKubelet(opts: KubeletOptions): Promise<Kubelet> {
     event,
   });
 
+  const proxy = new ServiceProxy({
+    tag: node.network.tag,
+    serviceCIDR: node.serviceCIDR,
+    services: () => [...services.values()],
+    endpoints: (namespace, name) => endpoints.get(`${namespace}/${name}`),
+  });
+
+  const dns = new ClusterDns(node.nodeIP, {
+    domain: opts.clusterDomain ?? 'cluster.local',
+    service: (namespace, name) => services.get(`${namespace}/${name}`),
+    endpoints: (namespace, name) => endpoints.get(`${namespace}/${name}`),
+  });
+
   const deleting = new Set<string>();
   const finishDeletion = async (pod: V1Pod): Promise<void> => {
     const uid = pod.metadata?.uid ?? '';
@@ -185,6 +217,8 @@ export async function startKubelet(opts: KubeletOptions): Promise<Kubelet> {
 
   const watches: ListWatch[] = [];
   try {
+    await proxy.setUp();
+    await dns.start();
     watches.push(
       startListWatch<V1Service>({
         kubeConfig: kc,
@@ -193,14 +227,31 @@ export async function startKubelet(opts: KubeletOptions): Promise<Kubelet> {
         onList: (items) => {
           services.clear();
           for (const s of items) services.set(key(s), s);
+          proxy.schedule();
         },
         onEvent: (type, s) => {
           if (type === 'DELETED') services.delete(key(s));
           else services.set(key(s), s);
+          proxy.schedule();
+        },
+      }),
+      startListWatch<V1Endpoints>({
+        kubeConfig: kc,
+        path: '/api/v1/endpoints',
+        list: () => core.listEndpointsForAllNamespaces(),
+        onList: (items) => {
+          endpoints.clear();
+          for (const e of items) endpoints.set(key(e), e);
+          proxy.schedule();
+        },
+        onEvent: (type, e) => {
+          if (type === 'DELETED') endpoints.delete(key(e));
+          else endpoints.set(key(e), e);
+          proxy.schedule();
         },
       }),
     );
-    await watches[0].synced;
+    await Promise.all(watches.map((w) => w.synced));
     const fieldSelector = `spec.nodeName=${opts.nodeName}`;
     watches.push(
       startListWatch<V1Pod>({
@@ -218,8 +269,10 @@ export async function startKubelet(opts: KubeletOptions): Promise<Kubelet> {
         onEvent: onPod,
       }),
     );
-    await watches[1].synced;
+    await watches[2].synced;
   } catch (err) {
+    proxy.stop();
+    await dns.stop();
     for (const w of watches) w.stop();
     await node.stop();
     throw err;
@@ -236,7 +289,10 @@ export async function startKubelet(opts: KubeletOptions): Promise<Kubelet> {
     logs: (req) => node.logs(req),
     async stop() {
       stopped = true;
+      proxy.stop();
+      await proxy.settled();
       for (const w of watches) w.stop();
+      await dns.stop();
       await node.stop();
     },
   };

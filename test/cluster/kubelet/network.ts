@@ -119,6 +119,8 @@ export class NodeNetwork {
       `link add ${this.bridge} type bridge`,
       `addr add ${this.subnets.nodeIP}/24 dev ${this.bridge}`,
       `link set ${this.bridge} up`,
+      // ClusterIPs are routed to the bridge so the host's connections to them reach nat OUTPUT (and never leave the host).
+      `route add ${this.subnets.serviceCIDR} dev ${this.bridge} src ${this.subnets.nodeIP}`,
     ]);
     // Routed pod traffic (pod → ClusterIP → pod) enters and leaves through the bridge: forwarding on this interface only,
     // so the host's global ip_forward is left as it was. route_localnet lets a ClusterIP lead to an address on 127/8.
@@ -148,10 +150,31 @@ export class NodeNetwork {
   }
 
   async tearDown(): Promise<void> {
-    await runQuiet('iptables', ['-w', '-D', 'FORWARD', '-j', this.forwardChain]);
-    await runQuiet('iptables', ['-w', '-F', this.forwardChain]);
-    await runQuiet('iptables', ['-w', '-X', this.forwardChain]);
+    await removeInstanceChains(this.tag);
     await runQuiet('ip', ['link', 'del', this.bridge]);
     this.subnets.release();
+  }
+}
+
+/** Removes every iptables chain of an instance (DVK-<tag>-*) from the filter and nat tables, jumps to them first. */
+export async function removeInstanceChains(tag: string): Promise<void> {
+  for (const table of ['filter', 'nat']) {
+    const rules = (await run('iptables-save', ['-t', table])).split('\n');
+    const chains = rules.filter((r) => r.startsWith(`:DVK-${tag}-`)).map((r) => r.slice(1).split(' ')[0]);
+    if (chains.length === 0) continue;
+    const jumps = rules.filter((r) => r.startsWith('-A ') && !r.startsWith(`-A DVK-${tag}-`) && r.includes(`-j DVK-${tag}-`));
+    await run('iptables-restore', ['--noflush', '-w'], [
+      `*${table}`,
+      ...jumps.map((r) => `-D ${r.slice(3)}`),
+      ...chains.map((c) => `-F ${c}`),
+      ...chains.map((c) => `-X ${c}`),
+      'COMMIT',
+      '',
+    ].join('\n')).catch(async () => {
+      // One bad line fails the whole batch: fall back to one command per rule.
+      for (const r of jumps) await runQuiet('iptables', ['-w', '-t', table, '-D', ...r.slice(3).split(' ')]);
+      for (const c of chains) await runQuiet('iptables', ['-w', '-t', table, '-F', c]);
+      for (const c of chains) await runQuiet('iptables', ['-w', '-t', table, '-X', c]);
+    });
   }
 }

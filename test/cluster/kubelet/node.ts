@@ -45,6 +45,7 @@ export class KubeletNode implements NodeRuntime {
     readonly network: NodeNetwork,
     readonly cgroups: CgroupRoot,
     readonly stateDir: string,
+    readonly volumesDir: string,
   ) {}
 
   /** Sets up the bridge, the iptables FORWARD chain and the cgroup root; undoes it all if a step fails. */
@@ -54,7 +55,7 @@ export class KubeletNode implements NodeRuntime {
     const network = new NodeNetwork(opts.instance, subnets);
     const cgroups = new CgroupRoot(opts.instance);
     const stateDir = join('/run/devop-kubelet', opts.instance);
-    const node = new KubeletNode(opts, network, cgroups, stateDir);
+    const node = new KubeletNode(opts, network, cgroups, stateDir, join('/var/lib/devop-kubelet', opts.instance));
     try {
       mkdirSync(stateDir, { recursive: true });
       cgroups.create();
@@ -104,6 +105,7 @@ export class KubeletNode implements NodeRuntime {
       images: this.opts.images,
       envSources: this.opts.envSources,
       stateDir: this.stateDir,
+      volumesDir: this.volumesDir,
       clusterDomain: this.opts.clusterDomain ?? 'cluster.local',
       sandboxNames: () => {
         const n = (++this.sandboxCount).toString(36);
@@ -178,5 +180,6 @@ export class KubeletNode implements NodeRuntime {
     await this.cgroups.destroyAll();
     await this.network.tearDown();
     rmSync(this.stateDir, { recursive: true, force: true });
+    rmSync(this.volumesDir, { recursive: true, force: true });
   }
 }

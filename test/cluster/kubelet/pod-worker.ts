@@ -1,7 +1,7 @@
 // One pod on the node: its sandbox, its init, regular and ephemeral containers (start, restart with back-off under the
 // restart policy, readiness), and its termination (SIGTERM, grace period, SIGKILL, sandbox removal).
 import { randomBytes } from 'node:crypto';
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import type { V1Container, V1EphemeralContainer, V1Pod } from '@kubernetes/client-node';
 import type { ImageTable } from '../images.js';
@@ -14,6 +14,7 @@ import { PodDialer } from './pod-dialer.js';
 import { startReadinessLoop } from './probes.js';
 import { currentAttempt, isRunning, newRecord, type ContainerKind, type ContainerRecord } from './records.js';
 import { PodSandbox } from './sandbox.js';
+import { containerMounts, mountScript, preparePodVolumes } from './volumes.js';
 
 /** Restart back-off: first restart at once, then doubling from here (kubelet uses 10 s; tests should not wait that). */
 const BACKOFF_BASE_MS = 200;
@@ -30,6 +31,8 @@ export interface PodWorkerDeps {
   envSources: EnvSources;
   /** Per-instance directory for relay sockets and logs. */
   stateDir: string;
+  /** Per-instance directory for pod volumes (outside /run, which containers get as their own empty tmpfs). */
+  volumesDir: string;
   /** Unique netns/veth names for a new sandbox. */
   sandboxNames(): { netns: string; hostVeth: string };
   clusterDomain: string;
@@ -53,6 +56,8 @@ export class PodWorker {
   private readonly wakers = new Set<() => void>();
   private readonly stopProbes = new Map<string, () => void>();
   private readonly logDir: string;
+  private readonly podVolumesDir: string;
+  private volumeDirs = new Map<string, string>();
 
   constructor(
     public pod: V1Pod,
@@ -60,6 +65,7 @@ export class PodWorker {
   ) {
     this.uid = pod.metadata?.uid ?? randomBytes(8).toString('hex');
     this.logDir = join(deps.stateDir, 'logs', `${pod.metadata?.namespace}_${pod.metadata?.name}_${this.uid}`);
+    this.podVolumesDir = join(deps.volumesDir, this.uid);
     for (const c of pod.spec?.initContainers ?? []) this.records.set(c.name, newRecord(c, 'init'));
     for (const c of pod.spec?.containers ?? []) this.records.set(c.name, newRecord(c, 'regular'));
   }
@@ -110,6 +116,17 @@ export class PodWorker {
     if (this.stopping) return;
     mkdirSync(this.logDir, { recursive: true });
     this.changed();
+    let mountFailures = 0;
+    while (!this.stopping) {
+      try {
+        this.volumeDirs = await preparePodVolumes(this.pod, this.podVolumesDir, this.deps.envSources);
+        break;
+      } catch (err) {
+        this.deps.event(this.pod, 'Warning', 'FailedMount', `MountVolume.SetUp failed: ${(err as Error).message}`);
+        await this.sleep(Math.min(BACKOFF_BASE_MS * 2 ** mountFailures++, BACKOFF_MAX_MS));
+      }
+    }
+    if (this.stopping) return;
     for (const rec of this.recordsOf('init')) {
       const exitCode = await this.runContainer(rec, this.restartPolicy === 'Never' ? 'Never' : 'OnFailure');
       if (this.stopping || exitCode !== 0) {
@@ -249,6 +266,7 @@ export class PodWorker {
         cgroupDir,
         logPath: attempt.logPath,
         stdin: Boolean(rec.spec.stdin),
+        setup: mountScript(containerMounts(this.pod, rec.spec, this.volumeDirs), this.sandbox!.name),
       });
     } catch (err) {
       await this.deps.cgroups.destroy(cgroupDir);
@@ -339,6 +357,7 @@ export class PodWorker {
       const created = await this.sandboxCreation?.catch(() => undefined);
       await this.dialer?.stop();
       await (created ?? this.sandbox)?.remove();
+      rmSync(this.podVolumesDir, { recursive: true, force: true });
     })();
     return this.terminated;
   }

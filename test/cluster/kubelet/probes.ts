@@ -1,6 +1,7 @@
-// Readiness probes as kubelet runs them: httpGet and tcpSocket from the node's IP (so an agent can tell them apart),
+// Readiness probes as kubelet runs them: httpGet (HTTP or HTTPS, unverified) and tcpSocket from the node's IP (so an agent can tell them apart),
 // exec inside the container; success/failure thresholds decide the container's ready flag.
-import { request } from 'node:http';
+import { request as httpRequest } from 'node:http';
+import { request as httpsRequest } from 'node:https';
 import { connect } from 'node:net';
 import type { V1Container, V1Probe } from '@kubernetes/client-node';
 
@@ -25,8 +26,11 @@ function httpProbe(probe: V1Probe, target: ProbeTarget, timeoutMs: number): Prom
   return new Promise((resolve) => {
     const headers: Record<string, string> = { 'user-agent': 'kube-probe/1.33', accept: '*/*' };
     for (const h of get.httpHeaders ?? []) headers[h.name] = h.value;
+    // HTTPS probes do not verify the certificate, as kubelet's do not.
+    const request = get.scheme === 'HTTPS' ? httpsRequest : httpRequest;
     const req = request(
       {
+        ...(get.scheme === 'HTTPS' ? { rejectUnauthorized: false } : {}),
         host: get.host || target.podIP,
         port: resolvePort(get.port, target.container),
         path: get.path || '/',

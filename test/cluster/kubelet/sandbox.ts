@@ -44,6 +44,8 @@ export class PodSandbox {
         `netns add ${config.name}`,
         `link add ${config.hostVeth} type veth peer name eth0 netns ${config.name}`,
         `link set ${config.hostVeth} master ${network.bridge} up`,
+        // A pod reaching itself through its Service leaves and re-enters by the same bridge port (as with kubenet).
+        `link set ${config.hostVeth} type bridge_slave hairpin on`,
       ]);
       await run('ip', ['-n', config.name, '-batch', '-'], [
         'link set lo up',

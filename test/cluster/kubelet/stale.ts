@@ -4,7 +4,7 @@ import { existsSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { CgroupRoot, cgroup2Mount } from './cgroup.js';
 import { run, runQuiet } from './host.js';
-import { linkTag, SUBNET_LOCK_DIR, pidAlive } from './network.js';
+import { linkTag, pidAlive, removeInstanceChains, SUBNET_LOCK_DIR } from './network.js';
 
 /** Removes what a dead instance left; safe to call for an instance that left nothing. */
 export async function removeInstanceLeftovers(instance: string): Promise<void> {
@@ -20,19 +20,9 @@ export async function removeInstanceLeftovers(instance: string): Promise<void> {
     const m = /^\d+: ([^:@]+)/.exec(line);
     if (m && (m[1] === `dvb${tag}` || m[1].startsWith(`dvv${tag}`))) await runQuiet('ip', ['link', 'del', m[1]]);
   }
-  for (const table of ['filter', 'nat']) {
-    const rules = (await run('iptables-save', ['-t', table])).split('\n');
-    for (const rule of rules.filter((r) => r.startsWith('-A ') && r.includes(`DVK-${tag}-`) && !r.startsWith(`-A DVK-${tag}-`))) {
-      await runQuiet('iptables', ['-w', '-t', table, '-D', ...rule.slice(3).split(' ')]);
-    }
-    for (const chain of rules.filter((r) => r.startsWith(`:DVK-${tag}-`)).map((r) => r.slice(1).split(' ')[0])) {
-      await runQuiet('iptables', ['-w', '-t', table, '-F', chain]);
-    }
-    for (const chain of rules.filter((r) => r.startsWith(`:DVK-${tag}-`)).map((r) => r.slice(1).split(' ')[0])) {
-      await runQuiet('iptables', ['-w', '-t', table, '-X', chain]);
-    }
-  }
+  await removeInstanceChains(tag);
   rmSync(join('/run/devop-kubelet', instance), { recursive: true, force: true });
+  rmSync(join('/var/lib/devop-kubelet', instance), { recursive: true, force: true });
 }
 
 /** Finds subnet reservations whose owner process is gone and removes their instance's leftovers and the reservation. */

@@ -38,10 +38,16 @@ export function isReady(pod: V1Pod): boolean {
   return pod.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false;
 }
 
-export async function readAll(stream: Readable): Promise<string> {
-  const chunks: Buffer[] = [];
-  for await (const chunk of stream) chunks.push(Buffer.from(chunk as Buffer));
-  return Buffer.concat(chunks).toString('utf8');
+/** Everything a stream yields until it ends or closes (an exec's pipes may close without an end). */
+export function readAll(stream: Readable): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    const done = () => resolve(Buffer.concat(chunks).toString('utf8'));
+    stream.on('data', (chunk: Buffer | string) => chunks.push(Buffer.from(chunk)));
+    stream.once('end', done);
+    stream.once('close', done);
+    stream.once('error', reject);
+  });
 }
 
 export async function execOutput(proc: ExecProcess): Promise<{ stdout: string; stderr: string; exitCode: number }> {

@@ -11,7 +11,15 @@ export const garbageCollector: Controller = {
   name: 'garbage-collector',
   reconcile(objects: Objects) {
     const all: { key: string; o: K8sObject }[] = [];
-    for (const key of objects.store.keys()) for (const o of objects.store.list(key)) all.push({ key, o });
+    for (const key of objects.store.keys()) {
+      const items = objects.store.list(key);
+      // Custom resources whose CRD is gone go with it (kube-apiserver's customresourcecleanup finalizer).
+      if (!objects.catalog.byKey(key)) {
+        for (const o of items) objects.store.remove(key, o.metadata.namespace ?? '', o.metadata.name);
+        continue;
+      }
+      for (const o of items) all.push({ key, o });
+    }
     const byUid = new Map(all.map((e) => [e.o.metadata.uid as string, e]));
     const dependents = new Map<string, { key: string; o: K8sObject }[]>();
     for (const e of all) {

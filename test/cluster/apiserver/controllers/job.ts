@@ -1,6 +1,7 @@
 // Job → Pods: parallelism/completions, backoffLimit, status counters and conditions, ttlSecondsAfterFinished.
 import type { K8sObject } from '../errors.js';
 import { nowTime, type Objects } from '../objects.js';
+import { recordEvent } from './events.js';
 import { controllerRef, isControlledBy, isPodActive, isPodReady, type Controller } from './loop.js';
 
 function finishedAt(job: K8sObject): number | undefined {
@@ -39,12 +40,12 @@ function reconcileJob(objects: Objects, job: K8sObject): void {
     const want = Math.min(job.spec.parallelism ?? 1, completions - succeeded) - active.length;
     for (let i = 0; i < want; i++) {
       const tpl = job.spec.template;
-      active.push(
-        objects.create(podType, ns, {
-          metadata: { generateName: `${job.metadata.name}-`, namespace: ns, labels: { ...(tpl.metadata?.labels ?? {}) }, annotations: tpl.metadata?.annotations, ownerReferences: [controllerRef(job)] },
-          spec: structuredClone(tpl.spec),
-        }),
-      );
+      const created = objects.create(podType, ns, {
+        metadata: { generateName: `${job.metadata.name}-`, namespace: ns, labels: { ...(tpl.metadata?.labels ?? {}) }, annotations: tpl.metadata?.annotations, ownerReferences: [controllerRef(job)] },
+        spec: structuredClone(tpl.spec),
+      });
+      active.push(created);
+      recordEvent(objects, job, 'Normal', 'SuccessfulCreate', `Created pod: ${created.metadata.name}`, 'job-controller');
     }
   }
   status.active = active.length || undefined;
@@ -52,6 +53,8 @@ function reconcileJob(objects: Objects, job: K8sObject): void {
   status.failed = failed || undefined;
   status.ready = active.filter(isPodReady).length;
   status.terminating = pods.filter((p) => p.metadata.deletionTimestamp).length;
+  if (conditions.some((c) => c.type === 'Complete')) recordEvent(objects, job, 'Normal', 'Completed', 'Job completed', 'job-controller');
+  if (conditions.some((c) => c.type === 'Failed')) recordEvent(objects, job, 'Warning', 'BackoffLimitExceeded', 'Job has reached the specified backoff limit', 'job-controller');
   if (conditions.length) {
     status.conditions = [...(job.status?.conditions ?? []), ...conditions];
     status.active = undefined;

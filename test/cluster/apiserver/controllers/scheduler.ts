@@ -1,6 +1,7 @@
 // The one-node scheduler: binds every pending pod to the node (spec.nodeName + PodScheduled), as kube-scheduler would.
 import type { K8sObject } from '../errors.js';
 import { nowTime, type Objects } from '../objects.js';
+import { recordEvent } from './events.js';
 import type { Controller } from './loop.js';
 
 export function scheduler(nodeName: string): Controller {
@@ -16,6 +17,7 @@ export function scheduler(nodeName: string): Controller {
         const bound = objects.update(podType, ns, pod.metadata.name, { ...pod, spec: { ...pod.spec, nodeName } });
         const conditions = [...(bound.status?.conditions ?? []).filter((c: K8sObject) => c.type !== 'PodScheduled'), { type: 'PodScheduled', status: 'True', lastProbeTime: null, lastTransitionTime: nowTime() }];
         objects.update(podType, ns, pod.metadata.name, { ...bound, status: { ...(bound.status ?? {}), conditions } }, { subresource: 'status' });
+        recordEvent(objects, bound, 'Normal', 'Scheduled', `Successfully assigned ${ns}/${pod.metadata.name} to ${nodeName}`, 'default-scheduler');
       }
     },
   };

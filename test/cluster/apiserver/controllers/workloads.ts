@@ -4,16 +4,31 @@ import type { K8sObject } from '../errors.js';
 import type { Objects } from '../objects.js';
 import { nowTime } from '../objects.js';
 import { labelSelectorMatcher } from '../selectors.js';
+import { recordEvent } from './events.js';
 import { controllerRef, isControlledBy, isPodActive, isPodReady, type Controller } from './loop.js';
 
 const HASH_ALPHABET = 'bcdfghjklmnpqrstvwxz2456789';
 
 /** A stable, DNS-safe hash of a pod template (kube uses FNV-32a of the template, rendered in a safe alphabet). */
 export function templateHash(template: K8sObject): string {
-  const digest = createHash('sha256').update(JSON.stringify(template ?? {})).digest();
+  const digest = createHash('sha256').update(canonicalJson(template ?? {})).digest();
   let s = '';
   for (let i = 0; i < 10; i++) s += HASH_ALPHABET[digest[i] % HASH_ALPHABET.length];
   return s;
+}
+
+/** JSON with sorted keys and no nulls: templates equal as Go structs (key order, `creationTimestamp: null` from a
+ * client) hash equally, as kube's controller compares them. */
+function canonicalJson(v: unknown): string {
+  if (Array.isArray(v)) return `[${v.map(canonicalJson).join(',')}]`;
+  if (v && typeof v === 'object') {
+    return `{${Object.keys(v)
+      .filter((k) => (v as K8sObject)[k] !== undefined && (v as K8sObject)[k] !== null)
+      .sort()
+      .map((k) => `${JSON.stringify(k)}:${canonicalJson((v as K8sObject)[k])}`)
+      .join(',')}}`;
+  }
+  return JSON.stringify(v);
 }
 
 function percentOrInt(v: unknown, total: number, roundUp: boolean): number {
@@ -28,9 +43,10 @@ function revisionOf(rs: K8sObject): number {
   return Number(rs.metadata.annotations?.['deployment.kubernetes.io/revision'] ?? 0);
 }
 
-function setReplicas(objects: Objects, rs: K8sObject, n: number): void {
+function setReplicas(objects: Objects, rs: K8sObject, n: number, d?: K8sObject): void {
   if (rs.spec.replicas === n) return;
   objects.update(objects.type('apps/replicasets'), rs.metadata.namespace, rs.metadata.name, { ...rs, spec: { ...rs.spec, replicas: n } });
+  if (d) recordEvent(objects, d, 'Normal', 'ScalingReplicaSet', `Scaled ${n > rs.spec.replicas ? 'up' : 'down'} replica set ${rs.metadata.name} from ${rs.spec.replicas} to ${n}`, 'deployment-controller');
 }
 
 function reconcileDeployment(objects: Objects, d: K8sObject): void {
@@ -74,21 +90,21 @@ function reconcileDeployment(objects: Objects, d: K8sObject): void {
   const cur = newRs!;
 
   if (recreate) {
-    for (const rs of olds) setReplicas(objects, rs, 0);
+    for (const rs of olds) setReplicas(objects, rs, 0, d);
     const oldPods = objects.store.list('/pods', ns).filter((p) => olds.some((rs) => isControlledBy(p, rs.metadata.uid)));
-    if (oldPods.length === 0) setReplicas(objects, cur, desired);
+    if (oldPods.length === 0) setReplicas(objects, cur, desired, d);
   } else if (olds.every((rs) => (rs.spec.replicas ?? 0) === 0)) {
-    setReplicas(objects, cur, desired);
+    setReplicas(objects, cur, desired, d);
   } else {
     const newReplicas = Math.max(cur.spec.replicas, Math.min(desired, desired + maxSurge - oldTotal));
-    setReplicas(objects, cur, Math.min(newReplicas, desired));
+    setReplicas(objects, cur, Math.min(newReplicas, desired), d);
     const minAvailable = desired - maxUnavailable;
     let removable = (cur.status?.availableReplicas ?? 0) + olds.reduce((n, rs) => n + (rs.status?.availableReplicas ?? 0), 0) - minAvailable;
     for (const rs of olds) {
       const unavailable = Math.max(0, (rs.spec.replicas ?? 0) - (rs.status?.availableReplicas ?? 0));
       const cut = Math.min(rs.spec.replicas ?? 0, unavailable + Math.max(0, removable));
       removable -= Math.max(0, cut - unavailable);
-      setReplicas(objects, rs, (rs.spec.replicas ?? 0) - cut);
+      setReplicas(objects, rs, (rs.spec.replicas ?? 0) - cut, d);
     }
   }
 
@@ -146,17 +162,20 @@ function reconcileReplicaSet(objects: Objects, rs: K8sObject): void {
   if (active.length < want) {
     for (let i = active.length; i < want; i++) {
       const tpl = rs.spec.template ?? {};
-      active.push(
-        objects.create(podType, ns, {
-          metadata: { generateName: `${rs.metadata.name}-`, namespace: ns, labels: { ...(tpl.metadata?.labels ?? {}) }, annotations: tpl.metadata?.annotations, ownerReferences: [controllerRef(rs)] },
-          spec: structuredClone(tpl.spec),
-        }),
-      );
+      const created = objects.create(podType, ns, {
+        metadata: { generateName: `${rs.metadata.name}-`, namespace: ns, labels: { ...(tpl.metadata?.labels ?? {}) }, annotations: tpl.metadata?.annotations, ownerReferences: [controllerRef(rs)] },
+        spec: structuredClone(tpl.spec),
+      });
+      active.push(created);
+      recordEvent(objects, rs, 'Normal', 'SuccessfulCreate', `Created pod: ${created.metadata.name}`, 'replicaset-controller');
     }
   } else if (active.length > want) {
     const rank = (p: K8sObject) => (!p.spec.nodeName ? 0 : p.status?.phase === 'Pending' ? 1 : !isPodReady(p) ? 2 : 3);
     const victims = [...active].sort((a, b) => rank(a) - rank(b) || Date.parse(b.metadata.creationTimestamp) - Date.parse(a.metadata.creationTimestamp)).slice(0, active.length - want);
-    for (const p of victims) objects.delete(podType, ns, p.metadata.name, {});
+    for (const p of victims) {
+      objects.delete(podType, ns, p.metadata.name, {});
+      recordEvent(objects, rs, 'Normal', 'SuccessfulDelete', `Deleted pod: ${p.metadata.name}`, 'replicaset-controller');
+    }
   }
   const current = objects.store.list('/pods', ns).filter((p) => isControlledBy(p, rs.metadata.uid) && isPodActive(p));
   const match = labelSelectorMatcher(rs.spec.template?.metadata ? { matchLabels: rs.spec.template.metadata.labels } : undefined);

@@ -1,0 +1,51 @@
+// Tests of how `devop exec`'s outgoing flags merge over devop.json (flags win; negated flags only when given).
+import { Command } from 'commander';
+import { describe, expect, it } from 'vitest';
+import { parseConfig } from '../../shared/config.js';
+import { addOutgoingOptions, outgoingSettingsFrom } from './exec-hook.js';
+
+function parse(args: string[], file: Record<string, unknown> = {}): ReturnType<typeof outgoingSettingsFrom> {
+  const command = addOutgoingOptions(new Command('exec').exitOverride());
+  command.parse(args, { from: 'user' });
+  return outgoingSettingsFrom(command, parseConfig(file, 'devop.json'));
+}
+
+describe('exec outgoing settings', () => {
+  it('defaults: everything on, no rules, no remote files', () => {
+    expect(parse([])).toEqual({ enabled: true, proxyEnv: true, nodePreload: true, include: [], exclude: [], remoteFiles: [], clusterDns: true });
+  });
+
+  it('takes devop.json when no flag is given', () => {
+    const settings = parse([], {
+      outgoing: { enabled: false, proxy: false, nodePreload: false, include: ['*.svc.cluster.local'], exclude: ['10.0.0.0/8'] },
+      remoteFiles: ['/var/run/secrets/kubernetes.io/serviceaccount/token'],
+      dns: { enabled: false },
+    });
+    expect(settings).toEqual({
+      enabled: false,
+      proxyEnv: false,
+      nodePreload: false,
+      include: ['*.svc.cluster.local'],
+      exclude: ['10.0.0.0/8'],
+      remoteFiles: ['/var/run/secrets/kubernetes.io/serviceaccount/token'],
+      clusterDns: false,
+    });
+  });
+
+  it('flags win: includes replace, excludes and remote files add up, negations apply', () => {
+    const settings = parse(
+      ['--outgoing-include', 'db.prod', '--outgoing-exclude', ':5432', '--remote-file', '/etc/a', '--remote-file', '/etc/b', '--no-node-preload'],
+      { outgoing: { include: ['*.svc.cluster.local'], exclude: ['10.0.0.0/8'] }, remoteFiles: ['/etc/a'] },
+    );
+    expect(settings).toEqual({
+      enabled: true,
+      proxyEnv: true,
+      nodePreload: false,
+      include: ['db.prod'],
+      exclude: ['10.0.0.0/8', ':5432'],
+      remoteFiles: ['/etc/a', '/etc/b'],
+      clusterDns: true,
+    });
+    expect(parse(['--no-outgoing', '--no-proxy-env'])).toMatchObject({ enabled: false, proxyEnv: false });
+  });
+});

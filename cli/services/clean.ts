@@ -1,0 +1,204 @@
+// `devop clean`: finds what devop left in the cluster — agent Jobs and pods whose session is over, ephemeral agent
+// containers still running, expired steal Leases — and removes what can be removed (or only lists it with --dry-run).
+import { BatchV1Api, CoordinationV1Api, CoreV1Api, type KubeConfig, type V1Job, type V1Lease, type V1Pod } from '@kubernetes/client-node';
+import { AGENT_ANNOTATIONS, AGENT_CONTAINER_NAME, AGENT_LABELS } from '../../shared/agent-contract.js';
+import { apiCall, apiErrorCode } from '../kube/errors.js';
+import { loadKubeConfig, type KubeAccessOptions } from '../kube/config.js';
+import { TARGETLESS_LABEL_VALUE } from './agent-manifest.js';
+import { LEASE_LABEL, LEASE_LABEL_VALUE, leaseHolder, leaseVerdict } from './steal-lease.js';
+
+export interface CleanOptions extends KubeAccessOptions {
+  namespace?: string;
+  allNamespaces?: boolean;
+  dryRun?: boolean;
+  /** Also remove agents that still run beside a live target (they may serve someone's session). */
+  force?: boolean;
+  now?: () => number;
+}
+
+export type LeftoverKind = 'job' | 'pod' | 'ephemeral' | 'lease';
+
+export interface Leftover {
+  kind: LeftoverKind;
+  namespace: string;
+  name: string;
+  /** Why it is a leftover, or why it is kept. */
+  reason: string;
+  /** remove: devop deletes it; keep: in use, left alone; manual: cannot be deleted by devop (the fix says what to do). */
+  action: 'remove' | 'keep' | 'manual';
+  fix?: string;
+  /** After a real run: whether the removal worked (error text otherwise). */
+  removed?: boolean;
+  error?: string;
+}
+
+export interface CleanReport {
+  namespace: string | 'all';
+  dryRun: boolean;
+  items: Leftover[];
+}
+
+const AGENT_SELECTOR = `${AGENT_LABELS.name}=${AGENT_LABELS.nameValue}`;
+
+function finished(job: V1Job): string | undefined {
+  const c = job.status?.conditions?.find((x) => (x.type === 'Complete' || x.type === 'Failed') && x.status === 'True');
+  return c ? `finished (${c.type}${c.reason ? `: ${c.reason}` : ''})` : undefined;
+}
+
+function stuck(pod: V1Pod | undefined): string | undefined {
+  if (!pod) return undefined;
+  if (pod.status?.phase === 'Succeeded' || pod.status?.phase === 'Failed') return `its pod ${pod.status.phase}`;
+  const waiting = pod.status?.containerStatuses?.find((s) => s.name === AGENT_CONTAINER_NAME)?.state?.waiting?.reason;
+  if (waiting && /ImagePull|ErrImage|CrashLoop|CreateContainer/.test(waiting)) return `its pod cannot start (${waiting})`;
+  return undefined;
+}
+
+/**
+ * Classifies agent Jobs (with their pods) against the live pods. Pure: a Job is a leftover when it finished, its pod
+ * cannot start, or the pod it serves is gone; a Job beside a live target is kept unless `force` (it may serve a session,
+ * and exits by itself when idle).
+ */
+export function classifyAgentJobs(jobs: V1Job[], agentPods: V1Pod[], livePodUids: Set<string>, force: boolean): Leftover[] {
+  const out: Leftover[] = [];
+  for (const job of jobs) {
+    const ns = job.metadata?.namespace ?? '';
+    const name = job.metadata?.name ?? '';
+    const uid = job.metadata?.uid;
+    const pod = agentPods.find((p) => p.metadata?.namespace === ns && (p.metadata?.ownerReferences ?? []).some((o) => o.uid === uid || (o.kind === 'Job' && o.name === name)));
+    const targetPod = job.metadata?.labels?.[AGENT_LABELS.targetPod] ?? '';
+    const targetUid = job.metadata?.labels?.[AGENT_LABELS.targetUid];
+    const owner = job.metadata?.annotations?.[AGENT_ANNOTATIONS.owner];
+    const whose = owner ? ` (started by ${owner})` : '';
+    const why = finished(job) ?? stuck(pod) ?? (targetPod !== TARGETLESS_LABEL_VALUE && targetUid && !livePodUids.has(targetUid) ? `its target pod ${targetPod} is gone` : undefined);
+    if (why) out.push({ kind: 'job', namespace: ns, name, reason: `${why}${whose}`, action: 'remove' });
+    else if (force) out.push({ kind: 'job', namespace: ns, name, reason: `running for ${targetPod}${whose}; removed because of --force`, action: 'remove' });
+    else out.push({ kind: 'job', namespace: ns, name, reason: `running for ${targetPod}${whose}: it may serve a session and exits by itself when idle`, action: 'keep', fix: 'pass --force to remove it anyway' });
+  }
+  // Agent pods without a Job (their Job was deleted with orphan propagation, or they were made by hand).
+  const jobUids = new Set(jobs.map((j) => j.metadata?.uid));
+  for (const pod of agentPods) {
+    const owners = pod.metadata?.ownerReferences ?? [];
+    if (owners.some((o) => o.kind === 'Job' && (jobUids.has(o.uid) || jobs.some((j) => j.metadata?.name === o.name && j.metadata?.namespace === pod.metadata?.namespace)))) continue;
+    out.push({ kind: 'pod', namespace: pod.metadata?.namespace ?? '', name: pod.metadata?.name ?? '', reason: 'an agent pod without its Job', action: 'remove' });
+  }
+  return out;
+}
+
+/** Ephemeral agent containers that still run: they cannot be removed from a pod; they end with their last session. Pure. */
+export function classifyEphemeralAgents(pods: V1Pod[]): Leftover[] {
+  const out: Leftover[] = [];
+  for (const pod of pods) {
+    for (const status of pod.status?.ephemeralContainerStatuses ?? []) {
+      if (!status.name.startsWith(`${AGENT_CONTAINER_NAME}-`) || !status.state?.running) continue;
+      const ns = pod.metadata?.namespace ?? '';
+      const podName = pod.metadata?.name ?? '';
+      out.push({
+        kind: 'ephemeral',
+        namespace: ns,
+        name: `${podName}/${status.name}`,
+        reason: 'ephemeral agent container still running (Kubernetes cannot remove ephemeral containers)',
+        action: 'manual',
+        fix: `it exits by itself once its sessions end (devop sends bye on exit); to end it now, restart the pod: kubectl delete pod -n ${ns} ${podName} (its controller recreates it)`,
+      });
+    }
+  }
+  return out;
+}
+
+/** Steal Leases whose holder stopped renewing (devop was killed): removable; live ones are listed as held. Pure. */
+export function classifyLeases(leases: V1Lease[], now: number): Leftover[] {
+  return leases.map((lease): Leftover => {
+    const ns = lease.metadata?.namespace ?? '';
+    const name = lease.metadata?.name ?? '';
+    const verdict = leaseVerdict(lease, '', now);
+    const holder = leaseHolder(lease);
+    if (verdict === 'held') return { kind: 'lease', namespace: ns, name, reason: `held by ${holder.user}@${holder.host} since ${holder.since} (renewed: a session is live)`, action: 'keep' };
+    return { kind: 'lease', namespace: ns, name, reason: verdict === 'free' ? 'released steal lock' : `expired steal lock of ${holder.user}@${holder.host} (devop stopped without releasing it)`, action: 'remove' };
+  });
+}
+
+async function listAll(kc: KubeConfig, namespace: string | undefined): Promise<{ jobs: V1Job[]; agentPods: V1Pod[]; pods: V1Pod[]; leases: V1Lease[] }> {
+  const batch = kc.makeApiClient(BatchV1Api);
+  const core = kc.makeApiClient(CoreV1Api);
+  const coordination = kc.makeApiClient(CoordinationV1Api);
+  const where = namespace ?? 'all namespaces';
+  const ctx = (verb: string, resource: string) => ({ action: `list ${resource} in ${where}`, verb, resource, namespace });
+  const leaseSelector = `${LEASE_LABEL}=${LEASE_LABEL_VALUE}`;
+  const [jobs, agentPods, pods, leases] = await Promise.all([
+    apiCall(ctx('list', 'jobs.batch'), () => (namespace ? batch.listNamespacedJob({ namespace, labelSelector: AGENT_SELECTOR }) : batch.listJobForAllNamespaces({ labelSelector: AGENT_SELECTOR }))),
+    apiCall(ctx('list', 'pods'), () => (namespace ? core.listNamespacedPod({ namespace, labelSelector: AGENT_SELECTOR }) : core.listPodForAllNamespaces({ labelSelector: AGENT_SELECTOR }))),
+    apiCall(ctx('list', 'pods'), () => (namespace ? core.listNamespacedPod({ namespace }) : core.listPodForAllNamespaces())),
+    (namespace ? coordination.listNamespacedLease({ namespace, labelSelector: leaseSelector }) : coordination.listLeaseForAllNamespaces({ labelSelector: leaseSelector })).catch((err: unknown) => {
+      // Without permission to read leases there are none of ours to clean: say nothing rather than fail the rest.
+      if (apiErrorCode(err) === 403 || apiErrorCode(err) === 404) return { items: [] as V1Lease[] };
+      return apiCall(ctx('list', 'leases.coordination.k8s.io'), () => Promise.reject(err));
+    }),
+  ]);
+  return { jobs: jobs.items, agentPods: agentPods.items, pods: pods.items, leases: leases.items };
+}
+
+async function remove(kc: KubeConfig, item: Leftover): Promise<void> {
+  const { namespace, name } = item;
+  const ignoreGone = (err: unknown): void => {
+    if (apiErrorCode(err) !== 404) throw err;
+  };
+  switch (item.kind) {
+    case 'job':
+      // Foreground-free delete of the pods too: Background lets the garbage collector remove them.
+      await kc.makeApiClient(BatchV1Api).deleteNamespacedJob({ name, namespace, propagationPolicy: 'Background' }).catch(ignoreGone);
+      return;
+    case 'pod':
+      await kc.makeApiClient(CoreV1Api).deleteNamespacedPod({ name, namespace, gracePeriodSeconds: 0 }).catch(ignoreGone);
+      return;
+    case 'lease':
+      await kc.makeApiClient(CoordinationV1Api).deleteNamespacedLease({ name, namespace }).catch(ignoreGone);
+      return;
+    case 'ephemeral':
+      return;
+  }
+}
+
+export async function runClean(options: CleanOptions): Promise<CleanReport> {
+  const loaded = loadKubeConfig(options);
+  const namespace = options.allNamespaces ? undefined : (options.namespace ?? loaded.namespace);
+  const now = (options.now ?? Date.now)();
+  const found = await listAll(loaded.kc, namespace);
+  const liveUids = new Set(found.pods.filter((p) => !p.metadata?.deletionTimestamp).map((p) => p.metadata?.uid ?? ''));
+  const items = [
+    ...classifyAgentJobs(found.jobs, found.agentPods, liveUids, options.force ?? false),
+    ...classifyEphemeralAgents(found.pods),
+    ...classifyLeases(found.leases, now),
+  ];
+  if (!options.dryRun) {
+    for (const item of items.filter((i) => i.action === 'remove')) {
+      try {
+        await apiCall({ action: `delete ${item.kind} ${item.name}`, verb: 'delete', resource: item.kind === 'job' ? 'jobs.batch' : item.kind === 'lease' ? 'leases.coordination.k8s.io' : 'pods', namespace: item.namespace, name: item.name }, () => remove(loaded.kc, item));
+        item.removed = true;
+      } catch (err) {
+        item.removed = false;
+        item.error = err instanceof Error ? err.message : String(err);
+      }
+    }
+  }
+  return { namespace: namespace ?? 'all', dryRun: options.dryRun ?? false, items };
+}
+
+const KIND_WORDS: Record<LeftoverKind, string> = { job: 'job', pod: 'pod', ephemeral: 'ephemeral container', lease: 'lease' };
+
+export function formatCleanReport(report: CleanReport): string {
+  const where = report.namespace === 'all' ? 'any namespace' : `namespace ${report.namespace}`;
+  if (report.items.length === 0) return `nothing of devop's found in ${where}\n`;
+  const lines = report.items.map((i) => {
+    const what = `${KIND_WORDS[i.kind]} ${i.namespace}/${i.name}`;
+    let verb: string;
+    if (i.action === 'keep') verb = 'kept';
+    else if (i.action === 'manual') verb = 'left';
+    else if (report.dryRun) verb = 'would remove';
+    else verb = i.removed ? 'removed' : 'could not remove';
+    const tail = [i.error && `(${i.error})`, i.fix && `\n    fix: ${i.fix}`].filter(Boolean).join(' ');
+    return `${verb} ${what}: ${i.reason}${tail ? ` ${tail}` : ''}`;
+  });
+  const n = report.items.filter((i) => i.action === 'remove').length;
+  lines.push(report.dryRun ? `devop clean --dry-run: ${n} to remove (run without --dry-run to remove them)` : `devop clean: ${report.items.filter((i) => i.removed).length} of ${n} removed`);
+  return `${lines.join('\n')}\n`;
+}

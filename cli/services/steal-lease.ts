@@ -1,0 +1,249 @@
+// Cluster-wide steal locks: an unfiltered steal of a workload's port holds a coordination.k8s.io Lease, renewed while
+// held, so a second developer (even through another agent on another pod of the same deployment) is refused by name.
+import { createHash, randomBytes } from 'node:crypto';
+import { CoordinationV1Api, V1MicroTime, type KubeConfig, type V1Lease, type V1Pod } from '@kubernetes/client-node';
+import { AGENT_LABELS } from '../../shared/agent-contract.js';
+import { apiErrorCode, mapApiError } from '../kube/errors.js';
+
+/** A dead devop's lock frees itself after this long (the holder renews every LEASE_RENEW_MS, so 3 renewals may fail). */
+export const LEASE_DURATION_SECONDS = 15;
+export const LEASE_RENEW_MS = 5000;
+/** Label value that marks devop's steal Leases (`devop clean` finds them by it). */
+export const LEASE_LABEL = 'devop.dev/lease';
+export const LEASE_LABEL_VALUE = 'steal';
+export const LEASE_ANNOTATIONS = { workload: 'devop.dev/workload', port: 'devop.dev/port' } as const;
+
+export interface Workload {
+  kind: 'deployment' | 'statefulset' | 'rollout' | 'pod';
+  name: string;
+}
+
+export interface LeaseHolder {
+  user: string;
+  host: string;
+  since: string;
+}
+
+export type TakeResult = { ok: true } | { ok: false; reason: string; holder: LeaseHolder };
+
+/**
+ * The workload a pod belongs to: a ReplicaSet owner named `<deployment>-<pod-template-hash>` is its Deployment, a
+ * StatefulSet owner itself; otherwise the pod alone. Pure: the lock must be the same whichever replica a session targets.
+ */
+export function workloadOfPod(pod: V1Pod): Workload {
+  const owner = pod.metadata?.ownerReferences?.find((o) => o.controller) ?? pod.metadata?.ownerReferences?.[0];
+  const hash = pod.metadata?.labels?.['pod-template-hash'];
+  if (owner?.kind === 'ReplicaSet' && hash && owner.name.endsWith(`-${hash}`)) {
+    const rolloutHash = pod.metadata?.labels?.['rollouts-pod-template-hash'];
+    return { kind: rolloutHash ? 'rollout' : 'deployment', name: owner.name.slice(0, -hash.length - 1) };
+  }
+  if (owner?.kind === 'StatefulSet') return { kind: 'statefulset', name: owner.name };
+  if (owner?.kind === 'Rollout') return { kind: 'rollout', name: owner.name };
+  return { kind: 'pod', name: pod.metadata?.name ?? '' };
+}
+
+/** Lease names are DNS subdomains; a readable prefix plus a hash keeps them unique and ≤ 63 characters. */
+export function stealLeaseName(namespace: string, workload: Workload, port: number): string {
+  const hash = createHash('sha256').update(`${namespace}/${workload.kind}/${workload.name}/${port}`).digest('hex').slice(0, 10);
+  const readable = `${workload.kind}-${workload.name}`.toLowerCase().replace(/[^a-z0-9-]/g, '-').slice(0, 36).replace(/-+$/, '');
+  return `devop-steal-${readable}-${port}-${hash}`.slice(0, 63);
+}
+
+/** holderIdentity: who (user@host) and which run (so a second run of the same user is a different holder). */
+export function holderIdentity(user: string, host: string, run: string): string {
+  return `${user}@${host}#${run}`;
+}
+
+export function parseHolderIdentity(identity: string): { user: string; host: string; run: string } {
+  const hashAt = identity.lastIndexOf('#');
+  const who = hashAt >= 0 ? identity.slice(0, hashAt) : identity;
+  const at = who.lastIndexOf('@');
+  return { user: at >= 0 ? who.slice(0, at) : who, host: at >= 0 ? who.slice(at + 1) : '', run: hashAt >= 0 ? identity.slice(hashAt + 1) : '' };
+}
+
+function time(value: unknown): number | undefined {
+  if (value === undefined || value === null) return undefined;
+  const t = new Date(value as string | Date).getTime();
+  return Number.isNaN(t) ? undefined : t;
+}
+
+/** Whether a lease is free for `identity` at `now`: unheld, ours, or expired (renewTime + duration passed). Pure. */
+export function leaseVerdict(lease: V1Lease, identity: string, now: number): 'free' | 'ours' | 'expired' | 'held' {
+  const holder = lease.spec?.holderIdentity;
+  if (!holder) return 'free';
+  if (holder === identity) return 'ours';
+  const renewed = time(lease.spec?.renewTime) ?? time(lease.spec?.acquireTime) ?? 0;
+  const duration = (lease.spec?.leaseDurationSeconds ?? LEASE_DURATION_SECONDS) * 1000;
+  return renewed + duration < now ? 'expired' : 'held';
+}
+
+export function leaseHolder(lease: V1Lease): LeaseHolder {
+  const { user, host } = parseHolderIdentity(lease.spec?.holderIdentity ?? '');
+  const since = time(lease.spec?.acquireTime);
+  return { user, host, since: since !== undefined ? new Date(since).toISOString() : 'unknown' };
+}
+
+export interface StealLeaseOptions {
+  kc: KubeConfig;
+  namespace: string;
+  workload: Workload;
+  user: string;
+  host: string;
+  /** Identifies this run; default random. */
+  run?: string;
+  /** Called when a held lease is lost (taken over after we failed to renew in time). */
+  onLost?: (port: number, holder: LeaseHolder) => void;
+  /** Called when renewing fails for a reason other than losing it (e.g. the API server is unreachable). */
+  onRenewError?: (port: number, err: unknown) => void;
+  now?: () => number;
+}
+
+/** The steal Leases of one devop run: take one per unfiltered stolen port, renew them, release them. */
+export class StealLeases {
+  private readonly api: CoordinationV1Api;
+  readonly identity: string;
+  private readonly held = new Map<number, string>();
+  private timer: NodeJS.Timeout | undefined;
+  private readonly now: () => number;
+
+  constructor(private readonly options: StealLeaseOptions) {
+    this.api = options.kc.makeApiClient(CoordinationV1Api);
+    this.identity = holderIdentity(options.user, options.host, options.run ?? randomBytes(4).toString('hex'));
+    this.now = options.now ?? Date.now;
+  }
+
+  nameFor(port: number): string {
+    return stealLeaseName(this.options.namespace, this.options.workload, port);
+  }
+
+  heldPorts(): number[] {
+    return [...this.held.keys()];
+  }
+
+  /** Takes (or keeps) the lock of `port`; refused with the holder when another live run holds it. */
+  async take(port: number): Promise<TakeResult> {
+    const name = this.nameFor(port);
+    const namespace = this.options.namespace;
+    const ctx = { action: `take the steal lock of port ${port}`, verb: 'create', resource: 'leases.coordination.k8s.io', namespace, name };
+    for (let attempt = 0; attempt < 5; attempt++) {
+      let existing: V1Lease | undefined;
+      try {
+        existing = await this.api.readNamespacedLease({ name, namespace });
+      } catch (err) {
+        if (apiErrorCode(err) !== 404) throw mapApiError(err, { ...ctx, verb: 'get' });
+      }
+      const nowDate = new V1MicroTime(this.now());
+      if (!existing) {
+        try {
+          await this.api.createNamespacedLease({ namespace, body: this.newLease(name, port, nowDate) });
+          this.hold(port, name);
+          return { ok: true };
+        } catch (err) {
+          if (apiErrorCode(err) === 409) continue; // someone created it a moment ago: read it again
+          throw mapApiError(err, ctx);
+        }
+      }
+      const verdict = leaseVerdict(existing, this.identity, this.now());
+      if (verdict === 'held') {
+        const holder = leaseHolder(existing);
+        return { ok: false, holder, reason: `port ${port} of ${this.options.workload.kind}/${this.options.workload.name} is stolen by ${holder.user}@${holder.host} since ${holder.since} (Lease ${name})` };
+      }
+      const spec = existing.spec ?? {};
+      const body: V1Lease = {
+        ...existing,
+        spec: {
+          ...spec,
+          holderIdentity: this.identity,
+          leaseDurationSeconds: LEASE_DURATION_SECONDS,
+          renewTime: nowDate,
+          ...(verdict === 'ours' ? {} : { acquireTime: nowDate, leaseTransitions: (spec.leaseTransitions ?? 0) + 1 }),
+        },
+      };
+      try {
+        await this.api.replaceNamespacedLease({ name, namespace, body });
+        this.hold(port, name);
+        return { ok: true };
+      } catch (err) {
+        if (apiErrorCode(err) === 409) continue; // another run took it between our read and write
+        throw mapApiError(err, { ...ctx, verb: 'update' });
+      }
+    }
+    throw mapApiError(new Error(`the Lease ${name} kept changing under us`), ctx);
+  }
+
+  private newLease(name: string, port: number, now: V1MicroTime): V1Lease {
+    return {
+      apiVersion: 'coordination.k8s.io/v1',
+      kind: 'Lease',
+      metadata: {
+        name,
+        namespace: this.options.namespace,
+        labels: { [AGENT_LABELS.managedBy]: AGENT_LABELS.managedByValue, [LEASE_LABEL]: LEASE_LABEL_VALUE },
+        annotations: { [LEASE_ANNOTATIONS.workload]: `${this.options.workload.kind}/${this.options.workload.name}`, [LEASE_ANNOTATIONS.port]: String(port) },
+      },
+      spec: { holderIdentity: this.identity, leaseDurationSeconds: LEASE_DURATION_SECONDS, acquireTime: now, renewTime: now, leaseTransitions: 0 },
+    };
+  }
+
+  private hold(port: number, name: string): void {
+    this.held.set(port, name);
+    if (!this.timer) {
+      this.timer = setInterval(() => void this.renewAll(), LEASE_RENEW_MS);
+      this.timer.unref();
+    }
+  }
+
+  /** Renews every held lease once (the timer calls it; tests may too). */
+  async renewAll(): Promise<void> {
+    await Promise.all([...this.held.keys()].map((port) => this.renew(port)));
+  }
+
+  private async renew(port: number): Promise<void> {
+    const name = this.held.get(port);
+    if (!name) return;
+    const namespace = this.options.namespace;
+    try {
+      const lease = await this.api.readNamespacedLease({ name, namespace });
+      if (lease.spec?.holderIdentity !== this.identity) {
+        this.held.delete(port);
+        this.options.onLost?.(port, leaseHolder(lease));
+        return;
+      }
+      await this.api.replaceNamespacedLease({ name, namespace, body: { ...lease, spec: { ...lease.spec, renewTime: new V1MicroTime(this.now()) } } });
+    } catch (err) {
+      if (apiErrorCode(err) === 404) {
+        // Deleted (e.g. by `devop clean`): take it again, we still steal.
+        this.held.delete(port);
+        await this.take(port).catch((e: unknown) => this.options.onRenewError?.(port, e));
+        return;
+      }
+      if (apiErrorCode(err) === 409) return; // raced with another writer: the next tick reads it again
+      this.options.onRenewError?.(port, err);
+    }
+  }
+
+  /** Gives one port's lock back (deletes the Lease if it is still ours). */
+  async release(port: number): Promise<void> {
+    const name = this.held.get(port);
+    if (!name) return;
+    this.held.delete(port);
+    if (this.held.size === 0 && this.timer) {
+      clearInterval(this.timer);
+      this.timer = undefined;
+    }
+    const namespace = this.options.namespace;
+    try {
+      const lease = await this.api.readNamespacedLease({ name, namespace });
+      if (lease.spec?.holderIdentity !== this.identity) return;
+      await this.api.deleteNamespacedLease({ name, namespace, body: { preconditions: { resourceVersion: lease.metadata?.resourceVersion } } });
+    } catch {
+      // Already gone, or the API is unreachable: it expires by itself.
+    }
+  }
+
+  async releaseAll(): Promise<void> {
+    await Promise.all([...this.held.keys()].map((port) => this.release(port)));
+    if (this.timer) clearInterval(this.timer);
+    this.timer = undefined;
+  }
+}

@@ -1,0 +1,435 @@
+// The session supervisor: keeps a session alive while the cluster moves under it — reconnects a lost or stalled tunnel
+// (resuming the agent's session), follows the target to its new pod, replaces a dead agent, joins every replica with
+// --all-pods — and holds the cluster-wide steal locks. The local command never notices; the user sees events.
+import { AppsV1Api, CoreV1Api, CustomObjectsApi, type V1LabelSelector, type V1Pod } from '@kubernetes/client-node';
+import { UserError, isUserError } from '../../shared/errors.js';
+import type { ClientMux } from '../../shared/mux.js';
+import type { AgentMessage, ClientMessage } from '../../shared/protocol.js';
+import { formatTarget } from '../../shared/target.js';
+import { apiErrorCode } from '../kube/errors.js';
+import { waitForPods } from '../kube/watch.js';
+import type { Reporter } from '../reporter.js';
+import { createEphemeralAgent, createJobAgent, findAgent, type AgentEndpoint, type AgentOptions } from './agent.js';
+import { clientIdentity, connectAgent, connectSession, SESSION_DEFAULTS, type Session, type SessionOptions } from './session.js';
+import { StealLeases, workloadOfPod } from './steal-lease.js';
+import { SessionMux, type MemberLink } from './supervisor-mux.js';
+import { isPodReady, resolveTarget, selectorToString, type ResolvedTarget } from './target.js';
+
+export interface SupervisorOptions extends SessionOptions {
+  /** A deploy/sts target gets an agent on every Ready pod. */
+  allPods?: boolean;
+  /** Cluster-wide steal locks (Leases) for unfiltered steals; default true. */
+  stealLocks?: boolean;
+}
+
+/** Reconnect pacing: quick first tries (a port-forward blip), then at most every 2 s; give up after 2 minutes. */
+export const RECONNECT_FIRST_DELAY_MS = 100;
+export const RECONNECT_MAX_DELAY_MS = 2000;
+export const RECONNECT_GIVE_UP_MS = 120_000;
+/** One tunnel attempt: long enough for a slow API server, short enough to notice a dead agent soon. */
+const ATTEMPT_MS = 3000;
+/** Liveness: a ping every second; a tunnel with no message for 5 s is stalled (the agent answers pings at once). */
+export const LIVENESS_PING_MS = 1000;
+export const STALL_TIMEOUT_MS = 5000;
+/** A waitForPods timeout that never fires (setTimeout's maximum). */
+const FOREVER_MS = 2 ** 31 - 1;
+
+/** Exponential backoff: 100, 200, 400, … ms, capped at 2 s. Pure. */
+export function backoffDelay(attempt: number): number {
+  return Math.min(RECONNECT_MAX_DELAY_MS, RECONNECT_FIRST_DELAY_MS * 2 ** Math.min(attempt, 16));
+}
+
+/** What the supervisor does with a member whose pod the watch reports. Pure. */
+export function podFate(pod: V1Pod | undefined, uid: string): 'alive' | 'gone' {
+  if (!pod || pod.metadata?.uid !== uid || pod.metadata?.deletionTimestamp) return 'gone';
+  const phase = pod.status?.phase;
+  return phase === 'Failed' || phase === 'Succeeded' ? 'gone' : 'alive';
+}
+
+interface Member {
+  target: ResolvedTarget;
+  agent: AgentEndpoint;
+  link: MemberLink;
+  sessionId: string;
+  /** Subscriptions the agent holds for this session (to tell a resumed session what changed). */
+  sent: Map<number, string>;
+  state: 'up' | 'reconnecting' | 'gone';
+  /** The tunnel was opened by connectSession (its own pinger reports RTT). */
+  original: boolean;
+  stopLiveness?: () => void;
+}
+
+export async function connectSupervisedSession(options: SupervisorOptions, reporter: Reporter): Promise<Session> {
+  const first = await connectSession(options, reporter);
+  if (!first.target) return first;
+  const supervisor = new Supervisor(first, first.target, options, reporter);
+  await supervisor.start();
+  return supervisor.session();
+}
+
+function delay(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+function message(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}
+
+class Supervisor {
+  private readonly members = new Set<Member>();
+  private readonly joining = new Set<string>();
+  private readonly mux: SessionMux;
+  private readonly identity = clientIdentity();
+  private readonly agentOptions: AgentOptions;
+  private readonly leases: StealLeases | undefined;
+  private watchAbort = new AbortController();
+  private over = false;
+  private following = false;
+  private closing: Promise<void> | undefined;
+
+  constructor(
+    private readonly first: Session,
+    private readonly firstTarget: ResolvedTarget,
+    private readonly options: SupervisorOptions,
+    private readonly reporter: Reporter,
+  ) {
+    this.agentOptions = {
+      image: options.agentImage ?? SESSION_DEFAULTS.agentImage,
+      agentNamespace: options.agentNamespace ?? first.namespace,
+      ephemeral: options.ephemeral ?? false,
+      ttlSeconds: options.agentTtlSeconds ?? SESSION_DEFAULTS.agentTtlSeconds,
+      idleSeconds: options.agentIdleSeconds ?? SESSION_DEFAULTS.agentIdleSeconds,
+      startupTimeoutMs: options.startupTimeoutMs ?? SESSION_DEFAULTS.startupTimeoutMs,
+      flush: options.flush ?? true,
+      privileged: options.agentPrivileged ?? false,
+      owner: `${this.identity.user}@${this.identity.host}`,
+      logLevel: options.verbose ? 'debug' : undefined,
+      extras: options.agentExtras,
+    };
+    if (options.stealLocks !== false) {
+      const workload = workloadOfPod(firstTarget.pod);
+      this.leases = new StealLeases({
+        kc: first.kc,
+        namespace: firstTarget.namespace,
+        workload,
+        user: this.identity.user,
+        host: this.identity.host,
+        onLost: (port, holder) => this.reporter.emit({ type: 'error', message: `lost the steal lock of port ${port} to ${holder.user}@${holder.host} (devop could not renew it in time)`, hint: 'run devop again once the other session ends' }),
+        onRenewError: (port, err) => this.reporter.emit({ type: 'log', level: 'warn', message: `could not renew the steal lock of port ${port}: ${message(err)}` }),
+      });
+    }
+    this.mux = new SessionMux(reporter, (msg) => this.gate(msg), (port) => void this.leases?.release(port));
+  }
+
+  async start(): Promise<void> {
+    const member: Member = {
+      target: this.firstTarget,
+      agent: this.first.agent,
+      link: { pod: this.firstTarget.podName, mux: this.first.mux },
+      sessionId: this.first.hello.sessionId,
+      sent: new Map(),
+      state: 'up',
+      original: true,
+    };
+    this.adopt(member, true);
+    const allPods = Boolean(this.options.allPods) && this.firstTarget.ref.kind !== 'pod';
+    if (this.options.allPods && !allPods) this.reporter.emit({ type: 'log', level: 'warn', message: '--all-pods needs a deploy/, sts/ or rollout/ target: only this pod is used' });
+    const query = await this.podQuery(allPods);
+    this.watchPods(query, allPods);
+  }
+
+  session(): Session {
+    return {
+      kc: this.first.kc,
+      namespace: this.first.namespace,
+      target: this.firstTarget,
+      agent: this.first.agent,
+      mux: this.mux.asClientMux(),
+      hello: this.first.hello,
+      close: (reason?: string) => (this.closing ??= this.close(reason ?? 'session ended')),
+    };
+  }
+
+  /** Unfiltered steals take the workload's cluster-wide lock first. */
+  private async gate(msg: Extract<ClientMessage, { type: 'subscribe' }>): Promise<Extract<AgentMessage, { type: 'refused' }> | undefined> {
+    const filtered = msg.filter && (msg.filter.header || msg.filter.path || msg.filter.method);
+    if (!this.leases || msg.mode !== 'steal' || filtered) {
+      if (this.leases?.heldPorts().includes(msg.port)) await this.leases.release(msg.port);
+      return undefined;
+    }
+    try {
+      const result = await this.leases.take(msg.port);
+      if (result.ok) return undefined;
+      return { type: 'refused', id: msg.id, port: msg.port, reason: result.reason, holder: result.holder };
+    } catch (err) {
+      // No right to use Leases (or no Lease API): steal without the cluster-wide lock, and say so.
+      this.reporter.emit({ type: 'log', level: 'warn', message: `no cluster-wide steal lock for port ${msg.port} (${message(err)}); only this agent's own lock applies` });
+      return undefined;
+    }
+  }
+
+  private adopt(member: Member, primary: boolean): void {
+    this.members.add(member);
+    this.mux.attach(member.link, { primary, previouslySent: member.sent });
+    member.sent = this.mux.sentSubscriptions();
+    member.stopLiveness = this.watchLiveness(member);
+    member.link.mux.once('close', (err) => this.onLost(member, err));
+  }
+
+  /** Pings the tunnel; one that stays silent for STALL_TIMEOUT_MS is closed (and so reconnected). */
+  private watchLiveness(member: Member): () => void {
+    const mux = member.link.mux;
+    let lastHeard = Date.now();
+    let id = 1_000_000;
+    const onMessage = (msg: AgentMessage): void => {
+      lastHeard = Date.now();
+      if (msg.type === 'pong' && msg.id >= 1_000_000 && !member.original && member.link === this.primaryLink()) this.reporter.emit({ type: 'rtt', ms: Date.now() - msg.sentAt });
+    };
+    mux.on('message', onMessage);
+    const timer = setInterval(() => {
+      if (mux.closed) return;
+      const silent = Date.now() - lastHeard;
+      if (silent > STALL_TIMEOUT_MS) {
+        this.reporter.emit({ type: 'log', level: 'warn', message: `tunnel to pod ${member.link.pod} stalled (no answer for ${Math.round(silent / 1000)} s)` });
+        mux.close('tunnel stalled');
+        return;
+      }
+      mux.send({ type: 'ping', id: ++id, sentAt: Date.now() });
+    }, LIVENESS_PING_MS);
+    timer.unref();
+    return () => {
+      clearInterval(timer);
+      mux.off('message', onMessage);
+    };
+  }
+
+  private primaryLink(): MemberLink | undefined {
+    return [...this.members].find((m) => m.state === 'up')?.link;
+  }
+
+  private onLost(member: Member, err: Error | undefined): void {
+    member.stopLiveness?.();
+    this.mux.detach(member.link);
+    if (this.over || member.state !== 'up') return;
+    member.state = 'reconnecting';
+    this.reporter.emit({ type: 'log', level: 'warn', message: `tunnel to pod ${member.link.pod} lost${err ? ` (${err.message})` : ''}: reconnecting… (the pod serves its own traffic meanwhile)` });
+    void this.reconnect(member).catch((e: unknown) => this.giveUp(member, e));
+  }
+
+  private async reconnect(member: Member): Promise<void> {
+    const started = Date.now();
+    const core = this.first.kc.makeApiClient(CoreV1Api);
+    let attempt = 0;
+    let failures = 0;
+    while (!this.over && member.state === 'reconnecting') {
+      if (Date.now() - started > RECONNECT_GIVE_UP_MS) throw new UserError(`could not reconnect to pod ${member.link.pod} for ${RECONNECT_GIVE_UP_MS / 1000} s`, 'check the cluster (devop doctor) and run devop again');
+      let pod: V1Pod | undefined;
+      let known = true;
+      try {
+        pod = await core.readNamespacedPod({ name: member.target.podName, namespace: member.target.namespace });
+      } catch (err) {
+        known = apiErrorCode(err) === 404; // 404: gone; anything else (API down): cannot tell yet
+      }
+      if (known && podFate(pod, member.target.podUid) === 'gone') {
+        await this.podGone(member);
+        return;
+      }
+      if (pod) member.target = { ...member.target, pod };
+      if (failures >= 2) {
+        // The agent may be dead (killed, its pod deleted): reuse another live one, or start a new one.
+        const found = await findAgent(this.first.kc, member.target, this.agentOptions.agentNamespace).catch(() => undefined);
+        if (!found || found.name !== member.agent.name) {
+          member.agent = found ?? (await this.startAgent(member.target));
+          this.reporter.emit({ type: 'log', level: 'info', message: `pod ${member.link.pod}: ${found ? `using agent ${found.name}` : `started a new agent ${member.agent.name}`}` });
+          failures = 0;
+        }
+      }
+      try {
+        const link = await connectAgent(this.first.kc, member.agent, member.target, { deadline: Date.now() + ATTEMPT_MS, identity: this.identity, features: this.options.features, resumeSessionId: member.sessionId });
+        if (this.over) {
+          link.mux.close('session over');
+          return;
+        }
+        const resumed = link.hello.sessionId === member.sessionId;
+        member.sessionId = link.hello.sessionId;
+        member.link = { pod: member.link.pod, mux: link.mux };
+        member.state = 'up';
+        member.original = false;
+        if (!resumed) member.sent = new Map();
+        this.adopt(member, false);
+        const subs = member.sent.size;
+        this.reporter.emit({ type: 'log', level: 'info', message: `reconnected to pod ${member.link.pod} after ${((Date.now() - started) / 1000).toFixed(1)} s (${resumed ? 'session resumed' : `new session, ${subs} subscription${subs === 1 ? '' : 's'} restored`})` });
+        return;
+      } catch (err) {
+        failures++;
+        if (isUserError(err) && /protocol version/.test(err.message)) throw err;
+        this.reporter.emit({ type: 'log', level: 'debug', message: `reconnect to pod ${member.link.pod} failed: ${message(err)}` });
+      }
+      await delay(backoffDelay(attempt++));
+    }
+  }
+
+  private startAgent(target: ResolvedTarget): Promise<AgentEndpoint> {
+    return this.agentOptions.ephemeral ? createEphemeralAgent(this.first.kc, target, this.agentOptions) : createJobAgent(this.first.kc, target, this.agentOptions);
+  }
+
+  /** The member's pod went away: with --all-pods it is dropped (the watch joins new pods); else devop follows the target. */
+  private async podGone(member: Member): Promise<void> {
+    member.state = 'gone';
+    this.members.delete(member);
+    if (this.options.allPods && this.firstTarget.ref.kind !== 'pod') {
+      this.reporter.emit({ type: 'log', level: 'info', message: `pod ${member.link.pod} is gone: dropped (${this.mux.size} pod${this.mux.size === 1 ? '' : 's'} left)` });
+      return;
+    }
+    await this.follow(member);
+  }
+
+  private async follow(previous: Member): Promise<void> {
+    if (this.following) return;
+    this.following = true;
+    const target = formatTarget(this.firstTarget.ref);
+    this.reporter.emit({ type: 'log', level: 'warn', message: `target pod ${previous.link.pod} is gone: following ${target}…` });
+    const started = Date.now();
+    try {
+      for (let attempt = 0; !this.over; attempt++) {
+        if (Date.now() - started > RECONNECT_GIVE_UP_MS) throw new UserError(`${target} has had no Ready pod for ${RECONNECT_GIVE_UP_MS / 1000} s`, 'check the workload (kubectl get pods) and run devop again');
+        try {
+          const member = await this.attachPod(target);
+          if (!member) return;
+          this.reporter.emit({ type: 'log', level: 'info', message: `following ${target}: now pod ${member.link.pod} (agent ${member.agent.name}${member.agent.reused ? ', reused' : ''})` });
+          this.watchPods({ namespace: member.target.namespace, fieldSelector: `metadata.name=${member.target.podName}` }, false);
+          return;
+        } catch (err) {
+          this.reporter.emit({ type: 'log', level: 'debug', message: `following ${target}: ${message(err)}` });
+        }
+        await delay(backoffDelay(attempt));
+      }
+    } finally {
+      this.following = false;
+    }
+  }
+
+  /** Resolves `target` (one pod), gets its agent and attaches a new member. */
+  private async attachPod(target: string): Promise<Member | undefined> {
+    const resolved = await resolveTarget(this.first.kc, { target, namespace: this.firstTarget.namespace });
+    const existing = await findAgent(this.first.kc, resolved, this.agentOptions.agentNamespace);
+    let agent = existing ?? (await this.startAgent(resolved));
+    let link;
+    try {
+      link = await connectAgent(this.first.kc, agent, resolved, { deadline: Date.now() + (existing ? ATTEMPT_MS : this.agentOptions.startupTimeoutMs), identity: this.identity, features: this.options.features });
+    } catch (err) {
+      if (!existing) throw err;
+      agent = await this.startAgent(resolved); // the reused agent was on its way out
+      link = await connectAgent(this.first.kc, agent, resolved, { deadline: Date.now() + this.agentOptions.startupTimeoutMs, identity: this.identity, features: this.options.features });
+    }
+    if (this.over) {
+      link.mux.close('session over');
+      return undefined;
+    }
+    const member: Member = { target: resolved, agent, link: { pod: resolved.podName, mux: link.mux }, sessionId: link.hello.sessionId, sent: new Map(), state: 'up', original: false };
+    this.adopt(member, this.mux.size === 0);
+    return member;
+  }
+
+  /** The pods the watch looks at: the workload's (all-pods, or follow a deploy/sts) or the one pod by name. */
+  private async podQuery(allPods: boolean): Promise<{ namespace: string; labelSelector?: string; fieldSelector?: string }> {
+    const { ref, namespace } = this.firstTarget;
+    const byName = { namespace, fieldSelector: `metadata.name=${this.firstTarget.podName}` };
+    if (!allPods) return byName;
+    let selector: V1LabelSelector | undefined;
+    if (ref.kind === 'deployment') selector = (await this.first.kc.makeApiClient(AppsV1Api).readNamespacedDeployment({ name: ref.name, namespace })).spec?.selector;
+    else if (ref.kind === 'statefulset') selector = (await this.first.kc.makeApiClient(AppsV1Api).readNamespacedStatefulSet({ name: ref.name, namespace })).spec?.selector;
+    else if (ref.kind === 'rollout') {
+      const r = (await this.first.kc.makeApiClient(CustomObjectsApi).getNamespacedCustomObject({ group: 'argoproj.io', version: 'v1alpha1', namespace, plural: 'rollouts', name: ref.name })) as { spec?: { selector?: V1LabelSelector } };
+      selector = r.spec?.selector;
+    }
+    const labelSelector = selectorToString(selector);
+    return labelSelector ? { namespace, labelSelector } : byName;
+  }
+
+  /**
+   * Watches the pods: a member whose pod is deleted or replaced is cut (its tunnel would otherwise outlive the pod), and
+   * with --all-pods every Ready pod that is not a member yet is joined.
+   */
+  private watchPods(query: { namespace: string; labelSelector?: string; fieldSelector?: string }, allPods: boolean): void {
+    this.watchAbort.abort();
+    this.watchAbort = new AbortController();
+    const onPods = (pods: V1Pod[]): undefined => {
+      if (this.over) return undefined;
+      const byName = new Map(pods.map((p) => [p.metadata?.name ?? '', p]));
+      for (const m of this.members) {
+        if (m.state !== 'up') continue;
+        const pod = byName.get(m.target.podName);
+        if (podFate(pod, m.target.podUid) === 'gone') {
+          this.reporter.emit({ type: 'log', level: 'info', message: `pod ${m.link.pod} is ${pod ? 'terminating' : 'deleted'}` });
+          m.link.mux.send({ type: 'bye', reason: 'the target pod is going away' });
+          m.link.mux.close('target pod going away');
+        }
+      }
+      if (!allPods) return undefined;
+      const memberPods = new Set([...this.members].filter((m) => m.state !== 'gone').map((m) => m.target.podName));
+      for (const pod of pods) {
+        const name = pod.metadata?.name ?? '';
+        if (!isPodReady(pod) || memberPods.has(name) || this.joining.has(name)) continue;
+        void this.join(name);
+      }
+      return undefined;
+    };
+    waitForPods(this.first.kc, query, onPods, { timeoutMs: FOREVER_MS, signal: this.watchAbort.signal, onTimeout: () => new Error('watch ended') }).catch((err: unknown) => {
+      if (!this.over) this.reporter.emit({ type: 'log', level: 'warn', message: `stopped watching the target's pods: ${message(err)} (devop still reconnects, but will not notice new pods)` });
+    });
+  }
+
+  private async join(podName: string): Promise<void> {
+    this.joining.add(podName);
+    const container = this.firstTarget.container.name;
+    try {
+      const member = await this.attachPod(`pod/${podName}/container/${container}`);
+      if (member) this.reporter.emit({ type: 'log', level: 'info', message: `all pods: joined pod ${podName} (agent ${member.agent.name}; ${this.mux.size} pods)` });
+    } catch (err) {
+      this.reporter.emit({ type: 'log', level: 'warn', message: `all pods: could not join pod ${podName}: ${message(err)}` });
+    } finally {
+      this.joining.delete(podName);
+    }
+  }
+
+  private giveUp(member: Member, err: unknown): void {
+    member.state = 'gone';
+    this.members.delete(member);
+    this.reporter.emit({ type: 'log', level: 'warn', message: `gave up on pod ${member.link.pod}: ${message(err)}` });
+    const alive = [...this.members].some((m) => m.state !== 'gone');
+    if (!alive && !this.over && !this.following) {
+      this.over = true;
+      this.watchAbort.abort();
+      void this.leases?.releaseAll();
+      this.mux.end(err instanceof Error ? err : new Error(String(err)));
+    }
+  }
+
+  private async close(reason: string): Promise<void> {
+    this.over = true;
+    this.watchAbort.abort();
+    const live = [...this.members].filter((m) => m.state === 'up' && !m.link.mux.closed);
+    for (const m of this.members) m.stopLiveness?.();
+    await Promise.all(live.map((m) => byeAndWait(m.link.mux, reason)));
+    this.mux.end();
+    await this.leases?.releaseAll();
+  }
+}
+
+/** Says bye and gives the agent a moment to close its end (so it releases the session's ports at once). */
+function byeAndWait(mux: ClientMux, reason: string): Promise<void> {
+  return new Promise((resolve) => {
+    const done = (): void => {
+      clearTimeout(timer);
+      mux.close(reason);
+      resolve();
+    };
+    const timer = setTimeout(done, 1000);
+    mux.once('close', done);
+    mux.once('message', (msg) => {
+      if (msg.type === 'bye') done();
+    });
+    mux.send({ type: 'bye', reason });
+  });
+}

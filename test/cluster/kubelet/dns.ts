@@ -1,0 +1,185 @@
+// The cluster DNS on the node IP, port 53 (UDP and TCP), as CoreDNS's kubernetes plugin answers: <svc>.<ns>.svc.<domain>
+// (ClusterIP, or the ready endpoints of a headless Service), <a-b-c-d>.<ns>.pod.<domain>; every other name is NXDOMAIN
+// (there is no upstream: pods only reach the cluster).
+import { createSocket, type Socket as UdpSocket } from 'node:dgram';
+import { createServer, type Server } from 'node:net';
+import type { V1Endpoints, V1Service } from '@kubernetes/client-node';
+
+const TYPE_A = 1;
+const TYPE_SRV = 33;
+const CLASS_IN = 1;
+const RCODE_OK = 0;
+const RCODE_FORMERR = 1;
+const RCODE_NXDOMAIN = 3;
+const RCODE_NOTIMP = 4;
+/** Short TTLs: test Services come and go within seconds. */
+const TTL_SECONDS = 5;
+
+export interface DnsData {
+  domain: string;
+  service(namespace: string, name: string): V1Service | undefined;
+  endpoints(namespace: string, name: string): V1Endpoints | undefined;
+}
+
+interface Question {
+  name: string;
+  type: number;
+  klass: number;
+  /** Byte range of the question in the query, copied into the answer as is. */
+  raw: Buffer;
+}
+
+/** Parses the first question of a query; undefined when the message is malformed. */
+export function parseQuery(msg: Buffer): { id: number; flags: number; question: Question } | undefined {
+  if (msg.length < 12 || msg.readUInt16BE(4) < 1) return undefined;
+  const labels: string[] = [];
+  let offset = 12;
+  for (;;) {
+    if (offset >= msg.length) return undefined;
+    const len = msg[offset];
+    if (len === 0) {
+      offset++;
+      break;
+    }
+    if (len > 63 || offset + 1 + len > msg.length) return undefined;
+    labels.push(msg.subarray(offset + 1, offset + 1 + len).toString('latin1'));
+    offset += 1 + len;
+  }
+  if (offset + 4 > msg.length) return undefined;
+  return {
+    id: msg.readUInt16BE(0),
+    flags: msg.readUInt16BE(2),
+    question: { name: labels.join('.').toLowerCase(), type: msg.readUInt16BE(offset), klass: msg.readUInt16BE(offset + 2), raw: msg.subarray(12, offset + 4) },
+  };
+}
+
+type Answer = { type: 'A'; ip: string } | { type: 'SRV'; port: number; target: string };
+
+function encodeName(name: string): Buffer {
+  return Buffer.concat([...name.split('.').filter(Boolean).map((l) => Buffer.concat([Buffer.from([l.length]), Buffer.from(l, 'latin1')])), Buffer.from([0])]);
+}
+
+export function buildResponse(id: number, queryFlags: number, question: Question | undefined, rcode: number, answers: Answer[]): Buffer {
+  const header = Buffer.alloc(12);
+  header.writeUInt16BE(id, 0);
+  // QR, the query's opcode and RD, AA (we are the authority for the cluster domain), RA, rcode.
+  const flags = 0x8000 | (queryFlags & 0x7900) | 0x0400 | 0x0080 | rcode;
+  header.writeUInt16BE(flags, 2);
+  header.writeUInt16BE(question ? 1 : 0, 4);
+  header.writeUInt16BE(answers.length, 6);
+  const records = answers.map((a) => {
+    const fixed = Buffer.alloc(10);
+    fixed.writeUInt16BE(a.type === 'A' ? TYPE_A : TYPE_SRV, 0);
+    fixed.writeUInt16BE(CLASS_IN, 2);
+    fixed.writeUInt32BE(TTL_SECONDS, 4);
+    let data: Buffer;
+    if (a.type === 'A') {
+      data = Buffer.from(a.ip.split('.').map(Number));
+    } else {
+      const head = Buffer.alloc(6);
+      head.writeUInt16BE(0, 0);
+      head.writeUInt16BE(100, 2);
+      head.writeUInt16BE(a.port, 4);
+      data = Buffer.concat([head, encodeName(a.target)]);
+    }
+    fixed.writeUInt16BE(data.length, 8);
+    // 0xC00C points at the question's name.
+    return Buffer.concat([Buffer.from([0xc0, 0x0c]), fixed, data]);
+  });
+  return Buffer.concat([header, question?.raw ?? Buffer.alloc(0), ...records]);
+}
+
+/** The answer for a name: undefined = NXDOMAIN, [] = the name exists but has no record of that type. */
+export function resolveName(name: string, type: number, data: DnsData): Answer[] | undefined {
+  const suffix = `.${data.domain}`;
+  if (!name.endsWith(suffix)) return undefined;
+  const parts = name.slice(0, -suffix.length).split('.');
+  if (parts.length === 3 && parts[2] === 'pod') {
+    const m = /^(\d{1,3})-(\d{1,3})-(\d{1,3})-(\d{1,3})$/.exec(parts[0]);
+    if (!m) return undefined;
+    return type === TYPE_A ? [{ type: 'A', ip: m.slice(1).join('.') }] : [];
+  }
+  const srv = parts.length === 5 && parts[4] === 'svc' && parts[0].startsWith('_') && parts[1].startsWith('_');
+  if (!((parts.length === 3 && parts[2] === 'svc') || srv)) return undefined;
+  const [svcName, ns] = srv ? [parts[2], parts[3]] : [parts[0], parts[1]];
+  const svc = data.service(ns, svcName);
+  if (!svc) return undefined;
+  const ip = svc.spec?.clusterIP;
+  const svcFqdn = `${svcName}.${ns}.svc.${data.domain}`;
+  if (srv) {
+    const port = (svc.spec?.ports ?? []).find((p) => `_${p.name ?? ''}` === parts[0] && `_${(p.protocol ?? 'TCP').toLowerCase()}` === parts[1]);
+    if (!port) return undefined;
+    return type === TYPE_SRV ? [{ type: 'SRV', port: port.port, target: svcFqdn }] : [];
+  }
+  if (type !== TYPE_A) return [];
+  if (ip && ip !== 'None') return [{ type: 'A', ip }];
+  const eps = data.endpoints(ns, svcName);
+  return (eps?.subsets ?? []).flatMap((s) => s.addresses ?? []).map((a) => ({ type: 'A' as const, ip: a.ip }));
+}
+
+export function answerQuery(msg: Buffer, data: DnsData): Buffer | undefined {
+  const query = parseQuery(msg);
+  if (!query) return msg.length >= 2 ? buildResponse(msg.readUInt16BE(0), 0, undefined, RCODE_FORMERR, []) : undefined;
+  const { id, flags, question } = query;
+  if ((flags & 0x7800) !== 0 || question.klass !== CLASS_IN) return buildResponse(id, flags, question, RCODE_NOTIMP, []);
+  const answers = resolveName(question.name, question.type, data);
+  return buildResponse(id, flags, question, answers ? RCODE_OK : RCODE_NXDOMAIN, answers ?? []);
+}
+
+export class ClusterDns {
+  private udp: UdpSocket | undefined;
+  private tcp: Server | undefined;
+  private readonly conns = new Set<import('node:net').Socket>();
+
+  constructor(
+    private readonly address: string,
+    private readonly data: DnsData,
+    private readonly port = 53,
+  ) {}
+
+  async start(): Promise<void> {
+    const udp = createSocket({ type: 'udp4', reuseAddr: true });
+    udp.on('message', (msg, rinfo) => {
+      const reply = answerQuery(msg, this.data);
+      if (reply) udp.send(reply, rinfo.port, rinfo.address);
+    });
+    await new Promise<void>((resolve, reject) => {
+      udp.once('error', reject);
+      udp.bind(this.port, this.address, () => {
+        udp.off('error', reject);
+        resolve();
+      });
+    });
+    udp.on('error', () => {});
+    this.udp = udp;
+    const tcp = createServer((conn) => {
+      this.conns.add(conn);
+      conn.on('close', () => this.conns.delete(conn));
+      let buf = Buffer.alloc(0);
+      conn.on('data', (chunk: Buffer) => {
+        buf = Buffer.concat([buf, chunk]);
+        while (buf.length >= 2 && buf.length >= 2 + buf.readUInt16BE(0)) {
+          const msg = buf.subarray(2, 2 + buf.readUInt16BE(0));
+          buf = buf.subarray(2 + msg.length);
+          const reply = answerQuery(msg, this.data);
+          if (!reply) continue;
+          const len = Buffer.alloc(2);
+          len.writeUInt16BE(reply.length);
+          conn.write(Buffer.concat([len, reply]));
+        }
+      });
+      conn.on('error', () => {});
+    });
+    await new Promise<void>((resolve, reject) => {
+      tcp.once('error', reject);
+      tcp.listen(this.port, this.address, () => resolve());
+    });
+    this.tcp = tcp;
+  }
+
+  async stop(): Promise<void> {
+    this.udp?.close();
+    for (const conn of this.conns) conn.destroy();
+    await new Promise<void>((resolve) => (this.tcp ? this.tcp.close(() => resolve()) : resolve()));
+  }
+}
