@@ -48,7 +48,7 @@ export async function startAgent({ config, pid, log }: AgentOptions): Promise<Ru
     guard = startGuard(backend, chainName(agentId), log);
   }
   const nodeIP = async (): Promise<string | undefined> => config.nodeIP ?? (await defaultGateway());
-  const ports = new PortTable(chain, nodeIP, log);
+  const ports = new PortTable(chain, nodeIP, log, config.flushConnections);
 
   let stopping: Promise<void> | undefined;
   let resolveStopped: (reason: string) => void = () => undefined;
@@ -117,6 +117,7 @@ export async function startAgent({ config, pid, log }: AgentOptions): Promise<Ru
       if (idleTimer) clearTimeout(idleTimer);
       log.info('agent stopping', { reason });
       control.close();
+      await ports.removeRules();
       await Promise.all([...sessions.values()].map((s) => s.end(`agent stopping: ${reason}`)));
       await ports.closeAll();
       guard?.release();

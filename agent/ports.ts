@@ -42,6 +42,8 @@ export class PortTable {
     private readonly chain: AgentChain | undefined,
     private readonly nodeIP: () => Promise<string | undefined>,
     private readonly log: AgentLog,
+    /** DEVOP_AGENT_FLUSH_CONNECTIONS: false makes the agent ignore a session's flush request. */
+    private readonly mayFlush = true,
   ) {}
 
   private serial<T>(job: () => Promise<T>): Promise<T> {
@@ -96,7 +98,7 @@ export class PortTable {
         }
         this.ports.set(msg.port, { redirect, skipSource });
         // The rule is in place first, so a flushed client's reconnect is already stolen.
-        if (msg.mode === 'steal' && msg.flush) await flushConnections(msg.port, this.log);
+        if (msg.mode === 'steal' && msg.flush && this.mayFlush) await flushConnections(msg.port, this.log);
       }
       this.log.info('subscribed', { port: msg.port, mode: msg.mode, filter: describeFilter(msg.filter), session: session.sessionId, user: `${holder.user}@${holder.host}` });
       return { ok: true as const };
@@ -137,6 +139,11 @@ export class PortTable {
     }
     entry.redirect.close();
     this.log.info('port released', { port });
+  }
+
+  /** Removes the chain and its jump first (agent shutdown): new connections go straight to the app, none meets a closed listener. */
+  async removeRules(): Promise<void> {
+    await this.serial(async () => this.chain?.remove());
   }
 
   /** Removes every rule and listener (agent shutdown). */

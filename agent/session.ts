@@ -10,6 +10,15 @@ import type { PortTable } from './ports.js';
 import { serveFile, serveOutgoing } from './streams.js';
 import { readTargetEnv } from './target.js';
 
+/** The agent pings each session this often (the CLI answers, and pings on its own too). */
+const PING_INTERVAL_MS = 2000;
+/**
+ * A tunnel that carried nothing for this long is taken for stalled (a port-forward can hang without closing): the session
+ * is then treated as disconnected, so its stolen traffic goes back to the pod. Generous, because control frames queue
+ * behind data on a busy tunnel.
+ */
+export const TUNNEL_STALL_MS = 10_000;
+
 export interface SessionContext {
   ports: PortTable;
   pid: number | undefined;
@@ -46,9 +55,28 @@ export class Session implements IncomingTarget {
     this.graceTimer = undefined;
     this.mux = mux;
     this.wantsTraffic = features === undefined || features.includes(FEATURES.traffic);
-    mux.on('message', (msg) => this.onMessage(mux, msg));
+    // Liveness is enforced only once the client has spoken after its hello: a client that never does is not timed out.
+    const heard = { at: Date.now(), any: false };
+    let pingId = 0;
+    const liveness = setInterval(() => {
+      if (heard.any && Date.now() - heard.at > TUNNEL_STALL_MS) {
+        this.ctx.log.warn('tunnel stalled', { session: this.sessionId, user: this.who, silentMs: Date.now() - heard.at });
+        mux.close(`tunnel stalled: nothing heard for ${TUNNEL_STALL_MS / 1000} s`);
+        return;
+      }
+      mux.send({ type: 'ping', id: ++pingId, sentAt: Date.now() });
+    }, PING_INTERVAL_MS);
+    liveness.unref();
+    mux.on('message', (msg) => {
+      heard.at = Date.now();
+      heard.any = true;
+      this.onMessage(mux, msg);
+    });
     mux.on('stream', (stream) => this.onStream(stream));
-    mux.once('close', (err) => this.onClose(mux, err));
+    mux.once('close', (err) => {
+      clearInterval(liveness);
+      this.onClose(mux, err);
+    });
   }
 
   openIncoming(open: IncomingOpen): IncomingStream {

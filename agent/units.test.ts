@@ -15,7 +15,7 @@ describe('agent contract', () => {
     const env = Object.fromEntries(agentEnv({ mode: 'job', port: 4000, token: 't', containerId: 'containerd://abc', idleSeconds: 30 }).map((e) => [e.name, e.value]));
     expect(env).toEqual({ DEVOP_AGENT_MODE: 'job', DEVOP_AGENT_PORT: '4000', DEVOP_AGENT_TOKEN: 't', DEVOP_AGENT_CONTAINER_ID: 'containerd://abc', DEVOP_AGENT_IDLE_SECONDS: '30' });
     const config = parseAgentEnv(env);
-    expect(config).toMatchObject({ mode: 'job', port: 4000, token: 't', idleSeconds: 30, iptables: 'auto', resumeGraceSeconds: 30 });
+    expect(config).toMatchObject({ mode: 'job', port: 4000, token: 't', idleSeconds: 30, iptables: 'auto', flushConnections: true, resumeGraceSeconds: 30 });
   });
 
   test('a bad value is refused naming the variable', () => {

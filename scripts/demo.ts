@@ -24,12 +24,14 @@ async function main(): Promise<void> {
   say('starting the stand-in Kubernetes cluster');
   const env = await startE2ECluster();
   let run: DevopRun | undefined;
+  let podClient: { close(): void } | undefined;
   try {
     console.log(`kubeconfig: ${env.cluster.kubeconfigPath}`);
     say('deploying deploy/echo (an HTTP echo server on port 8080)');
     // The requests come from a client pod: the host is the node, and connections from the node (kubelet probes) are
     // never stolen unless --steal-probes is given.
     const [echo, client] = await Promise.all([deployEcho(env, 'echo'), startPodClient(env)]);
+    podClient = client;
     console.log(`pod ${echo.podName} at ${echo.podIP}; requests come from pod "client"`);
     console.log(`curl http://${echo.podIP}:8080/hello → ${(await client.get(echo.podIP, 8080, '/hello')).body.slice(0, 120)}…`);
 
@@ -54,6 +56,7 @@ async function main(): Promise<void> {
     await waitFor('the pod to serve again', async () => ((await client.who(echo.podIP, 8080)) === echo.podName ? true : undefined), 10_000);
     console.log(`curl http://${echo.podIP}:8080/hello → answered by the pod ${echo.podName} again`);
   } finally {
+    podClient?.close();
     await run?.stop('SIGKILL');
     say('stopping the stand-in');
     await env.cluster.stop();

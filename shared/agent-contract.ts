@@ -56,6 +56,7 @@ export const AGENT_ENV = {
   resumeGraceSeconds: 'DEVOP_AGENT_RESUME_GRACE_SECONDS',
   nodeIP: 'DEVOP_AGENT_NODE_IP',
   iptables: 'DEVOP_AGENT_IPTABLES',
+  flushConnections: 'DEVOP_AGENT_FLUSH_CONNECTIONS',
   agentId: 'DEVOP_AGENT_ID',
   logLevel: 'DEVOP_AGENT_LOG_LEVEL',
   /** Set by the agent itself on the process it re-executes inside the target netns (job mode); never set it by hand. */
@@ -72,6 +73,7 @@ export const AGENT_ENV_DOC: Record<keyof typeof AGENT_ENV, string> = {
   resumeGraceSeconds: 'How long a disconnected session keeps its steals (traffic goes to the pod meanwhile) waiting for a resume.',
   nodeIP: "The node's IP (kubelet probes come from it and are not stolen); default: the pod's default gateway.",
   iptables: 'auto (use the backend that already has rules in the pod netns, else nft), nft or legacy.',
+  flushConnections: 'false forbids flushing existing connections when stealing starts (a session\'s flush request is then ignored); default true.',
   agentId: 'Id of this agent (iptables chain DEVOP-<id>); default: random.',
   logLevel: 'debug, info or warn.',
   inNetns: 'Internal: marks the re-executed agent in job mode.',
@@ -93,6 +95,7 @@ export const AgentConfig = z.object({
   resumeGraceSeconds: z.coerce.number().min(0).default(30),
   nodeIP: z.string().min(1).optional(),
   iptables: z.enum(['auto', 'nft', 'legacy']).default('auto'),
+  flushConnections: bool.default(true),
   agentId: z.string().regex(/^[a-z0-9]{1,20}$/, 'lower-case letters and digits, at most 20 (iptables chain names are short)').optional(),
   logLevel: z.enum(['debug', 'info', 'warn']).default('info'),
   inNetns: bool.default(false),

@@ -146,6 +146,32 @@ describe('local outgoing proxy (local dialer)', () => {
     expect(origin.received.toString()).toMatch(/^HTTP\/1\.1 400[\s\S]*devop's outgoing proxy/);
   });
 
+  it('HTTP: an absolute-URI upgrade (WebSocket over http://) is passed on and the bytes after it flow both ways', async () => {
+    // Given a server that accepts upgrades and then echoes bytes
+    const { createServer } = await import('node:http');
+    const upgrading = createServer();
+    upgrading.on('upgrade', (req, socket: import('node:net').Socket, head: Buffer) => {
+      socket.write(`HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\nX-Path: ${req.url}\r\n\r\n`);
+      if (head.length) socket.write(head);
+      socket.pipe(socket);
+    });
+    await new Promise<void>((resolve) => upgrading.listen(0, '127.0.0.1', () => resolve()));
+    const port = (upgrading.address() as { port: number }).port;
+    try {
+      // When a client asks the proxy for the upgrade by absolute URI, with the first bytes in the same packet
+      const head = `GET http://echo.default:${port}/ws?x=1 HTTP/1.1\r\nHost: echo.default:${port}\r\nConnection: Upgrade\r\nUpgrade: echo\r\nProxy-Connection: keep-alive\r\n\r\n`;
+      const { received } = await exchange(proxy.port, Buffer.from(`${head}after-upgrade`), (got) => got.toString().endsWith('after-upgrade'));
+      // Then the server saw the origin-form path, answered 101, and echoed the bytes
+      const text = received.toString();
+      expect(text).toMatch(/^HTTP\/1\.1 101 Switching Protocols\r\n/);
+      expect(text).toContain('X-Path: /ws?x=1');
+      expect(text.endsWith('\r\n\r\nafter-upgrade')).toBe(true);
+    } finally {
+      upgrading.closeAllConnections();
+      await new Promise<void>((resolve) => upgrading.close(() => resolve()));
+    }
+  });
+
   it('HTTP: a plain request to an unknown name is a 502 whose body gives the reason', async () => {
     const result = await run('curl', ['-sS', '--max-time', '10', '-o', '-', '-w', '\n%{http_code}', '-x', `http://127.0.0.1:${proxy.port}`, `http://nosuch.default:${http.port}/`]);
     expect(result.stdout).toContain('ENOTFOUND: nosuch.default does not resolve from the pod');

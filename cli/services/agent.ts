@@ -65,9 +65,17 @@ function isRunning(status: V1ContainerStatus | undefined): boolean {
   return Boolean(status?.state?.running);
 }
 
-/** A running agent (Job pod or ephemeral container) already serving this pod, if any. */
-export async function findAgent(kc: KubeConfig, target: ResolvedTarget, agentNamespace: string): Promise<AgentEndpoint | undefined> {
+/** Every devop agent pod in a namespace (listed beside the target lookup, so that reuse costs no extra round trip). */
+export async function listAgentPods(kc: KubeConfig, agentNamespace: string): Promise<V1Pod[]> {
   const core = kc.makeApiClient(CoreV1Api);
+  const list = await apiCall({ action: 'look for a running devop agent', verb: 'list', resource: 'pods', namespace: agentNamespace }, () =>
+    core.listNamespacedPod({ namespace: agentNamespace, labelSelector: `${AGENT_LABELS.name}=${AGENT_LABELS.nameValue}` }),
+  );
+  return list.items;
+}
+
+/** A running agent (Job pod or ephemeral container) already serving this pod, if any. */
+export async function findAgent(kc: KubeConfig, target: ResolvedTarget, agentNamespace: string, agentPods?: Promise<V1Pod[]>): Promise<AgentEndpoint | undefined> {
   const ephemeral = (target.pod.spec?.ephemeralContainers ?? []).filter((c) => c.name.startsWith(`${AGENT_CONTAINER_NAME}-`));
   for (const c of ephemeral.reverse()) {
     const status = target.pod.status?.ephemeralContainerStatuses?.find((s) => s.name === c.name);
@@ -77,12 +85,9 @@ export async function findAgent(kc: KubeConfig, target: ResolvedTarget, agentNam
       return { mode: 'ephemeral', name: c.name, agentPod: target.podName, agentNamespace: target.namespace, agentContainer: c.name, port, token, agentId: envValue(c.env, AGENT_ENV.agentId) ?? '', reused: true };
     }
   }
-  const labelSelector = `${AGENT_LABELS.name}=${AGENT_LABELS.nameValue},${AGENT_LABELS.targetPod}=${target.podName}`;
-  const list = await apiCall({ action: 'look for a running devop agent', verb: 'list', resource: 'pods', namespace: agentNamespace }, () =>
-    core.listNamespacedPod({ namespace: agentNamespace, labelSelector }),
-  );
-  const candidates = list.items
-    .filter((p) => !p.metadata?.deletionTimestamp && p.metadata?.labels?.[AGENT_LABELS.targetUid] === target.podUid)
+  const pods = await (agentPods ?? listAgentPods(kc, agentNamespace));
+  const candidates = pods
+    .filter((p) => !p.metadata?.deletionTimestamp && p.metadata?.labels?.[AGENT_LABELS.targetPod] === target.podName && p.metadata?.labels?.[AGENT_LABELS.targetUid] === target.podUid)
     .filter((p) => p.status?.phase === 'Running' && isRunning(p.status?.containerStatuses?.find((s) => s.name === AGENT_CONTAINER_NAME)))
     .sort((a, b) => String(b.metadata?.creationTimestamp ?? '').localeCompare(String(a.metadata?.creationTimestamp ?? '')));
   for (const pod of candidates) {

@@ -91,6 +91,7 @@ export async function runExec(options: ExecServiceOptions, reporter: Reporter): 
     session = await raceAbort(connectSupervisedSession({ ...options, signal: abort.signal }, reporter), abort.signal);
     const s = session;
     const target = s.target;
+    if (!target && options.ports.length > 0) throw new UserError('-p/--port needs a target: a targetless session receives no traffic', 'pass -t pod/NAME or deploy/NAME, or drop -p');
     const ports = resolvePorts(options.ports, target?.container);
 
     const childEnv = await step(reporter, 'env', 'environment', async () => {
@@ -171,7 +172,10 @@ export async function runExec(options: ExecServiceOptions, reporter: Reporter): 
 /** Waits for each port's local listener, then subscribes it; says why when the command never listens. */
 async function startTraffic(ports: PortMapping[], traffic: TrafficControl, options: ExecServiceOptions, reporter: Reporter, child: LocalCommand): Promise<void> {
   if (ports.length === 0) {
-    reporter.emit({ type: 'log', level: 'info', message: 'no ports to steal or mirror (the container declares none; pass -p REMOTE[:LOCAL]): only the env is applied' });
+    const why = options.target && options.target !== 'targetless'
+      ? 'no ports to steal or mirror (the container declares none; pass -p REMOTE[:LOCAL]): only the env is applied'
+      : 'targetless: no incoming traffic; outgoing connections go through the cluster';
+    reporter.emit({ type: 'log', level: 'info', message: why });
     traffic.markReady();
     return;
   }
@@ -232,7 +236,8 @@ class TrafficControl {
       return;
     }
     if (answer.type === 'refused') {
-      const holder = answer.holder ? ` (held by ${answer.holder.user}@${answer.holder.host} since ${answer.holder.since})` : '';
+      const who = answer.holder ? `${answer.holder.user}@${answer.holder.host}` : undefined;
+      const holder = who && !answer.reason.includes(who) ? ` (held by ${who} since ${answer.holder!.since})` : '';
       throw new UserError(`port ${port} of pod ${this.info.pod} cannot be ${this.mode === 'steal' ? 'stolen' : 'mirrored'}: ${answer.reason}${holder}`, 'use --http-header-filter to share the port, --mirror, or wait until the other session ends');
     }
     throw new UserError(`the agent refused to ${this.mode} port ${port}: ${answer.message}`, answer.hint ?? 'check the agent logs (rerun with --verbose)');

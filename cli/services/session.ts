@@ -13,7 +13,7 @@ import type { Reporter, StepId } from '../reporter.js';
 import { assertAccess, sessionAccessChecks } from '../kube/access.js';
 import { loadKubeConfig, type KubeAccessOptions } from '../kube/config.js';
 import { openPortForward, PortForwardError } from '../kube/tunnel.js';
-import { createEphemeralAgent, createJobAgent, createTargetlessAgent, findAgent, type AgentEndpoint, type AgentOptions } from './agent.js';
+import { createEphemeralAgent, createJobAgent, createTargetlessAgent, findAgent, listAgentPods, type AgentEndpoint, type AgentOptions } from './agent.js';
 import type { AgentExtras } from './agent-manifest.js';
 import { resolveTarget, type ResolvedTarget } from './target.js';
 
@@ -121,9 +121,21 @@ export async function connectSession(options: SessionOptions, reporter: Reporter
     signal: options.signal,
   };
 
+  // Listed beside the target lookup: finding an agent to reuse then costs no extra round trip.
+  const agentPods = targetless || agentOptions.ephemeral ? undefined : listAgentPods(kc, agentNamespace);
+  agentPods?.catch(() => undefined);
   // The title starts with "resolve target": the VS Code task's beginsPattern (cli/ui/lines.ts) waits for it.
   const target = targetless
-    ? await step(reporter, 'target', 'resolve target: targetless', async () => undefined, () => 'no target pod: outgoing traffic and DNS only')
+    ? await step(
+        reporter,
+        'target',
+        'resolve target: targetless',
+        async () => {
+          if (!options.skipPreflight) await assertAccess(kc, sessionAccessChecks({ namespace: agentNamespace, agentNamespace, ephemeral: false }), kc.getCurrentUser()?.name ?? 'the current user');
+          return undefined;
+        },
+        () => 'no target pod: outgoing traffic and DNS only',
+      )
     : await step(
         reporter,
         'target',
@@ -149,7 +161,7 @@ export async function connectSession(options: SessionOptions, reporter: Reporter
     target ? `agent for pod ${target.podName}` : 'targetless agent',
     async () => {
       if (target) {
-        const existing = await findAgent(kc, target, agentNamespace);
+        const existing = await findAgent(kc, target, agentNamespace, agentPods);
         if (existing) {
           try {
             const link = await connectAgent(kc, existing, target, { deadline: Date.now() + REUSE_CONNECT_MS, identity, features: options.features });

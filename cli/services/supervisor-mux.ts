@@ -191,8 +191,15 @@ export class SessionMux extends EventEmitter {
     this.pending.delete(p.id);
     const bad = p.answers.find((a) => a.type === 'refused' || a.type === 'error');
     const first = p.answers[0];
-    if (bad) this.emit('message', bad);
-    else if (first) this.emit('message', first);
+    if (bad) {
+      // A refused or failed subscribe is not the session's: forget it (no replay) and give its lock back.
+      const sub = this.subscriptions.get(p.port);
+      if (sub && sub.id === p.id && p.accepts.includes('subscribed')) {
+        this.subscriptions.delete(p.port);
+        this.onUnsubscribe?.(p.port);
+      }
+      this.emit('message', bad);
+    } else if (first) this.emit('message', first);
     else {
       const sub = this.subscriptions.get(p.port);
       this.emit('message', sub && sub.id === p.id ? { type: 'subscribed', id: p.id, port: p.port, mode: sub.mode } : { type: 'unsubscribed', id: p.id, port: p.port });

@@ -139,6 +139,22 @@ describe.runIf(run)('agent: faults', () => {
     await exited(agent.pid);
   });
 
+  test('a stalled tunnel (open but silent) is detected: the session\'s traffic goes back to the pod', async () => {
+    const agent = await net.startAgent();
+    const control = await net.relay(net.podNs, '127.0.0.1', agent.port);
+    const session = await connectSession(control, { local });
+    expect((await session.subscribe(3000, 'steal')).type).toBe('subscribed');
+    expect((await httpGet(client, '/before-stall')).body).toBe('local: GET /before-stall');
+    // When the tunnel stalls: the connection stays open, but nothing comes back from the CLI any more
+    session.socket.pause();
+    // Then, within the stall timeout (10 s) plus slack, the pod answers again
+    await waitFor(async () => (await httpGet(client, '/during-stall', { timeoutMs: 1000 })).body === 'pod: GET /during-stall', 'the pod to answer after the stall', 30_000);
+    expect(agent.lines.some((l) => l.includes('tunnel stalled'))).toBe(true);
+    session.socket.destroy();
+    process.kill(agent.pid, 'SIGTERM');
+    await exited(agent.pid);
+  });
+
   test('bad frames from one session close that session with a reason; the other session goes on', async () => {
     const agent = await net.startAgent();
     const control = await net.relay(net.podNs, '127.0.0.1', agent.port);

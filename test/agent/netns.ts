@@ -118,9 +118,12 @@ export class PodNet {
     return proc;
   }
 
-  /** Runs the built agent the way job mode does: by container ID, from the host (hostPID), re-entering the pod netns. */
-  async startAgent(env: Record<string, string> = {}): Promise<AgentProc> {
-    const proc = this.spawnTracked(process.execPath, [...(process.env.DEVOP_TEST_AGENT_FLAGS?.split(' ').filter(Boolean) ?? AGENT_NODE_FLAGS), AGENT_BUNDLE], {
+  /** Runs the built agent the way job mode does (by container ID, from the host, re-entering the pod netns) unless told otherwise. */
+  async startAgent(env: Record<string, string> = {}, opts: { inPodNetns?: boolean } = {}): Promise<AgentProc> {
+    const node = [process.execPath, ...(process.env.DEVOP_TEST_AGENT_FLAGS?.split(' ').filter(Boolean) ?? AGENT_NODE_FLAGS), AGENT_BUNDLE];
+    // inPodNetns: started inside the pod's netns, as an ephemeral container (or a targetless pod) is.
+    const [cmd, ...args] = opts.inPodNetns ? ['nsenter', `--net=/run/netns/${this.podNs}`, ...node] : node;
+    const proc = this.spawnTracked(cmd, args, {
       DEVOP_AGENT_MODE: 'job',
       DEVOP_AGENT_CONTAINER_ID: `containerd://${this.containerId}`,
       DEVOP_AGENT_TOKEN: 'test-token',

@@ -63,6 +63,7 @@ export async function connectSession(socketPath: string, opts: { local?: LocalCo
   const incoming: TestSession['incoming'] = [];
   const closed = new Promise<Error | undefined>((r) => mux.once('close', r));
   mux.on('message', (msg) => {
+    if (msg.type === 'ping') mux.send({ type: 'pong', id: msg.id, sentAt: msg.sentAt }); // as the CLI does
     messages.push(msg);
     if (msg.type === 'traffic') traffic.push(msg.event);
   });

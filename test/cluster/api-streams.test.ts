@@ -102,6 +102,15 @@ describe('streaming subresources', () => {
     await closed;
   });
 
+  it('refuses port-forward and exec to the restricted token with 403 before upgrading', async () => {
+    const rkc = new KubeConfig();
+    rkc.loadFromFile(cluster.restrictedKubeconfigPath);
+    const pf = await new PortForward(rkc).portForward('default', 'box', [7000], new PassThrough(), null, new PassThrough()).catch((e) => e);
+    expect(String(pf?.message ?? pf)).toContain('403');
+    const ex = await new Exec(rkc).exec('default', 'box', 'main', ['true'], new PassThrough(), new PassThrough(), null, false).catch((e) => e);
+    expect(String(ex?.message ?? ex)).toContain('403');
+  });
+
   it('execs over client-node Exec (v5.channel.k8s.io) with stdout, stderr, stdin and the exit status', async () => {
     const out: Buffer[] = [];
     const errOut: Buffer[] = [];

@@ -1,7 +1,7 @@
 // A stand-in cluster that starts, runs pods (with a port-forward relay and an exec) and stops leaves nothing behind:
 // no netns, link, cgroup, iptables rule, /etc/netns file, state directory or process of its own.
 import { randomBytes } from 'node:crypto';
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync, readlinkSync, statSync } from 'node:fs';
 import { CoreV1Api, KubeConfig } from '@kubernetes/client-node';
 import { describe, expect, it } from 'vitest';
@@ -9,7 +9,7 @@ import { requireRoot } from '../helpers/root.js';
 import { startCluster } from './index.js';
 import { cgroup2Mount } from './kubelet/cgroup.js';
 import { linkTag } from './kubelet/network.js';
-import { execOutput, isReady, pidsOfContainer, waitForPod } from './kubelet/testing.js';
+import { execOutput, isReady, pidsOfContainer, waitForPod, waitUntil } from './kubelet/testing.js';
 
 requireRoot('stand-in hygiene');
 
@@ -68,9 +68,7 @@ describe('stand-in hygiene', () => {
     const instance = `hy${randomBytes(3).toString('hex')}`;
     expect(footprint(instance)).toEqual({ netns: [], links: [], cgroups: [], iptables: [], etcNetns: [], stateDirs: [] });
     // When a cluster starts and runs pods, a port-forward dial and an exec
-    const t0 = Date.now();
     const cluster = await startCluster({ instance });
-    const startMs = Date.now() - t0;
     let during: Footprint;
     let inodes: Set<number>;
     let containerPids: number[] = [];
@@ -105,7 +103,6 @@ describe('stand-in hygiene', () => {
       await cluster.stop();
     }
     // Then, while it ran, the footprint was visible to these checks (so the checks below can fail) …
-    expect(startMs).toBeLessThan(3_000);
     expect(during.netns.length).toBe(2);
     expect(during.links.length).toBe(3);
     expect(during.cgroups.length).toBe(3);
@@ -118,5 +115,29 @@ describe('stand-in hygiene', () => {
     expect(processesOf(instance, inodes).filter(alive)).toEqual([]);
     // A killed process may stay a zombie until its parent (or init, for orphans) reaps it: that is not a leak.
     expect(containerPids.filter(alive)).toEqual([]);
+  });
+
+  it('a cluster killed without stop() is cleared by the next cluster start', async () => {
+    // Given a cluster process with a running pod, killed with SIGKILL (no stop() runs)
+    const instance = `hk${randomBytes(3).toString('hex')}`;
+    const child = spawn(process.execPath, ['--import', 'tsx', 'test/cluster/kubelet/fixtures/killed-cluster.ts', instance], { stdio: ['ignore', 'pipe', 'inherit'] });
+    await new Promise<void>((resolve, reject) => {
+      child.stdout!.on('data', (c: Buffer) => c.toString().includes('running') && resolve());
+      child.once('exit', (code) => reject(new Error(`fixture exited early (${code})`)));
+    });
+    const left = footprint(instance);
+    const inodes = new Set(left.netns.map((l) => statSync(`/run/netns/${l.split(' ')[0]}`).ino));
+    child.kill('SIGKILL');
+    await new Promise((r) => child.once('exit', r));
+    expect(left.netns.length).toBe(1);
+    expect(left.cgroups.length).toBe(2);
+    // (the container outlives its kubelet; the port-forward relay does not: it ends with its parent)
+    expect(processesOf(instance, inodes).filter(alive).length).toBe(1);
+    // When another cluster starts (and stops)
+    const next = await startCluster();
+    await next.stop();
+    // Then nothing of the killed one is left
+    expect(footprint(instance)).toEqual({ netns: [], links: [], cgroups: [], iptables: [], etcNetns: [], stateDirs: [] });
+    await waitUntil('orphans reaped', () => processesOf(instance, inodes).filter(alive).length === 0, 10_000);
   });
 });

@@ -2,7 +2,7 @@
 // kubeconfig files — and a handle that stops all of it.
 import { createHash, randomBytes } from 'node:crypto';
 import { mkdtemp, rm } from 'node:fs/promises';
-import { createServer, type Server } from 'node:net';
+import { createServer, type Server, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { makeCerts, servingNames } from './certs.js';
@@ -100,7 +100,7 @@ export async function startCluster(options: ClusterOptions = {}): Promise<Cluste
       nodeIP = runtime.nodeIP;
       cp.attachNode(runtime);
       const relay = await listenRelay(cp, nodeIP);
-      cleanups.push(() => new Promise<void>((r) => relay.server.close(() => r())));
+      cleanups.push(() => relay.close());
       cp.setKubernetesEndpoint(nodeIP, relay.port);
       cp.registerNode(nodeIP, runtime.podCIDR);
     } else {
@@ -132,10 +132,15 @@ export async function startCluster(options: ClusterOptions = {}): Promise<Cluste
 }
 
 /** The API server also answers on the node IP (the `kubernetes` Service's endpoint), by handing connections over. */
-async function listenRelay(cp: ControlPlane, nodeIP: string): Promise<{ server: Server; port: number }> {
+async function listenRelay(cp: ControlPlane, nodeIP: string): Promise<{ port: number; close(): void }> {
+  const sockets = new Set<Socket>();
   const tryListen = (port: number) =>
     new Promise<Server>((resolve, reject) => {
-      const s = createServer((sock) => cp.api.server.emit('connection', sock));
+      const s = createServer((sock) => {
+        sockets.add(sock);
+        sock.on('close', () => sockets.delete(sock));
+        cp.api.server.emit('connection', sock);
+      });
       s.once('error', reject);
       s.listen(port, nodeIP, () => resolve(s));
     });
@@ -146,5 +151,12 @@ async function listenRelay(cp: ControlPlane, nodeIP: string): Promise<{ server: 
     s = await tryListen(0);
   }
   const addr = s.address();
-  return { server: s, port: typeof addr === 'object' && addr ? addr.port : cp.api.port };
+  return {
+    port: typeof addr === 'object' && addr ? addr.port : cp.api.port,
+    // Stop accepting and cut what pods still hold open; waiting for them would wait for the pods.
+    close() {
+      s.close();
+      for (const sock of sockets) sock.destroy();
+    },
+  };
 }

@@ -10,8 +10,8 @@ import { startCluster, type ClusterHandle } from './index.js';
 import { waitFor } from './apiserver/testing.js';
 
 const run = promisify(execFile);
-export const KUBECTL_VERSIONS = ['1.31', '1.32', '1.33'];
-export const kubectlPath = (v: string) => `/usr/lib/google-cloud-sdk/bin/kubectl.${v}`;
+const KUBECTL_VERSIONS = ['1.31', '1.32', '1.33'];
+const kubectlPath = (v: string) => `/usr/lib/google-cloud-sdk/bin/kubectl.${v}`;
 
 let cluster: ClusterHandle;
 let dir: string;
@@ -143,6 +143,32 @@ describe('kubectl against the stand-in API server', () => {
       const forbidden = await kubectl(v, ['get', 'deploy', '-n', 'default'], { kubeconfig: cluster.restrictedKubeconfigPath });
       expect(forbidden.code).toBe(1);
       expect(forbidden.stderr).toContain('Error from server (Forbidden): deployments.apps is forbidden: User "devop-restricted" cannot list resource "deployments" in API group "apps" in the namespace "default"');
+    });
+    it(`kubectl ${v}: create generators (namespace, configmap, secret, deployment, job, service)`, async () => {
+      const ns = `gen${v.replace('.', '')}`;
+      const ok = async (args: string[]) => {
+        const r = await kubectl(v, args);
+        expect(r.stderr).toBe('');
+        return r.stdout;
+      };
+      expect(await ok(['create', 'namespace', ns])).toBe(`namespace/${ns} created\n`);
+      await ok(['create', 'configmap', 'cfg', '-n', ns, '--from-literal=a=1']);
+      await ok(['create', 'secret', 'generic', 'sec', '-n', ns, '--from-literal=pw=s3cret']);
+      await ok(['create', 'deployment', 'dep', '-n', ns, '--image=devop.test/http-echo', '--port=8080', '--replicas=2']);
+      await ok(['create', 'job', 'once', '-n', ns, '--image=busybox', '--', 'sh', '-c', 'echo hi']);
+      await ok(['create', 'service', 'clusterip', 'dep', '-n', ns, '--tcp=80:8080']);
+      const get = async (what: string) => JSON.parse(await ok(['get', what, '-n', ns, '-o', 'json']));
+      expect((await get('configmap/cfg')).data).toEqual({ a: '1' });
+      expect(Buffer.from((await get('secret/sec')).data.pw, 'base64').toString()).toBe('s3cret');
+      const dep = await get('deployment/dep');
+      expect(dep.spec.replicas).toBe(2);
+      expect(dep.spec.strategy.type).toBe('RollingUpdate');
+      expect(dep.spec.template.spec.containers[0]).toMatchObject({ name: 'http-echo', image: 'devop.test/http-echo', ports: [{ containerPort: 8080, protocol: 'TCP' }], imagePullPolicy: 'Always' });
+      const job = await get('job/once');
+      expect(job.spec.template.spec).toMatchObject({ restartPolicy: 'Never', containers: [{ name: 'once', command: ['sh', '-c', 'echo hi'] }] });
+      const svc = await get('service/dep');
+      expect(svc.spec).toMatchObject({ type: 'ClusterIP', selector: { app: 'dep' }, ports: [{ port: 80, targetPort: 8080, protocol: 'TCP' }] });
+      await waitFor('deployment and job pods', async () => JSON.parse(await ok(['get', 'pods', '-n', ns, '-o', 'json'])).items.length === 3);
     });
   }
 });

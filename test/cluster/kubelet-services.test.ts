@@ -2,6 +2,7 @@
 // (iptables DNAT, random balancing), a pod reaches itself through its Service, and a Service without endpoints refuses.
 import { randomBytes } from 'node:crypto';
 import { get } from 'node:http';
+import { connect } from 'node:net';
 import { Resolver } from 'node:dns/promises';
 import { CoreV1Api, KubeConfig } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -147,7 +148,26 @@ describe('stand-in ClusterIP services', () => {
     expect(await resolver.resolveSrv(`_http._tcp.${name}.default.svc.cluster.local`)).toEqual([{ name: `${name}.default.svc.cluster.local`, port: 80, priority: 0, weight: 100 }]);
     await expect(resolver.resolve4(`missing.default.svc.cluster.local`)).rejects.toMatchObject({ code: 'ENOTFOUND' });
     expect(await resolver.resolve6(`${name}.default.svc.cluster.local`).catch((e: { code: string }) => e.code)).toBe('ENODATA');
-    const tcp = await execOutput(await cluster.runtime!.exec({ namespace: 'default', pod, command: [NODE, '-e', `require('dns').lookup('${name}', (e, a) => console.log(e ? e.code : a))`], stdin: false, tty: false }));
-    expect(tcp.stdout.trim()).toBe(ip);
+    const nodeLookup = await execOutput(await cluster.runtime!.exec({ namespace: 'default', pod, command: [NODE, '-e', `require('dns').lookup('${name}', (e, a) => console.log(e ? e.code : a))`], stdin: false, tty: false }));
+    expect(nodeLookup.stdout.trim()).toBe(ip);
+    // Over TCP (length-prefixed messages), as resolvers do for large answers
+    const qname = Buffer.concat([...`${name}.default.svc.cluster.local`.split('.').map((l) => Buffer.concat([Buffer.from([l.length]), Buffer.from(l)])), Buffer.from([0])]);
+    const query = Buffer.concat([Buffer.from([0xab, 0xcd, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0]), qname, Buffer.from([0, 1, 0, 1])]);
+    const reply = await new Promise<Buffer>((resolve, reject) => {
+      const sock = connect(53, cluster.nodeIP, () => sock.write(Buffer.concat([Buffer.from([query.length >> 8, query.length & 0xff]), query])));
+      let buf = Buffer.alloc(0);
+      sock.on('data', (c: Buffer) => {
+        buf = Buffer.concat([buf, c]);
+        if (buf.length >= 2 && buf.length >= 2 + buf.readUInt16BE(0)) {
+          sock.destroy();
+          resolve(buf.subarray(2));
+        }
+      });
+      sock.on('error', reject);
+    });
+    expect(reply.readUInt16BE(0)).toBe(0xabcd);
+    expect(reply.readUInt16BE(2) & 0x000f).toBe(0);
+    expect(reply.readUInt16BE(6)).toBe(1);
+    expect([...reply.subarray(reply.length - 4)].join('.')).toBe(ip);
   });
 });

@@ -70,9 +70,10 @@ describe('stand-in kubelet', () => {
     expect(cs).toMatchObject({ name: 'echo', ready: true, started: true, restartCount: 0, image: 'devop.test/http-echo' });
     expect(cs.containerID).toMatch(/^containerd:\/\/[0-9a-f]{64}$/);
     expect(cs.state?.running?.startedAt).toBeTruthy();
-    // And the probe's requests, made from the node IP, are in the container's log? No: http-echo logs only its start line.
+    // And the readiness probe's requests came from the node IP, as kube-probe
     const log = await readAll(await runtime.logs({ namespace: 'default', pod: name, container: 'echo', follow: false }));
     expect(log).toContain(`http-echo ${name} listening on 8080`);
+    expect(log).toMatch(new RegExp(`^GET /ready from ${cluster.nodeIP.replace(/\./g, '\\.')} kube-probe/`, 'm'));
   });
 
   it('gives the container the env of its spec, configmaps, secrets and the service env vars', async () => {
@@ -208,6 +209,20 @@ describe('stand-in kubelet', () => {
     expect(previous).toBe('attempt\n');
     const timestamps = await readAll(await runtime.logs({ namespace: 'default', pod: name, previous: true, follow: false, timestamps: true }));
     expect(timestamps).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z attempt\n$/);
+  });
+
+  it('serves tailLines of a log, and follows appended lines', async () => {
+    const name = podName('logs');
+    await createPod({ metadata: { name }, spec: { containers: [{ name: 'main', image: 'busybox', command: ['sh', '-c', 'for i in 1 2 3 4 5; do echo line$i; done; sleep 0.5; echo late; sleep 3600'] }] } });
+    await waitForPod(core, name, 'Running', (p) => p.status?.phase === 'Running');
+    await waitUntil('five lines', async () => (await readAll(await runtime.logs({ namespace: 'default', pod: name, follow: false }))).includes('line5'));
+    expect(await readAll(await runtime.logs({ namespace: 'default', pod: name, follow: false, tailLines: 2 }))).toMatch(/^line4\nline5\n(late\n)?$/);
+    const follower = await runtime.logs({ namespace: 'default', pod: name, follow: true, tailLines: 1 });
+    let seen = '';
+    follower.on('data', (c: Buffer) => (seen += c.toString()));
+    await waitUntil('followed line', () => seen.includes('late\n'));
+    follower.destroy();
+    expect(seen.startsWith('line5\n') || seen === 'late\n').toBe(true);
   });
 
   it('ends a pod Succeeded (OnFailure, exit 0) or Failed (Never, exit 7) with terminated states', async () => {

@@ -24,6 +24,7 @@ describe('devop exec: traffic', () => {
   });
 
   afterAll(async () => {
+    client?.close();
     await Promise.all(runs.map((r) => r.stop('SIGKILL')));
     await cluster?.stop();
   });
@@ -95,7 +96,7 @@ describe('devop exec: traffic', () => {
     const exit = await third.exited;
     // Then it is refused in one line naming who holds the port
     expect(exit.code).toBe(1);
-    expect(third.stderr).toMatch(/devop: port 8080 of pod echo-\S+ cannot be stolen: .*(held by|alice|bob|filter)/);
+    expect(third.stderr).toMatch(/devop: port 8080 of pod echo-\S+ cannot be stolen: port 8080 is stolen \(.*x-user: (alice|bob).*\) by \S+@\S+ since /);
     expect(third.stderr).toMatch(/\n {2}fix: /);
     await Promise.all([alice.stop(), bob.stop()]);
   });

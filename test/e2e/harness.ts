@@ -196,13 +196,14 @@ export function killLocalServer(run: DevopRun): void {
 
 /**
  * A client inside the cluster: connections from the host come from the node's IP, which the agent treats as kubelet
- * probes and never steals (unless --steal-probes); real traffic comes from other pods. This pod runs `sleep`, and its
- * requests are curl run in its network namespace (nsenter into its container's process, found through the cgroup that
- * the stand-in names after the container ID).
+ * probes and never steals (unless --steal-probes); real traffic comes from other pods. This pod runs `sleep`; requests
+ * are made by one long-lived Node process run in its network namespace (nsenter into the container's process, found
+ * through the cgroup the stand-in names after the container ID), each on a new connection.
  */
 export interface PodClient {
-  get(host: string, port: number, path: string, headers?: Record<string, string>): Promise<HttpAnswer>;
+  get(host: string, port: number, path: string, headers?: Record<string, string>, timeoutMs?: number): Promise<HttpAnswer>;
   who(host: string, port: number, path?: string, headers?: Record<string, string>): Promise<string>;
+  close(): void;
 }
 
 export async function startPodClient(env: { cluster: Cluster; core: CoreV1Api }, name = 'client', namespace = 'default'): Promise<PodClient> {
@@ -216,36 +217,44 @@ export async function startPodClient(env: { cluster: Cluster; core: CoreV1Api },
     return status?.state?.running && status.containerID ? status.containerID.replace(/^[a-z]+:\/\//, '') : undefined;
   });
   const { readFileSync, existsSync } = await import('node:fs');
-  const cgroupRoots = ['/sys/fs/cgroup/unified', '/sys/fs/cgroup'].map((m) => join(m, env.cluster.instance, containerId, 'cgroup.procs'));
+  const procs = ['/sys/fs/cgroup/unified', '/sys/fs/cgroup'].map((m) => join(m, env.cluster.instance, containerId, 'cgroup.procs'));
   const pid = await waitFor(`the client pod's process`, () => {
-    for (const file of cgroupRoots) {
+    for (const file of procs) {
       if (!existsSync(file)) continue;
       const first = readFileSync(file, 'utf8').split('\n').find(Boolean);
       if (first) return Number(first);
     }
     return undefined;
   });
-  const get = (host: string, port: number, path: string, headers: Record<string, string> = {}): Promise<HttpAnswer> =>
+  const child = spawn('nsenter', ['-t', String(pid), '-n', process.execPath, join(ROOT, 'test', 'e2e', 'fixtures', 'pod-http-client.mjs')], { stdio: ['pipe', 'pipe', 'inherit'] });
+  const pending = new Map<number, (r: { status?: number; body?: string; error?: string }) => void>();
+  let buffered = '';
+  child.stdout?.setEncoding('utf8').on('data', (text: string) => {
+    buffered += text;
+    let i: number;
+    while ((i = buffered.indexOf('\n')) >= 0) {
+      const line = buffered.slice(0, i);
+      buffered = buffered.slice(i + 1);
+      const result = JSON.parse(line) as { id: number; status?: number; body?: string; error?: string };
+      pending.get(result.id)?.(result);
+      pending.delete(result.id);
+    }
+  });
+  let nextId = 0;
+  const get = (host: string, port: number, path: string, headers: Record<string, string> = {}, timeoutMs = 5000): Promise<HttpAnswer> =>
     new Promise((resolvePromise, reject) => {
-      const args = ['-t', String(pid), '-n', 'curl', '-sS', '-m', '5', '-o', '-', '-w', '\n%{http_code}'];
-      for (const [k, v] of Object.entries(headers)) args.push('-H', `${k}: ${v}`);
-      args.push(`http://${host}:${port}${path}`);
-      const child = spawn('nsenter', args, { stdio: ['ignore', 'pipe', 'pipe'] });
-      let out = '';
-      let err = '';
-      child.stdout.setEncoding('utf8').on('data', (t: string) => (out += t));
-      child.stderr.setEncoding('utf8').on('data', (t: string) => (err += t));
-      child.on('error', reject);
-      child.on('exit', (code) => {
-        if (code !== 0) return reject(new Error(`curl ${host}:${port}${path} from pod ${name} failed (${code}): ${err.trim()}`));
-        const i = out.lastIndexOf('\n');
-        resolvePromise({ status: Number(out.slice(i + 1)), body: out.slice(0, i) });
-      });
+      const id = ++nextId;
+      pending.set(id, (r) => (r.error !== undefined ? reject(new Error(`GET ${host}:${port}${path} from pod ${name}: ${r.error}`)) : resolvePromise({ status: r.status ?? 0, body: r.body ?? '' })));
+      child.stdin?.write(`${JSON.stringify({ id, host, port, path, headers, timeoutMs })}\n`);
     });
   return {
     get,
     async who(host, port, path = '/', headers = {}) {
       return whoAnswered(await get(host, port, path, headers));
+    },
+    close() {
+      child.stdin?.end();
+      child.kill();
     },
   };
 }

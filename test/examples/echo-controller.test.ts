@@ -1,5 +1,7 @@
-// The echo-controller walkthrough (docs/examples.md) end to end on the stand-in: the controller runs locally against the
-// cluster, turns an Echo into a Deployment with Ready pods, follows changes, recreates what is deleted, honours its finalizer.
+// The echo-controller walkthrough (docs/examples.md) end to end on the stand-in: the controller runs in the cluster (two
+// replicas, one leading), is scaled to 0 and run locally under `devop exec -t targetless`, where it turns an Echo into a
+// Deployment with Ready pods, follows changes, recreates what is deleted, honours its finalizer; then the cluster's
+// replicas take the lease back.
 import { KubeConfig, Watch } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { requireRoot } from '../helpers/root.js';
@@ -15,14 +17,9 @@ const STEP_TIMEOUT_MS = 300_000;
 describe('echo-controller walkthrough', () => {
   let cluster: Cluster;
   let kubectl: Kubectl;
-  let controller: LocalProcess | undefined;
-  const extra: LocalProcess[] = [];
+  let devop: LocalProcess | undefined;
 
-  const env = (): NodeJS.ProcessEnv => ({ ...process.env, KUBECONFIG: cluster.kubeconfigPath });
-  const startController = (...args: string[]): LocalProcess =>
-    new LocalProcess('npx', ['tsx', 'examples/echo-controller/src/main.ts', ...args], env());
-
-  /** "<spec.replicas> <status.readyReplicas> <uid>" of the Echo's Deployment, or undefined while it does not exist. */
+  /** spec.replicas, status.readyReplicas and uid of the Echo's Deployment, or undefined while it does not exist. */
   const deployment = async (): Promise<{ replicas: string; ready: string; uid: string } | undefined> => {
     const r = await kubectl.run('get', 'deployment', 'hello', '-n', 'default', '-o', 'jsonpath={.spec.replicas} {.status.readyReplicas} {.metadata.uid}');
     if (r.code !== 0) return undefined;
@@ -34,6 +31,15 @@ describe('echo-controller walkthrough', () => {
       const d = await deployment();
       return d && d.replicas === String(replicas) && d.ready === String(replicas) && d.uid !== otherThanUid ? d : undefined;
     });
+  const leaseHolder = () =>
+    kubectl.run('get', 'lease', 'echo-controller', '-n', 'default', '-o', 'jsonpath={.spec.holderIdentity}').then((r) => (r.code === 0 && r.stdout ? r.stdout : undefined));
+  /** The in-cluster controller pod that holds the lease, once one does. */
+  const leadingPod = () =>
+    eventually('an in-cluster controller pod to hold the lease', async () => {
+      const holder = await leaseHolder();
+      const pods = JSON.parse(await kubectl.ok('get', 'pods', '-n', 'default', '-l', 'app=echo-controller', '-o', 'json')) as { items: { metadata: { name: string } }[] };
+      return pods.items.map((p) => p.metadata.name).find((name) => holder?.startsWith(`${name}_`));
+    });
 
   beforeAll(async () => {
     cluster = await startCluster({ images: exampleImages() });
@@ -41,34 +47,36 @@ describe('echo-controller walkthrough', () => {
   });
 
   afterAll(async () => {
-    await Promise.all([controller, ...extra].map((p) => p?.stop('SIGKILL')));
+    await devop?.stop('SIGKILL');
     kubectl?.dispose();
     await cluster?.stop();
   }, STEP_TIMEOUT_MS);
 
-  it('installs the CRD and RBAC', async () => {
-    const applied = await kubectl.ok('apply', '-f', 'examples/echo-controller/manifests/crd.yaml', '-f', 'examples/echo-controller/manifests/rbac.yaml');
-    expect(applied).toContain('customresourcedefinition.apiextensions.k8s.io/echoes.example.com created');
-    expect(applied).toContain('clusterrole.rbac.authorization.k8s.io/echo-controller created');
+  it('in the cluster: CRD, RBAC and two controller replicas, one of which leads and reconciles an Echo', async () => {
+    // Given the manifests
+    const applied = await kubectl.ok(
+      'apply', '-f', 'examples/echo-controller/manifests/crd.yaml', '-f', 'examples/echo-controller/manifests/rbac.yaml', '-f', 'examples/echo-controller/manifests/deployment.yaml',
+    );
+    for (const obj of ['customresourcedefinition.apiextensions.k8s.io/echoes.example.com', 'clusterrole.rbac.authorization.k8s.io/echo-controller', 'deployment.apps/echo-controller']) {
+      expect(applied).toContain(`${obj} created`);
+    }
     await kubectl.ok('wait', '--for=condition=Established', 'crd/echoes.example.com', '--timeout=60s');
-    // The short name works and there is nothing yet.
+    await kubectl.ok('rollout', 'status', 'deployment/echo-controller', '--timeout=120s');
     const none = await kubectl.run('get', 'echo', '-n', 'default');
     expect(none.code).toBe(0);
     expect(none.stderr).toContain('No resources found in default namespace.');
-  }, STEP_TIMEOUT_MS);
+    const leader = await leadingPod();
 
-  it('an Echo with replicas 2 becomes a Deployment with 2 Ready pods, and the Echo reports them', async () => {
-    // Given the controller running locally with the cluster's kubeconfig
-    controller = startController();
     // When an Echo asks for 2 replicas
     expect(await kubectl.ok('apply', '-f', 'examples/echo-controller/manifests/echo.yaml')).toContain('echo.example.com/hello created');
-    // Then its Deployment runs 2 Ready pods of the echo image, owned by the Echo
+
+    // Then the leading replica makes its Deployment: 2 Ready pods of the echo image, owned by the Echo
     await deploymentWith(2);
     expect(await kubectl.ok('get', 'deployment', 'hello', '-n', 'default')).toMatch(/^NAME\s+READY\s+UP-TO-DATE\s+AVAILABLE\s+AGE\nhello\s+2\/2\s+2\s+2\s/);
     const dep = JSON.parse(await kubectl.ok('get', 'deployment', 'hello', '-n', 'default', '-o', 'json'));
     expect(dep.spec.template.spec.containers[0].image).toBe('devop.test/http-echo');
     expect(dep.metadata.ownerReferences).toMatchObject([{ apiVersion: 'example.com/v1', kind: 'Echo', name: 'hello', controller: true }]);
-    // And the Echo holds the finalizer and a status with 2 ready at generation 1
+    // And the Echo holds the finalizer and reports 2 ready at generation 1
     const echo = await eventually('echo status ready 2', async () => {
       const e = JSON.parse(await kubectl.ok('get', 'echo', 'hello', '-n', 'default', '-o', 'json'));
       return e.status?.readyReplicas === 2 ? e : undefined;
@@ -76,6 +84,25 @@ describe('echo-controller walkthrough', () => {
     expect(echo.metadata.finalizers).toEqual(['example.com/echo-deployment']);
     expect(echo.status).toEqual({ replicas: 2, readyReplicas: 2, observedGeneration: 1 });
     expect(await kubectl.ok('get', 'echo', 'hello', '-n', 'default')).toMatch(/^NAME\s+REPLICAS\s+READY\s+AGE\nhello\s+2\s+2\s/);
+    expect(await kubectl.ok('logs', leader, '-n', 'default')).toContain('default/hello: create deployment (replicas 2)');
+  }, STEP_TIMEOUT_MS);
+
+  it('scaled to 0 in the cluster and run locally under devop, the controller takes the lease', async () => {
+    await kubectl.ok('scale', 'deployment/echo-controller', '-n', 'default', '--replicas=0');
+    await kubectl.ok('wait', '--for=delete', 'pod', '-l', 'app=echo-controller', '-n', 'default', '--timeout=120s');
+    devop = new LocalProcess(
+      process.execPath,
+      ['bin/devop.js', 'exec', '-t', 'targetless', '--', 'npx', 'tsx', 'examples/echo-controller/src/main.ts', '--leader-elect'],
+      { ...process.env, KUBECONFIG: cluster.kubeconfigPath, CI: 'true' },
+    );
+    const identity = await eventually('the local controller to acquire the lease', async () => {
+      if (!devop!.running) throw new Error(`devop exited early\n${devop!.output()}`);
+      return /lease default\/echo-controller acquired by (\S+)/.exec(devop!.stdout)?.[1];
+    }).catch((err: Error) => {
+      throw new Error(`${err.message}\n${devop!.output()}`);
+    });
+    expect(devop.stderr).toContain('devop: ready');
+    expect(await leaseHolder()).toBe(identity);
   }, STEP_TIMEOUT_MS);
 
   it('changing replicas to 3 updates the Deployment in place', async () => {
@@ -87,6 +114,7 @@ describe('echo-controller walkthrough', () => {
       const s = JSON.parse(await kubectl.ok('get', 'echo', 'hello', '-n', 'default', '-o', 'jsonpath={.status}'));
       return s.observedGeneration === 2 && s.readyReplicas === 3 ? s : undefined;
     });
+    expect(devop!.stdout).toContain('default/hello: update deployment (replicas 3)');
   }, STEP_TIMEOUT_MS);
 
   it('a deleted Deployment is created again', async () => {
@@ -94,6 +122,7 @@ describe('echo-controller walkthrough', () => {
     expect(await kubectl.ok('delete', 'deployment', 'hello', '-n', 'default')).toContain('deployment.apps "hello" deleted');
     const again = await deploymentWith(3, before?.uid);
     expect(again.uid).not.toBe(before?.uid);
+    expect(devop!.stdout).toContain('default/hello: create deployment (replicas 3)');
   }, STEP_TIMEOUT_MS);
 
   it('deleting the Echo removes its Deployment first, then the Echo', async () => {
@@ -119,33 +148,29 @@ describe('echo-controller walkthrough', () => {
     expect(deploymentWhenEchoGone).toBe(false);
     expect(await deployment()).toBeUndefined();
     expect((await kubectl.run('get', 'echo', 'hello', '-n', 'default')).stderr).toContain('NotFound');
-    const log = controller!.stdout;
+    const log = devop!.stdout;
     expect(log.indexOf('default/hello: echo deleted, delete deployment')).toBeGreaterThan(-1);
     expect(log.indexOf('default/hello: deployment gone, remove finalizer')).toBeGreaterThan(log.indexOf('default/hello: echo deleted, delete deployment'));
-    await controller!.stop('SIGINT');
   }, STEP_TIMEOUT_MS);
 
-  it('with --leader-elect, one of two controllers leads and the other takes over when it stops', async () => {
-    // Given two controllers that elect a leader with the Lease default/echo-controller
-    const first = startController('--leader-elect');
-    extra.push(first);
-    const holder = () =>
-      kubectl.run('get', 'lease', 'echo-controller', '-n', 'default', '-o', 'jsonpath={.spec.holderIdentity}').then((r) => (r.code === 0 && r.stdout ? r.stdout : undefined));
-    const identityOf = (p: LocalProcess) => /lease default\/echo-controller acquired by (\S+)/.exec(p.stdout)?.[1];
-    const firstIdentity = await eventually('the first controller to acquire the lease', async () => identityOf(first));
-    expect(await eventually('the lease to name the first controller', holder)).toBe(firstIdentity);
-    const second = startController('--leader-elect');
-    extra.push(second);
-    await eventually('the second controller to wait', async () => (second.stdout.includes('is held by another replica; waiting') ? true : undefined));
+  it('back to the cluster: its replicas wait while the local one leads, and take over when devop stops', async () => {
+    // Given the cluster's replicas scaled back up while the local controller holds the lease
+    const localIdentity = await leaseHolder();
+    await kubectl.ok('scale', 'deployment/echo-controller', '-n', 'default', '--replicas=2');
+    await kubectl.ok('rollout', 'status', 'deployment/echo-controller', '-n', 'default', '--timeout=120s');
+    await eventually('the cluster replicas to wait for the lease', async () => {
+      const logs = await kubectl.ok('logs', '-l', 'app=echo-controller', '-n', 'default');
+      return logs.includes('is held by another replica; waiting') ? true : undefined;
+    });
+    expect(await leaseHolder()).toBe(localIdentity);
 
-    // When the leader stops (it hands the lease back)
-    await first.stop('SIGTERM');
-    // Then the second one leads and reconciles
-    const secondIdentity = await eventually('the second controller to acquire the lease', async () => identityOf(second));
-    expect(secondIdentity).not.toBe(firstIdentity);
-    expect(await eventually('the lease to name the second controller', async () => ((await holder()) === secondIdentity ? true : undefined))).toBe(true);
+    // When devop stops (Ctrl-C): the local controller hands the lease back
+    await devop!.stop('SIGINT');
+
+    // Then a cluster replica leads and reconciles
+    const leader = await leadingPod();
     await kubectl.ok('apply', '-f', 'examples/echo-controller/manifests/echo.yaml');
     await deploymentWith(2);
-    expect(second.stdout).toContain('default/hello: create deployment (replicas 2)');
+    expect(await kubectl.ok('logs', leader, '-n', 'default')).toContain('default/hello: create deployment (replicas 2)');
   }, STEP_TIMEOUT_MS);
 });

@@ -71,7 +71,7 @@ describe('farm-operator walkthrough', () => {
     devop = new LocalProcess(
       process.execPath,
       [
-        'bin/devop.js', 'exec', '-t', 'deploy/farm-operator', '--steal', '-p', `8443:${localPort}`, '--output', 'plain', '--',
+        'bin/devop.js', 'exec', '-t', 'deploy/farm-operator', '--steal', '--steal-probes', '-p', `8443:${localPort}`, '--',
         'npx', 'tsx', 'examples/farm-operator/src/main.ts', '--step', '3', '--port', String(localPort),
       ],
       { ...process.env, KUBECONFIG: cluster.kubeconfigPath, CI: 'true' },
@@ -125,5 +125,26 @@ describe('farm-operator walkthrough', () => {
     const raw = JSON.parse(await kubectl.ok('get', '--raw', '/apis/farm.example.com/v1alpha'));
     expect(raw.resources).toEqual([]);
     expect(await kubectl.ok('get', 'apiservice', 'v1alpha.farm.example.com')).toMatch(/default\/farm-operator\s+True/);
+  }, STEP_TIMEOUT_MS);
+
+  it('shipping step 3: the cluster’s pod serves llamas and farmpods itself, with its service account', async () => {
+    // When the Deployment's image moves to step 3
+    await kubectl.ok('set', 'image', 'deployment/farm-operator', 'farm-operator=devop.test/farm-operator:step3', '-n', 'default');
+    await kubectl.ok('rollout', 'status', 'deployment/farm-operator', '-n', 'default', '--timeout=120s');
+    // Then kubectl's farmpods name the new pod, listed by the pod itself through the in-cluster API
+    const pods = JSON.parse(await kubectl.ok('get', 'pods', '-n', 'default', '-l', 'app=farm-operator', '--field-selector=status.phase=Running', '-o', 'json')) as {
+      items: { metadata: { name: string; deletionTimestamp?: string } }[];
+    };
+    const current = pods.items.filter((p) => !p.metadata.deletionTimestamp).map((p) => p.metadata.name);
+    expect(current).toHaveLength(1);
+    const farmpods = await eventually('farmpods from the step-3 pod', async () => {
+      const r = await kubectl.run('get', 'farmpods', '-n', 'default');
+      return r.code === 0 && current.every((name) => new RegExp(`\\nfarm-${name}\\s+1\\s`).test(r.stdout)) ? r.stdout : undefined;
+    });
+    expect(farmpods).toMatch(/^NAME\s+CONTAINERS\s+AGE\n/);
+    expect(await kubectl.ok('get', 'llamas', '-n', 'default')).toMatch(/\ndolly\s+130\s+175\s/);
+    const logs = await kubectl.ok('logs', 'deployment/farm-operator', '-n', 'default');
+    expect(logs).toContain('farm-operator step 3 listening on https://0.0.0.0:8443');
+    expect(logs).toMatch(/step=3 GET \/apis\/farm\.example\.com\/v1alpha\/namespaces\/default\/farmpods\S* 200 /);
   }, STEP_TIMEOUT_MS);
 });

@@ -2,7 +2,7 @@
 // program (plain fetch, preload) reach a ClusterIP service by name from the target pod; excludes stay local; unknown
 // names are ENOTFOUND; --remote-file copies a pod-only file under DEVOP_ROOT; devop port-forward serves byte-exact.
 import { randomBytes } from 'node:crypto';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import { request } from 'node:http';
 import { join } from 'node:path';
 import type { AppsV1Api, CoreV1Api } from '@kubernetes/client-node';
@@ -28,7 +28,7 @@ interface EchoAnswer {
 }
 
 /** A Deployment of http-echo that declares no ports: the "workload" the local command runs as (nothing to steal). */
-async function deployClient(env: { core: CoreV1Api; apps: AppsV1Api }, name: string): Promise<{ podName: string; podIP: string }> {
+async function deployClient(env: { core: CoreV1Api; apps: AppsV1Api }, name: string): Promise<{ podName: string; podIP: string; containerID: string }> {
   await env.apps.createNamespacedDeployment({
     namespace: 'default',
     body: {
@@ -45,9 +45,24 @@ async function deployClient(env: { core: CoreV1Api; apps: AppsV1Api }, name: str
   });
   const pod = await waitFor(`a running pod of ${name}`, async () => {
     const list = await env.core.listNamespacedPod({ namespace: 'default', labelSelector: `app=${name}` });
-    return list.items.find((p) => p.status?.podIP && p.status.phase === 'Running');
+    return list.items.find((p) => p.status?.podIP && p.status.phase === 'Running' && p.status.containerStatuses?.[0]?.containerID);
   });
-  return { podName: pod.metadata?.name ?? '', podIP: pod.status?.podIP ?? '' };
+  const containerID = (pod.status?.containerStatuses?.[0]?.containerID ?? '').replace(/^[a-z]+:\/\//, '');
+  return { podName: pod.metadata?.name ?? '', podIP: pod.status?.podIP ?? '', containerID };
+}
+
+/** A file as the container sees it (its mount namespace), read from this machine through /proc/PID/root. */
+function readInContainer(containerID: string, path: string): string {
+  const pid = readdirSync('/proc').find((entry) => {
+    if (!/^\d+$/.test(entry)) return false;
+    try {
+      return readFileSync(`/proc/${entry}/cgroup`, 'utf8').includes(containerID);
+    } catch {
+      return false;
+    }
+  });
+  if (!pid) throw new Error(`no process of container ${containerID}`);
+  return readFileSync(`/proc/${pid}/root${path}`, 'utf8');
 }
 
 function jsonLines<T>(text: string): T[] {
@@ -91,7 +106,7 @@ function post(port: number, body: string): Promise<EchoAnswer> {
 describe('outgoing traffic, DNS and remote files through the pod', { timeout: TEST_TIMEOUT_MS }, () => {
   let cluster: Cluster;
   let echo: EchoDeployment;
-  let client: { podName: string; podIP: string };
+  let client: { podName: string; podIP: string; containerID: string };
   let clusterIP: string;
   const runs: DevopRun[] = [];
   const track = (run: DevopRun): DevopRun => {
@@ -183,14 +198,21 @@ describe('outgoing traffic, DNS and remote files through the pod', { timeout: TE
     expect(sourceOf(routed), routed.output).toBe(client.podIP);
   });
 
-  it('--remote-file copies a file that exists only in the pod under DEVOP_ROOT, and removes it at exit', async () => {
-    // The pod's /etc/hosts is the kubelet's (it names the pod); this machine's /etc/hosts does not
+  it('--remote-file copies a file that exists only in the pod under DEVOP_ROOT with its content, removed at exit', async () => {
+    // Given the pod's /etc/hosts: the kubelet's, in the pod's own mount namespace (it names the pod; this machine's does not)
+    const podHosts = readInContainer(client.containerID, '/etc/hosts');
+    expect(podHosts).toContain(`${client.podIP}\t${client.podName}`);
     expect(readFileSync('/etc/hosts', 'utf8')).not.toContain(client.podName);
-    const run = track(devopExec(cluster, ['-t', 'deploy/client', '--remote-file', '/etc/hosts'], ['sh', '-c', 'echo "ROOT=$DEVOP_ROOT"; cat "$DEVOP_ROOT/etc/hosts"']));
+    // When devop exec copies it for a local command that prints it
+    const run = track(
+      devopExec(cluster, ['-t', 'deploy/client', '--remote-file', '/etc/hosts'], ['sh', '-c', 'echo "ROOT=$DEVOP_ROOT"; cat "$DEVOP_ROOT/etc/hosts"']),
+    );
     expect(await finished(run, 'devop exec remote-file'), run.output).toBe(0);
-    expect(run.stdout).toContain(`${client.podIP}\t${client.podName}`);
-    const root = /ROOT=(\S+)/.exec(run.stdout)?.[1] ?? '';
+    // Then the local command read exactly the pod's content under DEVOP_ROOT (same relative path)
+    const root = /ROOT=(\S+)\n/.exec(run.stdout)?.[1] ?? '';
     expect(root).not.toBe('');
+    expect(run.stdout.slice(run.stdout.indexOf('\n') + 1)).toBe(podHosts);
+    // And the copy is gone once devop has exited
     expect(existsSync(root)).toBe(false);
   });
 
@@ -215,6 +237,20 @@ describe('outgoing traffic, DNS and remote files through the pod', { timeout: TE
       expect(answer.body === bodies[i], `body ${i} differs`).toBe(true);
     });
     // When Ctrl-C / Then it stops cleanly
+    const exit = await run.stop('SIGINT');
+    expect(exit.code, run.output).toBe(0);
+  });
+
+  it('devop port-forward -t deploy/client connects from that pod: its search domains, its IP', async () => {
+    const run = track(new DevopRun(['port-forward', '--kubeconfig', cluster.kubeconfigPath, '-t', 'deploy/client', '-L', '0:echo:80']));
+    const match = await waitFor(`the forward to listen\n${run.output}`, () => {
+      if (run.child.exitCode !== null) throw new Error(`devop port-forward exited\n${run.output}`);
+      return /127\.0\.0\.1:(\d+) -> echo:80/.exec(run.stdout) ?? undefined;
+    }, RUN_DEADLINE_MS);
+    // The short name "echo" resolves with the client pod's search domains, and the echo pod sees the client pod's IP
+    const answer = await post(Number(match[1]), 'from the target pod');
+    expect(answer).toMatchObject({ pod: echo.podName, body: 'from the target pod' });
+    expect(answer.remoteAddress.replace(/^::ffff:/, '')).toBe(client.podIP);
     const exit = await run.stop('SIGINT');
     expect(exit.code, run.output).toBe(0);
   });

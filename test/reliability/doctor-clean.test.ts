@@ -68,7 +68,7 @@ describe('devop doctor and devop clean', () => {
       namespace: 'default',
       body: {
         metadata: { name: 'devop-agent-planted', labels, annotations: { [AGENT_ANNOTATIONS.owner]: 'ghost@host', [AGENT_ANNOTATIONS.agentId]: 'planted' } },
-        spec: { backoffLimit: 0, template: { metadata: { labels }, spec: { restartPolicy: 'Never', containers: [{ name: 'devop-agent', image: 'busybox', args: ['sleep 600'] }] } } },
+        spec: { backoffLimit: 0, template: { metadata: { labels }, spec: { restartPolicy: 'Never', containers: [{ name: 'devop-agent', image: 'busybox', command: ['sh', '-c', 'sleep 600'] }] } } },
       },
     });
     // …an expired steal Lease (its holder was killed -9 a minute ago), and a live one.

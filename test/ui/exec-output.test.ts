@@ -7,7 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { requireRoot } from '../helpers/root.js';
-import { DevopRun, LOCAL_SERVER, deployEcho, freePort, startE2ECluster, waitFor, whoAnswers, type Cluster, type EchoDeployment } from '../e2e/harness.js';
+import { DevopRun, LOCAL_SERVER, deployEcho, freePort, startE2ECluster, startPodClient, waitFor, type Cluster, type EchoDeployment, type PodClient } from '../e2e/harness.js';
 import { DEVOP_BIN, ESCAPE_CODES, runCli } from './helpers/cli.js';
 
 requireRoot('ui exec output');
@@ -23,6 +23,8 @@ interface Task {
 describe('devop exec output when piped', () => {
   let cluster: Cluster | undefined;
   let echo: EchoDeployment;
+  // Requests come from another pod: the host is the node, whose connections (kubelet probes) are never stolen.
+  let client: PodClient;
   const runs: DevopRun[] = [];
   const dir = mkdtempSync(join(tmpdir(), 'devop-ui-exec-'));
 
@@ -30,9 +32,11 @@ describe('devop exec output when piped', () => {
     const env = await startE2ECluster();
     cluster = env.cluster;
     echo = await deployEcho(env, 'uiout');
+    client = await startPodClient(env);
   });
 
   afterAll(async () => {
+    client?.close();
     await Promise.all(runs.map((run) => run.stop('SIGKILL')));
     await cluster?.stop();
     rmSync(dir, { recursive: true, force: true });
@@ -53,7 +57,7 @@ describe('devop exec output when piped', () => {
     // When it is ready and serves a request
     try {
       await run.ready();
-      expect(await whoAnswers(echo.podIP, 8080, '/piped'), run.output).toBe('local');
+      expect(await client.who(echo.podIP, 8080, '/piped'), run.output).toBe('local');
     } finally {
       await run.stop('SIGTERM');
     }
@@ -77,7 +81,7 @@ describe('devop exec output when piped', () => {
     try {
       await waitFor(`the ready event\n${run.output}`, () => (run.stdout.includes('"type":"ready"') ? true : undefined));
       // When a request is stolen and devop stops
-      expect(await whoAnswers(echo.podIP, 8080, '/json'), run.output).toBe('local');
+      expect(await client.who(echo.podIP, 8080, '/json'), run.output).toBe('local');
       await waitFor('a traffic event', () => (/"type":"(connection|request)"/.test(run.stdout) ? true : undefined));
     } finally {
       await run.stop('SIGTERM');
@@ -121,7 +125,7 @@ describe('devop exec output when piped', () => {
       expect(lines.filter((line) => ends.test(line))).toEqual(['devop: ready']);
       expect(terminal.indexOf('devop: ready')).toBeGreaterThan(terminal.search(begins));
       // And the session works: the debugger port is open (node --inspect) and the pod's traffic reaches the local command
-      expect(await whoAnswers(echo.podIP, 8080, '/from-vscode')).toBe('local');
+      expect(await client.who(echo.podIP, 8080, '/from-vscode')).toBe('local');
       expect(terminal).toContain(`ws://127.0.0.1:${inspect}/`);
     } finally {
       child.kill('SIGTERM');

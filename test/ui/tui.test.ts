@@ -4,7 +4,7 @@ import { writeFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { requireRoot } from '../helpers/root.js';
-import { LOCAL_SERVER, deployEcho, freePort, startE2ECluster, waitFor, whoAnswers, type Cluster, type EchoDeployment } from '../e2e/harness.js';
+import { LOCAL_SERVER, deployEcho, freePort, startE2ECluster, startPodClient, waitFor, type Cluster, type EchoDeployment, type PodClient } from '../e2e/harness.js';
 import { DEVOP_BIN } from './helpers/cli.js';
 import { TmuxPane, shellQuote } from './helpers/tmux.js';
 
@@ -27,15 +27,19 @@ function portAccepts(port: number): Promise<boolean> {
 describe('devop exec in a terminal (tmux)', () => {
   let cluster: Cluster | undefined;
   let echo: EchoDeployment;
+  // Requests come from another pod: the host is the node, whose connections (kubelet probes) are never stolen.
+  let client: PodClient;
   let pane: TmuxPane | undefined;
 
   beforeAll(async () => {
     const env = await startE2ECluster();
     cluster = env.cluster;
     echo = await deployEcho(env, 'tui');
+    client = await startPodClient(env);
   });
 
   afterAll(async () => {
+    client?.close();
     pane?.kill();
     await cluster?.stop();
   });
@@ -67,9 +71,9 @@ describe('devop exec in a terminal (tmux)', () => {
     await screen('the live view', (text) => text.includes('q quit') && /:8080 stealing → local :\d+/.test(text));
 
     // When requests are sent to the pod: two for the local command, one for the pod
-    expect(await whoAnswers(echo.podIP, 8080, '/tui-first', { 'x-user': 'tui' })).toBe('local');
-    expect(await whoAnswers(echo.podIP, 8080, '/tui-second', { 'x-user': 'tui' })).toBe('local');
-    expect(await whoAnswers(echo.podIP, 8080, '/tui-other')).toBe(echo.podName);
+    expect(await client.who(echo.podIP, 8080, '/tui-first', { 'x-user': 'tui' })).toBe('local');
+    expect(await client.who(echo.podIP, 8080, '/tui-second', { 'x-user': 'tui' })).toBe('local');
+    expect(await client.who(echo.podIP, 8080, '/tui-other')).toBe(echo.podName);
     // Then the list shows them with method, path, status and where they went
     const listed = await screen('the requests', (text) => /GET\s+\/tui-second\s+200\b.*→ local/.test(text) && /GET\s+\/tui-first\s+200\b.*→ local/.test(text));
     expect(listed).toMatch(/GET\s+\/tui-other\s+200\b.*→ pod/);
@@ -79,16 +83,16 @@ describe('devop exec in a terminal (tmux)', () => {
     terminal.sendKeys('p');
     await screen('the paused header', (text) => /:8080 paused/.test(text));
     // Then matching requests reach the pod again
-    await waitFor('the pod to answer while paused', async () => ((await whoAnswers(echo.podIP, 8080, '/tui-paused', { 'x-user': 'tui' })) === echo.podName ? true : undefined), SCREEN_WAIT_MS);
+    await waitFor('the pod to answer while paused', async () => ((await client.who(echo.podIP, 8080, '/tui-paused', { 'x-user': 'tui' })) === echo.podName ? true : undefined), SCREEN_WAIT_MS);
     // When p is pressed again, the local command answers again
     terminal.sendKeys('p');
     await screen('the stealing header', (text) => /:8080 stealing/.test(text));
-    await waitFor('the local command to answer after resume', async () => ((await whoAnswers(echo.podIP, 8080, '/tui-resumed', { 'x-user': 'tui' })) === 'local' ? true : undefined), SCREEN_WAIT_MS);
+    await waitFor('the local command to answer after resume', async () => ((await client.who(echo.podIP, 8080, '/tui-resumed', { 'x-user': 'tui' })) === 'local' ? true : undefined), SCREEN_WAIT_MS);
 
     // When m is pressed: mirror — the pod answers, the local command gets a copy
     terminal.sendKeys('m');
     await screen('the mirroring header', (text) => /:8080 mirroring/.test(text));
-    await waitFor('the pod to answer in mirror mode', async () => ((await whoAnswers(echo.podIP, 8080, '/tui-mirrored', { 'x-user': 'tui' })) === echo.podName ? true : undefined), SCREEN_WAIT_MS);
+    await waitFor('the pod to answer in mirror mode', async () => ((await client.who(echo.podIP, 8080, '/tui-mirrored', { 'x-user': 'tui' })) === echo.podName ? true : undefined), SCREEN_WAIT_MS);
     const mirrored = await screen('the mirrored copy in the output pane', (text) => text.includes('/tui-mirrored'));
     if (process.env.DEVOP_TUI_CAPTURE) writeFileSync(process.env.DEVOP_TUI_CAPTURE, mirrored);
 
@@ -98,6 +102,6 @@ describe('devop exec in a terminal (tmux)', () => {
     await screen('devop to exit', (text) => text.includes('DEVOP_EXITED='));
     expect(terminal.capture()).toContain('DEVOP_EXITED=0');
     expect(await portAccepts(local)).toBe(false);
-    expect(await whoAnswers(echo.podIP, 8080, '/after', { 'x-user': 'tui' })).toBe(echo.podName);
+    expect(await client.who(echo.podIP, 8080, '/after', { 'x-user': 'tui' })).toBe(echo.podName);
   }
 });

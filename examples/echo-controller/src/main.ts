@@ -1,4 +1,5 @@
 // echo-controller entry: `main.ts [--namespace NS] [--image IMAGE] [--leader-elect]` reconciles Echo resources.
+import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import { parseArgs } from 'node:util';
 import { KubeConfig } from '@kubernetes/client-node';
@@ -45,7 +46,8 @@ async function main(): Promise<void> {
         kubeConfig,
         namespace: values['lease-namespace'] ?? process.env.POD_NAMESPACE ?? namespace ?? 'default',
         name: 'echo-controller',
-        identity: `${hostname()}-${process.pid}`,
+        // In a pod HOSTNAME is the pod's name; the suffix keeps two processes on one machine apart (as client-go does).
+        identity: `${process.env.HOSTNAME ?? hostname()}_${randomUUID().slice(0, 8)}`,
         signal: shutdown.signal,
         log,
       }).catch((err: unknown) => {

@@ -9,8 +9,10 @@ import type { AggregatedGroup } from './discovery.js';
 import { nowTime, type Objects } from './objects.js';
 
 const APISERVICES = 'apiregistration.k8s.io/apiservices';
-/** How often Available is re-checked (kube-apiserver's availability controller re-checks on a similar cadence). */
-const CHECK_INTERVAL_MS = 2000;
+/** Re-check cadence while every APIService is available (kube-aggregator resyncs every 30 s)… */
+const RESYNC_MS = 30_000;
+/** …and while one is not (a failed check is retried soon, as the aggregator's rate-limited requeue does). */
+const RETRY_MS = 1000;
 const PROXY_TIMEOUT_MS = 30_000;
 
 interface Backend {
@@ -23,6 +25,7 @@ interface Backend {
 export class Aggregator {
   private timer?: NodeJS.Timeout;
   private unsubscribe?: () => void;
+  private stopped = false;
 
   constructor(private readonly objects: Objects) {}
 
@@ -105,7 +108,9 @@ export class Aggregator {
     });
   }
 
-  private async checkAll(): Promise<void> {
+  /** Checks every APIService; true when all are available. */
+  private async checkAll(): Promise<boolean> {
+    let allAvailable = true;
     for (const a of this.objects.store.list(APISERVICES)) {
       let cond: { status: string; reason: string; message: string };
       if (!a.spec?.service) cond = { status: 'True', reason: 'Local', message: 'Local APIServices are always available' };
@@ -115,6 +120,7 @@ export class Aggregator {
         else if (await this.probe(b, a.spec.group, a.spec.version)) cond = { status: 'True', reason: 'Passed', message: 'all checks passed' };
         else cond = { status: 'False', reason: 'FailedDiscoveryCheck', message: `failing or missing response from https://${b.host}:${b.port}/apis/${a.spec.group}/${a.spec.version}` };
       }
+      if (cond.status !== 'True') allAvailable = false;
       const cur = this.objects.store.get(APISERVICES, '', a.metadata.name);
       if (!cur) continue;
       const old = (cur.status?.conditions ?? []).find((c: K8sObject) => c.type === 'Available');
@@ -126,27 +132,34 @@ export class Aggregator {
         // A concurrent write wins; the next round re-checks.
       }
     }
+    return allAvailable;
   }
 
   start(): void {
     let running = false;
     let again = false;
     const check = () => {
+      if (this.stopped) return;
       if (running) {
         again = true;
         return;
       }
       running = true;
-      this.checkAll().finally(() => {
-        running = false;
-        if (again) {
-          again = false;
-          check();
-        }
-      });
+      if (this.timer) clearTimeout(this.timer);
+      this.checkAll()
+        .catch(() => false)
+        .then((ok) => {
+          running = false;
+          if (this.stopped) return;
+          if (again) {
+            again = false;
+            return check();
+          }
+          this.timer = setTimeout(check, ok ? RESYNC_MS : RETRY_MS);
+          this.timer.unref();
+        });
     };
-    this.timer = setInterval(check, CHECK_INTERVAL_MS);
-    this.timer.unref();
+    check();
     // Re-check at once when what availability depends on changes, as kube-apiserver's controller does.
     this.unsubscribe = this.objects.store.subscribe((ev) => {
       if (ev.key === APISERVICES || ev.key === '/endpoints' || ev.key === '/services') setImmediate(check);
@@ -154,7 +167,8 @@ export class Aggregator {
   }
 
   stop(): void {
-    if (this.timer) clearInterval(this.timer);
+    this.stopped = true;
+    if (this.timer) clearTimeout(this.timer);
     this.unsubscribe?.();
   }
 }

@@ -92,7 +92,8 @@ export function defaultOnCreate(t: ResourceType, obj: K8sObject, ctx: Defaulting
       validateSelector(t, obj);
       validatePodSpec(t, name, obj.spec?.template?.spec, 'spec.template.spec');
       obj.spec.replicas ??= 1;
-      obj.spec.strategy ??= { type: 'RollingUpdate' };
+      obj.spec.strategy ??= {};
+      obj.spec.strategy.type ??= 'RollingUpdate';
       if (obj.spec.strategy.type === 'RollingUpdate') obj.spec.strategy.rollingUpdate ??= { maxSurge: '25%', maxUnavailable: '25%' };
       obj.spec.revisionHistoryLimit ??= 10;
       obj.spec.progressDeadlineSeconds ??= 600;

@@ -47,9 +47,10 @@ function fields(buf: Buffer): Fields {
   return out;
 }
 
+// Go's generated marshallers always write non-pointer fields; "" / false / 0 there mean "unset" (omitempty in JSON).
 const str = (f: Fields, n: number): string | undefined => {
   const v = f.get(n)?.[0];
-  return Buffer.isBuffer(v) ? v.toString('utf8') : undefined;
+  return Buffer.isBuffer(v) && v.length > 0 ? v.toString('utf8') : undefined;
 };
 const msg = (f: Fields, n: number): Fields | undefined => {
   const v = f.get(n)?.[0];
@@ -90,7 +91,7 @@ function objectMeta(f: Fields | undefined): K8sObject {
 
 const bool = (f: Fields, n: number): boolean | undefined => {
   const v = f.get(n)?.[0];
-  return typeof v === 'number' ? v !== 0 : undefined;
+  return v === 1 ? true : undefined;
 };
 
 function withoutUndefined(o: K8sObject): K8sObject {
@@ -108,10 +109,13 @@ function resourceAttributes(f: Fields): K8sObject {
   return out;
 }
 
+/** A pointer field (*int32/*int64): present means set, 0 included. */
 const num = (f: Fields, n: number): number | undefined => {
   const v = f.get(n)?.[0];
   return typeof v === 'number' ? v : undefined;
 };
+/** A non-pointer int: 0 means unset. */
+const numNZ = (f: Fields, n: number): number | undefined => num(f, n) || undefined;
 const msgs = (f: Fields, n: number): Fields[] => (f.get(n) ?? []).filter(Buffer.isBuffer).map((b) => fields(b as Buffer));
 
 function labelSelector(f: Fields | undefined): K8sObject | undefined {
@@ -121,7 +125,7 @@ function labelSelector(f: Fields | undefined): K8sObject | undefined {
 /** IntOrString {type = 1 (0 int, 1 string), intVal = 2, strVal = 3}. */
 function intOrString(f: Fields | undefined): number | string | undefined {
   if (!f) return undefined;
-  return num(f, 1) === 1 ? str(f, 3) : (num(f, 2) ?? 0);
+  return num(f, 1) === 1 ? str(f, 3) : numNZ(f, 2);
 }
 
 function container(f: Fields): K8sObject {
@@ -129,7 +133,7 @@ function container(f: Fields): K8sObject {
     const v = strs(f, n);
     return v.length ? v : undefined;
   };
-  const ports = msgs(f, 6).map((p) => withoutUndefined({ name: str(p, 1), hostPort: num(p, 2), containerPort: num(p, 3), protocol: str(p, 4) }));
+  const ports = msgs(f, 6).map((p) => withoutUndefined({ name: str(p, 1), hostPort: numNZ(p, 2), containerPort: numNZ(p, 3), protocol: str(p, 4) }));
   const env = msgs(f, 7).map((e) => withoutUndefined({ name: str(e, 1), value: str(e, 2) }));
   return withoutUndefined({
     name: str(f, 1),
@@ -182,8 +186,8 @@ const DECODERS: Record<string, (raw: Fields) => K8sObject> = {
         replicas: num(spec, 1),
         selector: labelSelector(msg(spec, 2)),
         template: podTemplate(msg(spec, 3)),
-        strategy: strategy ? withoutUndefined({ type: str(strategy, 1) }) : undefined,
-        minReadySeconds: num(spec, 5),
+        strategy: strategy && str(strategy, 1) ? { type: str(strategy, 1) } : undefined,
+        minReadySeconds: numNZ(spec, 5),
         revisionHistoryLimit: num(spec, 6),
         paused: bool(spec, 7),
         progressDeadlineSeconds: num(spec, 9),
@@ -210,7 +214,7 @@ const DECODERS: Record<string, (raw: Fields) => K8sObject> = {
   },
   'v1/Service': (f) => {
     const spec = msg(f, 2) ?? new Map();
-    const ports = msgs(spec, 1).map((p) => withoutUndefined({ name: str(p, 1), protocol: str(p, 2), port: num(p, 3), targetPort: intOrString(msg(p, 4)), nodePort: num(p, 5) }));
+    const ports = msgs(spec, 1).map((p) => withoutUndefined({ name: str(p, 1), protocol: str(p, 2), port: numNZ(p, 3), targetPort: intOrString(msg(p, 4)), nodePort: numNZ(p, 5) }));
     return withoutUndefined({
       metadata: objectMeta(msg(f, 1)),
       spec: withoutUndefined({ ports: ports.length ? ports : undefined, selector: stringMap(spec, 2), clusterIP: str(spec, 3), type: str(spec, 4) }),

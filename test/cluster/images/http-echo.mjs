@@ -9,6 +9,8 @@ const server = createServer((req, res) => {
   const chunks = [];
   req.on('data', (c) => chunks.push(c));
   req.on('end', () => {
+    // One log line per request: tests see who called (kubelet probes come from the node IP, as kube-probe).
+    console.log(`${req.method} ${req.url} from ${req.socket.remoteAddress} ${req.headers['user-agent'] ?? '-'}`);
     const body = JSON.stringify({
       pod,
       method: req.method,

@@ -22,7 +22,8 @@ export interface ContainerLaunch {
 export interface ContainerExit {
   exitCode: number;
   signal?: string;
-  reason: 'Completed' | 'Error';
+  /** Completed / Error as containerd reports an exit; StartError when the command could not be started. */
+  reason: 'Completed' | 'Error' | 'StartError';
   startedAt: Date;
   finishedAt: Date;
 }

@@ -59,10 +59,10 @@ export async function reserveSubnets(instance: string): Promise<NodeSubnets> {
   for (let o2 = FIRST_OCTET2; o2 <= LAST_OCTET2; o2++) {
     for (let o3 = 0; o3 < 256; o3++) {
       const prefix = `10.${o2}.${o3}`;
-      if (used.has(prefix)) continue;
+      const servicePrefix = `10.${96 + o2 - FIRST_OCTET2}.${o3}`;
+      if (used.has(prefix) || used.has(servicePrefix)) continue;
       const lock = join(SUBNET_LOCK_DIR, prefix);
       if (!tryLock(lock, instance)) continue;
-      const servicePrefix = `10.${96 + o2 - FIRST_OCTET2}.${o3}`;
       return {
         podCIDR: `${prefix}.0/24`,
         nodeIP: `${prefix}.1`,

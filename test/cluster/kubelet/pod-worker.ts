@@ -272,7 +272,7 @@ export class PodWorker {
       await this.deps.cgroups.destroy(cgroupDir);
       const now = new Date();
       const message = err instanceof ContainerStartError ? err.message : (err as Error).message;
-      attempt.exit = { exitCode: 128, reason: 'StartError' as 'Error', message, startedAt: now, finishedAt: now };
+      attempt.exit = { exitCode: 128, reason: 'StartError', message, startedAt: now, finishedAt: now };
       rec.waiting = undefined;
       this.deps.event(this.pod, 'Warning', 'Failed', `Error: ${message}`, fieldPath);
       this.changed();

@@ -1,0 +1,63 @@
+// The other start modes: ephemeral (started inside the pod's netns, finds the target by container ID) and targetless
+// (outgoing and DNS only; steal, env and files refused with a reason).
+import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { requireRoot } from '../helpers/root.js';
+import { PodNet, waitFor } from './netns.js';
+import { connectSession, startLocalCommand, type LocalCommand } from './session-client.js';
+import { httpGet } from './http.js';
+
+const run = requireRoot('agent modes');
+
+describe.runIf(run)('agent: ephemeral and targetless modes', () => {
+  const net = new PodNet();
+  let client: string;
+  let local: LocalCommand;
+
+  beforeAll(async () => {
+    await net.setup();
+    await net.startPod({ port: 3000, env: { FROM_POD: 'yes' } });
+    client = await net.relay(net.clientNs, net.podIP, 3000);
+    local = await startLocalCommand('local');
+  });
+  afterAll(async () => {
+    await local?.close();
+    await net.teardown();
+  });
+
+  test('ephemeral mode: started in the pod netns, it finds the target by container ID, steals, and reads its env', async () => {
+    const agent = await net.startAgent({ DEVOP_AGENT_MODE: 'ephemeral' }, { inPodNetns: true });
+    expect(agent.innerPid).toBe(agent.pid); // no re-exec: it already lives in the netns
+    const control = await net.relay(net.podNs, '127.0.0.1', agent.port);
+    const session = await connectSession(control, { local });
+    expect((await session.subscribe(3000, 'steal')).type).toBe('subscribed');
+    expect((await httpGet(client, '/eph')).body).toBe('local: GET /eph');
+    const env = await session.request({ type: 'envRead', id: 'e' }, ['env']);
+    expect(env.vars.FROM_POD).toBe('yes');
+    const code = new Promise<number | null>((r) => agent.child.once('exit', (c) => r(c)));
+    process.kill(agent.pid, 'SIGTERM');
+    expect(await code).toBe(0);
+    expect((await httpGet(client, '/after')).body).toBe('pod: GET /after');
+    expect(await net.iptablesSave()).not.toContain('DEVOP');
+  });
+
+  test('targetless mode: outgoing works from the pod netns; steal, env and files are refused with a reason', async () => {
+    const agent = await net.startAgent({ DEVOP_AGENT_MODE: 'targetless', DEVOP_AGENT_CONTAINER_ID: '' }, { inPodNetns: true });
+    const control = await net.relay(net.podNs, '127.0.0.1', agent.port);
+    const session = await connectSession(control);
+    const refused = await session.subscribe(3000, 'steal');
+    expect(refused).toMatchObject({ type: 'refused' });
+    expect((refused as { reason: string }).reason).toMatch(/targetless/);
+    const env = await session.request({ type: 'envRead', id: 'e' }, ['env', 'error']);
+    expect(env).toMatchObject({ type: 'error', code: 'unsupported' });
+    const file = session.mux.openStream({ kind: 'file', path: '/etc/hostname' });
+    file.end();
+    await expect(new Promise((resolve, reject) => file.on('error', reject).on('end', resolve).resume())).rejects.toThrow(/targetless/);
+    const stream = session.mux.openStream({ kind: 'outgoing', host: '127.0.0.1', port: 3000 });
+    const chunks: Buffer[] = [];
+    stream.on('data', (c: Buffer) => chunks.push(c));
+    stream.end('GET /targetless HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n');
+    await waitFor(() => Buffer.concat(chunks).toString().endsWith('pod: GET /targetless'), 'the answer through the outgoing stream');
+    expect(await net.iptablesSave()).not.toContain('DEVOP');
+    process.kill(agent.pid, 'SIGTERM');
+  });
+});

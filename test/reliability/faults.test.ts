@@ -1,0 +1,140 @@
+// The fault table (DESIGN.md "Failure rules"), against the stand-in with real netns and iptables: kill -9 of the CLI,
+// kill -9 of the agent, deleting the agent pod, cutting the port-forward, deleting the target pod. Each case checks that
+// the pod serves its own traffic again within 2 s (or, for a cut tunnel, that the port keeps answering), that devop
+// recovers without restarting the local command, and that no DEVOP iptables rule is left in the pod's netns.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { AGENT_ANNOTATIONS, chainName } from '../../shared/agent-contract.js';
+import { requireRoot } from '../helpers/root.js';
+import { DevopRun, LOCAL_SERVER_COMMAND, devopExec, freePort, killLocalServer, startE2ECluster, startPodClient, waitFor, type Cluster, type PodClient } from '../e2e/harness.js';
+import { RECOVERY_BUDGET_MS, agentNodePids, agentPods, deployReplicas, devopRules, podPid, readyPods, recoveredAfter, type Env } from './harness.js';
+
+requireRoot('reliability: fault table');
+
+/** Generous per case: each starts agents and waits for devop to recover, on a machine shared with other suites. */
+const CASE_MS = 180_000;
+
+describe('fault table: the pod serves its own traffic again within 2 s, devop recovers, no rule is left', () => {
+  let cluster: Cluster;
+  let env: Env;
+  let client: PodClient;
+  const runs: DevopRun[] = [];
+
+  beforeAll(async () => {
+    const e = await startE2ECluster();
+    cluster = e.cluster;
+    env = e;
+    client = await startPodClient(e);
+  });
+
+  afterAll(async () => {
+    for (const r of runs) {
+      await r.stop('SIGKILL');
+      killLocalServer(r);
+    }
+    await cluster?.stop();
+  });
+
+  /** A one-pod deployment named `name`, stolen by a devop run whose local server answers "local". */
+  async function stealOne(name: string): Promise<{ run: DevopRun; podName: string; podIP: string; pid: number }> {
+    const [pod] = await deployReplicas(env, name, 1);
+    const podName = pod.metadata?.name ?? '';
+    const podIP = pod.status?.podIP ?? '';
+    expect(await client.who(podIP, 8080)).toBe(podName);
+    const local = await freePort();
+    const run = devopExec(cluster, ['-t', `deploy/${name}`, '--steal', '-p', `8080:${local}`], [...LOCAL_SERVER_COMMAND], { env: { LOCAL_PORT: String(local) } });
+    runs.push(run);
+    await run.ready();
+    expect(await client.who(podIP, 8080)).toBe('local');
+    const pid = await podPid(pod);
+    expect((await devopRules(pid)).length, 'the steal installed its rules').toBeGreaterThan(0);
+    return { run, podName, podIP, pid };
+  }
+
+  /** Stops devop normally: the pod answers itself within 2 s and its netns holds no DEVOP rule. */
+  async function stopAndCheckClean(run: DevopRun, podName: string, podIP: string, pid: number): Promise<void> {
+    const stoppedAt = Date.now();
+    await run.stop('SIGTERM');
+    expect(await recoveredAfter(stoppedAt, () => client.who(podIP, 8080), podName)).toBeLessThanOrEqual(RECOVERY_BUDGET_MS + 5000);
+    await waitFor('no DEVOP rule in the pod netns', async () => (await devopRules(pid)).length === 0, 30_000);
+  }
+
+  /** How many times the local command started (it must never be restarted by a recovery). */
+  const starts = (run: DevopRun): number => run.stdout.split('\n').filter((l) => l.includes('"seen":"listening"')).length;
+
+  it('kill -9 of the CLI: the pod answers within 2 s; the rules go when the agent gives the session up', async () => {
+    const { run, podName, podIP, pid } = await stealOne('f-cli');
+    const killedAt = Date.now();
+    run.child.kill('SIGKILL');
+    await run.exited;
+    const ms = await recoveredAfter(killedAt, () => client.who(podIP, 8080), podName);
+    killLocalServer(run);
+    console.log(`RESULT fault kill9_cli recovered_ms=${ms}`);
+    expect(ms).toBeLessThanOrEqual(RECOVERY_BUDGET_MS);
+    // The agent keeps the session for its resume grace period (traffic goes to the pod meanwhile), then removes it all.
+    await waitFor('no DEVOP rule in the pod netns', async () => (await devopRules(pid)).length === 0, 120_000);
+  }, CASE_MS);
+
+  it('kill -9 of the agent: the guard restores the pod within 2 s; devop starts a new agent and steals again', async () => {
+    const { run, podName, podIP, pid } = await stealOne('f-agent');
+    const [agent] = await agentPods(env, podName);
+    const oldChain = chainName(agent.metadata?.annotations?.[AGENT_ANNOTATIONS.agentId] ?? '');
+    const pids = await agentNodePids(agent);
+    expect(pids.length).toBeGreaterThan(0);
+    const killedAt = Date.now();
+    for (const p of pids) process.kill(p, 'SIGKILL');
+    const ms = await recoveredAfter(killedAt, () => client.who(podIP, 8080), podName);
+    console.log(`RESULT fault kill9_agent recovered_ms=${ms}`);
+    expect(ms).toBeLessThanOrEqual(RECOVERY_BUDGET_MS);
+    await waitFor(`the dead agent's chain ${oldChain} to be gone`, async () => !(await devopRules(pid)).some((l) => l.includes(oldChain)), 10_000);
+    // devop notices, starts a new agent and steals again, with the same local command.
+    await run.waitForStderr(/started a new agent devop-agent-\S+|using agent devop-agent-\S+/, 90_000);
+    await run.waitForStderr(/reconnected to pod \S+ after [\d.]+ s \(new session, 1 subscription restored\)/, 90_000);
+    await waitFor('the local command to answer again', async () => (await client.who(podIP, 8080)) === 'local');
+    expect(starts(run)).toBe(1);
+    await stopAndCheckClean(run, podName, podIP, pid);
+  }, CASE_MS);
+
+  it('deleting the agent pod: the pod answers within 2 s; devop starts a new agent and steals again', async () => {
+    const { run, podName, podIP, pid } = await stealOne('f-agentpod');
+    const [agent] = await agentPods(env, podName);
+    const deletedAt = Date.now();
+    await env.core.deleteNamespacedPod({ name: agent.metadata?.name ?? '', namespace: 'default', gracePeriodSeconds: 0 });
+    const ms = await recoveredAfter(deletedAt, () => client.who(podIP, 8080), podName);
+    console.log(`RESULT fault delete_agent_pod recovered_ms=${ms}`);
+    expect(ms).toBeLessThanOrEqual(RECOVERY_BUDGET_MS);
+    await run.waitForStderr(/reconnected to pod \S+ after [\d.]+ s \(new session, 1 subscription restored\)/, 90_000);
+    await waitFor('the local command to answer again', async () => (await client.who(podIP, 8080)) === 'local');
+    expect(starts(run)).toBe(1);
+    await stopAndCheckClean(run, podName, podIP, pid);
+  }, CASE_MS);
+
+  it('cutting the port-forward: the port keeps answering, devop reconnects and resumes the session', async () => {
+    const { run, podName, podIP, pid } = await stealOne('f-tunnel');
+    const cutAt = Date.now();
+    cluster.dropWebSockets();
+    // Someone answers the port all along (the pod while the tunnel is down, then the local command).
+    const ms = await Promise.any([
+      recoveredAfter(cutAt, () => client.who(podIP, 8080), podName),
+      recoveredAfter(cutAt, () => client.who(podIP, 8080), 'local'),
+    ]);
+    console.log(`RESULT fault cut_tunnel answered_ms=${ms}`);
+    expect(ms).toBeLessThanOrEqual(RECOVERY_BUDGET_MS);
+    await run.waitForStderr(/tunnel to pod \S+ lost.*reconnecting…/);
+    await run.waitForStderr(/reconnected to pod \S+ after [\d.]+ s \(session resumed\)/);
+    await waitFor('the local command to answer again', async () => (await client.who(podIP, 8080)) === 'local');
+    expect(starts(run)).toBe(1);
+    await stopAndCheckClean(run, podName, podIP, pid);
+  }, CASE_MS);
+
+  it('deleting the target pod: devop follows the new pod without restarting the local command', async () => {
+    const { run, podName } = await stealOne('f-follow');
+    await env.core.deleteNamespacedPod({ name: podName, namespace: 'default', gracePeriodSeconds: 0 });
+    const [next] = await readyPods(env, 'f-follow', 1, [podName]);
+    const nextName = next.metadata?.name ?? '';
+    const nextIP = next.status?.podIP ?? '';
+    await run.waitForStderr(new RegExp(`following deploy/f-follow: now pod ${nextName}`), 90_000);
+    await waitFor('the new pod to be stolen', async () => (await client.who(nextIP, 8080)) === 'local');
+    expect(starts(run)).toBe(1);
+    await stopAndCheckClean(run, nextName, nextIP, await podPid(next));
+  }, CASE_MS);
+});

@@ -1,0 +1,110 @@
+// Helpers for the reliability suites: deployments with N replicas, the DEVOP iptables rules inside a pod's netns, the
+// agent's processes (to kill them or sample their RSS), and a recovery clock for the 2-second failure rule.
+import { execFile } from 'node:child_process';
+import { readFile } from 'node:fs/promises';
+import { promisify } from 'node:util';
+import type { AppsV1Api, CoreV1Api, V1Pod } from '@kubernetes/client-node';
+import { AGENT_LABELS } from '../../shared/agent-contract.js';
+import { pidsOfContainer } from '../cluster/kubelet/testing.js';
+import { waitFor, type Cluster } from '../e2e/harness.js';
+
+const run = promisify(execFile);
+
+/** The design's failure rule: the pod serves its own traffic again within this long. */
+export const RECOVERY_BUDGET_MS = 2000;
+
+export interface Env {
+  cluster: Cluster;
+  core: CoreV1Api;
+  apps: AppsV1Api;
+}
+
+export function isReady(pod: V1Pod): boolean {
+  return !pod.metadata?.deletionTimestamp && pod.status?.phase === 'Running' && Boolean(pod.status?.podIP) && (pod.status?.conditions ?? []).some((c) => c.type === 'Ready' && c.status === 'True');
+}
+
+/** A Deployment of devop.test/http-echo on :8080 with `replicas` pods; waits until that many are Ready. */
+export async function deployReplicas(env: Env, name: string, replicas: number): Promise<V1Pod[]> {
+  await env.apps.createNamespacedDeployment({
+    namespace: 'default',
+    body: {
+      metadata: { name },
+      spec: {
+        replicas,
+        selector: { matchLabels: { app: name } },
+        template: {
+          metadata: { labels: { app: name } },
+          spec: { containers: [{ name: 'echo', image: 'devop.test/http-echo', ports: [{ containerPort: 8080 }], env: [{ name: 'PORT', value: '8080' }], readinessProbe: { tcpSocket: { port: 8080 }, periodSeconds: 1 } }] },
+        },
+      },
+    },
+  });
+  return readyPods(env, name, replicas);
+}
+
+export async function readyPods(env: Env, app: string, count: number, exclude: string[] = []): Promise<V1Pod[]> {
+  return waitFor(`${count} Ready pods of ${app}`, async () => {
+    const pods = (await env.core.listNamespacedPod({ namespace: 'default', labelSelector: `app=${app}` })).items.filter(isReady).filter((p) => !exclude.includes(p.metadata?.name ?? ''));
+    return pods.length >= count ? pods.slice(0, count) : undefined;
+  });
+}
+
+/** The main PID of a pod's first container (its netns is the pod's). */
+export async function podPid(pod: V1Pod): Promise<number> {
+  const id = pod.status?.containerStatuses?.[0]?.containerID ?? '';
+  return waitFor(`a process of pod ${pod.metadata?.name}`, async () => (await pidsOfContainer(id))[0]);
+}
+
+/** Every rule or chain in the pod's netns (nft and legacy) that mentions DEVOP. */
+export async function devopRules(pid: number): Promise<string[]> {
+  const lines: string[] = [];
+  for (const save of ['iptables-nft-save', 'iptables-legacy-save']) {
+    try {
+      const { stdout } = await run('nsenter', ['-t', String(pid), '-n', save, '-t', 'nat']);
+      lines.push(...stdout.split('\n').filter((l) => l.includes('DEVOP')));
+    } catch {
+      // that backend is not installed
+    }
+  }
+  return lines;
+}
+
+/** The agent pods (Job mode) serving a target pod. */
+export async function agentPods(env: Env, targetPod: string): Promise<V1Pod[]> {
+  const list = await env.core.listNamespacedPod({ namespace: 'default', labelSelector: `${AGENT_LABELS.name}=${AGENT_LABELS.nameValue},${AGENT_LABELS.targetPod}=${targetPod}` });
+  return list.items.filter((p) => p.status?.phase === 'Running' && !p.metadata?.deletionTimestamp);
+}
+
+/** PIDs of the agent's node processes (not its guard shell) in an agent pod. */
+export async function agentNodePids(pod: V1Pod): Promise<number[]> {
+  const id = pod.status?.containerStatuses?.[0]?.containerID ?? '';
+  const pids = await pidsOfContainer(id);
+  const out: number[] = [];
+  for (const pid of pids) {
+    const cmd = await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '');
+    if (cmd.includes('agent.js')) out.push(pid);
+  }
+  return out;
+}
+
+/** Resident set size of a process, in bytes (0 once it is gone). */
+export async function rssBytes(pid: number): Promise<number> {
+  const status = await readFile(`/proc/${pid}/status`, 'utf8').catch(() => '');
+  const m = /^VmRSS:\s+(\d+) kB/m.exec(status);
+  return m ? Number(m[1]) * 1024 : 0;
+}
+
+/**
+ * Polls `who()` until it answers `expected`, as fast as a request round trip allows; returns the milliseconds since
+ * `since`. Failed requests count as not recovered.
+ */
+export async function recoveredAfter(since: number, who: () => Promise<string>, expected: string, timeoutMs = 15_000): Promise<number> {
+  let at = 0;
+  await waitFor(`"${expected}" to answer`, async () => {
+    const answer = await who().catch(() => 'error');
+    if (answer !== expected) return undefined;
+    at = Date.now();
+    return true;
+  }, timeoutMs);
+  return at - since;
+}
