@@ -2,7 +2,8 @@
 // sessions, the idle exit, and a clean shutdown that leaves no rule behind.
 import { createServer, type Server, type Socket } from 'node:net';
 import { randomBytes } from 'node:crypto';
-import { AGENT_VERSION, chainName, type AgentConfig } from '../shared/agent-contract.js';
+import { AGENT_ENV, AGENT_VERSION, chainName, type AgentConfig } from '../shared/agent-contract.js';
+import { UserError } from '../shared/errors.js';
 import { ERROR_CODES, FEATURES } from '../shared/protocol.js';
 import { createAgentMux } from '../shared/mux.js';
 import { acceptHello } from '../shared/handshake.js';
@@ -39,7 +40,11 @@ export async function startAgent({ config, pid, log }: AgentOptions): Promise<Ru
 
   // Liveness first: from now on, no other agent in this netns takes our (future) chain for a stale one.
   const liveness = createServer((s) => s.destroy());
-  await new Promise<void>((resolve, reject) => liveness.once('error', reject).listen(livenessSocket(agentId), resolve));
+  liveness.on('error', (err) => log.warn('liveness socket failed', { error: err.message }));
+  await new Promise<void>((resolve, reject) => liveness.once('error', reject).listen(livenessSocket(agentId), resolve)).catch((err: NodeJS.ErrnoException) => {
+    if (err.code !== 'EADDRINUSE') throw err;
+    throw new UserError(`another agent with id ${agentId} is running in this pod's netns`, `give this agent another ${AGENT_ENV.agentId} (or none: a random one is picked)`);
+  });
 
   if (config.mode !== 'targetless') {
     await removeStaleChains(log, agentId);
@@ -108,7 +113,11 @@ export async function startAgent({ config, pid, log }: AgentOptions): Promise<Ru
   };
 
   const control: Server = createServer(handshake);
-  await new Promise<void>((resolve, reject) => control.once('error', reject).listen(config.port, '127.0.0.1', resolve));
+  control.on('error', (err) => log.warn('control listener failed', { error: err.message }));
+  await new Promise<void>((resolve, reject) => control.once('error', reject).listen(config.port, '127.0.0.1', resolve)).catch((err: NodeJS.ErrnoException) => {
+    if (err.code !== 'EADDRINUSE') throw err;
+    throw new UserError(`port ${config.port} is already in use in the pod's netns`, `set ${AGENT_ENV.port} to a free port, or 0 to let the agent pick one`);
+  });
   const port = (control.address() as { port: number }).port;
   armIdle();
 

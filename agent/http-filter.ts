@@ -93,6 +93,7 @@ function sendToSession(routing: HttpRouting, sub: PortSubscription, req: Incomin
   } catch {
     return false;
   }
+  stream.on('error', () => undefined); // a reset after the answer is complete is not an error for the client
   const out = httpRequest({
     method: req.method, path: req.url, headers: { ...headersFromRaw(req.rawHeaders, HOP_BY_HOP), connection: 'close' },
     createConnection: () => stream as unknown as Socket,

@@ -115,7 +115,8 @@ export async function removeStaleChains(log: AgentLog, ownAgentId: string): Prom
     }
     const chains = [...saved.matchAll(new RegExp(`^:(${CHAIN_PREFIX}([a-z0-9]+)) `, 'gm'))];
     for (const [, chain, id] of chains) {
-      if (id === ownAgentId || (await isAlive(id))) continue;
+      // Our own id cannot have a chain yet: one that exists was left by an earlier agent with the same id.
+      if (id !== ownAgentId && (await isAlive(id))) continue;
       // Jumps may have been written by another devop version: delete every PREROUTING rule that targets the chain.
       for (const line of saved.split('\n')) {
         if (line.startsWith('-A PREROUTING ') && line.endsWith(`-j ${chain}`)) {

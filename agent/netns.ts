@@ -2,6 +2,7 @@
 // stays as a thin parent that forwards signals; the child watches a pipe so that it ends when the parent dies.
 import { spawn } from 'node:child_process';
 import { Socket } from 'node:net';
+import { constants } from 'node:os';
 import { AGENT_ENV } from '../shared/agent-contract.js';
 import type { AgentLog } from './log.js';
 
@@ -21,7 +22,7 @@ export function reenterNetns(pid: number, log: AgentLog): Promise<number> {
       log.warn('cannot run nsenter', { error: err.message });
       resolve(1);
     });
-    child.once('exit', (code, signal) => resolve(code ?? (signal ? 128 + 9 : 1)));
+    child.once('exit', (code, signal) => resolve(code ?? (signal ? 128 + (constants.signals[signal] ?? 0) : 1)));
   });
 }
 

@@ -59,6 +59,7 @@ export class PortRedirect {
 
   constructor(readonly port: number, private readonly log: AgentLog) {
     this.server = createTcpServer({ noDelay: true }, (socket) => this.onConnection(socket));
+    this.server.on('error', (err) => log.warn('redirect listener failed', { port, error: err.message }));
     const routing: HttpRouting = { port, active: () => this.active(), all: () => this.subs.map((s) => s.session), log, nextId: () => this.connId(), proxy: () => (this.pod ??= createPodProxy()) };
     // The HTTP server never listens: filtered connections are handed to it. Keep-alive requests are routed one by one.
     this.http = createHttpServer({ keepAliveTimeout: 65_000 });

@@ -18,6 +18,8 @@ const PING_INTERVAL_MS = 2000;
  * behind data on a busy tunnel.
  */
 export const TUNNEL_STALL_MS = 10_000;
+/** Reasons carry user input (a filter's regex): keep them within the protocol's limit. */
+const MAX_REASON = 2000;
 
 export interface SessionContext {
   ports: PortTable;
@@ -130,7 +132,7 @@ export class Session implements IncomingTarget {
     void this.handle(mux, msg).catch((err: Error) => {
       this.ctx.log.warn('request failed', { session: this.sessionId, type: msg.type, error: err.message });
       const id = 'id' in msg && typeof msg.id === 'string' ? msg.id : undefined;
-      mux.send({ type: 'error', id, code: 'internal', message: err.message });
+      mux.send({ type: 'error', id, code: 'internal', message: err.message.slice(0, MAX_REASON) });
     });
   }
 
@@ -147,7 +149,7 @@ export class Session implements IncomingTarget {
       case 'subscribe': {
         const res = await this.ctx.ports.subscribe(this, this.client, msg);
         if (res.ok) mux.send({ type: 'subscribed', id: msg.id, port: msg.port, mode: msg.mode });
-        else mux.send({ type: 'refused', id: msg.id, port: msg.port, reason: res.reason, holder: res.holder });
+        else mux.send({ type: 'refused', id: msg.id, port: msg.port, reason: res.reason.slice(0, MAX_REASON), holder: res.holder });
         return;
       }
       case 'unsubscribe':

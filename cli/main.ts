@@ -2,21 +2,14 @@
 // anything else → the message, with the stack under -v). Exit code: the local command's when it ran, else 1 on error.
 import { Command } from 'commander';
 import { AGENT_VERSION } from '../shared/agent-contract.js';
-import { isUserError } from '../shared/errors.js';
 import { registerCleanCommand } from './commands/clean.js';
 import { registerConfigCommand } from './commands/config.js';
+import { formatTopLevelError } from './commands/error-output.js';
 import { registerDoctorCommand } from './commands/doctor.js';
 import { registerExecCommand } from './commands/exec.js';
 import { registerLsCommand } from './commands/ls.js';
 import { registerPortForwardCommand } from './commands/port-forward.js';
 import { registerVscodeCommand } from './commands/vscode.js';
-
-export function formatTopLevelError(err: unknown, verbose: boolean): string {
-  if (isUserError(err)) return `devop: ${err.message}\n  fix: ${err.hint}\n`;
-  const message = err instanceof Error ? err.message : String(err);
-  if (verbose) return `devop: ${err instanceof Error && err.stack ? err.stack : message}\n`;
-  return `devop: ${message}\n  (run with -v for the stack)\n`;
-}
 
 export function buildProgram(onExit: (code: number) => void): Command {
   const program = new Command('devop')

@@ -57,7 +57,7 @@ async function main(): Promise<void> {
     console.log(`curl http://${echo.podIP}:8080/hello → answered by the pod ${echo.podName} again`);
   } finally {
     podClient?.close();
-    await run?.stop('SIGKILL');
+    await run?.dispose();
     say('stopping the stand-in');
     await env.cluster.stop();
   }

@@ -44,6 +44,7 @@ export function registerExecCommand(program: Command, onExit: (code: number) => 
     .option('--startup-timeout <seconds>', 'how long to wait for the agent, and for the local command to listen')
     .option('-f, --config <path>', 'devop.json to read (default: ./devop.json if present)')
     .addOption(new Option('--output <mode>', 'output: auto (terminal UI when interactive), plain or json').choices(OUTPUT_MODES).default('auto'))
+    .option('--all-pods', 'steal/mirror on every Ready pod of a deploy/sts target (new pods join, gone pods drop)')
     .option('-v, --verbose', 'more output, and stacks of internal errors')
     .action(async (command: string[], flags: ExecCommandFlags, cmd: Command) => {
       const { config, dir } = loadCommandConfig(flags.config);

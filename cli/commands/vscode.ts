@@ -1,7 +1,7 @@
 // Registers `devop vscode init [exec flags] [-- command…]`: a VS Code background task running `devop exec`, a Node
 // attach configuration around it, and devop.json's $schema.
 import { Command, Option } from 'commander';
-import { relative } from 'node:path';
+import { relative, resolve } from 'node:path';
 import { UserError } from '../../shared/errors.js';
 import { DEFAULT_INSPECT_PORT, DEFAULT_TASK_LABEL, initVscode } from '../services/vscode.js';
 
@@ -58,20 +58,20 @@ export function registerVscodeCommand(program: Command): void {
     .command('init')
     .description('write .vscode/tasks.json (background `devop exec` task), .vscode/launch.json (Node attach) and devop.json $schema')
     .argument('[command...]', 'the local command (after --); default: node <package.json main>')
-    .option('--dir <folder>', 'the workspace folder', process.cwd())
+    .option('--dir <folder>', 'the workspace folder (default: the current folder)')
     .option('--label <label>', 'label of the task', DEFAULT_TASK_LABEL)
     .option('--inspect-port <port>', 'Node inspector port the debugger attaches to', String(DEFAULT_INSPECT_PORT))
     .option('--devop-command <command>', 'how the task starts devop (split on spaces)', 'npx devop');
   for (const spec of EXEC_FLAGS) {
     init.addOption(spec.kind === 'list' ? new Option(spec.flags, spec.description).argParser(collect) : new Option(spec.flags, spec.description));
   }
-  init.action((localCommand: string[], options: { dir: string; label: string; inspectPort: string; devopCommand: string }, command: Command) => {
+  init.action((localCommand: string[], options: { dir?: string; label: string; inspectPort: string; devopCommand: string }, command: Command) => {
     const inspectPort = Number(options.inspectPort);
     if (!Number.isInteger(inspectPort) || inspectPort < 1 || inspectPort > 65535) {
       throw new UserError(`--inspect-port ${options.inspectPort} is not a port`, 'pass a port 1-65535, e.g. --inspect-port 9229');
     }
     const result = initVscode({
-      workspace: options.dir,
+      workspace: resolve(options.dir ?? '.'),
       execArgs: execArgsFrom(command),
       localCommand,
       devopCommand: options.devopCommand.split(/\s+/).filter(Boolean),

@@ -182,7 +182,8 @@ export function installOutgoingHooks(config: PreloadConfig): InstalledHooks {
 
   const clusterLookup = async (hostname: string, family: number): Promise<{ address: string; family: number }[]> => {
     const answer = await control.request({ op: 'lookup', name: hostname, family: family === 4 || family === 6 ? family : undefined });
-    if (!answer.ok) throw errnoError(answer.code === 'EAI_AGAIN' ? 'EAI_AGAIN' : 'ENOTFOUND', 'getaddrinfo', hostname);
+    // Only "no such name" is ENOTFOUND; anything else (DNS down, tunnel gone) is a failure to try again.
+    if (!answer.ok) throw errnoError(answer.code === 'ENOTFOUND' ? 'ENOTFOUND' : 'EAI_AGAIN', 'getaddrinfo', hostname);
     if (!('addresses' in answer)) throw errnoError('EAI_AGAIN', 'getaddrinfo', hostname);
     const addresses = answer.addresses.filter((entry) => !family || entry.family === family);
     if (addresses.length === 0) throw errnoError('ENOTFOUND', 'getaddrinfo', hostname);
@@ -211,7 +212,7 @@ export function installOutgoingHooks(config: PreloadConfig): InstalledHooks {
     const done = callback;
     clusterLookup(hostname, familyOf(options)).then(
       (addresses) => (all ? done(null, addresses) : done(null, addresses[0].address, addresses[0].family)),
-      (err: NodeJS.ErrnoException) => done(err.syscall ? err : errnoError(err.code ?? 'EAI_AGAIN', 'getaddrinfo', hostname)),
+      (err: NodeJS.ErrnoException) => done(err.syscall ? err : errnoError('EAI_AGAIN', 'getaddrinfo', hostname)),
     );
     return {};
   };
@@ -227,7 +228,7 @@ export function installOutgoingHooks(config: PreloadConfig): InstalledHooks {
       return (options as { all?: boolean } | undefined)?.all === true ? addresses : addresses[0];
     } catch (err) {
       const error = err as NodeJS.ErrnoException;
-      throw error.syscall ? error : errnoError(error.code ?? 'EAI_AGAIN', 'getaddrinfo', hostname);
+      throw error.syscall ? error : errnoError('EAI_AGAIN', 'getaddrinfo', hostname);
     }
   };
   dns.promises.lookup = hookedPromisesLookup as unknown as typeof dns.promises.lookup;

@@ -81,6 +81,7 @@ export function buildAgentJob(input: AgentSpecInput): V1Job {
     apiVersion: 'batch/v1',
     kind: 'Job',
     metadata: { name, namespace: input.namespace, labels: labels(input), annotations: annotations(input) },
+    // No activeDeadlineSeconds: a session may last a working day; the agent ends itself when its last session is gone.
     spec: {
       backoffLimit: 0,
       ttlSecondsAfterFinished: input.ttlSeconds,

@@ -31,6 +31,7 @@ export interface ExecFlags {
   agentTtl?: string;
   startupTimeout?: string;
   verbose?: boolean;
+  allPods?: boolean;
 }
 
 /** `90`, `90s`, `1500ms`, `2m` → milliseconds. */
@@ -117,6 +118,7 @@ export function mergeExecOptions(flags: ExecFlags, config: DevopConfig, command:
     startupTimeoutMs: flags.startupTimeout !== undefined ? parseDuration(flags.startupTimeout, '--startup-timeout') : config.agent.startupTimeoutSeconds * 1000,
     agentExtras: { labels: config.agent.labels, annotations: config.agent.annotations, tolerations: config.agent.tolerations },
     verbose: flags.verbose ?? false,
+    allPods: flags.allPods ?? config.allPods,
   };
 }
 

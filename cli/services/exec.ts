@@ -7,7 +7,7 @@ import type { AgentMessage, HttpFilter, StealMode } from '../../shared/protocol.
 import { FEATURES } from '../../shared/protocol.js';
 import type { PortState, Reporter, SessionInfo } from '../reporter.js';
 import { startLocalCommand, type LocalCommand } from '../process/child.js';
-import { waitForListen } from '../process/listen.js';
+import { canConnect, waitForListen } from '../process/listen.js';
 import { buildChildEnv, readEnvFile } from './child-env.js';
 import { incomingStreamHandler } from './incoming.js';
 import { resolvePorts, type PortMapping } from './ports.js';
@@ -117,6 +117,12 @@ export async function runExec(options: ExecServiceOptions, reporter: Reporter): 
         reporter.emit({ type: 'error', message: `agent: ${msg.message}`, hint: msg.hint });
       }
     });
+
+    // Something that already listens would get the traffic, and "the local command listens" would be a false signal.
+    const busy = await Promise.all(ports.map(async (p) => ((await canConnect(p.local)) ? p.local : undefined)));
+    for (const port of busy) {
+      if (port !== undefined) reporter.emit({ type: 'log', level: 'warn', message: `127.0.0.1:${port} already accepts connections before the local command started: that process will get the traffic (map another local port with -p REMOTE:LOCAL)` });
+    }
 
     child = await startLocalCommand({
       command: options.command,

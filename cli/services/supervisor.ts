@@ -235,7 +235,7 @@ class Supervisor {
         return;
       }
       if (pod) member.target = { ...member.target, pod };
-      if (failures >= 2) {
+      if (failures >= 3 || (await this.agentState(member)) === 'dead') {
         // The agent may be dead (killed, its pod deleted): reuse another live one, or start a new one.
         const found = await findAgent(this.first.kc, member.target, this.agentOptions.agentNamespace).catch(() => undefined);
         if (!found || found.name !== member.agent.name) {
@@ -266,6 +266,23 @@ class Supervisor {
         this.reporter.emit({ type: 'log', level: 'debug', message: `reconnect to pod ${member.link.pod} failed: ${message(err)}` });
       }
       await delay(backoffDelay(attempt++));
+    }
+  }
+
+  /** Whether the member's agent can still answer: its Job pod (or ephemeral container) runs. */
+  private async agentState(member: Member): Promise<'running' | 'dead' | 'unknown'> {
+    const { agent } = member;
+    if (agent.mode === 'ephemeral') {
+      const status = member.target.pod.status?.ephemeralContainerStatuses?.find((c) => c.name === agent.agentContainer);
+      return status?.state?.terminated ? 'dead' : status?.state?.running ? 'running' : 'unknown';
+    }
+    try {
+      const pod = await this.first.kc.makeApiClient(CoreV1Api).readNamespacedPod({ name: agent.agentPod, namespace: agent.agentNamespace });
+      const status = pod.status?.containerStatuses?.find((c) => c.name === agent.agentContainer);
+      if (pod.metadata?.deletionTimestamp || pod.status?.phase === 'Failed' || pod.status?.phase === 'Succeeded' || status?.state?.terminated) return 'dead';
+      return 'running';
+    } catch (err) {
+      return apiErrorCode(err) === 404 ? 'dead' : 'unknown';
     }
   }
 

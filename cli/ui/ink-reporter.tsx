@@ -66,7 +66,8 @@ export class InkReporter implements Reporter {
       stdin,
       // Ctrl-C is a key like q: it stops the session cleanly (see App), rather than ink exiting under the session.
       exitOnCtrlC: false,
-      patchConsole: false,
+      // A stray console.* (a library's warning) is drawn above the UI instead of tearing the frame.
+      patchConsole: true,
     });
   }
 }

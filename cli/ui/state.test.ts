@@ -54,4 +54,19 @@ describe('view state', () => {
     expect(state.notices).toEqual([{ level: 'error', message: 'the local command does not listen on 127.0.0.1:3000 after 60 s', hint: 'make it listen', step: 'listen' }]);
     expect(state.steps.map((step) => step.status)).toEqual(['running']);
   });
+
+  it('a request and a connection with the same id are two rows, each updated by its own events', () => {
+    // Given the agent numbering requests and connections separately (both "8080-1")
+    const state = fold([
+      { type: 'request', id: '8080-1', port: 8080, method: 'GET', path: '/a', to: 'local' },
+      { type: 'connection', id: '8080-1', port: 8080, remote: '10.0.0.2:4000', to: 'pod', state: 'open' },
+      { type: 'response', id: '8080-1', status: 204, ms: 2, bytes: 0 },
+      { type: 'connection', id: '8080-1', port: 8080, remote: '10.0.0.2:4000', to: 'pod', state: 'closed', bytesIn: 5, bytesOut: 7 },
+    ]);
+    // Then there are two rows with distinct keys, each completed by its own kind of event
+    expect(state.rows.map((row) => [row.kind, row.key, row.status, row.bytesIn])).toEqual([
+      ['http', 0, 204, undefined],
+      ['tcp', 1, undefined, 5],
+    ]);
+  });
 });

@@ -20,6 +20,8 @@ export interface StepView {
 }
 
 export interface TrafficRow {
+  /** Unique per row (the React key): ids of requests and connections come from different counters and may repeat. */
+  key: number;
   id: string;
   kind: 'http' | 'tcp';
   time: number;
@@ -73,6 +75,7 @@ export interface ViewState {
   readyAt?: number;
   rttMs?: number;
   rows: TrafficRow[];
+  nextRowKey: number;
   counters: Counters;
   output: OutputLine[];
   partial: { stdout: string; stderr: string };
@@ -86,7 +89,7 @@ export interface ViewState {
 export const emptyCounters: Counters = { requests: 0, connections: 0, bytesIn: 0, bytesOut: 0, errors: 0 };
 
 export function initialViewState(now: number): ViewState {
-  return { startedAt: now, steps: [], rows: [], counters: emptyCounters, output: [], partial: { stdout: '', stderr: '' }, notices: [], stopping: false };
+  return { startedAt: now, steps: [], rows: [], nextRowKey: 0, counters: emptyCounters, output: [], partial: { stdout: '', stderr: '' }, notices: [], stopping: false };
 }
 
 /** Folds one event into the state; returns a new state and leaves the old one untouched. */
@@ -101,28 +104,27 @@ export function applyEvent(state: ViewState, event: ReportEvent, now: number): V
     case 'rtt':
       return { ...state, rttMs: event.ms };
     case 'request': {
-      const row: TrafficRow = { id: event.id, kind: 'http', time: now, port: event.port, to: event.to, pod: event.pod, method: event.method, path: event.path, done: false };
-      return { ...state, rows: appendRow(state.rows, row), counters: { ...state.counters, requests: state.counters.requests + 1 } };
+      const row: TrafficRow = { key: state.nextRowKey, id: event.id, kind: 'http', time: now, port: event.port, to: event.to, pod: event.pod, method: event.method, path: event.path, done: false };
+      return { ...state, rows: appendRow(state.rows, row), nextRowKey: state.nextRowKey + 1, counters: { ...state.counters, requests: state.counters.requests + 1 } };
     }
     case 'response': {
       const isError = event.status >= 500;
       const counters = { ...state.counters, bytesOut: state.counters.bytesOut + event.bytes, errors: state.counters.errors + (isError ? 1 : 0) };
-      const rows = updateRow(state.rows, event.id, (row) => ({ ...row, status: event.status, ms: event.ms, bytesOut: event.bytes, done: true }));
+      const rows = updateRow(state.rows, 'http', event.id, (row) => ({ ...row, status: event.status, ms: event.ms, bytesOut: event.bytes, done: true }));
       return { ...state, rows, counters };
     }
     case 'connection': {
       if (event.state === 'open') {
-        const row: TrafficRow = { id: event.id, kind: 'tcp', time: now, port: event.port, to: event.to, pod: event.pod, remote: event.remote, done: false };
-        return { ...state, rows: appendRow(state.rows, row), counters: { ...state.counters, connections: state.counters.connections + 1 } };
+        const row: TrafficRow = { key: state.nextRowKey, id: event.id, kind: 'tcp', time: now, port: event.port, to: event.to, pod: event.pod, remote: event.remote, done: false };
+        return { ...state, rows: appendRow(state.rows, row), nextRowKey: state.nextRowKey + 1, counters: { ...state.counters, connections: state.counters.connections + 1 } };
       }
       const bytesIn = event.bytesIn ?? 0;
       const bytesOut = event.bytesOut ?? 0;
       const counters = { ...state.counters, bytesIn: state.counters.bytesIn + bytesIn, bytesOut: state.counters.bytesOut + bytesOut };
-      const found = state.rows.some((row) => row.id === event.id);
-      const rows = found
-        ? updateRow(state.rows, event.id, (row) => ({ ...row, bytesIn, bytesOut, done: true, ms: now - row.time }))
-        : appendRow(state.rows, { id: event.id, kind: 'tcp', time: now, port: event.port, to: event.to, pod: event.pod, remote: event.remote, bytesIn, bytesOut, done: true });
-      return { ...state, rows, counters };
+      const found = state.rows.some((row) => row.kind === 'tcp' && row.id === event.id && !row.done);
+      if (found) return { ...state, rows: updateRow(state.rows, 'tcp', event.id, (row) => ({ ...row, bytesIn, bytesOut, done: true, ms: now - row.time })), counters };
+      const row: TrafficRow = { key: state.nextRowKey, id: event.id, kind: 'tcp', time: now, port: event.port, to: event.to, pod: event.pod, remote: event.remote, bytesIn, bytesOut, done: true };
+      return { ...state, rows: appendRow(state.rows, row), nextRowKey: state.nextRowKey + 1, counters };
     }
     case 'output':
       return applyOutput(state, event.stream, event.text);
@@ -169,8 +171,8 @@ function appendRow(rows: TrafficRow[], row: TrafficRow): TrafficRow[] {
   return next;
 }
 
-function updateRow(rows: TrafficRow[], id: string, update: (row: TrafficRow) => TrafficRow): TrafficRow[] {
-  const index = findLastIndex(rows, (row) => row.id === id);
+function updateRow(rows: TrafficRow[], kind: TrafficRow['kind'], id: string, update: (row: TrafficRow) => TrafficRow): TrafficRow[] {
+  const index = findLastIndex(rows, (row) => row.kind === kind && row.id === id);
   if (index < 0) return rows;
   const next = rows.slice();
   next[index] = update(rows[index]);

@@ -28,3 +28,17 @@ export function httpGet(socketPath: string, path: string, opts: { headers?: Reco
 export function keepAliveAgent(): Agent {
   return new Agent({ keepAlive: true, maxSockets: 1 });
 }
+
+/** A GET from the host itself (the "node": its bridge address is the node IP), on a fresh connection. */
+export function hostGet(url: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const req = request(url, { agent: false }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('end', () => resolve(Buffer.concat(chunks).toString()));
+    });
+    req.setTimeout(15_000, () => req.destroy(new Error(`GET ${url} timed out`)));
+    req.on('error', reject);
+    req.end();
+  });
+}

@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { requireRoot } from '../helpers/root.js';
 import { PodNet, sh, waitFor, type AgentProc, type Proc } from './netns.js';
 import { connectSession, startLocalCommand, type LocalCommand, type TestSession } from './session-client.js';
-import { httpGet, keepAliveAgent } from './http.js';
+import { hostGet, httpGet, keepAliveAgent } from './http.js';
 
 const run = requireRoot('agent steal');
 
@@ -43,7 +43,7 @@ describe.runIf(run)('agent: steal a whole port', () => {
     expect(b.body).toBe('local: POST /stolen-b body=hello');
     expect(net.podRequests(pod).filter((l) => l.includes('/stolen'))).toEqual([]);
     // And a kubelet-like request from the node's IP still reaches the pod
-    const probe = await fetch(`http://${net.podIP}:3000/healthz`).then((r) => r.text());
+    const probe = await hostGet(`http://${net.podIP}:3000/healthz`);
     expect(probe).toBe('pod: GET /healthz');
     expect(net.podRequests(pod)).toContain(`REQ GET /healthz from ${net.nodeIP}`);
     // And the rule lives in one DEVOP chain jumped to from PREROUTING, skipping the node IP
@@ -118,5 +118,14 @@ describe.runIf(run)('agent: steal a whole port', () => {
     } finally {
       await sh(`ip netns exec ${net.podNs} iptables-nft -t nat -D OUTPUT -p tcp -d 127.0.0.2 --dport 9 -j REDIRECT --to-ports 9`);
     }
+  });
+
+  test('with stealProbes, requests from the node IP are stolen too', async () => {
+    for (const m of session.messages.filter((x) => x.type === 'subscribed')) {
+      await session.request({ type: 'unsubscribe', id: (m as { id: string }).id, port: 3000 }, ['unsubscribed']);
+    }
+    expect((await session.subscribe(3000, 'steal', { stealProbes: true })).type).toBe('subscribed');
+    expect(await hostGet(`http://${net.podIP}:3000/healthz-stolen`)).toBe('local: GET /healthz-stolen');
+    expect(await net.iptablesSave()).not.toMatch(/! -s .* --dport 3000/);
   });
 });

@@ -1,7 +1,7 @@
 // pods/portforward, pods/exec and pods/log wire protocols, checked with client-node and kubectl against a node runtime
 // stand-in (local sockets and processes), so that framing is tested apart from the kubelet's namespaces.
 import { spawn } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createHash, randomBytes } from 'node:crypto';
@@ -11,6 +11,7 @@ import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { CoreV1Api, Exec, KubeConfig, PortForward, type V1Status } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { WebSocket } from 'ws';
 import { startCluster, type ClusterHandle } from './index.js';
 import { waitFor } from './apiserver/testing.js';
 import type { ExecProcess, NodeRuntime } from './node-runtime.js';
@@ -128,6 +129,19 @@ describe('streaming subresources', () => {
     await new Exec(kc).exec('default', 'box', 'main', ['true'], new PassThrough(), new PassThrough(), null, false, (s) => (ok = s));
     await waitFor('success status', () => ok);
     expect(ok).toEqual({ metadata: {}, status: 'Success' });
+  });
+
+  it('speaks v4.channel.k8s.io to a client that offers only v4 (status on channel 3, no close frames)', async () => {
+    const url = `${cluster.server.replace('https://', 'wss://')}/api/v1/namespaces/default/pods/box/exec?command=sh&command=-c&command=echo%20v4%3B%20exit%202&stdout=true&stderr=true`;
+    const ws = new WebSocket(url, ['v4.channel.k8s.io'], { ca: readFileSync(cluster.caPath), headers: { Authorization: `Bearer ${cluster.adminToken}` } });
+    const frames: Buffer[] = [];
+    ws.on('message', (d: Buffer) => frames.push(Buffer.from(d)));
+    await new Promise((r) => ws.on('close', r));
+    expect(ws.protocol).toBe('v4.channel.k8s.io');
+    const stdout = Buffer.concat(frames.filter((f) => f[0] === 1).map((f) => f.subarray(1))).toString();
+    const status = JSON.parse(Buffer.concat(frames.filter((f) => f[0] === 3).map((f) => f.subarray(1))).toString());
+    expect(stdout).toBe('v4\n');
+    expect(status.details.causes).toEqual([{ reason: 'ExitCode', message: '2' }]);
   });
 
   for (const v of ['1.31', '1.32', '1.33']) {

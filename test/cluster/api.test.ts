@@ -191,6 +191,31 @@ describe('stand-in API with client-node', () => {
     });
   });
 
+  it('orphans dependents on request, and deletes a namespace with everything in it', async () => {
+    await core.createNamespace({ body: { metadata: { name: 'scratch' } } });
+    await apps.createNamespacedReplicaSet({
+      namespace: 'scratch',
+      body: { metadata: { name: 'keepers' }, spec: { replicas: 2, selector: { matchLabels: { app: 'k' } }, template: { metadata: { labels: { app: 'k' } }, spec: { containers: [{ name: 'c', image: 'busybox' }] } } } },
+    });
+    const pods = async () => (await core.listNamespacedPod({ namespace: 'scratch' })).items;
+    await waitFor('2 pods', async () => (await pods()).length === 2);
+    await apps.deleteNamespacedReplicaSet({ name: 'keepers', namespace: 'scratch', propagationPolicy: 'Orphan' });
+    await waitFor('replica set gone', async () => (await apps.listNamespacedReplicaSet({ namespace: 'scratch' })).items.length === 0);
+    const orphans = await waitFor('pods without owner', async () => {
+      const p = await pods();
+      return p.length === 2 && p.every((x) => !x.metadata?.ownerReferences?.length) ? p : undefined;
+    });
+    expect(orphans).toHaveLength(2);
+
+    await core.deleteNamespace({ name: 'scratch' });
+    const terminating = await core.readNamespace({ name: 'scratch' }).catch(() => undefined);
+    if (terminating) expect(terminating.status?.phase).toBe('Terminating');
+    const refused = await expectStatus(core.createNamespacedConfigMap({ namespace: 'scratch', body: { metadata: { name: 'late' } } })).catch(() => ({ code: 404 }));
+    expect([403, 404]).toContain(refused.code);
+    await waitFor('namespace gone', async () => (await core.listNamespace()).items.every((n) => n.metadata?.name !== 'scratch'));
+    expect(await pods()).toHaveLength(0);
+  });
+
   it('honours finalizers: deletionTimestamp first, removal once the last finalizer goes', async () => {
     await core.createNamespacedConfigMap({ namespace: ns, body: { metadata: { name: 'fin', finalizers: ['example.com/hold'] } } });
     await core.deleteNamespacedConfigMap({ name: 'fin', namespace: ns });

@@ -275,6 +275,23 @@ describe('stand-in kubelet', () => {
     expect(ready.status!.containerStatuses![0].ready).toBe(true);
   });
 
+  it('restarts a container whose liveness probe fails (SIGTERM, then a new attempt)', async () => {
+    const name = podName('live');
+    await createPod({
+      metadata: { name },
+      spec: {
+        terminationGracePeriodSeconds: 2,
+        containers: [{ name: 'app', image: 'devop.test/http-echo', livenessProbe: { httpGet: { path: '/healthz', port: 8081 }, periodSeconds: 1, failureThreshold: 2 } }],
+      },
+    });
+    const pod = await waitForPod(core, name, 'a liveness restart', (p) => (p.status?.containerStatuses?.[0]?.restartCount ?? 0) >= 1);
+    expect(pod.status!.containerStatuses![0].lastState?.terminated).toBeTruthy();
+    const previous = await readAll(await runtime.logs({ namespace: 'default', pod: name, previous: true, follow: false }));
+    expect(previous).toContain(`http-echo ${name} got SIGTERM`);
+    const events = await core.listNamespacedEvent({ namespace: 'default', fieldSelector: `involvedObject.name=${name}` }).catch(() => core.listNamespacedEvent({ namespace: 'default' }));
+    expect(events.items.filter((e) => e.involvedObject.name === name).map((e) => e.reason)).toEqual(expect.arrayContaining(['Unhealthy', 'Killing', 'Started']));
+  });
+
   it('reports an unknown image as ErrImagePull / ImagePullBackOff with a message naming it', async () => {
     const name = podName('noimg');
     await createPod({ metadata: { name }, spec: { containers: [{ name: 'main', image: 'example.com/no-such-image:1.0' }] } });

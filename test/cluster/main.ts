@@ -2,6 +2,9 @@
 import { startCluster } from './index.js';
 
 async function main(): Promise<void> {
+  // Output may go to a pipe that closes (`| head`): an EPIPE must not kill the process before it cleans up.
+  process.stdout.on('error', () => undefined);
+  process.stderr.on('error', () => undefined);
   const withKubelet = !process.argv.includes('--no-kubelet');
   if (withKubelet && (typeof process.getuid !== 'function' || process.getuid() !== 0)) {
     console.error('devop cluster: the stand-in node needs root (network namespaces, iptables, cgroups). Run it with sudo, or pass --no-kubelet for the API server alone.');
@@ -20,7 +23,7 @@ async function main(): Promise<void> {
   const stop = (signal: string) => {
     if (stopping) return;
     stopping = true;
-    console.log(`\n${signal}: stopping the stand-in cluster…`);
+    console.error(`\n${signal}: stopping the stand-in cluster…`);
     cluster.stop().then(
       () => process.exit(0),
       (e) => {
@@ -31,6 +34,7 @@ async function main(): Promise<void> {
   };
   process.on('SIGINT', () => stop('SIGINT'));
   process.on('SIGTERM', () => stop('SIGTERM'));
+  process.on('SIGHUP', () => stop('SIGHUP'));
 }
 
 main().catch((e) => {

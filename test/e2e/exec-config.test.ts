@@ -13,6 +13,11 @@ requireRoot('e2e exec config');
 describe('devop exec: config, targets, cleanup', () => {
   let cluster: Cluster;
   let env: Awaited<ReturnType<typeof startE2ECluster>>;
+  const runs: DevopRun[] = [];
+  const track = (run: DevopRun): DevopRun => {
+    runs.push(run);
+    return run;
+  };
   let echo: EchoDeployment;
 
   beforeAll(async () => {
@@ -22,6 +27,7 @@ describe('devop exec: config, targets, cleanup', () => {
   });
 
   afterAll(async () => {
+    await Promise.all(runs.map((r) => r.dispose()));
     await cluster?.stop();
   });
 
@@ -31,13 +37,13 @@ describe('devop exec: config, targets, cleanup', () => {
     writeFileSync(join(dir, 'devop.json'), JSON.stringify({ target: 'deploy/echo', env: { exclude: ['SECRET_*'], override: { APP_MODE: 'from-devop-json', EXTRA: 'x' }, file: 'dev.env' }, agent: { ttlSeconds: 2 } }));
     writeFileSync(join(dir, 'dev.env'), 'EXTRA=from-env-file\n');
     // When devop runs there without -t (and with a flag that adds an exclude)
-    const run = new DevopRun(['exec', '--kubeconfig', cluster.kubeconfigPath, '--output', 'plain', '--env-exclude', 'GREETING', '--', 'sh', '-c', 'echo "APP_MODE=$APP_MODE EXTRA=$EXTRA SECRET=${SECRET_TOKEN:-unset} GREETING=${GREETING:-unset} PORT=$PORT"'], { cwd: dir });
+    const run = track(new DevopRun(['exec', '--kubeconfig', cluster.kubeconfigPath, '--output', 'plain', '--env-exclude', 'GREETING', '--', 'sh', '-c', 'echo "APP_MODE=$APP_MODE EXTRA=$EXTRA SECRET=${SECRET_TOKEN:-unset} GREETING=${GREETING:-unset} PORT=$PORT"'], { cwd: dir }));
     // Then the target, the env rules and the override come from the file
     expect((await run.exited).code, run.output).toBe(0);
     expect(run.stdout).toContain('APP_MODE=from-devop-json EXTRA=from-env-file SECRET=unset GREETING=unset PORT=8080');
     expect(run.stderr).toContain(`resolve target deploy/echo: pod ${echo.podName}`);
     // And a flag wins over the file's target
-    const flagged = new DevopRun(['exec', '--kubeconfig', cluster.kubeconfigPath, '--output', 'plain', '-t', 'deploy/nope', '--', 'true'], { cwd: dir });
+    const flagged = track(new DevopRun(['exec', '--kubeconfig', cluster.kubeconfigPath, '--output', 'plain', '-t', 'deploy/nope', '--', 'true'], { cwd: dir }));
     expect((await flagged.exited).code).toBe(1);
     expect(flagged.stderr).toContain('deployment "nope" not found');
   });
@@ -45,13 +51,13 @@ describe('devop exec: config, targets, cleanup', () => {
   it('names a bad devop.json key with the accepted values', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'devop-e2e-config-'));
     writeFileSync(join(dir, 'devop.json'), JSON.stringify({ incoming: { mode: 'borrow' } }));
-    const run = new DevopRun(['exec', '--kubeconfig', cluster.kubeconfigPath, '--output', 'plain', '-t', 'deploy/echo', '--', 'true'], { cwd: dir });
+    const run = track(new DevopRun(['exec', '--kubeconfig', cluster.kubeconfigPath, '--output', 'plain', '-t', 'deploy/echo', '--', 'true'], { cwd: dir }));
     expect((await run.exited).code).toBe(1);
     expect(run.stderr).toMatch(/devop: .*devop\.json: incoming\.mode is "borrow"\n {2}fix: accepted: "steal" \| "mirror"/);
   });
 
   it('resolves rollout/NAME through the Rollout selector, and says when Argo Rollouts is missing', async () => {
-    const missing = devopExec(cluster, ['-t', 'rollout/echo-ro'], ['true']);
+    const missing = track(devopExec(cluster, ['-t', 'rollout/echo-ro'], ['true']));
     expect((await missing.exited).code).toBe(1);
     expect(missing.stderr).toMatch(/devop: Argo Rollouts is not installed in this cluster \(no rollouts\.argoproj\.io API\)\n {2}fix: /);
     // Given the Rollout CRD and a Rollout whose selector matches the echo pods
@@ -79,28 +85,28 @@ describe('devop exec: config, targets, cleanup', () => {
       body: { apiVersion: 'argoproj.io/v1alpha1', kind: 'Rollout', metadata: { name: 'echo-ro' }, spec: { selector: { matchLabels: { app: 'echo' } } } },
     });
     // When devop targets the Rollout
-    const run = devopExec(cluster, ['-t', 'rollout/echo-ro'], ['sh', '-c', 'echo "APP_MODE=$APP_MODE"']);
+    const run = track(devopExec(cluster, ['-t', 'rollout/echo-ro'], ['sh', '-c', 'echo "APP_MODE=$APP_MODE"']));
     // Then it runs with the env of the Rollout's pod
     expect((await run.exited).code, run.output).toBe(0);
     expect(run.stdout).toContain('APP_MODE=production');
     expect(run.stderr).toContain(`resolve target rollout/echo-ro: pod ${echo.podName}`);
-    const unknown = devopExec(cluster, ['-t', 'rollout/nope'], ['true']);
+    const unknown = track(devopExec(cluster, ['-t', 'rollout/nope'], ['true']));
     expect((await unknown.exited).code).toBe(1);
     expect(unknown.stderr).toMatch(/devop: rollout "nope" not found in namespace "default" \(rollouts there: echo-ro\)/);
   });
 
   it('runs targetless: a command with an agent for outgoing traffic only, and refuses -p', async () => {
-    const run = devopExec(cluster, ['-t', 'targetless'], ['sh', '-c', 'echo targetless-ran']);
+    const run = track(devopExec(cluster, ['-t', 'targetless'], ['sh', '-c', 'echo targetless-ran']));
     expect((await run.exited).code, run.output).toBe(0);
     expect(run.stdout).toContain('targetless-ran');
     expect(run.stderr).toMatch(/targetless agent: started Job devop-agent-/);
-    const withPort = devopExec(cluster, ['-t', 'targetless', '-p', '8080'], ['true']);
+    const withPort = track(devopExec(cluster, ['-t', 'targetless', '-p', '8080'], ['true']));
     expect((await withPort.exited).code).toBe(1);
     expect(withPort.stderr).toContain('devop: -p/--port needs a target');
   });
 
   it('leaves nothing running after the last session: agents exit when idle, their Jobs finish and their TTL removes them', async () => {
-    const run = devopExec(cluster, ['-t', 'deploy/echo', '--agent-ttl', '1'], ['true']);
+    const run = track(devopExec(cluster, ['-t', 'deploy/echo', '--agent-ttl', '1'], ['true']));
     expect((await run.exited).code, run.output).toBe(0);
     const batch = env.kc.makeApiClient(BatchV1Api);
     // The agent idles out (a few seconds), its Job completes, and the TTL controller deletes it.

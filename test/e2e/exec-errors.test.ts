@@ -19,6 +19,11 @@ function failure(run: DevopRun): string {
 describe('devop exec: exit codes and errors', () => {
   let cluster: Cluster;
   let env: Awaited<ReturnType<typeof startE2ECluster>>;
+  const runs: DevopRun[] = [];
+  const track = (run: DevopRun): DevopRun => {
+    runs.push(run);
+    return run;
+  };
 
   beforeAll(async () => {
     env = await startE2ECluster();
@@ -27,19 +32,20 @@ describe('devop exec: exit codes and errors', () => {
   });
 
   afterAll(async () => {
+    await Promise.all(runs.map((r) => r.dispose()));
     await cluster?.stop();
   });
 
   it("exits with the local command's exit code", async () => {
-    const run = devopExec(cluster, ['-t', 'deploy/echo'], ['sh', '-c', 'exit 7']);
+    const run = track(devopExec(cluster, ['-t', 'deploy/echo'], ['sh', '-c', 'exit 7']));
     expect((await run.exited).code, run.output).toBe(7);
   });
 
   it('exits with 128 + signal when the local command is killed by a signal, and forwards signals to it', async () => {
-    const selfKill = devopExec(cluster, ['-t', 'deploy/echo'], ['sh', '-c', 'kill -TERM $$']);
+    const selfKill = track(devopExec(cluster, ['-t', 'deploy/echo'], ['sh', '-c', 'kill -TERM $$']));
     expect((await selfKill.exited).code, selfKill.output).toBe(143);
     // Given a local command that reports SIGINT and exits 42
-    const run = devopExec(cluster, ['-t', 'deploy/echo'], ['sh', '-c', 'trap "echo got-int; exit 42" INT; echo started; while true; do sleep 0.1; done']);
+    const run = track(devopExec(cluster, ['-t', 'deploy/echo'], ['sh', '-c', 'trap "echo got-int; exit 42" INT; echo started; while true; do sleep 0.1; done']));
     await waitFor('the local command to start', () => (run.stdout.includes('started') ? true : undefined));
     // When devop gets SIGINT (not from a terminal)
     run.child.kill('SIGINT');
@@ -49,7 +55,7 @@ describe('devop exec: exit codes and errors', () => {
   });
 
   it('says when there is no kubeconfig', async () => {
-    const run = new DevopRun(['exec', '-t', 'deploy/echo', '--output', 'plain', '--', 'true'], { env: { KUBECONFIG: '/nonexistent/devop-kubeconfig' } });
+    const run = track(new DevopRun(['exec', '-t', 'deploy/echo', '--output', 'plain', '--', 'true'], { env: { KUBECONFIG: '/nonexistent/devop-kubeconfig' } }));
     expect((await run.exited).code).toBe(1);
     expect(failure(run)).toBe(
       'devop: no kubeconfig found (KUBECONFIG: /nonexistent/devop-kubeconfig)\n  fix: point --kubeconfig or KUBECONFIG at a kubeconfig file, or create ~/.kube/config (e.g. with your cloud CLI)',
@@ -61,28 +67,28 @@ describe('devop exec: exit codes and errors', () => {
     delete doc['current-context'];
     const path = join(mkdtempSync(join(tmpdir(), 'devop-e2e-')), 'config');
     writeFileSync(path, stringify(doc));
-    const run = devopExec(cluster, ['-t', 'deploy/echo'], ['true'], { kubeconfig: path });
+    const run = track(devopExec(cluster, ['-t', 'deploy/echo'], ['true'], { kubeconfig: path }));
     expect((await run.exited).code).toBe(1);
     expect(failure(run)).toMatch(/^devop: the kubeconfig \(.*\) has no current context\n {2}fix: pass --context \(one of: .+\) or run `kubectl config use-context NAME`$/);
-    const unknown = devopExec(cluster, ['-t', 'deploy/echo', '--context', 'nope'], ['true']);
+    const unknown = track(devopExec(cluster, ['-t', 'deploy/echo', '--context', 'nope'], ['true']));
     expect((await unknown.exited).code).toBe(1);
     expect(failure(unknown)).toMatch(/^devop: context "nope" is not in the kubeconfig \(contexts: .+\)\n {2}fix: pass one of the listed contexts to --context$/);
   });
 
   it('says when the namespace does not exist', async () => {
-    const run = devopExec(cluster, ['-t', 'deploy/echo', '-n', 'no-such-ns'], ['true']);
+    const run = track(devopExec(cluster, ['-t', 'deploy/echo', '-n', 'no-such-ns'], ['true']));
     expect((await run.exited).code).toBe(1);
     expect(failure(run)).toMatch(/^devop: namespace "no-such-ns" not found\n {2}fix: pass an existing namespace with -n/);
   });
 
   it('lists what exists when the target is not found', async () => {
-    const run = devopExec(cluster, ['-t', 'deploy/nope'], ['true']);
+    const run = track(devopExec(cluster, ['-t', 'deploy/nope'], ['true']));
     expect((await run.exited).code).toBe(1);
     expect(failure(run)).toMatch(/^devop: deployment "nope" not found in namespace "default" \(deployments there: echo\)\n {2}fix: check the name and -n\/--namespace; `devop ls` lists the targets$/);
-    const pod = devopExec(cluster, ['-t', 'pod/nope'], ['true']);
+    const pod = track(devopExec(cluster, ['-t', 'pod/nope'], ['true']));
     expect((await pod.exited).code).toBe(1);
     expect(failure(pod)).toMatch(/^devop: pod "nope" not found in namespace "default" \(pods there: echo-\S+\)/);
-    const bad = devopExec(cluster, ['-t', 'nonsense'], ['true']);
+    const bad = track(devopExec(cluster, ['-t', 'nonsense'], ['true']));
     expect((await bad.exited).code).toBe(1);
     expect(failure(bad)).toMatch(/^devop: invalid target "nonsense"/);
   });
@@ -107,14 +113,14 @@ describe('devop exec: exit codes and errors', () => {
       const list = await env.core.listNamespacedPod({ namespace: 'default', labelSelector: 'app=never-ready' });
       return list.items.some((p) => p.status?.phase === 'Running') ? true : undefined;
     });
-    const run = devopExec(cluster, ['-t', 'deploy/never-ready'], ['true']);
+    const run = track(devopExec(cluster, ['-t', 'deploy/never-ready'], ['true']));
     expect((await run.exited).code).toBe(1);
     expect(failure(run)).toMatch(/^devop: deployment\/never-ready has no Ready pod \(never-ready-\S+: Running, not Ready\)\n {2}fix: wait until a pod is Ready/);
   });
 
   it('names the missing RBAC permissions (SelfSubjectAccessReview preflight)', async () => {
     const restricted = cluster.restrictedKubeconfigPath;
-    const run = devopExec(cluster, ['-t', 'deploy/echo'], ['true'], { kubeconfig: restricted });
+    const run = track(devopExec(cluster, ['-t', 'deploy/echo'], ['true'], { kubeconfig: restricted }));
     expect((await run.exited).code).toBe(1);
     expect(failure(run)).toMatch(/^devop: RBAC: .+ may not create pods\/portforward, create jobs\.batch, get jobs\.batch, delete jobs\.batch in namespace default\n {2}fix: ask a cluster admin for a Role granting/);
   });
@@ -123,13 +129,13 @@ describe('devop exec: exit codes and errors', () => {
     // Given an agent image from another release (answers hello with protocol 999), run as an ephemeral container
     cluster.images.add('devop.test/old-agent', { entrypoint: [process.execPath, join(ROOT, 'test', 'e2e', 'fixtures', 'old-agent.mjs')], cmd: [] });
     await deployEcho(env, 'echo-old');
-    const run = devopExec(cluster, ['-t', 'deploy/echo-old', '--ephemeral', '--agent-image', 'devop.test/old-agent'], ['true']);
+    const run = track(devopExec(cluster, ['-t', 'deploy/echo-old', '--ephemeral', '--agent-image', 'devop.test/old-agent'], ['true']));
     expect((await run.exited).code).toBe(1);
     expect(failure(run)).toMatch(/^devop: the agent speaks protocol version 999, this devop speaks \d+\n {2}fix: use an agent image of the same devop version/);
   });
 
   it('says when the agent image cannot be pulled, and removes the agent Job it made', async () => {
-    const run = devopExec(cluster, ['-t', 'deploy/echo', '--agent-image', 'devop.test/no-such-agent:1'], ['true']);
+    const run = track(devopExec(cluster, ['-t', 'deploy/echo', '--agent-image', 'devop.test/no-such-agent:1'], ['true']));
     expect((await run.exited).code).toBe(1);
     expect(failure(run)).toMatch(/^devop: the agent image devop\.test\/no-such-agent:1 cannot be pulled \((ErrImagePull|ImagePullBackOff|InvalidImageName).*\)\n {2}fix: check --agent-image/);
     const jobs = await waitFor('the failed agent Job to be deleted', async () => {
@@ -142,18 +148,18 @@ describe('devop exec: exit codes and errors', () => {
   });
 
   it('says when the local command is not found', async () => {
-    const run = devopExec(cluster, ['-t', 'deploy/echo'], ['devop-no-such-command']);
+    const run = track(devopExec(cluster, ['-t', 'deploy/echo'], ['devop-no-such-command']));
     expect((await run.exited).code).toBe(1);
     expect(failure(run)).toBe('devop: command not found: devop-no-such-command\n  fix: check the command after `--` (is it installed and on your PATH?)');
   });
 
   it('devop ls lists deployments and pods with ready counts and ports, also as JSON', async () => {
-    const table = new DevopRun(['ls', '--kubeconfig', cluster.kubeconfigPath]);
+    const table = track(new DevopRun(['ls', '--kubeconfig', cluster.kubeconfigPath]));
     expect((await table.exited).code, table.output).toBe(0);
     expect(table.stdout).toMatch(/^TARGET\s+READY\s+PORTS\s+CONTAINERS$/m);
     expect(table.stdout).toMatch(/^deploy\/echo\s+1\/1\s+8080\s+echo$/m);
     expect(table.stdout).toMatch(/^pod\/echo-\S+\s+1\/1\s+8080\s+echo$/m);
-    const json = new DevopRun(['ls', '--kubeconfig', cluster.kubeconfigPath, '--output', 'json']);
+    const json = track(new DevopRun(['ls', '--kubeconfig', cluster.kubeconfigPath, '--output', 'json']));
     expect((await json.exited).code).toBe(0);
     const parsed = JSON.parse(json.stdout) as { namespace: string; targets: { target: string; ready: number; total: number; ports: number[] }[] };
     expect(parsed.namespace).toBe('default');

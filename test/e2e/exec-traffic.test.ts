@@ -25,7 +25,7 @@ describe('devop exec: traffic', () => {
 
   afterAll(async () => {
     client?.close();
-    await Promise.all(runs.map((r) => r.stop('SIGKILL')));
+    await Promise.all(runs.map((r) => r.dispose()));
     await cluster?.stop();
   });
 

@@ -150,6 +150,17 @@ export class DevopRun {
     if (this.child.exitCode === null && this.child.signalCode === null) this.child.kill(signal);
     return this.exited;
   }
+
+  /** For afterAll: SIGTERM (devop stops its local command), SIGKILL after a grace, and no orphaned local server. */
+  async dispose(graceMs = 5000): Promise<void> {
+    if (this.child.exitCode === null && this.child.signalCode === null) {
+      this.child.kill('SIGTERM');
+      const timer = setTimeout(() => this.child.kill('SIGKILL'), graceMs);
+      await this.exited;
+      clearTimeout(timer);
+    }
+    killLocalServer(this);
+  }
 }
 
 /** `devop exec` against the cluster with plain output. */

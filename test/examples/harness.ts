@@ -1,28 +1,17 @@
 // What the examples' end-to-end suites share: kubectl 1.33 against the stand-in, polling, local processes, example images.
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { fileURLToPath, pathToFileURL } from 'node:url';
+import { fileURLToPath } from 'node:url';
+import { exampleImages as imagesOf } from '../../examples/images.js';
 
 export const KUBECTL = '/usr/lib/google-cloud-sdk/bin/kubectl.1.33';
 export const ROOT = resolve(fileURLToPath(new URL('../..', import.meta.url)));
-/** `node --import <this>` runs the examples' TypeScript directly, as `npx tsx` does in the walkthrough. */
-export const TSX_LOADER = pathToFileURL(join(ROOT, 'node_modules', 'tsx', 'dist', 'loader.mjs')).href;
-export const FARM_MAIN = join(ROOT, 'examples', 'farm-operator', 'src', 'main.ts');
-export const ECHO_MAIN = join(ROOT, 'examples', 'echo-controller', 'src', 'main.ts');
-
-/** Image names of the examples, as their manifests say, mapped to the example's entry point. */
-export function exampleImages(): Record<string, { entrypoint: string[]; cmd: string[] }> {
-  const node = process.execPath;
-  const farm = (step: number) => ({ entrypoint: [node, '--import', TSX_LOADER, FARM_MAIN], cmd: ['--step', String(step)] });
-  return {
-    'devop.test/farm-operator:step1': farm(1),
-    'devop.test/farm-operator:step2': farm(2),
-    'devop.test/farm-operator:step3': farm(3),
-    'devop.test/echo-controller': { entrypoint: [node, '--import', TSX_LOADER, ECHO_MAIN], cmd: [] },
-  };
+/** The examples' images (examples/images.ts) for this checkout. */
+export function exampleImages(): ReturnType<typeof imagesOf> {
+  return imagesOf(ROOT);
 }
 
 export interface Run {
@@ -33,8 +22,12 @@ export interface Run {
 
 /** A kubectl bound to one kubeconfig with a private discovery cache, so runs never see each other's cached discovery. */
 export class Kubectl {
-  readonly cacheDir = mkdtempSync(join(tmpdir(), 'devop-examples-kubectl-'));
-  constructor(readonly kubeconfig: string) {}
+  readonly cacheDir: string;
+
+  constructor(readonly kubeconfig: string) {
+    if (!existsSync(KUBECTL)) throw new Error(`${KUBECTL} is missing: the examples' suites drive kubectl 1.33 (installed beside the kubectl on the PATH on devop's machines).`);
+    this.cacheDir = mkdtempSync(join(tmpdir(), 'devop-examples-kubectl-'));
+  }
 
   run(...args: string[]): Promise<Run> {
     return new Promise((done) => {

@@ -115,10 +115,16 @@ export function exchange(port: number, send: Buffer, until: (received: Buffer) =
 
 export const PRELOAD_BUNDLE = fileURLToPath(new URL('../../dist/preload.js', import.meta.url));
 
-/** Runs `node --input-type=module -e <source>` with extra env; resolves with its exit code and output. */
+/**
+ * Refuses to run a test program whose preload did not load: its cluster names would otherwise go to this machine's
+ * resolver (and off the machine).
+ */
+const REQUIRE_PRELOAD = `if (!globalThis[Symbol.for('devop.preload.installed')]) { console.error('the devop preload is not loaded'); process.exit(3); }\n`;
+
+/** Runs `node --input-type=module -e <source>` with extra env (and the preload required); resolves with its exit code and output. */
 export function runNode(source: string, env: Record<string, string>, timeoutMs = 30_000): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--input-type=module', '-e', source], {
+    const child = spawn(process.execPath, ['--input-type=module', '-e', REQUIRE_PRELOAD + source], {
       env: { ...process.env, ...env },
       stdio: ['ignore', 'pipe', 'pipe'],
     });

@@ -147,6 +147,8 @@ describe('outgoing traffic, DNS and remote files through the pod', { timeout: TE
   it('a local curl reaches the service by name.namespace and by full name through the proxy env, from the pod', async () => {
     // When curl (http_proxy for http://, and ALL_PROXY's socks5h:// given explicitly) asks for the service by name
     const script = [
+      // Without devop's proxy env, curl would ask this machine's resolver (off the machine): refuse instead.
+      'test -n "$http_proxy" -a -n "$ALL_PROXY"',
       'curl -sS --max-time 30 http://echo.default/by-short-name',
       'echo',
       'curl -sS --max-time 30 http://echo.default.svc.cluster.local/by-full-name',

@@ -75,8 +75,9 @@ describe('devop exec in a terminal (tmux)', () => {
     expect(await client.who(echo.podIP, 8080, '/tui-second', { 'x-user': 'tui' })).toBe('local');
     expect(await client.who(echo.podIP, 8080, '/tui-other')).toBe(echo.podName);
     // Then the list shows them with method, path, status and where they went
-    const listed = await screen('the requests', (text) => /GET\s+\/tui-second\s+200\b.*→ local/.test(text) && /GET\s+\/tui-first\s+200\b.*→ local/.test(text));
-    expect(listed).toMatch(/GET\s+\/tui-other\s+200\b.*→ pod/);
+    const listed = await screen('the three requests answered', (text) =>
+      [/GET\s+\/tui-first\s+200\b.*→ local/, /GET\s+\/tui-second\s+200\b.*→ local/, /GET\s+\/tui-other\s+200\b.*→ pod/].every((row) => row.test(text)),
+    );
     expect(listed).toMatch(/requests 3\b/);
 
     // When p is pressed
@@ -94,13 +95,15 @@ describe('devop exec in a terminal (tmux)', () => {
     await screen('the mirroring header', (text) => /:8080 mirroring/.test(text));
     await waitFor('the pod to answer in mirror mode', async () => ((await client.who(echo.podIP, 8080, '/tui-mirrored', { 'x-user': 'tui' })) === echo.podName ? true : undefined), SCREEN_WAIT_MS);
     const mirrored = await screen('the mirrored copy in the output pane', (text) => text.includes('/tui-mirrored'));
-    if (process.env.DEVOP_TUI_CAPTURE) writeFileSync(process.env.DEVOP_TUI_CAPTURE, mirrored);
+    if (process.env.DEVOP_TUI_CAPTURE) writeFileSync(process.env.DEVOP_TUI_CAPTURE, `${mirrored}\n=====\n${terminal.captureAll()}`);
 
     // When q is pressed
     terminal.sendKeys('q');
     // Then devop exits 0, the local command is stopped, and the pod serves its own traffic
     await screen('devop to exit', (text) => text.includes('DEVOP_EXITED='));
     expect(terminal.capture()).toContain('DEVOP_EXITED=0');
+    // And nothing but the UI reached the terminal (a stray warning would tear the frame)
+    expect(terminal.captureAll()).not.toMatch(/Warning|Encountered|Error:/);
     expect(await portAccepts(local)).toBe(false);
     expect(await client.who(echo.podIP, 8080, '/after', { 'x-user': 'tui' })).toBe(echo.podName);
   }

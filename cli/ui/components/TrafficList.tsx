@@ -42,7 +42,7 @@ export function TrafficList({ rows, height, width }: { rows: TrafficRow[]; heigh
     <Box flexDirection="column">
       {visible.length === 0 ? <Text dimColor>  no traffic yet: requests to the pod's ports appear here</Text> : null}
       {visible.map((row) => (
-        <TrafficLine key={row.id} row={row} pathWidth={pathWidth} />
+        <TrafficLine key={row.key} row={row} pathWidth={pathWidth} />
       ))}
     </Box>
   );

@@ -224,24 +224,24 @@ export class Objects {
       if (!old.metadata.deletionTimestamp || grace < (old.metadata.deletionGracePeriodSeconds ?? Infinity)) {
         next.metadata.deletionTimestamp = new Date(Date.now() + grace * 1000).toISOString().replace(/\.\d+Z$/, 'Z');
       }
-      if (grace > 0 || finalizers.length > 0) return this.markDeleting(t, ns, name, next, old, d);
+      if (grace > 0 || finalizers.length > 0) return this.markDeleting(t, next, old, d);
       return this.removeNow(t, ns, name, old, d);
     }
     if (key === '/namespaces') {
       next.status = { ...(next.status ?? {}), phase: 'Terminating' };
       next.metadata.deletionTimestamp ??= nowTime();
       next.metadata.deletionGracePeriodSeconds ??= 0;
-      return this.markDeleting(t, ns, name, next, old, d);
+      return this.markDeleting(t, next, old, d);
     }
     if (finalizers.length > 0) {
       next.metadata.deletionTimestamp ??= nowTime();
       next.metadata.deletionGracePeriodSeconds ??= 0;
-      return this.markDeleting(t, ns, name, next, old, d);
+      return this.markDeleting(t, next, old, d);
     }
     return this.removeNow(t, ns, name, old, d);
   }
 
-  private markDeleting(t: ResourceType, ns: string, name: string, next: K8sObject, old: K8sObject, d: DeleteOptions) {
+  private markDeleting(t: ResourceType, next: K8sObject, old: K8sObject, d: DeleteOptions) {
     if (d.dryRun || sameContent(next, old)) return { object: old, deleted: false };
     return { object: this.present(t, this.store.put(storeKey(t), next)), deleted: false };
   }

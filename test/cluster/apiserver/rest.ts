@@ -83,7 +83,7 @@ function isDryRun(q: URLSearchParams, body?: K8sObject): boolean {
   return q.getAll('dryRun').includes('All') || (Array.isArray(body?.dryRun) && body.dryRun.includes('All'));
 }
 
-function scaleOf(t: ResourceType, o: K8sObject): K8sObject {
+function scaleOf(o: K8sObject): K8sObject {
   const sel = o.spec?.selector?.matchLabels ?? {};
   return {
     kind: 'Scale',
@@ -122,11 +122,11 @@ export async function handleResource(ctx: RestContext, req: IncomingMessage, res
   const dryRun = isDryRun(q);
   if (sub === 'scale') {
     if (!name) throw methodNotAllowed();
-    if (r.method === 'GET') return sendJson(res, 200, scaleOf(t, objects.get(t, ns, name)));
+    if (r.method === 'GET') return sendJson(res, 200, scaleOf(objects.get(t, ns, name)));
     if (r.method !== 'PUT' && r.method !== 'PATCH') throw methodNotAllowed();
     const cur = objects.get(t, ns, name);
     const body = (await readBody(req)) ?? {};
-    let scale = scaleOf(t, cur);
+    let scale = scaleOf(cur);
     if (r.method === 'PUT') scale = body;
     else {
       const kind = patchKindOf(req.headers['content-type']);
@@ -137,7 +137,7 @@ export async function handleResource(ctx: RestContext, req: IncomingMessage, res
       cur.metadata.resourceVersion = scale.metadata.resourceVersion;
     }
     const updated = objects.update(t, ns, name, { ...cur, spec: { ...cur.spec, replicas: Number(scale.spec?.replicas ?? 0) } }, { dryRun });
-    return sendJson(res, 200, scaleOf(t, updated));
+    return sendJson(res, 200, scaleOf(updated));
   }
   if (sub === 'binding' || sub === 'eviction') {
     if (r.method !== 'POST' || !name) throw methodNotAllowed();

@@ -47,6 +47,9 @@ export interface Kubelet extends NodeRuntime {
   images: ImageTable;
 }
 
+/** A status report that fails this many times in a row waits for the pod's next change. */
+const STATUS_RETRIES = 10;
+
 function httpCode(err: unknown): number | undefined {
   return (err as { code?: number }).code;
 }
@@ -123,6 +126,7 @@ export async function startKubelet(opts: KubeletOptions): Promise<Kubelet> {
       return;
     }
     entry.inflight = true;
+    let failures = 0;
     try {
       do {
         entry.dirty = false;
@@ -138,7 +142,8 @@ export async function startKubelet(opts: KubeletOptions): Promise<Kubelet> {
           entry.status = status;
           entry.json = json;
         } catch (err) {
-          if (httpCode(err) === 404) return;
+          // Gone, or refused for good (a status this API server will not take): the next change tries again.
+          if (httpCode(err) === 404 || ++failures > STATUS_RETRIES) return;
           entry.dirty = true;
           await new Promise((r) => setTimeout(r, 200));
         }

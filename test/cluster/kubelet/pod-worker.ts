@@ -11,8 +11,8 @@ import { buildContainerEnv, EnvConfigError, expandRefs, type EnvSources } from '
 import { execInContainer } from './exec.js';
 import type { NodeNetwork } from './network.js';
 import { PodDialer } from './pod-dialer.js';
-import { startReadinessLoop } from './probes.js';
-import { currentAttempt, isRunning, newRecord, type ContainerKind, type ContainerRecord } from './records.js';
+import { startLivenessLoop, startReadinessLoop, type ProbeTarget } from './probes.js';
+import { currentAttempt, isRunning, newRecord, type ContainerAttempt, type ContainerKind, type ContainerRecord } from './records.js';
 import { PodSandbox } from './sandbox.js';
 import { containerMounts, mountScript, preparePodVolumes } from './volumes.js';
 
@@ -252,7 +252,7 @@ export class PodWorker {
     const id = randomBytes(32).toString('hex');
     const containerLogDir = join(this.logDir, rec.name);
     mkdirSync(containerLogDir, { recursive: true });
-    const attempt: ContainerRecord['attempts'][number] = { id, logPath: join(containerLogDir, `${rec.restartCount}.log`) };
+    const attempt: ContainerAttempt = { id, logPath: join(containerLogDir, `${rec.restartCount}.log`) };
     rec.attempts.push(attempt);
     rec.env = env;
     const cgroupDir = this.deps.cgroups.createContainerDir(id);
@@ -282,7 +282,7 @@ export class PodWorker {
     rec.ready = false;
     this.deps.event(this.pod, 'Normal', 'Created', `Created container ${rec.name}`, fieldPath);
     this.deps.event(this.pod, 'Normal', 'Started', `Started container ${rec.name}`, fieldPath);
-    this.startReadiness(rec);
+    this.startProbes(rec, attempt);
     this.changed();
     const exit = await attempt.proc.exited;
     this.stopProbes.get(rec.name)?.();
@@ -293,26 +293,51 @@ export class PodWorker {
     return { kind: 'exit', exitCode: exit.exitCode, ranMs: exit.finishedAt.getTime() - exit.startedAt.getTime() };
   }
 
-  private startReadiness(rec: ContainerRecord): void {
-    const probe = rec.kind === 'regular' ? (rec.spec as V1Container).readinessProbe : undefined;
-    if (!probe) {
+  private startProbes(rec: ContainerRecord, attempt: ContainerAttempt): void {
+    const spec = rec.spec as V1Container;
+    const readiness = rec.kind === 'regular' ? spec.readinessProbe : undefined;
+    const liveness = rec.kind === 'regular' ? spec.livenessProbe : undefined;
+    const target: ProbeTarget = {
+      podIP: this.sandbox!.podIP,
+      nodeIP: this.deps.nodeIP,
+      container: spec,
+      exec: (command, timeoutMs) => this.execForProbe(rec, command, timeoutMs),
+    };
+    const stops: Array<() => void> = [];
+    if (readiness) {
+      stops.push(
+        startReadinessLoop(readiness, target, (ready) => {
+          rec.ready = ready;
+          this.changed();
+        }),
+      );
+    } else {
       rec.ready = rec.kind === 'regular';
-      return;
     }
-    const stop = startReadinessLoop(
-      probe,
-      {
-        podIP: this.sandbox!.podIP,
-        nodeIP: this.deps.nodeIP,
-        container: rec.spec as V1Container,
-        exec: (command, timeoutMs) => this.execForProbe(rec, command, timeoutMs),
-      },
-      (ready) => {
-        rec.ready = ready;
-        this.changed();
-      },
-    );
-    this.stopProbes.set(rec.name, stop);
+    if (liveness) {
+      stops.push(
+        startLivenessLoop(liveness, target, () => {
+          const fieldPath = fieldPathOf(rec);
+          this.deps.event(this.pod, 'Warning', 'Unhealthy', 'Liveness probe failed', fieldPath);
+          this.deps.event(this.pod, 'Normal', 'Killing', `Container ${rec.name} failed liveness probe, will be restarted`, fieldPath);
+          const grace = liveness.terminationGracePeriodSeconds ?? this.pod.spec?.terminationGracePeriodSeconds ?? 30;
+          void this.killAttempt(attempt, grace);
+        }),
+      );
+    }
+    this.stopProbes.set(rec.name, () => stops.forEach((stop) => stop()));
+  }
+
+  /** SIGTERM, then SIGKILL for the whole cgroup once the grace period is over (the restart policy then decides). */
+  private async killAttempt(attempt: ContainerAttempt, graceSeconds: number): Promise<void> {
+    const proc = attempt.proc;
+    if (!proc?.running) return;
+    proc.signal('SIGTERM');
+    let timer: NodeJS.Timeout | undefined;
+    const grace = new Promise<void>((resolve) => (timer = setTimeout(resolve, graceSeconds * 1000)));
+    await Promise.race([proc.exited, grace]);
+    clearTimeout(timer);
+    if (proc.running) await this.deps.cgroups.destroy(this.deps.cgroups.dirOf(attempt.id));
   }
 
   private async execForProbe(rec: ContainerRecord, command: string[], timeoutMs: number): Promise<number> {

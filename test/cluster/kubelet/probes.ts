@@ -1,4 +1,4 @@
-// Readiness probes as kubelet runs them: httpGet (HTTP or HTTPS, unverified) and tcpSocket from the node's IP (so an agent can tell them apart),
+// Readiness and liveness probes as kubelet runs them: httpGet (HTTP or HTTPS, unverified) and tcpSocket from the node's IP (so an agent can tell them apart),
 // exec inside the container; success/failure thresholds decide the container's ready flag.
 import { request as httpRequest } from 'node:http';
 import { request as httpsRequest } from 'node:https';
@@ -120,6 +120,32 @@ export function startReadinessLoop(probe: V1Probe, target: ProbeTarget, onChange
     }
     const next = everReady ? periodMs : Math.min(periodMs, UNREADY_PROBE_INTERVAL_MS);
     timer = setTimeout(() => void tick(), next);
+  };
+  timer = setTimeout(() => void tick(), (probe.initialDelaySeconds ?? 0) * 1000);
+  return () => {
+    stopped = true;
+    if (timer) clearTimeout(timer);
+  };
+}
+
+/** Probes a container's liveness until stopped; calls onUnhealthy once failureThreshold probes in a row have failed. */
+export function startLivenessLoop(probe: V1Probe, target: ProbeTarget, onUnhealthy: () => void): () => void {
+  let stopped = false;
+  let timer: NodeJS.Timeout | undefined;
+  let failures = 0;
+  const failureThreshold = probe.failureThreshold ?? 3;
+  const periodMs = (probe.periodSeconds ?? 10) * 1000;
+  const tick = async () => {
+    if (stopped) return;
+    const ok = await runProbe(probe, target);
+    if (stopped) return;
+    failures = ok ? 0 : failures + 1;
+    if (failures >= failureThreshold) {
+      stopped = true;
+      onUnhealthy();
+      return;
+    }
+    timer = setTimeout(() => void tick(), periodMs);
   };
   timer = setTimeout(() => void tick(), (probe.initialDelaySeconds ?? 0) * 1000);
   return () => {

@@ -2,6 +2,7 @@
 // tmux are untouched), a pane running a shell command, capture-pane to read the screen, send-keys to type.
 import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import { rmSync } from 'node:fs';
 
 export class TmuxPane {
   readonly socket = `devop-ui-${process.pid}-${randomBytes(3).toString('hex')}`;
@@ -17,16 +18,32 @@ export class TmuxPane {
     return this.tmux('capture-pane', '-p', '-t', this.session);
   }
 
+  /** The screen and the lines scrolled off it, with escape codes (-e): what really reached the terminal. */
+  captureAll(): string {
+    return this.tmux('capture-pane', '-p', '-e', '-S', '-', '-t', this.session);
+  }
+
   /** tmux key names (`Enter`, `C-c`) or literal text with `literal: true`. */
   sendKeys(keys: string, literal = false): void {
     this.tmux('send-keys', '-t', this.session, ...(literal ? ['-l', keys] : [keys]));
   }
 
   kill(): void {
+    const socketPath = this.socketPath();
     try {
       this.tmux('kill-server');
     } catch {
       // already gone
+    }
+    // tmux leaves its socket file behind after kill-server.
+    if (socketPath) rmSync(socketPath, { force: true });
+  }
+
+  private socketPath(): string | undefined {
+    try {
+      return this.tmux('display-message', '-p', '#{socket_path}').trim() || undefined;
+    } catch {
+      return undefined;
     }
   }
 
