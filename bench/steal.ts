@@ -1,11 +1,11 @@
 // Benchmark of the agent's data path, side by side in one run (root, real netns): per-request latency through a stolen
 // port vs. straight to the pod's app, the pod's latency with and without mirroring, and agent RSS with 1000 stolen
 // connections. Last line: RESULT steal added_p50_ms=… added_p99_ms=… mirror_overhead_p50=… agent_rss_mib_1000=…
-import { execFileSync } from 'node:child_process';
+import { execFile, execFileSync } from 'node:child_process';
+import { promisify } from 'node:util';
 import { readFileSync } from 'node:fs';
 import { connect, type Socket } from 'node:net';
-import { request, Agent } from 'node:http';
-import { performance } from 'node:perf_hooks';
+import { resolve } from 'node:path';
 import { PodNet, waitFor } from '../test/agent/netns.js';
 import { connectSession, startLocalCommand } from '../test/agent/session-client.js';
 
@@ -13,6 +13,7 @@ import { connectSession, startLocalCommand } from '../test/agent/session-client.
 const RATE_PER_S = 200;
 const REQUESTS_PER_PATH = Number(process.env.BENCH_REQUESTS ?? 1000);
 const WARMUP_PER_PATH = 100;
+const execFileAsync = promisify(execFile);
 const OPEN_CONNECTIONS = 1000;
 
 type Path = 'direct' | 'stolen' | 'mirrored' | 'one-hop';
@@ -22,18 +23,6 @@ const APP_PORTS = [PORTS.direct, PORTS.stolen, PORTS.mirrored];
 
 function percentile(sorted: number[], p: number): number {
   return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))];
-}
-
-function timedGet(socketPath: string, agent: Agent, path: string): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const start = performance.now();
-    const req = request({ socketPath, path, agent }, (res) => {
-      res.resume();
-      res.on('end', () => (res.statusCode === 200 ? resolve(performance.now() - start) : reject(new Error(`status ${res.statusCode}`))));
-    });
-    req.on('error', reject);
-    req.end();
-  });
 }
 
 function rssMiB(pid: number): number {
@@ -58,25 +47,12 @@ async function main(): Promise<void> {
       const res = await session.subscribe(PORTS[path], mode);
       if (res.type !== 'subscribed') throw new Error(`subscribe ${path}: ${JSON.stringify(res)}`);
     }
-    const relays = {} as Record<Path, string>;
-    for (const path of Object.keys(PORTS) as Path[]) relays[path] = await net.relay(net.clientNs, net.podIP, PORTS[path]);
-    // One keep-alive client per path (as a real client such as the API server's aggregator keeps its connection).
-    const agents = Object.fromEntries((Object.keys(PORTS) as Path[]).map((p) => [p, new Agent({ keepAlive: true, maxSockets: 1 })])) as Record<Path, Agent>;
+    // The clients run in a process of their own in the client netns (test/agent/fixtures/load-client.mjs).
+    const plan = { host: net.podIP, paths: PORTS, ratePerS: RATE_PER_S, perPath: REQUESTS_PER_PATH, warmupPerPath: WARMUP_PER_PATH };
+    // Asynchronously: the session and the local command in this process must keep serving while the load runs.
+    const { stdout: load } = await execFileAsync('nsenter', [`--net=/run/netns/${net.clientNs}`, process.execPath, resolve(import.meta.dirname, '../test/agent/fixtures/load-client.mjs'), JSON.stringify(plan)], { encoding: 'utf8', maxBuffer: 64 * 1024 * 1024 });
+    const samples = JSON.parse(load.trim().split('\n').pop() ?? '{}') as Record<Path, number[]>;
     const order = Object.keys(PORTS) as Path[];
-    const samples = Object.fromEntries(order.map((p) => [p, [] as number[]])) as Record<Path, number[]>;
-    const interval = 1000 / RATE_PER_S;
-    const total = (REQUESTS_PER_PATH + WARMUP_PER_PATH) * order.length;
-    const started = performance.now();
-    const inflight: Promise<void>[] = [];
-    for (let i = 0; i < total; i++) {
-      const due = started + i * interval;
-      const wait = due - performance.now();
-      if (wait > 0) await new Promise((r) => setTimeout(r, wait));
-      const path = order[i % order.length];
-      const warm = i < WARMUP_PER_PATH * order.length;
-      inflight.push(timedGet(relays[path], agents[path], `/${path}/${i}`).then((ms) => { if (!warm) samples[path].push(ms); }));
-    }
-    await Promise.all(inflight);
     const stats = Object.fromEntries(order.map((p) => {
       const sorted = [...samples[p]].sort((a, b) => a - b);
       return [p, { p50: percentile(sorted, 50), p99: percentile(sorted, 99), n: sorted.length }];
@@ -87,10 +63,11 @@ async function main(): Promise<void> {
     console.log(`mirror copies received by the session: ${mirrored} connection(s)`);
 
     // RSS with 1000 open stolen connections (each one: a client socket in the agent + one mux stream).
+    const stolenRelay = await net.relay(net.clientNs, net.podIP, PORTS.stolen);
     const before = rssMiB(agentProc.innerPid);
     const opened = session.incoming.length;
     for (let i = 0; i < OPEN_CONNECTIONS; i++) {
-      const s = connect(relays.stolen);
+      const s = connect(stolenRelay);
       s.on('error', () => undefined);
       s.resume();
       sockets.push(s);
@@ -102,7 +79,6 @@ async function main(): Promise<void> {
     // the agent's own memory is the anonymous part.
     const anon = Number(/^Anonymous:\s+(\d+) kB/m.exec(readFileSync(`/proc/${agentProc.innerPid}/smaps_rollup`, 'utf8'))?.[1]) / 1024;
     console.log(`agent RSS: ${before.toFixed(1)} MiB idle after the latency run, ${rss.toFixed(1)} MiB with ${OPEN_CONNECTIONS} open stolen connections (anonymous ${anon.toFixed(1)} MiB, the rest file-backed node binary pages)`);
-    for (const a of Object.values(agents)) a.destroy();
     session.mux.close('bench over');
     await local.close();
     const added50 = stats.stolen.p50 - stats.direct.p50;

@@ -77,7 +77,7 @@ export function buildExecTask(options: VscodeInitOptions, localCommand: string[]
       owner: 'devop',
       source: 'devop',
       fileLocation: ['relative', '${workspaceFolder}'],
-      pattern: { regexp: ERROR_PATTERN, message: 1 },
+      pattern: { regexp: ERROR_PATTERN, kind: 'file', file: 1, message: 2 },
       background: { activeBegins: true, beginsPattern: BEGINS_PATTERN, endsPattern: ENDS_PATTERN },
     },
   };

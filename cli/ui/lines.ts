@@ -15,8 +15,12 @@ export const FIRST_STEP_TITLE = 'resolve target';
 export const BEGINS_PATTERN = `^devop: ${STEP_START_MARK} ${FIRST_STEP_TITLE}\\b`;
 /** Regex source matching the ready line (and nothing else devop prints). */
 export const ENDS_PATTERN = '^devop: ready$';
-/** Regex source matching a failure line: a failed step or an error; groups: 1 = message. */
-export const ERROR_PATTERN = `^devop: (?:${STEP_FAIL_MARK} |error(?: \\[[^\\]]+\\])?: )(.*)$`;
+/**
+ * Regex source matching a failure line (a failed step or an error). VS Code rejects a problem pattern without a file
+ * group, and devop's failures are not about a source file: group 1 is an empty "file" (the problem is listed under the
+ * workspace folder), group 2 the message.
+ */
+export const ERROR_PATTERN = `^devop: ()(?:${STEP_FAIL_MARK} |error(?: \\[[^\\]]+\\])?: )(.*)$`;
 
 type StepEvent = Extract<ReportEvent, { type: 'step' }>;
 

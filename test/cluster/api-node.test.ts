@@ -9,6 +9,8 @@ import { startCluster, type ClusterHandle } from './index.js';
 import { waitFor } from './apiserver/testing.js';
 
 const LOOPBACK_ECHO = `require('net').createServer((s) => s.pipe(s)).listen(7000, '127.0.0.1', () => console.log('echo on 127.0.0.1:7000'))`;
+/** Pods start as real processes on a shared, loaded machine: give each step room. */
+const SYSTEM_TEST_TIMEOUT_MS = 180_000;
 const run = requireRoot('stand-in cluster: client-node with the kubelet');
 let cluster: ClusterHandle;
 let kc: KubeConfig;
@@ -53,7 +55,7 @@ describe.runIf(run)('client-node with the kubelet', () => {
       expect(p.status?.containerStatuses?.[0].containerID).toMatch(/^containerd:\/\/[0-9a-f]{64}$/);
     }
     podName = pods[0].metadata!.name!;
-  });
+  }, SYSTEM_TEST_TIMEOUT_MS);
 
   it('port-forwards 10 MiB byte-exact to a process listening only on 127.0.0.1 in the pod', async () => {
     const payload = randomBytes(10 * 1024 * 1024);
@@ -73,7 +75,7 @@ describe.runIf(run)('client-node with the kubelet', () => {
     expect(got).toBe(payload.length);
     expect(createHash('sha256').update(Buffer.concat(received)).digest('hex')).toBe(createHash('sha256').update(payload).digest('hex'));
     ws.close();
-  });
+  }, SYSTEM_TEST_TIMEOUT_MS);
 
   it('execs a command in the container and reads stdout and the exit status', async () => {
     const out: Buffer[] = [];
@@ -82,5 +84,5 @@ describe.runIf(run)('client-node with the kubelet', () => {
     await waitFor('exec status', () => status);
     expect(Buffer.concat(out).toString()).toBe(`pod=${podName}\n`);
     expect(status).toMatchObject({ status: 'Failure', reason: 'NonZeroExitCode', details: { causes: [{ reason: 'ExitCode', message: '4' }] } });
-  });
+  }, SYSTEM_TEST_TIMEOUT_MS);
 });

@@ -13,6 +13,8 @@ const run = promisify(execFile);
 const KUBECTL_VERSIONS = ['1.31', '1.32', '1.33'];
 const kubectlPath = (v: string) => `/usr/lib/google-cloud-sdk/bin/kubectl.${v}`;
 
+/** Each round runs a dozen kubectl processes; on a loaded 2-core machine that takes a while. */
+const SYSTEM_TEST_TIMEOUT_MS = 120_000;
 let cluster: ClusterHandle;
 let dir: string;
 
@@ -143,7 +145,7 @@ describe('kubectl against the stand-in API server', () => {
       const forbidden = await kubectl(v, ['get', 'deploy', '-n', 'default'], { kubeconfig: cluster.restrictedKubeconfigPath });
       expect(forbidden.code).toBe(1);
       expect(forbidden.stderr).toContain('Error from server (Forbidden): deployments.apps is forbidden: User "devop-restricted" cannot list resource "deployments" in API group "apps" in the namespace "default"');
-    });
+    }, SYSTEM_TEST_TIMEOUT_MS);
     it(`kubectl ${v}: create generators (namespace, configmap, secret, deployment, job, service)`, async () => {
       const ns = `gen${v.replace('.', '')}`;
       const ok = async (args: string[]) => {
@@ -169,6 +171,6 @@ describe('kubectl against the stand-in API server', () => {
       const svc = await get('service/dep');
       expect(svc.spec).toMatchObject({ type: 'ClusterIP', selector: { app: 'dep' }, ports: [{ port: 80, targetPort: 8080, protocol: 'TCP' }] });
       await waitFor('deployment and job pods', async () => JSON.parse(await ok(['get', 'pods', '-n', ns, '-o', 'json'])).items.length === 3);
-    });
+    }, SYSTEM_TEST_TIMEOUT_MS);
   }
 });

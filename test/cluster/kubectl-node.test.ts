@@ -12,6 +12,8 @@ import { startCluster, type ClusterHandle } from './index.js';
 import { waitFor } from './apiserver/testing.js';
 
 const runFile = promisify(execFile);
+/** Pods start as real processes on a shared, loaded machine: give each version's round room. */
+const SYSTEM_TEST_TIMEOUT_MS = 180_000;
 const run = requireRoot('stand-in cluster: kubectl with the kubelet');
 let cluster: ClusterHandle;
 let kc: KubeConfig;
@@ -84,6 +86,6 @@ describe.runIf(run)('kubectl with the kubelet', () => {
       const del = await kubectl(v, ['delete', 'deploy', name]);
       expect(del.stdout).toContain(`deployment.apps "${name}" deleted`);
       await waitFor('pods gone', async () => (await core.listNamespacedPod({ namespace: 'default', labelSelector: `app=${name}` })).items.length === 0, 60_000);
-    });
+    }, SYSTEM_TEST_TIMEOUT_MS);
   }
 });

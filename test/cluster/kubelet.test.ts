@@ -350,13 +350,20 @@ describe('stand-in kubelet', () => {
       metadata: { name },
       spec: {
         volumes: [{ name: 'cfg', configMap: { name: 'vol-config' } }],
-        containers: [{ name: 'main', image: 'busybox', command: ['sleep', '3600'], volumeMounts: [{ name: 'cfg', mountPath: mountDir, readOnly: true }] }],
+        containers: [{
+          name: 'main',
+          image: 'busybox',
+          command: ['sleep', '3600'],
+          volumeMounts: [{ name: 'cfg', mountPath: mountDir, readOnly: true }, { name: 'cfg', mountPath: '/run/app/settings.conf', subPath: 'app.conf' }],
+        }],
       },
     });
     await waitForPod(core, name, 'Running', (p) => p.status?.phase === 'Running');
     const sa = '/var/run/secrets/kubernetes.io/serviceaccount';
     const exec = async (command: string[]) => execOutput(await runtime.exec({ namespace: 'default', pod: name, command, stdin: false, tty: false }));
     expect((await exec(['cat', `${mountDir}/app.conf`])).stdout).toBe('mode=fast\n');
+    expect((await exec(['cat', '/run/app/settings.conf'])).stdout).toBe('mode=fast\n');
+    expect((await exec(['sh', '-c', `echo x > ${mountDir}/new`])).exitCode).not.toBe(0);
     expect((await exec(['cat', `${sa}/namespace`])).stdout).toBe('default');
     expect((await exec(['cat', `${sa}/ca.crt`])).stdout).toContain('-----BEGIN CERTIFICATE-----');
     // The host does not see the container's mounts

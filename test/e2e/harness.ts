@@ -175,7 +175,7 @@ export const LOCAL_SERVER_COMMAND: readonly string[] = [process.execPath, LOCAL_
 export function seenRequests(run: DevopRun): { method: string; path: string; headers: Record<string, string> }[] {
   return run.stdout
     .split('\n')
-    .filter((l) => l.startsWith('{'))
+    .filter((l) => l.startsWith('{"seen":'))
     .map((l) => JSON.parse(l) as { seen: string; method: string; path: string; headers: Record<string, string> })
     .filter((e) => e.seen === 'request');
 }
@@ -193,9 +193,9 @@ export async function freePort(): Promise<number> {
 /** Kills the local server a devop run started (after a kill -9 of devop it is left as an orphan). */
 export function killLocalServer(run: DevopRun): void {
   for (const line of run.stdout.split('\n')) {
-    if (!line.startsWith('{')) continue;
+    if (!line.startsWith('{"seen":"listening"')) continue;
     const e = JSON.parse(line) as { seen: string; pid?: number };
-    if (e.seen === 'listening' && e.pid) {
+    if (e.pid) {
       try {
         process.kill(e.pid, 'SIGKILL');
       } catch {

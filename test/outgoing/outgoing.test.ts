@@ -128,7 +128,7 @@ describe('outgoing traffic, DNS and remote files through the pod', { timeout: TE
   });
 
   afterAll(async () => {
-    await Promise.all(runs.map((run) => run.stop('SIGKILL')));
+    await Promise.all(runs.map((run) => run.dispose()));
     await cluster?.stop();
   });
 

@@ -11,7 +11,13 @@ afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 interface TasksJson {
   version: string;
-  tasks: Array<Record<string, unknown> & { label: string; args?: string[]; problemMatcher?: { background: { beginsPattern: string; endsPattern: string } } }>;
+  tasks: Array<
+    Record<string, unknown> & {
+      label: string;
+      args?: string[];
+      problemMatcher?: { pattern: { regexp: string; file: number; message: number }; background: { beginsPattern: string; endsPattern: string } };
+    }
+  >;
   inputs: Array<Record<string, unknown>>;
 }
 
@@ -99,7 +105,7 @@ describe('devop vscode init', () => {
     // Given the generated task
     const ws = workspace('patterns');
     await runCli(['vscode', 'init', '--dir', ws, '-t', 'deploy/echo', '--', 'node', 'a.js']);
-    const { background } = (JSON.parse(readFileSync(join(ws, '.vscode', 'tasks.json'), 'utf8')) as TasksJson).tasks[0].problemMatcher!;
+    const { background, pattern } = (JSON.parse(readFileSync(join(ws, '.vscode', 'tasks.json'), 'utf8')) as TasksJson).tasks[0].problemMatcher!;
     // When the Plain reporter prints the exec service's start-up sequence (piped: not a terminal)
     const run = await runNode(['--import', 'tsx', 'test/ui/fixtures/replay.ts', '--output', 'auto']);
     const lines = run.stderr.split('\n').filter(Boolean);
@@ -110,5 +116,18 @@ describe('devop vscode init', () => {
     const endLines = lines.filter((line) => ends.test(line));
     expect(endLines).toEqual(['devop: ready']);
     expect(lines.findIndex((line) => ends.test(line))).toBeGreaterThan(0);
+    // And the problem pattern (file, message: what VS Code requires) matches none of a good run's lines
+    expect(pattern.file).toBeGreaterThan(0);
+    expect(lines.filter((line) => new RegExp(pattern.regexp).test(line))).toEqual([]);
+
+    // When a start-up fails
+    const failed = await runNode(['--import', 'tsx', 'test/ui/fixtures/replay.ts', '--output', 'auto', '--fail']);
+    // Then the problem pattern picks the failed step and the error, with their messages
+    const problems = failed.stderr
+      .split('\n')
+      .map((line) => new RegExp(pattern.regexp).exec(line))
+      .filter((match) => match !== null)
+      .map((match) => match[pattern.message]);
+    expect(problems).toEqual(['agent: image pull failed (3.0 s)', 'the agent pod cannot pull ghcr.io/devop/agent:nope']);
   });
 });

@@ -46,7 +46,7 @@ export class EchoController {
   private readonly apps: AppsV1Api;
   private readonly custom: CustomObjectsApi;
   private readonly queue: WorkQueue;
-  private readonly watches: ListWatch<Echo | V1Deployment>[] = [];
+  private readonly watches: { stop(): void }[] = [];
   private readonly image: string;
   private readonly log: (line: string) => void;
 
@@ -87,7 +87,7 @@ export class EchoController {
       },
       onError: (err) => this.log(`watch deployments: ${errorLine(err)}`),
     });
-    this.watches.push(echoes as ListWatch<Echo | V1Deployment>, deployments as ListWatch<Echo | V1Deployment>);
+    this.watches.push(echoes, deployments);
     echoes.start();
     deployments.start();
     return this.queue.run((key) => this.reconcileKey(key));

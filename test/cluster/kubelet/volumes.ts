@@ -1,7 +1,7 @@
 // Pod volumes the stand-in supports — the service-account token (automounted at /var/run/secrets/kubernetes.io/
 // serviceaccount), configMap, secret, emptyDir and projected (serviceAccountToken, configMap, secret, downwardAPI
 // namespace) — written to a per-pod directory and bind-mounted into each container's own mount namespace.
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { V1Container, V1EphemeralContainer, V1Pod, V1Volume } from '@kubernetes/client-node';
 import { EnvConfigError, type EnvSources } from './env.js';
@@ -130,7 +130,15 @@ export function mountScript(mounts: Mount[], netns: string): string {
   lines.push(`for p in "resolv.conf:$r" "hosts:$h"; do f=\${p%%:*}; t=\${p#*:}; case "$t" in /run/*) mkdir -p "\${t%/*}"; : > "$t"; mount --bind ${quote(`/etc/netns/${netns}`)}/$f "$t";; esac; done`);
   for (const m of mounts) {
     const target = m.target.replace(/^\/var\/run\//, '/run/');
-    lines.push(`mkdir -p ${quote(target)}`);
+    let isFile = false;
+    try {
+      isFile = statSync(m.source).isFile();
+    } catch {
+      // a source that does not exist fails the mount below, as it would on a node
+    }
+    // A file (a subPath key of a configMap, say) is mounted on a file: make an empty one to mount over if needed.
+    if (isFile) lines.push(`mkdir -p ${quote(target.replace(/\/[^/]*$/, '') || '/')}; [ -e ${quote(target)} ] || : > ${quote(target)}`);
+    else lines.push(`mkdir -p ${quote(target)}`);
     lines.push(`mount --bind ${quote(m.source)} ${quote(target)}`);
     if (m.readOnly) lines.push(`mount -o remount,bind,ro ${quote(target)}`);
   }

@@ -1,0 +1,162 @@
+// Unit tests of the supervisor's parts: backoff, pod fate, and the SessionMux over real loopback sockets to fake agents —
+// merged answers across tunnels, the steal-lock gate, replay of subscriptions on a (re)attached tunnel, pod-named events.
+import { createServer, connect, type Server } from 'node:net';
+import { afterEach, describe, expect, it } from 'vitest';
+import { createAgentMux, createClientMux, type AgentMux } from '../../shared/mux.js';
+import type { AgentMessage, ClientMessage } from '../../shared/protocol.js';
+import type { ReportEvent, Reporter } from '../reporter.js';
+import { backoffDelay, podFate } from './supervisor.js';
+import { SessionMux, type MemberLink } from './supervisor-mux.js';
+
+describe('backoffDelay', () => {
+  it('doubles from 100 ms and stays at 2 s', () => {
+    expect([0, 1, 2, 3, 4, 5, 6, 50].map(backoffDelay)).toEqual([100, 200, 400, 800, 1600, 2000, 2000, 2000]);
+  });
+});
+
+describe('podFate', () => {
+  it('is gone when deleted, terminating, replaced (other uid) or finished', () => {
+    const pod = (uid: string, extra: object = {}) => ({ metadata: { uid, ...extra }, status: { phase: 'Running' } });
+    expect(podFate(pod('a'), 'a')).toBe('alive');
+    expect(podFate(undefined, 'a')).toBe('gone');
+    expect(podFate(pod('b'), 'a')).toBe('gone');
+    expect(podFate(pod('a', { deletionTimestamp: new Date() }), 'a')).toBe('gone');
+    expect(podFate({ metadata: { uid: 'a' }, status: { phase: 'Failed' } }, 'a')).toBe('gone');
+  });
+});
+
+/** A fake agent on a real socket: records what the CLI sends and answers subscribes with `answer(msg)`. */
+interface FakeAgent {
+  link: MemberLink;
+  seen: ClientMessage[];
+  agentMux: AgentMux;
+}
+
+const servers: Server[] = [];
+afterEach(() => {
+  for (const s of servers.splice(0)) s.close();
+});
+
+async function fakeAgent(pod: string, answer: (msg: Extract<ClientMessage, { type: 'subscribe' }>) => AgentMessage = (m) => ({ type: 'subscribed', id: m.id, port: m.port, mode: m.mode })): Promise<FakeAgent> {
+  const seen: ClientMessage[] = [];
+  let agentMux: AgentMux | undefined;
+  const server = createServer((socket) => {
+    agentMux = createAgentMux(socket);
+    agentMux.on('message', (msg) => {
+      seen.push(msg);
+      if (msg.type === 'subscribe') agentMux!.send(answer(msg));
+      if (msg.type === 'unsubscribe') agentMux!.send({ type: 'unsubscribed', id: msg.id, port: msg.port });
+    });
+  });
+  servers.push(server);
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  const socket = connect((server.address() as { port: number }).port, '127.0.0.1');
+  await new Promise((r) => socket.once('connect', r));
+  const mux = createClientMux(socket);
+  await until(() => agentMux !== undefined);
+  return { link: { pod, mux }, seen, agentMux: agentMux! };
+}
+
+async function until(cond: () => boolean, ms = 5000): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!cond()) {
+    if (Date.now() > deadline) throw new Error('condition not met in time');
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+function recorder(): Reporter & { events: ReportEvent[] } {
+  const events: ReportEvent[] = [];
+  return { events, emit: (e) => events.push(e), capturesChildOutput: false, close: async () => undefined };
+}
+
+/** Sends a request through the SessionMux and waits for the one answer with its id (as exec's agentRequest does). */
+function request(mux: SessionMux, msg: Extract<ClientMessage, { type: 'subscribe' | 'unsubscribe' }>): Promise<AgentMessage> {
+  return new Promise((resolve) => {
+    const onMessage = (m: AgentMessage): void => {
+      if ('id' in m && m.id === msg.id) {
+        mux.off('message', onMessage);
+        resolve(m);
+      }
+    };
+    mux.on('message', onMessage);
+    mux.send(msg);
+  });
+}
+
+const steal = (id: string, port = 8080): Extract<ClientMessage, { type: 'subscribe' }> => ({ type: 'subscribe', id, port, mode: 'steal', flush: true, stealProbes: false });
+
+describe('SessionMux', () => {
+  it('sends a subscribe to every tunnel and answers once when all subscribed', async () => {
+    const [a, b] = await Promise.all([fakeAgent('pod-a'), fakeAgent('pod-b')]);
+    const mux = new SessionMux(recorder());
+    mux.attach(a.link);
+    mux.attach(b.link);
+    const answers: AgentMessage[] = [];
+    mux.on('message', (m) => answers.push(m));
+    expect(await request(mux, steal('s1'))).toEqual({ type: 'subscribed', id: 's1', port: 8080, mode: 'steal' });
+    expect(a.seen.map((m) => m.type)).toEqual(['subscribe']);
+    expect(b.seen.map((m) => m.type)).toEqual(['subscribe']);
+    await new Promise((r) => setTimeout(r, 50));
+    expect(answers.filter((m) => m.type === 'subscribed')).toHaveLength(1);
+    mux.end();
+  });
+
+  it('answers refused when one pod refuses, forgets that subscription and returns its lock', async () => {
+    const a = await fakeAgent('pod-a');
+    const b = await fakeAgent('pod-b', (m) => ({ type: 'refused', id: m.id, port: m.port, reason: 'port 8080 is stolen by bob@box', holder: { user: 'bob', host: 'box', since: '2026-01-01T00:00:00Z' } }));
+    const returned: number[] = [];
+    const mux = new SessionMux(recorder(), undefined, (port) => returned.push(port));
+    mux.attach(a.link);
+    mux.attach(b.link);
+    const answer = await request(mux, steal('s1'));
+    expect(answer).toMatchObject({ type: 'refused', reason: 'port 8080 is stolen by bob@box' });
+    expect(returned).toEqual([8080]);
+    expect(mux.sentSubscriptions().size).toBe(0);
+    mux.end();
+  });
+
+  it('refuses through the gate (the steal lock) without asking any agent', async () => {
+    const a = await fakeAgent('pod-a');
+    const mux = new SessionMux(recorder(), async (m) => ({ type: 'refused', id: m.id, port: m.port, reason: 'held by carol@ws' }));
+    mux.attach(a.link);
+    expect(await request(mux, steal('s1'))).toMatchObject({ type: 'refused', reason: 'held by carol@ws' });
+    await new Promise((r) => setTimeout(r, 50));
+    expect(a.seen).toEqual([]);
+    mux.end();
+  });
+
+  it('replays subscriptions and pause state on a tunnel attached later, and tells a resumed one what was given up', async () => {
+    const a = await fakeAgent('pod-a');
+    const mux = new SessionMux(recorder());
+    mux.attach(a.link);
+    await request(mux, steal('s1', 8080));
+    await request(mux, steal('s2', 9090));
+    mux.send({ type: 'pause', port: 9090 });
+    const before = mux.sentSubscriptions();
+    await request(mux, { type: 'unsubscribe', id: 's2', port: 9090 });
+    // A new tunnel (a joined pod) gets the live subscription and the pause; a resumed one also hears about port 9090.
+    const fresh = await fakeAgent('pod-b');
+    mux.attach(fresh.link, { previouslySent: before });
+    await until(() => fresh.seen.length >= 3);
+    expect(fresh.seen).toEqual([{ type: 'unsubscribe', id: 's2', port: 9090 }, steal('s1', 8080), { type: 'pause', port: 9090 }]);
+    mux.end();
+  });
+
+  it('reports traffic with the pod it came from, and stops waiting for a tunnel that is detached', async () => {
+    const rec = recorder();
+    const a = await fakeAgent('pod-a');
+    const silent = await fakeAgent('pod-b', () => ({ type: 'log', level: 'info', message: 'no answer' }));
+    const mux = new SessionMux(rec);
+    mux.attach(a.link);
+    mux.attach(silent.link);
+    a.agentMux.send({ type: 'traffic', event: { kind: 'connection', connId: 'c1', port: 8080, remoteAddress: '10.0.0.9', remotePort: 5555, to: 'local', phase: 'open', at: 1 } });
+    await until(() => rec.events.some((e) => e.type === 'connection'));
+    expect(rec.events.find((e) => e.type === 'connection')).toMatchObject({ pod: 'pod-a', remote: '10.0.0.9:5555', state: 'open' });
+    const pending = request(mux, steal('s1'));
+    await until(() => silent.seen.length === 1);
+    mux.detach(silent.link);
+    expect(await pending).toMatchObject({ type: 'subscribed', id: 's1' });
+    mux.end();
+  });
+});
