@@ -135,6 +135,12 @@ class Supervisor {
     const allPods = Boolean(this.options.allPods) && this.firstTarget.ref.kind !== 'pod';
     if (this.options.allPods && !allPods) this.reporter.emit({ type: 'log', level: 'warn', message: '--all-pods needs a deploy/, sts/ or rollout/ target: only this pod is used' });
     const query = await this.podQuery(allPods);
+    if (allPods) {
+      // Join the replicas that are Ready now before the session is handed over, so "ready" means every pod.
+      const core = this.first.kc.makeApiClient(CoreV1Api);
+      const pods = (await core.listNamespacedPod({ namespace: query.namespace, labelSelector: query.labelSelector })).items;
+      await Promise.all(pods.filter((p) => isPodReady(p) && p.metadata?.name !== this.firstTarget.podName).map((p) => this.join(p.metadata?.name ?? '')));
+    }
     this.watchPods(query, allPods);
   }
 
