@@ -7,6 +7,7 @@ import type { HttpFilter, StealMode, StreamOpen, TrafficEvent } from '../shared/
 import type { RequestMatcher } from './filter.js';
 import { createPodProxy, handleFilteredRequest, handleFilteredUpgrade, type HttpRouting, type PodProxy } from './http-filter.js';
 import type { AgentLog } from './log.js';
+import { MirrorCopy } from './mirror.js';
 
 export type IncomingOpen = Extract<StreamOpen, { kind: 'incoming' }>;
 export type IncomingStream = Duplex & { reset?: (reason: string) => void };
@@ -30,12 +31,6 @@ export interface PortSubscription {
   paused: boolean;
   holder: { user: string; host: string };
 }
-
-/**
- * A mirror copy is abandoned once this many bytes wait for the session: the copy must never slow the original exchange,
- * and a copy with a hole in it is worthless, so the whole copy of that connection goes (and the session is told).
- */
-export const MIRROR_BUFFER_LIMIT = 1024 * 1024;
 
 export function resetStream(stream: IncomingStream, reason: string): void {
   if (stream.reset) stream.reset(reason);
@@ -133,35 +128,29 @@ export class PortRedirect {
     const counts = spliceSockets(socket, upstream, () => upstream.destroy());
     if (mirrors.length === 0) return;
     const id = this.connId();
+    const event = { kind: 'connection' as const, connId: id, port: this.port, remoteAddress: socket.remoteAddress ?? '', remotePort: socket.remotePort ?? 0, to: 'pod' as const };
     const copies = mirrors.flatMap((sub) => {
       try {
         const stream = sub.session.openIncoming({ kind: 'incoming', port: this.port, mode: 'mirror', remoteAddress: socket.remoteAddress ?? '', remotePort: socket.remotePort ?? 0, subscriptionId: sub.id });
         stream.on('error', () => undefined);
         stream.resume(); // the local command's answers to a mirrored connection are dropped
-        return [{ sub, stream, dropped: false }];
+        sub.session.traffic({ ...event, phase: 'open', at: Date.now() });
+        return [{ sub, copy: new MirrorCopy(stream, () => {
+          sub.session.warn(`mirror of :${this.port}: copy of connection ${id} dropped (the tunnel did not keep up); the pod was not affected`);
+          this.log.warn('mirror copy dropped', { port: this.port, connId: id, session: sub.session.sessionId });
+        }) }];
       } catch {
         return [];
       }
     });
-    const event = { kind: 'connection' as const, connId: id, port: this.port, remoteAddress: socket.remoteAddress ?? '', remotePort: socket.remotePort ?? 0, to: 'pod' as const };
-    for (const c of copies) c.sub.session.traffic({ ...event, phase: 'open', at: Date.now() });
+    // Registered after the pipe to the app: the app gets each chunk first.
     socket.on('data', (chunk: Buffer) => {
-      for (const copy of copies) {
-        if (copy.dropped) continue;
-        if (copy.stream.writableLength > MIRROR_BUFFER_LIMIT || copy.stream.destroyed) {
-          copy.dropped = true;
-          resetStream(copy.stream, 'mirror copy dropped: the session did not keep up');
-          copy.sub.session.warn(`mirror of :${this.port}: copy of connection ${id} dropped (the tunnel did not keep up); the pod was not affected`);
-          this.log.warn('mirror copy dropped', { port: this.port, connId: id, session: copy.sub.session.sessionId });
-          continue;
-        }
-        copy.stream.write(chunk);
-      }
+      for (const c of copies) c.copy.push(chunk);
     });
-    socket.once('end', () => copies.forEach((c) => !c.dropped && c.stream.end()));
+    socket.once('end', () => copies.forEach((c) => c.copy.end()));
     counts.done.then(() => {
       for (const c of copies) {
-        if (!c.dropped && !c.stream.writableEnded) c.stream.end();
+        c.copy.end();
         c.sub.session.traffic({ ...event, phase: 'close', bytesIn: counts.in, bytesOut: counts.out, at: Date.now() });
       }
     });
