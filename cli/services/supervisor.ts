@@ -13,6 +13,7 @@ import { createEphemeralAgent, createJobAgent, findAgent, type AgentEndpoint, ty
 import { clientIdentity, connectAgent, connectSession, SESSION_DEFAULTS, type Session, type SessionOptions } from './session.js';
 import { StealLeases, workloadOfPod } from './steal-lease.js';
 import { SessionMux, type MemberLink } from './supervisor-mux.js';
+import { byeAndWait, watchLiveness } from './tunnel-health.js';
 import { isPodReady, resolveTarget, selectorToString, type ResolvedTarget } from './target.js';
 
 export interface SupervisorOptions extends SessionOptions {
@@ -28,9 +29,6 @@ export const RECONNECT_MAX_DELAY_MS = 2000;
 export const RECONNECT_GIVE_UP_MS = 120_000;
 /** One tunnel attempt: long enough for a slow API server, short enough to notice a dead agent soon. */
 const ATTEMPT_MS = 3000;
-/** Liveness: a ping every second; a tunnel with no message for 5 s is stalled (the agent answers pings at once). */
-export const LIVENESS_PING_MS = 1000;
-export const STALL_TIMEOUT_MS = 5000;
 /** A waitForPods timeout that never fires (setTimeout's maximum). */
 const FOREVER_MS = 2 ** 31 - 1;
 
@@ -178,35 +176,13 @@ class Supervisor {
     this.members.add(member);
     this.mux.attach(member.link, { primary, previouslySent: member.sent });
     member.sent = this.mux.sentSubscriptions();
-    member.stopLiveness = this.watchLiveness(member);
+    member.stopLiveness = watchLiveness(member.link.mux, {
+      onRtt: (ms) => {
+        if (!member.original && member.link === this.primaryLink()) this.reporter.emit({ type: 'rtt', ms });
+      },
+      onStall: (silent) => this.reporter.emit({ type: 'log', level: 'warn', message: `tunnel to pod ${member.link.pod} stalled (no answer for ${Math.round(silent / 1000)} s)` }),
+    });
     member.link.mux.once('close', (err) => this.onLost(member, err));
-  }
-
-  /** Pings the tunnel; one that stays silent for STALL_TIMEOUT_MS is closed (and so reconnected). */
-  private watchLiveness(member: Member): () => void {
-    const mux = member.link.mux;
-    let lastHeard = Date.now();
-    let id = 1_000_000;
-    const onMessage = (msg: AgentMessage): void => {
-      lastHeard = Date.now();
-      if (msg.type === 'pong' && msg.id >= 1_000_000 && !member.original && member.link === this.primaryLink()) this.reporter.emit({ type: 'rtt', ms: Date.now() - msg.sentAt });
-    };
-    mux.on('message', onMessage);
-    const timer = setInterval(() => {
-      if (mux.closed) return;
-      const silent = Date.now() - lastHeard;
-      if (silent > STALL_TIMEOUT_MS) {
-        this.reporter.emit({ type: 'log', level: 'warn', message: `tunnel to pod ${member.link.pod} stalled (no answer for ${Math.round(silent / 1000)} s)` });
-        mux.close('tunnel stalled');
-        return;
-      }
-      mux.send({ type: 'ping', id: ++id, sentAt: Date.now() });
-    }, LIVENESS_PING_MS);
-    timer.unref();
-    return () => {
-      clearInterval(timer);
-      mux.off('message', onMessage);
-    };
   }
 
   private primaryLink(): MemberLink | undefined {
@@ -438,21 +414,4 @@ class Supervisor {
     this.mux.end();
     await this.leases?.releaseAll();
   }
-}
-
-/** Says bye and gives the agent a moment to close its end (so it releases the session's ports at once). */
-function byeAndWait(mux: ClientMux, reason: string): Promise<void> {
-  return new Promise((resolve) => {
-    const done = (): void => {
-      clearTimeout(timer);
-      mux.close(reason);
-      resolve();
-    };
-    const timer = setTimeout(done, 1000);
-    mux.once('close', done);
-    mux.once('message', (msg) => {
-      if (msg.type === 'bye') done();
-    });
-    mux.send({ type: 'bye', reason });
-  });
 }

@@ -51,6 +51,7 @@ describe.runIf(run)('agent: HTTP-filtered steal', () => {
     // Then each answer came from the right place, all on the same connection
     expect(answers.map((a) => a.body)).toEqual(['local-alice: GET /1', 'pod: GET /2', 'local-bob: GET /3', 'local-alice: GET /4', 'pod: GET /5']);
     expect(answers.slice(1).every((a) => a.reused)).toBe(true);
+    await waitFor(() => net.podRequests(pod).length >= 2, 'the pod\'s request log'); // its log line may trail its answer
     expect(net.podRequests(pod).map((l) => l.split(' ')[2])).toEqual(['/2', '/5']);
     // And alice's session saw her requests as traffic events (method, path, status, to)
     await waitFor(() => alice.traffic.filter((t) => t.kind === 'response' && t.to === 'local').length >= 2, 'response events');

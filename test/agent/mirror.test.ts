@@ -43,6 +43,7 @@ describe.runIf(run)('agent: mirror', () => {
     // Then the pod answered both, unchanged
     expect(a.body).toBe('pod: GET /m-1');
     expect(b.body).toBe('pod: POST /m-2 body=mirror-body');
+    await waitFor(() => net.podRequests(pod).length >= 2, 'the pod\'s request log'); // its log line may trail its answer
     expect(net.podRequests(pod).map((l) => l.split(' ')[2])).toEqual(['/m-1', '/m-2']);
     // And each session received the very bytes the client sent, as one mirrored connection
     for (const s of [one, two]) {

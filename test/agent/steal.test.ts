@@ -41,11 +41,12 @@ describe.runIf(run)('agent: steal a whole port', () => {
     // Then the local command answered them and the pod's app never saw them
     expect(a.body).toBe('local: GET /stolen-a');
     expect(b.body).toBe('local: POST /stolen-b body=hello');
-    expect(net.podRequests(pod).filter((l) => l.includes('/stolen'))).toEqual([]);
     // And a kubelet-like request from the node's IP still reaches the pod
     const probe = await hostGet(`http://${net.podIP}:3000/healthz`);
     expect(probe).toBe('pod: GET /healthz');
-    expect(net.podRequests(pod)).toContain(`REQ GET /healthz from ${net.nodeIP}`);
+    await waitFor(() => net.podRequests(pod).includes(`REQ GET /healthz from ${net.nodeIP}`), 'the probe in the pod\'s log');
+    // (the pod logs in order: had it seen the stolen requests, their lines would be before the probe's)
+    expect(net.podRequests(pod).filter((l) => l.includes('/stolen'))).toEqual([]);
     // And the rule lives in one DEVOP chain jumped to from PREROUTING, skipping the node IP
     const rules = await net.iptablesSave();
     expect(rules).toContain(`-A PREROUTING -p tcp -m comment --comment devop -j DEVOP-${agent.agentId}`);
@@ -81,8 +82,10 @@ describe.runIf(run)('agent: steal a whole port', () => {
     await expect(httpGet(client, '/ka-2', { agent: keep })).rejects.toThrow(/socket hang up|ECONNRESET/);
     // And the client's next connection is stolen
     expect((await httpGet(client, '/ka-3', { agent: keep })).body).toBe('local: GET /ka-3');
-    expect(net.podRequests(pod).some((l) => l.includes('/ka-2'))).toBe(false);
     await session.request({ type: 'unsubscribe', id: (sub as { id: string }).id, port: 3000 }, ['unsubscribed']);
+    expect((await httpGet(client, '/ka-sentinel')).body).toBe('pod: GET /ka-sentinel');
+    await waitFor(() => net.podRequests(pod).some((l) => l.includes('/ka-sentinel')), 'the sentinel in the pod\'s log');
+    expect(net.podRequests(pod).some((l) => l.includes('/ka-2'))).toBe(false);
     keep.destroy();
   });
 

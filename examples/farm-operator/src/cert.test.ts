@@ -26,6 +26,14 @@ describe('selfSignedCert', () => {
     expect(new Date(new X509Certificate(cert).validTo).getUTCFullYear()).toBe(2051);
   });
 
+  it('is valid DER for any random serial: minimal and positive, never a leading zero byte', () => {
+    for (let i = 0; i < 600; i += 1) {
+      const { cert } = selfSignedCert({ commonName: 'farm-operator', altNames: ['localhost'] });
+      const x = new X509Certificate(cert);
+      expect(x.serialNumber).toMatch(/^[4-7][0-9A-F]{31}$/);
+    }
+  });
+
   it('is accepted by a TLS client that trusts it, for its DNS name', async () => {
     // Given a TLS server on loopback with a fresh certificate
     const tls = selfSignedCert({ commonName: 'farm-operator', altNames: ['localhost'] });

@@ -89,7 +89,8 @@ export function selfSignedCert(options: CertOptions): SelfSignedCert {
   const notBefore = new Date(now.getTime() - 5 * 60_000); // tolerate small clock skew between hosts
   const notAfter = new Date(now.getTime() + (options.validDays ?? 365) * 86_400_000);
   const serial = randomBytes(16);
-  serial[0] &= 0x7f; // a DER INTEGER serial must be positive
+  // A DER INTEGER is positive when its top bit is clear, and minimal when its first byte is not zero: 01xxxxxx is both.
+  serial[0] = (serial[0] & 0x3f) | 0x40;
   const algorithm = seq(oid(OID.ecdsaWithSha256));
   const tbs = seq(
     tlv(0xa0, tlv(0x02, Buffer.from([2]))), // version v3

@@ -2,12 +2,13 @@
 // /proc/<pid>/cgroup names the container exactly as on a containerd node, and cgroup.kill ends a container's every process.
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { UserError } from '../../../shared/errors.js';
 
 /** cgroup2 mount point: /sys/fs/cgroup/unified on cgroup v1 hybrid hosts, /sys/fs/cgroup on pure v2 hosts. */
 export function cgroup2Mount(): string {
   if (existsSync('/sys/fs/cgroup/unified/cgroup.procs')) return '/sys/fs/cgroup/unified';
   if (existsSync('/sys/fs/cgroup/cgroup.controllers')) return '/sys/fs/cgroup';
-  throw new Error('no cgroup2 hierarchy at /sys/fs/cgroup/unified or /sys/fs/cgroup: the stand-in kubelet needs cgroup v2');
+  throw new UserError('no cgroup2 hierarchy at /sys/fs/cgroup/unified or /sys/fs/cgroup', 'mount cgroup2 (mount -t cgroup2 none /sys/fs/cgroup/unified): the stand-in node names containers by cgroup');
 }
 
 /** How long to wait for a killed cgroup to empty before giving up on removing it. */

@@ -29,7 +29,7 @@ export interface ContainerExit {
 }
 
 /** Signal numbers for the 128+n exit codes a runtime reports for a killed process. */
-const SIGNAL_NUMBERS: Record<string, number> = { SIGHUP: 1, SIGINT: 2, SIGQUIT: 3, SIGABRT: 6, SIGKILL: 9, SIGSEGV: 11, SIGPIPE: 13, SIGTERM: 15 };
+export const SIGNAL_NUMBERS: Record<string, number> = { SIGHUP: 1, SIGINT: 2, SIGQUIT: 3, SIGABRT: 6, SIGKILL: 9, SIGSEGV: 11, SIGPIPE: 13, SIGTERM: 15 };
 
 /** The shell step that runs in the host's mount namespace: join the cgroup, then enter the netns and exec the command. */
 const LAUNCH_SCRIPT = 'echo $$ > "$1/cgroup.procs" || exit 126; shift; exec ip netns exec "$@"';

@@ -3,6 +3,7 @@
 import { createHash } from 'node:crypto';
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { UserError } from '../../../shared/errors.js';
 import { ipBatch, run, runQuiet } from './host.js';
 
 /** Where subnet reservations live, so that clusters started at the same moment never pick the same /24. */
@@ -72,7 +73,7 @@ export async function reserveSubnets(instance: string): Promise<NodeSubnets> {
       };
     }
   }
-  throw new Error('no free pod subnet in 10.244.0.0/16–10.250.255.0/24: stop other stand-in clusters');
+  throw new UserError('no free pod subnet in 10.244.0.0/24–10.250.255.0/24', 'stop other stand-in clusters (or remove the routes that use these subnets)');
 }
 
 function tryLock(lock: string, instance: string): boolean {

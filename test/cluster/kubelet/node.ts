@@ -4,6 +4,7 @@ import { mkdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Duplex, Readable } from 'node:stream';
 import type { V1Pod } from '@kubernetes/client-node';
+import { UserError } from '../../../shared/errors.js';
 import type { ImageTable } from '../images.js';
 import type { ExecProcess, ExecRequest, LogRequest, NodeRuntime } from '../node-runtime.js';
 import { CgroupRoot } from './cgroup.js';
@@ -50,7 +51,9 @@ export class KubeletNode implements NodeRuntime {
 
   /** Sets up the bridge, the iptables FORWARD chain and the cgroup root; undoes it all if a step fails. */
   static async start(opts: NodeOptions): Promise<KubeletNode> {
-    if (!/^[a-z0-9][a-z0-9-]{0,39}$/.test(opts.instance)) throw new Error(`instance "${opts.instance}" must be [a-z0-9-], at most 40 characters`);
+    if (!/^[a-z0-9][a-z0-9-]{0,39}$/.test(opts.instance)) {
+      throw new UserError(`stand-in instance "${opts.instance}" is not a valid name`, 'use lower-case letters, digits and dashes, at most 40 characters');
+    }
     const subnets = opts.subnets ?? (await reserveSubnets(opts.instance));
     const network = new NodeNetwork(opts.instance, subnets);
     const cgroups = new CgroupRoot(opts.instance);

@@ -2,7 +2,7 @@
 // becomes a V1ContainerStatus.
 import type { V1Container, V1ContainerState, V1ContainerStatus, V1EphemeralContainer } from '@kubernetes/client-node';
 import { imageID } from '../images.js';
-import type { ContainerExit, ContainerProcess } from './container.js';
+import { SIGNAL_NUMBERS, type ContainerExit, type ContainerProcess } from './container.js';
 
 export type ContainerKind = 'init' | 'regular' | 'ephemeral';
 
@@ -50,17 +50,12 @@ function terminatedState(attempt: ContainerAttempt): V1ContainerState {
       exitCode: exit.exitCode,
       reason: exit.reason,
       ...(exit.message ? { message: exit.message } : {}),
-      ...(exit.signal ? { signal: signalNumber(exit.signal) } : {}),
+      ...(exit.signal ? { signal: SIGNAL_NUMBERS[exit.signal] } : {}),
       startedAt: exit.startedAt,
       finishedAt: exit.finishedAt,
       containerID: `containerd://${attempt.id}`,
     },
   };
-}
-
-function signalNumber(signal: string): number | undefined {
-  const table: Record<string, number> = { SIGKILL: 9, SIGTERM: 15, SIGINT: 2, SIGHUP: 1, SIGSEGV: 11, SIGABRT: 6 };
-  return table[signal];
 }
 
 /** The V1ContainerStatus of a record, as kubelet reports it. */
