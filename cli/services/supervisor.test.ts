@@ -7,6 +7,7 @@ import type { AgentMessage, ClientMessage } from '../../shared/protocol.js';
 import type { ReportEvent, Reporter } from '../reporter.js';
 import { backoffDelay, podFate } from './supervisor.js';
 import { SessionMux, type MemberLink } from './supervisor-mux.js';
+import { watchLiveness } from './tunnel-health.js';
 
 describe('backoffDelay', () => {
   it('doubles from 100 ms and stays at 2 s', () => {
@@ -37,7 +38,7 @@ afterEach(() => {
   for (const s of servers.splice(0)) s.close();
 });
 
-async function fakeAgent(pod: string, answer: (msg: Extract<ClientMessage, { type: 'subscribe' }>) => AgentMessage = (m) => ({ type: 'subscribed', id: m.id, port: m.port, mode: m.mode })): Promise<FakeAgent> {
+async function fakeAgent(pod: string, answer: (msg: Extract<ClientMessage, { type: 'subscribe' }>) => AgentMessage = (m) => ({ type: 'subscribed', id: m.id, port: m.port, mode: m.mode }), pong = true): Promise<FakeAgent> {
   const seen: ClientMessage[] = [];
   let agentMux: AgentMux | undefined;
   const server = createServer((socket) => {
@@ -46,6 +47,7 @@ async function fakeAgent(pod: string, answer: (msg: Extract<ClientMessage, { typ
       seen.push(msg);
       if (msg.type === 'subscribe') agentMux!.send(answer(msg));
       if (msg.type === 'unsubscribe') agentMux!.send({ type: 'unsubscribed', id: msg.id, port: msg.port });
+      if (msg.type === 'ping' && pong) agentMux!.send({ type: 'pong', id: msg.id, sentAt: msg.sentAt });
     });
   });
   servers.push(server);
@@ -158,5 +160,30 @@ describe('SessionMux', () => {
     mux.detach(silent.link);
     expect(await pending).toMatchObject({ type: 'subscribed', id: 's1' });
     mux.end();
+  });
+});
+
+describe('watchLiveness', () => {
+  it('measures RTT while the agent answers pings', async () => {
+    const a = await fakeAgent('pod-a');
+    const rtts: number[] = [];
+    let stalled = false;
+    const stop = watchLiveness(a.link.mux, { pingMs: 20, stallMs: 300, onRtt: (ms) => rtts.push(ms), onStall: () => (stalled = true) });
+    await until(() => rtts.length >= 5);
+    await new Promise((r) => setTimeout(r, 400));
+    stop();
+    expect(stalled).toBe(false);
+    expect(a.link.mux.closed).toBe(false);
+    a.link.mux.close();
+  });
+
+  it('declares a silent tunnel stalled and closes it', async () => {
+    const a = await fakeAgent('pod-a', undefined, false);
+    let silentFor = 0;
+    const closed = new Promise<Error | undefined>((r) => a.link.mux.once('close', r));
+    watchLiveness(a.link.mux, { pingMs: 20, stallMs: 200, onStall: (ms) => (silentFor = ms) });
+    await closed;
+    expect(silentFor).toBeGreaterThan(200);
+    expect(a.seen.filter((m) => m.type === 'ping').length).toBeGreaterThan(3);
   });
 });

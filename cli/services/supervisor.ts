@@ -3,7 +3,6 @@
 // --all-pods — and holds the cluster-wide steal locks. The local command never notices; the user sees events.
 import { AppsV1Api, CoreV1Api, CustomObjectsApi, type V1LabelSelector, type V1Pod } from '@kubernetes/client-node';
 import { UserError, isUserError } from '../../shared/errors.js';
-import type { ClientMux } from '../../shared/mux.js';
 import type { AgentMessage, ClientMessage } from '../../shared/protocol.js';
 import { formatTarget } from '../../shared/target.js';
 import { apiErrorCode } from '../kube/errors.js';

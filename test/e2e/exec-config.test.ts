@@ -95,6 +95,18 @@ describe('devop exec: config, targets, cleanup', () => {
     expect(unknown.stderr).toMatch(/devop: rollout "nope" not found in namespace "default" \(rollouts there: echo-ro\)/);
   });
 
+  it('runs the agent as an ephemeral container with --ephemeral, and a later session reuses it', async () => {
+    const run = track(devopExec(cluster, ['-t', 'deploy/echo', '--ephemeral'], ['sh', '-c', 'echo "APP_MODE=$APP_MODE"']));
+    expect((await run.exited).code, run.output).toBe(0);
+    expect(run.stdout).toContain('APP_MODE=production');
+    expect(run.stderr).toMatch(/started ephemeral container devop-agent-[0-9a-f]+ \(agent /);
+    const pod = await env.core.readNamespacedPod({ name: echo.podName, namespace: 'default' });
+    expect(pod.spec?.ephemeralContainers?.map((c) => c.targetContainerName)).toContain('echo');
+    const again = track(devopExec(cluster, ['-t', 'deploy/echo', '--ephemeral'], ['true']));
+    expect((await again.exited).code, again.output).toBe(0);
+    expect(again.stderr).toMatch(/reused ephemeral container devop-agent-/);
+  });
+
   it('runs targetless: a command with an agent for outgoing traffic only, and refuses -p', async () => {
     const run = track(devopExec(cluster, ['-t', 'targetless'], ['sh', '-c', 'echo targetless-ran']));
     expect((await run.exited).code, run.output).toBe(0);
