@@ -30,9 +30,9 @@ describe('child env', () => {
     expect(filterRemoteEnv(remote, ['DATABASE_*', 'FEATURE_?'])).toEqual({ DATABASE_URL: 'postgres://db', FEATURE_X: 'on' });
   });
 
-  it('applies devop.json overrides, then the env file, last', () => {
-    const env = buildChildEnv({ localEnv: {}, remoteEnv: { A: 'pod', B: 'pod', C: 'pod' }, override: { B: 'override', C: 'override' }, envFile: { C: 'file' } });
-    expect(env).toEqual({ A: 'pod', B: 'override', C: 'file' });
+  it('applies the env file over the pod env, and devop.json env.override over both', () => {
+    const env = buildChildEnv({ localEnv: {}, remoteEnv: { A: 'pod', B: 'pod', C: 'pod' }, envFile: { B: 'file', C: 'file' }, override: { C: 'override' } });
+    expect(env).toEqual({ A: 'pod', B: 'file', C: 'override' });
   });
 
   it('turns globs into anchored regexes', () => {

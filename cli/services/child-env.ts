@@ -1,5 +1,5 @@
 // The local command's environment, built in one place (the seam other features hook into): the pod container's env,
-// filtered by include/exclude globs, on top of the local env, overridden by devop.json env.override and --env-file.
+// filtered by include/exclude globs, on top of the local env, overridden by the env file, then devop.json env.override.
 import { readFile } from 'node:fs/promises';
 import { UserError } from '../../shared/errors.js';
 
@@ -16,9 +16,9 @@ export interface ChildEnvInput {
   remoteEnv: Record<string, string>;
   include?: readonly string[];
   exclude?: readonly string[];
-  /** devop.json env.override. */
+  /** devop.json env.override (wins over everything). */
   override?: Record<string, string>;
-  /** Parsed --env-file (wins over everything). */
+  /** Parsed --env-file / env.file. */
   envFile?: Record<string, string>;
 }
 
@@ -49,7 +49,8 @@ export function filterRemoteEnv(remote: Record<string, string>, include: readonl
 export function buildChildEnv(input: ChildEnvInput): Record<string, string> {
   const env: Record<string, string> = {};
   for (const [key, value] of Object.entries(input.localEnv)) if (value !== undefined) env[key] = value;
-  Object.assign(env, filterRemoteEnv(input.remoteEnv, input.include, input.exclude), input.override ?? {}, input.envFile ?? {});
+  // As devop.json documents it: the env file is applied over the pod's env, env.override over both.
+  Object.assign(env, filterRemoteEnv(input.remoteEnv, input.include, input.exclude), input.envFile ?? {}, input.override ?? {});
   return env;
 }
 

@@ -26,8 +26,10 @@ export interface SupervisorOptions extends SessionOptions {
 export const RECONNECT_FIRST_DELAY_MS = 100;
 export const RECONNECT_MAX_DELAY_MS = 2000;
 export const RECONNECT_GIVE_UP_MS = 120_000;
-/** One tunnel attempt: long enough for a slow API server, short enough to notice a dead agent soon. */
-const ATTEMPT_MS = 3000;
+/** How long a reconnect keeps asking the same agent to resume the session before it accepts a fresh one. */
+const RESUME_RETRY_MS = 5000;
+/** One tunnel attempt: long enough for a slow API server, short enough to notice a dead agent soon (its pod status is checked between attempts). */
+const ATTEMPT_MS = 2000;
 /** A waitForPods timeout that never fires (setTimeout's maximum). */
 const FOREVER_MS = 2 ** 31 - 1;
 
@@ -216,22 +218,29 @@ class Supervisor {
         return;
       }
       if (pod) member.target = { ...member.target, pod };
-      if (failures >= 3 || (await this.agentState(member)) === 'dead') {
-        // The agent may be dead (killed, its pod deleted): reuse another live one, or start a new one.
-        const found = await findAgent(this.first.kc, member.target, this.agentOptions.agentNamespace).catch(() => undefined);
-        if (!found || found.name !== member.agent.name) {
-          member.agent = found ?? (await this.startAgent(member.target));
-          this.reporter.emit({ type: 'log', level: 'info', message: `pod ${member.link.pod}: ${found ? `using agent ${found.name}` : `started a new agent ${member.agent.name}`}` });
-          failures = 0;
-        }
-      }
       try {
+        if (failures >= 3 || (await this.agentState(member)) === 'dead') {
+          // The agent may be dead (killed, its pod deleted): reuse another live one, or start a new one.
+          const found = await findAgent(this.first.kc, member.target, this.agentOptions.agentNamespace).catch(() => undefined);
+          if (!found || found.name !== member.agent.name) {
+            member.agent = found ?? (await this.startAgent(member.target));
+            this.reporter.emit({ type: 'log', level: 'info', message: `pod ${member.link.pod}: ${found ? `using agent ${found.name}` : `started a new agent ${member.agent.name}`}` });
+            failures = 0;
+          }
+        }
+        const agentName = member.agent.name;
         const link = await connectAgent(this.first.kc, member.agent, member.target, { deadline: Date.now() + ATTEMPT_MS, identity: this.identity, features: this.options.features, resumeSessionId: member.sessionId });
         if (this.over) {
           link.mux.close('session over');
           return;
         }
         const resumed = link.hello.sessionId === member.sessionId;
+        if (!resumed && agentName === member.agent.name && Date.now() - started < RESUME_RETRY_MS) {
+          // The same agent may not have noticed the old connection drop yet (it refuses to resume a live one), and the
+          // old session would keep the port: give it up on this fresh session and ask again shortly.
+          await byeAndWait(link.mux, 'resume not granted yet', 200);
+          throw new Error('the agent did not resume the session yet');
+        }
         member.sessionId = link.hello.sessionId;
         member.link = { pod: member.link.pod, mux: link.mux };
         member.state = 'up';

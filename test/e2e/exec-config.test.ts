@@ -34,11 +34,11 @@ describe('devop exec: config, targets, cleanup', () => {
   it('reads ./devop.json (target, env exclude/override, agent TTL), and flags win over it', async () => {
     // Given a project directory with a devop.json and a dotenv file
     const dir = mkdtempSync(join(tmpdir(), 'devop-e2e-config-'));
-    writeFileSync(join(dir, 'devop.json'), JSON.stringify({ target: 'deploy/echo', env: { exclude: ['SECRET_*'], override: { APP_MODE: 'from-devop-json', EXTRA: 'x' }, file: 'dev.env' }, agent: { ttlSeconds: 2 } }));
-    writeFileSync(join(dir, 'dev.env'), 'EXTRA=from-env-file\n');
+    writeFileSync(join(dir, 'devop.json'), JSON.stringify({ target: 'deploy/echo', env: { exclude: ['SECRET_*'], override: { APP_MODE: 'from-devop-json' }, file: 'dev.env' }, agent: { ttlSeconds: 2 } }));
+    writeFileSync(join(dir, 'dev.env'), 'EXTRA=from-env-file\nAPP_MODE=from-env-file\n');
     // When devop runs there without -t (and with a flag that adds an exclude)
     const run = track(new DevopRun(['exec', '--kubeconfig', cluster.kubeconfigPath, '--output', 'plain', '--env-exclude', 'GREETING', '--', 'sh', '-c', 'echo "APP_MODE=$APP_MODE EXTRA=$EXTRA SECRET=${SECRET_TOKEN:-unset} GREETING=${GREETING:-unset} PORT=$PORT"'], { cwd: dir }));
-    // Then the target, the env rules and the override come from the file
+    // Then the target and the env rules come from the file (env.override wins over the env file)
     expect((await run.exited).code, run.output).toBe(0);
     expect(run.stdout).toContain('APP_MODE=from-devop-json EXTRA=from-env-file SECRET=unset GREETING=unset PORT=8080');
     expect(run.stderr).toContain(`resolve target deploy/echo: pod ${echo.podName}`);
@@ -96,13 +96,15 @@ describe('devop exec: config, targets, cleanup', () => {
   });
 
   it('runs the agent as an ephemeral container with --ephemeral, and a later session reuses it', async () => {
-    const run = track(devopExec(cluster, ['-t', 'deploy/echo', '--ephemeral'], ['sh', '-c', 'echo "APP_MODE=$APP_MODE"']));
+    // A deployment of its own: a running Job agent on the pod would be reused (any agent serving the pod is).
+    const eph = await deployEcho(env, 'echo-eph');
+    const run = track(devopExec(cluster, ['-t', 'deploy/echo-eph', '--ephemeral'], ['sh', '-c', 'echo "APP_MODE=$APP_MODE"']));
     expect((await run.exited).code, run.output).toBe(0);
     expect(run.stdout).toContain('APP_MODE=production');
     expect(run.stderr).toMatch(/started ephemeral container devop-agent-[0-9a-f]+ \(agent /);
-    const pod = await env.core.readNamespacedPod({ name: echo.podName, namespace: 'default' });
+    const pod = await env.core.readNamespacedPod({ name: eph.podName, namespace: 'default' });
     expect(pod.spec?.ephemeralContainers?.map((c) => c.targetContainerName)).toContain('echo');
-    const again = track(devopExec(cluster, ['-t', 'deploy/echo', '--ephemeral'], ['true']));
+    const again = track(devopExec(cluster, ['-t', 'deploy/echo-eph', '--ephemeral'], ['true']));
     expect((await again.exited).code, again.output).toBe(0);
     expect(again.stderr).toMatch(/reused ephemeral container devop-agent-/);
   });

@@ -62,12 +62,19 @@ export class ListWatch<T extends KubeObjectLike> {
     return `${obj.metadata?.namespace ?? ''}/${obj.metadata?.name ?? ''}`;
   }
 
+  /** After a failure: wait longer each time in a row (reset by the next event), so a broken server is not hammered. */
   private retry(next: () => void, err: unknown): void {
     if (this.stopped) return;
-    if (err !== undefined) this.options.onError?.(err);
+    this.options.onError?.(err);
     this.failures += 1;
     const delay = Math.min((this.options.retryMs ?? 200) * 2 ** (this.failures - 1), this.options.maxRetryMs ?? 10_000);
     this.retryTimer = setTimeout(next, delay);
+  }
+
+  /** After a quiet end (the server's timeout on a resource nobody touched): a short fixed pause, not a failure. */
+  private pause(next: () => void): void {
+    if (this.stopped) return;
+    this.retryTimer = setTimeout(next, this.options.retryMs ?? 200);
   }
 
   private async relist(): Promise<void> {
@@ -138,7 +145,7 @@ export class ListWatch<T extends KubeObjectLike> {
         this.retry(() => this.watch(), err);
       } else if (!sawEvent) {
         // A watch that ends with nothing to say gets a short pause, so a server that closes at once is not hammered.
-        this.retry(() => this.watch(), undefined);
+        this.pause(() => this.watch());
       } else {
         this.watch();
       }

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs what devop's stand-in cluster, tests and benchmarks need on a Debian/Ubuntu machine (as root), then the npm
+# packages and the bundles. Safe to run again: it skips what is already there. Used by .ci/run and `npm run demo`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# iptables (nft + legacy), iproute2 (ip netns, veth, bridge), conntrack (flush on steal), util-linux (nsenter),
+# openssh (the tunnel benchmark's baseline), tmux (the terminal UI test), curl (outgoing proxy tests), openssl (the
+# stand-in's CA), procps (ps/pkill in tests).
+packages=(iptables iproute2 conntrack util-linux openssh-server openssh-client tmux curl procps ca-certificates openssl)
+commands=(iptables ip conntrack nsenter sshd ssh tmux curl ps openssl)
+missing=0
+for c in "${commands[@]}"; do command -v "$c" >/dev/null 2>&1 || missing=1; done
+if [ "$missing" = 1 ] || [ "${DEVOP_SETUP_FORCE_APT:-0}" = 1 ]; then
+  if [ "$(id -u)" != 0 ]; then
+    echo "devop setup: system packages are missing (${packages[*]}); run as root (the stand-in makes network namespaces)" >&2
+    exit 1
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null
+fi
+
+if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
+  npm ci --no-audit --no-fund
+fi
+node scripts/build.mjs
