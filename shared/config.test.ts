@@ -71,10 +71,10 @@ describe('parseConfig', () => {
   it('names the key path, the bad value and what is accepted', () => {
     const cases: Array<[unknown, string, string]> = [
       [{ incoming: { mode: 'stael' } }, 'devop.json: incoming.mode is "stael"', 'accepted: "steal" | "mirror"'],
-      [{ incoming: { ports: [3000, 'http'] } }, 'devop.json: incoming.ports.1 is "http"', 'REMOTE[:LOCAL]'],
-      [{ incoming: { ports: [70000] } }, 'devop.json: incoming.ports.0 is 70000', 'REMOTE[:LOCAL] with ports 1-65535'],
+      [{ incoming: { ports: [3000, 'http'] } }, 'devop.json: incoming.ports[1] is "http"', 'REMOTE[:LOCAL]'],
+      [{ incoming: { ports: [70000] } }, 'devop.json: incoming.ports[0] is 70000', 'REMOTE[:LOCAL] with ports 1-65535'],
       [{ agent: { ttlSeconds: '5' } }, 'devop.json: agent.ttlSeconds is "5"', 'accepted: a number'],
-      [{ agent: { ttlSeconds: -1 } }, 'devop.json: agent.ttlSeconds is -1', 'accepted: a value >= 0'],
+      [{ agent: { ttlSeconds: -1 } }, 'devop.json: agent.ttlSeconds is -1', 'accepted: a number >= 0'],
       [{ target: 'service/web' }, 'devop.json: target is "service/web"', 'deploy/NAME'],
       [{ incoming: { httpFilter: { path: '(' } } }, 'devop.json: incoming.httpFilter.path is "("', 'valid regular expression'],
       [{ incoming: { httpFilter: { header: 'x-user' } } }, 'devop.json: incoming.httpFilter.header is "x-user"', 'Header-Name: value-regex'],

@@ -250,19 +250,52 @@ export function mergeConfigInput(...layers: unknown[]): unknown {
 
 type Issue = z.core.$ZodIssue;
 
+/** One problem of a config: the key path as written in JavaScript (`incoming.ports[1]`), what it is, what is accepted. */
+export interface ConfigProblem {
+  key: string;
+  /** "is 70000", "is missing", or "is not a devop.json key". */
+  found: string;
+  accepted: string;
+}
+
+/** Every problem of a config object (empty when it is valid). */
+export function configProblems(obj: unknown): ConfigProblem[] {
+  const parsed = DevopConfig.safeParse(obj);
+  return parsed.success ? [] : parsed.error.issues.flatMap((issue) => describeIssue(issue, obj));
+}
+
+/** `<source>: <key> <found> — accepted: <what>`: one line per problem, as `devop config validate` prints them. */
+export function formatConfigProblem(problem: ConfigProblem, source: string): string {
+  return `${source}: ${problem.key} ${problem.found} — accepted: ${problem.accepted}`;
+}
+
 function configError(issues: readonly Issue[], obj: unknown, source: string): UserError {
-  const issue = issues[0];
-  const path = issue.path.map(String);
-  const key = path.length ? path.join('.') : '(top level)';
-  const more = issues.length > 1 ? ` (and ${issues.length - 1} more problem${issues.length > 2 ? 's' : ''})` : '';
-  if (issue.code === 'unrecognized_keys') {
-    const where = path.length ? `${key}.` : '';
-    const keys = issue.keys.map((k) => `${where}${k}`).join(', ');
-    return new UserError(`${source}: unknown key ${keys}${more}`, `accepted keys${path.length ? ` in ${key}` : ''}: ${acceptedKeys(path).join(', ')}`);
+  const problems = issues.flatMap((issue) => describeIssue(issue, obj));
+  const first = problems[0];
+  const more = problems.length > 1 ? ` (and ${problems.length - 1} more problem${problems.length > 2 ? 's' : ''})` : '';
+  const unknown = issues[0].code === 'unrecognized_keys' ? issues[0] : undefined;
+  if (unknown) {
+    const where = keyPath(unknown.path);
+    const keys = unknown.keys.map((key) => keyPath([...unknown.path, key])).join(', ');
+    return new UserError(`${source}: unknown key ${keys}${more}`, `accepted keys${where ? ` in ${where}` : ''}: ${acceptedKeys(unknown.path.map(String)).join(', ')}`);
   }
-  const value = valueAt(obj, path);
-  const shown = value === undefined ? 'nothing' : truncate(JSON.stringify(value));
-  return new UserError(`${source}: ${key} is ${shown}${more}`, `accepted: ${accepted(issue)}`);
+  return new UserError(`${source}: ${first.key} ${first.found}${more}`, `accepted: ${first.accepted}`);
+}
+
+function keyPath(path: ReadonlyArray<PropertyKey>): string {
+  return path.map((segment, i) => (typeof segment === 'number' ? `[${segment}]` : i === 0 ? String(segment) : `.${String(segment)}`)).join('');
+}
+
+function describeIssue(issue: Issue, root: unknown): ConfigProblem[] {
+  const path = issue.path.map(String);
+  if (issue.code === 'unrecognized_keys') {
+    const where = keyPath(issue.path);
+    const keys = acceptedKeys(path).join(', ');
+    return issue.keys.map((key) => ({ key: keyPath([...issue.path, key]), found: 'is not a devop.json key', accepted: where ? `in ${where}: ${keys}` : keys }));
+  }
+  const value = valueAt(root, path);
+  const shown = value === undefined ? 'missing' : truncate(JSON.stringify(value));
+  return [{ key: path.length ? keyPath(issue.path) : '(top level)', found: `is ${shown}`, accepted: accepted(issue) }];
 }
 
 function accepted(issue: Issue): string {
@@ -272,11 +305,11 @@ function accepted(issue: Issue): string {
     case 'invalid_value':
       return issue.values.map((v) => JSON.stringify(v)).join(' | ');
     case 'too_small':
-      return `${issue.origin === 'string' ? 'a string of length' : 'a value'} >= ${String(issue.minimum)}`;
+      return issue.origin === 'string' ? `a string of at least ${String(issue.minimum)} characters` : `a number >= ${String(issue.minimum)}`;
     case 'too_big':
-      return `${issue.origin === 'string' ? 'a string of length' : 'a value'} <= ${String(issue.maximum)}`;
+      return issue.origin === 'string' ? `a string of at most ${String(issue.maximum)} characters` : `a number <= ${String(issue.maximum)}`;
     default:
-      return issue.message.replace(/^expected /, '');
+      return issue.message.replace(/^(Invalid input: )?expected /, '');
   }
 }
 
@@ -292,24 +325,25 @@ function acceptedKeys(path: string[]): string[] {
 }
 
 function unwrap(schema: z.ZodType): z.ZodType {
-  let s: z.ZodType = schema;
-  for (let i = 0; i < 5; i++) {
-    if (s instanceof z.ZodOptional || s instanceof z.ZodDefault || s instanceof z.ZodPrefault) s = s.unwrap() as z.ZodType;
+  let current: z.ZodType = schema;
+  // optional(default(prefault(object))) at most: a few layers, never a cycle.
+  for (let i = 0; i < 5; i += 1) {
+    if (current instanceof z.ZodOptional || current instanceof z.ZodDefault || current instanceof z.ZodPrefault) current = current.unwrap() as z.ZodType;
     else break;
   }
-  return s;
+  return current;
 }
 
-function valueAt(obj: unknown, path: string[]): unknown {
-  let v: unknown = obj;
+function valueAt(root: unknown, path: string[]): unknown {
+  let value: unknown = root;
   for (const segment of path) {
-    if (v === null || typeof v !== 'object') return undefined;
-    v = (v as Record<string, unknown>)[segment];
+    if (value === null || typeof value !== 'object') return undefined;
+    value = (value as Record<string, unknown>)[segment];
   }
-  return v;
+  return value;
 }
 
-function truncate(s: string | undefined): string {
-  if (s === undefined) return 'undefined';
-  return s.length > 80 ? `${s.slice(0, 77)}...` : s;
+function truncate(text: string | undefined): string {
+  if (text === undefined) return 'undefined';
+  return text.length > 80 ? `${text.slice(0, 77)}...` : text;
 }
