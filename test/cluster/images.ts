@@ -2,6 +2,7 @@
 import { createHash } from 'node:crypto';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { exampleImages } from '../../examples/images.js';
 
 /** What an image would carry: entrypoint + cmd (Docker semantics), working directory and env. */
 export interface ImageSpec {
@@ -69,7 +70,8 @@ export function imageID(image: string): string {
   return `${repository}@sha256:${createHash('sha256').update(repository).digest('hex')}`;
 }
 
-/** The images every stand-in knows: the HTTP echo server, the devop agent bundle, and a shell. */
+/** The images every stand-in knows: the HTTP echo server, the devop agent bundle, a shell, and the examples' images (so the
+ * README walkthrough runs on `npm run cluster`). */
 export function defaultImages(root: string = repoRoot()): ImageTable {
   const node = process.execPath;
   const shell: ImageSpec = { entrypoint: [], cmd: ['/bin/sh'] };
@@ -80,5 +82,6 @@ export function defaultImages(root: string = repoRoot()): ImageTable {
     'ghcr.io/devop/agent': agent,
     busybox: shell,
     'devop.test/shell': shell,
+    ...exampleImages(root, node),
   });
 }

@@ -12,6 +12,8 @@ import { startControlPlane, type ControlPlane } from './apiserver/index.js';
 import { ADMIN_USER, RESTRICTED_USER } from './apiserver/auth.js';
 import type { NodeRuntime } from './node-runtime.js';
 import { reserveSubnets, startKubelet, type NodeSubnets } from './kubelet/index.js';
+import { run, runQuiet } from './kubelet/host.js';
+import { linkTag } from './kubelet/network.js';
 
 export const NODE_NAME = 'standin-node';
 
@@ -34,6 +36,9 @@ export interface ClusterHandle {
   namespace: 'default';
   nodeName: string;
   nodeIP: string;
+  /** The API server's address on the pod network (its own "control-plane node", not the node's IP): pods reach the API
+   * here (the `kubernetes` Service's endpoint), and the aggregator's connections to APIService backends come from here. */
+  controlPlaneIP: string;
   caPath: string;
   images: ImageTable;
   /** The node's runtime, when the kubelet runs. */
@@ -74,7 +79,10 @@ export async function startCluster(options: ClusterOptions = {}): Promise<Cluste
       cleanups.push(() => s.release());
     }
     const serviceNet = subnets ? subnets.serviceCIDR.split('.').slice(0, 3).join('.') : standaloneServiceNet(instance);
-    const certs = await makeCerts(dir, servingNames(`${serviceNet}.1`));
+    const controlPlaneIP = subnets?.controlPlaneIP ?? '127.0.0.1';
+    const names = servingNames(`${serviceNet}.1`);
+    if (subnets) names.push(`IP:${controlPlaneIP}`);
+    const certs = await makeCerts(dir, names);
     const cp = await startControlPlane({ cert: certs.certPem, key: certs.keyPem, serviceNet, nodeName: NODE_NAME });
     cleanups.push(() => cp.stop());
     const server = cp.api.url;
@@ -99,9 +107,14 @@ export async function startCluster(options: ClusterOptions = {}): Promise<Cluste
       cleanups.push(() => rt.stop());
       nodeIP = runtime.nodeIP;
       cp.attachNode(runtime);
-      const relay = await listenRelay(cp, nodeIP);
+      // The control plane is not the node: as on a cluster whose kube-apiserver runs on a control-plane node, it has an
+      // address of its own on the pod network, so pods can tell its connections (the aggregator's) from kubelet probes.
+      const cpAddress = await addControlPlaneAddress(instance, controlPlaneIP);
+      cleanups.push(() => cpAddress.remove());
+      const relay = await listenRelay(cp, controlPlaneIP);
       cleanups.push(() => relay.close());
-      cp.setKubernetesEndpoint(nodeIP, relay.port);
+      // The aggregator connects from the address the API server advertises in the `kubernetes` Endpoints.
+      cp.setKubernetesEndpoint(controlPlaneIP, relay.port);
       cp.registerNode(nodeIP, runtime.podCIDR);
     } else {
       cp.registerNode(nodeIP);
@@ -117,6 +130,7 @@ export async function startCluster(options: ClusterOptions = {}): Promise<Cluste
       namespace: 'default',
       nodeName: NODE_NAME,
       nodeIP,
+      controlPlaneIP,
       caPath: certs.caPath,
       images,
       runtime,
@@ -131,8 +145,16 @@ export async function startCluster(options: ClusterOptions = {}): Promise<Cluste
   }
 }
 
-/** The API server also answers on the node IP (the `kubernetes` Service's endpoint), by handing connections over. */
-async function listenRelay(cp: ControlPlane, nodeIP: string): Promise<{ port: number; close(): void }> {
+/** Puts the control plane's address on the node's bridge (a /32: the pod /24's route keeps the node IP as its source). */
+async function addControlPlaneAddress(instance: string, ip: string): Promise<{ remove(): Promise<void> }> {
+  const bridge = `dvb${linkTag(instance)}`;
+  await run('ip', ['addr', 'add', `${ip}/32`, 'dev', bridge]);
+  // The bridge goes with the node anyway; removing the address first keeps the order of start-up reversed.
+  return { remove: async () => void (await runQuiet('ip', ['addr', 'del', `${ip}/32`, 'dev', bridge])) };
+}
+
+/** The API server also answers on the control-plane IP (the `kubernetes` Service's endpoint), by handing connections over. */
+async function listenRelay(cp: ControlPlane, address: string): Promise<{ port: number; close(): void }> {
   const sockets = new Set<Socket>();
   const tryListen = (port: number) =>
     new Promise<Server>((resolve, reject) => {
@@ -142,7 +164,7 @@ async function listenRelay(cp: ControlPlane, nodeIP: string): Promise<{ port: nu
         cp.api.server.emit('connection', sock);
       });
       s.once('error', reject);
-      s.listen(port, nodeIP, () => resolve(s));
+      s.listen(port, address, () => resolve(s));
     });
   let s: Server;
   try {

@@ -6,7 +6,7 @@ import { KubeConfig, Watch } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { requireRoot } from '../helpers/root.js';
 import { startCluster } from '../cluster/index.js';
-import { Kubectl, LocalProcess, eventually, exampleImages } from './harness.js';
+import { Kubectl, LocalProcess, eventually } from './harness.js';
 
 requireRoot('examples: echo-controller');
 
@@ -42,7 +42,7 @@ describe('echo-controller walkthrough', () => {
     });
 
   beforeAll(async () => {
-    cluster = await startCluster({ images: exampleImages() });
+    cluster = await startCluster(); // the default image table has the examples' images
     kubectl = new Kubectl(cluster.kubeconfigPath);
   });
 

@@ -3,7 +3,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { requireRoot } from '../helpers/root.js';
 import { startCluster } from '../cluster/index.js';
-import { Kubectl, LocalProcess, eventually, exampleImages, freePort } from './harness.js';
+import { Kubectl, LocalProcess, eventually, freePort } from './harness.js';
 
 requireRoot('examples: farm-operator');
 
@@ -23,7 +23,8 @@ describe('farm-operator walkthrough', () => {
   let localPort: number;
 
   beforeAll(async () => {
-    cluster = await startCluster({ images: exampleImages() });
+    // The default image table knows the examples' images, as `npm run cluster` does.
+    cluster = await startCluster();
     kubectl = new Kubectl(cluster.kubeconfigPath);
     localPort = await freePort();
   });
@@ -66,12 +67,17 @@ describe('farm-operator walkthrough', () => {
   }, STEP_TIMEOUT_MS);
 
   it('under devop exec --steal, step 3 running locally answers kubectl', async () => {
-    // Given the step-1 pod serving the APIService
-    // When step 3 runs locally under devop, stealing the pod's port 8443
+    // Given the step-1 pod serving the APIService, and an API server that is not on the pod's node (its own control-plane
+    // address), as on a cluster whose kube-apiserver runs on a control-plane node
+    expect(cluster.controlPlaneIP).not.toBe(cluster.nodeIP);
+    const endpoints = JSON.parse(await kubectl.ok('get', 'endpoints', 'kubernetes', '-n', 'default', '-o', 'json'));
+    expect(endpoints.subsets[0].addresses).toEqual([{ ip: cluster.controlPlaneIP }]);
+    // When step 3 runs locally under devop, stealing the pod's port 8443 (plain --steal: the aggregator's connections come
+    // from the control plane's address, kubelet's probes from the node's)
     devop = new LocalProcess(
       process.execPath,
       [
-        'bin/devop.js', 'exec', '-t', 'deploy/farm-operator', '--steal', '--steal-probes', '-p', `8443:${localPort}`, '--',
+        'bin/devop.js', 'exec', '-t', 'deploy/farm-operator', '--steal', '-p', `8443:${localPort}`, '--',
         'npx', 'tsx', 'examples/farm-operator/src/main.ts', '--step', '3', '--port', String(localPort),
       ],
       { ...process.env, KUBECONFIG: cluster.kubeconfigPath, CI: 'true' },
@@ -108,6 +114,13 @@ describe('farm-operator walkthrough', () => {
     // And the requests reached the local process (its request log is devop's stdout)
     expect(devop.stdout).toMatch(/step=3 GET \/apis\/farm\.example\.com\/v1alpha\/namespaces\/default\/llamas/);
     expect(devop.stdout).toMatch(/step=3 GET \/apis\/farm\.example\.com\/v1alpha\/namespaces\/default\/farmpods/);
+
+    // And kubelet's readiness probes were left to the pod: they keep arriving there, never at the local process
+    const probesSeen = async () => (await kubectl.ok('logs', 'deployment/farm-operator', '-n', 'default')).match(/^step=1 GET \/healthz 200 /gm)?.length ?? 0;
+    const before = await probesSeen();
+    await eventually('another probe in the pod’s log', async () => ((await probesSeen()) > before ? true : undefined));
+    expect(devop.stdout).not.toMatch(/GET \/healthz/);
+    expect(await kubectl.ok('get', 'deployment', 'farm-operator', '-n', 'default', '-o', 'jsonpath={.status.readyReplicas}')).toBe('1');
   }, STEP_TIMEOUT_MS);
 
   it('after devop stops, the cluster’s step-1 pod answers again', async () => {

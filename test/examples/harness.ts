@@ -1,18 +1,13 @@
-// What the examples' end-to-end suites share: kubectl 1.33 against the stand-in, polling, local processes, example images.
+// What the examples' end-to-end suites share: kubectl 1.33 against the stand-in, polling, local processes.
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { exampleImages as imagesOf } from '../../examples/images.js';
 
 export const KUBECTL = '/usr/lib/google-cloud-sdk/bin/kubectl.1.33';
 export const ROOT = resolve(fileURLToPath(new URL('../..', import.meta.url)));
-/** The examples' images (examples/images.ts) for this checkout. */
-export function exampleImages(): ReturnType<typeof imagesOf> {
-  return imagesOf(ROOT);
-}
 
 export interface Run {
   code: number;

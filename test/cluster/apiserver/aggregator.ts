@@ -1,6 +1,7 @@
 // APIService aggregation: requests under /apis/<group>/<version> of an APIService backed by a Service are proxied over
 // TLS to a ready endpoint of that Service with the caller's identity in X-Remote-User/X-Remote-Group, as kube-apiserver
-// does; a status loop keeps each APIService's Available condition current.
+// does, from the API server's advertised address; a status loop keeps each APIService's Available condition current.
+import { isIPv4 } from 'node:net';
 import { request as httpsRequest } from 'node:https';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { ApiError, type K8sObject } from './errors.js';
@@ -20,7 +21,11 @@ interface Backend {
   port: number;
   ca?: string;
   insecure: boolean;
+  /** Where the connection comes from: the API server's own address, not whatever the host's routing picks. */
+  localAddress?: string;
 }
+
+const isLoopback = (ip: string) => ip.startsWith('127.');
 
 export class Aggregator {
   private timer?: NodeJS.Timeout;
@@ -41,6 +46,17 @@ export class Aggregator {
     return this.remoteServices().some((a) => a.spec.group === group && a.spec.version === version);
   }
 
+  /**
+   * The source address of connections to `host`: the address the API server advertises (the `kubernetes` Endpoints), as
+   * a kube-apiserver's connections leave its control-plane node from that node's IP. Without it the host would pick the
+   * bridge's address, the node IP — which the agent treats as kubelet probes. Loopback on either side needs none.
+   */
+  private sourceFor(host: string): string | undefined {
+    const ip = this.objects.store.get('/endpoints', 'default', 'kubernetes')?.subsets?.[0]?.addresses?.[0]?.ip;
+    if (typeof ip !== 'string' || !isIPv4(ip) || isLoopback(ip) || isLoopback(host)) return undefined;
+    return ip;
+  }
+
   /** A ready endpoint (pod IP and target port) of the APIService's Service. */
   backend(apiService: K8sObject): Backend | { error: string; reason: string } {
     const ref = apiService.spec.service;
@@ -55,7 +71,7 @@ export class Aggregator {
       const addr = (subset.addresses ?? [])[0];
       if (epPort && addr) {
         const ca = apiService.spec.caBundle ? Buffer.from(apiService.spec.caBundle, 'base64').toString('utf8') : undefined;
-        return { host: addr.ip, port: epPort.port, ca, insecure: Boolean(apiService.spec.insecureSkipTLSVerify) };
+        return { host: addr.ip, port: epPort.port, ca, insecure: Boolean(apiService.spec.insecureSkipTLSVerify), localAddress: this.sourceFor(addr.ip) };
       }
     }
     return { reason: 'MissingEndpoints', error: `endpoints for service/${ref.name} in "${ref.namespace}" have no addresses with port name "${svcPort.name ?? ''}"` };
@@ -77,7 +93,7 @@ export class Aggregator {
     headers['x-remote-group'] = id.groups;
     headers['x-forwarded-for'] = req.socket.remoteAddress ?? '127.0.0.1';
     const out = httpsRequest(
-      { host: b.host, port: b.port, method: req.method, path: req.url, headers, ca: b.ca, rejectUnauthorized: !b.insecure, servername: undefined, timeout: PROXY_TIMEOUT_MS },
+      { host: b.host, port: b.port, localAddress: b.localAddress, method: req.method, path: req.url, headers, ca: b.ca, rejectUnauthorized: !b.insecure, servername: undefined, timeout: PROXY_TIMEOUT_MS },
       (up) => {
         res.writeHead(up.statusCode ?? 502, up.headers);
         up.pipe(res);
@@ -96,7 +112,7 @@ export class Aggregator {
   private probe(b: Backend, group: string, version: string): Promise<boolean> {
     return new Promise((resolve) => {
       const r = httpsRequest(
-        { host: b.host, port: b.port, path: `/apis/${group}/${version}`, method: 'GET', ca: b.ca, rejectUnauthorized: !b.insecure, timeout: 1500, headers: { 'x-remote-user': 'system:kube-aggregator', accept: 'application/json' } },
+        { host: b.host, port: b.port, localAddress: b.localAddress, path: `/apis/${group}/${version}`, method: 'GET', ca: b.ca, rejectUnauthorized: !b.insecure, timeout: 1500, headers: { 'x-remote-user': 'system:kube-aggregator', accept: 'application/json' } },
         (res) => {
           res.resume();
           resolve((res.statusCode ?? 500) < 300);

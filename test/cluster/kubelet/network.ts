@@ -1,5 +1,5 @@
-// The node's network: one bridge per stand-in instance with its own /24 pod subnet (node IP = .1), pod IP allocation,
-// and the per-instance iptables chains that let pod traffic cross the host.
+// The node's network: one bridge per stand-in instance with its own /24 pod subnet (node IP = .1, .2 kept for the control
+// plane), pod IP allocation, and the per-instance iptables chains that let pod traffic cross the host.
 import { createHash } from 'node:crypto';
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -11,12 +11,16 @@ export const SUBNET_LOCK_DIR = '/run/devop-kubelet/subnets';
 /** Pod subnets are 10.<244..250>.<x>.0/24; services get the twin 10.<96..102>.<x>.0/24. */
 const FIRST_OCTET2 = 244;
 const LAST_OCTET2 = 250;
+/** Host part of the first pod IP: .1 is the node, .2 the control plane. */
+const FIRST_POD_HOST = 3;
 
 export interface NodeSubnets {
   /** Pod /24, e.g. 10.244.3.0/24. */
   podCIDR: string;
   /** The node's IP on the bridge (.1 of podCIDR). */
   nodeIP: string;
+  /** Kept for the control plane (.2 of podCIDR: the API server's address, another "node" on the pod network); never a pod IP. */
+  controlPlaneIP: string;
   /** A /24 for ClusterIPs that no other running instance uses, e.g. 10.96.3.0/24. */
   serviceCIDR: string;
   /** The third and second octets that index this reservation. */
@@ -67,6 +71,7 @@ export async function reserveSubnets(instance: string): Promise<NodeSubnets> {
       return {
         podCIDR: `${prefix}.0/24`,
         nodeIP: `${prefix}.1`,
+        controlPlaneIP: `${prefix}.2`,
         serviceCIDR: `${servicePrefix}.0/24`,
         prefix,
         release: () => rmSync(lock, { force: true }),
@@ -100,7 +105,7 @@ export class NodeNetwork {
   readonly bridge: string;
   readonly forwardChain: string;
   private readonly freeHosts: number[] = [];
-  private nextHost = 2;
+  private nextHost = FIRST_POD_HOST;
 
   constructor(
     readonly instance: string,
@@ -147,7 +152,7 @@ export class NodeNetwork {
   releaseIP(ip: string): void {
     const host = Number(ip.split('.')[3]);
     // Freed addresses go to the back of the queue so a new pod does not inherit a dead pod's conntrack entries at once.
-    if (host >= 2 && host <= 254 && !this.freeHosts.includes(host)) this.freeHosts.push(host);
+    if (host >= FIRST_POD_HOST && host <= 254 && !this.freeHosts.includes(host)) this.freeHosts.push(host);
   }
 
   async tearDown(): Promise<void> {
