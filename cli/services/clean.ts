@@ -144,7 +144,7 @@ async function remove(kc: KubeConfig, item: Leftover): Promise<void> {
   };
   switch (item.kind) {
     case 'job':
-      // Foreground-free delete of the pods too: Background lets the garbage collector remove them.
+      // Background propagation: the garbage collector removes the Job's pods after it.
       await kc.makeApiClient(BatchV1Api).deleteNamespacedJob({ name, namespace, propagationPolicy: 'Background' }).catch(ignoreGone);
       return;
     case 'pod':

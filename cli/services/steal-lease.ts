@@ -3,6 +3,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { CoordinationV1Api, V1MicroTime, type KubeConfig, type V1Lease, type V1Pod } from '@kubernetes/client-node';
 import { AGENT_LABELS } from '../../shared/agent-contract.js';
+import { UserError } from '../../shared/errors.js';
 import { apiErrorCode, mapApiError } from '../kube/errors.js';
 
 /** A dead devop's lock frees itself after this long (the holder renews every LEASE_RENEW_MS, so 3 renewals may fail). */
@@ -168,7 +169,7 @@ export class StealLeases {
         throw mapApiError(err, { ...ctx, verb: 'update' });
       }
     }
-    throw mapApiError(new Error(`the Lease ${name} kept changing under us`), ctx);
+    throw new UserError(`the steal lock ${name} kept changing while devop tried to take it`, 'another session is taking it at the same moment: run devop again');
   }
 
   private newLease(name: string, port: number, now: V1MicroTime): V1Lease {

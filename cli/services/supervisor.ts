@@ -28,8 +28,11 @@ export const RECONNECT_MAX_DELAY_MS = 2000;
 export const RECONNECT_GIVE_UP_MS = 120_000;
 /** How long a reconnect keeps asking the same agent to resume the session before it accepts a fresh one. */
 const RESUME_RETRY_MS = 5000;
-/** One tunnel attempt: long enough for a slow API server, short enough to notice a dead agent soon (its pod status is checked between attempts). */
-const ATTEMPT_MS = 2000;
+/**
+ * How long one reconnect attempt keeps retrying refused dials. Short, so a dead agent is noticed soon (its pod status is
+ * checked between attempts); a slow API server is not cut short: each attempt completes its port-forward and handshake.
+ */
+const ATTEMPT_MS = 1000;
 /** A waitForPods timeout that never fires (setTimeout's maximum). */
 const FOREVER_MS = 2 ** 31 - 1;
 
@@ -382,8 +385,10 @@ class Supervisor {
       }
       return undefined;
     };
-    waitForPods(this.first.kc, query, onPods, { timeoutMs: FOREVER_MS, signal: this.watchAbort.signal, onTimeout: () => new Error('watch ended') }).catch((err: unknown) => {
-      if (!this.over) this.reporter.emit({ type: 'log', level: 'warn', message: `stopped watching the target's pods: ${message(err)} (devop still reconnects, but will not notice new pods)` });
+    const controller = this.watchAbort;
+    waitForPods(this.first.kc, query, onPods, { timeoutMs: FOREVER_MS, signal: controller.signal, onTimeout: () => new Error('watch ended') }).catch((err: unknown) => {
+      // Aborted: devop stops, or watches another pod now (after following the target).
+      if (!this.over && !controller.signal.aborted) this.reporter.emit({ type: 'log', level: 'warn', message: `stopped watching the target's pods: ${message(err)} (devop still reconnects, but will not notice new pods)` });
     });
   }
 

@@ -117,6 +117,12 @@ describe('all pods and steal leases', () => {
     expect(b.stderr).toMatch(new RegExp(`port 8080 of deployment/lk is stolen by \\S+@\\S+ since \\d{4}-\\d\\d-\\d\\dT[\\d:.]+Z \\(Lease ${leaseName}\\)`));
     expect(await client.who(ip2, 8080)).toBe(name2);
 
+    // While A runs, it renews the Lease (every 5 s)
+    const time = (t: unknown): number => new Date(t as string).getTime();
+    await waitFor('A to renew the Lease', async () => {
+      const l = await readLease();
+      return l && time(l.spec?.renewTime) > time(held?.spec?.renewTime) ? true : undefined;
+    }, 30_000);
     // When A is killed -9 (it cannot release the Lease)
     a.child.kill('SIGKILL');
     await a.exited;
@@ -124,7 +130,7 @@ describe('all pods and steal leases', () => {
     const afterKill = await readLease();
     expect(afterKill?.spec?.holderIdentity).toBe(held?.spec?.holderIdentity);
     // Then the Lease expires by itself (no renewals for leaseDurationSeconds) and B can take it over
-    const renewed = new Date(afterKill?.spec?.renewTime as unknown as string).getTime();
+    const renewed = time(afterKill?.spec?.renewTime);
     await waitFor('the Lease to expire', () => Date.now() > renewed + 15_000 + 500, 30_000);
     const b2 = track(devopExec(cluster, ['-t', `pod/${name2}`, '--steal', '-p', `8080:${localB}`], [...LOCAL_SERVER_COMMAND], { env: { LOCAL_PORT: String(localB) } }));
     await b2.ready();

@@ -80,12 +80,25 @@ describe('fault table: the pod serves its own traffic again within 2 s, devop re
     const oldChain = chainName(agent.metadata?.annotations?.[AGENT_ANNOTATIONS.agentId] ?? '');
     const pids = await agentNodePids(agent);
     expect(pids.length).toBeGreaterThan(0);
-    const killedAt = Date.now();
-    for (const p of pids) process.kill(p, 'SIGKILL');
-    const ms = await recoveredAfter(killedAt, () => client.who(podIP, 8080), podName);
-    console.log(`RESULT fault kill9_agent recovered_ms=${ms}`);
-    expect(ms).toBeLessThanOrEqual(RECOVERY_BUDGET_MS);
-    await waitFor(`the dead agent's chain ${oldChain} to be gone`, async () => !(await devopRules(pid)).some((l) => l.includes(oldChain)), 10_000);
+    // The CLI is frozen meanwhile: a new agent of its own would remove the stale chain too, and hide whether the
+    // agent's own guard did (the guarantee must hold when nothing else is left to clean up).
+    const cliPid = run.child.pid ?? 0;
+    process.kill(cliPid, 'SIGSTOP');
+    let ms: number;
+    try {
+      const killedAt = Date.now();
+      for (const p of pids) process.kill(p, 'SIGKILL');
+      // Infinity: not within 5 s (only the guard can help while the CLI is frozen).
+      ms = await recoveredAfter(killedAt, () => client.who(podIP, 8080), podName, 5000).catch(() => Number.POSITIVE_INFINITY);
+      console.log(`RESULT fault kill9_agent recovered_ms=${ms}`);
+      await waitFor(`the dead agent's chain ${oldChain} to be gone`, async () => !(await devopRules(pid)).some((l) => l.includes(oldChain)), 10_000).catch(() => undefined);
+      console.log(`RESULT fault kill9_agent chain_left=${(await devopRules(pid)).some((l) => l.includes(oldChain))}`);
+    } finally {
+      process.kill(cliPid, 'SIGCONT');
+    }
+    // Soft: a failure here is the agent's guard; the CLI's recovery below is still checked and reported.
+    expect.soft(ms, 'the guard restored the pod in time').toBeLessThanOrEqual(RECOVERY_BUDGET_MS);
+    expect.soft((await devopRules(pid)).filter((l) => l.includes(oldChain)), "the guard removed the dead agent's chain").toEqual([]);
     // devop notices, starts a new agent and steals again, with the same local command.
     await run.waitForStderr(/started a new agent devop-agent-\S+|using agent devop-agent-\S+/, 90_000);
     await run.waitForStderr(/reconnected to pod \S+ after [\d.]+ s \(new session, 1 subscription restored\)/, 90_000);
