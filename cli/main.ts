@@ -1,38 +1,58 @@
-// The devop command: registers the commands, and the one top-level error handler (UserError → problem + fix, no stack;
-// anything else → the message, with the stack under -v). Exit code: the local command's when it ran, else 1 on error.
+// The devop command: registers the commands, and the one top-level error handler (UserError → one line: the problem and
+// its fix, no stack; anything else → one line and a pointer to -v, the stack under -v). Exit code: the local command's
+// when it ran, else 1 on error.
 import { Command } from 'commander';
 import { AGENT_VERSION } from '../shared/agent-contract.js';
-import { registerCleanCommand } from './commands/clean.js';
-import { registerConfigCommand } from './commands/config.js';
 import { formatTopLevelError } from './commands/error-output.js';
-import { registerDoctorCommand } from './commands/doctor.js';
-import { registerExecCommand } from './commands/exec.js';
-import { registerLsCommand } from './commands/ls.js';
-import { registerPortForwardCommand } from './commands/port-forward.js';
-import { registerVscodeCommand } from './commands/vscode.js';
 
-export function buildProgram(onExit: (code: number) => void): Command {
+type OnExit = (code: number) => void;
+type Register = (program: Command, onExit: OnExit) => void;
+
+/**
+ * Each command's module, loaded only when it runs: a run pays for its own command's code, not for all seven (start-up
+ * time is part of exec → stealing). In the order `devop --help` lists them.
+ */
+const COMMANDS: ReadonlyArray<readonly [name: string, load: () => Promise<Register>]> = [
+  ['exec', async () => (await import('./commands/exec.js')).registerExecCommand],
+  ['ls', async () => (await import('./commands/ls.js')).registerLsCommand],
+  ['port-forward', async () => (await import('./commands/port-forward.js')).registerPortForwardCommand],
+  ['vscode', async () => (await import('./commands/vscode.js')).registerVscodeCommand],
+  ['config', async () => (await import('./commands/config.js')).registerConfigCommand],
+  ['doctor', async () => (await import('./commands/doctor.js')).registerDoctorCommand],
+  ['clean', async () => (await import('./commands/clean.js')).registerCleanCommand],
+];
+
+/**
+ * The commands a run needs: the one named by the first argument; none for `--version`; all of them otherwise (help,
+ * a mistyped command: commander lists or suggests them).
+ */
+export function commandsFor(args: readonly string[]): readonly string[] {
+  const first = args[0];
+  const names = COMMANDS.map(([name]) => name);
+  if (first !== undefined && names.includes(first)) return [first];
+  if (first === '--version' && args.length === 1) return [];
+  return names;
+}
+
+export async function buildProgram(args: readonly string[], onExit: OnExit): Promise<Command> {
   const program = new Command('devop')
     .description('run a local process as if it were a Kubernetes workload')
     .version(AGENT_VERSION, '--version')
     .enablePositionalOptions()
     .showHelpAfterError();
-  registerExecCommand(program, onExit);
-  registerLsCommand(program);
-  registerPortForwardCommand(program);
-  registerVscodeCommand(program);
-  registerConfigCommand(program);
-  registerDoctorCommand(program, onExit);
-  registerCleanCommand(program, onExit);
+  const wanted = commandsFor(args);
+  const registers = await Promise.all(COMMANDS.filter(([name]) => wanted.includes(name)).map(([, load]) => load()));
+  for (const register of registers) register(program, onExit);
   return program;
 }
 
 async function main(argv: string[]): Promise<number> {
   let code = 0;
-  const program = buildProgram((c) => {
+  const onExit = (c: number): void => {
     code = c;
-  });
+  };
   try {
+    const program = await buildProgram(argv.slice(2), onExit);
     await program.parseAsync(argv);
     return code;
   } catch (err) {

@@ -1,15 +1,33 @@
-// Builds dist/cli.js (the devop command; npm packages stay external) and dist/agent.js (one self-contained file that the
-// agent image runs with nothing but Node) with esbuild. Type checking is `npm run typecheck`.
+// Builds dist/cli.js (the devop command) and dist/agent.js (one self-contained file that the agent image runs with
+// nothing but Node) with esbuild. Type checking is `npm run typecheck`.
+// The CLI bundles its npm packages too: loading one file instead of hundreds of node_modules files is most of devop's
+// start-up time. ink and react stay external and load lazily (cli/ui/lazy-ink.ts, in a chunk of its own under
+// dist/chunks/) only when a run draws the terminal UI.
 import { build } from 'esbuild';
-import { existsSync } from 'node:fs';
+import { existsSync, readdirSync, rmSync } from 'node:fs';
+import { basename } from 'node:path';
 
 const common = { bundle: true, platform: 'node', target: 'node20', format: 'esm', sourcemap: 'linked', logLevel: 'warning' };
 // ESM bundles that contain CommonJS dependencies need a require() of their own.
 const banner = { js: "import { createRequire as __devopCreateRequire } from 'node:module'; const require = __devopCreateRequire(import.meta.url);" };
+/** Not bundled: the terminal UI's packages (loaded only with the TUI; ink resolves its own dependencies from node_modules). */
+const CLI_EXTERNAL = ['ink', 'react', 'react/*'];
 
 const jobs = [];
 if (existsSync('cli/main.ts')) {
-  jobs.push(build({ ...common, entryPoints: ['cli/main.ts'], outfile: 'dist/cli.js', packages: 'external', jsx: 'automatic' }));
+  jobs.push(build({
+    ...common,
+    entryPoints: { cli: 'cli/main.ts' },
+    outdir: 'dist',
+    // Code split at dynamic imports (the TUI): chunk names carry a content hash, so a rebuild never changes a chunk that
+    // a running devop may still load.
+    splitting: true,
+    chunkNames: 'chunks/[name]-[hash]',
+    external: CLI_EXTERNAL,
+    banner,
+    jsx: 'automatic',
+    metafile: true,
+  }).then(removeStaleChunks));
 }
 if (existsSync('cli/preload/outgoing.ts')) {
   jobs.push(build({ ...common, entryPoints: ['cli/preload/outgoing.ts'], outfile: 'dist/preload.js', banner }));
@@ -18,3 +36,11 @@ if (existsSync('agent/main.ts')) {
   jobs.push(build({ ...common, entryPoints: ['agent/main.ts'], outfile: 'dist/agent.js', banner, minify: true }));
 }
 await Promise.all(jobs);
+
+/** Chunks of earlier builds (other hashes) would pile up in dist/chunks with every source change: keep only this build's. */
+function removeStaleChunks(result) {
+  const current = new Set(Object.keys(result.metafile.outputs).map((file) => basename(file)));
+  for (const file of readdirSync('dist/chunks')) {
+    if (!current.has(file)) rmSync(`dist/chunks/${file}`, { force: true });
+  }
+}

@@ -5,13 +5,13 @@ import { BugError, UserError, formatError, isUserError } from './errors.js';
 describe('formatError', () => {
   it('prints a UserError as one line with its hint and no stack', () => {
     const err = new UserError('target deploy/x not found in namespace default', 'check the name with kubectl get deploy');
-    expect(formatError(err)).toBe('devop: target deploy/x not found in namespace default — check the name with kubectl get deploy');
+    expect(formatError(err)).toBe('devop: target deploy/x not found in namespace default — fix: check the name with kubectl get deploy');
     expect(formatError(err, true)).not.toContain('at ');
   });
 
   it('prints a BugError or a plain error as an internal error, with the stack and causes only when verbose', () => {
     const bug = new BugError('stream id reused', { cause: new Error('root cause') });
-    expect(formatError(bug)).toBe('devop: internal error: stream id reused (run again with --verbose for details, and please report it)');
+    expect(formatError(bug)).toBe('devop: internal error: stream id reused — run with -v for the stack');
     const verbose = formatError(bug, true);
     expect(verbose).toContain('BugError: stream id reused');
     expect(verbose).toMatch(/\n\s+at /);
@@ -19,10 +19,16 @@ describe('formatError', () => {
     expect(formatError('a string')).toContain('internal error: a string');
   });
 
+  it('keeps a message that spans lines on one line', () => {
+    const err = new UserError('the API server answered 500:\n  {"kind":"Status"}\n', 'retry, or check the API server\'s logs');
+    expect(formatError(err)).toBe('devop: the API server answered 500: {"kind":"Status"} — fix: retry, or check the API server\'s logs');
+    expect(formatError(new Error('HTTP-Code: 500\nMessage: boom'))).toBe('devop: internal error: HTTP-Code: 500 Message: boom — run with -v for the stack');
+  });
+
   it('recognises a UserError by shape too (e.g. from another copy of the module)', () => {
     const foreign = Object.assign(new Error('bad flag'), { name: 'UserError', hint: 'use --steal' });
     expect(isUserError(foreign)).toBe(true);
-    expect(formatError(foreign)).toBe('devop: bad flag — use --steal');
+    expect(formatError(foreign)).toBe('devop: bad flag — fix: use --steal');
     expect(isUserError(new Error('x'))).toBe(false);
   });
 });

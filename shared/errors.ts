@@ -29,21 +29,25 @@ export function isUserError(err: unknown): err is UserError {
 }
 
 /**
- * The text a top-level handler prints for `err` (without a trailing newline).
- * UserError: `devop: <message> — <hint>`; anything else: an internal-error line, plus the stack (and causes) when verbose.
+ * The text a top-level handler prints for `err` (without a trailing newline): always one line unless verbose.
+ * UserError: `devop: <message> — fix: <hint>`; anything else: `devop: internal error: <message> — run with -v for the
+ * stack`, or with verbose the stack (and causes) on the lines that follow.
  */
 export function formatError(err: unknown, verbose = false): string {
   if (isUserError(err)) {
-    const line = err.hint ? `devop: ${err.message} — ${err.hint}` : `devop: ${err.message}`;
+    const line = err.hint ? `devop: ${oneLine(err.message)} — fix: ${oneLine(err.hint)}` : `devop: ${oneLine(err.message)}`;
     return verbose && err.cause !== undefined ? `${line}\n${formatCause(err.cause)}` : line;
   }
   const message = err instanceof Error ? err.message : String(err);
-  if (!verbose) {
-    return `devop: internal error: ${message} (run again with --verbose for details, and please report it)`;
-  }
+  if (!verbose) return `devop: internal error: ${oneLine(message)} — run with -v for the stack`;
   const stack = err instanceof Error && err.stack ? err.stack : message;
   const cause = err instanceof Error && err.cause !== undefined ? `\n${formatCause(err.cause)}` : '';
   return `devop: internal error: ${stack}${cause}`;
+}
+
+/** A message that spans lines (an API error's body, a quoted log) still prints as one line. */
+function oneLine(text: string): string {
+  return text.trim().replace(/\s*\n\s*/g, ' ');
 }
 
 function formatCause(cause: unknown, depth = 0): string {

@@ -1,10 +1,7 @@
-// What the top-level handler prints for a failure: a UserError as the problem and its fix (no stack); anything else as
-// its message and a pointer to -v (with -v: the stack).
-import { isUserError } from '../../shared/errors.js';
+// What the top-level handler prints for a failure: one line — a UserError as `devop: <problem> — fix: <hint>` (no stack),
+// anything else as an internal error with a pointer to -v (with -v: the stack on the lines that follow).
+import { formatError } from '../../shared/errors.js';
 
 export function formatTopLevelError(err: unknown, verbose: boolean): string {
-  if (isUserError(err)) return `devop: ${err.message}\n  fix: ${err.hint}\n`;
-  const message = err instanceof Error ? err.message : String(err);
-  if (verbose) return `devop: ${err instanceof Error && err.stack ? err.stack : message}\n`;
-  return `devop: ${message}\n  (run with -v for the stack)\n`;
+  return `${formatError(err, verbose)}\n`;
 }

@@ -1,8 +1,9 @@
 // Chooses the Reporter for a run: Ink when interactive (stdin and stdout are TTYs and CI is not set), else Plain; JSON
-// and Plain on request; Null for library use. The only module the commands import from cli/ui/.
+// and Plain on request; Null for library use. The only module the commands import from cli/ui/. Ink (and react) load
+// lazily, only for a run that draws the TUI (lazy-ink.ts).
 import type { Reporter } from '../reporter.js';
-import { InkReporter } from './ink-reporter.js';
 import { JsonReporter } from './json.js';
+import { LazyInkReporter } from './lazy-ink.js';
 import { NullReporter } from './null.js';
 import { PlainReporter } from './plain.js';
 
@@ -40,12 +41,12 @@ export function createReporter(options: CreateReporterOptions): Reporter {
       return new PlainReporter({ stdout, stderr, verbose: options.verbose });
     case 'auto':
       return isInteractive(stdin, stdout, env)
-        ? new InkReporter({ stdout, stderr, stdin, verbose: options.verbose })
+        ? new LazyInkReporter({ stdout, stderr, stdin, verbose: options.verbose })
         : new PlainReporter({ stdout, stderr, verbose: options.verbose });
   }
 }
 
-export { InkReporter } from './ink-reporter.js';
+export { LazyInkReporter } from './lazy-ink.js';
 export { JsonReporter } from './json.js';
 export { NullReporter } from './null.js';
 export { PlainReporter } from './plain.js';

@@ -388,6 +388,10 @@ describe('stand-in kubelet', () => {
     const name = podName('del');
     await createPod({ metadata: { name }, spec: { terminationGracePeriodSeconds: 5, containers: [{ name: 'app', image: 'devop.test/http-echo' }] } });
     const pod = await waitForPod(core, name, 'Running', (p) => p.status?.phase === 'Running');
+    // Running means the process was started, not that it has set up its SIGTERM handler: a SIGTERM that arrives while
+    // Node is still booting (seconds on a loaded machine) kills it by the default action, silently, as on a real node.
+    // http-echo logs "listening" after it has installed its handlers.
+    await waitUntil('http-echo listening', async () => (await readAll(await runtime.logs({ namespace: 'default', pod: name, follow: false }))).includes(`http-echo ${name} listening on 8080`));
     const id = containerID(pod).replace('containerd://', '');
     const pids = await pidsOfContainer(id);
     expect(pids.length).toBe(1);
@@ -402,7 +406,9 @@ describe('stand-in kubelet', () => {
         return (err as { code?: number }).code === 404;
       }
     });
-    expect(await follower).toContain(`http-echo ${name} got SIGTERM`);
+    const followed = await follower;
+    expect(followed).toContain(`http-echo ${name} listening on 8080`);
+    expect(followed).toContain(`http-echo ${name} got SIGTERM`);
     expect(existsSync(`/proc/${pids[0]}`)).toBe(false);
     expect(await pidsOfContainer(id)).toEqual([]);
     expect(existsSync(`/sys/fs/cgroup/unified/${cluster.instance}/${id}`)).toBe(false);

@@ -53,13 +53,13 @@ describe('devop exec: config, targets, cleanup', () => {
     writeFileSync(join(dir, 'devop.json'), JSON.stringify({ incoming: { mode: 'borrow' } }));
     const run = track(new DevopRun(['exec', '--kubeconfig', cluster.kubeconfigPath, '--output', 'plain', '-t', 'deploy/echo', '--', 'true'], { cwd: dir }));
     expect((await run.exited).code).toBe(1);
-    expect(run.stderr).toMatch(/devop: .*devop\.json: incoming\.mode is "borrow"\n {2}fix: accepted: "steal" \| "mirror"/);
+    expect(run.stderr).toMatch(/devop: .*devop\.json: incoming\.mode is "borrow" — fix: accepted: "steal" \| "mirror"/);
   });
 
   it('resolves rollout/NAME through the Rollout selector, and says when Argo Rollouts is missing', async () => {
     const missing = track(devopExec(cluster, ['-t', 'rollout/echo-ro'], ['true']));
     expect((await missing.exited).code).toBe(1);
-    expect(missing.stderr).toMatch(/devop: Argo Rollouts is not installed in this cluster \(no rollouts\.argoproj\.io API\)\n {2}fix: /);
+    expect(missing.stderr).toMatch(/devop: Argo Rollouts is not installed in this cluster \(no rollouts\.argoproj\.io API\) — fix: /);
     // Given the Rollout CRD and a Rollout whose selector matches the echo pods
     await env.kc.makeApiClient(ApiextensionsV1Api).createCustomResourceDefinition({
       body: {

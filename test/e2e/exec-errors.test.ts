@@ -1,6 +1,6 @@
 // `devop exec` and `devop ls` end to end: exit codes and signals pass through, and every user-facing failure is one line
-// naming the problem plus a "fix:" line — no kubeconfig/context, missing namespace/target, no Ready pod, RBAC denial,
-// agent protocol mismatch, local command not found.
+// naming the problem and its fix (`devop: … — fix: …`) — no kubeconfig/context, missing namespace/target, no Ready pod,
+// RBAC denial, agent protocol mismatch, local command not found.
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -11,9 +11,9 @@ import { DevopRun, ROOT, deployEcho, devopExec, startE2ECluster, waitFor, type C
 
 requireRoot('e2e exec errors');
 
-/** The last two lines devop printed: the problem and the fix. */
+/** The last line devop printed: the problem and the fix. */
 function failure(run: DevopRun): string {
-  return run.stderr.trim().split('\n').slice(-2).join('\n');
+  return run.stderr.trim().split('\n').slice(-1).join('\n');
 }
 
 describe('devop exec: exit codes and errors', () => {
@@ -58,7 +58,7 @@ describe('devop exec: exit codes and errors', () => {
     const run = track(new DevopRun(['exec', '-t', 'deploy/echo', '--output', 'plain', '--', 'true'], { env: { KUBECONFIG: '/nonexistent/devop-kubeconfig' } }));
     expect((await run.exited).code).toBe(1);
     expect(failure(run)).toBe(
-      'devop: no kubeconfig found (KUBECONFIG: /nonexistent/devop-kubeconfig)\n  fix: point --kubeconfig or KUBECONFIG at a kubeconfig file, or create ~/.kube/config (e.g. with your cloud CLI)',
+      'devop: no kubeconfig found (KUBECONFIG: /nonexistent/devop-kubeconfig) — fix: point --kubeconfig or KUBECONFIG at a kubeconfig file, or create ~/.kube/config (e.g. with your cloud CLI)',
     );
   });
 
@@ -69,22 +69,22 @@ describe('devop exec: exit codes and errors', () => {
     writeFileSync(path, stringify(doc));
     const run = track(devopExec(cluster, ['-t', 'deploy/echo'], ['true'], { kubeconfig: path }));
     expect((await run.exited).code).toBe(1);
-    expect(failure(run)).toMatch(/^devop: the kubeconfig \(.*\) has no current context\n {2}fix: pass --context \(one of: .+\) or run `kubectl config use-context NAME`$/);
+    expect(failure(run)).toMatch(/^devop: the kubeconfig \(.*\) has no current context — fix: pass --context \(one of: .+\) or run `kubectl config use-context NAME`$/);
     const unknown = track(devopExec(cluster, ['-t', 'deploy/echo', '--context', 'nope'], ['true']));
     expect((await unknown.exited).code).toBe(1);
-    expect(failure(unknown)).toMatch(/^devop: context "nope" is not in the kubeconfig \(contexts: .+\)\n {2}fix: pass one of the listed contexts to --context$/);
+    expect(failure(unknown)).toMatch(/^devop: context "nope" is not in the kubeconfig \(contexts: .+\) — fix: pass one of the listed contexts to --context$/);
   });
 
   it('says when the namespace does not exist', async () => {
     const run = track(devopExec(cluster, ['-t', 'deploy/echo', '-n', 'no-such-ns'], ['true']));
     expect((await run.exited).code).toBe(1);
-    expect(failure(run)).toMatch(/^devop: namespace "no-such-ns" not found\n {2}fix: pass an existing namespace with -n/);
+    expect(failure(run)).toMatch(/^devop: namespace "no-such-ns" not found — fix: pass an existing namespace with -n/);
   });
 
   it('lists what exists when the target is not found', async () => {
     const run = track(devopExec(cluster, ['-t', 'deploy/nope'], ['true']));
     expect((await run.exited).code).toBe(1);
-    expect(failure(run)).toMatch(/^devop: deployment "nope" not found in namespace "default" \(deployments there: echo\)\n {2}fix: check the name and -n\/--namespace; `devop ls` lists the targets$/);
+    expect(failure(run)).toMatch(/^devop: deployment "nope" not found in namespace "default" \(deployments there: echo\) — fix: check the name and -n\/--namespace; `devop ls` lists the targets$/);
     const pod = track(devopExec(cluster, ['-t', 'pod/nope'], ['true']));
     expect((await pod.exited).code).toBe(1);
     expect(failure(pod)).toMatch(/^devop: pod "nope" not found in namespace "default" \(pods there: echo-\S+\)/);
@@ -115,14 +115,14 @@ describe('devop exec: exit codes and errors', () => {
     });
     const run = track(devopExec(cluster, ['-t', 'deploy/never-ready'], ['true']));
     expect((await run.exited).code).toBe(1);
-    expect(failure(run)).toMatch(/^devop: deployment\/never-ready has no Ready pod \(never-ready-\S+: Running, not Ready\)\n {2}fix: wait until a pod is Ready/);
+    expect(failure(run)).toMatch(/^devop: deployment\/never-ready has no Ready pod \(never-ready-\S+: Running, not Ready\) — fix: wait until a pod is Ready/);
   });
 
   it('names the missing RBAC permissions (SelfSubjectAccessReview preflight)', async () => {
     const restricted = cluster.restrictedKubeconfigPath;
     const run = track(devopExec(cluster, ['-t', 'deploy/echo'], ['true'], { kubeconfig: restricted }));
     expect((await run.exited).code).toBe(1);
-    expect(failure(run)).toMatch(/^devop: RBAC: .+ may not create pods\/portforward, create jobs\.batch, get jobs\.batch, delete jobs\.batch in namespace default\n {2}fix: ask a cluster admin for a Role granting/);
+    expect(failure(run)).toMatch(/^devop: RBAC: .+ may not create pods\/portforward, create jobs\.batch, get jobs\.batch, delete jobs\.batch in namespace default — fix: ask a cluster admin for a Role granting/);
   });
 
   it('reports an agent that speaks another protocol version', async () => {
@@ -131,13 +131,16 @@ describe('devop exec: exit codes and errors', () => {
     await deployEcho(env, 'echo-old');
     const run = track(devopExec(cluster, ['-t', 'deploy/echo-old', '--ephemeral', '--agent-image', 'devop.test/old-agent'], ['true']));
     expect((await run.exited).code).toBe(1);
-    expect(failure(run)).toMatch(/^devop: the agent speaks protocol version 999, this devop speaks \d+\n {2}fix: use an agent image of the same devop version/);
+    expect(failure(run)).toMatch(/^devop: the agent speaks protocol version 999, this devop speaks \d+ — fix: use an agent image of the same devop version/);
   });
 
   it('says when the agent image cannot be pulled, and removes the agent Job it made', async () => {
-    const run = track(devopExec(cluster, ['-t', 'deploy/echo', '--agent-image', 'devop.test/no-such-agent:1'], ['true']));
-    expect((await run.exited).code).toBe(1);
-    expect(failure(run)).toMatch(/^devop: the agent image devop\.test\/no-such-agent:1 cannot be pulled \((ErrImagePull|ImagePullBackOff|InvalidImageName).*\)\n {2}fix: check --agent-image/);
+    // A target no agent serves yet: an agent that earlier tests left on deploy/echo (it idles a few seconds) would be
+    // reused, whatever --agent-image says.
+    await deployEcho(env, 'echo-pull');
+    const run = track(devopExec(cluster, ['-t', 'deploy/echo-pull', '--agent-image', 'devop.test/no-such-agent:1'], ['true']));
+    expect((await run.exited).code, run.output).toBe(1);
+    expect(failure(run)).toMatch(/^devop: the agent image devop\.test\/no-such-agent:1 cannot be pulled \((ErrImagePull|ImagePullBackOff|InvalidImageName).*\) — fix: check --agent-image/);
     const jobs = await waitFor('the failed agent Job to be deleted', async () => {
       const { BatchV1Api } = await import('@kubernetes/client-node');
       const list = await env.kc.makeApiClient(BatchV1Api).listNamespacedJob({ namespace: 'default' });
@@ -150,7 +153,7 @@ describe('devop exec: exit codes and errors', () => {
   it('says when the local command is not found', async () => {
     const run = track(devopExec(cluster, ['-t', 'deploy/echo'], ['devop-no-such-command']));
     expect((await run.exited).code).toBe(1);
-    expect(failure(run)).toBe('devop: command not found: devop-no-such-command\n  fix: check the command after `--` (is it installed and on your PATH?)');
+    expect(failure(run)).toBe('devop: command not found: devop-no-such-command — fix: check the command after `--` (is it installed and on your PATH?)');
   });
 
   it('devop ls lists deployments and pods with ready counts and ports, also as JSON', async () => {

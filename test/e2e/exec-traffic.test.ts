@@ -97,7 +97,7 @@ describe('devop exec: traffic', () => {
     // Then it is refused in one line naming who holds the port
     expect(exit.code).toBe(1);
     expect(third.stderr).toMatch(/devop: port 8080 of pod echo-\S+ cannot be stolen: port 8080 is stolen \(.*x-user: (alice|bob).*\) by \S+@\S+ since /);
-    expect(third.stderr).toMatch(/\n {2}fix: /);
+    expect(third.stderr).toMatch(/since .* — fix: /);
     await Promise.all([alice.stop(), bob.stop()]);
   });
 

@@ -3,6 +3,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { accessSync, constants, existsSync, mkdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
+import type { Readable } from 'node:stream';
 import { ContainerLogWriter } from './logs.js';
 
 export interface ContainerLaunch {
@@ -33,8 +34,13 @@ export const SIGNAL_NUMBERS: Record<string, number> = { SIGHUP: 1, SIGINT: 2, SI
 
 /** The shell step that runs in the host's mount namespace: join the cgroup, then enter the netns and exec the command. */
 const LAUNCH_SCRIPT = 'echo $$ > "$1/cgroup.procs" || exit 126; shift; exec ip netns exec "$@"';
-/** With volume mounts: after entering the netns (and the mount namespace `ip netns exec` makes), mount, then exec. */
-const SETUP_SCRIPT = (setup: string) => `${setup}\nexec "$@"`;
+/**
+ * The last step, inside the netns (and the mount namespace `ip netns exec` makes): the volume mounts if any, then close
+ * the start pipe (fd 3: the kubelet sees the container started) and exec the command.
+ */
+const SETUP_SCRIPT = (setup: string) => `${setup}\nexec 3>&-\nexec "$@"`;
+/** The file descriptor of the start pipe in the launch chain (0-2 are the container's stdio). */
+const START_FD = 3;
 
 /** Finds an executable as execvp would with the container's PATH; undefined when there is none. */
 export function lookPath(file: string, path: string): string | undefined {
@@ -54,6 +60,10 @@ export class ContainerStartError extends Error {}
 
 export class ContainerProcess {
   readonly startedAt = new Date();
+  /** Resolves once the launch steps have handed over to the command (or the launch ended before that). */
+  readonly started: Promise<void>;
+  /** True once `started` has resolved. */
+  hasStarted = false;
   readonly exited: Promise<ContainerExit>;
   private exitInfo: ContainerExit | undefined;
   private readonly child: ChildProcess;
@@ -70,12 +80,27 @@ export class ContainerProcess {
     }
     if (!existsSync(launch.workingDir)) mkdirSync(launch.workingDir, { recursive: true });
     this.log = new ContainerLogWriter(launch.logPath);
-    const inner = launch.setup ? ['/bin/sh', '-c', SETUP_SCRIPT(launch.setup), 'sh', ...launch.argv] : launch.argv;
+    const inner = ['/bin/sh', '-c', SETUP_SCRIPT(launch.setup ?? ''), 'sh', ...launch.argv];
     this.child = spawn('/bin/sh', ['-c', LAUNCH_SCRIPT, 'sh', launch.cgroupDir, launch.netns, ...inner], {
       env: launch.env,
       cwd: launch.workingDir,
       detached: true,
-      stdio: [launch.stdin ? 'pipe' : 'ignore', 'pipe', 'pipe'],
+      stdio: [launch.stdin ? 'pipe' : 'ignore', 'pipe', 'pipe', 'pipe'],
+    });
+    // A runtime reports a container started once its command runs, not while the launch steps (cgroup, netns, mounts)
+    // still do: a signal sent before that would hit a wrapper shell (and kill it silently) instead of the command.
+    this.started = new Promise<void>((resolve) => {
+      const startPipe = this.child.stdio[START_FD] as Readable | null;
+      const done = (): void => {
+        this.hasStarted = true;
+        startPipe?.destroy();
+        resolve();
+      };
+      if (!startPipe) return done();
+      startPipe.on('error', done);
+      startPipe.on('close', done);
+      startPipe.on('end', done);
+      startPipe.resume();
     });
     this.child.stdout?.on('data', (c: Buffer) => this.log.write('stdout', c));
     this.child.stderr?.on('data', (c: Buffer) => this.log.write('stderr', c));

@@ -12,7 +12,7 @@ import { execInContainer } from './exec.js';
 import type { NodeNetwork } from './network.js';
 import { PodDialer } from './pod-dialer.js';
 import { startLivenessLoop, startReadinessLoop, type ProbeTarget } from './probes.js';
-import { currentAttempt, isRunning, newRecord, type ContainerAttempt, type ContainerKind, type ContainerRecord } from './records.js';
+import { currentAttempt, isAlive, isRunning, newRecord, type ContainerAttempt, type ContainerKind, type ContainerRecord } from './records.js';
 import { PodSandbox } from './sandbox.js';
 import { containerMounts, mountScript, preparePodVolumes } from './volumes.js';
 
@@ -278,6 +278,7 @@ export class PodWorker {
       this.changed();
       return { kind: 'exit', exitCode: 128, ranMs: 0 };
     }
+    await attempt.proc.started;
     rec.waiting = undefined;
     rec.ready = false;
     this.deps.event(this.pod, 'Normal', 'Created', `Created container ${rec.name}`, fieldPath);
@@ -364,10 +365,12 @@ export class PodWorker {
     for (const wake of [...this.wakers]) wake();
     for (const stop of this.stopProbes.values()) stop();
     this.terminated = (async () => {
-      const running = [...this.records.values()].filter(isRunning);
+      const running = [...this.records.values()].filter(isAlive);
       for (const rec of running) {
         this.deps.event(this.pod, 'Normal', 'Killing', `Stopping container ${rec.name}`, fieldPathOf(rec));
-        currentAttempt(rec)!.proc!.signal('SIGTERM');
+        // A container still being launched gets its SIGTERM once its command runs, as the command would on a node.
+        const proc = currentAttempt(rec)!.proc!;
+        void proc.started.then(() => proc.signal('SIGTERM'));
       }
       const exits = Promise.all(running.map((rec) => currentAttempt(rec)!.proc!.exited));
       let timer: NodeJS.Timeout | undefined;

@@ -38,9 +38,21 @@ export function currentAttempt(rec: ContainerRecord): ContainerAttempt | undefin
   return rec.attempts[rec.attempts.length - 1];
 }
 
+/** The container's command runs (its launch steps are done, it has not exited). */
 export function isRunning(rec: ContainerRecord): boolean {
   const attempt = currentAttempt(rec);
+  return Boolean(attempt?.proc?.running && attempt.proc.hasStarted && !attempt.exit);
+}
+
+/** A process of the container is alive: its command, or the launch steps before it. */
+export function isAlive(rec: ContainerRecord): boolean {
+  const attempt = currentAttempt(rec);
   return Boolean(attempt?.proc?.running && !attempt.exit);
+}
+
+/** The container's command has run at least once (or an attempt ended), so the pod is past Pending. */
+export function hasRun(rec: ContainerRecord): boolean {
+  return rec.attempts.some((attempt) => attempt.exit !== undefined || attempt.proc?.hasStarted);
 }
 
 function terminatedState(attempt: ContainerAttempt): V1ContainerState {

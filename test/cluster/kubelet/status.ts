@@ -2,7 +2,7 @@
 // transition times, container/init/ephemeral statuses, pod and host IPs.
 import type { V1PodCondition, V1PodStatus } from '@kubernetes/client-node';
 import type { PodWorker } from './pod-worker.js';
-import { containerStatus, currentAttempt, isRunning, type ContainerRecord } from './records.js';
+import { containerStatus, currentAttempt, hasRun, isRunning, type ContainerRecord } from './records.js';
 
 function succeeded(rec: ContainerRecord): boolean {
   return currentAttempt(rec)?.exit?.exitCode === 0;
@@ -14,7 +14,7 @@ export function podPhase(worker: PodWorker): 'Pending' | 'Running' | 'Succeeded'
   const regular = worker.recordsOf('regular');
   if (init.some((r) => r.done && !succeeded(r))) return 'Failed';
   if (!worker.initialized) return 'Pending';
-  if (regular.some((r) => r.attempts.length === 0 && !r.done)) return 'Pending';
+  if (regular.some((r) => !hasRun(r) && !r.done)) return 'Pending';
   if (regular.some(isRunning)) return 'Running';
   if (regular.every((r) => r.done)) return regular.every(succeeded) ? 'Succeeded' : 'Failed';
   return 'Running';
