@@ -66,7 +66,7 @@ export class PlainReporter implements Reporter {
         return undefined;
       case 'error': {
         const step = event.step ? ` [${event.step}]` : '';
-        const hint = event.hint ? `\n${LINE_PREFIX}fix: ${event.hint}` : '';
+        const hint = event.hint ? ` — fix: ${event.hint}` : '';
         return `${LINE_PREFIX}error${step}: ${event.message}${hint}`;
       }
       case 'exit':

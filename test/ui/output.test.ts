@@ -32,7 +32,7 @@ describe('piped output (not a TTY)', () => {
     // Then the failed step and the error are plain lines
     expect(result.stderr).not.toMatch(ESCAPE_CODES);
     expect(result.stderr).toContain('devop: ✗ agent: image pull failed (3.0 s)\n');
-    expect(result.stderr).toContain('devop: error [agent]: the agent pod cannot pull ghcr.io/devop/agent:nope\ndevop: fix: pass --agent-image');
+    expect(result.stderr).toContain('devop: error [agent]: the agent pod cannot pull ghcr.io/devop/agent:nope — fix: pass --agent-image');
     expect(result.stderr).not.toContain('devop: ready');
   });
 
