@@ -128,6 +128,6 @@ describe('devop vscode init', () => {
       .map((line) => new RegExp(pattern.regexp).exec(line))
       .filter((match) => match !== null)
       .map((match) => match[pattern.message]);
-    expect(problems).toEqual(['agent: image pull failed (3.0 s)', 'the agent pod cannot pull ghcr.io/devop/agent:nope']);
+    expect(problems).toEqual(['agent: image pull failed (3.0 s)', 'the agent pod cannot pull ghcr.io/devop/agent:nope — fix: pass --agent-image with an image your cluster can pull']);
   });
 });
