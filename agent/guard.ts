@@ -1,5 +1,6 @@
 // The guard: a tiny shell process, started detached in the agent's netns, that holds a pipe from the agent and removes
-// the agent's iptables chain when that pipe closes — which happens however the agent dies, SIGKILL included.
+// the agent's iptables chain when that pipe closes — which happens however the agent dies, SIGKILL included. Used only
+// with the iptables fallback: a runtime that kills the agent's whole cgroup kills the guard too (docs/safety.md).
 import { spawn } from 'node:child_process';
 import type { Writable } from 'node:stream';
 import { cleanupScript, type IptablesBackend } from './iptables.js';
@@ -16,6 +17,8 @@ export interface Guard {
  * lives in its own session (setsid) so it outlives the agent, and waits for EOF on stdin — the agent holds the only writer.
  */
 export function startGuard(backend: IptablesBackend, chain: string, log: AgentLog): Guard {
+  // An owned nft table needs no guard: the kernel removes it when the agent's nft process dies.
+  if (backend === 'nft-owned') return { pid: -1, release: () => undefined };
   const script = `trap '' INT TERM HUP; cat >/dev/null; ${cleanupScript(backend, chain)}`;
   const child = spawn('sh', ['-c', script], { detached: true, stdio: ['pipe', 'ignore', 'ignore'] });
   const stdin = child.stdin as Writable & { unref?: () => void };

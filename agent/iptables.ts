@@ -1,19 +1,33 @@
-// The agent's iptables (nat) rules: backend detection (nft vs legacy), one DEVOP-<id> chain jumped to from PREROUTING,
-// one REDIRECT per stolen port, and the removal of stale chains whose agent is gone.
+// The agent's redirect rules: backend detection (an owned nft table when nft and the kernel allow it, else iptables nft
+// vs legacy), the owned table (agent/nft-owned.ts) or one DEVOP-<id> chain jumped to from PREROUTING with one REDIRECT
+// per stolen port, and the removal of stale chains whose agent is gone.
 import { connect } from 'node:net';
 import { CHAIN_PREFIX, chainName } from '../shared/agent-contract.js';
 import { run, runOk } from './exec.js';
-import type { AgentLog } from './log.js';
+import { createLog, type AgentLog } from './log.js';
+import { OwnedTable, probeOwnedTables } from './nft-owned.js';
 
-export type IptablesBackend = 'nft' | 'legacy';
+/** nft-owned: the agent's own nftables table, which the kernel removes when the agent dies; nft/legacy: iptables + guard. */
+export type IptablesBackend = 'nft-owned' | ChainBackend;
+/** The iptables fallback's backends. */
+export type ChainBackend = 'nft' | 'legacy';
 
-export function iptablesBinary(backend: IptablesBackend): string {
+export function iptablesBinary(backend: ChainBackend): string {
   return backend === 'nft' ? 'iptables-nft' : 'iptables-legacy';
 }
 
-/** Counts the rules each backend holds in this netns and picks the one the pod already uses (default nft). */
+/**
+ * An owned nft table when this netns allows one (nft present, kernel >= 5.12); else counts the rules each iptables backend
+ * holds in this netns and picks the one the pod already uses (default nft).
+ */
 export async function detectBackend(log: AgentLog): Promise<IptablesBackend> {
-  const count = async (backend: IptablesBackend): Promise<number> => {
+  const refused = await probeOwnedTables(log);
+  if (refused === undefined) {
+    log.info('redirect rules: owned nft table (the kernel removes it when the agent dies)');
+    return 'nft-owned';
+  }
+  log.warn('no owned nft table (needs nft and kernel >= 5.12); using iptables with a guard process', { reason: refused });
+  const count = async (backend: ChainBackend): Promise<number> => {
     try {
       const res = await run(`${iptablesBinary(backend)}-save`, []);
       return res.code === 0 ? res.stdout.split('\n').filter((l) => l.startsWith('-A ')).length : -1;
@@ -22,7 +36,7 @@ export async function detectBackend(log: AgentLog): Promise<IptablesBackend> {
     }
   };
   const [nft, legacy] = await Promise.all([count('nft'), count('legacy')]);
-  const backend: IptablesBackend = legacy > 0 && nft <= 0 ? 'legacy' : nft < 0 && legacy >= 0 ? 'legacy' : 'nft';
+  const backend: ChainBackend = legacy > 0 && nft <= 0 ? 'legacy' : nft < 0 && legacy >= 0 ? 'legacy' : 'nft';
   log.debug('iptables backend', { backend, nftRules: nft, legacyRules: legacy });
   return backend;
 }
@@ -46,7 +60,7 @@ export function redirectRule(chain: string, port: number, listenerPort: number, 
 }
 
 /** The shell commands that remove an agent's chain and jump; the guard runs them when the agent dies. */
-export function cleanupScript(backend: IptablesBackend, chain: string): string {
+export function cleanupScript(backend: ChainBackend, chain: string): string {
   const ipt = `${iptablesBinary(backend)} -w -t nat`;
   const jump = jumpRule(chain).join(' ');
   // -D removes one copy per call: loop until none is left, then empty and delete the chain.
@@ -56,17 +70,30 @@ export function cleanupScript(backend: IptablesBackend, chain: string): string {
 export class AgentChain {
   readonly chain: string;
   private created = false;
+  /** With the nft-owned backend: the owned table, created on the first redirect. */
+  private owned: Promise<OwnedTable> | undefined;
 
-  constructor(readonly backend: IptablesBackend, agentId: string) {
+  constructor(readonly backend: IptablesBackend, private readonly agentId: string, private readonly log: AgentLog = createLog('info')) {
     this.chain = chainName(agentId);
   }
 
   private ipt(args: readonly string[]): Promise<string> {
-    return runOk(iptablesBinary(this.backend), ['-w', '-t', 'nat', ...args]);
+    return runOk(iptablesBinary(this.backend as ChainBackend), ['-w', '-t', 'nat', ...args]);
+  }
+
+  private table(): Promise<OwnedTable> {
+    this.owned ??= OwnedTable.create(this.agentId, this.log);
+    // A failed creation is not kept: the next subscribe tries again (and says why it failed).
+    this.owned.catch(() => (this.owned = undefined));
+    return this.owned;
   }
 
   /** Creates the chain and the jump (once). */
   async ensure(): Promise<void> {
+    if (this.backend === 'nft-owned') {
+      await this.table();
+      return;
+    }
     if (this.created) return;
     await this.ipt(['-N', this.chain]);
     await this.ipt(['-I', ...jumpRule(this.chain).slice(0, 1), '1', ...jumpRule(this.chain).slice(1)]);
@@ -74,17 +101,25 @@ export class AgentChain {
   }
 
   async addRedirect(port: number, listenerPort: number, skipSource?: string): Promise<void> {
+    if (this.backend === 'nft-owned') return (await this.table()).addRedirect(port, listenerPort, skipSource);
     await this.ensure();
     await this.ipt(['-A', ...redirectRule(this.chain, port, listenerPort, skipSource)]);
   }
 
   async removeRedirect(port: number, listenerPort: number, skipSource?: string): Promise<void> {
+    if (this.backend === 'nft-owned') return (await this.owned)?.removeRedirect(port, listenerPort, skipSource);
     if (!this.created) return;
     await this.ipt(['-D', ...redirectRule(this.chain, port, listenerPort, skipSource)]);
   }
 
-  /** Removes the jump and the chain (idempotent). */
+  /** Removes the jump and the chain, or the owned table (idempotent). */
   async remove(): Promise<void> {
+    if (this.backend === 'nft-owned') {
+      const owned = this.owned;
+      this.owned = undefined;
+      await (await owned?.catch(() => undefined))?.remove();
+      return;
+    }
     await run('sh', ['-c', cleanupScript(this.backend, this.chain)]);
     this.created = false;
   }

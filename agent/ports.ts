@@ -1,11 +1,10 @@
-// The agent's stolen/mirrored ports: subscriptions per port, port locks, and the iptables rule + listener that exist
+// The agent's stolen/mirrored ports: subscriptions per port, port locks, and the redirect rule + listener that exist
 // while a port has at least one subscription.
 import { readFile } from 'node:fs/promises';
 import { isUserError } from '../shared/errors.js';
 import type { ClientMessage } from '../shared/protocol.js';
 import { compileFilter, describeFilter } from './filter.js';
 import { flushConnections } from './flush.js';
-import type { AgentChain } from './iptables.js';
 import type { AgentLog } from './log.js';
 import { PortRedirect, type IncomingTarget, type PortSubscription } from './port-redirect.js';
 
@@ -14,6 +13,14 @@ type Subscribe = Extract<ClientMessage, { type: 'subscribe' }>;
 export type SubscribeResult =
   | { ok: true }
   | { ok: false; reason: string; holder?: { user: string; host: string; since: string } };
+
+/** Where the agent's redirect rules live: an owned nft table (agent/nft-owned.ts) or an iptables chain (agent/iptables.ts). */
+export interface RedirectRules {
+  addRedirect(port: number, listenerPort: number, skipSource?: string): Promise<void>;
+  removeRedirect(port: number, listenerPort: number, skipSource?: string): Promise<void>;
+  /** Removes every rule of the agent (idempotent). */
+  remove(): Promise<void>;
+}
 
 interface PortEntry {
   redirect: PortRedirect;
@@ -39,7 +46,7 @@ export class PortTable {
   private queue: Promise<unknown> = Promise.resolve();
 
   constructor(
-    private readonly chain: AgentChain | undefined,
+    private readonly chain: RedirectRules | undefined,
     private readonly nodeIP: () => Promise<string | undefined>,
     private readonly log: AgentLog,
     /** DEVOP_AGENT_FLUSH_CONNECTIONS: false makes the agent ignore a session's flush request. */
@@ -94,7 +101,7 @@ export class PortTable {
           await this.chain.addRedirect(msg.port, listenerPort, skipSource);
         } catch (err) {
           redirect.close();
-          return { ok: false as const, reason: `cannot install the iptables rule for port ${msg.port}: ${(err as Error).message}` };
+          return { ok: false as const, reason: `cannot install the redirect rule for port ${msg.port}: ${(err as Error).message}` };
         }
         this.ports.set(msg.port, { redirect, skipSource });
         // The rule is in place first, so a flushed client's reconnect is already stolen.

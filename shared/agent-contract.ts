@@ -22,7 +22,7 @@ export const AGENT_COMMAND: readonly string[] = ['node', ...AGENT_NODE_FLAGS, AG
 
 /**
  * Linux capabilities the agent container needs (docs/agent.md says why):
- * NET_ADMIN for iptables and conntrack; SYS_ADMIN for setns (nsenter -n); SYS_PTRACE to read /proc/PID/environ and
+ * NET_ADMIN for nftables/iptables and conntrack; SYS_ADMIN for setns (nsenter -n); SYS_PTRACE to read /proc/PID/environ and
  * /proc/PID/root of another user's process.
  */
 export const AGENT_CAPABILITIES: readonly string[] = ['NET_ADMIN', 'SYS_ADMIN', 'SYS_PTRACE'];
@@ -41,7 +41,7 @@ export const AGENT_ANNOTATIONS = {
   port: 'devop.dev/agent-port',
   /** user@host of the CLI that created the agent. */
   owner: 'devop.dev/owner',
-  /** The agent's id (its iptables chain is DEVOP-<id>). */
+  /** The agent's id (its nft table is devop_<id>; with the iptables fallback, its chain is DEVOP-<id>). */
   agentId: 'devop.dev/agent-id',
 } as const;
 
@@ -72,9 +72,9 @@ export const AGENT_ENV_DOC: Record<keyof typeof AGENT_ENV, string> = {
   idleSeconds: 'Exit after this many seconds without any connected session (never while one is connected).',
   resumeGraceSeconds: 'How long a disconnected session keeps its steals (traffic goes to the pod meanwhile) waiting for a resume.',
   nodeIP: "The node's IP (kubelet probes come from it and are not stolen); default: the pod's default gateway.",
-  iptables: 'auto (use the backend that already has rules in the pod netns, else nft), nft or legacy.',
+  iptables: 'Where the redirect rules go: auto (an owned nftables table when nft and the kernel support it, else iptables with the backend that already has rules in the pod netns), nft-owned (owned table only: without it steals are refused with the reason), nft (iptables-nft + guard) or legacy (iptables-legacy + guard).',
   flushConnections: 'false forbids flushing existing connections when stealing starts (a session\'s flush request is then ignored); default true.',
-  agentId: 'Id of this agent (iptables chain DEVOP-<id>); default: random.',
+  agentId: 'Id of this agent (nft table devop_<id>, or iptables chain DEVOP-<id> in the fallback); default: random.',
   logLevel: 'debug, info or warn.',
   inNetns: 'Internal: marks the re-executed agent in job mode.',
 };
@@ -94,7 +94,7 @@ export const AgentConfig = z.object({
   idleSeconds: z.coerce.number().positive().default(60),
   resumeGraceSeconds: z.coerce.number().min(0).default(30),
   nodeIP: z.string().min(1).optional(),
-  iptables: z.enum(['auto', 'nft', 'legacy']).default('auto'),
+  iptables: z.enum(['auto', 'nft-owned', 'nft', 'legacy']).default('auto'),
   flushConnections: bool.default(true),
   agentId: z.string().regex(/^[a-z0-9]{1,20}$/, 'lower-case letters and digits, at most 20 (iptables chain names are short)').optional(),
   logLevel: z.enum(['debug', 'info', 'warn']).default('info'),

@@ -1,6 +1,9 @@
 // Faults: kill -9 of the agent (or of its parent), SIGTERM, a dropped session (fallback, then resume), bad frames from
 // one session, stale chains of dead agents, and the idle exit. The pod's port must work again within 2 s, rule-free.
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { connect } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { requireRoot } from '../helpers/root.js';
 import { PodNet, sh, waitFor, type AgentProc } from './netns.js';
@@ -27,8 +30,8 @@ describe.runIf(run)('agent: faults', () => {
     await net.teardown();
   });
 
-  async function stealingAgent(env: Record<string, string> = {}): Promise<{ agent: AgentProc; control: string }> {
-    const agent = await net.startAgent(env);
+  async function stealingAgent(env: Record<string, string> = {}, opts: { cgroup?: string } = {}): Promise<{ agent: AgentProc; control: string }> {
+    const agent = await net.startAgent(env, opts);
     const control = await net.relay(net.podNs, '127.0.0.1', agent.port);
     const session = await connectSession(control, { local });
     expect((await session.subscribe(3000, 'steal')).type).toBe('subscribed');
@@ -49,14 +52,54 @@ describe.runIf(run)('agent: faults', () => {
     await waitFor(() => { try { process.kill(pid, 0); return false; } catch { return true; } }, `process ${pid} to exit`);
   }
 
-  test('kill -9 of the agent: the pod answers again within 2 s and no devop rule is left', async () => {
+  /** The devop rules left in the pod netns (owned nft table, iptables chains of both backends), as one text. */
+  async function rules(): Promise<string> {
+    return (await net.devopRules()).join('\n');
+  }
+
+  /** The agent's rules must be gone within the 2 s of the failure rule (after the pod already answers). */
+  async function rulesGone(what: string): Promise<void> {
+    await waitFor(async () => (await net.devopRules()).length === 0, what, RECOVERY_MS);
+  }
+
+  /** Command lines of the processes left in the pod netns that belong to an agent (its nft, its guard). */
+  async function agentHelpers(agentId: string): Promise<string[]> {
+    const pids = (await sh(`ip netns pids ${net.podNs}`)).trim().split('\n').filter(Boolean);
+    return pids.map((pid) => net.readCmdline(Number(pid))).filter((c) => c.includes(`DEVOP-${agentId}`) || c.startsWith('nft '));
+  }
+
+  test('kill -9 of the agent (owned nft table): the kernel drops the table; the pod answers within 2 s, no rule is left', async () => {
     const { agent } = await stealingAgent();
-    expect(await net.iptablesSave()).toContain(`DEVOP-${agent.agentId}`);
+    // Given the rules in the agent's owned table, and no guard process (the kernel is the guard)
+    expect(await rules()).toContain(`table ip devop_${agent.agentId} {`);
+    expect(await net.iptablesSave()).not.toContain('DEVOP');
+    expect((await agentHelpers(agent.agentId)).some((c) => c.includes('DEVOP-'))).toBe(false);
     process.kill(agent.innerPid, 'SIGKILL');
-    const ms = await timeUntilPodAnswers();
-    expect(ms).toBeLessThan(RECOVERY_MS);
-    await waitFor(async () => !(await net.iptablesSave()).includes('DEVOP'), 'the guard to remove the chain', RECOVERY_MS);
+    expect(await timeUntilPodAnswers()).toBeLessThan(RECOVERY_MS);
+    await rulesGone('the owned table to go with the agent');
     await exited(agent.pid); // the job-mode parent follows its child
+    await waitFor(async () => (await agentHelpers(agent.agentId)).length === 0, 'the agent\'s nft to exit');
+  });
+
+  test('the agent\'s whole container is killed (cgroup.kill, as the runtime does): the pod answers within 2 s, no rule is left', async () => {
+    const cgroup = net.agentCgroup();
+    const { agent } = await stealingAgent({}, { cgroup });
+    expect(await rules()).toContain(`table ip devop_${agent.agentId} {`);
+    // When every process of the agent's cgroup gets SIGKILL at once (agent, its job-mode parent, its nft)
+    writeFileSync(join(cgroup, 'cgroup.kill'), '1');
+    expect(await timeUntilPodAnswers()).toBeLessThan(RECOVERY_MS);
+    await rulesGone('the owned table to go with the container');
+    await exited(agent.pid);
+  });
+
+  test('kill -9 of the agent with the iptables fallback: its guard removes the chain; the pod answers within 2 s', async () => {
+    const { agent } = await stealingAgent({ DEVOP_AGENT_IPTABLES: 'nft' });
+    expect(await rules()).toContain(`-A PREROUTING -p tcp -m comment --comment devop -j DEVOP-${agent.agentId}`);
+    expect(await rules()).not.toContain('devop_');
+    process.kill(agent.innerPid, 'SIGKILL');
+    expect(await timeUntilPodAnswers()).toBeLessThan(RECOVERY_MS);
+    await rulesGone('the guard to remove the chain');
+    await exited(agent.pid);
   });
 
   test('kill -9 of the job-mode parent: the agent in the netns stops, the rules go within 2 s', async () => {
@@ -64,39 +107,63 @@ describe.runIf(run)('agent: faults', () => {
     process.kill(agent.pid, 'SIGKILL');
     expect(await timeUntilPodAnswers()).toBeLessThan(RECOVERY_MS);
     await exited(agent.innerPid);
-    expect(await net.iptablesSave()).not.toContain('DEVOP');
+    await rulesGone('the rules to go with the agent');
   });
 
-  test('SIGTERM ends the agent cleanly: exit code 0, no rule, no guard left', async () => {
-    const { agent } = await stealingAgent();
-    const code = new Promise<number | null>((r) => agent.child.once('exit', (c) => r(c)));
-    process.kill(agent.pid, 'SIGTERM');
-    expect(await code).toBe(0);
-    expect(await net.iptablesSave()).not.toContain('DEVOP');
-    expect((await httpGet(client, '/after-term')).body).toBe('pod: GET /after-term');
-    // The guard (whose command line names the chain) has gone too
-    await waitFor(async () => {
-      const pids = (await sh(`ip netns pids ${net.podNs}`)).trim().split('\n').filter(Boolean);
-      return pids.every((pid) => !net.readCmdline(Number(pid)).includes(`DEVOP-${agent.agentId}`));
-    }, 'the guard to exit');
-  });
+  for (const backend of ['auto', 'nft'] as const) {
+    test(`SIGTERM ends the agent cleanly (DEVOP_AGENT_IPTABLES=${backend}): exit code 0, no rule, no nft or guard left`, async () => {
+      const { agent } = await stealingAgent({ DEVOP_AGENT_IPTABLES: backend });
+      expect(await rules()).toContain(backend === 'auto' ? `devop_${agent.agentId}` : `DEVOP-${agent.agentId}`);
+      const code = new Promise<number | null>((r) => agent.child.once('exit', (c) => r(c)));
+      process.kill(agent.pid, 'SIGTERM');
+      expect(await code).toBe(0);
+      expect(await net.devopRules()).toEqual([]);
+      expect((await httpGet(client, '/after-term')).body).toBe('pod: GET /after-term');
+      await waitFor(async () => (await agentHelpers(agent.agentId)).length === 0, 'the agent\'s nft or guard to exit');
+    });
+  }
 
-  test('in a pod whose rules are iptables-legacy the agent uses legacy, and its guard cleans legacy up after kill -9', async () => {
-    // Given a pod netns that already has a legacy rule (as a legacy-only CNI or sidecar would leave)
+  test('without a usable nft, a pod whose rules are iptables-legacy gets legacy rules, and its guard cleans them up after kill -9', async () => {
+    // Given an nft that fails (as one too old for owned tables would) and a pod netns with a legacy rule (a legacy-only CNI)
+    const fakeBin = mkdtempSync(join(tmpdir(), 'devop-nonft-'));
+    writeFileSync(join(fakeBin, 'nft'), '#!/bin/sh\necho "Error: unknown flag owner" >&2\nexit 1\n', { mode: 0o755 });
     const marker = ['-t', 'nat', '-A', 'OUTPUT', '-p', 'tcp', '-d', '127.0.0.3', '--dport', '9', '-j', 'RETURN'].join(' ');
     await sh(`ip netns exec ${net.podNs} iptables-legacy ${marker}`);
     try {
-      const { agent } = await stealingAgent();
+      const { agent } = await stealingAgent({ PATH: `${fakeBin}:${process.env.PATH ?? ''}` });
+      expect(agent.lines.some((l) => l.includes('no owned nft table'))).toBe(true);
       const legacy = await sh(`ip netns exec ${net.podNs} iptables-legacy-save -t nat`);
       const nft = await sh(`ip netns exec ${net.podNs} iptables-nft-save -t nat`);
       expect(legacy).toContain(`-A PREROUTING -p tcp -m comment --comment devop -j DEVOP-${agent.agentId}`);
       expect(nft).not.toContain('DEVOP');
+      expect(await rules()).not.toContain('devop_');
       process.kill(agent.innerPid, 'SIGKILL');
       expect(await timeUntilPodAnswers()).toBeLessThan(RECOVERY_MS);
-      await waitFor(async () => !(await net.iptablesSave()).includes('DEVOP'), 'the guard to remove the legacy chain', RECOVERY_MS);
+      await rulesGone('the guard to remove the legacy chain');
       await exited(agent.pid);
     } finally {
       await sh(`ip netns exec ${net.podNs} iptables-legacy ${marker.replace('-A', '-D')}`);
+      rmSync(fakeBin, { recursive: true, force: true });
+    }
+  });
+
+  test('DEVOP_AGENT_IPTABLES=nft-owned without a usable nft: a steal is refused with the reason, nothing is installed', async () => {
+    const fakeBin = mkdtempSync(join(tmpdir(), 'devop-nonft-'));
+    writeFileSync(join(fakeBin, 'nft'), '#!/bin/sh\necho "Error: unknown flag owner"\nexit 1\n', { mode: 0o755 });
+    try {
+      const agent = await net.startAgent({ DEVOP_AGENT_IPTABLES: 'nft-owned', PATH: `${fakeBin}:${process.env.PATH ?? ''}` });
+      const control = await net.relay(net.podNs, '127.0.0.1', agent.port);
+      const session = await connectSession(control, { local });
+      const refused = await session.subscribe(3000, 'steal');
+      expect(refused).toMatchObject({ type: 'refused' });
+      expect((refused as { reason: string }).reason).toMatch(/cannot install the redirect rule for port 3000: the nft process ended/);
+      expect(await net.devopRules()).toEqual([]);
+      expect((await httpGet(client, '/not-stolen')).body).toBe('pod: GET /not-stolen');
+      session.mux.close('done');
+      process.kill(agent.pid, 'SIGTERM');
+      await exited(agent.pid);
+    } finally {
+      rmSync(fakeBin, { recursive: true, force: true });
     }
   });
 
@@ -124,7 +191,7 @@ describe.runIf(run)('agent: faults', () => {
     first.socket.destroy();
     // Then the pod answers meanwhile (the rule stays, the agent forwards)
     expect(await timeUntilPodAnswers()).toBeLessThan(RECOVERY_MS);
-    expect(await net.iptablesSave()).toContain(`DEVOP-${agent.agentId}`);
+    expect(await rules()).toContain(`devop_${agent.agentId}`);
     // When the CLI reconnects with the session id
     const again = await connectSession(control, { local, resumeSessionId: first.sessionId });
     expect(again.sessionId).toBe(first.sessionId);
@@ -133,7 +200,7 @@ describe.runIf(run)('agent: faults', () => {
     // When the session says bye, its rule goes
     again.send({ type: 'bye', reason: 'done' });
     await again.closed;
-    await waitFor(async () => !(await net.iptablesSave()).includes('--dport 3000'), 'the redirect rule to go');
+    await waitFor(async () => !(await rules()).includes('dport 3000'), 'the redirect rule to go');
     expect((await httpGet(client, '/s3')).body).toBe('pod: GET /s3');
     process.kill(agent.pid, 'SIGTERM');
     await exited(agent.pid);

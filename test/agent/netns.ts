@@ -56,6 +56,7 @@ export class PodNet {
   readonly containerId = randomBytes(32).toString('hex');
   readonly cgroupParent = join(CGROUP_ROOT, this.prefix);
   readonly cgroupDir = join(this.cgroupParent, this.containerId);
+  private readonly agentCgroups: string[] = [];
   subnet = '';
   private readonly procs: Proc[] = [];
 
@@ -119,10 +120,12 @@ export class PodNet {
   }
 
   /** Runs the built agent the way job mode does (by container ID, from the host, re-entering the pod netns) unless told otherwise. */
-  async startAgent(env: Record<string, string> = {}, opts: { inPodNetns?: boolean } = {}): Promise<AgentProc> {
+  async startAgent(env: Record<string, string> = {}, opts: { inPodNetns?: boolean; cgroup?: string } = {}): Promise<AgentProc> {
     const node = [process.execPath, ...(process.env.DEVOP_TEST_AGENT_FLAGS?.split(' ').filter(Boolean) ?? AGENT_NODE_FLAGS), AGENT_BUNDLE];
     // inPodNetns: started inside the pod's netns, as an ephemeral container (or a targetless pod) is.
-    const [cmd, ...args] = opts.inPodNetns ? ['nsenter', `--net=/run/netns/${this.podNs}`, ...node] : node;
+    let [cmd, ...args] = opts.inPodNetns ? ['nsenter', `--net=/run/netns/${this.podNs}`, ...node] : node;
+    // cgroup: the agent (and every process it starts) lives in that cgroup, as in its own container.
+    if (opts.cgroup) [cmd, ...args] = ['sh', '-c', `echo $$ > ${opts.cgroup}/cgroup.procs && exec "$@"`, 'sh', cmd, ...args];
     const proc = this.spawnTracked(cmd, args, {
       DEVOP_AGENT_MODE: 'job',
       DEVOP_AGENT_CONTAINER_ID: `containerd://${this.containerId}`,
@@ -132,7 +135,11 @@ export class PodNet {
       DEVOP_AGENT_LOG_LEVEL: 'debug',
       ...env,
     });
-    const ready = await waitFor(() => proc.lines.map((l) => { try { return JSON.parse(l); } catch { return undefined; } }).find((m) => m?.msg === 'ready'), `the agent's ready line (output so far: ${proc.lines.slice(-5).join(' | ')})`);
+    // An agent that ends before its ready line fails at once, with its last words (all of its output is read by 'close').
+    let closed = false;
+    proc.child.once('close', () => (closed = true));
+    const ready = await waitFor(() => proc.lines.map((l) => { try { return JSON.parse(l); } catch { return undefined; } }).find((m) => m?.msg === 'ready') ?? (closed ? { msg: 'exited' } : undefined), "the agent's ready line");
+    if (ready.msg !== 'ready') throw new Error(`the agent exited (code ${proc.child.exitCode}) before its ready line: ${proc.lines.slice(-5).join(' | ')}`);
     return { ...proc, innerPid: ready.pid, port: ready.port, agentId: ready.agentId };
   }
 
@@ -154,6 +161,34 @@ export class PodNet {
     return proc;
   }
 
+  /** A fresh cgroup (v2) for an agent "container", removed by teardown; writing 1 to its cgroup.kill kills it all. */
+  agentCgroup(): string {
+    const dir = join(this.cgroupParent, `agent-${randomBytes(3).toString('hex')}`);
+    mkdirSync(dir, { recursive: true });
+    this.agentCgroups.push(dir);
+    return dir;
+  }
+
+  /** `nft list ruleset` of the pod netns (every nftables table, including iptables-nft's). */
+  async nftRuleset(): Promise<string> {
+    return sh(`ip netns exec ${this.podNs} nft list ruleset`);
+  }
+
+  /**
+   * Every devop rule left in the pod netns, wherever the agent may put it: DEVOP lines of iptables-save (nft and legacy
+   * backends) and every line of an nftables table named devop_* (the owned table). Empty means clean.
+   */
+  async devopRules(): Promise<string[]> {
+    const lines = (await this.iptablesSave()).split('\n').filter((l) => l.includes('DEVOP'));
+    let inTable = false;
+    for (const line of (await this.nftRuleset()).split('\n')) {
+      if (/^table \S+ devop_/.test(line)) inTable = true;
+      if (inTable) lines.push(line);
+      if (line.startsWith('}')) inTable = false;
+    }
+    return lines;
+  }
+
   /** iptables-save of the pod netns, both backends (nat table). */
   async iptablesSave(): Promise<string> {
     return sh(`ip netns exec ${this.podNs} sh -c 'iptables-nft-save -t nat 2>/dev/null; iptables-legacy-save -t nat 2>/dev/null; true'`);
@@ -162,6 +197,13 @@ export class PodNet {
   /** Kills everything this fixture started (and anything left in its netns, e.g. a guard), then removes netns, links, cgroups. */
   async teardown(): Promise<void> {
     for (const proc of this.procs) if (proc.child.exitCode === null) proc.child.kill('SIGKILL');
+    for (const dir of this.agentCgroups) {
+      try {
+        writeFileSync(join(dir, 'cgroup.kill'), '1');
+      } catch {
+        // already gone
+      }
+    }
     for (const ns of [this.podNs, this.clientNs]) {
       const pids = await sh(`ip netns pids ${ns} 2>/dev/null || true`);
       for (const pid of pids.split('\n').filter(Boolean)) {
@@ -175,7 +217,7 @@ export class PodNet {
     await sh(`ip netns del ${this.podNs} 2>/dev/null; ip netns del ${this.clientNs} 2>/dev/null; ip link del ${this.bridge} 2>/dev/null; true`);
     await waitFor(() => {
       try {
-        if (existsSync(this.cgroupDir)) rmdirSync(this.cgroupDir);
+        for (const dir of [...this.agentCgroups, this.cgroupDir]) if (existsSync(dir)) rmdirSync(dir);
         if (existsSync(this.cgroupParent)) rmdirSync(this.cgroupParent);
         return true;
       } catch {

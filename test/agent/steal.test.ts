@@ -47,10 +47,14 @@ describe.runIf(run)('agent: steal a whole port', () => {
     await waitFor(() => net.podRequests(pod).includes(`REQ GET /healthz from ${net.nodeIP}`), 'the probe in the pod\'s log');
     // (the pod logs in order: had it seen the stolen requests, their lines would be before the probe's)
     expect(net.podRequests(pod).filter((l) => l.includes('/stolen'))).toEqual([]);
-    // And the rule lives in one DEVOP chain jumped to from PREROUTING, skipping the node IP
-    const rules = await net.iptablesSave();
-    expect(rules).toContain(`-A PREROUTING -p tcp -m comment --comment devop -j DEVOP-${agent.agentId}`);
-    expect(rules).toMatch(new RegExp(`-A DEVOP-${agent.agentId} ! -s ${net.nodeIP}/32 -p tcp -m tcp --dport 3000 -j REDIRECT --to-ports \\d+`));
+    // And the rule lives in the agent's owned nft table (hooked before the pod's own nat rules), skipping the node IP
+    const rules = (await net.devopRules()).join('\n');
+    expect(rules).toContain(`table ip devop_${agent.agentId} {`);
+    expect(rules).toMatch(/^\s*flags owner$/m);
+    expect(rules).toContain('type nat hook prerouting priority dstnat - 1; policy accept;');
+    expect(rules).toMatch(new RegExp(`ip saddr != ${net.nodeIP} tcp dport 3000 redirect to :\\d+ comment "devop 3000"`));
+    // And no iptables rule at all (that is the fallback's)
+    expect(await net.iptablesSave()).not.toContain('DEVOP');
     // And the session was told about each connection
     await waitFor(() => session.traffic.filter((t) => t.kind === 'connection' && t.phase === 'close' && t.to === 'local').length >= 2, 'traffic events');
   });
@@ -68,7 +72,7 @@ describe.runIf(run)('agent: steal a whole port', () => {
     expect(sub).toBeDefined();
     await session.request({ type: 'unsubscribe', id: (sub as { id: string }).id, port }, ['unsubscribed']);
     expect((await httpGet(client, '/after-unsubscribe')).body).toBe('pod: GET /after-unsubscribe');
-    expect(await net.iptablesSave()).not.toMatch(/--dport 3000 -j REDIRECT/);
+    expect((await net.devopRules()).join('\n')).not.toMatch(/dport 3000/);
   });
 
   test('when nothing in the pod used conntrack, an open keep-alive connection is reset on its next request even without flush', async () => {
@@ -129,6 +133,8 @@ describe.runIf(run)('agent: steal a whole port', () => {
     }
     expect((await session.subscribe(3000, 'steal', { stealProbes: true })).type).toBe('subscribed');
     expect(await hostGet(`http://${net.podIP}:3000/healthz-stolen`)).toBe('local: GET /healthz-stolen');
-    expect(await net.iptablesSave()).not.toMatch(/! -s .* --dport 3000/);
+    const rules = (await net.devopRules()).join('\n');
+    expect(rules).toMatch(/tcp dport 3000 redirect/);
+    expect(rules).not.toMatch(/saddr != .* dport 3000/);
   });
 });

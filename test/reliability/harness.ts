@@ -55,7 +55,10 @@ export async function podPid(pod: V1Pod): Promise<number> {
   return waitFor(`a process of pod ${pod.metadata?.name}`, async () => (await pidsOfContainer(id))[0]);
 }
 
-/** Every rule or chain in the pod's netns (nft and legacy) that mentions DEVOP. */
+/**
+ * Every devop rule in the pod's netns, wherever an agent may put it: iptables lines (nft and legacy backends) that
+ * mention DEVOP, and every line of an nftables table named devop_* (the agent's owned table). Empty means clean.
+ */
 export async function devopRules(pid: number): Promise<string[]> {
   const lines: string[] = [];
   for (const save of ['iptables-nft-save', 'iptables-legacy-save']) {
@@ -65,6 +68,14 @@ export async function devopRules(pid: number): Promise<string[]> {
     } catch {
       // that backend is not installed
     }
+  }
+  // nft is installed wherever the tests run (scripts/setup.sh): a failure here must fail the check, not hide a table.
+  const { stdout } = await run('nsenter', ['-t', String(pid), '-n', 'nft', 'list', 'ruleset']);
+  let inTable = false;
+  for (const line of stdout.split('\n')) {
+    if (/^table \S+ devop_/.test(line)) inTable = true;
+    if (inTable) lines.push(line);
+    if (line.startsWith('}')) inTable = false;
   }
   return lines;
 }
