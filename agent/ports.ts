@@ -71,7 +71,7 @@ export class PortTable {
       try {
         match = msg.filter ? compileFilter(msg.filter) : undefined;
       } catch (err) {
-        return { ok: false as const, reason: isUserError(err) ? `${err.message} — ${err.hint}` : String(err) };
+        return { ok: false as const, reason: isUserError(err) ? `${err.message} (${err.hint})` : String(err) };
       }
       const entry = this.ports.get(msg.port);
       const others = (entry?.redirect.subs ?? []).filter((s) => s.session.sessionId !== session.sessionId && s.mode === 'steal');

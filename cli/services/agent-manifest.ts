@@ -4,7 +4,7 @@ import type { V1EphemeralContainer, V1Job, V1ResourceRequirements, V1SecurityCon
 import { AGENT_ANNOTATIONS, AGENT_CAPABILITIES, AGENT_CONTAINER_NAME, AGENT_LABELS, agentEnv } from '../../shared/agent-contract.js';
 
 export interface AgentSpecInput {
-  /** Short random id: Job name devop-agent-<id>, iptables chain DEVOP-<id>. */
+  /** Short random id: Job name devop-agent-<id>, nft table devop_<id> (or iptables chain DEVOP-<id>). */
   agentId: string;
   /** Where the Job is created (default: the target's namespace). */
   namespace: string;
@@ -107,16 +107,7 @@ export function buildAgentJob(input: AgentSpecInput): V1Job {
               name: AGENT_CONTAINER_NAME,
               image: input.image,
               imagePullPolicy: 'IfNotPresent',
-              env: agentEnv({
-                mode: 'job',
-                port: input.port,
-                token: input.token,
-                containerId: input.target.containerId,
-                idleSeconds: input.idleSeconds,
-                flushConnections: input.flush,
-                agentId: input.agentId,
-                logLevel: input.logLevel,
-              }),
+              env: targetAgentEnv('job', input),
               securityContext: securityContext(input.privileged),
               resources: AGENT_RESOURCES,
             },
@@ -125,6 +116,20 @@ export function buildAgentJob(input: AgentSpecInput): V1Job {
       },
     },
   };
+}
+
+/** The env of an agent that serves a target container (job or ephemeral mode). */
+function targetAgentEnv(mode: 'job' | 'ephemeral', input: AgentSpecInput): ReturnType<typeof agentEnv> {
+  return agentEnv({
+    mode,
+    port: input.port,
+    token: input.token,
+    containerId: input.target.containerId,
+    idleSeconds: input.idleSeconds,
+    flushConnections: input.flush,
+    agentId: input.agentId,
+    logLevel: input.logLevel,
+  });
 }
 
 export function agentEphemeralName(agentId: string): string {
@@ -137,16 +142,7 @@ export function buildAgentEphemeralContainer(input: AgentSpecInput): V1Ephemeral
     image: input.image,
     imagePullPolicy: 'IfNotPresent',
     targetContainerName: input.target.container,
-    env: agentEnv({
-      mode: 'ephemeral',
-      port: input.port,
-      token: input.token,
-      containerId: input.target.containerId,
-      idleSeconds: input.idleSeconds,
-      flushConnections: input.flush,
-      agentId: input.agentId,
-      logLevel: input.logLevel,
-    }),
+    env: targetAgentEnv('ephemeral', input),
     securityContext: securityContext(input.privileged),
   };
 }

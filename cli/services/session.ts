@@ -98,15 +98,9 @@ export async function step<T>(reporter: Reporter, id: StepId, title: string, run
   }
 }
 
-export async function connectSession(options: SessionOptions, reporter: Reporter): Promise<Session> {
-  const loaded = options.kc ? undefined : loadKubeConfig(options);
-  const kc = options.kc ?? loaded!.kc;
-  const namespace = options.namespace ?? loaded?.namespace ?? 'default';
-  const parsed = parseTarget(options.target ?? 'targetless');
-  const targetless = parsed.kind === 'targetless';
-  const agentNamespace = options.agentNamespace ?? namespace;
-  const identity = clientIdentity();
-  const agentOptions: AgentOptions = {
+/** How this session's agents run: the options with their defaults, owned by user@host. */
+export function agentOptionsFor(options: SessionOptions, agentNamespace: string, identity: { user: string; host: string }): AgentOptions {
+  return {
     image: options.agentImage ?? SESSION_DEFAULTS.agentImage,
     agentNamespace,
     ephemeral: options.ephemeral ?? false,
@@ -118,8 +112,18 @@ export async function connectSession(options: SessionOptions, reporter: Reporter
     owner: `${identity.user}@${identity.host}`,
     logLevel: options.verbose ? 'debug' : undefined,
     extras: options.agentExtras,
-    signal: options.signal,
   };
+}
+
+export async function connectSession(options: SessionOptions, reporter: Reporter): Promise<Session> {
+  const loaded = options.kc ? undefined : loadKubeConfig(options);
+  const kc = options.kc ?? loaded!.kc;
+  const namespace = options.namespace ?? loaded?.namespace ?? 'default';
+  const parsed = parseTarget(options.target ?? 'targetless');
+  const targetless = parsed.kind === 'targetless';
+  const agentNamespace = options.agentNamespace ?? namespace;
+  const identity = clientIdentity();
+  const agentOptions: AgentOptions = { ...agentOptionsFor(options, agentNamespace, identity), signal: options.signal };
 
   // Listed beside the target lookup: finding an agent to reuse then costs no extra round trip.
   const agentPods = targetless || agentOptions.ephemeral ? undefined : listAgentPods(kc, agentNamespace);

@@ -9,7 +9,7 @@ import { apiErrorCode } from '../kube/errors.js';
 import { waitForPods } from '../kube/watch.js';
 import type { Reporter } from '../reporter.js';
 import { createEphemeralAgent, createJobAgent, findAgent, type AgentEndpoint, type AgentOptions } from './agent.js';
-import { clientIdentity, connectAgent, connectSession, SESSION_DEFAULTS, type Session, type SessionOptions } from './session.js';
+import { agentOptionsFor, clientIdentity, connectAgent, connectSession, type Session, type SessionOptions } from './session.js';
 import { StealLeases, workloadOfPod } from './steal-lease.js';
 import { SessionMux, type MemberLink } from './supervisor-mux.js';
 import { byeAndWait, watchLiveness } from './tunnel-health.js';
@@ -95,19 +95,7 @@ class Supervisor {
     private readonly options: SupervisorOptions,
     private readonly reporter: Reporter,
   ) {
-    this.agentOptions = {
-      image: options.agentImage ?? SESSION_DEFAULTS.agentImage,
-      agentNamespace: options.agentNamespace ?? first.namespace,
-      ephemeral: options.ephemeral ?? false,
-      ttlSeconds: options.agentTtlSeconds ?? SESSION_DEFAULTS.agentTtlSeconds,
-      idleSeconds: options.agentIdleSeconds ?? SESSION_DEFAULTS.agentIdleSeconds,
-      startupTimeoutMs: options.startupTimeoutMs ?? SESSION_DEFAULTS.startupTimeoutMs,
-      flush: options.flush ?? true,
-      privileged: options.agentPrivileged ?? false,
-      owner: `${this.identity.user}@${this.identity.host}`,
-      logLevel: options.verbose ? 'debug' : undefined,
-      extras: options.agentExtras,
-    };
+    this.agentOptions = agentOptionsFor(options, options.agentNamespace ?? first.namespace, this.identity);
     if (options.stealLocks !== false) {
       const workload = workloadOfPod(firstTarget.pod);
       this.leases = new StealLeases({

@@ -1,7 +1,7 @@
 // The fault table (DESIGN.md "Failure rules"), against the stand-in with real netns and iptables: kill -9 of the CLI,
 // kill -9 of the agent, deleting the agent pod, cutting the port-forward, deleting the target pod. Each case checks that
 // the pod serves its own traffic again within 2 s (or, for a cut tunnel, that the port keeps answering), that devop
-// recovers without restarting the local command, and that no DEVOP iptables rule is left in the pod's netns.
+// recovers without restarting the local command, and that no devop rule (iptables DEVOP-* chain or nft devop_* table) is left in the pod's netns.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AGENT_ANNOTATIONS, chainName } from '../../shared/agent-contract.js';
 import { tableName } from '../../agent/nft-owned.js';
