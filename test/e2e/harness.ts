@@ -10,7 +10,7 @@ export type Cluster = Awaited<ReturnType<typeof startCluster>>;
 
 export const ROOT = resolve(import.meta.dirname, '..', '..');
 export const LOCAL_SERVER = join(ROOT, 'test', 'e2e', 'fixtures', 'local-server.mjs');
-/** Generous: the suites share 2 cores with other engineers' suites. */
+/** Generous: CI machines have 2 cores, and other suites' clusters may still be winding down. */
 export const WAIT_MS = 45_000;
 
 export async function startE2ECluster(): Promise<{ cluster: Cluster; kc: KubeConfig; core: CoreV1Api; apps: AppsV1Api }> {

@@ -10,7 +10,7 @@ import { TmuxPane, shellQuote } from './helpers/tmux.js';
 
 requireRoot('ui terminal');
 
-/** Generous: the suites share 2 cores with other engineers' suites. */
+/** Generous: CI machines have 2 cores, and other suites' clusters may still be winding down. */
 const SCREEN_WAIT_MS = 45_000;
 
 function portAccepts(port: number): Promise<boolean> {
