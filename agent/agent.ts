@@ -53,7 +53,7 @@ export async function startAgent({ config, pid, log }: AgentOptions): Promise<Ru
     guard = startGuard(backend, chainName(agentId), log);
   }
   const nodeIP = async (): Promise<string | undefined> => config.nodeIP ?? (await defaultGateway());
-  const ports = new PortTable(chain, nodeIP, log, config.flushConnections);
+  const ports = new PortTable(chain, nodeIP, log, config.flushConnections, config.mirror);
 
   let stopping: Promise<void> | undefined;
   let resolveStopped: (reason: string) => void = () => undefined;

@@ -1,5 +1,6 @@
-// One redirect listener per stolen/mirrored port: iptables REDIRECTs the port here, and each connection (or, with
-// filtered steals, each HTTP request) goes to a session or on to the original app, with mirror copies on the side.
+// One redirect listener per stolen port (or mirrored port, without packet capture): the redirect rule sends the port
+// here, and each connection (or, with filtered steals, each HTTP request) goes to a session or on to the original app,
+// with mirror copies on the side unless the port's capture makes them.
 import { createServer as createTcpServer, connect, type Server, type Socket } from 'node:net';
 import { createServer as createHttpServer, type Server as HttpServer } from 'node:http';
 import type { Duplex } from 'node:stream';
@@ -7,7 +8,7 @@ import type { HttpFilter, StealMode, StreamOpen, TrafficEvent } from '../shared/
 import type { RequestMatcher } from './filter.js';
 import { createPodProxy, handleFilteredRequest, handleFilteredUpgrade, type HttpRouting, type PodProxy } from './http-filter.js';
 import type { AgentLog } from './log.js';
-import { MirrorCopy } from './mirror.js';
+import { MirroredConnection } from './mirror.js';
 
 export type IncomingOpen = Extract<StreamOpen, { kind: 'incoming' }>;
 export type IncomingStream = Duplex & { reset?: (reason: string) => void };
@@ -44,15 +45,17 @@ export function originOf(socket: Socket, port: number): { host: string; port: nu
 }
 
 export class PortRedirect {
-  readonly subs: PortSubscription[] = [];
   private readonly server: Server;
   private readonly http: HttpServer;
   private readonly sockets = new Set<Socket>();
   private pod: Promise<PodProxy> | undefined;
   private nextConn = 0;
   listenerPort = 0;
+  /** False while the port's packet capture makes the mirror copies: forwarded connections are then not copied again. */
+  copiesMirrors = true;
 
-  constructor(readonly port: number, private readonly log: AgentLog) {
+  /** `subs` is the port's subscription list, shared with its owner (agent/ports.ts), which changes it in place. */
+  constructor(readonly port: number, readonly subs: PortSubscription[], private readonly log: AgentLog) {
     this.server = createTcpServer({ noDelay: true }, (socket) => this.onConnection(socket));
     this.server.on('error', (err) => log.warn('redirect listener failed', { port, error: err.message }));
     const routing: HttpRouting = { port, active: () => this.active(), all: () => this.subs.map((s) => s.session), log, nextId: () => this.connId(), proxy: () => (this.pod ??= createPodProxy()) };
@@ -104,7 +107,7 @@ export class PortRedirect {
       this.http.emit('connection', socket);
       return;
     }
-    this.forwardConnection(socket, active.filter((s) => s.mode === 'mirror'));
+    this.forwardConnection(socket, this.copiesMirrors ? active.filter((s) => s.mode === 'mirror') : []);
   }
 
   private stealConnection(socket: Socket, sub: PortSubscription): boolean {
@@ -127,33 +130,11 @@ export class PortRedirect {
     const upstream = connect({ host: origin.host, port: origin.port, noDelay: true });
     const counts = spliceSockets(socket, upstream, () => upstream.destroy());
     if (mirrors.length === 0) return;
-    const id = this.connId();
-    const event = { kind: 'connection' as const, connId: id, port: this.port, remoteAddress: socket.remoteAddress ?? '', remotePort: socket.remotePort ?? 0, to: 'pod' as const };
-    const copies = mirrors.flatMap((sub) => {
-      try {
-        const stream = sub.session.openIncoming({ kind: 'incoming', port: this.port, mode: 'mirror', remoteAddress: socket.remoteAddress ?? '', remotePort: socket.remotePort ?? 0, subscriptionId: sub.id });
-        stream.on('error', () => undefined);
-        stream.resume(); // the local command's answers to a mirrored connection are dropped
-        sub.session.traffic({ ...event, phase: 'open', at: Date.now() });
-        return [{ sub, copy: new MirrorCopy(stream, () => {
-          sub.session.warn(`mirror of :${this.port}: copy of connection ${id} dropped (the tunnel did not keep up); the pod was not affected`);
-          this.log.warn('mirror copy dropped', { port: this.port, connId: id, session: sub.session.sessionId });
-        }) }];
-      } catch {
-        return [];
-      }
-    });
+    const mirrored = new MirroredConnection(mirrors, this.port, this.connId(), { address: socket.remoteAddress ?? '', port: socket.remotePort ?? 0 }, this.log);
     // Registered after the pipe to the app: the app gets each chunk first.
-    socket.on('data', (chunk: Buffer) => {
-      for (const c of copies) c.copy.push(chunk);
-    });
-    socket.once('end', () => copies.forEach((c) => c.copy.end()));
-    counts.done.then(() => {
-      for (const c of copies) {
-        c.copy.end();
-        c.sub.session.traffic({ ...event, phase: 'close', bytesIn: counts.in, bytesOut: counts.out, at: Date.now() });
-      }
-    });
+    socket.on('data', (chunk: Buffer) => mirrored.push(chunk));
+    socket.once('end', () => mirrored.end());
+    counts.done.then(() => mirrored.close({ in: counts.in, out: counts.out }));
   }
 }
 

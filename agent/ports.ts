@@ -1,10 +1,12 @@
-// The agent's stolen/mirrored ports: subscriptions per port, port locks, and the redirect rule + listener that exist
-// while a port has at least one subscription.
+// The agent's stolen/mirrored ports: subscriptions per port, port locks, and what each port needs for them — a redirect
+// rule + listener while it has a steal, a packet capture while it has mirrors (or, without capture, the redirect again).
 import { readFile } from 'node:fs/promises';
+import { AGENT_ENV } from '../shared/agent-contract.js';
 import { isUserError } from '../shared/errors.js';
 import type { ClientMessage } from '../shared/protocol.js';
 import { compileFilter, describeFilter } from './filter.js';
 import { flushConnections } from './flush.js';
+import { PortCapture } from './capture.js';
 import type { AgentLog } from './log.js';
 import { PortRedirect, type IncomingTarget, type PortSubscription } from './port-redirect.js';
 
@@ -22,9 +24,16 @@ export interface RedirectRules {
   remove(): Promise<void>;
 }
 
+/** Where mirror copies come from: a packet capture (the agent stays out of the pod's path), or the agent's own forward. */
+export type MirrorPath = 'capture' | 'proxy';
+
 interface PortEntry {
-  redirect: PortRedirect;
-  skipSource?: string;
+  /** The port's subscriptions, shared in place with its listener and its capture. */
+  subs: PortSubscription[];
+  /** The redirect rule and its listener: while the port has a steal, or mirrors without a capture. */
+  redirect?: { listener: PortRedirect; skipSource?: string };
+  /** The packet capture that makes the mirror copies: while the port has mirrors (and capture works). */
+  capture?: PortCapture;
 }
 
 /** The pod's default gateway from /proc/net/route (in the pod's netns): on most CNIs, where kubelet's probes come from. */
@@ -44,6 +53,9 @@ export class PortTable {
   private readonly ports = new Map<number, PortEntry>();
   /** Rule changes run one at a time: two subscribes for one port must not both create its listener. */
   private queue: Promise<unknown> = Promise.resolve();
+  /** Why mirror copies come from the agent's forward rather than a capture; said once in the log. */
+  private noCapture: string | undefined;
+  private noCaptureSaid = false;
 
   constructor(
     private readonly chain: RedirectRules | undefined,
@@ -51,7 +63,11 @@ export class PortTable {
     private readonly log: AgentLog,
     /** DEVOP_AGENT_FLUSH_CONNECTIONS: false makes the agent ignore a session's flush request. */
     private readonly mayFlush = true,
-  ) {}
+    /** DEVOP_AGENT_MIRROR. */
+    mirror: MirrorPath = 'capture',
+  ) {
+    if (mirror === 'proxy') this.noCapture = `${AGENT_ENV.mirror}=proxy`;
+  }
 
   private serial<T>(job: () => Promise<T>): Promise<T> {
     const next = this.queue.then(job, job);
@@ -59,9 +75,9 @@ export class PortTable {
     return next;
   }
 
-  /** Port numbers with their listener ports, for diagnostics and tests. */
-  listeners(): Array<{ port: number; listenerPort: number; subscriptions: number }> {
-    return [...this.ports].map(([port, e]) => ({ port, listenerPort: e.redirect.listenerPort, subscriptions: e.redirect.subs.length }));
+  /** Ports with their listener port (0: none) and whether a capture runs, for diagnostics and tests. */
+  listeners(): Array<{ port: number; listenerPort: number; capture: boolean; subscriptions: number }> {
+    return [...this.ports].map(([port, e]) => ({ port, listenerPort: e.redirect?.listener.listenerPort ?? 0, capture: e.capture !== undefined, subscriptions: e.subs.length }));
   }
 
   subscribe(session: IncomingTarget, holder: { user: string; host: string }, msg: Subscribe): Promise<SubscribeResult> {
@@ -73,8 +89,8 @@ export class PortTable {
       } catch (err) {
         return { ok: false as const, reason: isUserError(err) ? `${err.message} (${err.hint})` : String(err) };
       }
-      const entry = this.ports.get(msg.port);
-      const others = (entry?.redirect.subs ?? []).filter((s) => s.session.sessionId !== session.sessionId && s.mode === 'steal');
+      const entry = this.ports.get(msg.port) ?? { subs: [] };
+      const others = entry.subs.filter((s) => s.session.sessionId !== session.sessionId && s.mode === 'steal');
       if (msg.mode === 'steal') {
         const clash = match ? others.find((s) => !s.match) : others[0];
         if (clash) {
@@ -86,28 +102,19 @@ export class PortTable {
           };
         }
       }
-      const sub: PortSubscription = { id: msg.id, session, mode: msg.mode, filter: msg.filter, match, since: new Date(), paused: false, holder };
-      if (entry) {
-        // A session that subscribes again to a port replaces its own earlier subscription (e.g. switching steal ↔ mirror).
-        const own = entry.redirect.subs.findIndex((s) => s.session.sessionId === session.sessionId);
-        if (own >= 0) entry.redirect.subs.splice(own, 1);
-        entry.redirect.subs.push(sub);
-      } else {
-        const redirect = new PortRedirect(msg.port, this.log);
-        const listenerPort = await redirect.listen();
-        const skipSource = msg.stealProbes ? undefined : await this.nodeIP();
-        redirect.subs.push(sub);
-        try {
-          await this.chain.addRedirect(msg.port, listenerPort, skipSource);
-        } catch (err) {
-          redirect.close();
-          return { ok: false as const, reason: `cannot install the redirect rule for port ${msg.port}: ${(err as Error).message}` };
-        }
-        this.ports.set(msg.port, { redirect, skipSource });
-        // The rule is in place first, so a flushed client's reconnect is already stolen.
-        if (msg.mode === 'steal' && msg.flush && this.mayFlush) await flushConnections(msg.port, this.log);
+      const before = [...entry.subs];
+      // A session that subscribes again to a port replaces its own earlier subscription (e.g. switching steal ↔ mirror).
+      const own = entry.subs.findIndex((s) => s.session.sessionId === session.sessionId);
+      if (own >= 0) entry.subs.splice(own, 1);
+      entry.subs.push({ id: msg.id, session, mode: msg.mode, filter: msg.filter, match, since: new Date(), paused: false, holder });
+      this.ports.set(msg.port, entry);
+      const failure = await this.settle(msg.port, entry, msg);
+      if (failure) {
+        entry.subs.splice(0, entry.subs.length, ...before);
+        await this.settle(msg.port, entry);
+        return { ok: false as const, reason: failure };
       }
-      this.log.info('subscribed', { port: msg.port, mode: msg.mode, filter: describeFilter(msg.filter), session: session.sessionId, user: `${holder.user}@${holder.host}` });
+      this.log.info('subscribed', { port: msg.port, mode: msg.mode, filter: describeFilter(msg.filter), session: session.sessionId, user: `${holder.user}@${holder.host}`, via: this.via(entry, msg.mode) });
       return { ok: true as const };
     });
   }
@@ -117,15 +124,16 @@ export class PortTable {
     return this.serial(async () => {
       const entry = this.ports.get(port);
       if (!entry) return false;
-      const before = entry.redirect.subs.length;
-      const keep = entry.redirect.subs.filter((s) => !(s.session.sessionId === sessionId && (id === undefined || s.id === id)));
-      entry.redirect.subs.splice(0, entry.redirect.subs.length, ...keep);
-      if (keep.length === 0) await this.dropPort(port, entry);
-      return keep.length !== before;
+      const keep = entry.subs.filter((s) => !(s.session.sessionId === sessionId && (id === undefined || s.id === id)));
+      if (keep.length === entry.subs.length) return false;
+      entry.subs.splice(0, entry.subs.length, ...keep);
+      const failure = await this.settle(port, entry);
+      if (failure) this.log.warn('port left without its redirect', { port, error: failure });
+      return true;
     });
   }
 
-  /** Drops every subscription of a session (its end): ports with no one left lose their rule and listener. */
+  /** Drops every subscription of a session (its end): ports with no one left lose their rule, listener and capture. */
   async release(sessionId: string): Promise<void> {
     for (const port of [...this.ports.keys()]) await this.unsubscribe(sessionId, port);
   }
@@ -133,19 +141,95 @@ export class PortTable {
   setPaused(sessionId: string, paused: boolean, port?: number): void {
     for (const [p, entry] of this.ports) {
       if (port !== undefined && p !== port) continue;
-      for (const s of entry.redirect.subs) if (s.session.sessionId === sessionId) s.paused = paused;
+      for (const s of entry.subs) if (s.session.sessionId === sessionId) s.paused = paused;
     }
   }
 
-  private async dropPort(port: number, entry: PortEntry): Promise<void> {
-    this.ports.delete(port);
+  /**
+   * Brings a port's rule, listener and capture in line with its subscriptions; `msg` is the subscribe that changed them
+   * (its stealProbes and flush apply to what it adds). Returns why the redirect rule could not be installed.
+   */
+  private async settle(port: number, entry: PortEntry, msg?: Subscribe): Promise<string | undefined> {
+    const mirrors = entry.subs.some((s) => s.mode === 'mirror');
+    const steals = entry.subs.some((s) => s.mode === 'steal');
+    const skipSource = async (): Promise<string | undefined> => (msg?.stealProbes ? undefined : this.nodeIP());
+    if (mirrors && !entry.capture && this.noCapture === undefined) entry.capture = await this.startCapture(port, entry, await skipSource());
+    if (mirrors && this.noCapture !== undefined && !this.noCaptureSaid) {
+      this.noCaptureSaid = true;
+      this.log.info('mirror copies go through the agent', { why: this.noCapture });
+    }
+    if (!mirrors && entry.capture) {
+      entry.capture.close();
+      entry.capture = undefined;
+    }
+    // Steals need the redirect; so do mirrors that no capture serves.
+    const wantRedirect = steals || (mirrors && !entry.capture);
+    if (wantRedirect && !entry.redirect) {
+      const listener = new PortRedirect(port, entry.subs, this.log);
+      const listenerPort = await listener.listen();
+      const skip = await skipSource();
+      try {
+        await this.chain?.addRedirect(port, listenerPort, skip);
+      } catch (err) {
+        listener.close();
+        return `cannot install the redirect rule for port ${port}: ${(err as Error).message}`;
+      }
+      entry.redirect = { listener, skipSource: skip };
+      // The rule is in place first, so a flushed client's reconnect is already stolen.
+      if (msg?.mode === 'steal' && msg.flush && this.mayFlush) await flushConnections(port, this.log);
+    }
+    if (!wantRedirect && entry.redirect) {
+      await this.removeRedirect(port, entry.redirect);
+      entry.redirect = undefined;
+    }
+    if (entry.redirect) entry.redirect.listener.copiesMirrors = !entry.capture;
+    if (entry.subs.length === 0 && this.ports.get(port) === entry) {
+      this.ports.delete(port);
+      this.log.info('port released', { port });
+    }
+    return undefined;
+  }
+
+  /** A running capture of the port, or undefined (and capture is off from now on, with the reason) when it cannot start. */
+  private async startCapture(port: number, entry: PortEntry, skipSource: string | undefined): Promise<PortCapture | undefined> {
+    const capture = new PortCapture(port, entry.subs, this.log, { skipSource, onFail: (reason) => void this.captureStopped(port, capture, reason) });
     try {
-      await this.chain?.removeRedirect(port, entry.redirect.listenerPort, entry.skipSource);
+      await capture.start();
+      return capture;
+    } catch (err) {
+      this.noCapture = `packet capture unavailable: ${(err as Error).message}`;
+      return undefined;
+    }
+  }
+
+  /** A capture ended by itself (tcpdump died): the port's mirrors move to the agent's forward, and so do later ones. */
+  private captureStopped(port: number, capture: PortCapture, reason: string): Promise<void> {
+    return this.serial(async () => {
+      const entry = this.ports.get(port);
+      if (entry?.capture !== capture) return;
+      this.noCapture = `packet capture stopped: ${reason}`;
+      this.noCaptureSaid = true;
+      this.log.warn('packet capture stopped; mirror copies go through the agent', { port, why: reason });
+      entry.capture = undefined;
+      for (const s of entry.subs) {
+        if (s.mode === 'mirror') s.session.warn(`mirror of :${port}: the packet capture stopped (${reason}); new connections are mirrored through the agent`);
+      }
+      const failure = await this.settle(port, entry);
+      if (failure) this.log.warn('mirror left without copies', { port, error: failure });
+    });
+  }
+
+  private via(entry: PortEntry, mode: 'steal' | 'mirror'): string {
+    return mode === 'mirror' && entry.capture ? 'capture' : 'redirect';
+  }
+
+  private async removeRedirect(port: number, redirect: NonNullable<PortEntry['redirect']>): Promise<void> {
+    try {
+      await this.chain?.removeRedirect(port, redirect.listener.listenerPort, redirect.skipSource);
     } catch (err) {
       this.log.warn('could not remove redirect rule', { port, error: (err as Error).message });
     }
-    entry.redirect.close();
-    this.log.info('port released', { port });
+    redirect.listener.close();
   }
 
   /** Removes the chain and its jump first (agent shutdown): new connections go straight to the app, none meets a closed listener. */
@@ -153,12 +237,13 @@ export class PortTable {
     await this.serial(async () => this.chain?.remove());
   }
 
-  /** Removes every rule and listener (agent shutdown). */
+  /** Removes every rule, listener and capture (agent shutdown). */
   async closeAll(): Promise<void> {
     await this.serial(async () => {
       for (const [port, entry] of [...this.ports]) {
         this.ports.delete(port);
-        entry.redirect.close();
+        entry.redirect?.listener.close();
+        entry.capture?.close();
       }
       await this.chain?.remove();
     });

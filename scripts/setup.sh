@@ -5,10 +5,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # iptables (nft + legacy) and nftables (the agent's kernel-owned rule table), iproute2 (ip netns, veth, bridge), conntrack (flush on steal), util-linux (nsenter),
-# openssh (the tunnel benchmark's baseline), tmux (the terminal UI test), curl (outgoing proxy tests), openssl (the
-# stand-in's CA), procps (ps/pkill in tests).
-packages=(iptables nftables iproute2 conntrack util-linux openssh-server openssh-client tmux curl procps ca-certificates openssl)
-commands=(iptables nft ip conntrack nsenter sshd ssh tmux curl ps openssl)
+# tcpdump (the agent mirrors ports by packet capture), openssh (the tunnel benchmark's baseline), tmux (the terminal UI
+# test), curl (outgoing proxy tests), openssl (the stand-in's CA), procps (ps/pkill in tests).
+packages=(iptables nftables iproute2 conntrack util-linux tcpdump openssh-server openssh-client tmux curl procps ca-certificates openssl)
+commands=(iptables nft ip conntrack nsenter tcpdump sshd ssh tmux curl ps openssl)
 missing=0
 for c in "${commands[@]}"; do command -v "$c" >/dev/null 2>&1 || missing=1; done
 if [ "$missing" = 1 ] || [ "${DEVOP_SETUP_FORCE_APT:-0}" = 1 ]; then

@@ -1,6 +1,7 @@
 // The CLI↔agent contract: env names, defaults, labels and the ready line, read by both the agent's start-up and the CLI's
 // pod-spec builder. Changing a name here is a breaking change for agents already running in clusters.
-import { z } from 'zod';
+// zod/mini: tree-shakable, so the agent bundle carries only what its schemas use (a smaller agent in memory).
+import * as z from 'zod/mini';
 
 /** The agent's own version; the CLI compares it with HelloOk and the ready line. Kept equal to package.json's version. */
 export const AGENT_VERSION = '0.1.0';
@@ -11,10 +12,12 @@ export const AGENT_IMAGE = `ghcr.io/devop/agent:${AGENT_VERSION}`;
 export const AGENT_CONTAINER_NAME = 'devop-agent';
 /**
  * Node flags the agent runs with, for its memory budget (60 MiB RSS with 1 000 stolen connections; bench/steal.ts):
- * a 1 MiB young generation (the agent allocates little per connection: a few more cheap scavenges), and V8's lite mode
- * (no optimizing compiler: ~10 MiB less RSS; the agent's JavaScript per request is small, measured cost ~0.1 ms p50).
+ * a 1 MiB young generation (the agent allocates little per connection: a few more cheap scavenges), V8's lite mode
+ * (no optimizing compiler, whose code pages alone are ~7 MiB of RSS), and Sparkplug, the baseline compiler, turned back
+ * on for every function: the agent's per-request JavaScript is glue between sockets, and baseline code runs it as fast
+ * as optimized code did in side-by-side runs (lite mode alone, interpreted, added ~0.08 ms p50 per stolen request).
  */
-export const AGENT_NODE_FLAGS: readonly string[] = ['--max-semi-space-size=1', '--lite-mode'];
+export const AGENT_NODE_FLAGS: readonly string[] = ['--max-semi-space-size=1', '--lite-mode', '--sparkplug', '--always-sparkplug'];
 /** Where the agent image keeps the bundle. */
 export const AGENT_BUNDLE_PATH = '/opt/devop/agent.js';
 /** The agent image runs the one-file bundle with plain Node. */
@@ -22,10 +25,10 @@ export const AGENT_COMMAND: readonly string[] = ['node', ...AGENT_NODE_FLAGS, AG
 
 /**
  * Linux capabilities the agent container needs (docs/agent.md says why):
- * NET_ADMIN for nftables/iptables and conntrack; SYS_ADMIN for setns (nsenter -n); SYS_PTRACE to read /proc/PID/environ and
- * /proc/PID/root of another user's process.
+ * NET_ADMIN for nftables/iptables and conntrack; NET_RAW for the packet capture that mirrors ports (tcpdump); SYS_ADMIN
+ * for setns (nsenter -n); SYS_PTRACE to read /proc/PID/environ and /proc/PID/root of another user's process.
  */
-export const AGENT_CAPABILITIES: readonly string[] = ['NET_ADMIN', 'SYS_ADMIN', 'SYS_PTRACE'];
+export const AGENT_CAPABILITIES: readonly string[] = ['NET_ADMIN', 'NET_RAW', 'SYS_ADMIN', 'SYS_PTRACE'];
 
 /** Labels and annotations the CLI puts on agent pods/Jobs and uses to find them again (`devop clean`, reuse). */
 export const AGENT_LABELS = {
@@ -57,6 +60,7 @@ export const AGENT_ENV = {
   nodeIP: 'DEVOP_AGENT_NODE_IP',
   iptables: 'DEVOP_AGENT_IPTABLES',
   flushConnections: 'DEVOP_AGENT_FLUSH_CONNECTIONS',
+  mirror: 'DEVOP_AGENT_MIRROR',
   agentId: 'DEVOP_AGENT_ID',
   logLevel: 'DEVOP_AGENT_LOG_LEVEL',
   /** Set by the agent itself on the process it re-executes inside the target netns (job mode); never set it by hand. */
@@ -74,6 +78,7 @@ export const AGENT_ENV_DOC: Record<keyof typeof AGENT_ENV, string> = {
   nodeIP: "The node's IP (kubelet probes come from it and are not stolen); default: the pod's default gateway.",
   iptables: 'Where the redirect rules go: auto (an owned nftables table when nft and the kernel support it, else iptables with the backend that already has rules in the pod netns), nft-owned (owned table only: without it steals are refused with the reason), nft (iptables-nft + guard) or legacy (iptables-legacy + guard).',
   flushConnections: 'false forbids flushing existing connections when stealing starts (a session\'s flush request is then ignored); default true.',
+  mirror: "Where mirror copies come from: capture (default: a packet capture with tcpdump, the agent stays out of the pod's traffic; without tcpdump or NET_RAW the agent falls back to proxy) or proxy (the port is redirected to the agent, which forwards each connection to the app and copies it).",
   agentId: 'Id of this agent (nft table devop_<id>, or iptables chain DEVOP-<id> in the fallback); default: random.',
   logLevel: 'debug, info or warn.',
   inNetns: 'Internal: marks the re-executed agent in job mode.',
@@ -82,23 +87,26 @@ export const AGENT_ENV_DOC: Record<keyof typeof AGENT_ENV, string> = {
 export const AgentMode = z.enum(['job', 'ephemeral', 'targetless']);
 export type AgentMode = z.infer<typeof AgentMode>;
 
-const bool = z.enum(['true', 'false', '1', '0']).transform((v) => v === 'true' || v === '1');
+const bool = z.pipe(z.enum(['true', 'false', '1', '0']), z.transform((v) => v === 'true' || v === '1'));
+/** A number from an env string, validated by `schema`. */
+const fromEnv = <T extends z.ZodMiniType<number, number>>(schema: T) => z.pipe(z.coerce.number(), schema);
 
 /** The agent's configuration as parsed from its environment. */
 export const AgentConfig = z.object({
-  mode: AgentMode.default('job'),
-  port: z.coerce.number().int().min(0).max(65535).default(0),
-  token: z.string().min(1),
-  containerId: z.string().min(1).optional(),
-  targetPid: z.coerce.number().int().positive().optional(),
-  idleSeconds: z.coerce.number().positive().default(60),
-  resumeGraceSeconds: z.coerce.number().min(0).default(30),
-  nodeIP: z.string().min(1).optional(),
-  iptables: z.enum(['auto', 'nft-owned', 'nft', 'legacy']).default('auto'),
-  flushConnections: bool.default(true),
-  agentId: z.string().regex(/^[a-z0-9]{1,20}$/, 'lower-case letters and digits, at most 20 (iptables chain names are short)').optional(),
-  logLevel: z.enum(['debug', 'info', 'warn']).default('info'),
-  inNetns: bool.default(false),
+  mode: z._default(AgentMode, 'job'),
+  port: z._default(fromEnv(z.int().check(z.minimum(0), z.maximum(65535))), 0),
+  token: z.string().check(z.minLength(1)),
+  containerId: z.optional(z.string().check(z.minLength(1))),
+  targetPid: z.optional(fromEnv(z.int().check(z.positive()))),
+  idleSeconds: z._default(fromEnv(z.number().check(z.positive())), 60),
+  resumeGraceSeconds: z._default(fromEnv(z.number().check(z.minimum(0))), 30),
+  nodeIP: z.optional(z.string().check(z.minLength(1))),
+  iptables: z._default(z.enum(['auto', 'nft-owned', 'nft', 'legacy']), 'auto'),
+  flushConnections: z._default(bool, true),
+  mirror: z._default(z.enum(['capture', 'proxy']), 'capture'),
+  agentId: z.optional(z.string().check(z.regex(/^[a-z0-9]{1,20}$/, 'lower-case letters and digits, at most 20 (iptables chain names are short)'))),
+  logLevel: z._default(z.enum(['debug', 'info', 'warn']), 'info'),
+  inNetns: z._default(bool, false),
 });
 export type AgentConfig = z.infer<typeof AgentConfig>;
 export type AgentConfigInput = z.input<typeof AgentConfig>;
@@ -130,7 +138,7 @@ export function bareContainerId(id: string): string {
 }
 
 /** The one line the agent prints on stdout once its control listener accepts sessions. */
-export const ReadyLine = z.object({ msg: z.literal('ready'), version: z.string(), port: z.number().int(), agentId: z.string(), pid: z.number().int().optional() });
+export const ReadyLine = z.object({ msg: z.literal('ready'), version: z.string(), port: z.int(), agentId: z.string(), pid: z.optional(z.int()) });
 export type ReadyLine = z.infer<typeof ReadyLine>;
 
 export function formatReadyLine(ready: Omit<ReadyLine, 'msg'>): string {

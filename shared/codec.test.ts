@@ -40,8 +40,8 @@ function decodeAll(chunks: Buffer[], maxFrame = DEFAULT_MAX_FRAME): Decoded[] {
   return out;
 }
 
-const optionTags = (union: { options: readonly { shape: Record<string, unknown> }[] }, key: string): string[] =>
-  union.options.map((o) => (o.shape[key] as { value: string }).value).sort();
+const optionTags = (union: { def: { options: readonly { def: { shape: Record<string, unknown> } }[] } }, key: string): string[] =>
+  union.def.options.map((o) => (o.def.shape[key] as { def: { values: string[] } }).def.values[0]).sort();
 
 function sampleStream(): { wire: Buffer; expected: Decoded[] } {
   const frames: Decoded[] = [];

@@ -1,7 +1,7 @@
 // Frame codec of the devop wire: length-prefixed binary frames (length, kind byte, stream id, payload), an incremental
 // decoder that never buffers more than one frame and rejects bad input with a typed ProtocolError, and an encoder that
 // packs headers (and small payloads) into shared slabs so a burst of frames leaves in a few large writes.
-import type { z } from 'zod';
+import type * as z from 'zod/mini';
 
 /**
  * Frame layout (big-endian): u32 payload length | u8 kind | u32 stream id | payload.
@@ -198,7 +198,7 @@ function checkFrameShape(kind: FrameKind, streamId: number, length: number): voi
 }
 
 /** Parses a JSON payload and validates it with `schema`; any failure is a ProtocolError naming `what`. */
-export function decodeJson<T>(payload: Buffer, schema: z.ZodType<T>, what: string): T {
+export function decodeJson<T>(payload: Buffer, schema: z.ZodMiniType<T>, what: string): T {
   let value: unknown;
   try {
     value = JSON.parse(payload.toString('utf8'));

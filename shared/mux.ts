@@ -2,7 +2,7 @@
 // reset and per-stream credit flow control) over one Duplex connection — a TCP socket or the port-forward WebSocket.
 import { EventEmitter } from 'node:events';
 import type { Duplex } from 'node:stream';
-import type { z } from 'zod';
+import type * as z from 'zod/mini';
 import {
   DEFAULT_MAX_FRAME,
   FrameDecoder,
@@ -252,7 +252,7 @@ export class Mux<S extends Side = Side> extends EventEmitter implements StreamSi
         this.#onOpen(id, payload);
         return;
       case FrameKind.CONTROL: {
-        const msg = decodeJson(payload, this.#inbound as z.ZodType<unknown>, 'control message') as Inbound<S>;
+        const msg = decodeJson(payload, this.#inbound as z.ZodMiniType<unknown>, 'control message') as Inbound<S>;
         this.#emitSafely('message', msg);
         return;
       }

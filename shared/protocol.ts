@@ -8,7 +8,8 @@
 //   required, narrowing a field's values, changing a field's meaning, or any change to the frame layout in codec.ts.
 // - The handshake messages (hello, helloOk, error, bye) keep their shape forever so that a version mismatch can always be
 //   reported as a clear error rather than a parse failure.
-import { z } from 'zod';
+// zod/mini: the same schemas in a tree-shakable form; the agent bundle (and its memory) stays small.
+import * as z from 'zod/mini';
 
 /** Bumped on every wire-breaking change (see the compatibility note above). */
 export const PROTOCOL_VERSION = 1;
@@ -37,9 +38,9 @@ export const ERROR_CODES = {
   internal: 'internal',
 } as const;
 
-const port = z.number().int().min(1).max(65535);
-const requestId = z.string().min(1).max(200);
-const reason = z.string().max(4096);
+const port = z.int().check(z.minimum(1), z.maximum(65535));
+const requestId = z.string().check(z.minLength(1), z.maxLength(200));
+const reason = z.string().check(z.maxLength(4096));
 
 // ---- shared pieces ----
 
@@ -49,20 +50,20 @@ export type StealMode = z.infer<typeof StealMode>;
 /** Which HTTP requests a filtered steal takes; anything else still goes to the pod's own app. */
 export const HttpFilter = z.object({
   /** `name: value-regex`, e.g. `x-devop-user: alice` (header name is matched case-insensitively). */
-  header: z.string().optional(),
+  header: z.optional(z.string()),
   /** Regex matched against the request path (with query string). */
-  path: z.string().optional(),
+  path: z.optional(z.string()),
   /** HTTP method, case-insensitive (e.g. GET). */
-  method: z.string().optional(),
+  method: z.optional(z.string()),
   /** `all`: every given criterion must match; `any`: one is enough. */
-  match: z.enum(['all', 'any']).default('all'),
+  match: z._default(z.enum(['all', 'any']), 'all'),
 });
 export type HttpFilter = z.infer<typeof HttpFilter>;
 
 export const ClientIdentity = z.object({
   user: z.string(),
   host: z.string(),
-  pid: z.number().int(),
+  pid: z.int(),
   devopVersion: z.string(),
 });
 export type ClientIdentity = z.infer<typeof ClientIdentity>;
@@ -76,11 +77,11 @@ export const TrafficEvent = z.discriminatedUnion('kind', [
     connId: z.string(),
     port,
     remoteAddress: z.string(),
-    remotePort: z.number().int(),
+    remotePort: z.int(),
     to: z.enum(['local', 'pod']),
     phase: z.enum(['open', 'close']),
-    bytesIn: z.number().int().optional(),
-    bytesOut: z.number().int().optional(),
+    bytesIn: z.optional(z.int()),
+    bytesOut: z.optional(z.int()),
     at: z.number(),
   }),
   z.object({
@@ -96,9 +97,9 @@ export const TrafficEvent = z.discriminatedUnion('kind', [
     kind: z.literal('response'),
     requestId: z.string(),
     port,
-    status: z.number().int(),
+    status: z.int(),
     durationMs: z.number(),
-    bytes: z.number().int(),
+    bytes: z.int(),
     to: z.enum(['local', 'pod']),
     at: z.number(),
   }),
@@ -111,29 +112,29 @@ export const ClientMessage = z.discriminatedUnion('type', [
   // handshake and liveness
   z.object({
     type: z.literal('hello'),
-    protocolVersion: z.number().int(),
+    protocolVersion: z.int(),
     token: z.string(),
     client: ClientIdentity,
-    resumeSessionId: z.string().optional(),
-    features: z.array(z.string()).optional(),
+    resumeSessionId: z.optional(z.string()),
+    features: z.optional(z.array(z.string())),
   }),
-  z.object({ type: z.literal('ping'), id: z.number().int(), sentAt: z.number() }),
-  z.object({ type: z.literal('pong'), id: z.number().int(), sentAt: z.number() }),
+  z.object({ type: z.literal('ping'), id: z.int(), sentAt: z.number() }),
+  z.object({ type: z.literal('pong'), id: z.int(), sentAt: z.number() }),
   // incoming traffic
   z.object({
     type: z.literal('subscribe'),
     id: requestId,
     port,
     mode: StealMode,
-    filter: HttpFilter.optional(),
+    filter: z.optional(HttpFilter),
     flush: z.boolean(),
     stealProbes: z.boolean(),
   }),
   z.object({ type: z.literal('unsubscribe'), id: requestId, port }),
-  z.object({ type: z.literal('pause'), port: port.optional() }),
-  z.object({ type: z.literal('resume'), port: port.optional() }),
+  z.object({ type: z.literal('pause'), port: z.optional(port) }),
+  z.object({ type: z.literal('resume'), port: z.optional(port) }),
   // DNS and env through the pod
-  z.object({ type: z.literal('dnsResolve'), id: requestId, name: z.string().min(1).max(253), family: z.union([z.literal(4), z.literal(6)]).optional() }),
+  z.object({ type: z.literal('dnsResolve'), id: requestId, name: z.string().check(z.minLength(1), z.maxLength(253)), family: z.optional(z.union([z.literal(4), z.literal(6)])) }),
   z.object({ type: z.literal('envRead'), id: requestId }),
   // end of session
   z.object({ type: z.literal('bye'), reason }),
@@ -147,33 +148,31 @@ export const AgentMessage = z.discriminatedUnion('type', [
   // handshake and liveness
   z.object({
     type: z.literal('helloOk'),
-    protocolVersion: z.number().int(),
+    protocolVersion: z.int(),
     agentVersion: z.string(),
     sessionId: z.string(),
     features: z.array(z.string()),
-    target: z
-      .object({ pid: z.number().int().optional(), containerId: z.string().optional(), podIP: z.string().optional() })
-      .optional(),
+    target: z.optional(z.object({ pid: z.optional(z.int()), containerId: z.optional(z.string()), podIP: z.optional(z.string()) })),
   }),
-  z.object({ type: z.literal('pong'), id: z.number().int(), sentAt: z.number() }),
-  z.object({ type: z.literal('ping'), id: z.number().int(), sentAt: z.number() }),
+  z.object({ type: z.literal('pong'), id: z.int(), sentAt: z.number() }),
+  z.object({ type: z.literal('ping'), id: z.int(), sentAt: z.number() }),
   // incoming traffic
   z.object({ type: z.literal('subscribed'), id: requestId, port, mode: StealMode }),
-  z.object({ type: z.literal('refused'), id: requestId, port, reason, holder: Holder.optional() }),
+  z.object({ type: z.literal('refused'), id: requestId, port, reason, holder: z.optional(Holder) }),
   z.object({ type: z.literal('unsubscribed'), id: requestId, port }),
   // DNS and env through the pod; `error` is set (and addresses empty) when the name did not resolve
   z.object({
     type: z.literal('dnsResult'),
     id: requestId,
     addresses: z.array(z.object({ address: z.string(), family: z.union([z.literal(4), z.literal(6)]) })),
-    error: z.object({ code: z.string(), message: z.string() }).optional(),
+    error: z.optional(z.object({ code: z.string(), message: z.string() })),
   }),
   z.object({ type: z.literal('env'), id: requestId, vars: z.record(z.string(), z.string()) }),
   // observability
   z.object({ type: z.literal('traffic'), event: TrafficEvent }),
   z.object({ type: z.literal('log'), level: z.enum(['debug', 'info', 'warn', 'error']), message: z.string() }),
   // failures and end of session
-  z.object({ type: z.literal('error'), id: requestId.optional(), code: z.string(), message: z.string(), hint: z.string().optional() }),
+  z.object({ type: z.literal('error'), id: z.optional(requestId), code: z.string(), message: z.string(), hint: z.optional(z.string()) }),
   z.object({ type: z.literal('bye'), reason }),
 ]);
 export type AgentMessage = z.infer<typeof AgentMessage>;
@@ -189,29 +188,29 @@ export const StreamOpen = z.discriminatedUnion('kind', [
     port,
     mode: StealMode,
     remoteAddress: z.string(),
-    remotePort: z.number().int().min(0).max(65535),
-    subscriptionId: z.string().optional(),
-    request: z
-      .object({
+    remotePort: z.int().check(z.minimum(0), z.maximum(65535)),
+    subscriptionId: z.optional(z.string()),
+    request: z.optional(
+      z.object({
         method: z.string(),
         path: z.string(),
         headers: z.record(z.string(), z.union([z.string(), z.array(z.string())])),
-      })
-      .optional(),
+      }),
+    ),
   }),
   // CLI → agent: connect to host:port from the pod's netns; the agent accepts once connected or resets with the errno
-  z.object({ kind: z.literal('outgoing'), host: z.string().min(1).max(253), port }),
+  z.object({ kind: z.literal('outgoing'), host: z.string().check(z.minLength(1), z.maxLength(253)), port }),
   // CLI → agent: read a file in the target's filesystem; the agent accepts (with size) and streams it, or resets
-  z.object({ kind: z.literal('file'), path: z.string().min(1).max(4096) }),
+  z.object({ kind: z.literal('file'), path: z.string().check(z.minLength(1), z.maxLength(4096)) }),
 ]);
 export type StreamOpen = z.infer<typeof StreamOpen>;
 
 /** Optional details the accepting side sends with ACCEPT (all fields optional, so any kind may use it). */
 export const StreamAccept = z.object({
-  localAddress: z.string().optional(),
-  localPort: z.number().int().optional(),
-  remoteAddress: z.string().optional(),
-  remotePort: z.number().int().optional(),
-  size: z.number().int().optional(),
+  localAddress: z.optional(z.string()),
+  localPort: z.optional(z.int()),
+  remoteAddress: z.optional(z.string()),
+  remotePort: z.optional(z.int()),
+  size: z.optional(z.int()),
 });
 export type StreamAccept = z.infer<typeof StreamAccept>;

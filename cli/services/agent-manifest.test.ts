@@ -76,7 +76,7 @@ describe('agent manifests', () => {
                   { name: 'DEVOP_AGENT_FLUSH_CONNECTIONS', value: 'true' },
                   { name: 'DEVOP_AGENT_ID', value: 'ab12cd34ef' },
                 ],
-                securityContext: { privileged: false, runAsUser: 0, capabilities: { add: ['NET_ADMIN', 'SYS_ADMIN', 'SYS_PTRACE'] } },
+                securityContext: { privileged: false, runAsUser: 0, capabilities: { add: ['NET_ADMIN', 'NET_RAW', 'SYS_ADMIN', 'SYS_PTRACE'] } },
                 resources: { requests: { cpu: '10m', memory: '48Mi' }, limits: { cpu: '1', memory: '256Mi' } },
               },
             ],
@@ -113,7 +113,7 @@ describe('agent manifests', () => {
         { name: 'DEVOP_AGENT_FLUSH_CONNECTIONS', value: 'true' },
         { name: 'DEVOP_AGENT_ID', value: 'ab12cd34ef' },
       ],
-      securityContext: { privileged: false, runAsUser: 0, capabilities: { add: ['NET_ADMIN', 'SYS_ADMIN', 'SYS_PTRACE'] } },
+      securityContext: { privileged: false, runAsUser: 0, capabilities: { add: ['NET_ADMIN', 'NET_RAW', 'SYS_ADMIN', 'SYS_PTRACE'] } },
     });
   });
 

@@ -155,7 +155,7 @@ async function failureError(kc: KubeConfig, v: Extract<Verdict, { fail: V1Pod }>
     case 'config':
       return new UserError(`the agent container cannot start: ${v.detail}`, 'check the agent options (image, namespace) and the pod events (kubectl describe pod)');
     case 'crash':
-      return new UserError(`the agent crashed: ${v.detail}${await lastLogLines(kc, ns, pod, container)}`, `check the agent's permissions on the node (NET_ADMIN, SYS_ADMIN, SYS_PTRACE, hostPID; try --agent-privileged) and its logs: kubectl logs -n ${ns} ${pod}`);
+      return new UserError(`the agent crashed: ${v.detail}${await lastLogLines(kc, ns, pod, container)}`, `check the agent's permissions on the node (NET_ADMIN, NET_RAW, SYS_ADMIN, SYS_PTRACE, hostPID; try --agent-privileged) and its logs: kubectl logs -n ${ns} ${pod}`);
   }
 }
 

@@ -63,7 +63,7 @@ export function neededPermissions(namespace: string, agentNamespace: string): Ne
   ];
 }
 
-/** Pod Security admission levels that reject the agent (hostPID, NET_ADMIN/SYS_ADMIN/SYS_PTRACE). Pure. */
+/** Pod Security admission levels that reject the agent (hostPID, NET_ADMIN/NET_RAW/SYS_ADMIN/SYS_PTRACE). Pure. */
 export function podSecurityCheck(ns: V1Namespace | undefined, namespace: string): DoctorCheck {
   const labels = ns?.metadata?.labels ?? {};
   const enforce = labels['pod-security.kubernetes.io/enforce'];
@@ -73,7 +73,7 @@ export function podSecurityCheck(ns: V1Namespace | undefined, namespace: string)
       id: 'pod-security',
       title,
       status: 'fail',
-      detail: `pod-security.kubernetes.io/enforce=${enforce} rejects the agent (it needs hostPID and the NET_ADMIN, SYS_ADMIN, SYS_PTRACE capabilities)`,
+      detail: `pod-security.kubernetes.io/enforce=${enforce} rejects the agent (it needs hostPID and the NET_ADMIN, NET_RAW, SYS_ADMIN, SYS_PTRACE capabilities)`,
       fix: `run the agent in a privileged namespace (--agent-namespace NS, where NS has enforce=privileged or no label), or ask an admin: kubectl label ns ${namespace} pod-security.kubernetes.io/enforce=privileged --overwrite`,
     };
   }

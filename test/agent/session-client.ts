@@ -50,11 +50,12 @@ export interface TestSession {
 }
 
 /**
- * Connects a session. Incoming streams are piped to `local` (when given); mirrored ones record their bytes only when
- * `local` is undefined. `resumeSessionId` resumes an earlier session.
+ * Connects a session to the agent's control port: through a relay's unix socket (as the suites do) or straight to a TCP
+ * address (a session process inside the pod netns). Incoming streams are piped to the local command on 127.0.0.1:`local.port`
+ * (when given); mirrored ones record their bytes only when `local` is undefined. `resumeSessionId` resumes an earlier session.
  */
-export async function connectSession(socketPath: string, opts: { local?: LocalCommand; token?: string; user?: string; resumeSessionId?: string; protocolVersion?: number } = {}): Promise<TestSession> {
-  const socket = connect(socketPath);
+export async function connectSession(to: string | { host: string; port: number }, opts: { local?: Pick<LocalCommand, 'port'>; token?: string; user?: string; resumeSessionId?: string; protocolVersion?: number } = {}): Promise<TestSession> {
+  const socket = typeof to === 'string' ? connect(to) : connect(to);
   await new Promise<void>((resolve, reject) => socket.once('connect', resolve).once('error', reject));
   socket.setNoDelay(true);
   const mux = createClientMux(socket);

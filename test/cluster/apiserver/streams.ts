@@ -169,13 +169,19 @@ export function createStreamServer(runtime: () => NodeRuntime | undefined): Stre
       if (!rt) return fail('no node runs this pod');
       const pending: Buffer[] = [];
       let sock: Duplex | undefined;
+      let waiting = false;
       ws.on('message', (data: Buffer) => {
         if (data.length === 0 || data[0] !== dataCh) return;
         const payload = Buffer.from(data.subarray(1));
         if (!sock) pending.push(payload);
-        else if (!sock.write(payload)) {
+        else if (!sock.write(payload) && !waiting) {
+          // Messages already read from the socket still arrive after pause(): one drain listener is enough for all of them.
+          waiting = true;
           ws.pause();
-          sock.once('drain', () => ws.resume());
+          sock.once('drain', () => {
+            waiting = false;
+            ws.resume();
+          });
         }
       });
       rt.dialPod(pod.metadata.namespace, pod.metadata.name, port).then(
