@@ -82,14 +82,16 @@ export async function connectSession(to: string | { host: string; port: number }
   const request = <T extends AgentMessage['type']>(msg: ClientMessage, reply: T[]): Promise<Extract<AgentMessage, { type: T }>> =>
     new Promise((resolve, reject) => {
       const id = 'id' in msg ? msg.id : undefined;
+      const onClose = (err: Error | undefined): void => reject(err ?? new Error('session closed'));
       const onMsg = (m: AgentMessage): void => {
         if ((reply as string[]).includes(m.type) && (id === undefined || !('id' in m) || m.id === id)) {
           mux.off('message', onMsg);
+          mux.off('close', onClose);
           resolve(m as Extract<AgentMessage, { type: T }>);
         }
       };
       mux.on('message', onMsg);
-      mux.once('close', (err) => reject(err ?? new Error('session closed')));
+      mux.once('close', onClose);
       mux.send(msg);
     });
   const hello = await request(
