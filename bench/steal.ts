@@ -21,9 +21,12 @@ const WARMUP_PER_PATH = 100;
 const execFileAsync = promisify(execFile);
 const OPEN_CONNECTIONS = 1000;
 
-type Path = 'direct' | 'stolen' | 'mirrored' | 'one-hop';
-/** Ports of the pod's app; `one-hop` is a plain TCP relay in the pod netns (port 3003 → 3001): what one userspace hop costs here. */
-const PORTS: Record<Path, number> = { direct: 3001, stolen: 3000, mirrored: 3002, 'one-hop': 3003 };
+type Path = 'direct' | 'stolen' | 'mirrored' | 'one-hop' | 'two-hops';
+/**
+ * Ports of the pod's app, and plain TCP relays in the pod netns: `one-hop` (3003 → 3001) is what one userspace hop costs
+ * here, `two-hops` (3005 → 3003 → 3001) what two processes in the way cost — as many as the stolen path has.
+ */
+const PORTS: Record<Path, number> = { direct: 3001, stolen: 3000, mirrored: 3002, 'one-hop': 3003, 'two-hops': 3005 };
 /** Stolen by the bench's own session (through a relay, as the suites connect) for the RSS count only. */
 const RSS_PORT = 3004;
 const APP_PORTS = [PORTS.direct, PORTS.stolen, PORTS.mirrored, RSS_PORT];
@@ -47,6 +50,7 @@ async function main(): Promise<void> {
     await net.setup();
     await net.startPod({ port: APP_PORTS.join(','), env: { POD_QUIET: '1' } });
     await net.relay(net.podNs, '127.0.0.1', PORTS.direct, PORTS['one-hop']);
+    await net.relay(net.podNs, '127.0.0.1', PORTS['one-hop'], PORTS['two-hops']);
     const agentProc = await net.startAgent({ DEVOP_AGENT_LOG_LEVEL: 'info' });
     const control = await net.relay(net.podNs, '127.0.0.1', agentProc.port);
     // The stealing session: bench/lib/session-proc.ts inside the pod netns, handing stolen connections to the pod's app.
@@ -73,8 +77,9 @@ async function main(): Promise<void> {
     })) as Record<Path, { p50: number; p99: number; n: number }>;
     for (const p of order) console.log(`${p.padEnd(9)} n=${stats[p].n} p50=${stats[p].p50.toFixed(3)}ms p99=${stats[p].p99.toFixed(3)}ms`);
     const hop = stats['one-hop'].p50 - stats.direct.p50;
+    const hops = stats['two-hops'].p50 - stats.direct.p50;
     const added = stats.stolen.p50 - stats.direct.p50;
-    console.log(`one userspace hop (a plain relay) adds ${hop.toFixed(3)} ms p50 on this machine now; the stolen path adds ${added.toFixed(3)} ms = ${(added / hop).toFixed(2)} such hops (it has two processes in the way: the agent and the session); a port-forward in the tunnel would add its own`);
+    console.log(`plain relays in the way add ${hop.toFixed(3)} ms p50 (one) and ${hops.toFixed(3)} ms (two) on this machine now; the stolen path, with two processes in the way (the agent and the session), adds ${added.toFixed(3)} ms = ${(added / hops).toFixed(2)}× two plain relays; a port-forward in the tunnel would add its own`);
     // Proof that the copies are complete: the requests found in the mirror copies against those sent on the mirrored path.
     // Capture hands copies over in blocks, up to a second late: wait for them before counting.
     const copies = (): Buffer[] => session.incoming.filter((i) => i.open.mode === 'mirror').map((i) => Buffer.concat(i.data));
