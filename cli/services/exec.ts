@@ -11,7 +11,7 @@ import { canConnect, waitForListen } from '../process/listen.js';
 import { buildChildEnv, readEnvFile } from './child-env.js';
 import { incomingStreamHandler } from './incoming.js';
 import { resolvePorts, type PortMapping } from './ports.js';
-import { step, type Session, type SessionOptions } from './session.js';
+import { step, type Retarget, type Session, type SessionOptions } from './session.js';
 import { connectSupervisedSession } from './supervisor.js';
 import { trafficToEvent } from './traffic.js';
 
@@ -144,6 +144,7 @@ export async function runExec(options: ExecServiceOptions, reporter: Reporter): 
       ports: ports.map((p): PortState => ({ remotePort: p.remote, localPort: p.local, mode: options.mode, filter: describeFilter(options.httpFilter) })),
     };
     const traffic = new TrafficControl(s, info, options, reporter);
+    s.onRetarget?.((change) => traffic.retarget(change));
 
     const tunnelLost = new Promise<Error>((resolve) => s.mux.once('close', (err) => resolve(err ?? new Error('closed'))));
     const started = startTraffic(ports, traffic, options, reporter, running);
@@ -296,6 +297,14 @@ class TrafficControl {
       this.reporter.emit({ type: 'error', message: err instanceof Error ? err.message : String(err), hint: isUserError(err) ? err.hint : undefined });
     });
     this.update({ mode: this.mode, filter: describeFilter(this.filter) });
+  }
+
+  /** The session followed its target to another pod: the session line names the new pod and its agent. */
+  retarget(change: Retarget): void {
+    this.info.pod = change.target.podName;
+    this.info.node = change.target.nodeName;
+    this.info.agent = { name: change.agent.name, reused: change.agent.reused, version: change.agentVersion };
+    this.reporter.emit({ type: 'session', session: { ...this.info } });
   }
 
   private update(change: Partial<PortState>): void {

@@ -72,6 +72,15 @@ export interface Session {
   hello: HelloOk;
   /** Ends the session: bye, close the tunnel. Safe to call twice. */
   close(reason?: string): Promise<void>;
+  /** Hears when the session moves to another pod (its pod was replaced: the supervisor follows the target). */
+  onRetarget?(listener: (change: Retarget) => void): void;
+}
+
+/** Where a followed session went: the new pod and the agent that serves it. */
+export interface Retarget {
+  target: ResolvedTarget;
+  agent: AgentEndpoint;
+  agentVersion: string;
 }
 
 export function clientIdentity(): { user: string; host: string; pid: number; devopVersion: string } {

@@ -9,7 +9,7 @@ import { apiErrorCode } from '../kube/errors.js';
 import { waitForPods } from '../kube/watch.js';
 import type { Reporter } from '../reporter.js';
 import { createEphemeralAgent, createJobAgent, findAgent, type AgentEndpoint, type AgentOptions } from './agent.js';
-import { agentOptionsFor, clientIdentity, connectAgent, connectSession, type Session, type SessionOptions } from './session.js';
+import { agentOptionsFor, clientIdentity, connectAgent, connectSession, type Retarget, type Session, type SessionOptions } from './session.js';
 import { StealLeases, workloadOfPod } from './steal-lease.js';
 import { SessionMux, type MemberLink } from './supervisor-mux.js';
 import { byeAndWait, watchLiveness } from './tunnel-health.js';
@@ -58,6 +58,7 @@ interface Member {
   state: 'up' | 'reconnecting' | 'gone';
   /** The tunnel was opened by connectSession (its own pinger reports RTT). */
   original: boolean;
+  agentVersion: string;
   stopLiveness?: () => void;
 }
 
@@ -87,6 +88,7 @@ class Supervisor {
   private watchAbort = new AbortController();
   private over = false;
   private following = false;
+  private readonly retargeted: Array<(change: Retarget) => void> = [];
   private closing: Promise<void> | undefined;
 
   constructor(
@@ -117,6 +119,7 @@ class Supervisor {
       agent: this.first.agent,
       link: { pod: this.firstTarget.podName, mux: this.first.mux },
       sessionId: this.first.hello.sessionId,
+      agentVersion: this.first.hello.agentVersion,
       sent: new Map(),
       state: 'up',
       original: true,
@@ -143,6 +146,7 @@ class Supervisor {
       mux: this.mux.asClientMux(),
       hello: this.first.hello,
       close: (reason?: string) => (this.closing ??= this.close(reason ?? 'session ended')),
+      onRetarget: (listener) => this.retargeted.push(listener),
     };
   }
 
@@ -295,6 +299,7 @@ class Supervisor {
           const member = await this.attachPod(target);
           if (!member) return;
           this.reporter.emit({ type: 'log', level: 'info', message: `following ${target}: now pod ${member.link.pod} (agent ${member.agent.name}${member.agent.reused ? ', reused' : ''})` });
+          for (const listener of this.retargeted) listener({ target: member.target, agent: member.agent, agentVersion: member.agentVersion });
           this.watchPods({ namespace: member.target.namespace, fieldSelector: `metadata.name=${member.target.podName}` }, false);
           return;
         } catch (err) {
@@ -324,7 +329,7 @@ class Supervisor {
       link.mux.close('session over');
       return undefined;
     }
-    const member: Member = { target: resolved, agent, link: { pod: resolved.podName, mux: link.mux }, sessionId: link.hello.sessionId, sent: new Map(), state: 'up', original: false };
+    const member: Member = { target: resolved, agent, link: { pod: resolved.podName, mux: link.mux }, sessionId: link.hello.sessionId, sent: new Map(), state: 'up', original: false, agentVersion: link.hello.agentVersion };
     this.adopt(member, this.mux.size === 0);
     return member;
   }

@@ -152,6 +152,8 @@ describe('fault table: the pod serves its own traffic again within 2 s, devop re
     const nextName = next.metadata?.name ?? '';
     const nextIP = next.status?.podIP ?? '';
     await run.waitForStderr(new RegExp(`following deploy/f-follow: now pod ${nextName}`), 90_000);
+    // The session line names the new pod (what the TUI header and JSON consumers show).
+    await run.waitForStderr(new RegExp(`session deploy/f-follow pod/${nextName}:`));
     await waitFor('the new pod to be stolen', async () => (await client.who(nextIP, 8080)) === 'local');
     expect(starts(run)).toBe(1);
     await stopAndCheckClean(run, nextName, nextIP, await podPid(next));
