@@ -152,7 +152,9 @@ export class PortTable {
   private async settle(port: number, entry: PortEntry, msg?: Subscribe): Promise<string | undefined> {
     const mirrors = entry.subs.some((s) => s.mode === 'mirror');
     const steals = entry.subs.some((s) => s.mode === 'steal');
-    const skipSource = async (): Promise<string | undefined> => (msg?.stealProbes ? undefined : this.nodeIP());
+    // Where probes come from, looked up once for the capture and the rule alike.
+    let skip: Promise<string | undefined> | undefined;
+    const skipSource = (): Promise<string | undefined> => (skip ??= msg?.stealProbes ? Promise.resolve(undefined) : this.nodeIP());
     if (mirrors && !entry.capture && this.noCapture === undefined) entry.capture = await this.startCapture(port, entry, await skipSource());
     if (mirrors && this.noCapture !== undefined && !this.noCaptureSaid) {
       this.noCaptureSaid = true;
