@@ -76,7 +76,7 @@ async function readOptional(path: string): Promise<string> {
 export async function resolveInPod(pid: number | undefined, name: string, family?: 4 | 6): Promise<ResolvedAddress[]> {
   const literal = isIP(name);
   if (literal !== 0) return [{ address: name, family: literal as 4 | 6 }];
-  const [confText, hostsText] = await Promise.all([readOptional(targetPath(pid, '/etc/resolv.conf')), readOptional(targetPath(pid, '/etc/hosts'))]);
+  const [confText, hostsText] = await Promise.all(['/etc/resolv.conf', '/etc/hosts'].map((file) => targetPath(pid, file).then(readOptional)));
   const conf = parseResolvConf(confText);
   const hosts = parseHosts(hostsText);
   const fromHosts = (hosts.get(name.toLowerCase().replace(/\.$/, '')) ?? []).filter((a) => family === undefined || a.family === family);

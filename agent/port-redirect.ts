@@ -9,6 +9,8 @@ import type { RequestMatcher } from './filter.js';
 import { createPodProxy, handleFilteredRequest, handleFilteredUpgrade, type HttpRouting, type PodProxy } from './http-filter.js';
 import type { AgentLog } from './log.js';
 import { MirroredConnection } from './mirror.js';
+import { MuxStream } from '../shared/mux-stream.js';
+import { spliceSocket } from '../shared/splice.js';
 
 export type IncomingOpen = Extract<StreamOpen, { kind: 'incoming' }>;
 export type IncomingStream = Duplex & { reset?: (reason: string) => void };
@@ -138,17 +140,25 @@ export class PortRedirect {
   }
 }
 
-/** Pipes a client socket and its peer both ways with half-close; an error on either side tears both down. */
+/**
+ * Joins a client socket and its peer both ways with half-close (a mux stream through the splice fast path, a socket
+ * with pipe); an error on either side tears both down. The counts are the client socket's, filled in when both closed.
+ */
 export function spliceSockets(client: Socket, peer: Duplex, abortPeer: (reason: string) => void): { in: number; out: number; done: Promise<void> } {
   const counts = { in: 0, out: 0, done: Promise.resolve() };
-  client.on('data', (c: Buffer) => (counts.in += c.length));
-  peer.on('data', (c: Buffer) => (counts.out += c.length));
-  client.pipe(peer);
-  peer.pipe(client);
+  if (peer instanceof MuxStream) {
+    spliceSocket(peer, client);
+  } else {
+    client.pipe(peer);
+    peer.pipe(client);
+  }
   counts.done = new Promise((resolve) => {
     let open = 2;
     const closed = (): void => {
-      if (--open === 0) resolve();
+      if (--open > 0) return;
+      counts.in = client.bytesRead;
+      counts.out = client.bytesWritten;
+      resolve();
     };
     client.once('close', () => {
       // A client that vanished without a FIN (reset) takes its peer down too.

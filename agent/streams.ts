@@ -3,6 +3,7 @@ import { connect } from 'node:net';
 import { createReadStream } from 'node:fs';
 import { stat } from 'node:fs/promises';
 import type { MuxStream } from '../shared/mux.js';
+import { spliceSocket } from '../shared/splice.js';
 import { resolveInPod } from './dns.js';
 import { targetPath } from './target.js';
 import type { AgentLog } from './log.js';
@@ -31,8 +32,7 @@ export async function serveOutgoing(stream: MuxStream, host: string, port: numbe
     socket.off('error', fail);
     log.debug('outgoing connected', { host, port, address });
     stream.accept({ localAddress: socket.localAddress, localPort: socket.localPort, remoteAddress: socket.remoteAddress, remotePort: socket.remotePort });
-    socket.pipe(stream);
-    stream.pipe(socket);
+    spliceSocket(stream, socket);
     socket.on('error', () => stream.reset('connection reset in the pod'));
     stream.on('error', () => socket.destroy());
     socket.once('close', () => {
@@ -47,7 +47,7 @@ export async function serveFile(stream: MuxStream, path: string, pid: number | u
   stream.resume(); // nothing to read from the CLI on a file stream
   let full: string;
   try {
-    full = targetPath(pid, path);
+    full = await targetPath(pid, path);
     const info = await stat(full);
     if (!info.isFile()) {
       stream.reset(`EISDIR: ${path} is not a regular file`);

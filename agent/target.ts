@@ -1,5 +1,5 @@
 // The target container as seen from the agent: its PID (found by container ID in /proc/*/cgroup), env and filesystem.
-import { readdir, readFile } from 'node:fs/promises';
+import { lstat, readdir, readFile, readlink } from 'node:fs/promises';
 import { join, posix } from 'node:path';
 import { bareContainerId } from '../shared/agent-contract.js';
 import { UserError } from '../shared/errors.js';
@@ -40,10 +40,48 @@ export async function readTargetEnv(pid: number | undefined, procRoot = '/proc')
   return env;
 }
 
-/** Maps a path inside the target container to a path the agent can open (the container's root through /proc/PID/root). */
-export function targetPath(pid: number | undefined, path: string, procRoot = '/proc'): string {
+/** Symlinks followed while resolving one path before giving up (the kernel's own limit). */
+const MAX_SYMLINKS = 40;
+
+/**
+ * Maps a path inside the target container to a path the agent can open: the container's root through /proc/PID/root,
+ * with every symlink resolved inside that root. The kernel would resolve an absolute symlink met under /proc/PID/root
+ * (such as /var/run → /run in most images, on the way to the service-account token) against the agent's own root.
+ */
+export async function targetPath(pid: number | undefined, path: string, procRoot = '/proc'): Promise<string> {
   if (!path.startsWith('/')) throw new UserError(`remote path "${path}" is not absolute`, 'give the file\'s absolute path inside the container');
   // normalize first so that ".." cannot climb out of the container's root.
   const clean = posix.normalize(path);
-  return pid === undefined ? clean : join(procRoot, String(pid), 'root', clean);
+  if (pid === undefined) return clean;
+  return resolveInRoot(join(procRoot, String(pid), 'root'), clean);
+}
+
+/** Resolves `path` as if `root` were "/": ".." stops at the root, and symlinks (absolute ones too) stay inside it. */
+export async function resolveInRoot(root: string, path: string): Promise<string> {
+  const done: string[] = [];
+  const todo = path.split('/').filter(Boolean).reverse();
+  let links = 0;
+  while (todo.length > 0) {
+    const part = todo.pop() as string;
+    if (part === '.') continue;
+    if (part === '..') {
+      done.pop();
+      continue;
+    }
+    const here = join(root, ...done, part);
+    let link: string | undefined;
+    try {
+      if ((await lstat(here)).isSymbolicLink()) link = await readlink(here);
+    } catch {
+      // missing (or unreadable): opening the result reports it with the path the user gave
+    }
+    if (link === undefined) {
+      done.push(part);
+      continue;
+    }
+    if (++links > MAX_SYMLINKS) throw Object.assign(new Error(`too many symbolic links in ${path}`), { code: 'ELOOP' });
+    if (link.startsWith('/')) done.length = 0;
+    todo.push(...link.split('/').filter(Boolean).reverse());
+  }
+  return join(root, ...done);
 }

@@ -1,10 +1,11 @@
 // Unit tests of the agent's pure parts: the env contract, filters, resolv.conf/hosts/search order, iptables rule words,
 // and the container-ID PID lookup against a fake /proc in a temp dir.
-import { mkdtempSync, mkdirSync, writeFileSync, rmSync, readFileSync } from 'node:fs';
+import { mkdtempSync, mkdirSync, writeFileSync, rmSync, readFileSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, test } from 'vitest';
-import { AGENT_COMMAND, AGENT_VERSION, agentEnv, bareContainerId, chainName, formatReadyLine, parseAgentEnv, parseReadyLine } from '../shared/agent-contract.js';
+import { execFileSync } from 'node:child_process';
+import { AGENT_COMMAND, AGENT_NODE_FLAGS, AGENT_VERSION, agentEnv, bareContainerId, chainName, formatReadyLine, parseAgentEnv, parseReadyLine } from '../shared/agent-contract.js';
 import { compileFilter, describeFilter } from './filter.js';
 import { candidates, parseHosts, parseResolvConf } from './dns.js';
 import { cleanupScript, jumpRule, redirectRule } from './iptables.js';
@@ -37,6 +38,14 @@ describe('agent contract', () => {
     expect(chainName('a'.repeat(20)).length).toBeLessThanOrEqual(28);
     expect(JSON.parse(readFileSync('package.json', 'utf8')).version).toBe(AGENT_VERSION);
     expect(readFileSync('Dockerfile.agent', 'utf8')).toContain(`ENTRYPOINT ${JSON.stringify(AGENT_COMMAND).replaceAll(',', ', ')}`);
+  });
+
+  test("the agent's Node flags keep V8's optimizing compiler off (the RSS budget counts on it)", () => {
+    // A hot function under AGENT_NODE_FLAGS stays in the interpreter; under plain node the same one gets optimized.
+    const probe = 'function f(x){let s=0;for(let i=0;i<100;i++)s+=x*i;return s}for(let i=0;i<200000;i++)f(i);process.stdout.write(String(%ActiveTierIsTurbofan(f)))';
+    const tier = (flags: readonly string[]): string => execFileSync(process.execPath, [...flags, '--allow-natives-syntax', '-e', probe], { encoding: 'utf8' });
+    expect(tier(AGENT_NODE_FLAGS)).toBe('false');
+    expect(tier([])).toBe('true');
   });
 });
 
@@ -105,8 +114,21 @@ describe('target lookup', () => {
       await expect(findContainerPid(`containerd://${'cd'.repeat(32)}`, proc)).rejects.toThrow(/no process of container/);
       await expect(findContainerPid('containerd://not-hex', proc)).rejects.toThrow(/not a runtime/);
       expect(await readTargetEnv(42, proc)).toEqual({ A: '1', B: 'x=y' });
-      expect(targetPath(42, '/etc/../../etc/hosts', proc)).toBe(join(proc, '42', 'root', 'etc', 'hosts'));
-      expect(() => targetPath(42, 'relative')).toThrow(/absolute/);
+      expect(await targetPath(42, '/etc/../../etc/hosts', proc)).toBe(join(proc, '42', 'root', 'etc', 'hosts'));
+      await expect(targetPath(42, 'relative')).rejects.toThrow(/absolute/);
+      // Symlinks resolve inside the container's root: an absolute one (/var/run -> /run, as in most images), a relative
+      // one (the service-account volume's token -> ..data/token), and ".." in a link stops at the root
+      const root = join(proc, '42', 'root');
+      mkdirSync(join(root, 'var'), { recursive: true });
+      mkdirSync(join(root, 'run', 'secrets', '..data'), { recursive: true });
+      symlinkSync('/run', join(root, 'var', 'run'));
+      symlinkSync('..data/token', join(root, 'run', 'secrets', 'token'));
+      symlinkSync('../../../../../etc', join(root, 'run', 'up'));
+      expect(await targetPath(42, '/var/run/secrets/token', proc)).toBe(join(root, 'run', 'secrets', '..data', 'token'));
+      expect(await targetPath(42, '/run/up/passwd', proc)).toBe(join(root, 'etc', 'passwd'));
+      symlinkSync('loop-b', join(root, 'loop-a'));
+      symlinkSync('loop-a', join(root, 'loop-b'));
+      await expect(targetPath(42, '/loop-a/x', proc)).rejects.toThrow(/too many symbolic links/);
     } finally {
       rmSync(proc, { recursive: true, force: true });
     }

@@ -33,6 +33,14 @@ export interface StreamSink {
   forget(id: number): void;
 }
 
+/** Where a spliced stream writes what it receives (a net.Socket): see deliverTo(). */
+export interface DeliveryTarget {
+  write(chunk: Buffer): boolean;
+  end(): unknown;
+  readonly writableLength: number;
+  on(event: 'drain', listener: () => void): unknown;
+}
+
 /** Give back credit once a quarter of the window was consumed: few CREDIT frames, and the sender never stalls at the edge. */
 const CREDIT_UPDATE_DIVISOR = 4;
 
@@ -55,6 +63,10 @@ export class MuxStream extends Duplex {
   #reset = false;
   #accepted: StreamAccept | null = null;
   #grantScheduled = false;
+  #target: DeliveryTarget | null = null;
+  /** A chunk handed to _write is not yet acknowledged (the Writable side holds any later ones until it is). */
+  #writing = false;
+  #destroyed = false;
 
   constructor(sink: StreamSink, id: number, open: StreamOpen, window: number, initialCredit: number) {
     super({ allowHalfOpen: true, readableHighWaterMark: window, writableHighWaterMark: Math.min(window, MAX_DATA_FRAME) });
@@ -96,6 +108,7 @@ export class MuxStream extends Duplex {
   // ---- Duplex ----
 
   override _write(chunk: Buffer, _encoding: BufferEncoding, callback: (err?: Error | null) => void): void {
+    this.#writing = true;
     this.#pending = chunk;
     this.#pendingCb = callback;
     this.#pump();
@@ -136,10 +149,43 @@ export class MuxStream extends Duplex {
       this.#reset = true;
       this.#sink.sendFrame(FrameKind.RESET, this.id, encodeReason(err ? err.message : 'cancelled'));
     }
+    this.#destroyed = true;
     this.#pending = null;
     this.#pendingCb = null;
     this.#sink.forget(this.id);
     callback(err);
+  }
+
+  // ---- the splice fast path (shared/splice.ts) ----
+
+  /**
+   * Sends `chunk` as DATA frames now, without the Writable side, when nothing is queued before it, the peer's credit
+   * covers it and the connection is not backed up. Returns false otherwise: the caller then uses write(), which keeps
+   * the order (every later sendNow() is refused until the Writable side is empty again). Only before end().
+   */
+  sendNow(chunk: Buffer): boolean {
+    // Private flags rather than the Writable's getters: this runs for every chunk of every spliced connection.
+    if (chunk.length > this.#sendCredit || this.#writing || this.#localEnded || this.#destroyed || this.#reset) return false;
+    if (this.#sink.isClosed || this.#sink.blocked) return false;
+    for (let off = 0; off < chunk.length; off += MAX_DATA_FRAME) {
+      const end = Math.min(chunk.length, off + MAX_DATA_FRAME);
+      this.#sink.sendFrame(FrameKind.DATA, this.id, off === 0 && end === chunk.length ? chunk : chunk.subarray(off, end));
+    }
+    this.#sendCredit -= chunk.length;
+    return true;
+  }
+
+  /**
+   * From now on, bytes from the peer are written straight to `target` as they are decoded, and its end follows the
+   * peer's END; the Readable side gets no more data (it only ends). Credit counts what `target` still buffers, so a
+   * slow target holds the peer back exactly as a slow reader does.
+   */
+  deliverTo(target: DeliveryTarget): void {
+    for (let chunk = this.read() as Buffer | null; chunk !== null; chunk = this.read() as Buffer | null) target.write(chunk);
+    this.#target = target;
+    target.on('drain', this.#deferredGrant);
+    this.resume(); // so that the Readable side emits 'end' (and the stream can close) after the peer's END
+    if (this.#remoteEnded) target.end();
   }
 
   // ---- from the Mux ----
@@ -151,7 +197,8 @@ export class MuxStream extends Duplex {
       throw new ProtocolError(`flow control violated on stream ${this.id}: ${this.#recvTotal - this.#recvGranted} bytes beyond credit`);
     }
     if (this.destroyed) return;
-    this.push(data);
+    if (this.#target !== null) this.#target.write(data);
+    else this.push(data);
     this.grantCredit();
   }
 
@@ -163,7 +210,10 @@ export class MuxStream extends Duplex {
   /** @internal */ receiveEnd(): void {
     if (this.#remoteEnded) return;
     this.#remoteEnded = true;
-    if (!this.destroyed) this.push(null);
+    if (!this.destroyed) {
+      this.#target?.end();
+      this.push(null);
+    }
     this.#maybeForget();
   }
 
@@ -182,12 +232,14 @@ export class MuxStream extends Duplex {
 
   /**
    * Gives the peer credit so that at most one window is unread on this side: consumed bytes (received minus what still
-   * sits in the readable buffer) plus the window, minus what was already granted.
+   * sits in the readable buffer, or in the delivery target's) plus the window, minus what was already granted.
    * @internal
    */
   grantCredit(): void {
     if (this.#remoteEnded || this.#reset || this.#sink.isClosed) return;
-    const consumed = this.#recvTotal - this.readableLength;
+    // Cheap early exit for the common case: even if everything received were consumed, no update would be due yet.
+    if (this.#recvTotal + this.#window - this.#recvGranted < this.#window / CREDIT_UPDATE_DIVISOR) return;
+    const consumed = this.#recvTotal - this.readableLength - (this.#target?.writableLength ?? 0);
     const due = consumed + this.#window - this.#recvGranted;
     if (due >= this.#window / CREDIT_UPDATE_DIVISOR) {
       const payload = Buffer.allocUnsafe(4);
@@ -215,8 +267,13 @@ export class MuxStream extends Duplex {
     this.#pending = null;
     this.#pendingCb = null;
     if (!cb) return;
-    if (this.#sink.blocked) this.#sink.whenDrained(() => cb());
-    else cb();
+    if (this.#sink.blocked) this.#sink.whenDrained(() => this.#wrote(cb));
+    else this.#wrote(cb);
+  }
+
+  #wrote(cb: (err?: Error | null) => void): void {
+    this.#writing = false;
+    cb();
   }
 
   #maybeForget(): void {

@@ -107,12 +107,16 @@ export function duplexPair(): [Duplex, Duplex] {
   return [a, b];
 }
 
-/** A connected pair of real loopback TCP sockets; destroyed by the caller's cleanups. */
-export async function socketPair(cleanups: Array<() => void>): Promise<[net.Socket, net.Socket]> {
-  const server = net.createServer();
+/**
+ * A connected pair of real loopback TCP sockets; destroyed by the caller's cleanups. With `allowHalfOpen`, each end
+ * stays writable after the peer's FIN (so that half-close can be observed).
+ */
+export async function socketPair(cleanups: Array<() => void>, options: { allowHalfOpen?: boolean } = {}): Promise<[net.Socket, net.Socket]> {
+  const allowHalfOpen = options.allowHalfOpen ?? false;
+  const server = net.createServer({ allowHalfOpen });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   const accepted = new Promise<net.Socket>((r) => server.once('connection', r));
-  const client = net.connect((server.address() as net.AddressInfo).port, '127.0.0.1');
+  const client = net.connect({ port: (server.address() as net.AddressInfo).port, host: '127.0.0.1', allowHalfOpen });
   const serverSide = await accepted;
   server.close();
   cleanups.push(() => {

@@ -1,6 +1,9 @@
 // Byte-stream plumbing for the proxy: read exactly N bytes of a handshake from a socket, and join two duplex streams in
 // both directions with half-close, so that neither side is left open when the other ends or fails.
+import { Socket } from 'node:net';
 import { finished, type Duplex, type Readable } from 'node:stream';
+import { MuxStream } from '../../shared/mux-stream.js';
+import { spliceSocket } from '../../shared/splice.js';
 
 export class StreamEndedError extends Error {
   constructor(what: string) {
@@ -63,7 +66,12 @@ export function joinStreams(a: Duplex, b: Duplex): Promise<void> {
         resolve();
       });
     });
-  a.pipe(b);
-  b.pipe(a);
+  // A local socket and a stream to the agent (the usual pair) take the splice fast path; anything else is piped.
+  if (a instanceof Socket && b instanceof MuxStream) spliceSocket(b, a);
+  else if (b instanceof Socket && a instanceof MuxStream) spliceSocket(a, b);
+  else {
+    a.pipe(b);
+    b.pipe(a);
+  }
   return Promise.all([watch(a, b), watch(b, a)]).then(() => undefined);
 }

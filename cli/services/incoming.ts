@@ -2,6 +2,7 @@
 // 127.0.0.1:<local port>; for mirror, the local command's answers are read and dropped (the pod answers the client).
 import { connect, type Socket } from 'node:net';
 import type { MuxStream } from '../../shared/mux.js';
+import { spliceSocket } from '../../shared/splice.js';
 import type { PortMapping } from './ports.js';
 
 export interface IncomingHandlerInput {
@@ -32,13 +33,13 @@ export function incomingStreamHandler(input: IncomingHandlerInput): (stream: Mux
       stream.reset(err.code ?? 'ECONNRESET');
     });
     stream.on('error', () => socket.destroy());
-    stream.pipe(socket);
     if (mode === 'mirror') {
       // The pod answers the client; the local answer is read (so the local command is not blocked) and dropped.
+      stream.deliverTo(socket);
       socket.resume();
       socket.on('end', () => stream.end());
     } else {
-      socket.pipe(stream);
+      spliceSocket(stream, socket);
     }
     socket.on('close', () => {
       if (!stream.writableEnded && !stream.destroyed) stream.end();

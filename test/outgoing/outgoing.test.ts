@@ -1,6 +1,7 @@
 // Outgoing traffic, cluster DNS and remote files end to end on the stand-in: a local curl (proxy env) and a local Node
 // program (plain fetch, preload) reach a ClusterIP service by name from the target pod; excludes stay local; unknown
 // names are ENOTFOUND; --remote-file copies a pod-only file under DEVOP_ROOT; devop port-forward serves byte-exact.
+import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import { request } from 'node:http';
@@ -51,7 +52,7 @@ async function deployClient(env: { core: CoreV1Api; apps: AppsV1Api }, name: str
   return { podName: pod.metadata?.name ?? '', podIP: pod.status?.podIP ?? '', containerID };
 }
 
-/** A file as the container sees it (its mount namespace), read from this machine through /proc/PID/root. */
+/** A file as the container sees it: read by `cat` inside the container's mount namespace (nsenter), symlinks and all. */
 function readInContainer(containerID: string, path: string): string {
   const pid = readdirSync('/proc').find((entry) => {
     if (!/^\d+$/.test(entry)) return false;
@@ -62,7 +63,7 @@ function readInContainer(containerID: string, path: string): string {
     }
   });
   if (!pid) throw new Error(`no process of container ${containerID}`);
-  return readFileSync(`/proc/${pid}/root${path}`, 'utf8');
+  return execFileSync('nsenter', ['-t', pid, '-m', 'cat', path], { encoding: 'utf8' });
 }
 
 function jsonLines<T>(text: string): T[] {
@@ -200,21 +201,27 @@ describe('outgoing traffic, DNS and remote files through the pod', { timeout: TE
     expect(sourceOf(routed), routed.output).toBe(client.podIP);
   });
 
-  it('--remote-file copies a file that exists only in the pod under DEVOP_ROOT with its content, removed at exit', async () => {
-    // Given the pod's /etc/hosts: the kubelet's, in the pod's own mount namespace (it names the pod; this machine's does not)
+  it('--remote-file copies files that exist only in the pod (its /etc/hosts, its service-account token) under DEVOP_ROOT, removed at exit', async () => {
+    // Given the pod's /etc/hosts (the kubelet's, in the pod's own mount namespace: it names the pod; this machine's does
+    // not) and the service-account token the kubelet mounted for it (which this machine does not have)
+    const token = '/var/run/secrets/kubernetes.io/serviceaccount/token';
     const podHosts = readInContainer(client.containerID, '/etc/hosts');
+    const podToken = readInContainer(client.containerID, token);
     expect(podHosts).toContain(`${client.podIP}\t${client.podName}`);
     expect(readFileSync('/etc/hosts', 'utf8')).not.toContain(client.podName);
-    // When devop exec copies it for a local command that prints it
+    expect(podToken.length).toBeGreaterThan(20);
+    expect(existsSync(token)).toBe(false);
+    // When devop exec copies both for a local command that prints them
     const run = track(
-      devopExec(cluster, ['-t', 'deploy/client', '--remote-file', '/etc/hosts'], ['sh', '-c', 'echo "ROOT=$DEVOP_ROOT"; cat "$DEVOP_ROOT/etc/hosts"']),
+      devopExec(cluster, ['-t', 'deploy/client', '--remote-file', '/etc/hosts', '--remote-file', token], ['sh', '-c', `echo "ROOT=$DEVOP_ROOT"; cat "$DEVOP_ROOT/etc/hosts"; echo "TOKEN=$(cat "$DEVOP_ROOT${token}")"`]),
     );
     expect(await finished(run, 'devop exec remote-file'), run.output).toBe(0);
-    // Then the local command read exactly the pod's content under DEVOP_ROOT (same relative path)
+    // Then the local command read exactly the pod's contents under DEVOP_ROOT (same relative paths)
     const root = /ROOT=(\S+)\n/.exec(run.stdout)?.[1] ?? '';
     expect(root).not.toBe('');
-    expect(run.stdout.slice(run.stdout.indexOf('\n') + 1)).toBe(podHosts);
-    // And the copy is gone once devop has exited
+    const printed = run.stdout.slice(run.stdout.indexOf('\n') + 1);
+    expect(printed).toBe(`${podHosts}TOKEN=${podToken.trim()}\n`);
+    // And the copies are gone once devop has exited
     expect(existsSync(root)).toBe(false);
   });
 

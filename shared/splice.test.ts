@@ -1,0 +1,143 @@
+// The splice fast path (socket ↔ mux stream without the stream machinery) over real loopback sockets: byte-exact both
+// ways with half-close, the bound a slow reader puts on the sender, the Writable fallback when credit runs out, reset.
+import { createHash, randomBytes } from 'node:crypto';
+import net from 'node:net';
+import { afterEach, describe, expect, it } from 'vitest';
+import { INITIAL_WINDOW, StreamResetError, createAgentMux, createClientMux, type MuxStream } from './mux.js';
+import { MAX_DATA_FRAME } from './codec.js';
+import { spliceSocket } from './splice.js';
+import { nextEvent, prng, socketPair, until } from './test-fixtures.js';
+
+const cleanups: Array<() => void> = [];
+afterEach(() => {
+  for (const fn of cleanups.splice(0)) fn();
+});
+
+/** A loopback TCP pair whose ends stay writable after the peer's FIN, so that half-close can be observed. */
+const halfOpenPair = (): Promise<[net.Socket, net.Socket]> => socketPair(cleanups, { allowHalfOpen: true });
+
+/** An agent stream and the client's end of it, over real sockets; the agent opens it, as for a stolen connection. */
+async function streamPair(): Promise<{ agentStream: MuxStream; clientStream: MuxStream }> {
+  const [a, b] = await socketPair(cleanups);
+  const client = createClientMux(a);
+  const agent = createAgentMux(b);
+  cleanups.push(() => {
+    client.close('test done');
+    agent.close('test done');
+  });
+  const opened = nextEvent<MuxStream>(client, 'stream');
+  const agentStream = agent.openStream({ kind: 'incoming', port: 80, mode: 'steal', remoteAddress: '10.0.0.9', remotePort: 5555 });
+  return { agentStream, clientStream: await opened };
+}
+
+function collect(socket: net.Socket): { bytes: () => Buffer; ended: Promise<void> } {
+  const parts: Buffer[] = [];
+  socket.on('data', (d: Buffer) => parts.push(d));
+  return { bytes: () => Buffer.concat(parts), ended: new Promise((r) => socket.once('end', r)) };
+}
+
+/** Writes `data` in chunks of random sizes (1 byte to 200 KiB), waiting for drain, then ends. */
+async function writeInPieces(socket: net.Socket, data: Buffer, seed: number): Promise<void> {
+  const rand = prng(seed);
+  for (let off = 0; off < data.length; ) {
+    const n = Math.min(data.length - off, 1 + Math.floor(rand() * 200 * 1024));
+    if (!socket.write(data.subarray(off, off + n))) await nextEvent(socket, 'drain');
+    off += n;
+  }
+  socket.end();
+}
+
+const sha = (b: Buffer): string => createHash('sha256').update(b).digest('hex');
+
+describe('spliceSocket', () => {
+  it('carries bytes both ways, byte-exact and in order, and passes each half-close on', async () => {
+    // Given a client connection spliced to an agent stream, and the stream's other end spliced to a local command
+    const { agentStream, clientStream } = await streamPair();
+    const [clientApp, clientSide] = await halfOpenPair();
+    const [localSide, localApp] = await halfOpenPair();
+    clientSide.pause(); // as the CLI's port-forward holds a client while it dials: the splice must start it flowing
+    spliceSocket(agentStream, clientSide);
+    spliceSocket(clientStream, localSide);
+    const atLocal = collect(localApp);
+    const atClient = collect(clientApp);
+    // When the client sends 6 MiB and ends, and only then the local command answers 5 MiB and ends
+    const request = randomBytes(6 * 1024 * 1024);
+    const answer = randomBytes(5 * 1024 * 1024);
+    await writeInPieces(clientApp, request, 1);
+    await atLocal.ended;
+    await writeInPieces(localApp, answer, 2);
+    await atClient.ended;
+    // Then each side received exactly what the other sent, and the streams closed on both ends
+    expect(sha(atLocal.bytes())).toBe(sha(request));
+    expect(sha(atClient.bytes())).toBe(sha(answer));
+    await until(() => agentStream.destroyed && clientStream.destroyed, 'both stream ends to close');
+  });
+
+  it('holds the sender to one window while the socket it delivers to is not read, then delivers everything', async () => {
+    // Given an agent stream whose client end is spliced to a local command that does not read
+    const { agentStream, clientStream } = await streamPair();
+    const [localSide, localApp] = await halfOpenPair();
+    spliceSocket(clientStream, localSide);
+    localApp.pause();
+    // When the agent side writes 32 MiB (more than the kernel buffers can hold)
+    const data = randomBytes(32 * 1024 * 1024);
+    const sending = (async () => {
+      for (let off = 0; off < data.length; off += 256 * 1024) {
+        if (!agentStream.write(data.subarray(off, off + 256 * 1024))) await nextEvent(agentStream, 'drain');
+      }
+      agentStream.end();
+    })();
+    // Then the sender stops at its credit and the local socket buffers at most one window in user space
+    await until(() => agentStream.sendCredit === 0 && agentStream.writableLength > 0, 'the sender to run out of credit');
+    let buffered = 0;
+    for (let i = 0; i < 20; i++) {
+      buffered = Math.max(buffered, localSide.writableLength);
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    expect(agentStream.sendCredit).toBe(0);
+    expect(buffered).toBeLessThanOrEqual(INITIAL_WINDOW + MAX_DATA_FRAME);
+    // And once the local command reads, every byte arrives in order
+    const atLocal = collect(localApp);
+    localApp.resume();
+    await Promise.all([sending, atLocal.ended]);
+    expect(sha(atLocal.bytes())).toBe(sha(data));
+  });
+
+  it('keeps the order when the peer has not granted credit yet: the rest waits in the Writable side', async () => {
+    // Given a client connection spliced to an agent stream whose client end does not read yet
+    const { agentStream, clientStream } = await streamPair();
+    const [clientApp, clientSide] = await halfOpenPair();
+    spliceSocket(agentStream, clientSide);
+    clientStream.pause();
+    // When the client sends 3 MiB (twelve windows) in small and large pieces
+    const data = randomBytes(3 * 1024 * 1024);
+    const sending = writeInPieces(clientApp, data, 3);
+    // Then the agent stream runs out of credit and the client socket is paused, holding the rest
+    await until(() => agentStream.sendCredit === 0 && clientSide.isPaused(), 'the splice to pause the client socket');
+    // And once the client end reads, all bytes arrive, in order, followed by the end
+    const parts: Buffer[] = [];
+    clientStream.on('data', (d: Buffer) => parts.push(d));
+    const ended = nextEvent(clientStream, 'end');
+    clientStream.resume();
+    await Promise.all([sending, ended]);
+    expect(sha(Buffer.concat(parts))).toBe(sha(data));
+  });
+
+  it("passes the peer's reset to the caller as an error, after the bytes that came before it", async () => {
+    // Given a spliced agent stream that has delivered some bytes to its socket
+    const { agentStream, clientStream } = await streamPair();
+    const [clientApp, clientSide] = await halfOpenPair();
+    spliceSocket(agentStream, clientSide);
+    const atClient = collect(clientApp);
+    clientStream.write(Buffer.from('partial answer'));
+    await until(() => atClient.bytes().length === 14, 'the first bytes');
+    // When the client end resets the stream
+    const failed = nextEvent<Error>(agentStream, 'error');
+    clientStream.reset('local command crashed');
+    // Then the agent stream errors with the reason (the caller tears the socket down), and the bytes were not altered
+    const err = await failed;
+    expect(err).toBeInstanceOf(StreamResetError);
+    expect((err as StreamResetError).reason).toBe('local command crashed');
+    expect(atClient.bytes().toString()).toBe('partial answer');
+  });
+});
