@@ -58,7 +58,9 @@ export class PortRedirect {
 
   /** `subs` is the port's subscription list, shared with its owner (agent/ports.ts), which changes it in place. */
   constructor(readonly port: number, readonly subs: PortSubscription[], private readonly log: AgentLog) {
-    this.server = createTcpServer({ noDelay: true }, (socket) => this.onConnection(socket));
+    // allowHalfOpen: a client that shuts down its sending side after the request still gets the whole answer, as it
+    // would from the app itself (the end is passed on, and this side ends when the other end's answer is done).
+    this.server = createTcpServer({ noDelay: true, allowHalfOpen: true }, (socket) => this.onConnection(socket));
     this.server.on('error', (err) => log.warn('redirect listener failed', { port, error: err.message }));
     const routing: HttpRouting = { port, active: () => this.active(), all: () => this.subs.map((s) => s.session), log, nextId: () => this.connId(), proxy: () => (this.pod ??= createPodProxy()) };
     // The HTTP server never listens: filtered connections are handed to it. Keep-alive requests are routed one by one.
@@ -129,7 +131,7 @@ export class PortRedirect {
 
   private forwardConnection(socket: Socket, mirrors: PortSubscription[]): void {
     const origin = originOf(socket, this.port);
-    const upstream = connect({ host: origin.host, port: origin.port, noDelay: true });
+    const upstream = connect({ host: origin.host, port: origin.port, noDelay: true, allowHalfOpen: true });
     const counts = spliceSockets(socket, upstream, () => upstream.destroy());
     if (mirrors.length === 0) return;
     const mirrored = new MirroredConnection(mirrors, this.port, this.connId(), { address: socket.remoteAddress ?? '', port: socket.remotePort ?? 0 }, this.log);

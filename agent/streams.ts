@@ -20,7 +20,7 @@ export async function serveOutgoing(stream: MuxStream, host: string, port: numbe
     stream.reset(`${(err as { code?: string }).code ?? 'ENOTFOUND'}: cannot resolve ${host} in the pod`);
     return;
   }
-  const socket = connect({ host: address, port, noDelay: true, timeout: CONNECT_TIMEOUT_MS });
+  const socket = connect({ host: address, port, noDelay: true, allowHalfOpen: true, timeout: CONNECT_TIMEOUT_MS });
   const fail = (err: NodeJS.ErrnoException): void => {
     stream.reset(`${err.code ?? 'ECONNREFUSED'}: ${host}:${port}: ${err.message}`);
     socket.destroy();

@@ -3,6 +3,7 @@
 import { createServer, type AddressInfo, type Server, type Socket } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createAgentMux, createClientMux, type AgentMux, type ClientMux, type MuxStream } from '../../shared/mux.js';
+import { until } from '../../shared/test-fixtures.js';
 import { incomingStreamHandler } from './incoming.js';
 
 async function socketPair(): Promise<{ a: Socket; b: Socket; close: () => void }> {
@@ -65,6 +66,28 @@ describe('incoming streams', () => {
     // Then the local server got it and its answer came back
     expect(await answer).toBe('answer to GET /x');
     expect(received).toEqual(['GET /x']);
+  });
+
+  it('steal: the local command may end its side first and still receive what the client sends after that', async () => {
+    // Given a local command that greets and shuts down its sending side at once, then reads until the client ends
+    const { agent, client } = await setup();
+    const late: string[] = [];
+    const greeter = createServer((s) => {
+      let text = '';
+      s.setEncoding('utf8').on('data', (t: string) => (text += t));
+      s.on('end', () => late.push(text));
+      s.end('hello, then only listening');
+    });
+    await new Promise<void>((r) => greeter.listen(0, '127.0.0.1', r));
+    cleanups.push(() => greeter.close());
+    client.on('stream', incomingStreamHandler({ ports: [{ remote: 3000, local: (greeter.address() as AddressInfo).port }] }));
+    // When the agent's stream has the greeting and the local command's end, and only then sends its data and ends
+    const stream = agent.openStream({ kind: 'incoming', port: 3000, mode: 'steal', remoteAddress: '10.0.0.9', remotePort: 5555 });
+    expect(await collect(stream)).toBe('hello, then only listening');
+    stream.end('data sent after the local end');
+    // Then the local command received it (a half-open connection, as the client's own is)
+    await until(() => late.length === 1, 'the local command to read to the end');
+    expect(late).toEqual(['data sent after the local end']);
   });
 
   it('mirror: the local command gets the bytes, its answer is dropped', async () => {

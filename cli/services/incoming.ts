@@ -26,7 +26,9 @@ export function incomingStreamHandler(input: IncomingHandlerInput): (stream: Mux
       stream.reset(`no local port for ${remotePort}`);
       return;
     }
-    const socket: Socket = connect({ host, port: mapping.local });
+    // Half-open, as the client's own connection is: the client's end reaches the local command, and its answer still
+    // goes back after that.
+    const socket: Socket = connect({ host, port: mapping.local, allowHalfOpen: true });
     socket.setNoDelay(true);
     socket.on('error', (err: NodeJS.ErrnoException) => {
       input.onError?.(`local connection to ${host}:${mapping.local} failed: ${err.code ?? err.message}`);

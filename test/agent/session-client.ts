@@ -75,7 +75,7 @@ export async function connectSession(to: string | { host: string; port: number }
     stream.on('data', (c: Buffer) => record.data.push(c));
     stream.on('error', () => undefined);
     if (!opts.local) return stream.resume();
-    const upstream = connect({ host: '127.0.0.1', port: opts.local.port, noDelay: true });
+    const upstream = connect({ host: '127.0.0.1', port: opts.local.port, noDelay: true, allowHalfOpen: true });
     upstream.on('error', () => stream.reset('local command refused'));
     stream.pipe(upstream).pipe(stream);
   });
