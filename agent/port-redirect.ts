@@ -9,8 +9,7 @@ import type { RequestMatcher } from './filter.js';
 import { createPodProxy, handleFilteredRequest, handleFilteredUpgrade, type HttpRouting, type PodProxy } from './http-filter.js';
 import type { AgentLog } from './log.js';
 import { MirroredConnection } from './mirror.js';
-import { MuxStream } from '../shared/mux-stream.js';
-import { spliceSocket } from '../shared/splice.js';
+import { joinBothWays } from '../shared/splice.js';
 
 export type IncomingOpen = Extract<StreamOpen, { kind: 'incoming' }>;
 export type IncomingStream = Duplex & { reset?: (reason: string) => void };
@@ -148,12 +147,7 @@ export class PortRedirect {
  */
 export function spliceSockets(client: Socket, peer: Duplex, abortPeer: (reason: string) => void): { in: number; out: number; done: Promise<void> } {
   const counts = { in: 0, out: 0, done: Promise.resolve() };
-  if (peer instanceof MuxStream) {
-    spliceSocket(peer, client);
-  } else {
-    client.pipe(peer);
-    peer.pipe(client);
-  }
+  joinBothWays(client, peer);
   counts.done = new Promise((resolve) => {
     let open = 2;
     const closed = (): void => {

@@ -2,8 +2,22 @@
 // Readable per chunk in between: a chunk read from the socket leaves as DATA frames at once when the peer's credit
 // covers it, and the peer's DATA is written to the socket as it is decoded. This is the hot path of every stolen
 // connection (in the agent and in the CLI) and of outgoing connections; backpressure and half-close behave as with pipe.
-import type { Socket } from 'node:net';
-import type { MuxStream } from './mux-stream.js';
+import { Socket } from 'node:net';
+import type { Duplex } from 'node:stream';
+import { MuxStream } from './mux-stream.js';
+
+/**
+ * Joins two duplex streams both ways with half-close: a socket and a mux stream (in either order) through
+ * spliceSocket, anything else with pipe(). Errors and teardown stay with the caller.
+ */
+export function joinBothWays(a: Duplex, b: Duplex): void {
+  if (a instanceof Socket && b instanceof MuxStream) spliceSocket(b, a);
+  else if (b instanceof Socket && a instanceof MuxStream) spliceSocket(a, b);
+  else {
+    a.pipe(b);
+    b.pipe(a);
+  }
+}
 
 /**
  * Splices `socket` and `stream` (both directions, with half-close). Errors and teardown stay with the caller, as with

@@ -1,9 +1,7 @@
 // Byte-stream plumbing for the proxy: read exactly N bytes of a handshake from a socket, and join two duplex streams in
 // both directions with half-close, so that neither side is left open when the other ends or fails.
-import { Socket } from 'node:net';
 import { finished, type Duplex, type Readable } from 'node:stream';
-import { MuxStream } from '../../shared/mux-stream.js';
-import { spliceSocket } from '../../shared/splice.js';
+import { joinBothWays } from '../../shared/splice.js';
 
 export class StreamEndedError extends Error {
   constructor(what: string) {
@@ -67,11 +65,6 @@ export function joinStreams(a: Duplex, b: Duplex): Promise<void> {
       });
     });
   // A local socket and a stream to the agent (the usual pair) take the splice fast path; anything else is piped.
-  if (a instanceof Socket && b instanceof MuxStream) spliceSocket(b, a);
-  else if (b instanceof Socket && a instanceof MuxStream) spliceSocket(a, b);
-  else {
-    a.pipe(b);
-    b.pipe(a);
-  }
+  joinBothWays(a, b);
   return Promise.all([watch(a, b), watch(b, a)]).then(() => undefined);
 }
