@@ -5,7 +5,8 @@
 // The stolen path is devop's own: client → agent (pod netns) → session (a process of its own, as the CLI is) → the local
 // command, which is the pod's app itself on 127.0.0.1 — so both paths end at the same server and differ only by devop.
 // The session reaches the agent over loopback: the tunnel's own transport (a port-forward in a cluster) is not devop's
-// and is left out; what one such userspace relay hop costs here is measured in the same run (`one-hop`).
+// and is left out. Two references run in the same load: two plain TCP relays in the way (`two-hops`), and the floor of
+// any two-process tunnel, a framed relay pair with nothing else in it (`floor`, bench/lib/framed-relay.mjs).
 import { execFile, execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { promisify } from 'node:util';
 import { readFileSync } from 'node:fs';
@@ -21,12 +22,15 @@ const WARMUP_PER_PATH = 100;
 const execFileAsync = promisify(execFile);
 const OPEN_CONNECTIONS = 1000;
 
-type Path = 'direct' | 'stolen' | 'mirrored' | 'one-hop' | 'two-hops';
+type Path = 'direct' | 'stolen' | 'mirrored' | 'two-hops' | 'floor';
 /**
- * Ports of the pod's app, and plain TCP relays in the pod netns: `one-hop` (3003 → 3001) is what one userspace hop costs
- * here, `two-hops` (3005 → 3003 → 3001) what two processes in the way cost — as many as the stolen path has.
+ * Ports of the pod's app, and the references in the pod netns, each with two processes in the way as the stolen path
+ * has: `two-hops` (plain relays 3005 → 3003 → 3001) and `floor` (framed pair 3006 → 3007 → 3001). Each process serves
+ * one path only, as the agent and the session do: a process woken more often runs faster on this kind of machine.
  */
-const PORTS: Record<Path, number> = { direct: 3001, stolen: 3000, mirrored: 3002, 'one-hop': 3003, 'two-hops': 3005 };
+const PORTS: Record<Path, number> = { direct: 3001, stolen: 3000, mirrored: 3002, 'two-hops': 3005, floor: 3006 };
+const FLOOR_EXIT_PORT = 3007;
+const RELAY_PORT = 3003;
 /** Stolen by the bench's own session (through a relay, as the suites connect) for the RSS count only. */
 const RSS_PORT = 3004;
 const APP_PORTS = [PORTS.direct, PORTS.stolen, PORTS.mirrored, RSS_PORT];
@@ -49,8 +53,11 @@ async function main(): Promise<void> {
   try {
     await net.setup();
     await net.startPod({ port: APP_PORTS.join(','), env: { POD_QUIET: '1' } });
-    await net.relay(net.podNs, '127.0.0.1', PORTS.direct, PORTS['one-hop']);
-    await net.relay(net.podNs, '127.0.0.1', PORTS['one-hop'], PORTS['two-hops']);
+    await net.relay(net.podNs, '127.0.0.1', PORTS.direct, RELAY_PORT);
+    await net.relay(net.podNs, '127.0.0.1', RELAY_PORT, PORTS['two-hops']);
+    const framedRelay = resolve(import.meta.dirname, 'lib/framed-relay.mjs');
+    await net.runListener(net.podNs, framedRelay, ['exit', String(FLOOR_EXIT_PORT), String(PORTS.direct)]);
+    await net.runListener(net.podNs, framedRelay, ['entry', String(PORTS.floor), String(FLOOR_EXIT_PORT)]);
     const agentProc = await net.startAgent({ DEVOP_AGENT_LOG_LEVEL: 'info' });
     const control = await net.relay(net.podNs, '127.0.0.1', agentProc.port);
     // The stealing session: bench/lib/session-proc.ts inside the pod netns, handing stolen connections to the pod's app.
@@ -76,10 +83,10 @@ async function main(): Promise<void> {
       return [p, { p50: percentile(sorted, 50), p99: percentile(sorted, 99), n: sorted.length }];
     })) as Record<Path, { p50: number; p99: number; n: number }>;
     for (const p of order) console.log(`${p.padEnd(9)} n=${stats[p].n} p50=${stats[p].p50.toFixed(3)}ms p99=${stats[p].p99.toFixed(3)}ms`);
-    const hop = stats['one-hop'].p50 - stats.direct.p50;
-    const hops = stats['two-hops'].p50 - stats.direct.p50;
+    const relays = stats['two-hops'].p50 - stats.direct.p50;
+    const floor = stats.floor.p50 - stats.direct.p50;
     const added = stats.stolen.p50 - stats.direct.p50;
-    console.log(`plain relays in the way add ${hop.toFixed(3)} ms p50 (one) and ${hops.toFixed(3)} ms (two) on this machine now; the stolen path, with two processes in the way (the agent and the session), adds ${added.toFixed(3)} ms = ${(added / hops).toFixed(2)}× two plain relays; a port-forward in the tunnel would add its own`);
+    console.log(`on this machine now, p50 added by two plain relays: ${relays.toFixed(3)} ms; by the bare framed pair (the floor of a two-process tunnel): ${floor.toFixed(3)} ms; by devop's stolen path (agent + session): ${added.toFixed(3)} ms = ${(added / floor).toFixed(2)}× the floor, ${(added / relays).toFixed(2)}× two relays; a port-forward in the tunnel would add its own`);
     // Proof that the copies are complete: the requests found in the mirror copies against those sent on the mirrored path.
     // Capture hands copies over in blocks, up to a second late: wait for them before counting.
     const copies = (): Buffer[] => session.incoming.filter((i) => i.open.mode === 'mirror').map((i) => Buffer.concat(i.data));

@@ -66,6 +66,7 @@ export class MuxStream extends Duplex {
   #target: DeliveryTarget | null = null;
   /** A chunk handed to _write is not yet acknowledged (the Writable side holds any later ones until it is). */
   #writing = false;
+  #pumping = false;
   #destroyed = false;
 
   constructor(sink: StreamSink, id: number, open: StreamOpen, window: number, initialCredit: number) {
@@ -167,11 +168,11 @@ export class MuxStream extends Duplex {
     // Private flags rather than the Writable's getters: this runs for every chunk of every spliced connection.
     if (chunk.length > this.#sendCredit || this.#writing || this.#localEnded || this.#destroyed || this.#reset) return false;
     if (this.#sink.isClosed || this.#sink.blocked) return false;
+    this.#sendCredit -= chunk.length;
     for (let off = 0; off < chunk.length; off += MAX_DATA_FRAME) {
       const end = Math.min(chunk.length, off + MAX_DATA_FRAME);
       this.#sink.sendFrame(FrameKind.DATA, this.id, off === 0 && end === chunk.length ? chunk : chunk.subarray(off, end));
     }
-    this.#sendCredit -= chunk.length;
     return true;
   }
 
@@ -251,14 +252,18 @@ export class MuxStream extends Duplex {
 
   #pump(): void {
     let chunk = this.#pending;
-    if (!chunk) return;
+    if (!chunk || this.#pumping) return;
     if (this.#reset || this.#sink.isClosed) return;
+    // A frame may be written at once, and over an in-memory connection the peer's CREDIT can then arrive before
+    // sendFrame returns: that receiveCredit must not pump the same bytes again (this loop sees the new credit).
+    this.#pumping = true;
     while (chunk.length > 0 && this.#sendCredit > 0) {
       const n = Math.min(chunk.length, this.#sendCredit, MAX_DATA_FRAME);
-      this.#sink.sendFrame(FrameKind.DATA, this.id, n === chunk.length ? chunk : chunk.subarray(0, n));
       this.#sendCredit -= n;
+      this.#sink.sendFrame(FrameKind.DATA, this.id, n === chunk.length ? chunk : chunk.subarray(0, n));
       chunk = n === chunk.length ? EMPTY : chunk.subarray(n);
     }
+    this.#pumping = false;
     if (chunk.length > 0) {
       this.#pending = chunk;
       return;

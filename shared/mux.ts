@@ -81,6 +81,8 @@ export class Mux<S extends Side = Side> extends EventEmitter implements StreamSi
   #nextId: number;
   #lastPeerId = 0;
   #flushScheduled = false;
+  /** True while an incoming chunk is decoded: frames made meanwhile are batched and written when it is done. */
+  #decoding = false;
   #blocked = false;
   #drainWaiters: Array<() => void> = [];
   #closed = false;
@@ -180,12 +182,21 @@ export class Mux<S extends Side = Side> extends EventEmitter implements StreamSi
 
   // ---- writing ----
 
+  /**
+   * A frame leaves at once when nothing is queued before it and the connection holds nothing unsent: a stolen request
+   * is on its way before the event loop moves on (deferring it to the end of the tick costs ~20–40 µs per hop on a cold
+   * process; bench/steal.ts). Otherwise it joins a batch: the frames made while one incoming chunk is decoded leave
+   * together when it is done, and those queued behind a busy connection leave in one write at the end of the tick.
+   */
   #queue(kind: FrameKind, id: number, payload?: Buffer): void {
     this.#encoder.frame(kind, id, payload);
-    if (!this.#flushScheduled) {
-      this.#flushScheduled = true;
-      process.nextTick(this.#flush);
+    if (this.#flushScheduled || this.#decoding) return;
+    if (this.#conn.writableLength === 0) {
+      this.#flush();
+      return;
     }
+    this.#flushScheduled = true;
+    process.nextTick(this.#flush);
   }
 
   readonly #flush = (): void => {
@@ -218,11 +229,17 @@ export class Mux<S extends Side = Side> extends EventEmitter implements StreamSi
 
   readonly #onData = (chunk: Buffer | string): void => {
     if (this.#closed) return;
+    this.#decoding = true;
     try {
       this.#decoder.push(typeof chunk === 'string' ? Buffer.from(chunk) : chunk);
     } catch (err) {
+      this.#decoding = false;
       this.#fail(err);
+      return;
     }
+    this.#decoding = false;
+    // What the frames of this chunk made (credit, answers) leaves now, in one write, unless a tick flush is due anyway.
+    if (!this.#flushScheduled && this.#encoder.pendingBytes > 0) this.#flush();
   };
 
   #onFrame(kind: FrameKind, id: number, payload: Buffer): void {

@@ -4,7 +4,7 @@ import { spawn, execFile, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, mkdirSync, rmSync, writeFileSync, rmdirSync, existsSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { basename, join, resolve } from 'node:path';
 import { promisify } from 'node:util';
 import { AGENT_NODE_FLAGS } from '../../shared/agent-contract.js';
 
@@ -149,9 +149,25 @@ export class PodNet {
    */
   async relay(ns: string, host: string, port: number, listenPort?: number): Promise<string> {
     const path = listenPort === undefined ? join(this.dir, `relay-${randomBytes(4).toString('hex')}.sock`) : String(listenPort);
-    const proc = this.spawnTracked('nsenter', [`--net=/run/netns/${ns}`, process.execPath, join(FIXTURES, 'relay.mjs'), path, host, String(port)]);
-    await waitFor(() => proc.lines.includes('LISTENING'), 'a relay to listen');
+    await this.runListener(ns, join(FIXTURES, 'relay.mjs'), [path, host, String(port)]);
     return path;
+  }
+
+  /**
+   * From the client netns: one HTTP/1.0 GET to the pod IP that shuts down its sending side right after the request (as
+   * `nc -N` or a batch client does), with an optional extra header line; what came back once the server closed.
+   */
+  async halfClosedGet(port: number, path: string, header?: string): Promise<{ body?: string; error?: string }> {
+    const args = [`--net=/run/netns/${this.clientNs}`, process.execPath, join(FIXTURES, 'half-close-client.mjs'), this.podIP, String(port), path, ...(header ? [header] : [])];
+    const { stdout } = await exec('nsenter', args, { encoding: 'utf8' });
+    return JSON.parse(stdout.trim()) as { body?: string; error?: string };
+  }
+
+  /** Runs a node script inside `ns` (stopped at teardown) and waits for its LISTENING line. */
+  async runListener(ns: string, script: string, args: string[]): Promise<Proc> {
+    const proc = this.spawnTracked('nsenter', [`--net=/run/netns/${ns}`, process.execPath, script, ...args]);
+    await waitFor(() => proc.lines.includes('LISTENING'), `${basename(script)} to listen`);
+    return proc;
   }
 
   /** The "cluster DNS" at the client IP (the pod's resolv.conf names it). */
