@@ -5,6 +5,7 @@ import type { Socket } from 'node:net';
 import type httpProxy from 'http-proxy';
 import { originOf, resetStream, type IncomingStream, type IncomingTarget, type PortSubscription } from './port-redirect.js';
 import type { AgentLog } from './log.js';
+import { joinBothWays } from '../shared/splice.js';
 
 export interface HttpRouting {
   port: number;
@@ -130,7 +131,7 @@ export function handleFilteredUpgrade(routing: HttpRouting, req: IncomingMessage
       let text = `${req.method} ${req.url} HTTP/${req.httpVersion}\r\n`;
       for (let i = 0; i + 1 < req.rawHeaders.length; i += 2) text += `${req.rawHeaders[i]}: ${req.rawHeaders[i + 1]}\r\n`;
       stream.write(Buffer.concat([Buffer.from(text + '\r\n'), head]));
-      socket.pipe(stream).pipe(socket);
+      joinBothWays(socket, stream);
       socket.on('error', () => resetStream(stream, 'client connection error'));
       stream.on('error', () => socket.destroy());
       return;

@@ -64,6 +64,9 @@ export class PortRedirect {
     const routing: HttpRouting = { port, active: () => this.active(), all: () => this.subs.map((s) => s.session), log, nextId: () => this.connId(), proxy: () => (this.pod ??= createPodProxy()) };
     // The HTTP server never listens: filtered connections are handed to it. Keep-alive requests are routed one by one.
     this.http = createHttpServer({ keepAliveTimeout: 65_000 });
+    // Node's HTTP server ends a connection on the client's FIN and drops the answers still due; with httpAllowHalfOpen
+    // (a property every http.Server has, set false by its constructor; not in the typings) it finishes them, then ends.
+    Object.assign(this.http, { httpAllowHalfOpen: true });
     this.http.on('request', (req, res) => handleFilteredRequest(routing, req, res));
     this.http.on('upgrade', (req, socket, head) => handleFilteredUpgrade(routing, req, socket as Socket, head));
     this.http.on('clientError', (_err, socket) => socket.destroy());

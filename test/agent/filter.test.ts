@@ -60,6 +60,15 @@ describe.runIf(run)('agent: HTTP-filtered steal', () => {
     keep.destroy();
   });
 
+  test('a client that shuts down its sending side after the request still gets the whole answer, matched or not', async () => {
+    // Given alice's and bob's filters on the port (from the test above)
+    // When clients send one request each and half-close at once, one for alice and one for nobody
+    const [forAlice, forNobody] = await Promise.all([net.halfClosedGet(3000, '/half-alice', 'x-user: alice'), net.halfClosedGet(3000, '/half-nobody')]);
+    // Then alice's local command answered hers and the pod the other (the agent's HTTP side kept the connection open)
+    expect(forAlice).toEqual({ body: 'local-alice: GET /half-alice' });
+    expect(forNobody).toEqual({ body: 'pod: GET /half-nobody' });
+  });
+
   test('a POST body reaches the session intact; path and method filters work with any-of', async () => {
     const carolLocal = await startLocalCommand('local-carol');
     locals.push(carolLocal);
