@@ -11,7 +11,9 @@ import { execFile, execFileSync, spawn, type ChildProcess } from 'node:child_pro
 import { promisify } from 'node:util';
 import { readFileSync } from 'node:fs';
 import { connect, type Socket } from 'node:net';
-import { resolve } from 'node:path';
+import { join, resolve } from 'node:path';
+import { build } from 'esbuild';
+import { banner, common } from '../scripts/build-options.mjs';
 import { PodNet, waitFor } from '../test/agent/netns.js';
 import { connectSession, startLocalCommand } from '../test/agent/session-client.js';
 
@@ -61,7 +63,10 @@ async function main(): Promise<void> {
     const agentProc = await net.startAgent({ DEVOP_AGENT_LOG_LEVEL: 'info' });
     const control = await net.relay(net.podNs, '127.0.0.1', agentProc.port);
     // The stealing session: bench/lib/session-proc.ts inside the pod netns, handing stolen connections to the pod's app.
-    const stealer = spawn('nsenter', [`--net=/run/netns/${net.podNs}`, process.execPath, '--import', 'tsx', resolve(import.meta.dirname, 'lib/session-proc.ts'), String(agentProc.port), String(PORTS.stolen), String(PORTS.direct)], { stdio: ['ignore', 'pipe', 'inherit'] });
+    // Bundled and run with plain node, as the devop command runs (dist/cli.js), not through a TypeScript loader.
+    const sessionBundle = join(net.dir, 'session-proc.mjs');
+    await build({ ...common, banner, entryPoints: [resolve(import.meta.dirname, 'lib/session-proc.ts')], outfile: sessionBundle });
+    const stealer = spawn('nsenter', [`--net=/run/netns/${net.podNs}`, process.execPath, sessionBundle, String(agentProc.port), String(PORTS.stolen), String(PORTS.direct)], { stdio: ['ignore', 'pipe', 'inherit'] });
     children.push(stealer);
     let stealerOut = '';
     stealer.stdout.on('data', (c: Buffer) => (stealerOut += c.toString()));

@@ -7,9 +7,8 @@ import { build } from 'esbuild';
 import { existsSync, readdirSync, rmSync } from 'node:fs';
 import { basename } from 'node:path';
 
-const common = { bundle: true, platform: 'node', target: 'node20', format: 'esm', sourcemap: 'linked', logLevel: 'warning' };
-// ESM bundles that contain CommonJS dependencies need a require() of their own.
-const banner = { js: "import { createRequire as __devopCreateRequire } from 'node:module'; const require = __devopCreateRequire(import.meta.url);" };
+import { banner, common } from './build-options.mjs';
+
 /** Not bundled: the terminal UI's packages (loaded only with the TUI; ink resolves its own dependencies from node_modules). */
 const CLI_EXTERNAL = ['ink', 'react', 'react/*'];
 
