@@ -1,7 +1,9 @@
-// Mux over real TCP sockets: control messages, 1 000 concurrent byte-exact streams in both directions, flow control
-// with a stalled reader, reset, half-close and connection loss. Bad input from the peer: mux-errors.test.ts.
+// Mux over real TCP sockets: control messages, when frames are written, 1 000 concurrent byte-exact streams in both
+// directions, flow control with a stalled reader, reset, half-close and connection loss. Bad input from the peer:
+// mux-errors.test.ts.
 import { createHash } from 'node:crypto';
 import type net from 'node:net';
+import { Duplex } from 'node:stream';
 import { afterEach, describe, expect, it } from 'vitest';
 import {
   INITIAL_WINDOW,
@@ -13,6 +15,7 @@ import {
   type ClientMux,
   type MuxStream,
 } from './mux.js';
+import { FrameDecoder, FrameKind, encodeFrame } from './codec.js';
 import type { ClientMessage, AgentMessage } from './protocol.js';
 import { AGENT_SAMPLES, CLIENT_SAMPLES, nextEvent, prng, socketPair, until } from './test-fixtures.js';
 
@@ -65,6 +68,42 @@ describe('mux control messages', () => {
     expect(() => client.send({ type: 'subscribe', id: 'x', port: 0 } as unknown as ClientMessage)).toThrow(/invalid client message/);
     client.close('done');
     expect(client.send(CLIENT_SAMPLES.ping)).toBe(false);
+  });
+});
+
+describe('mux writing', () => {
+  it('writes a frame with nothing queued before it at once, before the event loop moves on', async () => {
+    // Given a connected pair and a stream
+    const { client, sockets } = await muxPair();
+    const stream = client.openStream({ kind: 'outgoing', host: 'example.test', port: 80 });
+    await new Promise((r) => setImmediate(r));
+    // When a control message and stream bytes are sent
+    const before = sockets[0].bytesWritten;
+    client.send({ type: 'ping', id: 1, sentAt: 1 });
+    const afterMessage = sockets[0].bytesWritten;
+    stream.write(Buffer.from('GET / HTTP/1.1\r\n\r\n'));
+    // Then each is handed to the socket within the call (a stolen request leaves before anything else runs)
+    expect(afterMessage).toBeGreaterThan(before);
+    expect(sockets[0].bytesWritten).toBeGreaterThan(afterMessage);
+  });
+
+  it('sends what the frames of one incoming chunk make in one write', async () => {
+    // Given an agent mux on a connection that records each write, accepting every stream opened to it
+    const writes: Buffer[] = [];
+    const conn = new Duplex({ read() {}, write(chunk: Buffer, _enc, cb) { writes.push(chunk); cb(); } });
+    const agent = createAgentMux(conn);
+    cleanups.push(() => agent.close('test done'));
+    agent.on('stream', (s) => s.accept());
+    // When one chunk carries five OPEN frames
+    const opens = [1, 3, 5, 7, 9].map((id) => encodeFrame(FrameKind.OPEN, id, Buffer.from(JSON.stringify({ kind: 'outgoing', host: 'h', port: 1 }))));
+    conn.push(Buffer.concat(opens));
+    await until(() => writes.length > 0, 'the answers');
+    await new Promise((r) => setImmediate(r));
+    // Then the five ACCEPTs left together, in one write
+    expect(writes).toHaveLength(1);
+    const kinds: number[] = [];
+    new FrameDecoder((kind) => kinds.push(kind)).push(writes[0]);
+    expect(kinds).toEqual([FrameKind.ACCEPT, FrameKind.ACCEPT, FrameKind.ACCEPT, FrameKind.ACCEPT, FrameKind.ACCEPT]);
   });
 });
 
