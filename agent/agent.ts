@@ -8,6 +8,7 @@ import { ERROR_CODES, FEATURES } from '../shared/protocol.js';
 import { createAgentMux } from '../shared/mux.js';
 import { acceptHello } from '../shared/handshake.js';
 import { AgentChain, detectBackend, livenessSocket, removeStaleChains } from './iptables.js';
+import { effectiveCapabilities } from './capabilities.js';
 import { startGuard, type Guard } from './guard.js';
 import type { AgentLog } from './log.js';
 import { defaultGateway, PortTable } from './ports.js';
@@ -47,8 +48,11 @@ export async function startAgent({ config, pid, log }: AgentOptions): Promise<Ru
   });
 
   if (config.mode !== 'targetless') {
-    await removeStaleChains(log, agentId);
-    const backend = config.iptables === 'auto' ? await detectBackend(log) : config.iptables;
+    // Without CAP_NET_ADMIN no rule can be read or made: the subscriptions that need one are refused with that reason
+    // (agent/ports.ts), and there is nothing to probe or clean up.
+    const mayRedirect = effectiveCapabilities().has('NET_ADMIN');
+    if (mayRedirect) await removeStaleChains(log, agentId);
+    const backend = config.iptables !== 'auto' ? config.iptables : mayRedirect ? await detectBackend(log) : 'nft-owned';
     chain = new AgentChain(backend, agentId);
     guard = startGuard(backend, chainName(agentId), log);
   }

@@ -50,16 +50,19 @@ export function captureFilter(port: number, skipSource?: string): string {
  * packets: copies arrive up to a second late, but tcpdump and the agent wake about once a second, not once per packet,
  * and so take next to no CPU from the pod at the moment it answers (per-packet wake-ups cost the pod +28–35 % p50 in
  * bench/steal.ts on a 2-core machine).
+ * `-Z root`: tcpdump stays the agent's user instead of dropping to its own, which would take CAP_SETUID to switch and
+ * CAP_KILL for the agent to stop it again; it only resets its groups (CAP_SETGID). It runs with the agent's capabilities
+ * either way, so dropping would protect nothing.
  */
 export function tcpdumpArgs(port: number, skipSource?: string): string[] {
-  return ['-i', 'any', '-U', '-w', '-', '-s', String(CAPTURE_SNAPLEN), '-B', String(CAPTURE_BUFFER_KIB), '-n', captureFilter(port, skipSource)];
+  return ['-Z', 'root', '-i', 'any', '-U', '-w', '-', '-s', String(CAPTURE_SNAPLEN), '-B', String(CAPTURE_BUFFER_KIB), '-n', captureFilter(port, skipSource)];
 }
 
 /**
  * tcpdump runs under a watchdog shell that holds a pipe from the agent on its stdin: however the agent ends (kill -9
- * included) the pipe closes and the shell kills tcpdump. A parent-death signal would not do: tcpdump drops to its own
- * user after opening the capture (Debian's build), which clears it. Only tcpdump keeps the stdout/stderr pipes, so
- * their end means tcpdump is gone.
+ * included) the pipe closes and the shell kills tcpdump. A parent-death signal would not do: tcpdump changes its
+ * credentials after opening the capture (-Z), which clears it. Only tcpdump keeps the stdout/stderr pipes, so their end
+ * means tcpdump is gone.
  */
 const WATCHDOG = [
   "command -v tcpdump >/dev/null || { echo 'tcpdump is not installed' >&2; exit 127; }",

@@ -3,6 +3,7 @@
 import { AGENT_ENV, AGENT_VERSION, formatReadyLine, parseAgentEnv, type AgentConfig } from '../shared/agent-contract.js';
 import { formatError, isUserError, UserError } from '../shared/errors.js';
 import { startAgent } from './agent.js';
+import { effectiveCapabilities, requireCapabilities } from './capabilities.js';
 import { createLog } from './log.js';
 import { reenterNetns, watchParent } from './netns.js';
 import { findContainerPid } from './target.js';
@@ -29,7 +30,10 @@ async function main(): Promise<number> {
   }
   const log = createLog(config.logLevel);
   const pid = await targetPid(config);
-  if (config.mode === 'job' && !config.inNetns && pid !== undefined) return reenterNetns(pid, log);
+  if (config.mode === 'job' && !config.inNetns && pid !== undefined) {
+    requireCapabilities(effectiveCapabilities(), ['SYS_ADMIN', 'SYS_PTRACE'], "entering the target pod's network namespace");
+    return reenterNetns(pid, log);
+  }
 
   const agent = await startAgent({ config, pid, log });
   for (const signal of ['SIGTERM', 'SIGINT'] as const) process.on(signal, () => void agent.stop(`${signal} received`));

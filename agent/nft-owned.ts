@@ -57,6 +57,12 @@ export function responseError(output: string): string | undefined {
   return at < 0 ? undefined : lines.slice(at, at + 2).join(' — ');
 }
 
+/**
+ * How long one nft transaction may take. nft answers in milliseconds; one that does not (it cannot reach netfilter and
+ * keeps printing errors without the sentinel's, as without CAP_NET_ADMIN) is stopped, which removes its table.
+ */
+const NFT_ANSWER_TIMEOUT_MS = 10_000;
+
 /** A running `nft -i`: one request at a time, each followed by the sentinel so the agent knows when and how it ended. */
 export class NftShell {
   private buffer = '';
@@ -118,11 +124,19 @@ export class NftShell {
       if (this.exitError) throw this.exitError;
       if (this.closed) throw new Error('the nft process was closed');
       const seq = ++this.seq;
+      let timer: NodeJS.Timeout | undefined;
       const output = await new Promise<string>((resolve, reject) => {
         this.waiting = { seq, resolve, reject };
+        timer = setTimeout(() => {
+          const said = this.buffer.trim().split('\n').slice(-2).join(' — ');
+          this.exitError = new Error(`nft did not answer within ${NFT_ANSWER_TIMEOUT_MS / 1000} s${said ? `: ${said}` : ''}`);
+          this.waiting = undefined;
+          this.child.kill('SIGKILL');
+          reject(this.exitError);
+        }, NFT_ANSWER_TIMEOUT_MS);
         this.child.stdin.write(`${commands}\nlist table ip ${SENTINEL}${seq}\n`);
         this.settle();
-      });
+      }).finally(() => clearTimeout(timer));
       const error = responseError(output);
       if (error) throw new Error(`nft: ${error}`);
       this.log.debug('nft', { commands, output: output.trim() });

@@ -265,7 +265,7 @@ describe('capture command', () => {
   test('the filter takes inbound IPv4 TCP to the port, not lo, and not the node when asked', () => {
     expect(captureFilter(3000)).toBe('inbound and ip and tcp dst port 3000 and not ifindex 1');
     expect(captureFilter(8080, '10.1.0.1')).toBe('inbound and ip and tcp dst port 8080 and not ifindex 1 and not src host 10.1.0.1');
-    expect(tcpdumpArgs(3000)).toEqual(['-i', 'any', '-U', '-w', '-', '-s', '65535', '-B', '8192', '-n', captureFilter(3000)]);
+    expect(tcpdumpArgs(3000)).toEqual(['-Z', 'root', '-i', 'any', '-U', '-w', '-', '-s', '65535', '-B', '8192', '-n', captureFilter(3000)]);
   });
 });
 

@@ -1,8 +1,9 @@
 // The agent's stolen/mirrored ports: subscriptions per port, port locks, and what each port needs for them — a redirect
 // rule + listener while it has a steal, a packet capture while it has mirrors (or, without capture, the redirect again).
 import { readFile } from 'node:fs/promises';
-import { AGENT_ENV } from '../shared/agent-contract.js';
+import { AGENT_ENV, type AgentCapability } from '../shared/agent-contract.js';
 import { isUserError } from '../shared/errors.js';
+import { effectiveCapabilities, missingCapabilityError } from './capabilities.js';
 import type { ClientMessage } from '../shared/protocol.js';
 import { compileFilter, describeFilter } from './filter.js';
 import { flushConnections } from './flush.js';
@@ -65,8 +66,24 @@ export class PortTable {
     private readonly mayFlush = true,
     /** DEVOP_AGENT_MIRROR. */
     mirror: MirrorPath = 'capture',
+    /** The agent's effective capabilities (what its container was given). */
+    private readonly held: ReadonlySet<AgentCapability> = effectiveCapabilities(),
   ) {
     if (mirror === 'proxy') this.noCapture = `${AGENT_ENV.mirror}=proxy`;
+    else {
+      const missing = (['NET_RAW', 'SETGID'] as const).filter((c) => !held.has(c));
+      if (missing.length > 0) this.noCapture = missingCapabilityError(missing, 'a packet capture').message;
+    }
+  }
+
+  /** Why this agent cannot take the subscription at all (a capability its container lacks), or undefined. */
+  private capabilityProblem(msg: Subscribe): string | undefined {
+    // Stealing needs the redirect rule; so does mirroring when the copies cannot come from a capture.
+    const needsRule = msg.mode === 'steal' || this.noCapture !== undefined;
+    if (!needsRule || this.held.has('NET_ADMIN')) return undefined;
+    const feature = msg.mode === 'steal' ? `stealing :${msg.port}` : `mirroring :${msg.port} without a packet capture`;
+    const err = missingCapabilityError(['NET_ADMIN'], feature);
+    return `${err.message} (${err.hint})`;
   }
 
   private serial<T>(job: () => Promise<T>): Promise<T> {
@@ -83,6 +100,8 @@ export class PortTable {
   subscribe(session: IncomingTarget, holder: { user: string; host: string }, msg: Subscribe): Promise<SubscribeResult> {
     return this.serial(async () => {
       if (!this.chain) return { ok: false as const, reason: 'this agent runs targetless: it has no pod ports to steal or mirror' };
+      const denied = this.capabilityProblem(msg);
+      if (denied) return { ok: false as const, reason: denied };
       let match;
       try {
         match = msg.filter ? compileFilter(msg.filter) : undefined;

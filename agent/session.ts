@@ -8,6 +8,7 @@ import type { AgentLog } from './log.js';
 import type { IncomingOpen, IncomingStream, IncomingTarget } from './port-redirect.js';
 import type { PortTable } from './ports.js';
 import { serveFile, serveOutgoing } from './streams.js';
+import { deniedByCapabilities } from './capabilities.js';
 import { readTargetEnv } from './target.js';
 
 /** The agent pings each session this often (the CLI answers, and pings on its own too). */
@@ -174,7 +175,12 @@ export class Session implements IncomingTarget {
           mux.send({ type: 'error', id: msg.id, code: 'unsupported', message: 'this agent runs targetless: there is no container env to read', hint: 'give a target to read its env' });
           return;
         }
-        mux.send({ type: 'env', id: msg.id, vars: await readTargetEnv(this.ctx.pid) });
+        try {
+          mux.send({ type: 'env', id: msg.id, vars: await readTargetEnv(this.ctx.pid) });
+        } catch (err) {
+          const denied = deniedByCapabilities(err, "reading the target's environment");
+          mux.send({ type: 'error', id: msg.id, code: 'env', message: denied?.message ?? (err as Error).message, hint: denied?.hint });
+        }
         return;
       case 'bye':
         await this.end(`client said bye: ${msg.reason}`);

@@ -5,6 +5,7 @@ import { stat } from 'node:fs/promises';
 import type { MuxStream } from '../shared/mux.js';
 import { spliceSocket } from '../shared/splice.js';
 import { resolveInPod } from './dns.js';
+import { deniedByCapabilities } from './capabilities.js';
 import { targetPath } from './target.js';
 import type { AgentLog } from './log.js';
 
@@ -55,7 +56,9 @@ export async function serveFile(stream: MuxStream, path: string, pid: number | u
     }
     stream.accept({ size: info.size });
   } catch (err) {
-    stream.reset(`${(err as NodeJS.ErrnoException).code ?? 'EINVAL'}: ${path}: ${(err as Error).message}`);
+    const denied = deniedByCapabilities(err, `reading ${path} in the target container`);
+    const detail = denied ? `${denied.message} (${denied.hint})` : (err as Error).message;
+    stream.reset(`${(err as NodeJS.ErrnoException).code ?? 'EINVAL'}: ${path}: ${detail}`);
     return;
   }
   const file = createReadStream(full);

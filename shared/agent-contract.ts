@@ -24,11 +24,19 @@ export const AGENT_BUNDLE_PATH = '/opt/devop/agent.js';
 export const AGENT_COMMAND: readonly string[] = ['node', ...AGENT_NODE_FLAGS, AGENT_BUNDLE_PATH];
 
 /**
- * Linux capabilities the agent container needs (docs/agent.md says why):
- * NET_ADMIN for nftables/iptables and conntrack; NET_RAW for the packet capture that mirrors ports (tcpdump); SYS_ADMIN
- * for setns (nsenter -n); SYS_PTRACE to read /proc/PID/environ and /proc/PID/root of another user's process.
+ * The Linux capabilities the agent's container gets — exactly these: the manifest drops every other one (docs/agent.md),
+ * and each feature that needs one says so in one line when it is missing (agent/capabilities.ts). What each is for:
  */
-export const AGENT_CAPABILITIES: readonly string[] = ['NET_ADMIN', 'NET_RAW', 'SYS_ADMIN', 'SYS_PTRACE'];
+export const AGENT_CAPABILITY_USES = {
+  NET_ADMIN: 'the redirect rules of stolen ports (nftables/iptables) and moving existing connections (ss -K, conntrack)',
+  NET_RAW: 'the packet capture that mirrors a port (tcpdump)',
+  SETGID: "tcpdump resets its groups once the capture is open (it stays the agent's user: agent/capture.ts)",
+  SYS_ADMIN: "entering the target pod's network namespace (setns)",
+  SYS_PTRACE: "opening another process's /proc entries: the target's network namespace and its files (/proc/PID/root)",
+  DAC_READ_SEARCH: 'reading the environment (/proc/PID/environ) and files of a target that runs as another user',
+} as const;
+export type AgentCapability = keyof typeof AGENT_CAPABILITY_USES;
+export const AGENT_CAPABILITIES = Object.keys(AGENT_CAPABILITY_USES) as readonly AgentCapability[];
 
 /** Labels and annotations the CLI puts on agent pods/Jobs and uses to find them again (`devop clean`, reuse). */
 export const AGENT_LABELS = {

@@ -76,7 +76,7 @@ describe('agent manifests', () => {
                   { name: 'DEVOP_AGENT_FLUSH_CONNECTIONS', value: 'true' },
                   { name: 'DEVOP_AGENT_ID', value: 'ab12cd34ef' },
                 ],
-                securityContext: { privileged: false, runAsUser: 0, capabilities: { add: ['NET_ADMIN', 'NET_RAW', 'SYS_ADMIN', 'SYS_PTRACE'] } },
+                securityContext: { privileged: false, runAsUser: 0, capabilities: { drop: ['ALL'], add: ['NET_ADMIN', 'NET_RAW', 'SETGID', 'SYS_ADMIN', 'SYS_PTRACE', 'DAC_READ_SEARCH'] } },
                 resources: { requests: { cpu: '10m', memory: '48Mi' }, limits: { cpu: '1', memory: '256Mi' } },
               },
             ],
@@ -113,7 +113,7 @@ describe('agent manifests', () => {
         { name: 'DEVOP_AGENT_FLUSH_CONNECTIONS', value: 'true' },
         { name: 'DEVOP_AGENT_ID', value: 'ab12cd34ef' },
       ],
-      securityContext: { privileged: false, runAsUser: 0, capabilities: { add: ['NET_ADMIN', 'NET_RAW', 'SYS_ADMIN', 'SYS_PTRACE'] } },
+      securityContext: { privileged: false, runAsUser: 0, capabilities: { drop: ['ALL'], add: ['NET_ADMIN', 'NET_RAW', 'SETGID', 'SYS_ADMIN', 'SYS_PTRACE', 'DAC_READ_SEARCH'] } },
     });
   });
 
@@ -122,7 +122,13 @@ describe('agent manifests', () => {
     const pod = job.spec?.template.spec;
     expect(pod?.hostPID).toBeUndefined();
     expect(pod?.nodeName).toBeUndefined();
-    expect(pod?.containers[0].securityContext).toBeUndefined();
+    expect(pod?.containers[0].securityContext).toEqual({
+      runAsNonRoot: true,
+      runAsUser: 65534,
+      allowPrivilegeEscalation: false,
+      capabilities: { drop: ['ALL'] },
+      seccompProfile: { type: 'RuntimeDefault' },
+    });
     expect(pod?.containers[0].env).toEqual([
       { name: 'DEVOP_AGENT_MODE', value: 'targetless' },
       { name: 'DEVOP_AGENT_PORT', value: '21000' },

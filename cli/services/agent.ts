@@ -3,7 +3,7 @@
 // an unschedulable pod, a crash (with its last log lines) or the start-up timeout (with the pod's events).
 import { randomBytes } from 'node:crypto';
 import { BatchV1Api, CoreV1Api, type KubeConfig, type V1ContainerStatus, type V1EnvVar, type V1Pod } from '@kubernetes/client-node';
-import { AGENT_ANNOTATIONS, AGENT_CONTAINER_NAME, AGENT_ENV, AGENT_LABELS } from '../../shared/agent-contract.js';
+import { AGENT_ANNOTATIONS, AGENT_CAPABILITIES, AGENT_CONTAINER_NAME, AGENT_ENV, AGENT_LABELS } from '../../shared/agent-contract.js';
 import { UserError } from '../../shared/errors.js';
 import { apiCall, apiErrorCode, mapApiError } from '../kube/errors.js';
 import { waitForPods } from '../kube/watch.js';
@@ -155,7 +155,7 @@ async function failureError(kc: KubeConfig, v: Extract<Verdict, { fail: V1Pod }>
     case 'config':
       return new UserError(`the agent container cannot start: ${v.detail}`, 'check the agent options (image, namespace) and the pod events (kubectl describe pod)');
     case 'crash':
-      return new UserError(`the agent crashed: ${v.detail}${await lastLogLines(kc, ns, pod, container)}`, `check the agent's permissions on the node (NET_ADMIN, NET_RAW, SYS_ADMIN, SYS_PTRACE, hostPID; try --agent-privileged) and its logs: kubectl logs -n ${ns} ${pod}`);
+      return new UserError(`the agent crashed: ${v.detail}${await lastLogLines(kc, ns, pod, container)}`, `check the agent's permissions on the node (${AGENT_CAPABILITIES.join(', ')}, hostPID; try --agent-privileged) and its logs: kubectl logs -n ${ns} ${pod}`);
   }
 }
 

@@ -120,8 +120,14 @@ export class PodNet {
   }
 
   /** Runs the built agent the way job mode does (by container ID, from the host, re-entering the pod netns) unless told otherwise. */
-  async startAgent(env: Record<string, string> = {}, opts: { inPodNetns?: boolean; cgroup?: string } = {}): Promise<AgentProc> {
-    const node = [process.execPath, ...(process.env.DEVOP_TEST_AGENT_FLAGS?.split(' ').filter(Boolean) ?? AGENT_NODE_FLAGS), AGENT_BUNDLE];
+  async startAgent(env: Record<string, string> = {}, opts: { inPodNetns?: boolean; cgroup?: string; capabilities?: readonly string[] } = {}): Promise<AgentProc> {
+    let node = [process.execPath, ...(process.env.DEVOP_TEST_AGENT_FLAGS?.split(' ').filter(Boolean) ?? AGENT_NODE_FLAGS), AGENT_BUNDLE];
+    // capabilities: the agent (and what it runs) holds exactly these, as in a container whose securityContext drops ALL
+    // and adds them (root's capabilities after exec are its bounding set).
+    if (opts.capabilities) {
+      const bounding = ['-all', ...opts.capabilities.map((c) => `+${c.toLowerCase()}`)].join(',');
+      node = ['setpriv', `--bounding-set=${bounding}`, '--inh-caps=-all', '--', ...node];
+    }
     // inPodNetns: started inside the pod's netns, as an ephemeral container (or a targetless pod) is.
     let [cmd, ...args] = opts.inPodNetns ? ['nsenter', `--net=/run/netns/${this.podNs}`, ...node] : node;
     // cgroup: the agent (and every process it starts) lives in that cgroup, as in its own container.

@@ -1,0 +1,109 @@
+// The agent with exactly the capabilities its manifest asks for (every feature works), and with one of them taken away
+// (the feature that needs it fails with one line naming the capability; the others keep working).
+import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { AGENT_CAPABILITIES, type AgentCapability } from '../../shared/agent-contract.js';
+import { requireRoot } from '../helpers/root.js';
+import { httpGet } from './http.js';
+import { PodNet, waitFor, type AgentProc } from './netns.js';
+import { connectSession, startLocalCommand, type LocalCommand } from './session-client.js';
+
+const run = requireRoot('agent capabilities');
+
+function without(...dropped: AgentCapability[]): AgentCapability[] {
+  return AGENT_CAPABILITIES.filter((c) => !dropped.includes(c));
+}
+
+function logged(agent: AgentProc, msg: string): Array<Record<string, unknown>> {
+  return agent.lines.flatMap((l) => {
+    try {
+      const entry = JSON.parse(l) as Record<string, unknown>;
+      return entry.msg === msg ? [entry] : [];
+    } catch {
+      return [];
+    }
+  });
+}
+
+describe.runIf(run)('agent: the capabilities its manifest asks for', () => {
+  const net = new PodNet();
+  let client: string;
+  let local: LocalCommand;
+
+  beforeAll(async () => {
+    await net.setup();
+    await net.startPod({ port: 3000, env: { FROM_POD: 'yes' } });
+    client = await net.relay(net.clientNs, net.podIP, 3000);
+    local = await startLocalCommand('local');
+  });
+  afterAll(async () => {
+    await local?.close();
+    await net.teardown();
+  });
+
+  async function session(agent: AgentProc) {
+    return connectSession(await net.relay(net.podNs, '127.0.0.1', agent.port), { local });
+  }
+
+  test('with exactly those: job mode enters the netns, steals, mirrors by capture, reads env and files', async () => {
+    const agent = await net.startAgent({}, { capabilities: AGENT_CAPABILITIES });
+    const s = await session(agent);
+    expect((await s.subscribe(3000, 'steal')).type).toBe('subscribed');
+    expect((await httpGet(client, '/stolen')).body).toBe('local: GET /stolen');
+    expect((await s.subscribe(3000, 'mirror')).type).toBe('subscribed');
+    expect(logged(agent, 'subscribed').at(-1)).toMatchObject({ mode: 'mirror', via: 'capture' });
+    expect((await httpGet(client, '/mirrored')).body).toBe('pod: GET /mirrored');
+    const env = await s.request({ type: 'envRead', id: 'e' }, ['env']);
+    expect(env.vars.FROM_POD).toBe('yes');
+    const file = s.mux.openStream({ kind: 'file', path: '/etc/hosts' });
+    file.end();
+    const chunks: Buffer[] = [];
+    await new Promise((resolve, reject) => file.on('error', reject).on('end', resolve).on('data', (c: Buffer) => chunks.push(c)));
+    expect(Buffer.concat(chunks).toString()).toContain(`${net.podIP} pod`);
+    process.kill(agent.pid, 'SIGTERM');
+    await waitFor(async () => (await net.devopRules()).length === 0, 'the agent\'s rules to go');
+  });
+
+  test('without NET_ADMIN: stealing is refused with one line naming it; mirroring by capture still works', async () => {
+    const agent = await net.startAgent({}, { capabilities: without('NET_ADMIN') });
+    const s = await session(agent);
+    const refused = await s.subscribe(3000, 'steal');
+    expect(refused).toMatchObject({ type: 'refused' });
+    const reason = (refused as { reason: string }).reason;
+    expect(reason).toMatch(/^the agent's container lacks CAP_NET_ADMIN, which stealing :3000 needs \(/);
+    expect(reason).not.toContain('\n');
+    expect((await s.subscribe(3000, 'mirror')).type).toBe('subscribed');
+    expect((await httpGet(client, '/copy')).body).toBe('pod: GET /copy');
+    process.kill(agent.pid, 'SIGTERM');
+  });
+
+  test('without NET_RAW: mirror copies come through the agent, and the log says which capability is missing', async () => {
+    const agent = await net.startAgent({}, { capabilities: without('NET_RAW') });
+    const s = await session(agent);
+    expect((await s.subscribe(3000, 'mirror')).type).toBe('subscribed');
+    expect(logged(agent, 'subscribed').at(-1)).toMatchObject({ mode: 'mirror', via: 'redirect' });
+    expect(String(logged(agent, 'mirror copies go through the agent')[0]?.why)).toMatch(/lacks CAP_NET_RAW, which a packet capture needs/);
+    expect((await httpGet(client, '/proxied')).body).toBe('pod: GET /proxied');
+    process.kill(agent.pid, 'SIGTERM');
+    await waitFor(async () => (await net.devopRules()).length === 0, 'the agent\'s rules to go');
+  });
+
+  test('without SYS_ADMIN: a job-mode agent stops before it is ready, with one line naming it', async () => {
+    await expect(net.startAgent({}, { capabilities: without('SYS_ADMIN') })).rejects.toThrow(
+      /lacks CAP_SYS_ADMIN, which entering the target pod's network namespace needs/,
+    );
+  });
+
+  test('without SYS_PTRACE: reading a file of the target is refused with one line naming it; stealing still works', async () => {
+    // As an ephemeral container: already in the netns, so only the reads through the target's /proc entries need it.
+    const agent = await net.startAgent({ DEVOP_AGENT_MODE: 'ephemeral' }, { inPodNetns: true, capabilities: without('SYS_PTRACE') });
+    const s = await session(agent);
+    const file = s.mux.openStream({ kind: 'file', path: '/etc/hostname' });
+    file.end();
+    const read = new Promise((resolve, reject) => file.on('error', reject).on('end', resolve).resume());
+    await expect(read).rejects.toThrow(/lacks CAP_SYS_PTRACE, which reading \/etc\/hostname in the target container needs/);
+    expect((await s.subscribe(3000, 'steal')).type).toBe('subscribed');
+    expect((await httpGet(client, '/still')).body).toBe('local: GET /still');
+    process.kill(agent.pid, 'SIGTERM');
+    await waitFor(async () => (await net.devopRules()).length === 0, 'the agent\'s rules to go');
+  });
+});
