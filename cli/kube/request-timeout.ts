@@ -111,9 +111,10 @@ export function boundRequests(kc: KubeConfig, timeoutMs: number): void {
     );
   };
   // PortForward (and Exec, Attach) open their WebSocket with these options: `ws` fails an upgrade that takes longer.
-  const applyToHTTPSOptions = kc.applyToHTTPSOptions.bind(kc);
-  bounded.applyToHTTPSOptions = async (opts) => {
-    await applyToHTTPSOptions(opts);
+  // Called with `this`, not bound: startWatch hands out a KubeConfig that delegates to this one but for createAgent.
+  const applyToHTTPSOptions = kc.applyToHTTPSOptions;
+  bounded.applyToHTTPSOptions = async function (this: KubeConfig, opts) {
+    await applyToHTTPSOptions.call(this, opts);
     (opts as { handshakeTimeout?: number }).handshakeTimeout = timeoutMs;
   };
 }
