@@ -64,6 +64,7 @@ describe('--request-timeout values', () => {
 describe('requests to an API server that does not answer', () => {
   let stalled: FakeApiServer;
   let routed: FakeApiServer;
+  let retryWatches = 0;
 
   beforeAll(async () => {
     stalled = await startStalledApiServer();
@@ -76,6 +77,13 @@ describe('requests to an API server that does not answer', () => {
         return;
       }
       if (url.searchParams.get('watch') === 'true') {
+        if (url.pathname.includes('/namespaces/retry/') && ++retryWatches > 1) {
+          // The second watch connects and reports a pod.
+          const pod = { kind: 'Pod', apiVersion: 'v1', metadata: { name: 'p1', namespace: 'retry', resourceVersion: '8' } };
+          res.writeHead(200, { 'content-type': 'application/json' });
+          res.write(`${JSON.stringify({ type: 'ADDED', object: pod })}\n`);
+          return;
+        }
         if (url.pathname.includes('/namespaces/idle/')) {
           // An established watch on which nothing happens: headers, then silence (chunked, never ended).
           res.writeHead(200, { 'content-type': 'application/json' });
@@ -162,6 +170,17 @@ describe('requests to an API server that does not answer', () => {
     );
     expect(error).toBeInstanceOf(ApiTimeoutError);
     expect(ms).toBeLessThan(BOUND_MS);
+  });
+
+  it('retries a stalled watch connect when asked to follow pods for a session', async () => {
+    const { kc } = loadKubeConfig({ kubeconfig: routed.kubeconfigPath, requestTimeout: TIMEOUT });
+    const found = await waitForPods(kc, { namespace: 'retry' }, (pods) => pods.find((p) => p.metadata?.name === 'p1')?.metadata?.name, {
+      timeoutMs: BOUND_MS,
+      retryStalledWatch: true,
+      onTimeout: () => new Error('wait timed out'),
+    });
+    expect(found).toBe('p1');
+    expect(retryWatches).toBe(2);
   });
 
   it('fails a port-forward whose WebSocket upgrade is never answered', async () => {

@@ -18,6 +18,11 @@ export interface WaitOptions {
   /** Builds the error thrown when the time is up (it may look at the last pods seen). */
   onTimeout: (pods: V1Pod[]) => Promise<Error> | Error;
   signal?: AbortSignal;
+  /**
+   * For a wait that follows pods for a whole session: a watch that does not connect within the request timeout is tried
+   * again (each try bounded) instead of failing the wait.
+   */
+  retryStalledWatch?: boolean;
 }
 
 /**
@@ -92,8 +97,9 @@ export async function waitForPods<T>(kc: KubeConfig, query: PodQuery, decide: (p
         },
         (err: unknown) => {
           if (settled) return;
-          // An API server that does not even answer a watch is not flapping: retrying would only wait longer.
-          if (err instanceof ApiTimeoutError) {
+          // A wait with a deadline fails at once when the API server does not even answer a watch: retrying would only
+          // make its own timeout report the wrong cause later.
+          if (err instanceof ApiTimeoutError && !options.retryStalledWatch) {
             finish(() => reject(err));
             return;
           }
