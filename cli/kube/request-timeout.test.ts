@@ -1,13 +1,20 @@
 // --request-timeout: kubectl's syntax, the 30 s default, and that every kind of wait on the API server is bounded —
 // a request (headers and body), a watch's connect (but not an idle watch), a port-forward upgrade — against real
 // servers on loopback that complete the TLS handshake and then do not answer.
-import { CoreV1Api } from '@kubernetes/client-node';
+import { CoreV1Api, type V1Pod } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startRoutedApiServer, startStalledApiServer, type FakeApiServer } from '../../test/helpers/stalled-api.js';
 import { isUserError } from '../../shared/errors.js';
 import { loadKubeConfig } from './config.js';
 import { apiCall } from './errors.js';
-import { ApiTimeoutError, DEFAULT_REQUEST_TIMEOUT_MS, formatTimeout, parseRequestTimeout, requestTimeoutOf, startWatch } from './request-timeout.js';
+import {
+  ApiTimeoutError,
+  DEFAULT_REQUEST_TIMEOUT_MS,
+  formatTimeout,
+  parseRequestTimeout,
+  requestTimeoutOf,
+  startWatch,
+} from './request-timeout.js';
 import { openPortForward } from './tunnel.js';
 import { waitForPods } from './watch.js';
 
@@ -48,7 +55,9 @@ describe('--request-timeout values', () => {
         error = err;
       }
       expect(isUserError(error), bad).toBe(true);
-      expect((error as Error).message).toBe(`invalid --request-timeout "${bad.trim()}": not a number of seconds or a duration`);
+      expect((error as Error).message).toBe(
+        `invalid --request-timeout "${bad.trim()}": not a number of seconds or a duration`,
+      );
     }
   });
 
@@ -79,7 +88,8 @@ describe('requests to an API server that does not answer', () => {
       if (url.searchParams.get('watch') === 'true') {
         if (url.pathname.includes('/namespaces/retry/') && ++retryWatches > 1) {
           // The second watch connects and reports a pod.
-          const pod = { kind: 'Pod', apiVersion: 'v1', metadata: { name: 'p1', namespace: 'retry', resourceVersion: '8' } };
+          const metadata = { name: 'p1', namespace: 'retry', resourceVersion: '8' };
+          const pod = { kind: 'Pod', apiVersion: 'v1', metadata };
           res.writeHead(200, { 'content-type': 'application/json' });
           res.write(`${JSON.stringify({ type: 'ADDED', object: pod })}\n`);
           return;
@@ -103,21 +113,29 @@ describe('requests to an API server that does not answer', () => {
 
   it('binds the 30 s default when no timeout is given, and none for 0', () => {
     expect(DEFAULT_REQUEST_TIMEOUT_MS).toBeLessThanOrEqual(30_000);
-    expect(requestTimeoutOf(loadKubeConfig({ kubeconfig: stalled.kubeconfigPath }).kc)).toBe(DEFAULT_REQUEST_TIMEOUT_MS);
-    expect(requestTimeoutOf(loadKubeConfig({ kubeconfig: stalled.kubeconfigPath, requestTimeout: '0' }).kc)).toBe(0);
-    expect(requestTimeoutOf(loadKubeConfig({ kubeconfig: stalled.kubeconfigPath, requestTimeout: '2s' }).kc)).toBe(2_000);
-    expect(() => loadKubeConfig({ kubeconfig: stalled.kubeconfigPath, requestTimeout: 'soon' })).toThrow('invalid --request-timeout "soon"');
+    const timeoutOf = (requestTimeout?: string): number =>
+      requestTimeoutOf(loadKubeConfig({ kubeconfig: stalled.kubeconfigPath, requestTimeout }).kc);
+    expect(timeoutOf()).toBe(DEFAULT_REQUEST_TIMEOUT_MS);
+    expect(timeoutOf('0')).toBe(0);
+    expect(timeoutOf('2s')).toBe(2_000);
+    expect(() => timeoutOf('soon')).toThrow('invalid --request-timeout "soon"');
   });
 
   it('fails an API call whose answer never comes, naming the server, the action and the fix', async () => {
     const { kc } = loadKubeConfig({ kubeconfig: stalled.kubeconfigPath, requestTimeout: TIMEOUT });
     const core = kc.makeApiClient(CoreV1Api);
     const { ms, error } = await timed(() =>
-      apiCall({ action: 'list pods', verb: 'list', resource: 'pods' }, () => core.listNamespacedPod({ namespace: 'default' })),
+      apiCall({ action: 'list pods', verb: 'list', resource: 'pods' }, () =>
+        core.listNamespacedPod({ namespace: 'default' }),
+      ),
     );
     expect(error).toBeInstanceOf(ApiTimeoutError);
-    expect((error as Error).message).toBe(`the API server ${stalled.url} did not answer within 300 ms (while trying to list pods)`);
-    expect((error as ApiTimeoutError).hint).toBe('check that the cluster is reachable (kubectl cluster-info), or raise --request-timeout');
+    expect((error as Error).message).toBe(
+      `the API server ${stalled.url} did not answer within 300 ms (while trying to list pods)`,
+    );
+    expect((error as ApiTimeoutError).hint).toBe(
+      'check that the cluster is reachable (kubectl cluster-info), or raise --request-timeout',
+    );
     expect(ms).toBeGreaterThanOrEqual(TIMEOUT_MS - 20);
     expect(ms).toBeLessThan(BOUND_MS);
   });
@@ -141,12 +159,14 @@ describe('requests to an API server that does not answer', () => {
     const { kc } = loadKubeConfig({ kubeconfig: routed.kubeconfigPath, requestTimeout: TIMEOUT });
     const started = Date.now();
     const ended = new Promise<{ err: unknown; ms: number }>((resolve) => {
-      void startWatch(kc, '/api/v1/namespaces/default/pods', {}, () => undefined, (err) => resolve({ err, ms: Date.now() - started }));
+      const done = (err: unknown): void => resolve({ err, ms: Date.now() - started });
+      void startWatch(kc, '/api/v1/namespaces/default/pods', {}, () => undefined, done);
     });
     const { err, ms } = await ended;
     expect(err).toBeInstanceOf(ApiTimeoutError);
     expect((err as Error).message).toBe(
-      `the API server ${routed.url} did not answer within 300 ms (while trying to watch /api/v1/namespaces/default/pods)`,
+      `the API server ${routed.url} did not answer within 300 ms ` +
+        '(while trying to watch /api/v1/namespaces/default/pods)',
     );
     expect(ms).toBeLessThan(BOUND_MS);
   });
@@ -166,7 +186,10 @@ describe('requests to an API server that does not answer', () => {
   it('fails a wait for pods whose watch never connects, without waiting for the wait to time out', async () => {
     const { kc } = loadKubeConfig({ kubeconfig: routed.kubeconfigPath, requestTimeout: TIMEOUT });
     const { ms, error } = await timed(() =>
-      waitForPods(kc, { namespace: 'default' }, () => undefined, { timeoutMs: 60_000, onTimeout: () => new Error('wait timed out') }),
+      waitForPods(kc, { namespace: 'default' }, () => undefined, {
+        timeoutMs: 60_000,
+        onTimeout: () => new Error('wait timed out'),
+      }),
     );
     expect(error).toBeInstanceOf(ApiTimeoutError);
     expect(ms).toBeLessThan(BOUND_MS);
@@ -174,7 +197,8 @@ describe('requests to an API server that does not answer', () => {
 
   it('retries a stalled watch connect when asked to follow pods for a session', async () => {
     const { kc } = loadKubeConfig({ kubeconfig: routed.kubeconfigPath, requestTimeout: TIMEOUT });
-    const found = await waitForPods(kc, { namespace: 'retry' }, (pods) => pods.find((p) => p.metadata?.name === 'p1')?.metadata?.name, {
+    const p1 = (pods: V1Pod[]): string | undefined => pods.find((p) => p.metadata?.name === 'p1')?.metadata?.name;
+    const found = await waitForPods(kc, { namespace: 'retry' }, p1, {
       timeoutMs: BOUND_MS,
       retryStalledWatch: true,
       onTimeout: () => new Error('wait timed out'),

@@ -18,8 +18,8 @@ import {
 import { UserError } from '../../shared/errors.js';
 
 /**
- * Without a flag, a request that gets no answer fails after 30 s: long enough for a slow API server under load (kubectl's
- * own discovery gives up after 32 s), short enough that a dead one is reported before the user gives up.
+ * Without a flag, a request that gets no answer fails after 30 s: long enough for a slow API server under load
+ * (kubectl's own discovery gives up after 32 s), short enough that a dead one is reported before the user gives up.
  */
 export const DEFAULT_REQUEST_TIMEOUT_MS = 30_000;
 
@@ -98,7 +98,7 @@ export function boundRequests(kc: KubeConfig, timeoutMs: number): void {
   if (timeoutMs <= 0) return;
   const bounded = kc as BoundedKubeConfig;
   bounded[REQUEST_TIMEOUT] = timeoutMs;
-  // client-node's own makeApiClient, with one change: the HTTP library (its documented `httpApi` hook) bounds each call.
+  // client-node's own makeApiClient, with one change: the HTTP library (its `httpApi` hook) bounds each call.
   bounded.makeApiClient = <T extends ApiType>(apiClientType: ApiConstructor<T>): T => {
     const cluster = kc.getCurrentCluster();
     if (!cluster) throw new Error('No active cluster!');
@@ -148,7 +148,8 @@ class BoundedHttpLibrary implements HttpLibrary {
         },
         (err: unknown) => {
           clearTimeout(timer);
-          throw deadline.signal.aborted && !callerSignal?.aborted ? new ApiTimeoutError(this.server, this.timeoutMs) : err;
+          const timedOut = deadline.signal.aborted && !callerSignal?.aborted;
+          throw timedOut ? new ApiTimeoutError(this.server, this.timeoutMs) : err;
         },
       );
     const answer = settle(this.fetch.send(request).toPromise(), false).then(
@@ -162,7 +163,8 @@ class BoundedHttpLibrary implements HttpLibrary {
   }
 }
 
-export type WatchEventHandler = (phase: string, apiObj: any, watchObj?: any) => void; // eslint-disable-line @typescript-eslint/no-explicit-any
+/** client-node's Watch callback: the event type, the object, the whole event. */
+export type WatchEventHandler = Parameters<Watch['watch']>[2];
 
 /**
  * client-node's Watch, with its connect bounded by the KubeConfig's request timeout: if the response headers do not
@@ -178,9 +180,9 @@ export async function startWatch(
 ): Promise<AbortController> {
   const timeoutMs = requestTimeoutOf(kc);
   if (timeoutMs <= 0) return new Watch(kc).watch(path, params, onEvent, done);
-  // client-node's Watch gives no handle on its request before the headers arrive (and 1.4 drops its own 30 s signal), so
-  // this watch gets an HTTP agent of its own — a KubeConfig that delegates to kc but for createAgent — and a connect that
-  // runs out of time is cut by destroying that agent.
+  // client-node's Watch gives no handle on its request before the headers arrive (and 1.4 drops its own 30 s signal),
+  // so this watch gets an HTTP agent of its own — a KubeConfig that delegates to kc but for createAgent — and a connect
+  // that runs out of time is cut by destroying that agent.
   let agent: Agent | undefined;
   const ownAgent = (cluster: unknown, options: unknown): Agent => {
     const create = (KubeConfig.prototype as unknown as { createAgent(c: unknown, o: unknown): Agent }).createAgent;

@@ -77,7 +77,10 @@ describe('devop against an API server that does not answer', () => {
     expect(run.stdout).toBe('');
     expect(lines(run.stderr), run.stderr).toEqual([
       expect.stringMatching(
-        new RegExp(`^devop: the API server ${escape(api.url)} did not answer within 2 s \\(while trying to list [^)]+\\) — ${escape(FIX)}$`),
+        new RegExp(
+          `^devop: the API server ${escape(api.url)} did not answer within 2 s ` +
+            `\\(while trying to list [^)]+\\) — ${escape(FIX)}$`,
+        ),
       ),
     ]);
   });
