@@ -75,6 +75,11 @@ export const DevopConfig = z
     namespace: z.string().optional().describe("The target's namespace. Default: the kubeconfig context's namespace, else \"default\"."),
     context: z.string().optional().describe('The kubeconfig context to use. Default: the current context.'),
     kubeconfig: z.string().optional().describe('Path of the kubeconfig file. Default: $KUBECONFIG, else ~/.kube/config.'),
+    requestTimeout: z
+      .string()
+      .regex(/^(\d+|(\d+(\.\d+)?(ms|s|m|h))+)$/, 'expected seconds or a duration such as "10s", "1m", "1m30s", or "0"')
+      .optional()
+      .describe('How long devop waits for the API server to answer one request (kubectl --request-timeout syntax: "10s", "1m", a number of seconds; "0": no limit). Default: "30s".'),
     incoming: z
       .strictObject({
         mode: z.enum(['steal', 'mirror']).default('mirror').describe('"steal": the local process answers instead of the pod; "mirror": the pod answers, the local process gets a copy.'),
@@ -200,6 +205,7 @@ export const ENV_OVERRIDES: Readonly<Record<string, { key: string; type: 'string
   DEVOP_NAMESPACE: { key: 'namespace', type: 'string' },
   DEVOP_CONTEXT: { key: 'context', type: 'string' },
   DEVOP_KUBECONFIG: { key: 'kubeconfig', type: 'string' },
+  DEVOP_REQUEST_TIMEOUT: { key: 'requestTimeout', type: 'string' },
   DEVOP_MODE: { key: 'incoming.mode', type: 'string' },
   DEVOP_AGENT_IMAGE: { key: 'agent.image', type: 'string' },
   DEVOP_AGENT_NAMESPACE: { key: 'agent.namespace', type: 'string' },

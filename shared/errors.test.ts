@@ -9,6 +9,15 @@ describe('formatError', () => {
     expect(formatError(err, true)).not.toContain('at ');
   });
 
+  it('names the start-up step a UserError carries, as the reporter error lines do', () => {
+    const err = Object.assign(new UserError('the API server https://127.0.0.1:6443 did not answer within 30 s', 'raise --request-timeout'), {
+      step: 'resolve target deploy/x',
+    });
+    expect(formatError(err)).toBe(
+      'devop: error [resolve target deploy/x]: the API server https://127.0.0.1:6443 did not answer within 30 s — fix: raise --request-timeout',
+    );
+  });
+
   it('prints a BugError or a plain error as an internal error, with the stack and causes only when verbose', () => {
     const bug = new BugError('stream id reused', { cause: new Error('root cause') });
     expect(formatError(bug)).toBe('devop: internal error: stream id reused — run with -v for the stack');

@@ -30,12 +30,15 @@ export function isUserError(err: unknown): err is UserError {
 
 /**
  * The text a top-level handler prints for `err` (without a trailing newline): always one line unless verbose.
- * UserError: `devop: <message> — fix: <hint>`; anything else: `devop: internal error: <message> — run with -v for the
+ * UserError: `devop: <message> — fix: <hint>` (`devop: error [<step>]: …` when it carries a step); anything else: `devop: internal error: <message> — run with -v for the
  * stack`, or with verbose the stack (and causes) on the lines that follow.
  */
 export function formatError(err: unknown, verbose = false): string {
   if (isUserError(err)) {
-    const line = err.hint ? `devop: ${oneLine(err.message)} — fix: ${oneLine(err.hint)}` : `devop: ${oneLine(err.message)}`;
+    // A failure tied to a start-up step reads like the reporter's error lines: `devop: error [step]: …`.
+    const step = (err as { step?: unknown }).step;
+    const message = typeof step === 'string' ? `error [${step}]: ${oneLine(err.message)}` : oneLine(err.message);
+    const line = err.hint ? `devop: ${message} — fix: ${oneLine(err.hint)}` : `devop: ${message}`;
     return verbose && err.cause !== undefined ? `${line}\n${formatCause(err.cause)}` : line;
   }
   const message = err instanceof Error ? err.message : String(err);

@@ -1,25 +1,21 @@
 // `devop doctor [--context/--kubeconfig/-n/-t] [--output json]`: checks the cluster for what devop needs; exit 1 on a failure.
 import { Command, Option } from 'commander';
+import { addConnectionOptions, type ConnectionFlags } from './connection-flags.js';
 import { formatDoctorReport, runDoctor } from '../services/doctor.js';
 
-interface DoctorFlags {
+interface DoctorFlags extends ConnectionFlags {
   namespace?: string;
   target?: string;
-  context?: string;
-  kubeconfig?: string;
   agentImage?: string;
   agentNamespace?: string;
   output: string;
 }
 
 export function registerDoctorCommand(program: Command, onExit: (code: number) => void): void {
-  program
-    .command('doctor')
+  addConnectionOptions(program.command('doctor'))
     .description('check the kubeconfig, API server, RBAC, agent image, node runtime and Pod Security admission, with the fix for each problem')
     .option('-n, --namespace <namespace>', "namespace of the targets (default: the context's)")
     .option('-t, --target <target>', 'also check this target (deploy/NAME, pod/NAME, …) and its node')
-    .option('--context <context>', 'kubeconfig context')
-    .option('--kubeconfig <path>', 'kubeconfig file')
     .option('--agent-image <image>', 'agent image to check')
     .option('--agent-namespace <namespace>', "where agent Jobs would run (default: the target's namespace)")
     .addOption(new Option('--output <mode>', 'lines (plain) or json').choices(['auto', 'plain', 'json']).default('auto'))

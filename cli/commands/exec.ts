@@ -6,6 +6,7 @@ import { createReporter, OUTPUT_MODES, type OutputMode } from '../ui/index.js';
 import { mergeExecOptions, type ExecFlags } from '../services/exec-options.js';
 import { runExec } from '../services/exec.js';
 import { loadCommandConfig } from './config-file.js';
+import { addConnectionOptions } from './connection-flags.js';
 import { addOutgoingOptions, outgoingChildEnvHook, outgoingSettingsFrom } from '../outgoing/exec-hook.js';
 
 const collect = (value: string, previous: string[] = []): string[] => [...previous, value];
@@ -16,15 +17,13 @@ interface ExecCommandFlags extends ExecFlags {
 }
 
 export function registerExecCommand(program: Command, onExit: (code: number) => void): void {
-  addOutgoingOptions(program.command('exec'))
+  addOutgoingOptions(addConnectionOptions(program.command('exec')))
     .description('run a local command as if it were the target workload: its env, and its pod\'s traffic (mirrored or stolen)')
     .usage('[options] -- <command> [args...]')
     .argument('[command...]', 'the local command and its arguments (after --)')
     .passThroughOptions()
     .option('-t, --target <target>', 'pod/NAME, deploy/NAME, sts/NAME or rollout/NAME, optionally /container/NAME; or targetless')
     .option('-n, --namespace <namespace>', "the target's namespace (default: the context's)")
-    .option('--context <context>', 'kubeconfig context (default: the current one)')
-    .option('--kubeconfig <path>', 'kubeconfig file (default: $KUBECONFIG, else ~/.kube/config)')
     .option('--steal', 'take the pod\'s traffic: the local command answers instead of the pod')
     .option('--mirror', 'copy the pod\'s traffic to the local command; the pod still answers (the default)')
     .option('-p, --port <REMOTE[:LOCAL]>', "pod port to steal/mirror, repeatable (default: the container's declared ports)", collect)

@@ -7,16 +7,15 @@ import { SESSION_DEFAULTS } from '../services/session.js';
 import { parseDuration } from '../services/exec-options.js';
 import { createReporter, OUTPUT_MODES, type OutputMode } from '../ui/index.js';
 import { loadCommandConfig } from './config-file.js';
+import { addConnectionOptions, type ConnectionFlags } from './connection-flags.js';
 
 const collect = (value: string, previous: string[] = []): string[] => [...previous, value];
 const STOP_SIGNALS = ['SIGINT', 'SIGTERM', 'SIGHUP'] as const;
 
-interface PortForwardFlags {
+interface PortForwardFlags extends ConnectionFlags {
   local?: string[];
   target?: string;
   namespace?: string;
-  context?: string;
-  kubeconfig?: string;
   address: string;
   agentImage?: string;
   agentNamespace?: string;
@@ -27,14 +26,11 @@ interface PortForwardFlags {
 }
 
 export function registerPortForwardCommand(program: Command): void {
-  program
-    .command('port-forward')
+  addConnectionOptions(program.command('port-forward'))
     .description('forward local ports to cluster names or IPs, connected from a pod (a targetless agent, or the target\'s)')
     .option('-L, --local <[LOCAL:]HOST:PORT>', 'forward 127.0.0.1:LOCAL (default: PORT) to HOST:PORT as the pod reaches it, repeatable', collect)
     .option('-t, --target <target>', 'connect from this workload\'s pod (pod/NAME, deploy/NAME, …); default: a targetless agent')
     .option('-n, --namespace <namespace>', "namespace of the target / of the targetless agent (default: the context's)")
-    .option('--context <context>', 'kubeconfig context')
-    .option('--kubeconfig <path>', 'kubeconfig file')
     .option('--address <address>', 'local address to listen on', '127.0.0.1')
     .option('--agent-image <image>', 'agent image (default: the one of this devop version)')
     .option('--agent-namespace <namespace>', 'where the agent runs (default: the namespace)')
@@ -58,6 +54,7 @@ export function registerPortForwardCommand(program: Command): void {
             namespace: flags.namespace ?? config.namespace,
             context: flags.context ?? config.context,
             kubeconfig: flags.kubeconfig ?? config.kubeconfig,
+            requestTimeout: flags.requestTimeout ?? config.requestTimeout,
             address: flags.address,
             agentImage: flags.agentImage ?? config.agent.image ?? SESSION_DEFAULTS.agentImage,
             agentNamespace: flags.agentNamespace ?? config.agent.namespace,

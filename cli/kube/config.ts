@@ -6,10 +6,13 @@ import { delimiter, join } from 'node:path';
 import { Agent } from 'node:https';
 import { KubeConfig } from '@kubernetes/client-node';
 import { UserError } from '../../shared/errors.js';
+import { boundRequests, DEFAULT_REQUEST_TIMEOUT_MS, parseRequestTimeout } from './request-timeout.js';
 
 export interface KubeAccessOptions {
   kubeconfig?: string;
   context?: string;
+  /** How long one API request may take: kubectl's --request-timeout syntax ("10s", "1m", seconds; 0 = no limit). */
+  requestTimeout?: string | number;
   /** The environment to read KUBECONFIG / HOME from (tests pass their own). */
   processEnv?: NodeJS.ProcessEnv;
 }
@@ -33,6 +36,7 @@ export function kubeconfigFiles(options: KubeAccessOptions): { files: string[]; 
 }
 
 export function loadKubeConfig(options: KubeAccessOptions): LoadedKubeConfig {
+  const timeoutMs = options.requestTimeout === undefined ? DEFAULT_REQUEST_TIMEOUT_MS : parseRequestTimeout(options.requestTimeout);
   const { files, from } = kubeconfigFiles(options);
   const present = files.filter((file) => existsSync(file));
   if (present.length === 0) {
@@ -84,6 +88,7 @@ export function loadKubeConfig(options: KubeAccessOptions): LoadedKubeConfig {
     );
   }
   reuseConnections(kc);
+  boundRequests(kc, timeoutMs);
   return { kc, files: present, context, namespace: contextObject.namespace || 'default' };
 }
 

@@ -1,5 +1,6 @@
 // Maps Kubernetes API failures (client-node ApiException: .code, .body) and connection failures to one-line UserErrors.
 import { UserError } from '../../shared/errors.js';
+import { ApiTimeoutError } from './request-timeout.js';
 
 export interface ApiCallContext {
   /** What devop was doing, e.g. "create the agent Job". */
@@ -56,6 +57,7 @@ function connectionCode(err: unknown): string | undefined {
 
 /** Turns an API failure into a UserError with the fix; errors that are not API errors pass through unchanged. */
 export function mapApiError(err: unknown, ctx: ApiCallContext): unknown {
+  if (err instanceof ApiTimeoutError) return err.during(ctx.action);
   if (err instanceof UserError) return err;
   const code = apiErrorCode(err);
   const where = ctx.namespace ? ` in namespace "${ctx.namespace}"` : '';

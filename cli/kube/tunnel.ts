@@ -4,6 +4,7 @@ import { Duplex, PassThrough, Writable } from 'node:stream';
 import { PortForward, type KubeConfig } from '@kubernetes/client-node';
 import type WebSocket from 'ws';
 import { apiCall } from './errors.js';
+import { ApiTimeoutError, isHandshakeTimeout, requestTimeoutOf } from './request-timeout.js';
 
 /** How much the WebSocket may buffer before writes wait: enough to keep a fast link busy, small enough to bound memory. */
 const WS_HIGH_WATER_BYTES = 1024 * 1024;
@@ -91,6 +92,7 @@ export async function openPortForward(kc: KubeConfig, input: { namespace: string
     try {
       return await forward.portForward(input.namespace, input.pod, [input.port], output, errors, idleInput);
     } catch (err) {
+      if (isHandshakeTimeout(err)) throw new ApiTimeoutError(kc.getCurrentCluster()?.server ?? 'the API server', requestTimeoutOf(kc));
       // The ws library reports a refused upgrade as "Unexpected server response: 403": give it the HTTP code.
       const status = /Unexpected server response: (\d+)/.exec(err instanceof Error ? err.message : '');
       throw status ? Object.assign(new Error((err as Error).message), { code: Number(status[1]) }) : err;

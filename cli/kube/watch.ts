@@ -1,7 +1,8 @@
 // Waits for a condition on a set of pods by watching them (list, then watch from its resourceVersion; a watch that ends
 // is restarted from the last resourceVersion, a 410 Gone re-lists) — no polling.
-import { CoreV1Api, Watch, type KubeConfig, type V1Pod } from '@kubernetes/client-node';
+import { CoreV1Api, type KubeConfig, type V1Pod } from '@kubernetes/client-node';
 import { apiCall } from './errors.js';
+import { ApiTimeoutError, startWatch } from './request-timeout.js';
 
 /** Pause before re-watching after a watch failed (not after a normal server-side end). */
 const WATCH_RESTART_PAUSE_MS = 200;
@@ -17,6 +18,11 @@ export interface WaitOptions {
   /** Builds the error thrown when the time is up (it may look at the last pods seen). */
   onTimeout: (pods: V1Pod[]) => Promise<Error> | Error;
   signal?: AbortSignal;
+  /**
+   * For a wait that follows pods for a whole session: a watch that does not connect within the request timeout is tried
+   * again (each try bounded) instead of failing the wait.
+   */
+  retryStalledWatch?: boolean;
 }
 
 /**
@@ -25,7 +31,6 @@ export interface WaitOptions {
  */
 export async function waitForPods<T>(kc: KubeConfig, query: PodQuery, decide: (pods: V1Pod[]) => T | undefined, options: WaitOptions): Promise<T> {
   const core = kc.makeApiClient(CoreV1Api);
-  const watcher = new Watch(kc);
   const pods = new Map<string, V1Pod>();
   let settled = false;
   let abort: AbortController | undefined;
@@ -73,7 +78,8 @@ export async function waitForPods<T>(kc: KubeConfig, query: PodQuery, decide: (p
       if (query.labelSelector) params.labelSelector = query.labelSelector;
       if (query.fieldSelector) params.fieldSelector = query.fieldSelector;
       let gone = false;
-      abort = await watcher.watch(
+      abort = await startWatch(
+        kc,
         `/api/v1/namespaces/${encodeURIComponent(query.namespace)}/pods`,
         params,
         (phase, obj: V1Pod & { code?: number }) => {
@@ -91,6 +97,12 @@ export async function waitForPods<T>(kc: KubeConfig, query: PodQuery, decide: (p
         },
         (err: unknown) => {
           if (settled) return;
+          // A wait with a deadline fails at once when the API server does not even answer a watch: retrying would only
+          // make its own timeout report the wrong cause later.
+          if (err instanceof ApiTimeoutError && !options.retryStalledWatch) {
+            finish(() => reject(err));
+            return;
+          }
           const code = (err as { code?: unknown; statusCode?: unknown } | null)?.statusCode ?? (err as { code?: unknown } | null)?.code;
           // A watch that ended with an error is restarted after a short pause, so a flapping API server is not hammered.
           const pause = err ? WATCH_RESTART_PAUSE_MS : 0;

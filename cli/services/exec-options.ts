@@ -13,6 +13,7 @@ export interface ExecFlags {
   namespace?: string;
   context?: string;
   kubeconfig?: string;
+  requestTimeout?: string;
   steal?: boolean;
   mirror?: boolean;
   port?: string[];
@@ -99,6 +100,7 @@ export function mergeExecOptions(flags: ExecFlags, config: DevopConfig, command:
     namespace: flags.namespace ?? config.namespace,
     context: flags.context ?? config.context,
     kubeconfig: flags.kubeconfig ?? config.kubeconfig,
+    requestTimeout: flags.requestTimeout ?? config.requestTimeout,
     mode,
     ports,
     httpFilter,

@@ -12,6 +12,7 @@ import { parseTarget } from '../../shared/target.js';
 import type { Reporter, StepId } from '../reporter.js';
 import { assertAccess, sessionAccessChecks } from '../kube/access.js';
 import { loadKubeConfig, type KubeAccessOptions } from '../kube/config.js';
+import { ApiTimeoutError } from '../kube/request-timeout.js';
 import { openPortForward, PortForwardError } from '../kube/tunnel.js';
 import { createEphemeralAgent, createJobAgent, createTargetlessAgent, findAgent, listAgentPods, type AgentEndpoint, type AgentOptions } from './agent.js';
 import type { AgentExtras } from './agent-manifest.js';
@@ -103,7 +104,7 @@ export async function step<T>(reporter: Reporter, id: StepId, title: string, run
     return value;
   } catch (err) {
     reporter.emit({ type: 'step', id, status: 'fail', title, detail: err instanceof Error ? err.message : String(err), ms: Date.now() - started });
-    throw err;
+    throw err instanceof ApiTimeoutError ? err.inStep(title) : err;
   }
 }
 

@@ -379,7 +379,7 @@ class Supervisor {
       return undefined;
     };
     const controller = this.watchAbort;
-    waitForPods(this.first.kc, query, onPods, { timeoutMs: FOREVER_MS, signal: controller.signal, onTimeout: () => new Error('watch ended') }).catch((err: unknown) => {
+    waitForPods(this.first.kc, query, onPods, { timeoutMs: FOREVER_MS, retryStalledWatch: true, signal: controller.signal, onTimeout: () => new Error('watch ended') }).catch((err: unknown) => {
       // Aborted: devop stops, or watches another pod now (after following the target).
       if (!this.over && !controller.signal.aborted) this.reporter.emit({ type: 'log', level: 'warn', message: `stopped watching the target's pods: ${message(err)} (devop still reconnects, but will not notice new pods)` });
     });
