@@ -43,11 +43,19 @@ export function agentImageEnv(): Record<string, string> {
   return target ? { DEVOP_AGENT_IMAGE: target.agentImage } : {};
 }
 
+export interface TargetOptions {
+  /**
+   * An existing namespace to work in instead of a fresh one, for suites whose manifests name theirs (the examples use
+   * `default`): stop() then leaves it, and the suite removes what it applied.
+   */
+  namespace?: string;
+}
+
 /**
  * Starts the stand-in, or prepares the real cluster: a namespace of the suite's own (deleted by stop(), with everything
  * in it) and a kubeconfig copy whose current context names it. `suite` names the namespace (lower-case, dashes).
  */
-export async function startTargetCluster(suite: string): Promise<TargetCluster> {
+export async function startTargetCluster(suite: string, options: TargetOptions = {}): Promise<TargetCluster> {
   const target = externalTarget();
   if (!target) {
     const standin = await startCluster();
@@ -58,9 +66,10 @@ export async function startTargetCluster(suite: string): Promise<TargetCluster> 
   const current = kc.getCurrentContext();
   if (!kc.getContextObject(current)) throw new Error(`${target.kubeconfig} has no current context: set one (kubectl config use-context NAME).`);
   // Random suffix: a rerun while the last run's namespace is still terminating must not collide with it.
-  const namespace = `devop-${suite.toLowerCase().replace(/[^a-z0-9]+/g, '-')}-${randomBytes(3).toString('hex')}`.slice(0, 63);
+  const fresh = options.namespace === undefined;
+  const namespace = options.namespace ?? `devop-${suite.toLowerCase().replace(/[^a-z0-9]+/g, '-')}-${randomBytes(3).toString('hex')}`.slice(0, 63);
   const core = kc.makeApiClient(CoreV1Api);
-  await core.createNamespace({ body: { metadata: { name: namespace, labels: { 'devop.dev/test-suite': 'true' } } } });
+  if (fresh) await core.createNamespace({ body: { metadata: { name: namespace, labels: { 'devop.dev/test-suite': 'true' } } } });
   const scoped = new KubeConfig();
   scoped.loadFromOptions({
     clusters: kc.clusters,
@@ -75,7 +84,7 @@ export async function startTargetCluster(suite: string): Promise<TargetCluster> 
   const stop = async () => {
     try {
       // Background: the namespace's pods end on their own time; the next suite has a namespace of its own.
-      await core.deleteNamespace({ name: namespace, propagationPolicy: 'Background' });
+      if (fresh) await core.deleteNamespace({ name: namespace, propagationPolicy: 'Background' });
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }

@@ -1,0 +1,26 @@
+// The switch between the stand-in and a real cluster: both variables or neither; a wrong path is named.
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { externalTarget } from './target-cluster.js';
+
+describe('externalTarget', () => {
+  it('is the stand-in when neither variable is set', () => {
+    expect(externalTarget({})).toBeUndefined();
+  });
+
+  it('is the real cluster when both are set', () => {
+    const kubeconfig = join(mkdtempSync(join(tmpdir(), 'devop-target-test-')), 'kubeconfig');
+    writeFileSync(kubeconfig, 'apiVersion: v1\nkind: Config\n');
+    const env = { DEVOP_TEST_KUBECONFIG: kubeconfig, DEVOP_TEST_AGENT_IMAGE: 'devop/agent:dev' };
+    expect(externalTarget(env)).toEqual({ kubeconfig, agentImage: 'devop/agent:dev' });
+  });
+
+  it('refuses one variable without the other, and a kubeconfig that does not exist', () => {
+    expect(() => externalTarget({ DEVOP_TEST_KUBECONFIG: '/tmp/k' })).toThrow(/DEVOP_TEST_KUBECONFIG and DEVOP_TEST_AGENT_IMAGE go together/);
+    expect(() => externalTarget({ DEVOP_TEST_AGENT_IMAGE: 'devop/agent:dev' })).toThrow(/go together: set both/);
+    const env = { DEVOP_TEST_KUBECONFIG: '/nonexistent/kubeconfig', DEVOP_TEST_AGENT_IMAGE: 'devop/agent:dev' };
+    expect(() => externalTarget(env)).toThrow('DEVOP_TEST_KUBECONFIG names /nonexistent/kubeconfig, which does not exist');
+  });
+});
