@@ -7,7 +7,9 @@ import { ApiextensionsV1Api, BatchV1Api, CustomObjectsApi } from '@kubernetes/cl
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { requireRoot } from '../helpers/root.js';
 import type { TargetCluster } from '../helpers/target-cluster.js';
-import { DevopRun, deployEcho, devopExec, startE2ETarget, waitFor, type E2ETarget, type EchoDeployment } from './harness.js';
+import {
+  DevopRun, deployEcho, devopExec, startE2ETarget, waitFor, type E2ETarget, type EchoDeployment,
+} from './harness.js';
 
 requireRoot('e2e exec config');
 
@@ -75,7 +77,8 @@ describe('devop exec: config, targets, cleanup', () => {
     });
     const custom = env.kc.makeApiClient(CustomObjectsApi);
     await waitFor('the Rollout API to be served', async () => {
-      await custom.listNamespacedCustomObject({ group: 'argoproj.io', version: 'v1alpha1', namespace: env.namespace, plural: 'rollouts' });
+      const rollouts = { group: 'argoproj.io', version: 'v1alpha1', namespace: env.namespace, plural: 'rollouts' };
+      await custom.listNamespacedCustomObject(rollouts);
       return true;
     });
     await custom.createNamespacedCustomObject({
@@ -93,7 +96,8 @@ describe('devop exec: config, targets, cleanup', () => {
     expect(run.stderr).toContain(`resolve target rollout/echo-ro: pod ${echo.podName}`);
     const unknown = track(devopExec(cluster, ['-t', 'rollout/nope'], ['true']));
     expect((await unknown.exited).code).toBe(1);
-    expect(unknown.stderr).toContain(`devop: rollout "nope" not found in namespace "${env.namespace}" (rollouts there: echo-ro)`);
+    const notFound = `devop: rollout "nope" not found in namespace "${env.namespace}" (rollouts there: echo-ro)`;
+    expect(unknown.stderr).toContain(notFound);
   });
 
   it('runs the agent as an ephemeral container with --ephemeral, and a later session reuses it', async () => {

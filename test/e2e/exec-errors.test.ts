@@ -85,10 +85,14 @@ describe('devop exec: exit codes and errors', () => {
   it('lists what exists when the target is not found', async () => {
     const run = track(devopExec(cluster, ['-t', 'deploy/nope'], ['true']));
     expect((await run.exited).code).toBe(1);
-    expect(failure(run)).toBe(`devop: deployment "nope" not found in namespace "${env.namespace}" (deployments there: echo) — fix: check the name and -n/--namespace; \`devop ls\` lists the targets`);
+    expect(failure(run)).toBe(
+      `devop: deployment "nope" not found in namespace "${env.namespace}" (deployments there: echo) — ` +
+        'fix: check the name and -n/--namespace; `devop ls` lists the targets',
+    );
     const pod = track(devopExec(cluster, ['-t', 'pod/nope'], ['true']));
     expect((await pod.exited).code).toBe(1);
-    expect(failure(pod)).toMatch(new RegExp(`^devop: pod "nope" not found in namespace "${env.namespace}" \\(pods there: echo-\\S+\\)`));
+    const podNotFound = `devop: pod "nope" not found in namespace "${env.namespace}" (pods there: echo-`;
+    expect(failure(pod).startsWith(podNotFound), failure(pod)).toBe(true);
     const bad = track(devopExec(cluster, ['-t', 'nonsense'], ['true']));
     expect((await bad.exited).code).toBe(1);
     expect(failure(bad)).toMatch(/^devop: invalid target "nonsense"/);
@@ -119,16 +123,19 @@ describe('devop exec: exit codes and errors', () => {
     expect(failure(run)).toMatch(/^devop: deployment\/never-ready has no Ready pod \(never-ready-\S+: Running, not Ready\) — fix: wait until a pod is Ready/);
   });
 
-  standinOnly("the restricted user is the stand-in's")('names the missing RBAC permissions (SelfSubjectAccessReview preflight)', async () => {
+  const onStandinRbac = standinOnly("the restricted user is the stand-in's");
+  onStandinRbac('names the missing RBAC permissions (SelfSubjectAccessReview preflight)', async () => {
     const restricted = cluster.standin!.restrictedKubeconfigPath;
     const run = track(devopExec(cluster, ['-t', 'deploy/echo'], ['true'], { kubeconfig: restricted }));
     expect((await run.exited).code).toBe(1);
     expect(failure(run)).toMatch(/^devop: RBAC: .+ may not create pods\/portforward, create jobs\.batch, get jobs\.batch, delete jobs\.batch in namespace default — fix: ask a cluster admin for a Role granting/);
   });
 
-  standinOnly("the old agent is a process in the stand-in's image table")('reports an agent that speaks another protocol version', async () => {
+  const onStandinImages = standinOnly("the old agent is a process in the stand-in's image table");
+  onStandinImages('reports an agent that speaks another protocol version', async () => {
     // Given an agent image from another release (answers hello with protocol 999), run as an ephemeral container
-    cluster.standin!.images.add('devop.test/old-agent', { entrypoint: [process.execPath, join(ROOT, 'test', 'e2e', 'fixtures', 'old-agent.mjs')], cmd: [] });
+    const oldAgent = [process.execPath, join(ROOT, 'test', 'e2e', 'fixtures', 'old-agent.mjs')];
+    cluster.standin!.images.add('devop.test/old-agent', { entrypoint: oldAgent, cmd: [] });
     await deployEcho(env, 'echo-old');
     const run = track(devopExec(cluster, ['-t', 'deploy/echo-old', '--ephemeral', '--agent-image', 'devop.test/old-agent'], ['true']));
     expect((await run.exited).code).toBe(1);

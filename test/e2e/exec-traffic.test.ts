@@ -1,9 +1,12 @@
-// `devop exec` end to end against the stand-in cluster (or a real one: test/helpers/target-cluster.ts): steal, mirror, HTTP filters, concurrent sessions, kill -9 of
-// the CLI, the pod's env, and a local command that never listens.
+// `devop exec` end to end against the stand-in cluster (or a real one: test/helpers/target-cluster.ts): steal, mirror,
+// HTTP filters, concurrent sessions, kill -9 of the CLI, the pod's env, and a local command that never listens.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { requireRoot } from '../helpers/root.js';
 import { standinOnly, type TargetCluster } from '../helpers/target-cluster.js';
-import { DevopRun, LOCAL_SERVER_COMMAND, deployEcho, devopExec, freePort, killLocalServer, seenRequests, startE2ETarget, startPodClient, waitFor, whoAnswers, type EchoDeployment, type PodClient } from './harness.js';
+import {
+  DevopRun, LOCAL_SERVER_COMMAND, deployEcho, devopExec, freePort, killLocalServer, seenRequests,
+  startE2ETarget, startPodClient, waitFor, whoAnswers, type EchoDeployment, type PodClient,
+} from './harness.js';
 
 requireRoot('e2e exec traffic');
 
@@ -49,7 +52,8 @@ describe('devop exec: traffic', () => {
   });
 
   // On a real cluster the test machine is not a node: its requests are not the node's.
-  standinOnly('requests from the test machine come from the node')('does not steal connections from the node (kubelet probes) unless asked', async () => {
+  const onStandin = standinOnly('requests from the test machine come from the node');
+  onStandin('does not steal connections from the node (kubelet probes) unless asked', async () => {
     const local = await freePort();
     const run = track(devopExec(cluster, ['-t', 'deploy/echo', '--steal', '-p', `8080:${local}`], [...LOCAL_SERVER_COMMAND], { env: { LOCAL_PORT: String(local) } }));
     await run.ready();

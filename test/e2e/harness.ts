@@ -37,7 +37,8 @@ export async function startE2ETarget(suite: string): Promise<E2ETarget> {
   const cluster = await startTargetCluster(suite);
   const kc = new KubeConfig();
   kc.loadFromFile(cluster.kubeconfigPath);
-  return { cluster, namespace: cluster.namespace, kc, core: kc.makeApiClient(CoreV1Api), apps: kc.makeApiClient(AppsV1Api) };
+  const [core, apps] = [kc.makeApiClient(CoreV1Api), kc.makeApiClient(AppsV1Api)];
+  return { cluster, namespace: cluster.namespace, kc, core, apps };
 }
 
 export async function waitFor<T>(what: string, check: () => Promise<T | undefined> | T | undefined, timeoutMs = WAIT_MS): Promise<T> {
@@ -63,7 +64,11 @@ export interface EchoDeployment {
 }
 
 /** A Deployment of devop.test/http-echo on port 8080, with a ConfigMap-backed env var; waits for a Ready pod. */
-export async function deployEcho(env: { core: CoreV1Api; apps: AppsV1Api; namespace?: string }, name: string, namespace = env.namespace ?? 'default'): Promise<EchoDeployment> {
+export async function deployEcho(
+  env: { core: CoreV1Api; apps: AppsV1Api; namespace?: string },
+  name: string,
+  namespace = env.namespace ?? 'default',
+): Promise<EchoDeployment> {
   await env.core.createNamespacedConfigMap({ namespace, body: { metadata: { name: `${name}-config` }, data: { GREETING: `hello from ${name}'s configmap` } } });
   await env.apps.createNamespacedDeployment({
     namespace,
@@ -184,7 +189,12 @@ export class DevopRun {
 }
 
 /** `devop exec` against the cluster with plain output. */
-export function devopExec(cluster: { kubeconfigPath: string }, execArgs: string[], command: string[], options: { env?: NodeJS.ProcessEnv; kubeconfig?: string } = {}): DevopRun {
+export function devopExec(
+  cluster: { kubeconfigPath: string },
+  execArgs: string[],
+  command: string[],
+  options: { env?: NodeJS.ProcessEnv; kubeconfig?: string } = {},
+): DevopRun {
   return new DevopRun(['exec', '--kubeconfig', options.kubeconfig ?? cluster.kubeconfigPath, '--output', 'plain', ...execArgs, '--', ...command], { env: options.env });
 }
 
@@ -238,7 +248,11 @@ export interface PodClient {
   close(): void;
 }
 
-export async function startPodClient(env: { cluster: Cluster | TargetCluster; core: CoreV1Api; namespace?: string }, name = 'client', namespace = env.namespace ?? 'default'): Promise<PodClient> {
+export async function startPodClient(
+  env: { cluster: Cluster | TargetCluster; core: CoreV1Api; namespace?: string },
+  name = 'client',
+  namespace = env.namespace ?? 'default',
+): Promise<PodClient> {
   await env.core.createNamespacedPod({
     namespace,
     body: { metadata: { name }, spec: { containers: [{ name: 'client', image: 'devop.test/shell', command: ['sh', '-c', 'exec sleep 100000'] }] } },
@@ -250,14 +264,18 @@ export async function startPodClient(env: { cluster: Cluster | TargetCluster; co
   });
   const script = join(ROOT, 'test', 'e2e', 'fixtures', 'pod-http-client.mjs');
   const standin = 'instance' in env.cluster ? env.cluster : env.cluster.standin;
-  const kubeconfig = env.cluster.kubeconfigPath;
-  const child = standin
-    ? spawn('nsenter', ['-t', String(await standinPodPid(standin.instance, containerId)), '-n', process.execPath, script], { stdio: ['pipe', 'pipe', 'inherit'] })
-    : spawn(
-        process.env.KUBECTL ?? 'kubectl',
-        ['--kubeconfig', kubeconfig, 'exec', '-i', '-n', namespace, name, '--', 'node', '--input-type=module', '-e', readFileSync(script, 'utf8')],
-        { stdio: ['pipe', 'pipe', 'inherit'] },
-      );
+  const stdio: ['pipe', 'pipe', 'inherit'] = ['pipe', 'pipe', 'inherit'];
+  let child: ChildProcess;
+  if (standin) {
+    const pid = await standinPodPid(standin.instance, containerId);
+    child = spawn('nsenter', ['-t', String(pid), '-n', process.execPath, script], { stdio });
+  } else {
+    // The same line protocol over kubectl exec's stdin and stdout.
+    const kubectl = process.env.DEVOP_TEST_KUBECTL ?? 'kubectl';
+    const inPod = ['node', '--input-type=module', '-e', readFileSync(script, 'utf8')];
+    const exec = ['--kubeconfig', env.cluster.kubeconfigPath, 'exec', '-i', '-n', namespace, name, '--'];
+    child = spawn(kubectl, [...exec, ...inPod], { stdio });
+  }
   const pending = new Map<number, (r: { status?: number; body?: string; error?: string }) => void>();
   let buffered = '';
   child.stdout?.setEncoding('utf8').on('data', (text: string) => {

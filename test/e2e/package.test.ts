@@ -49,7 +49,8 @@ describe('npm pack', () => {
     tarball = join(dir, packed[0]);
     entries = (await ok('tar', ['tzf', tarball], dir)).split('\n').filter(Boolean);
     prefix = join(dir, 'prefix');
-    await ok('npm', ['install', '--global', '--prefix', prefix, '--prefer-offline', '--no-audit', '--no-fund', tarball], dir);
+    const install = ['install', '--global', '--prefix', prefix, '--prefer-offline', '--no-audit', '--no-fund', tarball];
+    await ok('npm', install, dir);
   }, STEP_TIMEOUT_MS);
 
   afterAll(() => {
@@ -57,11 +58,12 @@ describe('npm pack', () => {
   });
 
   it('holds the command, its bundles and the schema, and no tests, sources or source maps', () => {
-    for (const file of ['bin/devop.js', 'dist/cli.js', 'dist/preload.js', 'devop.schema.json', 'README.md', 'package.json']) {
+    for (const file of ['bin/devop.js', 'dist/cli.js', 'dist/preload.js', 'devop.schema.json', 'README.md']) {
       expect(entries).toContain(`package/${file}`);
     }
     expect(entries.some((e) => /^package\/dist\/chunks\/exec-[A-Z0-9]+\.js$/.test(e)), entries.join('\n')).toBe(true);
-    const unwanted = entries.filter((e) => /\.test\.|\.ts$|\.tsx$|\.map$|^package\/(test|cli|agent|shared|scripts|bench|examples)\//.test(e));
+    const sources = /^package\/(test|cli|agent|shared|scripts|bench|examples)\//;
+    const unwanted = entries.filter((e) => /\.test\.|\.tsx?$|\.map$/.test(e) || sources.test(e));
     expect(unwanted).toEqual([]);
     // The agent's bundle goes into the agent image, not to the user's machine.
     expect(entries).not.toContain('package/dist/agent.js');
@@ -79,7 +81,8 @@ describe('npm pack', () => {
 
   it('installs neither tsx nor TypeScript, and the bundled libraries are not installed as dependencies', () => {
     const modules = join(prefix, 'lib', 'node_modules', 'devop', 'node_modules');
-    for (const name of ['tsx', 'typescript', 'esbuild', 'vitest', '@kubernetes/client-node', 'commander', 'zod', 'yaml']) {
+    const absent = ['tsx', 'typescript', 'esbuild', 'vitest', '@kubernetes/client-node', 'commander', 'zod', 'yaml'];
+    for (const name of absent) {
       expect(existsSync(join(modules, name)), `${name} installed with devop`).toBe(false);
     }
   });
@@ -89,6 +92,7 @@ describe('npm pack', () => {
     const chunks = join(prefix, 'lib', 'node_modules', 'devop', 'dist', 'chunks');
     const ui = readdirSync(chunks).find((f) => f.startsWith('ink-reporter-'));
     expect(ui, readdirSync(chunks).join('\n')).toBeDefined();
-    await ok(process.execPath, ['-e', `await import(${JSON.stringify(join(chunks, ui!))})`, '--input-type=module'], dir);
+    const load = `await import(${JSON.stringify(join(chunks, ui!))})`;
+    await ok(process.execPath, ['--input-type=module', '-e', load], dir);
   });
 });

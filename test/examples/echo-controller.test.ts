@@ -50,7 +50,8 @@ describe('echo-controller walkthrough', () => {
     await devop?.stop('SIGKILL');
     // A real cluster outlives the suite: remove what the walkthrough applied (the stand-in goes away whole).
     if (externalTarget()) {
-      const manifests = ['echo', 'deployment', 'rbac', 'crd'].flatMap((m) => ['-f', `examples/echo-controller/manifests/${m}.yaml`]);
+      const files = ['echo', 'deployment', 'rbac', 'crd'].map((m) => `examples/echo-controller/manifests/${m}.yaml`);
+      const manifests = files.flatMap((f) => ['-f', f]);
       await kubectl?.run('delete', ...manifests, '--ignore-not-found', '--wait=false');
     }
     kubectl?.dispose();

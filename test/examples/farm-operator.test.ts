@@ -32,7 +32,9 @@ describe('farm-operator walkthrough', () => {
   afterAll(async () => {
     await devop?.stop('SIGKILL');
     // A real cluster outlives the suite: remove what the walkthrough applied (the stand-in goes away whole).
-    if (externalTarget()) await kubectl?.run('delete', '-f', 'examples/farm-operator/app.yaml', '--ignore-not-found', '--wait=false');
+    if (externalTarget()) {
+      await kubectl?.run('delete', '-f', 'examples/farm-operator/app.yaml', '--ignore-not-found', '--wait=false');
+    }
     kubectl?.dispose();
     await cluster?.stop();
   });
@@ -72,7 +74,8 @@ describe('farm-operator walkthrough', () => {
     // Given the step-1 pod serving the APIService, and an API server that is not on the pod's node (its own control-plane
     // address), as on a cluster whose kube-apiserver runs on a control-plane node
     const endpoints = JSON.parse(await kubectl.ok('get', 'endpoints', 'kubernetes', '-n', 'default', '-o', 'json'));
-    const podNode = await kubectl.ok('get', 'pods', '-n', 'default', '-l', 'app=farm-operator', '-o', 'jsonpath={.items[0].status.hostIP}');
+    const hostIP = 'jsonpath={.items[0].status.hostIP}';
+    const podNode = await kubectl.ok('get', 'pods', '-n', 'default', '-l', 'app=farm-operator', '-o', hostIP);
     expect(endpoints.subsets[0].addresses).toHaveLength(1);
     expect(podNode).not.toBe('');
     expect(endpoints.subsets[0].addresses[0].ip).not.toBe(podNode);

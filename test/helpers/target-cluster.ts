@@ -24,20 +24,24 @@ export interface TargetCluster {
   stop(): Promise<void>;
 }
 
-/** The real cluster asked for by the environment, or undefined for the stand-in. One variable without the other is a mistake. */
+/** The real cluster the environment asks for, or undefined (the stand-in). One variable without the other: an error. */
 export function externalTarget(env: NodeJS.ProcessEnv = process.env): ExternalTarget | undefined {
   const kubeconfig = env.DEVOP_TEST_KUBECONFIG ?? '';
   const agentImage = env.DEVOP_TEST_AGENT_IMAGE ?? '';
   if (!kubeconfig && !agentImage) return undefined;
   if (!kubeconfig || !agentImage) {
-    throw new Error('DEVOP_TEST_KUBECONFIG and DEVOP_TEST_AGENT_IMAGE go together: set both to run the suites against a real ' +
-      'cluster (its kubeconfig, and an agent image its nodes can pull), or neither for the stand-in.');
+    throw new Error(
+      'DEVOP_TEST_KUBECONFIG and DEVOP_TEST_AGENT_IMAGE go together: set both to run the suites against a real ' +
+        'cluster (its kubeconfig, and an agent image its nodes can pull), or neither for the stand-in.',
+    );
   }
-  if (!existsSync(kubeconfig)) throw new Error(`DEVOP_TEST_KUBECONFIG names ${kubeconfig}, which does not exist: point it at the cluster's kubeconfig.`);
+  if (!existsSync(kubeconfig)) {
+    throw new Error(`DEVOP_TEST_KUBECONFIG names ${kubeconfig}, which does not exist: point it at a kubeconfig file`);
+  }
   return { kubeconfig, agentImage };
 }
 
-/** Env for a devop run: on a real cluster its agent comes from DEVOP_TEST_AGENT_IMAGE (the stand-in maps the default image). */
+/** Env for a devop run: on a real cluster, the agent image DEVOP_TEST_AGENT_IMAGE (the stand-in maps the default). */
 export function agentImageEnv(): Record<string, string> {
   const target = externalTarget();
   return target ? { DEVOP_AGENT_IMAGE: target.agentImage } : {};
@@ -59,17 +63,23 @@ export async function startTargetCluster(suite: string, options: TargetOptions =
   const target = externalTarget();
   if (!target) {
     const standin = await startCluster();
-    return { kubeconfigPath: standin.kubeconfigPath, namespace: standin.namespace, standin, stop: () => standin.stop() };
+    const { kubeconfigPath, namespace } = standin;
+    return { kubeconfigPath, namespace, standin, stop: () => standin.stop() };
   }
   const kc = new KubeConfig();
   kc.loadFromFile(target.kubeconfig);
   const current = kc.getCurrentContext();
-  if (!kc.getContextObject(current)) throw new Error(`${target.kubeconfig} has no current context: set one (kubectl config use-context NAME).`);
+  if (!kc.getContextObject(current)) {
+    throw new Error(`${target.kubeconfig} has no current context: set one (kubectl config use-context NAME).`);
+  }
   // Random suffix: a rerun while the last run's namespace is still terminating must not collide with it.
   const fresh = options.namespace === undefined;
-  const namespace = options.namespace ?? `devop-${suite.toLowerCase().replace(/[^a-z0-9]+/g, '-')}-${randomBytes(3).toString('hex')}`.slice(0, 63);
+  const slug = suite.toLowerCase().replace(/[^a-z0-9]+/g, '-');
+  const namespace = options.namespace ?? `devop-${slug}-${randomBytes(3).toString('hex')}`.slice(0, 63);
   const core = kc.makeApiClient(CoreV1Api);
-  if (fresh) await core.createNamespace({ body: { metadata: { name: namespace, labels: { 'devop.dev/test-suite': 'true' } } } });
+  if (fresh) {
+    await core.createNamespace({ body: { metadata: { name: namespace, labels: { 'devop.dev/test-suite': 'true' } } } });
+  }
   const scoped = new KubeConfig();
   scoped.loadFromOptions({
     clusters: kc.clusters,
