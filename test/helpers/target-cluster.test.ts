@@ -1,5 +1,5 @@
 // The switch between the stand-in and a real cluster: both variables or neither; a wrong path is named.
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -11,10 +11,12 @@ describe('externalTarget', () => {
   });
 
   it('is the real cluster when both are set', () => {
-    const kubeconfig = join(mkdtempSync(join(tmpdir(), 'devop-target-test-')), 'kubeconfig');
+    const dir = mkdtempSync(join(tmpdir(), 'devop-target-test-'));
+    const kubeconfig = join(dir, 'kubeconfig');
     writeFileSync(kubeconfig, 'apiVersion: v1\nkind: Config\n');
     const env = { DEVOP_TEST_KUBECONFIG: kubeconfig, DEVOP_TEST_AGENT_IMAGE: 'devop/agent:dev' };
     expect(externalTarget(env)).toEqual({ kubeconfig, agentImage: 'devop/agent:dev' });
+    rmSync(dir, { recursive: true, force: true });
   });
 
   it('refuses one variable without the other, and a kubeconfig that does not exist', () => {
