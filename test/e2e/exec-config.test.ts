@@ -6,13 +6,16 @@ import { join } from 'node:path';
 import { ApiextensionsV1Api, BatchV1Api, CustomObjectsApi } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { requireRoot } from '../helpers/root.js';
-import { DevopRun, deployEcho, devopExec, startE2ECluster, waitFor, type Cluster, type EchoDeployment } from './harness.js';
+import type { TargetCluster } from '../helpers/target-cluster.js';
+import {
+  DevopRun, deployEcho, devopExec, startE2ETarget, waitFor, type E2ETarget, type EchoDeployment,
+} from './harness.js';
 
 requireRoot('e2e exec config');
 
 describe('devop exec: config, targets, cleanup', () => {
-  let cluster: Cluster;
-  let env: Awaited<ReturnType<typeof startE2ECluster>>;
+  let cluster: TargetCluster;
+  let env: E2ETarget;
   const runs: DevopRun[] = [];
   const track = (run: DevopRun): DevopRun => {
     runs.push(run);
@@ -21,7 +24,7 @@ describe('devop exec: config, targets, cleanup', () => {
   let echo: EchoDeployment;
 
   beforeAll(async () => {
-    env = await startE2ECluster();
+    env = await startE2ETarget('e2e-config');
     cluster = env.cluster;
     echo = await deployEcho(env, 'echo');
   });
@@ -74,13 +77,14 @@ describe('devop exec: config, targets, cleanup', () => {
     });
     const custom = env.kc.makeApiClient(CustomObjectsApi);
     await waitFor('the Rollout API to be served', async () => {
-      await custom.listNamespacedCustomObject({ group: 'argoproj.io', version: 'v1alpha1', namespace: 'default', plural: 'rollouts' });
+      const rollouts = { group: 'argoproj.io', version: 'v1alpha1', namespace: env.namespace, plural: 'rollouts' };
+      await custom.listNamespacedCustomObject(rollouts);
       return true;
     });
     await custom.createNamespacedCustomObject({
       group: 'argoproj.io',
       version: 'v1alpha1',
-      namespace: 'default',
+      namespace: env.namespace,
       plural: 'rollouts',
       body: { apiVersion: 'argoproj.io/v1alpha1', kind: 'Rollout', metadata: { name: 'echo-ro' }, spec: { selector: { matchLabels: { app: 'echo' } } } },
     });
@@ -92,7 +96,8 @@ describe('devop exec: config, targets, cleanup', () => {
     expect(run.stderr).toContain(`resolve target rollout/echo-ro: pod ${echo.podName}`);
     const unknown = track(devopExec(cluster, ['-t', 'rollout/nope'], ['true']));
     expect((await unknown.exited).code).toBe(1);
-    expect(unknown.stderr).toMatch(/devop: rollout "nope" not found in namespace "default" \(rollouts there: echo-ro\)/);
+    const notFound = `devop: rollout "nope" not found in namespace "${env.namespace}" (rollouts there: echo-ro)`;
+    expect(unknown.stderr).toContain(notFound);
   });
 
   it('runs the agent as an ephemeral container with --ephemeral, and a later session reuses it', async () => {
@@ -102,7 +107,7 @@ describe('devop exec: config, targets, cleanup', () => {
     expect((await run.exited).code, run.output).toBe(0);
     expect(run.stdout).toContain('APP_MODE=production');
     expect(run.stderr).toMatch(/started ephemeral container devop-agent-[0-9a-f]+ \(agent /);
-    const pod = await env.core.readNamespacedPod({ name: eph.podName, namespace: 'default' });
+    const pod = await env.core.readNamespacedPod({ name: eph.podName, namespace: env.namespace });
     expect(pod.spec?.ephemeralContainers?.map((c) => c.targetContainerName)).toContain('echo');
     const again = track(devopExec(cluster, ['-t', 'deploy/echo-eph', '--ephemeral'], ['true']));
     expect((await again.exited).code, again.output).toBe(0);
@@ -126,8 +131,8 @@ describe('devop exec: config, targets, cleanup', () => {
     // The agent idles out (a few seconds), its Job completes, and the TTL controller deletes it.
     await waitFor('no devop agent pod or Job left', async () => {
       const [pods, jobs] = await Promise.all([
-        env.core.listNamespacedPod({ namespace: 'default', labelSelector: 'app.kubernetes.io/name=devop-agent' }),
-        batch.listNamespacedJob({ namespace: 'default', labelSelector: 'app.kubernetes.io/name=devop-agent' }),
+        env.core.listNamespacedPod({ namespace: env.namespace, labelSelector: 'app.kubernetes.io/name=devop-agent' }),
+        batch.listNamespacedJob({ namespace: env.namespace, labelSelector: 'app.kubernetes.io/name=devop-agent' }),
       ]);
       const running = pods.items.filter((p) => p.status?.phase === 'Running' || p.status?.phase === 'Pending');
       // Jobs of this suite's short-TTL sessions (ttl <= 2 s) must be gone; earlier ones may wait finished for their TTL.

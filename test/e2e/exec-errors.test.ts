@@ -7,7 +7,8 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse, stringify } from 'yaml';
 import { requireRoot } from '../helpers/root.js';
-import { DevopRun, ROOT, deployEcho, devopExec, startE2ECluster, waitFor, type Cluster } from './harness.js';
+import { standinOnly, type TargetCluster } from '../helpers/target-cluster.js';
+import { DevopRun, ROOT, deployEcho, devopExec, startE2ETarget, waitFor, type E2ETarget } from './harness.js';
 
 requireRoot('e2e exec errors');
 
@@ -17,8 +18,8 @@ function failure(run: DevopRun): string {
 }
 
 describe('devop exec: exit codes and errors', () => {
-  let cluster: Cluster;
-  let env: Awaited<ReturnType<typeof startE2ECluster>>;
+  let cluster: TargetCluster;
+  let env: E2ETarget;
   const runs: DevopRun[] = [];
   const track = (run: DevopRun): DevopRun => {
     runs.push(run);
@@ -26,7 +27,7 @@ describe('devop exec: exit codes and errors', () => {
   };
 
   beforeAll(async () => {
-    env = await startE2ECluster();
+    env = await startE2ETarget('e2e-errors');
     cluster = env.cluster;
     await deployEcho(env, 'echo');
   });
@@ -84,10 +85,14 @@ describe('devop exec: exit codes and errors', () => {
   it('lists what exists when the target is not found', async () => {
     const run = track(devopExec(cluster, ['-t', 'deploy/nope'], ['true']));
     expect((await run.exited).code).toBe(1);
-    expect(failure(run)).toMatch(/^devop: deployment "nope" not found in namespace "default" \(deployments there: echo\) — fix: check the name and -n\/--namespace; `devop ls` lists the targets$/);
+    expect(failure(run)).toBe(
+      `devop: deployment "nope" not found in namespace "${env.namespace}" (deployments there: echo) — ` +
+        'fix: check the name and -n/--namespace; `devop ls` lists the targets',
+    );
     const pod = track(devopExec(cluster, ['-t', 'pod/nope'], ['true']));
     expect((await pod.exited).code).toBe(1);
-    expect(failure(pod)).toMatch(/^devop: pod "nope" not found in namespace "default" \(pods there: echo-\S+\)/);
+    const podNotFound = `devop: pod "nope" not found in namespace "${env.namespace}" (pods there: echo-`;
+    expect(failure(pod).startsWith(podNotFound), failure(pod)).toBe(true);
     const bad = track(devopExec(cluster, ['-t', 'nonsense'], ['true']));
     expect((await bad.exited).code).toBe(1);
     expect(failure(bad)).toMatch(/^devop: invalid target "nonsense"/);
@@ -96,7 +101,7 @@ describe('devop exec: exit codes and errors', () => {
   it('says when no pod is Ready, with the pods states', async () => {
     // Given a deployment whose pod never passes its readiness probe
     await env.apps.createNamespacedDeployment({
-      namespace: 'default',
+      namespace: env.namespace,
       body: {
         metadata: { name: 'never-ready' },
         spec: {
@@ -110,7 +115,7 @@ describe('devop exec: exit codes and errors', () => {
       },
     });
     await waitFor('the never-ready pod to run', async () => {
-      const list = await env.core.listNamespacedPod({ namespace: 'default', labelSelector: 'app=never-ready' });
+      const list = await env.core.listNamespacedPod({ namespace: env.namespace, labelSelector: 'app=never-ready' });
       return list.items.some((p) => p.status?.phase === 'Running') ? true : undefined;
     });
     const run = track(devopExec(cluster, ['-t', 'deploy/never-ready'], ['true']));
@@ -118,16 +123,19 @@ describe('devop exec: exit codes and errors', () => {
     expect(failure(run)).toMatch(/^devop: deployment\/never-ready has no Ready pod \(never-ready-\S+: Running, not Ready\) — fix: wait until a pod is Ready/);
   });
 
-  it('names the missing RBAC permissions (SelfSubjectAccessReview preflight)', async () => {
-    const restricted = cluster.restrictedKubeconfigPath;
+  const onStandinRbac = standinOnly("the restricted user is the stand-in's");
+  onStandinRbac('names the missing RBAC permissions (SelfSubjectAccessReview preflight)', async () => {
+    const restricted = cluster.standin!.restrictedKubeconfigPath;
     const run = track(devopExec(cluster, ['-t', 'deploy/echo'], ['true'], { kubeconfig: restricted }));
     expect((await run.exited).code).toBe(1);
     expect(failure(run)).toMatch(/^devop: RBAC: .+ may not create pods\/portforward, create jobs\.batch, get jobs\.batch, delete jobs\.batch in namespace default — fix: ask a cluster admin for a Role granting/);
   });
 
-  it('reports an agent that speaks another protocol version', async () => {
+  const onStandinImages = standinOnly("the old agent is a process in the stand-in's image table");
+  onStandinImages('reports an agent that speaks another protocol version', async () => {
     // Given an agent image from another release (answers hello with protocol 999), run as an ephemeral container
-    cluster.images.add('devop.test/old-agent', { entrypoint: [process.execPath, join(ROOT, 'test', 'e2e', 'fixtures', 'old-agent.mjs')], cmd: [] });
+    const oldAgent = [process.execPath, join(ROOT, 'test', 'e2e', 'fixtures', 'old-agent.mjs')];
+    cluster.standin!.images.add('devop.test/old-agent', { entrypoint: oldAgent, cmd: [] });
     await deployEcho(env, 'echo-old');
     const run = track(devopExec(cluster, ['-t', 'deploy/echo-old', '--ephemeral', '--agent-image', 'devop.test/old-agent'], ['true']));
     expect((await run.exited).code).toBe(1);
@@ -143,7 +151,7 @@ describe('devop exec: exit codes and errors', () => {
     expect(failure(run)).toMatch(/^devop: the agent image devop\.test\/no-such-agent:1 cannot be pulled \((ErrImagePull|ImagePullBackOff|InvalidImageName).*\) — fix: check --agent-image/);
     const jobs = await waitFor('the failed agent Job to be deleted', async () => {
       const { BatchV1Api } = await import('@kubernetes/client-node');
-      const list = await env.kc.makeApiClient(BatchV1Api).listNamespacedJob({ namespace: 'default' });
+      const list = await env.kc.makeApiClient(BatchV1Api).listNamespacedJob({ namespace: env.namespace });
       const left = list.items.filter((j) => j.spec?.template.spec?.containers[0].image === 'devop.test/no-such-agent:1' && !j.metadata?.deletionTimestamp);
       return left.length === 0 ? left : undefined;
     });
@@ -165,7 +173,7 @@ describe('devop exec: exit codes and errors', () => {
     const json = track(new DevopRun(['ls', '--kubeconfig', cluster.kubeconfigPath, '--output', 'json']));
     expect((await json.exited).code).toBe(0);
     const parsed = JSON.parse(json.stdout) as { namespace: string; targets: { target: string; ready: number; total: number; ports: number[] }[] };
-    expect(parsed.namespace).toBe('default');
+    expect(parsed.namespace).toBe(env.namespace);
     expect(parsed.targets).toContainEqual(expect.objectContaining({ target: 'deploy/echo', ready: 1, total: 1, ports: [8080] }));
   });
 });

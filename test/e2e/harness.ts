@@ -1,10 +1,13 @@
-// End-to-end harness: a stand-in cluster, helpers to deploy the echo workload, run the built `devop` CLI as a child
-// process and watch its output, and send HTTP requests to pod IPs (on the stand-in's bridge, reachable from the host).
+// End-to-end harness: a stand-in cluster (or the real one of DEVOP_TEST_KUBECONFIG: test/helpers/target-cluster.ts),
+// helpers to deploy the echo workload, run the built `devop` CLI as a child process and watch its output, and send HTTP
+// requests to pod IPs (on the stand-in's bridge, reachable from the host; from a client pod on either cluster).
 import { spawn, type ChildProcess } from 'node:child_process';
 import { request } from 'node:http';
 import { join, resolve } from 'node:path';
+import { readFileSync } from 'node:fs';
 import { AppsV1Api, CoreV1Api, KubeConfig, type V1Pod } from '@kubernetes/client-node';
 import { startCluster } from '../cluster/index.js';
+import { agentImageEnv, startTargetCluster, type TargetCluster } from '../helpers/target-cluster.js';
 
 export type Cluster = Awaited<ReturnType<typeof startCluster>>;
 
@@ -18,6 +21,24 @@ export async function startE2ECluster(): Promise<{ cluster: Cluster; kc: KubeCon
   const kc = new KubeConfig();
   kc.loadFromFile(cluster.kubeconfigPath);
   return { cluster, kc, core: kc.makeApiClient(CoreV1Api), apps: kc.makeApiClient(AppsV1Api) };
+}
+
+export interface E2ETarget {
+  cluster: TargetCluster;
+  /** The suite's namespace (the kubeconfig's): `default` on the stand-in, one per suite on a real cluster. */
+  namespace: string;
+  kc: KubeConfig;
+  core: CoreV1Api;
+  apps: AppsV1Api;
+}
+
+/** The stand-in, or the real cluster of DEVOP_TEST_KUBECONFIG; `suite` names the suite's namespace there. */
+export async function startE2ETarget(suite: string): Promise<E2ETarget> {
+  const cluster = await startTargetCluster(suite);
+  const kc = new KubeConfig();
+  kc.loadFromFile(cluster.kubeconfigPath);
+  const [core, apps] = [kc.makeApiClient(CoreV1Api), kc.makeApiClient(AppsV1Api)];
+  return { cluster, namespace: cluster.namespace, kc, core, apps };
 }
 
 export async function waitFor<T>(what: string, check: () => Promise<T | undefined> | T | undefined, timeoutMs = WAIT_MS): Promise<T> {
@@ -43,7 +64,11 @@ export interface EchoDeployment {
 }
 
 /** A Deployment of devop.test/http-echo on port 8080, with a ConfigMap-backed env var; waits for a Ready pod. */
-export async function deployEcho(env: { core: CoreV1Api; apps: AppsV1Api }, name: string, namespace = 'default'): Promise<EchoDeployment> {
+export async function deployEcho(
+  env: { core: CoreV1Api; apps: AppsV1Api; namespace?: string },
+  name: string,
+  namespace = env.namespace ?? 'default',
+): Promise<EchoDeployment> {
   await env.core.createNamespacedConfigMap({ namespace, body: { metadata: { name: `${name}-config` }, data: { GREETING: `hello from ${name}'s configmap` } } });
   await env.apps.createNamespacedDeployment({
     namespace,
@@ -114,7 +139,7 @@ export class DevopRun {
   constructor(args: string[], options: { env?: NodeJS.ProcessEnv; cwd?: string } = {}) {
     this.child = spawn(process.execPath, [join(ROOT, 'bin', 'devop.js'), ...args], {
       cwd: options.cwd ?? ROOT,
-      env: { ...process.env, CI: '1', ...options.env },
+      env: { ...process.env, CI: '1', ...agentImageEnv(), ...options.env },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     this.child.stdout?.setEncoding('utf8').on('data', (t: string) => (this.stdout += t));
@@ -164,7 +189,12 @@ export class DevopRun {
 }
 
 /** `devop exec` against the cluster with plain output. */
-export function devopExec(cluster: Cluster, execArgs: string[], command: string[], options: { env?: NodeJS.ProcessEnv; kubeconfig?: string } = {}): DevopRun {
+export function devopExec(
+  cluster: { kubeconfigPath: string },
+  execArgs: string[],
+  command: string[],
+  options: { env?: NodeJS.ProcessEnv; kubeconfig?: string } = {},
+): DevopRun {
   return new DevopRun(['exec', '--kubeconfig', options.kubeconfig ?? cluster.kubeconfigPath, '--output', 'plain', ...execArgs, '--', ...command], { env: options.env });
 }
 
@@ -208,8 +238,9 @@ export function killLocalServer(run: DevopRun): void {
 /**
  * A client inside the cluster: connections from the host come from the node's IP, which the agent treats as kubelet
  * probes and never steals (unless --steal-probes); real traffic comes from other pods. This pod runs `sleep`; requests
- * are made by one long-lived Node process run in its network namespace (nsenter into the container's process, found
- * through the cgroup the stand-in names after the container ID), each on a new connection.
+ * are made by one long-lived Node process run in its network namespace, each on a new connection: on the stand-in by
+ * nsenter into the container's process (found through the cgroup the stand-in names after the container ID), on a real
+ * cluster by `kubectl exec` (the shell image has Node).
  */
 export interface PodClient {
   get(host: string, port: number, path: string, headers?: Record<string, string>, timeoutMs?: number): Promise<HttpAnswer>;
@@ -217,7 +248,11 @@ export interface PodClient {
   close(): void;
 }
 
-export async function startPodClient(env: { cluster: Cluster; core: CoreV1Api }, name = 'client', namespace = 'default'): Promise<PodClient> {
+export async function startPodClient(
+  env: { cluster: Cluster | TargetCluster; core: CoreV1Api; namespace?: string },
+  name = 'client',
+  namespace = env.namespace ?? 'default',
+): Promise<PodClient> {
   await env.core.createNamespacedPod({
     namespace,
     body: { metadata: { name }, spec: { containers: [{ name: 'client', image: 'devop.test/shell', command: ['sh', '-c', 'exec sleep 100000'] }] } },
@@ -227,17 +262,20 @@ export async function startPodClient(env: { cluster: Cluster; core: CoreV1Api },
     const status = pod.status?.containerStatuses?.[0];
     return status?.state?.running && status.containerID ? status.containerID.replace(/^[a-z]+:\/\//, '') : undefined;
   });
-  const { readFileSync, existsSync } = await import('node:fs');
-  const procs = ['/sys/fs/cgroup/unified', '/sys/fs/cgroup'].map((m) => join(m, env.cluster.instance, containerId, 'cgroup.procs'));
-  const pid = await waitFor(`the client pod's process`, () => {
-    for (const file of procs) {
-      if (!existsSync(file)) continue;
-      const first = readFileSync(file, 'utf8').split('\n').find(Boolean);
-      if (first) return Number(first);
-    }
-    return undefined;
-  });
-  const child = spawn('nsenter', ['-t', String(pid), '-n', process.execPath, join(ROOT, 'test', 'e2e', 'fixtures', 'pod-http-client.mjs')], { stdio: ['pipe', 'pipe', 'inherit'] });
+  const script = join(ROOT, 'test', 'e2e', 'fixtures', 'pod-http-client.mjs');
+  const standin = 'instance' in env.cluster ? env.cluster : env.cluster.standin;
+  const stdio: ['pipe', 'pipe', 'inherit'] = ['pipe', 'pipe', 'inherit'];
+  let child: ChildProcess;
+  if (standin) {
+    const pid = await standinPodPid(standin.instance, containerId);
+    child = spawn('nsenter', ['-t', String(pid), '-n', process.execPath, script], { stdio });
+  } else {
+    // The same line protocol over kubectl exec's stdin and stdout.
+    const kubectl = process.env.DEVOP_TEST_KUBECTL ?? 'kubectl';
+    const inPod = ['node', '--input-type=module', '-e', readFileSync(script, 'utf8')];
+    const exec = ['--kubeconfig', env.cluster.kubeconfigPath, 'exec', '-i', '-n', namespace, name, '--'];
+    child = spawn(kubectl, [...exec, ...inPod], { stdio });
+  }
   const pending = new Map<number, (r: { status?: number; body?: string; error?: string }) => void>();
   let buffered = '';
   child.stdout?.setEncoding('utf8').on('data', (text: string) => {
@@ -268,6 +306,20 @@ export async function startPodClient(env: { cluster: Cluster; core: CoreV1Api },
       child.kill();
     },
   };
+}
+
+/** The first process of a stand-in pod's container (the stand-in names its cgroup after the container ID). */
+async function standinPodPid(instance: string, containerId: string): Promise<number> {
+  const { existsSync } = await import('node:fs');
+  const procs = ['/sys/fs/cgroup/unified', '/sys/fs/cgroup'].map((m) => join(m, instance, containerId, 'cgroup.procs'));
+  return waitFor(`the client pod's process`, () => {
+    for (const file of procs) {
+      if (!existsSync(file)) continue;
+      const first = readFileSync(file, 'utf8').split('\n').find(Boolean);
+      if (first) return Number(first);
+    }
+    return undefined;
+  });
 }
 
 /** "local" (the local test server), or the pod name http-echo put in its JSON answer. */

@@ -1,21 +1,20 @@
-// The echo-controller walkthrough (the README walkthrough) end to end on the stand-in: the controller runs in the cluster (two
-// replicas, one leading), is scaled to 0 and run locally under `devop exec -t targetless`, where it turns an Echo into a
-// Deployment with Ready pods, follows changes, recreates what is deleted, honours its finalizer; then the cluster's
-// replicas take the lease back.
+// The echo-controller walkthrough (the README walkthrough) end to end on the stand-in (or a real cluster:
+// test/helpers/target-cluster.ts): the controller runs in the cluster (two replicas, one leading), is scaled to 0 and
+// run locally under `devop exec -t targetless`, where it turns an Echo into a Deployment with Ready pods, follows
+// changes, recreates what is deleted, honours its finalizer; then the cluster's replicas take the lease back.
 import { KubeConfig, Watch } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { requireRoot } from '../helpers/root.js';
-import { startCluster } from '../cluster/index.js';
+import { agentImageEnv, externalTarget, startTargetCluster, type TargetCluster } from '../helpers/target-cluster.js';
 import { Kubectl, LocalProcess, eventually } from './harness.js';
 
 requireRoot('examples: echo-controller');
 
-type Cluster = Awaited<ReturnType<typeof startCluster>>;
 /** Each step waits for pods to become Ready with generous deadlines (shared CI machine); this bounds the whole step. */
 const STEP_TIMEOUT_MS = 300_000;
 
 describe('echo-controller walkthrough', () => {
-  let cluster: Cluster;
+  let cluster: TargetCluster;
   let kubectl: Kubectl;
   let devop: LocalProcess | undefined;
 
@@ -42,12 +41,19 @@ describe('echo-controller walkthrough', () => {
     });
 
   beforeAll(async () => {
-    cluster = await startCluster(); // the default image table has the examples' images
+    // The stand-in's default image table has the examples' images; a real cluster pulls them (CI's kind workflow).
+    cluster = await startTargetCluster('examples-echo', { namespace: 'default' });
     kubectl = new Kubectl(cluster.kubeconfigPath);
   });
 
   afterAll(async () => {
     await devop?.stop('SIGKILL');
+    // A real cluster outlives the suite: remove what the walkthrough applied (the stand-in goes away whole).
+    if (externalTarget()) {
+      const files = ['echo', 'deployment', 'rbac', 'crd'].map((m) => `examples/echo-controller/manifests/${m}.yaml`);
+      const manifests = files.flatMap((f) => ['-f', f]);
+      await kubectl?.run('delete', ...manifests, '--ignore-not-found', '--wait=false');
+    }
     kubectl?.dispose();
     await cluster?.stop();
   }, STEP_TIMEOUT_MS);
@@ -93,7 +99,7 @@ describe('echo-controller walkthrough', () => {
     devop = new LocalProcess(
       process.execPath,
       ['bin/devop.js', 'exec', '-t', 'targetless', '--', 'npx', 'tsx', 'examples/echo-controller/src/main.ts', '--leader-elect'],
-      { ...process.env, KUBECONFIG: cluster.kubeconfigPath, CI: 'true' },
+      { ...process.env, ...agentImageEnv(), KUBECONFIG: cluster.kubeconfigPath, CI: 'true' },
     );
     const identity = await eventually('the local controller to acquire the lease', async () => {
       if (!devop!.running) throw new Error(`devop exited early\n${devop!.output()}`);

@@ -6,7 +6,8 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-export const KUBECTL = '/usr/lib/google-cloud-sdk/bin/kubectl.1.33';
+/** kubectl 1.33: beside the PATH's kubectl on devop's machines; DEVOP_TEST_KUBECTL names another (CI's kind job). */
+export const KUBECTL = process.env.DEVOP_TEST_KUBECTL ?? '/usr/lib/google-cloud-sdk/bin/kubectl.1.33';
 export const ROOT = resolve(fileURLToPath(new URL('../..', import.meta.url)));
 
 export interface Run {
@@ -20,7 +21,12 @@ export class Kubectl {
   readonly cacheDir: string;
 
   constructor(readonly kubeconfig: string) {
-    if (!existsSync(KUBECTL)) throw new Error(`${KUBECTL} is missing: the examples' suites drive kubectl 1.33 (installed beside the kubectl on the PATH on devop's machines).`);
+    if (!existsSync(KUBECTL)) {
+      throw new Error(
+        `${KUBECTL} is missing: the examples' suites drive kubectl 1.33 (installed beside the kubectl on the PATH on ` +
+          "devop's machines; DEVOP_TEST_KUBECTL names another).",
+      );
+    }
     this.cacheDir = mkdtempSync(join(tmpdir(), 'devop-examples-kubectl-'));
   }
 
