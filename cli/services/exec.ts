@@ -191,7 +191,13 @@ async function startTraffic(ports: PortMapping[], traffic: TrafficControl, optio
   await step(reporter, 'listen', `waiting for the local command to listen on ${list}`, async () => {
     const results = await Promise.all(ports.map((p) => waitForListen(p.local, { timeoutMs: options.startupTimeoutMs ?? 60_000, stopped: child.exited })));
     const missing = ports.filter((_, i) => !results[i]);
-    if (missing.length > 0 && child.child.exitCode === null && child.child.signalCode === null) {
+    const { exitCode, signalCode } = child.child;
+    if (missing.length > 0 && (exitCode !== null || signalCode !== null)) {
+      // A step that did not succeed never gets a tick: the session ends with the command's exit code (see runExec).
+      const how = signalCode ? `was ended by ${signalCode}` : `exited with code ${exitCode}`;
+      throw new UserError(`the local command ${how} before listening on 127.0.0.1:${missing.map((p) => p.local).join(', 127.0.0.1:')}`, 'see its output above');
+    }
+    if (missing.length > 0) {
       const ms = options.startupTimeoutMs ?? 60_000;
       reporter.emit({
         type: 'error',
