@@ -1,6 +1,6 @@
-// The local command: spawned with the session's env, stdio inherited (or piped to the reporter), in a process group of
-// its own so that devop's signals reach every process under it (npx → tsx → node), never outliving devop; its end is
-// reported as an exit code (128 + signal number when a signal killed it, 0 when devop stopped it).
+// The local command: spawned with the session's env, stdio inherited (or piped to the reporter), in a process group
+// of its own so that devop's signals reach every process under it (npx → tsx → node), never outliving devop; its end
+// is reported as an exit code (128 + signal number when a signal killed it, 0 when devop stopped it).
 import { spawn, type ChildProcess } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 import { constants } from 'node:os';
@@ -23,13 +23,13 @@ const AFTER_KILL_WAIT_MS = 1000;
 /**
  * The lifeline: a shell outside the command's group that reads a pipe from devop. When devop has ended the group
  * itself it writes a line, and the lifeline exits. When the pipe closes without one, devop died (kill -9, a crash):
- * the lifeline sends SIGTERM to the group and, 2 s later, SIGKILL to what is left. ($1: the group id.)
+ * the lifeline sends SIGTERM to the group and, 1.5 s later, SIGKILL to what is left. ($1: the group id.)
  */
 const LIFELINE_SCRIPT = [
   'read -r _ && exit 0',
   'kill -TERM "-$1" 2>/dev/null || exit 0',
   'i=0',
-  'while [ "$i" -lt 20 ]; do sleep 0.1; kill -0 "-$1" 2>/dev/null || exit 0; i=$((i + 1)); done',
+  'while [ "$i" -lt 15 ]; do sleep 0.1; kill -0 "-$1" 2>/dev/null || exit 0; i=$((i + 1)); done',
   'kill -KILL "-$1" 2>/dev/null',
 ].join('\n');
 
@@ -117,7 +117,8 @@ export async function startLocalCommand(options: StartCommandOptions): Promise<L
   });
   const outputClosed = new Promise<void>((resolve) => child.once('close', () => resolve()));
   const exited = directExit.then(async ({ code, signal }): Promise<ChildExit> => {
-    // The command's own process is gone; what it started (a server behind `npx`, a `&` in a script) must not outlive it.
+    // The command's own process is gone; what it started (a server behind `npx`, a `&` in a script) must not
+    // outlive it.
     await endGroup(pgid, graceMs);
     // Piped output may still be in flight after 'exit': report the end after the last of it. Bounded, since a process
     // that left the group (its own setsid) may hold the pipes open.
@@ -147,10 +148,13 @@ export async function startLocalCommand(options: StartCommandOptions): Promise<L
   return { child, exited, stop };
 }
 
-/** Starts the lifeline for the group; `end()` tells it that devop has ended the group (it then exits, killing nothing). */
+/** Starts the lifeline for the group; `end()` tells it that devop has ended the group (it exits, killing nothing). */
 function startLifeline(pgid: number): { end(): void } {
   // detached: its own session, so neither a terminal's Ctrl-C nor a signal to devop's group ends it before devop.
-  const lifeline = spawn('/bin/sh', ['-c', LIFELINE_SCRIPT, 'devop-lifeline', String(pgid)], { detached: true, stdio: ['pipe', 'ignore', 'ignore'] });
+  const lifeline = spawn('/bin/sh', ['-c', LIFELINE_SCRIPT, 'devop-lifeline', String(pgid)], {
+    detached: true,
+    stdio: ['pipe', 'ignore', 'ignore'],
+  });
   // Without /bin/sh there is no guard against kill -9 of devop; everything else (signals, normal ends) still works.
   lifeline.on('error', () => undefined);
   // EPIPE when the lifeline was killed: it only matters that the pipe is open while devop runs.

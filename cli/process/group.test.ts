@@ -1,7 +1,8 @@
 // The local command never outlives devop: a signal to devop reaches every process under the command (sh -c chains,
-// node spawning children), SIGKILL follows for what ignores it, and kill -9 of devop still ends them all. "devop" here is
-// test/helpers/local-command-parent.ts, a process that runs the command through startLocalCommand as devop exec does.
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+// node spawning children), SIGKILL follows for what ignores it, and kill -9 of devop still ends them all. "devop" here
+// is test/helpers/local-command-parent.ts, a process that runs the command through startLocalCommand as devop exec
+// does.
+import { spawn, spawnSync, type ChildProcess, type StdioOptions } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -48,9 +49,15 @@ afterEach(() => {
   }
 });
 
+type Started = { parent: ChildProcess; exited: Promise<number | null> };
+
+function spawnParent(command: string[], stdio: StdioOptions): ChildProcess {
+  return spawn(process.execPath, ['--import', 'tsx', PARENT, String(GRACE_MS), ...command], { cwd: ROOT, stdio });
+}
+
 /** Starts "devop" with the command; resolves once `count` processes carry the marker (the chain is fully up). */
-async function startParent(command: string[], marker: string, count: number): Promise<{ parent: ChildProcess; exited: Promise<number | null> }> {
-  const parent = spawn(process.execPath, ['--import', 'tsx', PARENT, String(GRACE_MS), ...command], { cwd: ROOT, stdio: ['ignore', 'pipe', 'inherit'] });
+async function startParent(command: string[], marker: string, count: number): Promise<Started> {
+  const parent = spawnParent(command, ['ignore', 'pipe', 'inherit']);
   started.push({ parent, marker });
   const exited = new Promise<number | null>((r) => parent.once('exit', (code) => r(code)));
   // The parent itself carries the marker in its argv.
@@ -71,7 +78,12 @@ const chains: { name: string; command: (m: string) => string[]; count: number }[
   {
     // Like npx → tsx → node: the child of node ignores the stop signals, so only SIGKILL ends it.
     name: 'node -e spawning a child that ignores SIGINT/SIGTERM',
-    command: (m) => [process.execPath, '-e', `require('child_process').spawn('sh', ['-c', 'trap "" INT TERM HUP; sleep 1000.${m}'], { stdio: 'inherit' }); setInterval(() => {}, 1000);`],
+    command: (m) => [
+      process.execPath,
+      '-e',
+      `require('child_process').spawn('sh', ['-c', 'trap "" INT TERM HUP; sleep 1000.${m}'], { stdio: 'inherit' });
+      setInterval(() => {}, 1000);`,
+    ],
     count: 3,
   },
 ];
@@ -107,7 +119,7 @@ describe.skipIf(process.platform !== 'linux')('the local command and every proce
   it('devop waits for what the command left behind: a background process of an exited command is ended', async () => {
     // Given a command that starts a process in the background and exits at once
     const marker = newMarker();
-    const parent = spawn(process.execPath, ['--import', 'tsx', PARENT, String(GRACE_MS), 'sh', '-c', `sleep 1000.${marker} & exit 5`], { cwd: ROOT, stdio: 'ignore' });
+    const parent = spawnParent(['sh', '-c', `sleep 1000.${marker} & exit 5`], 'ignore');
     started.push({ parent, marker });
     const code = await new Promise<number | null>((r) => parent.once('exit', (c) => r(c)));
     // Then devop exits with the command's code only once the background process is gone
@@ -119,11 +131,13 @@ describe.skipIf(process.platform !== 'linux')('the local command and every proce
   it.skipIf(!hasScript)('in a terminal: the command reads the terminal, and Ctrl-C reaches it once', async () => {
     // Given devop in a terminal (script(1) gives it a pty) running a command that reads stdin and counts SIGINTs
     const program = [
-      "let n = 0; process.on('SIGINT', () => { n++; console.log('sigint ' + n); setTimeout(() => process.exit(0), 500); });",
+      "let n = 0;",
+      "process.on('SIGINT', () => { n++; console.log('sigint ' + n); setTimeout(() => process.exit(0), 500); });",
       "process.stdin.setEncoding('utf8').once('data', (d) => console.log('read ' + d.trim()));",
       "console.log('waiting'); setInterval(() => {}, 1000);",
     ].join(' ');
-    const inner = [process.execPath, '--import', 'tsx', PARENT, String(GRACE_MS), process.execPath, '-e', program].map((a) => `'${a.replace(/'/g, `'\\''`)}'`).join(' ');
+    const parent = [process.execPath, '--import', 'tsx', PARENT, String(GRACE_MS), process.execPath, '-e', program];
+    const inner = parent.map((a) => `'${a.replace(/'/g, `'\\''`)}'`).join(' ');
     const term = spawn('script', ['-qfec', inner, '/dev/null'], { cwd: ROOT, stdio: ['pipe', 'pipe', 'inherit'] });
     let screen = '';
     term.stdout!.setEncoding('utf8').on('data', (t: string) => (screen += t));

@@ -32,6 +32,9 @@ export interface ExecServiceOptions extends SessionOptions {
 
 export type ChildEnvHook = (env: Record<string, string>, ctx: { session: Session; options: ExecServiceOptions; reporter: Reporter }) => Promise<{ env: Record<string, string>; cleanup?: () => Promise<void> }>;
 
+/** When the command has ended, how long a start-up step still running may take to report its end before the exit. */
+const STEP_SETTLE_MS = 1000;
+
 /** How long a request to the agent (env read, subscribe) may take before the session is declared broken. */
 const AGENT_REQUEST_TIMEOUT_MS = 15_000;
 
@@ -157,6 +160,10 @@ export async function runExec(options: ExecServiceOptions, reporter: Reporter): 
       ),
     ]);
     if (outcome.kind === 'exit') {
+      // A start-up step still waiting (listen) reports how it failed first: the exit line then follows its cause.
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([started.catch(() => undefined), new Promise((r) => (timer = setTimeout(r, STEP_SETTLE_MS)))]);
+      clearTimeout(timer);
       reporter.emit({ type: 'exit', code: outcome.exit.code, signal: outcome.exit.signal });
       await traffic.release();
       return outcome.exit.exitCode;
@@ -195,7 +202,8 @@ async function startTraffic(ports: PortMapping[], traffic: TrafficControl, optio
     if (missing.length > 0 && (exitCode !== null || signalCode !== null)) {
       // A step that did not succeed never gets a tick: the session ends with the command's exit code (see runExec).
       const how = signalCode ? `was ended by ${signalCode}` : `exited with code ${exitCode}`;
-      throw new UserError(`the local command ${how} before listening on 127.0.0.1:${missing.map((p) => p.local).join(', 127.0.0.1:')}`, 'see its output above');
+      const where = missing.map((p) => `127.0.0.1:${p.local}`).join(', ');
+      throw new UserError(`the local command ${how} before listening on ${where}`, 'see its output above');
     }
     if (missing.length > 0) {
       const ms = options.startupTimeoutMs ?? 60_000;

@@ -4,7 +4,8 @@
 import { startLocalCommand } from '../../cli/process/child.js';
 
 const [graceMs, command, ...args] = process.argv.slice(2);
-const local = await startLocalCommand({ command: command!, args, env: process.env as Record<string, string>, pipeOutput: false, graceMs: Number(graceMs) });
+const env = process.env as Record<string, string>;
+const local = await startLocalCommand({ command: command!, args, env, pipeOutput: false, graceMs: Number(graceMs) });
 process.stdout.write(`started ${local.child.pid}\n`);
 const exit = await local.exited;
 process.exit(exit.exitCode);
