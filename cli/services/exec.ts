@@ -197,15 +197,8 @@ async function startTraffic(ports: PortMapping[], traffic: TrafficControl, optio
   const verb = options.mode === 'steal' ? 'stealing' : 'mirroring';
   await step(reporter, 'listen', `waiting for the local command to listen on ${list}`, async () => {
     const results = await Promise.all(ports.map((p) => waitForListen(p.local, { timeoutMs: options.startupTimeoutMs ?? 60_000, stopped: child.exited })));
-    const missing = ports.filter((_, i) => !results[i]);
-    const { exitCode, signalCode } = child.child;
-    if (missing.length > 0 && (exitCode !== null || signalCode !== null)) {
-      // A step that did not succeed never gets a tick: the session ends with the command's exit code (see runExec).
-      const how = signalCode ? `was ended by ${signalCode}` : `exited with code ${exitCode}`;
-      const where = missing.map((p) => `127.0.0.1:${p.local}`).join(', ');
-      throw new UserError(`the local command ${how} before listening on ${where}`, 'see its output above');
-    }
-    if (missing.length > 0) {
+    let missing = ports.filter((_, i) => !results[i]);
+    if (missing.length > 0 && child.child.exitCode === null && child.child.signalCode === null) {
       const ms = options.startupTimeoutMs ?? 60_000;
       reporter.emit({
         type: 'error',
@@ -215,7 +208,15 @@ async function startTraffic(ports: PortMapping[], traffic: TrafficControl, optio
       });
       // Keep waiting in the background: a slow build may still bring the listener up.
       const late = await Promise.all(missing.map((p) => waitForListen(p.local, { timeoutMs: Number.MAX_SAFE_INTEGER, stopped: child.exited })));
-      if (late.some((ok) => !ok)) return;
+      missing = missing.filter((_, i) => !late[i]);
+    }
+    if (missing.length > 0) {
+      // Only the command's end stops the wait. A step that did not succeed never gets a tick: it fails with the reason
+      // (the session then ends with the command's exit code, see runExec).
+      const { exitCode, signalCode } = child.child;
+      const how = signalCode ? `was ended by ${signalCode}` : `exited with code ${exitCode}`;
+      const where = missing.map((p) => `127.0.0.1:${p.local}`).join(', ');
+      throw new UserError(`the local command ${how} before listening on ${where}`, 'see its output above');
     }
   });
   if (child.child.exitCode !== null || child.child.signalCode !== null) return;

@@ -115,6 +115,20 @@ describe('devop exec: the local command ends with devop', () => {
     expect(run.stderr.indexOf('✗ waiting'), run.output).toBeLessThan(exitLine);
   });
 
+  it('stopping devop while it still waits for the command to listen: the listen step fails, devop exits 0', async () => {
+    // Given a command that never listens, past the start-up timeout (devop keeps waiting)
+    const local = await freePort();
+    const execArgs = ['-t', 'deploy/echo', '-p', `8080:${local}`, '--startup-timeout', '1'];
+    const run = track(devopExec(cluster, execArgs, ['sleep', '60']));
+    await run.waitForStderr(/does not listen on 127\.0\.0\.1:\d+ after 1 s/);
+    // When devop is stopped
+    expect((await run.stop('SIGTERM')).code, run.output).toBe(0);
+    // Then the step that never succeeded says so, with no tick
+    const why = `the local command was ended by SIGTERM before listening on 127.0.0.1:${local}`;
+    expect(run.stderr).toContain(`devop: ✗ waiting for the local command to listen on :${local}: ${why} (`);
+    expect(run.stderr).not.toMatch(/✓ waiting for the local command/);
+  });
+
   const hasScript = spawnSync('script', ['--version']).status === 0;
   it.skipIf(!hasScript)('quitting the TUI with q stops the command and exits 0', async () => {
     // Given devop drawing its TUI in a terminal (script(1) gives it a pty; CI unset so the TUI is chosen)
