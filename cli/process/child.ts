@@ -17,6 +17,9 @@ const OUTPUT_DRAIN_MS = 1000;
 /** How often the group is checked for live processes while devop waits for it to end. */
 const GROUP_POLL_MS = 50;
 
+/** Process groups and /bin/sh: everywhere but Windows, where devop signals only the command's own process. */
+const GROUPS = process.platform !== 'win32';
+
 /** After SIGKILL, how long devop waits for the kernel to remove the group before it stops looking. */
 const AFTER_KILL_WAIT_MS = 1000;
 
@@ -90,7 +93,7 @@ export async function startLocalCommand(options: StartCommandOptions): Promise<L
     env: options.env,
     cwd: options.cwd,
     stdio: options.pipeOutput ? ['inherit', 'pipe', 'pipe'] : 'inherit',
-    detached: true,
+    detached: GROUPS,
   });
   await new Promise<void>((resolve, reject) => {
     child.once('spawn', resolve);
@@ -105,7 +108,11 @@ export async function startLocalCommand(options: StartCommandOptions): Promise<L
     });
   });
   const pgid = child.pid!;
-  const lifeline = startLifeline(pgid);
+  const lifeline = GROUPS ? startLifeline(pgid) : { end: () => undefined };
+  const send = (name: NodeJS.Signals): void => {
+    if (GROUPS) signalGroup(pgid, name);
+    else if (child.exitCode === null && child.signalCode === null) child.kill(name);
+  };
   if (options.pipeOutput) {
     child.stdout?.setEncoding('utf8').on('data', (text: string) => options.onOutput?.('stdout', text));
     child.stderr?.setEncoding('utf8').on('data', (text: string) => options.onOutput?.('stderr', text));
@@ -119,7 +126,7 @@ export async function startLocalCommand(options: StartCommandOptions): Promise<L
   const exited = directExit.then(async ({ code, signal }): Promise<ChildExit> => {
     // The command's own process is gone; what it started (a server behind `npx`, a `&` in a script) must not
     // outlive it.
-    await endGroup(pgid, graceMs);
+    if (GROUPS) await endGroup(pgid, graceMs);
     // Piped output may still be in flight after 'exit': report the end after the last of it. Bounded, since a process
     // that left the group (its own setsid) may hold the pipes open.
     let drainTimer: NodeJS.Timeout | undefined;
@@ -129,11 +136,11 @@ export async function startLocalCommand(options: StartCommandOptions): Promise<L
     lifeline.end();
     return { code, signal, stoppedByDevop, exitCode: exitCodeAfter(code, signal, stoppedByDevop) };
   });
-  const stop = async (signal: NodeJS.Signals = 'SIGTERM', grace = graceMs): Promise<ChildExit> => {
+  const stop = async (name: NodeJS.Signals = 'SIGTERM', grace = graceMs): Promise<ChildExit> => {
     if (child.exitCode === null && child.signalCode === null) {
       stoppedByDevop = true;
-      signalGroup(pgid, signal);
-      killTimer ??= setTimeout(() => signalGroup(pgid, 'SIGKILL'), grace);
+      send(name);
+      killTimer ??= setTimeout(() => send('SIGKILL'), grace);
     }
     return exited;
   };
