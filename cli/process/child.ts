@@ -8,25 +8,32 @@ import { UserError } from '../../shared/errors.js';
 
 export const FORWARDED_SIGNALS: readonly NodeJS.Signals[] = ['SIGINT', 'SIGTERM', 'SIGHUP'];
 
-/** Between a stop signal and SIGKILL to what is left of the command's group. */
+/**
+ * Between a stop signal and SIGKILL to what is left of the command's group: long enough for a server to finish its
+ * requests and a controller to release its leader Lease, short enough that a stop still feels prompt.
+ */
 export const STOP_GRACE_MS = 5000;
 
-/** After the command's processes have ended, how long its piped output may take to arrive. */
+/** After the command's processes have ended, how long its piped output may take to arrive (a pipe drains in ms). */
 const OUTPUT_DRAIN_MS = 1000;
 
-/** How often the group is checked for live processes while devop waits for it to end. */
+/** How often the group is checked while devop waits for it to end: often enough that devop exits right after it. */
 const GROUP_POLL_MS = 50;
 
 /** Process groups and /bin/sh: everywhere but Windows, where devop signals only the command's own process. */
 const GROUPS = process.platform !== 'win32';
 
-/** After SIGKILL, how long devop waits for the kernel to remove the group before it stops looking. */
+/**
+ * After SIGKILL, how long devop waits to see the group gone: SIGKILL takes effect in ms, but a process stuck in the
+ * kernel (state D) ends only when its I/O does, and devop does not wait for that.
+ */
 const AFTER_KILL_WAIT_MS = 1000;
 
 /**
  * The lifeline: a shell outside the command's group that reads a pipe from devop. When devop has ended the group
  * itself it writes a line, and the lifeline exits. When the pipe closes without one, devop died (kill -9, a crash):
- * the lifeline sends SIGTERM to the group and, 1.5 s later, SIGKILL to what is left. ($1: the group id.)
+ * the lifeline sends SIGTERM to the group and, 1.5 s later, SIGKILL to what is left — shorter than STOP_GRACE_MS, since
+ * nothing reports what the command does any more, yet enough to close connections. ($1: the group id.)
  */
 const LIFELINE_SCRIPT = [
   'read -r _ && exit 0',

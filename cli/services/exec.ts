@@ -32,7 +32,10 @@ export interface ExecServiceOptions extends SessionOptions {
 
 export type ChildEnvHook = (env: Record<string, string>, ctx: { session: Session; options: ExecServiceOptions; reporter: Reporter }) => Promise<{ env: Record<string, string>; cleanup?: () => Promise<void> }>;
 
-/** When the command has ended, how long a start-up step still running may take to report its end before the exit. */
+/**
+ * When the command has ended, how long a start-up step still running may take to report its end before the exit line:
+ * the listen step ends within ms; a subscribe in flight is not waited for longer than this.
+ */
 const STEP_SETTLE_MS = 1000;
 
 /** How long a request to the agent (env read, subscribe) may take before the session is declared broken. */
