@@ -115,7 +115,7 @@ describe('devop exec: the local command ends with devop', () => {
     expect(run.stderr.indexOf('✗ waiting'), run.output).toBeLessThan(exitLine);
   });
 
-  it('stopping devop while it still waits for the command to listen: the listen step fails, devop exits 0', async () => {
+  it('stopping devop while it waits for the command to listen: the listen step fails, devop exits 0', async () => {
     // Given a command that never listens, past the start-up timeout (devop keeps waiting)
     const local = await freePort();
     const execArgs = ['-t', 'deploy/echo', '-p', `8080:${local}`, '--startup-timeout', '1'];
