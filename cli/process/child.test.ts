@@ -1,7 +1,7 @@
 // The local command: exit codes and signals pass through, a missing command is one line, listening is detected.
 import { createServer } from 'node:net';
 import { describe, expect, it } from 'vitest';
-import { exitCodeFor, startLocalCommand } from './child.js';
+import { exitCodeAfter, exitCodeFor, startLocalCommand } from './child.js';
 import { canConnect, waitForListen } from './listen.js';
 
 const base = { env: { PATH: process.env.PATH ?? '' }, pipeOutput: true };
@@ -9,17 +9,22 @@ const base = { env: { PATH: process.env.PATH ?? '' }, pipeOutput: true };
 describe('local command', () => {
   it('reports the exit code of the command', async () => {
     const cmd = await startLocalCommand({ ...base, command: 'sh', args: ['-c', 'exit 7'] });
-    expect(await cmd.exited).toEqual({ code: 7, signal: null, exitCode: 7 });
+    expect(await cmd.exited).toEqual({ code: 7, signal: null, stoppedByDevop: false, exitCode: 7 });
   });
 
-  it('reports 128 + signal when a signal ends the command', async () => {
-    // Given a command that sleeps
-    const cmd = await startLocalCommand({ ...base, command: 'sleep', args: ['30'] });
-    // When devop stops it with SIGTERM
-    const exit = await cmd.stop('SIGTERM');
+  it('reports 128 + signal when a signal ends the command, and 0 when devop stopped it', async () => {
+    // Given a command that ends itself by a signal
+    const selfKill = await startLocalCommand({ ...base, command: 'sh', args: ['-c', 'kill -TERM $$'] });
     // Then the exit code says which signal
-    expect(exit).toEqual({ code: null, signal: 'SIGTERM', exitCode: 143 });
+    expect(await selfKill.exited).toEqual({ code: null, signal: 'SIGTERM', stoppedByDevop: false, exitCode: 143 });
     expect(exitCodeFor(null, 'SIGKILL')).toBe(137);
+    // When devop stops a command with SIGTERM, the session ended normally
+    const cmd = await startLocalCommand({ ...base, command: 'sleep', args: ['30'] });
+    expect(await cmd.stop('SIGTERM')).toEqual({ code: null, signal: 'SIGTERM', stoppedByDevop: true, exitCode: 0 });
+    // …also when the command turns the signal into its conventional code; any other code is a failure to pass on
+    expect(exitCodeAfter(130, null, true)).toBe(0);
+    expect(exitCodeAfter(3, null, true)).toBe(3);
+    expect(exitCodeAfter(130, null, false)).toBe(130);
   });
 
   it('passes the env and pipes output when asked', async () => {

@@ -22,12 +22,21 @@ export function canConnect(port: number, host = '127.0.0.1'): Promise<boolean> {
 export async function waitForListen(port: number, input: { timeoutMs: number; stopped?: Promise<unknown>; host?: string }): Promise<boolean> {
   const deadline = Date.now() + input.timeoutMs;
   let stop = false;
+  let wake: (() => void) | undefined;
   void input.stopped?.then(() => {
     stop = true;
+    wake?.();
   });
   while (!stop && Date.now() < deadline) {
     if (await canConnect(port, input.host)) return true;
-    await new Promise((r) => setTimeout(r, LISTEN_POLL_MS));
+    // Woken early when `stopped` resolves, so that a command that exits is reported as such at once.
+    await new Promise<void>((r) => {
+      const timer = setTimeout(r, LISTEN_POLL_MS);
+      wake = () => {
+        clearTimeout(timer);
+        r();
+      };
+    });
   }
   return false;
 }

@@ -32,6 +32,12 @@ export interface ExecServiceOptions extends SessionOptions {
 
 export type ChildEnvHook = (env: Record<string, string>, ctx: { session: Session; options: ExecServiceOptions; reporter: Reporter }) => Promise<{ env: Record<string, string>; cleanup?: () => Promise<void> }>;
 
+/**
+ * When the command has ended, how long a start-up step still running may take to report its end before the exit line:
+ * the listen step ends within ms; a subscribe in flight is not waited for longer than this.
+ */
+const STEP_SETTLE_MS = 1000;
+
 /** How long a request to the agent (env read, subscribe) may take before the session is declared broken. */
 const AGENT_REQUEST_TIMEOUT_MS = 15_000;
 
@@ -157,6 +163,10 @@ export async function runExec(options: ExecServiceOptions, reporter: Reporter): 
       ),
     ]);
     if (outcome.kind === 'exit') {
+      // A start-up step still waiting (listen) reports how it failed first: the exit line then follows its cause.
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([started.catch(() => undefined), new Promise((r) => (timer = setTimeout(r, STEP_SETTLE_MS)))]);
+      clearTimeout(timer);
       reporter.emit({ type: 'exit', code: outcome.exit.code, signal: outcome.exit.signal });
       await traffic.release();
       return outcome.exit.exitCode;
@@ -190,7 +200,7 @@ async function startTraffic(ports: PortMapping[], traffic: TrafficControl, optio
   const verb = options.mode === 'steal' ? 'stealing' : 'mirroring';
   await step(reporter, 'listen', `waiting for the local command to listen on ${list}`, async () => {
     const results = await Promise.all(ports.map((p) => waitForListen(p.local, { timeoutMs: options.startupTimeoutMs ?? 60_000, stopped: child.exited })));
-    const missing = ports.filter((_, i) => !results[i]);
+    let missing = ports.filter((_, i) => !results[i]);
     if (missing.length > 0 && child.child.exitCode === null && child.child.signalCode === null) {
       const ms = options.startupTimeoutMs ?? 60_000;
       reporter.emit({
@@ -201,7 +211,15 @@ async function startTraffic(ports: PortMapping[], traffic: TrafficControl, optio
       });
       // Keep waiting in the background: a slow build may still bring the listener up.
       const late = await Promise.all(missing.map((p) => waitForListen(p.local, { timeoutMs: Number.MAX_SAFE_INTEGER, stopped: child.exited })));
-      if (late.some((ok) => !ok)) return;
+      missing = missing.filter((_, i) => !late[i]);
+    }
+    if (missing.length > 0) {
+      // Only the command's end stops the wait. A step that did not succeed never gets a tick: it fails with the reason
+      // (the session then ends with the command's exit code, see runExec).
+      const { exitCode, signalCode } = child.child;
+      const how = signalCode ? `was ended by ${signalCode}` : `exited with code ${exitCode}`;
+      const where = missing.map((p) => `127.0.0.1:${p.local}`).join(', ');
+      throw new UserError(`the local command ${how} before listening on ${where}`, 'see its output above');
     }
   });
   if (child.child.exitCode !== null || child.child.signalCode !== null) return;
