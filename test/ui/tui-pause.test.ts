@@ -1,6 +1,7 @@
 // Pause and resume in a real terminal with a keep-alive client (as the API server's aggregator is one): a connection
 // opened while paused is answered by the pod; after `p` resumes the steal, the same client's next request reaches the
-// local command (the agent ended the pod-bound connection, and the client's reconnect is stolen).
+// local command (the agent ended the pod-bound connection, and the client's reconnect is stolen). The same for `m` from
+// mirror to steal.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { requireRoot } from '../helpers/root.js';
 import { LOCAL_SERVER, deployEcho, freePort, startE2ECluster, startPodClient, waitFor, type Cluster, type EchoDeployment, type PodClient } from '../e2e/harness.js';
@@ -66,6 +67,34 @@ describe('devop exec in a terminal: p with a keep-alive client', () => {
       pane.sendKeys('q');
       await screen('devop to exit', (text) => text.includes('DEVOP_EXITED='));
       expect(pane.capture()).toContain('DEVOP_EXITED=0');
+    } catch (err) {
+      (err as Error).message += `\n--- screen ---\n${pane.capture()}`;
+      throw err;
+    }
+  });
+
+  it('a keep-alive connection to the pod while mirroring moves to the local command when m switches to steal', async () => {
+    // Given devop mirroring the echo pod's port, and a keep-alive client talking to the pod
+    pane?.kill();
+    const local = await freePort();
+    const devop = [process.execPath, DEVOP_BIN, 'exec', '--kubeconfig', cluster!.kubeconfigPath, '-t', 'deploy/tui-pause', '--mirror', '-p', `8080:${local}`, '--', process.execPath, LOCAL_SERVER];
+    pane = new TmuxPane(`env -u CI LOCAL_PORT=${local} ${devop.map(shellQuote).join(' ')}; echo DEVOP_EXITED=$?`, { width: 140, height: 45 });
+    try {
+      await screen('the live view', (text) => text.includes('q quit') && /:8080 mirroring → local :\d+/.test(text));
+      const first = await client.keepAliveGet(echo.podIP, 8080, '/mirrored-1');
+      const second = await client.keepAliveGet(echo.podIP, 8080, '/mirrored-2');
+      expect([first.body.includes(echo.podName), second.body.includes(echo.podName), second.reused]).toEqual([true, true, true]);
+      // When m switches to steal
+      pane.sendKeys('m');
+      await screen('the stealing header', (text) => /:8080 stealing/.test(text));
+      // Then the same client's next request reaches the local command (on a new connection)
+      const after = await waitFor('the keep-alive client to reach the local command after the switch', async () => {
+        const answer = await client.keepAliveGet(echo.podIP, 8080, '/after-switch');
+        return answer.body.startsWith('local ') ? answer : undefined;
+      }, SCREEN_WAIT_MS);
+      expect(after.reused).toBe(false);
+      pane.sendKeys('q');
+      await screen('devop to exit', (text) => text.includes('DEVOP_EXITED='));
     } catch (err) {
       (err as Error).message += `\n--- screen ---\n${pane.capture()}`;
       throw err;
