@@ -100,4 +100,31 @@ describe('devop exec in a terminal: p with a keep-alive client', () => {
       throw err;
     }
   });
+
+  it('m while paused switches the mode and stays paused: the pod still answers until p', async () => {
+    // Given devop mirroring, paused
+    pane?.kill();
+    const local = await freePort();
+    const devop = [process.execPath, DEVOP_BIN, 'exec', '--kubeconfig', cluster!.kubeconfigPath, '-t', 'deploy/tui-pause', '--mirror', '-p', `8080:${local}`, '--', process.execPath, LOCAL_SERVER];
+    pane = new TmuxPane(`env -u CI LOCAL_PORT=${local} ${devop.map(shellQuote).join(' ')}; echo DEVOP_EXITED=$?`, { width: 140, height: 45 });
+    try {
+      await screen('the live view', (text) => text.includes('q quit') && /:8080 mirroring → local :\d+/.test(text));
+      pane.sendKeys('p');
+      await screen('the paused header', (text) => /:8080 paused/.test(text));
+      // When m switches to steal while paused
+      pane.sendKeys('m');
+      await screen('the paused header in steal mode', (text) => /:8080 paused \(steal/.test(text));
+      // Then the pod still answers (a few fresh connections, each routed anew)
+      for (const path of ['/paused-steal-1', '/paused-steal-2', '/paused-steal-3']) expect(await client.who(echo.podIP, 8080, path)).toBe(echo.podName);
+      // And p resumes the steal
+      pane.sendKeys('p');
+      await screen('the stealing header', (text) => /:8080 stealing/.test(text));
+      await waitFor('the local command to answer after resume', async () => ((await client.who(echo.podIP, 8080, '/resumed-steal')) === 'local' ? true : undefined), SCREEN_WAIT_MS);
+      pane.sendKeys('q');
+      await screen('devop to exit', (text) => text.includes('DEVOP_EXITED='));
+    } catch (err) {
+      (err as Error).message += `\n--- screen ---\n${pane.capture()}`;
+      throw err;
+    }
+  });
 });
