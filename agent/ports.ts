@@ -106,7 +106,8 @@ export class PortTable {
       // A session that subscribes again to a port replaces its own earlier subscription (e.g. switching steal ↔ mirror).
       const own = entry.subs.findIndex((s) => s.session.sessionId === session.sessionId);
       if (own >= 0) entry.subs.splice(own, 1);
-      entry.subs.push({ id: msg.id, session, mode: msg.mode, filter: msg.filter, match, since: new Date(), paused: false, flush: msg.flush, holder });
+      const { id, mode, filter, flush } = msg;
+      entry.subs.push({ id, session, mode, filter, match, since: new Date(), paused: false, flush, holder });
       this.ports.set(msg.port, entry);
       const failure = await this.settle(msg.port, entry, msg);
       if (failure) {
@@ -140,7 +141,7 @@ export class PortTable {
 
   /**
    * Pauses or resumes a session's subscriptions (all ports, or one). A resumed steal subscribed with flush takes the
-   * connections the pod answered during the pause, as a steal's start does: they are ended, and the reconnects are stolen.
+   * connections the pod answered during the pause, as a steal's start does: they end, and the reconnects are stolen.
    */
   setPaused(sessionId: string, paused: boolean, port?: number): Promise<void> {
     return this.serial(async () => {

@@ -52,7 +52,9 @@ export async function buildProgram(args: readonly string[], onExit: OnExit): Pro
  */
 function usageErrorsAsOneLine(command: Command): void {
   const help = `${commandPath(command)} --help`;
-  command.configureOutput({ outputError: (text, write) => write(`devop: ${usageProblem(text)} — fix: see \`${help}\`\n`) });
+  const outputError = (text: string, write: (line: string) => void): void =>
+    write(`devop: ${usageProblem(text)} — fix: see \`${help}\`\n`);
+  command.configureOutput({ outputError });
   for (const sub of command.commands) usageErrorsAsOneLine(sub);
 }
 
@@ -60,7 +62,7 @@ function commandPath(command: Command): string {
   return command.parent ? `${commandPath(command.parent)} ${command.name()}` : command.name();
 }
 
-/** `error: unknown option '--stael'\n(Did you mean --steal?)\n` → `unknown option '--stael' (did you mean --steal?)` */
+/** `error: unknown option '--x'\n(Did you mean --y?)\n` → `unknown option '--x' (did you mean --y?)` */
 export function usageProblem(text: string): string {
   const lines = text.replace(/^error: /, '').split('\n').map((line) => line.trim()).filter(Boolean);
   return lines.join(' ').replace('(Did you mean', '(did you mean');

@@ -1,4 +1,4 @@
-// Registers `devop config validate [FILE | -f FILE]` (one line per problem) and `devop config schema` (the JSON Schema).
+// Registers `devop config validate [FILE | -f FILE]` (one line per problem) and `devop config schema` (JSON Schema).
 import { Command } from 'commander';
 import { CONFIG_FILE_NAME } from '../../shared/config.js';
 import { UserError } from '../../shared/errors.js';
@@ -14,7 +14,8 @@ export function registerConfigCommand(program: Command): void {
     .option('-f, --config <file>', 'the config file to check, as exec takes it')
     .action((argument: string | undefined, options: { config?: string }) => {
       if (argument !== undefined && options.config !== undefined && argument !== options.config) {
-        throw new UserError(`two files to check: ${argument} and -f ${options.config}`, 'name one file, as an argument or with -f');
+        const problem = `two files to check: ${argument} and -f ${options.config}`;
+        throw new UserError(problem, 'name one file, as an argument or with -f');
       }
       const { file, problems } = validateConfigFile(argument ?? options.config ?? CONFIG_FILE_NAME);
       if (problems.length === 0) {

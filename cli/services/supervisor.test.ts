@@ -145,7 +145,7 @@ describe('SessionMux', () => {
     mux.end();
   });
 
-  it('a subscription made while paused (a mode switch) is paused right behind it; one made after resume is not', async () => {
+  it('a subscription made while paused (a mode switch) is paused right behind it; not after resume', async () => {
     const a = await fakeAgent('pod-a');
     const mux = new SessionMux(recorder());
     mux.attach(a.link);

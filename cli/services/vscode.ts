@@ -14,6 +14,8 @@ export const DEFAULT_INSPECT_PORT = 9229;
 export const INSTALLED_SCHEMA_PATH = `./node_modules/devop/${SCHEMA_FILE_NAME}`;
 /** Where the schema is copied when devop is not a dependency of the workspace (relative to devop.json). */
 export const COPIED_SCHEMA_PATH = `./.vscode/${SCHEMA_FILE_NAME}`;
+/** How the task runs the workspace's own devop install. */
+const INSTALLED_BIN_PATH = '${workspaceFolder}/node_modules/devop/bin/devop.js';
 
 export interface VscodeInitOptions {
   /** The folder that holds (or will hold) .vscode/ and devop.json. */
@@ -146,10 +148,15 @@ function defaultLocalCommand(workspace: string): string[] {
  * one, else this one's bin by path. Never `npx devop`: without devop in node_modules, npx would fetch whatever package
  * the registry has under that name.
  */
-export function devopCommandFor(workspace: string, root: string = devopPackageRoot(), pathEnv = process.env.PATH ?? ''): string[] {
+export function devopCommandFor(workspace: string, root = devopPackageRoot(), pathEnv = process.env.PATH): string[] {
   const bin = join(root, 'bin', 'devop.js');
-  if (sameFile(join(workspace, 'node_modules', 'devop'), root)) return ['node', '${workspaceFolder}/node_modules/devop/bin/devop.js'];
-  const onPath = pathEnv.split(delimiter).filter(Boolean).map((dir) => join(dir, 'devop')).find((file) => existsSync(file));
+  // (VS Code substitutes ${workspaceFolder}: the path holds on every machine that clones the project)
+  if (sameFile(join(workspace, 'node_modules', 'devop'), root)) return ['node', INSTALLED_BIN_PATH];
+  const onPath = (pathEnv ?? '')
+    .split(delimiter)
+    .filter(Boolean)
+    .map((dir) => join(dir, 'devop'))
+    .find((file) => existsSync(file));
   if (onPath && sameFile(onPath, bin)) return ['devop'];
   return ['node', bin];
 }

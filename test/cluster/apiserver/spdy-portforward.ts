@@ -1,7 +1,8 @@
-// kubectl port-forward as kubectl 1.31+ speaks it: a WebSocket whose subprotocol SPDY/3.1+portforward.k8s.io says that
-// the binary messages carry SPDY/3 frames (the API server's "tunneling" port-forward). Each forwarded connection is a pair
-// of client-opened streams (headers streamtype error|data, port, requestid); the data stream's bytes go to the pod's port
-// and back, the error stream carries a failure message. No flow control: kubectl's SPDY library (spdystream) has none.
+// kubectl port-forward as kubectl 1.31+ speaks it: a WebSocket whose subprotocol SPDY/3.1+portforward.k8s.io says
+// that the binary messages carry SPDY/3 frames (the API server's "tunneling" port-forward). Each forwarded connection
+// is a pair of client-opened streams (headers streamtype error|data, port, requestid); the data stream's bytes go to
+// the pod's port and back, the error stream carries a failure message. No flow control: kubectl's SPDY library
+// (spdystream) has none.
 import type { Duplex } from 'node:stream';
 import { constants, createDeflate, createInflate, type Deflate, type Inflate } from 'node:zlib';
 import { WebSocket } from 'ws';
@@ -97,7 +98,9 @@ function parseHeaders(block: Buffer): Map<string, string> {
   return headers;
 }
 
-export function serveSpdyPortForward(ws: WebSocket, pod: K8sObject, dial: ((port: number) => Promise<Duplex>) | undefined): void {
+export type DialPod = (port: number) => Promise<Duplex>;
+
+export function serveSpdyPortForward(ws: WebSocket, pod: K8sObject, dial: DialPod | undefined): void {
   const inflate = syncFlushing(createInflate({ dictionary: HEADER_DICTIONARY }));
   const deflate = syncFlushing(createDeflate({ dictionary: HEADER_DICTIONARY }));
   const connections = new Map<string, ForwardedConnection>();
@@ -114,7 +117,11 @@ export function serveSpdyPortForward(ws: WebSocket, pod: K8sObject, dial: ((port
   const reply = (streamId: number): Promise<void> => {
     const id = Buffer.alloc(4);
     id.writeUInt32BE(streamId, 0);
-    replies = replies.then(async () => send(controlFrame(SYN_REPLY, 0, Buffer.concat([id, await deflate(Buffer.alloc(4))]))));
+    // An empty header block: a count of 0.
+    replies = replies.then(async () => {
+      const headers = await deflate(Buffer.alloc(4));
+      send(controlFrame(SYN_REPLY, 0, Buffer.concat([id, headers])));
+    });
     return replies;
   };
   const fail = (conn: ForwardedConnection, message: string): void => {

@@ -1,6 +1,6 @@
 // Streaming pod subresources as kubelet serves them: pods/log (chunked text), pods/exec (WebSocket v5/v4.channel.k8s.io)
-// and pods/portforward (WebSocket v4.channel.k8s.io: per port a data and an error channel, each opened with the port; or
-// kubectl 1.31+'s SPDY tunnelled in a WebSocket, spdy-portforward.ts). Plain SPDY upgrades are refused with a Status.
+// and pods/portforward (WebSocket v4.channel.k8s.io: per port a data and an error channel, each opened with the port;
+// or kubectl 1.31+'s SPDY tunnelled in a WebSocket, spdy-portforward.ts). Plain SPDY upgrades get a Status.
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { WebSocket, WebSocketServer } from 'ws';
@@ -91,7 +91,12 @@ export interface StreamServer {
 export function createStreamServer(runtime: () => NodeRuntime | undefined): StreamServer {
   const execWss = new WebSocketServer({ noServer: true, perMessageDeflate: false, handleProtocols: (p) => chooseProtocol(p, EXEC_PROTOCOLS) });
   const pfWss = new WebSocketServer({ noServer: true, perMessageDeflate: false, handleProtocols: (p) => chooseProtocol(p, PORTFORWARD_PROTOCOLS) });
-  const spdyWss = new WebSocketServer({ noServer: true, perMessageDeflate: false, handleProtocols: () => SPDY_TUNNEL_PROTOCOL });
+  // (it names the real subprotocol in its answer: see upgradePortForward)
+  const spdyWss = new WebSocketServer({
+    noServer: true,
+    perMessageDeflate: false,
+    handleProtocols: () => SPDY_TUNNEL_PROTOCOL,
+  });
   const portForwards = new Set<WebSocket>();
   const all = new Set<WebSocket>();
   const track = (ws: WebSocket, set?: Set<WebSocket>) => {
@@ -227,15 +232,15 @@ export function createStreamServer(runtime: () => NodeRuntime | undefined): Stre
     },
     upgradePortForward(req, socket, head, pod, q) {
       if (String(req.headers.upgrade ?? '').toLowerCase() !== 'websocket') {
-        // kubectl up to 1.30 (or with KUBECTL_PORT_FORWARD_WEBSOCKETS=false) asks for SPDY/3.1 itself: kubectl prints this.
+        // kubectl up to 1.30 (or with KUBECTL_PORT_FORWARD_WEBSOCKETS=false) asks for SPDY/3.1: kubectl prints this.
         throw badRequest(
           'the stand-in serves pods/portforward over WebSocket only, not SPDY: use kubectl 1.31+ (without ' +
             'KUBECTL_PORT_FORWARD_WEBSOCKETS=false), `devop port-forward`, or a WebSocket client (v4.channel.k8s.io)',
         );
       }
       if (offeredProtocols(req).has(SPDY_TUNNEL_PROTOCOL)) {
-        // ws refuses a subprotocol with "/" in it (not an RFC 7230 token), which kube-apiserver accepts: it is offered to
-        // ws under a token name, and the answer (spdyWss's handleProtocols) names the real one.
+        // ws refuses a subprotocol with "/" in it (not an RFC 7230 token), which kube-apiserver accepts: it is offered
+        // to ws under a token name, and the answer (spdyWss's handleProtocols) names the real one.
         req.headers['sec-websocket-protocol'] = 'spdy-portforward';
         spdyWss.handleUpgrade(req, socket, head, (ws) => {
           track(ws, portForwards);
