@@ -31,6 +31,8 @@ export interface PortSubscription {
   match?: RequestMatcher;
   since: Date;
   paused: boolean;
+  /** The subscribe's flush: connections the pod took meanwhile move to the session when its steal takes effect. */
+  flush?: boolean;
   holder: { user: string; host: string };
 }
 
@@ -49,6 +51,8 @@ export class PortRedirect {
   private readonly server: Server;
   private readonly http: HttpServer;
   private readonly sockets = new Set<Socket>();
+  /** Client connections passed on whole to the pod's app (no active steal when they came): what dropForwarded ends. */
+  private readonly forwarded = new Set<Socket>();
   private pod: Promise<PodProxy> | undefined;
   private nextConn = 0;
   listenerPort = 0;
@@ -93,6 +97,17 @@ export class PortRedirect {
     for (const socket of this.sockets) socket.destroy();
   }
 
+  /**
+   * Ends the connections this listener passes on whole to the pod's app (opened while the steal was paused, or before
+   * it existed): a keep-alive client then reconnects, and its new connection is routed to the steal. Returns how many.
+   */
+  dropForwarded(): number {
+    const count = this.forwarded.size;
+    for (const socket of this.forwarded) socket.destroy();
+    this.forwarded.clear();
+    return count;
+  }
+
   /** Subscriptions whose session is connected and not paused: only those receive traffic. */
   private active(): PortSubscription[] {
     return this.subs.filter((s) => s.session.connected && !s.paused);
@@ -134,6 +149,8 @@ export class PortRedirect {
   private forwardConnection(socket: Socket, mirrors: PortSubscription[]): void {
     const origin = originOf(socket, this.port);
     const upstream = connect({ host: origin.host, port: origin.port, noDelay: true, allowHalfOpen: true });
+    this.forwarded.add(socket);
+    socket.once('close', () => this.forwarded.delete(socket));
     const counts = spliceSockets(socket, upstream, () => upstream.destroy());
     if (mirrors.length === 0) return;
     const mirrored = new MirroredConnection(mirrors, this.port, this.connId(), { address: socket.remoteAddress ?? '', port: socket.remotePort ?? 0 }, this.log);

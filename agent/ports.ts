@@ -125,7 +125,8 @@ export class PortTable {
       // A session that subscribes again to a port replaces its own earlier subscription (e.g. switching steal ↔ mirror).
       const own = entry.subs.findIndex((s) => s.session.sessionId === session.sessionId);
       if (own >= 0) entry.subs.splice(own, 1);
-      entry.subs.push({ id: msg.id, session, mode: msg.mode, filter: msg.filter, match, since: new Date(), paused: false, holder });
+      const { id, mode, filter, flush } = msg;
+      entry.subs.push({ id, session, mode, filter, match, since: new Date(), paused: false, flush, holder });
       this.ports.set(msg.port, entry);
       const failure = await this.settle(msg.port, entry, msg);
       if (failure) {
@@ -157,11 +158,23 @@ export class PortTable {
     for (const port of [...this.ports.keys()]) await this.unsubscribe(sessionId, port);
   }
 
-  setPaused(sessionId: string, paused: boolean, port?: number): void {
-    for (const [p, entry] of this.ports) {
-      if (port !== undefined && p !== port) continue;
-      for (const s of entry.subs) if (s.session.sessionId === sessionId) s.paused = paused;
-    }
+  /**
+   * Pauses or resumes a session's subscriptions (all ports, or one). A resumed steal subscribed with flush takes the
+   * connections the pod answered during the pause, as a steal's start does: they end, and the reconnects are stolen.
+   */
+  setPaused(sessionId: string, paused: boolean, port?: number): Promise<void> {
+    return this.serial(async () => {
+      for (const [p, entry] of this.ports) {
+        if (port !== undefined && p !== port) continue;
+        const mine = entry.subs.filter((s) => s.session.sessionId === sessionId);
+        const resumedSteal = mine.some((s) => s.paused && !paused && s.mode === 'steal' && s.flush);
+        for (const s of mine) s.paused = paused;
+        if (resumedSteal && this.mayFlush && entry.redirect) {
+          const connections = entry.redirect.listener.dropForwarded();
+          this.log.info('resumed steal took the connections the pod had', { port: p, connections });
+        }
+      }
+    });
   }
 
   /**
@@ -198,6 +211,11 @@ export class PortTable {
       entry.redirect = { listener, skipSource: skip };
       // The rule is in place first, so a flushed client's reconnect is already stolen.
       if (msg?.mode === 'steal' && msg.flush && this.mayFlush) await flushConnections(port, this.log);
+    } else if (entry.redirect && msg?.mode === 'steal' && msg.flush && this.mayFlush) {
+      // The rule was there already (a mirror through the agent, another session's filtered steal): the connections it
+      // passes on whole to the app move to the new steal.
+      const connections = entry.redirect.listener.dropForwarded();
+      if (connections > 0) this.log.info('steal took the connections the pod had', { port, connections });
     }
     if (!wantRedirect && entry.redirect) {
       await this.removeRedirect(port, entry.redirect);

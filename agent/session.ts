@@ -159,7 +159,7 @@ export class Session implements IncomingTarget {
         return;
       case 'pause':
       case 'resume':
-        this.ctx.ports.setPaused(this.sessionId, msg.type === 'pause', msg.port);
+        await this.ctx.ports.setPaused(this.sessionId, msg.type === 'pause', msg.port);
         return;
       case 'dnsResolve':
         try {

@@ -38,12 +38,34 @@ export async function buildProgram(args: readonly string[], onExit: OnExit): Pro
   const program = new Command('devop')
     .description('run a local process as if it were a Kubernetes workload')
     .version(AGENT_VERSION, '--version')
-    .enablePositionalOptions()
-    .showHelpAfterError();
+    .enablePositionalOptions();
   const wanted = commandsFor(args);
   const registers = await Promise.all(COMMANDS.filter(([name]) => wanted.includes(name)).map(([, load]) => load()));
   for (const register of registers) register(program, onExit);
+  usageErrorsAsOneLine(program);
   return program;
+}
+
+/**
+ * Commander's usage errors (unknown option or command, missing or extra argument) as one line in devop's error format,
+ * with its suggestion and the help to read — rather than the whole help, whose first screen would hide the problem.
+ */
+function usageErrorsAsOneLine(command: Command): void {
+  const help = `${commandPath(command)} --help`;
+  const outputError = (text: string, write: (line: string) => void): void =>
+    write(`devop: ${usageProblem(text)} — fix: see \`${help}\`\n`);
+  command.configureOutput({ outputError });
+  for (const sub of command.commands) usageErrorsAsOneLine(sub);
+}
+
+function commandPath(command: Command): string {
+  return command.parent ? `${commandPath(command.parent)} ${command.name()}` : command.name();
+}
+
+/** `error: unknown option '--x'\n(Did you mean --y?)\n` → `unknown option '--x' (did you mean --y?)` */
+export function usageProblem(text: string): string {
+  const lines = text.replace(/^error: /, '').split('\n').map((line) => line.trim()).filter(Boolean);
+  return lines.join(' ').replace('(Did you mean', '(did you mean');
 }
 
 async function main(argv: string[]): Promise<number> {

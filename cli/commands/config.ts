@@ -1,4 +1,4 @@
-// Registers `devop config validate [-f file]` (one line per problem) and `devop config schema` (the JSON Schema).
+// Registers `devop config validate [FILE | -f FILE]` (one line per problem) and `devop config schema` (JSON Schema).
 import { Command } from 'commander';
 import { CONFIG_FILE_NAME } from '../../shared/config.js';
 import { UserError } from '../../shared/errors.js';
@@ -10,9 +10,14 @@ export function registerConfigCommand(program: Command): void {
   config
     .command('validate')
     .description('check a devop.json: one line per problem naming the key, its value and what is accepted')
-    .option('-f, --config <file>', 'the config file to check', CONFIG_FILE_NAME)
-    .action((options: { config: string }) => {
-      const { file, problems } = validateConfigFile(options.config);
+    .argument('[file]', `the config file to check (default: ./${CONFIG_FILE_NAME})`)
+    .option('-f, --config <file>', 'the config file to check, as exec takes it')
+    .action((argument: string | undefined, options: { config?: string }) => {
+      if (argument !== undefined && options.config !== undefined && argument !== options.config) {
+        const problem = `two files to check: ${argument} and -f ${options.config}`;
+        throw new UserError(problem, 'name one file, as an argument or with -f');
+      }
+      const { file, problems } = validateConfigFile(argument ?? options.config ?? CONFIG_FILE_NAME);
       if (problems.length === 0) {
         process.stdout.write(`${file}: valid\n`);
         return;

@@ -61,11 +61,12 @@ export function registerVscodeCommand(program: Command): void {
     .option('--dir <folder>', 'the workspace folder (default: the current folder)')
     .option('--label <label>', 'label of the task', DEFAULT_TASK_LABEL)
     .option('--inspect-port <port>', 'Node inspector port the debugger attaches to', String(DEFAULT_INSPECT_PORT))
-    .option('--devop-command <command>', 'how the task starts devop (split on spaces)', 'npx devop');
+    .option('--devop-command <command>', 'how the task starts devop (split on spaces; default: this devop)');
   for (const spec of EXEC_FLAGS) {
     init.addOption(spec.kind === 'list' ? new Option(spec.flags, spec.description).argParser(collect) : new Option(spec.flags, spec.description));
   }
-  init.action((localCommand: string[], options: { dir?: string; label: string; inspectPort: string; devopCommand: string }, command: Command) => {
+  type InitOptions = { dir?: string; label: string; inspectPort: string; devopCommand?: string };
+  init.action((localCommand: string[], options: InitOptions, command: Command) => {
     const inspectPort = Number(options.inspectPort);
     if (!Number.isInteger(inspectPort) || inspectPort < 1 || inspectPort > 65535) {
       throw new UserError(`--inspect-port ${options.inspectPort} is not a port`, 'pass a port 1-65535, e.g. --inspect-port 9229');
@@ -74,7 +75,7 @@ export function registerVscodeCommand(program: Command): void {
       workspace: resolve(options.dir ?? '.'),
       execArgs: execArgsFrom(command),
       localCommand,
-      devopCommand: options.devopCommand.split(/\s+/).filter(Boolean),
+      devopCommand: options.devopCommand?.split(/\s+/).filter(Boolean),
       inspectPort,
       taskLabel: options.label,
     });

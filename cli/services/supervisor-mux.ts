@@ -168,6 +168,11 @@ export class SessionMux extends EventEmitter {
     }
     this.subscriptions.set(msg.port, msg);
     this.broadcast(msg, msg.id, msg.port, ['subscribed', 'refused', 'error']);
+    // A new subscription starts active. While the session is paused (a mode or filter switch), it is paused right
+    // behind it on each tunnel: the agent applies both in order, so no connection reaches the local command between.
+    if (this.paused.get(msg.port) ?? this.paused.get('all')) {
+      for (const m of this.members) if (!m.mux.closed) m.mux.send({ type: 'pause', port: msg.port });
+    }
   }
 
   /** Sends a request to every tunnel and answers once with the merged result (a refusal or error wins). */

@@ -145,6 +145,23 @@ describe('SessionMux', () => {
     mux.end();
   });
 
+  it('a subscription made while paused (a mode switch) is paused right behind it; not after resume', async () => {
+    const a = await fakeAgent('pod-a');
+    const mux = new SessionMux(recorder());
+    mux.attach(a.link);
+    await request(mux, steal('s1'));
+    mux.send({ type: 'pause' });
+    await request(mux, { type: 'unsubscribe', id: 's1', port: 8080 });
+    await request(mux, steal('s2'));
+    await until(() => a.seen.length >= 5);
+    expect(a.seen.slice(3, 5)).toEqual([steal('s2'), { type: 'pause', port: 8080 }]);
+    mux.send({ type: 'resume' });
+    await request(mux, steal('s3'));
+    await new Promise((r) => setTimeout(r, 50));
+    expect(a.seen.slice(5)).toEqual([{ type: 'resume' }, steal('s3')]);
+    mux.end();
+  });
+
   it('reports traffic with the pod it came from, and stops waiting for a tunnel that is detached', async () => {
     const rec = recorder();
     const a = await fakeAgent('pod-a');

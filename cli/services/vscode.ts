@@ -1,17 +1,21 @@
 // `devop vscode init`: writes .vscode/tasks.json (a background `devop exec` task whose problem matcher waits for the
 // real start and ready lines), .vscode/launch.json (a Node attach configuration around it) and devop.json's $schema —
 // merging into existing files (JSON with comments accepted) without touching other entries.
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { basename, isAbsolute, join, relative, sep } from 'node:path';
+import { existsSync, mkdirSync, readFileSync, realpathSync, writeFileSync } from 'node:fs';
+import { basename, delimiter, join } from 'node:path';
 import { UserError } from '../../shared/errors.js';
 import { CONFIG_FILE_NAME } from '../../shared/config.js';
 import { BEGINS_PATTERN, ENDS_PATTERN, ERROR_PATTERN } from '../ui/lines.js';
-import { SCHEMA_FILE_NAME, schemaFilePath } from './config.js';
+import { SCHEMA_FILE_NAME, devopPackageRoot, schemaFilePath } from './config.js';
 
 export const DEFAULT_TASK_LABEL = 'devop: exec';
 export const DEFAULT_INSPECT_PORT = 9229;
 /** The schema path written when devop is a dependency of the workspace: stable across machines and checkouts. */
 export const INSTALLED_SCHEMA_PATH = `./node_modules/devop/${SCHEMA_FILE_NAME}`;
+/** Where the schema is copied when devop is not a dependency of the workspace (relative to devop.json). */
+export const COPIED_SCHEMA_PATH = `./.vscode/${SCHEMA_FILE_NAME}`;
+/** How the task runs the workspace's own devop install. */
+const INSTALLED_BIN_PATH = '${workspaceFolder}/node_modules/devop/bin/devop.js';
 
 export interface VscodeInitOptions {
   /** The folder that holds (or will hold) .vscode/ and devop.json. */
@@ -20,8 +24,8 @@ export interface VscodeInitOptions {
   execArgs: string[];
   /** The local command after `--`; empty: `node <package.json main>`. */
   localCommand: string[];
-  /** How the task starts devop, e.g. ['npx', 'devop']. */
-  devopCommand: string[];
+  /** How the task starts devop, e.g. ['devop'] (default: devopCommandFor, the devop that writes the task). */
+  devopCommand?: string[];
   inspectPort: number;
   taskLabel: string;
 }
@@ -62,7 +66,7 @@ export function withInspect(command: string[], port: number): { command: string[
 
 /** The background task: VS Code waits for `devop: ready` (endsPattern) before the debugger attaches. */
 export function buildExecTask(options: VscodeInitOptions, localCommand: string[]): VscodeTask {
-  const [command, ...prefix] = options.devopCommand;
+  const [command, ...prefix] = options.devopCommand ?? devopCommandFor(options.workspace);
   const args = [...prefix, 'exec', ...options.execArgs, '--output', 'plain', '--', ...localCommand];
   return {
     label: options.taskLabel,
@@ -122,8 +126,8 @@ export function initVscode(options: VscodeInitOptions): VscodeInitResult {
     doc.configurations = upsert(arrayAt(doc, 'configurations', file), 'name', [buildLaunchConfiguration(options.taskLabel, options.inspectPort)]);
   });
   const schema = schemaReference(options.workspace);
-  const configFile = planDevopJson(join(options.workspace, CONFIG_FILE_NAME), schema);
-  const planned = [tasksFile, launchFile, configFile];
+  const configFile = planDevopJson(join(options.workspace, CONFIG_FILE_NAME), schema.ref);
+  const planned = [tasksFile, launchFile, configFile, ...(schema.copy ? [schema.copy] : [])];
   mkdirSync(vscodeDir, { recursive: true });
   for (const file of planned) {
     if (file.backup && file.original !== undefined) writeFileSync(file.backup, file.original);
@@ -139,14 +143,43 @@ function defaultLocalCommand(workspace: string): string[] {
   throw new UserError('no local command to run under devop', 'give it after --, e.g. `devop vscode init -t deploy/NAME -- node dist/main.js`');
 }
 
-/** `./node_modules/devop/devop.schema.json` when the workspace has devop installed, else a path to this devop's file. */
-export function schemaReference(workspace: string): string {
-  if (existsSync(join(workspace, INSTALLED_SCHEMA_PATH))) return INSTALLED_SCHEMA_PATH;
-  const file = schemaFilePath();
-  const rel = relative(workspace, file);
-  if (rel === '' || isAbsolute(rel)) return file;
-  const posix = rel.split(sep).join('/');
-  return posix.startsWith('.') ? posix : `./${posix}`;
+/**
+ * How the task starts the devop that writes it: the workspace's own install, else `devop` when the one on PATH is this
+ * one, else this one's bin by path. Never `npx devop`: without devop in node_modules, npx would fetch whatever package
+ * the registry has under that name.
+ */
+export function devopCommandFor(workspace: string, root = devopPackageRoot(), pathEnv = process.env.PATH): string[] {
+  const bin = join(root, 'bin', 'devop.js');
+  // (VS Code substitutes ${workspaceFolder}: the path holds on every machine that clones the project)
+  if (sameFile(join(workspace, 'node_modules', 'devop'), root)) return ['node', INSTALLED_BIN_PATH];
+  const onPath = (pathEnv ?? '')
+    .split(delimiter)
+    .filter(Boolean)
+    .map((dir) => join(dir, 'devop'))
+    .find((file) => existsSync(file));
+  if (onPath && sameFile(onPath, bin)) return ['devop'];
+  return ['node', bin];
+}
+
+function sameFile(a: string, b: string): boolean {
+  try {
+    return realpathSync(a) === realpathSync(b);
+  } catch {
+    return false; // one of them does not exist
+  }
+}
+
+/**
+ * `./node_modules/devop/devop.schema.json` when the workspace has devop installed; else a copy of this devop's schema
+ * in .vscode/ (a path into devop's own folder would not resolve on another machine or checkout).
+ */
+export function schemaReference(workspace: string): { ref: string; copy?: PlannedFile } {
+  if (existsSync(join(workspace, INSTALLED_SCHEMA_PATH))) return { ref: INSTALLED_SCHEMA_PATH };
+  const path = join(workspace, COPIED_SCHEMA_PATH);
+  const text = readFileSync(schemaFilePath(), 'utf8');
+  const before = existsSync(path) ? readFileSync(path, 'utf8') : undefined;
+  const action = before === undefined ? 'created' : before === text ? 'unchanged' : 'updated';
+  return { ref: COPIED_SCHEMA_PATH, copy: { path, action, text } };
 }
 
 interface PlannedFile extends WrittenFile {

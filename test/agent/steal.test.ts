@@ -144,4 +144,47 @@ describe.runIf(run)('agent: steal a whole port', () => {
     expect(rules).toMatch(/tcp dport 3000 redirect/);
     expect(rules).not.toMatch(/saddr != .* dport 3000/);
   });
+
+  test('a keep-alive connection opened during a pause is answered by the pod; on resume it moves to the local command', async () => {
+    for (const m of session.messages.filter((x) => x.type === 'subscribed')) {
+      await session.request({ type: 'unsubscribe', id: (m as { id: string }).id, port: 3000 }, ['unsubscribed']);
+    }
+    // Given a steal with flush, paused, and a keep-alive client (one socket) that connected during the pause
+    expect((await session.subscribe(3000, 'steal', { flush: true })).type).toBe('subscribed');
+    session.send({ type: 'pause', port: 3000 });
+    const keep = keepAliveAgent();
+    await waitFor(async () => {
+      const answer = await httpGet(client, '/during-pause', { agent: keep });
+      return answer.body === 'pod: GET /during-pause' ? answer : undefined;
+    }, 'the pod to answer while paused');
+    const again = await httpGet(client, '/during-pause-2', { agent: keep });
+    expect([again.body, again.reused]).toEqual(['pod: GET /during-pause-2', true]);
+    const closed = new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error('the connection opened during the pause was not ended on resume')), 10_000);
+      again.socket.once('close', () => resolve(clearTimeout(timer)));
+    });
+    // When the steal resumes
+    session.send({ type: 'resume', port: 3000 });
+    // Then the agent ends that connection, and the client's next request (same client, new socket) is stolen
+    await closed;
+    const after = await httpGet(client, '/after-resume', { agent: keep });
+    expect([after.body, after.reused]).toEqual(['local: GET /after-resume', false]);
+    keep.destroy();
+  });
+
+  test('without flush, a keep-alive connection opened during a pause stays with the pod after resume', async () => {
+    for (const m of session.messages.filter((x) => x.type === 'subscribed')) {
+      await session.request({ type: 'unsubscribe', id: (m as { id: string }).id, port: 3000 }, ['unsubscribed']);
+    }
+    expect((await session.subscribe(3000, 'steal', { flush: false })).type).toBe('subscribed');
+    session.send({ type: 'pause', port: 3000 });
+    const keep = keepAliveAgent();
+    await waitFor(async () => (await httpGet(client, '/nf-pause', { agent: keep })).body === 'pod: GET /nf-pause', 'the pod to answer while paused');
+    session.send({ type: 'resume', port: 3000 });
+    // (a fresh connection is stolen again: the resume took effect)
+    await waitFor(async () => (await httpGet(client, '/nf-fresh')).body === 'local: GET /nf-fresh', 'the local command to answer again');
+    const same = await httpGet(client, '/nf-same', { agent: keep });
+    expect([same.body, same.reused]).toEqual(['pod: GET /nf-same', true]);
+    keep.destroy();
+  });
 });

@@ -244,6 +244,8 @@ export function killLocalServer(run: DevopRun): void {
  */
 export interface PodClient {
   get(host: string, port: number, path: string, headers?: Record<string, string>, timeoutMs?: number): Promise<HttpAnswer>;
+  /** A GET on the client's one keep-alive connection (a new one when the other side closed it); `reused` says which. */
+  keepAliveGet(host: string, port: number, path: string, timeoutMs?: number): Promise<HttpAnswer & { reused: boolean }>;
   who(host: string, port: number, path?: string, headers?: Record<string, string>): Promise<string>;
   close(): void;
 }
@@ -276,7 +278,7 @@ export async function startPodClient(
     const exec = ['--kubeconfig', env.cluster.kubeconfigPath, 'exec', '-i', '-n', namespace, name, '--'];
     child = spawn(kubectl, [...exec, ...inPod], { stdio });
   }
-  const pending = new Map<number, (r: { status?: number; body?: string; error?: string }) => void>();
+  const pending = new Map<number, (r: { status?: number; body?: string; error?: string; reused?: boolean }) => void>();
   let buffered = '';
   child.stdout?.setEncoding('utf8').on('data', (text: string) => {
     buffered += text;
@@ -284,7 +286,7 @@ export async function startPodClient(
     while ((i = buffered.indexOf('\n')) >= 0) {
       const line = buffered.slice(0, i);
       buffered = buffered.slice(i + 1);
-      const result = JSON.parse(line) as { id: number; status?: number; body?: string; error?: string };
+      const result = JSON.parse(line) as { id: number; status?: number; body?: string; error?: string; reused?: boolean };
       pending.get(result.id)?.(result);
       pending.delete(result.id);
     }
@@ -296,8 +298,17 @@ export async function startPodClient(
       pending.set(id, (r) => (r.error !== undefined ? reject(new Error(`GET ${host}:${port}${path} from pod ${name}: ${r.error}`)) : resolvePromise({ status: r.status ?? 0, body: r.body ?? '' })));
       child.stdin?.write(`${JSON.stringify({ id, host, port, path, headers, timeoutMs })}\n`);
     });
+  const keepAliveGet = (host: string, port: number, path: string, timeoutMs = 5000): Promise<HttpAnswer & { reused: boolean }> =>
+    new Promise((resolvePromise, reject) => {
+      const id = ++nextId;
+      pending.set(id, (r) =>
+        r.error !== undefined ? reject(new Error(`GET ${host}:${port}${path} (keep-alive) from pod ${name}: ${r.error}`)) : resolvePromise({ status: r.status ?? 0, body: r.body ?? '', reused: Boolean(r.reused) }),
+      );
+      child.stdin?.write(`${JSON.stringify({ id, host, port, path, timeoutMs, keepAlive: true })}\n`);
+    });
   return {
     get,
+    keepAliveGet,
     async who(host, port, path = '/', headers = {}) {
       return whoAnswered(await get(host, port, path, headers));
     },

@@ -55,6 +55,26 @@ describe('devop config validate', () => {
     expect(missing.stderr).toMatch(/nope\.json does not exist/);
     expect(missing.stderr).toMatch(/fix: /);
   });
+
+  it('takes the file as an argument as well as with -f', async () => {
+    // Given a valid file and a bad one
+    const good = join(dir, 'by-argument.json');
+    writeFileSync(good, JSON.stringify({ target: 'deploy/echo' }));
+    const bad = join(dir, 'bad-argument.json');
+    writeFileSync(bad, JSON.stringify({ incoming: { mode: 'borrow' } }));
+    // When each is named as an argument
+    const ok = await runCli(['config', 'validate', good]);
+    const problems = await runCli(['config', 'validate', bad]);
+    // Then each is checked
+    expect([ok.code, ok.stdout]).toEqual([0, `${good}: valid\n`]);
+    expect(problems.code).toBe(1);
+    expect(problems.stdout).toMatch(/incoming\.mode/);
+    // When two different files are named, one each way
+    const both = await runCli(['config', 'validate', good, '-f', bad]);
+    // Then one line says to name one
+    expect(both.code).toBe(1);
+    expect(both.stderr).toMatch(/two files to check/);
+  });
 });
 
 describe('devop config schema', () => {

@@ -1,10 +1,10 @@
 // `devop vscode init`: tasks.json / launch.json merged into existing (commented) files without clobbering other entries,
 // devop.json's $schema pointing at the committed schema, and problem-matcher patterns that match devop's Plain lines.
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { dirname, join, resolve, sep } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { REPO_ROOT, runCli, runNode } from './helpers/cli.js';
+import { DEVOP_BIN, REPO_ROOT, runCli, runNode } from './helpers/cli.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'devop-ui-vscode-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -20,6 +20,9 @@ interface TasksJson {
   >;
   inputs: Array<Record<string, unknown>>;
 }
+
+/** The environment with a PATH that holds node and nothing called devop. */
+const NO_DEVOP_ON_PATH = { ...process.env, PATH: dirname(process.execPath) };
 
 function workspace(name: string): string {
   const path = join(dir, name);
@@ -38,7 +41,7 @@ describe('devop vscode init', () => {
     writeFileSync(join(ws, '.vscode', 'launch.json'), JSON.stringify({ version: '0.2.0', configurations: [{ name: 'tests', type: 'node', request: 'launch' }] }));
     writeFileSync(join(ws, 'devop.json'), JSON.stringify({ target: 'deploy/echo', incoming: { mode: 'steal' } }));
     // When vscode init runs with exec flags and a local command
-    const result = await runCli(['vscode', 'init', '--dir', ws, '-t', 'deploy/echo', '--steal', '-p', '3000', '--env-exclude', 'AWS_*', '--', 'node', 'server.js']);
+    const result = await runCli(['vscode', 'init', '--dir', ws, '-t', 'deploy/echo', '--steal', '-p', '3000', '--env-exclude', 'AWS_*', '--', 'node', 'server.js'], { env: NO_DEVOP_ON_PATH });
     expect(result.code, result.stderr).toBe(0);
     // Then tasks.json is valid JSON with the old task, the old input, the devop task and its stop task
     const tasks = JSON.parse(readFileSync(join(ws, '.vscode', 'tasks.json'), 'utf8')) as TasksJson;
@@ -47,8 +50,9 @@ describe('devop vscode init', () => {
     expect(tasks.inputs.map((input) => input.id)).toEqual(['mine', 'devopTerminate']);
     const exec = tasks.tasks[1];
     expect(exec.isBackground).toBe(true);
-    expect(exec.command).toBe('npx');
-    expect(exec.args).toEqual(['devop', 'exec', '--target', 'deploy/echo', '--steal', '--port', '3000', '--env-exclude', 'AWS_*', '--output', 'plain', '--', 'node', '--inspect=9229', 'server.js']);
+    // (run by the devop that wrote it, by path: it is neither installed in the workspace nor on PATH)
+    expect(exec.command).toBe('node');
+    expect(exec.args).toEqual([DEVOP_BIN, 'exec', '--target', 'deploy/echo', '--steal', '--port', '3000', '--env-exclude', 'AWS_*', '--output', 'plain', '--', 'node', '--inspect=9229', 'server.js']);
     // And the commented original is kept beside it
     expect(readFileSync(join(ws, '.vscode', 'tasks.json.devop.bak'), 'utf8')).toContain('// See https://go.microsoft.com');
     // And launch.json has both configurations, the devop one attaching around the task
@@ -59,16 +63,46 @@ describe('devop vscode init', () => {
     const config = JSON.parse(readFileSync(join(ws, 'devop.json'), 'utf8')) as Record<string, unknown>;
     expect(config).toMatchObject({ target: 'deploy/echo', incoming: { mode: 'steal' } });
     expect(Object.keys(config)[0]).toBe('$schema');
+    // (a file inside the workspace: a path into devop's own folder would not resolve on another machine)
+    expect(config.$schema).toBe('./.vscode/devop.schema.json');
     const schemaPath = resolve(ws, String(config.$schema));
+    expect(schemaPath.startsWith(ws + sep)).toBe(true);
     expect(readFileSync(schemaPath, 'utf8')).toBe(readFileSync(join(REPO_ROOT, 'devop.schema.json'), 'utf8'));
     // And the result lines say what was done
     expect(result.stdout).toMatch(/updated .*tasks\.json \(it had comments: the original is kept as .*tasks\.json\.devop\.bak\)/);
 
     // When it runs again with the same flags
-    const again = await runCli(['vscode', 'init', '--dir', ws, '-t', 'deploy/echo', '--steal', '-p', '3000', '--env-exclude', 'AWS_*', '--', 'node', 'server.js']);
+    const again = await runCli(['vscode', 'init', '--dir', ws, '-t', 'deploy/echo', '--steal', '-p', '3000', '--env-exclude', 'AWS_*', '--', 'node', 'server.js'], { env: NO_DEVOP_ON_PATH });
     // Then nothing changes
     expect(again.code).toBe(0);
-    expect(again.stdout).toMatch(/unchanged .*tasks\.json\nunchanged .*launch\.json\nunchanged .*devop\.json/);
+    expect(again.stdout).toMatch(/unchanged .*tasks\.json\nunchanged .*launch\.json\nunchanged .*devop\.json\nunchanged .*devop\.schema\.json/);
+  });
+
+  it('runs the devop that wrote the task: `devop` when it is the one on PATH, the workspace install when it is that', async () => {
+    // Given this devop on PATH (as a global install links it)
+    const bin = join(dir, 'global-bin');
+    mkdirSync(bin, { recursive: true });
+    symlinkSync(DEVOP_BIN, join(bin, 'devop'));
+    const ws = workspace('global');
+    // When vscode init runs
+    const global = await runCli(['vscode', 'init', '--dir', ws, '-t', 'pod/app', '--', 'node', 'main.js'], { env: { ...process.env, PATH: `${bin}:${dirname(process.execPath)}` } });
+    expect(global.code, global.stderr).toBe(0);
+    // Then the task runs `devop` itself
+    const globalTask = (JSON.parse(readFileSync(join(ws, '.vscode', 'tasks.json'), 'utf8')) as TasksJson).tasks[0];
+    expect([globalTask.command, globalTask.args?.[0]]).toEqual(['devop', 'exec']);
+
+    // Given a workspace whose node_modules/devop is this devop (npm link, or an install)
+    const local = workspace('local-install');
+    mkdirSync(join(local, 'node_modules'));
+    symlinkSync(REPO_ROOT, join(local, 'node_modules', 'devop'));
+    // When vscode init runs (with this devop on PATH too)
+    const installed = await runCli(['vscode', 'init', '--dir', local, '-t', 'pod/app', '--', 'node', 'main.js'], { env: { ...process.env, PATH: `${bin}:${dirname(process.execPath)}` } });
+    expect(installed.code, installed.stderr).toBe(0);
+    // Then the task runs the workspace's install, by a path that holds on every machine
+    const localTask = (JSON.parse(readFileSync(join(local, '.vscode', 'tasks.json'), 'utf8')) as TasksJson).tasks[0];
+    expect([localTask.command, ...(localTask.args ?? []).slice(0, 2)]).toEqual(['node', '${workspaceFolder}/node_modules/devop/bin/devop.js', 'exec']);
+    expect(JSON.parse(readFileSync(join(local, 'devop.json'), 'utf8'))).toEqual({ $schema: './node_modules/devop/devop.schema.json' });
+    expect(existsSync(join(local, '.vscode', 'devop.schema.json'))).toBe(false);
   });
 
   it('points $schema into node_modules when devop is installed in the workspace', async () => {

@@ -1,7 +1,8 @@
 // Who may take the lease: free, own, or expired leases can be taken; a live holder's cannot.
+import { getEventListeners } from 'node:events';
 import type { V1Lease } from '@kubernetes/client-node';
 import { describe, expect, it } from 'vitest';
-import { canTake, takenLease } from './leader.js';
+import { canTake, sleep, takenLease } from './leader.js';
 
 const now = new Date('2026-05-01T12:00:00Z');
 const lease = (holder: string | undefined, renewedSecondsAgo: number, duration = 15): V1Lease => ({
@@ -32,5 +33,31 @@ describe('lease decisions', () => {
     const renewed = takenLease(taken, 'me', 15, new Date(now.getTime() + 2000));
     expect(renewed.spec?.leaseTransitions).toBe(3);
     expect(renewed.spec?.acquireTime).toBe(taken.spec?.acquireTime);
+  });
+});
+
+describe('the renew loop\'s wait', () => {
+  it('leaves no abort listener behind: a long run on one signal adds none, and Node does not warn', async () => {
+    // Given one signal, as the renew loop (and a waiting candidate) use for their whole life
+    const stop = new AbortController();
+    const warnings: Error[] = [];
+    const onWarning = (warning: Error): void => void warnings.push(warning);
+    process.on('warning', onWarning);
+    try {
+      // When it waits 30 times (a minute and more of renewals at the default 2 s)
+      for (let i = 0; i < 30; i += 1) await sleep(1, stop.signal);
+      await new Promise((resolve) => setImmediate(resolve)); // (warnings are emitted on the next tick)
+      // Then no listener is left on the signal, and no MaxListenersExceededWarning was raised
+      expect(getEventListeners(stop.signal, 'abort')).toHaveLength(0);
+      expect(warnings.map((w) => w.name)).not.toContain('MaxListenersExceededWarning');
+    } finally {
+      process.off('warning', onWarning);
+    }
+    // And an abort still ends a wait at once
+    const started = Date.now();
+    const waiting = sleep(60_000, stop.signal);
+    stop.abort();
+    await waiting;
+    expect(Date.now() - started).toBeLessThan(1_000);
   });
 });

@@ -29,13 +29,19 @@ function statusCode(err: unknown): number | undefined {
   return typeof code === 'number' ? code : undefined;
 }
 
-function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+/**
+ * Waits `ms`, or less when the signal aborts. The abort listener goes when the wait ends either way: renewing every
+ * retry period on one signal would otherwise add a listener each time (Node warns at 11: a leak).
+ */
+export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
   return new Promise((resolve) => {
-    const t = setTimeout(resolve, ms);
-    signal?.addEventListener('abort', () => {
-      clearTimeout(t);
+    const done = (): void => {
+      clearTimeout(timer);
+      signal?.removeEventListener('abort', done);
       resolve();
-    }, { once: true });
+    };
+    const timer = setTimeout(done, ms);
+    signal?.addEventListener('abort', done, { once: true });
   });
 }
 

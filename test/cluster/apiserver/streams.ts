@@ -1,10 +1,12 @@
 // Streaming pod subresources as kubelet serves them: pods/log (chunked text), pods/exec (WebSocket v5/v4.channel.k8s.io)
-// and pods/portforward (WebSocket v4.channel.k8s.io: per port a data and an error channel, each opened with the port).
+// and pods/portforward (WebSocket v4.channel.k8s.io: per port a data and an error channel, each opened with the port;
+// or kubectl 1.31+'s SPDY tunnelled in a WebSocket, spdy-portforward.ts). Plain SPDY upgrades get a Status.
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { WebSocket, WebSocketServer } from 'ws';
 import { ApiError, badRequest, toApiError, type K8sObject } from './errors.js';
 import type { NodeRuntime } from '../node-runtime.js';
+import { SPDY_TUNNEL_PROTOCOL, serveSpdyPortForward } from './spdy-portforward.js';
 
 const EXEC_PROTOCOLS = ['v5.channel.k8s.io', 'v4.channel.k8s.io'];
 const PORTFORWARD_PROTOCOLS = ['v4.channel.k8s.io', 'portforward.k8s.io', 'channel.k8s.io'];
@@ -16,6 +18,10 @@ const CH_STDERR = 2;
 const CH_STATUS = 3;
 const CH_RESIZE = 4;
 const CH_CLOSE = 255;
+
+function offeredProtocols(req: IncomingMessage): Set<string> {
+  return new Set(String(req.headers['sec-websocket-protocol'] ?? '').split(',').map((s) => s.trim()));
+}
 
 export function chooseProtocol(offered: Set<string>, supported: string[]): string | false {
   return supported.find((p) => offered.has(p)) ?? false;
@@ -85,6 +91,12 @@ export interface StreamServer {
 export function createStreamServer(runtime: () => NodeRuntime | undefined): StreamServer {
   const execWss = new WebSocketServer({ noServer: true, perMessageDeflate: false, handleProtocols: (p) => chooseProtocol(p, EXEC_PROTOCOLS) });
   const pfWss = new WebSocketServer({ noServer: true, perMessageDeflate: false, handleProtocols: (p) => chooseProtocol(p, PORTFORWARD_PROTOCOLS) });
+  // (it names the real subprotocol in its answer: see upgradePortForward)
+  const spdyWss = new WebSocketServer({
+    noServer: true,
+    perMessageDeflate: false,
+    handleProtocols: () => SPDY_TUNNEL_PROTOCOL,
+  });
   const portForwards = new Set<WebSocket>();
   const all = new Set<WebSocket>();
   const track = (ws: WebSocket, set?: Set<WebSocket>) => {
@@ -209,7 +221,7 @@ export function createStreamServer(runtime: () => NodeRuntime | undefined): Stre
 
   return {
     upgradeExec(req, socket, head, pod, q) {
-      if (!chooseProtocol(new Set(String(req.headers['sec-websocket-protocol'] ?? '').split(',').map((s) => s.trim())), EXEC_PROTOCOLS)) {
+      if (!chooseProtocol(offeredProtocols(req), EXEC_PROTOCOLS)) {
         socket.end('HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\n\r\nthe stand-in serves pods/exec over WebSocket (v5.channel.k8s.io, v4.channel.k8s.io) only\n');
         return;
       }
@@ -219,6 +231,24 @@ export function createStreamServer(runtime: () => NodeRuntime | undefined): Stre
       });
     },
     upgradePortForward(req, socket, head, pod, q) {
+      if (String(req.headers.upgrade ?? '').toLowerCase() !== 'websocket') {
+        // kubectl up to 1.30 (or with KUBECTL_PORT_FORWARD_WEBSOCKETS=false) asks for SPDY/3.1: kubectl prints this.
+        throw badRequest(
+          'the stand-in serves pods/portforward over WebSocket only, not SPDY: use kubectl 1.31+ (without ' +
+            'KUBECTL_PORT_FORWARD_WEBSOCKETS=false), `devop port-forward`, or a WebSocket client (v4.channel.k8s.io)',
+        );
+      }
+      if (offeredProtocols(req).has(SPDY_TUNNEL_PROTOCOL)) {
+        // ws refuses a subprotocol with "/" in it (not an RFC 7230 token), which kube-apiserver accepts: it is offered
+        // to ws under a token name, and the answer (spdyWss's handleProtocols) names the real one.
+        req.headers['sec-websocket-protocol'] = 'spdy-portforward';
+        spdyWss.handleUpgrade(req, socket, head, (ws) => {
+          track(ws, portForwards);
+          const rt = runtime();
+          serveSpdyPortForward(ws, pod, rt ? (port) => rt.dialPod(pod.metadata.namespace, pod.metadata.name, port) : undefined);
+        });
+        return;
+      }
       pfWss.handleUpgrade(req, socket, head, (ws) => {
         track(ws, portForwards);
         runPortForward(ws, pod, q);
@@ -231,6 +261,7 @@ export function createStreamServer(runtime: () => NodeRuntime | undefined): Stre
       for (const ws of all) ws.terminate();
       execWss.close();
       pfWss.close();
+      spdyWss.close();
     },
   };
 }
