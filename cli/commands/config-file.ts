@@ -1,9 +1,23 @@
-// Finds and loads devop.json for a command: -f/--config, else ./devop.json when present, else the defaults.
+// Finds and loads devop.json for a command: -f/--config, else ./devop.json when present, else the defaults; then the
+// DEVOP_* environment variables (ENV_OVERRIDES) over it. Flags win over both (the commands merge them last).
 import { existsSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
-import { CONFIG_FILE_NAME, loadConfigFile, parseConfig, type DevopConfig } from '../../shared/config.js';
+import { CONFIG_FILE_NAME, ENV_OVERRIDES, envOverrides, loadConfigFile, mergeConfigInput, parseConfig, type DevopConfig } from '../../shared/config.js';
 
-export function loadCommandConfig(path: string | undefined, cwd = process.cwd()): { config: DevopConfig; dir?: string; path?: string } {
+export function loadCommandConfig(
+  path: string | undefined,
+  cwd = process.cwd(),
+  env: NodeJS.ProcessEnv = process.env,
+): { config: DevopConfig; dir?: string; path?: string } {
+  const found = findConfig(path, cwd);
+  const overrides = envOverrides(env);
+  if (Object.keys(overrides).length === 0) return found;
+  const names = Object.keys(ENV_OVERRIDES).filter((name) => env[name]);
+  const source = `${found.path ?? 'the defaults'} with ${names.join(', ')} from the environment`;
+  return { ...found, config: parseConfig(mergeConfigInput(found.config, overrides), source) };
+}
+
+function findConfig(path: string | undefined, cwd: string): { config: DevopConfig; dir?: string; path?: string } {
   if (path) {
     const full = resolve(cwd, path);
     return { config: loadConfigFile(full), dir: dirname(full), path: full };
