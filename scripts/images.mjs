@@ -254,6 +254,7 @@ function buildDockerfile(entry, log) {
     log, step: `${entry.name}: buildah build -f ${entry.dockerfile}`,
     fix: `fix the step the log ends with, then run npm run images -- ${entry.name}`,
   });
+  if (entry.refs.length > 1) run('buildah', ['tag', entry.refs[0], ...entry.refs.slice(1)], { log });
 }
 
 /** Writes one archive with every reference of `entry` (an OCI layout can name one manifest several times). */
