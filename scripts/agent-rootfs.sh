@@ -1,7 +1,7 @@
 #!/bin/sh
 # Copies the agent's run-time files out of a Debian build stage into one directory (Dockerfile.agent's last stage is
-# FROM scratch + that directory): node, the tools the agent runs in the pod's netns, the libraries they load, and the few
-# /etc files they read. Nothing else: no apt/dpkg, perl, docs or locales. Usage: agent-rootfs.sh ROOT BINARY...
+# FROM scratch + that directory): node, the tools the agent runs in the pod's netns, the libraries they load, and the
+# few /etc files they read. Nothing else: no apt/dpkg, perl, docs or locales. Usage: agent-rootfs.sh ROOT BINARY...
 set -eu
 root=$1
 shift

@@ -1,4 +1,4 @@
-// The OCI images `npm run images` builds: archive name, the image references inside it, and the Dockerfile it comes from.
+// The OCI images `npm run images` builds: archive name, the image references inside it, and its Dockerfile.
 // The stand-in's kubelet imports these archives into containerd, so names and references are a contract.
 import { readFileSync } from 'node:fs';
 
@@ -29,5 +29,9 @@ export const IMAGES = [
     buildArgs: { STEP: String(step) },
     refs: [`devop.test/farm-operator:step${step}`],
   })),
-  { name: 'echo-controller', dockerfile: 'examples/echo-controller/Dockerfile', refs: ['devop.test/echo-controller:latest'] },
+  {
+    name: 'echo-controller',
+    dockerfile: 'examples/echo-controller/Dockerfile',
+    refs: ['devop.test/echo-controller:latest'],
+  },
 ];

@@ -1,12 +1,13 @@
 // `npm run images [-- NAME…]`: builds devop's OCI images with buildah from the repository's Dockerfiles into
 // dist/images/<name>.oci.tar (scripts/image-list.mjs names them), and copies them to /work/images when that exists.
-// The bases are made here, not pulled: Debian bookworm by mmdebstrap (docker.io/library/debian:bookworm-slim) and Node 20
-// from the npm registry's official build on top (docker.io/library/node:20-bookworm-slim), so the same Dockerfiles
+// The bases are made here, not pulled: Debian bookworm by mmdebstrap (docker.io/library/debian:bookworm-slim) and
+// Node 20 from the npm registry's official build on top (docker.io/library/node:20-bookworm-slim), so the same Dockerfiles
 // build with `docker build` where Docker Hub is reachable. An image whose inputs did not change is not rebuilt.
 import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import {
-  copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, renameSync, rmSync, statSync, writeFileSync,
+  copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, renameSync, rmSync, statSync,
+  writeFileSync,
 } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, relative } from 'node:path';
@@ -35,8 +36,12 @@ const DEBIAN_MIRRORS = [
 const DEBIAN_CUSTOMIZE = String.raw`set -e
 r="$1"
 cat > "$r/etc/apt/apt.conf.d/docker-clean" <<'EOF'
-DPkg::Post-Invoke { "rm -f /var/cache/apt/archives/*.deb /var/cache/apt/archives/partial/*.deb /var/cache/apt/*.bin || true"; };
-APT::Update::Post-Invoke { "rm -f /var/cache/apt/archives/*.deb /var/cache/apt/archives/partial/*.deb /var/cache/apt/*.bin || true"; };
+DPkg::Post-Invoke {
+  "rm -f /var/cache/apt/archives/*.deb /var/cache/apt/archives/partial/*.deb /var/cache/apt/*.bin || true";
+};
+APT::Update::Post-Invoke {
+  "rm -f /var/cache/apt/archives/*.deb /var/cache/apt/archives/partial/*.deb /var/cache/apt/*.bin || true";
+};
 Dir::Cache::pkgcache "";
 Dir::Cache::srcpkgcache "";
 EOF
@@ -90,7 +95,8 @@ function checkTools() {
 
 /** The id of a local image, or undefined when there is none. */
 function imageId(ref) {
-  const res = spawnSync('buildah', ['inspect', '--type', 'image', '--format', '{{.FromImageID}}', ref], { encoding: 'utf8' });
+  const args = ['inspect', '--type', 'image', '--format', '{{.FromImageID}}', ref];
+  const res = spawnSync('buildah', args, { encoding: 'utf8' });
   return res.status === 0 ? res.stdout.trim() : undefined;
 }
 
@@ -118,7 +124,8 @@ function buildDebianBase(outDir) {
     writeFileSync(hook, DEBIAN_CUSTOMIZE);
     const tar = join(work, 'rootfs.tar');
     run('mmdebstrap', [...args, `--customize-hook=sh ${hook} "$1"`, 'bookworm', tar, ...DEBIAN_MIRRORS], {
-      log, step: 'debian base (mmdebstrap)', fix: 'check that Debian\'s mirror (deb.debian.org) answers; then run it again',
+      log, step: 'debian base (mmdebstrap)',
+      fix: 'check that Debian\'s mirror (deb.debian.org) answers; then run it again',
     });
     const ctr = run('buildah', ['from', 'scratch'], { log, capture: true });
     try {
@@ -193,7 +200,9 @@ function dockerfileLines(text) {
 
 /** Files under `path` (itself when a file), skipping what a build context never needs. */
 function contextFiles(path) {
-  if (!existsSync(path)) throw new BuildFailure(`images: a Dockerfile copies ${path}, which does not exist — fix the COPY line`);
+  if (!existsSync(path)) {
+    throw new BuildFailure(`images: a Dockerfile copies ${path}, which does not exist — fix the COPY line`);
+  }
   if (!statSync(path).isDirectory()) return [path];
   return readdirSync(path).sort()
     .filter((name) => !['node_modules', 'dist', '.git'].includes(name))
@@ -201,23 +210,27 @@ function contextFiles(path) {
 }
 
 /**
- * What an image is built from: the Dockerfile, its build args, every context file its COPY/ADD lines name, and the ids of
- * the local images it starts FROM. Equal hashes mean the archive can be kept.
+ * What an image is built from: the Dockerfile, its build args, every context file its COPY/ADD lines name, and the ids
+ * of the local images it starts FROM. Equal hashes mean the archive can be kept.
  */
 function inputsHash(entry) {
   const text = readFileSync(entry.dockerfile, 'utf8');
-  const hash = createHash('sha256').update(JSON.stringify({ RECIPE, text, args: entry.buildArgs ?? {}, refs: entry.refs }));
+  const hash = createHash('sha256');
+  hash.update(JSON.stringify({ RECIPE, text, args: entry.buildArgs ?? {}, refs: entry.refs }));
   const stages = new Set();
   for (const line of dockerfileLines(text)) {
     const from = /^FROM\s+(?:--\S+\s+)*(\S+)(?:\s+AS\s+(\S+))?/i.exec(line);
     if (from) {
       if (from[2]) stages.add(from[2].toLowerCase());
-      if (from[1] !== 'scratch' && !stages.has(from[1].toLowerCase())) hash.update(`from ${from[1]} ${imageId(from[1])}`);
+      const isImage = from[1] !== 'scratch' && !stages.has(from[1].toLowerCase());
+      if (isImage) hash.update(`from ${from[1]} ${imageId(from[1])}`);
       continue;
     }
     const copy = /^(?:COPY|ADD)\s+(.*)$/i.exec(line);
     if (!copy || /--from=/.test(copy[1])) continue;
-    const words = copy[1].startsWith('[') ? JSON.parse(copy[1]) : copy[1].split(/\s+/).filter((w) => !w.startsWith('--'));
+    const words = copy[1].startsWith('[')
+      ? JSON.parse(copy[1])
+      : copy[1].split(/\s+/).filter((w) => !w.startsWith('--'));
     for (const src of words.slice(0, -1)) {
       for (const file of contextFiles(src)) hash.update(`file ${file} ${sha256(readFileSync(file))}`);
     }
@@ -262,7 +275,8 @@ function writeArchive(entry, archive, log) {
   const layout = mkdtempSync(join(tmpdir(), 'devop-oci-'));
   try {
     for (const ref of entry.refs) {
-      run('buildah', ['push', '--quiet', entry.refs[0], `oci:${layout}:${ref}`], { log, step: `${entry.name}: buildah push` });
+      const step = `${entry.name}: buildah push`;
+      run('buildah', ['push', '--quiet', entry.refs[0], `oci:${layout}:${ref}`], { log, step });
     }
     run('tar', ['-cf', `${archive}.tmp`, '-C', layout, 'oci-layout', 'index.json', 'blobs'], { log });
     renameSync(`${archive}.tmp`, archive);
@@ -296,8 +310,8 @@ async function buildImage(entry, outDir) {
   if (entry.dockerfile) buildDockerfile(entry, log);
   writeArchive(entry, archive, log);
   const seconds = (performance.now() - started) / 1000;
-  const [image] = await withUnpackedArchive(archive, (dir) => Promise.all(describeLayout(dir).slice(0, 1).map(imageSizes)));
-  const result = { hash, seconds, ...image };
+  const sizes = await withUnpackedArchive(archive, (dir) => imageSizes(describeLayout(dir)[0]));
+  const result = { hash, seconds, ...sizes };
   writeFileSync(stampFile, `${JSON.stringify(result, null, 2)}\n`);
   publish(archive);
   return { ...result, cached: false };
@@ -306,7 +320,8 @@ async function buildImage(entry, outDir) {
 function selectImages(names) {
   const unknown = names.filter((n) => !IMAGES.some((e) => e.name === n));
   if (unknown.length) {
-    throw new BuildFailure(`images: no image named ${unknown.join(', ')} — names: ${IMAGES.map((e) => e.name).join(' ')}`);
+    const names = IMAGES.map((e) => e.name).join(' ');
+    throw new BuildFailure(`images: no image named ${unknown.join(', ')} — names: ${names}`);
   }
   return names.length ? IMAGES.filter((e) => names.includes(e.name)) : IMAGES;
 }

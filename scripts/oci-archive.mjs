@@ -32,7 +32,9 @@ export function describeLayout(dir) {
       ref: entry.annotations?.['org.opencontainers.image.ref.name'],
       digest: entry.digest,
       config: readJson(blobPath(dir, manifest.config.digest)),
-      layers: manifest.layers.map((layer) => ({ path: blobPath(dir, layer.digest), size: layer.size, mediaType: layer.mediaType })),
+      layers: manifest.layers.map((layer) => ({
+        path: blobPath(dir, layer.digest), size: layer.size, mediaType: layer.mediaType,
+      })),
     };
   });
 }
