@@ -223,7 +223,12 @@ function inputsHash(entry) {
     if (from) {
       if (from[2]) stages.add(from[2].toLowerCase());
       const isImage = from[1] !== 'scratch' && !stages.has(from[1].toLowerCase());
-      if (isImage) hash.update(`from ${from[1]} ${imageId(from[1])}`);
+      const id = isImage ? imageId(from[1]) : undefined;
+      if (isImage && !id) {
+        throw new BuildFailure(`images: ${entry.dockerfile} starts FROM ${from[1]}, which is not a local image — `
+          + `builds do not pull: start from ${NODE_BASE_REF} or ${DEBIAN_BASE_REF} (made by this script)`);
+      }
+      if (isImage) hash.update(`from ${from[1]} ${id}`);
       continue;
     }
     const copy = /^(?:COPY|ADD)\s+(.*)$/i.exec(line);
