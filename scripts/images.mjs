@@ -265,7 +265,8 @@ function buildAccess(dockerfile) {
 }
 
 function buildDockerfile(entry, log) {
-  const args = ['build', '--pull=never', '--layers', '--format', 'oci', '-f', entry.dockerfile, '-t', entry.refs[0]];
+  const args = ['build', '--pull=never', '--layers', '--force-rm', '--format', 'oci', '-f', entry.dockerfile,
+    '-t', entry.refs[0]];
   for (const [key, value] of Object.entries(entry.buildArgs ?? {})) args.push('--build-arg', `${key}=${value}`);
   args.push(...buildAccess(entry.dockerfile), '.');
   run('buildah', args, {
