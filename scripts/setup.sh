@@ -6,9 +6,11 @@ cd "$(dirname "$0")/.."
 
 # iptables (nft + legacy) and nftables (the agent's kernel-owned rule table), iproute2 (ip netns, veth, bridge), conntrack (flush on steal), util-linux (nsenter),
 # tcpdump (the agent mirrors ports by packet capture), openssh (the tunnel benchmark's baseline), tmux (the terminal UI
-# test), curl (outgoing proxy tests), openssl (the stand-in's CA), procps (ps/pkill in tests).
-packages=(iptables nftables iproute2 conntrack util-linux tcpdump openssh-server openssh-client tmux curl procps ca-certificates openssl)
-commands=(iptables nft ip conntrack nsenter tcpdump sshd ssh tmux curl ps openssl)
+# test), curl (outgoing proxy tests), openssl (the stand-in's CA), procps (ps/pkill in tests); containerd + runc (the
+# stand-in's kubelet runs containers), buildah + mmdebstrap (`npm run images` builds the images from the Dockerfiles).
+packages=(iptables nftables iproute2 conntrack util-linux tcpdump openssh-server openssh-client tmux curl procps ca-certificates openssl
+  containerd runc buildah mmdebstrap)
+commands=(iptables nft ip conntrack nsenter tcpdump sshd ssh tmux curl ps openssl containerd ctr runc buildah mmdebstrap)
 missing=0
 for c in "${commands[@]}"; do command -v "$c" >/dev/null 2>&1 || missing=1; done
 if [ "$missing" = 1 ] || [ "${DEVOP_SETUP_FORCE_APT:-0}" = 1 ]; then
@@ -25,3 +27,10 @@ if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modu
   npm ci --no-audit --no-fund
 fi
 node scripts/build.mjs
+
+# The OCI images the stand-in's containers run (dist/images); a rerun keeps every archive whose inputs did not change.
+if [ "$(id -u)" = 0 ]; then
+  node scripts/images.mjs
+else
+  echo "devop setup: not root, so no images were built (npm run images needs root for buildah)" >&2
+fi

@@ -1,0 +1,37 @@
+// The OCI images `npm run images` builds: archive name, the image references inside it, and its Dockerfile.
+// The stand-in's kubelet imports these archives into containerd, so names and references are a contract.
+import { readFileSync } from 'node:fs';
+
+const { version } = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8'));
+
+/** The base every Dockerfile starts from (`FROM node:20-bookworm-slim`), made locally by scripts/images.mjs. */
+export const NODE_BASE_REF = 'docker.io/library/node:20-bookworm-slim';
+/** Debian alone (`FROM debian:bookworm-slim`): the agent's and python3's runtime stage, and the Node base's parent. */
+export const DEBIAN_BASE_REF = 'docker.io/library/debian:bookworm-slim';
+
+/** Where archives go: `<dir>/<name>.oci.tar` (and `<name>.inputs`, the hash of what it was built from). */
+export const IMAGES_DIR = 'dist/images';
+
+/** @type {readonly import('./image-list.d.mts').ImageEntry[]} */
+export const IMAGES = [
+  { name: 'node-base', refs: [NODE_BASE_REF] },
+  {
+    name: 'shell',
+    dockerfile: 'test/cluster/images/shell.Dockerfile',
+    refs: ['docker.io/library/busybox:latest', 'devop.test/shell:latest'],
+  },
+  { name: 'http-echo', dockerfile: 'test/cluster/images/http-echo.Dockerfile', refs: ['devop.test/http-echo:latest'] },
+  { name: 'python3', dockerfile: 'test/cluster/images/python3.Dockerfile', refs: ['devop.test/python3:latest'] },
+  { name: 'agent', dockerfile: 'Dockerfile.agent', refs: [`ghcr.io/devop/agent:${version}`] },
+  ...[1, 2, 3].map((step) => ({
+    name: `farm-operator-step${step}`,
+    dockerfile: 'examples/farm-operator/Dockerfile',
+    buildArgs: { STEP: String(step) },
+    refs: [`devop.test/farm-operator:step${step}`],
+  })),
+  {
+    name: 'echo-controller',
+    dockerfile: 'examples/echo-controller/Dockerfile',
+    refs: ['devop.test/echo-controller:latest'],
+  },
+];

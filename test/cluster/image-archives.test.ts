@@ -1,0 +1,135 @@
+// The OCI archives `npm run images` writes (dist/images): each names the references the stand-in imports into
+// containerd, and the agent's holds node and every tool the agent runs — checked by running them from the unpacked image (chroot).
+import { execFileSync, spawnSync } from 'node:child_process';
+import { existsSync, mkdtempSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { IMAGES, IMAGES_DIR } from '../../scripts/image-list.mjs';
+import { describeLayout, imageFiles, imageSizes, withUnpackedArchive } from '../../scripts/oci-archive.mjs';
+import { AGENT_COMMAND } from '../../shared/agent-contract.js';
+import { requireRoot } from '../helpers/root.js';
+
+/** The agent image's budget (docs/agent.md): node alone is ~99 MB of it. */
+const AGENT_MAX_BYTES = 130e6;
+const AGENT_TOOLS = ['usr/local/bin/node', 'usr/sbin/nft', 'usr/sbin/iptables', 'usr/sbin/iptables-nft',
+  'usr/sbin/iptables-legacy', 'usr/sbin/conntrack', 'usr/bin/ss', 'usr/bin/tcpdump', 'usr/bin/nsenter', 'usr/bin/sh',
+  'usr/bin/cat'];
+
+type Image = ReturnType<typeof describeLayout>[number];
+
+function pathOf(image: Image): string {
+  return image.config.config.Env.find((e) => e.startsWith('PATH='))?.slice('PATH='.length) ?? '/usr/bin:/bin';
+}
+
+function archivePath(name: string): string {
+  const path = join(IMAGES_DIR, `${name}.oci.tar`);
+  if (!existsSync(path)) throw new Error(`${path} is missing: run npm run images (bash scripts/setup.sh does it too)`);
+  return path;
+}
+
+/** Opens an archive, calls `check` with its images (one per reference), then removes the unpacked copy. */
+function withImages<T>(name: string, check: (images: Image[], dir: string) => Promise<T> | T): Promise<T> {
+  return withUnpackedArchive(archivePath(name), (dir: string) => check(describeLayout(dir), dir));
+}
+
+function entry(name: string) {
+  const found = IMAGES.find((e) => e.name === name);
+  if (!found) throw new Error(`no image named ${name} in scripts/image-list.mjs`);
+  return found;
+}
+
+describe('image archives (npm run images)', () => {
+  it.each(IMAGES.map((e) => e.name))('%s names exactly its references, each a linux/amd64 image', async (name) => {
+    await withImages(name, (images) => {
+      expect(images.map((i) => i.ref).sort()).toEqual([...entry(name).refs].sort());
+      for (const image of images) {
+        expect(image.config.os).toBe('linux');
+        expect(image.config.architecture).toBe('amd64');
+        expect(image.layers.every((l) => l.mediaType === 'application/vnd.oci.image.layer.v1.tar+gzip')).toBe(true);
+      }
+    });
+  });
+
+  it('the agent image runs AGENT_COMMAND, holds the bundle, node and its tools, and stays within 130 MB', async () => {
+    await withImages('agent', async ([image]) => {
+      expect(image.config.config.Entrypoint).toEqual([...AGENT_COMMAND]);
+      const files = imageFiles(image);
+      for (const path of ['opt/devop/agent.js', ...AGENT_TOOLS]) expect(files.has(path), path).toBe(true);
+      // No package manager, npm or docs: the runtime stage is only what the agent runs.
+      for (const path of ['usr/bin/apt-get', 'usr/bin/dpkg', 'usr/local/bin/npm', 'usr/bin/perl', 'usr/share/doc']) {
+        expect(files.has(path), path).toBe(false);
+      }
+      const { uncompressed } = await imageSizes(image);
+      expect(uncompressed).toBeLessThanOrEqual(AGENT_MAX_BYTES);
+    });
+  });
+
+  it('every tool in the agent image starts with the libraries the image carries (chroot into its layers)', async () => {
+    if (!requireRoot('agent image tools')) return;
+    await withImages('agent', ([image]) => {
+      const rootfs = mkdtempSync(join(tmpdir(), 'devop-agent-rootfs-'));
+      try {
+        for (const layer of image.layers) execFileSync('tar', ['-xzf', layer.path, '-C', rootfs]);
+        const script = [
+          'node -e "console.log(process.version)"', 'nft --version', 'iptables --version', 'iptables-nft --version',
+          'iptables-legacy --version', 'conntrack --version', 'ss --version', 'tcpdump --version', 'nsenter --version',
+          'echo piped | cat',
+        ].join(' && ');
+        const env = { PATH: pathOf(image) };
+        const res = spawnSync('chroot', [rootfs, '/usr/bin/sh', '-c', script], { encoding: 'utf8', env });
+        expect(res.stderr + res.stdout).not.toMatch(/error while loading shared libraries|not found/);
+        expect(res.status, res.stderr).toBe(0);
+        expect(res.stdout).toMatch(/^v20\./);
+        expect(res.stdout).toContain('piped');
+      } finally {
+        rmSync(rootfs, { recursive: true, force: true });
+      }
+    });
+  });
+
+  it('the shell image (busybox, devop.test/shell) has sh, sleep, test, cat, nc and node', async () => {
+    await withImages('shell', ([image]) => {
+      const files = imageFiles(image);
+      const tools = ['usr/bin/sh', 'usr/bin/sleep', 'usr/bin/test', 'usr/bin/cat', 'usr/local/bin/nc',
+        'usr/local/bin/node'];
+      for (const path of tools) expect(files.has(path), path).toBe(true);
+      expect(image.config.config.Cmd).toEqual(['/bin/sh']);
+    });
+  });
+
+  it('http-echo runs http-echo.mjs on node; python3 has python3; farm-operator steps set FARM_STEP', async () => {
+    await withImages('http-echo', ([image]) => {
+      expect(image.config.config.Entrypoint).toEqual(['node', '/app/http-echo.mjs']);
+      expect(imageFiles(image).has('app/http-echo.mjs')).toBe(true);
+    });
+    await withImages('python3', ([image]) => expect(imageFiles(image).has('usr/bin/python3')).toBe(true));
+    for (const step of [1, 2, 3]) {
+      await withImages(`farm-operator-step${step}`, ([image]) => {
+        expect(image.config.config.Env).toContain(`FARM_STEP=${step}`);
+        expect(image.config.config.Entrypoint).toEqual(['node', '/app/farm-operator.mjs']);
+      });
+    }
+  });
+
+  // A first run may rebuild http-echo (its Dockerfile or the bases changed since npm run images): minutes, not seconds.
+  it('a rerun keeps an unchanged archive and publishes it; an unknown name is one line naming the choices', () => {
+    archivePath('http-echo');
+    const publishDir = mkdtempSync(join(tmpdir(), 'devop-images-publish-'));
+    try {
+      execFileSync(process.execPath, ['scripts/images.mjs', 'http-echo'], { encoding: 'utf8' });
+      const before = statSync(archivePath('http-echo')).mtimeMs;
+      const env = { ...process.env, DEVOP_IMAGES_PUBLISH_DIR: publishDir };
+      const again = execFileSync(process.execPath, ['scripts/images.mjs', 'http-echo'], { encoding: 'utf8', env });
+      expect(again).toMatch(/^http-echo\s+cached/m);
+      expect(statSync(archivePath('http-echo')).mtimeMs).toBe(before);
+      expect(statSync(join(publishDir, 'http-echo.oci.tar')).size).toBe(statSync(archivePath('http-echo')).size);
+    } finally {
+      rmSync(publishDir, { recursive: true, force: true });
+    }
+
+    const bad = spawnSync(process.execPath, ['scripts/images.mjs', 'nosuch'], { encoding: 'utf8' });
+    expect(bad.status).toBe(1);
+    expect(bad.stderr.trim()).toBe(`images: no image named nosuch — names: ${IMAGES.map((e) => e.name).join(' ')}`);
+  }, 600_000);
+});
