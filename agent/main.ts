@@ -1,6 +1,6 @@
 // The agent's entry (bundled into dist/agent.js): reads its config from the env (shared/agent-contract.ts), enters the
 // target's netns in job mode, starts the agent, prints the ready line, and stops cleanly on SIGTERM/SIGINT.
-import { AGENT_ENV, AGENT_VERSION, formatReadyLine, parseAgentEnv, type AgentConfig } from '../shared/agent-contract.js';
+import { AGENT_ENV, AGENT_VERSION, formatReadyLine, parseAgentEnv, TARGET_PID_ARG, type AgentConfig } from '../shared/agent-contract.js';
 import { formatError, isUserError, UserError } from '../shared/errors.js';
 import { startAgent } from './agent.js';
 import { effectiveCapabilities, requireCapabilities } from './capabilities.js';
@@ -30,16 +30,21 @@ async function main(): Promise<number> {
   }
   const log = createLog(config.logLevel);
   const pid = await targetPid(config);
-  if (config.mode === 'job' && !config.inNetns && pid !== undefined) {
-    requireCapabilities(effectiveCapabilities(), ['SYS_ADMIN', 'SYS_PTRACE'], "entering the target pod's network namespace");
-    return reenterNetns(pid, log);
+  const entering = config.mode === 'job' && !config.inNetns && pid !== undefined;
+  if (entering) requireCapabilities(effectiveCapabilities(), ['SYS_ADMIN', 'SYS_PTRACE'], "entering the target pod's network namespace");
+  // The image's entry point asks for the PID only, then execs the agent inside the netns itself (agent/entry.sh).
+  if (process.argv.includes(TARGET_PID_ARG)) {
+    if (!entering) throw new UserError(`${TARGET_PID_ARG} is for job mode`, `unset ${AGENT_ENV.targetPid}/${AGENT_ENV.inNetns}, or run without ${TARGET_PID_ARG}`);
+    process.stdout.write(`${pid}\n`);
+    return 0;
   }
+  if (entering) return reenterNetns(pid, log);
 
   const agent = await startAgent({ config, pid, log });
   for (const signal of ['SIGTERM', 'SIGINT'] as const) process.on(signal, () => void agent.stop(`${signal} received`));
   // Memory figures on demand (kill -USR2), for the soak test and the benchmark.
   process.on('SIGUSR2', () => log.info('memory', { ...process.memoryUsage(), streams: agent.ports.listeners() }));
-  if (config.inNetns) watchParent(() => void agent.stop('parent process gone'));
+  if (config.parentPipe !== undefined) watchParent(config.parentPipe, () => void agent.stop('parent process gone'));
   process.stdout.write(formatReadyLine({ version: AGENT_VERSION, port: agent.port, agentId: agent.agentId, pid: process.pid }) + '\n');
   log.info('agent ready', { mode: config.mode, targetPid: pid, port: agent.port, agentId: agent.agentId });
   const reason = await agent.stopped;

@@ -1,5 +1,6 @@
-// Job mode's entry into the target pod's network namespace: the agent re-runs itself under `nsenter -t PID -n` and
-// stays as a thin parent that forwards signals; the child watches a pipe so that it ends when the parent dies.
+// Job mode's entry into the target pod's network namespace outside the agent image (its entry point, agent/entry.sh,
+// execs the agent there instead): the agent re-runs itself under `nsenter -t PID -n` and stays as a thin parent that
+// forwards signals; the child watches a pipe so that it ends when the parent dies.
 import { spawn } from 'node:child_process';
 import { Socket } from 'node:net';
 import { constants } from 'node:os';
@@ -13,7 +14,13 @@ export const PARENT_PIPE_FD = 3;
 export function reenterNetns(pid: number, log: AgentLog): Promise<number> {
   const script = process.argv[1];
   // Two malloc arenas are plenty for one event loop and keep RSS down (the image sets the same; this covers other runtimes).
-  const env = { MALLOC_ARENA_MAX: '2', ...process.env, [AGENT_ENV.inNetns]: 'true', [AGENT_ENV.targetPid]: String(pid) };
+  const env = {
+    MALLOC_ARENA_MAX: '2',
+    ...process.env,
+    [AGENT_ENV.inNetns]: 'true',
+    [AGENT_ENV.targetPid]: String(pid),
+    [AGENT_ENV.parentPipe]: String(PARENT_PIPE_FD),
+  };
   const child = spawn('nsenter', ['-t', String(pid), '-n', '--', process.execPath, ...process.execArgv, script], { env, stdio: ['ignore', 'inherit', 'inherit', 'pipe'] });
   log.debug('entering target netns', { pid });
   for (const signal of ['SIGTERM', 'SIGINT', 'SIGHUP'] as const) process.on(signal, () => child.kill(signal));
@@ -27,8 +34,8 @@ export function reenterNetns(pid: number, log: AgentLog): Promise<number> {
 }
 
 /** In the re-executed agent: calls `onGone` when the parent (holder of the pipe's other end) is gone. */
-export function watchParent(onGone: () => void): void {
-  const pipe = new Socket({ fd: PARENT_PIPE_FD, readable: true, writable: false });
+export function watchParent(fd: number, onGone: () => void): void {
+  const pipe = new Socket({ fd, readable: true, writable: false });
   pipe.on('error', onGone);
   pipe.on('end', onGone);
   pipe.on('close', onGone);

@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, test } from 'vitest';
 import { execFileSync } from 'node:child_process';
-import { AGENT_COMMAND, AGENT_NODE_FLAGS, AGENT_VERSION, agentEnv, bareContainerId, chainName, formatReadyLine, parseAgentEnv, parseReadyLine } from '../shared/agent-contract.js';
+import { AGENT_COMMAND, AGENT_ENTRYPOINT, AGENT_NODE_FLAGS, AGENT_VERSION, agentEnv, bareContainerId, chainName, formatReadyLine, parseAgentEnv, parseReadyLine } from '../shared/agent-contract.js';
 import { compileFilter, describeFilter } from './filter.js';
 import { candidates, parseHosts, parseResolvConf } from './dns.js';
 import { cleanupScript, jumpRule, redirectRule } from './iptables.js';
@@ -37,7 +37,9 @@ describe('agent contract', () => {
     expect(bareContainerId('abc')).toBe('abc');
     expect(chainName('a'.repeat(20)).length).toBeLessThanOrEqual(28);
     expect(JSON.parse(readFileSync('package.json', 'utf8')).version).toBe(AGENT_VERSION);
-    expect(readFileSync('Dockerfile.agent', 'utf8')).toContain(`ENTRYPOINT ${JSON.stringify(AGENT_COMMAND).replaceAll(',', ', ')}`);
+    expect(readFileSync('Dockerfile.agent', 'utf8')).toContain(`ENTRYPOINT ${JSON.stringify(AGENT_ENTRYPOINT).replaceAll(',', ', ')}`);
+    // The entry point runs exactly AGENT_COMMAND (the Node flags the RSS budget counts on).
+    expect(readFileSync('agent/entry.sh', 'utf8')).toContain(`node='${AGENT_COMMAND.join(' ')}'`);
   });
 
   test("the agent's Node flags keep V8's optimizing compiler off (the RSS budget counts on it)", () => {

@@ -20,8 +20,12 @@ export const AGENT_CONTAINER_NAME = 'devop-agent';
 export const AGENT_NODE_FLAGS: readonly string[] = ['--max-semi-space-size=1', '--lite-mode'];
 /** Where the agent image keeps the bundle. */
 export const AGENT_BUNDLE_PATH = '/opt/devop/agent.js';
-/** The agent image runs the one-file bundle with plain Node. */
+/** The agent image runs the one-file bundle with plain Node (through AGENT_ENTRYPOINT, which writes it out in full). */
 export const AGENT_COMMAND: readonly string[] = ['node', ...AGENT_NODE_FLAGS, AGENT_BUNDLE_PATH];
+/** The image's entry point (agent/entry.sh): in job mode it runs AGENT_COMMAND inside the target's netns via nsenter. */
+export const AGENT_ENTRYPOINT: readonly string[] = ['/bin/sh', '/opt/devop/entry.sh'];
+/** The argument of AGENT_COMMAND that makes it print the target's PID (job mode) and exit: the entry point's first step. */
+export const TARGET_PID_ARG = '--target-pid';
 
 /**
  * The Linux capabilities the agent's container gets — exactly these: the manifest drops every other one (docs/agent.md),
@@ -71,8 +75,10 @@ export const AGENT_ENV = {
   mirror: 'DEVOP_AGENT_MIRROR',
   agentId: 'DEVOP_AGENT_ID',
   logLevel: 'DEVOP_AGENT_LOG_LEVEL',
-  /** Set by the agent itself on the process it re-executes inside the target netns (job mode); never set it by hand. */
+  /** Set by the agent itself (or its image's entry point) on the agent that runs inside the target netns (job mode). */
   inNetns: 'DEVOP_AGENT_IN_NETNS',
+  /** Set by an agent that stays as the parent of the one it re-executes: the child watches this fd for its end. */
+  parentPipe: 'DEVOP_AGENT_PARENT_PIPE',
 } as const;
 
 export const AGENT_ENV_DOC: Record<keyof typeof AGENT_ENV, string> = {
@@ -89,7 +95,8 @@ export const AGENT_ENV_DOC: Record<keyof typeof AGENT_ENV, string> = {
   mirror: "Where mirror copies come from: capture (default: a packet capture with tcpdump, the agent stays out of the pod's traffic; without tcpdump or NET_RAW the agent falls back to proxy) or proxy (the port is redirected to the agent, which forwards each connection to the app and copies it).",
   agentId: 'Id of this agent (nft table devop_<id>, or iptables chain DEVOP-<id> in the fallback); default: random.',
   logLevel: 'debug, info or warn.',
-  inNetns: 'Internal: marks the re-executed agent in job mode.',
+  inNetns: 'Internal: marks the agent that runs inside the target netns in job mode.',
+  parentPipe: 'Internal: the file descriptor of the pipe from the parent agent (re-executed agent in job mode, outside the image).',
 };
 
 export const AgentMode = z.enum(['job', 'ephemeral', 'targetless']);
@@ -115,6 +122,7 @@ export const AgentConfig = z.object({
   agentId: z.optional(z.string().check(z.regex(/^[a-z0-9]{1,20}$/, 'lower-case letters and digits, at most 20 (iptables chain names are short)'))),
   logLevel: z._default(z.enum(['debug', 'info', 'warn']), 'info'),
   inNetns: z._default(bool, false),
+  parentPipe: z.optional(fromEnv(z.int().check(z.minimum(3)))),
 });
 export type AgentConfig = z.infer<typeof AgentConfig>;
 export type AgentConfigInput = z.input<typeof AgentConfig>;

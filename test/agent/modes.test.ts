@@ -2,6 +2,7 @@
 // (outgoing and DNS only; steal, env and files refused with a reason).
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { requireRoot } from '../helpers/root.js';
+import { readlinkSync } from 'node:fs';
 import { PodNet, waitFor } from './netns.js';
 import { connectSession, startLocalCommand, type LocalCommand } from './session-client.js';
 import { httpGet } from './http.js';
@@ -38,6 +39,28 @@ describe.runIf(run)('agent: ephemeral and targetless modes', () => {
     expect(await code).toBe(0);
     expect((await httpGet(client, '/after')).body).toBe('pod: GET /after');
     expect(await net.devopRules()).toEqual([]);
+  });
+
+  test("job mode through the image's entry point: one resident process, inside the target's netns", async () => {
+    const agent = await net.startAgent({}, { viaEntryPoint: true });
+    // sh execs nsenter, which execs node: the agent is the process that was started, and nothing stays behind it.
+    expect(agent.innerPid).toBe(agent.pid);
+    const netnsOf = (pid: number | string): string => readlinkSync(`/proc/${pid}/ns/net`);
+    expect(netnsOf(agent.pid)).toBe(netnsOf(await net.podPid()));
+    expect(netnsOf(agent.pid)).not.toBe(netnsOf('self'));
+    const session = await connectSession(await net.relay(net.podNs, '127.0.0.1', agent.port), { local });
+    expect((await session.subscribe(3000, 'steal')).type).toBe('subscribed');
+    expect((await httpGet(client, '/entry')).body).toBe('local: GET /entry');
+    const code = new Promise<number | null>((r) => agent.child.once('exit', (c) => r(c)));
+    process.kill(agent.pid, 'SIGTERM');
+    expect(await code).toBe(0);
+    expect((await httpGet(client, '/after-entry')).body).toBe('pod: GET /after-entry');
+    expect(await net.devopRules()).toEqual([]);
+  });
+
+  test("the entry point passes on the one-line error of a target it cannot enter", async () => {
+    const failed = net.startAgent({ DEVOP_AGENT_CONTAINER_ID: `containerd://${'f'.repeat(64)}` }, { viaEntryPoint: true });
+    await expect(failed).rejects.toThrow(/no process of container ffffffffffff is visible/);
   });
 
   test('targetless mode: outgoing works from the pod netns; steal, env and files are refused with a reason', async () => {

@@ -6,7 +6,7 @@ import { mkdtempSync, mkdirSync, rmSync, writeFileSync, rmdirSync, existsSync, r
 import { tmpdir } from 'node:os';
 import { basename, join, resolve } from 'node:path';
 import { promisify } from 'node:util';
-import { AGENT_NODE_FLAGS } from '../../shared/agent-contract.js';
+import { AGENT_BUNDLE_PATH, AGENT_NODE_FLAGS } from '../../shared/agent-contract.js';
 
 const exec = promisify(execFile);
 const FIXTURES = resolve(import.meta.dirname, 'fixtures');
@@ -119,9 +119,24 @@ export class PodNet {
     return proc;
   }
 
+  /** The pod's first process (the target container's, as job mode finds it). */
+  async podPid(): Promise<number> {
+    return waitFor(() => Number(readFileSync(join(this.cgroupDir, 'cgroup.procs'), 'utf8').split('\n')[0]) || undefined, 'the pod process');
+  }
+
   /** Runs the built agent the way job mode does (by container ID, from the host, re-entering the pod netns) unless told otherwise. */
-  async startAgent(env: Record<string, string> = {}, opts: { inPodNetns?: boolean; cgroup?: string; capabilities?: readonly string[] } = {}): Promise<AgentProc> {
+  async startAgent(
+    env: Record<string, string> = {},
+    opts: { inPodNetns?: boolean; cgroup?: string; capabilities?: readonly string[]; viaEntryPoint?: boolean } = {},
+  ): Promise<AgentProc> {
     let node = [process.execPath, ...(process.env.DEVOP_TEST_AGENT_FLAGS?.split(' ').filter(Boolean) ?? AGENT_NODE_FLAGS), AGENT_BUNDLE];
+    // viaEntryPoint: through the image's entry point (agent/entry.sh), with this checkout's node and bundle in its paths.
+    if (opts.viaEntryPoint) {
+      const entry = join(this.dir, 'entry.sh');
+      const script = readFileSync(resolve(import.meta.dirname, '../../agent/entry.sh'), 'utf8');
+      writeFileSync(entry, script.replace("node='node ", `node='${process.execPath} `).replace(AGENT_BUNDLE_PATH, AGENT_BUNDLE));
+      node = ['/bin/sh', entry];
+    }
     // capabilities: the agent (and what it runs) holds exactly these, as in a container whose securityContext drops ALL
     // and adds them (root's capabilities after exec are its bounding set).
     if (opts.capabilities) {

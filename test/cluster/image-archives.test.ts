@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { IMAGES, IMAGES_DIR } from '../../scripts/image-list.mjs';
 import { describeLayout, imageFiles, imageSizes, withUnpackedArchive } from '../../scripts/oci-archive.mjs';
-import { AGENT_COMMAND } from '../../shared/agent-contract.js';
+import { AGENT_ENTRYPOINT } from '../../shared/agent-contract.js';
 import { requireRoot } from '../helpers/root.js';
 
 /** The agent image's budget (docs/agent.md): node alone is ~99 MB of it. */
@@ -51,11 +51,11 @@ describe('image archives (npm run images)', () => {
     });
   });
 
-  it('the agent image runs AGENT_COMMAND, holds the bundle, node and its tools, and stays within 130 MB', async () => {
+  it('the agent image runs AGENT_ENTRYPOINT, holds the bundle, node and its tools, and stays within 130 MB', async () => {
     await withImages('agent', async ([image]) => {
-      expect(image.config.config.Entrypoint).toEqual([...AGENT_COMMAND]);
+      expect(image.config.config.Entrypoint).toEqual([...AGENT_ENTRYPOINT]);
       const files = imageFiles(image);
-      for (const path of ['opt/devop/agent.js', ...AGENT_TOOLS]) expect(files.has(path), path).toBe(true);
+      for (const path of ['opt/devop/agent.js', 'opt/devop/entry.sh', ...AGENT_TOOLS]) expect(files.has(path), path).toBe(true);
       // No package manager, npm or docs: the runtime stage is only what the agent runs.
       for (const path of ['usr/bin/apt-get', 'usr/bin/dpkg', 'usr/local/bin/npm', 'usr/bin/perl', 'usr/share/doc']) {
         expect(files.has(path), path).toBe(false);
