@@ -1,7 +1,9 @@
 // Start-up benchmark (root; the stand-in cluster): time from `devop exec --steal` to the first request to the pod IP that
 // the local command answers, for a fresh agent and for a second session that reuses it.
-// Last line: RESULT startup exec_to_stealing_ms=<t> reuse_to_stealing_ms=<t2>   (targets: <= 2000 and <= 800)
-import { execFileSync } from 'node:child_process';
+// It also times `devop --help` against `node -e 0` (interleaved runs, medians): what any command pays before its work.
+// Last line: RESULT startup exec_to_stealing_ms=<t> reuse_to_stealing_ms=<t2> help_vs_node=<r>
+import { execFileSync, spawnSync } from 'node:child_process';
+import { join } from 'node:path';
 import { ROOT, LOCAL_SERVER_COMMAND, DevopRun, deployEcho, freePort, startE2ECluster, startPodClient, waitFor, type PodClient } from '../test/e2e/harness.js';
 
 /** Between two probe requests: requests overlap, so one lost at the switch-over moment does not delay the result. */
@@ -44,9 +46,36 @@ async function timeToStealing(kubeconfig: string, podIP: string, client: PodClie
   });
 }
 
+/** Runs per command for the help ratio: process start-up varies by milliseconds, medians of this many settle it. */
+const HELP_RUNS = 21;
+
+function median(values: number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.floor(sorted.length / 2)];
+}
+
+/** `devop --help` ÷ `node -e 0`, both whole processes, interleaved so that a busy moment hits both alike. */
+function helpVsNode(): { help: number; node: number } {
+  const time = (args: string[]): number => {
+    const t0 = performance.now();
+    const run = spawnSync(process.execPath, args, { stdio: 'ignore' });
+    if (run.status !== 0) throw new Error(`node ${args.join(' ')} exited with ${run.status}`);
+    return performance.now() - t0;
+  };
+  const help: number[] = [];
+  const node: number[] = [];
+  for (let i = 0; i < HELP_RUNS; i++) {
+    help.push(time([join(ROOT, 'bin', 'devop.js'), '--help']));
+    node.push(time(['-e', '0']));
+  }
+  return { help: median(help), node: median(node) };
+}
+
 async function main(): Promise<void> {
   if (process.getuid?.() !== 0) throw new Error('bench:startup needs root (the stand-in makes network namespaces)');
   execFileSync(process.execPath, ['scripts/build.mjs'], { cwd: ROOT, stdio: 'inherit' });
+  const help = helpVsNode();
+  console.log(`devop --help: ${help.help.toFixed(0)} ms, node -e 0: ${help.node.toFixed(0)} ms (medians of ${HELP_RUNS})`);
   const env = await startE2ECluster();
   let client: PodClient | undefined;
   try {
@@ -61,7 +90,8 @@ async function main(): Promise<void> {
     const second = await timeToStealing(kubeconfig, echo.podIP, podClient);
     console.log(`exec → stealing (reused agent): ${second.ms.toFixed(0)} ms ${/reused Job/.test(second.run.stderr) ? '(agent reused)' : '(agent NOT reused)'}`);
     await second.run.stop('SIGTERM');
-    console.log(`RESULT startup exec_to_stealing_ms=${first.ms.toFixed(0)} reuse_to_stealing_ms=${second.ms.toFixed(0)}`);
+    const ratio = (help.help / help.node).toFixed(2);
+    console.log(`RESULT startup exec_to_stealing_ms=${first.ms.toFixed(0)} reuse_to_stealing_ms=${second.ms.toFixed(0)} help_vs_node=${ratio}`);
   } finally {
     client?.close();
     await env.cluster.stop();

@@ -2,7 +2,7 @@
 // its fix, no stack; anything else → one line and a pointer to -v, the stack under -v). Exit code: the local command's
 // when it ran, else 1 on error.
 import { Command } from 'commander';
-import { AGENT_VERSION } from '../shared/agent-contract.js';
+import { AGENT_VERSION } from '../shared/version.js';
 import { formatTopLevelError } from './commands/error-output.js';
 
 type OnExit = (code: number) => void;

@@ -3,8 +3,8 @@
 // zod/mini: tree-shakable, so the agent bundle carries only what its schemas use (a smaller agent in memory).
 import * as z from 'zod/mini';
 
-/** The agent's own version; the CLI compares it with HelloOk and the ready line. Kept equal to package.json's version. */
-export const AGENT_VERSION = '0.1.0';
+export { AGENT_VERSION } from './version.js';
+import { AGENT_VERSION } from './version.js';
 
 /** The image the CLI puts in the agent's pod spec unless the user overrides it. */
 export const AGENT_IMAGE = `ghcr.io/devop/agent:${AGENT_VERSION}`;

@@ -5,7 +5,7 @@ import { z } from 'zod';
 import { UserError } from './errors.js';
 import { TARGET_FORMS, parseTarget } from './target.js';
 
-export const CONFIG_FILE_NAME = 'devop.json';
+export { CONFIG_FILE_NAME } from './config-file-name.js';
 
 const PORT_MAPPING = /^(\d{1,5})(?::(\d{1,5}))?$/;
 const PORT_MAPPING_EXPECTED = 'expected a port mapping REMOTE[:LOCAL] with ports 1-65535, e.g. 3000 or "80:8080"';

@@ -2,7 +2,6 @@
 import { Command, Option } from 'commander';
 import { addConnectionOptions, type ConnectionFlags } from './connection-flags.js';
 import { UserError } from '../../shared/errors.js';
-import { formatCleanReport, runClean } from '../services/clean.js';
 
 interface CleanFlags extends ConnectionFlags {
   namespace?: string;
@@ -22,6 +21,7 @@ export function registerCleanCommand(program: Command, onExit: (code: number) =>
     .addOption(new Option('--output <mode>', 'lines (plain) or json').choices(['auto', 'plain', 'json']).default('auto'))
     .action(async (flags: CleanFlags) => {
       if (flags.namespace && flags.allNamespaces) throw new UserError('-n and -A were both given', 'pass one of them');
+      const { formatCleanReport, runClean } = await import('../services/clean.js');
       const report = await runClean(flags);
       process.stdout.write(flags.output === 'json' ? `${JSON.stringify(report, null, 2)}\n` : formatCleanReport(report));
       onExit(report.items.some((i) => i.removed === false) ? 1 : 0);

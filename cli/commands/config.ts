@@ -1,8 +1,7 @@
 // Registers `devop config validate [FILE | -f FILE]` (one line per problem) and `devop config schema` (JSON Schema).
 import { Command } from 'commander';
-import { CONFIG_FILE_NAME } from '../../shared/config.js';
+import { CONFIG_FILE_NAME } from '../../shared/config-file-name.js';
 import { UserError } from '../../shared/errors.js';
-import { configSchemaText, validateConfigFile } from '../services/config.js';
 
 export function registerConfigCommand(program: Command): void {
   const config = program.command('config').description('check devop.json, print its JSON Schema');
@@ -12,11 +11,13 @@ export function registerConfigCommand(program: Command): void {
     .description('check a devop.json: one line per problem naming the key, its value and what is accepted')
     .argument('[file]', `the config file to check (default: ./${CONFIG_FILE_NAME})`)
     .option('-f, --config <file>', 'the config file to check, as exec takes it')
-    .action((argument: string | undefined, options: { config?: string }) => {
+    .action(async (argument: string | undefined, options: { config?: string }) => {
       if (argument !== undefined && options.config !== undefined && argument !== options.config) {
         const problem = `two files to check: ${argument} and -f ${options.config}`;
         throw new UserError(problem, 'name one file, as an argument or with -f');
       }
+      // The config schema (zod) only when the command runs: help stays fast.
+      const { validateConfigFile } = await import('../services/config.js');
       const { file, problems } = validateConfigFile(argument ?? options.config ?? CONFIG_FILE_NAME);
       if (problems.length === 0) {
         process.stdout.write(`${file}: valid\n`);
@@ -30,7 +31,8 @@ export function registerConfigCommand(program: Command): void {
   config
     .command('schema')
     .description('print the JSON Schema of devop.json (what editors use for completion)')
-    .action(() => {
+    .action(async () => {
+      const { configSchemaText } = await import('../services/config.js');
       process.stdout.write(configSchemaText());
     });
 }

@@ -1,7 +1,6 @@
 // `devop doctor [--context/--kubeconfig/-n/-t] [--output json]`: checks the cluster for what devop needs; exit 1 on a failure.
 import { Command, Option } from 'commander';
 import { addConnectionOptions, type ConnectionFlags } from './connection-flags.js';
-import { formatDoctorReport, runDoctor } from '../services/doctor.js';
 
 interface DoctorFlags extends ConnectionFlags {
   namespace?: string;
@@ -20,6 +19,7 @@ export function registerDoctorCommand(program: Command, onExit: (code: number) =
     .option('--agent-namespace <namespace>', "where agent Jobs would run (default: the target's namespace)")
     .addOption(new Option('--output <mode>', 'lines (plain) or json').choices(['auto', 'plain', 'json']).default('auto'))
     .action(async (flags: DoctorFlags) => {
+      const { formatDoctorReport, runDoctor } = await import('../services/doctor.js');
       const report = await runDoctor(flags);
       process.stdout.write(flags.output === 'json' ? `${JSON.stringify(report, null, 2)}\n` : formatDoctorReport(report));
       onExit(report.ok ? 0 : 1);

@@ -2,12 +2,10 @@
 import { Command, Option } from 'commander';
 import { isUserError } from '../../shared/errors.js';
 import type { Reporter } from '../reporter.js';
-import { createReporter, OUTPUT_MODES, type OutputMode } from '../ui/index.js';
-import { mergeExecOptions, type ExecFlags } from '../services/exec-options.js';
-import { runExec } from '../services/exec.js';
-import { loadCommandConfig } from './config-file.js';
+import { OUTPUT_MODES, type OutputMode } from '../ui/output-modes.js';
+import type { ExecFlags } from '../services/exec-options.js';
 import { addConnectionOptions } from './connection-flags.js';
-import { addOutgoingOptions, outgoingChildEnvHook, outgoingSettingsFrom } from '../outgoing/exec-hook.js';
+import { addOutgoingOptions, outgoingSettingsFrom } from '../outgoing/options.js';
 
 const collect = (value: string, previous: string[] = []): string[] => [...previous, value];
 
@@ -58,6 +56,14 @@ export function registerExecCommand(program: Command, onExit: (code: number) => 
     // (so that -h joins this group rather than a lone "Options:" at the end)
     .helpOption(true)
     .action(async (command: string[], flags: ExecCommandFlags, cmd: Command) => {
+      // What the run needs (the Kubernetes client among it) is loaded only when the command runs: help stays fast.
+      const [{ loadCommandConfig }, { mergeExecOptions }, { runExec }, { outgoingChildEnvHook }, { createReporter }] = await Promise.all([
+        import('./config-file.js'),
+        import('../services/exec-options.js'),
+        import('../services/exec.js'),
+        import('../outgoing/exec-hook.js'),
+        import('../ui/index.js'),
+      ]);
       const { config, dir } = loadCommandConfig(flags.config);
       const explicitFlush = cmd.getOptionValueSource('flush') === 'cli' ? flags.flush : undefined;
       const options = mergeExecOptions({ ...flags, flush: explicitFlush }, config, command, dir);

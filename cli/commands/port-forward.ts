@@ -2,11 +2,7 @@
 // or the target's with -t); prints the local addresses on stdout and runs until Ctrl-C.
 import { Command, Option } from 'commander';
 import type { Reporter } from '../reporter.js';
-import { runPortForward } from '../services/port-forward.js';
-import { SESSION_DEFAULTS } from '../services/session.js';
-import { parseDuration } from '../services/exec-options.js';
-import { createReporter, OUTPUT_MODES, type OutputMode } from '../ui/index.js';
-import { loadCommandConfig } from './config-file.js';
+import { OUTPUT_MODES, type OutputMode } from '../ui/output-modes.js';
 import { addConnectionOptions, type ConnectionFlags } from './connection-flags.js';
 
 const collect = (value: string, previous: string[] = []): string[] => [...previous, value];
@@ -39,6 +35,14 @@ export function registerPortForwardCommand(program: Command): void {
     .addOption(new Option('--output <mode>', 'output: auto, plain or json').choices(OUTPUT_MODES).default('auto'))
     .option('-v, --verbose', 'more output, and stacks of internal errors')
     .action(async (flags: PortForwardFlags) => {
+      // What the run needs (the Kubernetes client among it) is loaded only when the command runs: help stays fast.
+      const [{ runPortForward }, { SESSION_DEFAULTS }, { parseDuration }, { createReporter }, { loadCommandConfig }] = await Promise.all([
+        import('../services/port-forward.js'),
+        import('../services/session.js'),
+        import('../services/exec-options.js'),
+        import('../ui/index.js'),
+        import('./config-file.js'),
+      ]);
       const { config } = loadCommandConfig(flags.config);
       // Port-forward has no traffic table to show: plain lines (addresses to copy) unless JSON is asked for.
       const reporter: Reporter = createReporter({ output: flags.output === 'json' ? 'json' : 'plain', verbose: Boolean(flags.verbose) });

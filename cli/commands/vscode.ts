@@ -3,7 +3,10 @@
 import { Command, Option } from 'commander';
 import { relative, resolve } from 'node:path';
 import { UserError } from '../../shared/errors.js';
-import { DEFAULT_INSPECT_PORT, DEFAULT_TASK_LABEL, initVscode } from '../services/vscode.js';
+
+const DEFAULT_TASK_LABEL = 'devop: exec';
+/** Node's default inspector port. */
+const DEFAULT_INSPECT_PORT = 9229;
 
 /** The `devop exec` flags that `vscode init` accepts and writes into the task, as exec spells them. */
 const EXEC_FLAGS: ReadonlyArray<{ flags: string; description: string; kind: 'value' | 'list' | 'switch' }> = [
@@ -66,11 +69,12 @@ export function registerVscodeCommand(program: Command): void {
     init.addOption(spec.kind === 'list' ? new Option(spec.flags, spec.description).argParser(collect) : new Option(spec.flags, spec.description));
   }
   type InitOptions = { dir?: string; label: string; inspectPort: string; devopCommand?: string };
-  init.action((localCommand: string[], options: InitOptions, command: Command) => {
+  init.action(async (localCommand: string[], options: InitOptions, command: Command) => {
     const inspectPort = Number(options.inspectPort);
     if (!Number.isInteger(inspectPort) || inspectPort < 1 || inspectPort > 65535) {
       throw new UserError(`--inspect-port ${options.inspectPort} is not a port`, 'pass a port 1-65535, e.g. --inspect-port 9229');
     }
+    const { initVscode } = await import('../services/vscode.js');
     const result = initVscode({
       workspace: resolve(options.dir ?? '.'),
       execArgs: execArgsFrom(command),

@@ -2,7 +2,7 @@
 import { Command } from 'commander';
 import { describe, expect, it } from 'vitest';
 import { parseConfig } from '../../shared/config.js';
-import { addOutgoingOptions, outgoingSettingsFrom } from './exec-hook.js';
+import { addOutgoingOptions, outgoingSettingsFrom } from './options.js';
 
 function parse(args: string[], file: Record<string, unknown> = {}): ReturnType<typeof outgoingSettingsFrom> {
   const command = addOutgoingOptions(new Command('exec').exitOverride());

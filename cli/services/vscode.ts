@@ -8,8 +8,6 @@ import { CONFIG_FILE_NAME } from '../../shared/config.js';
 import { BEGINS_PATTERN, ENDS_PATTERN, ERROR_PATTERN } from '../ui/lines.js';
 import { SCHEMA_FILE_NAME, devopPackageRoot, schemaFilePath } from './config.js';
 
-export const DEFAULT_TASK_LABEL = 'devop: exec';
-export const DEFAULT_INSPECT_PORT = 9229;
 /** The schema path written when devop is a dependency of the workspace: stable across machines and checkouts. */
 export const INSTALLED_SCHEMA_PATH = `./node_modules/devop/${SCHEMA_FILE_NAME}`;
 /** Where the schema is copied when devop is not a dependency of the workspace (relative to devop.json). */

@@ -6,8 +6,10 @@ import { JsonReporter } from './json.js';
 import { LazyInkReporter } from './lazy-ink.js';
 import { NullReporter } from './null.js';
 import { PlainReporter } from './plain.js';
+import type { OutputMode } from './output-modes.js';
 
-export type OutputMode = 'auto' | 'plain' | 'json';
+export { OUTPUT_MODES, type OutputMode } from './output-modes.js';
+
 
 export interface CreateReporterOptions {
   output: OutputMode | 'null';
@@ -18,7 +20,6 @@ export interface CreateReporterOptions {
   env?: NodeJS.ProcessEnv;
 }
 
-export const OUTPUT_MODES: readonly OutputMode[] = ['auto', 'plain', 'json'];
 
 /** Interactive means stdin and stdout are terminals and CI is not set (STYLE.md). */
 export function isInteractive(stdin: { isTTY?: boolean }, stdout: { isTTY?: boolean }, env: NodeJS.ProcessEnv): boolean {
