@@ -3,7 +3,9 @@
 // joined by loopback TCP — against raw TCP and OpenSSH `ssh -L` (with the faster of the ciphers measured here), with 64
 // parallel connections, and with one connection over a user-space delay line of 20 ms RTT (raw TCP over the same line).
 // Every path ends at the same sink process; the variants run side by side in one run (interleaved rounds, medians of
-// per-round ratios). Last line: RESULT tunnel relay_vs_raw=… relay_vs_ssh=… multi_vs_raw=… rtt20_vs_raw=…
+// per-round ratios). A reference that is not in the RESULT line: the same two-process shape as a framed relay pair
+// written in C (bench/lib/framed-relay.c, built with cc), i.e. what framing in two processes costs without Node.
+// Last line: RESULT tunnel relay_vs_raw=… relay_vs_ssh=… multi_vs_raw=… rtt20_vs_raw=…
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import net from 'node:net';
@@ -31,7 +33,7 @@ const WRITE_SIZE = 128 * 1024;
 const TRANSFER_DEADLINE_MS = 180_000;
 const SSH_CIPHERS = ['aes128-gcm@openssh.com', 'chacha20-poly1305@openssh.com'];
 
-type Variant = 'raw' | 'relay' | 'ssh' | 'raw64' | 'multi' | 'rawRtt' | 'relayRtt';
+type Variant = 'raw' | 'relay' | 'ssh' | 'raw64' | 'multi' | 'rawRtt' | 'relayRtt' | 'cPair';
 
 /** Writes `total` bytes with backpressure, half-closes, and resolves when the receiver's one-byte answer arrived. */
 function transfer(sock: net.Socket, total: number, chunk: Buffer): Promise<void> {
@@ -90,9 +92,10 @@ async function measure(port: number, connections: number, total: number, chunk: 
   return (per * connections) / dt;
 }
 
-/** Starts `node <bundle> args…` and resolves with the JSON object it prints as its first line. */
+/** Starts `node <bundle> args…` (or the executable itself) and resolves with the JSON object of its first line. */
 function startHelper<T>(children: ChildProcess[], bundle: string, args: string[]): Promise<T> {
-  const child = spawn(process.execPath, [bundle, ...args], { stdio: ['pipe', 'pipe', 'inherit'] });
+  const [cmd, argv] = bundle.endsWith('.mjs') ? [process.execPath, [bundle, ...args]] : [bundle, args];
+  const child = spawn(cmd, argv, { stdio: ['pipe', 'pipe', 'inherit'] });
   children.push(child);
   return new Promise((resolve, reject) => {
     let buf = '';
@@ -128,6 +131,19 @@ async function fastestSsh(sinkPort: number, chunk: Buffer): Promise<{ forward: S
   return { forward: forwards[best], cipher: SSH_CIPHERS[best] };
 }
 
+/** The C reference pair (entry → exit → sink), or undefined (with a note) where cc cannot build it. */
+async function startCPair(children: ChildProcess[], dir: string, sink: number): Promise<number | undefined> {
+  const binary = join(dir, 'framed-relay');
+  try {
+    execFileSync('cc', ['-O2', '-o', binary, resolve(import.meta.dirname, 'lib/framed-relay.c')], { stdio: 'pipe' });
+  } catch (err) {
+    console.log(`no C reference pair: cc failed (${(err as Error).message.split('\n')[0]})`);
+    return undefined;
+  }
+  const exit = (await startHelper<{ port: number }>(children, binary, ['exit', String(sink)])).port;
+  return (await startHelper<{ port: number }>(children, binary, ['entry', String(exit)])).port;
+}
+
 async function main(): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'devop-bench-tunnel-'));
   const children: ChildProcess[] = [];
@@ -144,6 +160,7 @@ async function main(): Promise<void> {
     const relay = (await startHelper<{ port: number }>(children, bundle('tunnel-cli'), [String(agent), String(sink)])).port;
     // A second CLI process whose tunnel to the same agent process crosses the delay line, as a cluster's would.
     const relayDelayed = (await startHelper<{ port: number }>(children, bundle('tunnel-cli'), [String(agentDelayed), String(sink)])).port;
+    const cPair = await startCPair(children, dir, sink);
     const chunk = Buffer.alloc(WRITE_SIZE, 0x5a);
     console.log(`load before: ${load()}`);
     const fastest = await fastestSsh(sink, chunk);
@@ -157,8 +174,9 @@ async function main(): Promise<void> {
       multi: (total) => measure(relay, PARALLEL, total, chunk),
       rawRtt: (total) => measure(sinkDelayed, 1, Math.round((total * RTT_TOTAL) / TOTAL), chunk),
       relayRtt: (total) => measure(relayDelayed, 1, Math.round((total * RTT_TOTAL) / TOTAL), chunk),
+      cPair: (total) => measure(cPair ?? 0, 1, total, chunk),
     };
-    const names = Object.keys(variants) as Variant[];
+    const names = (Object.keys(variants) as Variant[]).filter((n) => n !== 'cPair' || cPair !== undefined);
     console.log(
       `tunnel benchmark: ${TOTAL / MiB} MiB per transfer (${RTT_TOTAL / MiB} MiB over the ${2 * DELAY_MS} ms delay line), ` +
         `${ROUNDS} interleaved rounds (+1 warm-up); ssh -L with ${fastest.cipher}`,
@@ -180,6 +198,9 @@ async function main(): Promise<void> {
     // Ratios are taken within each round (neighbours in time see the same machine load), then the median across rounds.
     const ratio = (a: Variant, b: Variant): string => median(results[a].map((x, i) => x / results[b][i])).toFixed(2);
     console.log(`medians: ${names.map((n) => `${n} ${fmt(med[n])}`).join(', ')}`);
+    if (cPair !== undefined) {
+      console.log(`reference: a framed relay pair in C moves ${fmt(med.cPair)}, ${ratio('cPair', 'raw')}× raw (devop's pair ${ratio('relay', 'cPair')}× it)`);
+    }
     console.log(`load after: ${load()}`);
     console.log(
       `RESULT tunnel relay_vs_raw=${ratio('relay', 'raw')} relay_vs_ssh=${ratio('relay', 'ssh')} ` +
