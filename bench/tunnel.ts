@@ -16,7 +16,7 @@ import { banner, common } from '../scripts/build-options.mjs';
 import { startSshForward, type SshForward } from './lib/ssh.js';
 
 const MiB = 1024 * 1024;
-/** Bytes per loopback measurement (env DEVOP_BENCH_MIB): large enough that setup is noise, small enough for a busy box. */
+/** Bytes per loopback measurement (env DEVOP_BENCH_MIB): setup is noise at this size, and a busy box still copes. */
 const TOTAL = Number(process.env.DEVOP_BENCH_MIB ?? 128) * MiB;
 /** Bytes per measurement over the delay line (env DEVOP_BENCH_RTT_MIB): many RTTs even at loopback speed. */
 const RTT_TOTAL = Number(process.env.DEVOP_BENCH_RTT_MIB ?? 64) * MiB;
@@ -70,7 +70,8 @@ async function measure(port: number, connections: number, total: number, chunk: 
   const t0 = process.hrtime.bigint();
   let timer: NodeJS.Timeout | undefined;
   const deadline = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`a transfer to port ${port} took over ${TRANSFER_DEADLINE_MS / 1000} s`)), TRANSFER_DEADLINE_MS);
+    const hung = (): void => reject(new Error(`a transfer to port ${port} took over ${TRANSFER_DEADLINE_MS / 1000} s`));
+    timer = setTimeout(hung, TRANSFER_DEADLINE_MS);
   });
   const socks: net.Socket[] = [];
   try {
@@ -151,15 +152,19 @@ async function main(): Promise<void> {
   try {
     // Bundled and run with plain node, as dist/cli.js and dist/agent.js run, not through a TypeScript loader.
     const helpers = ['sink', 'delay-line', 'tunnel-cli', 'tunnel-agent'];
-    await build({ ...common, banner, entryPoints: helpers.map((h) => resolve(import.meta.dirname, `lib/${h}.ts`)), outdir: dir, outExtension: { '.js': '.mjs' } });
+    const entryPoints = helpers.map((h) => resolve(import.meta.dirname, `lib/${h}.ts`));
+    await build({ ...common, banner, entryPoints, outdir: dir, outExtension: { '.js': '.mjs' } });
     const bundle = (name: string): string => join(dir, `${name}.mjs`);
     const sink = (await startHelper<{ port: number }>(children, bundle('sink'), [])).port;
     const agent = (await startHelper<{ port: number }>(children, bundle('tunnel-agent'), [])).port;
-    const line = await startHelper<{ ports: [number, number] }>(children, bundle('delay-line'), [String(DELAY_MS), String(sink), String(agent)]);
+    const lineArgs = [String(DELAY_MS), String(sink), String(agent)];
+    const line = await startHelper<{ ports: [number, number] }>(children, bundle('delay-line'), lineArgs);
     const [sinkDelayed, agentDelayed] = line.ports;
-    const relay = (await startHelper<{ port: number }>(children, bundle('tunnel-cli'), [String(agent), String(sink)])).port;
+    const cliSide = async (agentPort: number): Promise<number> =>
+      (await startHelper<{ port: number }>(children, bundle('tunnel-cli'), [String(agentPort), String(sink)])).port;
+    const relay = await cliSide(agent);
     // A second CLI process whose tunnel to the same agent process crosses the delay line, as a cluster's would.
-    const relayDelayed = (await startHelper<{ port: number }>(children, bundle('tunnel-cli'), [String(agentDelayed), String(sink)])).port;
+    const relayDelayed = await cliSide(agentDelayed);
     const cPair = await startCPair(children, dir, sink);
     const chunk = Buffer.alloc(WRITE_SIZE, 0x5a);
     console.log(`load before: ${load()}`);
@@ -178,7 +183,8 @@ async function main(): Promise<void> {
     };
     const names = (Object.keys(variants) as Variant[]).filter((n) => n !== 'cPair' || cPair !== undefined);
     console.log(
-      `tunnel benchmark: ${TOTAL / MiB} MiB per transfer (${RTT_TOTAL / MiB} MiB over the ${2 * DELAY_MS} ms delay line), ` +
+      `tunnel benchmark: ${TOTAL / MiB} MiB per transfer ` +
+        `(${RTT_TOTAL / MiB} MiB over the ${2 * DELAY_MS} ms delay line), ` +
         `${ROUNDS} interleaved rounds (+1 warm-up); ssh -L with ${fastest.cipher}`,
     );
     for (const name of names) await variants[name](WARMUP);
@@ -199,7 +205,8 @@ async function main(): Promise<void> {
     const ratio = (a: Variant, b: Variant): string => median(results[a].map((x, i) => x / results[b][i])).toFixed(2);
     console.log(`medians: ${names.map((n) => `${n} ${fmt(med[n])}`).join(', ')}`);
     if (cPair !== undefined) {
-      console.log(`reference: a framed relay pair in C moves ${fmt(med.cPair)}, ${ratio('cPair', 'raw')}× raw (devop's pair ${ratio('relay', 'cPair')}× it)`);
+      const c = `${fmt(med.cPair)}, ${ratio('cPair', 'raw')}× raw`;
+      console.log(`reference: a framed relay pair in C moves ${c} (devop's pair ${ratio('relay', 'cPair')}× it)`);
     }
     console.log(`load after: ${load()}`);
     console.log(

@@ -71,7 +71,7 @@ export class MuxStream extends Duplex {
   /** When the current measuring epoch began (ms) and how much the reader had consumed then: see #maybeGrow(). */
   #epochAt = performance.now();
   #epochConsumed = 0;
-  /** A credit round trip being timed: the limit before one grant and when it was sent (ms), or -1: see receiveData(). */
+  /** A credit round trip being timed: the limit before a grant and when it left (ms), or -1: see receiveData(). */
   #probeLimit = -1;
   #probeAt = 0;
   #sendCredit: number;

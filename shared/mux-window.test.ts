@@ -3,7 +3,15 @@
 // peer never holds more than it; the connection's budget bounds the growth of many streams together.
 import net from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
-import { INITIAL_WINDOW, MAX_WINDOW, WINDOW_BUDGET, createAgentMux, createClientMux, type MuxOptions, type MuxStream } from './mux.js';
+import {
+  INITIAL_WINDOW,
+  MAX_WINDOW,
+  WINDOW_BUDGET,
+  createAgentMux,
+  createClientMux,
+  type MuxOptions,
+  type MuxStream,
+} from './mux.js';
 import { nextEvent, socketPair, until } from './test-fixtures.js';
 
 const MiB = 1024 * 1024;
@@ -66,7 +74,7 @@ function countAll(stream: MuxStream): Promise<number> {
 }
 
 describe('mux receive window', () => {
-  it('grows while a 20 ms path, not the reader, limits the stream, and gives its growth back when the stream ends', async () => {
+  it('grows while a 20 ms path, not the reader, limits the stream; gives the growth back at the end', async () => {
     // Given a connection across a 20 ms round trip and a reader that takes everything at once
     const { client, agent } = await delayedMuxPair();
     const incoming = nextEvent<MuxStream>(agent, 'stream');
@@ -96,7 +104,8 @@ describe('mux receive window', () => {
     const { client, agent, clientEnd } = await delayedMuxPair();
     const incoming = nextEvent<MuxStream>(agent, 'stream');
     const stream = client.openStream({ kind: 'outgoing', host: 'far', port: 1 });
-    const writer = writeAll(stream, 256 * MiB);
+    const total = 64 * MiB;
+    const writer = writeAll(stream, total);
     const reader = await incoming;
     let consumed = 0;
     const onData = (d: Buffer): void => {
@@ -120,15 +129,19 @@ describe('mux receive window', () => {
       stable = unconsumed === last ? stable + 1 : 0;
       last = unconsumed;
     }
-    // Then the window did not grow, the receiver holds exactly one window, and the sender never held more than one
-    console.log(`stalled reader: window ${window / MiB} MiB, receiver holds ${reader.readableLength} B, worst ${worst} B`);
+    // Then the window did not grow, the receiver holds one window (less what was consumed since the last CREDIT: under
+    // a quarter), and the sender never held more than one
+    console.log(`stalled reader: window ${window / MiB} MiB, holds ${reader.readableLength} B, worst ${worst} B`);
     expect(reader.receiveWindow).toBe(window);
-    expect(reader.readableLength).toBe(window);
+    expect(reader.readableLength).toBeLessThanOrEqual(window);
+    expect(reader.readableLength).toBeGreaterThan((window * 3) / 4);
     expect(worst).toBeLessThanOrEqual(window);
-    expect(writer.accepted()).toBeLessThan(256 * MiB);
+    expect(writer.accepted()).toBeLessThan(total);
     // And when the reader resumes, the rest arrives
     reader.off('data', onData);
-    stream.destroy();
+    const rest = countAll(reader);
+    reader.resume();
+    expect(consumed + (await rest)).toBe(total);
   }, 60_000);
 
   it('keeps the growth of many streams within the connection budget', async () => {
@@ -142,7 +155,8 @@ describe('mux receive window', () => {
       counts.push(countAll(s));
     });
     // When 16 streams send 8 MiB each at once
-    const streams = Array.from({ length: 16 }, (_, i) => client.openStream({ kind: 'outgoing', host: `s${i}`, port: 1 }));
+    const open = (i: number): MuxStream => client.openStream({ kind: 'outgoing', host: `s${i}`, port: 1 });
+    const streams = Array.from({ length: 16 }, (_, i) => open(i));
     for (const s of streams) writeAll(s, 8 * MiB);
     let mostGrown = 0;
     const sample = setInterval(() => {

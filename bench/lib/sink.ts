@@ -11,7 +11,9 @@ const server = net.createServer({ allowHalfOpen: true }, (sock) => {
   // A sender that gives up mid-transfer is the bench's to report, not the sink's.
   sock.on('error', () => sock.destroy());
 });
-server.listen(0, '127.0.0.1', () => process.stdout.write(`${JSON.stringify({ port: (server.address() as net.AddressInfo).port })}\n`));
+server.listen(0, '127.0.0.1', () => {
+  process.stdout.write(`${JSON.stringify({ port: (server.address() as net.AddressInfo).port })}\n`);
+});
 // The benchmark ends this process by closing our stdin.
 process.stdin.resume();
 process.stdin.on('end', () => process.exit(0));

@@ -16,7 +16,9 @@ const server = createServer((socket) => {
   });
   mux.on('close', () => socket.destroy());
 });
-server.listen(0, '127.0.0.1', () => process.stdout.write(`${JSON.stringify({ port: (server.address() as AddressInfo).port })}\n`));
+server.listen(0, '127.0.0.1', () => {
+  process.stdout.write(`${JSON.stringify({ port: (server.address() as AddressInfo).port })}\n`);
+});
 // The benchmark ends this process by closing our stdin.
 process.stdin.resume();
 process.stdin.on('end', () => process.exit(0));

@@ -1,6 +1,6 @@
 // The CLI side of devop's tunnel for bench/tunnel.ts, in a process of its own as `devop port-forward` is: a local
 // listener whose connections become `outgoing` streams on a mux over one TCP connection to the agent side
-// (bench/lib/tunnel-agent.ts), with the CLI's own code (startForwards, createMuxDialer). Bundled and run with plain node.
+// (bench/lib/tunnel-agent.ts), with the CLI's own code (startForwards, createMuxDialer). Bundled, run with plain node.
 //   node tunnel-cli.mjs <agent port> <target port>   prints {"port":<local listener>} on stdout
 import { connect } from 'node:net';
 import { once } from 'node:events';
