@@ -52,9 +52,10 @@ export interface DeliveryTarget {
 /** Give back credit once a quarter of the window was consumed: few CREDIT frames, and the sender never stalls at the edge. */
 const CREDIT_UPDATE_DIVISOR = 4;
 /**
- * The window doubles when the reader consumed a whole window within this many round trips: the sender then spends
+ * The window doubles when the reader consumes at least a window per this many round trips: the sender then spends
  * part of every round trip waiting for credit, so the window, not the reader, sets the pace (HTTP/2 and QUIC stacks
- * auto-tune on the same signal). Two round trips leave headroom for a path whose RTT varies.
+ * auto-tune on the same signal). Two leave headroom for a path whose RTT varies; the window settles at up to twice
+ * the path's bandwidth-delay product.
  */
 const GROWTH_ROUND_TRIPS = 2;
 
@@ -288,15 +289,18 @@ export class MuxStream extends Duplex {
   }
 
   /**
-   * Doubles the window (up to the connection's maxWindow, within its budget) when the reader consumed a whole window
-   * in less than GROWTH_ROUND_TRIPS credit round trips: then the path's delay, not the reader, limits the stream. A
-   * reader that is slow or stalled never consumes a window that fast, so its window, and what the peer may make this
-   * side hold, stays as it is. Before the first round trip is measured, nothing grows.
+   * Doubles the window (up to the connection's maxWindow, within its budget) when, over an epoch of at least one credit
+   * round trip, the reader consumed at least a window per GROWTH_ROUND_TRIPS round trips: then the path's delay, not
+   * the reader, limits the stream (a stream held by its window moves one window per round trip). Deciding once per
+   * round trip lets a window double every round trip, as a TCP slow start does. A reader that is slow or stalled never
+   * consumes that fast, so its window, and what the peer may make this side hold, stays as it is. Before the first
+   * round trip is measured, nothing grows.
    */
   #maybeGrow(consumed: number, now: number): void {
-    if (consumed - this.#epochConsumed < this.#window) return;
     const roundTrip = this.#sink.roundTripMs;
-    const fast = roundTrip !== Infinity && now - this.#epochAt < GROWTH_ROUND_TRIPS * roundTrip;
+    const elapsed = now - this.#epochAt;
+    if (roundTrip === Infinity || elapsed < roundTrip) return;
+    const fast = (consumed - this.#epochConsumed) * GROWTH_ROUND_TRIPS * roundTrip >= this.#window * elapsed;
     this.#epochAt = now;
     this.#epochConsumed = consumed;
     if (!fast || this.#window >= this.#sink.maxWindow) return;
