@@ -1,45 +1,57 @@
-// Tunnel benchmark: throughput of raw loopback TCP, one devop mux stream, 64 parallel mux streams and OpenSSH `ssh -L`,
-// measured side by side in one run (interleaved rounds, medians), ending with one RESULT line of ratios. The receiving
-// ends run in a separate process (bench/lib/sink.ts), as sshd does, so no variant shares the sender's event loop.
-import { spawn } from 'node:child_process';
+// Tunnel benchmark: throughput of devop's tunnel in its real shape — a CLI-side process (local listener → mux client,
+// as `devop port-forward` does) and an agent-side process (mux server → dial the target), both bundled as shipped and
+// joined by loopback TCP — against raw TCP and OpenSSH `ssh -L` (with the faster of the ciphers measured here), with 64
+// parallel connections, and with one connection over a user-space delay line of 20 ms RTT (raw TCP over the same line).
+// Every path ends at the same sink process; the variants run side by side in one run (interleaved rounds, medians of
+// per-round ratios). A reference that is not in the RESULT line: the same two-process shape as a framed relay pair
+// written in C (bench/lib/framed-relay.c, built with cc), i.e. what framing in two processes costs without Node.
+// Last line: RESULT tunnel relay_vs_raw=… relay_vs_ssh=… multi_vs_raw=… rtt20_vs_raw=…
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
 import net from 'node:net';
-import type { Duplex } from 'node:stream';
-import { fileURLToPath } from 'node:url';
-import { createClientMux } from '../shared/mux.js';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { build } from 'esbuild';
+import { banner, common } from '../scripts/build-options.mjs';
 import { startSshForward, type SshForward } from './lib/ssh.js';
 
 const MiB = 1024 * 1024;
-/** Bytes sent per measurement (env DEVOP_BENCH_MIB): large enough that setup is noise, small enough for a busy box. */
-const TOTAL = Number(process.env.DEVOP_BENCH_MIB ?? 192) * MiB;
+/** Bytes per loopback measurement (env DEVOP_BENCH_MIB): setup is noise at this size, and a busy box still copes. */
+const TOTAL = Number(process.env.DEVOP_BENCH_MIB ?? 128) * MiB;
+/** Bytes per measurement over the delay line (env DEVOP_BENCH_RTT_MIB): many RTTs even at loopback speed. */
+const RTT_TOTAL = Number(process.env.DEVOP_BENCH_RTT_MIB ?? 64) * MiB;
 /** Interleaved rounds; ratios are medians over rounds, so one noisy neighbour (the box is shared) does not decide. */
-const ROUNDS = Number(process.env.DEVOP_BENCH_ROUNDS ?? 7);
-/** One untimed transfer per variant first, so that JIT and the ssh session's start-up are not measured. */
-const WARMUP = 32 * MiB;
+const ROUNDS = Number(process.env.DEVOP_BENCH_ROUNDS ?? 5);
+/** One untimed transfer per variant first, so that JIT and the processes' start-up are not measured. */
+const WARMUP = 16 * MiB;
 const PARALLEL = 64;
+/** Each way of the delay line: 10 ms, a 20 ms round trip (a cluster in the same region). */
+const DELAY_MS = 10;
 /** Size of each write() by the sender, the same for every variant. */
 const WRITE_SIZE = 128 * 1024;
+/** One transfer that takes longer than this has hung (a bug, not a slow machine). */
+const TRANSFER_DEADLINE_MS = 180_000;
+const SSH_CIPHERS = ['aes128-gcm@openssh.com', 'chacha20-poly1305@openssh.com'];
 
-type Variant = 'raw' | 'single' | 'multi' | 'ssh';
-type Writer = NodeJS.WritableStream & { once(e: 'drain', f: () => void): unknown };
+type Variant = 'raw' | 'relay' | 'ssh' | 'raw64' | 'multi' | 'rawRtt' | 'relayRtt' | 'cPair';
 
 /** Writes `total` bytes with backpressure, half-closes, and resolves when the receiver's one-byte answer arrived. */
-function transfer(stream: net.Socket | Duplex, total: number, chunk: Buffer): Promise<void> {
+function transfer(sock: net.Socket, total: number, chunk: Buffer): Promise<void> {
   return new Promise((resolve, reject) => {
     let sent = 0;
-    stream.on('error', reject);
-    stream.on('data', () => undefined);
-    stream.on('end', () => resolve());
-    const w = stream as unknown as Writer;
+    sock.on('error', reject);
+    sock.on('data', () => undefined);
+    sock.on('end', () => resolve());
     const go = (): void => {
       while (sent < total) {
         const n = Math.min(chunk.length, total - sent);
         sent += n;
-        if (!w.write(n === chunk.length ? chunk : chunk.subarray(0, n))) {
-          w.once('drain', go);
+        if (!sock.write(n === chunk.length ? chunk : chunk.subarray(0, n))) {
+          sock.once('drain', go);
           return;
         }
       }
-      w.end();
+      sock.end();
     };
     go();
   });
@@ -47,33 +59,54 @@ function transfer(stream: net.Socket | Duplex, total: number, chunk: Buffer): Pr
 
 function connect(port: number): Promise<net.Socket> {
   return new Promise((resolve, reject) => {
-    const sock = net.connect(port, '127.0.0.1', () => resolve(sock));
+    const sock = net.connect({ port, host: '127.0.0.1', allowHalfOpen: true }, () => resolve(sock));
     sock.once('error', reject);
   });
 }
 
-async function timeRaw(port: number, total: number, chunk: Buffer): Promise<number> {
-  const sock = await connect(port);
+/** Bytes per second of `total` bytes sent over `connections` parallel connections to `port` (connects are timed). */
+async function measure(port: number, connections: number, total: number, chunk: Buffer): Promise<number> {
+  const per = Math.floor(total / connections);
   const t0 = process.hrtime.bigint();
-  await transfer(sock, total, chunk);
+  let timer: NodeJS.Timeout | undefined;
+  const deadline = new Promise<never>((_, reject) => {
+    const hung = (): void => reject(new Error(`a transfer to port ${port} took over ${TRANSFER_DEADLINE_MS / 1000} s`));
+    timer = setTimeout(hung, TRANSFER_DEADLINE_MS);
+  });
+  const socks: net.Socket[] = [];
+  try {
+    await Promise.race([
+      deadline,
+      Promise.all(
+        Array.from({ length: connections }, async () => {
+          const sock = await connect(port);
+          socks.push(sock);
+          await transfer(sock, per, chunk);
+        }),
+      ),
+    ]);
+  } finally {
+    clearTimeout(timer);
+    for (const sock of socks) sock.destroy();
+  }
   const dt = Number(process.hrtime.bigint() - t0) / 1e9;
-  sock.destroy();
-  return total / dt;
+  return (per * connections) / dt;
 }
 
-async function timeMux(port: number, streams: number, total: number, chunk: Buffer): Promise<number> {
-  const sock = await connect(port);
-  sock.setNoDelay(true);
-  const mux = createClientMux(sock);
-  const t0 = process.hrtime.bigint();
-  const per = Math.floor(total / streams);
-  await Promise.all(
-    Array.from({ length: streams }, () => transfer(mux.openStream({ kind: 'outgoing', host: 'sink', port: 9 }), per, chunk)),
-  );
-  const dt = Number(process.hrtime.bigint() - t0) / 1e9;
-  mux.close('bench done');
-  sock.destroy();
-  return (per * streams) / dt;
+/** Starts `node <bundle> args…` (or the executable itself) and resolves with the JSON object of its first line. */
+function startHelper<T>(children: ChildProcess[], bundle: string, args: string[]): Promise<T> {
+  const [cmd, argv] = bundle.endsWith('.mjs') ? [process.execPath, [bundle, ...args]] : [bundle, args];
+  const child = spawn(cmd, argv, { stdio: ['pipe', 'pipe', 'inherit'] });
+  children.push(child);
+  return new Promise((resolve, reject) => {
+    let buf = '';
+    child.stdout.on('data', (d: Buffer) => {
+      buf += d.toString();
+      const nl = buf.indexOf('\n');
+      if (nl >= 0) resolve(JSON.parse(buf.slice(0, nl)) as T);
+    });
+    child.once('exit', (code) => reject(new Error(`${bundle} exited with ${code} before it was ready`)));
+  });
 }
 
 function median(xs: number[]): number {
@@ -82,59 +115,111 @@ function median(xs: number[]): number {
   return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
 }
 
-const fmt = (bps: number): string => `${(bps / MiB).toFixed(0)} MiB/s`;
+const fmt = (bps: number): string => `${(bps / MiB).toFixed(1)} MiB/s`;
+const load = (): string => execFileSync('uptime', { encoding: 'utf8' }).trim();
+
+/** Times both ciphers on the same forward shape (alternating, 3 each) and keeps the faster; the other is stopped. */
+async function fastestSsh(sinkPort: number, chunk: Buffer): Promise<{ forward: SshForward; cipher: string }> {
+  const forwards = await Promise.all(SSH_CIPHERS.map((cipher) => startSshForward(sinkPort, cipher)));
+  const speeds: number[][] = SSH_CIPHERS.map(() => []);
+  for (let i = 0; i < 3; i++) {
+    for (const [j, forward] of forwards.entries()) speeds[j].push(await measure(forward.localPort, 1, 64 * MiB, chunk));
+  }
+  const meds = speeds.map(median);
+  const best = meds[0] >= meds[1] ? 0 : 1;
+  console.log(`ssh ciphers: ${SSH_CIPHERS.map((c, j) => `${c} ${fmt(meds[j])}`).join(', ')} -> ${SSH_CIPHERS[best]}`);
+  await forwards[1 - best].stop();
+  return { forward: forwards[best], cipher: SSH_CIPHERS[best] };
+}
+
+/** The C reference pair (entry → exit → sink), or undefined (with a note) where cc cannot build it. */
+async function startCPair(children: ChildProcess[], dir: string, sink: number): Promise<number | undefined> {
+  const binary = join(dir, 'framed-relay');
+  try {
+    execFileSync('cc', ['-O2', '-o', binary, resolve(import.meta.dirname, 'lib/framed-relay.c')], { stdio: 'pipe' });
+  } catch (err) {
+    console.log(`no C reference pair: cc failed (${(err as Error).message.split('\n')[0]})`);
+    return undefined;
+  }
+  const exit = (await startHelper<{ port: number }>(children, binary, ['exit', String(sink)])).port;
+  return (await startHelper<{ port: number }>(children, binary, ['entry', String(exit)])).port;
+}
 
 async function main(): Promise<void> {
-  const sinkPath = fileURLToPath(new URL('./lib/sink.ts', import.meta.url));
-  const sink = spawn(process.execPath, ['--import', 'tsx', sinkPath], { stdio: ['pipe', 'pipe', 'inherit'] });
+  const dir = mkdtempSync(join(tmpdir(), 'devop-bench-tunnel-'));
+  const children: ChildProcess[] = [];
   let ssh: SshForward | undefined;
   try {
-    const ports = await new Promise<{ raw: number; mux: number }>((resolve, reject) => {
-      let buf = '';
-      sink.stdout.on('data', (d: Buffer) => {
-        buf += d.toString();
-        const nl = buf.indexOf('\n');
-        if (nl >= 0) resolve(JSON.parse(buf.slice(0, nl)) as { raw: number; mux: number });
-      });
-      sink.once('exit', (code) => reject(new Error(`sink exited with ${code}`)));
-    });
-    ssh = await startSshForward(ports.raw);
+    // Bundled and run with plain node, as dist/cli.js and dist/agent.js run, not through a TypeScript loader.
+    const helpers = ['sink', 'delay-line', 'tunnel-cli', 'tunnel-agent'];
+    const entryPoints = helpers.map((h) => resolve(import.meta.dirname, `lib/${h}.ts`));
+    await build({ ...common, banner, entryPoints, outdir: dir, outExtension: { '.js': '.mjs' } });
+    const bundle = (name: string): string => join(dir, `${name}.mjs`);
+    const sink = (await startHelper<{ port: number }>(children, bundle('sink'), [])).port;
+    const agent = (await startHelper<{ port: number }>(children, bundle('tunnel-agent'), [])).port;
+    const lineArgs = [String(DELAY_MS), String(sink), String(agent)];
+    const line = await startHelper<{ ports: [number, number] }>(children, bundle('delay-line'), lineArgs);
+    const [sinkDelayed, agentDelayed] = line.ports;
+    const cliSide = async (agentPort: number): Promise<number> =>
+      (await startHelper<{ port: number }>(children, bundle('tunnel-cli'), [String(agentPort), String(sink)])).port;
+    const relay = await cliSide(agent);
+    // A second CLI process whose tunnel to the same agent process crosses the delay line, as a cluster's would.
+    const relayDelayed = await cliSide(agentDelayed);
+    const cPair = await startCPair(children, dir, sink);
     const chunk = Buffer.alloc(WRITE_SIZE, 0x5a);
+    console.log(`load before: ${load()}`);
+    const fastest = await fastestSsh(sink, chunk);
+    ssh = fastest.forward;
+    const sshPort = ssh.localPort;
     const variants: Record<Variant, (total: number) => Promise<number>> = {
-      raw: (total) => timeRaw(ports.raw, total, chunk),
-      single: (total) => timeMux(ports.mux, 1, total, chunk),
-      multi: (total) => timeMux(ports.mux, PARALLEL, total, chunk),
-      ssh: (total) => timeRaw(ssh!.localPort, total, chunk),
+      raw: (total) => measure(sink, 1, total, chunk),
+      relay: (total) => measure(relay, 1, total, chunk),
+      ssh: (total) => measure(sshPort, 1, total, chunk),
+      raw64: (total) => measure(sink, PARALLEL, total, chunk),
+      multi: (total) => measure(relay, PARALLEL, total, chunk),
+      rawRtt: (total) => measure(sinkDelayed, 1, Math.round((total * RTT_TOTAL) / TOTAL), chunk),
+      relayRtt: (total) => measure(relayDelayed, 1, Math.round((total * RTT_TOTAL) / TOTAL), chunk),
+      cPair: (total) => measure(cPair ?? 0, 1, total, chunk),
     };
-    const names = Object.keys(variants) as Variant[];
-    console.log(`tunnel benchmark: ${TOTAL / MiB} MiB per transfer, ${ROUNDS} interleaved rounds (+1 warm-up), loopback`);
-    // Warm-up: JIT, TCP buffers and the ssh session settle before anything is measured.
+    const names = (Object.keys(variants) as Variant[]).filter((n) => n !== 'cPair' || cPair !== undefined);
+    console.log(
+      `tunnel benchmark: ${TOTAL / MiB} MiB per transfer ` +
+        `(${RTT_TOTAL / MiB} MiB over the ${2 * DELAY_MS} ms delay line), ` +
+        `${ROUNDS} interleaved rounds (+1 warm-up); ssh -L with ${fastest.cipher}`,
+    );
     for (const name of names) await variants[name](WARMUP);
-    const results: Record<Variant, number[]> = { raw: [], single: [], multi: [], ssh: [] };
+    const results = Object.fromEntries(names.map((n) => [n, [] as number[]])) as Record<Variant, number[]>;
     for (let round = 1; round <= ROUNDS; round++) {
       // Rotate the order each round so that no variant always runs right after the same neighbour.
       const order = names.map((_, i) => names[(i + round) % names.length]);
-      const line: string[] = [];
+      const out: string[] = [];
       for (const name of order) {
         const bps = await variants[name](TOTAL);
         results[name].push(bps);
-        line.push(`${name}=${fmt(bps)}`);
+        out.push(`${name}=${fmt(bps)}`);
       }
-      console.log(`round ${round}: ${line.join(' ')}`);
+      console.log(`round ${round}: ${out.join(' ')}`);
     }
     const med = Object.fromEntries(names.map((n) => [n, median(results[n])])) as Record<Variant, number>;
     // Ratios are taken within each round (neighbours in time see the same machine load), then the median across rounds.
-    const ratio = (a: Variant, b: Variant): number => median(results[a].map((x, i) => x / results[b][i]));
+    const ratio = (a: Variant, b: Variant): string => median(results[a].map((x, i) => x / results[b][i])).toFixed(2);
+    console.log(`medians: ${names.map((n) => `${n} ${fmt(med[n])}`).join(', ')}`);
+    if (cPair !== undefined) {
+      const c = `${fmt(med.cPair)}, ${ratio('cPair', 'raw')}× raw`;
+      console.log(`reference: a framed relay pair in C moves ${c} (devop's pair ${ratio('relay', 'cPair')}× it)`);
+    }
+    console.log(`load after: ${load()}`);
     console.log(
-      `medians: raw TCP ${fmt(med.raw)}, 1 mux stream ${fmt(med.single)}, ${PARALLEL} mux streams ${fmt(med.multi)}, ssh -L ${fmt(med.ssh)}`,
-    );
-    console.log(
-      `RESULT tunnel single_vs_raw=${ratio('single', 'raw').toFixed(2)} multi_vs_raw=${ratio('multi', 'raw').toFixed(2)} single_vs_ssh=${ratio('single', 'ssh').toFixed(2)}`,
+      `RESULT tunnel relay_vs_raw=${ratio('relay', 'raw')} relay_vs_ssh=${ratio('relay', 'ssh')} ` +
+        `multi_vs_raw=${ratio('multi', 'raw64')} rtt20_vs_raw=${ratio('relayRtt', 'rawRtt')}`,
     );
   } finally {
     await ssh?.stop();
-    sink.stdin.end();
-    sink.kill();
+    for (const child of children) {
+      child.stdin?.end();
+      child.kill();
+    }
+    rmSync(dir, { recursive: true, force: true });
   }
 }
 

@@ -31,6 +31,14 @@ export interface StreamSink {
   readonly isClosed: boolean;
   whenDrained(fn: () => void): void;
   forget(id: number): void;
+  /** Largest receive window a stream may grow to. */
+  readonly maxWindow: number;
+  /** Takes up to `bytes` of window growth from the connection's budget; returns what it got. */
+  reserveWindow(bytes: number): number;
+  /** A credit round trip measured by a stream: how long a sender waiting for credit took to send again (ms). */
+  noteRoundTrip(ms: number): void;
+  /** The connection's shortest credit round trip (ms), Infinity before the first. */
+  readonly roundTripMs: number;
 }
 
 /** Where a spliced stream writes what it receives (a net.Socket): see deliverTo(). */
@@ -43,6 +51,13 @@ export interface DeliveryTarget {
 
 /** Give back credit once a quarter of the window was consumed: few CREDIT frames, and the sender never stalls at the edge. */
 const CREDIT_UPDATE_DIVISOR = 4;
+/**
+ * The window doubles when the reader consumes at least a window per this many round trips: the sender then spends
+ * part of every round trip waiting for credit, so the window, not the reader, sets the pace (HTTP/2 and QUIC stacks
+ * auto-tune on the same signal). Two leave headroom for a path whose RTT varies; the window settles at up to twice
+ * the path's bandwidth-delay product.
+ */
+const GROWTH_ROUND_TRIPS = 2;
 
 /**
  * A byte stream inside a Mux. `open` is the header it was opened with; end() half-closes; reset(reason) aborts both
@@ -52,7 +67,14 @@ export class MuxStream extends Duplex {
   readonly id: number;
   readonly open: StreamOpen;
   readonly #sink: StreamSink;
-  readonly #window: number;
+  /** Receive window: grows (never shrinks) while the reader outpaces the path, within the connection's budget. */
+  #window: number;
+  /** When the current measuring epoch began (ms) and how much the reader had consumed then: see #maybeGrow(). */
+  #epochAt = performance.now();
+  #epochConsumed = 0;
+  /** A credit round trip being timed: the limit before a grant and when it left (ms), or -1: see receiveData(). */
+  #probeLimit = -1;
+  #probeAt = 0;
   #sendCredit: number;
   #recvTotal = 0;
   #recvGranted: number;
@@ -85,6 +107,11 @@ export class MuxStream extends Duplex {
   /** Details the peer sent with accept(), or null while not (yet) accepted. */
   get acceptedInfo(): StreamAccept | null {
     return this.#accepted;
+  }
+
+  /** This side's receive window: the most the peer may send beyond what the reader consumed. */
+  get receiveWindow(): number {
+    return this.#window;
   }
 
   /** Bytes this side may still send before the peer grants more credit. */
@@ -194,6 +221,12 @@ export class MuxStream extends Duplex {
   /** @internal */ receiveData(data: Buffer): void {
     if (this.#reset || this.#remoteEnded) return;
     this.#recvTotal += data.length;
+    if (this.#probeLimit >= 0 && this.#recvTotal > this.#probeLimit) {
+      // Bytes beyond the limit that held before a grant can only have been sent after that grant reached the sender:
+      // one credit round trip, or more if the sender had nothing to send (the connection keeps the shortest).
+      this.#sink.noteRoundTrip(performance.now() - this.#probeAt);
+      this.#probeLimit = -1;
+    }
     if (this.#recvTotal > this.#recvGranted) {
       throw new ProtocolError(`flow control violated on stream ${this.id}: ${this.#recvTotal - this.#recvGranted} bytes beyond credit`);
     }
@@ -237,17 +270,41 @@ export class MuxStream extends Duplex {
    * @internal
    */
   grantCredit(): void {
-    if (this.#remoteEnded || this.#reset || this.#sink.isClosed) return;
+    if (this.#remoteEnded || this.#reset || this.#destroyed || this.#sink.isClosed) return;
     // Cheap early exit for the common case: even if everything received were consumed, no update would be due yet.
     if (this.#recvTotal + this.#window - this.#recvGranted < this.#window / CREDIT_UPDATE_DIVISOR) return;
     const consumed = this.#recvTotal - this.readableLength - (this.#target?.writableLength ?? 0);
+    if (consumed + this.#window - this.#recvGranted < this.#window / CREDIT_UPDATE_DIVISOR) return;
+    const now = performance.now();
+    this.#maybeGrow(consumed, now);
     const due = consumed + this.#window - this.#recvGranted;
-    if (due >= this.#window / CREDIT_UPDATE_DIVISOR) {
-      const payload = Buffer.allocUnsafe(4);
-      payload.writeUInt32BE(due, 0);
-      this.#recvGranted += due;
-      this.#sink.sendFrame(FrameKind.CREDIT, this.id, payload);
+    if (this.#probeLimit < 0) {
+      this.#probeLimit = this.#recvGranted;
+      this.#probeAt = now;
     }
+    const payload = Buffer.allocUnsafe(4);
+    payload.writeUInt32BE(due, 0);
+    this.#recvGranted += due;
+    this.#sink.sendFrame(FrameKind.CREDIT, this.id, payload);
+  }
+
+  /**
+   * Doubles the window (up to the connection's maxWindow, within its budget) when, over an epoch of at least one credit
+   * round trip, the reader consumed at least a window per GROWTH_ROUND_TRIPS round trips: then the path's delay, not
+   * the reader, limits the stream (a stream held by its window moves one window per round trip). Deciding once per
+   * round trip lets a window double every round trip, as a TCP slow start does. A reader that is slow or stalled never
+   * consumes that fast, so its window, and what the peer may make this side hold, stays as it is. Before the first
+   * round trip is measured, nothing grows.
+   */
+  #maybeGrow(consumed: number, now: number): void {
+    const roundTrip = this.#sink.roundTripMs;
+    const elapsed = now - this.#epochAt;
+    if (roundTrip === Infinity || elapsed < roundTrip) return;
+    const fast = (consumed - this.#epochConsumed) * GROWTH_ROUND_TRIPS * roundTrip >= this.#window * elapsed;
+    this.#epochAt = now;
+    this.#epochConsumed = consumed;
+    if (!fast || this.#window >= this.#sink.maxWindow) return;
+    this.#window += this.#sink.reserveWindow(Math.min(this.#window, this.#sink.maxWindow - this.#window));
   }
 
   #pump(): void {

@@ -30,6 +30,16 @@ import { MuxClosedError } from './mux-stream.js';
  */
 export const INITIAL_WINDOW = 256 * 1024;
 /**
+ * A stream's receive window grows up to this (16 MiB) while its reader keeps up with a path slower than its window
+ * (see MuxStream.grantCredit): 16 MiB covers 800 MiB/s at 20 ms RTT, or 160 MiB/s at 100 ms.
+ */
+export const MAX_WINDOW = 16 * 1024 * 1024;
+/**
+ * What all streams of one connection may grow their windows by in total, beyond the window each starts with (64 MiB):
+ * the most a tunnel's peer can make this side hold on top of the fixed windows, however many streams grow at once.
+ */
+export const WINDOW_BUDGET = 64 * 1024 * 1024;
+/**
  * Open streams per connection (10 000): ten times what the agent is sized for (1 000 stolen connections), and a bound on
  * what a peer can make this side hold (each stream buffers at most one window).
  */
@@ -43,8 +53,12 @@ type Inbound<S extends Side> = S extends 'client' ? AgentMessage : ClientMessage
 
 export interface MuxOptions<S extends Side> {
   side: S;
-  /** This side's receive window per stream in bytes (default and minimum: INITIAL_WINDOW). */
+  /** This side's receive window per stream in bytes when it opens (default and minimum: INITIAL_WINDOW). */
   window?: number;
+  /** Largest receive window a stream grows to (default MAX_WINDOW; `window` turns growth off). */
+  maxWindow?: number;
+  /** Total growth of all streams' windows on this connection (default WINDOW_BUDGET). */
+  windowBudget?: number;
   /** Largest frame payload accepted from the peer (default 1 MiB; at least MAX_DATA_FRAME). */
   maxFrame?: number;
   /** Streams open at once on this connection (default MAX_STREAMS); the peer's OPEN beyond it is reset. */
@@ -71,7 +85,12 @@ export interface Mux<S extends Side> {
 export class Mux<S extends Side = Side> extends EventEmitter implements StreamSink {
   readonly side: S;
   readonly window: number;
+  /** @internal */ readonly maxWindow: number;
   readonly #maxStreams: number;
+  /** Bytes the streams' windows may still grow by, together (WINDOW_BUDGET less what open streams took). */
+  #windowBudgetLeft: number;
+  /** Shortest credit round trip seen on this connection (ms), or Infinity before the first: see noteRoundTrip(). */
+  #minRoundTripMs = Infinity;
   readonly #conn: Duplex;
   readonly #decoder: FrameDecoder;
   readonly #encoder = new FrameEncoder();
@@ -100,6 +119,8 @@ export class Mux<S extends Side = Side> extends EventEmitter implements StreamSi
     if (maxFrame < MAX_DATA_FRAME) throw new BugError(`mux maxFrame must be >= ${MAX_DATA_FRAME}, got ${maxFrame}`);
     this.side = options.side;
     this.window = window;
+    this.maxWindow = Math.max(window, options.maxWindow ?? MAX_WINDOW);
+    this.#windowBudgetLeft = options.windowBudget ?? WINDOW_BUDGET;
     this.#maxStreams = options.maxStreams ?? MAX_STREAMS;
     this.#conn = conn;
     this.#gathers = typeof (conn as { _writev?: unknown })._writev === 'function';
@@ -174,7 +195,25 @@ export class Mux<S extends Side = Side> extends EventEmitter implements StreamSi
     this.#drainWaiters.push(fn);
   }
   /** @internal */ forget(id: number): void {
+    const stream = this.#streams.get(id);
+    if (stream === undefined) return;
+    this.#windowBudgetLeft += stream.receiveWindow - this.window;
     this.#streams.delete(id);
+  }
+  /** @internal */ reserveWindow(bytes: number): number {
+    const granted = Math.min(bytes, this.#windowBudgetLeft);
+    this.#windowBudgetLeft -= granted;
+    return granted;
+  }
+  /** @internal */ noteRoundTrip(ms: number): void {
+    if (ms < this.#minRoundTripMs) this.#minRoundTripMs = ms;
+  }
+  /** @internal */ get roundTripMs(): number {
+    return this.#minRoundTripMs;
+  }
+  /** Bytes the streams' receive windows may still grow by, together (for diagnostics and tests). */
+  get windowBudgetLeft(): number {
+    return this.#windowBudgetLeft;
   }
   /** @internal */ get isClosed(): boolean {
     return this.#closed;

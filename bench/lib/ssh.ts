@@ -55,8 +55,11 @@ function killAndWait(proc: ChildProcess): Promise<void> {
   });
 }
 
-/** Starts sshd + `ssh -N -L` so that 127.0.0.1:<localPort> forwards to 127.0.0.1:<targetPort>. */
-export async function startSshForward(targetPort: number): Promise<SshForward> {
+/**
+ * Starts sshd + `ssh -N -L` so that 127.0.0.1:<localPort> forwards to 127.0.0.1:<targetPort>, with `cipher` (`ssh -c`)
+ * when given, else OpenSSH's default choice.
+ */
+export async function startSshForward(targetPort: number, cipher?: string): Promise<SshForward> {
   const dir = mkdtempSync(join(tmpdir(), 'devop-bench-ssh-'));
   const procs: ChildProcess[] = [];
   const stop = async (): Promise<void> => {
@@ -115,6 +118,7 @@ export async function startSshForward(targetPort: number): Promise<SshForward> {
         '-o', 'BatchMode=yes',
         '-o', 'ExitOnForwardFailure=yes',
         '-o', 'LogLevel=ERROR',
+        ...(cipher ? ['-c', cipher] : []),
         `${user}@127.0.0.1`,
       ],
       { stdio: ['ignore', 'ignore', 'inherit'] },
