@@ -2,7 +2,7 @@
 // Run: npx tsx scripts/gen-schema.ts (or with --check: exit 1 when the committed file is stale).
 import { readFileSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { configJsonSchema } from '../shared/config.js';
+import { configJsonSchema } from '../cli/config/schema.js';
 
 export const SCHEMA_PATH = fileURLToPath(new URL('../devop.schema.json', import.meta.url));
 

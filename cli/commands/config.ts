@@ -1,6 +1,6 @@
 // Registers `devop config validate [FILE | -f FILE]` (one line per problem) and `devop config schema` (JSON Schema).
 import { Command } from 'commander';
-import { CONFIG_FILE_NAME } from '../../shared/config-file-name.js';
+import { CONFIG_FILE_NAME } from '../config/file-name.js';
 import { UserError } from '../../shared/errors.js';
 
 export function registerConfigCommand(program: Command): void {

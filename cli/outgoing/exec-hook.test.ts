@@ -1,7 +1,7 @@
 // Tests of how `devop exec`'s outgoing flags merge over devop.json (flags win; negated flags only when given).
 import { Command } from 'commander';
 import { describe, expect, it } from 'vitest';
-import { parseConfig } from '../../shared/config.js';
+import { parseConfig } from '../config/schema.js';
 import { addOutgoingOptions, outgoingSettingsFrom } from './options.js';
 
 function parse(args: string[], file: Record<string, unknown> = {}): ReturnType<typeof outgoingSettingsFrom> {

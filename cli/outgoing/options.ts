@@ -1,7 +1,7 @@
 // The outgoing flags of `devop exec` and their merge over devop.json — apart from the proxy and the session they set up
 // (exec-hook.ts), so that defining the flags loads none of that.
 import type { Command } from 'commander';
-import type { DevopConfig } from '../../shared/config.js';
+import type { DevopConfig } from '../config/types.js';
 
 const collect = (value: string, previous: string[] = []): string[] => [...previous, value];
 

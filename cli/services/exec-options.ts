@@ -1,6 +1,6 @@
 // `devop exec` options: the flags merged over devop.json (flags win) into the one options object the exec service takes.
 // Pure, so the precedence rules are unit-tested.
-import type { DevopConfig } from '../../shared/config.js';
+import type { DevopConfig } from '../config/types.js';
 import { UserError } from '../../shared/errors.js';
 import type { HttpFilter, StealMode } from '../../shared/protocol.js';
 import type { ExecServiceOptions } from './exec.js';

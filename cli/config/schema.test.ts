@@ -4,9 +4,10 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { renderSchema, SCHEMA_PATH } from '../scripts/gen-schema.js';
-import { configJsonSchema, envOverrides, loadConfigFile, mergeConfigInput, parseConfig, parsePortMapping } from './config.js';
-import { UserError } from './errors.js';
+import { renderSchema, SCHEMA_PATH } from '../../scripts/gen-schema.js';
+import { UserError } from '../../shared/errors.js';
+import { envOverrides } from './env.js';
+import { configJsonSchema, loadConfigFile, mergeConfigInput, parseConfig, parsePortMapping } from './schema.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'devop-config-test-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -157,7 +158,7 @@ describe('loadConfigFile', () => {
 
 describe('docs/config.md', () => {
   it('shows only examples that are valid configs', () => {
-    const doc = readFileSync(new URL('../docs/config.md', import.meta.url), 'utf8');
+    const doc = readFileSync(new URL('../../docs/config.md', import.meta.url), 'utf8');
     const examples = [...doc.matchAll(/```json\n([\s\S]*?)```/g)].map((m) => m[1]);
     expect(examples.length).toBeGreaterThan(0);
     for (const example of examples) expect(() => parseConfig(JSON.parse(example), 'docs/config.md')).not.toThrow();

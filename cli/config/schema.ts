@@ -1,11 +1,15 @@
-// The devop.json schema, defined once with zod: every key with its default and a doc sentence; loading and validation
-// with errors that name the key path, the bad value and what is accepted. devop.schema.json is generated from it.
+// The devop.json schema (zod), generated from the options table: loading and validation with errors that name the key
+// path, the bad value and what is accepted. devop.schema.json is generated from it. Loaded only when a command runs.
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
-import { UserError } from './errors.js';
-import { TARGET_FORMS, parseTarget } from './target.js';
+import { UserError } from '../../shared/errors.js';
+import { TARGET_FORMS, parseTarget } from '../../shared/target.js';
+import { CONFIG_DOC, CONFIG_SECTIONS, OPTIONS, type OptionSpec } from './options.js';
+import type { DevopConfig as Config, DevopConfigInput } from './types.js';
 
-export { CONFIG_FILE_NAME } from './config-file-name.js';
+export { CONFIG_FILE_NAME } from './file-name.js';
+export type DevopConfig = Config;
+export type { DevopConfigInput } from './types.js';
 
 const PORT_MAPPING = /^(\d{1,5})(?::(\d{1,5}))?$/;
 const PORT_MAPPING_EXPECTED = 'expected a port mapping REMOTE[:LOCAL] with ports 1-65535, e.g. 3000 or "80:8080"';
@@ -37,21 +41,6 @@ const PortMapping = z
 
 const Regex = (what: string) => z.string().refine(isRegex, { message: `expected a valid regular expression for ${what}` });
 
-const HttpFilterConfig = z
-  .strictObject({
-    header: z
-      .string()
-      .refine((v) => /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+:\s*/.test(v) && isRegex(v.slice(v.indexOf(':') + 1).trim()), {
-        message: 'expected "Header-Name: value-regex", e.g. "x-devop-user: alice"',
-      })
-      .optional()
-      .describe('Steal only requests with a header matching "Name: value-regex" (name case-insensitive), e.g. "x-devop-user: alice".'),
-    path: Regex('the path').optional().describe('Steal only requests whose path (with query) matches this regex, e.g. "^/api/v1/llamas".'),
-    method: z.string().regex(/^[A-Za-z]+$/, 'expected an HTTP method such as GET').optional().describe('Steal only requests with this HTTP method (case-insensitive).'),
-    match: z.enum(['all', 'any']).default('all').describe('"all": every given criterion must match; "any": one is enough.'),
-  })
-  .describe('HTTP filter: only matching requests go to the local process, all others still reach the pod (steal mode).');
-
 const Toleration = z
   .strictObject({
     key: z.string().optional(),
@@ -62,80 +51,70 @@ const Toleration = z
   })
   .describe('A Kubernetes toleration for the agent pod.');
 
-const StringMap = z.record(z.string(), z.string());
+/** The check of each table type (options.ts), before its default and doc sentence. */
+function valueSchema(spec: OptionSpec): z.ZodType {
+  switch (spec.type) {
+    case 'string':
+      return z.string();
+    case 'boolean':
+      return z.boolean();
+    case 'integer': {
+      let n = z.number().int();
+      if (spec.min !== undefined) n = n.min(spec.min);
+      return spec.max !== undefined ? n.max(spec.max) : n;
+    }
+    case 'enum':
+      return z.enum(spec.values as [string, ...string[]]);
+    case 'strings':
+      return z.array(z.string());
+    case 'paths':
+      return z.array(z.string().min(1));
+    case 'map':
+      return z.record(z.string(), z.string());
+    case 'target':
+      return z.string().refine((v) => safeTarget(v), { message: `expected a target: ${TARGET_FORMS}` });
+    case 'kubeDuration':
+      return z.string().regex(/^(\d+|(\d+(\.\d+)?(ms|s|m|h))+)$/, 'expected seconds or a duration such as "10s", "1m", "1m30s", or "0"');
+    case 'portMappings':
+      return z.array(PortMapping);
+    case 'headerFilter':
+      return z.string().refine((v) => /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+:\s*/.test(v) && isRegex(v.slice(v.indexOf(':') + 1).trim()), {
+        message: 'expected "Header-Name: value-regex", e.g. "x-devop-user: alice"',
+      });
+    case 'regex':
+      return Regex('the path');
+    case 'httpMethod':
+      return z.string().regex(/^[A-Za-z]+$/, 'expected an HTTP method such as GET');
+    case 'tolerations':
+      return z.array(Toleration);
+  }
+}
 
-export const DevopConfig = z
-  .strictObject({
-    $schema: z.string().optional().describe('Path or URL of devop.schema.json (for editors; ignored by devop).'),
-    target: z
-      .string()
-      .refine((v) => safeTarget(v), { message: `expected a target: ${TARGET_FORMS}` })
-      .optional()
-      .describe('What to run as: pod/NAME, deploy/NAME, statefulset/NAME, rollout/NAME (each optionally /container/NAME) or targetless. No default: -t/--target when absent.'),
-    namespace: z.string().optional().describe("The target's namespace. Default: the kubeconfig context's namespace, else \"default\"."),
-    context: z.string().optional().describe('The kubeconfig context to use. Default: the current context.'),
-    kubeconfig: z.string().optional().describe('Path of the kubeconfig file. Default: $KUBECONFIG, else ~/.kube/config.'),
-    requestTimeout: z
-      .string()
-      .regex(/^(\d+|(\d+(\.\d+)?(ms|s|m|h))+)$/, 'expected seconds or a duration such as "10s", "1m", "1m30s", or "0"')
-      .optional()
-      .describe('How long devop waits for the API server to answer one request (kubectl --request-timeout syntax: "10s", "1m", a number of seconds; "0": no limit). Default: "30s".'),
-    incoming: z
-      .strictObject({
-        mode: z.enum(['steal', 'mirror']).default('mirror').describe('"steal": the local process answers instead of the pod; "mirror": the pod answers, the local process gets a copy.'),
-        ports: z.array(PortMapping).default([]).describe('Pod ports to steal/mirror as REMOTE[:LOCAL]. Default []: every port the target container declares, each to the same local port.'),
-        httpFilter: HttpFilterConfig.optional(),
-        flush: z.boolean().default(true).describe('Close the pod\'s existing connections when stealing starts, so keep-alive clients reconnect and reach the local process at once.'),
-        stealProbes: z.boolean().default(false).describe("Also steal connections from the node (kubelet probes). Off: probes keep reaching the pod, so it is not restarted."),
-      })
-      .prefault({})
-      .describe('Traffic that reaches the pod.'),
-    env: z
-      .strictObject({
-        include: z.array(z.string()).default(['*']).describe('Names (with * wildcards) of pod env vars the local process gets. KUBERNETES_SERVICE_* and KUBERNETES_PORT* only when named here explicitly.'),
-        exclude: z.array(z.string()).default([]).describe('Names (with * wildcards) of pod env vars to leave out (applied after include).'),
-        override: StringMap.default({}).describe('Variables set for the local process, over the pod\'s.'),
-        file: z.string().optional().describe('A dotenv file whose variables are applied over the pod\'s (before override).'),
-      })
-      .prefault({})
-      .describe("The pod's environment for the local process."),
-    agent: z
-      .strictObject({
-        image: z.string().optional().describe('The agent image. Default: the image of this devop version.'),
-        namespace: z.string().optional().describe("Where the agent Job runs. Default: the target's namespace."),
-        ttlSeconds: z.number().int().min(0).max(86400).default(30).describe('How long the agent stays after its last session ends (seconds).'),
-        ephemeral: z.boolean().default(false).describe('Run the agent as an ephemeral container in the target pod instead of a Job on its node.'),
-        startupTimeoutSeconds: z.number().int().min(1).max(3600).default(60).describe('How long to wait for the agent to become ready (seconds).'),
-        labels: StringMap.default({}).describe('Extra labels on the agent pod.'),
-        annotations: StringMap.default({}).describe('Extra annotations on the agent pod.'),
-        tolerations: z.array(Toleration).default([]).describe('Tolerations for the agent pod (e.g. for tainted nodes).'),
-      })
-      .prefault({})
-      .describe('The in-cluster agent.'),
-    outgoing: z
-      .strictObject({
-        enabled: z.boolean().default(true).describe('Send the local process\'s outgoing connections through the pod.'),
-        proxy: z.boolean().default(true).describe('Set HTTP(S)_PROXY / ALL_PROXY / NO_PROXY for the local process (a local SOCKS5 + HTTP CONNECT proxy).'),
-        nodePreload: z.boolean().default(true).describe('For Node local processes: route net.connect and dns.lookup through the pod transparently (NODE_OPTIONS=--import).'),
-        include: z.array(z.string()).default([]).describe('Only these destinations go through the pod (host, *.domain, CIDR, optionally :port). Default []: all but exclude.'),
-        exclude: z.array(z.string()).default([]).describe('Destinations that stay local (same forms as include); loopback always stays local.'),
-      })
-      .prefault({})
-      .describe("The local process's outgoing connections."),
-    dns: z
-      .strictObject({
-        enabled: z.boolean().default(true).describe("Resolve the local process's DNS names through the pod (cluster DNS)."),
-      })
-      .prefault({})
-      .describe('Name resolution for the local process.'),
-    remoteFiles: z.array(z.string().min(1)).default([]).describe('Absolute paths in the target container to read through the agent (e.g. /var/run/secrets/kubernetes.io/serviceaccount/token).'),
-    allPods: z.boolean().default(false).describe('Steal/mirror on every pod of the target, not just one.'),
-  })
-  .describe('devop configuration (devop.json).');
+function keySchema(spec: OptionSpec): z.ZodType {
+  const value = valueSchema(spec);
+  return (spec.default !== undefined ? value.default(spec.default as never) : value.optional()).describe(spec.doc ?? '');
+}
 
-export type DevopConfig = z.infer<typeof DevopConfig>;
-/** What a user may write (every key optional). */
-export type DevopConfigInput = z.input<typeof DevopConfig>;
+/** The keys under `prefix` (in table order) as one strict object; sections are built the first time one of their keys comes. */
+function objectSchema(prefix: string): z.ZodObject {
+  const shape: Record<string, z.ZodType> = {};
+  for (const spec of Object.values(OPTIONS) as OptionSpec[]) {
+    if (spec.key === undefined || !spec.key.startsWith(prefix)) continue;
+    const [name, ...rest] = spec.key.slice(prefix.length).split('.');
+    if (name in shape) continue;
+    if (rest.length === 0) {
+      shape[name] = keySchema(spec);
+      continue;
+    }
+    const section = CONFIG_SECTIONS[`${prefix}${name}`];
+    const object = objectSchema(`${prefix}${name}.`);
+    shape[name] = (section.optional ? object.optional() : object.prefault({})).describe(section.doc);
+  }
+  return z.strictObject(shape);
+}
+
+/** The devop.json schema, generated from the options table; its type is the table's (types.ts). */
+export const DevopConfig = objectSchema('').describe(CONFIG_DOC) as unknown as z.ZodType<Config, DevopConfigInput>;
 
 /**
  * The JSON Schema of devop.json (what scripts/gen-schema.ts writes to devop.schema.json): input shapes (defaults make keys
@@ -171,14 +150,14 @@ function safeTarget(v: string): boolean {
 }
 
 /** Validates a parsed config object; `source` (a file path or "--flags") prefixes errors. Returns it with defaults filled. */
-export function parseConfig(obj: unknown, source: string): DevopConfig {
+export function parseConfig(obj: unknown, source: string): Config {
   const parsed = DevopConfig.safeParse(obj);
   if (parsed.success) return parsed.data;
   throw configError(parsed.error.issues, obj, source);
 }
 
 /** Reads and validates a devop.json file. */
-export function loadConfigFile(path: string): DevopConfig {
+export function loadConfigFile(path: string): Config {
   let text: string;
   try {
     text = readFileSync(path, 'utf8');
@@ -194,44 +173,6 @@ export function loadConfigFile(path: string): DevopConfig {
     throw new UserError(`config file ${path} is not valid JSON: ${(err as Error).message}`, 'fix the JSON syntax (editors validate it against devop.schema.json)');
   }
   return parseConfig(obj, path);
-}
-
-/**
- * Environment variables that override a config key (precedence: devop.json < environment < command-line flags). Each
- * maps to a key path; booleans accept true/false/1/0.
- */
-export const ENV_OVERRIDES: Readonly<Record<string, { key: string; type: 'string' | 'boolean' }>> = {
-  DEVOP_TARGET: { key: 'target', type: 'string' },
-  DEVOP_NAMESPACE: { key: 'namespace', type: 'string' },
-  DEVOP_CONTEXT: { key: 'context', type: 'string' },
-  DEVOP_KUBECONFIG: { key: 'kubeconfig', type: 'string' },
-  DEVOP_REQUEST_TIMEOUT: { key: 'requestTimeout', type: 'string' },
-  DEVOP_MODE: { key: 'incoming.mode', type: 'string' },
-  DEVOP_AGENT_IMAGE: { key: 'agent.image', type: 'string' },
-  DEVOP_AGENT_NAMESPACE: { key: 'agent.namespace', type: 'string' },
-  DEVOP_AGENT_EPHEMERAL: { key: 'agent.ephemeral', type: 'boolean' },
-  DEVOP_OUTGOING: { key: 'outgoing.enabled', type: 'boolean' },
-  DEVOP_DNS: { key: 'dns.enabled', type: 'boolean' },
-};
-
-/** The config layer that ENV_OVERRIDES variables set in `env` (a partial input for mergeConfigInput). */
-export function envOverrides(env: NodeJS.ProcessEnv): DevopConfigInput {
-  const out: Record<string, unknown> = {};
-  for (const [name, { key, type }] of Object.entries(ENV_OVERRIDES)) {
-    const raw = env[name];
-    if (raw === undefined || raw === '') continue;
-    let value: unknown = raw;
-    if (type === 'boolean') {
-      if (/^(true|1|yes)$/i.test(raw)) value = true;
-      else if (/^(false|0|no)$/i.test(raw)) value = false;
-      else throw new UserError(`environment variable ${name} is "${raw}"`, `set it to true or false (it overrides ${key})`);
-    }
-    const path = key.split('.');
-    let node = out;
-    for (const segment of path.slice(0, -1)) node = (node[segment] ??= {}) as Record<string, unknown>;
-    node[path[path.length - 1]] = value;
-  }
-  return out as DevopConfigInput;
 }
 
 /** Merges config layers, later ones winning; objects merge key by key, lists and scalars are replaced. */
