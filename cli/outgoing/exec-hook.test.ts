@@ -2,10 +2,11 @@
 import { Command } from 'commander';
 import { describe, expect, it } from 'vitest';
 import { parseConfig } from '../config/schema.js';
-import { addOutgoingOptions, outgoingSettingsFrom } from './options.js';
+import { addExecOptions } from '../config/commander.js';
+import { outgoingSettingsFrom } from './options.js';
 
 function parse(args: string[], file: Record<string, unknown> = {}): ReturnType<typeof outgoingSettingsFrom> {
-  const command = addOutgoingOptions(new Command('exec').exitOverride());
+  const command = addExecOptions(new Command('exec').exitOverride());
   command.parse(args, { from: 'user' });
   return outgoingSettingsFrom(command, parseConfig(file, 'devop.json'));
 }
