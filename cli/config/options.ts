@@ -247,7 +247,7 @@ export const OPTIONS = {
     key: 'agent.image',
     env: 'DEVOP_AGENT_IMAGE',
     type: 'string',
-    defaultText: 'ghcr.io/devop/agent:<version>',
+    defaultText: 'the image of this devop version',
     doc: 'The agent image. Default: the image of this devop version.',
     group: 'cluster',
   },
@@ -435,7 +435,7 @@ export const OPTIONS = {
 export type OptionName = keyof typeof OPTIONS;
 
 /** The objects of devop.json: their doc sentence; `optional` ones are absent unless written (no defaults inside). */
-export const CONFIG_SECTIONS: Readonly<Record<string, { doc: string; optional?: boolean }>> = {
+export const CONFIG_SECTIONS = {
   incoming: { doc: 'Traffic that reaches the pod.' },
   'incoming.httpFilter': {
     doc: 'HTTP filter: only matching requests go to the local process, all others still reach the pod (steal mode).',
@@ -445,8 +445,13 @@ export const CONFIG_SECTIONS: Readonly<Record<string, { doc: string; optional?: 
   agent: { doc: 'The in-cluster agent.' },
   outgoing: { doc: "The local process's outgoing connections." },
   dns: { doc: 'Name resolution for the local process.' },
-};
+} as const satisfies Readonly<Record<string, { doc: string; optional?: boolean }>>;
 export const CONFIG_DOC = 'devop configuration (devop.json).';
+
+/** The section at a key path (`incoming.httpFilter`), if there is one. */
+export function configSection(path: string): { doc: string; optional?: boolean } | undefined {
+  return (CONFIG_SECTIONS as Readonly<Record<string, { doc: string; optional?: boolean }>>)[path];
+}
 
 /** The flags of every command that talks to the cluster (kubectl's names and syntax), spread into each. */
 export const CONNECTION_OPTIONS = ['context', 'kubeconfig', 'requestTimeout'] as const satisfies readonly OptionName[];

@@ -4,7 +4,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { renderSchema, SCHEMA_PATH } from '../../scripts/gen-schema.js';
+import { CONFIG_DOC_PATH, renderConfigDoc, renderSchema, SCHEMA_PATH } from '../../scripts/gen-schema.js';
 import { UserError } from '../../shared/errors.js';
 import { envOverrides } from './env.js';
 import { configJsonSchema, loadConfigFile, mergeConfigInput, parseConfig, parsePortMapping } from './schema.js';
@@ -157,6 +157,12 @@ describe('loadConfigFile', () => {
 });
 
 describe('docs/config.md', () => {
+  it('has its key and environment tables up to date with the options table (regenerate: npm run schema)', () => {
+    const committed = readFileSync(CONFIG_DOC_PATH, 'utf8');
+    expect(committed, 'docs/config.md is stale: run npm run schema').toBe(renderConfigDoc(committed));
+    expect(committed).toContain('| `agent.ttlSeconds` | integer | `30` | `--agent-ttl` |');
+  });
+
   it('shows only examples that are valid configs', () => {
     const doc = readFileSync(new URL('../../docs/config.md', import.meta.url), 'utf8');
     const examples = [...doc.matchAll(/```json\n([\s\S]*?)```/g)].map((m) => m[1]);
@@ -166,9 +172,9 @@ describe('docs/config.md', () => {
 });
 
 describe('devop.schema.json', () => {
-  it('is up to date with shared/config.ts (regenerate: npx tsx scripts/gen-schema.ts)', () => {
+  it('is up to date with the options table (regenerate: npm run schema)', () => {
     const committed = readFileSync(SCHEMA_PATH, 'utf8');
-    expect(committed, 'devop.schema.json is stale: run npx tsx scripts/gen-schema.ts').toBe(renderSchema());
+    expect(committed, 'devop.schema.json is stale: run npm run schema').toBe(renderSchema());
   });
 
   it('describes every key, with defaults where the config has them', () => {

@@ -4,7 +4,7 @@ import { readFileSync } from 'node:fs';
 import { z } from 'zod';
 import { UserError } from '../../shared/errors.js';
 import { TARGET_FORMS, parseTarget } from '../../shared/target.js';
-import { CONFIG_DOC, CONFIG_SECTIONS, OPTIONS, type OptionSpec } from './options.js';
+import { CONFIG_DOC, configSection, OPTIONS, type OptionSpec } from './options.js';
 import type { DevopConfig as Config, DevopConfigInput } from './types.js';
 
 export { CONFIG_FILE_NAME } from './file-name.js';
@@ -106,7 +106,8 @@ function objectSchema(prefix: string): z.ZodObject {
       shape[name] = keySchema(spec);
       continue;
     }
-    const section = CONFIG_SECTIONS[`${prefix}${name}`];
+    const section = configSection(`${prefix}${name}`);
+    if (section === undefined) throw new Error(`options.ts: no CONFIG_SECTIONS entry for ${prefix}${name}`);
     const object = objectSchema(`${prefix}${name}.`);
     shape[name] = (section.optional ? object.optional() : object.prefault({})).describe(section.doc);
   }
