@@ -267,6 +267,16 @@ export const OPTIONS = {
     type: 'boolean',
     group: 'cluster',
   },
+  ephemeral: {
+    flags: '--ephemeral',
+    help: 'run the agent as an ephemeral container in the target pod instead of a Job',
+    key: 'agent.ephemeral',
+    env: 'DEVOP_AGENT_EPHEMERAL',
+    type: 'boolean',
+    default: false,
+    doc: 'Run the agent as an ephemeral container in the target pod instead of a Job on its node.',
+    group: 'cluster',
+  },
   agentTtl: {
     flags: '--agent-ttl <seconds>',
     help: 'ttlSecondsAfterFinished of the agent Job',
@@ -277,16 +287,6 @@ export const OPTIONS = {
     default: 30,
     doc: 'How long the finished agent Job (and its pod, for kubectl logs) stays before the cluster removes it: its '
       + 'ttlSecondsAfterFinished, in seconds.',
-    group: 'cluster',
-  },
-  ephemeral: {
-    flags: '--ephemeral',
-    help: 'run the agent as an ephemeral container in the target pod instead of a Job',
-    key: 'agent.ephemeral',
-    env: 'DEVOP_AGENT_EPHEMERAL',
-    type: 'boolean',
-    default: false,
-    doc: 'Run the agent as an ephemeral container in the target pod instead of a Job on its node.',
     group: 'cluster',
   },
   startupTimeout: {

@@ -96,7 +96,7 @@ describe('parseConfig', () => {
     expect(top.hint).toContain('target, namespace, context');
     const nested = userErrorOf(() => parseConfig({ agent: { imag: 'x' } }, '--flags'));
     expect(nested.message).toBe('--flags: unknown key agent.imag');
-    expect(nested.hint).toBe('accepted keys in agent: image, namespace, ttlSeconds, ephemeral, startupTimeoutSeconds, labels, annotations, tolerations');
+    expect(nested.hint).toBe('accepted keys in agent: image, namespace, ephemeral, ttlSeconds, startupTimeoutSeconds, labels, annotations, tolerations');
   });
 
   it('says how many more problems there are', () => {
