@@ -1,5 +1,5 @@
-// Writes what is generated from the options table (cli/config/options.ts): devop.schema.json (the JSON Schema editors use
-// for devop.json) and the tables of docs/config.md (between their markers; the prose around them is kept).
+// Writes what is generated from the options table (cli/config/options.ts): devop.schema.json (the JSON Schema editors
+// use for devop.json) and the tables of docs/config.md (between their markers; the prose around them is kept).
 // Run: npm run schema (or with --check: exit 1 when a committed file is stale).
 import { readFileSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
@@ -46,7 +46,8 @@ function keyRow(spec: OptionSpec & { key: string }): string {
   const byDefault = spec.default !== undefined ? code(JSON.stringify(spec.default)) : (spec.defaultText ?? '—');
   const flags = SPECS.filter((s) => (s === spec || s.sets === spec.key) && s.flags).map((s) => code(longFlag(s) ?? ''));
   const env = spec.env ? code(spec.env) : '';
-  return `| ${code(spec.key)} | ${cell(type)} | ${cell(byDefault)} | ${flags.join(' ')} | ${env} | ${cell(spec.doc ?? '')} |`;
+  const cells = [code(spec.key), cell(type), cell(byDefault), flags.join(' '), env, cell(spec.doc ?? '')];
+  return `| ${cells.join(' | ')} |`;
 }
 
 function keysTable(): string {
@@ -79,7 +80,7 @@ function envTable(): string {
 
 const TABLES: Record<string, () => string> = { keys: keysTable, env: envTable };
 
-/** docs/config.md with its generated tables brought up to date (the text between `<!-- generated: NAME -->` markers). */
+/** docs/config.md with its generated tables up to date (the text between the `<!-- generated: NAME -->` markers). */
 export function renderConfigDoc(current: string): string {
   let text = current;
   for (const [name, render] of Object.entries(TABLES)) {
@@ -87,7 +88,9 @@ export function renderConfigDoc(current: string): string {
     const end = `<!-- end generated: ${name} -->`;
     const from = text.indexOf(begin);
     const to = text.indexOf(end);
-    if (from < 0 || to < from) throw new Error(`docs/config.md lacks the markers of the ${name} table: ${begin.trim()} … ${end}`);
+    if (from < 0 || to < from) {
+      throw new Error(`docs/config.md lacks the markers of the ${name} table: ${begin.trim()} … ${end}`);
+    }
     text = `${text.slice(0, from + begin.length)}${render()}\n${text.slice(to)}`;
   }
   return text;

@@ -4,9 +4,8 @@ import { addOptions } from '../config/commander.js';
 import { CONNECTION_OPTIONS, type FlagValues } from '../config/options.js';
 import { UserError } from '../../shared/errors.js';
 
-type CleanFlags = FlagValues<(typeof CONNECTION_OPTIONS)[number] | 'namespace' | 'allNamespaces' | 'dryRun' | 'force'> & {
-  output: string;
-};
+type CleanFlags = FlagValues<(typeof CONNECTION_OPTIONS)[number] | 'namespace' | 'allNamespaces' | 'dryRun' | 'force'>
+  & { output: string };
 
 export function registerCleanCommand(program: Command, onExit: (code: number) => void): void {
   addOptions(program.command('clean'), [

@@ -3,9 +3,9 @@ import type { Command } from 'commander';
 import { addOptions } from '../config/commander.js';
 import { CONNECTION_OPTIONS, type FlagValues } from '../config/options.js';
 
-type DoctorFlags = FlagValues<(typeof CONNECTION_OPTIONS)[number] | 'namespace' | 'target' | 'agentImage' | 'agentNamespace'> & {
-  output: string;
-};
+type DoctorFlags = FlagValues<
+  (typeof CONNECTION_OPTIONS)[number] | 'namespace' | 'target' | 'agentImage' | 'agentNamespace'
+> & { output: string };
 
 export function registerDoctorCommand(program: Command, onExit: (code: number) => void): void {
   addOptions(program.command('doctor'), [

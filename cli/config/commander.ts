@@ -15,7 +15,7 @@ export type NamesOf<U extends readonly OptionUse[]> = U[number] extends infer E
 
 const collect = (value: string, previous: string[] = []): string[] => [...previous, value];
 
-/** The commander Option of a table entry. A devop.json key's default is not the flag's: unset flags leave the file's. */
+/** The commander Option of a table entry. A keyed flag has no default: unset, devop.json's value stands. */
 export function optionFor(use: OptionUse): Option {
   const [name, help] = typeof use === 'string' ? [use, undefined] : use;
   const spec: OptionSpec = OPTIONS[name];

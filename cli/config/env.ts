@@ -23,7 +23,10 @@ export function envOverrides(env: NodeJS.ProcessEnv): DevopConfigInput {
     if (type === 'boolean') {
       if (/^(true|1|yes)$/i.test(raw)) value = true;
       else if (/^(false|0|no)$/i.test(raw)) value = false;
-      else throw new UserError(`environment variable ${name} is "${raw}"`, `set it to true or false (it overrides ${key})`);
+      else {
+        const hint = `set it to true or false (it overrides ${key})`;
+        throw new UserError(`environment variable ${name} is "${raw}"`, hint);
+      }
     }
     const path = key.split('.');
     let node = out;

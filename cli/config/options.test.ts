@@ -10,7 +10,7 @@ const entries = Object.entries(OPTIONS) as [string, OptionSpec][];
 const source = (path: string): string => readFileSync(new URL(path, import.meta.url), 'utf8');
 
 describe('the options table', () => {
-  it('names each entry as commander names its flag, and gives every flag a help line and every key a doc sentence', () => {
+  it('names each entry as commander names its flag; every flag has a help line, every key a doc sentence', () => {
     for (const [name, spec] of entries) {
       expect(spec.flags ?? spec.key, name).toBeDefined();
       if (spec.flags !== undefined) {
@@ -33,20 +33,25 @@ describe('the options table', () => {
     for (const [, spec] of entries) {
       if (spec.env !== undefined) expect(spec.env).toMatch(/^DEVOP_[A-Z_]+$/);
       const segments = (spec.key ?? spec.sets ?? '').split('.');
-      for (let i = 1; i < segments.length; i += 1) expect(configSection(segments.slice(0, i).join('.')), spec.key).toBeDefined();
+      for (let i = 1; i < segments.length; i += 1) {
+        expect(configSection(segments.slice(0, i).join('.')), spec.key).toBeDefined();
+      }
     }
   });
 
-  it('gives exec every grouped flag, each help group in order, and the other commands exactly the flags they name', () => {
+  it('gives exec every grouped flag, help groups in order, and other commands exactly the flags they name', () => {
     const exec = addExecOptions(new Command('exec'));
     expect(exec.options.map((o) => o.attributeName()).sort()).toEqual([...EXEC_OPTIONS].sort());
     const headings = [...new Set(exec.options.map((o) => o.helpGroupHeading))];
     expect(headings).toEqual(Object.values(EXEC_HELP_GROUPS));
     const ls = addOptions(new Command('ls'), ['context', ['namespace', 'namespace of ls']]);
-    expect(ls.options.map((o) => [o.long, o.description])).toEqual([['--context', OPTIONS.context.help], ['--namespace', 'namespace of ls']]);
+    expect(ls.options.map((o) => [o.long, o.description])).toEqual([
+      ['--context', OPTIONS.context.help],
+      ['--namespace', 'namespace of ls'],
+    ]);
   });
 
-  it('gives a flag without a devop.json key its default, and a keyed flag none (unset leaves the file\'s value)', () => {
+  it("gives a flag without a devop.json key its default, a keyed flag none (unset, the file's value stands)", () => {
     const exec = addExecOptions(new Command('exec')).exitOverride();
     exec.parse([], { from: 'user' });
     expect(exec.opts()).toEqual({ output: 'auto', flush: true, outgoing: true, proxyEnv: true, nodePreload: true });
@@ -63,7 +68,7 @@ describe('the commands', () => {
     }
   });
 
-  it('load no zod when defining their flags: the table imports only types, the builder only commander and the table', () => {
+  it('load no zod to define their flags: the table imports only types, the builder commander and the table', () => {
     const runtimeImports = (text: string): string[] =>
       [...text.matchAll(/^import (?!type )[^;]*? from '([^']+)';/gms)].map((m) => m[1]);
     expect(runtimeImports(source('./options.ts'))).toEqual([]);

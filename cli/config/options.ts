@@ -1,7 +1,7 @@
 // Every option of devop, once: its flag and help line, its devop.json key and doc sentence, its DEVOP_* variable, its
-// type and default, and its `exec --help` group. The commands' flags (commander.ts), the zod schema (schema.ts), the env
-// overrides (env.ts), devop.schema.json and docs/config.md are generated from this table. It imports nothing at run
-// time, so that `devop --help` reads it without loading zod.
+// type and default, and its `exec --help` group. The commands' flags (commander.ts), the zod schema (schema.ts), the
+// env overrides (env.ts), devop.schema.json and docs/config.md are generated from this table. It imports nothing at
+// run time, so that `devop --help` reads it without loading zod.
 import type { StealMode } from '../../shared/protocol.js';
 
 /** How a devop.json value is checked (schema.ts) and named in docs/config.md. */
@@ -118,8 +118,8 @@ export const OPTIONS = {
     env: 'DEVOP_REQUEST_TIMEOUT',
     type: 'kubeDuration',
     defaultText: '"30s"',
-    doc: 'How long devop waits for the API server to answer one request (kubectl --request-timeout syntax: "10s", "1m", '
-      + 'a number of seconds; "0": no limit). Default: "30s".',
+    doc: 'How long devop waits for the API server to answer one request (kubectl --request-timeout syntax: "10s", '
+      + '"1m", a number of seconds; "0": no limit). Default: "30s".',
     group: 'cluster',
   },
   steal: {
@@ -142,7 +142,8 @@ export const OPTIONS = {
     type: 'enum',
     values: ['steal', 'mirror'] satisfies readonly StealMode[],
     default: 'mirror',
-    doc: '"steal": the local process answers instead of the pod; "mirror": the pod answers, the local process gets a copy.',
+    doc: '"steal": the local process answers instead of the pod; "mirror": the pod answers, the local process gets a '
+      + 'copy.',
   },
   port: {
     flags: '-p, --port <REMOTE[:LOCAL]>',
@@ -151,8 +152,8 @@ export const OPTIONS = {
     key: 'incoming.ports',
     type: 'portMappings',
     default: [],
-    doc: 'Pod ports to steal/mirror as REMOTE[:LOCAL]. Default []: every port the target container declares, each to the '
-      + 'same local port.',
+    doc: 'Pod ports to steal/mirror as REMOTE[:LOCAL]. Default []: every port the target container declares, each to '
+      + 'the same local port.',
     group: 'target',
   },
   httpHeaderFilter: {
@@ -193,8 +194,8 @@ export const OPTIONS = {
     key: 'incoming.flush',
     type: 'boolean',
     default: true,
-    doc: "Close the pod's existing connections when stealing starts, so keep-alive clients reconnect and reach the local "
-      + 'process at once.',
+    doc: "Close the pod's existing connections when stealing starts, so keep-alive clients reconnect and reach the "
+      + 'local process at once.',
     group: 'incoming',
   },
   stealProbes: {
@@ -203,7 +204,8 @@ export const OPTIONS = {
     key: 'incoming.stealProbes',
     type: 'boolean',
     default: false,
-    doc: 'Also steal connections from the node (kubelet probes). Off: probes keep reaching the pod, so it is not restarted.',
+    doc: 'Also steal connections from the node (kubelet probes). Off: probes keep reaching the pod, so it is not '
+      + 'restarted.',
     group: 'incoming',
   },
   envInclude: {
@@ -213,8 +215,8 @@ export const OPTIONS = {
     key: 'env.include',
     type: 'strings',
     default: ['*'],
-    doc: 'Names (with * wildcards) of pod env vars the local process gets. KUBERNETES_SERVICE_* and KUBERNETES_PORT* only '
-      + 'when named here explicitly.',
+    doc: 'Names (with * wildcards) of pod env vars the local process gets. KUBERNETES_SERVICE_* and KUBERNETES_PORT* '
+      + 'only when named here explicitly.',
     group: 'env',
   },
   envExclude: {
@@ -399,7 +401,12 @@ export const OPTIONS = {
     default: 'auto',
     group: 'output',
   },
-  verbose: { flags: '-v, --verbose', help: 'more output, and stacks of internal errors', type: 'boolean', group: 'output' },
+  verbose: {
+    flags: '-v, --verbose',
+    help: 'more output, and stacks of internal errors',
+    type: 'boolean',
+    group: 'output',
+  },
 
   // The flags of one command each.
   local: {
@@ -464,6 +471,10 @@ export const EXEC_OPTIONS = (Object.keys(OPTIONS) as OptionName[]).filter(
 );
 
 /** What commander hands over for a flag: a list when repeatable, a string when it takes a value, else a boolean. */
-type FlagValue<S> = S extends { flags: `${string}<${string}` } ? (S extends { repeatable: true } ? string[] : string) : boolean;
+type FlagValue<S> = S extends { flags: `${string}<${string}` }
+  ? S extends { repeatable: true }
+    ? string[]
+    : string
+  : boolean;
 /** The values of the given flags as commander hands them over (undefined = not given). */
 export type FlagValues<N extends OptionName> = { [K in N]?: FlagValue<(typeof OPTIONS)[K]> };

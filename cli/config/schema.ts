@@ -33,13 +33,21 @@ function isRegex(source: string): boolean {
   }
 }
 
+/** kubectl's --request-timeout syntax: seconds, or a sequence of number+unit. */
+const KUBE_DURATION = /^(\d+|(\d+(\.\d+)?(ms|s|m|h))+)$/;
+
+function isHeaderFilter(v: string): boolean {
+  return /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+:\s*/.test(v) && isRegex(v.slice(v.indexOf(':') + 1).trim());
+}
+
 const PORT_MAPPING_DOC = 'A pod port, optionally mapped to another local port: 3000 or "80:8080" (REMOTE:LOCAL).';
 const PortMapping = z
   .union([z.number(), z.string()], { error: PORT_MAPPING_EXPECTED })
   .refine((v) => parsePortMapping(v) !== null, { message: PORT_MAPPING_EXPECTED })
   .describe(PORT_MAPPING_DOC);
 
-const Regex = (what: string) => z.string().refine(isRegex, { message: `expected a valid regular expression for ${what}` });
+const Regex = (what: string) =>
+  z.string().refine(isRegex, { message: `expected a valid regular expression for ${what}` });
 
 const Toleration = z
   .strictObject({
@@ -74,11 +82,11 @@ function valueSchema(spec: OptionSpec): z.ZodType {
     case 'target':
       return z.string().refine((v) => safeTarget(v), { message: `expected a target: ${TARGET_FORMS}` });
     case 'kubeDuration':
-      return z.string().regex(/^(\d+|(\d+(\.\d+)?(ms|s|m|h))+)$/, 'expected seconds or a duration such as "10s", "1m", "1m30s", or "0"');
+      return z.string().regex(KUBE_DURATION, 'expected seconds or a duration such as "10s", "1m", "1m30s", or "0"');
     case 'portMappings':
       return z.array(PortMapping);
     case 'headerFilter':
-      return z.string().refine((v) => /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+:\s*/.test(v) && isRegex(v.slice(v.indexOf(':') + 1).trim()), {
+      return z.string().refine(isHeaderFilter, {
         message: 'expected "Header-Name: value-regex", e.g. "x-devop-user: alice"',
       });
     case 'regex':
@@ -92,10 +100,11 @@ function valueSchema(spec: OptionSpec): z.ZodType {
 
 function keySchema(spec: OptionSpec): z.ZodType {
   const value = valueSchema(spec);
-  return (spec.default !== undefined ? value.default(spec.default as never) : value.optional()).describe(spec.doc ?? '');
+  const withDefault = spec.default !== undefined ? value.default(spec.default as never) : value.optional();
+  return withDefault.describe(spec.doc ?? '');
 }
 
-/** The keys under `prefix` (in table order) as one strict object; sections are built the first time one of their keys comes. */
+/** The keys under `prefix` (in table order) as one strict object; a section comes where its first key does. */
 function objectSchema(prefix: string): z.ZodObject {
   const shape: Record<string, z.ZodType> = {};
   for (const spec of Object.values(OPTIONS) as OptionSpec[]) {
