@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { CONFIG_DOC_PATH, renderConfigDoc, renderSchema, SCHEMA_PATH } from '../../scripts/gen-schema.js';
 import { UserError } from '../../shared/errors.js';
+import { SESSION_DEFAULTS } from '../services/session.js';
 import { envOverrides } from './env.js';
 import { configJsonSchema, loadConfigFile, mergeConfigInput, parseConfig, parsePortMapping } from './schema.js';
 
@@ -53,6 +54,12 @@ const FULL = {
 };
 
 describe('parseConfig', () => {
+  it("gives a session without devop.json (port-forward's) the same agent TTL and start-up timeout as exec's", () => {
+    const defaults = parseConfig({}, 'defaults').agent;
+    expect(SESSION_DEFAULTS.agentTtlSeconds).toBe(defaults.ttlSeconds);
+    expect(SESSION_DEFAULTS.startupTimeoutMs).toBe(defaults.startupTimeoutSeconds * 1000);
+  });
+
   it('fills every default for an empty config', () => {
     expect(parseConfig({}, 'devop.json')).toEqual({
       incoming: { mode: 'mirror', ports: [], flush: true, stealProbes: false },
