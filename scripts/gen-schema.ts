@@ -1,13 +1,15 @@
 // Writes what is generated from the options table (cli/config/options.ts): devop.schema.json (the JSON Schema editors
-// use for devop.json) and the tables of docs/config.md (between their markers; the prose around them is kept).
+// use for devop.json), the tables of docs/config.md and the flag table of docs/exec.md (between their markers; the
+// prose around them is kept).
 // Run: npm run schema (or with --check: exit 1 when a committed file is stale).
 import { readFileSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { configSection, OPTIONS, type OptionSpec } from '../cli/config/options.js';
+import { configSection, EXEC_HELP_GROUPS, EXEC_OPTIONS, OPTIONS, type OptionSpec } from '../cli/config/options.js';
 import { configJsonSchema } from '../cli/config/schema.js';
 
 export const SCHEMA_PATH = fileURLToPath(new URL('../devop.schema.json', import.meta.url));
 export const CONFIG_DOC_PATH = fileURLToPath(new URL('../docs/config.md', import.meta.url));
+export const EXEC_DOC_PATH = fileURLToPath(new URL('../docs/exec.md', import.meta.url));
 
 /** The exact text devop.schema.json must hold. */
 export function renderSchema(): string {
@@ -41,9 +43,13 @@ function longFlag(spec: OptionSpec): string | undefined {
   return spec.flags?.match(/--[\w-]+/)?.[0];
 }
 
+function defaultOf(spec: OptionSpec): string {
+  return spec.default !== undefined ? code(JSON.stringify(spec.default)) : (spec.defaultText ?? '—');
+}
+
 function keyRow(spec: OptionSpec & { key: string }): string {
   const type = spec.type === 'enum' ? `string (${(spec.values ?? []).map(code).join(' | ')})` : TYPE_NAMES[spec.type];
-  const byDefault = spec.default !== undefined ? code(JSON.stringify(spec.default)) : (spec.defaultText ?? '—');
+  const byDefault = defaultOf(spec);
   const flags = SPECS.filter((s) => (s === spec || s.sets === spec.key) && s.flags).map((s) => code(longFlag(s) ?? ''));
   const env = spec.env ? code(spec.env) : '';
   const cells = [code(spec.key), cell(type), cell(byDefault), flags.join(' '), env, cell(spec.doc ?? '')];
@@ -78,18 +84,44 @@ function envTable(): string {
   return rows.join('\n');
 }
 
-const TABLES: Record<string, () => string> = { keys: keysTable, env: envTable };
+/** `devop exec`'s flags as --help lists them (by group), with the devop.json key each sets and its default. */
+function execFlagsTable(): string {
+  const rows = ['| flag | devop.json | default | meaning |', '| --- | --- | --- | --- |'];
+  for (const group of Object.keys(EXEC_HELP_GROUPS)) {
+    for (const name of EXEC_OPTIONS) {
+      const spec: OptionSpec = OPTIONS[name];
+      if (spec.group !== group) continue;
+      const key = spec.key ?? spec.sets;
+      const keyed = key === undefined ? spec : (SPECS.find((s) => s.key === key) ?? spec);
+      const cells = [code(spec.flags ?? ''), key ? code(key) : '—', cell(defaultOf(keyed)), cell(spec.help ?? '')];
+      rows.push(`| ${cells.join(' | ')} |`);
+    }
+  }
+  return rows.join('\n');
+}
+
+const CONFIG_TABLES: Record<string, () => string> = { keys: keysTable, env: envTable };
+const EXEC_TABLES: Record<string, () => string> = { 'exec-flags': execFlagsTable };
 
 /** docs/config.md with its generated tables up to date (the text between the `<!-- generated: NAME -->` markers). */
 export function renderConfigDoc(current: string): string {
+  return renderTables(current, CONFIG_TABLES, 'docs/config.md');
+}
+
+/** docs/exec.md with its generated flag table up to date. */
+export function renderExecDoc(current: string): string {
+  return renderTables(current, EXEC_TABLES, 'docs/exec.md');
+}
+
+function renderTables(current: string, tables: Record<string, () => string>, file: string): string {
   let text = current;
-  for (const [name, render] of Object.entries(TABLES)) {
+  for (const [name, render] of Object.entries(tables)) {
     const begin = `<!-- generated: ${name} (npm run schema) -->\n`;
     const end = `<!-- end generated: ${name} -->`;
     const from = text.indexOf(begin);
     const to = text.indexOf(end);
     if (from < 0 || to < from) {
-      throw new Error(`docs/config.md lacks the markers of the ${name} table: ${begin.trim()} … ${end}`);
+      throw new Error(`${file} lacks the markers of the ${name} table: ${begin.trim()} … ${end}`);
     }
     text = `${text.slice(0, from + begin.length)}${render()}\n${text.slice(to)}`;
   }
@@ -97,10 +129,12 @@ export function renderConfigDoc(current: string): string {
 }
 
 function main(): void {
-  const docs = readFileSync(CONFIG_DOC_PATH, 'utf8');
+  const configDoc = readFileSync(CONFIG_DOC_PATH, 'utf8');
+  const execDoc = readFileSync(EXEC_DOC_PATH, 'utf8');
   const files = [
     { path: SCHEMA_PATH, text: renderSchema(), current: readOrEmpty(SCHEMA_PATH) },
-    { path: CONFIG_DOC_PATH, text: renderConfigDoc(docs), current: docs },
+    { path: CONFIG_DOC_PATH, text: renderConfigDoc(configDoc), current: configDoc },
+    { path: EXEC_DOC_PATH, text: renderExecDoc(execDoc), current: execDoc },
   ];
   if (process.argv.includes('--check')) {
     const stale = files.filter((file) => file.current !== file.text);

@@ -4,7 +4,14 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { CONFIG_DOC_PATH, renderConfigDoc, renderSchema, SCHEMA_PATH } from '../../scripts/gen-schema.js';
+import {
+  CONFIG_DOC_PATH,
+  EXEC_DOC_PATH,
+  renderConfigDoc,
+  renderExecDoc,
+  renderSchema,
+  SCHEMA_PATH,
+} from '../../scripts/gen-schema.js';
 import { UserError } from '../../shared/errors.js';
 import { SESSION_DEFAULTS } from '../services/session.js';
 import { envOverrides } from './env.js';
@@ -168,6 +175,12 @@ describe('docs/config.md', () => {
     const committed = readFileSync(CONFIG_DOC_PATH, 'utf8');
     expect(committed, 'docs/config.md is stale: run npm run schema').toBe(renderConfigDoc(committed));
     expect(committed).toContain('| `agent.ttlSeconds` | integer | `30` | `--agent-ttl` |');
+  });
+
+  it("has docs/exec.md's flag table up to date with the options table (regenerate: npm run schema)", () => {
+    const committed = readFileSync(EXEC_DOC_PATH, 'utf8');
+    expect(committed, 'docs/exec.md is stale: run npm run schema').toBe(renderExecDoc(committed));
+    expect(committed).toContain('| `--agent-ttl <seconds>` | `agent.ttlSeconds` | `30` |');
   });
 
   it('shows only examples that are valid configs', () => {
