@@ -2,7 +2,8 @@
 // DEVOP_* environment variables (ENV_OVERRIDES) over it. Flags win over both (the commands merge them last).
 import { existsSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
-import { CONFIG_FILE_NAME, ENV_OVERRIDES, envOverrides, loadConfigFile, mergeConfigInput, parseConfig, type DevopConfig } from '../../shared/config.js';
+import { ENV_OVERRIDES, envOverrides } from '../config/env.js';
+import { CONFIG_FILE_NAME, loadConfigFile, mergeConfigInput, parseConfig, type DevopConfig } from '../config/schema.js';
 
 export function loadCommandConfig(
   path: string | undefined,

@@ -1,6 +1,7 @@
 // Registers `devop config validate [FILE | -f FILE]` (one line per problem) and `devop config schema` (JSON Schema).
-import { Command } from 'commander';
-import { CONFIG_FILE_NAME } from '../../shared/config-file-name.js';
+import type { Command } from 'commander';
+import { optionFor } from '../config/commander.js';
+import { CONFIG_FILE_NAME } from '../config/file-name.js';
 import { UserError } from '../../shared/errors.js';
 
 export function registerConfigCommand(program: Command): void {
@@ -10,7 +11,7 @@ export function registerConfigCommand(program: Command): void {
     .command('validate')
     .description('check a devop.json: one line per problem naming the key, its value and what is accepted')
     .argument('[file]', `the config file to check (default: ./${CONFIG_FILE_NAME})`)
-    .option('-f, --config <file>', 'the config file to check, as exec takes it')
+    .addOption(optionFor(['config', 'the config file to check, as exec takes it']))
     .action(async (argument: string | undefined, options: { config?: string }) => {
       if (argument !== undefined && options.config !== undefined && argument !== options.config) {
         const problem = `two files to check: ${argument} and -f ${options.config}`;

@@ -1,39 +1,35 @@
 // `devop port-forward -L [LOCAL:]HOST:PORT ...`: forwards local ports to cluster names or IPs through an agent (targetless,
 // or the target's with -t); prints the local addresses on stdout and runs until Ctrl-C.
-import { Command, Option } from 'commander';
+import type { Command } from 'commander';
+import { addOptions, type NamesOf } from '../config/commander.js';
+import { CONNECTION_OPTIONS, type FlagValues } from '../config/options.js';
 import type { Reporter } from '../reporter.js';
-import { OUTPUT_MODES, type OutputMode } from '../ui/output-modes.js';
-import { addConnectionOptions, type ConnectionFlags } from './connection-flags.js';
+import type { OutputMode } from '../ui/output-modes.js';
 
-const collect = (value: string, previous: string[] = []): string[] => [...previous, value];
 const STOP_SIGNALS = ['SIGINT', 'SIGTERM', 'SIGHUP'] as const;
 
-interface PortForwardFlags extends ConnectionFlags {
-  local?: string[];
-  target?: string;
-  namespace?: string;
+const PORT_FORWARD_OPTIONS = [
+  ...CONNECTION_OPTIONS,
+  'local',
+  ['target', "connect from this workload's pod (pod/NAME, deploy/NAME, …); default: a targetless agent"],
+  ['namespace', "namespace of the target / of the targetless agent (default: the context's)"],
+  'address',
+  'agentImage',
+  ['agentNamespace', 'where the agent runs (default: the namespace)'],
+  ['startupTimeout', 'how long to wait for the agent'],
+  'config',
+  ['output', 'output: auto, plain or json'],
+  'verbose',
+] as const;
+
+type PortForwardFlags = Omit<FlagValues<NamesOf<typeof PORT_FORWARD_OPTIONS>>, 'address' | 'output'> & {
   address: string;
-  agentImage?: string;
-  agentNamespace?: string;
-  startupTimeout?: string;
-  config?: string;
   output: OutputMode;
-  verbose?: boolean;
-}
+};
 
 export function registerPortForwardCommand(program: Command): void {
-  addConnectionOptions(program.command('port-forward'))
+  addOptions(program.command('port-forward'), PORT_FORWARD_OPTIONS)
     .description('forward local ports to cluster names or IPs, connected from a pod (a targetless agent, or the target\'s)')
-    .option('-L, --local <[LOCAL:]HOST:PORT>', 'forward 127.0.0.1:LOCAL (default: PORT) to HOST:PORT as the pod reaches it, repeatable', collect)
-    .option('-t, --target <target>', 'connect from this workload\'s pod (pod/NAME, deploy/NAME, …); default: a targetless agent')
-    .option('-n, --namespace <namespace>', "namespace of the target / of the targetless agent (default: the context's)")
-    .option('--address <address>', 'local address to listen on', '127.0.0.1')
-    .option('--agent-image <image>', 'agent image (default: the one of this devop version)')
-    .option('--agent-namespace <namespace>', 'where the agent runs (default: the namespace)')
-    .option('--startup-timeout <seconds>', 'how long to wait for the agent')
-    .option('-f, --config <path>', 'devop.json to read (default: ./devop.json if present)')
-    .addOption(new Option('--output <mode>', 'output: auto, plain or json').choices(OUTPUT_MODES).default('auto'))
-    .option('-v, --verbose', 'more output, and stacks of internal errors')
     .action(async (flags: PortForwardFlags) => {
       // What the run needs (the Kubernetes client among it) is loaded only when the command runs: help stays fast.
       const [{ runPortForward }, { SESSION_DEFAULTS }, { parseDuration }, { createReporter }, { loadCommandConfig }] = await Promise.all([

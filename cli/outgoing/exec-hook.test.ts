@@ -1,11 +1,12 @@
 // Tests of how `devop exec`'s outgoing flags merge over devop.json (flags win; negated flags only when given).
 import { Command } from 'commander';
 import { describe, expect, it } from 'vitest';
-import { parseConfig } from '../../shared/config.js';
-import { addOutgoingOptions, outgoingSettingsFrom } from './options.js';
+import { parseConfig } from '../config/schema.js';
+import { addExecOptions } from '../config/commander.js';
+import { outgoingSettingsFrom } from './options.js';
 
 function parse(args: string[], file: Record<string, unknown> = {}): ReturnType<typeof outgoingSettingsFrom> {
-  const command = addOutgoingOptions(new Command('exec').exitOverride());
+  const command = addExecOptions(new Command('exec').exitOverride());
   command.parse(args, { from: 'user' });
   return outgoingSettingsFrom(command, parseConfig(file, 'devop.json'));
 }

@@ -1,9 +1,8 @@
-// The outgoing flags of `devop exec` and their merge over devop.json — apart from the proxy and the session they set up
-// (exec-hook.ts), so that defining the flags loads none of that.
+// The outgoing flags of `devop exec` (defined in cli/config/options.ts) merged over devop.json — apart from the proxy and
+// the session they set up (exec-hook.ts).
 import type { Command } from 'commander';
-import type { DevopConfig } from '../../shared/config.js';
-
-const collect = (value: string, previous: string[] = []): string[] => [...previous, value];
+import type { FlagValues } from '../config/options.js';
+import type { DevopConfig } from '../config/types.js';
 
 /** What the exec session does with outgoing traffic (flags merged over devop.json). */
 export interface OutgoingSettings {
@@ -17,20 +16,9 @@ export interface OutgoingSettings {
   clusterDns: boolean;
 }
 
-/** Adds --remote-file, --outgoing-include/--outgoing-exclude, --no-outgoing, --no-proxy-env, --no-node-preload. */
-export function addOutgoingOptions(command: Command): Command {
-  return command
-    .option('--remote-file <path>', 'file of the target container to copy under $DEVOP_ROOT (same path), repeatable', collect)
-    .option('--outgoing-include <rule>', 'only these destinations go through the pod: HOST, *.DOMAIN, IP, CIDR, [:PORT], repeatable', collect)
-    .option('--outgoing-exclude <rule>', 'destinations that stay local (same forms), repeatable; loopback always does', collect)
-    .option('--no-outgoing', "keep the local command's outgoing connections and DNS local")
-    .option('--no-proxy-env', 'do not set HTTP(S)_PROXY / ALL_PROXY / NO_PROXY for the local command')
-    .option('--no-node-preload', 'do not add the Node preload to NODE_OPTIONS');
-}
-
 /** Flags win over devop.json; a negated flag counts only when it was given on the command line. */
 export function outgoingSettingsFrom(command: Command, config: DevopConfig): OutgoingSettings {
-  const opts = command.opts<{ remoteFile?: string[]; outgoingInclude?: string[]; outgoingExclude?: string[] }>();
+  const opts = command.opts<FlagValues<'remoteFile' | 'outgoingInclude' | 'outgoingExclude'>>();
   const given = (name: string): boolean | undefined =>
     command.getOptionValueSource(name) === 'cli' ? Boolean(command.getOptionValue(name)) : undefined;
   return {

@@ -3,7 +3,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { configProblems, formatConfigProblem } from '../../shared/config.js';
+import { configProblems, formatConfigProblem } from '../config/schema.js';
 import { UserError } from '../../shared/errors.js';
 
 export const SCHEMA_FILE_NAME = 'devop.schema.json';

@@ -1,6 +1,6 @@
 // Flags over devop.json: which wins, defaults, and the one-line errors for bad flags.
 import { describe, expect, it } from 'vitest';
-import { parseConfig } from '../../shared/config.js';
+import { parseConfig } from '../config/schema.js';
 import { mergeExecOptions, parseDuration } from './exec-options.js';
 import { parsePortSpec, resolvePorts } from './ports.js';
 

@@ -1,6 +1,7 @@
 // `devop exec` options: the flags merged over devop.json (flags win) into the one options object the exec service takes.
 // Pure, so the precedence rules are unit-tested.
-import type { DevopConfig } from '../../shared/config.js';
+import type { ExecOptionName, FlagValues } from '../config/options.js';
+import type { DevopConfig } from '../config/types.js';
 import { UserError } from '../../shared/errors.js';
 import type { HttpFilter, StealMode } from '../../shared/protocol.js';
 import type { ExecServiceOptions } from './exec.js';
@@ -8,32 +9,7 @@ import { parsePortSpec } from './ports.js';
 import { SESSION_DEFAULTS } from './session.js';
 
 /** The flags as commander hands them over (undefined = not given). */
-export interface ExecFlags {
-  target?: string;
-  namespace?: string;
-  context?: string;
-  kubeconfig?: string;
-  requestTimeout?: string;
-  steal?: boolean;
-  mirror?: boolean;
-  port?: string[];
-  httpHeaderFilter?: string;
-  httpPathFilter?: string;
-  httpMethodFilter?: string;
-  flush?: boolean;
-  stealProbes?: boolean;
-  envInclude?: string[];
-  envExclude?: string[];
-  envFile?: string;
-  agentImage?: string;
-  agentNamespace?: string;
-  agentPrivileged?: boolean;
-  ephemeral?: boolean;
-  agentTtl?: string;
-  startupTimeout?: string;
-  verbose?: boolean;
-  allPods?: boolean;
-}
+export type ExecFlags = FlagValues<ExecOptionName>;
 
 /** `90`, `90s`, `1500ms`, `2m` → milliseconds. */
 export function parseDuration(text: string, flag: string): number {

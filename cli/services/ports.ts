@@ -1,6 +1,6 @@
 // Port specs of `devop exec -p REMOTE[:LOCAL]`, and the default: the target container's declared ports.
 import type { V1Container } from '@kubernetes/client-node';
-import { parsePortMapping } from '../../shared/config.js';
+import { parsePortMapping } from '../config/schema.js';
 import { UserError } from '../../shared/errors.js';
 
 export interface PortMapping {
@@ -8,7 +8,7 @@ export interface PortMapping {
   local: number;
 }
 
-/** Parses `REMOTE[:LOCAL]` (or a port number) with shared/config's syntax; a bad one is a UserError. */
+/** Parses `REMOTE[:LOCAL]` (or a port number) with devop.json's syntax; a bad one is a UserError. */
 export function parsePortSpec(spec: string | number): PortMapping {
   const mapping = parsePortMapping(spec);
   if (!mapping) throw new UserError(`bad port "${spec}": expected REMOTE[:LOCAL] with ports 1-65535`, 'pass -p REMOTE[:LOCAL], e.g. -p 3000 or -p 80:8080');

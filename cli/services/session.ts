@@ -3,6 +3,7 @@
 import { hostname, userInfo } from 'node:os';
 import type { Duplex } from 'node:stream';
 import type { KubeConfig } from '@kubernetes/client-node';
+import { OPTIONS } from '../config/options.js';
 import { AGENT_IMAGE, AGENT_VERSION } from '../../shared/agent-contract.js';
 import { UserError, isUserError } from '../../shared/errors.js';
 import { clientHello } from '../../shared/handshake.js';
@@ -21,9 +22,9 @@ import { resolveTarget, type ResolvedTarget } from './target.js';
 /** Defaults shared by every command that starts a session (each is also a devop.json key / flag). */
 export const SESSION_DEFAULTS = {
   agentImage: AGENT_IMAGE,
-  /** A finished agent Job is removed by the cluster after this long (it stays a little for `kubectl logs`). */
-  agentTtlSeconds: 60,
-  startupTimeoutMs: 60_000,
+  // devop.json's defaults (agent.ttlSeconds, agent.startupTimeoutSeconds), for callers that pass no config.
+  agentTtlSeconds: OPTIONS.agentTtl.default,
+  startupTimeoutMs: OPTIONS.startupTimeout.default * 1000,
   /**
    * The agent exits this long after its last session ends: short, so nothing keeps running in the cluster, yet long enough
    * for a quick re-run to reuse it (the second session skips the agent start-up).

@@ -4,7 +4,7 @@
 import { existsSync, mkdirSync, readFileSync, realpathSync, writeFileSync } from 'node:fs';
 import { basename, delimiter, join } from 'node:path';
 import { UserError } from '../../shared/errors.js';
-import { CONFIG_FILE_NAME } from '../../shared/config.js';
+import { CONFIG_FILE_NAME } from '../config/file-name.js';
 import { BEGINS_PATTERN, ENDS_PATTERN, ERROR_PATTERN } from '../ui/lines.js';
 import { SCHEMA_FILE_NAME, devopPackageRoot, schemaFilePath } from './config.js';
 

@@ -120,6 +120,22 @@ describe('devop vscode init', () => {
     expect(tasks.tasks[0].args?.slice(-3)).toEqual(['node', '--inspect=9229', 'dist/main.js']);
   });
 
+  it("takes every exec flag (exec's own definitions) and writes them into the task in the table's order", async () => {
+    // Given a workspace
+    const ws = workspace('all-flags');
+    // When vscode init runs with flags that only exec's table has (vscode init once kept its own, shorter copy)
+    const flags = ['--all-pods', '--no-outgoing', '--request-timeout', '5s', '--outgoing-include', '*.svc', '-v', '--no-flush'];
+    const result = await runCli(['vscode', 'init', '--dir', ws, '-t', 'pod/app', ...flags, '--', 'node', 'a.js']);
+    expect(result.code, result.stderr).toBe(0);
+    // Then the task passes them to exec, by long name, in the options table's order
+    const tasks = JSON.parse(readFileSync(join(ws, '.vscode', 'tasks.json'), 'utf8')) as TasksJson;
+    const args = tasks.tasks[0].args ?? [];
+    expect(args.slice(args.indexOf('exec') + 1, args.indexOf('--output'))).toEqual([
+      '--target', 'pod/app', '--request-timeout', '5s', '--no-flush', '--outgoing-include', '*.svc', '--no-outgoing',
+      '--all-pods', '--verbose',
+    ]);
+  });
+
   it('refuses clearly when tasks.json cannot be parsed, and leaves it alone', async () => {
     // Given a broken tasks.json
     const ws = workspace('broken');

@@ -4,9 +4,18 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { renderSchema, SCHEMA_PATH } from '../scripts/gen-schema.js';
-import { configJsonSchema, envOverrides, loadConfigFile, mergeConfigInput, parseConfig, parsePortMapping } from './config.js';
-import { UserError } from './errors.js';
+import {
+  CONFIG_DOC_PATH,
+  EXEC_DOC_PATH,
+  renderConfigDoc,
+  renderExecDoc,
+  renderSchema,
+  SCHEMA_PATH,
+} from '../../scripts/gen-schema.js';
+import { UserError } from '../../shared/errors.js';
+import { SESSION_DEFAULTS } from '../services/session.js';
+import { envOverrides } from './env.js';
+import { configJsonSchema, loadConfigFile, mergeConfigInput, parseConfig, parsePortMapping } from './schema.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'devop-config-test-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -52,6 +61,12 @@ const FULL = {
 };
 
 describe('parseConfig', () => {
+  it("gives a session without devop.json (port-forward's) the same agent TTL and start-up timeout as exec's", () => {
+    const defaults = parseConfig({}, 'defaults').agent;
+    expect(SESSION_DEFAULTS.agentTtlSeconds).toBe(defaults.ttlSeconds);
+    expect(SESSION_DEFAULTS.startupTimeoutMs).toBe(defaults.startupTimeoutSeconds * 1000);
+  });
+
   it('fills every default for an empty config', () => {
     expect(parseConfig({}, 'devop.json')).toEqual({
       incoming: { mode: 'mirror', ports: [], flush: true, stealProbes: false },
@@ -95,7 +110,7 @@ describe('parseConfig', () => {
     expect(top.hint).toContain('target, namespace, context');
     const nested = userErrorOf(() => parseConfig({ agent: { imag: 'x' } }, '--flags'));
     expect(nested.message).toBe('--flags: unknown key agent.imag');
-    expect(nested.hint).toBe('accepted keys in agent: image, namespace, ttlSeconds, ephemeral, startupTimeoutSeconds, labels, annotations, tolerations');
+    expect(nested.hint).toBe('accepted keys in agent: image, namespace, ephemeral, ttlSeconds, startupTimeoutSeconds, labels, annotations, tolerations');
   });
 
   it('says how many more problems there are', () => {
@@ -156,8 +171,20 @@ describe('loadConfigFile', () => {
 });
 
 describe('docs/config.md', () => {
+  it('has its key and environment tables up to date with the options table (regenerate: npm run schema)', () => {
+    const committed = readFileSync(CONFIG_DOC_PATH, 'utf8');
+    expect(committed, 'docs/config.md is stale: run npm run schema').toBe(renderConfigDoc(committed));
+    expect(committed).toContain('| `agent.ttlSeconds` | integer | `30` | `--agent-ttl` |');
+  });
+
+  it("has docs/exec.md's flag table up to date with the options table (regenerate: npm run schema)", () => {
+    const committed = readFileSync(EXEC_DOC_PATH, 'utf8');
+    expect(committed, 'docs/exec.md is stale: run npm run schema').toBe(renderExecDoc(committed));
+    expect(committed).toContain('| `--agent-ttl <seconds>` | `agent.ttlSeconds` | `30` |');
+  });
+
   it('shows only examples that are valid configs', () => {
-    const doc = readFileSync(new URL('../docs/config.md', import.meta.url), 'utf8');
+    const doc = readFileSync(new URL('../../docs/config.md', import.meta.url), 'utf8');
     const examples = [...doc.matchAll(/```json\n([\s\S]*?)```/g)].map((m) => m[1]);
     expect(examples.length).toBeGreaterThan(0);
     for (const example of examples) expect(() => parseConfig(JSON.parse(example), 'docs/config.md')).not.toThrow();
@@ -165,9 +192,9 @@ describe('docs/config.md', () => {
 });
 
 describe('devop.schema.json', () => {
-  it('is up to date with shared/config.ts (regenerate: npx tsx scripts/gen-schema.ts)', () => {
+  it('is up to date with the options table (regenerate: npm run schema)', () => {
     const committed = readFileSync(SCHEMA_PATH, 'utf8');
-    expect(committed, 'devop.schema.json is stale: run npx tsx scripts/gen-schema.ts').toBe(renderSchema());
+    expect(committed, 'devop.schema.json is stale: run npm run schema').toBe(renderSchema());
   });
 
   it('describes every key, with defaults where the config has them', () => {

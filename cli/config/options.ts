@@ -1,0 +1,480 @@
+// Every option of devop, once: its flag and help line, its devop.json key and doc sentence, its DEVOP_* variable, its
+// type and default, and its `exec --help` group. The commands' flags (commander.ts), the zod schema (schema.ts), the
+// env overrides (env.ts), devop.schema.json and docs/config.md are generated from this table. It imports nothing at
+// run time, so that `devop --help` reads it without loading zod.
+import type { StealMode } from '../../shared/protocol.js';
+
+/** How a devop.json value is checked (schema.ts) and named in docs/config.md. */
+export type ValueType =
+  | 'string'
+  | 'boolean'
+  | 'integer'
+  | 'enum'
+  | 'strings'
+  | 'paths'
+  | 'map'
+  | 'target'
+  | 'kubeDuration'
+  | 'portMappings'
+  | 'headerFilter'
+  | 'regex'
+  | 'httpMethod'
+  | 'tolerations';
+
+/** The `devop exec --help` groups, in the order help lists them. */
+export const EXEC_HELP_GROUPS = {
+  target: 'Target and mode:',
+  http: 'HTTP filters (steal only matching requests):',
+  incoming: 'Incoming connections:',
+  env: 'Environment:',
+  outgoing: 'Outgoing traffic and files:',
+  cluster: 'Cluster and agent:',
+  output: 'Config and output:',
+} as const;
+export type ExecHelpGroup = keyof typeof EXEC_HELP_GROUPS;
+
+export interface OptionSpec {
+  /** commander's flags, e.g. `-t, --target <target>`; none: a devop.json key only. */
+  readonly flags?: string;
+  /** The flag's line in --help. */
+  readonly help?: string;
+  /** The flag may be given several times (its value is a list). */
+  readonly repeatable?: boolean;
+  /** The only values the flag accepts. */
+  readonly choices?: readonly string[];
+  /** The devop.json key path (`agent.ttlSeconds`); none: a flag only. */
+  readonly key?: string;
+  /** For a flag without a key of its own: the key it sets (--steal and --mirror set incoming.mode). */
+  readonly sets?: string;
+  /** The environment variable that overrides the key (devop.json < environment < flags). */
+  readonly env?: string;
+  readonly type: ValueType;
+  /** The allowed values of an `enum`. */
+  readonly values?: readonly string[];
+  readonly min?: number;
+  readonly max?: number;
+  /** The key's default; for a flag without a key, the flag's default. */
+  readonly default?: unknown;
+  /** What docs/config.md shows as the default when it is decided at run time (none in the schema). */
+  readonly defaultText?: string;
+  /** The key's sentence in devop.schema.json and docs/config.md. */
+  readonly doc?: string;
+  /** Where `devop exec --help` lists the flag; none: not an exec flag. */
+  readonly group?: ExecHelpGroup;
+}
+
+const OUTPUT_MODES = ['auto', 'plain', 'json'] as const;
+
+/**
+ * The table. The key of each entry is the name commander gives the flag's value (`--agent-ttl` → agentTtl); keys appear
+ * in devop.json in this order, and `exec --help` lists each group's flags in this order.
+ */
+export const OPTIONS = {
+  $schema: { key: '$schema', type: 'string', doc: 'Path or URL of devop.schema.json (for editors; ignored by devop).' },
+  target: {
+    flags: '-t, --target <target>',
+    help: 'pod/NAME, deploy/NAME, sts/NAME or rollout/NAME, optionally /container/NAME; or targetless',
+    key: 'target',
+    env: 'DEVOP_TARGET',
+    type: 'target',
+    doc: 'What to run as: pod/NAME, deploy/NAME, statefulset/NAME, rollout/NAME (each optionally /container/NAME) or '
+      + 'targetless. No default: -t/--target when absent.',
+    group: 'target',
+  },
+  namespace: {
+    flags: '-n, --namespace <namespace>',
+    help: "the target's namespace (default: the context's)",
+    key: 'namespace',
+    env: 'DEVOP_NAMESPACE',
+    type: 'string',
+    defaultText: "the context's namespace",
+    doc: "The target's namespace. Default: the kubeconfig context's namespace, else \"default\".",
+    group: 'target',
+  },
+  context: {
+    flags: '--context <context>',
+    help: 'kubeconfig context (default: the current one)',
+    key: 'context',
+    env: 'DEVOP_CONTEXT',
+    type: 'string',
+    defaultText: 'the current context',
+    doc: 'The kubeconfig context to use. Default: the current context.',
+    group: 'cluster',
+  },
+  kubeconfig: {
+    flags: '--kubeconfig <path>',
+    help: 'kubeconfig file (default: $KUBECONFIG, else ~/.kube/config)',
+    key: 'kubeconfig',
+    env: 'DEVOP_KUBECONFIG',
+    type: 'string',
+    defaultText: '$KUBECONFIG, else ~/.kube/config',
+    doc: 'Path of the kubeconfig file. Default: $KUBECONFIG, else ~/.kube/config.',
+    group: 'cluster',
+  },
+  requestTimeout: {
+    flags: '--request-timeout <duration>',
+    help: 'how long to wait for the API server to answer one request: 10s, 1m, seconds; 0 = no limit (default: 30s)',
+    key: 'requestTimeout',
+    env: 'DEVOP_REQUEST_TIMEOUT',
+    type: 'kubeDuration',
+    defaultText: '"30s"',
+    doc: 'How long devop waits for the API server to answer one request (kubectl --request-timeout syntax: "10s", '
+      + '"1m", a number of seconds; "0": no limit). Default: "30s".',
+    group: 'cluster',
+  },
+  steal: {
+    flags: '--steal',
+    help: "take the pod's traffic: the local command answers instead of the pod",
+    sets: 'incoming.mode',
+    type: 'boolean',
+    group: 'target',
+  },
+  mirror: {
+    flags: '--mirror',
+    help: "copy the pod's traffic to the local command; the pod still answers (the default)",
+    sets: 'incoming.mode',
+    type: 'boolean',
+    group: 'target',
+  },
+  mode: {
+    key: 'incoming.mode',
+    env: 'DEVOP_MODE',
+    type: 'enum',
+    values: ['steal', 'mirror'] satisfies readonly StealMode[],
+    default: 'mirror',
+    doc: '"steal": the local process answers instead of the pod; "mirror": the pod answers, the local process gets a '
+      + 'copy.',
+  },
+  port: {
+    flags: '-p, --port <REMOTE[:LOCAL]>',
+    help: "pod port to steal/mirror, repeatable (default: the container's declared ports)",
+    repeatable: true,
+    key: 'incoming.ports',
+    type: 'portMappings',
+    default: [],
+    doc: 'Pod ports to steal/mirror as REMOTE[:LOCAL]. Default []: every port the target container declares, each to '
+      + 'the same local port.',
+    group: 'target',
+  },
+  httpHeaderFilter: {
+    flags: '--http-header-filter <"name: regex">',
+    help: 'only HTTP requests with a matching header go to the local command',
+    key: 'incoming.httpFilter.header',
+    type: 'headerFilter',
+    doc: 'Steal only requests with a header matching "Name: value-regex" (name case-insensitive), e.g. '
+      + '"x-devop-user: alice".',
+    group: 'http',
+  },
+  httpPathFilter: {
+    flags: '--http-path-filter <regex>',
+    help: 'only HTTP requests whose path matches go to the local command',
+    key: 'incoming.httpFilter.path',
+    type: 'regex',
+    doc: 'Steal only requests whose path (with query) matches this regex, e.g. "^/api/v1/llamas".',
+    group: 'http',
+  },
+  httpMethodFilter: {
+    flags: '--http-method-filter <method>',
+    help: 'only HTTP requests with this method go to the local command',
+    key: 'incoming.httpFilter.method',
+    type: 'httpMethod',
+    doc: 'Steal only requests with this HTTP method (case-insensitive).',
+    group: 'http',
+  },
+  httpFilterMatch: {
+    key: 'incoming.httpFilter.match',
+    type: 'enum',
+    values: ['all', 'any'],
+    default: 'all',
+    doc: '"all": every given criterion must match; "any": one is enough.',
+  },
+  flush: {
+    flags: '--no-flush',
+    help: "do not close the pod's existing connections when stealing starts (or resumes)",
+    key: 'incoming.flush',
+    type: 'boolean',
+    default: true,
+    doc: "Close the pod's existing connections when stealing starts, so keep-alive clients reconnect and reach the "
+      + 'local process at once.',
+    group: 'incoming',
+  },
+  stealProbes: {
+    flags: '--steal-probes',
+    help: 'also steal connections from the node (kubelet probes)',
+    key: 'incoming.stealProbes',
+    type: 'boolean',
+    default: false,
+    doc: 'Also steal connections from the node (kubelet probes). Off: probes keep reaching the pod, so it is not '
+      + 'restarted.',
+    group: 'incoming',
+  },
+  envInclude: {
+    flags: '--env-include <glob>',
+    help: 'pod env vars to give the local command, repeatable (default: all)',
+    repeatable: true,
+    key: 'env.include',
+    type: 'strings',
+    default: ['*'],
+    doc: 'Names (with * wildcards) of pod env vars the local process gets. KUBERNETES_SERVICE_* and KUBERNETES_PORT* '
+      + 'only when named here explicitly.',
+    group: 'env',
+  },
+  envExclude: {
+    flags: '--env-exclude <glob>',
+    help: 'pod env vars to leave out, repeatable',
+    repeatable: true,
+    key: 'env.exclude',
+    type: 'strings',
+    default: [],
+    doc: 'Names (with * wildcards) of pod env vars to leave out (applied after include).',
+    group: 'env',
+  },
+  envOverride: {
+    key: 'env.override',
+    type: 'map',
+    default: {},
+    doc: "Variables set for the local process, over the pod's.",
+  },
+  envFile: {
+    flags: '--env-file <path>',
+    help: 'dotenv file applied over the pod env',
+    key: 'env.file',
+    type: 'string',
+    doc: "A dotenv file whose variables are applied over the pod's (before override).",
+    group: 'env',
+  },
+  agentImage: {
+    flags: '--agent-image <image>',
+    help: 'agent image (default: the one of this devop version)',
+    key: 'agent.image',
+    env: 'DEVOP_AGENT_IMAGE',
+    type: 'string',
+    defaultText: 'the image of this devop version',
+    doc: 'The agent image. Default: the image of this devop version.',
+    group: 'cluster',
+  },
+  agentNamespace: {
+    flags: '--agent-namespace <namespace>',
+    help: "where the agent Job runs (default: the target's namespace)",
+    key: 'agent.namespace',
+    env: 'DEVOP_AGENT_NAMESPACE',
+    type: 'string',
+    defaultText: "the target's namespace",
+    doc: "Where the agent Job runs. Default: the target's namespace.",
+    group: 'cluster',
+  },
+  agentPrivileged: {
+    flags: '--agent-privileged',
+    help: 'run the agent privileged (when capabilities are not enough on this node)',
+    type: 'boolean',
+    group: 'cluster',
+  },
+  ephemeral: {
+    flags: '--ephemeral',
+    help: 'run the agent as an ephemeral container in the target pod instead of a Job',
+    key: 'agent.ephemeral',
+    env: 'DEVOP_AGENT_EPHEMERAL',
+    type: 'boolean',
+    default: false,
+    doc: 'Run the agent as an ephemeral container in the target pod instead of a Job on its node.',
+    group: 'cluster',
+  },
+  agentTtl: {
+    flags: '--agent-ttl <seconds>',
+    help: 'ttlSecondsAfterFinished of the agent Job',
+    key: 'agent.ttlSeconds',
+    type: 'integer',
+    min: 0,
+    max: 86400,
+    default: 30,
+    doc: 'How long the finished agent Job (and its pod, for kubectl logs) stays before the cluster removes it: its '
+      + 'ttlSecondsAfterFinished, in seconds.',
+    group: 'cluster',
+  },
+  startupTimeout: {
+    flags: '--startup-timeout <seconds>',
+    help: 'how long to wait for the agent, and for the local command to listen',
+    key: 'agent.startupTimeoutSeconds',
+    type: 'integer',
+    min: 1,
+    max: 3600,
+    default: 60,
+    doc: 'How long to wait for the agent to become ready (seconds).',
+    group: 'cluster',
+  },
+  agentLabels: { key: 'agent.labels', type: 'map', default: {}, doc: 'Extra labels on the agent pod.' },
+  agentAnnotations: { key: 'agent.annotations', type: 'map', default: {}, doc: 'Extra annotations on the agent pod.' },
+  agentTolerations: {
+    key: 'agent.tolerations',
+    type: 'tolerations',
+    default: [],
+    doc: 'Tolerations for the agent pod (e.g. for tainted nodes).',
+  },
+  remoteFile: {
+    flags: '--remote-file <path>',
+    help: 'file of the target container to copy under $DEVOP_ROOT (same path), repeatable',
+    repeatable: true,
+    key: 'remoteFiles',
+    type: 'paths',
+    default: [],
+    doc: 'Absolute paths in the target container to read through the agent (e.g. '
+      + '/var/run/secrets/kubernetes.io/serviceaccount/token).',
+    group: 'outgoing',
+  },
+  outgoingInclude: {
+    flags: '--outgoing-include <rule>',
+    help: 'only these destinations go through the pod: HOST, *.DOMAIN, IP, CIDR, [:PORT], repeatable',
+    repeatable: true,
+    key: 'outgoing.include',
+    type: 'strings',
+    default: [],
+    doc: 'Only these destinations go through the pod (host, *.domain, CIDR, optionally :port). Default []: all but '
+      + 'exclude.',
+    group: 'outgoing',
+  },
+  outgoingExclude: {
+    flags: '--outgoing-exclude <rule>',
+    help: 'destinations that stay local (same forms), repeatable; loopback always does',
+    repeatable: true,
+    key: 'outgoing.exclude',
+    type: 'strings',
+    default: [],
+    doc: 'Destinations that stay local (same forms as include); loopback always stays local.',
+    group: 'outgoing',
+  },
+  outgoing: {
+    flags: '--no-outgoing',
+    help: "keep the local command's outgoing connections and DNS local",
+    key: 'outgoing.enabled',
+    env: 'DEVOP_OUTGOING',
+    type: 'boolean',
+    default: true,
+    doc: "Send the local process's outgoing connections through the pod.",
+    group: 'outgoing',
+  },
+  proxyEnv: {
+    flags: '--no-proxy-env',
+    help: 'do not set HTTP(S)_PROXY / ALL_PROXY / NO_PROXY for the local command',
+    key: 'outgoing.proxy',
+    type: 'boolean',
+    default: true,
+    doc: 'Set HTTP(S)_PROXY / ALL_PROXY / NO_PROXY for the local process (a local SOCKS5 + HTTP CONNECT proxy).',
+    group: 'outgoing',
+  },
+  nodePreload: {
+    flags: '--no-node-preload',
+    help: 'do not add the Node preload to NODE_OPTIONS',
+    key: 'outgoing.nodePreload',
+    type: 'boolean',
+    default: true,
+    doc: 'For Node local processes: route net.connect and dns.lookup through the pod transparently '
+      + '(NODE_OPTIONS=--import).',
+    group: 'outgoing',
+  },
+  dns: {
+    key: 'dns.enabled',
+    env: 'DEVOP_DNS',
+    type: 'boolean',
+    default: true,
+    doc: "Resolve the local process's DNS names through the pod (cluster DNS).",
+  },
+  allPods: {
+    flags: '--all-pods',
+    help: 'steal/mirror on every Ready pod of a deploy/sts target (new pods join, gone pods drop)',
+    key: 'allPods',
+    type: 'boolean',
+    default: false,
+    doc: 'Steal/mirror on every pod of the target, not just one.',
+    group: 'target',
+  },
+  config: {
+    flags: '-f, --config <path>',
+    help: 'devop.json to read (default: ./devop.json if present)',
+    type: 'string',
+    group: 'output',
+  },
+  output: {
+    flags: '--output <mode>',
+    help: 'output: auto (terminal UI when interactive), plain or json',
+    choices: OUTPUT_MODES,
+    type: 'enum',
+    default: 'auto',
+    group: 'output',
+  },
+  verbose: {
+    flags: '-v, --verbose',
+    help: 'more output, and stacks of internal errors',
+    type: 'boolean',
+    group: 'output',
+  },
+
+  // The flags of one command each.
+  local: {
+    flags: '-L, --local <[LOCAL:]HOST:PORT>',
+    help: 'forward 127.0.0.1:LOCAL (default: PORT) to HOST:PORT as the pod reaches it, repeatable',
+    repeatable: true,
+    type: 'strings',
+  },
+  address: { flags: '--address <address>', help: 'local address to listen on', type: 'string', default: '127.0.0.1' },
+  allNamespaces: { flags: '-A, --all-namespaces', help: 'look in every namespace', type: 'boolean' },
+  dryRun: { flags: '--dry-run', help: 'only list what would be removed', type: 'boolean' },
+  force: {
+    flags: '--force',
+    help: 'also remove agents that still run beside a live target pod (they may serve a session)',
+    type: 'boolean',
+  },
+  dir: { flags: '--dir <folder>', help: 'the workspace folder (default: the current folder)', type: 'string' },
+  label: { flags: '--label <label>', help: 'label of the task', type: 'string', default: 'devop: exec' },
+  inspectPort: {
+    flags: '--inspect-port <port>',
+    help: 'Node inspector port the debugger attaches to',
+    type: 'string',
+    // Node's default inspector port.
+    default: '9229',
+  },
+  devopCommand: {
+    flags: '--devop-command <command>',
+    help: 'how the task starts devop (split on spaces; default: this devop)',
+    type: 'string',
+  },
+} as const satisfies Record<string, OptionSpec>;
+
+export type OptionName = keyof typeof OPTIONS;
+
+/** The objects of devop.json: their doc sentence; `optional` ones are absent unless written (no defaults inside). */
+export const CONFIG_SECTIONS = {
+  incoming: { doc: 'Traffic that reaches the pod.' },
+  'incoming.httpFilter': {
+    doc: 'HTTP filter: only matching requests go to the local process, all others still reach the pod (steal mode).',
+    optional: true,
+  },
+  env: { doc: "The pod's environment for the local process." },
+  agent: { doc: 'The in-cluster agent.' },
+  outgoing: { doc: "The local process's outgoing connections." },
+  dns: { doc: 'Name resolution for the local process.' },
+} as const satisfies Readonly<Record<string, { doc: string; optional?: boolean }>>;
+export const CONFIG_DOC = 'devop configuration (devop.json).';
+
+/** The section at a key path (`incoming.httpFilter`), if there is one. */
+export function configSection(path: string): { doc: string; optional?: boolean } | undefined {
+  return (CONFIG_SECTIONS as Readonly<Record<string, { doc: string; optional?: boolean }>>)[path];
+}
+
+/** The flags of every command that talks to the cluster (kubectl's names and syntax), spread into each. */
+export const CONNECTION_OPTIONS = ['context', 'kubeconfig', 'requestTimeout'] as const satisfies readonly OptionName[];
+
+type ExecName<K extends OptionName> = (typeof OPTIONS)[K] extends { group: ExecHelpGroup } ? K : never;
+/** The flags of `devop exec` (the entries with a help group). */
+export type ExecOptionName = { [K in OptionName]: ExecName<K> }[OptionName];
+export const EXEC_OPTIONS = (Object.keys(OPTIONS) as OptionName[]).filter(
+  (name): name is ExecOptionName => 'group' in OPTIONS[name],
+);
+
+/** What commander hands over for a flag: a list when repeatable, a string when it takes a value, else a boolean. */
+type FlagValue<S> = S extends { flags: `${string}<${string}` }
+  ? S extends { repeatable: true }
+    ? string[]
+    : string
+  : boolean;
+/** The values of the given flags as commander hands them over (undefined = not given). */
+export type FlagValues<N extends OptionName> = { [K in N]?: FlagValue<(typeof OPTIONS)[K]> };
