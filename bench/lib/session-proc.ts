@@ -9,7 +9,7 @@ import { randomUUID } from 'node:crypto';
 import { clientHello } from '../../shared/handshake.js';
 import { createClientMux } from '../../shared/mux.js';
 import type { AgentMessage } from '../../shared/protocol.js';
-import { clientIdentity } from '../../cli/services/session.js';
+import { clientIdentity } from '../../cli/session/connect.js';
 import { incomingStreamHandler } from '../../cli/services/incoming.js';
 
 const [agentPort, stealPort, appPort] = process.argv.slice(2).map(Number);

@@ -4,8 +4,8 @@ import { BatchV1Api, CoordinationV1Api, CoreV1Api, type KubeConfig, type V1Job, 
 import { AGENT_ANNOTATIONS, AGENT_CONTAINER_NAME, AGENT_LABELS } from '../../shared/agent-contract.js';
 import { apiCall, apiErrorCode } from '../kube/errors.js';
 import { loadKubeConfig, type KubeAccessOptions } from '../kube/config.js';
-import { TARGETLESS_LABEL_VALUE } from './agent-manifest.js';
-import { LEASE_LABEL, LEASE_LABEL_VALUE, leaseHolder, leaseVerdict } from './steal-lease.js';
+import { TARGETLESS_LABEL_VALUE } from '../kube/agent-manifest.js';
+import { LEASE_LABEL, LEASE_LABEL_VALUE, leaseHolder, leaseVerdict } from '../kube/steal-lease.js';
 
 export interface CleanOptions extends KubeAccessOptions {
   namespace?: string;

@@ -11,9 +11,9 @@ import { canConnect, waitForListen } from '../process/listen.js';
 import { buildChildEnv, readEnvFile } from './child-env.js';
 import { incomingStreamHandler } from './incoming.js';
 import { resolvePorts, type PortMapping } from './ports.js';
-import { step, type Retarget, type Session, type SessionOptions } from './session.js';
-import { connectSupervisedSession } from './supervisor.js';
-import { trafficToEvent } from './traffic.js';
+import { step, type Retarget, type Session, type SessionOptions } from '../session/connect.js';
+import { connectSupervisedSession } from '../session/supervisor.js';
+import { trafficToEvent } from '../session/traffic.js';
 
 export interface ExecServiceOptions extends SessionOptions {
   command: string;

@@ -2,7 +2,7 @@
 import { AppsV1Api, CoreV1Api, type V1Container, type V1PodSpec } from '@kubernetes/client-node';
 import { apiCall, apiErrorCode } from '../kube/errors.js';
 import { loadKubeConfig, type KubeAccessOptions } from '../kube/config.js';
-import { isAgentPod, isPodReady } from './target.js';
+import { isAgentPod, isPodReady } from '../kube/target.js';
 
 export interface LsOptions extends KubeAccessOptions {
   namespace?: string;

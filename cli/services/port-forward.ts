@@ -8,7 +8,7 @@ import { describeDialError, parseAuthority } from '../outgoing/http-connect.js';
 import { toDialError, type ClusterDialer } from '../outgoing/dialer.js';
 import { joinStreams } from '../outgoing/streams.js';
 import type { Reporter } from '../reporter.js';
-import { connectSession, step, type Session, type SessionOptions } from './session.js';
+import { connectSession, step, type Session, type SessionOptions } from '../session/connect.js';
 
 export interface Forward {
   /** Local port (0 = any free one). */

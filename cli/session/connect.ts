@@ -14,9 +14,9 @@ import { assertAccess, sessionAccessChecks } from '../kube/access.js';
 import { loadKubeConfig, type KubeAccessOptions } from '../kube/config.js';
 import { ApiTimeoutError } from '../kube/request-timeout.js';
 import { openPortForward, PortForwardError } from '../kube/tunnel.js';
-import { createEphemeralAgent, createJobAgent, createTargetlessAgent, findAgent, listAgentPods, type AgentEndpoint, type AgentOptions } from './agent.js';
-import type { AgentExtras } from './agent-manifest.js';
-import { resolveTarget, type ResolvedTarget } from './target.js';
+import { createEphemeralAgent, createJobAgent, createTargetlessAgent, findAgent, listAgentPods, type AgentEndpoint, type AgentOptions } from '../kube/agent.js';
+import type { AgentExtras } from '../kube/agent-manifest.js';
+import { resolveTarget, type ResolvedTarget } from '../kube/target.js';
 
 /** Defaults shared by every command that starts a session (each is also a devop.json key / flag). */
 export const SESSION_DEFAULTS = {
@@ -52,7 +52,7 @@ export interface SessionOptions extends KubeAccessOptions {
   agentPrivileged?: boolean;
   /** devop.json agent.labels / annotations / tolerations. */
   agentExtras?: AgentExtras;
-  /** Steal/mirror on every Ready pod of a deploy/sts target (cli/services/supervisor.ts). */
+  /** Steal/mirror on every Ready pod of a deploy/sts target (cli/session/supervisor.ts). */
   allPods?: boolean;
   /** Skip the RBAC preflight (e.g. doctor runs its own). */
   skipPreflight?: boolean;

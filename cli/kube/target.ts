@@ -3,7 +3,7 @@
 import { AppsV1Api, CoreV1Api, CustomObjectsApi, type KubeConfig, type V1Container, type V1LabelSelector, type V1Pod } from '@kubernetes/client-node';
 import { AGENT_LABELS } from '../../shared/agent-contract.js';
 import { UserError } from '../../shared/errors.js';
-import { apiCall, apiErrorCode, mapApiError } from '../kube/errors.js';
+import { apiCall, apiErrorCode, mapApiError } from './errors.js';
 import { parseTarget, type Target, type TargetKind } from '../../shared/target.js';
 
 type NamedTarget = Exclude<Target, { kind: 'targetless' }>;

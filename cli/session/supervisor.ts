@@ -8,12 +8,12 @@ import { formatTarget } from '../../shared/target.js';
 import { apiErrorCode } from '../kube/errors.js';
 import { waitForPods } from '../kube/watch.js';
 import type { Reporter } from '../reporter.js';
-import { createEphemeralAgent, createJobAgent, findAgent, type AgentEndpoint, type AgentOptions } from './agent.js';
-import { agentOptionsFor, clientIdentity, connectAgent, connectSession, type Retarget, type Session, type SessionOptions } from './session.js';
-import { StealLeases, workloadOfPod } from './steal-lease.js';
-import { SessionMux, type MemberLink } from './supervisor-mux.js';
+import { createEphemeralAgent, createJobAgent, findAgent, type AgentEndpoint, type AgentOptions } from '../kube/agent.js';
+import { agentOptionsFor, clientIdentity, connectAgent, connectSession, type Retarget, type Session, type SessionOptions } from './connect.js';
+import { StealLeases, workloadOfPod } from '../kube/steal-lease.js';
+import { SessionMux, type MemberLink } from './supervised-mux.js';
 import { byeAndWait, watchLiveness } from './tunnel-health.js';
-import { isPodReady, resolveTarget, selectorToString, type ResolvedTarget } from './target.js';
+import { isPodReady, resolveTarget, selectorToString, type ResolvedTarget } from '../kube/target.js';
 
 export interface SupervisorOptions extends SessionOptions {
   /** A deploy/sts target gets an agent on every Ready pod. */

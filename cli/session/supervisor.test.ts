@@ -6,7 +6,7 @@ import { createAgentMux, createClientMux, type AgentMux } from '../../shared/mux
 import type { AgentMessage, ClientMessage } from '../../shared/protocol.js';
 import type { ReportEvent, Reporter } from '../reporter.js';
 import { backoffDelay, podFate } from './supervisor.js';
-import { SessionMux, type MemberLink } from './supervisor-mux.js';
+import { SessionMux, type MemberLink } from './supervised-mux.js';
 import { watchLiveness } from './tunnel-health.js';
 
 describe('backoffDelay', () => {
