@@ -72,7 +72,7 @@ function recorder(): Reporter & { events: ReportEvent[] } {
   return { events, emit: (e) => events.push(e), capturesChildOutput: false, close: async () => undefined };
 }
 
-/** Sends a request through the SessionMux and waits for the one answer with its id (as exec's agentRequest does). */
+/** Sends a request through the SessionMux and waits for the one answer with its id (as agentRequest in tunnel.ts does). */
 function request(mux: SessionMux, msg: Extract<ClientMessage, { type: 'subscribe' | 'unsubscribe' }>): Promise<AgentMessage> {
   return new Promise((resolve) => {
     const onMessage = (m: AgentMessage): void => {

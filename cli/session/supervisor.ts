@@ -117,7 +117,7 @@ class Supervisor {
     const member: Member = {
       target: this.firstTarget,
       agent: this.first.agent,
-      link: { pod: this.firstTarget.podName, mux: this.first.mux },
+      link: { pod: this.firstTarget.podName, mux: this.first.tunnel },
       sessionId: this.first.hello.sessionId,
       agentVersion: this.first.hello.agentVersion,
       sent: new Map(),
@@ -143,7 +143,7 @@ class Supervisor {
       namespace: this.first.namespace,
       target: this.firstTarget,
       agent: this.first.agent,
-      mux: this.mux.asClientMux(),
+      tunnel: this.mux,
       hello: this.first.hello,
       close: (reason?: string) => (this.closing ??= this.close(reason ?? 'session ended')),
       onRetarget: (listener) => this.retargeted.push(listener),
