@@ -1,10 +1,23 @@
 // Target resolution: `pod/`, `deploy/`, `sts/`, `rollout/` (+ `/container/NAME`) → the pod and container a session uses,
-// with the reason that pod was chosen; unknown targets are answered with what exists of that kind.
-import { AppsV1Api, CoreV1Api, CustomObjectsApi, type KubeConfig, type V1Container, type V1LabelSelector, type V1Pod } from '@kubernetes/client-node';
-import { AGENT_LABELS } from '../../shared/agent-contract.js';
+// with the reason that pod was chosen; unknown targets are answered with what exists of that kind. What differs per kind
+// lives in targets/<kind>.ts behind one KindResolver.
+import type { KubeConfig, V1Container, V1LabelSelector, V1Pod } from '@kubernetes/client-node';
 import { UserError } from '../../shared/errors.js';
 import { apiCall, apiErrorCode, mapApiError } from './errors.js';
 import { parseTarget, type Target, type TargetKind } from '../../shared/target.js';
+import { deploymentResolver } from './targets/deployment.js';
+import { podResolver } from './targets/pod.js';
+import { kindClients, type KindResolvers } from './targets/resolver.js';
+import { rolloutResolver } from './targets/rollout.js';
+import { statefulSetResolver } from './targets/statefulset.js';
+
+/** One resolver per kind a target can name. */
+export const KIND_RESOLVERS: KindResolvers = {
+  pod: podResolver,
+  deployment: deploymentResolver,
+  statefulset: statefulSetResolver,
+  rollout: rolloutResolver,
+};
 
 type NamedTarget = Exclude<Target, { kind: 'targetless' }>;
 
@@ -38,11 +51,6 @@ export function selectorToString(selector: V1LabelSelector | undefined): string 
     else if (e.operator === 'DoesNotExist') parts.push(`!${e.key}`);
   }
   return parts.join(',');
-}
-
-/** devop's own agent pods are not targets. */
-export function isAgentPod(pod: V1Pod): boolean {
-  return pod.metadata?.labels?.[AGENT_LABELS.name] === AGENT_LABELS.nameValue;
 }
 
 export function isPodReady(pod: V1Pod): boolean {
@@ -97,13 +105,6 @@ export function chooseContainer(pod: V1Pod, wanted: string | undefined): { conta
   return { container: containers[0], reason: containers.length === 1 ? 'the only container' : `the first of ${containers.length} (add /container/NAME to choose)` };
 }
 
-const KIND_WORDS: Record<TargetKind, string> = {
-  pod: 'pods',
-  deployment: 'deployments',
-  statefulset: 'statefulsets',
-  rollout: 'rollouts',
-};
-
 async function notFound(kind: TargetKind, name: string, namespace: string, existing: () => Promise<string[]>): Promise<UserError> {
   let names: string[] | undefined;
   try {
@@ -111,7 +112,8 @@ async function notFound(kind: TargetKind, name: string, namespace: string, exist
   } catch {
     names = undefined;
   }
-  const list = names === undefined ? '' : names.length === 0 ? ` (there are no ${KIND_WORDS[kind]} in it)` : ` (${KIND_WORDS[kind]} there: ${names.slice(0, 20).join(', ')}${names.length > 20 ? ', …' : ''})`;
+  const plural = KIND_RESOLVERS[kind].plural;
+  const list = names === undefined ? '' : names.length === 0 ? ` (there are no ${plural} in it)` : ` (${plural} there: ${names.slice(0, 20).join(', ')}${names.length > 20 ? ', …' : ''})`;
   return new UserError(`${kind} "${name}" not found in namespace "${namespace}"${list}`, 'check the name and -n/--namespace; `devop ls` lists the targets');
 }
 
@@ -121,75 +123,33 @@ export async function resolveTarget(kc: KubeConfig, input: { target: string; nam
   if (parsed.kind === 'targetless') throw new UserError('a target is needed here', 'pass -t pod/NAME, deploy/NAME, sts/NAME or rollout/NAME');
   const ref: NamedTarget = parsed;
   const { namespace } = input;
-  const core = kc.makeApiClient(CoreV1Api);
-  const apps = kc.makeApiClient(AppsV1Api);
-  const custom = kc.makeApiClient(CustomObjectsApi);
-  const namespaceCheck = core.readNamespace({ name: namespace }).then(
+  const clients = kindClients(kc);
+  const resolver = KIND_RESOLVERS[ref.kind];
+  const namespaceCheck = clients.core.readNamespace({ name: namespace }).then(
     () => true,
     (err: unknown) => (apiErrorCode(err) === 404 ? false : true), // 403 etc.: cannot tell, assume it exists
   );
-  const get = async <T>(call: () => Promise<T>, existing: () => Promise<string[]>, resource: string): Promise<T> => {
-    try {
-      return await call();
-    } catch (err) {
-      if (apiErrorCode(err) === 404) {
-        if (!(await namespaceCheck)) throw new UserError(`namespace "${namespace}" not found`, 'pass an existing namespace with -n (`kubectl get namespaces` lists them)');
-        throw await notFound(ref.kind, ref.name, namespace, existing);
-      }
-      throw mapTargetError(err, resource, namespace, ref.name);
+  let workload;
+  try {
+    workload = await resolver.read(clients, ref.name, namespace);
+  } catch (err) {
+    if (apiErrorCode(err) === 404) {
+      if (!(await namespaceCheck)) throw new UserError(`namespace "${namespace}" not found`, 'pass an existing namespace with -n (`kubectl get namespaces` lists them)');
+      throw await notFound(ref.kind, ref.name, namespace, () => resolver.names(clients, namespace));
     }
-  };
-  const podsBySelector = async (selector: V1LabelSelector | undefined, what: string): Promise<{ pod: V1Pod; reason: string }> => {
-    const labelSelector = selectorToString(selector);
-    if (!labelSelector) throw new UserError(`${what} has an empty selector`, 'give it a selector, or target a pod with pod/NAME');
-    const list = await apiCall({ action: `list the pods of ${what}`, verb: 'list', resource: 'pods', namespace }, () => core.listNamespacedPod({ namespace, labelSelector }));
-    return choosePod(list.items, what);
-  };
+    throw mapTargetError(err, resolver.resource, namespace, ref.name);
+  }
 
   let chosen: { pod: V1Pod; reason: string };
-  switch (ref.kind) {
-    case 'pod': {
-      const pod = await get(() => core.readNamespacedPod({ name: ref.name, namespace }), async () => (await core.listNamespacedPod({ namespace })).items.filter((p) => !isAgentPod(p)).map((p) => p.metadata?.name ?? ''), 'pods');
-      if (!isPodReady(pod)) throw new UserError(`pod "${ref.name}" is not Ready (${podState(pod)})`, 'wait until it is Ready (`kubectl get pod`), or target its deployment');
-      chosen = { pod, reason: 'as asked' };
-      break;
-    }
-    case 'deployment': {
-      const d = await get(() => apps.readNamespacedDeployment({ name: ref.name, namespace }), async () => (await apps.listNamespacedDeployment({ namespace })).items.map((x) => x.metadata?.name ?? ''), 'deployments.apps');
-      chosen = await podsBySelector(d.spec?.selector, `deployment/${ref.name}`);
-      break;
-    }
-    case 'statefulset': {
-      const s = await get(() => apps.readNamespacedStatefulSet({ name: ref.name, namespace }), async () => (await apps.listNamespacedStatefulSet({ namespace })).items.map((x) => x.metadata?.name ?? ''), 'statefulsets.apps');
-      chosen = await podsBySelector(s.spec?.selector, `statefulset/${ref.name}`);
-      break;
-    }
-    case 'rollout': {
-      const rolloutApi = { group: 'argoproj.io', version: 'v1alpha1', namespace, plural: 'rollouts' };
-      const crdPresent = custom.listNamespacedCustomObject(rolloutApi).then(
-        (list: { items?: { metadata?: { name?: string } }[] }) => list.items?.map((x) => x.metadata?.name ?? '') ?? [],
-        (err: unknown) => {
-          if (apiErrorCode(err) === 404) return undefined;
-          throw err;
-        },
-      );
-      const r = (await get(
-        async () => {
-          try {
-            return await custom.getNamespacedCustomObject({ ...rolloutApi, name: ref.name });
-          } catch (err) {
-            if (apiErrorCode(err) === 404 && (await crdPresent.catch(() => [])) === undefined) {
-              throw new UserError('Argo Rollouts is not installed in this cluster (no rollouts.argoproj.io API)', 'target the Rollout\'s pods with pod/NAME, or a deploy/ or sts/ target');
-            }
-            throw err;
-          }
-        },
-        async () => (await crdPresent) ?? [],
-        'rollouts.argoproj.io',
-      )) as { spec?: { selector?: V1LabelSelector } };
-      chosen = await podsBySelector(r.spec?.selector, `rollout/${ref.name}`);
-      break;
-    }
+  if (workload.kind === 'pod') {
+    if (!isPodReady(workload.pod)) throw new UserError(`pod "${ref.name}" is not Ready (${podState(workload.pod)})`, 'wait until it is Ready (`kubectl get pod`), or target its deployment');
+    chosen = { pod: workload.pod, reason: 'as asked' };
+  } else {
+    const what = `${ref.kind}/${ref.name}`;
+    const labelSelector = selectorToString(workload.selector);
+    if (!labelSelector) throw new UserError(`${what} has an empty selector`, 'give it a selector, or target a pod with pod/NAME');
+    const list = await apiCall({ action: `list the pods of ${what}`, verb: 'list', resource: 'pods', namespace }, () => clients.core.listNamespacedPod({ namespace, labelSelector }));
+    chosen = choosePod(list.items, what);
   }
   const pod = chosen.pod;
   const { container, reason: containerReason } = chooseContainer(pod, ref.container);

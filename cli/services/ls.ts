@@ -2,7 +2,8 @@
 import { AppsV1Api, CoreV1Api, type V1Container, type V1PodSpec } from '@kubernetes/client-node';
 import { apiCall, apiErrorCode } from '../kube/errors.js';
 import { loadKubeConfig, type KubeAccessOptions } from '../kube/config.js';
-import { isAgentPod, isPodReady } from '../kube/target.js';
+import { isPodReady } from '../kube/target.js';
+import { isAgentPod } from '../kube/targets/pod.js';
 
 export interface LsOptions extends KubeAccessOptions {
   namespace?: string;

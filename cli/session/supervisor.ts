@@ -1,7 +1,7 @@
 // The session supervisor: keeps a session alive while the cluster moves under it — reconnects a lost or stalled tunnel
 // (resuming the agent's session), follows the target to its new pod, replaces a dead agent, joins every replica with
 // --all-pods — and holds the cluster-wide steal locks. The local command never notices; the user sees events.
-import { AppsV1Api, CoreV1Api, CustomObjectsApi, type V1LabelSelector, type V1Pod } from '@kubernetes/client-node';
+import { CoreV1Api, type V1Pod } from '@kubernetes/client-node';
 import { UserError, isUserError } from '../../shared/errors.js';
 import type { AgentMessage, ClientMessage } from '../../shared/protocol.js';
 import { formatTarget } from '../../shared/target.js';
@@ -13,7 +13,8 @@ import { agentOptionsFor, clientIdentity, connectAgent, connectSession, type Ret
 import { StealLeases, workloadOfPod } from '../kube/steal-lease.js';
 import { SessionMux, type MemberLink } from './supervised-mux.js';
 import { byeAndWait, watchLiveness } from './tunnel-health.js';
-import { isPodReady, resolveTarget, selectorToString, type ResolvedTarget } from '../kube/target.js';
+import { isPodReady, KIND_RESOLVERS, resolveTarget, selectorToString, type ResolvedTarget } from '../kube/target.js';
+import { kindClients } from '../kube/targets/resolver.js';
 
 export interface SupervisorOptions extends SessionOptions {
   /** A deploy/sts target gets an agent on every Ready pod. */
@@ -339,14 +340,8 @@ class Supervisor {
     const { ref, namespace } = this.firstTarget;
     const byName = { namespace, fieldSelector: `metadata.name=${this.firstTarget.podName}` };
     if (!allPods) return byName;
-    let selector: V1LabelSelector | undefined;
-    if (ref.kind === 'deployment') selector = (await this.first.kc.makeApiClient(AppsV1Api).readNamespacedDeployment({ name: ref.name, namespace })).spec?.selector;
-    else if (ref.kind === 'statefulset') selector = (await this.first.kc.makeApiClient(AppsV1Api).readNamespacedStatefulSet({ name: ref.name, namespace })).spec?.selector;
-    else if (ref.kind === 'rollout') {
-      const r = (await this.first.kc.makeApiClient(CustomObjectsApi).getNamespacedCustomObject({ group: 'argoproj.io', version: 'v1alpha1', namespace, plural: 'rollouts', name: ref.name })) as { spec?: { selector?: V1LabelSelector } };
-      selector = r.spec?.selector;
-    }
-    const labelSelector = selectorToString(selector);
+    const workload = await KIND_RESOLVERS[ref.kind].read(kindClients(this.first.kc), ref.name, namespace);
+    const labelSelector = workload.kind === 'selector' ? selectorToString(workload.selector) : '';
     return labelSelector ? { namespace, labelSelector } : byName;
   }
 
