@@ -6,7 +6,7 @@ import { UserError, isUserError } from '../../shared/errors.js';
 import type { AgentMessage, ClientMessage } from '../../shared/protocol.js';
 import { formatTarget } from '../../shared/target.js';
 import { apiErrorCode } from '../kube/errors.js';
-import { waitForPods } from '../kube/watch.js';
+import { informPods, type PodInformer } from '../kube/pod-informer.js';
 import type { Reporter } from '../reporter.js';
 import { createEphemeralAgent, createJobAgent, findAgent, type AgentEndpoint, type AgentOptions } from '../kube/agent.js';
 import { agentOptionsFor, clientIdentity, connectAgent, connectSession, type Retarget, type Session, type SessionOptions } from './connect.js';
@@ -34,8 +34,6 @@ const RESUME_RETRY_MS = 5000;
  * checked between attempts); a slow API server is not cut short: each attempt completes its port-forward and handshake.
  */
 const ATTEMPT_MS = 1000;
-/** A waitForPods timeout that never fires (setTimeout's maximum). */
-const FOREVER_MS = 2 ** 31 - 1;
 
 /** Exponential backoff: 100, 200, 400, … ms, capped at 2 s. Pure. */
 export function backoffDelay(attempt: number): number {
@@ -86,7 +84,7 @@ class Supervisor {
   private readonly identity = clientIdentity();
   private readonly agentOptions: AgentOptions;
   private readonly leases: StealLeases | undefined;
-  private watchAbort = new AbortController();
+  private podInformer: PodInformer | undefined;
   private over = false;
   private following = false;
   private readonly retargeted: Array<(change: Retarget) => void> = [];
@@ -350,10 +348,8 @@ class Supervisor {
    * with --all-pods every Ready pod that is not a member yet is joined.
    */
   private watchPods(query: { namespace: string; labelSelector?: string; fieldSelector?: string }, allPods: boolean): void {
-    this.watchAbort.abort();
-    this.watchAbort = new AbortController();
-    const onPods = (pods: V1Pod[]): undefined => {
-      if (this.over) return undefined;
+    const onPods = (pods: V1Pod[]): void => {
+      if (this.over) return;
       const byName = new Map(pods.map((p) => [p.metadata?.name ?? '', p]));
       for (const m of this.members) {
         if (m.state !== 'up') continue;
@@ -364,19 +360,17 @@ class Supervisor {
           m.link.mux.close('target pod going away');
         }
       }
-      if (!allPods) return undefined;
+      if (!allPods) return;
       const memberPods = new Set([...this.members].filter((m) => m.state !== 'gone').map((m) => m.target.podName));
       for (const pod of pods) {
         const name = pod.metadata?.name ?? '';
         if (!isPodReady(pod) || memberPods.has(name) || this.joining.has(name)) continue;
         void this.join(name);
       }
-      return undefined;
     };
-    const controller = this.watchAbort;
-    waitForPods(this.first.kc, query, onPods, { timeoutMs: FOREVER_MS, retryStalledWatch: true, signal: controller.signal, onTimeout: () => new Error('watch ended') }).catch((err: unknown) => {
-      // Aborted: devop stops, or watches another pod now (after following the target).
-      if (!this.over && !controller.signal.aborted) this.reporter.emit({ type: 'log', level: 'warn', message: `stopped watching the target's pods: ${message(err)} (devop still reconnects, but will not notice new pods)` });
+    this.podInformer?.stop();
+    this.podInformer = informPods(this.first.kc, query, onPods, (err) => {
+      if (!this.over) this.reporter.emit({ type: 'log', level: 'warn', message: `stopped watching the target's pods: ${message(err)} (devop still reconnects, but will not notice new pods)` });
     });
   }
 
@@ -400,7 +394,7 @@ class Supervisor {
     const alive = [...this.members].some((m) => m.state !== 'gone');
     if (!alive && !this.over && !this.following) {
       this.over = true;
-      this.watchAbort.abort();
+      this.podInformer?.stop();
       void this.leases?.releaseAll();
       this.mux.end(err instanceof Error ? err : new Error(String(err)));
     }
@@ -408,7 +402,7 @@ class Supervisor {
 
   private async close(reason: string): Promise<void> {
     this.over = true;
-    this.watchAbort.abort();
+    this.podInformer?.stop();
     const live = [...this.members].filter((m) => m.state === 'up' && !m.link.mux.closed);
     for (const m of this.members) m.stopLiveness?.();
     await Promise.all(live.map((m) => byeAndWait(m.link.mux, reason)));
