@@ -35,7 +35,7 @@ export function resetStream(stream: IncomingStream, reason: string): void {
   else stream.destroy();
 }
 
-/** Original destination of a redirected connection: the address it arrived on (REDIRECT keeps the interface's address). */
+/** A redirected connection's original destination: the address it arrived on (REDIRECT keeps the interface's). */
 export function originOf(socket: Socket, port: number): { host: string; port: number } {
   const local = socket.localAddress ?? '127.0.0.1';
   return { host: local.startsWith('::ffff:') ? local.slice(7) : local, port };

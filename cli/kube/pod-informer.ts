@@ -26,7 +26,11 @@ export function informPods(
   let restart: NodeJS.Timeout | undefined;
   const list = async () => {
     try {
-      const pods = await core.listNamespacedPod({ namespace: query.namespace, labelSelector: query.labelSelector, fieldSelector: query.fieldSelector });
+      const pods = await core.listNamespacedPod({
+        namespace: query.namespace,
+        labelSelector: query.labelSelector,
+        fieldSelector: query.fieldSelector,
+      });
       // An empty or unchanged list calls no informer callback: the view is reported after every list all the same.
       changed();
       return pods;

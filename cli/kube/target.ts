@@ -1,6 +1,6 @@
-// Target resolution: `pod/`, `deploy/`, `sts/`, `rollout/` (+ `/container/NAME`) → the pod and container a session uses,
-// with the reason that pod was chosen; unknown targets are answered with what exists of that kind. What differs per kind
-// lives in targets/<kind>.ts behind one KindResolver.
+// Target resolution: `pod/`, `deploy/`, `sts/`, `rollout/` (+ `/container/NAME`) → the pod and container a session
+// uses, with the reason that pod was chosen; unknown targets are answered with what exists of that kind. What differs
+// per kind lives in targets/<kind>.ts behind one KindResolver.
 import type { KubeConfig, V1Container, V1LabelSelector, V1Pod } from '@kubernetes/client-node';
 import { UserError } from '../../shared/errors.js';
 import { apiCall, apiErrorCode, mapApiError } from './errors.js';
@@ -80,13 +80,27 @@ function created(pod: V1Pod): number {
 /** Picks the newest Ready pod (a rollout keeps the newest ones); throws with every pod's state when none is Ready. */
 export function choosePod(pods: V1Pod[], what: string): { pod: V1Pod; reason: string } {
   const live = pods.filter((p) => !p.metadata?.deletionTimestamp);
-  const ready = live.filter(isPodReady).sort((a, b) => created(b) - created(a) || (a.metadata?.name ?? '').localeCompare(b.metadata?.name ?? ''));
+  const ready = live
+    .filter(isPodReady)
+    .sort((a, b) => created(b) - created(a) || (a.metadata?.name ?? '').localeCompare(b.metadata?.name ?? ''));
   if (ready.length === 0) {
-    if (pods.length === 0) throw new UserError(`${what} has no pods`, 'scale it up (e.g. `kubectl scale --replicas=1 …`) or pick another target');
+    if (pods.length === 0)
+      throw new UserError(
+        `${what} has no pods`,
+        'scale it up (e.g. `kubectl scale --replicas=1 …`) or pick another target',
+      );
     const states = pods.map((p) => `${p.metadata?.name}: ${podState(p)}`).join(', ');
-    throw new UserError(`${what} has no Ready pod (${states})`, 'wait until a pod is Ready (`kubectl get pods`), or fix what keeps them from starting');
+    throw new UserError(
+      `${what} has no Ready pod (${states})`,
+      'wait until a pod is Ready (`kubectl get pods`), or fix what keeps them from starting',
+    );
   }
-  const reason = ready.length === 1 ? (live.length === 1 ? 'its only pod' : `the only Ready pod of ${live.length}`) : `newest Ready pod of ${ready.length}`;
+  const reason =
+    ready.length === 1
+      ? live.length === 1
+        ? 'its only pod'
+        : `the only Ready pod of ${live.length}`
+      : `newest Ready pod of ${ready.length}`;
   return { pod: ready[0], reason };
 }
 
@@ -95,17 +109,33 @@ export function chooseContainer(pod: V1Pod, wanted: string | undefined): { conta
   const names = containers.map((c) => c.name);
   if (wanted) {
     const found = containers.find((c) => c.name === wanted);
-    if (!found) throw new UserError(`pod ${pod.metadata?.name} has no container "${wanted}" (containers: ${names.join(', ')})`, 'pass one of the listed names after /container/');
+    if (!found)
+      throw new UserError(
+        `pod ${pod.metadata?.name} has no container "${wanted}" (containers: ${names.join(', ')})`,
+        'pass one of the listed names after /container/',
+      );
     return { container: found, reason: 'as asked' };
   }
   const annotated = pod.metadata?.annotations?.[DEFAULT_CONTAINER_ANNOTATION];
   const byAnnotation = annotated ? containers.find((c) => c.name === annotated) : undefined;
   if (byAnnotation) return { container: byAnnotation, reason: `the pod's default-container annotation` };
-  if (containers.length === 0) throw new UserError(`pod ${pod.metadata?.name} has no containers`, 'pick another target');
-  return { container: containers[0], reason: containers.length === 1 ? 'the only container' : `the first of ${containers.length} (add /container/NAME to choose)` };
+  if (containers.length === 0)
+    throw new UserError(`pod ${pod.metadata?.name} has no containers`, 'pick another target');
+  return {
+    container: containers[0],
+    reason:
+      containers.length === 1
+        ? 'the only container'
+        : `the first of ${containers.length} (add /container/NAME to choose)`,
+  };
 }
 
-async function notFound(kind: TargetKind, name: string, namespace: string, existing: () => Promise<string[]>): Promise<UserError> {
+async function notFound(
+  kind: TargetKind,
+  name: string,
+  namespace: string,
+  existing: () => Promise<string[]>,
+): Promise<UserError> {
   let names: string[] | undefined;
   try {
     names = await existing();
@@ -113,14 +143,26 @@ async function notFound(kind: TargetKind, name: string, namespace: string, exist
     names = undefined;
   }
   const plural = KIND_RESOLVERS[kind].plural;
-  const list = names === undefined ? '' : names.length === 0 ? ` (there are no ${plural} in it)` : ` (${plural} there: ${names.slice(0, 20).join(', ')}${names.length > 20 ? ', …' : ''})`;
-  return new UserError(`${kind} "${name}" not found in namespace "${namespace}"${list}`, 'check the name and -n/--namespace; `devop ls` lists the targets');
+  const list =
+    names === undefined
+      ? ''
+      : names.length === 0
+        ? ` (there are no ${plural} in it)`
+        : ` (${plural} there: ${names.slice(0, 20).join(', ')}${names.length > 20 ? ', …' : ''})`;
+  return new UserError(
+    `${kind} "${name}" not found in namespace "${namespace}"${list}`,
+    'check the name and -n/--namespace; `devop ls` lists the targets',
+  );
 }
 
-/** Resolves a target string in a namespace. Runs the namespace check beside the lookup so a typo'd namespace is named. */
-export async function resolveTarget(kc: KubeConfig, input: { target: string; namespace: string }): Promise<ResolvedTarget> {
+/** Resolves a target string in a namespace. The namespace check runs beside the lookup, so a typo'd one is named. */
+export async function resolveTarget(
+  kc: KubeConfig,
+  input: { target: string; namespace: string },
+): Promise<ResolvedTarget> {
   const parsed = parseTarget(input.target);
-  if (parsed.kind === 'targetless') throw new UserError('a target is needed here', 'pass -t pod/NAME, deploy/NAME, sts/NAME or rollout/NAME');
+  if (parsed.kind === 'targetless')
+    throw new UserError('a target is needed here', 'pass -t pod/NAME, deploy/NAME, sts/NAME or rollout/NAME');
   const ref: NamedTarget = parsed;
   const { namespace } = input;
   const clients = kindClients(kc);
@@ -134,7 +176,11 @@ export async function resolveTarget(kc: KubeConfig, input: { target: string; nam
     workload = await resolver.read(clients, ref.name, namespace);
   } catch (err) {
     if (apiErrorCode(err) === 404) {
-      if (!(await namespaceCheck)) throw new UserError(`namespace "${namespace}" not found`, 'pass an existing namespace with -n (`kubectl get namespaces` lists them)');
+      if (!(await namespaceCheck))
+        throw new UserError(
+          `namespace "${namespace}" not found`,
+          'pass an existing namespace with -n (`kubectl get namespaces` lists them)',
+        );
       throw await notFound(ref.kind, ref.name, namespace, () => resolver.names(clients, namespace));
     }
     throw mapTargetError(err, resolver.resource, namespace, ref.name);
@@ -142,22 +188,33 @@ export async function resolveTarget(kc: KubeConfig, input: { target: string; nam
 
   let chosen: { pod: V1Pod; reason: string };
   if (workload.kind === 'pod') {
-    if (!isPodReady(workload.pod)) throw new UserError(`pod "${ref.name}" is not Ready (${podState(workload.pod)})`, 'wait until it is Ready (`kubectl get pod`), or target its deployment');
+    if (!isPodReady(workload.pod))
+      throw new UserError(
+        `pod "${ref.name}" is not Ready (${podState(workload.pod)})`,
+        'wait until it is Ready (`kubectl get pod`), or target its deployment',
+      );
     chosen = { pod: workload.pod, reason: 'as asked' };
   } else {
     const what = `${ref.kind}/${ref.name}`;
     const labelSelector = selectorToString(workload.selector);
-    if (!labelSelector) throw new UserError(`${what} has an empty selector`, 'give it a selector, or target a pod with pod/NAME');
-    const list = await apiCall({ action: `list the pods of ${what}`, verb: 'list', resource: 'pods', namespace }, () => clients.core.listNamespacedPod({ namespace, labelSelector }));
+    if (!labelSelector)
+      throw new UserError(`${what} has an empty selector`, 'give it a selector, or target a pod with pod/NAME');
+    const list = await apiCall({ action: `list the pods of ${what}`, verb: 'list', resource: 'pods', namespace }, () =>
+      clients.core.listNamespacedPod({ namespace, labelSelector }),
+    );
     chosen = choosePod(list.items, what);
   }
   const pod = chosen.pod;
   const { container, reason: containerReason } = chooseContainer(pod, ref.container);
   const status = (pod.status?.containerStatuses ?? []).find((s) => s.name === container.name);
   if (!status?.containerID || !status.state?.running) {
-    throw new UserError(`container "${container.name}" of pod ${pod.metadata?.name} is not running`, 'wait until it runs, or pick another container with /container/NAME');
+    throw new UserError(
+      `container "${container.name}" of pod ${pod.metadata?.name} is not running`,
+      'wait until it runs, or pick another container with /container/NAME',
+    );
   }
-  if (!pod.spec?.nodeName) throw new UserError(`pod ${pod.metadata?.name} is not scheduled on a node`, 'wait until it runs');
+  if (!pod.spec?.nodeName)
+    throw new UserError(`pod ${pod.metadata?.name} is not scheduled on a node`, 'wait until it runs');
   return {
     ref,
     namespace,

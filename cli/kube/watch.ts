@@ -1,5 +1,6 @@
-// Waits (with a deadline) for a condition on a set of pods by watching them (list, then watch from its resourceVersion; a watch that ends
-// is restarted from the last resourceVersion, a 410 Gone re-lists) — no polling.
+// Waits, with a deadline, for a condition on a set of pods by watching them (list, then watch from its resourceVersion;
+// a watch that ends is restarted from the last resourceVersion, a 410 Gone re-lists) — no polling. A session-long view
+// of pods is pod-informer.ts.
 import { CoreV1Api, type KubeConfig, type V1Pod } from '@kubernetes/client-node';
 import { apiCall } from './errors.js';
 import { ApiTimeoutError, startWatch } from './request-timeout.js';

@@ -1,6 +1,13 @@
 // What a namespace holds that a target can name, as `devop ls` shows it: deployments, statefulsets (none when the
 // cluster does not serve them) and pods other than devop's own agents.
-import { AppsV1Api, CoreV1Api, type KubeConfig, type V1Deployment, type V1Pod, type V1StatefulSet } from '@kubernetes/client-node';
+import {
+  AppsV1Api,
+  CoreV1Api,
+  type KubeConfig,
+  type V1Deployment,
+  type V1Pod,
+  type V1StatefulSet,
+} from '@kubernetes/client-node';
 import { apiCall, apiErrorCode } from './errors.js';
 import { isAgentPod } from './targets/pod.js';
 
@@ -22,5 +29,9 @@ export async function listWorkloads(kc: KubeConfig, namespace: string): Promise<
     }),
     apiCall(ctx('pods'), () => core.listNamespacedPod({ namespace })),
   ]);
-  return { deployments: deployments.items, statefulsets: statefulsets.items, pods: pods.items.filter((pod) => !isAgentPod(pod)) };
+  return {
+    deployments: deployments.items,
+    statefulsets: statefulsets.items,
+    pods: pods.items.filter((pod) => !isAgentPod(pod)),
+  };
 }

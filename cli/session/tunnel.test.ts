@@ -1,5 +1,5 @@
-// agentRequest over both kinds of SessionTunnel — a direct mux and the supervised SessionMux — against a fake agent on a
-// real loopback socket: the answer with the request's id comes back, and a closed tunnel is one clear error.
+// agentRequest over both kinds of SessionTunnel — a direct mux and the supervised SessionMux — against a fake agent on
+// a real loopback socket: the answer with the request's id comes back, and a closed tunnel is one clear error.
 import { createServer, connect, type Server } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { isUserError } from '../../shared/errors.js';

@@ -1,6 +1,6 @@
 // The session's tunnel as everything above the session sees it: send a message, ask and wait for the answer, open a
-// stream, hear messages, the agent's streams and the close. A direct tunnel (one mux) and the supervised one (SessionMux:
-// tunnels that come and go underneath) are both one, so the exec service never knows which it holds.
+// stream, hear messages, the agent's streams and the close. A direct tunnel (one mux) and the supervised one
+// (SessionMux: tunnels that come and go underneath) are both one, so the exec service never knows which it holds.
 import { randomUUID } from 'node:crypto';
 import { UserError } from '../../shared/errors.js';
 import type { MuxStream } from '../../shared/mux.js';
@@ -57,11 +57,17 @@ export function agentRequest<T extends AgentMessage['type']>(
     };
     const onMessage = (msg: AgentMessage): void => {
       if (!('id' in msg) || msg.id !== id) return;
-      if (msg.type === 'error' || (answers as readonly string[]).includes(msg.type)) finish(() => resolve(msg as never));
+      if (msg.type === 'error' || (answers as readonly string[]).includes(msg.type))
+        finish(() => resolve(msg as never));
     };
     const onClose = (err?: Error): void =>
       finish(() =>
-        reject(new UserError(`the tunnel to the agent closed (${what})${err ? `: ${err.message}` : ''}`, 'check the agent logs; run again')),
+        reject(
+          new UserError(
+            `the tunnel to the agent closed (${what})${err ? `: ${err.message}` : ''}`,
+            'check the agent logs; run again',
+          ),
+        ),
       );
     tunnel.on('message', onMessage);
     tunnel.on('close', onClose);

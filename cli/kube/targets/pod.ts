@@ -15,6 +15,8 @@ export const podResolver: KindResolver = {
     return { kind: 'pod', pod: await core.readNamespacedPod({ name, namespace }) };
   },
   async names({ core }, namespace) {
-    return (await core.listNamespacedPod({ namespace })).items.filter((p) => !isAgentPod(p)).map((p) => p.metadata?.name ?? '');
+    return (await core.listNamespacedPod({ namespace })).items
+      .filter((p) => !isAgentPod(p))
+      .map((p) => p.metadata?.name ?? '');
   },
 };

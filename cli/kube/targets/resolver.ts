@@ -1,6 +1,13 @@
 // What each workload kind a target can name (pod, deployment, statefulset, rollout) tells target resolution: how to
 // read one by name, which names exist (for "not found"), and where its pods come from. One file per kind implements it.
-import { AppsV1Api, CoreV1Api, CustomObjectsApi, type KubeConfig, type V1LabelSelector, type V1Pod } from '@kubernetes/client-node';
+import {
+  AppsV1Api,
+  CoreV1Api,
+  CustomObjectsApi,
+  type KubeConfig,
+  type V1LabelSelector,
+  type V1Pod,
+} from '@kubernetes/client-node';
 import type { TargetKind } from '../../../shared/target.js';
 
 /** The API clients the resolvers use, made once per resolution. */
@@ -11,7 +18,11 @@ export interface KindClients {
 }
 
 export function kindClients(kc: KubeConfig): KindClients {
-  return { core: kc.makeApiClient(CoreV1Api), apps: kc.makeApiClient(AppsV1Api), custom: kc.makeApiClient(CustomObjectsApi) };
+  return {
+    core: kc.makeApiClient(CoreV1Api),
+    apps: kc.makeApiClient(AppsV1Api),
+    custom: kc.makeApiClient(CustomObjectsApi),
+  };
 }
 
 /** A workload read by name: a pod is its own answer; the others name their pods by a label selector. */

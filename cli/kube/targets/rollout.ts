@@ -1,5 +1,5 @@
-// rollout/NAME: an Argo Rollout's pods, by its selector. Rollouts are a custom resource: a cluster without Argo Rollouts
-// answers 404 for every name, which is said as such rather than as "not found".
+// rollout/NAME: an Argo Rollout's pods, by its selector. Rollouts are a custom resource: a cluster without Argo
+// Rollouts answers 404 for every name, which is said as such rather than as "not found".
 import type { V1LabelSelector } from '@kubernetes/client-node';
 import { UserError } from '../../../shared/errors.js';
 import { apiErrorCode } from '../errors.js';
@@ -10,7 +10,9 @@ const ROLLOUTS = { group: 'argoproj.io', version: 'v1alpha1', plural: 'rollouts'
 /** The Rollouts' names, or undefined when the cluster has no rollouts.argoproj.io API. */
 async function rolloutNames({ custom }: KindClients, namespace: string): Promise<string[] | undefined> {
   try {
-    const list = (await custom.listNamespacedCustomObject({ ...ROLLOUTS, namespace })) as { items?: { metadata?: { name?: string } }[] };
+    const list = (await custom.listNamespacedCustomObject({ ...ROLLOUTS, namespace })) as {
+      items?: { metadata?: { name?: string } }[];
+    };
     return list.items?.map((x) => x.metadata?.name ?? '') ?? [];
   } catch (err) {
     if (apiErrorCode(err) === 404) return undefined;
@@ -26,11 +28,16 @@ export const rolloutResolver: KindResolver = {
     const listed = rolloutNames(clients, namespace);
     listed.catch(() => undefined);
     try {
-      const rollout = (await clients.custom.getNamespacedCustomObject({ ...ROLLOUTS, namespace, name })) as { spec?: { selector?: V1LabelSelector } };
+      const rollout = (await clients.custom.getNamespacedCustomObject({ ...ROLLOUTS, namespace, name })) as {
+        spec?: { selector?: V1LabelSelector };
+      };
       return { kind: 'selector', selector: rollout.spec?.selector };
     } catch (err) {
       if (apiErrorCode(err) === 404 && (await listed.catch(() => [])) === undefined) {
-        throw new UserError('Argo Rollouts is not installed in this cluster (no rollouts.argoproj.io API)', "target the Rollout's pods with pod/NAME, or a deploy/ or sts/ target");
+        throw new UserError(
+          'Argo Rollouts is not installed in this cluster (no rollouts.argoproj.io API)',
+          "target the Rollout's pods with pod/NAME, or a deploy/ or sts/ target",
+        );
       }
       throw err;
     }
