@@ -5,16 +5,16 @@ import { CoreV1Api, type V1Pod } from '@kubernetes/client-node';
 import { UserError, isUserError } from '../../shared/errors.js';
 import type { AgentMessage, ClientMessage } from '../../shared/protocol.js';
 import { formatTarget } from '../../shared/target.js';
+import { createEphemeralAgent, createJobAgent, findAgent, type AgentEndpoint, type AgentOptions } from '../kube/agent.js';
 import { apiErrorCode } from '../kube/errors.js';
 import { informPods, type PodInformer } from '../kube/pod-informer.js';
-import type { Reporter } from '../reporter.js';
-import { createEphemeralAgent, createJobAgent, findAgent, type AgentEndpoint, type AgentOptions } from '../kube/agent.js';
-import { agentOptionsFor, clientIdentity, connectAgent, connectSession, type Retarget, type Session, type SessionOptions } from './connect.js';
 import { StealLeases, workloadOfPod } from '../kube/steal-lease.js';
-import { SessionMux, type MemberLink } from './supervised-mux.js';
-import { byeAndWait, watchLiveness } from './tunnel-health.js';
 import { isPodReady, KIND_RESOLVERS, resolveTarget, selectorToString, type ResolvedTarget } from '../kube/target.js';
 import { kindClients } from '../kube/targets/resolver.js';
+import type { Reporter } from '../reporter.js';
+import { agentOptionsFor, clientIdentity, connectAgent, connectSession, type Retarget, type Session, type SessionOptions } from './connect.js';
+import { SessionMux, type MemberLink } from './supervised-mux.js';
+import { byeAndWait, watchLiveness } from './tunnel-health.js';
 
 export interface SupervisorOptions extends SessionOptions {
   /** A deploy/sts target gets an agent on every Ready pod. */
