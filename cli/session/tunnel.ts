@@ -28,6 +28,11 @@ export interface SessionTunnel {
 /** How long a request to the agent (env read, subscribe) may take before the session is declared broken. */
 export const AGENT_REQUEST_TIMEOUT_MS = 15_000;
 
+/** The agent's answer to a request: one of the expected messages, or an error. */
+export type AgentAnswer<T extends AgentMessage['type']> =
+  | Extract<AgentMessage, { type: T }>
+  | Extract<AgentMessage, { type: 'error' }>;
+
 /** Sends a request and waits for the agent message that answers it (same id), or its `error`. */
 export function agentRequest<T extends AgentMessage['type']>(
   tunnel: SessionTunnel,
@@ -35,7 +40,9 @@ export function agentRequest<T extends AgentMessage['type']>(
   answers: readonly T[],
   what: string,
   id: string = randomUUID(),
-): Promise<Extract<AgentMessage, { type: T }> | Extract<AgentMessage, { type: 'error' }>> {
+): Promise<AgentAnswer<T>> {
+  const answersIt = (msg: AgentMessage): msg is AgentAnswer<T> =>
+    msg.type === 'error' || (answers as readonly string[]).includes(msg.type);
   return new Promise((resolve, reject) => {
     const timer = setTimeout(
       () =>
@@ -57,8 +64,7 @@ export function agentRequest<T extends AgentMessage['type']>(
     };
     const onMessage = (msg: AgentMessage): void => {
       if (!('id' in msg) || msg.id !== id) return;
-      if (msg.type === 'error' || (answers as readonly string[]).includes(msg.type))
-        finish(() => resolve(msg as never));
+      if (answersIt(msg)) finish(() => resolve(msg));
     };
     const onClose = (err?: Error): void =>
       finish(() =>
