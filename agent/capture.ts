@@ -7,7 +7,7 @@ import type { Readable, Writable } from 'node:stream';
 import type { AgentLog } from './log.js';
 import { MirroredConnection } from './mirror.js';
 import { PcapReader } from './pcap.js';
-import type { PortSubscription } from './port-redirect.js';
+import type { PortSubscription } from './subscription.js';
 import { TcpReassembler, type FlowEnd, type FlowLimits } from './tcp-flows.js';
 
 /**

@@ -3,7 +3,7 @@
 import { request as httpRequest, Agent, type IncomingMessage, type ServerResponse, type OutgoingHttpHeaders } from 'node:http';
 import type { Socket } from 'node:net';
 import type httpProxy from 'http-proxy';
-import { originOf, resetStream, type IncomingStream, type IncomingTarget, type PortSubscription } from './port-redirect.js';
+import { originOf, resetStream, type IncomingStream, type IncomingTarget, type PortSubscription } from './subscription.js';
 import type { AgentLog } from './log.js';
 import { joinBothWays } from '../shared/splice.js';
 

@@ -3,7 +3,7 @@
 // not the pod. The bytes come from the packet capture (agent/capture.ts) or, without it, from the agent's own forward.
 import type { TrafficEvent } from '../shared/protocol.js';
 import type { AgentLog } from './log.js';
-import type { IncomingStream, PortSubscription } from './port-redirect.js';
+import type { IncomingStream, PortSubscription } from './subscription.js';
 
 /**
  * A copy is abandoned once this many bytes wait for the session: the copy must never slow the original exchange, and a

@@ -7,7 +7,7 @@ import type { TrafficEvent } from '../shared/protocol.js';
 import { captureFilter, tcpdumpArgs } from './capture.js';
 import { createLog } from './log.js';
 import { MirroredConnection } from './mirror.js';
-import type { IncomingOpen, PortSubscription } from './port-redirect.js';
+import type { IncomingOpen, PortSubscription } from './subscription.js';
 import { LINKTYPE, PcapReader, TCP_FLAGS, type TcpSegment } from './pcap.js';
 import { TcpReassembler, type FlowEnd, type FlowLimits } from './tcp-flows.js';
 

@@ -4,48 +4,11 @@
 import { createServer as createTcpServer, connect, type Server, type Socket } from 'node:net';
 import { createServer as createHttpServer, type Server as HttpServer } from 'node:http';
 import type { Duplex } from 'node:stream';
-import type { HttpFilter, StealMode, StreamOpen, TrafficEvent } from '../shared/protocol.js';
-import type { RequestMatcher } from './filter.js';
 import { createPodProxy, handleFilteredRequest, handleFilteredUpgrade, type HttpRouting, type PodProxy } from './http-filter.js';
 import type { AgentLog } from './log.js';
 import { MirroredConnection } from './mirror.js';
+import { originOf, resetStream, type IncomingStream, type PortSubscription } from './subscription.js';
 import { joinBothWays } from '../shared/splice.js';
-
-export type IncomingOpen = Extract<StreamOpen, { kind: 'incoming' }>;
-export type IncomingStream = Duplex & { reset?: (reason: string) => void };
-
-/** A session as the listeners see it. `openIncoming` throws when the session's tunnel is down. */
-export interface IncomingTarget {
-  readonly sessionId: string;
-  readonly connected: boolean;
-  openIncoming(open: IncomingOpen): IncomingStream;
-  traffic(event: TrafficEvent): void;
-  warn(message: string): void;
-}
-
-export interface PortSubscription {
-  id: string;
-  session: IncomingTarget;
-  mode: StealMode;
-  filter?: HttpFilter;
-  match?: RequestMatcher;
-  since: Date;
-  paused: boolean;
-  /** The subscribe's flush: connections the pod took meanwhile move to the session when its steal takes effect. */
-  flush?: boolean;
-  holder: { user: string; host: string };
-}
-
-export function resetStream(stream: IncomingStream, reason: string): void {
-  if (stream.reset) stream.reset(reason);
-  else stream.destroy();
-}
-
-/** Original destination of a redirected connection: the address it arrived on (REDIRECT keeps the interface's address). */
-export function originOf(socket: Socket, port: number): { host: string; port: number } {
-  const local = socket.localAddress ?? '127.0.0.1';
-  return { host: local.startsWith('::ffff:') ? local.slice(7) : local, port };
-}
 
 export class PortRedirect {
   private readonly server: Server;

@@ -9,7 +9,8 @@ import { compileFilter, describeFilter } from './filter.js';
 import { flushConnections } from './flush.js';
 import { PortCapture } from './capture.js';
 import type { AgentLog } from './log.js';
-import { PortRedirect, type IncomingTarget, type PortSubscription } from './port-redirect.js';
+import { PortRedirect } from './port-redirect.js';
+import type { IncomingTarget, PortSubscription } from './subscription.js';
 
 type Subscribe = Extract<ClientMessage, { type: 'subscribe' }>;
 

@@ -5,7 +5,7 @@ import { FEATURES, type ClientIdentity, type ClientMessage, type TrafficEvent } 
 import { ProtocolError, type AgentMux, type MuxStream } from '../shared/mux.js';
 import { DnsError, resolveInPod } from './dns.js';
 import type { AgentLog } from './log.js';
-import type { IncomingOpen, IncomingStream, IncomingTarget } from './port-redirect.js';
+import type { IncomingOpen, IncomingStream, IncomingTarget } from './subscription.js';
 import type { PortTable } from './ports.js';
 import { serveFile, serveOutgoing } from './streams.js';
 import { deniedByCapabilities } from './capabilities.js';

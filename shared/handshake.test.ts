@@ -2,7 +2,8 @@
 import net from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { UserError } from './errors.js';
-import { acceptHello, checkHello, clientHello, createAgentMux, createClientMux, type AgentMux, type ClientMux } from './mux.js';
+import { acceptHello, checkHello, clientHello } from './handshake.js';
+import { createAgentMux, createClientMux, type AgentMux, type ClientMux } from './mux.js';
 import { PROTOCOL_VERSION, type AgentMessage } from './protocol.js';
 import { CLIENT_SAMPLES, duplexPair } from './test-fixtures.js';
 

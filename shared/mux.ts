@@ -417,6 +417,3 @@ export function createClientMux(conn: Duplex, options: Omit<MuxOptions<'client'>
 export function createAgentMux(conn: Duplex, options: Omit<MuxOptions<'agent'>, 'side'> = {}): AgentMux {
   return new Mux(conn, { ...options, side: 'agent' });
 }
-
-export { clientHello, acceptHello, checkHello, HANDSHAKE_TIMEOUT_MS } from './handshake.js';
-export type { ClientHelloOptions, AcceptHelloOptions } from './handshake.js';

@@ -6,9 +6,10 @@
 import { once } from 'node:events';
 import { connect } from 'node:net';
 import { randomUUID } from 'node:crypto';
-import { clientHello, createClientMux } from '../../shared/mux.js';
+import { clientHello } from '../../shared/handshake.js';
+import { createClientMux } from '../../shared/mux.js';
 import type { AgentMessage } from '../../shared/protocol.js';
-import { clientIdentity } from '../../cli/services/session.js';
+import { clientIdentity } from '../../cli/session/connect.js';
 import { incomingStreamHandler } from '../../cli/services/incoming.js';
 
 const [agentPort, stealPort, appPort] = process.argv.slice(2).map(Number);

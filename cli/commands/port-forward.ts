@@ -34,7 +34,7 @@ export function registerPortForwardCommand(program: Command): void {
       // What the run needs (the Kubernetes client among it) is loaded only when the command runs: help stays fast.
       const [{ runPortForward }, { SESSION_DEFAULTS }, { parseDuration }, { createReporter }, { loadCommandConfig }] = await Promise.all([
         import('../services/port-forward.js'),
-        import('../services/session.js'),
+        import('../session/connect.js'),
         import('../services/exec-options.js'),
         import('../ui/index.js'),
         import('./config-file.js'),

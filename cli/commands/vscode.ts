@@ -49,8 +49,7 @@ export function registerVscodeCommand(program: Command): void {
     });
     for (const file of result.files) {
       const shown = relative(process.cwd(), file.path) || file.path;
-      const backup = file.backup ? ` (it had comments: the original is kept as ${relative(process.cwd(), file.backup)})` : '';
-      process.stdout.write(`${file.action} ${shown}${backup}\n`);
+      process.stdout.write(`${file.action} ${shown}\n`);
     }
     for (const note of result.notes) process.stderr.write(`devop: note: ${note}\n`);
     process.stdout.write(`run and debug: "devop: attach" (starts task "${options.label}": ${String(result.task.detail)})\n`);

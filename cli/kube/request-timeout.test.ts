@@ -1,7 +1,7 @@
 // --request-timeout: kubectl's syntax, the 30 s default, and that every kind of wait on the API server is bounded —
 // a request (headers and body), a watch's connect (but not an idle watch), a port-forward upgrade — against real
 // servers on loopback that complete the TLS handshake and then do not answer.
-import { CoreV1Api, type V1Pod } from '@kubernetes/client-node';
+import { CoreV1Api } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startRoutedApiServer, startStalledApiServer, type FakeApiServer } from '../../test/helpers/stalled-api.js';
 import { isUserError } from '../../shared/errors.js';
@@ -16,6 +16,7 @@ import {
   startWatch,
 } from './request-timeout.js';
 import { openPortForward } from './tunnel.js';
+import { informPods, type PodInformer } from './pod-informer.js';
 import { waitForPods } from './watch.js';
 
 const TIMEOUT = '300ms';
@@ -195,16 +196,38 @@ describe('requests to an API server that does not answer', () => {
     expect(ms).toBeLessThan(BOUND_MS);
   });
 
-  it('retries a stalled watch connect when asked to follow pods for a session', async () => {
+  it('retries a stalled watch connect of the pod informer that follows pods for a session', async () => {
     const { kc } = loadKubeConfig({ kubeconfig: routed.kubeconfigPath, requestTimeout: TIMEOUT });
-    const p1 = (pods: V1Pod[]): string | undefined => pods.find((p) => p.metadata?.name === 'p1')?.metadata?.name;
-    const found = await waitForPods(kc, { namespace: 'retry' }, p1, {
-      timeoutMs: BOUND_MS,
-      retryStalledWatch: true,
-      onTimeout: () => new Error('wait timed out'),
+    let stopped: unknown;
+    let informer: PodInformer | undefined;
+    const found = await new Promise<string>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error('p1 not seen in time')), BOUND_MS);
+      informer = informPods(
+        kc,
+        { namespace: 'retry' },
+        (pods) => {
+          const p1 = pods.find((p) => p.metadata?.name === 'p1');
+          if (p1) {
+            clearTimeout(timer);
+            resolve(p1.metadata?.name ?? '');
+          }
+        },
+        (err) => (stopped = err),
+      );
     });
+    informer?.stop();
     expect(found).toBe('p1');
     expect(retryWatches).toBe(2);
+    expect(stopped).toBeUndefined();
+  });
+
+  it("bounds the pod informer's list: one that never answers stops it with the timeout", async () => {
+    const { kc } = loadKubeConfig({ kubeconfig: stalled.kubeconfigPath, requestTimeout: TIMEOUT });
+    const { ms, error } = await timed(
+      () => new Promise<void>((_resolve, reject) => informPods(kc, { namespace: 'default' }, () => undefined, reject)),
+    );
+    expect(error).toBeInstanceOf(ApiTimeoutError);
+    expect(ms).toBeLessThan(BOUND_MS);
   });
 
   it('fails a port-forward whose WebSocket upgrade is never answered', async () => {

@@ -174,7 +174,7 @@ export type WatchEventHandler = Parameters<Watch['watch']>[2];
 export async function startWatch(
   kc: KubeConfig,
   path: string,
-  params: Record<string, string | boolean>,
+  params: Parameters<Watch['watch']>[1],
   onEvent: WatchEventHandler,
   done: (err: unknown) => void,
 ): Promise<AbortController> {

@@ -1,11 +1,12 @@
-// Waits for a condition on a set of pods by watching them (list, then watch from its resourceVersion; a watch that ends
-// is restarted from the last resourceVersion, a 410 Gone re-lists) — no polling.
+// Waits, with a deadline, for a condition on a set of pods by watching them (list, then watch from its resourceVersion;
+// a watch that ends is restarted from the last resourceVersion, a 410 Gone re-lists) — no polling. A session-long view
+// of pods is pod-informer.ts.
 import { CoreV1Api, type KubeConfig, type V1Pod } from '@kubernetes/client-node';
 import { apiCall } from './errors.js';
 import { ApiTimeoutError, startWatch } from './request-timeout.js';
 
 /** Pause before re-watching after a watch failed (not after a normal server-side end). */
-const WATCH_RESTART_PAUSE_MS = 200;
+export const WATCH_RESTART_PAUSE_MS = 200;
 
 export interface PodQuery {
   namespace: string;
@@ -18,11 +19,6 @@ export interface WaitOptions {
   /** Builds the error thrown when the time is up (it may look at the last pods seen). */
   onTimeout: (pods: V1Pod[]) => Promise<Error> | Error;
   signal?: AbortSignal;
-  /**
-   * For a wait that follows pods for a whole session: a watch that does not connect within the request timeout is tried
-   * again (each try bounded) instead of failing the wait.
-   */
-  retryStalledWatch?: boolean;
 }
 
 /**
@@ -99,7 +95,7 @@ export async function waitForPods<T>(kc: KubeConfig, query: PodQuery, decide: (p
           if (settled) return;
           // A wait with a deadline fails at once when the API server does not even answer a watch: retrying would only
           // make its own timeout report the wrong cause later.
-          if (err instanceof ApiTimeoutError && !options.retryStalledWatch) {
+          if (err instanceof ApiTimeoutError) {
             finish(() => reject(err));
             return;
           }

@@ -2,7 +2,7 @@
 // child-env hook that starts the proxy on the session's tunnel and returns the env plus its cleanup.
 import { networkInterfaces } from 'node:os';
 import { FEATURES } from '../../shared/protocol.js';
-import type { ChildEnvHook } from '../services/exec.js';
+import type { ChildEnvHook } from '../session/connect.js';
 import { createMuxDialer } from './mux-dialer.js';
 import type { OutgoingSettings } from './options.js';
 import { apiServerRule, startOutgoing } from './session.js';
@@ -24,7 +24,7 @@ export function outgoingChildEnvHook(settings: OutgoingSettings): ChildEnvHook {
       reporter.emit({ type: 'log', level: 'warn', message: "this agent does not offer outgoing connections: the local command's traffic stays local" });
     }
     const outgoing = await startOutgoing({
-      dialer: createMuxDialer(session.mux),
+      dialer: createMuxDialer(session.tunnel),
       enabled: settings.enabled && canDial,
       proxyEnv: settings.proxyEnv,
       nodePreload: settings.nodePreload,

@@ -1,7 +1,8 @@
 // The ClusterDialer of a real session: `outgoing` and `file` streams and `dnsResolve` messages on the tunnel's mux, so
 // that connections, names and files are those of the target pod (or of a targetless agent's pod).
 import type { Duplex } from 'node:stream';
-import type { ClientMux, MuxStream } from '../../shared/mux.js';
+import type { MuxStream } from '../../shared/mux.js';
+import type { SessionTunnel } from '../session/tunnel.js';
 import type { AgentMessage, StreamAccept } from '../../shared/protocol.js';
 import { DialError, dialErrorCode, type ClusterDialer, type ResolvedAddress } from './dialer.js';
 
@@ -18,7 +19,7 @@ export type DialledStream = Duplex & Partial<Pick<StreamAccept, 'localAddress' |
 
 type DnsResult = Extract<AgentMessage, { type: 'dnsResult' }>;
 
-export function createMuxDialer(mux: ClientMux): ClusterDialer {
+export function createMuxDialer(mux: SessionTunnel): ClusterDialer {
   const lookups = new Map<string, { resolve(msg: DnsResult): void; reject(err: Error): void }>();
   let nextLookup = 0;
   mux.on('message', (msg) => {

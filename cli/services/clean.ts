@@ -1,11 +1,12 @@
-// `devop clean`: finds what devop left in the cluster — agent Jobs and pods whose session is over, ephemeral agent
-// containers still running, expired steal Leases — and removes what can be removed (or only lists it with --dry-run).
-import { BatchV1Api, CoordinationV1Api, CoreV1Api, type KubeConfig, type V1Job, type V1Lease, type V1Pod } from '@kubernetes/client-node';
+// `devop clean`: decides which of devop's objects in the cluster are leftovers — agent Jobs and pods whose session is
+// over, ephemeral agent containers still running, expired steal Leases — and removes what can be removed (or only lists
+// it with --dry-run). Listing and deleting them is cli/kube/leftovers.ts.
+import type { V1Job, V1Lease, V1Pod } from '@kubernetes/client-node';
 import { AGENT_ANNOTATIONS, AGENT_CONTAINER_NAME, AGENT_LABELS } from '../../shared/agent-contract.js';
-import { apiCall, apiErrorCode } from '../kube/errors.js';
 import { loadKubeConfig, type KubeAccessOptions } from '../kube/config.js';
-import { TARGETLESS_LABEL_VALUE } from './agent-manifest.js';
-import { LEASE_LABEL, LEASE_LABEL_VALUE, leaseHolder, leaseVerdict } from './steal-lease.js';
+import { TARGETLESS_LABEL_VALUE } from '../kube/agent-manifest.js';
+import { deleteLeftover, listDevopObjects, type LeftoverKind } from '../kube/leftovers.js';
+import { leaseHolder, leaseVerdict } from '../kube/steal-lease.js';
 
 export interface CleanOptions extends KubeAccessOptions {
   namespace?: string;
@@ -15,8 +16,6 @@ export interface CleanOptions extends KubeAccessOptions {
   force?: boolean;
   now?: () => number;
 }
-
-export type LeftoverKind = 'job' | 'pod' | 'ephemeral' | 'lease';
 
 export interface Leftover {
   kind: LeftoverKind;
@@ -37,8 +36,6 @@ export interface CleanReport {
   dryRun: boolean;
   items: Leftover[];
 }
-
-const AGENT_SELECTOR = `${AGENT_LABELS.name}=${AGENT_LABELS.nameValue}`;
 
 function finished(job: V1Job): string | undefined {
   const c = job.status?.conditions?.find((x) => (x.type === 'Complete' || x.type === 'Failed') && x.status === 'True');
@@ -117,52 +114,11 @@ export function classifyLeases(leases: V1Lease[], now: number): Leftover[] {
   });
 }
 
-async function listAll(kc: KubeConfig, namespace: string | undefined): Promise<{ jobs: V1Job[]; agentPods: V1Pod[]; pods: V1Pod[]; leases: V1Lease[] }> {
-  const batch = kc.makeApiClient(BatchV1Api);
-  const core = kc.makeApiClient(CoreV1Api);
-  const coordination = kc.makeApiClient(CoordinationV1Api);
-  const where = namespace ?? 'all namespaces';
-  const ctx = (verb: string, resource: string) => ({ action: `list ${resource} in ${where}`, verb, resource, namespace });
-  const leaseSelector = `${LEASE_LABEL}=${LEASE_LABEL_VALUE}`;
-  const [jobs, agentPods, pods, leases] = await Promise.all([
-    apiCall(ctx('list', 'jobs.batch'), () => (namespace ? batch.listNamespacedJob({ namespace, labelSelector: AGENT_SELECTOR }) : batch.listJobForAllNamespaces({ labelSelector: AGENT_SELECTOR }))),
-    apiCall(ctx('list', 'pods'), () => (namespace ? core.listNamespacedPod({ namespace, labelSelector: AGENT_SELECTOR }) : core.listPodForAllNamespaces({ labelSelector: AGENT_SELECTOR }))),
-    apiCall(ctx('list', 'pods'), () => (namespace ? core.listNamespacedPod({ namespace }) : core.listPodForAllNamespaces())),
-    (namespace ? coordination.listNamespacedLease({ namespace, labelSelector: leaseSelector }) : coordination.listLeaseForAllNamespaces({ labelSelector: leaseSelector })).catch((err: unknown) => {
-      // Without permission to read leases there are none of ours to clean: say nothing rather than fail the rest.
-      if (apiErrorCode(err) === 403 || apiErrorCode(err) === 404) return { items: [] as V1Lease[] };
-      return apiCall(ctx('list', 'leases.coordination.k8s.io'), () => Promise.reject(err));
-    }),
-  ]);
-  return { jobs: jobs.items, agentPods: agentPods.items, pods: pods.items, leases: leases.items };
-}
-
-async function remove(kc: KubeConfig, item: Leftover): Promise<void> {
-  const { namespace, name } = item;
-  const ignoreGone = (err: unknown): void => {
-    if (apiErrorCode(err) !== 404) throw err;
-  };
-  switch (item.kind) {
-    case 'job':
-      // Background propagation: the garbage collector removes the Job's pods after it.
-      await kc.makeApiClient(BatchV1Api).deleteNamespacedJob({ name, namespace, propagationPolicy: 'Background' }).catch(ignoreGone);
-      return;
-    case 'pod':
-      await kc.makeApiClient(CoreV1Api).deleteNamespacedPod({ name, namespace, gracePeriodSeconds: 0 }).catch(ignoreGone);
-      return;
-    case 'lease':
-      await kc.makeApiClient(CoordinationV1Api).deleteNamespacedLease({ name, namespace }).catch(ignoreGone);
-      return;
-    case 'ephemeral':
-      return;
-  }
-}
-
 export async function runClean(options: CleanOptions): Promise<CleanReport> {
   const loaded = loadKubeConfig(options);
   const namespace = options.allNamespaces ? undefined : (options.namespace ?? loaded.namespace);
   const now = (options.now ?? Date.now)();
-  const found = await listAll(loaded.kc, namespace);
+  const found = await listDevopObjects(loaded.kc, namespace);
   const liveUids = new Set(found.pods.filter((p) => !p.metadata?.deletionTimestamp).map((p) => p.metadata?.uid ?? ''));
   const items = [
     ...classifyAgentJobs(found.jobs, found.agentPods, liveUids, options.force ?? false),
@@ -172,7 +128,7 @@ export async function runClean(options: CleanOptions): Promise<CleanReport> {
   if (!options.dryRun) {
     for (const item of items.filter((i) => i.action === 'remove')) {
       try {
-        await apiCall({ action: `delete ${item.kind} ${item.name}`, verb: 'delete', resource: item.kind === 'job' ? 'jobs.batch' : item.kind === 'lease' ? 'leases.coordination.k8s.io' : 'pods', namespace: item.namespace, name: item.name }, () => remove(loaded.kc, item));
+        await deleteLeftover(loaded.kc, item);
         item.removed = true;
       } catch (err) {
         item.removed = false;

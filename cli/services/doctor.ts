@@ -6,8 +6,8 @@ import { isUserError } from '../../shared/errors.js';
 import { deniedChecks, describeCheck, type AccessCheck } from '../kube/access.js';
 import { loadKubeConfig, type KubeAccessOptions } from '../kube/config.js';
 import { apiErrorCode, apiErrorMessage, mapApiError } from '../kube/errors.js';
-import { SESSION_DEFAULTS } from './session.js';
-import { resolveTarget } from './target.js';
+import { SESSION_DEFAULTS } from '../session/connect.js';
+import { resolveTarget } from '../kube/target.js';
 
 export type CheckStatus = 'ok' | 'fail' | 'warn' | 'info';
 

@@ -6,7 +6,7 @@ import { UserError } from '../../shared/errors.js';
 import type { HttpFilter, StealMode } from '../../shared/protocol.js';
 import type { ExecServiceOptions } from './exec.js';
 import { parsePortSpec } from './ports.js';
-import { SESSION_DEFAULTS } from './session.js';
+import { SESSION_DEFAULTS } from '../session/connect.js';
 
 /** The flags as commander hands them over (undefined = not given). */
 export type ExecFlags = FlagValues<ExecOptionName>;

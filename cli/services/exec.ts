@@ -1,8 +1,6 @@
 // `devop exec`: connect a session, start the local command with the pod's env, and — once it listens — steal or mirror
 // the pod's ports to it; stop cleanly on Ctrl-C, the command's exit or an error. Returns the command's exit code.
-import { randomUUID } from 'node:crypto';
 import { UserError, isUserError } from '../../shared/errors.js';
-import type { ClientMux } from '../../shared/mux.js';
 import type { AgentMessage, HttpFilter, StealMode } from '../../shared/protocol.js';
 import { FEATURES } from '../../shared/protocol.js';
 import type { PortState, Reporter, SessionInfo } from '../reporter.js';
@@ -11,9 +9,10 @@ import { canConnect, waitForListen } from '../process/listen.js';
 import { buildChildEnv, readEnvFile } from './child-env.js';
 import { incomingStreamHandler } from './incoming.js';
 import { resolvePorts, type PortMapping } from './ports.js';
-import { step, type Retarget, type Session, type SessionOptions } from './session.js';
-import { connectSupervisedSession } from './supervisor.js';
-import { trafficToEvent } from './traffic.js';
+import { step, type ChildEnvHook, type Retarget, type Session, type SessionOptions } from '../session/connect.js';
+import { connectSupervisedSession } from '../session/supervisor.js';
+import { trafficToEvent } from '../session/traffic.js';
+import { agentRequest } from '../session/tunnel.js';
 
 export interface ExecServiceOptions extends SessionOptions {
   command: string;
@@ -30,43 +29,12 @@ export interface ExecServiceOptions extends SessionOptions {
   cwd?: string;
 }
 
-export type ChildEnvHook = (env: Record<string, string>, ctx: { session: Session; options: ExecServiceOptions; reporter: Reporter }) => Promise<{ env: Record<string, string>; cleanup?: () => Promise<void> }>;
 
 /**
  * When the command has ended, how long a start-up step still running may take to report its end before the exit line:
  * the listen step ends within ms; a subscribe in flight is not waited for longer than this.
  */
 const STEP_SETTLE_MS = 1000;
-
-/** How long a request to the agent (env read, subscribe) may take before the session is declared broken. */
-const AGENT_REQUEST_TIMEOUT_MS = 15_000;
-
-/** Sends a request and waits for the agent message that answers it (same id), or its `error`. */
-export function agentRequest<T extends AgentMessage['type']>(
-  mux: ClientMux,
-  send: (id: string) => void,
-  answers: readonly T[],
-  what: string,
-  id: string = randomUUID(),
-): Promise<Extract<AgentMessage, { type: T }> | Extract<AgentMessage, { type: 'error' }>> {
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => finish(() => reject(new UserError(`the agent did not answer (${what}) within ${AGENT_REQUEST_TIMEOUT_MS / 1000} s`, 'check the agent logs; rerun with --verbose'))), AGENT_REQUEST_TIMEOUT_MS);
-    const finish = (fn: () => void): void => {
-      clearTimeout(timer);
-      mux.off('message', onMessage);
-      mux.off('close', onClose);
-      fn();
-    };
-    const onMessage = (msg: AgentMessage): void => {
-      if (!('id' in msg) || msg.id !== id) return;
-      if (msg.type === 'error' || (answers as readonly string[]).includes(msg.type)) finish(() => resolve(msg as never));
-    };
-    const onClose = (err?: Error): void => finish(() => reject(new UserError(`the tunnel to the agent closed (${what})${err ? `: ${err.message}` : ''}`, 'check the agent logs; run again')));
-    mux.on('message', onMessage);
-    mux.on('close', onClose);
-    send(id);
-  });
-}
 
 export function describeFilter(filter: HttpFilter | undefined): string | undefined {
   if (!filter) return undefined;
@@ -76,7 +44,7 @@ export function describeFilter(filter: HttpFilter | undefined): string | undefin
 
 async function readRemoteEnv(session: Session): Promise<Record<string, string>> {
   if (!session.hello.features.includes(FEATURES.env)) return {};
-  const answer = await agentRequest(session.mux, (id) => session.mux.send({ type: 'envRead', id }), ['env'], 'read the pod env');
+  const answer = await agentRequest(session.tunnel, (id) => session.tunnel.send({ type: 'envRead', id }), ['env'], 'read the pod env');
   if (answer.type === 'error') throw new UserError(`the agent could not read the pod's env: ${answer.message}`, answer.hint ?? 'check the agent logs');
   return answer.vars;
 }
@@ -104,7 +72,7 @@ export async function runExec(options: ExecServiceOptions, reporter: Reporter): 
       const [remoteEnv, envFile] = await Promise.all([readRemoteEnv(s), options.env.file ? readEnvFile(options.env.file) : Promise.resolve(undefined)]);
       let env = buildChildEnv({ localEnv: process.env, remoteEnv, include: options.env.include, exclude: options.env.exclude, override: options.env.override, envFile });
       for (const hook of options.childEnvHooks ?? []) {
-        const result = await hook(env, { session: s, options, reporter });
+        const result = await hook(env, { session: s, reporter });
         env = result.env;
         if (result.cleanup) cleanups.push(result.cleanup);
       }
@@ -112,8 +80,8 @@ export async function runExec(options: ExecServiceOptions, reporter: Reporter): 
     }, (v) => `${v.remoteCount} variables from the pod`);
     abort.signal.throwIfAborted();
 
-    s.mux.on('stream', incomingStreamHandler({ ports, onError: (message) => reporter.emit({ type: 'log', level: 'warn', message }) }));
-    s.mux.on('message', (msg) => {
+    s.tunnel.on('stream', incomingStreamHandler({ ports, onError: (message) => reporter.emit({ type: 'log', level: 'warn', message }) }));
+    s.tunnel.on('message', (msg) => {
       if (msg.type === 'traffic') {
         const event = trafficToEvent(msg.event, target?.podName);
         if (event) reporter.emit(event);
@@ -152,7 +120,7 @@ export async function runExec(options: ExecServiceOptions, reporter: Reporter): 
     const traffic = new TrafficControl(s, info, options, reporter);
     s.onRetarget?.((change) => traffic.retarget(change));
 
-    const tunnelLost = new Promise<Error>((resolve) => s.mux.once('close', (err) => resolve(err ?? new Error('closed'))));
+    const tunnelLost = new Promise<Error>((resolve) => s.tunnel.once('close', (err) => resolve(err ?? new Error('closed'))));
     const started = startTraffic(ports, traffic, options, reporter, running);
     const outcome = await Promise.race([
       running.exited.then((exit) => ({ kind: 'exit' as const, exit })),
@@ -249,10 +217,10 @@ class TrafficControl {
   }
 
   private async subscribe(port: number): Promise<void> {
-    const { mux } = this.session;
+    const { tunnel } = this.session;
     const answer = await agentRequest(
-      mux,
-      (id) => mux.send({ type: 'subscribe', id, port, mode: this.mode, ...(this.filter ? { filter: this.filter } : {}), flush: this.options.flush, stealProbes: this.options.stealProbes }),
+      tunnel,
+      (id) => tunnel.send({ type: 'subscribe', id, port, mode: this.mode, ...(this.filter ? { filter: this.filter } : {}), flush: this.options.flush, stealProbes: this.options.stealProbes }),
       ['subscribed', 'refused'],
       `${this.mode} port ${port}`,
     );
@@ -269,13 +237,13 @@ class TrafficControl {
   }
 
   private async unsubscribeAll(): Promise<void> {
-    const { mux } = this.session;
+    const { tunnel } = this.session;
     const entries = [...this.subscriptions];
     this.subscriptions.clear();
     await Promise.all(
       entries.map(([port, id]) =>
         // An unsubscribe names the subscription (its subscribe id); the answer carries the same id.
-        agentRequest(mux, () => mux.send({ type: 'unsubscribe', id, port }), ['unsubscribed'], `release port ${port}`, id).catch(() => undefined),
+        agentRequest(tunnel, () => tunnel.send({ type: 'unsubscribe', id, port }), ['unsubscribed'], `release port ${port}`, id).catch(() => undefined),
       ),
     );
   }
@@ -296,11 +264,11 @@ class TrafficControl {
         await this.resubscribe();
       },
       pause: async () => {
-        this.session.mux.send({ type: 'pause' });
+        this.session.tunnel.send({ type: 'pause' });
         this.update({ paused: true });
       },
       resume: async () => {
-        this.session.mux.send({ type: 'resume' });
+        this.session.tunnel.send({ type: 'resume' });
         this.update({ paused: false });
       },
       stop: async () => {
@@ -331,7 +299,7 @@ class TrafficControl {
   }
 
   async release(): Promise<void> {
-    if (this.session.mux.closed) return;
+    if (this.session.tunnel.closed) return;
     await this.unsubscribeAll();
   }
 }

@@ -1,8 +1,8 @@
 // `devop ls`: what can be targeted in a namespace — deployments, statefulsets and pods — with ready counts and ports.
-import { AppsV1Api, CoreV1Api, type V1Container, type V1PodSpec } from '@kubernetes/client-node';
-import { apiCall, apiErrorCode } from '../kube/errors.js';
+import type { V1Container, V1PodSpec } from '@kubernetes/client-node';
 import { loadKubeConfig, type KubeAccessOptions } from '../kube/config.js';
-import { isAgentPod, isPodReady } from './target.js';
+import { isPodReady } from '../kube/target.js';
+import { listWorkloads } from '../kube/workloads.js';
 
 export interface LsOptions extends KubeAccessOptions {
   namespace?: string;
@@ -36,27 +36,17 @@ function names(spec: V1PodSpec | undefined): string[] {
 export async function listTargets(options: LsOptions): Promise<LsResult> {
   const loaded = loadKubeConfig(options);
   const namespace = options.namespace ?? loaded.namespace;
-  const core = loaded.kc.makeApiClient(CoreV1Api);
-  const apps = loaded.kc.makeApiClient(AppsV1Api);
-  const ctx = (resource: string) => ({ action: `list ${resource}`, verb: 'list', resource, namespace });
-  const [deployments, statefulsets, pods] = await Promise.all([
-    apiCall(ctx('deployments.apps'), () => apps.listNamespacedDeployment({ namespace })),
-    apps.listNamespacedStatefulSet({ namespace }).catch((err: unknown) => {
-      if (apiErrorCode(err) === 404) return { items: [] };
-      return apiCall(ctx('statefulsets.apps'), () => Promise.reject(err));
-    }),
-    apiCall(ctx('pods'), () => core.listNamespacedPod({ namespace })),
-  ]);
+  const { deployments, statefulsets, pods } = await listWorkloads(loaded.kc, namespace);
   const targets: LsEntry[] = [];
-  for (const d of deployments.items) {
+  for (const d of deployments) {
     const name = d.metadata?.name ?? '';
     targets.push({ target: `deploy/${name}`, kind: 'deployment', name, ready: d.status?.readyReplicas ?? 0, total: d.spec?.replicas ?? 1, ports: declaredPorts(d.spec?.template.spec?.containers), containers: names(d.spec?.template.spec) });
   }
-  for (const s of statefulsets.items) {
+  for (const s of statefulsets) {
     const name = s.metadata?.name ?? '';
     targets.push({ target: `sts/${name}`, kind: 'statefulset', name, ready: s.status?.readyReplicas ?? 0, total: s.spec?.replicas ?? 1, ports: declaredPorts(s.spec?.template.spec?.containers), containers: names(s.spec?.template.spec) });
   }
-  for (const p of pods.items.filter((pod) => !isAgentPod(pod))) {
+  for (const p of pods) {
     const name = p.metadata?.name ?? '';
     const statuses = p.status?.containerStatuses ?? [];
     targets.push({

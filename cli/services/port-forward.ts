@@ -8,7 +8,7 @@ import { describeDialError, parseAuthority } from '../outgoing/http-connect.js';
 import { toDialError, type ClusterDialer } from '../outgoing/dialer.js';
 import { joinStreams } from '../outgoing/streams.js';
 import type { Reporter } from '../reporter.js';
-import { connectSession, step, type Session, type SessionOptions } from './session.js';
+import { connectSession, step, type Session, type SessionOptions } from '../session/connect.js';
 
 export interface Forward {
   /** Local port (0 = any free one). */
@@ -112,7 +112,7 @@ export async function runPortForward(options: PortForwardOptions, reporter: Repo
     }
     const s = session;
     forwarding = await step(reporter, 'listen', `listen on ${forwards.map((f) => `${address}:${f.localPort || 'any'}`).join(', ')}`, () =>
-      startForwards(createMuxDialer(s.mux), forwards, address, reporter),
+      startForwards(createMuxDialer(s.tunnel), forwards, address, reporter),
     );
     const listening = forwards.map((forward, i) => ({ local: `${address.includes(':') ? `[${address}]` : address}:${forwarding!.ports[i]}`, forward }));
     options.onListening?.(listening);
@@ -131,7 +131,7 @@ export async function runPortForward(options: PortForwardOptions, reporter: Repo
     const lost = await new Promise<Error | undefined>((resolve) => {
       if (options.signal.aborted) return resolve(undefined);
       options.signal.addEventListener('abort', () => resolve(undefined), { once: true });
-      s.mux.once('close', (err) => resolve(err ?? new Error('closed')));
+      s.tunnel.once('close', (err) => resolve(err ?? new Error('closed')));
     });
     if (lost) {
       throw new UserError(`the tunnel to the agent closed: ${lost.message}`, 'run devop port-forward again (check the agent pod and the API server)');

@@ -1,8 +1,20 @@
 // `devop vscode init`: writes .vscode/tasks.json (a background `devop exec` task whose problem matcher waits for the
 // real start and ready lines), .vscode/launch.json (a Node attach configuration around it) and devop.json's $schema —
-// merging into existing files (JSON with comments accepted) without touching other entries.
+// merging into existing files (JSON with comments, VS Code's format) without touching other entries or their comments.
 import { existsSync, mkdirSync, readFileSync, realpathSync, writeFileSync } from 'node:fs';
 import { basename, delimiter, join } from 'node:path';
+import { isDeepStrictEqual } from 'node:util';
+import {
+  applyEdits,
+  findNodeAtLocation,
+  format,
+  modify,
+  parse,
+  parseTree,
+  printParseErrorCode,
+  type JSONPath,
+  type ParseError,
+} from 'jsonc-parser';
 import { UserError } from '../../shared/errors.js';
 import { CONFIG_FILE_NAME } from '../config/file-name.js';
 import { BEGINS_PATTERN, ENDS_PATTERN, ERROR_PATTERN } from '../ui/lines.js';
@@ -31,8 +43,6 @@ export interface VscodeInitOptions {
 export interface WrittenFile {
   path: string;
   action: 'created' | 'updated' | 'unchanged';
-  /** Set when the file had comments: the original is kept here (the merged file is plain JSON). */
-  backup?: string;
 }
 
 export interface VscodeInitResult {
@@ -116,22 +126,21 @@ export function initVscode(options: VscodeInitOptions): VscodeInitResult {
   const vscodeDir = join(options.workspace, '.vscode');
 
   // Every file is planned before any is written: a broken launch.json must not leave a half-done set-up behind.
-  const tasksFile = planJsonFile(join(vscodeDir, 'tasks.json'), { version: '2.0.0' }, (doc, file) => {
-    doc.tasks = upsert(arrayAt(doc, 'tasks', file), 'label', [task, stop.task]);
-    doc.inputs = upsert(arrayAt(doc, 'inputs', file), 'id', [stop.input]);
-  });
-  const launchFile = planJsonFile(join(vscodeDir, 'launch.json'), { version: '0.2.0' }, (doc, file) => {
-    doc.configurations = upsert(arrayAt(doc, 'configurations', file), 'name', [buildLaunchConfiguration(options.taskLabel, options.inspectPort)]);
-  });
+  const tasksFile = planJsonFile(join(vscodeDir, 'tasks.json'), { version: '2.0.0' }, [
+    { key: 'tasks', by: 'label', entries: [task, stop.task] },
+    { key: 'inputs', by: 'id', entries: [stop.input] },
+  ]);
+  const launchFile = planJsonFile(join(vscodeDir, 'launch.json'), { version: '0.2.0' }, [
+    { key: 'configurations', by: 'name', entries: [buildLaunchConfiguration(options.taskLabel, options.inspectPort)] },
+  ]);
   const schema = schemaReference(options.workspace);
   const configFile = planDevopJson(join(options.workspace, CONFIG_FILE_NAME), schema.ref);
   const planned = [tasksFile, launchFile, configFile, ...(schema.copy ? [schema.copy] : [])];
   mkdirSync(vscodeDir, { recursive: true });
   for (const file of planned) {
-    if (file.backup && file.original !== undefined) writeFileSync(file.backup, file.original);
     if (file.action !== 'unchanged') writeFileSync(file.path, file.text);
   }
-  return { files: planned.map(({ path, action, backup }) => ({ path, action, backup })), notes, task };
+  return { files: planned.map(({ path, action }) => ({ path, action })), notes, task };
 }
 
 function defaultLocalCommand(workspace: string): string[] {
@@ -182,7 +191,6 @@ export function schemaReference(workspace: string): { ref: string; copy?: Planne
 
 interface PlannedFile extends WrittenFile {
   text: string;
-  original?: string;
 }
 
 function planDevopJson(path: string, schema: string): PlannedFile {
@@ -202,17 +210,58 @@ function planDevopJson(path: string, schema: string): PlannedFile {
 
 type JsonObject = Record<string, unknown>;
 
-function planJsonFile(path: string, fresh: JsonObject, change: (doc: JsonObject, file: string) => void): PlannedFile {
+/** A list in a VS Code file whose entries devop owns by one key (tasks by label, configurations by name, …). */
+interface OwnedEntries {
+  key: string;
+  by: string;
+  entries: JsonObject[];
+}
+
+/** How VS Code itself writes these files (two spaces); new entries are indented to where they stand. */
+const FORMATTING = { insertSpaces: true, tabSize: 2, eol: '\n' } as const;
+
+/**
+ * Plans `path` with devop's entries upserted: a new file is written whole; an existing one is edited in place, entry by
+ * entry, so its comments, order and layout stay as the user left them.
+ */
+function planJsonFile(path: string, fresh: JsonObject, lists: OwnedEntries[]): PlannedFile {
   const exists = existsSync(path);
   const text = exists ? readFileSync(path, 'utf8') : '';
-  const parsed: unknown = exists && text.trim() !== '' ? parseJsonc(text, path) : { ...fresh };
-  if (!isObject(parsed)) throw new UserError(`${path} does not hold a JSON object`, `move it away and run devop vscode init again`);
-  const doc: JsonObject = { ...parsed };
-  change(doc, path);
-  const next = `${JSON.stringify(doc, null, 2)}\n`;
-  if (exists && next === text) return { path, action: 'unchanged', text };
-  const backup = exists && hasComments(text) ? `${path}.devop.bak` : undefined;
-  return { path, action: exists ? 'updated' : 'created', text: next, backup, original: backup ? text : undefined };
+  if (!exists || text.trim() === '') {
+    const doc: JsonObject = { ...fresh };
+    for (const list of lists) doc[list.key] = upsert([], list.by, list.entries);
+    return { path, action: exists ? 'updated' : 'created', text: `${JSON.stringify(doc, null, 2)}\n` };
+  }
+  let next = text;
+  for (const list of lists) {
+    for (const entry of list.entries) next = upsertEntry(next, path, list, entry);
+  }
+  return { path, action: next === text ? 'unchanged' : 'updated', text: next };
+}
+
+/** One entry into the text: replaces the entry with the same key (unless equal already) or appends it. */
+function upsertEntry(text: string, file: string, list: OwnedEntries, entry: JsonObject): string {
+  const doc = parseJsonc(text, file);
+  if (!isObject(doc)) throw new UserError(`${file} does not hold a JSON object`, `move it away and run devop vscode init again`);
+  const items = arrayAt(doc, list.key, file);
+  const at = items.findIndex((item) => isObject(item) && item[list.by] === entry[list.by]);
+  if (at >= 0 && isDeepStrictEqual(items[at], entry)) return text;
+  if (doc[list.key] === undefined) return edit(text, [list.key], [entry]);
+  return at >= 0 ? edit(text, [list.key, at], entry) : edit(text, [list.key, items.length], entry, true);
+}
+
+/**
+ * Sets `path` to `value` and lays out only the new text (from the end of the entry before it): formatting the whole
+ * list, as modify() does when given formatting options, would re-indent the user's own entries too.
+ */
+function edit(text: string, path: JSONPath, value: unknown, isArrayInsertion = false): string {
+  const next = applyEdits(text, modify(text, path, value, { isArrayInsertion }));
+  const valueNode = findNodeAtLocation(parseTree(next)!, path)!;
+  const node = valueNode.parent?.type === 'property' ? valueNode.parent : valueNode;
+  const siblings = node.parent?.children ?? [];
+  const before = siblings[siblings.indexOf(node) - 1];
+  const start = before ? before.offset + before.length : (node.parent?.offset ?? -1) + 1;
+  return applyEdits(next, format(next, { offset: start, length: node.offset + node.length - start }, FORMATTING));
 }
 
 function arrayAt(doc: JsonObject, key: string, file: string): unknown[] {
@@ -239,79 +288,16 @@ function isObject(value: unknown): value is JsonObject {
 
 /** JSON with comments and trailing commas, as VS Code writes and reads its settings files. */
 export function parseJsonc(text: string, file: string): unknown {
-  const plain = stripTrailingCommas(stripComments(text));
-  try {
-    return JSON.parse(plain);
-  } catch (err) {
-    throw new UserError(`${file} is not valid JSON with comments (${(err as Error).message})`, 'fix the file (VS Code underlines the error) or move it away, then run devop vscode init again');
+  const errors: ParseError[] = [];
+  const value: unknown = parse(text, errors, { allowTrailingComma: true, disallowComments: false });
+  const first = errors[0];
+  if (first) {
+    const before = text.slice(0, first.offset).split('\n');
+    const where = `line ${before.length} column ${(before.at(-1)?.length ?? 0) + 1}`;
+    throw new UserError(
+      `${file} is not valid JSON with comments (${printParseErrorCode(first.error)} at ${where})`,
+      'fix the file (VS Code underlines the error) or move it away, then run devop vscode init again',
+    );
   }
-}
-
-function hasComments(text: string): boolean {
-  return stripComments(text) !== text;
-}
-
-/** Removes line and block comments outside strings (replaced by spaces, so positions in errors stay right). */
-export function stripComments(text: string): string {
-  let out = '';
-  let i = 0;
-  while (i < text.length) {
-    const char = text[i];
-    if (char === '"') {
-      const end = stringEnd(text, i);
-      out += text.slice(i, end);
-      i = end;
-    } else if (char === '/' && text[i + 1] === '/') {
-      const end = text.indexOf('\n', i);
-      const stop = end < 0 ? text.length : end;
-      out += ' '.repeat(stop - i);
-      i = stop;
-    } else if (char === '/' && text[i + 1] === '*') {
-      const end = text.indexOf('*/', i + 2);
-      const stop = end < 0 ? text.length : end + 2;
-      out += text.slice(i, stop).replace(/[^\n]/g, ' ');
-      i = stop;
-    } else {
-      out += char;
-      i += 1;
-    }
-  }
-  return out;
-}
-
-function stripTrailingCommas(text: string): string {
-  let out = '';
-  let i = 0;
-  while (i < text.length) {
-    const char = text[i];
-    if (char === '"') {
-      const end = stringEnd(text, i);
-      out += text.slice(i, end);
-      i = end;
-      continue;
-    }
-    if (char === ',') {
-      let j = i + 1;
-      while (j < text.length && /\s/.test(text[j])) j += 1;
-      if (text[j] === '}' || text[j] === ']') {
-        out += ' ';
-        i += 1;
-        continue;
-      }
-    }
-    out += char;
-    i += 1;
-  }
-  return out;
-}
-
-/** Index just after the string literal that starts at `start` (a `"`), honouring backslash escapes. */
-function stringEnd(text: string, start: number): number {
-  let i = start + 1;
-  while (i < text.length) {
-    if (text[i] === '\\') i += 2;
-    else if (text[i] === '"') return i + 1;
-    else i += 1;
-  }
-  return text.length;
+  return value;
 }

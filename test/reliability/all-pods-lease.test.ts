@@ -3,7 +3,7 @@
 // refuses a second CLI on another pod of the same deployment, by name, until the holder dies and the Lease expires.
 import { CoordinationV1Api, type V1Lease } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { stealLeaseName } from '../../cli/services/steal-lease.js';
+import { stealLeaseName } from '../../cli/kube/steal-lease.js';
 import { requireRoot } from '../helpers/root.js';
 import { DevopRun, LOCAL_SERVER_COMMAND, devopExec, freePort, killLocalServer, startE2ECluster, startPodClient, waitFor, type Cluster, type PodClient } from '../e2e/harness.js';
 import { deployReplicas, devopRules, podPid, readyPods, type Env } from './harness.js';

@@ -4,7 +4,7 @@
 import { BatchV1Api, CoordinationV1Api, V1MicroTime } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AGENT_ANNOTATIONS, AGENT_LABELS } from '../../shared/agent-contract.js';
-import { LEASE_LABEL, LEASE_LABEL_VALUE } from '../../cli/services/steal-lease.js';
+import { LEASE_LABEL, LEASE_LABEL_VALUE } from '../../cli/kube/steal-lease.js';
 import { requireRoot } from '../helpers/root.js';
 import { DevopRun, deployEcho, startE2ECluster, waitFor, type Cluster } from '../e2e/harness.js';
 

@@ -15,9 +15,10 @@ import { assertAccess, sessionAccessChecks } from '../kube/access.js';
 import { loadKubeConfig, type KubeAccessOptions } from '../kube/config.js';
 import { ApiTimeoutError } from '../kube/request-timeout.js';
 import { openPortForward, PortForwardError } from '../kube/tunnel.js';
-import { createEphemeralAgent, createJobAgent, createTargetlessAgent, findAgent, listAgentPods, type AgentEndpoint, type AgentOptions } from './agent.js';
-import type { AgentExtras } from './agent-manifest.js';
-import { resolveTarget, type ResolvedTarget } from './target.js';
+import type { SessionTunnel } from './tunnel.js';
+import { createEphemeralAgent, createJobAgent, createTargetlessAgent, findAgent, listAgentPods, type AgentEndpoint, type AgentOptions } from '../kube/agent.js';
+import type { AgentExtras } from '../kube/agent-manifest.js';
+import { resolveTarget, type ResolvedTarget } from '../kube/target.js';
 
 /** Defaults shared by every command that starts a session (each is also a devop.json key / flag). */
 export const SESSION_DEFAULTS = {
@@ -53,7 +54,7 @@ export interface SessionOptions extends KubeAccessOptions {
   agentPrivileged?: boolean;
   /** devop.json agent.labels / annotations / tolerations. */
   agentExtras?: AgentExtras;
-  /** Steal/mirror on every Ready pod of a deploy/sts target (cli/services/supervisor.ts). */
+  /** Steal/mirror on every Ready pod of a deploy/sts target (cli/session/supervisor.ts). */
   allPods?: boolean;
   /** Skip the RBAC preflight (e.g. doctor runs its own). */
   skipPreflight?: boolean;
@@ -70,13 +71,23 @@ export interface Session {
   namespace: string;
   target?: ResolvedTarget;
   agent: AgentEndpoint;
-  mux: ClientMux;
+  /** The one tunnel to the agent(s): direct here, supervised (reconnecting, all pods) from connectSupervisedSession. */
+  tunnel: SessionTunnel;
   hello: HelloOk;
   /** Ends the session: bye, close the tunnel. Safe to call twice. */
   close(reason?: string): Promise<void>;
   /** Hears when the session moves to another pod (its pod was replaced: the supervisor follows the target). */
   onRetarget?(listener: (change: Retarget) => void): void;
 }
+
+/**
+ * Adds to the local command's env once the session is up (e.g. the outgoing proxy on the session's tunnel); may return
+ * a cleanup that runs when the command has ended.
+ */
+export type ChildEnvHook = (
+  env: Record<string, string>,
+  ctx: { session: Session; reporter: Reporter },
+) => Promise<{ env: Record<string, string>; cleanup?: () => Promise<void> }>;
 
 /** Where a followed session went: the new pod and the agent that serves it. */
 export interface Retarget {
@@ -205,7 +216,7 @@ export async function connectSession(options: SessionOptions, reporter: Reporter
     namespace,
     target,
     agent,
-    mux,
+    tunnel: mux,
     hello,
     async close(reason = 'session ended') {
       if (closed) return;

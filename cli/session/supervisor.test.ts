@@ -6,7 +6,7 @@ import { createAgentMux, createClientMux, type AgentMux } from '../../shared/mux
 import type { AgentMessage, ClientMessage } from '../../shared/protocol.js';
 import type { ReportEvent, Reporter } from '../reporter.js';
 import { backoffDelay, podFate } from './supervisor.js';
-import { SessionMux, type MemberLink } from './supervisor-mux.js';
+import { SessionMux, type MemberLink } from './supervised-mux.js';
 import { watchLiveness } from './tunnel-health.js';
 
 describe('backoffDelay', () => {
@@ -72,7 +72,7 @@ function recorder(): Reporter & { events: ReportEvent[] } {
   return { events, emit: (e) => events.push(e), capturesChildOutput: false, close: async () => undefined };
 }
 
-/** Sends a request through the SessionMux and waits for the one answer with its id (as exec's agentRequest does). */
+/** Sends a request through the SessionMux and waits for the one answer with its id (as agentRequest in tunnel.ts does). */
 function request(mux: SessionMux, msg: Extract<ClientMessage, { type: 'subscribe' | 'unsubscribe' }>): Promise<AgentMessage> {
   return new Promise((resolve) => {
     const onMessage = (m: AgentMessage): void => {

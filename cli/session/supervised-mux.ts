@@ -1,11 +1,12 @@
-// SessionMux: one session seen through a stable mux-shaped object while the real tunnels underneath come and go
+// SessionMux: one session seen through one stable SessionTunnel while the real tunnels underneath come and go
 // (reconnects, a followed pod, every replica with --all-pods). It routes requests, merges answers, and replays the
 // session's subscriptions on every (re)attached tunnel, so the exec service never sees a tunnel change.
 import { EventEmitter } from 'node:events';
-import type { ClientMux, MuxStream } from '../../shared/mux.js';
+import type { MuxStream } from '../../shared/mux.js';
 import type { AgentMessage, ClientMessage, StreamOpen } from '../../shared/protocol.js';
 import type { Reporter } from '../reporter.js';
 import { trafficToEvent } from './traffic.js';
+import type { SessionTunnel } from './tunnel.js';
 
 type Subscribe = Extract<ClientMessage, { type: 'subscribe' }>;
 type Answer = Extract<AgentMessage, { type: 'subscribed' | 'refused' | 'unsubscribed' | 'error' }>;
@@ -14,7 +15,7 @@ type Answer = Extract<AgentMessage, { type: 'subscribed' | 'refused' | 'unsubscr
 export interface MemberLink {
   /** The target pod (events say which pod each connection came from). */
   pod: string;
-  mux: ClientMux;
+  mux: SessionTunnel;
 }
 
 /** Decides before a subscribe goes out (the steal lock): undefined = go ahead, else the refusal to answer with. */
@@ -32,7 +33,19 @@ interface Pending {
 /** How long a merged request waits for the slowest pod before answering with what it has. */
 const MERGE_TIMEOUT_MS = 15_000;
 
-export class SessionMux extends EventEmitter {
+export interface SessionMux {
+  on(event: 'message', listener: (msg: AgentMessage) => void): this;
+  on(event: 'stream', listener: (stream: MuxStream) => void): this;
+  on(event: 'close', listener: (err?: Error) => void): this;
+  once(event: 'message', listener: (msg: AgentMessage) => void): this;
+  once(event: 'stream', listener: (stream: MuxStream) => void): this;
+  once(event: 'close', listener: (err?: Error) => void): this;
+  off(event: 'message', listener: (msg: AgentMessage) => void): this;
+  off(event: 'stream', listener: (stream: MuxStream) => void): this;
+  off(event: 'close', listener: (err?: Error) => void): this;
+}
+
+export class SessionMux extends EventEmitter implements SessionTunnel {
   private readonly members = new Set<MemberLink>();
   /** The session's subscriptions by port (the last subscribe sent), replayed on every new tunnel. */
   private readonly subscriptions = new Map<number, Subscribe>();
@@ -52,17 +65,8 @@ export class SessionMux extends EventEmitter {
     this.setMaxListeners(0);
   }
 
-  /** The mux the exec service, the outgoing proxy and the UI use. */
-  asClientMux(): ClientMux {
-    return this as unknown as ClientMux;
-  }
-
   get closed(): boolean {
     return this.over;
-  }
-
-  get streamCount(): number {
-    return [...this.members].reduce((n, m) => n + m.mux.streamCount, 0);
   }
 
   get size(): number {

@@ -1,7 +1,7 @@
 // Tunnel health for the supervisor: a liveness watch (pings; a tunnel that stays silent is declared stalled and closed,
 // which makes the supervisor reconnect) and a polite close (bye, then wait briefly for the agent to close its end).
-import type { ClientMux } from '../../shared/mux.js';
 import type { AgentMessage } from '../../shared/protocol.js';
+import type { SessionTunnel } from './tunnel.js';
 
 /** A ping every second; a tunnel with no message for 5 s is stalled (the agent answers pings at once, even under load). */
 export const LIVENESS_PING_MS = 1000;
@@ -19,7 +19,7 @@ export interface LivenessOptions {
 }
 
 /** Watches a tunnel until it closes; returns a function that stops watching. */
-export function watchLiveness(mux: ClientMux, options: LivenessOptions): () => void {
+export function watchLiveness(mux: SessionTunnel, options: LivenessOptions): () => void {
   const pingMs = options.pingMs ?? LIVENESS_PING_MS;
   const stallMs = options.stallMs ?? STALL_TIMEOUT_MS;
   let lastHeard = Date.now();
@@ -49,7 +49,7 @@ export function watchLiveness(mux: ClientMux, options: LivenessOptions): () => v
 }
 
 /** Says bye and gives the agent a moment to close its end (so it releases the session's ports at once). */
-export function byeAndWait(mux: ClientMux, reason: string, waitMs = 1000): Promise<void> {
+export function byeAndWait(mux: SessionTunnel, reason: string, waitMs = 1000): Promise<void> {
   return new Promise((resolve) => {
     const done = (): void => {
       clearTimeout(timer);

@@ -5,8 +5,8 @@ import { randomBytes } from 'node:crypto';
 import { BatchV1Api, CoreV1Api, type KubeConfig, type V1ContainerStatus, type V1EnvVar, type V1Pod } from '@kubernetes/client-node';
 import { AGENT_ANNOTATIONS, AGENT_CAPABILITIES, AGENT_CONTAINER_NAME, AGENT_ENV, AGENT_LABELS } from '../../shared/agent-contract.js';
 import { UserError } from '../../shared/errors.js';
-import { apiCall, apiErrorCode, mapApiError } from '../kube/errors.js';
-import { waitForPods } from '../kube/watch.js';
+import { apiCall, apiErrorCode, mapApiError } from './errors.js';
+import { waitForPods } from './watch.js';
 import { agentJobName, buildAgentEphemeralContainer, buildAgentJob, buildTargetlessAgentJob, TARGETLESS_LABEL_VALUE, type AgentExtras, type AgentSpecInput } from './agent-manifest.js';
 import type { ResolvedTarget } from './target.js';
 

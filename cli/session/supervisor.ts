@@ -1,19 +1,20 @@
 // The session supervisor: keeps a session alive while the cluster moves under it — reconnects a lost or stalled tunnel
 // (resuming the agent's session), follows the target to its new pod, replaces a dead agent, joins every replica with
 // --all-pods — and holds the cluster-wide steal locks. The local command never notices; the user sees events.
-import { AppsV1Api, CoreV1Api, CustomObjectsApi, type V1LabelSelector, type V1Pod } from '@kubernetes/client-node';
+import { CoreV1Api, type V1Pod } from '@kubernetes/client-node';
 import { UserError, isUserError } from '../../shared/errors.js';
 import type { AgentMessage, ClientMessage } from '../../shared/protocol.js';
 import { formatTarget } from '../../shared/target.js';
+import { createEphemeralAgent, createJobAgent, findAgent, type AgentEndpoint, type AgentOptions } from '../kube/agent.js';
 import { apiErrorCode } from '../kube/errors.js';
-import { waitForPods } from '../kube/watch.js';
+import { informPods, type PodInformer } from '../kube/pod-informer.js';
+import { StealLeases, workloadOfPod } from '../kube/steal-lease.js';
+import { isPodReady, KIND_RESOLVERS, resolveTarget, selectorToString, type ResolvedTarget } from '../kube/target.js';
+import { kindClients } from '../kube/targets/resolver.js';
 import type { Reporter } from '../reporter.js';
-import { createEphemeralAgent, createJobAgent, findAgent, type AgentEndpoint, type AgentOptions } from './agent.js';
-import { agentOptionsFor, clientIdentity, connectAgent, connectSession, type Retarget, type Session, type SessionOptions } from './session.js';
-import { StealLeases, workloadOfPod } from './steal-lease.js';
-import { SessionMux, type MemberLink } from './supervisor-mux.js';
+import { agentOptionsFor, clientIdentity, connectAgent, connectSession, type Retarget, type Session, type SessionOptions } from './connect.js';
+import { SessionMux, type MemberLink } from './supervised-mux.js';
 import { byeAndWait, watchLiveness } from './tunnel-health.js';
-import { isPodReady, resolveTarget, selectorToString, type ResolvedTarget } from './target.js';
 
 export interface SupervisorOptions extends SessionOptions {
   /** A deploy/sts target gets an agent on every Ready pod. */
@@ -33,8 +34,6 @@ const RESUME_RETRY_MS = 5000;
  * checked between attempts); a slow API server is not cut short: each attempt completes its port-forward and handshake.
  */
 const ATTEMPT_MS = 1000;
-/** A waitForPods timeout that never fires (setTimeout's maximum). */
-const FOREVER_MS = 2 ** 31 - 1;
 
 /** Exponential backoff: 100, 200, 400, … ms, capped at 2 s. Pure. */
 export function backoffDelay(attempt: number): number {
@@ -85,7 +84,7 @@ class Supervisor {
   private readonly identity = clientIdentity();
   private readonly agentOptions: AgentOptions;
   private readonly leases: StealLeases | undefined;
-  private watchAbort = new AbortController();
+  private podInformer: PodInformer | undefined;
   private over = false;
   private following = false;
   private readonly retargeted: Array<(change: Retarget) => void> = [];
@@ -117,7 +116,7 @@ class Supervisor {
     const member: Member = {
       target: this.firstTarget,
       agent: this.first.agent,
-      link: { pod: this.firstTarget.podName, mux: this.first.mux },
+      link: { pod: this.firstTarget.podName, mux: this.first.tunnel },
       sessionId: this.first.hello.sessionId,
       agentVersion: this.first.hello.agentVersion,
       sent: new Map(),
@@ -143,7 +142,7 @@ class Supervisor {
       namespace: this.first.namespace,
       target: this.firstTarget,
       agent: this.first.agent,
-      mux: this.mux.asClientMux(),
+      tunnel: this.mux,
       hello: this.first.hello,
       close: (reason?: string) => (this.closing ??= this.close(reason ?? 'session ended')),
       onRetarget: (listener) => this.retargeted.push(listener),
@@ -339,14 +338,8 @@ class Supervisor {
     const { ref, namespace } = this.firstTarget;
     const byName = { namespace, fieldSelector: `metadata.name=${this.firstTarget.podName}` };
     if (!allPods) return byName;
-    let selector: V1LabelSelector | undefined;
-    if (ref.kind === 'deployment') selector = (await this.first.kc.makeApiClient(AppsV1Api).readNamespacedDeployment({ name: ref.name, namespace })).spec?.selector;
-    else if (ref.kind === 'statefulset') selector = (await this.first.kc.makeApiClient(AppsV1Api).readNamespacedStatefulSet({ name: ref.name, namespace })).spec?.selector;
-    else if (ref.kind === 'rollout') {
-      const r = (await this.first.kc.makeApiClient(CustomObjectsApi).getNamespacedCustomObject({ group: 'argoproj.io', version: 'v1alpha1', namespace, plural: 'rollouts', name: ref.name })) as { spec?: { selector?: V1LabelSelector } };
-      selector = r.spec?.selector;
-    }
-    const labelSelector = selectorToString(selector);
+    const workload = await KIND_RESOLVERS[ref.kind].read(kindClients(this.first.kc), ref.name, namespace);
+    const labelSelector = workload.kind === 'selector' ? selectorToString(workload.selector) : '';
     return labelSelector ? { namespace, labelSelector } : byName;
   }
 
@@ -355,10 +348,8 @@ class Supervisor {
    * with --all-pods every Ready pod that is not a member yet is joined.
    */
   private watchPods(query: { namespace: string; labelSelector?: string; fieldSelector?: string }, allPods: boolean): void {
-    this.watchAbort.abort();
-    this.watchAbort = new AbortController();
-    const onPods = (pods: V1Pod[]): undefined => {
-      if (this.over) return undefined;
+    const onPods = (pods: V1Pod[]): void => {
+      if (this.over) return;
       const byName = new Map(pods.map((p) => [p.metadata?.name ?? '', p]));
       for (const m of this.members) {
         if (m.state !== 'up') continue;
@@ -369,19 +360,17 @@ class Supervisor {
           m.link.mux.close('target pod going away');
         }
       }
-      if (!allPods) return undefined;
+      if (!allPods) return;
       const memberPods = new Set([...this.members].filter((m) => m.state !== 'gone').map((m) => m.target.podName));
       for (const pod of pods) {
         const name = pod.metadata?.name ?? '';
         if (!isPodReady(pod) || memberPods.has(name) || this.joining.has(name)) continue;
         void this.join(name);
       }
-      return undefined;
     };
-    const controller = this.watchAbort;
-    waitForPods(this.first.kc, query, onPods, { timeoutMs: FOREVER_MS, retryStalledWatch: true, signal: controller.signal, onTimeout: () => new Error('watch ended') }).catch((err: unknown) => {
-      // Aborted: devop stops, or watches another pod now (after following the target).
-      if (!this.over && !controller.signal.aborted) this.reporter.emit({ type: 'log', level: 'warn', message: `stopped watching the target's pods: ${message(err)} (devop still reconnects, but will not notice new pods)` });
+    this.podInformer?.stop();
+    this.podInformer = informPods(this.first.kc, query, onPods, (err) => {
+      if (!this.over) this.reporter.emit({ type: 'log', level: 'warn', message: `stopped watching the target's pods: ${message(err)} (devop still reconnects, but will not notice new pods)` });
     });
   }
 
@@ -405,7 +394,7 @@ class Supervisor {
     const alive = [...this.members].some((m) => m.state !== 'gone');
     if (!alive && !this.over && !this.following) {
       this.over = true;
-      this.watchAbort.abort();
+      this.podInformer?.stop();
       void this.leases?.releaseAll();
       this.mux.end(err instanceof Error ? err : new Error(String(err)));
     }
@@ -413,7 +402,7 @@ class Supervisor {
 
   private async close(reason: string): Promise<void> {
     this.over = true;
-    this.watchAbort.abort();
+    this.podInformer?.stop();
     const live = [...this.members].filter((m) => m.state === 'up' && !m.link.mux.closed);
     for (const m of this.members) m.stopLiveness?.();
     await Promise.all(live.map((m) => byeAndWait(m.link.mux, reason)));

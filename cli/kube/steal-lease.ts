@@ -4,7 +4,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { CoordinationV1Api, V1MicroTime, type KubeConfig, type V1Lease, type V1Pod } from '@kubernetes/client-node';
 import { AGENT_LABELS } from '../../shared/agent-contract.js';
 import { UserError } from '../../shared/errors.js';
-import { apiErrorCode, mapApiError } from '../kube/errors.js';
+import { apiErrorCode, mapApiError } from './errors.js';
 
 /** A dead devop's lock frees itself after this long (the holder renews every LEASE_RENEW_MS, so 3 renewals may fail). */
 export const LEASE_DURATION_SECONDS = 15;

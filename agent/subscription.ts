@@ -1,0 +1,42 @@
+// What a redirect listener and its helpers (HTTP filter, mirror copies, capture) share: a port's subscriptions, the
+// session they belong to as the listeners see it, and the incoming streams opened to it.
+import type { Socket } from 'node:net';
+import type { Duplex } from 'node:stream';
+import type { HttpFilter, StealMode, StreamOpen, TrafficEvent } from '../shared/protocol.js';
+import type { RequestMatcher } from './filter.js';
+
+export type IncomingOpen = Extract<StreamOpen, { kind: 'incoming' }>;
+export type IncomingStream = Duplex & { reset?: (reason: string) => void };
+
+/** A session as the listeners see it. `openIncoming` throws when the session's tunnel is down. */
+export interface IncomingTarget {
+  readonly sessionId: string;
+  readonly connected: boolean;
+  openIncoming(open: IncomingOpen): IncomingStream;
+  traffic(event: TrafficEvent): void;
+  warn(message: string): void;
+}
+
+export interface PortSubscription {
+  id: string;
+  session: IncomingTarget;
+  mode: StealMode;
+  filter?: HttpFilter;
+  match?: RequestMatcher;
+  since: Date;
+  paused: boolean;
+  /** The subscribe's flush: connections the pod took meanwhile move to the session when its steal takes effect. */
+  flush?: boolean;
+  holder: { user: string; host: string };
+}
+
+export function resetStream(stream: IncomingStream, reason: string): void {
+  if (stream.reset) stream.reset(reason);
+  else stream.destroy();
+}
+
+/** A redirected connection's original destination: the address it arrived on (REDIRECT keeps the interface's). */
+export function originOf(socket: Socket, port: number): { host: string; port: number } {
+  const local = socket.localAddress ?? '127.0.0.1';
+  return { host: local.startsWith('::ffff:') ? local.slice(7) : local, port };
+}

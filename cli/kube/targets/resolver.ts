@@ -1,0 +1,42 @@
+// What each workload kind a target can name (pod, deployment, statefulset, rollout) tells target resolution: how to
+// read one by name, which names exist (for "not found"), and where its pods come from. One file per kind implements it.
+import {
+  AppsV1Api,
+  CoreV1Api,
+  CustomObjectsApi,
+  type KubeConfig,
+  type V1LabelSelector,
+  type V1Pod,
+} from '@kubernetes/client-node';
+import type { TargetKind } from '../../../shared/target.js';
+
+/** The API clients the resolvers use, made once per resolution. */
+export interface KindClients {
+  core: CoreV1Api;
+  apps: AppsV1Api;
+  custom: CustomObjectsApi;
+}
+
+export function kindClients(kc: KubeConfig): KindClients {
+  return {
+    core: kc.makeApiClient(CoreV1Api),
+    apps: kc.makeApiClient(AppsV1Api),
+    custom: kc.makeApiClient(CustomObjectsApi),
+  };
+}
+
+/** A workload read by name: a pod is its own answer; the others name their pods by a label selector. */
+export type Workload = { kind: 'pod'; pod: V1Pod } | { kind: 'selector'; selector: V1LabelSelector | undefined };
+
+export interface KindResolver {
+  /** How the kind is named in plural in messages ("there are no deployments in it"). */
+  readonly plural: string;
+  /** The API resource, as RBAC names it (for a 403's hint). */
+  readonly resource: string;
+  /** Reads the named workload; rejects with the API's error (404: not there) or a UserError that says more. */
+  read(clients: KindClients, name: string, namespace: string): Promise<Workload>;
+  /** The names of this kind in the namespace. */
+  names(clients: KindClients, namespace: string): Promise<string[]>;
+}
+
+export type KindResolvers = Readonly<Record<TargetKind, KindResolver>>;
