@@ -13,7 +13,7 @@ import {
   SCHEMA_PATH,
 } from '../../scripts/gen-schema.js';
 import { UserError } from '../../shared/errors.js';
-import { SESSION_DEFAULTS } from '../services/session.js';
+import { SESSION_DEFAULTS } from '../session/connect.js';
 import { envOverrides } from './env.js';
 import { configJsonSchema, loadConfigFile, mergeConfigInput, parseConfig, parsePortMapping } from './schema.js';
 
