@@ -1,7 +1,9 @@
-// The kubelet's pure parts, without root: image references, env building, DNS answers and the ClusterIP rule set.
+// The kubelet's pure parts, without root: image references, capabilities, env building, DNS answers and the ClusterIP rule set.
 import type { V1Endpoints, V1Pod, V1Service, V1ServicePort } from '@kubernetes/client-node';
 import { describe, expect, it } from 'vitest';
-import { ImageTable, parseImageRef } from './images.js';
+import { normalizeImageRef, parseImageRef } from './images.js';
+import { chainID } from './kubelet/containerd.js';
+import { ALL_CAPABILITIES, containerCapabilities, DEFAULT_CAPABILITIES } from './kubelet/oci-spec.js';
 import { answerQuery, resolveName } from './kubelet/dns.js';
 import { buildContainerEnv, EnvConfigError, expandRefs, serviceEnv, type EnvSources } from './kubelet/env.js';
 import { ServiceProxy } from './kubelet/service-proxy.js';
@@ -11,14 +13,41 @@ const svc = (name: string, ns: string, clusterIP: string, ports: V1ServicePort[]
   spec: { clusterIP, ports },
 });
 
-describe('image table', () => {
-  it('matches a repository with any tag, or one tag, and drops docker.io/library/', () => {
-    const table = new ImageTable({ busybox: { entrypoint: [], cmd: ['/bin/sh'] }, 'devop.test/app:v2': { entrypoint: ['v2'], cmd: [] } });
+describe('image references', () => {
+  it('normalizes names as Kubernetes does: docker.io/library/ for bare names, latest for a missing tag', () => {
     expect(parseImageRef('docker.io/library/busybox:1.36')).toEqual({ repository: 'busybox', tag: '1.36' });
     expect(parseImageRef('localhost:5000/x/y@sha256:ab')).toEqual({ repository: 'localhost:5000/x/y', tag: 'sha256:ab' });
-    expect(table.resolve('docker.io/library/busybox:1.36')?.cmd).toEqual(['/bin/sh']);
-    expect(table.resolve('devop.test/app:v2')?.entrypoint).toEqual(['v2']);
-    expect(table.resolve('devop.test/app:v1')).toBeUndefined();
+    expect(normalizeImageRef('busybox')).toBe('docker.io/library/busybox:latest');
+    expect(normalizeImageRef('node:20-bookworm-slim')).toBe('docker.io/library/node:20-bookworm-slim');
+    expect(normalizeImageRef('someone/app')).toBe('docker.io/someone/app:latest');
+    expect(normalizeImageRef('devop.test/shell')).toBe('devop.test/shell:latest');
+    expect(normalizeImageRef('ghcr.io/devop/agent:0.1.0')).toBe('ghcr.io/devop/agent:0.1.0');
+    expect(normalizeImageRef('localhost:5000/x@sha256:ab')).toBe('localhost:5000/x@sha256:ab');
+  });
+
+  it('names the top layer snapshot by its chain ID', () => {
+    // The digests of a three-layer image and the snapshot key containerd 1.6 gave its top layer.
+    const diffs = [
+      'sha256:e85228a5dce8f37a597057e62e4c7a9a681dc1cedcbdae900f9af01dee8d4c55',
+      'sha256:d40629b76688445e18c43a58c564527ae489baab8fa98484e0bac84366da92f7',
+      'sha256:9a29eb20f1b0b46668a9982def66d88be15696b205d57a0d942af6675ae18e7b',
+    ];
+    expect(chainID(diffs)).toBe('sha256:88f396e9668272884ba2a944e23b1c9a9b55fa965b2fa2af1d39ed8c0be21dcf');
+    expect(chainID(diffs.slice(0, 1))).toBe(diffs[0]);
+  });
+});
+
+describe('container capabilities', () => {
+  it('are Kubernetes\' default set + add − drop; drop ALL empties it first; privileged has all', () => {
+    expect(containerCapabilities({})).toEqual(DEFAULT_CAPABILITIES);
+    const caps = containerCapabilities({ add: ['NET_ADMIN', 'SYS_PTRACE'], drop: ['MKNOD', 'NET_RAW'] });
+    expect(caps).toContain('CAP_NET_ADMIN');
+    expect(caps).toContain('CAP_SYS_PTRACE');
+    expect(caps).not.toContain('CAP_MKNOD');
+    expect(caps).not.toContain('CAP_NET_RAW');
+    expect(caps).toHaveLength(DEFAULT_CAPABILITIES.length);
+    expect(containerCapabilities({ drop: ['ALL'], add: ['NET_BIND_SERVICE'] })).toEqual(['CAP_NET_BIND_SERVICE']);
+    expect(containerCapabilities({ privileged: true, drop: ['ALL'] })).toEqual(ALL_CAPABILITIES);
   });
 });
 

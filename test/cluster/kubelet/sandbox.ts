@@ -1,5 +1,5 @@
 // A pod sandbox: the pod's network namespace (veth on the node bridge, pod IP, default route via the node) and the
-// resolv.conf/hosts files that `ip netns exec` bind-mounts over /etc for every process started in it.
+// kubelet-managed resolv.conf/hosts/hostname files that every container of the pod gets bind-mounted over its /etc.
 import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { ipBatch, run, runQuiet } from './host.js';
 import type { NodeNetwork } from './network.js';
@@ -68,6 +68,7 @@ export class PodSandbox {
       `${this.etcDir}/resolv.conf`,
       `search ${dnsSearch.join(' ')}\nnameserver ${this.network.nodeIP}\noptions ndots:5\n`,
     );
+    writeFileSync(`${this.etcDir}/hostname`, `${podName}\n`);
     // The kubelet-managed hosts file: localhost, then the pod's own name on its IP, then hostAliases.
     const aliases = hostAliases.map((a) => `${a.ip}\t${a.hostnames.join('\t')}\n`).join('');
     writeFileSync(

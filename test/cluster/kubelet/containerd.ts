@@ -1,0 +1,325 @@
+// The machine's containerd, as on a node: one daemon (started on demand when its socket does not answer), containers in
+// namespace k8s.io, images imported once from the repo's OCI archives (dist/images/*.oci.tar, or $DEVOP_IMAGES_DIR).
+// Every stand-in instance names its snapshots and labels its containers with its instance, and removes all of its own.
+import { spawn } from 'node:child_process';
+import { existsSync, mkdirSync, openSync, readdirSync, readFileSync, rmdirSync, rmSync, writeFileSync } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { join } from 'node:path';
+import { UserError } from '../../../shared/errors.js';
+import { normalizeImageRef } from '../images.js';
+import { HostCommandError, run, runQuiet } from './host.js';
+
+export const CONTAINERD_ROOT = '/var/lib/devop-standin/containerd';
+const RUN_DIR = '/run/devop-standin';
+export const CONTAINERD_STATE = join(RUN_DIR, 'containerd');
+export const CONTAINERD_SOCKET = join(RUN_DIR, 'containerd.sock');
+const LOCK_PATH = join(RUN_DIR, 'containerd.lock');
+/** The namespace a kubelet's CRI uses: `ctr -n k8s.io` shows the stand-in's containers as on a node. */
+export const K8S_NAMESPACE = 'k8s.io';
+/** The label that names a container's stand-in instance (clean-up finds a dead instance's containers by it). */
+export const INSTANCE_LABEL = 'devop.standin/instance';
+/** How long containerd may take to answer after it was started (a loaded machine). */
+const DAEMON_START_MS = 30_000;
+/** How long one process may wait for another that is starting the daemon or importing images. */
+const LOCK_WAIT_S = 300;
+
+/** Runs `ctr` against the stand-in's containerd, in namespace k8s.io. */
+export function ctr(args: string[], input?: string): Promise<string> {
+  return run('ctr', ['-a', CONTAINERD_SOCKET, '-n', K8S_NAMESPACE, ...args], input);
+}
+
+export function ctrQuiet(args: string[]): Promise<boolean> {
+  return runQuiet('ctr', ['-a', CONTAINERD_SOCKET, '-n', K8S_NAMESPACE, ...args]);
+}
+
+/** The argv prefix of a long-running ctr command (run, tasks exec). */
+export function ctrArgv(args: string[]): string[] {
+  return ['ctr', '-a', CONTAINERD_SOCKET, '-n', K8S_NAMESPACE, ...args];
+}
+
+function needBinary(name: string): void {
+  const found = (process.env.PATH ?? '').split(':').some((dir) => dir && existsSync(join(dir, name)));
+  if (!found) {
+    throw new UserError(
+      `${name} is not installed: the stand-in node runs its containers through containerd and runc`,
+      'install them (apt-get install containerd runc)',
+    );
+  }
+}
+
+/** Holds the machine-wide lock (flock(1): released when this process ends, however it ends) while fn runs. */
+async function withLock<T>(fn: () => Promise<T>): Promise<T> {
+  mkdirSync(RUN_DIR, { recursive: true });
+  const holder = spawn('flock', ['-w', String(LOCK_WAIT_S), LOCK_PATH, '-c', 'echo locked; exec cat'], {
+    stdio: ['pipe', 'pipe', 'inherit'],
+  });
+  await new Promise<void>((resolve, reject) => {
+    holder.stdout.once('data', () => resolve());
+    holder.once('exit', (code) => reject(new Error(`could not take ${LOCK_PATH} within ${LOCK_WAIT_S} s (flock exited ${code})`)));
+    holder.once('error', reject);
+  });
+  try {
+    return await fn();
+  } finally {
+    holder.stdin.end();
+  }
+}
+
+async function answers(): Promise<boolean> {
+  return existsSync(CONTAINERD_SOCKET) && runQuiet('ctr', ['-a', CONTAINERD_SOCKET, 'version']);
+}
+
+const CONFIG = `version = 2
+root = "${CONTAINERD_ROOT}"
+state = "${CONTAINERD_STATE}"
+# The stand-in's kubelet drives containerd itself (ctr); the CRI plugin would want CNI and a kubelet of its own.
+disabled_plugins = ["io.containerd.grpc.v1.cri"]
+[grpc]
+  address = "${CONTAINERD_SOCKET}"
+[plugins."io.containerd.internal.v1.opt"]
+  path = "${CONTAINERD_ROOT}/opt"
+`;
+
+/** Starts the machine's containerd unless its socket answers; two processes starting at once start one daemon. */
+export async function ensureContainerd(): Promise<void> {
+  needBinary('containerd');
+  needBinary('runc');
+  needBinary('ctr');
+  if (await answers()) return;
+  await withLock(async () => {
+    if (await answers()) return;
+    mkdirSync(CONTAINERD_ROOT, { recursive: true });
+    mkdirSync(CONTAINERD_STATE, { recursive: true });
+    const configPath = join(RUN_DIR, 'containerd.toml');
+    writeFileSync(configPath, CONFIG);
+    rmSync(CONTAINERD_SOCKET, { force: true });
+    const log = openSync(join(RUN_DIR, 'containerd.log'), 'a');
+    // The daemon outlives the test file that started it, as a node's does: the next one finds it answering.
+    const daemon = spawn('containerd', ['--config', configPath], { detached: true, stdio: ['ignore', log, log] });
+    daemon.unref();
+    const deadline = Date.now() + DAEMON_START_MS;
+    while (!(await answers())) {
+      if (daemon.exitCode !== null || Date.now() > deadline) {
+        throw new UserError(
+          `containerd did not start (socket ${CONTAINERD_SOCKET})`,
+          `see ${join(RUN_DIR, 'containerd.log')}`,
+        );
+      }
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  });
+}
+
+/** Where the image archives are: $DEVOP_IMAGES_DIR, else <repo>/dist/images. */
+export function imagesDir(root: string): string {
+  return process.env.DEVOP_IMAGES_DIR || join(root, 'dist', 'images');
+}
+
+interface ArchiveIndex {
+  manifests?: Array<{ digest: string; annotations?: Record<string, string> }>;
+}
+
+/** Image name → manifest digest of what containerd holds in k8s.io. */
+async function storedImages(): Promise<Map<string, string>> {
+  const out = await ctr(['images', 'ls']);
+  const images = new Map<string, string>();
+  for (const line of out.split('\n').slice(1)) {
+    const [ref, , digest] = line.trim().split(/\s+/);
+    if (ref && digest) images.set(ref, digest);
+  }
+  return images;
+}
+
+/**
+ * Imports every archive of the directory whose images containerd does not hold at the same digest (a rebuilt archive
+ * replaces its images; an unchanged one costs one `tar` read). Fails when the directory has no archive at all.
+ */
+export async function importImages(dir: string): Promise<void> {
+  const archives = existsSync(dir) ? readdirSync(dir).filter((f) => f.endsWith('.oci.tar')) : [];
+  if (archives.length === 0) {
+    throw new UserError(
+      `no container images in ${dir}: the stand-in node runs pods from OCI archives (*.oci.tar)`,
+      'run npm run images (or point DEVOP_IMAGES_DIR at a directory of archives)',
+    );
+  }
+  const wanted = async (stored: Map<string, string>): Promise<string[]> => {
+    const missing: string[] = [];
+    for (const archive of archives) {
+      const index = JSON.parse(await run('tar', ['-xOf', join(dir, archive), 'index.json'])) as ArchiveIndex;
+      const stale = (index.manifests ?? []).some((m) => {
+        const name = m.annotations?.['org.opencontainers.image.ref.name'];
+        return name !== undefined && stored.get(normalizeImageRef(name)) !== m.digest;
+      });
+      if (stale) missing.push(archive);
+    }
+    return missing;
+  };
+  if ((await wanted(await storedImages())).length === 0) return;
+  await withLock(async () => {
+    for (const archive of await wanted(await storedImages())) {
+      await ctr(['images', 'import', join(dir, archive)]);
+    }
+  });
+}
+
+/** What the kubelet needs of an image: its config (entrypoint, cmd, env, workingDir, user) and its rootfs chain. */
+export interface ImageInfo {
+  ref: string;
+  /** `<repository>@<manifest digest>`, as status.imageID shows it. */
+  imageID: string;
+  entrypoint: string[];
+  cmd: string[];
+  env: Record<string, string>;
+  workingDir?: string;
+  user?: string;
+  /** The committed snapshot of the image's top layer (its chain ID): a container's rootfs is prepared on it. */
+  chainID: string;
+}
+
+interface OciImageConfig {
+  config?: { Entrypoint?: string[] | null; Cmd?: string[] | null; Env?: string[] | null; WorkingDir?: string; User?: string };
+  rootfs?: { diff_ids?: string[] };
+}
+
+/** The chain ID of a layer stack (OCI image spec): the name containerd gives the snapshot of the top layer. */
+export function chainID(diffIDs: string[]): string {
+  let chain = diffIDs[0] ?? '';
+  for (const diff of diffIDs.slice(1)) chain = `sha256:${createHash('sha256').update(`${chain} ${diff}`).digest('hex')}`;
+  return chain;
+}
+
+/** Reads images from containerd (config and layers, by manifest digest), caching what does not change. */
+export class ImageStore {
+  private readonly byDigest = new Map<string, ImageInfo>();
+
+  /** The image as containerd has it, or undefined when it has no image of that (normalized) name. */
+  async resolve(image: string): Promise<ImageInfo | undefined> {
+    const ref = normalizeImageRef(image);
+    const digest = (await storedImages()).get(ref);
+    if (!digest) return undefined;
+    const cached = this.byDigest.get(`${ref} ${digest}`);
+    if (cached) return cached;
+    const manifest = JSON.parse(await ctr(['content', 'get', digest])) as { config: { digest: string } };
+    const config = JSON.parse(await ctr(['content', 'get', manifest.config.digest])) as OciImageConfig;
+    const env: Record<string, string> = {};
+    for (const pair of config.config?.Env ?? []) {
+      const eq = pair.indexOf('=');
+      if (eq > 0) env[pair.slice(0, eq)] = pair.slice(eq + 1);
+    }
+    const info: ImageInfo = {
+      ref,
+      imageID: `${ref.replace(/[:@][^/]*$/, '')}@${digest}`,
+      entrypoint: config.config?.Entrypoint ?? [],
+      cmd: config.config?.Cmd ?? [],
+      env,
+      workingDir: config.config?.WorkingDir || undefined,
+      user: config.config?.User || undefined,
+      chainID: chainID(config.rootfs?.diff_ids ?? []),
+    };
+    this.byDigest.set(`${ref} ${digest}`, info);
+    return info;
+  }
+}
+
+/** The cgroup (relative to each hierarchy's root) of one container: it ends in the container ID, as on a node. */
+export function containerCgroup(instance: string, id: string): string {
+  return `/devop-standin/${instance}/${id}`;
+}
+
+/** Where a container's rootfs snapshot is mounted while it exists. */
+export function rootfsDir(instance: string, id: string): string {
+  return join(RUN_DIR, instance, 'rootfs', id);
+}
+
+export function snapshotKey(instance: string, id: string): string {
+  return `devop/${instance}/${id}`;
+}
+
+/** Prepares a container's rootfs: a new snapshot on the image's layers, mounted at rootfsDir. */
+export async function mountRootfs(instance: string, id: string, image: ImageInfo): Promise<string> {
+  const key = snapshotKey(instance, id);
+  const mounts = JSON.parse(await ctr(['snapshots', 'prepare', '--mounts', key, image.chainID])) as Array<{
+    Type: string;
+    Source: string;
+    Options: string[];
+  }>;
+  const dir = rootfsDir(instance, id);
+  mkdirSync(dir, { recursive: true });
+  try {
+    for (const m of mounts) await run('mount', ['-t', m.Type, '-o', m.Options.join(','), m.Source, dir]);
+  } catch (err) {
+    await ctrQuiet(['snapshots', 'rm', key]);
+    throw err;
+  }
+  return dir;
+}
+
+/** Unmounts and removes a container's rootfs snapshot (safe to call twice). */
+export async function removeRootfs(instance: string, id: string): Promise<void> {
+  const dir = rootfsDir(instance, id);
+  if (existsSync(dir)) {
+    // A lazy unmount: a process still dying in the container may hold it for a moment.
+    await runQuiet('umount', ['-l', dir]);
+    try {
+      rmdirSync(dir);
+    } catch {
+      // still mounted (the unmount failed): the instance's clean-up tries again
+    }
+  }
+  await ctrQuiet(['snapshots', 'rm', snapshotKey(instance, id)]);
+}
+
+/** Cgroup hierarchies of the host: cgroup v1 controllers and/or the v2 tree (hybrid hosts have both). */
+function cgroupHierarchies(): string[] {
+  const roots: string[] = [];
+  for (const line of readFileSync('/proc/self/mountinfo', 'utf8').split('\n')) {
+    const fields = line.split(' ');
+    const sep = fields.indexOf('-');
+    if (sep > 0 && (fields[sep + 1] === 'cgroup' || fields[sep + 1] === 'cgroup2')) roots.push(fields[4]);
+  }
+  return roots;
+}
+
+function removeCgroupTree(dir: string): void {
+  if (!existsSync(dir)) return;
+  for (const child of readdirSync(dir, { withFileTypes: true })) {
+    if (child.isDirectory()) removeCgroupTree(join(dir, child.name));
+  }
+  try {
+    rmdirSync(dir);
+  } catch {
+    // a process still in it (the hygiene test reports what is left)
+  }
+}
+
+/**
+ * Removes every container, task, snapshot, rootfs mount and cgroup of an instance — its own on stop(), or what a killed
+ * run left behind. Does nothing (and starts no daemon) when containerd is not running.
+ */
+export async function removeInstanceContainers(instance: string): Promise<void> {
+  if (await answers()) {
+    let ids: string[] = [];
+    try {
+      ids = (await ctr(['containers', 'ls', '-q', `labels."${INSTANCE_LABEL}"==${instance}`])).split('\n').filter(Boolean);
+    } catch (err) {
+      if (!(err instanceof HostCommandError)) throw err;
+    }
+    for (const id of ids) {
+      await ctrQuiet(['tasks', 'kill', '-a', '-s', 'SIGKILL', id]);
+      await ctrQuiet(['tasks', 'rm', '-f', id]);
+      await ctrQuiet(['containers', 'rm', id]);
+    }
+  }
+  const rootfsRoot = join(RUN_DIR, instance, 'rootfs');
+  const ids = existsSync(rootfsRoot) ? readdirSync(rootfsRoot) : [];
+  for (const id of ids) await removeRootfs(instance, id);
+  if (await answers()) {
+    const keys = (await ctr(['snapshots', 'ls']).catch(() => ''))
+      .split('\n')
+      .map((l) => l.split(/\s+/)[0])
+      .filter((k) => k.startsWith(`devop/${instance}/`));
+    for (const key of keys) await ctrQuiet(['snapshots', 'rm', key]);
+  }
+  rmSync(join(RUN_DIR, instance), { recursive: true, force: true });
+  for (const hierarchy of cgroupHierarchies()) removeCgroupTree(join(hierarchy, 'devop-standin', instance));
+}
