@@ -3,9 +3,12 @@
 // RBAC denial, agent protocol mismatch, local command not found.
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse, stringify } from 'yaml';
+import { AGENT_BUNDLE_PATH } from '../../shared/agent-contract.js';
+import { buildImage } from '../cluster/kubelet/image-build.js';
+import { removeImage } from '../cluster/kubelet/testing.js';
 import { requireRoot } from '../helpers/root.js';
 import { DevopRun, ROOT, deployEcho, devopExec, startE2ECluster, waitFor, type Cluster } from './harness.js';
 
@@ -127,11 +130,22 @@ describe('devop exec: exit codes and errors', () => {
 
   it('reports an agent that speaks another protocol version', async () => {
     // Given an agent image from another release (answers hello with protocol 999), run as an ephemeral container
-    cluster.images.add('devop.test/old-agent', { entrypoint: [process.execPath, join(ROOT, 'test', 'e2e', 'fixtures', 'old-agent.mjs')], cmd: [] });
-    await deployEcho(env, 'echo-old');
-    const run = track(devopExec(cluster, ['-t', 'deploy/echo-old', '--ephemeral', '--agent-image', 'devop.test/old-agent'], ['true']));
-    expect((await run.exited).code).toBe(1);
-    expect(failure(run)).toMatch(/^devop: the agent speaks protocol version 999, this devop speaks \d+ — fix: use an agent image of the same devop version/);
+    const image = await buildImage({
+      from: 'devop.test/shell',
+      ref: 'devop.test/old-agent',
+      files: {
+        [AGENT_BUNDLE_PATH]: readFileSync(join(ROOT, 'test', 'e2e', 'fixtures', 'old-agent.mjs')),
+        [join(dirname(AGENT_BUNDLE_PATH), 'package.json')]: '{"type":"module"}',
+      },
+    });
+    try {
+      await deployEcho(env, 'echo-old');
+      const run = track(devopExec(cluster, ['-t', 'deploy/echo-old', '--ephemeral', '--agent-image', image], ['true']));
+      expect((await run.exited).code).toBe(1);
+      expect(failure(run)).toMatch(/^devop: the agent speaks protocol version 999, this devop speaks \d+ — fix: use an agent image of the same devop version/);
+    } finally {
+      await removeImage(image);
+    }
   });
 
   it('says when the agent image cannot be pulled, and removes the agent Job it made', async () => {
