@@ -6,7 +6,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse, stringify } from 'yaml';
-import { AGENT_BUNDLE_PATH } from '../../shared/agent-contract.js';
+import { AGENT_BUNDLE_PATH, AGENT_IMAGE } from '../../shared/agent-contract.js';
 import { buildImage } from '../cluster/kubelet/image-build.js';
 import { removeImage } from '../cluster/kubelet/testing.js';
 import { requireRoot } from '../helpers/root.js';
@@ -131,7 +131,8 @@ describe('devop exec: exit codes and errors', () => {
   it('reports an agent that speaks another protocol version', async () => {
     // Given an agent image from another release (answers hello with protocol 999), run as an ephemeral container
     const image = await buildImage({
-      from: 'devop.test/shell',
+      // The agent image with the fixture in place of its bundle: its entrypoint runs it, as an ephemeral agent runs.
+      from: AGENT_IMAGE,
       ref: 'devop.test/old-agent',
       files: {
         [AGENT_BUNDLE_PATH]: readFileSync(join(ROOT, 'test', 'e2e', 'fixtures', 'old-agent.mjs')),
