@@ -10,6 +10,7 @@ import { ensureContainerd, importImages, ImageStore, removeInstanceContainers } 
 import type { EnvSources } from './env.js';
 import { readContainerLog } from './logs.js';
 import { NodeNetwork, reserveSubnets, type NodeSubnets } from './network.js';
+import { boundingCapabilities } from './oci-spec.js';
 import { PodWorker } from './pod-worker.js';
 import { currentAttempt, isRunning, type ContainerRecord } from './records.js';
 
@@ -39,6 +40,7 @@ export class NodeLookupError extends Error {
 export class KubeletNode implements NodeRuntime {
   readonly workers = new Map<string, PodWorker>();
   private sandboxCount = 0;
+  private readonly boundingCapabilities = boundingCapabilities();
   private stopped = false;
 
   private constructor(
@@ -107,6 +109,7 @@ export class KubeletNode implements NodeRuntime {
       network: this.network,
       instance: this.opts.instance,
       images: this.images,
+      boundingCapabilities: this.boundingCapabilities,
       envSources: this.opts.envSources,
       stateDir: this.stateDir,
       volumesDir: this.volumesDir,

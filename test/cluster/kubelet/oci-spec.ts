@@ -189,3 +189,13 @@ export function resolveUser(rootfs: string, imageUser: string | undefined, runAs
   }
   return { uid, gid: gid ?? 0 };
 }
+
+/**
+ * The capabilities this process may hand on (its bounding set): a container cannot get more, and runc fails to start
+ * one that asks for more — so `privileged` and `ALL` mean these, as on a node whose kubelet is itself restricted.
+ */
+export function boundingCapabilities(): string[] {
+  const line = /^CapBnd:\s*([0-9a-f]+)$/m.exec(readFileSync('/proc/self/status', 'utf8'));
+  const mask = BigInt(`0x${line?.[1] ?? '0'}`);
+  return ALL_CAPABILITIES.filter((_, bit) => (mask >> BigInt(bit)) & 1n);
+}

@@ -30,6 +30,8 @@ export interface PodWorkerDeps {
   /** Names the stand-in's containers and snapshots in containerd. */
   instance: string;
   images: ImageStore;
+  /** What the kubelet's own process may hand on to containers (privileged and ALL mean these). */
+  boundingCapabilities: string[];
   envSources: EnvSources;
   /** Per-instance directory for relay sockets and logs. */
   stateDir: string;
@@ -278,7 +280,9 @@ export class PodWorker {
         hostname: this.pod.spec?.hostname ?? this.name,
         netnsPath: this.sandbox!.netnsPath,
         pidNamespace: this.pidNamespaceOf(rec),
-        capabilities: containerCapabilities({ privileged, add: sc.capabilities?.add, drop: sc.capabilities?.drop }),
+        capabilities: containerCapabilities({ privileged, add: sc.capabilities?.add, drop: sc.capabilities?.drop }).filter((c) =>
+          this.deps.boundingCapabilities.includes(c),
+        ),
         privileged,
         readOnlyRootFilesystem: Boolean(sc.readOnlyRootFilesystem),
         noNewPrivileges: sc.allowPrivilegeEscalation === false && !privileged,
