@@ -5,6 +5,7 @@ import { request } from 'node:http';
 import { join, resolve } from 'node:path';
 import { AppsV1Api, CoreV1Api, KubeConfig, type V1Pod } from '@kubernetes/client-node';
 import { startCluster } from '../cluster/index.js';
+import { pidsOfContainer } from '../cluster/kubelet/testing.js';
 
 export type Cluster = Awaited<ReturnType<typeof startCluster>>;
 
@@ -227,16 +228,8 @@ export async function startPodClient(env: { cluster: Cluster; core: CoreV1Api },
     const status = pod.status?.containerStatuses?.[0];
     return status?.state?.running && status.containerID ? status.containerID.replace(/^[a-z]+:\/\//, '') : undefined;
   });
-  const { readFileSync, existsSync } = await import('node:fs');
-  const procs = ['/sys/fs/cgroup/unified', '/sys/fs/cgroup'].map((m) => join(m, env.cluster.instance, containerId, 'cgroup.procs'));
-  const pid = await waitFor(`the client pod's process`, () => {
-    for (const file of procs) {
-      if (!existsSync(file)) continue;
-      const first = readFileSync(file, 'utf8').split('\n').find(Boolean);
-      if (first) return Number(first);
-    }
-    return undefined;
-  });
+  // The container's processes, found as the devop agent finds them (their /proc/<pid>/cgroup names the container ID)
+  const pid = await waitFor(`the client pod's process`, async () => (await pidsOfContainer(containerId))[0]);
   const child = spawn('nsenter', ['-t', String(pid), '-n', process.execPath, join(ROOT, 'test', 'e2e', 'fixtures', 'pod-http-client.mjs')], { stdio: ['pipe', 'pipe', 'inherit'] });
   const pending = new Map<number, (r: { status?: number; body?: string; error?: string }) => void>();
   let buffered = '';
