@@ -1,7 +1,7 @@
 // The stand-in kubelet against a live API server: pods become containerd containers (from the repo's images) in network
 // namespaces with the env, cgroups, restarts, readiness, logs, exec, port-forward dialling and deletion of a real node.
 import { createHash, randomBytes } from 'node:crypto';
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { CoreV1Api, KubeConfig, type V1Pod } from '@kubernetes/client-node';

@@ -1,7 +1,7 @@
 // One container attempt as containerd runs it: a snapshot of the image mounted as its rootfs, the OCI spec the kubelet
 // built (oci-spec.ts), and `ctr run --config` in the foreground — its stdout/stderr are the container's (to the log file),
 // its exit status is the task's. Signals go to the task through containerd (`ctr tasks kill`), never to ctr itself.
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { ContainerLogWriter } from './logs.js';
@@ -56,7 +56,6 @@ export class ContainerProcess {
   hasStarted = false;
   readonly exited: Promise<ContainerExit>;
   private exitInfo: ContainerExit | undefined;
-  private child: ChildProcess | undefined;
   private taskPid = 0;
   private logClosed = false;
   private cancelled = false;
@@ -145,7 +144,6 @@ export class ContainerProcess {
     const labels = Object.entries({ ...launch.labels, [INSTANCE_LABEL]: launch.instance }).flatMap(([k, v]) => ['--label', `${k}=${v}`]);
     const [cmd, ...args] = ctrArgv(['run', '--rm', '--config', specPath, '--pid-file', pidFile, ...labels, launch.id]);
     const child = spawn(cmd, args, { stdio: [launch.stdin ? 'pipe' : 'ignore', 'pipe', 'pipe'] });
-    this.child = child;
     const log = new ContainerLogWriter(launch.logPath);
     // Until the task exists, what ctr prints on stderr is ctr's (why it could not create the task), not the container's.
     let launchErrors = '';
@@ -187,10 +185,5 @@ export class ContainerProcess {
         });
       });
     });
-  }
-
-  /** The stdin pipe of the container (stdin: true), if any. */
-  get stdin() {
-    return this.child?.stdin ?? null;
   }
 }

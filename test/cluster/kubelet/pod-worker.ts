@@ -337,8 +337,9 @@ export class PodWorker {
   private pidNamespaceOf(rec: ContainerRecord): 'host' | string | undefined {
     if (this.pod.spec?.hostPID) return 'host';
     const target = rec.kind === 'ephemeral' ? (rec.spec as V1EphemeralContainer).targetContainerName : undefined;
-    const targetProc = target ? currentAttempt(this.records.get(target) ?? ({ attempts: [] } as unknown as ContainerRecord))?.proc : undefined;
-    return targetProc?.pid ? `/proc/${targetProc.pid}/ns/pid` : undefined;
+    const targetRecord = target ? this.records.get(target) : undefined;
+    const pid = targetRecord ? currentAttempt(targetRecord)?.proc?.pid : undefined;
+    return pid ? `/proc/${pid}/ns/pid` : undefined;
   }
 
   private startProbes(rec: ContainerRecord, attempt: ContainerAttempt): void {
