@@ -4,7 +4,7 @@
 import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, openSync, readdirSync, readFileSync, rmdirSync, rmSync, writeFileSync } from 'node:fs';
 import { createHash } from 'node:crypto';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { UserError } from '../../../shared/errors.js';
 import { normalizeImageRef } from '../images.js';
 import { HostCommandError, run, runQuiet } from './host.js';
@@ -13,7 +13,6 @@ export const CONTAINERD_ROOT = '/var/lib/devop-standin/containerd';
 const RUN_DIR = '/run/devop-standin';
 export const CONTAINERD_STATE = join(RUN_DIR, 'containerd');
 export const CONTAINERD_SOCKET = join(RUN_DIR, 'containerd.sock');
-const LOCK_PATH = join(RUN_DIR, 'containerd.lock');
 /** The namespace a kubelet's CRI uses: `ctr -n k8s.io` shows the stand-in's containers as on a node. */
 export const K8S_NAMESPACE = 'k8s.io';
 /** The label that names a container's stand-in instance (clean-up finds a dead instance's containers by it). */
@@ -47,15 +46,34 @@ function needBinary(name: string): void {
   }
 }
 
-/** Holds the machine-wide lock (flock(1): released when this process ends, however it ends) while fn runs. */
-async function withLock<T>(fn: () => Promise<T>): Promise<T> {
-  mkdirSync(RUN_DIR, { recursive: true });
-  const holder = spawn('flock', ['-w', String(LOCK_WAIT_S), LOCK_PATH, '-c', 'echo locked; exec cat'], {
+/** Where a containerd of the stand-in keeps its socket, state, lock and log (runDir) and its content (root). */
+export interface DaemonPaths {
+  runDir: string;
+  root: string;
+}
+
+/** The machine's: what every stand-in uses. */
+export const MACHINE_DAEMON: DaemonPaths = { runDir: RUN_DIR, root: CONTAINERD_ROOT };
+
+function daemonFiles(paths: DaemonPaths) {
+  return {
+    socket: join(paths.runDir, 'containerd.sock'),
+    state: join(paths.runDir, 'containerd'),
+    lock: join(paths.runDir, 'containerd.lock'),
+    config: join(paths.runDir, 'containerd.toml'),
+    log: join(paths.runDir, 'containerd.log'),
+  };
+}
+
+/** Holds a lock (flock(1): released when this process ends, however it ends) while fn runs. */
+async function withLock<T>(lockPath: string, fn: () => Promise<T>): Promise<T> {
+  mkdirSync(dirname(lockPath), { recursive: true });
+  const holder = spawn('flock', ['-w', String(LOCK_WAIT_S), lockPath, '-c', 'echo locked; exec cat'], {
     stdio: ['pipe', 'pipe', 'inherit'],
   });
   await new Promise<void>((resolve, reject) => {
     holder.stdout.once('data', () => resolve());
-    holder.once('exit', (code) => reject(new Error(`could not take ${LOCK_PATH} within ${LOCK_WAIT_S} s (flock exited ${code})`)));
+    holder.once('exit', (code) => reject(new Error(`could not take ${lockPath} within ${LOCK_WAIT_S} s (flock exited ${code})`)));
     holder.once('error', reject);
   });
   try {
@@ -65,48 +83,52 @@ async function withLock<T>(fn: () => Promise<T>): Promise<T> {
   }
 }
 
-async function answers(): Promise<boolean> {
-  return existsSync(CONTAINERD_SOCKET) && runQuiet('ctr', ['-a', CONTAINERD_SOCKET, 'version']);
+async function answers(socket: string = CONTAINERD_SOCKET): Promise<boolean> {
+  return existsSync(socket) && runQuiet('ctr', ['-a', socket, 'version']);
 }
 
-const CONFIG = `version = 2
-root = "${CONTAINERD_ROOT}"
-state = "${CONTAINERD_STATE}"
+function daemonConfig(paths: DaemonPaths): string {
+  const files = daemonFiles(paths);
+  return `version = 2
+root = "${paths.root}"
+state = "${files.state}"
 # The stand-in's kubelet drives containerd itself (ctr); the CRI plugin would want CNI and a kubelet of its own.
 disabled_plugins = ["io.containerd.grpc.v1.cri"]
 [grpc]
-  address = "${CONTAINERD_SOCKET}"
+  address = "${files.socket}"
 [plugins."io.containerd.internal.v1.opt"]
-  path = "${CONTAINERD_ROOT}/opt"
+  path = "${paths.root}/opt"
 `;
+}
 
-/** Starts the machine's containerd unless its socket answers; two processes starting at once start one daemon. */
-export async function ensureContainerd(): Promise<void> {
+/**
+ * Starts the machine's containerd unless its socket answers; processes starting at once start one daemon (the second
+ * waits for the lock, then finds the socket answering). Resolves to the daemon's PID when this call started it.
+ */
+export async function ensureContainerd(paths: DaemonPaths = MACHINE_DAEMON): Promise<number | undefined> {
   needBinary('containerd');
   needBinary('runc');
   needBinary('ctr');
-  if (await answers()) return;
-  await withLock(async () => {
-    if (await answers()) return;
-    mkdirSync(CONTAINERD_ROOT, { recursive: true });
-    mkdirSync(CONTAINERD_STATE, { recursive: true });
-    const configPath = join(RUN_DIR, 'containerd.toml');
-    writeFileSync(configPath, CONFIG);
-    rmSync(CONTAINERD_SOCKET, { force: true });
-    const log = openSync(join(RUN_DIR, 'containerd.log'), 'a');
+  const files = daemonFiles(paths);
+  if (await answers(files.socket)) return undefined;
+  return withLock(files.lock, async () => {
+    if (await answers(files.socket)) return undefined;
+    mkdirSync(paths.root, { recursive: true });
+    mkdirSync(files.state, { recursive: true });
+    writeFileSync(files.config, daemonConfig(paths));
+    rmSync(files.socket, { force: true });
+    const log = openSync(files.log, 'a');
     // The daemon outlives the test file that started it, as a node's does: the next one finds it answering.
-    const daemon = spawn('containerd', ['--config', configPath], { detached: true, stdio: ['ignore', log, log] });
+    const daemon = spawn('containerd', ['--config', files.config], { detached: true, stdio: ['ignore', log, log] });
     daemon.unref();
     const deadline = Date.now() + DAEMON_START_MS;
-    while (!(await answers())) {
+    while (!(await answers(files.socket))) {
       if (daemon.exitCode !== null || Date.now() > deadline) {
-        throw new UserError(
-          `containerd did not start (socket ${CONTAINERD_SOCKET})`,
-          `see ${join(RUN_DIR, 'containerd.log')}`,
-        );
+        throw new UserError(`containerd did not start (socket ${files.socket})`, `see ${files.log}`);
       }
       await new Promise((r) => setTimeout(r, 100));
     }
+    return daemon.pid;
   });
 }
 
@@ -155,7 +177,7 @@ export async function importImages(dir: string): Promise<void> {
     return missing;
   };
   if ((await wanted(await storedImages())).length === 0) return;
-  await withLock(async () => {
+  await withLock(daemonFiles(MACHINE_DAEMON).lock, async () => {
     for (const archive of await wanted(await storedImages())) {
       await ctr(['images', 'import', join(dir, archive)]);
     }
