@@ -1,9 +1,12 @@
 // The kubelet's pure parts, without root: image references, capabilities, env building, DNS answers and the ClusterIP rule set.
 import type { V1Endpoints, V1Pod, V1Service, V1ServicePort } from '@kubernetes/client-node';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { normalizeImageRef, parseImageRef } from './images.js';
 import { chainID } from './kubelet/containerd.js';
-import { ALL_CAPABILITIES, containerCapabilities, DEFAULT_CAPABILITIES } from './kubelet/oci-spec.js';
+import { ALL_CAPABILITIES, containerCapabilities, containerSpec, DEFAULT_CAPABILITIES, resolveUser, type ContainerSpecInput } from './kubelet/oci-spec.js';
 import { answerQuery, resolveName } from './kubelet/dns.js';
 import { buildContainerEnv, EnvConfigError, expandRefs, serviceEnv, type EnvSources } from './kubelet/env.js';
 import { ServiceProxy } from './kubelet/service-proxy.js';
@@ -48,6 +51,78 @@ describe('container capabilities', () => {
     expect(caps).toHaveLength(DEFAULT_CAPABILITIES.length);
     expect(containerCapabilities({ drop: ['ALL'], add: ['NET_BIND_SERVICE'] })).toEqual(['CAP_NET_BIND_SERVICE']);
     expect(containerCapabilities({ privileged: true, drop: ['ALL'] })).toEqual(ALL_CAPABILITIES);
+  });
+});
+
+describe('container runtime spec', () => {
+  const input: ContainerSpecInput = {
+    rootfs: '/run/x/rootfs',
+    argv: ['sleep', '1'],
+    env: { PATH: '/bin', A: 'b=c' },
+    cwd: '/app',
+    uid: 1000,
+    gid: 1000,
+    hostname: 'web-1',
+    netnsPath: '/run/netns/dvk-a-1',
+    capabilities: DEFAULT_CAPABILITIES,
+    privileged: false,
+    readOnlyRootFilesystem: true,
+    noNewPrivileges: false,
+    cgroupsPath: '/devop-standin/a/0123',
+    mounts: [{ source: '/etc/netns/dvk-a-1/hosts', destination: '/etc/hosts', readOnly: false }],
+  };
+  type Spec = {
+    process: { args: string[]; env: string[]; user: object; capabilities: { effective: string[] } };
+    root: { readonly: boolean };
+    linux: { namespaces: Array<{ type: string; path?: string }>; maskedPaths?: string[]; cgroupsPath: string };
+    mounts: Array<{ destination: string; options: string[] }>;
+  };
+  const spec = (over: Partial<ContainerSpecInput> = {}) => containerSpec({ ...input, ...over }) as unknown as Spec;
+
+  it("joins the pod's netns, has its own PID namespace unless hostPID, the target's for an ephemeral container", () => {
+    expect(spec().linux.namespaces).toEqual([
+      { type: 'ipc' },
+      { type: 'uts' },
+      { type: 'mount' },
+      { type: 'network', path: '/run/netns/dvk-a-1' },
+      { type: 'pid' },
+    ]);
+    expect(spec({ pidNamespace: 'host' }).linux.namespaces.map((n) => n.type)).not.toContain('pid');
+    expect(spec({ pidNamespace: '/proc/42/ns/pid' }).linux.namespaces).toContainEqual({ type: 'pid', path: '/proc/42/ns/pid' });
+  });
+
+  it('carries the process, user, read-only root, bind mounts and cgroup; privileged drops the masks', () => {
+    const s = spec();
+    expect(s.process).toMatchObject({ args: ['sleep', '1'], env: ['PATH=/bin', 'A=b=c'], user: { uid: 1000, gid: 1000 } });
+    expect(s.process.capabilities.effective).toEqual(DEFAULT_CAPABILITIES);
+    expect(s.root.readonly).toBe(true);
+    expect(s.linux.cgroupsPath).toBe('/devop-standin/a/0123');
+    expect(s.mounts.find((m) => m.destination === '/etc/hosts')?.options).toEqual(['rbind', 'rprivate', 'rw']);
+    expect(s.mounts.find((m) => m.destination === '/sys')?.options).toContain('ro');
+    expect(s.linux.maskedPaths).toContain('/proc/kcore');
+    const p = spec({ privileged: true });
+    expect(p.linux.maskedPaths).toBeUndefined();
+    expect(p.mounts.find((m) => m.destination === '/sys')?.options).not.toContain('ro');
+  });
+});
+
+describe('container user', () => {
+  it("is runAsUser/runAsGroup, else the image's User looked up in its /etc/passwd and /etc/group, else root", () => {
+    const rootfs = mkdtempSync(join(tmpdir(), 'devop-rootfs-'));
+    try {
+      mkdirSync(join(rootfs, 'etc'));
+      writeFileSync(join(rootfs, 'etc', 'passwd'), 'root:x:0:0::/root:/bin/sh\nnode:x:1000:1000::/home/node:/bin/sh\n');
+      writeFileSync(join(rootfs, 'etc', 'group'), 'root:x:0:\nnode:x:1000:\nstaff:x:50:\n');
+      expect(resolveUser(rootfs, undefined)).toEqual({ uid: 0, gid: 0 });
+      expect(resolveUser(rootfs, 'node')).toEqual({ uid: 1000, gid: 1000 });
+      expect(resolveUser(rootfs, 'node:staff')).toEqual({ uid: 1000, gid: 50 });
+      expect(resolveUser(rootfs, '1234:77')).toEqual({ uid: 1234, gid: 77 });
+      expect(resolveUser(rootfs, 'node', 1234)).toEqual({ uid: 1234, gid: 0 });
+      expect(resolveUser(rootfs, 'node', 1000, 5)).toEqual({ uid: 1000, gid: 5 });
+      expect(() => resolveUser(rootfs, 'nobody-here')).toThrow(/unable to find user nobody-here/);
+    } finally {
+      rmSync(rootfs, { recursive: true, force: true });
+    }
   });
 });
 
