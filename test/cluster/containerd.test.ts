@@ -17,9 +17,13 @@ const root = join(base, 'root');
 let started: number[] = [];
 
 function ensureFromAnotherProcess(): Promise<string> {
-  return runFile(process.execPath, ['--import', 'tsx', 'test/cluster/kubelet/fixtures/ensure-containerd.ts', runDir, root], {
-    timeout: 60_000,
-  }).then((r) => r.stdout.trim());
+  return runFile(
+    process.execPath,
+    ['--import', 'tsx', 'test/cluster/kubelet/fixtures/ensure-containerd.ts', runDir, root],
+    {
+      timeout: 60_000,
+    },
+  ).then((r) => r.stdout.trim());
 }
 
 /** containerd processes whose command line names this test's config. */
@@ -35,7 +39,9 @@ function daemonsOfThisTest(): number[] {
 }
 
 function readdirPids(): number[] {
-  return readdirSync('/proc').filter((e) => /^\d+$/.test(e)).map(Number);
+  return readdirSync('/proc')
+    .filter((e) => /^\d+$/.test(e))
+    .map(Number);
 }
 
 afterAll(async () => {

@@ -1,5 +1,6 @@
-// Image references as the stand-in's node sees them: normalized as Kubernetes does (busybox → docker.io/library/busybox:
-// latest), so that a pod's image name finds the image containerd imported from the repo's archives (dist/images).
+// Image references as the stand-in's node sees them: normalized as Kubernetes does (busybox →
+// docker.io/library/busybox:latest), so that a pod's image name finds the image containerd imported from the repo's
+// archives (dist/images).
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -37,6 +38,10 @@ export function normalizeImageRef(image: string): string {
   const { repository, tag } = parseImageRef(image);
   const first = repository.split('/')[0];
   const hasRegistry = repository.includes('/') && (first.includes('.') || first.includes(':') || first === 'localhost');
-  const qualified = hasRegistry ? repository : repository.includes('/') ? `docker.io/${repository}` : `docker.io/library/${repository}`;
+  const qualified = hasRegistry
+    ? repository
+    : repository.includes('/')
+      ? `docker.io/${repository}`
+      : `docker.io/library/${repository}`;
   return tag.startsWith('sha256:') ? `${qualified}@${tag}` : `${qualified}:${tag}`;
 }

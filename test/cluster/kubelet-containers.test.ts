@@ -40,14 +40,23 @@ function podName(prefix: string): string {
 }
 
 /** Starts a pod of one `main` container (busybox sleeping unless told otherwise) and waits until it runs. */
-async function runPod(name: string, container: Partial<V1Container> = {}, spec: Partial<V1PodSpec> = {}): Promise<void> {
+async function runPod(
+  name: string,
+  container: Partial<V1Container> = {},
+  spec: Partial<V1PodSpec> = {},
+): Promise<void> {
   const main: V1Container = { name: 'main', image: 'busybox', command: ['sleep', '3600'], ...container };
-  await core.createNamespacedPod({ namespace: 'default', body: { metadata: { name }, spec: { containers: [main], ...spec } } });
+  await core.createNamespacedPod({
+    namespace: 'default',
+    body: { metadata: { name }, spec: { containers: [main], ...spec } },
+  });
   await waitForPod(core, name, 'Running', (p) => p.status?.phase === 'Running');
 }
 
 async function exec(pod: string, command: string[], container?: string) {
-  return execOutput(await cluster.runtime!.exec({ namespace: 'default', pod, container, command, stdin: false, tty: false }));
+  return execOutput(
+    await cluster.runtime!.exec({ namespace: 'default', pod, container, command, stdin: false, tty: false }),
+  );
 }
 
 /** The CapEff mask (/proc/<pid>/status) of a capability set. */
@@ -65,19 +74,30 @@ describe('stand-in containers', () => {
   it('kubectl run --image=devop.test/shell -- sleep 1 completes', async () => {
     const name = podName('run');
     const env = { ...process.env, KUBECONFIG: cluster.kubeconfigPath, HOME: home };
-    await runFile('kubectl', ['run', name, '--image=devop.test/shell', '--restart=Never', '--', 'sleep', '1'], { env, timeout: 60_000 });
+    await runFile('kubectl', ['run', name, '--image=devop.test/shell', '--restart=Never', '--', 'sleep', '1'], {
+      env,
+      timeout: 60_000,
+    });
     const pod = await waitForPod(core, name, 'Succeeded', (p) => p.status?.phase === 'Succeeded');
     expect(pod.status!.containerStatuses![0].state!.terminated).toMatchObject({ exitCode: 0, reason: 'Completed' });
     expect(pod.status!.containerStatuses![0].imageID).toMatch(/^devop\.test\/shell@sha256:[0-9a-f]{64}$/);
   });
 
-  it("has the image's files at its root, in a mount namespace of its own; host files only through a hostPath", async () => {
+  it("has its image's files at its root, in a mount namespace of its own; host files via hostPath", async () => {
     // Given an image with a file the host does not have, and a host directory with a file the image does not have
     const marker = `/devop-image-marker-${randomBytes(3).toString('hex')}`;
-    const image = await buildImage({ from: 'devop.test/shell', ref: `devop.test/marker-${randomBytes(3).toString('hex')}`, files: { [marker]: 'from the image\n' } });
+    const image = await buildImage({
+      from: 'devop.test/shell',
+      ref: `devop.test/marker-${randomBytes(3).toString('hex')}`,
+      files: { [marker]: 'from the image\n' },
+    });
     try {
       const name = podName('root');
-      await runPod(name, { image, volumeMounts: [{ name: 'host', mountPath: '/host' }] }, { volumes: [{ name: 'host', hostPath: { path: home } }] });
+      await runPod(
+        name,
+        { image, volumeMounts: [{ name: 'host', mountPath: '/host' }] },
+        { volumes: [{ name: 'host', hostPath: { path: home } }] },
+      );
       const hostFile = join(home, 'on-the-host');
       writeFileSync(hostFile, 'from the host\n');
       // Then the container sees the image's file and not the host's root, the host file only under /host
@@ -99,11 +119,17 @@ describe('stand-in containers', () => {
     const tuned = podName('capt');
     const minimal = podName('capm');
     await runPod(plain);
-    await runPod(tuned, { securityContext: { capabilities: { add: ['NET_ADMIN', 'SYS_PTRACE'], drop: ['NET_RAW', 'MKNOD'] } } });
+    await runPod(tuned, {
+      securityContext: { capabilities: { add: ['NET_ADMIN', 'SYS_PTRACE'], drop: ['NET_RAW', 'MKNOD'] } },
+    });
     await runPod(minimal, { securityContext: { capabilities: { drop: ['ALL'], add: ['NET_BIND_SERVICE'] } } });
     expect(await capEff(plain, '1')).toBe(capMask(DEFAULT_CAPABILITIES));
     expect(await capEff(plain, '1')).toBe('00000000a80425fb');
-    const expected = [...DEFAULT_CAPABILITIES.filter((c) => c !== 'CAP_NET_RAW' && c !== 'CAP_MKNOD'), 'CAP_NET_ADMIN', 'CAP_SYS_PTRACE'];
+    const expected = [
+      ...DEFAULT_CAPABILITIES.filter((c) => c !== 'CAP_NET_RAW' && c !== 'CAP_MKNOD'),
+      'CAP_NET_ADMIN',
+      'CAP_SYS_PTRACE',
+    ];
     expect(await capEff(tuned, '1')).toBe(capMask(expected));
     expect(await capEff(minimal, '1')).toBe(capMask(['CAP_NET_BIND_SERVICE']));
     // An exec'd process gets the container's set too
@@ -125,11 +151,23 @@ describe('stand-in containers', () => {
     await core.replaceNamespacedPodEphemeralcontainers({
       namespace: 'default',
       name: own,
-      body: { ...current, spec: { ...current.spec!, ephemeralContainers: [{ name: 'dbg', image: 'busybox', command: ['sleep', '3600'], targetContainerName: 'main' }] } },
+      body: {
+        ...current,
+        spec: {
+          ...current.spec!,
+          ephemeralContainers: [
+            { name: 'dbg', image: 'busybox', command: ['sleep', '3600'], targetContainerName: 'main' },
+          ],
+        },
+      },
     });
-    await waitForPod(core, own, 'ephemeral running', (p) => Boolean(p.status?.ephemeralContainerStatuses?.[0]?.state?.running));
+    await waitForPod(core, own, 'ephemeral running', (p) =>
+      Boolean(p.status?.ephemeralContainerStatuses?.[0]?.state?.running),
+    );
     expect((await exec(own, ['cat', '/proc/1/cmdline'], 'dbg')).stdout).toBe('sleep\u00003600\u0000');
-    expect((await exec(own, ['readlink', '/proc/self/ns/pid'], 'dbg')).stdout).toBe((await exec(own, ['readlink', '/proc/self/ns/pid'])).stdout);
+    expect((await exec(own, ['readlink', '/proc/self/ns/pid'], 'dbg')).stdout).toBe(
+      (await exec(own, ['readlink', '/proc/self/ns/pid'])).stdout,
+    );
   });
 
   it('runs as runAsUser/runAsGroup, and cannot write a read-only root filesystem', async () => {
@@ -154,18 +192,28 @@ describe('stand-in containers', () => {
     const name = podName('nocmd');
     await core.createNamespacedPod({
       namespace: 'default',
-      body: { metadata: { name }, spec: { restartPolicy: 'Never', containers: [{ name: 'main', image: 'busybox', command: ['no-such-command'] }] } },
+      body: {
+        metadata: { name },
+        spec: {
+          restartPolicy: 'Never',
+          containers: [{ name: 'main', image: 'busybox', command: ['no-such-command'] }],
+        },
+      },
     });
     const pod = await waitForPod(core, name, 'Failed', (p) => p.status?.phase === 'Failed');
     expect(pod.status!.containerStatuses![0].state!.terminated).toMatchObject({ exitCode: 128, reason: 'StartError' });
-    expect(pod.status!.containerStatuses![0].state!.terminated!.message).toContain('"no-such-command": executable file not found in $PATH');
+    expect(pod.status!.containerStatuses![0].state!.terminated!.message).toContain(
+      '"no-such-command": executable file not found in $PATH',
+    );
   });
 
   it('refuses to start a node without image archives, naming the fix', async () => {
     const empty = mkdtempSync(join(tmpdir(), 'devop-no-images-'));
     try {
       await expect(startCluster({ imagesDir: empty })).rejects.toThrow(/no container images in .*devop-no-images-/);
-      await expect(startCluster({ imagesDir: empty })).rejects.toMatchObject({ hint: expect.stringContaining('npm run images') });
+      await expect(startCluster({ imagesDir: empty })).rejects.toMatchObject({
+        hint: expect.stringContaining('npm run images'),
+      });
     } finally {
       rmSync(empty, { recursive: true, force: true });
     }

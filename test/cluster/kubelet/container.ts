@@ -1,6 +1,6 @@
 // One container attempt as containerd runs it: a snapshot of the image mounted as its rootfs, the OCI spec the kubelet
-// built (oci-spec.ts), and `ctr run --config` in the foreground — its stdout/stderr are the container's (to the log file),
-// its exit status is the task's. Signals go to the task through containerd (`ctr tasks kill`), never to ctr itself.
+// built (oci-spec.ts), and `ctr run --config` in the foreground — its stdout/stderr are the container's (to the log
+// file), its exit status is the task's. Signals go to the task through containerd (`ctr tasks kill`), never to ctr.
 import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -43,7 +43,16 @@ export interface ContainerExit {
 }
 
 /** Signal numbers for the 128+n exit codes a runtime reports for a killed process. */
-export const SIGNAL_NUMBERS: Record<string, number> = { SIGHUP: 1, SIGINT: 2, SIGQUIT: 3, SIGABRT: 6, SIGKILL: 9, SIGSEGV: 11, SIGPIPE: 13, SIGTERM: 15 };
+export const SIGNAL_NUMBERS: Record<string, number> = {
+  SIGHUP: 1,
+  SIGINT: 2,
+  SIGQUIT: 3,
+  SIGABRT: 6,
+  SIGKILL: 9,
+  SIGSEGV: 11,
+  SIGPIPE: 13,
+  SIGTERM: 15,
+};
 
 /** How often the launcher looks for the pid file that says containerd created the task. */
 const PID_POLL_MS = 20;
@@ -96,7 +105,7 @@ export class ContainerProcess {
     return this.exitInfo;
   }
 
-  /** Sends a signal to the container's main process, as a runtime does for SIGTERM; SIGKILL kills all of its processes. */
+  /** Signals the container's main process, as a runtime does for SIGTERM; SIGKILL kills all of its processes. */
   signal(sig: NodeJS.Signals): void {
     if (!this.running) return;
     if (!this.hasStarted) {
@@ -124,7 +133,12 @@ export class ContainerProcess {
     }
     try {
       const user = launch.resolveUser?.(rootfs) ?? { uid: launch.spec.uid, gid: launch.spec.gid };
-      const spec = containerSpec({ ...launch.spec, ...user, rootfs, cgroupsPath: containerCgroup(launch.instance, launch.id) });
+      const spec = containerSpec({
+        ...launch.spec,
+        ...user,
+        rootfs,
+        cgroupsPath: containerCgroup(launch.instance, launch.id),
+      });
       const specPath = join(launch.workDir, 'config.json');
       writeFileSync(specPath, JSON.stringify(spec));
       if (this.cancelled) return startError('the pod is stopping');
@@ -141,11 +155,15 @@ export class ContainerProcess {
   private runTask(specPath: string): Promise<ContainerExit> {
     const { launch } = this;
     const pidFile = join(launch.workDir, 'pid');
-    const labels = Object.entries({ ...launch.labels, [INSTANCE_LABEL]: launch.instance }).flatMap(([k, v]) => ['--label', `${k}=${v}`]);
+    const labels = Object.entries({ ...launch.labels, [INSTANCE_LABEL]: launch.instance }).flatMap(([k, v]) => [
+      '--label',
+      `${k}=${v}`,
+    ]);
     const [cmd, ...args] = ctrArgv(['run', '--rm', '--config', specPath, '--pid-file', pidFile, ...labels, launch.id]);
     const child = spawn(cmd, args, { stdio: [launch.stdin ? 'pipe' : 'ignore', 'pipe', 'pipe'] });
     const log = new ContainerLogWriter(launch.logPath);
-    // Until the task exists, what ctr prints on stderr is ctr's (why it could not create the task), not the container's.
+    // Until the task exists, what ctr prints on stderr is ctr's (why it could not create the task), not the
+    // container's.
     let launchErrors = '';
     child.stdout?.on('data', (c: Buffer) => log.write('stdout', c));
     child.stderr?.on('data', (c: Buffer) => {
@@ -175,7 +193,8 @@ export class ContainerProcess {
           return;
         }
         // ctr ended by a signal (it never is by the kubelet): the task may still be there.
-        if (code === null) void ctrQuiet(['tasks', 'rm', '-f', launch.id]).then(() => ctrQuiet(['containers', 'rm', launch.id]));
+        if (code === null)
+          void ctrQuiet(['tasks', 'rm', '-f', launch.id]).then(() => ctrQuiet(['containers', 'rm', launch.id]));
         const exitCode = code ?? 128 + (SIGNAL_NUMBERS[signal ?? ''] ?? 0);
         resolve({
           exitCode,

@@ -73,7 +73,9 @@ async function withLock<T>(lockPath: string, fn: () => Promise<T>): Promise<T> {
   });
   await new Promise<void>((resolve, reject) => {
     holder.stdout.once('data', () => resolve());
-    holder.once('exit', (code) => reject(new Error(`could not take ${lockPath} within ${LOCK_WAIT_S} s (flock exited ${code})`)));
+    holder.once('exit', (code) =>
+      reject(new Error(`could not take ${lockPath} within ${LOCK_WAIT_S} s (flock exited ${code})`)),
+    );
     holder.once('error', reject);
   });
   try {
@@ -199,14 +201,21 @@ export interface ImageInfo {
 }
 
 interface OciImageConfig {
-  config?: { Entrypoint?: string[] | null; Cmd?: string[] | null; Env?: string[] | null; WorkingDir?: string; User?: string };
+  config?: {
+    Entrypoint?: string[] | null;
+    Cmd?: string[] | null;
+    Env?: string[] | null;
+    WorkingDir?: string;
+    User?: string;
+  };
   rootfs?: { diff_ids?: string[] };
 }
 
 /** The chain ID of a layer stack (OCI image spec): the name containerd gives the snapshot of the top layer. */
 export function chainID(diffIDs: string[]): string {
   let chain = diffIDs[0] ?? '';
-  for (const diff of diffIDs.slice(1)) chain = `sha256:${createHash('sha256').update(`${chain} ${diff}`).digest('hex')}`;
+  for (const diff of diffIDs.slice(1))
+    chain = `sha256:${createHash('sha256').update(`${chain} ${diff}`).digest('hex')}`;
   return chain;
 }
 
@@ -322,7 +331,9 @@ export async function removeInstanceContainers(instance: string): Promise<void> 
   if (await answers()) {
     let ids: string[] = [];
     try {
-      ids = (await ctr(['containers', 'ls', '-q', `labels."${INSTANCE_LABEL}"==${instance}`])).split('\n').filter(Boolean);
+      ids = (await ctr(['containers', 'ls', '-q', `labels."${INSTANCE_LABEL}"==${instance}`]))
+        .split('\n')
+        .filter(Boolean);
     } catch (err) {
       if (!(err instanceof HostCommandError)) throw err;
     }

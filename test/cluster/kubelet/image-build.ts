@@ -51,7 +51,11 @@ export async function buildImage(build: ImageBuild): Promise<string> {
     // Fixed owner and time: the same files give the same layer digest.
     await run('tar', ['-C', tree, '--owner=0', '--group=0', '--mtime=@0', '--sort=name', '-cf', layerPath, '.']);
     const layer = readFileSync(layerPath);
-    const layerDesc = { mediaType: 'application/vnd.oci.image.layer.v1.tar', digest: sha256(layer), size: layer.length };
+    const layerDesc = {
+      mediaType: 'application/vnd.oci.image.layer.v1.tar',
+      digest: sha256(layer),
+      size: layer.length,
+    };
     const newConfig = Buffer.from(
       JSON.stringify({
         ...config,
@@ -63,7 +67,11 @@ export async function buildImage(build: ImageBuild): Promise<string> {
         rootfs: { type: 'layers', diff_ids: [...config.rootfs.diff_ids, layerDesc.digest] },
       }),
     );
-    const configDesc = { mediaType: 'application/vnd.oci.image.config.v1+json', digest: sha256(newConfig), size: newConfig.length };
+    const configDesc = {
+      mediaType: 'application/vnd.oci.image.config.v1+json',
+      digest: sha256(newConfig),
+      size: newConfig.length,
+    };
     const newManifest = Buffer.from(
       JSON.stringify({
         schemaVersion: 2,
@@ -72,16 +80,27 @@ export async function buildImage(build: ImageBuild): Promise<string> {
         layers: [...manifest.layers, layerDesc],
       }),
     );
-    const manifestDesc = { mediaType: 'application/vnd.oci.image.manifest.v1+json', digest: sha256(newManifest), size: newManifest.length };
+    const manifestDesc = {
+      mediaType: 'application/vnd.oci.image.manifest.v1+json',
+      digest: sha256(newManifest),
+      size: newManifest.length,
+    };
     // An OCI layout with the new blobs only: the base layers are in containerd's content store already.
     const layout = join(work, 'layout');
     const blobs = join(layout, 'blobs', 'sha256');
     mkdirSync(blobs, { recursive: true });
-    for (const [desc, data] of [[layerDesc, layer], [configDesc, newConfig], [manifestDesc, newManifest]] as const) {
+    for (const [desc, data] of [
+      [layerDesc, layer],
+      [configDesc, newConfig],
+      [manifestDesc, newManifest],
+    ] as const) {
       writeFileSync(join(blobs, desc.digest.slice('sha256:'.length)), data);
     }
     writeFileSync(join(layout, 'oci-layout'), JSON.stringify({ imageLayoutVersion: '1.0.0' }));
-    const index = { schemaVersion: 2, manifests: [{ ...manifestDesc, annotations: { 'org.opencontainers.image.ref.name': ref } }] };
+    const index = {
+      schemaVersion: 2,
+      manifests: [{ ...manifestDesc, annotations: { 'org.opencontainers.image.ref.name': ref } }],
+    };
     writeFileSync(join(layout, 'index.json'), JSON.stringify(index));
     const archive = join(work, 'image.oci.tar');
     await run('tar', ['-C', layout, '-cf', archive, 'oci-layout', 'index.json', 'blobs']);

@@ -1,6 +1,7 @@
-// The OCI runtime spec of one container, built as containerd's CRI plugin builds it for a Kubernetes container: the image
-// rootfs (a snapshot mounted by the runtime), the pod's network namespace, its own mount/IPC/UTS (and PID unless hostPID)
-// namespaces, Kubernetes' default capabilities + add − drop, privileged, runAsUser/runAsGroup, readOnlyRootFilesystem.
+// The OCI runtime spec of one container, built as containerd's CRI plugin builds it for a Kubernetes container: the
+// image rootfs (a snapshot mounted by the kubelet), the pod's network namespace, its own mount/IPC/UTS (and PID unless
+// hostPID) namespaces, Kubernetes' default capabilities + add − drop, privileged, runAsUser/runAsGroup,
+// readOnlyRootFilesystem.
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 
@@ -22,15 +23,49 @@ export const DEFAULT_CAPABILITIES = [
   'CAP_AUDIT_WRITE',
 ];
 
-/** Every capability runc 1.1 knows, in kernel order (bit n = capability n): `ALL` and privileged containers get these. */
+/** Every capability runc 1.1 knows, in kernel order (bit n = capability n): what `ALL` and privileged ask for. */
 export const ALL_CAPABILITIES = [
-  'CAP_CHOWN', 'CAP_DAC_OVERRIDE', 'CAP_DAC_READ_SEARCH', 'CAP_FOWNER', 'CAP_FSETID', 'CAP_KILL', 'CAP_SETGID',
-  'CAP_SETUID', 'CAP_SETPCAP', 'CAP_LINUX_IMMUTABLE', 'CAP_NET_BIND_SERVICE', 'CAP_NET_BROADCAST', 'CAP_NET_ADMIN',
-  'CAP_NET_RAW', 'CAP_IPC_LOCK', 'CAP_IPC_OWNER', 'CAP_SYS_MODULE', 'CAP_SYS_RAWIO', 'CAP_SYS_CHROOT', 'CAP_SYS_PTRACE',
-  'CAP_SYS_PACCT', 'CAP_SYS_ADMIN', 'CAP_SYS_BOOT', 'CAP_SYS_NICE', 'CAP_SYS_RESOURCE', 'CAP_SYS_TIME',
-  'CAP_SYS_TTY_CONFIG', 'CAP_MKNOD', 'CAP_LEASE', 'CAP_AUDIT_WRITE', 'CAP_AUDIT_CONTROL', 'CAP_SETFCAP',
-  'CAP_MAC_OVERRIDE', 'CAP_MAC_ADMIN', 'CAP_SYSLOG', 'CAP_WAKE_ALARM', 'CAP_BLOCK_SUSPEND', 'CAP_AUDIT_READ',
-  'CAP_PERFMON', 'CAP_BPF', 'CAP_CHECKPOINT_RESTORE',
+  'CAP_CHOWN',
+  'CAP_DAC_OVERRIDE',
+  'CAP_DAC_READ_SEARCH',
+  'CAP_FOWNER',
+  'CAP_FSETID',
+  'CAP_KILL',
+  'CAP_SETGID',
+  'CAP_SETUID',
+  'CAP_SETPCAP',
+  'CAP_LINUX_IMMUTABLE',
+  'CAP_NET_BIND_SERVICE',
+  'CAP_NET_BROADCAST',
+  'CAP_NET_ADMIN',
+  'CAP_NET_RAW',
+  'CAP_IPC_LOCK',
+  'CAP_IPC_OWNER',
+  'CAP_SYS_MODULE',
+  'CAP_SYS_RAWIO',
+  'CAP_SYS_CHROOT',
+  'CAP_SYS_PTRACE',
+  'CAP_SYS_PACCT',
+  'CAP_SYS_ADMIN',
+  'CAP_SYS_BOOT',
+  'CAP_SYS_NICE',
+  'CAP_SYS_RESOURCE',
+  'CAP_SYS_TIME',
+  'CAP_SYS_TTY_CONFIG',
+  'CAP_MKNOD',
+  'CAP_LEASE',
+  'CAP_AUDIT_WRITE',
+  'CAP_AUDIT_CONTROL',
+  'CAP_SETFCAP',
+  'CAP_MAC_OVERRIDE',
+  'CAP_MAC_ADMIN',
+  'CAP_SYSLOG',
+  'CAP_WAKE_ALARM',
+  'CAP_BLOCK_SUSPEND',
+  'CAP_AUDIT_READ',
+  'CAP_PERFMON',
+  'CAP_BPF',
+  'CAP_CHECKPOINT_RESTORE',
 ];
 
 function capName(name: string): string {
@@ -82,8 +117,16 @@ export interface ContainerSpecInput {
 }
 
 const MASKED_PATHS = [
-  '/proc/acpi', '/proc/asound', '/proc/kcore', '/proc/keys', '/proc/latency_stats', '/proc/timer_list',
-  '/proc/timer_stats', '/proc/sched_debug', '/proc/scsi', '/sys/firmware',
+  '/proc/acpi',
+  '/proc/asound',
+  '/proc/kcore',
+  '/proc/keys',
+  '/proc/latency_stats',
+  '/proc/timer_list',
+  '/proc/timer_stats',
+  '/proc/sched_debug',
+  '/proc/scsi',
+  '/sys/firmware',
 ];
 const READONLY_PATHS = ['/proc/bus', '/proc/fs', '/proc/irq', '/proc/sys', '/proc/sysrq-trigger'];
 
@@ -102,17 +145,32 @@ export function containerSpec(input: ContainerSpecInput): Record<string, unknown
     { destination: '/proc', type: 'proc', source: 'proc', options: ['nosuid', 'noexec', 'nodev'] },
     input.privileged
       ? { destination: '/dev', type: 'bind', source: '/dev', options: ['rbind', 'nosuid'] }
-      : { destination: '/dev', type: 'tmpfs', source: 'tmpfs', options: ['nosuid', 'strictatime', 'mode=755', 'size=65536k'] },
+      : {
+          destination: '/dev',
+          type: 'tmpfs',
+          source: 'tmpfs',
+          options: ['nosuid', 'strictatime', 'mode=755', 'size=65536k'],
+        },
     {
       destination: '/dev/pts',
       type: 'devpts',
       source: 'devpts',
       options: ['nosuid', 'noexec', 'newinstance', 'ptmxmode=0666', 'mode=0620', 'gid=5'],
     },
-    { destination: '/dev/shm', type: 'tmpfs', source: 'shm', options: ['nosuid', 'noexec', 'nodev', 'mode=1777', 'size=65536k'] },
+    {
+      destination: '/dev/shm',
+      type: 'tmpfs',
+      source: 'shm',
+      options: ['nosuid', 'noexec', 'nodev', 'mode=1777', 'size=65536k'],
+    },
     { destination: '/dev/mqueue', type: 'mqueue', source: 'mqueue', options: ['nosuid', 'noexec', 'nodev'] },
     { destination: '/sys', type: 'sysfs', source: 'sysfs', options: ro(['nosuid', 'noexec', 'nodev']) },
-    { destination: '/sys/fs/cgroup', type: 'cgroup', source: 'cgroup', options: ro(['nosuid', 'noexec', 'nodev', 'relatime']) },
+    {
+      destination: '/sys/fs/cgroup',
+      type: 'cgroup',
+      source: 'cgroup',
+      options: ro(['nosuid', 'noexec', 'nodev', 'relatime']),
+    },
     ...input.mounts.map((m) => ({
       destination: m.destination,
       type: 'bind',
@@ -162,10 +220,15 @@ function lookup(file: string, name: string): string[] | undefined {
 
 /**
  * The uid/gid a container runs as, as the CRI plugin decides: runAsUser/runAsGroup when set, else the image's `User`
- * (`name`, `uid`, `name:group`, `uid:gid`) looked up in the rootfs' /etc/passwd and /etc/group; the primary group of the
- * user when no group is named; root when nothing is said.
+ * (`name`, `uid`, `name:group`, `uid:gid`) looked up in the rootfs' /etc/passwd and /etc/group; the primary group of
+ * the user when no group is named; root when nothing is said.
  */
-export function resolveUser(rootfs: string, imageUser: string | undefined, runAsUser?: number, runAsGroup?: number): { uid: number; gid: number } {
+export function resolveUser(
+  rootfs: string,
+  imageUser: string | undefined,
+  runAsUser?: number,
+  runAsGroup?: number,
+): { uid: number; gid: number } {
   const [userPart, groupPart] = (imageUser ?? '').split(':');
   let uid = 0;
   let gid: number | undefined;
