@@ -1,4 +1,5 @@
-// The kubelet's pure parts, without root: image references, capabilities, env building, DNS answers and the ClusterIP rule set.
+// The kubelet's pure parts, without root: image references, the container spec and user, capabilities, env building,
+// DNS answers and the ClusterIP rule set.
 import type { V1Endpoints, V1Pod, V1Service, V1ServicePort } from '@kubernetes/client-node';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';

@@ -1,6 +1,6 @@
 // pods/exec's backend: `ctr tasks exec` runs a command in a running container's task — its namespaces, cgroup, user,
-// env, capabilities and working directory come from the container's spec, as with CRI's ExecSync/Exec. With tty, ctr gets a
-// terminal from script(1) (ctr only allocates one for a terminal it runs in).
+// env, capabilities and working directory come from the container's spec, as with CRI's ExecSync/Exec. With tty, ctr
+// gets a terminal from script(1) (ctr only allocates one for a terminal it runs in).
 import { randomBytes } from 'node:crypto';
 import { spawn } from 'node:child_process';
 import type { ExecProcess } from '../node-runtime.js';

@@ -1,5 +1,6 @@
 // Clean-up of stand-in nodes whose process died without stop() (a killed test run): everything named after their
-// instance — containers, tasks, snapshots and cgroups in containerd, netns, links, iptables chains, /etc/netns files, state — is removed.
+// instance — containers, tasks, snapshots and cgroups in containerd, netns, links, iptables chains, /etc/netns files,
+// state — is removed.
 import { existsSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { removeInstanceContainers } from './containerd.js';
