@@ -68,4 +68,17 @@ describe('stand-in containerd', () => {
     const { stdout } = await runFile('ctr', ['-a', join(runDir, 'containerd.sock'), 'version']);
     expect(stdout).toContain('Server:');
   });
+
+  it('says what to install when containerd is missing', async () => {
+    const failed = await runFile(
+      process.execPath,
+      ['--import', 'tsx', 'test/cluster/kubelet/fixtures/ensure-containerd.ts', runDir, root],
+      { env: { ...process.env, PATH: '/nonexistent' }, timeout: 60_000 },
+    ).then(
+      () => undefined,
+      (err: { stderr?: string }) => err.stderr ?? '',
+    );
+    expect(failed).toMatch(/containerd is not installed/);
+    expect(failed).toMatch(/apt-get install containerd runc/);
+  });
 });
