@@ -13,7 +13,7 @@ import { requireRoot } from '../helpers/root.js';
 import { startCluster, type ClusterHandle } from './index.js';
 import { buildImage } from './kubelet/image-build.js';
 import { ALL_CAPABILITIES, boundingCapabilities, DEFAULT_CAPABILITIES } from './kubelet/oci-spec.js';
-import { execOutput, removeImage, waitForPod } from './kubelet/testing.js';
+import { execOutput, readAll, removeImage, waitForPod } from './kubelet/testing.js';
 
 requireRoot('stand-in kubelet: containers');
 
@@ -205,6 +205,32 @@ describe('stand-in containers', () => {
     expect(pod.status!.containerStatuses![0].state!.terminated!.message).toContain(
       '"no-such-command": executable file not found in $PATH',
     );
+  });
+
+  it('a container that ends at once has started: its stdout and stderr are in the log, its events say Started', async () => {
+    const names = [podName('fast'), podName('fast'), podName('fast')];
+    for (const name of names) {
+      await core.createNamespacedPod({
+        namespace: 'default',
+        body: {
+          metadata: { name },
+          spec: {
+            restartPolicy: 'Never',
+            containers: [{ name: 'main', image: 'busybox', command: ['sh', '-c', 'echo out; echo err >&2'] }],
+          },
+        },
+      });
+    }
+    for (const name of names) {
+      const pod = await waitForPod(core, name, 'Succeeded', (p) => p.status?.phase === 'Succeeded');
+      expect(pod.status!.containerStatuses![0].state!.terminated).toMatchObject({ exitCode: 0, reason: 'Completed' });
+      const log = await readAll(await cluster.runtime!.logs({ namespace: 'default', pod: name, follow: false }));
+      expect(log.split('\n').sort()).toEqual(['', 'err', 'out']);
+      const events = await core.listNamespacedEvent({ namespace: 'default' });
+      const reasons = events.items.filter((e) => e.involvedObject.name === name).map((e) => e.reason);
+      expect(reasons).toContain('Started');
+      expect(reasons).not.toContain('Failed');
+    }
   });
 
   it('refuses to start a node without image archives, naming the fix', async () => {

@@ -171,27 +171,33 @@ export class ContainerProcess {
       else launchErrors += c.toString();
     });
     child.stdin?.on('error', () => {});
-    const watchPid = setInterval(() => {
-      if (this.hasStarted || !existsSync(pidFile)) return;
-      this.taskPid = Number(readFileSync(pidFile, 'utf8').trim()) || 0;
-      if (!this.taskPid) return;
-      clearInterval(watchPid);
+    // The pid file says the task exists; what reached stderr since is the container's (a fast one may have written).
+    const taskCreated = (): boolean => {
+      if (this.hasStarted) return true;
+      this.taskPid = existsSync(pidFile) ? Number(readFileSync(pidFile, 'utf8').trim()) || 0 : 0;
+      if (!this.taskPid) return false;
       this.hasStarted = true;
       this.startedAt = new Date();
+      if (launchErrors) log.write('stderr', launchErrors);
       if (this.cancelled) this.signal('SIGKILL');
       this.markStarted();
-    }, PID_POLL_MS);
+      return true;
+    };
+    const watchPid = setInterval(() => taskCreated() && clearInterval(watchPid), PID_POLL_MS);
     return new Promise<ContainerExit>((resolve) => {
       child.on('error', () => {});
       child.on('close', (code, signal) => {
         clearInterval(watchPid);
-        void log.close().then(() => (this.logClosed = true));
         const finishedAt = new Date();
-        if (!this.hasStarted && !existsSync(pidFile)) {
+        // ctr failing to start a created task also prints "ctr: …" and exits 1 before the kubelet saw it start.
+        const ctrFailed = !this.hasStarted && code !== 0 && /^ctr: /m.test(launchErrors);
+        if (ctrFailed || !taskCreated()) {
+          void log.close().then(() => (this.logClosed = true));
           const message = launchErrors.replace(/^ctr: /, '').trim() || `ctr exited with ${code ?? signal}`;
           resolve({ exitCode: 128, reason: 'StartError', message, startedAt: finishedAt, finishedAt });
           return;
         }
+        void log.close().then(() => (this.logClosed = true));
         // ctr ended by a signal (it never is by the kubelet): the task may still be there.
         if (code === null)
           void ctrQuiet(['tasks', 'rm', '-f', launch.id]).then(() => ctrQuiet(['containers', 'rm', launch.id]));
