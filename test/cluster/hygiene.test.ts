@@ -18,6 +18,7 @@ interface Footprint {
   containers: string[];
   tasks: string[];
   snapshots: string[];
+  snapshotLabels: string[];
   mounts: string[];
   netns: string[];
   links: string[];
@@ -31,6 +32,7 @@ const NOTHING: Footprint = {
   containers: [],
   tasks: [],
   snapshots: [],
+  snapshotLabels: [],
   mounts: [],
   netns: [],
   links: [],
@@ -51,6 +53,19 @@ function cgroupsOf(instance: string): string[] {
   return found;
 }
 
+/** Snapshots whose labels name the instance. */
+async function snapshotsLabelled(instance: string): Promise<string[]> {
+  const keys = (await ctr(['snapshots', 'ls'])).split('\n').slice(1).map((l) => l.split(/\s+/)[0]).filter(Boolean);
+  const labelled: string[] = [];
+  for (const key of keys.filter((k) => k.startsWith('devop/'))) {
+    const info = JSON.parse(await ctr(['snapshots', 'info', key]).catch(() => '{}')) as {
+      Labels?: Record<string, string>;
+    };
+    if (info.Labels?.[INSTANCE_LABEL] === instance) labelled.push(key);
+  }
+  return labelled;
+}
+
 async function footprint(instance: string): Promise<Footprint> {
   const tag = linkTag(instance);
   const sh = (cmd: string, args: string[]) => execFileSync(cmd, args, { encoding: 'utf8' });
@@ -61,6 +76,7 @@ async function footprint(instance: string): Promise<Footprint> {
     containers,
     tasks,
     snapshots: (await ctr(['snapshots', 'ls'])).split('\n').filter((l) => l.startsWith(`devop/${instance}/`)),
+    snapshotLabels: await snapshotsLabelled(instance),
     mounts: readFileSync('/proc/self/mountinfo', 'utf8').split('\n').filter((l) => l.includes(`/devop-standin/${instance}/`)),
     netns: sh('ip', ['netns', 'list']).split('\n').filter((l) => l.includes(instance)),
     links: sh('ip', ['-o', 'link']).split('\n').filter((l) => l.includes(tag)),
@@ -141,6 +157,7 @@ describe('stand-in hygiene', () => {
     expect(during.containers.length).toBe(2);
     expect(during.tasks.length).toBe(2);
     expect(during.snapshots.length).toBe(2);
+    expect(during.snapshotLabels.length).toBe(2);
     expect(during.mounts.length).toBe(2);
     expect(during.netns.length).toBe(2);
     expect(during.links.length).toBe(3);

@@ -277,7 +277,10 @@ export async function mountRootfs(instance: string, id: string, image: ImageInfo
   const dir = rootfsDir(instance, id);
   mkdirSync(dir, { recursive: true });
   try {
+    // Labelled like the instance's containers (the key says it too): `ctr snapshots ls` tells whose it is.
+    const label = ctr(['snapshots', 'label', key, `${INSTANCE_LABEL}=${instance}`]);
     for (const m of mounts) await run('mount', ['-t', m.Type, '-o', m.Options.join(','), m.Source, dir]);
+    await label;
   } catch (err) {
     await ctrQuiet(['snapshots', 'rm', key]);
     throw err;
