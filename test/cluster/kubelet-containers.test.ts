@@ -170,6 +170,21 @@ describe('stand-in containers', () => {
     );
   });
 
+  it('execs with a terminal when asked (tty), in the container, with its exit code', async () => {
+    const name = podName('tty');
+    await runPod(name);
+    const proc = await cluster.runtime!.exec({
+      namespace: 'default',
+      pod: name,
+      command: ['sh', '-c', 'test -t 0 && test -t 1 && echo "tty $(cat /proc/1/cmdline | tr "\\0" " ")"; exit 3'],
+      stdin: false,
+      tty: true,
+    });
+    const out = await execOutput(proc);
+    expect(out.stdout).toContain('tty sleep 3600');
+    expect(out.exitCode).toBe(3);
+  });
+
   it('runs as runAsUser/runAsGroup, and cannot write a read-only root filesystem', async () => {
     const name = podName('user');
     await runPod(name, { securityContext: { runAsUser: 1234, runAsGroup: 5678, readOnlyRootFilesystem: true } });
