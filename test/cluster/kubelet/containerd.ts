@@ -11,7 +11,6 @@ import { HostCommandError, run, runQuiet } from './host.js';
 
 export const CONTAINERD_ROOT = '/var/lib/devop-standin/containerd';
 const RUN_DIR = '/run/devop-standin';
-export const CONTAINERD_STATE = join(RUN_DIR, 'containerd');
 export const CONTAINERD_SOCKET = join(RUN_DIR, 'containerd.sock');
 /** The namespace a kubelet's CRI uses: `ctr -n k8s.io` shows the stand-in's containers as on a node. */
 export const K8S_NAMESPACE = 'k8s.io';

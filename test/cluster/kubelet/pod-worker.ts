@@ -261,7 +261,6 @@ export class PodWorker {
     mkdirSync(containerLogDir, { recursive: true });
     const attempt: ContainerAttempt = { id, logPath: join(containerLogDir, `${rec.restartCount}.log`) };
     rec.attempts.push(attempt);
-    rec.env = env;
     const sc = rec.spec.securityContext ?? {};
     const podSc = this.pod.spec?.securityContext ?? {};
     const privileged = Boolean(sc.privileged);

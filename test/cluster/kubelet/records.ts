@@ -24,8 +24,6 @@ export interface ContainerRecord {
   /** True when the container will not be started again (completed under its restart policy, or the pod is stopping). */
   done: boolean;
   ready: boolean;
-  /** The env of the current attempt (pods/exec uses it). */
-  env?: Record<string, string>;
   /** `<repository>@<manifest digest>` of the image once containerd has it (status.imageID). */
   imageID?: string;
 }
