@@ -18,16 +18,22 @@ export const K8S_NAMESPACE = 'k8s.io';
 export const INSTANCE_LABEL = 'devop.standin/instance';
 /** How long containerd may take to answer after it was started (a loaded machine). */
 const DAEMON_START_MS = 30_000;
+/** How long a running containerd may take to answer `ctr version` (a loaded machine). */
+const DAEMON_ANSWER_MS = 10_000;
 /** How long one process may wait for another that is starting the daemon or importing images. */
 const LOCK_WAIT_S = 300;
 
+/** A ctr call that takes longer means containerd is stuck (they take tens of ms); an import reads 100 MB archives. */
+const CTR_TIMEOUT_MS = 60_000;
+const IMPORT_TIMEOUT_MS = 600_000;
+
 /** Runs `ctr` against the stand-in's containerd, in namespace k8s.io. */
-export function ctr(args: string[], input?: string): Promise<string> {
-  return run('ctr', ['-a', CONTAINERD_SOCKET, '-n', K8S_NAMESPACE, ...args], input);
+export function ctr(args: string[], input?: string, timeoutMs = CTR_TIMEOUT_MS): Promise<string> {
+  return run('ctr', ['-a', CONTAINERD_SOCKET, '-n', K8S_NAMESPACE, ...args], input, timeoutMs);
 }
 
 export function ctrQuiet(args: string[]): Promise<boolean> {
-  return runQuiet('ctr', ['-a', CONTAINERD_SOCKET, '-n', K8S_NAMESPACE, ...args]);
+  return runQuiet('ctr', ['-a', CONTAINERD_SOCKET, '-n', K8S_NAMESPACE, ...args], CTR_TIMEOUT_MS);
 }
 
 /** The argv prefix of a long-running ctr command (run, tasks exec). */
@@ -85,7 +91,8 @@ async function withLock<T>(lockPath: string, fn: () => Promise<T>): Promise<T> {
 }
 
 async function answers(socket: string = CONTAINERD_SOCKET): Promise<boolean> {
-  return existsSync(socket) && runQuiet('ctr', ['-a', socket, 'version']);
+  // A socket that does not answer within seconds is a daemon that is gone (or stuck): start one.
+  return existsSync(socket) && runQuiet('ctr', ['-a', socket, 'version'], DAEMON_ANSWER_MS);
 }
 
 function daemonConfig(paths: DaemonPaths): string {
@@ -180,7 +187,7 @@ export async function importImages(dir: string): Promise<void> {
   if ((await wanted(await storedImages())).length === 0) return;
   await withLock(daemonFiles(MACHINE_DAEMON).lock, async () => {
     for (const archive of await wanted(await storedImages())) {
-      await ctr(['images', 'import', join(dir, archive)]);
+      await ctr(['images', 'import', join(dir, archive)], undefined, IMPORT_TIMEOUT_MS);
     }
   });
 }

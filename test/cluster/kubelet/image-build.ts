@@ -104,7 +104,7 @@ export async function buildImage(build: ImageBuild): Promise<string> {
     writeFileSync(join(layout, 'index.json'), JSON.stringify(index));
     const archive = join(work, 'image.oci.tar');
     await run('tar', ['-C', layout, '-cf', archive, 'oci-layout', 'index.json', 'blobs']);
-    await ctr(['images', 'import', archive]);
+    await ctr(['images', 'import', archive], undefined, 600_000);
     return ref;
   } finally {
     rmSync(work, { recursive: true, force: true });
