@@ -158,7 +158,9 @@ describe('stand-in hygiene', () => {
     expect(during.tasks.length).toBe(2);
     expect(during.snapshots.length).toBe(2);
     expect(during.snapshotLabels.length).toBe(2);
-    expect(during.mounts.length).toBe(2);
+    // Two rootfs snapshots, and each pod's UTS and IPC namespaces
+    expect(during.mounts.filter((m) => m.includes('/rootfs/')).length).toBe(2);
+    expect(during.mounts.filter((m) => m.includes('/pods/')).length).toBe(4);
     expect(during.netns.length).toBe(2);
     expect(during.links.length).toBe(3);
     // The instance's cgroup and its two containers', in every hierarchy runc uses

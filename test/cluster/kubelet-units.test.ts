@@ -63,7 +63,8 @@ describe('container runtime spec', () => {
     cwd: '/app',
     uid: 1000,
     gid: 1000,
-    hostname: 'web-1',
+    utsPath: '/run/x/pods/dvk-a-1/uts',
+    ipcPath: '/run/x/pods/dvk-a-1/ipc',
     netnsPath: '/run/netns/dvk-a-1',
     capabilities: DEFAULT_CAPABILITIES,
     privileged: false,
@@ -80,16 +81,17 @@ describe('container runtime spec', () => {
   };
   const spec = (over: Partial<ContainerSpecInput> = {}) => containerSpec({ ...input, ...over }) as unknown as Spec;
 
-  it("joins the pod's netns, has its own PID namespace unless hostPID, the target's for an ephemeral container", () => {
+  it("joins the pod's net, UTS and IPC namespaces; its own PID namespace unless hostPID, or its target's", () => {
     expect(spec().linux.namespaces).toEqual([
-      { type: 'ipc' },
-      { type: 'uts' },
+      { type: 'ipc', path: '/run/x/pods/dvk-a-1/ipc' },
+      { type: 'uts', path: '/run/x/pods/dvk-a-1/uts' },
       { type: 'mount' },
       { type: 'network', path: '/run/netns/dvk-a-1' },
       { type: 'pid' },
     ]);
     expect(spec({ pidNamespace: 'host' }).linux.namespaces.map((n) => n.type)).not.toContain('pid');
     expect(spec({ pidNamespace: '/proc/42/ns/pid' }).linux.namespaces).toContainEqual({ type: 'pid', path: '/proc/42/ns/pid' });
+    expect(spec({ ipcPath: 'host' }).linux.namespaces.map((n) => n.type)).not.toContain('ipc');
   });
 
   it('carries the process, user, read-only root, bind mounts and cgroup; privileged drops the masks', () => {

@@ -268,6 +268,11 @@ export function rootfsDir(instance: string, id: string): string {
   return join(RUN_DIR, instance, 'rootfs', id);
 }
 
+/** Where a pod's UTS and IPC namespaces are kept (bind mounts) while the pod exists. */
+export function podNamespacesDir(instance: string, netns: string): string {
+  return join(RUN_DIR, instance, 'pods', netns);
+}
+
 export function snapshotKey(instance: string, id: string): string {
   return `devop/${instance}/${id}`;
 }
@@ -355,6 +360,14 @@ export async function removeInstanceContainers(instance: string): Promise<void> 
   const rootfsRoot = join(RUN_DIR, instance, 'rootfs');
   const ids = existsSync(rootfsRoot) ? readdirSync(rootfsRoot) : [];
   for (const id of ids) await removeRootfs(instance, id);
+  // What else is mounted under the instance's directory (pods' namespaces of a killed run), deepest first.
+  const instanceDir = `${join(RUN_DIR, instance)}/`;
+  const mounted = readFileSync('/proc/self/mountinfo', 'utf8')
+    .split('\n')
+    .map((line) => line.split(' ')[4])
+    .filter((target): target is string => Boolean(target?.startsWith(instanceDir)))
+    .sort((a, b) => b.length - a.length);
+  for (const target of mounted) await runQuiet('umount', ['-l', target]);
   if (await answers()) {
     const keys = (await ctr(['snapshots', 'ls']).catch(() => ''))
       .split('\n')

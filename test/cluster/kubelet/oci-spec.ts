@@ -101,7 +101,10 @@ export interface ContainerSpecInput {
   cwd: string;
   uid: number;
   gid: number;
-  hostname: string;
+  /** The pod's UTS namespace (its hostname is set there). */
+  utsPath: string;
+  /** The pod's IPC namespace; 'host' with hostIPC. */
+  ipcPath: 'host' | string;
   /** /run/netns/<pod netns>. */
   netnsPath: string;
   /** undefined: a PID namespace of its own; 'host': the host's (hostPID); a path: join that one (ephemeral target). */
@@ -133,9 +136,10 @@ const READONLY_PATHS = ['/proc/bus', '/proc/fs', '/proc/irq', '/proc/sys', '/pro
 /** The runtime spec (config.json) that `ctr run --config` hands to runc. */
 export function containerSpec(input: ContainerSpecInput): Record<string, unknown> {
   const ro = (opts: string[]) => (input.privileged ? opts : [...opts, 'ro']);
+  // The pod's namespaces (as a node's containers join the pause container's), a mount namespace of its own.
   const namespaces: Array<{ type: string; path?: string }> = [
-    { type: 'ipc' },
-    { type: 'uts' },
+    ...(input.ipcPath === 'host' ? [] : [{ type: 'ipc', path: input.ipcPath }]),
+    { type: 'uts', path: input.utsPath },
     { type: 'mount' },
     { type: 'network', path: input.netnsPath },
   ];
@@ -194,7 +198,6 @@ export function containerSpec(input: ContainerSpecInput): Record<string, unknown
       noNewPrivileges: input.noNewPrivileges,
     },
     root: { path: input.rootfs, readonly: input.readOnlyRootFilesystem },
-    hostname: input.hostname,
     mounts,
     linux: {
       cgroupsPath: input.cgroupsPath,

@@ -5,7 +5,7 @@ import { mkdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import type { V1Container, V1EphemeralContainer, V1Pod } from '@kubernetes/client-node';
 import { ContainerProcess } from './container.js';
-import type { ImageStore } from './containerd.js';
+import { podNamespacesDir, type ImageStore } from './containerd.js';
 import { buildContainerEnv, EnvConfigError, expandRefs, type EnvSources } from './env.js';
 import { execInContainer } from './exec.js';
 import type { NodeNetwork } from './network.js';
@@ -106,6 +106,8 @@ export class PodWorker {
           namespace: this.namespace,
           dnsSearch: [`${this.namespace}.svc.${this.deps.clusterDomain}`, `svc.${this.deps.clusterDomain}`, this.deps.clusterDomain],
           hostAliases: (this.pod.spec?.hostAliases ?? []).map((a) => ({ ip: a.ip ?? '', hostnames: a.hostnames ?? [] })),
+          namespacesDir: podNamespacesDir(this.deps.instance, names.netns),
+          hostname: this.pod.spec?.hostname ?? this.name,
         });
         this.sandbox = await this.sandboxCreation;
         this.dialer = new PodDialer(names.netns, join(this.deps.stateDir, `${names.netns}.sock`));
@@ -276,7 +278,8 @@ export class PodWorker {
         cwd: rec.spec.workingDir || image.workingDir || '/',
         uid: 0,
         gid: 0,
-        hostname: this.pod.spec?.hostname ?? this.name,
+        utsPath: this.sandbox!.utsPath,
+        ipcPath: this.pod.spec?.hostIPC ? 'host' : this.sandbox!.ipcPath,
         netnsPath: this.sandbox!.netnsPath,
         pidNamespace: this.pidNamespaceOf(rec),
         capabilities: containerCapabilities({ privileged, add: sc.capabilities?.add, drop: sc.capabilities?.drop }).filter((c) =>
