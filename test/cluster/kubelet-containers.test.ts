@@ -215,6 +215,34 @@ describe('stand-in containers', () => {
     expect(write.stderr).toMatch(/Read-only file system/);
   });
 
+  it('is held to its resource limits: memory (killed beyond it, exit 137) and CPU (a CFS quota)', async () => {
+    const name = podName('lim');
+    const limits = { memory: '64Mi', cpu: '500m' };
+    await runPod(name, { resources: { limits } });
+    const pod = await core.readNamespacedPod({ namespace: 'default', name });
+    const id = pod.status!.containerStatuses![0].containerID!.replace('containerd://', '');
+    const cgroup = (controller: string, file: string) =>
+      readFileSync(`/sys/fs/cgroup/${controller}/devop-standin/${cluster.instance}/${id}/${file}`, 'utf8').trim();
+    expect(cgroup('memory', 'memory.limit_in_bytes')).toBe(String(64 * 2 ** 20));
+    expect(cgroup('cpu', 'cpu.cfs_quota_us')).toBe('50000');
+    expect(cgroup('cpu', 'cpu.cfs_period_us')).toBe('100000');
+    // A process that keeps allocating is killed by the kernel, not let through
+    const hog = podName('hog');
+    const grow = 'const a = []; setInterval(() => a.push(Buffer.alloc(8 << 20, 1)), 5)';
+    await core.createNamespacedPod({
+      namespace: 'default',
+      body: {
+        metadata: { name: hog },
+        spec: {
+          restartPolicy: 'Never',
+          containers: [{ name: 'main', image: 'devop.test/shell', command: ['node', '-e', grow], resources: { limits } }],
+        },
+      },
+    });
+    const ended = await waitForPod(core, hog, 'Failed', (p) => p.status?.phase === 'Failed');
+    expect(ended.status!.containerStatuses![0].state!.terminated!.exitCode).toBe(137);
+  });
+
   it('is privileged when asked: every capability the node has, and the host’s devices', async () => {
     const name = podName('priv');
     await runPod(name, { securityContext: { privileged: true } });

@@ -7,7 +7,15 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { normalizeImageRef, parseImageRef } from './images.js';
 import { chainID } from './kubelet/containerd.js';
-import { ALL_CAPABILITIES, containerCapabilities, containerSpec, DEFAULT_CAPABILITIES, resolveUser, type ContainerSpecInput } from './kubelet/oci-spec.js';
+import {
+  ALL_CAPABILITIES,
+  containerCapabilities,
+  containerSpec,
+  DEFAULT_CAPABILITIES,
+  parseQuantity,
+  resolveUser,
+  type ContainerSpecInput,
+} from './kubelet/oci-spec.js';
 import { answerQuery, resolveName } from './kubelet/dns.js';
 import { buildContainerEnv, EnvConfigError, expandRefs, serviceEnv, type EnvSources } from './kubelet/env.js';
 import { ServiceProxy } from './kubelet/service-proxy.js';
@@ -55,24 +63,26 @@ describe('container capabilities', () => {
   });
 });
 
+const baseSpecInput: ContainerSpecInput = {
+  rootfs: '/run/x/rootfs',
+  argv: ['sleep', '1'],
+  env: { PATH: '/bin', A: 'b=c' },
+  cwd: '/app',
+  uid: 1000,
+  gid: 1000,
+  utsPath: '/run/x/pods/dvk-a-1/uts',
+  ipcPath: '/run/x/pods/dvk-a-1/ipc',
+  netnsPath: '/run/netns/dvk-a-1',
+  capabilities: DEFAULT_CAPABILITIES,
+  privileged: false,
+  readOnlyRootFilesystem: true,
+  noNewPrivileges: false,
+  cgroupsPath: '/devop-standin/a/0123',
+  mounts: [{ source: '/etc/netns/dvk-a-1/hosts', destination: '/etc/hosts', readOnly: false }],
+};
+
 describe('container runtime spec', () => {
-  const input: ContainerSpecInput = {
-    rootfs: '/run/x/rootfs',
-    argv: ['sleep', '1'],
-    env: { PATH: '/bin', A: 'b=c' },
-    cwd: '/app',
-    uid: 1000,
-    gid: 1000,
-    utsPath: '/run/x/pods/dvk-a-1/uts',
-    ipcPath: '/run/x/pods/dvk-a-1/ipc',
-    netnsPath: '/run/netns/dvk-a-1',
-    capabilities: DEFAULT_CAPABILITIES,
-    privileged: false,
-    readOnlyRootFilesystem: true,
-    noNewPrivileges: false,
-    cgroupsPath: '/devop-standin/a/0123',
-    mounts: [{ source: '/etc/netns/dvk-a-1/hosts', destination: '/etc/hosts', readOnly: false }],
-  };
+  const input = baseSpecInput;
   type Spec = {
     process: { args: string[]; env: string[]; user: object; capabilities: { effective: string[] } };
     root: { readonly: boolean };
@@ -106,6 +116,24 @@ describe('container runtime spec', () => {
     const p = spec({ privileged: true });
     expect(p.linux.maskedPaths).toBeUndefined();
     expect(p.mounts.find((m) => m.destination === '/sys')?.options).not.toContain('ro');
+  });
+});
+
+describe('resource limits', () => {
+  it('reads Kubernetes quantities and turns limits into a memory limit and a CFS quota', () => {
+    expect(parseQuantity('256Mi')).toBe(256 * 2 ** 20);
+    expect(parseQuantity('1G')).toBe(1e9);
+    expect(parseQuantity('500m')).toBe(0.5);
+    expect(parseQuantity('1.5')).toBe(1.5);
+    expect(parseQuantity('2e3')).toBe(2000);
+    expect(parseQuantity('lots')).toBeUndefined();
+    const resources = (over: Partial<ContainerSpecInput>) =>
+      (containerSpec({ ...baseSpecInput, ...over }) as { linux: { resources: Record<string, unknown> } }).linux.resources;
+    expect(resources({ limits: { memoryBytes: 2 ** 20, cpuMillis: 250 } })).toMatchObject({
+      memory: { limit: 2 ** 20, swap: 2 ** 20 },
+      cpu: { quota: 25_000, period: 100_000 },
+    });
+    expect(resources({})).not.toHaveProperty('memory');
   });
 });
 

@@ -117,6 +117,24 @@ export interface ContainerSpecInput {
   /** Relative to every cgroup hierarchy's root; contains the container ID, as /proc/<pid>/cgroup then shows. */
   cgroupsPath: string;
   mounts: SpecMount[];
+  /** resources.limits: memory in bytes (no swap beyond it), CPU in millicores (a CFS quota). */
+  limits?: { memoryBytes?: number; cpuMillis?: number };
+}
+
+/** The CFS period a CPU limit is a quota of (kubelet's default). */
+const CPU_PERIOD_US = 100_000;
+
+const QUANTITY_SUFFIXES: Record<string, number> = {
+  Ki: 2 ** 10, Mi: 2 ** 20, Gi: 2 ** 30, Ti: 2 ** 40, Pi: 2 ** 50, Ei: 2 ** 60,
+  n: 1e-9, u: 1e-6, m: 1e-3, '': 1, k: 1e3, M: 1e6, G: 1e9, T: 1e12, P: 1e15, E: 1e18,
+};
+
+/** A Kubernetes resource quantity ("256Mi", "500m", "1.5", "2e9") as a number; undefined when it is not one. */
+export function parseQuantity(quantity: string | number | undefined): number | undefined {
+  if (quantity === undefined) return undefined;
+  if (typeof quantity === 'number') return quantity;
+  const m = /^([+-]?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$/.exec(quantity.trim());
+  return m ? Number(m[1]) * QUANTITY_SUFFIXES[m[2] ?? ''] : undefined;
 }
 
 const MASKED_PATHS = [
@@ -202,7 +220,15 @@ export function containerSpec(input: ContainerSpecInput): Record<string, unknown
     linux: {
       cgroupsPath: input.cgroupsPath,
       namespaces,
-      resources: { devices: [{ allow: input.privileged, access: 'rwm' }] },
+      resources: {
+        devices: [{ allow: input.privileged, access: 'rwm' }],
+        ...(input.limits?.memoryBytes
+          ? { memory: { limit: Math.floor(input.limits.memoryBytes), swap: Math.floor(input.limits.memoryBytes) } }
+          : {}),
+        ...(input.limits?.cpuMillis
+          ? { cpu: { quota: Math.ceil((input.limits.cpuMillis * CPU_PERIOD_US) / 1000), period: CPU_PERIOD_US } }
+          : {}),
+      },
       ...(input.privileged ? {} : { maskedPaths: MASKED_PATHS, readonlyPaths: READONLY_PATHS }),
     },
   };

@@ -14,7 +14,7 @@ import { startLivenessLoop, startReadinessLoop, type ProbeTarget } from './probe
 import { currentAttempt, isAlive, isRunning, newRecord, type ContainerAttempt, type ContainerKind, type ContainerRecord } from './records.js';
 import { PodSandbox } from './sandbox.js';
 import { normalizeImageRef } from '../images.js';
-import { containerCapabilities, resolveUser, type SpecMount } from './oci-spec.js';
+import { containerCapabilities, parseQuantity, resolveUser, type SpecMount } from './oci-spec.js';
 import { containerMounts, preparePodVolumes } from './volumes.js';
 
 /** Restart back-off: first restart at once, then doubling from here (kubelet uses 10 s; tests should not wait that). */
@@ -289,6 +289,10 @@ export class PodWorker {
         readOnlyRootFilesystem: Boolean(sc.readOnlyRootFilesystem),
         noNewPrivileges: sc.allowPrivilegeEscalation === false && !privileged,
         mounts: this.mountsOf(rec),
+        limits: {
+          memoryBytes: parseQuantity((rec.spec as V1Container).resources?.limits?.memory),
+          cpuMillis: cpuMillis((rec.spec as V1Container).resources?.limits?.cpu),
+        },
       },
       resolveUser: (rootfs) => resolveUser(rootfs, image.user, runAsUser, runAsGroup),
       labels: {
@@ -444,4 +448,9 @@ export class PodWorker {
 export function fieldPathOf(rec: ContainerRecord): string {
   const section = rec.kind === 'init' ? 'initContainers' : rec.kind === 'ephemeral' ? 'ephemeralContainers' : 'containers';
   return `spec.${section}{${rec.name}}`;
+}
+
+function cpuMillis(cpu: string | undefined): number | undefined {
+  const cores = parseQuantity(cpu);
+  return cores === undefined ? undefined : cores * 1000;
 }
