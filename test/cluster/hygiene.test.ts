@@ -42,13 +42,18 @@ const NOTHING: Footprint = {
   stateDirs: [],
 };
 
-/** The cgroups of the instance in every hierarchy (cgroup v1 controllers and the v2 tree): its root and containers. */
+/** The cgroups of the instance in every hierarchy (cgroup v1 controllers and the v2 tree): its root, pods, containers. */
 function cgroupsOf(instance: string): string[] {
   const found: string[] = [];
+  const walk = (dir: string): void => {
+    found.push(dir);
+    for (const entry of readdirSync(dir, { withFileTypes: true })) {
+      if (entry.isDirectory() && /^(pod[0-9a-f-]+|[0-9a-f]{64})$/.test(entry.name)) walk(`${dir}/${entry.name}`);
+    }
+  };
   for (const hierarchy of readdirSync('/sys/fs/cgroup')) {
     const root = `/sys/fs/cgroup/${hierarchy}/devop-standin/${instance}`;
-    if (!existsSync(root)) continue;
-    found.push(root, ...readdirSync(root).filter((f) => /^[0-9a-f]{64}$/.test(f)).map((f) => `${root}/${f}`));
+    if (existsSync(root)) walk(root);
   }
   return found;
 }
@@ -163,8 +168,8 @@ describe('stand-in hygiene', () => {
     expect(during.mounts.filter((m) => m.includes('/pods/')).length).toBe(4);
     expect(during.netns.length).toBe(2);
     expect(during.links.length).toBe(3);
-    // The instance's cgroup and its two containers', in every hierarchy runc uses
-    expect(during.cgroups.filter((c) => c.startsWith('/sys/fs/cgroup/memory/')).length).toBe(3);
+    // The instance's cgroup, its two pods' and their containers', in every hierarchy runc uses
+    expect(during.cgroups.filter((c) => c.startsWith('/sys/fs/cgroup/memory/')).length).toBe(5);
     expect(during.iptables.length).toBeGreaterThan(0);
     expect(during.etcNetns.length).toBe(2);
     expect(during.stateDirs.length).toBe(3);
@@ -192,7 +197,7 @@ describe('stand-in hygiene', () => {
     await new Promise((r) => child.once('exit', r));
     expect(left.netns.length).toBe(1);
     expect(left.containers.length).toBe(1);
-    expect(left.cgroups.filter((c) => c.startsWith('/sys/fs/cgroup/memory/')).length).toBe(2);
+    expect(left.cgroups.filter((c) => c.startsWith('/sys/fs/cgroup/memory/')).length).toBe(3);
     // (the container and the pod's port-forward relay; the relay ends with its parent, the container would not)
     expect(orphans.length).toBe(2);
     // When another cluster starts (and stops) — on a shared machine another run's start may get there first: same code

@@ -215,14 +215,17 @@ describe('stand-in containers', () => {
     expect(write.stderr).toMatch(/Read-only file system/);
   });
 
-  it('is held to its resource limits: memory (killed beyond it, exit 137) and CPU (a CFS quota)', async () => {
+  it('is held to its resource limits: memory (OOMKilled beyond it, exit 137) and CPU (a CFS quota)', async () => {
     const name = podName('lim');
     const limits = { memory: '64Mi', cpu: '500m' };
     await runPod(name, { resources: { limits } });
     const pod = await core.readNamespacedPod({ namespace: 'default', name });
     const id = pod.status!.containerStatuses![0].containerID!.replace('containerd://', '');
     const cgroup = (controller: string, file: string) =>
-      readFileSync(`/sys/fs/cgroup/${controller}/devop-standin/${cluster.instance}/${id}/${file}`, 'utf8').trim();
+      readFileSync(
+        `/sys/fs/cgroup/${controller}/devop-standin/${cluster.instance}/pod${pod.metadata!.uid}/${id}/${file}`,
+        'utf8',
+      ).trim();
     expect(cgroup('memory', 'memory.limit_in_bytes')).toBe(String(64 * 2 ** 20));
     expect(cgroup('cpu', 'cpu.cfs_quota_us')).toBe('50000');
     expect(cgroup('cpu', 'cpu.cfs_period_us')).toBe('100000');
@@ -240,7 +243,7 @@ describe('stand-in containers', () => {
       },
     });
     const ended = await waitForPod(core, hog, 'Failed', (p) => p.status?.phase === 'Failed');
-    expect(ended.status!.containerStatuses![0].state!.terminated!.exitCode).toBe(137);
+    expect(ended.status!.containerStatuses![0].state!.terminated).toMatchObject({ exitCode: 137, reason: 'OOMKilled' });
   });
 
   it('is privileged when asked: every capability the node has, and the host’s devices', async () => {

@@ -194,7 +194,8 @@ describe('stand-in kubelet', () => {
     const pids = await pidsOfContainer(id);
     expect(pids.length).toBe(1);
     expect(readFileSync(`/proc/${pids[0]}/cmdline`, 'utf8').split('\0')).toEqual(['sleep', '3600', '']);
-    expect(readFileSync(`/proc/${pids[0]}/cgroup`, 'utf8')).toMatch(new RegExp(`^0::/.*${cluster.instance}/${id}$`, 'm'));
+    const cgroup = `${cluster.instance}/pod${pod.metadata!.uid}/${id}`;
+    expect(readFileSync(`/proc/${pids[0]}/cgroup`, 'utf8')).toMatch(new RegExp(`^0::/.*${cgroup}$`, 'm'));
     // The process is in the pod's network namespace, not the host's
     expect(readFileSync(`/proc/${pids[0]}/net/fib_trie`, 'utf8')).toContain(pod.status!.podIP!);
   });
@@ -421,7 +422,9 @@ describe('stand-in kubelet', () => {
     expect(followed).toContain(`http-echo ${name} got SIGTERM`);
     expect(existsSync(`/proc/${pids[0]}`)).toBe(false);
     expect(await pidsOfContainer(id)).toEqual([]);
-    expect(existsSync(`/sys/fs/cgroup/unified/devop-standin/${cluster.instance}/${id}`)).toBe(false);
+    const podCgroup = `/sys/fs/cgroup/unified/devop-standin/${cluster.instance}/pod${pod.metadata!.uid}`;
+    expect(existsSync(`${podCgroup}/${id}`)).toBe(false);
+    expect(existsSync(podCgroup)).toBe(false);
     await expect(fetch(`http://${pod.status!.podIP}:8080/`, { signal: AbortSignal.timeout(2000) })).rejects.toThrow();
   });
 });

@@ -1,10 +1,9 @@
 // One container attempt as containerd runs it: a snapshot of the image mounted as its rootfs, the OCI spec the kubelet
-// built (oci-spec.ts), and `ctr run --config` in the foreground — its stdout/stderr are the container's (to the log
-// file), its exit status is the task's. Signals go to the task through containerd (`ctr tasks kill`), never to ctr.
+// built (oci-spec.ts), and `ctr run --config` in the foreground — the shim's logger writes the container's output to
+// its log file, ctr's exit status is the task's. Signals go to the task through containerd (`ctr tasks kill`), never to ctr.
 import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { ContainerLogWriter } from './logs.js';
 import { containerSpec, type ContainerSpecInput } from './oci-spec.js';
 import {
   containerCgroup,
@@ -20,23 +19,27 @@ export interface ContainerLaunch {
   /** 64 hex characters, as containerd's CRI plugin makes them. */
   id: string;
   instance: string;
+  podUid: string;
   image: ImageInfo;
   /** Everything of the spec but what the runtime side decides (rootfs, cgroup). */
   spec: Omit<ContainerSpecInput, 'rootfs' | 'cgroupsPath'>;
   /** Resolves the user of the spec against the image's /etc/passwd and /etc/group, once the rootfs is mounted. */
   resolveUser?(rootfs: string): { uid: number; gid: number };
   labels: Record<string, string>;
+  /** True when containerd reported the task hit by the OOM killer (asked once, at exit). */
+  oomKilled?(): boolean;
   /** Directory for the spec and the pid file of this attempt. */
   workDir: string;
   logPath: string;
-  stdin: boolean;
+  /** The logger containerd's shim runs for the container's stdout/stderr (container-logger.mjs behind a script). */
+  loggerPath: string;
 }
 
 export interface ContainerExit {
   exitCode: number;
   signal?: string;
   /** Completed / Error as containerd reports an exit; StartError when the command could not be started. */
-  reason: 'Completed' | 'Error' | 'StartError';
+  reason: 'Completed' | 'Error' | 'StartError' | 'OOMKilled';
   message?: string;
   startedAt: Date;
   finishedAt: Date;
@@ -137,7 +140,7 @@ export class ContainerProcess {
         ...launch.spec,
         ...user,
         rootfs,
-        cgroupsPath: containerCgroup(launch.instance, launch.id),
+        cgroupsPath: containerCgroup(launch.instance, launch.podUid, launch.id),
       });
       const specPath = join(launch.workDir, 'config.json');
       writeFileSync(specPath, JSON.stringify(spec));
@@ -159,26 +162,31 @@ export class ContainerProcess {
       '--label',
       `${k}=${v}`,
     ]);
-    const [cmd, ...args] = ctrArgv(['run', '--rm', '--config', specPath, '--pid-file', pidFile, ...labels, launch.id]);
-    const child = spawn(cmd, args, { stdio: [launch.stdin ? 'pipe' : 'ignore', 'pipe', 'pipe'] });
-    const log = new ContainerLogWriter(launch.logPath);
-    // Until the task exists, what ctr prints on stderr is ctr's (why it could not create the task), not the
-    // container's.
-    let launchErrors = '';
-    child.stdout?.on('data', (c: Buffer) => log.write('stdout', c));
-    child.stderr?.on('data', (c: Buffer) => {
-      if (this.hasStarted) log.write('stderr', c);
-      else launchErrors += c.toString();
-    });
-    child.stdin?.on('error', () => {});
-    // The pid file says the task exists; what reached stderr since is the container's (a fast one may have written).
+    // The container's stdout/stderr go through the shim to a logger it starts before the container (ctr's own copy of
+    // them through FIFOs loses what a container writes just before it exits, a few times in a hundred).
+    const logURI = `binary://${launch.loggerPath}?${launch.logPath}`;
+    const [cmd, ...args] = ctrArgv([
+      'run',
+      '--rm',
+      '--config',
+      specPath,
+      '--pid-file',
+      pidFile,
+      '--log-uri',
+      logURI,
+      ...labels,
+      launch.id,
+    ]);
+    const child = spawn(cmd, args, { stdio: ['ignore', 'ignore', 'pipe'] });
+    // ctr's own messages: why it could not create or start the task.
+    let ctrErrors = '';
+    child.stderr?.on('data', (c: Buffer) => (ctrErrors += c.toString()));
     const taskCreated = (): boolean => {
       if (this.hasStarted) return true;
       this.taskPid = existsSync(pidFile) ? Number(readFileSync(pidFile, 'utf8').trim()) || 0 : 0;
       if (!this.taskPid) return false;
       this.hasStarted = true;
       this.startedAt = new Date();
-      if (launchErrors) log.write('stderr', launchErrors);
       if (this.cancelled) this.signal('SIGKILL');
       this.markStarted();
       return true;
@@ -188,23 +196,25 @@ export class ContainerProcess {
       child.on('error', () => {});
       child.on('close', (code, signal) => {
         clearInterval(watchPid);
+        // ctr returns once the task is deleted, which waits for the logger: the log file is complete.
+        this.logClosed = true;
         const finishedAt = new Date();
         // ctr failing to start a created task also prints "ctr: …" and exits 1 before the kubelet saw it start.
-        const ctrFailed = !this.hasStarted && code !== 0 && /^ctr: /m.test(launchErrors);
+        const ctrFailed = !this.hasStarted && code !== 0 && /^ctr: /m.test(ctrErrors);
         if (ctrFailed || !taskCreated()) {
-          void log.close().then(() => (this.logClosed = true));
-          const message = launchErrors.replace(/^ctr: /, '').trim() || `ctr exited with ${code ?? signal}`;
+          const message = ctrErrors.replace(/^ctr: /, '').trim() || `ctr exited with ${code ?? signal}`;
           resolve({ exitCode: 128, reason: 'StartError', message, startedAt: finishedAt, finishedAt });
           return;
         }
-        void log.close().then(() => (this.logClosed = true));
         // ctr ended by a signal (it never is by the kubelet): the task may still be there.
         if (code === null)
           void ctrQuiet(['tasks', 'rm', '-f', launch.id]).then(() => ctrQuiet(['containers', 'rm', launch.id]));
         const exitCode = code ?? 128 + (SIGNAL_NUMBERS[signal ?? ''] ?? 0);
+        // containerd saw the kernel's OOM killer hit it (the event comes before the exit's).
+        const oomKilled = launch.oomKilled?.() ?? false;
         resolve({
           exitCode,
-          reason: exitCode === 0 ? 'Completed' : 'Error',
+          reason: exitCode === 0 ? 'Completed' : oomKilled ? 'OOMKilled' : 'Error',
           startedAt: this.startedAt,
           finishedAt,
         });

@@ -1,10 +1,11 @@
 // The machine's containerd, as on a node: one daemon (started on demand when its socket does not answer), containers in
 // namespace k8s.io, images imported once from the repo's OCI archives (dist/images/*.oci.tar, or $DEVOP_IMAGES_DIR).
 // Every stand-in instance names its snapshots and labels its containers with its instance, and removes all of its own.
-import { spawn } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdirSync, openSync, readdirSync, readFileSync, rmdirSync, rmSync, writeFileSync } from 'node:fs';
 import { createHash } from 'node:crypto';
 import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { UserError } from '../../../shared/errors.js';
 import { normalizeImageRef } from '../images.js';
 import { HostCommandError, run, runQuiet } from './host.js';
@@ -258,9 +259,80 @@ export class ImageStore {
   }
 }
 
-/** The cgroup (relative to each hierarchy's root) of one container: it ends in the container ID, as on a node. */
-export function containerCgroup(instance: string, id: string): string {
-  return `/devop-standin/${instance}/${id}`;
+/** A pod's cgroup (relative to each hierarchy's root), as a kubelet makes `/kubepods/…/pod<uid>`. */
+export function podCgroup(instance: string, podUid: string): string {
+  return `/devop-standin/${instance}/pod${podUid}`;
+}
+
+/** The cgroup of one container, in its pod's: it ends in the container ID, as on a node. */
+export function containerCgroup(instance: string, podUid: string, id: string): string {
+  return `${podCgroup(instance, podUid)}/${id}`;
+}
+
+/** How long a watch of containerd's events waits before it subscribes again when ctr ended (a daemon restart). */
+const EVENTS_RESUBSCRIBE_MS = 500;
+
+/**
+ * The containers the kernel's OOM killer hit, from containerd's /tasks/oom events (its shim watches each container's
+ * memory cgroup), as the CRI plugin learns of them: the kubelet reports such an exit as OOMKilled.
+ */
+export class OomWatch {
+  private readonly killed = new Set<string>();
+  private child: ChildProcess | undefined;
+  private stopped = false;
+
+  constructor() {
+    this.subscribe();
+  }
+
+  private subscribe(): void {
+    const [cmd, ...args] = ctrArgv(['events']);
+    const child = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'ignore'] });
+    this.child = child;
+    let buffered = '';
+    child.stdout.setEncoding('utf8').on('data', (text: string) => {
+      buffered += text;
+      const lines = buffered.split('\n');
+      buffered = lines.pop() ?? '';
+      for (const line of lines) {
+        const m = / k8s\.io \/tasks\/oom (\{.*\})$/.exec(line);
+        if (!m) continue;
+        const id = (JSON.parse(m[1]) as { container_id?: string }).container_id;
+        if (id) this.killed.add(id);
+      }
+    });
+    child.on('error', () => {});
+    child.on('exit', () => {
+      if (!this.stopped) setTimeout(() => !this.stopped && this.subscribe(), EVENTS_RESUBSCRIBE_MS);
+    });
+  }
+
+  /** True (once) when the container was hit by the OOM killer. */
+  take(id: string): boolean {
+    return this.killed.delete(id);
+  }
+
+  stop(): void {
+    this.stopped = true;
+    this.child?.kill();
+  }
+}
+
+/** Removes a pod's cgroup in every hierarchy once its containers are gone (runc removes only theirs). */
+export function removePodCgroup(instance: string, podUid: string): void {
+  for (const hierarchy of cgroupHierarchies()) removeCgroupTree(join(hierarchy, podCgroup(instance, podUid)));
+}
+
+/**
+ * Writes the instance's container logger (what `--log-uri binary://` names: an executable the shim runs) — this Node
+ * running container-logger.mjs — and returns its path.
+ */
+export function writeContainerLogger(instance: string): string {
+  const path = join(RUN_DIR, instance, 'container-logger');
+  const script = fileURLToPath(new URL('./container-logger.mjs', import.meta.url));
+  mkdirSync(dirname(path), { recursive: true });
+  writeFileSync(path, `#!/bin/sh\nexec '${process.execPath}' '${script}' "$@"\n`, { mode: 0o755 });
+  return path;
 }
 
 /** Where a container's rootfs snapshot is mounted while it exists. */

@@ -6,7 +6,14 @@ import type { Duplex, Readable } from 'node:stream';
 import type { V1Pod } from '@kubernetes/client-node';
 import { UserError } from '../../../shared/errors.js';
 import type { ExecProcess, ExecRequest, LogRequest, NodeRuntime } from '../node-runtime.js';
-import { ensureContainerd, importImages, ImageStore, removeInstanceContainers } from './containerd.js';
+import {
+  ensureContainerd,
+  importImages,
+  ImageStore,
+  OomWatch,
+  removeInstanceContainers,
+  writeContainerLogger,
+} from './containerd.js';
 import type { EnvSources } from './env.js';
 import { readContainerLog } from './logs.js';
 import { NodeNetwork, reserveSubnets, type NodeSubnets } from './network.js';
@@ -41,6 +48,8 @@ export class KubeletNode implements NodeRuntime {
   readonly workers = new Map<string, PodWorker>();
   private sandboxCount = 0;
   private readonly boundingCapabilities = boundingCapabilities();
+  private oomWatch!: OomWatch;
+  private loggerPath = '';
   private stopped = false;
 
   private constructor(
@@ -64,6 +73,8 @@ export class KubeletNode implements NodeRuntime {
     try {
       await ensureContainerd();
       await importImages(opts.imagesDir);
+      node.oomWatch = new OomWatch();
+      node.loggerPath = writeContainerLogger(opts.instance);
       mkdirSync(stateDir, { recursive: true });
       await network.setUp();
     } catch (err) {
@@ -109,6 +120,8 @@ export class KubeletNode implements NodeRuntime {
       network: this.network,
       instance: this.opts.instance,
       images: this.images,
+      oomWatch: this.oomWatch,
+      loggerPath: this.loggerPath,
       boundingCapabilities: this.boundingCapabilities,
       envSources: this.opts.envSources,
       stateDir: this.stateDir,
@@ -184,6 +197,7 @@ export class KubeletNode implements NodeRuntime {
   async stop(): Promise<void> {
     this.stopped = true;
     await Promise.all([...this.workers.values()].map((w) => this.removePod(w, 0)));
+    this.oomWatch?.stop();
     await removeInstanceContainers(this.opts.instance);
     await this.network.tearDown();
     rmSync(this.stateDir, { recursive: true, force: true });

@@ -5,7 +5,7 @@ import { mkdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import type { V1Container, V1EphemeralContainer, V1Pod } from '@kubernetes/client-node';
 import { ContainerProcess } from './container.js';
-import { podNamespacesDir, type ImageStore } from './containerd.js';
+import { podNamespacesDir, removePodCgroup, type ImageStore, type OomWatch } from './containerd.js';
 import { buildContainerEnv, EnvConfigError, expandRefs, type EnvSources } from './env.js';
 import { execInContainer } from './exec.js';
 import type { NodeNetwork } from './network.js';
@@ -30,6 +30,9 @@ export interface PodWorkerDeps {
   /** Names the stand-in's containers and snapshots in containerd. */
   instance: string;
   images: ImageStore;
+  oomWatch: OomWatch;
+  /** The executable containerd's shim runs as each container's logger. */
+  loggerPath: string;
   /** What the kubelet's own process may hand on to containers (privileged and ALL mean these). */
   boundingCapabilities: string[];
   envSources: EnvSources;
@@ -271,6 +274,7 @@ export class PodWorker {
     attempt.proc = ContainerProcess.start({
       id,
       instance: this.deps.instance,
+      podUid: this.uid,
       image,
       spec: {
         argv,
@@ -295,6 +299,7 @@ export class PodWorker {
         },
       },
       resolveUser: (rootfs) => resolveUser(rootfs, image.user, runAsUser, runAsGroup),
+      oomKilled: () => this.deps.oomWatch.take(id),
       labels: {
         'io.kubernetes.pod.name': this.name,
         'io.kubernetes.pod.namespace': this.namespace,
@@ -303,7 +308,7 @@ export class PodWorker {
       },
       workDir: join(this.deps.stateDir, 'containers', id),
       logPath: attempt.logPath,
-      stdin: Boolean(rec.spec.stdin),
+      loggerPath: this.deps.loggerPath,
     });
     await attempt.proc.started;
     if (!attempt.proc.hasStarted) {
@@ -439,6 +444,7 @@ export class PodWorker {
       const created = await this.sandboxCreation?.catch(() => undefined);
       await this.dialer?.stop();
       await (created ?? this.sandbox)?.remove();
+      removePodCgroup(this.deps.instance, this.uid);
       rmSync(this.podVolumesDir, { recursive: true, force: true });
     })();
     return this.terminated;
