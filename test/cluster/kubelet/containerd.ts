@@ -286,8 +286,9 @@ export class OomWatch {
   }
 
   private subscribe(): void {
-    const [cmd, ...args] = ctrArgv(['events']);
-    const child = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'ignore'] });
+    // Through a shell that ends the watch when this process's end closes its stdin: a killed kubelet leaves none.
+    const watch = `${ctrArgv(['events']).join(' ')} & cat >/dev/null; kill $!`;
+    const child = spawn('/bin/sh', ['-c', watch], { stdio: ['pipe', 'pipe', 'ignore'] });
     this.child = child;
     let buffered = '';
     child.stdout.setEncoding('utf8').on('data', (text: string) => {
@@ -314,7 +315,7 @@ export class OomWatch {
 
   stop(): void {
     this.stopped = true;
-    this.child?.kill();
+    this.child?.stdin?.end();
   }
 }
 
