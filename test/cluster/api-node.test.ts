@@ -18,7 +18,7 @@ let podName: string;
 
 beforeAll(async () => {
   if (!run) return;
-  cluster = await startCluster({ images: { 'devop.test/loopback-echo': { entrypoint: [process.execPath, '-e', LOOPBACK_ECHO], cmd: [] } } });
+  cluster = await startCluster();
   kc = new KubeConfig();
   kc.loadFromFile(cluster.kubeconfigPath);
 });
@@ -38,7 +38,7 @@ describe.runIf(run)('client-node with the kubelet', () => {
         spec: {
           replicas: 2,
           selector: { matchLabels: { app: 'loop' } },
-          template: { metadata: { labels: { app: 'loop' } }, spec: { containers: [{ name: 'echo', image: 'devop.test/loopback-echo', readinessProbe: { exec: { command: ['node', '-e', "require('net').connect(7000, '127.0.0.1').on('connect', () => process.exit(0)).on('error', () => process.exit(1))"] }, periodSeconds: 1 } }] } },
+          template: { metadata: { labels: { app: 'loop' } }, spec: { containers: [{ name: 'echo', image: 'devop.test/shell', command: ['node', '-e', LOOPBACK_ECHO], readinessProbe: { exec: { command: ['node', '-e', "require('net').connect(7000, '127.0.0.1').on('connect', () => process.exit(0)).on('error', () => process.exit(1))"] }, periodSeconds: 1 } }] } },
         },
       },
     });

@@ -1,16 +1,8 @@
-// The stand-in's image table: which local command a container image runs (there is no registry and no container engine).
-import { createHash } from 'node:crypto';
-import { dirname, join, resolve } from 'node:path';
+// Image references as the stand-in's node sees them: normalized as Kubernetes does (busybox →
+// docker.io/library/busybox:latest), so that a pod's image name finds the image containerd imported from the repo's
+// archives (dist/images).
+import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { exampleImages } from '../../examples/images.js';
-
-/** What an image would carry: entrypoint + cmd (Docker semantics), working directory and env. */
-export interface ImageSpec {
-  entrypoint: string[];
-  cmd: string[];
-  workingDir?: string;
-  env?: Record<string, string>;
-}
 
 /** The repository root (test/cluster/images.ts → ../..). */
 export function repoRoot(): string {
@@ -39,49 +31,17 @@ export function parseImageRef(image: string): { repository: string; tag: string 
 }
 
 /**
- * Maps image references to local commands. A key is a repository (any tag matches) or `repository:tag` (that tag only).
- * Tests add entries with `add`; the kubelet resolves at container start, so entries added after start count.
+ * The fully qualified reference containerd stores an image under, as the kubelet and containerd's CRI plugin make it:
+ * a name without a registry is on docker.io (under library/ when it has no path), a missing tag is `latest`.
  */
-export class ImageTable {
-  private readonly entries = new Map<string, ImageSpec>();
-
-  constructor(initial: Record<string, ImageSpec> = {}) {
-    for (const [key, spec] of Object.entries(initial)) this.add(key, spec);
-  }
-
-  add(key: string, spec: ImageSpec): this {
-    this.entries.set(key, spec);
-    return this;
-  }
-
-  resolve(image: string): ImageSpec | undefined {
-    const { repository, tag } = parseImageRef(image);
-    return this.entries.get(`${repository}:${tag}`) ?? this.entries.get(repository);
-  }
-
-  keys(): string[] {
-    return [...this.entries.keys()];
-  }
-}
-
-/** A stable fake digest so status.imageID looks like a runtime's (`repo@sha256:…`). */
-export function imageID(image: string): string {
-  const { repository } = parseImageRef(image);
-  return `${repository}@sha256:${createHash('sha256').update(repository).digest('hex')}`;
-}
-
-/** The images every stand-in knows: the HTTP echo server, the devop agent bundle, a shell, and the examples' images (so the
- * README walkthrough runs on `npm run cluster`). */
-export function defaultImages(root: string = repoRoot()): ImageTable {
-  const node = process.execPath;
-  const shell: ImageSpec = { entrypoint: [], cmd: ['/bin/sh'] };
-  const agent: ImageSpec = { entrypoint: [node, join(root, 'dist', 'agent.js')], cmd: [] };
-  return new ImageTable({
-    'devop.test/http-echo': { entrypoint: [node, join(root, 'test', 'cluster', 'images', 'http-echo.mjs')], cmd: [] },
-    'devop.test/agent': agent,
-    'ghcr.io/devop/agent': agent,
-    busybox: shell,
-    'devop.test/shell': shell,
-    ...exampleImages(root, node),
-  });
+export function normalizeImageRef(image: string): string {
+  const { repository, tag } = parseImageRef(image);
+  const first = repository.split('/')[0];
+  const hasRegistry = repository.includes('/') && (first.includes('.') || first.includes(':') || first === 'localhost');
+  const qualified = hasRegistry
+    ? repository
+    : repository.includes('/')
+      ? `docker.io/${repository}`
+      : `docker.io/library/${repository}`;
+  return tag.startsWith('sha256:') ? `${qualified}@${tag}` : `${qualified}:${tag}`;
 }

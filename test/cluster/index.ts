@@ -6,7 +6,6 @@ import { createServer, type Server, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { makeCerts, servingNames } from './certs.js';
-import { ImageTable, defaultImages, type ImageSpec } from './images.js';
 import { writeKubeconfig } from './kubeconfig.js';
 import { startControlPlane, type ControlPlane } from './apiserver/index.js';
 import { ADMIN_USER, RESTRICTED_USER } from './apiserver/auth.js';
@@ -20,8 +19,8 @@ export const NODE_NAME = 'standin-node';
 export interface ClusterOptions {
   /** Run the kubelet (pods become processes in network namespaces; needs root). Default true. */
   kubelet?: boolean;
-  /** Extra image table entries (repository or repository:tag → command). */
-  images?: Record<string, ImageSpec>;
+  /** Directory of the image archives (*.oci.tar): default $DEVOP_IMAGES_DIR, else <repo>/dist/images. */
+  imagesDir?: string;
   /** Unique id of this cluster on the machine (names of netns, links, cgroups, chains). Default: random. */
   instance?: string;
 }
@@ -40,7 +39,6 @@ export interface ClusterHandle {
    * here (the `kubernetes` Service's endpoint), and the aggregator's connections to APIService backends come from here. */
   controlPlaneIP: string;
   caPath: string;
-  images: ImageTable;
   /** The node's runtime, when the kubelet runs. */
   runtime?: NodeRuntime;
   controlPlane: ControlPlane;
@@ -96,12 +94,10 @@ export async function startCluster(options: ClusterOptions = {}): Promise<Cluste
     await writeKubeconfig({ path: kubeconfigPath, clusterName, server, caPem: certs.caPem, users, current: ADMIN_USER, namespace: 'default' });
     await writeKubeconfig({ path: restrictedKubeconfigPath, clusterName, server, caPem: certs.caPem, users: [users[1]], current: RESTRICTED_USER, namespace: 'default' });
 
-    const images = defaultImages();
-    for (const [k, v] of Object.entries(options.images ?? {})) images.add(k, v);
     let runtime: NodeRuntime | undefined;
     let nodeIP = '127.0.0.1';
     if (withKubelet) {
-      runtime = await startKubelet({ kubeconfigPath, instance, nodeName: NODE_NAME, images, subnets, caPath: certs.caPath });
+      runtime = await startKubelet({ kubeconfigPath, instance, nodeName: NODE_NAME, imagesDir: options.imagesDir, subnets, caPath: certs.caPath });
       const rt = runtime;
       // Stop the node before the API server: the kubelet is an API client and reports pods ending.
       cleanups.push(() => rt.stop());
@@ -132,7 +128,6 @@ export async function startCluster(options: ClusterOptions = {}): Promise<Cluste
       nodeIP,
       controlPlaneIP,
       caPath: certs.caPath,
-      images,
       runtime,
       controlPlane: cp,
       dropWebSockets: () => cp.api.dropPortForwards(),

@@ -14,7 +14,8 @@ requireRoot('stand-in kubelet services');
 
 let cluster: ClusterHandle;
 let core: CoreV1Api;
-const NODE = process.execPath;
+/** node inside the images (busybox here is devop.test/shell, which has it). */
+const NODE = '/usr/local/bin/node';
 
 beforeAll(async () => {
   cluster = await startCluster();

@@ -1,7 +1,21 @@
-// The kubelet's pure parts, without root: image references, env building, DNS answers and the ClusterIP rule set.
+// The kubelet's pure parts, without root: image references, the container spec and user, capabilities, env building,
+// DNS answers and the ClusterIP rule set.
 import type { V1Endpoints, V1Pod, V1Service, V1ServicePort } from '@kubernetes/client-node';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { ImageTable, parseImageRef } from './images.js';
+import { normalizeImageRef, parseImageRef } from './images.js';
+import { chainID } from './kubelet/containerd.js';
+import {
+  ALL_CAPABILITIES,
+  containerCapabilities,
+  containerSpec,
+  DEFAULT_CAPABILITIES,
+  parseQuantity,
+  resolveUser,
+  type ContainerSpecInput,
+} from './kubelet/oci-spec.js';
 import { answerQuery, resolveName } from './kubelet/dns.js';
 import { buildContainerEnv, EnvConfigError, expandRefs, serviceEnv, type EnvSources } from './kubelet/env.js';
 import { ServiceProxy } from './kubelet/service-proxy.js';
@@ -11,14 +25,135 @@ const svc = (name: string, ns: string, clusterIP: string, ports: V1ServicePort[]
   spec: { clusterIP, ports },
 });
 
-describe('image table', () => {
-  it('matches a repository with any tag, or one tag, and drops docker.io/library/', () => {
-    const table = new ImageTable({ busybox: { entrypoint: [], cmd: ['/bin/sh'] }, 'devop.test/app:v2': { entrypoint: ['v2'], cmd: [] } });
+describe('image references', () => {
+  it('normalizes names as Kubernetes does: docker.io/library/ for bare names, latest for a missing tag', () => {
     expect(parseImageRef('docker.io/library/busybox:1.36')).toEqual({ repository: 'busybox', tag: '1.36' });
     expect(parseImageRef('localhost:5000/x/y@sha256:ab')).toEqual({ repository: 'localhost:5000/x/y', tag: 'sha256:ab' });
-    expect(table.resolve('docker.io/library/busybox:1.36')?.cmd).toEqual(['/bin/sh']);
-    expect(table.resolve('devop.test/app:v2')?.entrypoint).toEqual(['v2']);
-    expect(table.resolve('devop.test/app:v1')).toBeUndefined();
+    expect(normalizeImageRef('busybox')).toBe('docker.io/library/busybox:latest');
+    expect(normalizeImageRef('node:20-bookworm-slim')).toBe('docker.io/library/node:20-bookworm-slim');
+    expect(normalizeImageRef('someone/app')).toBe('docker.io/someone/app:latest');
+    expect(normalizeImageRef('devop.test/shell')).toBe('devop.test/shell:latest');
+    expect(normalizeImageRef('ghcr.io/devop/agent:0.1.0')).toBe('ghcr.io/devop/agent:0.1.0');
+    expect(normalizeImageRef('localhost:5000/x@sha256:ab')).toBe('localhost:5000/x@sha256:ab');
+  });
+
+  it('names the top layer snapshot by its chain ID', () => {
+    // The digests of a three-layer image and the snapshot key containerd 1.6 gave its top layer.
+    const diffs = [
+      'sha256:e85228a5dce8f37a597057e62e4c7a9a681dc1cedcbdae900f9af01dee8d4c55',
+      'sha256:d40629b76688445e18c43a58c564527ae489baab8fa98484e0bac84366da92f7',
+      'sha256:9a29eb20f1b0b46668a9982def66d88be15696b205d57a0d942af6675ae18e7b',
+    ];
+    expect(chainID(diffs)).toBe('sha256:88f396e9668272884ba2a944e23b1c9a9b55fa965b2fa2af1d39ed8c0be21dcf');
+    expect(chainID(diffs.slice(0, 1))).toBe(diffs[0]);
+  });
+});
+
+describe('container capabilities', () => {
+  it('are Kubernetes\' default set + add − drop; drop ALL empties it first; privileged has all', () => {
+    expect(containerCapabilities({})).toEqual(DEFAULT_CAPABILITIES);
+    const caps = containerCapabilities({ add: ['NET_ADMIN', 'SYS_PTRACE'], drop: ['MKNOD', 'NET_RAW'] });
+    expect(caps).toContain('CAP_NET_ADMIN');
+    expect(caps).toContain('CAP_SYS_PTRACE');
+    expect(caps).not.toContain('CAP_MKNOD');
+    expect(caps).not.toContain('CAP_NET_RAW');
+    expect(caps).toHaveLength(DEFAULT_CAPABILITIES.length);
+    expect(containerCapabilities({ drop: ['ALL'], add: ['NET_BIND_SERVICE'] })).toEqual(['CAP_NET_BIND_SERVICE']);
+    expect(containerCapabilities({ privileged: true, drop: ['ALL'] })).toEqual(ALL_CAPABILITIES);
+  });
+});
+
+const baseSpecInput: ContainerSpecInput = {
+  rootfs: '/run/x/rootfs',
+  argv: ['sleep', '1'],
+  env: { PATH: '/bin', A: 'b=c' },
+  cwd: '/app',
+  uid: 1000,
+  gid: 1000,
+  utsPath: '/run/x/pods/dvk-a-1/uts',
+  ipcPath: '/run/x/pods/dvk-a-1/ipc',
+  netnsPath: '/run/netns/dvk-a-1',
+  capabilities: DEFAULT_CAPABILITIES,
+  privileged: false,
+  readOnlyRootFilesystem: true,
+  noNewPrivileges: false,
+  cgroupsPath: '/devop-standin/a/0123',
+  mounts: [{ source: '/etc/netns/dvk-a-1/hosts', destination: '/etc/hosts', readOnly: false }],
+};
+
+describe('container runtime spec', () => {
+  const input = baseSpecInput;
+  type Spec = {
+    process: { args: string[]; env: string[]; user: object; capabilities: { effective: string[] } };
+    root: { readonly: boolean };
+    linux: { namespaces: Array<{ type: string; path?: string }>; maskedPaths?: string[]; cgroupsPath: string };
+    mounts: Array<{ destination: string; options: string[] }>;
+  };
+  const spec = (over: Partial<ContainerSpecInput> = {}) => containerSpec({ ...input, ...over }) as unknown as Spec;
+
+  it("joins the pod's net, UTS and IPC namespaces; its own PID namespace unless hostPID, or its target's", () => {
+    expect(spec().linux.namespaces).toEqual([
+      { type: 'ipc', path: '/run/x/pods/dvk-a-1/ipc' },
+      { type: 'uts', path: '/run/x/pods/dvk-a-1/uts' },
+      { type: 'mount' },
+      { type: 'network', path: '/run/netns/dvk-a-1' },
+      { type: 'pid' },
+    ]);
+    expect(spec({ pidNamespace: 'host' }).linux.namespaces.map((n) => n.type)).not.toContain('pid');
+    expect(spec({ pidNamespace: '/proc/42/ns/pid' }).linux.namespaces).toContainEqual({ type: 'pid', path: '/proc/42/ns/pid' });
+    expect(spec({ ipcPath: 'host' }).linux.namespaces.map((n) => n.type)).not.toContain('ipc');
+  });
+
+  it('carries the process, user, read-only root, bind mounts and cgroup; privileged drops the masks', () => {
+    const s = spec();
+    expect(s.process).toMatchObject({ args: ['sleep', '1'], env: ['PATH=/bin', 'A=b=c'], user: { uid: 1000, gid: 1000 } });
+    expect(s.process.capabilities.effective).toEqual(DEFAULT_CAPABILITIES);
+    expect(s.root.readonly).toBe(true);
+    expect(s.linux.cgroupsPath).toBe('/devop-standin/a/0123');
+    expect(s.mounts.find((m) => m.destination === '/etc/hosts')?.options).toEqual(['rbind', 'rprivate', 'rw']);
+    expect(s.mounts.find((m) => m.destination === '/sys')?.options).toContain('ro');
+    expect(s.linux.maskedPaths).toContain('/proc/kcore');
+    const p = spec({ privileged: true });
+    expect(p.linux.maskedPaths).toBeUndefined();
+    expect(p.mounts.find((m) => m.destination === '/sys')?.options).not.toContain('ro');
+  });
+});
+
+describe('resource limits', () => {
+  it('reads Kubernetes quantities and turns limits into a memory limit and a CFS quota', () => {
+    expect(parseQuantity('256Mi')).toBe(256 * 2 ** 20);
+    expect(parseQuantity('1G')).toBe(1e9);
+    expect(parseQuantity('500m')).toBe(0.5);
+    expect(parseQuantity('1.5')).toBe(1.5);
+    expect(parseQuantity('2e3')).toBe(2000);
+    expect(parseQuantity('lots')).toBeUndefined();
+    const resources = (over: Partial<ContainerSpecInput>) =>
+      (containerSpec({ ...baseSpecInput, ...over }) as { linux: { resources: Record<string, unknown> } }).linux.resources;
+    expect(resources({ limits: { memoryBytes: 2 ** 20, cpuMillis: 250 } })).toMatchObject({
+      memory: { limit: 2 ** 20, swap: 2 ** 20 },
+      cpu: { quota: 25_000, period: 100_000 },
+    });
+    expect(resources({})).not.toHaveProperty('memory');
+  });
+});
+
+describe('container user', () => {
+  it("is runAsUser/runAsGroup, else the image's User looked up in its /etc/passwd and /etc/group, else root", () => {
+    const rootfs = mkdtempSync(join(tmpdir(), 'devop-rootfs-'));
+    try {
+      mkdirSync(join(rootfs, 'etc'));
+      writeFileSync(join(rootfs, 'etc', 'passwd'), 'root:x:0:0::/root:/bin/sh\nnode:x:1000:1000::/home/node:/bin/sh\n');
+      writeFileSync(join(rootfs, 'etc', 'group'), 'root:x:0:\nnode:x:1000:\nstaff:x:50:\n');
+      expect(resolveUser(rootfs, undefined)).toEqual({ uid: 0, gid: 0 });
+      expect(resolveUser(rootfs, 'node')).toEqual({ uid: 1000, gid: 1000 });
+      expect(resolveUser(rootfs, 'node:staff')).toEqual({ uid: 1000, gid: 50 });
+      expect(resolveUser(rootfs, '1234:77')).toEqual({ uid: 1234, gid: 77 });
+      expect(resolveUser(rootfs, 'node', 1234)).toEqual({ uid: 1234, gid: 0 });
+      expect(resolveUser(rootfs, 'node', 1000, 5)).toEqual({ uid: 1000, gid: 5 });
+      expect(() => resolveUser(rootfs, 'nobody-here')).toThrow(/unable to find user nobody-here/);
+    } finally {
+      rmSync(rootfs, { recursive: true, force: true });
+    }
   });
 });
 

@@ -1,7 +1,7 @@
-// The stand-in kubelet against a live API server: pods become processes in network namespaces with the env, cgroups,
-// restarts, readiness, logs, exec, port-forward dialling and deletion that a real node gives them.
+// The stand-in kubelet against a live API server: pods become containerd containers (from the repo's images) in network
+// namespaces with the env, cgroups, restarts, readiness, logs, exec, port-forward dialling and deletion of a real node.
 import { createHash, randomBytes } from 'node:crypto';
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { CoreV1Api, KubeConfig, type V1Pod } from '@kubernetes/client-node';
@@ -9,7 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { requireRoot } from '../helpers/root.js';
 import { startCluster, type ClusterHandle } from './index.js';
 import type { NodeRuntime } from './node-runtime.js';
-import { execOutput, isReady, pidsOfContainer, readAll, waitForPod, waitUntil } from './kubelet/testing.js';
+import { execOutput, isReady, pidsOfContainer, readAll, removeImage, tagImage, waitForPod, waitUntil } from './kubelet/testing.js';
 
 requireRoot('stand-in kubelet');
 
@@ -17,7 +17,8 @@ let cluster: ClusterHandle;
 let core: CoreV1Api;
 let runtime: NodeRuntime;
 let scratch: string;
-const NODE = process.execPath;
+/** node in the images (devop.test/shell, http-echo, the agent): not the host's. */
+const NODE = '/usr/local/bin/node';
 
 function podName(prefix: string): string {
   return `${prefix}-${randomBytes(3).toString('hex')}`;
@@ -193,7 +194,8 @@ describe('stand-in kubelet', () => {
     const pids = await pidsOfContainer(id);
     expect(pids.length).toBe(1);
     expect(readFileSync(`/proc/${pids[0]}/cmdline`, 'utf8').split('\0')).toEqual(['sleep', '3600', '']);
-    expect(readFileSync(`/proc/${pids[0]}/cgroup`, 'utf8')).toMatch(new RegExp(`^0::/.*${cluster.instance}/${id}$`, 'm'));
+    const cgroup = `${cluster.instance}/pod${pod.metadata!.uid}/${id}`;
+    expect(readFileSync(`/proc/${pids[0]}/cgroup`, 'utf8')).toMatch(new RegExp(`^0::/.*${cgroup}$`, 'm'));
     // The process is in the pod's network namespace, not the host's
     expect(readFileSync(`/proc/${pids[0]}/net/fib_trie`, 'utf8')).toContain(pod.status!.podIP!);
   });
@@ -213,7 +215,7 @@ describe('stand-in kubelet', () => {
 
   it('serves tailLines of a log, and follows appended lines', async () => {
     const name = podName('logs');
-    const flag = join(scratch, `${name}.go`);
+    const flag = '/tmp/go';
     await createPod({ metadata: { name }, spec: { containers: [{ name: 'main', image: 'busybox', command: ['sh', '-c', `for i in 1 2 3 4 5; do echo line$i; done; while [ ! -f ${flag} ]; do sleep 0.05; done; echo late; sleep 3600`] }] } });
     await waitForPod(core, name, 'Running', (p) => p.status?.phase === 'Running');
     await waitUntil('five lines', async () => (await readAll(await runtime.logs({ namespace: 'default', pod: name, follow: false }))).includes('line5'));
@@ -222,7 +224,7 @@ describe('stand-in kubelet', () => {
     let seen = '';
     follower.on('data', (c: Buffer) => (seen += c.toString()));
     await waitUntil('the tail line', () => seen === 'line5\n');
-    writeFileSync(flag, '');
+    await execOutput(await runtime.exec({ namespace: 'default', pod: name, command: ['touch', flag], stdin: false, tty: false }));
     await waitUntil('followed line', () => seen.includes('late\n'));
     follower.destroy();
     expect(seen).toBe('line5\nlate\n');
@@ -243,15 +245,19 @@ describe('stand-in kubelet', () => {
 
   it('runs init containers first, in order', async () => {
     const name = podName('init');
+    // The containers share a hostPath volume: the host reads the order they wrote in.
     const marker = join(scratch, name);
+    const out = { name: 'out', mountPath: '/out' };
+    const write = (what: string) => `echo ${what} >> /out/${name}`;
     await createPod({
       metadata: { name },
       spec: {
+        volumes: [{ name: 'out', hostPath: { path: scratch } }],
         initContainers: [
-          { name: 'one', image: 'busybox', command: ['sh', '-c', `echo one >> ${marker}`] },
-          { name: 'two', image: 'busybox', command: ['sh', '-c', `echo two >> ${marker}`] },
+          { name: 'one', image: 'busybox', command: ['sh', '-c', write('one')], volumeMounts: [out] },
+          { name: 'two', image: 'busybox', command: ['sh', '-c', write('two')], volumeMounts: [out] },
         ],
-        containers: [{ name: 'main', image: 'busybox', command: ['sh', '-c', `echo main >> ${marker}; sleep 3600`] }],
+        containers: [{ name: 'main', image: 'busybox', command: ['sh', '-c', `${write('main')}; sleep 3600`], volumeMounts: [out] }],
       },
     });
     const pod = await waitForPod(core, name, 'Running', (p) => p.status?.phase === 'Running' && isReady(p));
@@ -262,7 +268,7 @@ describe('stand-in kubelet', () => {
 
   it('follows the readiness probe: not Ready until it passes, Ready after', async () => {
     const name = podName('ready');
-    const flag = join(scratch, `${name}.ready`);
+    const flag = '/tmp/ready';
     await createPod({
       metadata: { name },
       spec: { containers: [{ name: 'main', image: 'busybox', command: ['sleep', '3600'], readinessProbe: { exec: { command: ['test', '-f', flag] }, periodSeconds: 1 } }] },
@@ -273,7 +279,7 @@ describe('stand-in kubelet', () => {
     expect(isReady(notYet)).toBe(false);
     expect(notYet.status!.conditions!.find((c) => c.type === 'ContainersReady')).toMatchObject({ status: 'False', reason: 'ContainersNotReady' });
     expect(running.status!.containerStatuses![0].ready).toBe(false);
-    writeFileSync(flag, '');
+    await execOutput(await runtime.exec({ namespace: 'default', pod: name, command: ['touch', flag], stdin: false, tty: false }));
     const ready = await waitForPod(core, name, 'Ready', isReady);
     expect(ready.status!.containerStatuses![0].ready).toBe(true);
   });
@@ -297,15 +303,21 @@ describe('stand-in kubelet', () => {
 
   it('reports an unknown image as ErrImagePull / ImagePullBackOff with a message naming it', async () => {
     const name = podName('noimg');
-    await createPod({ metadata: { name }, spec: { containers: [{ name: 'main', image: 'example.com/no-such-image:1.0' }] } });
+    const image = `example.com/no-such-image-${name}:1.0`;
+    await createPod({ metadata: { name }, spec: { containers: [{ name: 'main', image, command: ['sleep', '3600'] }] } });
     const pod = await waitForPod(core, name, 'pull error', (p) => ['ErrImagePull', 'ImagePullBackOff'].includes(p.status?.containerStatuses?.[0]?.state?.waiting?.reason ?? ''));
     const waiting = pod.status!.containerStatuses![0].state!.waiting!;
-    expect(waiting.message).toContain('example.com/no-such-image:1.0');
+    expect(waiting.message).toContain(image);
+    expect(waiting.message).toContain('npm run images');
     expect(pod.status!.phase).toBe('Pending');
     await waitForPod(core, name, 'ImagePullBackOff', (p) => p.status?.containerStatuses?.[0]?.state?.waiting?.reason === 'ImagePullBackOff');
-    // A test can add the image: the next retry starts it
-    cluster.images.add('example.com/no-such-image', { entrypoint: ['sleep'], cmd: ['3600'] });
-    await waitForPod(core, name, 'Running', (p) => p.status?.phase === 'Running');
+    // Once containerd has the image (here: busybox under that name), the next retry starts it
+    await tagImage('busybox', image);
+    try {
+      await waitForPod(core, name, 'Running', (p) => p.status?.phase === 'Running');
+    } finally {
+      await removeImage(image);
+    }
   });
 
   it('execs a command in the container’s netns with its env', async () => {
@@ -348,7 +360,7 @@ describe('stand-in kubelet', () => {
   it('mounts the service-account token (the API answers it from the pod) and configMap volumes in the container only', async () => {
     await core.createNamespacedConfigMap({ namespace: 'default', body: { metadata: { name: 'vol-config' }, data: { 'app.conf': 'mode=fast\n' } } });
     const name = podName('vol');
-    const mountDir = mkdtempSync(join(scratch, 'mnt-'));
+    const mountDir = '/etc/app';
     await createPod({
       metadata: { name },
       spec: {
@@ -370,7 +382,6 @@ describe('stand-in kubelet', () => {
     expect((await exec(['cat', `${sa}/namespace`])).stdout).toBe('default');
     expect((await exec(['cat', `${sa}/ca.crt`])).stdout).toContain('-----BEGIN CERTIFICATE-----');
     // The host does not see the container's mounts
-    expect(existsSync(join(mountDir, 'app.conf'))).toBe(false);
     expect(existsSync(sa)).toBe(false);
     // The token and CA let the pod call the API server through the kubernetes Service, verifying its certificate
     const script = [
@@ -411,7 +422,9 @@ describe('stand-in kubelet', () => {
     expect(followed).toContain(`http-echo ${name} got SIGTERM`);
     expect(existsSync(`/proc/${pids[0]}`)).toBe(false);
     expect(await pidsOfContainer(id)).toEqual([]);
-    expect(existsSync(`/sys/fs/cgroup/unified/${cluster.instance}/${id}`)).toBe(false);
+    const podCgroup = `/sys/fs/cgroup/unified/devop-standin/${cluster.instance}/pod${pod.metadata!.uid}`;
+    expect(existsSync(`${podCgroup}/${id}`)).toBe(false);
+    expect(existsSync(podCgroup)).toBe(false);
     await expect(fetch(`http://${pod.status!.podIP}:8080/`, { signal: AbortSignal.timeout(2000) })).rejects.toThrow();
   });
 });

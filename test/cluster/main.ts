@@ -7,7 +7,7 @@ async function main(): Promise<void> {
   process.stderr.on('error', () => undefined);
   const withKubelet = !process.argv.includes('--no-kubelet');
   if (withKubelet && (typeof process.getuid !== 'function' || process.getuid() !== 0)) {
-    console.error('devop cluster: the stand-in node needs root (network namespaces, iptables, cgroups). Run it with sudo, or pass --no-kubelet for the API server alone.');
+    console.error('devop cluster: the stand-in node needs root (network namespaces, iptables, containerd). Run it with sudo, or pass --no-kubelet for the API server alone.');
     process.exit(1);
   }
   const t0 = Date.now();
@@ -38,6 +38,7 @@ async function main(): Promise<void> {
 }
 
 main().catch((e) => {
-  console.error('devop cluster:', e instanceof Error ? e.message : e);
+  const hint = (e as { hint?: unknown }).hint;
+  console.error('devop cluster:', e instanceof Error ? e.message : e, typeof hint === 'string' ? `— fix: ${hint}` : '');
   process.exit(1);
 });

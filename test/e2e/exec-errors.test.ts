@@ -3,9 +3,12 @@
 // RBAC denial, agent protocol mismatch, local command not found.
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse, stringify } from 'yaml';
+import { AGENT_BUNDLE_PATH, AGENT_IMAGE } from '../../shared/agent-contract.js';
+import { buildImage } from '../cluster/kubelet/image-build.js';
+import { removeImage } from '../cluster/kubelet/testing.js';
 import { requireRoot } from '../helpers/root.js';
 import { standinOnly, type TargetCluster } from '../helpers/target-cluster.js';
 import { DevopRun, ROOT, deployEcho, devopExec, startE2ETarget, waitFor, type E2ETarget } from './harness.js';
@@ -131,15 +134,26 @@ describe('devop exec: exit codes and errors', () => {
     expect(failure(run)).toMatch(/^devop: RBAC: .+ may not create pods\/portforward, create jobs\.batch, get jobs\.batch, delete jobs\.batch in namespace default — fix: ask a cluster admin for a Role granting/);
   });
 
-  const onStandinImages = standinOnly("the old agent is a process in the stand-in's image table");
+  const onStandinImages = standinOnly("the old agent's image is built in the stand-in's containerd");
   onStandinImages('reports an agent that speaks another protocol version', async () => {
     // Given an agent image from another release (answers hello with protocol 999), run as an ephemeral container
-    const oldAgent = [process.execPath, join(ROOT, 'test', 'e2e', 'fixtures', 'old-agent.mjs')];
-    cluster.standin!.images.add('devop.test/old-agent', { entrypoint: oldAgent, cmd: [] });
-    await deployEcho(env, 'echo-old');
-    const run = track(devopExec(cluster, ['-t', 'deploy/echo-old', '--ephemeral', '--agent-image', 'devop.test/old-agent'], ['true']));
-    expect((await run.exited).code).toBe(1);
-    expect(failure(run)).toMatch(/^devop: the agent speaks protocol version 999, this devop speaks \d+ — fix: use an agent image of the same devop version/);
+    const image = await buildImage({
+      // The agent image with the fixture in place of its bundle: its entrypoint runs it, as an ephemeral agent runs.
+      from: AGENT_IMAGE,
+      ref: 'devop.test/old-agent',
+      files: {
+        [AGENT_BUNDLE_PATH]: readFileSync(join(ROOT, 'test', 'e2e', 'fixtures', 'old-agent.mjs')),
+        [join(dirname(AGENT_BUNDLE_PATH), 'package.json')]: '{"type":"module"}',
+      },
+    });
+    try {
+      await deployEcho(env, 'echo-old');
+      const run = track(devopExec(cluster, ['-t', 'deploy/echo-old', '--ephemeral', '--agent-image', image], ['true']));
+      expect((await run.exited).code).toBe(1);
+      expect(failure(run)).toMatch(/^devop: the agent speaks protocol version 999, this devop speaks \d+ — fix: use an agent image of the same devop version/);
+    } finally {
+      await removeImage(image);
+    }
   });
 
   it('says when the agent image cannot be pulled, and removes the agent Job it made', async () => {

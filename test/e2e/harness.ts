@@ -8,6 +8,7 @@ import { readFileSync } from 'node:fs';
 import { AppsV1Api, CoreV1Api, KubeConfig, type V1Pod } from '@kubernetes/client-node';
 import { startCluster } from '../cluster/index.js';
 import { agentImageEnv, startTargetCluster, type TargetCluster } from '../helpers/target-cluster.js';
+import { pidsOfContainer } from '../cluster/kubelet/testing.js';
 
 export type Cluster = Awaited<ReturnType<typeof startCluster>>;
 
@@ -269,7 +270,8 @@ export async function startPodClient(
   const stdio: ['pipe', 'pipe', 'inherit'] = ['pipe', 'pipe', 'inherit'];
   let child: ChildProcess;
   if (standin) {
-    const pid = await standinPodPid(standin.instance, containerId);
+    // The container's processes, found as the devop agent finds them (their /proc/<pid>/cgroup names the container ID).
+    const pid = await waitFor(`the client pod's process`, async () => (await pidsOfContainer(containerId))[0]);
     child = spawn('nsenter', ['-t', String(pid), '-n', process.execPath, script], { stdio });
   } else {
     // The same line protocol over kubectl exec's stdin and stdout.
@@ -320,19 +322,6 @@ export async function startPodClient(
 }
 
 /** The first process of a stand-in pod's container (the stand-in names its cgroup after the container ID). */
-async function standinPodPid(instance: string, containerId: string): Promise<number> {
-  const { existsSync } = await import('node:fs');
-  const procs = ['/sys/fs/cgroup/unified', '/sys/fs/cgroup'].map((m) => join(m, instance, containerId, 'cgroup.procs'));
-  return waitFor(`the client pod's process`, () => {
-    for (const file of procs) {
-      if (!existsSync(file)) continue;
-      const first = readFileSync(file, 'utf8').split('\n').find(Boolean);
-      if (first) return Number(first);
-    }
-    return undefined;
-  });
-}
-
 /** "local" (the local test server), or the pod name http-echo put in its JSON answer. */
 export function whoAnswered(answer: HttpAnswer): string {
   if (answer.body.startsWith('local ')) return 'local';

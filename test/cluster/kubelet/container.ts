@@ -1,128 +1,84 @@
-// One container attempt as a host process: started inside the pod's netns (`ip netns exec`, which also bind-mounts the
-// pod's resolv.conf/hosts) after moving itself into the container's cgroup, so that its PID's cgroup names the container.
-import { spawn, type ChildProcess } from 'node:child_process';
-import { accessSync, constants, existsSync, mkdirSync, statSync } from 'node:fs';
+// One container attempt as containerd runs it: a snapshot of the image mounted as its rootfs, the OCI spec the kubelet
+// built (oci-spec.ts), and `ctr run --config` in the foreground — the shim's logger writes the container's output to
+// its log file, ctr's exit status is the task's. Signals go to the task through containerd (`ctr tasks kill`), never to ctr.
+import { spawn } from 'node:child_process';
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { Readable } from 'node:stream';
-import { ContainerLogWriter } from './logs.js';
+import { containerSpec, type ContainerSpecInput } from './oci-spec.js';
+import {
+  containerCgroup,
+  ctrArgv,
+  ctrQuiet,
+  INSTANCE_LABEL,
+  mountRootfs,
+  removeRootfs,
+  type ImageInfo,
+} from './containerd.js';
 
 export interface ContainerLaunch {
-  /** 64 hex characters, as containerd's. */
+  /** 64 hex characters, as containerd's CRI plugin makes them. */
   id: string;
-  argv: string[];
-  env: Record<string, string>;
-  workingDir: string;
-  netns: string;
-  cgroupDir: string;
+  instance: string;
+  podUid: string;
+  image: ImageInfo;
+  /** Everything of the spec but what the runtime side decides (rootfs, cgroup). */
+  spec: Omit<ContainerSpecInput, 'rootfs' | 'cgroupsPath'>;
+  /** Resolves the user of the spec against the image's /etc/passwd and /etc/group, once the rootfs is mounted. */
+  resolveUser?(rootfs: string): { uid: number; gid: number };
+  labels: Record<string, string>;
+  /** True when containerd reported the task hit by the OOM killer (asked once, at exit). */
+  oomKilled?(): boolean;
+  /** Directory for the spec and the pid file of this attempt. */
+  workDir: string;
   logPath: string;
-  stdin: boolean;
-  /** Shell lines run in the container's mount namespace before the command (volume mounts); empty for none. */
-  setup?: string;
+  /** The logger containerd's shim runs for the container's stdout/stderr (container-logger.mjs behind a script). */
+  loggerPath: string;
 }
 
 export interface ContainerExit {
   exitCode: number;
   signal?: string;
   /** Completed / Error as containerd reports an exit; StartError when the command could not be started. */
-  reason: 'Completed' | 'Error' | 'StartError';
+  reason: 'Completed' | 'Error' | 'StartError' | 'OOMKilled';
+  message?: string;
   startedAt: Date;
   finishedAt: Date;
 }
 
 /** Signal numbers for the 128+n exit codes a runtime reports for a killed process. */
-export const SIGNAL_NUMBERS: Record<string, number> = { SIGHUP: 1, SIGINT: 2, SIGQUIT: 3, SIGABRT: 6, SIGKILL: 9, SIGSEGV: 11, SIGPIPE: 13, SIGTERM: 15 };
+export const SIGNAL_NUMBERS: Record<string, number> = {
+  SIGHUP: 1,
+  SIGINT: 2,
+  SIGQUIT: 3,
+  SIGABRT: 6,
+  SIGKILL: 9,
+  SIGSEGV: 11,
+  SIGPIPE: 13,
+  SIGTERM: 15,
+};
 
-/** The shell step that runs in the host's mount namespace: join the cgroup, then enter the netns and exec the command. */
-const LAUNCH_SCRIPT = 'echo $$ > "$1/cgroup.procs" || exit 126; shift; exec ip netns exec "$@"';
-/**
- * The last step, inside the netns (and the mount namespace `ip netns exec` makes): the volume mounts if any, then close
- * the start pipe (fd 3: the kubelet sees the container started) and exec the command.
- */
-const SETUP_SCRIPT = (setup: string) => `${setup}\nexec 3>&-\nexec "$@"`;
-/** The file descriptor of the start pipe in the launch chain (0-2 are the container's stdio). */
-const START_FD = 3;
-
-/** Finds an executable as execvp would with the container's PATH; undefined when there is none. */
-export function lookPath(file: string, path: string): string | undefined {
-  const candidates = file.includes('/') ? [file] : path.split(':').filter(Boolean).map((dir) => join(dir, file));
-  for (const candidate of candidates) {
-    try {
-      accessSync(candidate, constants.X_OK);
-      if (statSync(candidate).isFile()) return candidate;
-    } catch {
-      // not this one
-    }
-  }
-  return undefined;
-}
-
-export class ContainerStartError extends Error {}
+/** How often the launcher looks for the pid file that says containerd created the task. */
+const PID_POLL_MS = 20;
 
 export class ContainerProcess {
-  readonly startedAt = new Date();
-  /** Resolves once the launch steps have handed over to the command (or the launch ended before that). */
+  startedAt = new Date();
+  /** Resolves once the task exists and runs its command (or the attempt ended before that). */
   readonly started: Promise<void>;
-  /** True once `started` has resolved. */
+  /** True once the task has started. */
   hasStarted = false;
   readonly exited: Promise<ContainerExit>;
   private exitInfo: ContainerExit | undefined;
-  private readonly child: ChildProcess;
-  private readonly log: ContainerLogWriter;
+  private taskPid = 0;
   private logClosed = false;
+  private cancelled = false;
+  private markStarted!: () => void;
 
   private constructor(readonly launch: ContainerLaunch) {
-    const program = launch.argv[0] ?? '';
-    const resolved = program.includes('/') && !program.startsWith('/') ? join(launch.workingDir, program) : program;
-    if (!lookPath(resolved, launch.env.PATH ?? '')) {
-      throw new ContainerStartError(
-        `failed to create containerd task: exec: "${launch.argv[0]}": executable file not found in $PATH`,
-      );
-    }
-    if (!existsSync(launch.workingDir)) mkdirSync(launch.workingDir, { recursive: true });
-    this.log = new ContainerLogWriter(launch.logPath);
-    const inner = ['/bin/sh', '-c', SETUP_SCRIPT(launch.setup ?? ''), 'sh', ...launch.argv];
-    this.child = spawn('/bin/sh', ['-c', LAUNCH_SCRIPT, 'sh', launch.cgroupDir, launch.netns, ...inner], {
-      env: launch.env,
-      cwd: launch.workingDir,
-      detached: true,
-      stdio: [launch.stdin ? 'pipe' : 'ignore', 'pipe', 'pipe', 'pipe'],
-    });
-    // A runtime reports a container started once its command runs, not while the launch steps (cgroup, netns, mounts)
-    // still do: a signal sent before that would hit a wrapper shell (and kill it silently) instead of the command.
-    this.started = new Promise<void>((resolve) => {
-      const startPipe = this.child.stdio[START_FD] as Readable | null;
-      const done = (): void => {
-        this.hasStarted = true;
-        startPipe?.destroy();
-        resolve();
-      };
-      if (!startPipe) return done();
-      startPipe.on('error', done);
-      startPipe.on('close', done);
-      startPipe.on('end', done);
-      startPipe.resume();
-    });
-    this.child.stdout?.on('data', (c: Buffer) => this.log.write('stdout', c));
-    this.child.stderr?.on('data', (c: Buffer) => this.log.write('stderr', c));
-    this.child.stdin?.on('error', () => {});
-    this.child.on('close', () => {
-      void this.log.close().then(() => {
-        this.logClosed = true;
-      });
-    });
-    this.exited = new Promise((resolve) => {
-      this.child.on('error', () => {});
-      this.child.on('exit', (code, signal) => {
-        const exitCode = code ?? 128 + (SIGNAL_NUMBERS[signal ?? ''] ?? 0);
-        this.exitInfo = {
-          exitCode,
-          signal: signal ?? undefined,
-          reason: exitCode === 0 ? 'Completed' : 'Error',
-          startedAt: this.startedAt,
-          finishedAt: new Date(),
-        };
-        resolve(this.exitInfo);
-      });
+    this.started = new Promise<void>((resolve) => (this.markStarted = resolve));
+    this.exited = this.run().then((exit) => {
+      this.exitInfo = exit;
+      this.markStarted();
+      return exit;
     });
   }
 
@@ -134,16 +90,16 @@ export class ContainerProcess {
     return this.launch.id;
   }
 
-  /** The host PID of the container's main process (the shell wrapper execs into it, so the PID stays the same). */
+  /** The host PID of the container's main process. */
   get pid(): number {
-    return this.child.pid ?? 0;
+    return this.taskPid;
   }
 
   get running(): boolean {
     return this.exitInfo === undefined;
   }
 
-  /** True once the process and everything that held its stdout/stderr are gone: the log file is complete. */
+  /** True once the task and everything that held its stdout/stderr are gone: the log file is complete. */
   get logEnded(): boolean {
     return this.logClosed;
   }
@@ -152,13 +108,117 @@ export class ContainerProcess {
     return this.exitInfo;
   }
 
-  /** Sends a signal to the main process only, as a runtime does for SIGTERM. */
+  /** Signals the container's main process, as a runtime does for SIGTERM; SIGKILL kills all of its processes. */
   signal(sig: NodeJS.Signals): void {
-    if (!this.running || !this.child.pid) return;
-    try {
-      process.kill(this.child.pid, sig);
-    } catch {
-      // exited meanwhile
+    if (!this.running) return;
+    if (!this.hasStarted) {
+      // Not created yet: the launch stops before it starts anything.
+      if (sig === 'SIGKILL') this.cancelled = true;
+      else void this.started.then(() => this.signal(sig));
+      return;
     }
+    void ctrQuiet(['tasks', 'kill', ...(sig === 'SIGKILL' ? ['-a'] : []), '-s', sig, this.id]);
+  }
+
+  private async run(): Promise<ContainerExit> {
+    const { launch } = this;
+    const startError = (message: string): ContainerExit => {
+      const now = new Date();
+      return { exitCode: 128, reason: 'StartError', message, startedAt: now, finishedAt: now };
+    };
+    mkdirSync(launch.workDir, { recursive: true });
+    let rootfs: string;
+    try {
+      rootfs = await mountRootfs(launch.instance, launch.id, launch.image);
+    } catch (err) {
+      this.logClosed = true;
+      return startError(`failed to prepare the container's rootfs: ${(err as Error).message}`);
+    }
+    try {
+      const user = launch.resolveUser?.(rootfs) ?? { uid: launch.spec.uid, gid: launch.spec.gid };
+      const spec = containerSpec({
+        ...launch.spec,
+        ...user,
+        rootfs,
+        cgroupsPath: containerCgroup(launch.instance, launch.podUid, launch.id),
+      });
+      const specPath = join(launch.workDir, 'config.json');
+      writeFileSync(specPath, JSON.stringify(spec));
+      if (this.cancelled) return startError('the pod is stopping');
+      return await this.runTask(specPath);
+    } catch (err) {
+      this.logClosed = true;
+      return startError((err as Error).message);
+    } finally {
+      await removeRootfs(launch.instance, launch.id);
+      rmSync(launch.workDir, { recursive: true, force: true });
+    }
+  }
+
+  private runTask(specPath: string): Promise<ContainerExit> {
+    const { launch } = this;
+    const pidFile = join(launch.workDir, 'pid');
+    const labels = Object.entries({ ...launch.labels, [INSTANCE_LABEL]: launch.instance }).flatMap(([k, v]) => [
+      '--label',
+      `${k}=${v}`,
+    ]);
+    // The container's stdout/stderr go through the shim to a logger it starts before the container (ctr's own copy of
+    // them through FIFOs loses what a container writes just before it exits, a few times in a hundred).
+    const logURI = `binary://${launch.loggerPath}?${launch.logPath}`;
+    const [cmd, ...args] = ctrArgv([
+      'run',
+      '--rm',
+      '--config',
+      specPath,
+      '--pid-file',
+      pidFile,
+      '--log-uri',
+      logURI,
+      ...labels,
+      launch.id,
+    ]);
+    const child = spawn(cmd, args, { stdio: ['ignore', 'ignore', 'pipe'] });
+    // ctr's own messages: why it could not create or start the task.
+    let ctrErrors = '';
+    child.stderr?.on('data', (c: Buffer) => (ctrErrors += c.toString()));
+    const taskCreated = (): boolean => {
+      if (this.hasStarted) return true;
+      this.taskPid = existsSync(pidFile) ? Number(readFileSync(pidFile, 'utf8').trim()) || 0 : 0;
+      if (!this.taskPid) return false;
+      this.hasStarted = true;
+      this.startedAt = new Date();
+      if (this.cancelled) this.signal('SIGKILL');
+      this.markStarted();
+      return true;
+    };
+    const watchPid = setInterval(() => taskCreated() && clearInterval(watchPid), PID_POLL_MS);
+    return new Promise<ContainerExit>((resolve) => {
+      child.on('error', () => {});
+      child.on('close', (code, signal) => {
+        clearInterval(watchPid);
+        // ctr returns once the task is deleted, which waits for the logger: the log file is complete.
+        this.logClosed = true;
+        const finishedAt = new Date();
+        // ctr failing to start a created task also prints "ctr: …" and exits 1 before the kubelet saw it start.
+        const ctrFailed = !this.hasStarted && code !== 0 && /^ctr: /m.test(ctrErrors);
+        if (ctrFailed || !taskCreated()) {
+          const message = ctrErrors.replace(/^ctr: /, '').trim() || `ctr exited with ${code ?? signal}`;
+          resolve({ exitCode: 128, reason: 'StartError', message, startedAt: finishedAt, finishedAt });
+          return;
+        }
+        // ctr ended by a signal (it never is by the kubelet): the task may still be there.
+        if (code === null)
+          void ctrQuiet(['tasks', 'rm', '-f', launch.id]).then(() => ctrQuiet(['containers', 'rm', launch.id]));
+        const exitCode = code ?? 128 + (SIGNAL_NUMBERS[signal ?? ''] ?? 0);
+        // containerd saw the kernel's OOM killer hit it (the event comes before the exit's).
+        const oomKilled = launch.oomKilled?.() ?? false;
+        resolve({
+          exitCode,
+          reason: exitCode === 0 ? 'Completed' : oomKilled ? 'OOMKilled' : 'Error',
+          startedAt: this.startedAt,
+          finishedAt,
+        });
+      });
+    });
   }
 }

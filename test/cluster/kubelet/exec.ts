@@ -1,10 +1,10 @@
-// pods/exec's backend: a command run in a running container's network and mount namespaces (nsenter -t <pid>), in its
-// cgroup, with its env and working directory; with tty, under script(1) so the command sees a terminal.
+// pods/exec's backend: `ctr tasks exec` runs a command in a running container's task — its namespaces, cgroup, user,
+// env, capabilities and working directory come from the container's spec, as with CRI's ExecSync/Exec. With tty, ctr
+// gets a terminal from script(1) (ctr only allocates one for a terminal it runs in).
+import { randomBytes } from 'node:crypto';
 import { spawn } from 'node:child_process';
 import type { ExecProcess } from '../node-runtime.js';
-
-/** Joins the container's cgroup from the host mount namespace, then enters its namespaces and runs the command. */
-const EXEC_SCRIPT = 'echo $$ > "$1/cgroup.procs" || exit 126; pid=$2; shift 2; exec nsenter -t "$pid" -n -m --wd -- "$@"';
+import { ctrArgv, ctrQuiet } from './containerd.js';
 
 /** How long an exec'd command's output may keep flowing after it exited (background children holding the pipes). */
 const EXEC_DRAIN_MS = 300;
@@ -13,17 +13,13 @@ function shellQuote(arg: string): string {
   return `'${arg.replace(/'/g, `'\\''`)}'`;
 }
 
-export interface ExecTarget {
-  pid: number;
-  cgroupDir: string;
-  env: Record<string, string>;
-}
-
-export function execInContainer(target: ExecTarget, command: string[], stdin: boolean, tty: boolean): ExecProcess {
-  const argv = tty ? ['script', '-qfec', command.map(shellQuote).join(' '), '/dev/null'] : command;
-  const child = spawn('/bin/sh', ['-c', EXEC_SCRIPT, 'sh', target.cgroupDir, String(target.pid), ...argv], {
-    env: { ...target.env, ...(tty ? { TERM: target.env.TERM ?? 'xterm' } : {}) },
-    stdio: [stdin ? 'pipe' : 'ignore', 'pipe', 'pipe'],
+export function execInContainer(containerID: string, command: string[], stdin: boolean, tty: boolean): ExecProcess {
+  const execID = `exec-${randomBytes(6).toString('hex')}`;
+  const argv = ctrArgv(['tasks', 'exec', '--exec-id', execID, ...(tty ? ['--tty'] : []), containerID, ...command]);
+  const [cmd, ...args] = tty ? ['script', '-qfec', argv.map(shellQuote).join(' '), '/dev/null'] : argv;
+  const child = spawn(cmd, args, {
+    env: { ...process.env, ...(tty ? { TERM: process.env.TERM ?? 'xterm' } : {}) },
+    stdio: [stdin || tty ? 'pipe' : 'ignore', 'pipe', 'pipe'],
   });
   child.stdin?.on('error', () => {});
   const done = new Promise<{ exitCode: number; signal?: string }>((resolve) => {
@@ -49,15 +45,13 @@ export function execInContainer(target: ExecTarget, command: string[], stdin: bo
     stdout: child.stdout!,
     stderr: child.stderr!,
     resize: () => {
-      // script(1) gives the command a terminal but offers no way to resize it from outside.
+      // script(1) gives ctr a terminal but offers no way to resize it from outside.
     },
     wait: () => done,
     kill: () => {
-      try {
-        child.kill('SIGKILL');
-      } catch {
-        // gone
-      }
+      // The exec'd process lives in the container, not under ctr: containerd kills it.
+      void ctrQuiet(['tasks', 'kill', '--exec-id', execID, '-s', 'SIGKILL', containerID]);
+      child.kill('SIGKILL');
     },
   };
 }

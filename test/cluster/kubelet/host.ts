@@ -11,10 +11,10 @@ export class HostCommandError extends Error {
   }
 }
 
-/** Runs a command and resolves to its stdout; rejects with a HostCommandError carrying stderr. */
-export function run(cmd: string, args: string[], input?: string): Promise<string> {
+/** Runs a command and resolves to its stdout; rejects with a HostCommandError carrying stderr (or on timeout, if any). */
+export function run(cmd: string, args: string[], input?: string, timeoutMs = 0): Promise<string> {
   return new Promise((resolvePromise, reject) => {
-    const child = execFile(cmd, args, { maxBuffer: 64 * 1024 * 1024 }, (err, stdout, stderr) => {
+    const child = execFile(cmd, args, { maxBuffer: 64 * 1024 * 1024, timeout: timeoutMs }, (err, stdout, stderr) => {
       if (err) {
         const code = (err as NodeJS.ErrnoException & { code?: number | string }).code ?? null;
         reject(new HostCommandError(`${cmd} ${args.join(' ')}`, code, String(stderr || err.message)));
@@ -27,9 +27,9 @@ export function run(cmd: string, args: string[], input?: string): Promise<string
 }
 
 /** Like run, but a failure is ignored (teardown of something that may already be gone). */
-export async function runQuiet(cmd: string, args: string[]): Promise<boolean> {
+export async function runQuiet(cmd: string, args: string[], timeoutMs = 0): Promise<boolean> {
   try {
-    await run(cmd, args);
+    await run(cmd, args, undefined, timeoutMs);
     return true;
   } catch {
     return false;

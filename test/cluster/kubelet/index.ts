@@ -13,7 +13,8 @@ import {
   type V1Endpoints,
   type V1Service,
 } from '@kubernetes/client-node';
-import { defaultImages, type ImageTable } from '../images.js';
+import { repoRoot } from '../images.js';
+import { imagesDir } from './containerd.js';
 import type { NodeRuntime } from '../node-runtime.js';
 import type { EnvSources } from './env.js';
 import { startListWatch, type ListWatch } from './list-watch.js';
@@ -24,7 +25,6 @@ import { ClusterDns } from './dns.js';
 import { ServiceProxy } from './service-proxy.js';
 import { podStatus } from './status.js';
 
-export { ImageTable, defaultImages } from '../images.js';
 export { KubeletNode, NodeLookupError } from './node.js';
 export { reserveSubnets, type NodeSubnets } from './network.js';
 
@@ -33,7 +33,8 @@ export interface KubeletOptions {
   /** Unique per running cluster ([a-z0-9-]): names the netns, links, cgroup root and iptables chains. */
   instance: string;
   nodeName: string;
-  images?: ImageTable;
+  /** Directory of the image archives: default $DEVOP_IMAGES_DIR, else <repo>/dist/images. */
+  imagesDir?: string;
   clusterDomain?: string;
   /** Pod and Service subnets reserved with reserveSubnets (network.ts); reserved here when absent. */
   subnets?: NodeSubnets;
@@ -44,7 +45,6 @@ export interface KubeletOptions {
 export interface Kubelet extends NodeRuntime {
   /** A /24 that no other running stand-in uses for ClusterIPs (the twin of podCIDR). */
   serviceCIDR: string;
-  images: ImageTable;
 }
 
 /** A status report that fails this many times in a row waits for the pod's next change. */
@@ -62,7 +62,6 @@ export async function startKubelet(opts: KubeletOptions): Promise<Kubelet> {
   const kc = new KubeConfig();
   kc.loadFromFile(opts.kubeconfigPath);
   const core = kc.makeApiClient(CoreV1Api);
-  const images = opts.images ?? defaultImages();
   const services = new Map<string, V1Service>();
   const caPem = opts.caPath ? readFileSync(opts.caPath, 'utf8') : kc.getCurrentCluster()?.caData ? Buffer.from(kc.getCurrentCluster()!.caData!, 'base64').toString('utf8') : undefined;
   const endpoints = new Map<string, V1Endpoints>();
@@ -156,7 +155,7 @@ export async function startKubelet(opts: KubeletOptions): Promise<Kubelet> {
   const node = await KubeletNode.start({
     instance: opts.instance,
     nodeName: opts.nodeName,
-    images,
+    imagesDir: opts.imagesDir ?? imagesDir(repoRoot()),
     envSources,
     clusterDomain: opts.clusterDomain,
     subnets: opts.subnets,
@@ -288,7 +287,6 @@ export async function startKubelet(opts: KubeletOptions): Promise<Kubelet> {
     nodeIP: node.nodeIP,
     podCIDR: node.podCIDR,
     serviceCIDR: node.serviceCIDR,
-    images,
     dialPod: (namespace, pod, port) => node.dialPod(namespace, pod, port),
     exec: (req) => node.exec(req),
     logs: (req) => node.logs(req),

@@ -1,45 +1,10 @@
-// Container log files in the CRI format kubelet reads (`<RFC3339Nano> <stream> <F|P> <text>`), and the reader behind
-// pods/log: tailLines, timestamps and follow (until the container attempt ends or the reader is destroyed).
-import { createWriteStream, type WriteStream } from 'node:fs';
+// The reader behind pods/log: container log files in the CRI format kubelet reads (`<RFC3339Nano> <stream> <F|P>
+// <text>`, written by container-logger.mjs), with tailLines, timestamps and follow (until the attempt ends).
 import { open, readFile } from 'node:fs/promises';
 import { Readable } from 'node:stream';
 
 /** How often a follower looks for appended lines. */
 const FOLLOW_POLL_MS = 100;
-
-function timestamp(): string {
-  return new Date().toISOString().replace(/\.(\d{3})Z$/, '.$1000000Z');
-}
-
-/** Appends one container attempt's stdout/stderr to its log file, one CRI line per output line. */
-export class ContainerLogWriter {
-  private readonly out: WriteStream;
-  private readonly partial: Record<'stdout' | 'stderr', string> = { stdout: '', stderr: '' };
-  private closed = false;
-
-  constructor(readonly path: string) {
-    this.out = createWriteStream(path, { flags: 'a' });
-    this.out.on('error', () => {});
-  }
-
-  write(stream: 'stdout' | 'stderr', chunk: Buffer | string): void {
-    if (this.closed) return;
-    const text = this.partial[stream] + chunk.toString();
-    const lines = text.split('\n');
-    this.partial[stream] = lines.pop() ?? '';
-    for (const line of lines) this.out.write(`${timestamp()} ${stream} F ${line}\n`);
-  }
-
-  /** Flushes partial lines (a last line without newline is kept as kubelet does) and closes the file. */
-  close(): Promise<void> {
-    if (this.closed) return Promise.resolve();
-    for (const stream of ['stdout', 'stderr'] as const) {
-      if (this.partial[stream]) this.out.write(`${timestamp()} ${stream} P ${this.partial[stream]}\n`);
-    }
-    this.closed = true;
-    return new Promise((resolve) => this.out.end(resolve));
-  }
-}
 
 interface ParsedLine {
   time: string;

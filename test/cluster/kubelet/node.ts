@@ -1,23 +1,31 @@
-// The node as a NodeRuntime: its network and cgroup root, one PodWorker per pod, and the port-forward / exec / log
+// The node as a NodeRuntime: its network and containerd, one PodWorker per pod, and the port-forward / exec / log
 // backends the API server calls. It knows nothing of the API: the kubelet (index.ts) feeds it pods and reports statuses.
 import { mkdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Duplex, Readable } from 'node:stream';
 import type { V1Pod } from '@kubernetes/client-node';
 import { UserError } from '../../../shared/errors.js';
-import type { ImageTable } from '../images.js';
 import type { ExecProcess, ExecRequest, LogRequest, NodeRuntime } from '../node-runtime.js';
-import { CgroupRoot } from './cgroup.js';
+import {
+  ensureContainerd,
+  importImages,
+  ImageStore,
+  OomWatch,
+  removeInstanceContainers,
+  writeContainerLogger,
+} from './containerd.js';
 import type { EnvSources } from './env.js';
 import { readContainerLog } from './logs.js';
 import { NodeNetwork, reserveSubnets, type NodeSubnets } from './network.js';
+import { boundingCapabilities } from './oci-spec.js';
 import { PodWorker } from './pod-worker.js';
 import { currentAttempt, isRunning, type ContainerRecord } from './records.js';
 
 export interface NodeOptions {
   instance: string;
   nodeName: string;
-  images: ImageTable;
+  /** Directory of the image archives (*.oci.tar) imported into containerd at start. */
+  imagesDir: string;
   envSources: EnvSources;
   clusterDomain?: string;
   /** Subnets reserved beforehand (startCluster reserves them first: the API server needs the Service range). */
@@ -39,29 +47,35 @@ export class NodeLookupError extends Error {
 export class KubeletNode implements NodeRuntime {
   readonly workers = new Map<string, PodWorker>();
   private sandboxCount = 0;
+  private readonly boundingCapabilities = boundingCapabilities();
+  private oomWatch!: OomWatch;
+  private loggerPath = '';
   private stopped = false;
 
   private constructor(
     private readonly opts: NodeOptions,
     readonly network: NodeNetwork,
-    readonly cgroups: CgroupRoot,
+    readonly images: ImageStore,
     readonly stateDir: string,
     readonly volumesDir: string,
   ) {}
 
-  /** Sets up the bridge, the iptables FORWARD chain and the cgroup root; undoes it all if a step fails. */
+  /** Starts containerd if the machine's is not running, imports images, sets up the bridge and the iptables FORWARD
+   * chain; undoes it all if a step fails. */
   static async start(opts: NodeOptions): Promise<KubeletNode> {
     if (!/^[a-z0-9][a-z0-9-]{0,39}$/.test(opts.instance)) {
       throw new UserError(`stand-in instance "${opts.instance}" is not a valid name`, 'use lower-case letters, digits and dashes, at most 40 characters');
     }
     const subnets = opts.subnets ?? (await reserveSubnets(opts.instance));
     const network = new NodeNetwork(opts.instance, subnets);
-    const cgroups = new CgroupRoot(opts.instance);
     const stateDir = join('/run/devop-kubelet', opts.instance);
-    const node = new KubeletNode(opts, network, cgroups, stateDir, join('/var/lib/devop-kubelet', opts.instance));
+    const node = new KubeletNode(opts, network, new ImageStore(), stateDir, join('/var/lib/devop-kubelet', opts.instance));
     try {
+      await ensureContainerd();
+      await importImages(opts.imagesDir);
+      node.oomWatch = new OomWatch();
+      node.loggerPath = writeContainerLogger(opts.instance);
       mkdirSync(stateDir, { recursive: true });
-      cgroups.create();
       await network.setUp();
     } catch (err) {
       await node.stop();
@@ -104,8 +118,11 @@ export class KubeletNode implements NodeRuntime {
       nodeName: this.opts.nodeName,
       nodeIP: this.nodeIP,
       network: this.network,
-      cgroups: this.cgroups,
-      images: this.opts.images,
+      instance: this.opts.instance,
+      images: this.images,
+      oomWatch: this.oomWatch,
+      loggerPath: this.loggerPath,
+      boundingCapabilities: this.boundingCapabilities,
       envSources: this.opts.envSources,
       stateDir: this.stateDir,
       volumesDir: this.volumesDir,
@@ -180,7 +197,8 @@ export class KubeletNode implements NodeRuntime {
   async stop(): Promise<void> {
     this.stopped = true;
     await Promise.all([...this.workers.values()].map((w) => this.removePod(w, 0)));
-    await this.cgroups.destroyAll();
+    this.oomWatch?.stop();
+    await removeInstanceContainers(this.opts.instance);
     await this.network.tearDown();
     rmSync(this.stateDir, { recursive: true, force: true });
     rmSync(this.volumesDir, { recursive: true, force: true });

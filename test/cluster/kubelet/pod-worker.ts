@@ -4,9 +4,8 @@ import { randomBytes } from 'node:crypto';
 import { mkdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import type { V1Container, V1EphemeralContainer, V1Pod } from '@kubernetes/client-node';
-import type { ImageTable } from '../images.js';
-import type { CgroupRoot } from './cgroup.js';
-import { ContainerProcess, ContainerStartError } from './container.js';
+import { ContainerProcess } from './container.js';
+import { podNamespacesDir, removePodCgroup, type ImageStore, type OomWatch } from './containerd.js';
 import { buildContainerEnv, EnvConfigError, expandRefs, type EnvSources } from './env.js';
 import { execInContainer } from './exec.js';
 import type { NodeNetwork } from './network.js';
@@ -14,7 +13,9 @@ import { PodDialer } from './pod-dialer.js';
 import { startLivenessLoop, startReadinessLoop, type ProbeTarget } from './probes.js';
 import { currentAttempt, isAlive, isRunning, newRecord, type ContainerAttempt, type ContainerKind, type ContainerRecord } from './records.js';
 import { PodSandbox } from './sandbox.js';
-import { containerMounts, mountScript, preparePodVolumes } from './volumes.js';
+import { normalizeImageRef } from '../images.js';
+import { containerCapabilities, parseQuantity, resolveUser, type SpecMount } from './oci-spec.js';
+import { containerMounts, preparePodVolumes } from './volumes.js';
 
 /** Restart back-off: first restart at once, then doubling from here (kubelet uses 10 s; tests should not wait that). */
 const BACKOFF_BASE_MS = 200;
@@ -26,8 +27,14 @@ export interface PodWorkerDeps {
   nodeName: string;
   nodeIP: string;
   network: NodeNetwork;
-  cgroups: CgroupRoot;
-  images: ImageTable;
+  /** Names the stand-in's containers and snapshots in containerd. */
+  instance: string;
+  images: ImageStore;
+  oomWatch: OomWatch;
+  /** The executable containerd's shim runs as each container's logger. */
+  loggerPath: string;
+  /** What the kubelet's own process may hand on to containers (privileged and ALL mean these). */
+  boundingCapabilities: string[];
   envSources: EnvSources;
   /** Per-instance directory for relay sockets and logs. */
   stateDir: string;
@@ -102,6 +109,8 @@ export class PodWorker {
           namespace: this.namespace,
           dnsSearch: [`${this.namespace}.svc.${this.deps.clusterDomain}`, `svc.${this.deps.clusterDomain}`, this.deps.clusterDomain],
           hostAliases: (this.pod.spec?.hostAliases ?? []).map((a) => ({ ip: a.ip ?? '', hostnames: a.hostnames ?? [] })),
+          namespacesDir: podNamespacesDir(this.deps.instance, names.netns),
+          hostname: this.pod.spec?.hostname ?? this.name,
         });
         this.sandbox = await this.sandboxCreation;
         this.dialer = new PodDialer(names.netns, join(this.deps.stateDir, `${names.netns}.sock`));
@@ -214,16 +223,19 @@ export class PodWorker {
   }
 
   private async attempt(rec: ContainerRecord): Promise<{ kind: 'error'; reason: string } | { kind: 'exit'; exitCode: number; ranMs: number }> {
-    const image = this.deps.images.resolve(rec.spec.image ?? '');
     const fieldPath = fieldPathOf(rec);
+    const image = await this.deps.images.resolve(rec.spec.image ?? '').catch(() => undefined);
     if (!image) {
-      const message = `Failed to pull image "${rec.spec.image}": rpc error: code = NotFound desc = failed to pull and unpack image "${rec.spec.image}": not found (the stand-in has no such image: add it to the image table, test/cluster/images.ts)`;
+      const message =
+        `Failed to pull image "${rec.spec.image}": rpc error: code = NotFound desc = failed to pull and unpack image ` +
+        `"${normalizeImageRef(rec.spec.image ?? '')}": not found (the stand-in has no registry: its images come from ` +
+        'dist/images/*.oci.tar or $DEVOP_IMAGES_DIR — run npm run images)';
       rec.waiting = { reason: 'ErrImagePull', message };
       this.deps.event(this.pod, 'Warning', 'Failed', message, fieldPath);
       this.changed();
       return { kind: 'error', reason: 'ErrImagePull' };
     }
-    rec.imageResolved = true;
+    rec.imageID = image.imageID;
     let env: Record<string, string>;
     try {
       env = await buildContainerEnv(
@@ -254,31 +266,59 @@ export class PodWorker {
     mkdirSync(containerLogDir, { recursive: true });
     const attempt: ContainerAttempt = { id, logPath: join(containerLogDir, `${rec.restartCount}.log`) };
     rec.attempts.push(attempt);
-    rec.env = env;
-    const cgroupDir = this.deps.cgroups.createContainerDir(id);
-    try {
-      attempt.proc = ContainerProcess.start({
-        id,
+    const sc = rec.spec.securityContext ?? {};
+    const podSc = this.pod.spec?.securityContext ?? {};
+    const privileged = Boolean(sc.privileged);
+    const runAsUser = sc.runAsUser ?? podSc.runAsUser;
+    const runAsGroup = sc.runAsGroup ?? podSc.runAsGroup;
+    attempt.proc = ContainerProcess.start({
+      id,
+      instance: this.deps.instance,
+      podUid: this.uid,
+      image,
+      spec: {
         argv,
         env,
-        workingDir: rec.spec.workingDir || image.workingDir || '/',
-        netns: this.sandbox!.name,
-        cgroupDir,
-        logPath: attempt.logPath,
-        stdin: Boolean(rec.spec.stdin),
-        setup: mountScript(containerMounts(this.pod, rec.spec, this.volumeDirs), this.sandbox!.name),
-      });
-    } catch (err) {
-      await this.deps.cgroups.destroy(cgroupDir);
-      const now = new Date();
-      const message = err instanceof ContainerStartError ? err.message : (err as Error).message;
-      attempt.exit = { exitCode: 128, reason: 'StartError', message, startedAt: now, finishedAt: now };
-      rec.waiting = undefined;
-      this.deps.event(this.pod, 'Warning', 'Failed', `Error: ${message}`, fieldPath);
-      this.changed();
-      return { kind: 'exit', exitCode: 128, ranMs: 0 };
-    }
+        cwd: rec.spec.workingDir || image.workingDir || '/',
+        uid: 0,
+        gid: 0,
+        utsPath: this.sandbox!.utsPath,
+        ipcPath: this.pod.spec?.hostIPC ? 'host' : this.sandbox!.ipcPath,
+        netnsPath: this.sandbox!.netnsPath,
+        pidNamespace: this.pidNamespaceOf(rec),
+        capabilities: containerCapabilities({ privileged, add: sc.capabilities?.add, drop: sc.capabilities?.drop }).filter((c) =>
+          this.deps.boundingCapabilities.includes(c),
+        ),
+        privileged,
+        readOnlyRootFilesystem: Boolean(sc.readOnlyRootFilesystem),
+        noNewPrivileges: sc.allowPrivilegeEscalation === false && !privileged,
+        mounts: this.mountsOf(rec),
+        limits: {
+          memoryBytes: parseQuantity((rec.spec as V1Container).resources?.limits?.memory),
+          cpuMillis: cpuMillis((rec.spec as V1Container).resources?.limits?.cpu),
+        },
+      },
+      resolveUser: (rootfs) => resolveUser(rootfs, image.user, runAsUser, runAsGroup),
+      oomKilled: () => this.deps.oomWatch.take(id),
+      labels: {
+        'io.kubernetes.pod.name': this.name,
+        'io.kubernetes.pod.namespace': this.namespace,
+        'io.kubernetes.pod.uid': this.uid,
+        'io.kubernetes.container.name': rec.name,
+      },
+      workDir: join(this.deps.stateDir, 'containers', id),
+      logPath: attempt.logPath,
+      loggerPath: this.deps.loggerPath,
+    });
     await attempt.proc.started;
+    if (!attempt.proc.hasStarted) {
+      const exit = await attempt.proc.exited;
+      attempt.exit = exit;
+      rec.waiting = undefined;
+      this.deps.event(this.pod, 'Warning', 'Failed', `Error: ${exit.message ?? 'the container did not start'}`, fieldPath);
+      this.changed();
+      return { kind: 'exit', exitCode: exit.exitCode, ranMs: 0 };
+    }
     rec.waiting = undefined;
     rec.ready = false;
     this.deps.event(this.pod, 'Normal', 'Created', `Created container ${rec.name}`, fieldPath);
@@ -288,10 +328,29 @@ export class PodWorker {
     const exit = await attempt.proc.exited;
     this.stopProbes.get(rec.name)?.();
     rec.ready = false;
-    await this.deps.cgroups.destroy(cgroupDir);
     attempt.exit = exit;
     this.changed();
     return { kind: 'exit', exitCode: exit.exitCode, ranMs: exit.finishedAt.getTime() - exit.startedAt.getTime() };
+  }
+
+  /** The pod's /etc/hosts, /etc/resolv.conf and /etc/hostname (kubelet-managed files), then the container's volumes. */
+  private mountsOf(rec: ContainerRecord): SpecMount[] {
+    const etc = this.sandbox!.etcDir;
+    return [
+      { source: join(etc, 'hosts'), destination: '/etc/hosts', readOnly: false },
+      { source: join(etc, 'resolv.conf'), destination: '/etc/resolv.conf', readOnly: false },
+      { source: join(etc, 'hostname'), destination: '/etc/hostname', readOnly: false },
+      ...containerMounts(this.pod, rec.spec, this.volumeDirs).map((m) => ({ source: m.source, destination: m.target, readOnly: m.readOnly })),
+    ];
+  }
+
+  /** hostPID: the host's; an ephemeral container with targetContainerName: its target's; else one of its own. */
+  private pidNamespaceOf(rec: ContainerRecord): 'host' | string | undefined {
+    if (this.pod.spec?.hostPID) return 'host';
+    const target = rec.kind === 'ephemeral' ? (rec.spec as V1EphemeralContainer).targetContainerName : undefined;
+    const targetRecord = target ? this.records.get(target) : undefined;
+    const pid = targetRecord ? currentAttempt(targetRecord)?.proc?.pid : undefined;
+    return pid ? `/proc/${pid}/ns/pid` : undefined;
   }
 
   private startProbes(rec: ContainerRecord, attempt: ContainerAttempt): void {
@@ -329,7 +388,7 @@ export class PodWorker {
     this.stopProbes.set(rec.name, () => stops.forEach((stop) => stop()));
   }
 
-  /** SIGTERM, then SIGKILL for the whole cgroup once the grace period is over (the restart policy then decides). */
+  /** SIGTERM, then SIGKILL for every process of the container once the grace period is over (the restart policy then decides). */
   private async killAttempt(attempt: ContainerAttempt, graceSeconds: number): Promise<void> {
     const proc = attempt.proc;
     if (!proc?.running) return;
@@ -338,7 +397,10 @@ export class PodWorker {
     const grace = new Promise<void>((resolve) => (timer = setTimeout(resolve, graceSeconds * 1000)));
     await Promise.race([proc.exited, grace]);
     clearTimeout(timer);
-    if (proc.running) await this.deps.cgroups.destroy(this.deps.cgroups.dirOf(attempt.id));
+    if (proc.running) {
+      proc.signal('SIGKILL');
+      await proc.exited;
+    }
   }
 
   private async execForProbe(rec: ContainerRecord, command: string[], timeoutMs: number): Promise<number> {
@@ -355,10 +417,10 @@ export class PodWorker {
   execProcess(rec: ContainerRecord, command: string[], stdin: boolean, tty: boolean) {
     const attempt = currentAttempt(rec);
     if (!attempt?.proc || !isRunning(rec)) throw new Error(`container ${rec.name} is not running`);
-    return execInContainer({ pid: attempt.proc.pid, cgroupDir: this.deps.cgroups.dirOf(attempt.id), env: rec.env ?? {} }, command, stdin, tty);
+    return execInContainer(attempt.id, command, stdin, tty);
   }
 
-  /** Stops the pod: SIGTERM to every container, SIGKILL (cgroup.kill) after the grace period, then the sandbox goes. */
+  /** Stops the pod: SIGTERM to every container, SIGKILL (all their processes) after the grace period, then the sandbox goes. */
   terminate(gracePeriodSeconds: number): Promise<void> {
     if (this.terminated) return this.terminated;
     this.stopping = true;
@@ -377,14 +439,12 @@ export class PodWorker {
       const grace = new Promise<void>((resolve) => (timer = setTimeout(resolve, Math.max(0, gracePeriodSeconds) * 1000)));
       await Promise.race([exits, grace]);
       clearTimeout(timer);
-      for (const rec of this.records.values()) {
-        const attempt = currentAttempt(rec);
-        if (attempt?.proc?.running) await this.deps.cgroups.destroy(this.deps.cgroups.dirOf(attempt.id));
-      }
+      for (const rec of this.records.values()) currentAttempt(rec)?.proc?.signal('SIGKILL');
       await exits;
       const created = await this.sandboxCreation?.catch(() => undefined);
       await this.dialer?.stop();
       await (created ?? this.sandbox)?.remove();
+      removePodCgroup(this.deps.instance, this.uid);
       rmSync(this.podVolumesDir, { recursive: true, force: true });
     })();
     return this.terminated;
@@ -394,4 +454,9 @@ export class PodWorker {
 export function fieldPathOf(rec: ContainerRecord): string {
   const section = rec.kind === 'init' ? 'initContainers' : rec.kind === 'ephemeral' ? 'ephemeralContainers' : 'containers';
   return `spec.${section}{${rec.name}}`;
+}
+
+function cpuMillis(cpu: string | undefined): number | undefined {
+  const cores = parseQuantity(cpu);
+  return cores === undefined ? undefined : cores * 1000;
 }

@@ -1,7 +1,6 @@
 // What the kubelet remembers about each container of a pod (attempts, restarts, waiting reason, readiness), and how that
 // becomes a V1ContainerStatus.
 import type { V1Container, V1ContainerState, V1ContainerStatus, V1EphemeralContainer } from '@kubernetes/client-node';
-import { imageID } from '../images.js';
 import { SIGNAL_NUMBERS, type ContainerExit, type ContainerProcess } from './container.js';
 
 export type ContainerKind = 'init' | 'regular' | 'ephemeral';
@@ -25,13 +24,12 @@ export interface ContainerRecord {
   /** True when the container will not be started again (completed under its restart policy, or the pod is stopping). */
   done: boolean;
   ready: boolean;
-  /** The env of the current attempt (pods/exec uses it). */
-  env?: Record<string, string>;
-  imageResolved: boolean;
+  /** `<repository>@<manifest digest>` of the image once containerd has it (status.imageID). */
+  imageID?: string;
 }
 
 export function newRecord(spec: V1Container | V1EphemeralContainer, kind: ContainerKind): ContainerRecord {
-  return { name: spec.name, kind, spec, attempts: [], restartCount: 0, waiting: { reason: 'ContainerCreating' }, done: false, ready: false, imageResolved: false };
+  return { name: spec.name, kind, spec, attempts: [], restartCount: 0, waiting: { reason: 'ContainerCreating' }, done: false, ready: false };
 }
 
 export function currentAttempt(rec: ContainerRecord): ContainerAttempt | undefined {
@@ -98,7 +96,7 @@ export function containerStatus(rec: ContainerRecord): V1ContainerStatus {
     ready: running && rec.ready,
     restartCount: rec.restartCount,
     image,
-    imageID: rec.imageResolved ? imageID(image) : '',
+    imageID: rec.imageID ?? '',
     ...(attempt ? { containerID: `containerd://${attempt.id}` } : {}),
     started: running,
   };

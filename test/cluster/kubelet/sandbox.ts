@@ -1,6 +1,8 @@
-// A pod sandbox: the pod's network namespace (veth on the node bridge, pod IP, default route via the node) and the
-// resolv.conf/hosts files that `ip netns exec` bind-mounts over /etc for every process started in it.
+// A pod sandbox: the pod's network namespace (veth on the node bridge, pod IP, default route via the node), its UTS
+// (hostname) and IPC namespaces, which every container of the pod joins — kept by bind mounts, as the pause container
+// keeps them on a node — and the kubelet-managed resolv.conf/hosts/hostname files mounted over each container's /etc.
 import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { ipBatch, run, runQuiet } from './host.js';
 import type { NodeNetwork } from './network.js';
 
@@ -14,11 +16,18 @@ export interface SandboxConfig {
   /** Cluster DNS: search path and nameserver written into the pod's resolv.conf. */
   dnsSearch: string[];
   hostAliases?: Array<{ ip: string; hostnames: string[] }>;
+  /** Where the pod's UTS and IPC namespaces are bind-mounted (files `uts` and `ipc`). */
+  namespacesDir: string;
+  /** The pod's hostname (spec.hostname, else its name). */
+  hostname: string;
 }
 
 export class PodSandbox {
   readonly netnsPath: string;
   readonly etcDir: string;
+  /** The pod's UTS namespace (its hostname) and IPC namespace, for the containers to join. */
+  readonly utsPath: string;
+  readonly ipcPath: string;
   private removed = false;
 
   private constructor(
@@ -28,6 +37,8 @@ export class PodSandbox {
   ) {
     this.netnsPath = `/run/netns/${config.name}`;
     this.etcDir = `/etc/netns/${config.name}`;
+    this.utsPath = join(config.namespacesDir, 'uts');
+    this.ipcPath = join(config.namespacesDir, 'ipc');
   }
 
   get name(): string {
@@ -54,11 +65,20 @@ export class PodSandbox {
         `route add default via ${network.nodeIP} dev eth0`,
         '',
       ].join('\n'));
+      await sandbox.createNamespaces();
       return sandbox;
     } catch (err) {
       await sandbox.remove();
       throw err;
     }
+  }
+
+  /** unshare(1) makes the namespaces persistent by bind-mounting them on files: they outlive any one container. */
+  private async createNamespaces(): Promise<void> {
+    mkdirSync(this.config.namespacesDir, { recursive: true });
+    writeFileSync(this.utsPath, '');
+    writeFileSync(this.ipcPath, '');
+    await run('unshare', [`--uts=${this.utsPath}`, `--ipc=${this.ipcPath}`, 'hostname', this.config.hostname]);
   }
 
   private writeEtcFiles(): void {
@@ -68,6 +88,7 @@ export class PodSandbox {
       `${this.etcDir}/resolv.conf`,
       `search ${dnsSearch.join(' ')}\nnameserver ${this.network.nodeIP}\noptions ndots:5\n`,
     );
+    writeFileSync(`${this.etcDir}/hostname`, `${this.config.hostname}\n`);
     // The kubelet-managed hosts file: localhost, then the pod's own name on its IP, then hostAliases.
     const aliases = hostAliases.map((a) => `${a.ip}\t${a.hostnames.join('\t')}\n`).join('');
     writeFileSync(
@@ -83,6 +104,8 @@ export class PodSandbox {
     await runQuiet('ip', ['link', 'del', this.config.hostVeth]);
     await runQuiet('ip', ['netns', 'del', this.config.name]);
     rmSync(this.etcDir, { recursive: true, force: true });
+    for (const path of [this.utsPath, this.ipcPath]) await runQuiet('umount', [path]);
+    rmSync(this.config.namespacesDir, { recursive: true, force: true });
     this.network.releaseIP(this.podIP);
   }
 }

@@ -1,16 +1,16 @@
 // Clean-up of stand-in nodes whose process died without stop() (a killed test run): everything named after their
-// instance — processes (cgroup.kill), netns, links, iptables chains, /etc/netns files, state — is removed.
+// instance — containers, tasks, snapshots and cgroups in containerd, netns, links, iptables chains, /etc/netns files,
+// state — is removed.
 import { existsSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { CgroupRoot, cgroup2Mount } from './cgroup.js';
+import { removeInstanceContainers } from './containerd.js';
 import { run, runQuiet } from './host.js';
 import { linkTag, pidAlive, removeInstanceChains, SUBNET_LOCK_DIR } from './network.js';
 
 /** Removes what a dead instance left; safe to call for an instance that left nothing. */
 export async function removeInstanceLeftovers(instance: string): Promise<void> {
   const tag = linkTag(instance);
-  const cgroups = new CgroupRoot(instance, cgroup2Mount());
-  await cgroups.destroyAll();
+  await removeInstanceContainers(instance);
   const netns = (await run('ip', ['netns', 'list'])).split('\n').map((l) => l.split(' ')[0]).filter((n) => n.startsWith(`dvk-${instance}-`));
   for (const name of netns) {
     await runQuiet('ip', ['netns', 'del', name]);

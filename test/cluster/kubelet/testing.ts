@@ -2,6 +2,8 @@
 import type { CoreV1Api, V1Pod } from '@kubernetes/client-node';
 import type { Readable } from 'node:stream';
 import type { ExecProcess } from '../node-runtime.js';
+import { normalizeImageRef } from '../images.js';
+import { ctr, ctrQuiet } from './containerd.js';
 
 /** Polls until the predicate holds for the pod (generous deadline: the machine may be loaded). */
 export async function waitForPod(core: CoreV1Api, name: string, what: string, predicate: (pod: V1Pod) => boolean, timeoutMs = 30_000): Promise<V1Pod> {
@@ -66,4 +68,13 @@ export async function pidsOfContainer(containerID: string): Promise<number[]> {
     if (cgroup.includes(id)) pids.push(Number(entry));
   }
   return pids;
+}
+
+/** Makes an image containerd already has available under another name (what a push of it would do). */
+export async function tagImage(source: string, target: string): Promise<void> {
+  await ctr(['images', 'tag', '--force', normalizeImageRef(source), normalizeImageRef(target)]);
+}
+
+export async function removeImage(image: string): Promise<void> {
+  await ctrQuiet(['images', 'rm', normalizeImageRef(image)]);
 }

@@ -1,7 +1,7 @@
 // Pod volumes the stand-in supports — the service-account token (automounted at /var/run/secrets/kubernetes.io/
 // serviceaccount), configMap, secret, emptyDir and projected (serviceAccountToken, configMap, secret, downwardAPI
-// namespace) — written to a per-pod directory and bind-mounted into each container's own mount namespace.
-import { mkdirSync, statSync, writeFileSync } from 'node:fs';
+// namespace) — written to a per-pod directory and bind-mounted by the runtime (mounts of the container's OCI spec).
+import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { V1Container, V1EphemeralContainer, V1Pod, V1Volume } from '@kubernetes/client-node';
 import { EnvConfigError, type EnvSources } from './env.js';
@@ -78,6 +78,8 @@ export async function preparePodVolumes(pod: V1Pod, podDir: string, sources: Env
   const dirs = new Map<string, string>();
   for (const volume of pod.spec?.volumes ?? []) {
     if (volume.hostPath) {
+      // containerd's CRI plugin creates a missing hostPath source as a directory (the Docker behaviour it kept).
+      if (!existsSync(volume.hostPath.path) && volume.hostPath.type !== 'File') mkdirSync(volume.hostPath.path, { recursive: true });
       dirs.set(volume.name, volume.hostPath.path);
       continue;
     }
@@ -110,38 +112,4 @@ export function containerMounts(pod: V1Pod, container: V1Container | V1Ephemeral
     mounts.push({ source: sa, target: SERVICE_ACCOUNT_PATH, readOnly: true });
   }
   return mounts;
-}
-
-function quote(arg: string): string {
-  return `'${arg.replace(/'/g, `'\\''`)}'`;
-}
-
-/**
- * The shell lines that run inside the container's mount namespace before the command: /run becomes the container's own
- * (empty tmpfs, as in an image), then each volume is bind-mounted at its path. A mount path outside /run that does not
- * exist is created on the host's filesystem (an empty directory), since there is no image root to create it in.
- */
-export function mountScript(mounts: Mount[], netns: string): string {
-  if (mounts.length === 0) return '';
-  const lines = ['set -e'];
-  // If /etc/resolv.conf or /etc/hosts are symlinks into /run, keep the pod's versions reachable after /run is masked.
-  lines.push('r=$(readlink -f /etc/resolv.conf || true); h=$(readlink -f /etc/hosts || true)');
-  lines.push('mount -t tmpfs -o mode=0755 tmpfs /run');
-  lines.push(`for p in "resolv.conf:$r" "hosts:$h"; do f=\${p%%:*}; t=\${p#*:}; case "$t" in /run/*) mkdir -p "\${t%/*}"; : > "$t"; mount --bind ${quote(`/etc/netns/${netns}`)}/$f "$t";; esac; done`);
-  for (const m of mounts) {
-    const target = m.target.replace(/^\/var\/run\//, '/run/');
-    let isFile = false;
-    try {
-      isFile = statSync(m.source).isFile();
-    } catch {
-      // a source that does not exist fails the mount below, as it would on a node
-    }
-    // A file (a subPath key of a configMap, say) is mounted on a file: make an empty one to mount over if needed.
-    if (isFile) lines.push(`mkdir -p ${quote(target.replace(/\/[^/]*$/, '') || '/')}; [ -e ${quote(target)} ] || : > ${quote(target)}`);
-    else lines.push(`mkdir -p ${quote(target)}`);
-    lines.push(`mount --bind ${quote(m.source)} ${quote(target)}`);
-    if (m.readOnly) lines.push(`mount -o remount,bind,ro ${quote(target)}`);
-  }
-  lines.push('set +e');
-  return lines.join('\n');
 }
