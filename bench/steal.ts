@@ -170,7 +170,7 @@ async function main(): Promise<void> {
     // Capture hands copies over in blocks, up to a second late: wait for them before counting.
     const copies = (): Buffer[] => session.incoming.filter((i) => i.open.mode === 'mirror').map((i) => Buffer.concat(i.data));
     const mirroredRequests = (): number => copies().reduce((n, b) => n + b.toString().split('GET /mirrored/').length - 1, 0);
-    const sentMirrored = CYCLES * PATTERN.filter((p) => p === 'mirrored').length;
+    const sentMirrored = (WARMUP_CYCLES + CYCLES) * PATTERN.filter((p) => p === 'mirrored').length;
     await waitFor(() => mirroredRequests() >= sentMirrored, 'the mirror copies', 10_000).catch(() => undefined);
     const dropped = session.messages.filter((m) => m.type === 'log' && /copy of connection .* dropped/.test(m.message)).length;
     console.log(`mirror copies: ${mirroredRequests()} of ${sentMirrored} requests sent on the mirrored path, in ${copies().length} connection(s); ${dropped} connection copies dropped`);

@@ -1,6 +1,6 @@
 // The load of bench/steal.ts, run inside the "client" netns (nsenter --net): requests at a fixed total rate, each slot
-// taking the next path of a repeating pattern, so every path sees the same machine; prints one JSON line with each
-// path's latencies (ms). A path named in `fresh` opens a new TCP connection per request (timed from before the
+// taking the next path of a repeating pattern, so every path sees the same machine (`warmupCycles` of the pattern
+// first, not counted, then `cycles`); prints one JSON line with each path's latencies (ms). A path named in `fresh` opens a new TCP connection per request (timed from before the
 // connect); the others keep one connection alive. A process of its own, so the processes measured do not skew it.
 //   node steal-load.mjs '{"host","ports":{name:port},"fresh":[name],"pattern":[name],"cycles","warmupCycles","ratePerS"}'
 import { request, Agent } from 'node:http';
@@ -23,7 +23,7 @@ function timedGet(name, path) {
   });
 }
 
-const total = plan.cycles * plan.pattern.length;
+const total = (plan.warmupCycles + plan.cycles) * plan.pattern.length;
 const warm = plan.warmupCycles * plan.pattern.length;
 const interval = 1000 / plan.ratePerS;
 const started = performance.now();
