@@ -97,6 +97,15 @@ function treeRss(root: number): { rss: number; anon: number; procs: string[] } {
   return { rss, anon, procs };
 }
 
+const CLK_TCK = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }));
+
+/** CPU time (ms) a process has used so far, user and system, from /proc/PID/stat (fields 14 and 15). */
+function cpuMs(pid: number): { user: number; sys: number } {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return { user: (Number(fields[11]) * 1000) / CLK_TCK, sys: (Number(fields[12]) * 1000) / CLK_TCK };
+}
+
 /** Starts a process inside `ns` that prints `ready` (a whole line) once it serves. */
 async function startIn(children: ChildProcess[], ns: string, cmd: string[], ready: string): Promise<Proc> {
   const child = spawn('nsenter', [`--net=/run/netns/${ns}`, ...cmd], { stdio: ['ignore', 'pipe', 'inherit'] });
@@ -129,9 +138,10 @@ async function main(): Promise<void> {
 
     await net.startPod({ port: Object.values(APP).join(','), env: { POD_QUIET: '1' } });
     const inPod = (cmd: string[], ready: string): Promise<Proc> => startIn(children, net.podNs, cmd, ready);
-    for (const port of [RELAY_STOLEN, RELAY_FLOOR]) await inPod([process.execPath, join(net.dir, 'portforward-relay.mjs'), String(port)], 'LISTENING');
-    await inPod([floorBinary, 'agent', String(FLOOR), String(FLOOR_TUNNEL)], 'LISTENING');
-    await inPod([floorBinary, 'session', String(RELAY_FLOOR), String(FLOOR_TUNNEL), String(APP.direct)], 'READY');
+    const relay = async (port: number): Promise<Proc> => inPod([process.execPath, join(net.dir, 'portforward-relay.mjs'), String(port)], 'LISTENING');
+    const relays = { stolen: await relay(RELAY_STOLEN), floor: await relay(RELAY_FLOOR) };
+    const floorAgent = await inPod([floorBinary, 'agent', String(FLOOR), String(FLOOR_TUNNEL)], 'LISTENING');
+    const floorSession = await inPod([floorBinary, 'session', String(RELAY_FLOOR), String(FLOOR_TUNNEL), String(APP.direct)], 'READY');
 
     // The agent as the image runs it: agent/entry.sh finds the target and execs the agent in the pod netns (one process).
     const agentProc = await net.startAgent({ DEVOP_AGENT_LOG_LEVEL: 'info' }, { viaEntryPoint: true });
@@ -148,9 +158,22 @@ async function main(): Promise<void> {
     // The clients run in a process of their own in the client netns; asynchronously, as this process serves a session.
     const plan = { host: net.podIP, ports: PORTS, fresh: FRESH, pattern: PATTERN, cycles: CYCLES, warmupCycles: WARMUP_CYCLES, ratePerS: RATE_PER_S };
     const loadScript = resolve(import.meta.dirname, 'lib/steal-load.mjs');
+    // Where the time goes: CPU used per request by each process on the stolen and the floor path during the run.
+    const measured = {
+      'agent': agentProc.innerPid, 'relay': relays.stolen.pid, 'session': stealer.pid,
+      'floor agent': floorAgent.pid, 'floor relay': relays.floor.pid, 'floor session': floorSession.pid,
+    };
+    const cpuBefore = Object.fromEntries(Object.entries(measured).map(([name, pid]) => [name, cpuMs(pid)]));
     const started = Date.now();
     const { stdout: out } = await execFileAsync('nsenter', [`--net=/run/netns/${net.clientNs}`, process.execPath, loadScript, JSON.stringify(plan)], { encoding: 'utf8', maxBuffer: 64 * 1024 * 1024 });
     console.log(`latency run: ${((Date.now() - started) / 1000).toFixed(0)} s at ${RATE_PER_S} requests/s; load after it: ${load()}`);
+    const perPath = (p: string): number => (WARMUP_CYCLES + CYCLES) * PATTERN.filter((q) => q.startsWith(p)).length;
+    const cpu = Object.entries(measured).map(([name, pid]) => {
+      const [before, now, requests] = [cpuBefore[name], cpuMs(pid), perPath(name.startsWith('floor') ? 'floor' : 'stolen')];
+      const us = (ms: number): string => ((ms * 1000) / requests).toFixed(0);
+      return `${name} ${us(now.user - before.user)}+${us(now.sys - before.sys)}`;
+    });
+    console.log(`CPU per request on its path, user+system µs (stolen: 5 kept-alive to 1 new, floor 1 to 1; the agent also reads the mirror's capture): ${cpu.join(', ')}`);
     const samples = JSON.parse(out.trim().split('\n').pop() ?? '{}') as Record<Path, number[]>;
     const paths = Object.keys(PORTS) as Path[];
     const stats = Object.fromEntries(paths.map((p) => {
