@@ -38,6 +38,9 @@ const HELD_CONNECTIONS = 1000;
 const HELD_PERIOD_MS = 2000;
 /** How long the agent's RSS is sampled while the held connections carry data. */
 const HELD_MEASURE_MS = 6000;
+/** BENCH_CPU_PROF=<dir>: V8 CPU profiles of the agent, the session and the relays, written there when the bench ends. */
+const CPU_PROF = process.env.BENCH_CPU_PROF;
+const PROF_FLAGS = CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${CPU_PROF}`] : [];
 
 type Path = (typeof PATTERN)[number];
 /** The pod's app listens on direct, stolen, mirrored and held (the agent redirects stolen and held before it sees them). */
@@ -138,16 +141,18 @@ async function main(): Promise<void> {
 
     await net.startPod({ port: Object.values(APP).join(','), env: { POD_QUIET: '1' } });
     const inPod = (cmd: string[], ready: string): Promise<Proc> => startIn(children, net.podNs, cmd, ready);
-    const relay = async (port: number): Promise<Proc> => inPod([process.execPath, join(net.dir, 'portforward-relay.mjs'), String(port)], 'LISTENING');
+    const relay = async (port: number): Promise<Proc> => inPod([process.execPath, ...PROF_FLAGS, join(net.dir, 'portforward-relay.mjs'), String(port)], 'LISTENING');
     const relays = { stolen: await relay(RELAY_STOLEN), floor: await relay(RELAY_FLOOR) };
     const floorAgent = await inPod([floorBinary, 'agent', String(FLOOR), String(FLOOR_TUNNEL)], 'LISTENING');
     const floorSession = await inPod([floorBinary, 'session', String(RELAY_FLOOR), String(FLOOR_TUNNEL), String(APP.direct)], 'READY');
 
     // The agent as the image runs it: agent/entry.sh finds the target and execs the agent in the pod netns (one process).
-    const agentProc = await net.startAgent({ DEVOP_AGENT_LOG_LEVEL: 'info' }, { viaEntryPoint: true });
+    const profEnv: Record<string, string> = CPU_PROF ? { NODE_OPTIONS: PROF_FLAGS.join(' ') } : {};
+    const agentProc = await net.startAgent({ DEVOP_AGENT_LOG_LEVEL: 'info', ...profEnv }, { viaEntryPoint: true });
+    children.push(agentProc.child);
     const stealPorts = `${APP.stolen},${APP.held}`;
     const sessionArgs = [String(RELAY_STOLEN), String(agentProc.port), stealPorts, String(APP.direct)];
-    const stealer = await inPod([process.execPath, join(net.dir, 'session-proc.mjs'), ...sessionArgs], 'READY');
+    const stealer = await inPod([process.execPath, ...PROF_FLAGS, join(net.dir, 'session-proc.mjs'), ...sessionArgs], 'READY');
     // The bench's own session (through a unix-socket relay, as the agent suites connect) mirrors a port and counts copies.
     const control = await net.relay(net.podNs, '127.0.0.1', agentProc.port);
     const local = await startLocalCommand('local');
@@ -237,6 +242,11 @@ async function main(): Promise<void> {
     );
   } finally {
     for (const c of children) if (c.exitCode === null) c.kill('SIGTERM');
+    if (CPU_PROF) {
+      // A profile is written when its process exits on its own (SIGTERM), not when teardown kills it.
+      const exited = (): boolean => children.every((c) => c.exitCode !== null || c.signalCode !== null);
+      await waitFor(exited, 'the profiled processes to exit', 20_000).catch(() => undefined);
+    }
     await net.teardown();
   }
 }
