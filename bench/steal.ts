@@ -1,16 +1,16 @@
 // Benchmark of the agent's data path, side by side in one run (root, real netns): per-request latency through a stolen
 // port vs. straight to the pod's app, on kept-alive connections and on a new connection per request; the same through a
 // floor, two relay processes in C in devop's two places; the pod's latency with and without mirroring; and the RSS of
-// the agent's processes with 1 000 stolen connections carrying data. Last line:
-// RESULT steal added_p50_ms=… p50_vs_floor=… added_p99_ms=… newconn_added_p50_ms=… mirror_overhead_p50=… agent_rss_mib_1000=…
+// the agent's processes with 1 000 stolen connections carrying data. Last line: RESULT steal added_p50_ms=…
+// p50_vs_floor=… added_p99_ms=… newconn_added_p50_ms=… mirror_overhead_p50=… agent_rss_mib_1000=…
 //
 // The stolen path has the shape of a cluster's: client → agent (pod netns, started through the image's entry point) →
 // tunnel → session (a process of its own, as the CLI is) → the local command, which is the pod's app itself on
 // 127.0.0.1, so both paths end at the same server. The tunnel is the CLI's own (cli/kube/tunnel.ts, client-node's
-// pods/portforward WebSocket) through a relay running the stand-in's port-forward code (bench/lib/portforward-relay.ts),
-// which unwraps it onto a TCP connection to the agent as kubelet does: the bytes cross WebSocket framing as in a
-// cluster, with one hop where a cluster has several (API server, kubelet, runtime). The floor
-// (bench/lib/ws-framed-pair.c, built with cc here) takes the same path through a relay of its own: an agent side and a
+// pods/portforward WebSocket) through a relay running the stand-in's port-forward code
+// (bench/lib/portforward-relay.ts), which unwraps it onto a TCP connection to the agent as kubelet does: the bytes
+// cross WebSocket framing as in a cluster, with one hop where a cluster has several (API server, kubelet, runtime).
+// The floor (bench/lib/ws-framed-pair.c, built with cc here) takes the same path through a relay of its own: an agent side and a
 // session side in C that only frame, unframe and dial, so stolen ÷ floor is what devop's two processes cost against
 // the least two processes in their places cost on this machine now.
 import { execFile, execFileSync, spawn, type ChildProcess } from 'node:child_process';
@@ -31,7 +31,10 @@ const RATE_PER_S = Number(process.env.BENCH_RATE ?? 300);
  * One cycle of the load: the two paths whose p99 is taken come five times each, the others once. With 2 000 cycles that
  * is 10 000 samples each for direct and stolen (p99 from ≥ 10 000) and 2 000 for the rest, in ~100 s.
  */
-const PATTERN = ['direct', 'stolen', 'floor', 'direct', 'stolen', 'mirrored', 'direct', 'stolen', 'direct-new', 'direct', 'stolen', 'stolen-new', 'direct', 'stolen', 'floor-new'] as const;
+const PATTERN = [
+  'direct', 'stolen', 'floor', 'direct', 'stolen', 'mirrored', 'direct', 'stolen', 'direct-new',
+  'direct', 'stolen', 'stolen-new', 'direct', 'stolen', 'floor-new',
+] as const;
 const CYCLES = Number(process.env.BENCH_CYCLES ?? 2000);
 const WARMUP_CYCLES = 40;
 const HELD_CONNECTIONS = 1000;
@@ -39,14 +42,14 @@ const HELD_CONNECTIONS = 1000;
 const HELD_PERIOD_MS = 2000;
 /** How long the agent's RSS is sampled while the held connections carry data. */
 const HELD_MEASURE_MS = 6000;
-/** BENCH_CPU_PROF=<dir>: V8 CPU profiles of the agent, the session and the relays, written there when the bench ends. */
+/** BENCH_CPU_PROF=<dir>: V8 CPU profiles of the agent, the session and the relays, written there at the end. */
 const CPU_PROF = process.env.BENCH_CPU_PROF;
 const PROF_FLAGS = CPU_PROF ? ['--cpu-prof', '--cpu-prof-interval=100', `--cpu-prof-dir=${CPU_PROF}`] : [];
 
 type Path = (typeof PATTERN)[number];
-/** The pod's app listens on direct, stolen, mirrored and held (the agent redirects stolen and held before it sees them). */
+/** The pod's app listens on all four ports (the agent redirects stolen and held before the app sees them). */
 const APP = { direct: 3001, stolen: 3000, mirrored: 3002, held: 3004 };
-/** The floor's agent side listens on FLOOR for clients and on FLOOR_TUNNEL for its tunnel; each path has its own relay. */
+/** The floor's agent side listens on FLOOR for clients, on FLOOR_TUNNEL for its tunnel; each path has its own relay. */
 const FLOOR = 3006;
 const FLOOR_TUNNEL = 3007;
 const RELAY_STOLEN = 3008;
@@ -90,7 +93,8 @@ function treeRss(root: number): { rss: number; anon: number; procs: string[] } {
   for (const pid of processTree(root)) {
     try {
       const status = readFileSync(`/proc/${pid}/status`, 'utf8');
-      const field = (name: string): number => Number(new RegExp(`^${name}:\\s+(\\d+) kB`, 'm').exec(status)?.[1] ?? 0) / 1024;
+      const field = (name: string): number =>
+        Number(new RegExp(`^${name}:\\s+(\\d+) kB`, 'm').exec(status)?.[1] ?? 0) / 1024;
       rss += field('VmRSS');
       anon += field('RssAnon');
       procs.push(`${/^Name:\s+(\S+)/m.exec(status)?.[1]} ${field('VmRSS').toFixed(1)}`);
@@ -121,7 +125,8 @@ async function startIn(children: ChildProcess[], ns: string, cmd: string[], read
     buf = parts.pop() ?? '';
     proc.lines.push(...parts);
   });
-  await waitFor(() => proc.lines.some((l) => l.startsWith(ready)) || child.exitCode !== null, `${cmd[1] ?? cmd[0]} to be ready`, 60_000);
+  const what = `${cmd.find((a) => a.endsWith('.mjs')) ?? cmd[0]} to be ready`;
+  await waitFor(() => proc.lines.some((l) => l.startsWith(ready)) || child.exitCode !== null, what, 60_000);
   if (child.exitCode !== null) throw new Error(`${cmd.join(' ')} exited (code ${child.exitCode})`);
   return proc;
 }
@@ -138,25 +143,29 @@ async function main(): Promise<void> {
     const entryPoints = ['session-proc', 'portforward-relay'].map((h) => resolve(import.meta.dirname, `lib/${h}.ts`));
     await build({ ...common, banner, entryPoints, outdir: net.dir, outExtension: { '.js': '.mjs' } });
     const floorBinary = join(net.dir, 'ws-framed-pair');
-    execFileSync('cc', ['-O2', '-o', floorBinary, resolve(import.meta.dirname, 'lib/ws-framed-pair.c')], { stdio: 'inherit' });
+    const floorSource = resolve(import.meta.dirname, 'lib/ws-framed-pair.c');
+    execFileSync('cc', ['-O2', '-o', floorBinary, floorSource], { stdio: 'inherit' });
 
     await net.startPod({ port: Object.values(APP).join(','), env: { POD_QUIET: '1' } });
     const inPod = (cmd: string[], ready: string): Promise<Proc> => startIn(children, net.podNs, cmd, ready);
-    const relay = async (port: number): Promise<Proc> => inPod([process.execPath, ...PROF_FLAGS, join(net.dir, 'portforward-relay.mjs'), String(port)], 'LISTENING');
+    const node = (bundle: string, ...args: string[]): string[] =>
+      [process.execPath, ...PROF_FLAGS, join(net.dir, bundle), ...args];
+    const relay = (port: number): Promise<Proc> => inPod(node('portforward-relay.mjs', String(port)), 'LISTENING');
     const relays = { stolen: await relay(RELAY_STOLEN), floor: await relay(RELAY_FLOOR) };
     const floorAgent = await inPod([floorBinary, 'agent', String(FLOOR), String(FLOOR_TUNNEL)], 'LISTENING');
-    const floorSession = await inPod([floorBinary, 'session', String(RELAY_FLOOR), String(FLOOR_TUNNEL), String(APP.direct)], 'READY');
+    const floorSessionArgs = [String(RELAY_FLOOR), String(FLOOR_TUNNEL), String(APP.direct)];
+    const floorSession = await inPod([floorBinary, 'session', ...floorSessionArgs], 'READY');
 
-    // The agent as the image runs it: agent/entry.sh finds the target and execs the agent in the pod netns (one process).
-    // Node refuses --cpu-prof in NODE_OPTIONS: a profiled agent runs as job mode does outside the image (an outer process
-    // re-runs it in the netns with the same flags), started with AGENT_NODE_FLAGS and the profile's.
+    // The agent as the image runs it: agent/entry.sh finds the target and execs the agent in the pod netns (one
+    // process). Node refuses --cpu-prof in NODE_OPTIONS: a profiled agent runs as job mode does outside the image (an
+    // outer process re-runs it in the netns with the same flags), started with AGENT_NODE_FLAGS and the profile's.
     if (CPU_PROF) process.env.DEVOP_TEST_AGENT_FLAGS = [...AGENT_NODE_FLAGS, ...PROF_FLAGS].join(' ');
     const agentProc = await net.startAgent({ DEVOP_AGENT_LOG_LEVEL: 'info' }, { viaEntryPoint: !CPU_PROF });
     children.push(agentProc.child);
     const stealPorts = `${APP.stolen},${APP.held}`;
     const sessionArgs = [String(RELAY_STOLEN), String(agentProc.port), stealPorts, String(APP.direct)];
-    const stealer = await inPod([process.execPath, ...PROF_FLAGS, join(net.dir, 'session-proc.mjs'), ...sessionArgs], 'READY');
-    // The bench's own session (through a unix-socket relay, as the agent suites connect) mirrors a port and counts copies.
+    const stealer = await inPod(node('session-proc.mjs', ...sessionArgs), 'READY');
+    // The bench's own session (through a unix-socket relay, as the agent suites connect) mirrors a port, counts copies.
     const control = await net.relay(net.podNs, '127.0.0.1', agentProc.port);
     const local = await startLocalCommand('local');
     const session = await connectSession(control, { local });
@@ -164,7 +173,10 @@ async function main(): Promise<void> {
     if (mirrored.type !== 'subscribed') throw new Error(`subscribe ${APP.mirrored}: ${JSON.stringify(mirrored)}`);
 
     // The clients run in a process of their own in the client netns; asynchronously, as this process serves a session.
-    const plan = { host: net.podIP, ports: PORTS, fresh: FRESH, pattern: PATTERN, cycles: CYCLES, warmupCycles: WARMUP_CYCLES, ratePerS: RATE_PER_S };
+    const plan = {
+      host: net.podIP, ports: PORTS, fresh: FRESH, pattern: PATTERN,
+      cycles: CYCLES, warmupCycles: WARMUP_CYCLES, ratePerS: RATE_PER_S,
+    };
     const loadScript = resolve(import.meta.dirname, 'lib/steal-load.mjs');
     // Where the time goes: CPU used per request by each process on the stolen and the floor path during the run.
     const measured = {
@@ -173,47 +185,69 @@ async function main(): Promise<void> {
     };
     const cpuBefore = Object.fromEntries(Object.entries(measured).map(([name, pid]) => [name, cpuMs(pid)]));
     const started = Date.now();
-    const { stdout: out } = await execFileAsync('nsenter', [`--net=/run/netns/${net.clientNs}`, process.execPath, loadScript, JSON.stringify(plan)], { encoding: 'utf8', maxBuffer: 64 * 1024 * 1024 });
-    console.log(`latency run: ${((Date.now() - started) / 1000).toFixed(0)} s at ${RATE_PER_S} requests/s; load after it: ${load()}`);
+    const loadArgs = [`--net=/run/netns/${net.clientNs}`, process.execPath, loadScript, JSON.stringify(plan)];
+    const { stdout: out } = await execFileAsync('nsenter', loadArgs, { encoding: 'utf8', maxBuffer: 64 * 1024 * 1024 });
+    const took = ((Date.now() - started) / 1000).toFixed(0);
+    console.log(`latency run: ${took} s at ${RATE_PER_S} requests/s; load after it: ${load()}`);
     const perPath = (p: string): number => (WARMUP_CYCLES + CYCLES) * PATTERN.filter((q) => q.startsWith(p)).length;
     const cpu = Object.entries(measured).map(([name, pid]) => {
-      const [before, now, requests] = [cpuBefore[name], cpuMs(pid), perPath(name.startsWith('floor') ? 'floor' : 'stolen')];
+      const [before, now] = [cpuBefore[name], cpuMs(pid)];
+      const requests = perPath(name.startsWith('floor') ? 'floor' : 'stolen');
       const us = (ms: number): string => ((ms * 1000) / requests).toFixed(0);
       return `${name} ${us(now.user - before.user)}+${us(now.sys - before.sys)}`;
     });
-    console.log(`CPU per request on its path, user+system µs (stolen: 5 kept-alive to 1 new, floor 1 to 1; the agent also reads the mirror's capture): ${cpu.join(', ')}`);
+    console.log(
+      'CPU per request on its path, user+system µs (stolen: 5 kept-alive to 1 new, floor 1 to 1; the agent also ' +
+        `reads the mirror's capture): ${cpu.join(', ')}`,
+    );
     const samples = JSON.parse(out.trim().split('\n').pop() ?? '{}') as Record<Path, number[]>;
     const paths = Object.keys(PORTS) as Path[];
     const stats = Object.fromEntries(paths.map((p) => {
       const sorted = [...samples[p]].sort((a, b) => a - b);
       return [p, { p50: percentile(sorted, 50), p99: percentile(sorted, 99), n: sorted.length }];
     })) as Record<Path, { p50: number; p99: number; n: number }>;
-    for (const p of paths) console.log(`${p.padEnd(10)} n=${stats[p].n} p50=${stats[p].p50.toFixed(3)}ms p99=${stats[p].p99.toFixed(3)}ms`);
+    for (const p of paths) {
+      console.log(`${p.padEnd(10)} n=${stats[p].n} p50=${stats[p].p50.toFixed(3)}ms p99=${stats[p].p99.toFixed(3)}ms`);
+    }
     const added = (p: Path, base: Path, q: 'p50' | 'p99' = 'p50'): number => stats[p][q] - stats[base][q];
     const floorAdded = added('floor', 'direct');
     console.log(
       `p50 added over the direct path: devop's stolen path ${added('stolen', 'direct').toFixed(3)} ms, the C floor ` +
-        `${floorAdded.toFixed(3)} ms (both through a port-forward WebSocket relay); a new connection per request: stolen ` +
+        `${floorAdded.toFixed(3)} ms (both through a port-forward WebSocket relay); a new connection per request: ` +
+        'stolen ' +
         `${added('stolen-new', 'direct-new').toFixed(3)} ms, floor ${added('floor-new', 'direct-new').toFixed(3)} ms`,
     );
 
-    // Proof that the copies are complete: the requests found in the mirror copies against those sent on the mirrored path.
-    // Capture hands copies over in blocks, up to a second late: wait for them before counting.
-    const copies = (): Buffer[] => session.incoming.filter((i) => i.open.mode === 'mirror').map((i) => Buffer.concat(i.data));
-    const mirroredRequests = (): number => copies().reduce((n, b) => n + b.toString().split('GET /mirrored/').length - 1, 0);
+    // Proof that the copies are complete: the requests found in the mirror copies against those sent on the mirrored
+    // path. Capture hands copies over in blocks, up to a second late: wait for them before counting.
+    const copies = (): Buffer[] =>
+      session.incoming.filter((i) => i.open.mode === 'mirror').map((i) => Buffer.concat(i.data));
+    const mirroredRequests = (): number =>
+      copies().reduce((n, b) => n + b.toString().split('GET /mirrored/').length - 1, 0);
     const sentMirrored = (WARMUP_CYCLES + CYCLES) * PATTERN.filter((p) => p === 'mirrored').length;
     await waitFor(() => mirroredRequests() >= sentMirrored, 'the mirror copies', 10_000).catch(() => undefined);
-    const dropped = session.messages.filter((m) => m.type === 'log' && /copy of connection .* dropped/.test(m.message)).length;
-    console.log(`mirror copies: ${mirroredRequests()} of ${sentMirrored} requests sent on the mirrored path, in ${copies().length} connection(s); ${dropped} connection copies dropped`);
+    const dropped = session.messages.filter((m) => m.type === 'log' && /copy of connection .* dropped/.test(m.message));
+    console.log(
+      `mirror copies: ${mirroredRequests()} of ${sentMirrored} requests sent on the mirrored path, in ` +
+        `${copies().length} connection(s); ${dropped.length} connection copies dropped`,
+    );
 
     // RSS of the agent's processes with 1 000 stolen connections that carry data (through the tunnel to the session).
-    if (agentProc.innerPid !== agentProc.pid && !CPU_PROF) throw new Error(`the entry point left ${agentProc.pid} beside the agent ${agentProc.innerPid}`);
+    if (agentProc.innerPid !== agentProc.pid && !CPU_PROF) {
+      throw new Error(`the entry point left ${agentProc.pid} beside the agent ${agentProc.innerPid}`);
+    }
     const idle = treeRss(agentProc.innerPid);
     const heldArgs = [net.podIP, String(APP.held), String(HELD_CONNECTIONS), String(HELD_PERIOD_MS)];
-    const held = await startIn(children, net.clientNs, [process.execPath, resolve(import.meta.dirname, 'lib/held-connections.mjs'), ...heldArgs], 'READY');
-    const streams = (): number => Number(stealer.lines.filter((l) => l.startsWith('STREAMS ')).pop()?.split(' ')[1] ?? 0);
+    const heldScript = resolve(import.meta.dirname, 'lib/held-connections.mjs');
+    const held = await startIn(children, net.clientNs, [process.execPath, heldScript, ...heldArgs], 'READY');
+    const streams = (): number =>
+      Number(stealer.lines.filter((l) => l.startsWith('STREAMS ')).pop()?.split(' ')[1] ?? 0);
     await waitFor(() => streams() >= HELD_CONNECTIONS, `${HELD_CONNECTIONS} stolen connections at the session`, 30_000);
-    const answers = (): number[] => (held.lines.filter((l) => l.startsWith('ANSWERS ')).pop() ?? 'ANSWERS 0 CLOSED 0').split(' ').slice(1).filter((_, i) => i % 2 === 0).map(Number);
+    const answers = (): number[] => {
+      const last = held.lines.filter((l) => l.startsWith('ANSWERS ')).pop();
+      const m = /^ANSWERS (\d+) CLOSED (\d+)$/.exec(last ?? 'ANSWERS 0 CLOSED 0');
+      return [Number(m?.[1]), Number(m?.[2])];
+    };
     const [answersBefore] = answers();
     let peak = idle;
     for (const end = Date.now() + HELD_MEASURE_MS; Date.now() < end; await new Promise((r) => setTimeout(r, 500))) {
@@ -225,8 +259,8 @@ async function main(): Promise<void> {
     console.log(
       `agent RSS (VmRSS summed over its processes: ${peak.procs.join(', ')}): ${idle.rss.toFixed(1)} MiB after the ` +
         `latency run, at most ${peak.rss.toFixed(1)} MiB over ${HELD_MEASURE_MS / 1000} s with ${streams()} stolen ` +
-        `connections open, ${answersAfter - answersBefore} answers in that time (anonymous ${peak.anon.toFixed(1)} MiB, the ` +
-        `rest file-backed pages of the binaries, shared with every process that maps them)`,
+        `connections open, ${answersAfter - answersBefore} answers in that time (anonymous ${peak.anon.toFixed(1)} ` +
+        'MiB, the rest file-backed pages of the binaries, shared with every process that maps them)',
     );
     held.child.kill('SIGTERM');
     session.mux.close('bench over');

@@ -44,7 +44,9 @@ const failed = (err) => {
   process.stderr.write(`${err.message}\n`);
   process.exit(1);
 };
-for (let i = 0; i < n; i += 100) await Promise.all(Array.from({ length: Math.min(100, n - i) }, (_, k) => hold(i + k))).catch(failed);
+for (let i = 0; i < n; i += 100) {
+  await Promise.all(Array.from({ length: Math.min(100, n - i) }, (_, k) => hold(i + k))).catch(failed);
+}
 process.stdout.write(`READY ${answered}\n`);
 setInterval(() => process.stdout.write(`ANSWERS ${answers} CLOSED ${closed}\n`), 1000);
 process.on('SIGTERM', () => process.exit(0));

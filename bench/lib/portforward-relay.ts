@@ -1,7 +1,7 @@
 // The API server's part of the tunnel in bench/steal.ts: the stand-in's own pods/portforward WebSocket
-// (test/cluster/apiserver/streams.ts, v4.channel.k8s.io), each tunnel unwrapped onto a TCP connection to 127.0.0.1:<port>
-// in the netns it runs in, as kubelet dials the pod's port. One process, one hop: a cluster has more (API server →
-// kubelet → runtime), so this is the least a tunnel through the API server crosses. Prints LISTENING.
+// (test/cluster/apiserver/streams.ts, v4.channel.k8s.io), each tunnel unwrapped onto a TCP connection to
+// 127.0.0.1:<port> in the netns it runs in, as kubelet dials the pod's port. One process, one hop: a cluster has more
+// (API server → kubelet → runtime), so this is the least a tunnel through the API server crosses. Prints LISTENING.
 //   node portforward-relay.mjs <listen port>   (on 127.0.0.1)
 import { once } from 'node:events';
 import { createServer } from 'node:http';

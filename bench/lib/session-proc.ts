@@ -25,7 +25,8 @@ kc.loadFromOptions({
 });
 const tunnel = await openPortForward(kc, { namespace: 'bench', pod: 'bench', port: agentPort });
 const mux = createClientMux(tunnel);
-const handle = incomingStreamHandler({ ports: stealPorts.map((remote) => ({ remote, local: appPort })), onError: (m) => console.error(m) });
+const ports = stealPorts.map((remote) => ({ remote, local: appPort }));
+const handle = incomingStreamHandler({ ports, onError: (m) => console.error(m) });
 let open = 0;
 const count = (delta: number): void => {
   open += delta;
@@ -40,7 +41,8 @@ mux.on('message', (msg: AgentMessage) => {
   if (msg.type === 'ping') mux.send({ type: 'pong', id: msg.id, sentAt: msg.sentAt }); // as the CLI's supervisor does
 });
 mux.on('close', () => process.exit(0));
-await clientHello(mux, { token: process.env.DEVOP_AGENT_TOKEN ?? 'test-token', client: clientIdentity(), features: ['traffic'] });
+const token = process.env.DEVOP_AGENT_TOKEN ?? 'test-token';
+await clientHello(mux, { token, client: clientIdentity(), features: ['traffic'] });
 for (const port of stealPorts) {
   const id = `sub-${randomUUID()}`;
   const reply = new Promise<AgentMessage>((resolve) => {

@@ -3,8 +3,8 @@
 // (bench/lib/portforward-relay.ts, the stand-in's pods/portforward): the session side speaks WebSocket to it
 // (v4.channel.k8s.io: masked binary messages, a channel byte first, the port in each channel's first message) and the
 // relay unwraps onto a TCP connection to the agent side, as kubelet dials the pod's port. Inside the tunnel each client
-// connection's bytes travel as [u32 id | u32 length | bytes] frames (length 0: the connection closed); the first frame of
-// an id makes the session side dial the app. One epoll loop per process, so a new connection costs what it does in
+// connection's bytes travel as [u32 id | u32 length | bytes] frames (length 0: the connection closed); the first frame
+// of an id makes the session side dial the app. One epoll loop per process, so a new connection costs what it does in
 // devop's shape: a frame and a dial, no process start.
 //   ws-framed-pair agent   <client port> <tunnel port>             prints LISTENING
 //   ws-framed-pair session <relay port> <tunnel port> <app port>   prints READY once the WebSocket is open
@@ -246,7 +246,8 @@ static void open_websocket(int relay_port, int tunnel_port) {
 int main(int argc, char **argv) {
   session_side = argc == 5 && strcmp(argv[1], "session") == 0;
   if (!session_side && !(argc == 4 && strcmp(argv[1], "agent") == 0)) {
-    fprintf(stderr, "usage: ws-framed-pair agent <client port> <tunnel port> | session <relay port> <tunnel port> <app port>\n");
+    fprintf(stderr, "usage: ws-framed-pair agent <client port> <tunnel port>\n"
+                    "       ws-framed-pair session <relay port> <tunnel port> <app port>\n");
     return 2;
   }
   for (int i = 0; i < SLOTS; i++) conns[i].fd = -1;
