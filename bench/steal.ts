@@ -1,132 +1,289 @@
 // Benchmark of the agent's data path, side by side in one run (root, real netns): per-request latency through a stolen
-// port vs. straight to the pod's app, the pod's latency with and without mirroring, and agent RSS with 1000 stolen
-// connections. Last line: RESULT steal added_p50_ms=… added_p99_ms=… mirror_overhead_p50=… agent_rss_mib_1000=…
+// port vs. straight to the pod's app, on kept-alive connections and on a new connection per request; the same through a
+// floor, two relay processes in C in devop's two places; the pod's latency with and without mirroring; and the RSS of
+// the agent's processes with 1 000 stolen connections carrying data. Last line: RESULT steal added_p50_ms=…
+// p50_vs_floor=… added_p99_ms=… newconn_added_p50_ms=… mirror_overhead_p50=… agent_rss_mib_1000=…
 //
-// The stolen path is devop's own: client → agent (pod netns) → session (a process of its own, as the CLI is) → the local
-// command, which is the pod's app itself on 127.0.0.1 — so both paths end at the same server and differ only by devop.
-// The session reaches the agent over loopback: the tunnel's own transport (a port-forward in a cluster) is not devop's
-// and is left out. Two references run in the same load: two plain TCP relays in the way (`two-hops`), and the floor of
-// any two-process tunnel, a framed relay pair with nothing else in it (`floor`, bench/lib/framed-relay.mjs).
+// The stolen path has the shape of a cluster's: client → agent (pod netns, started through the image's entry point) →
+// tunnel → session (a process of its own, as the CLI is) → the local command, which is the pod's app itself on
+// 127.0.0.1, so both paths end at the same server. The tunnel is the CLI's own (cli/kube/tunnel.ts, client-node's
+// pods/portforward WebSocket) through a relay running the stand-in's port-forward code
+// (bench/lib/portforward-relay.ts), which unwraps it onto a TCP connection to the agent as kubelet does: the bytes
+// cross WebSocket framing as in a cluster, with one hop where a cluster has several (API server, kubelet, runtime).
+// The floor (bench/lib/ws-framed-pair.c, built with cc here) takes the same path through a relay of its own: an agent side and a
+// session side in C that only frame, unframe and dial, so stolen ÷ floor is what devop's two processes cost against
+// the least two processes in their places cost on this machine now.
 import { execFile, execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { promisify } from 'node:util';
-import { readFileSync } from 'node:fs';
-import { connect, type Socket } from 'node:net';
+import { readFileSync, readdirSync } from 'node:fs';
+import { loadavg } from 'node:os';
 import { join, resolve } from 'node:path';
 import { build } from 'esbuild';
 import { banner, common } from '../scripts/build-options.mjs';
-import { PodNet, waitFor } from '../test/agent/netns.js';
+import { PodNet, waitFor, type Proc } from '../test/agent/netns.js';
 import { connectSession, startLocalCommand } from '../test/agent/session-client.js';
+import { AGENT_NODE_FLAGS } from '../shared/agent-contract.js';
 
-/** The design's load: 200 requests per second in all, interleaved over the compared paths so all see the same machine. */
-const RATE_PER_S = 200;
-const REQUESTS_PER_PATH = Number(process.env.BENCH_REQUESTS ?? 1000);
-const WARMUP_PER_PATH = 100;
 const execFileAsync = promisify(execFile);
-const OPEN_CONNECTIONS = 1000;
-
-type Path = 'direct' | 'stolen' | 'mirrored' | 'two-hops' | 'floor';
+/** Requests per second in all, interleaved over the paths (one request every 3.3 ms: each takes ~1 ms or less). */
+const RATE_PER_S = Number(process.env.BENCH_RATE ?? 300);
 /**
- * Ports of the pod's app, and the references in the pod netns, each with two processes in the way as the stolen path
- * has: `two-hops` (plain relays 3005 → 3003 → 3001) and `floor` (framed pair 3006 → 3007 → 3001). Each process serves
- * one path only, as the agent and the session do: a process woken more often runs faster on this kind of machine.
+ * One cycle of the load: the two paths whose p99 is taken come five times each, the others once. With 2 000 cycles that
+ * is 10 000 samples each for direct and stolen (p99 from ≥ 10 000) and 2 000 for the rest, in ~100 s.
  */
-const PORTS: Record<Path, number> = { direct: 3001, stolen: 3000, mirrored: 3002, 'two-hops': 3005, floor: 3006 };
-const FLOOR_EXIT_PORT = 3007;
-const RELAY_PORT = 3003;
-/** Stolen by the bench's own session (through a relay, as the suites connect) for the RSS count only. */
-const RSS_PORT = 3004;
-const APP_PORTS = [PORTS.direct, PORTS.stolen, PORTS.mirrored, RSS_PORT];
+const PATTERN = [
+  'direct', 'stolen', 'floor', 'direct', 'stolen', 'mirrored', 'direct', 'stolen', 'direct-new',
+  'direct', 'stolen', 'stolen-new', 'direct', 'stolen', 'floor-new',
+] as const;
+const CYCLES = Number(process.env.BENCH_CYCLES ?? 2000);
+const WARMUP_CYCLES = 40;
+const HELD_CONNECTIONS = 1000;
+/** Each held connection asks and gets an answer this often (500 requests per second over all of them). */
+const HELD_PERIOD_MS = 2000;
+/** How long the agent's RSS is sampled while the held connections carry data. */
+const HELD_MEASURE_MS = 6000;
+/** BENCH_CPU_PROF=<dir>: V8 CPU profiles of the agent, the session and the relays, written there at the end. */
+const CPU_PROF = process.env.BENCH_CPU_PROF;
+const PROF_FLAGS = CPU_PROF ? ['--cpu-prof', '--cpu-prof-interval=100', `--cpu-prof-dir=${CPU_PROF}`] : [];
+
+type Path = (typeof PATTERN)[number];
+/** The pod's app listens on all four ports (the agent redirects stolen and held before the app sees them). */
+const APP = { direct: 3001, stolen: 3000, mirrored: 3002, held: 3004 };
+/** The floor's agent side listens on FLOOR for clients, on FLOOR_TUNNEL for its tunnel; each path has its own relay. */
+const FLOOR = 3006;
+const FLOOR_TUNNEL = 3007;
+const RELAY_STOLEN = 3008;
+const RELAY_FLOOR = 3009;
+const PORTS: Record<Path, number> = {
+  direct: APP.direct, 'direct-new': APP.direct, stolen: APP.stolen, 'stolen-new': APP.stolen,
+  floor: FLOOR, 'floor-new': FLOOR, mirrored: APP.mirrored,
+};
+const FRESH: Path[] = ['direct-new', 'stolen-new', 'floor-new'];
 
 function percentile(sorted: number[], p: number): number {
   return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))];
 }
 
-function rssMiB(pid: number): number {
-  const kb = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1];
-  return Number(kb) / 1024;
+const load = (): string => loadavg().map((l) => l.toFixed(2)).join(' ');
+
+/** `root` and every process below it, from /proc (the agent's children: nft -i, tcpdump and its watchdog). */
+function processTree(root: number): number[] {
+  const parents = new Map<number, number[]>();
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      // The command name may hold spaces and parentheses: the fields after the last ')' are fixed.
+      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+      parents.set(ppid, [...(parents.get(ppid) ?? []), Number(entry)]);
+    } catch {
+      // the process ended while the list was read
+    }
+  }
+  const tree = [root];
+  for (let i = 0; i < tree.length; i++) tree.push(...(parents.get(tree[i]) ?? []));
+  return tree;
+}
+
+/** VmRSS and RssAnon (MiB) summed over the process tree, and what each process is. */
+function treeRss(root: number): { rss: number; anon: number; procs: string[] } {
+  let rss = 0;
+  let anon = 0;
+  const procs: string[] = [];
+  for (const pid of processTree(root)) {
+    try {
+      const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+      const field = (name: string): number =>
+        Number(new RegExp(`^${name}:\\s+(\\d+) kB`, 'm').exec(status)?.[1] ?? 0) / 1024;
+      rss += field('VmRSS');
+      anon += field('RssAnon');
+      procs.push(`${/^Name:\s+(\S+)/m.exec(status)?.[1]} ${field('VmRSS').toFixed(1)}`);
+    } catch {
+      // the process ended while it was read
+    }
+  }
+  return { rss, anon, procs };
+}
+
+const CLK_TCK = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }));
+
+/** CPU time (ms) a process has used so far, user and system, from /proc/PID/stat (fields 14 and 15). */
+function cpuMs(pid: number): { user: number; sys: number } {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return { user: (Number(fields[11]) * 1000) / CLK_TCK, sys: (Number(fields[12]) * 1000) / CLK_TCK };
+}
+
+/** Starts a process inside `ns` that prints `ready` (a whole line) once it serves. */
+async function startIn(children: ChildProcess[], ns: string, cmd: string[], ready: string): Promise<Proc> {
+  const child = spawn('nsenter', [`--net=/run/netns/${ns}`, ...cmd], { stdio: ['ignore', 'pipe', 'inherit'] });
+  children.push(child);
+  const proc: Proc = { child, lines: [], pid: child.pid ?? -1 };
+  let buf = '';
+  child.stdout?.on('data', (c: Buffer) => {
+    const parts = (buf + c.toString()).split('\n');
+    buf = parts.pop() ?? '';
+    proc.lines.push(...parts);
+  });
+  const what = `${cmd.find((a) => a.endsWith('.mjs')) ?? cmd[0]} to be ready`;
+  await waitFor(() => proc.lines.some((l) => l.startsWith(ready)) || child.exitCode !== null, what, 60_000);
+  if (child.exitCode !== null) throw new Error(`${cmd.join(' ')} exited (code ${child.exitCode})`);
+  return proc;
 }
 
 async function main(): Promise<void> {
   if (process.getuid?.() !== 0) throw new Error('bench:steal needs root (network namespaces, iptables)');
   execFileSync(process.execPath, ['scripts/build.mjs'], { stdio: 'inherit' });
   const net = new PodNet();
-  const sockets: Socket[] = [];
   const children: ChildProcess[] = [];
   try {
     await net.setup();
-    await net.startPod({ port: APP_PORTS.join(','), env: { POD_QUIET: '1' } });
-    await net.relay(net.podNs, '127.0.0.1', PORTS.direct, RELAY_PORT);
-    await net.relay(net.podNs, '127.0.0.1', RELAY_PORT, PORTS['two-hops']);
-    const framedRelay = resolve(import.meta.dirname, 'lib/framed-relay.mjs');
-    await net.runListener(net.podNs, framedRelay, ['exit', String(FLOOR_EXIT_PORT), String(PORTS.direct)]);
-    await net.runListener(net.podNs, framedRelay, ['entry', String(PORTS.floor), String(FLOOR_EXIT_PORT)]);
-    const agentProc = await net.startAgent({ DEVOP_AGENT_LOG_LEVEL: 'info' });
-    const control = await net.relay(net.podNs, '127.0.0.1', agentProc.port);
-    // The stealing session: bench/lib/session-proc.ts inside the pod netns, handing stolen connections to the pod's app.
+    console.log(`load before: ${load()}`);
     // Bundled and run with plain node, as the devop command runs (dist/cli.js), not through a TypeScript loader.
-    const sessionBundle = join(net.dir, 'session-proc.mjs');
-    await build({ ...common, banner, entryPoints: [resolve(import.meta.dirname, 'lib/session-proc.ts')], outfile: sessionBundle });
-    const stealer = spawn('nsenter', [`--net=/run/netns/${net.podNs}`, process.execPath, sessionBundle, String(agentProc.port), String(PORTS.stolen), String(PORTS.direct)], { stdio: ['ignore', 'pipe', 'inherit'] });
-    children.push(stealer);
-    let stealerOut = '';
-    stealer.stdout.on('data', (c: Buffer) => (stealerOut += c.toString()));
-    await waitFor(() => stealerOut.includes('READY'), 'the stealing session', 30_000);
+    const entryPoints = ['session-proc', 'portforward-relay'].map((h) => resolve(import.meta.dirname, `lib/${h}.ts`));
+    await build({ ...common, banner, entryPoints, outdir: net.dir, outExtension: { '.js': '.mjs' } });
+    const floorBinary = join(net.dir, 'ws-framed-pair');
+    const floorSource = resolve(import.meta.dirname, 'lib/ws-framed-pair.c');
+    execFileSync('cc', ['-O2', '-o', floorBinary, floorSource], { stdio: 'inherit' });
+
+    await net.startPod({ port: Object.values(APP).join(','), env: { POD_QUIET: '1' } });
+    const inPod = (cmd: string[], ready: string): Promise<Proc> => startIn(children, net.podNs, cmd, ready);
+    const node = (bundle: string, ...args: string[]): string[] =>
+      [process.execPath, ...PROF_FLAGS, join(net.dir, bundle), ...args];
+    const relay = (port: number): Promise<Proc> => inPod(node('portforward-relay.mjs', String(port)), 'LISTENING');
+    const relays = { stolen: await relay(RELAY_STOLEN), floor: await relay(RELAY_FLOOR) };
+    const floorAgent = await inPod([floorBinary, 'agent', String(FLOOR), String(FLOOR_TUNNEL)], 'LISTENING');
+    const floorSessionArgs = [String(RELAY_FLOOR), String(FLOOR_TUNNEL), String(APP.direct)];
+    const floorSession = await inPod([floorBinary, 'session', ...floorSessionArgs], 'READY');
+
+    // The agent as the image runs it: agent/entry.sh finds the target and execs the agent in the pod netns (one
+    // process). Node refuses --cpu-prof in NODE_OPTIONS: a profiled agent runs as job mode does outside the image (an
+    // outer process re-runs it in the netns with the same flags), started with AGENT_NODE_FLAGS and the profile's.
+    if (CPU_PROF) process.env.DEVOP_TEST_AGENT_FLAGS = [...AGENT_NODE_FLAGS, ...PROF_FLAGS].join(' ');
+    const agentProc = await net.startAgent({ DEVOP_AGENT_LOG_LEVEL: 'info' }, { viaEntryPoint: !CPU_PROF });
+    children.push(agentProc.child);
+    const stealPorts = `${APP.stolen},${APP.held}`;
+    const sessionArgs = [String(RELAY_STOLEN), String(agentProc.port), stealPorts, String(APP.direct)];
+    const stealer = await inPod(node('session-proc.mjs', ...sessionArgs), 'READY');
+    // The bench's own session (through a unix-socket relay, as the agent suites connect) mirrors a port, counts copies.
+    const control = await net.relay(net.podNs, '127.0.0.1', agentProc.port);
     const local = await startLocalCommand('local');
     const session = await connectSession(control, { local });
-    for (const [port, mode] of [[PORTS.mirrored, 'mirror'], [RSS_PORT, 'steal']] as const) {
-      const res = await session.subscribe(port, mode);
-      if (res.type !== 'subscribed') throw new Error(`subscribe ${port}: ${JSON.stringify(res)}`);
-    }
-    // The clients run in a process of their own in the client netns (test/agent/fixtures/load-client.mjs).
-    const plan = { host: net.podIP, paths: PORTS, ratePerS: RATE_PER_S, perPath: REQUESTS_PER_PATH, warmupPerPath: WARMUP_PER_PATH };
-    // Asynchronously: the session and the local command in this process must keep serving while the load runs.
-    const { stdout: load } = await execFileAsync('nsenter', [`--net=/run/netns/${net.clientNs}`, process.execPath, resolve(import.meta.dirname, '../test/agent/fixtures/load-client.mjs'), JSON.stringify(plan)], { encoding: 'utf8', maxBuffer: 64 * 1024 * 1024 });
-    const samples = JSON.parse(load.trim().split('\n').pop() ?? '{}') as Record<Path, number[]>;
-    const order = Object.keys(PORTS) as Path[];
-    const stats = Object.fromEntries(order.map((p) => {
+    const mirrored = await session.subscribe(APP.mirrored, 'mirror');
+    if (mirrored.type !== 'subscribed') throw new Error(`subscribe ${APP.mirrored}: ${JSON.stringify(mirrored)}`);
+
+    // The clients run in a process of their own in the client netns; asynchronously, as this process serves a session.
+    const plan = {
+      host: net.podIP, ports: PORTS, fresh: FRESH, pattern: PATTERN,
+      cycles: CYCLES, warmupCycles: WARMUP_CYCLES, ratePerS: RATE_PER_S,
+    };
+    const loadScript = resolve(import.meta.dirname, 'lib/steal-load.mjs');
+    // Where the time goes: CPU used per request by each process on the stolen and the floor path during the run.
+    const measured = {
+      'agent': agentProc.innerPid, 'relay': relays.stolen.pid, 'session': stealer.pid,
+      'floor agent': floorAgent.pid, 'floor relay': relays.floor.pid, 'floor session': floorSession.pid,
+    };
+    const cpuBefore = Object.fromEntries(Object.entries(measured).map(([name, pid]) => [name, cpuMs(pid)]));
+    const started = Date.now();
+    const loadArgs = [`--net=/run/netns/${net.clientNs}`, process.execPath, loadScript, JSON.stringify(plan)];
+    const { stdout: out } = await execFileAsync('nsenter', loadArgs, { encoding: 'utf8', maxBuffer: 64 * 1024 * 1024 });
+    const took = ((Date.now() - started) / 1000).toFixed(0);
+    console.log(`latency run: ${took} s at ${RATE_PER_S} requests/s; load after it: ${load()}`);
+    const perPath = (p: string): number => (WARMUP_CYCLES + CYCLES) * PATTERN.filter((q) => q.startsWith(p)).length;
+    const cpu = Object.entries(measured).map(([name, pid]) => {
+      const [before, now] = [cpuBefore[name], cpuMs(pid)];
+      const requests = perPath(name.startsWith('floor') ? 'floor' : 'stolen');
+      const us = (ms: number): string => ((ms * 1000) / requests).toFixed(0);
+      return `${name} ${us(now.user - before.user)}+${us(now.sys - before.sys)}`;
+    });
+    console.log(
+      'CPU per request on its path, user+system µs (stolen: 5 kept-alive to 1 new, floor 1 to 1; the agent also ' +
+        `reads the mirror's capture): ${cpu.join(', ')}`,
+    );
+    const samples = JSON.parse(out.trim().split('\n').pop() ?? '{}') as Record<Path, number[]>;
+    const paths = Object.keys(PORTS) as Path[];
+    const stats = Object.fromEntries(paths.map((p) => {
       const sorted = [...samples[p]].sort((a, b) => a - b);
       return [p, { p50: percentile(sorted, 50), p99: percentile(sorted, 99), n: sorted.length }];
     })) as Record<Path, { p50: number; p99: number; n: number }>;
-    for (const p of order) console.log(`${p.padEnd(9)} n=${stats[p].n} p50=${stats[p].p50.toFixed(3)}ms p99=${stats[p].p99.toFixed(3)}ms`);
-    const relays = stats['two-hops'].p50 - stats.direct.p50;
-    const floor = stats.floor.p50 - stats.direct.p50;
-    const added = stats.stolen.p50 - stats.direct.p50;
-    console.log(`on this machine now, p50 added by two plain relays: ${relays.toFixed(3)} ms; by the bare framed pair (the floor of a two-process tunnel): ${floor.toFixed(3)} ms; by devop's stolen path (agent + session): ${added.toFixed(3)} ms = ${(added / floor).toFixed(2)}× the floor, ${(added / relays).toFixed(2)}× two relays; a port-forward in the tunnel would add its own`);
-    // Proof that the copies are complete: the requests found in the mirror copies against those sent on the mirrored path.
-    // Capture hands copies over in blocks, up to a second late: wait for them before counting.
-    const copies = (): Buffer[] => session.incoming.filter((i) => i.open.mode === 'mirror').map((i) => Buffer.concat(i.data));
-    const mirroredRequests = (): number => copies().reduce((n, b) => n + b.toString().split('GET /mirrored/').length - 1, 0);
-    const sentMirrored = REQUESTS_PER_PATH + WARMUP_PER_PATH;
-    await waitFor(() => mirroredRequests() >= sentMirrored, 'the mirror copies', 10_000).catch(() => undefined);
-    const dropped = session.messages.filter((m) => m.type === 'log' && /copy of connection .* dropped/.test(m.message)).length;
-    console.log(`mirror copies: ${mirroredRequests()} of ${sentMirrored} requests sent on the mirrored path, in ${copies().length} connection(s); ${dropped} connection copies dropped`);
-
-    // RSS with 1000 open stolen connections (each one: a client socket in the agent + one mux stream).
-    const stolenRelay = await net.relay(net.clientNs, net.podIP, RSS_PORT);
-    const before = rssMiB(agentProc.innerPid);
-    const opened = session.incoming.length;
-    for (let i = 0; i < OPEN_CONNECTIONS; i++) {
-      const s = connect(stolenRelay);
-      s.on('error', () => undefined);
-      s.resume();
-      sockets.push(s);
-      if (i % 100 === 99) await waitFor(() => session.incoming.length >= opened + i + 1, 'stolen connections to reach the session', 60_000);
+    for (const p of paths) {
+      console.log(`${p.padEnd(10)} n=${stats[p].n} p50=${stats[p].p50.toFixed(3)}ms p99=${stats[p].p99.toFixed(3)}ms`);
     }
-    await waitFor(() => session.incoming.length >= opened + OPEN_CONNECTIONS, 'all stolen connections to reach the session', 60_000);
-    const rss = rssMiB(agentProc.innerPid);
-    // RSS counts the pages of the node binary the agent touched (file-backed, shared with every node process on the host);
-    // the agent's own memory is the anonymous part.
-    const anon = Number(/^Anonymous:\s+(\d+) kB/m.exec(readFileSync(`/proc/${agentProc.innerPid}/smaps_rollup`, 'utf8'))?.[1]) / 1024;
-    console.log(`agent RSS: ${before.toFixed(1)} MiB idle after the latency run, ${rss.toFixed(1)} MiB with ${OPEN_CONNECTIONS} open stolen connections (anonymous ${anon.toFixed(1)} MiB, the rest file-backed node binary pages)`);
+    const added = (p: Path, base: Path, q: 'p50' | 'p99' = 'p50'): number => stats[p][q] - stats[base][q];
+    const floorAdded = added('floor', 'direct');
+    console.log(
+      `p50 added over the direct path: devop's stolen path ${added('stolen', 'direct').toFixed(3)} ms, the C floor ` +
+        `${floorAdded.toFixed(3)} ms (both through a port-forward WebSocket relay); a new connection per request: ` +
+        'stolen ' +
+        `${added('stolen-new', 'direct-new').toFixed(3)} ms, floor ${added('floor-new', 'direct-new').toFixed(3)} ms`,
+    );
+
+    // Proof that the copies are complete: the requests found in the mirror copies against those sent on the mirrored
+    // path. Capture hands copies over in blocks, up to a second late: wait for them before counting.
+    const copies = (): Buffer[] =>
+      session.incoming.filter((i) => i.open.mode === 'mirror').map((i) => Buffer.concat(i.data));
+    const mirroredRequests = (): number =>
+      copies().reduce((n, b) => n + b.toString().split('GET /mirrored/').length - 1, 0);
+    const sentMirrored = (WARMUP_CYCLES + CYCLES) * PATTERN.filter((p) => p === 'mirrored').length;
+    await waitFor(() => mirroredRequests() >= sentMirrored, 'the mirror copies', 10_000).catch(() => undefined);
+    const dropped = session.messages.filter((m) => m.type === 'log' && /copy of connection .* dropped/.test(m.message));
+    console.log(
+      `mirror copies: ${mirroredRequests()} of ${sentMirrored} requests sent on the mirrored path, in ` +
+        `${copies().length} connection(s); ${dropped.length} connection copies dropped`,
+    );
+
+    // RSS of the agent's processes with 1 000 stolen connections that carry data (through the tunnel to the session).
+    if (agentProc.innerPid !== agentProc.pid && !CPU_PROF) {
+      throw new Error(`the entry point left ${agentProc.pid} beside the agent ${agentProc.innerPid}`);
+    }
+    const idle = treeRss(agentProc.innerPid);
+    const heldArgs = [net.podIP, String(APP.held), String(HELD_CONNECTIONS), String(HELD_PERIOD_MS)];
+    const heldScript = resolve(import.meta.dirname, 'lib/held-connections.mjs');
+    const held = await startIn(children, net.clientNs, [process.execPath, heldScript, ...heldArgs], 'READY');
+    const streams = (): number =>
+      Number(stealer.lines.filter((l) => l.startsWith('STREAMS ')).pop()?.split(' ')[1] ?? 0);
+    await waitFor(() => streams() >= HELD_CONNECTIONS, `${HELD_CONNECTIONS} stolen connections at the session`, 30_000);
+    const answers = (): number[] => {
+      const last = held.lines.filter((l) => l.startsWith('ANSWERS ')).pop();
+      const m = /^ANSWERS (\d+) CLOSED (\d+)$/.exec(last ?? 'ANSWERS 0 CLOSED 0');
+      return [Number(m?.[1]), Number(m?.[2])];
+    };
+    const [answersBefore] = answers();
+    let peak = idle;
+    for (const end = Date.now() + HELD_MEASURE_MS; Date.now() < end; await new Promise((r) => setTimeout(r, 500))) {
+      const now = treeRss(agentProc.innerPid);
+      if (now.rss > peak.rss) peak = now;
+    }
+    const [answersAfter, closed] = answers();
+    if (closed > 0) throw new Error(`${closed} of the held connections closed during the measurement`);
+    console.log(
+      `agent RSS (VmRSS summed over its processes: ${peak.procs.join(', ')}): ${idle.rss.toFixed(1)} MiB after the ` +
+        `latency run, at most ${peak.rss.toFixed(1)} MiB over ${HELD_MEASURE_MS / 1000} s with ${streams()} stolen ` +
+        `connections open, ${answersAfter - answersBefore} answers in that time (anonymous ${peak.anon.toFixed(1)} ` +
+        'MiB, the rest file-backed pages of the binaries, shared with every process that maps them)',
+    );
+    held.child.kill('SIGTERM');
     session.mux.close('bench over');
     await local.close();
-    const added50 = stats.stolen.p50 - stats.direct.p50;
-    const added99 = stats.stolen.p99 - stats.direct.p99;
-    const mirror = stats.mirrored.p50 / stats.direct.p50 - 1;
-    console.log(`RESULT steal added_p50_ms=${added50.toFixed(3)} added_p99_ms=${added99.toFixed(3)} mirror_overhead_p50=${mirror.toFixed(3)} agent_rss_mib_1000=${rss.toFixed(1)}`);
+    const r = {
+      added50: added('stolen', 'direct'),
+      added99: added('stolen', 'direct', 'p99'),
+      fresh: added('stolen-new', 'direct-new'),
+      mirror: stats.mirrored.p50 / stats.direct.p50 - 1,
+    };
+    console.log(`load at the end: ${load()}`);
+    console.log(
+      `RESULT steal added_p50_ms=${r.added50.toFixed(3)} p50_vs_floor=${(r.added50 / floorAdded).toFixed(2)} ` +
+        `added_p99_ms=${r.added99.toFixed(3)} newconn_added_p50_ms=${r.fresh.toFixed(3)} ` +
+        `mirror_overhead_p50=${r.mirror.toFixed(3)} agent_rss_mib_1000=${peak.rss.toFixed(1)}`,
+    );
   } finally {
-    for (const s of sockets) s.destroy();
-    for (const c of children) c.kill('SIGTERM');
+    for (const c of children) if (c.exitCode === null) c.kill('SIGTERM');
+    if (CPU_PROF) {
+      // A profile is written when its process exits on its own (SIGTERM), not when teardown kills it.
+      const exited = (): boolean => children.every((c) => c.exitCode !== null || c.signalCode !== null);
+      await waitFor(exited, 'the profiled processes to exit', 20_000).catch(() => undefined);
+    }
     await net.teardown();
   }
 }

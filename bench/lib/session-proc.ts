@@ -1,40 +1,64 @@
 // A devop session in a process of its own, started inside the pod netns (nsenter --net) by bench/steal.ts: it reaches
-// the agent's control port over loopback (the tunnel, with no port-forward in it) and hands each stolen connection to a
-// local command on 127.0.0.1:<appPort> with the CLI's own handler (cli/services/incoming.ts). The bench passes the pod's
-// own app as the local command, so the stolen and direct paths end at the same server and differ only by devop's path.
+// the agent's control port through the CLI's own tunnel (cli/kube/tunnel.ts: client-node's pods/portforward WebSocket)
+// to the relay at 127.0.0.1:<relayPort> (bench/lib/portforward-relay.ts, the stand-in's port-forward), and hands each
+// stolen connection to a local command on 127.0.0.1:<appPort> with the CLI's own handler (cli/services/incoming.ts).
+// The bench passes the pod's own app as the local command, so the stolen and direct paths end at the same server.
 // Prints READY once stealing; SIGTERM ends it.
-import { once } from 'node:events';
-import { connect } from 'node:net';
+//   node session-proc.mjs <relayPort> <agentPort> <stealPort>[,<stealPort>…] <appPort>
+// Prints "STREAMS <n>" whenever the number of incoming streams open changes by 100.
 import { randomUUID } from 'node:crypto';
+import { KubeConfig } from '@kubernetes/client-node';
+import { openPortForward } from '../../cli/kube/tunnel.js';
 import { clientHello } from '../../shared/handshake.js';
 import { createClientMux } from '../../shared/mux.js';
 import type { AgentMessage } from '../../shared/protocol.js';
 import { clientIdentity } from '../../cli/session/connect.js';
 import { incomingStreamHandler } from '../../cli/services/incoming.js';
 
-const [agentPort, stealPort, appPort] = process.argv.slice(2).map(Number);
-const socket = connect({ host: '127.0.0.1', port: agentPort });
-await once(socket, 'connect');
-const mux = createClientMux(socket);
-mux.on('stream', incomingStreamHandler({ ports: [{ remote: stealPort, local: appPort }], onError: (m) => console.error(m) }));
+const [relayPort, agentPort, appPort] = [2, 3, 5].map((i) => Number(process.argv[i]));
+const stealPorts = process.argv[4].split(',').map(Number);
+const kc = new KubeConfig();
+kc.loadFromOptions({
+  clusters: [{ name: 'bench', server: `http://127.0.0.1:${relayPort}`, skipTLSVerify: true }],
+  users: [{ name: 'bench' }],
+  contexts: [{ name: 'bench', cluster: 'bench', user: 'bench' }],
+  currentContext: 'bench',
+});
+const tunnel = await openPortForward(kc, { namespace: 'bench', pod: 'bench', port: agentPort });
+const mux = createClientMux(tunnel);
+const ports = stealPorts.map((remote) => ({ remote, local: appPort }));
+const handle = incomingStreamHandler({ ports, onError: (m) => console.error(m) });
+let open = 0;
+const count = (delta: number): void => {
+  open += delta;
+  if (open % 100 === 0) process.stdout.write(`STREAMS ${open}\n`);
+};
+mux.on('stream', (stream) => {
+  count(1);
+  stream.once('close', () => count(-1));
+  handle(stream);
+});
 mux.on('message', (msg: AgentMessage) => {
   if (msg.type === 'ping') mux.send({ type: 'pong', id: msg.id, sentAt: msg.sentAt }); // as the CLI's supervisor does
 });
 mux.on('close', () => process.exit(0));
-await clientHello(mux, { token: process.env.DEVOP_AGENT_TOKEN ?? 'test-token', client: clientIdentity(), features: ['traffic'] });
-const id = `sub-${randomUUID()}`;
-const reply = new Promise<AgentMessage>((resolve) => {
-  const onMessage = (msg: AgentMessage): void => {
-    if ('id' in msg && msg.id === id) {
-      mux.off('message', onMessage);
-      resolve(msg);
-    }
-  };
-  mux.on('message', onMessage);
-});
-mux.send({ type: 'subscribe', id, port: stealPort, mode: 'steal', flush: false, stealProbes: false });
-const res = await reply;
-if (res.type !== 'subscribed') throw new Error(`subscribe ${stealPort}: ${JSON.stringify(res)}`);
+const token = process.env.DEVOP_AGENT_TOKEN ?? 'test-token';
+await clientHello(mux, { token, client: clientIdentity(), features: ['traffic'] });
+for (const port of stealPorts) {
+  const id = `sub-${randomUUID()}`;
+  const reply = new Promise<AgentMessage>((resolve) => {
+    const onMessage = (msg: AgentMessage): void => {
+      if ('id' in msg && msg.id === id) {
+        mux.off('message', onMessage);
+        resolve(msg);
+      }
+    };
+    mux.on('message', onMessage);
+  });
+  mux.send({ type: 'subscribe', id, port, mode: 'steal', flush: false, stealProbes: false });
+  const res = await reply;
+  if (res.type !== 'subscribed') throw new Error(`subscribe ${port}: ${JSON.stringify(res)}`);
+}
 process.stdout.write('READY\n');
 process.on('SIGTERM', () => {
   mux.close('bench over');

@@ -1,0 +1,30 @@
+// The API server's part of the tunnel in bench/steal.ts: the stand-in's own pods/portforward WebSocket
+// (test/cluster/apiserver/streams.ts, v4.channel.k8s.io), each tunnel unwrapped onto a TCP connection to
+// 127.0.0.1:<port> in the netns it runs in, as kubelet dials the pod's port. One process, one hop: a cluster has more
+// (API server → kubelet → runtime), so this is the least a tunnel through the API server crosses. Prints LISTENING.
+//   node portforward-relay.mjs <listen port>   (on 127.0.0.1)
+import { once } from 'node:events';
+import { createServer } from 'node:http';
+import { connect } from 'node:net';
+import type { Duplex } from 'node:stream';
+import { createStreamServer } from '../../test/cluster/apiserver/streams.js';
+import type { NodeRuntime } from '../../test/cluster/node-runtime.js';
+
+const dialPod = async (_namespace: string, _pod: string, port: number): Promise<Duplex> => {
+  const socket = connect({ host: '127.0.0.1', port, noDelay: true });
+  await once(socket, 'connect');
+  return socket;
+};
+const streams = createStreamServer(() => ({ dialPod }) as unknown as NodeRuntime);
+const pod = { metadata: { name: 'bench', namespace: 'bench', uid: 'bench' } };
+const server = createServer((_req, res) => res.writeHead(404).end());
+server.on('upgrade', (req, socket, head) => {
+  try {
+    streams.upgradePortForward(req, socket, head, pod, new URL(req.url ?? '/', 'http://relay').searchParams);
+  } catch (err) {
+    console.error(`refused a tunnel: ${(err as Error).message}`);
+    socket.destroy();
+  }
+});
+server.listen(Number(process.argv[2]), '127.0.0.1', () => process.stdout.write('LISTENING\n'));
+process.on('SIGTERM', () => process.exit(0));
