@@ -19,7 +19,7 @@ export interface TargetCluster {
   kubeconfigPath: string;
   /** Where the suite's workloads go: `default` on the stand-in, a fresh namespace per suite on a real cluster. */
   namespace: string;
-  /** The stand-in's handle (image table, restricted user, node runtime); undefined on a real cluster. */
+  /** The stand-in's handle (containerd images, restricted user, node runtime); undefined on a real cluster. */
   standin?: ClusterHandle;
   stop(): Promise<void>;
 }
@@ -105,7 +105,7 @@ export async function startTargetCluster(suite: string, options: TargetOptions =
 type TestBody = () => Promise<void> | void;
 
 /**
- * `it` for a test that needs what only the stand-in can make (its image table, restricted user, node processes, …):
+ * `it` for a test that needs what only the stand-in can make (images built into its containerd, restricted user, node processes, …):
  * on a real cluster the test is reported skipped, its name carrying the reason, and a console line says so.
  */
 export function standinOnly(reason: string): (name: string, body: TestBody, timeoutMs?: number) => void {
