@@ -5,7 +5,7 @@ import type { AgentCapability } from '../shared/agent-contract.js';
 import { UserError } from '../shared/errors.js';
 
 /** Bit numbers of the capabilities the agent uses (linux/capability.h). */
-const CAPABILITY_BITS: Record<AgentCapability, number> = {
+export const CAPABILITY_BITS: Record<AgentCapability, number> = {
   DAC_READ_SEARCH: 2,
   SETGID: 6,
   NET_ADMIN: 12,

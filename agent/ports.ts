@@ -16,7 +16,7 @@ type Subscribe = Extract<ClientMessage, { type: 'subscribe' }>;
 
 export type SubscribeResult =
   | { ok: true }
-  | { ok: false; reason: string; holder?: { user: string; host: string; since: string } };
+  | { ok: false; reason: string; hint?: string; holder?: { user: string; host: string; since: string } };
 
 /** Where the agent's redirect rules live: an owned nft table (agent/nft-owned.ts) or an iptables chain (agent/iptables.ts). */
 export interface RedirectRules {
@@ -78,13 +78,13 @@ export class PortTable {
   }
 
   /** Why this agent cannot take the subscription at all (a capability its container lacks), or undefined. */
-  private capabilityProblem(msg: Subscribe): string | undefined {
+  private capabilityProblem(msg: Subscribe): { reason: string; hint: string } | undefined {
     // Stealing needs the redirect rule; so does mirroring when the copies cannot come from a capture.
     const needsRule = msg.mode === 'steal' || this.noCapture !== undefined;
     if (!needsRule || this.held.has('NET_ADMIN')) return undefined;
     const feature = msg.mode === 'steal' ? `stealing :${msg.port}` : `mirroring :${msg.port} without a packet capture`;
     const err = missingCapabilityError(['NET_ADMIN'], feature);
-    return `${err.message} (${err.hint})`;
+    return { reason: err.message, hint: err.hint };
   }
 
   private serial<T>(job: () => Promise<T>): Promise<T> {
@@ -102,12 +102,12 @@ export class PortTable {
     return this.serial(async () => {
       if (!this.chain) return { ok: false as const, reason: 'this agent runs targetless: it has no pod ports to steal or mirror' };
       const denied = this.capabilityProblem(msg);
-      if (denied) return { ok: false as const, reason: denied };
+      if (denied) return { ok: false as const, ...denied };
       let match;
       try {
         match = msg.filter ? compileFilter(msg.filter) : undefined;
       } catch (err) {
-        return { ok: false as const, reason: isUserError(err) ? `${err.message} (${err.hint})` : String(err) };
+        return isUserError(err) ? { ok: false as const, reason: err.message, hint: err.hint } : { ok: false as const, reason: String(err) };
       }
       const entry = this.ports.get(msg.port) ?? { subs: [] };
       const others = entry.subs.filter((s) => s.session.sessionId !== session.sessionId && s.mode === 'steal');

@@ -150,7 +150,7 @@ export class Session implements IncomingTarget {
       case 'subscribe': {
         const res = await this.ctx.ports.subscribe(this, this.client, msg);
         if (res.ok) mux.send({ type: 'subscribed', id: msg.id, port: msg.port, mode: msg.mode });
-        else mux.send({ type: 'refused', id: msg.id, port: msg.port, reason: res.reason.slice(0, MAX_REASON), holder: res.holder });
+        else mux.send({ type: 'refused', id: msg.id, port: msg.port, reason: res.reason.slice(0, MAX_REASON), holder: res.holder, hint: res.hint?.slice(0, MAX_REASON) });
         return;
       }
       case 'unsubscribe':

@@ -158,7 +158,8 @@ export const AgentMessage = z.discriminatedUnion('type', [
   z.object({ type: z.literal('ping'), id: z.int(), sentAt: z.number() }),
   // incoming traffic
   z.object({ type: z.literal('subscribed'), id: requestId, port, mode: StealMode }),
-  z.object({ type: z.literal('refused'), id: requestId, port, reason, holder: z.optional(Holder) }),
+  // hint (appended): the fix, when the agent knows it (older agents leave it out).
+  z.object({ type: z.literal('refused'), id: requestId, port, reason, holder: z.optional(Holder), hint: z.optional(z.string()) }),
   z.object({ type: z.literal('unsubscribed'), id: requestId, port }),
   // DNS and env through the pod; `error` is set (and addresses empty) when the name did not resolve
   z.object({

@@ -47,7 +47,7 @@ export const AGENT_SAMPLES: ByType<AgentMessage> = {
   pong: { type: 'pong', id: 7, sentAt: 1700000000123.5 },
   ping: { type: 'ping', id: 1, sentAt: 5 },
   subscribed: { type: 'subscribed', id: 'sub-1', port: 3000, mode: 'mirror' },
-  refused: { type: 'refused', id: 'sub-2', port: 3000, reason: 'port stolen by another session', holder: { user: 'bob', host: 'desk', since: '2026-01-01T00:00:00Z' } },
+  refused: { type: 'refused', id: 'sub-2', port: 3000, reason: 'port stolen by another session', holder: { user: 'bob', host: 'desk', since: '2026-01-01T00:00:00Z' }, hint: 'wait until the other session ends' },
   unsubscribed: { type: 'unsubscribed', id: 'sub-1', port: 3000 },
   dnsResult: { type: 'dnsResult', id: 'dns-1', addresses: [{ address: '10.96.0.1', family: 4 }, { address: 'fd00::1', family: 6 }] },
   env: { type: 'env', id: 'env-1', vars: { HOME: '/root', EMPTY: '', 'WEIRD=NAME': 'ü\n' } },

@@ -231,7 +231,9 @@ class TrafficControl {
     if (answer.type === 'refused') {
       const who = answer.holder ? `${answer.holder.user}@${answer.holder.host}` : undefined;
       const holder = who && !answer.reason.includes(who) ? ` (held by ${who} since ${answer.holder!.since})` : '';
-      throw new UserError(`port ${port} of pod ${this.info.pod} cannot be ${this.mode === 'steal' ? 'stolen' : 'mirrored'}: ${answer.reason}${holder}`, 'use --http-header-filter to share the port, --mirror, or wait until the other session ends');
+      // The agent's own fix when it gives one (a capability its container lacks, a bad filter); else the port is held.
+      const fix = answer.hint ?? 'use --http-header-filter to share the port, --mirror, or wait until the other session ends';
+      throw new UserError(`port ${port} of pod ${this.info.pod} cannot be ${this.mode === 'steal' ? 'stolen' : 'mirrored'}: ${answer.reason}${holder}`, fix);
     }
     throw new UserError(`the agent refused to ${this.mode} port ${port}: ${answer.message}`, answer.hint ?? 'check the agent logs (rerun with --verbose)');
   }

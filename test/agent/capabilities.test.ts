@@ -68,9 +68,10 @@ describe.runIf(run)('agent: the capabilities its manifest asks for', () => {
     const s = await session(agent);
     const refused = await s.subscribe(3000, 'steal');
     expect(refused).toMatchObject({ type: 'refused' });
-    const reason = (refused as { reason: string }).reason;
-    expect(reason).toMatch(/^the agent's container lacks CAP_NET_ADMIN, which stealing :3000 needs \(/);
-    expect(reason).not.toContain('\n');
+    const { reason, hint } = refused as { reason: string; hint?: string };
+    expect(reason).toBe("the agent's container lacks CAP_NET_ADMIN, which stealing :3000 needs");
+    expect(hint).toMatch(/^allow NET_ADMIN in the agent's securityContext/);
+    expect(`${reason}${hint}`).not.toContain('\n');
     expect((await s.subscribe(3000, 'mirror')).type).toBe('subscribed');
     expect((await httpGet(client, '/copy')).body).toBe('pod: GET /copy');
     process.kill(agent.pid, 'SIGTERM');

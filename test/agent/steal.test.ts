@@ -152,6 +152,9 @@ describe.runIf(run)('agent: steal a whole port', () => {
     // Given a steal with flush, paused, and a keep-alive client (one socket) that connected during the pause
     expect((await session.subscribe(3000, 'steal', { flush: true })).type).toBe('subscribed');
     session.send({ type: 'pause', port: 3000 });
+    // A fresh connection answered by the pod shows the pause is in place; only then does the kept-alive client connect
+    // (one that connected before would stay stolen: a pause affects new connections).
+    await waitFor(async () => (await httpGet(client, '/paused-probe')).body === 'pod: GET /paused-probe', 'the pause to take effect');
     const keep = keepAliveAgent();
     await waitFor(async () => {
       const answer = await httpGet(client, '/during-pause', { agent: keep });
@@ -178,6 +181,7 @@ describe.runIf(run)('agent: steal a whole port', () => {
     }
     expect((await session.subscribe(3000, 'steal', { flush: false })).type).toBe('subscribed');
     session.send({ type: 'pause', port: 3000 });
+    await waitFor(async () => (await httpGet(client, '/nf-probe')).body === 'pod: GET /nf-probe', 'the pause to take effect');
     const keep = keepAliveAgent();
     await waitFor(async () => (await httpGet(client, '/nf-pause', { agent: keep })).body === 'pod: GET /nf-pause', 'the pod to answer while paused');
     session.send({ type: 'resume', port: 3000 });

@@ -48,6 +48,9 @@ describe('devop exec in a terminal: p with a keep-alive client', () => {
       // When p pauses, and a keep-alive client connects during the pause
       pane.sendKeys('p');
       await screen('the paused header', (text) => /:8080 paused/.test(text));
+      // A fresh connection answered by the pod shows the agent has the pause; only then does the kept-alive client
+      // connect (one that connected before would stay stolen: a pause affects new connections).
+      await waitFor('the pause to take effect', async () => ((await client.who(echo.podIP, 8080, '/paused-probe')) === echo.podName ? true : undefined), SCREEN_WAIT_MS);
       const during = await waitFor('the pod to answer the keep-alive client while paused', async () => {
         const answer = await client.keepAliveGet(echo.podIP, 8080, '/during-pause');
         return answer.body.includes(echo.podName) ? answer : undefined;

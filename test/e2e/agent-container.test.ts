@@ -1,0 +1,128 @@
+// The agent as it ships: a session's agent is the real image in a real container, with exactly the capabilities the
+// manifest asks for; an agent whose container lost one (a policy removed it) makes the feature that needs it fail with
+// one line naming it.
+import { existsSync, readFileSync, readlinkSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
+import { BatchV1Api, type V1Pod } from '@kubernetes/client-node';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { CAPABILITY_BITS } from '../../agent/capabilities.js';
+import { buildAgentJob } from '../../cli/kube/agent-manifest.js';
+import { AGENT_BUNDLE_PATH, AGENT_CAPABILITIES, AGENT_IMAGE, AGENT_LABELS } from '../../shared/agent-contract.js';
+import { pidsOfContainer } from '../cluster/kubelet/testing.js';
+import { requireRoot } from '../helpers/root.js';
+import { standinOnly, type TargetCluster } from '../helpers/target-cluster.js';
+import {
+  DevopRun, LOCAL_SERVER_COMMAND, deployEcho, devopExec, freePort, startE2ETarget, startPodClient, waitFor,
+  type E2ETarget, type PodClient,
+} from './harness.js';
+
+requireRoot('e2e agent container');
+
+/** The CapEff mask of exactly the agent's capabilities. */
+function agentCapabilityMask(): bigint {
+  return AGENT_CAPABILITIES.reduce((mask, cap) => mask | (1n << BigInt(CAPABILITY_BITS[cap])), 0n);
+}
+
+function capEff(pid: number): bigint {
+  const hex = /^CapEff:\s*([0-9a-f]+)/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1] ?? '0';
+  return BigInt(`0x${hex}`);
+}
+
+async function agentPodOf(env: E2ETarget, targetPod: string): Promise<V1Pod> {
+  return waitFor(`the running agent pod of ${targetPod}`, async () => {
+    const { items } = await env.core.listNamespacedPod({ namespace: env.namespace, labelSelector: `${AGENT_LABELS.targetPod}=${targetPod}` });
+    return items.find((p) => p.status?.containerStatuses?.[0]?.state?.running && p.status.containerStatuses[0].containerID);
+  });
+}
+
+describe('the agent in its real container', () => {
+  let env: E2ETarget;
+  let cluster: TargetCluster;
+  let client: PodClient;
+  const runs: DevopRun[] = [];
+  const track = (run: DevopRun): DevopRun => {
+    runs.push(run);
+    return run;
+  };
+
+  beforeAll(async () => {
+    env = await startE2ETarget('e2e-agent-container');
+    cluster = env.cluster;
+    client = await startPodClient(env);
+  });
+
+  afterAll(async () => {
+    client?.close();
+    await Promise.all(runs.map((r) => r.dispose()));
+    await cluster?.stop();
+  });
+
+  // Reading the agent's /proc entries takes the node's view: only the stand-in's test machine is the node.
+  const onStandin = standinOnly("the test machine is the stand-in's node: it reads the agent container's /proc");
+
+  onStandin('runs from the image: its own mount namespace and root, one resident process, exactly the manifest\'s capabilities', async () => {
+    // Given a session stealing the echo pod's port (a job-mode agent)
+    const echo = await deployEcho(env, 'echo-caps');
+    const local = await freePort();
+    const run = track(devopExec(cluster, ['-t', 'deploy/echo-caps', '--steal', '-p', `8080:${local}`], [...LOCAL_SERVER_COMMAND], { env: { LOCAL_PORT: String(local) } }));
+    await run.ready();
+    expect(await client.who(echo.podIP, 8080)).toBe('local');
+    // Then the agent is the container of the image
+    const agentPod = await agentPodOf(env, echo.podName);
+    expect(agentPod.status?.containerStatuses?.[0]?.image).toBe(AGENT_IMAGE);
+    const pids = await pidsOfContainer(agentPod.status?.containerStatuses?.[0]?.containerID ?? '');
+    const nodes = pids.filter((pid) => readFileSync(`/proc/${pid}/comm`, 'utf8').trim() === 'node');
+    // One Node process: the entry point execs the agent inside the target's netns (no parent left to forward signals)
+    expect(nodes).toHaveLength(1);
+    const [agent] = nodes;
+    expect(readlinkSync(`/proc/${agent}/ns/mnt`)).not.toBe(readlinkSync('/proc/self/ns/mnt'));
+    expect(existsSync(`/proc/${agent}/root${AGENT_BUNDLE_PATH}`)).toBe(true);
+    expect(existsSync(AGENT_BUNDLE_PATH)).toBe(false);
+    // In the target pod's network namespace, not its own pod's
+    const target = await pidsOfContainer(echo.pod.status?.containerStatuses?.[0]?.containerID ?? '');
+    expect(readlinkSync(`/proc/${agent}/ns/net`)).toBe(readlinkSync(`/proc/${target[0]}/ns/net`));
+    // With exactly the capabilities the manifest asks for: nothing of the runtime's default set on top
+    expect(capEff(agent).toString(16)).toBe(agentCapabilityMask().toString(16));
+    await run.stop();
+  });
+
+  it('an agent whose container lost NET_ADMIN: stealing fails with one line naming it', async () => {
+    // Given an agent for the pod that a policy started without NET_ADMIN (devop reuses a running agent of the pod)
+    const echo = await deployEcho(env, 'echo-nocap');
+    const target = await env.core.readNamespacedPod({ name: echo.podName, namespace: env.namespace });
+    const job = buildAgentJob({
+      agentId: randomBytes(5).toString('hex'),
+      namespace: env.namespace,
+      image: AGENT_IMAGE,
+      port: 20000 + Math.floor(Math.random() * 10000),
+      token: randomBytes(24).toString('hex'),
+      target: {
+        pod: echo.podName,
+        uid: target.metadata?.uid ?? '',
+        namespace: env.namespace,
+        nodeName: target.spec?.nodeName ?? '',
+        containerId: target.status?.containerStatuses?.[0]?.containerID ?? '',
+        container: 'echo',
+      },
+      idleSeconds: 60,
+      ttlSeconds: 30,
+      owner: 'policy@test',
+      flush: true,
+      privileged: false,
+    });
+    const context = job.spec!.template.spec!.containers[0].securityContext!;
+    context.capabilities!.add = context.capabilities!.add!.filter((c) => c !== 'NET_ADMIN');
+    await env.kc.makeApiClient(BatchV1Api).createNamespacedJob({ namespace: env.namespace, body: job });
+    await agentPodOf(env, echo.podName);
+    // When devop is asked to steal its port
+    const local = await freePort();
+    const run = track(devopExec(cluster, ['-t', 'deploy/echo-nocap', '--steal', '-p', `8080:${local}`], [...LOCAL_SERVER_COMMAND], { env: { LOCAL_PORT: String(local) } }));
+    const exit = await run.exited;
+    // Then it fails with one line that names the capability and the fix; the pod still answers its own traffic
+    expect(exit.code).not.toBe(0);
+    expect(run.stderr).toMatch(/reused/);
+    const last = run.stderr.trim().split('\n').at(-1);
+    expect(last).toMatch(/^devop: port 8080 of pod echo-nocap-\S+ cannot be stolen: the agent's container lacks CAP_NET_ADMIN, which stealing :8080 needs — fix: allow NET_ADMIN in the agent's securityContext/);
+    expect(await client.who(echo.podIP, 8080)).toBe(echo.podName);
+  });
+});
