@@ -1,4 +1,4 @@
-// The echo-controller walkthrough (the README walkthrough) end to end on the stand-in (or a real cluster:
+// The echo-controller walkthrough (docs/walkthrough.md) end to end on the stand-in (or a real cluster:
 // test/helpers/target-cluster.ts): the controller runs in the cluster (two replicas, one leading), is scaled to 0 and
 // run locally under `devop exec -t targetless`, where it turns an Echo into a Deployment with Ready pods, follows
 // changes, recreates what is deleted, honours its finalizer; then the cluster's replicas take the lease back.

@@ -1,4 +1,4 @@
-// The farm-operator walkthrough (the README walkthrough) end to end on the stand-in (or a real cluster:
+// The farm-operator walkthrough (docs/walkthrough.md) end to end on the stand-in (or a real cluster:
 // test/helpers/target-cluster.ts): kubectl 1.33 reaches the aggregated API, first served by the in-cluster step-1 pod,
 // then — under `devop exec --steal` — by step 3 running locally, then step 1 again.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
