@@ -24,7 +24,7 @@ export interface SessionInfo {
   ports: PortState[];
 }
 
-/** One event per line of the NDJSON output; `type` is the stable discriminator documented in the README. */
+/** One event per line of the NDJSON output; `type` is the stable discriminator documented in docs/ui.md. */
 export type ReportEvent =
   /** `hint`: on a failed step, the fix (a UserError's hint), so every reporter can show why and how to fix it. */
   | { type: 'step'; id: StepId; status: 'start' | 'done' | 'fail'; title: string; detail?: string; ms?: number; hint?: string }
