@@ -30,17 +30,21 @@ const GROUPS = process.platform !== 'win32';
 const AFTER_KILL_WAIT_MS = 1000;
 
 /**
- * The lifeline: a shell outside the command's group that reads a pipe from devop. When devop has ended the group
- * itself it writes a line, and the lifeline exits. When the pipe closes without one, devop died (kill -9, a crash):
- * the lifeline sends SIGTERM to the group and, 1.5 s later, SIGKILL to what is left — shorter than STOP_GRACE_MS, since
- * nothing reports what the command does any more, yet enough to close connections. ($1: the group id.)
+ * The lifeline: a shell outside the command's group that reads a pipe from devop. It starts before the command, and its
+ * first line is the command's group id, written as soon as the command is spawned: a kill -9 of devop at any moment
+ * after that finds the lifeline in place. When devop has ended the group itself it writes a second line, and the
+ * lifeline exits. When the pipe closes without one, devop died (kill -9, a crash): the lifeline sends SIGTERM to the
+ * group and, 1.5 s later, SIGKILL to what is left — shorter than STOP_GRACE_MS, since nothing reports what the command
+ * does any more, yet enough to close connections.
  */
 const LIFELINE_SCRIPT = [
+  // No group id: devop ended before it started the command.
+  'read -r pgid || exit 0',
   'read -r _ && exit 0',
-  'kill -TERM "-$1" 2>/dev/null || exit 0',
+  'kill -TERM "-$pgid" 2>/dev/null || exit 0',
   'i=0',
-  'while [ "$i" -lt 15 ]; do sleep 0.1; kill -0 "-$1" 2>/dev/null || exit 0; i=$((i + 1)); done',
-  'kill -KILL "-$1" 2>/dev/null',
+  'while [ "$i" -lt 15 ]; do sleep 0.1; kill -0 "-$pgid" 2>/dev/null || exit 0; i=$((i + 1)); done',
+  'kill -KILL "-$pgid" 2>/dev/null',
 ].join('\n');
 
 export interface ChildExit {
@@ -93,6 +97,7 @@ export interface StartCommandOptions {
 /** Spawns the command; rejects with a one-line UserError when it cannot be started (not found, not executable). */
 export async function startLocalCommand(options: StartCommandOptions): Promise<LocalCommand> {
   const graceMs = options.graceMs ?? STOP_GRACE_MS;
+  const lifeline = GROUPS ? startLifeline() : { watch: () => undefined, end: () => undefined };
   // detached: a new session, so the command leads a process group of its own that devop can signal as a whole, and
   // that a terminal's Ctrl-C does not reach directly (devop passes it on, once). stdin stays the terminal: a process
   // of another session may still read it (no SIGTTIN, which only stops background groups of the terminal's session).
@@ -102,9 +107,12 @@ export async function startLocalCommand(options: StartCommandOptions): Promise<L
     stdio: options.pipeOutput ? ['inherit', 'pipe', 'pipe'] : 'inherit',
     detached: GROUPS,
   });
+  // At once, in the same turn as the spawn: from here on a kill -9 of devop ends the command's group.
+  if (child.pid !== undefined) lifeline.watch(child.pid);
   await new Promise<void>((resolve, reject) => {
     child.once('spawn', resolve);
     child.once('error', (err: NodeJS.ErrnoException) => {
+      lifeline.end();
       if (err.code === 'ENOENT') {
         reject(new UserError(`command not found: ${options.command}`, 'check the command after `--` (is it installed and on your PATH?)', { cause: err }));
       } else if (err.code === 'EACCES') {
@@ -115,7 +123,6 @@ export async function startLocalCommand(options: StartCommandOptions): Promise<L
     });
   });
   const pgid = child.pid!;
-  const lifeline = GROUPS ? startLifeline(pgid) : { end: () => undefined };
   const send = (name: NodeJS.Signals): void => {
     if (GROUPS) signalGroup(pgid, name);
     else if (child.exitCode === null && child.signalCode === null) child.kill(name);
@@ -162,10 +169,13 @@ export async function startLocalCommand(options: StartCommandOptions): Promise<L
   return { child, exited, stop };
 }
 
-/** Starts the lifeline for the group; `end()` tells it that devop has ended the group (it exits, killing nothing). */
-function startLifeline(pgid: number): { end(): void } {
+/**
+ * Starts the lifeline; `watch(pgid)` hands it the command's group, `end()` tells it that devop has ended the group (or
+ * never started it): it exits, killing nothing.
+ */
+function startLifeline(): { watch(pgid: number): void; end(): void } {
   // detached: its own session, so neither a terminal's Ctrl-C nor a signal to devop's group ends it before devop.
-  const lifeline = spawn('/bin/sh', ['-c', LIFELINE_SCRIPT, 'devop-lifeline', String(pgid)], {
+  const lifeline = spawn('/bin/sh', ['-c', LIFELINE_SCRIPT, 'devop-lifeline'], {
     detached: true,
     stdio: ['pipe', 'ignore', 'ignore'],
   });
@@ -176,7 +186,15 @@ function startLifeline(pgid: number): { end(): void } {
   // The lifeline must not keep devop running; the pipe closes when devop exits.
   lifeline.unref();
   (lifeline.stdin as unknown as { unref?: () => void } | null)?.unref?.();
-  return { end: () => lifeline.stdin?.end('ended\n') };
+  let watching = false;
+  return {
+    watch: (pgid) => {
+      watching = true;
+      lifeline.stdin?.write(`${pgid}\n`);
+    },
+    // Before a group id, the end of the pipe alone ends it; after one, a line says the group was ended by devop.
+    end: () => lifeline.stdin?.end(watching ? 'ended\n' : undefined),
+  };
 }
 
 function signalGroup(pgid: number, signal: NodeJS.Signals): void {
