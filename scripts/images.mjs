@@ -1,5 +1,6 @@
 // `npm run images [-- NAME…]`: builds devop's OCI images with buildah from the repository's Dockerfiles into
-// dist/images/<name>.oci.tar (scripts/image-list.mjs names them), and copies them to /work/images when that exists.
+// dist/images/<name>.oci.tar (scripts/image-list.mjs names them), and copies them to $DEVOP_IMAGES_PUBLISH_DIR when set
+// (a directory that other checkouts' stand-ins read with DEVOP_IMAGES_DIR).
 // The bases are made here, not pulled: Debian bookworm by mmdebstrap (docker.io/library/debian:bookworm-slim) and
 // Node 20 from the npm registry's official build on top (docker.io/library/node:20-bookworm-slim), so the same Dockerfiles
 // build with `docker build` where Docker Hub is reachable. An image whose inputs did not change is not rebuilt.
@@ -19,7 +20,7 @@ import { describeLayout, formatMB, imageSizes, withUnpackedArchive } from './oci
 /** Bumped when this script builds differently, so every archive is rebuilt once. */
 const RECIPE = 1;
 /** Finished archives are also copied here when the directory exists (people on a shared machine read them there). */
-const PUBLISH_DIR = process.env.DEVOP_IMAGES_PUBLISH_DIR ?? '/work/images';
+const PUBLISH_DIR = process.env.DEVOP_IMAGES_PUBLISH_DIR;
 /** Where the build's RUN steps find the host's CA bundle (mounted read-only for the build; never in a layer). */
 const BUILD_CA_PATH = '/run/devop-build/ca.crt';
 /** npm's major for the Node base (node:20-bookworm-slim ships npm 10). */
@@ -293,7 +294,7 @@ function writeArchive(entry, archive, log) {
 
 /** Copies a finished archive where others read it, atomically (a reader never sees half a file). */
 function publish(archive) {
-  if (!existsSync(PUBLISH_DIR)) return;
+  if (!PUBLISH_DIR || !existsSync(PUBLISH_DIR)) return;
   const target = join(PUBLISH_DIR, archive.slice(archive.lastIndexOf('/') + 1));
   if (existsSync(target) && statSync(target).size === statSync(archive).size
     && statSync(target).mtimeMs >= statSync(archive).mtimeMs) return;
@@ -352,7 +353,7 @@ async function main() {
       entry.refs.join(' '),
     ].join(' '));
   }
-  console.log(`archives: ${IMAGES_DIR}/${existsSync(PUBLISH_DIR) ? ` (copied to ${PUBLISH_DIR})` : ''}`);
+  console.log(`archives: ${IMAGES_DIR}/${PUBLISH_DIR && existsSync(PUBLISH_DIR) ? ` (copied to ${PUBLISH_DIR})` : ''}`);
 }
 
 try {
