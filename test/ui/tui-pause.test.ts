@@ -6,12 +6,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { requireRoot } from '../helpers/root.js';
 import { LOCAL_SERVER, deployEcho, freePort, startE2ECluster, startPodClient, waitFor, type Cluster, type EchoDeployment, type PodClient } from '../e2e/harness.js';
 import { DEVOP_BIN } from './helpers/cli.js';
-import { TmuxPane, shellQuote } from './helpers/tmux.js';
+import { SCREEN_WAIT_MS, TmuxPane, shellQuote } from './helpers/tmux.js';
 
 requireRoot('ui terminal: pause with keep-alive');
 
-/** Generous: CI machines have 2 cores, and other suites' clusters may still be winding down. */
-const SCREEN_WAIT_MS = 45_000;
 
 describe('devop exec in a terminal: p with a keep-alive client', () => {
   let cluster: Cluster | undefined;
@@ -32,11 +30,7 @@ describe('devop exec in a terminal: p with a keep-alive client', () => {
     await cluster?.stop();
   });
 
-  const screen = (what: string, test: (text: string) => boolean) =>
-    waitFor(`the screen to show ${what}`, () => {
-      const text = pane!.capture();
-      return test(text) ? text : undefined;
-    }, SCREEN_WAIT_MS);
+  const screen = (what: string, test: (text: string) => boolean) => pane!.waitForScreen(what, test);
 
   it('a keep-alive connection opened during the pause moves to the local command on resume', async () => {
     // Given devop stealing the whole port of the echo pod

@@ -4,6 +4,10 @@ import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { rmSync } from 'node:fs';
 
+/** How long a TUI test waits for the screen: generous, CI machines have 2 cores and other suites' clusters may still be
+ * winding down. */
+export const SCREEN_WAIT_MS = 45_000;
+
 export class TmuxPane {
   readonly socket = `devop-ui-${process.pid}-${randomBytes(3).toString('hex')}`;
   readonly session = 'ui';
@@ -16,6 +20,18 @@ export class TmuxPane {
 
   capture(): string {
     return this.tmux('capture-pane', '-p', '-t', this.session);
+  }
+
+  /** Polls the screen until `test` accepts it; resolves with that screen, fails naming `what` with the last one. */
+  async waitForScreen(what: string, test: (text: string) => boolean, timeoutMs = SCREEN_WAIT_MS): Promise<string> {
+    const deadline = Date.now() + timeoutMs;
+    let text = '';
+    while (Date.now() < deadline) {
+      text = this.capture();
+      if (test(text)) return text;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    throw new Error(`timed out waiting for the screen to show ${what}\n--- screen ---\n${text}`);
   }
 
   /** The screen and the lines scrolled off it, with escape codes (-e): what really reached the terminal. */
