@@ -137,8 +137,11 @@ describe.skipIf(process.platform !== 'linux')('the local command and every proce
       "console.log('waiting'); setInterval(() => {}, 1000);",
     ].join(' ');
     const parent = [process.execPath, '--import', 'tsx', PARENT, String(GRACE_MS), process.execPath, '-e', program];
-    const inner = parent.map((a) => `'${a.replace(/'/g, `'\\''`)}'`).join(' ');
-    const term = spawn('script', ['-qfec', inner, '/dev/null'], { cwd: ROOT, stdio: ['pipe', 'pipe', 'inherit'] });
+    // exec: script(1) runs the line with $SHELL (set here); a non-interactive sh (dash) would otherwise stay as the
+    // parent and die of the terminal's SIGINT itself. An interactive shell puts devop in a foreground group of its own.
+    const inner = `exec ${parent.map((a) => `'${a.replace(/'/g, `'\\''`)}'`).join(' ')}`;
+    const env = { ...process.env, SHELL: '/bin/sh' };
+    const term = spawn('script', ['-qfec', inner, '/dev/null'], { cwd: ROOT, env, stdio: ['pipe', 'pipe', 'inherit'] });
     let screen = '';
     term.stdout!.setEncoding('utf8').on('data', (t: string) => (screen += t));
     const exited = new Promise<number | null>((r) => term.once('exit', (c) => r(c)));
