@@ -137,7 +137,7 @@ describe('devop exec: the local command ends with devop', () => {
     const local = await freePort();
     const devop = [process.execPath, join(ROOT, 'bin', 'devop.js'), 'exec', '--kubeconfig', cluster.kubeconfigPath];
     devop.push('-t', 'deploy/echo', '-p', `8080:${local}`, '--', ...chain(marker));
-    const quoted = devop.map((a) => `'${a.replace(/'/g, `'\\''`)}'`).join(' ');
+    const quoted = `exec ${devop.map((a) => `'${a.replace(/'/g, `'\\''`)}'`).join(' ')}`;
     // script(1)'s pty has no size of its own: COLUMNS/LINES give the TUI room for its lines
     const screenSize = { TERM: 'xterm-256color', COLUMNS: '120', LINES: '40' };
     const env: NodeJS.ProcessEnv = { ...process.env, LOCAL_PORT: String(local), ...screenSize };

@@ -16,7 +16,8 @@ function shellQuote(arg: string): string {
 export function execInContainer(containerID: string, command: string[], stdin: boolean, tty: boolean): ExecProcess {
   const execID = `exec-${randomBytes(6).toString('hex')}`;
   const argv = ctrArgv(['tasks', 'exec', '--exec-id', execID, ...(tty ? ['--tty'] : []), containerID, ...command]);
-  const [cmd, ...args] = tty ? ['script', '-qfec', argv.map(shellQuote).join(' '), '/dev/null'] : argv;
+  // exec: script(1) runs the line with $SHELL, and a non-interactive sh left in between would take the pty's signals.
+  const [cmd, ...args] = tty ? ['script', '-qfec', `exec ${argv.map(shellQuote).join(' ')}`, '/dev/null'] : argv;
   const child = spawn(cmd, args, {
     env: { ...process.env, ...(tty ? { TERM: process.env.TERM ?? 'xterm' } : {}) },
     stdio: [stdin || tty ? 'pipe' : 'ignore', 'pipe', 'pipe'],
