@@ -3,7 +3,13 @@ import { defineConfig } from 'vitest/config';
 
 export default defineConfig({
   test: {
-    include: ['shared/**/*.test.ts', 'agent/**/*.test.ts', 'cli/**/*.test.{ts,tsx}', 'examples/**/*.test.ts', 'test/**/*.test.{ts,tsx}'],
+    include: [
+      'shared/**/*.test.ts',
+      'agent/**/*.test.ts',
+      'cli/**/*.test.{ts,tsx}',
+      'examples/**/*.test.ts',
+      'test/**/*.test.{ts,tsx}',
+    ],
     // System suites share the host's iptables and cgroups; running files one at a time keeps their timing honest on 2 cores.
     fileParallelism: false,
     globalSetup: ['test/helpers/global-setup.ts'],

@@ -42,9 +42,14 @@ export async function startAgent({ config, pid, log }: AgentOptions): Promise<Ru
   // Liveness first: from now on, no other agent in this netns takes our (future) chain for a stale one.
   const liveness = createServer((s) => s.destroy());
   liveness.on('error', (err) => log.warn('liveness socket failed', { error: err.message }));
-  await new Promise<void>((resolve, reject) => liveness.once('error', reject).listen(livenessSocket(agentId), resolve)).catch((err: NodeJS.ErrnoException) => {
+  await new Promise<void>((resolve, reject) =>
+    liveness.once('error', reject).listen(livenessSocket(agentId), resolve),
+  ).catch((err: NodeJS.ErrnoException) => {
     if (err.code !== 'EADDRINUSE') throw err;
-    throw new UserError(`another agent with id ${agentId} is running in this pod's netns`, `give this agent another ${AGENT_ENV.agentId} (or none: a random one is picked)`);
+    throw new UserError(
+      `another agent with id ${agentId} is running in this pod's netns`,
+      `give this agent another ${AGENT_ENV.agentId} (or none: a random one is picked)`,
+    );
   });
 
   if (config.mode !== 'targetless') {
@@ -67,7 +72,10 @@ export async function startAgent({ config, pid, log }: AgentOptions): Promise<Ru
     if (idleTimer) clearTimeout(idleTimer);
     idleTimer = undefined;
     if (sessions.size > 0) return; // never while a session is connected or waiting for its resume
-    idleTimer = setTimeout(() => void stop(`idle for ${config.idleSeconds}s with no session`), config.idleSeconds * 1000);
+    idleTimer = setTimeout(
+      () => void stop(`idle for ${config.idleSeconds}s with no session`),
+      config.idleSeconds * 1000,
+    );
   };
 
   const sessionContext = {
@@ -86,7 +94,12 @@ export async function startAgent({ config, pid, log }: AgentOptions): Promise<Ru
     socket.setNoDelay(true);
     const mux = createAgentMux(socket);
     if (stopping) {
-      mux.send({ type: 'error', code: ERROR_CODES.internal, message: 'the agent is shutting down', hint: 'run the command again: devop starts a new agent' });
+      mux.send({
+        type: 'error',
+        code: ERROR_CODES.internal,
+        message: 'the agent is shutting down',
+        hint: 'run the command again: devop starts a new agent',
+      });
       mux.close('agent shutting down');
       return;
     }
@@ -111,16 +124,26 @@ export async function startAgent({ config, pid, log }: AgentOptions): Promise<Ru
         return session.sessionId;
       },
     }).then(
-      ({ hello, helloOk }) => log.info(resumed ? 'session resumed' : 'session started', { session: helloOk.sessionId, user: `${hello.client.user}@${hello.client.host}`, pid: hello.client.pid }),
+      ({ hello, helloOk }) =>
+        log.info(resumed ? 'session resumed' : 'session started', {
+          session: helloOk.sessionId,
+          user: `${hello.client.user}@${hello.client.host}`,
+          pid: hello.client.pid,
+        }),
       (err: Error) => log.warn('session refused', { reason: err.message }),
     );
   };
 
   const control: Server = createServer(handshake);
   control.on('error', (err) => log.warn('control listener failed', { error: err.message }));
-  await new Promise<void>((resolve, reject) => control.once('error', reject).listen(config.port, '127.0.0.1', resolve)).catch((err: NodeJS.ErrnoException) => {
+  await new Promise<void>((resolve, reject) =>
+    control.once('error', reject).listen(config.port, '127.0.0.1', resolve),
+  ).catch((err: NodeJS.ErrnoException) => {
     if (err.code !== 'EADDRINUSE') throw err;
-    throw new UserError(`port ${config.port} is already in use in the pod's netns`, `set ${AGENT_ENV.port} to a free port, or 0 to let the agent pick one`);
+    throw new UserError(
+      `port ${config.port} is already in use in the pod's netns`,
+      `set ${AGENT_ENV.port} to a free port, or 0 to let the agent pick one`,
+    );
   });
   const port = (control.address() as { port: number }).port;
   armIdle();

@@ -25,7 +25,9 @@ export function capabilitiesIn(capEffHex: string): Set<AgentCapability> {
 }
 
 /** The effective capabilities of a process (default: this one), as far as the agent's are concerned. */
-export function effectiveCapabilities(statusText: string = readFileSync('/proc/self/status', 'utf8')): Set<AgentCapability> {
+export function effectiveCapabilities(
+  statusText: string = readFileSync('/proc/self/status', 'utf8'),
+): Set<AgentCapability> {
   return capabilitiesIn(/^CapEff:\s*([0-9a-f]+)/m.exec(statusText)?.[1] ?? '0');
 }
 
@@ -40,7 +42,11 @@ export function missingCapabilityError(missing: readonly AgentCapability[], feat
 }
 
 /** Throws the one-line error when the agent lacks any of `needed` for `feature`. */
-export function requireCapabilities(held: ReadonlySet<AgentCapability>, needed: readonly AgentCapability[], feature: string): void {
+export function requireCapabilities(
+  held: ReadonlySet<AgentCapability>,
+  needed: readonly AgentCapability[],
+  feature: string,
+): void {
   const missing = needed.filter((c) => !held.has(c));
   if (missing.length > 0) throw missingCapabilityError(missing, feature);
 }
@@ -52,7 +58,11 @@ const READ_CAPABILITIES: readonly AgentCapability[] = ['SYS_PTRACE', 'DAC_READ_S
  * The one-line error for a read of the target's /proc entries or files that the kernel refused (EACCES/EPERM) while the
  * agent lacks a capability that would allow it; undefined when the failure has another cause.
  */
-export function deniedByCapabilities(err: unknown, feature: string, held: ReadonlySet<AgentCapability> = effectiveCapabilities()): UserError | undefined {
+export function deniedByCapabilities(
+  err: unknown,
+  feature: string,
+  held: ReadonlySet<AgentCapability> = effectiveCapabilities(),
+): UserError | undefined {
   const code = (err as NodeJS.ErrnoException | undefined)?.code;
   if (code !== 'EACCES' && code !== 'EPERM') return undefined;
   const missing = READ_CAPABILITIES.filter((c) => !held.has(c));

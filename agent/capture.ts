@@ -55,7 +55,21 @@ export function captureFilter(port: number, skipSource?: string): string {
  * either way, so dropping would protect nothing.
  */
 export function tcpdumpArgs(port: number, skipSource?: string): string[] {
-  return ['-Z', 'root', '-i', 'any', '-U', '-w', '-', '-s', String(CAPTURE_SNAPLEN), '-B', String(CAPTURE_BUFFER_KIB), '-n', captureFilter(port, skipSource)];
+  return [
+    '-Z',
+    'root',
+    '-i',
+    'any',
+    '-U',
+    '-w',
+    '-',
+    '-s',
+    String(CAPTURE_SNAPLEN),
+    '-B',
+    String(CAPTURE_BUFFER_KIB),
+    '-n',
+    captureFilter(port, skipSource),
+  ];
 }
 
 /**
@@ -94,8 +108,17 @@ export class PortCapture {
     private readonly log: AgentLog,
     opts: { skipSource?: string; onFail: (reason: string) => void },
   ) {
-    this.flows = new TcpReassembler<CapturedConnection>({ open: (key) => this.open(key.src, key.srcPort), data: (c, bytes) => this.data(c, bytes), end: (c, how) => this.end(c, how) }, FLOW_LIMITS);
-    this.child = spawn('sh', ['-c', WATCHDOG, 'devop-capture', ...tcpdumpArgs(port, opts.skipSource)], { stdio: ['pipe', 'pipe', 'pipe'] });
+    this.flows = new TcpReassembler<CapturedConnection>(
+      {
+        open: (key) => this.open(key.src, key.srcPort),
+        data: (c, bytes) => this.data(c, bytes),
+        end: (c, how) => this.end(c, how),
+      },
+      FLOW_LIMITS,
+    );
+    this.child = spawn('sh', ['-c', WATCHDOG, 'devop-capture', ...tcpdumpArgs(port, opts.skipSource)], {
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
     this.child.stdin.on('error', () => undefined);
     this.child.stdout.on('data', (chunk: Buffer) => this.packets(chunk));
     this.sweeper = setInterval(() => this.flows.sweep(Date.now()), SWEEP_MS);
@@ -106,7 +129,10 @@ export class PortCapture {
       listening = resolve;
       gone = () => reject(new Error(this.reason()));
       this.child.once('error', reject);
-      setTimeout(() => reject(new Error(`tcpdump did not start within ${START_TIMEOUT_MS / 1000} s`)), START_TIMEOUT_MS).unref();
+      setTimeout(
+        () => reject(new Error(`tcpdump did not start within ${START_TIMEOUT_MS / 1000} s`)),
+        START_TIMEOUT_MS,
+      ).unref();
     });
     this.started.catch(() => undefined); // start() reports it
     let lineBuf = '';
@@ -125,9 +151,16 @@ export class PortCapture {
       if (--pipes > 0) return;
       gone();
       this.child.stdin.end(); // the watchdog's turn to go
-      if (this.closed) return this.log.info('capture stopped', { port, tcpdump: this.stderr.filter((l) => l.includes('packets')).join('; ') });
+      if (this.closed)
+        return this.log.info('capture stopped', {
+          port,
+          tcpdump: this.stderr.filter((l) => l.includes('packets')).join('; '),
+        });
       this.stop();
-      void this.started.then(() => opts.onFail(this.reason()), () => undefined);
+      void this.started.then(
+        () => opts.onFail(this.reason()),
+        () => undefined,
+      );
     };
     this.child.stdout.once('close', closed);
     this.child.stderr.once('close', closed);
@@ -173,7 +206,13 @@ export class PortCapture {
   private open(address: string, port: number): CapturedConnection | undefined {
     const mirrors = this.subs.filter((s) => s.mode === 'mirror' && s.session.connected && !s.paused);
     if (mirrors.length === 0) return undefined;
-    const mirrored = new MirroredConnection(mirrors, this.port, `${this.port}-m${++this.nextConn}`, { address, port }, this.log);
+    const mirrored = new MirroredConnection(
+      mirrors,
+      this.port,
+      `${this.port}-m${++this.nextConn}`,
+      { address, port },
+      this.log,
+    );
     return mirrored.empty ? undefined : { mirrored, bytesIn: 0 };
   }
 

@@ -17,7 +17,10 @@ export interface ResolvedAddress {
 }
 
 export class DnsError extends Error {
-  constructor(readonly code: string, message: string) {
+  constructor(
+    readonly code: string,
+    message: string,
+  ) {
     super(message);
   }
 }
@@ -76,12 +79,17 @@ async function readOptional(path: string): Promise<string> {
 export async function resolveInPod(pid: number | undefined, name: string, family?: 4 | 6): Promise<ResolvedAddress[]> {
   const literal = isIP(name);
   if (literal !== 0) return [{ address: name, family: literal as 4 | 6 }];
-  const [confText, hostsText] = await Promise.all(['/etc/resolv.conf', '/etc/hosts'].map((file) => targetPath(pid, file).then(readOptional)));
+  const [confText, hostsText] = await Promise.all(
+    ['/etc/resolv.conf', '/etc/hosts'].map((file) => targetPath(pid, file).then(readOptional)),
+  );
   const conf = parseResolvConf(confText);
   const hosts = parseHosts(hostsText);
-  const fromHosts = (hosts.get(name.toLowerCase().replace(/\.$/, '')) ?? []).filter((a) => family === undefined || a.family === family);
+  const fromHosts = (hosts.get(name.toLowerCase().replace(/\.$/, '')) ?? []).filter(
+    (a) => family === undefined || a.family === family,
+  );
   if (fromHosts.length > 0) return fromHosts;
-  if (conf.nameservers.length === 0) throw new DnsError('ENOTFOUND', `${name}: the pod has no nameserver in /etc/resolv.conf`);
+  if (conf.nameservers.length === 0)
+    throw new DnsError('ENOTFOUND', `${name}: the pod has no nameserver in /etc/resolv.conf`);
   const resolver = new Resolver({ timeout: QUERY_TIMEOUT_MS, tries: 2 });
   resolver.setServers(conf.nameservers);
   let lastError: DnsError = new DnsError('ENOTFOUND', `${name} not found`);
@@ -97,7 +105,8 @@ export async function resolveInPod(pid: number | undefined, name: string, family
         for (const address of await query()) found.push({ address, family: fam });
       } catch (err) {
         const code = (err as NodeJS.ErrnoException).code ?? 'ESERVFAIL';
-        if (code !== 'ENOTFOUND' && code !== 'ENODATA') lastError = new DnsError(code, `${candidate}: ${(err as Error).message}`);
+        if (code !== 'ENOTFOUND' && code !== 'ENODATA')
+          lastError = new DnsError(code, `${candidate}: ${(err as Error).message}`);
       }
     }
     if (found.length > 0) return found;

@@ -13,7 +13,12 @@ export function run(file: string, args: readonly string[], input?: string): Prom
   return new Promise((resolve, reject) => {
     const child = execFile(file, args, { maxBuffer: 16 * 1024 * 1024 }, (err, stdout, stderr) => {
       if (err && (err as NodeJS.ErrnoException).code === 'ENOENT') {
-        reject(new UserError(`${file} is not installed in the agent's image`, 'use the devop agent image (it ships iptables, conntrack, iproute2 and util-linux)'));
+        reject(
+          new UserError(
+            `${file} is not installed in the agent's image`,
+            'use the devop agent image (it ships iptables, conntrack, iproute2 and util-linux)',
+          ),
+        );
         return;
       }
       const code = err ? (typeof err.code === 'number' ? err.code : 1) : 0;

@@ -15,7 +15,10 @@ function compile(source: string, what: string): RegExp {
   try {
     return new RegExp(source);
   } catch (err) {
-    throw new UserError(`the ${what} filter "${source}" is not a valid regular expression (${(err as Error).message})`, 'fix the regex in --filter / devop.json');
+    throw new UserError(
+      `the ${what} filter "${source}" is not a valid regular expression (${(err as Error).message})`,
+      'fix the regex in --filter / devop.json',
+    );
   }
 }
 
@@ -24,7 +27,11 @@ export function compileFilter(filter: HttpFilter): RequestMatcher {
   const tests: RequestMatcher[] = [];
   if (filter.header !== undefined) {
     const colon = filter.header.indexOf(':');
-    if (colon <= 0) throw new UserError(`the header filter "${filter.header}" has no "name: value-regex" form`, 'write it as e.g. "x-devop-user: alice"');
+    if (colon <= 0)
+      throw new UserError(
+        `the header filter "${filter.header}" has no "name: value-regex" form`,
+        'write it as e.g. "x-devop-user: alice"',
+      );
     const name = filter.header.slice(0, colon).trim().toLowerCase();
     const value = compile(filter.header.slice(colon + 1).trim(), 'header');
     tests.push((req) => {
@@ -41,13 +48,21 @@ export function compileFilter(filter: HttpFilter): RequestMatcher {
     const method = filter.method.toUpperCase();
     tests.push((req) => req.method.toUpperCase() === method);
   }
-  if (tests.length === 0) throw new UserError('the HTTP filter has no header, path or method', 'give at least one of header, path or method, or steal the whole port');
+  if (tests.length === 0)
+    throw new UserError(
+      'the HTTP filter has no header, path or method',
+      'give at least one of header, path or method, or steal the whole port',
+    );
   return (filter.match ?? 'all') === 'any' ? (req) => tests.some((t) => t(req)) : (req) => tests.every((t) => t(req));
 }
 
 /** Human-readable form for logs and refusals. */
 export function describeFilter(filter: HttpFilter | undefined): string {
   if (!filter) return 'the whole port';
-  const parts = [filter.header && `header ${filter.header}`, filter.path && `path ${filter.path}`, filter.method && `method ${filter.method}`].filter(Boolean);
+  const parts = [
+    filter.header && `header ${filter.header}`,
+    filter.path && `path ${filter.path}`,
+    filter.method && `method ${filter.method}`,
+  ].filter(Boolean);
   return parts.join(filter.match === 'any' ? ' or ' : ' and ');
 }

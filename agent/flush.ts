@@ -9,8 +9,14 @@ import { run } from './exec.js';
 import type { AgentLog } from './log.js';
 
 export async function flushConnections(port: number, log: AgentLog): Promise<void> {
-  const killed = await run('ss', ['-K', '-H', '-t', 'state', 'established', `( sport = :${port} )`]).catch((err: Error) => ({ code: 1, stdout: '', stderr: err.message }));
-  const deleted = await run('conntrack', ['-D', '-p', 'tcp', '--orig-port-dst', String(port)]).catch((err: Error) => ({ code: 1, stdout: '', stderr: err.message }));
+  const killed = await run('ss', ['-K', '-H', '-t', 'state', 'established', `( sport = :${port} )`]).catch(
+    (err: Error) => ({ code: 1, stdout: '', stderr: err.message }),
+  );
+  const deleted = await run('conntrack', ['-D', '-p', 'tcp', '--orig-port-dst', String(port)]).catch((err: Error) => ({
+    code: 1,
+    stdout: '',
+    stderr: err.message,
+  }));
   const sockets = killed.stdout.split('\n').filter((l) => l.trim() !== '').length;
   // conntrack exits 1 when nothing matched; only its stderr says whether it really failed.
   const flows = /(\d+) flow entries have been deleted/.exec(deleted.stderr)?.[1] ?? '0';

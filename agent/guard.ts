@@ -23,7 +23,9 @@ export function startGuard(backend: IptablesBackend, chain: string, log: AgentLo
   const child = spawn('sh', ['-c', script], { detached: true, stdio: ['pipe', 'ignore', 'ignore'] });
   const stdin = child.stdin as Writable & { unref?: () => void };
   stdin.on('error', () => undefined); // the guard died first: nothing more to do here
-  child.on('error', (err) => log.warn('cannot start the iptables guard; rules would outlive a killed agent', { error: err.message }));
+  child.on('error', (err) =>
+    log.warn('cannot start the iptables guard; rules would outlive a killed agent', { error: err.message }),
+  );
   // Neither the child nor its pipe may keep the agent's event loop alive.
   child.unref();
   (stdin as unknown as { _handle?: { unref?: () => void } })._handle?.unref?.();

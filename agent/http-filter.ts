@@ -1,9 +1,21 @@
 // Filtered steal: each HTTP/1.1 request on a redirected connection goes to the first session whose filter matches (one
 // mux stream per request, so keep-alive connections may interleave destinations), every other one to the original app.
-import { request as httpRequest, Agent, type IncomingMessage, type ServerResponse, type OutgoingHttpHeaders } from 'node:http';
+import {
+  request as httpRequest,
+  Agent,
+  type IncomingMessage,
+  type ServerResponse,
+  type OutgoingHttpHeaders,
+} from 'node:http';
 import type { Socket } from 'node:net';
 import type httpProxy from 'http-proxy';
-import { originOf, resetStream, type IncomingStream, type IncomingTarget, type PortSubscription } from './subscription.js';
+import {
+  originOf,
+  resetStream,
+  type IncomingStream,
+  type IncomingTarget,
+  type PortSubscription,
+} from './subscription.js';
 import type { AgentLog } from './log.js';
 import { joinBothWays } from '../shared/splice.js';
 
@@ -67,7 +79,8 @@ export function handleFilteredRequest(routing: HttpRouting, req: IncomingMessage
   const path = req.url ?? '/';
   const to = sub ? 'local' : 'pod';
   const listeners = sub ? [sub.session] : routing.all();
-  for (const s of listeners) s.traffic({ kind: 'request', requestId, port: routing.port, method, path, to, at: started });
+  for (const s of listeners)
+    s.traffic({ kind: 'request', requestId, port: routing.port, method, path, to, at: started });
   let bytes = 0;
   const write = res.write.bind(res);
   res.write = ((chunk: unknown, ...rest: unknown[]) => {
@@ -75,7 +88,17 @@ export function handleFilteredRequest(routing: HttpRouting, req: IncomingMessage
     return (write as (...a: unknown[]) => boolean)(chunk, ...rest);
   }) as typeof res.write;
   res.once('finish', () => {
-    for (const s of listeners) s.traffic({ kind: 'response', requestId, port: routing.port, status: res.statusCode, durationMs: Date.now() - started, bytes, to, at: Date.now() });
+    for (const s of listeners)
+      s.traffic({
+        kind: 'response',
+        requestId,
+        port: routing.port,
+        status: res.statusCode,
+        durationMs: Date.now() - started,
+        bytes,
+        to,
+        at: Date.now(),
+      });
   });
   const origin = originOf(req.socket, routing.port);
   if (!sub || !sendToSession(routing, sub, req, res)) {
@@ -84,19 +107,35 @@ export function handleFilteredRequest(routing: HttpRouting, req: IncomingMessage
 }
 
 /** Sends one request to the session over a stream of its own and copies the local command's answer back. */
-function sendToSession(routing: HttpRouting, sub: PortSubscription, req: IncomingMessage, res: ServerResponse): boolean {
+function sendToSession(
+  routing: HttpRouting,
+  sub: PortSubscription,
+  req: IncomingMessage,
+  res: ServerResponse,
+): boolean {
   let stream: IncomingStream;
   try {
     stream = sub.session.openIncoming({
-      kind: 'incoming', port: routing.port, mode: 'steal', remoteAddress: req.socket.remoteAddress ?? '', remotePort: req.socket.remotePort ?? 0,
-      subscriptionId: sub.id, request: { method: req.method ?? 'GET', path: req.url ?? '/', headers: req.headers as Record<string, string | string[]> },
+      kind: 'incoming',
+      port: routing.port,
+      mode: 'steal',
+      remoteAddress: req.socket.remoteAddress ?? '',
+      remotePort: req.socket.remotePort ?? 0,
+      subscriptionId: sub.id,
+      request: {
+        method: req.method ?? 'GET',
+        path: req.url ?? '/',
+        headers: req.headers as Record<string, string | string[]>,
+      },
     });
   } catch {
     return false;
   }
   stream.on('error', () => undefined); // a reset after the answer is complete is not an error for the client
   const out = httpRequest({
-    method: req.method, path: req.url, headers: { ...headersFromRaw(req.rawHeaders, HOP_BY_HOP), connection: 'close' },
+    method: req.method,
+    path: req.url,
+    headers: { ...headersFromRaw(req.rawHeaders, HOP_BY_HOP), connection: 'close' },
     createConnection: () => stream as unknown as Socket,
   });
   out.on('response', (answer) => {
@@ -125,12 +164,22 @@ export function handleFilteredUpgrade(routing: HttpRouting, req: IncomingMessage
   if (sub) {
     try {
       const stream = sub.session.openIncoming({
-        kind: 'incoming', port: routing.port, mode: 'steal', remoteAddress: socket.remoteAddress ?? '', remotePort: socket.remotePort ?? 0,
-        subscriptionId: sub.id, request: { method: req.method ?? 'GET', path: req.url ?? '/', headers: req.headers as Record<string, string | string[]> },
+        kind: 'incoming',
+        port: routing.port,
+        mode: 'steal',
+        remoteAddress: socket.remoteAddress ?? '',
+        remotePort: socket.remotePort ?? 0,
+        subscriptionId: sub.id,
+        request: {
+          method: req.method ?? 'GET',
+          path: req.url ?? '/',
+          headers: req.headers as Record<string, string | string[]>,
+        },
       });
       let text = `${req.method} ${req.url} HTTP/${req.httpVersion}\r\n`;
-      for (let i = 0; i + 1 < req.rawHeaders.length; i += 2) text += `${req.rawHeaders[i]}: ${req.rawHeaders[i + 1]}\r\n`;
-      stream.write(Buffer.concat([Buffer.from(text + '\r\n'), head]));
+      for (let i = 0; i + 1 < req.rawHeaders.length; i += 2)
+        text += `${req.rawHeaders[i]}: ${req.rawHeaders[i + 1]}\r\n`;
+      stream.write(Buffer.concat([Buffer.from(`${text}\r\n`), head]));
       joinBothWays(socket, stream);
       socket.on('error', () => resetStream(stream, 'client connection error'));
       stream.on('error', () => socket.destroy());
@@ -139,5 +188,7 @@ export function handleFilteredUpgrade(routing: HttpRouting, req: IncomingMessage
       // the session's tunnel is down: the pod answers
     }
   }
-  void routing.proxy().then((pod) => pod.proxy.ws(req, socket, head, { target: { host: origin.host, port: origin.port } }));
+  void routing
+    .proxy()
+    .then((pod) => pod.proxy.ws(req, socket, head, { target: { host: origin.host, port: origin.port } }));
 }

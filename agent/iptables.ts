@@ -26,7 +26,9 @@ export async function detectBackend(log: AgentLog): Promise<IptablesBackend> {
     log.info('redirect rules: owned nft table (the kernel removes it when the agent dies)');
     return 'nft-owned';
   }
-  log.warn('no owned nft table (needs nft and kernel >= 5.12); using iptables with a guard process', { reason: refused });
+  log.warn('no owned nft table (needs nft and kernel >= 5.12); using iptables with a guard process', {
+    reason: refused,
+  });
   const count = async (backend: ChainBackend): Promise<number> => {
     try {
       const res = await run(`${iptablesBinary(backend)}-save`, []);
@@ -73,7 +75,11 @@ export class AgentChain {
   /** With the nft-owned backend: the owned table, created on the first redirect. */
   private owned: Promise<OwnedTable> | undefined;
 
-  constructor(readonly backend: IptablesBackend, private readonly agentId: string, private readonly log: AgentLog = createLog('info')) {
+  constructor(
+    readonly backend: IptablesBackend,
+    private readonly agentId: string,
+    private readonly log: AgentLog = createLog('info'),
+  ) {
     this.chain = chainName(agentId);
   }
 

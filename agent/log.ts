@@ -9,7 +9,10 @@ export interface AgentLog {
 
 const RANK: Record<LogLevel, number> = { debug: 0, info: 1, warn: 2 };
 
-export function createLog(level: LogLevel, write: (line: string) => void = (line) => process.stdout.write(line + '\n')): AgentLog {
+export function createLog(
+  level: LogLevel,
+  write: (line: string) => void = (line) => process.stdout.write(`${line}\n`),
+): AgentLog {
   const emit = (at: LogLevel, msg: string, fields?: Record<string, unknown>): void => {
     if (RANK[at] < RANK[level]) return;
     write(JSON.stringify({ time: new Date().toISOString(), level: at, msg, ...fields }));

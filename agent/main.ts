@@ -1,6 +1,13 @@
 // The agent's entry (bundled into dist/agent.js): reads its config from the env (shared/agent-contract.ts), enters the
 // target's netns in job mode, starts the agent, prints the ready line, and stops cleanly on SIGTERM/SIGINT.
-import { AGENT_ENV, AGENT_VERSION, formatReadyLine, parseAgentEnv, TARGET_PID_ARG, type AgentConfig } from '../shared/agent-contract.js';
+import {
+  AGENT_ENV,
+  AGENT_VERSION,
+  formatReadyLine,
+  parseAgentEnv,
+  TARGET_PID_ARG,
+  type AgentConfig,
+} from '../shared/agent-contract.js';
 import { formatError, isUserError, UserError } from '../shared/errors.js';
 import { startAgent } from './agent.js';
 import { effectiveCapabilities, requireCapabilities } from './capabilities.js';
@@ -15,7 +22,10 @@ async function targetPid(config: AgentConfig): Promise<number | undefined> {
   // process is PID 1; its cgroup namespace may hide the container ID from /proc/*/cgroup, so that is the fallback.
   if (config.mode === 'ephemeral') return config.containerId ? findContainerPid(config.containerId).catch(() => 1) : 1;
   if (config.containerId) return findContainerPid(config.containerId);
-  throw new UserError('job mode needs the target container', `set ${AGENT_ENV.containerId} (the containerID from the pod status) or ${AGENT_ENV.targetPid}`);
+  throw new UserError(
+    'job mode needs the target container',
+    `set ${AGENT_ENV.containerId} (the containerID from the pod status) or ${AGENT_ENV.targetPid}`,
+  );
 }
 
 async function main(): Promise<number> {
@@ -25,16 +35,31 @@ async function main(): Promise<number> {
   } catch (err) {
     const issues = (err as { issues?: Array<{ path: PropertyKey[]; message: string }> }).issues;
     const detail = issues ? issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ') : String(err);
-    process.stdout.write(JSON.stringify({ level: 'warn', msg: `bad agent configuration: ${detail}`, hint: 'the CLI sets DEVOP_AGENT_* (see shared/agent-contract.ts)' }) + '\n');
+    process.stdout.write(
+      `${JSON.stringify({
+        level: 'warn',
+        msg: `bad agent configuration: ${detail}`,
+        hint: 'the CLI sets DEVOP_AGENT_* (see shared/agent-contract.ts)',
+      })}\n`,
+    );
     return 2;
   }
   const log = createLog(config.logLevel);
   const pid = await targetPid(config);
   const entering = config.mode === 'job' && !config.inNetns && pid !== undefined;
-  if (entering) requireCapabilities(effectiveCapabilities(), ['SYS_ADMIN', 'SYS_PTRACE'], "entering the target pod's network namespace");
+  if (entering)
+    requireCapabilities(
+      effectiveCapabilities(),
+      ['SYS_ADMIN', 'SYS_PTRACE'],
+      "entering the target pod's network namespace",
+    );
   // The image's entry point asks for the PID only, then execs the agent inside the netns itself (agent/entry.sh).
   if (process.argv.includes(TARGET_PID_ARG)) {
-    if (!entering) throw new UserError(`${TARGET_PID_ARG} is for job mode`, `unset ${AGENT_ENV.targetPid}/${AGENT_ENV.inNetns}, or run without ${TARGET_PID_ARG}`);
+    if (!entering)
+      throw new UserError(
+        `${TARGET_PID_ARG} is for job mode`,
+        `unset ${AGENT_ENV.targetPid}/${AGENT_ENV.inNetns}, or run without ${TARGET_PID_ARG}`,
+      );
     process.stdout.write(`${pid}\n`);
     return 0;
   }
@@ -45,7 +70,9 @@ async function main(): Promise<number> {
   // Memory figures on demand (kill -USR2), for the soak test and the benchmark.
   process.on('SIGUSR2', () => log.info('memory', { ...process.memoryUsage(), streams: agent.ports.listeners() }));
   if (config.parentPipe !== undefined) watchParent(config.parentPipe, () => void agent.stop('parent process gone'));
-  process.stdout.write(formatReadyLine({ version: AGENT_VERSION, port: agent.port, agentId: agent.agentId, pid: process.pid }) + '\n');
+  process.stdout.write(
+    `${formatReadyLine({ version: AGENT_VERSION, port: agent.port, agentId: agent.agentId, pid: process.pid })}\n`,
+  );
   log.info('agent ready', { mode: config.mode, targetPid: pid, port: agent.port, agentId: agent.agentId });
   const reason = await agent.stopped;
   log.info('agent stopped', { reason });
@@ -55,7 +82,7 @@ async function main(): Promise<number> {
 main().then(
   (code) => process.exit(code),
   (err: unknown) => {
-    process.stdout.write(JSON.stringify({ level: 'warn', msg: formatError(err, !isUserError(err)) }) + '\n');
+    process.stdout.write(`${JSON.stringify({ level: 'warn', msg: formatError(err, !isUserError(err)) })}\n`);
     process.exit(1);
   },
 );

@@ -22,7 +22,10 @@ export class MirrorCopy {
   private pendingBytes = 0;
   private timer: NodeJS.Timeout | undefined;
 
-  constructor(readonly stream: IncomingStream, private readonly onDrop: (why: string) => void) {}
+  constructor(
+    readonly stream: IncomingStream,
+    private readonly onDrop: (why: string) => void,
+  ) {}
 
   push(chunk: Buffer): void {
     if (this.dropped) return;
@@ -79,18 +82,45 @@ export class MirroredConnection {
   private readonly copies: Array<{ sub: PortSubscription; copy: MirrorCopy }>;
   private readonly event: Omit<Extract<TrafficEvent, { kind: 'connection' }>, 'phase' | 'at'>;
 
-  constructor(subs: PortSubscription[], port: number, connId: string, remote: { address: string; port: number }, log: AgentLog) {
-    this.event = { kind: 'connection', connId, port, remoteAddress: remote.address, remotePort: remote.port, to: 'pod' };
+  constructor(
+    subs: PortSubscription[],
+    port: number,
+    connId: string,
+    remote: { address: string; port: number },
+    log: AgentLog,
+  ) {
+    this.event = {
+      kind: 'connection',
+      connId,
+      port,
+      remoteAddress: remote.address,
+      remotePort: remote.port,
+      to: 'pod',
+    };
     this.copies = subs.flatMap((sub) => {
       try {
-        const stream = sub.session.openIncoming({ kind: 'incoming', port, mode: 'mirror', remoteAddress: remote.address, remotePort: remote.port, subscriptionId: sub.id });
+        const stream = sub.session.openIncoming({
+          kind: 'incoming',
+          port,
+          mode: 'mirror',
+          remoteAddress: remote.address,
+          remotePort: remote.port,
+          subscriptionId: sub.id,
+        });
         stream.on('error', () => undefined);
         stream.resume(); // the local command's answers to a mirrored connection are dropped
         sub.session.traffic({ ...this.event, phase: 'open', at: Date.now() });
-        return [{ sub, copy: new MirrorCopy(stream, (why) => {
-          sub.session.warn(`mirror of :${port}: copy of connection ${connId} dropped (${why}); the pod was not affected`);
-          log.warn('mirror copy dropped', { port, connId, session: sub.session.sessionId, why });
-        }) }];
+        return [
+          {
+            sub,
+            copy: new MirrorCopy(stream, (why) => {
+              sub.session.warn(
+                `mirror of :${port}: copy of connection ${connId} dropped (${why}); the pod was not affected`,
+              );
+              log.warn('mirror copy dropped', { port, connId, session: sub.session.sessionId, why });
+            }),
+          },
+        ];
       } catch {
         return []; // that session's tunnel just went
       }

@@ -21,7 +21,10 @@ export function reenterNetns(pid: number, log: AgentLog): Promise<number> {
     [AGENT_ENV.targetPid]: String(pid),
     [AGENT_ENV.parentPipe]: String(PARENT_PIPE_FD),
   };
-  const child = spawn('nsenter', ['-t', String(pid), '-n', '--', process.execPath, ...process.execArgv, script], { env, stdio: ['ignore', 'inherit', 'inherit', 'pipe'] });
+  const child = spawn('nsenter', ['-t', String(pid), '-n', '--', process.execPath, ...process.execArgv, script], {
+    env,
+    stdio: ['ignore', 'inherit', 'inherit', 'pipe'],
+  });
   log.debug('entering target netns', { pid });
   for (const signal of ['SIGTERM', 'SIGINT', 'SIGHUP'] as const) process.on(signal, () => child.kill(signal));
   return new Promise((resolve) => {

@@ -29,7 +29,8 @@ export function createTableCommands(table: string): string {
 /** One stolen port: redirect to the agent's listener, skipping the node's IP (kubelet probes) unless asked. */
 export function redirectCommand(table: string, port: number, listenerPort: number, skipSource?: string): string {
   // The words go to nft's command line: anything but an IPv4 address (e.g. a newline) must not reach it.
-  if (skipSource !== undefined && !/^\d{1,3}(\.\d{1,3}){3}$/.test(skipSource)) throw new Error(`not an IPv4 address: ${JSON.stringify(skipSource)}`);
+  if (skipSource !== undefined && !/^\d{1,3}(\.\d{1,3}){3}$/.test(skipSource))
+    throw new Error(`not an IPv4 address: ${JSON.stringify(skipSource)}`);
   const skip = skipSource ? `ip saddr != ${skipSource} ` : '';
   return `add rule ip ${table} pre ${skip}tcp dport ${port} redirect to :${listenerPort} comment "devop ${port}"`;
 }
@@ -72,7 +73,10 @@ export class NftShell {
   private exitError: Error | undefined;
   private closed = false;
 
-  private constructor(private readonly child: ChildProcessWithoutNullStreams, private readonly log: AgentLog) {
+  private constructor(
+    private readonly child: ChildProcessWithoutNullStreams,
+    private readonly log: AgentLog,
+  ) {
     child.stdout.setEncoding('utf8');
     child.stdout.on('data', (chunk: string) => {
       this.buffer += chunk;
@@ -81,7 +85,8 @@ export class NftShell {
     child.stdin.on('error', () => undefined); // nft died: reported by 'exit'
     const gone = (why: string): void => {
       if (this.exitError) return;
-      if (!this.closed) log.warn('the nft process that owns the redirect rules ended: stolen ports go back to the pod', { why });
+      if (!this.closed)
+        log.warn('the nft process that owns the redirect rules ended: stolen ports go back to the pod', { why });
       this.exitError = new Error(`the nft process ended (${why}); the kernel removed the owned table with it`);
       this.waiting?.reject(this.exitError);
       this.waiting = undefined;
@@ -129,7 +134,9 @@ export class NftShell {
         this.waiting = { seq, resolve, reject };
         timer = setTimeout(() => {
           const said = this.buffer.trim().split('\n').slice(-2).join(' — ');
-          this.exitError = new Error(`nft did not answer within ${NFT_ANSWER_TIMEOUT_MS / 1000} s${said ? `: ${said}` : ''}`);
+          this.exitError = new Error(
+            `nft did not answer within ${NFT_ANSWER_TIMEOUT_MS / 1000} s${said ? `: ${said}` : ''}`,
+          );
           this.waiting = undefined;
           this.child.kill('SIGKILL');
           reject(this.exitError);
@@ -174,7 +181,11 @@ export class OwnedTable {
   readonly table: string;
   private readonly handles = new Map<string, number>();
 
-  private constructor(private readonly nft: NftShell, agentId: string, private readonly log: AgentLog) {
+  private constructor(
+    private readonly nft: NftShell,
+    agentId: string,
+    private readonly log: AgentLog,
+  ) {
     this.table = tableName(agentId);
   }
 
@@ -229,7 +240,9 @@ export class OwnedTable {
   async remove(): Promise<void> {
     this.handles.clear();
     if (this.nft.alive) {
-      await this.nft.request(`delete table ip ${this.table}`).catch((err: Error) => this.log.debug('nft table delete', { error: err.message }));
+      await this.nft
+        .request(`delete table ip ${this.table}`)
+        .catch((err: Error) => this.log.debug('nft table delete', { error: err.message }));
     }
     this.nft.close();
   }

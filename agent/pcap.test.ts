@@ -46,7 +46,11 @@ function ipv4Tcp(p: Packet): Buffer {
 const IPV6_TCP = Buffer.concat([Buffer.from([0x60, 0, 0, 0, 0, 20, 6, 64]), Buffer.alloc(32), Buffer.alloc(20)]);
 
 /** Wraps an IP packet in a link-layer header of the given type (`etherType` 0x86dd for IPv6, `hatype` 772 for lo). */
-function frame(linkType: number, ip: Buffer, opts: { etherType?: number; hatype?: number; pktType?: number; vlan?: boolean } = {}): Buffer {
+function frame(
+  linkType: number,
+  ip: Buffer,
+  opts: { etherType?: number; hatype?: number; pktType?: number; vlan?: boolean } = {},
+): Buffer {
   const etherType = opts.etherType ?? 0x0800;
   switch (linkType) {
     case LINKTYPE.LINUX_SLL2: {
@@ -79,7 +83,11 @@ function frame(linkType: number, ip: Buffer, opts: { etherType?: number; hatype?
   }
 }
 
-function pcap(linkType: number, frames: Buffer[], opts: { bigEndian?: boolean; nanos?: boolean; snap?: number } = {}): Buffer {
+function pcap(
+  linkType: number,
+  frames: Buffer[],
+  opts: { bigEndian?: boolean; nanos?: boolean; snap?: number } = {},
+): Buffer {
   const u32 = (v: number): Buffer => {
     const b = Buffer.alloc(4);
     if (opts.bigEndian) b.writeUInt32BE(v >>> 0);
@@ -92,7 +100,15 @@ function pcap(linkType: number, frames: Buffer[], opts: { bigEndian?: boolean; n
     else b.writeUInt16LE(v);
     return b;
   };
-  const header = Buffer.concat([u32(opts.nanos ? 0xa1b23c4d : 0xa1b2c3d4), u16(2), u16(4), u32(0), u32(0), u32(opts.snap ?? 262144), u32(linkType)]);
+  const header = Buffer.concat([
+    u32(opts.nanos ? 0xa1b23c4d : 0xa1b2c3d4),
+    u16(2),
+    u16(4),
+    u32(0),
+    u32(0),
+    u32(opts.snap ?? 262144),
+    u32(linkType),
+  ]);
   const records = frames.map((f, i) => {
     const kept = f.subarray(0, opts.snap ?? f.length);
     return Buffer.concat([u32(1_700_000_000 + i), u32(i), u32(kept.length), u32(f.length), kept]);
@@ -100,32 +116,60 @@ function pcap(linkType: number, frames: Buffer[], opts: { bigEndian?: boolean; n
   return Buffer.concat([header, ...records]);
 }
 
-const simple = (s: TcpSegment) => ({ src: s.src, srcPort: s.srcPort, dst: s.dst, dstPort: s.dstPort, seq: s.seq, flags: s.flags, payload: s.payload.toString(), complete: s.complete });
+const simple = (s: TcpSegment) => ({
+  src: s.src,
+  srcPort: s.srcPort,
+  dst: s.dst,
+  dstPort: s.dstPort,
+  seq: s.seq,
+  flags: s.flags,
+  payload: s.payload.toString(),
+  complete: s.complete,
+});
 
 describe('pcap stream', () => {
   const packets: Packet[] = [
     { seq: 100, flags: SYN },
     { seq: 101, flags: ACK | PSH, payload: 'GET / HTTP/1.1\r\n\r\n' },
   ];
-  const expected = packets.map((p) => ({ src: '10.0.0.3', srcPort: 40000, dst: '10.0.0.2', dstPort: 3000, seq: p.seq, flags: p.flags, payload: p.payload ?? '', complete: true }));
+  const expected = packets.map((p) => ({
+    src: '10.0.0.3',
+    srcPort: 40000,
+    dst: '10.0.0.2',
+    dstPort: 3000,
+    seq: p.seq,
+    flags: p.flags,
+    payload: p.payload ?? '',
+    complete: true,
+  }));
 
   test.each([
     ['LINUX_SLL2', LINKTYPE.LINUX_SLL2],
     ['LINUX_SLL', LINKTYPE.LINUX_SLL],
     ['EN10MB', LINKTYPE.EN10MB],
     ['RAW', LINKTYPE.RAW],
-  ])('decodes IPv4 TCP segments of link type %s, in both byte orders, micro- and nanosecond files', (_name, linkType) => {
-    for (const opts of [{}, { bigEndian: true }, { nanos: true }, { bigEndian: true, nanos: true }]) {
-      // Given a capture of a SYN and a request
-      const stream = pcap(linkType, packets.map((p) => frame(linkType, ipv4Tcp(p))), opts);
-      // When it is read in one chunk
-      // Then both segments come out, with addresses, ports, sequence numbers, flags and the payload
-      expect(new PcapReader().push(stream).map(simple)).toEqual(expected);
-    }
-  });
+  ])(
+    'decodes IPv4 TCP segments of link type %s, in both byte orders, micro- and nanosecond files',
+    (_name, linkType) => {
+      for (const opts of [{}, { bigEndian: true }, { nanos: true }, { bigEndian: true, nanos: true }]) {
+        // Given a capture of a SYN and a request
+        const stream = pcap(
+          linkType,
+          packets.map((p) => frame(linkType, ipv4Tcp(p))),
+          opts,
+        );
+        // When it is read in one chunk
+        // Then both segments come out, with addresses, ports, sequence numbers, flags and the payload
+        expect(new PcapReader().push(stream).map(simple)).toEqual(expected);
+      }
+    },
+  );
 
   test('a record split across chunks (here: one byte at a time) is decoded once it is whole', () => {
-    const stream = pcap(LINKTYPE.LINUX_SLL2, packets.map((p) => frame(LINKTYPE.LINUX_SLL2, ipv4Tcp(p))));
+    const stream = pcap(
+      LINKTYPE.LINUX_SLL2,
+      packets.map((p) => frame(LINKTYPE.LINUX_SLL2, ipv4Tcp(p))),
+    );
     const reader = new PcapReader();
     const out: TcpSegment[] = [];
     for (let i = 0; i < stream.length; i++) out.push(...reader.push(stream.subarray(i, i + 1)));
@@ -143,9 +187,16 @@ describe('pcap stream', () => {
       frame(LINKTYPE.LINUX_SLL2, ipv4Tcp({ seq: 3, flags: ACK, payload: 'kept' })),
     ];
     expect(new PcapReader().push(pcap(LINKTYPE.LINUX_SLL2, frames)).map((s) => s.payload.toString())).toEqual(['kept']);
-    expect(new PcapReader().push(pcap(LINKTYPE.LINUX_SLL, [frame(LINKTYPE.LINUX_SLL, ipv4Tcp({ seq: 1, flags: SYN }), { pktType: 4 })]))).toEqual([]);
+    expect(
+      new PcapReader().push(
+        pcap(LINKTYPE.LINUX_SLL, [frame(LINKTYPE.LINUX_SLL, ipv4Tcp({ seq: 1, flags: SYN }), { pktType: 4 })]),
+      ),
+    ).toEqual([]);
     expect(new PcapReader().push(pcap(LINKTYPE.RAW, [IPV6_TCP]))).toEqual([]);
-    const eth = pcap(LINKTYPE.EN10MB, [frame(LINKTYPE.EN10MB, ipv4Tcp({ seq: 9, flags: ACK, payload: 'x' }), { vlan: true }), frame(LINKTYPE.EN10MB, IPV6_TCP, { etherType: 0x86dd })]);
+    const eth = pcap(LINKTYPE.EN10MB, [
+      frame(LINKTYPE.EN10MB, ipv4Tcp({ seq: 9, flags: ACK, payload: 'x' }), { vlan: true }),
+      frame(LINKTYPE.EN10MB, IPV6_TCP, { etherType: 0x86dd }),
+    ]);
     expect(new PcapReader().push(eth).map((s) => [s.seq, s.payload.toString()])).toEqual([[9, 'x']]);
   });
 
@@ -165,14 +216,29 @@ describe('TCP reassembly', () => {
 
   function harness(open: () => boolean = () => true) {
     const log: string[] = [];
-    const flows = new TcpReassembler<string>({
-      open: (key) => (open() ? `${key.src}:${key.srcPort}` : undefined),
-      data: (flow, bytes) => log.push(`${flow} data ${bytes.toString()}`),
-      end: (flow, how: FlowEnd) => log.push(`${flow} end ${how}`),
-    }, limits);
+    const flows = new TcpReassembler<string>(
+      {
+        open: (key) => (open() ? `${key.src}:${key.srcPort}` : undefined),
+        data: (flow, bytes) => log.push(`${flow} data ${bytes.toString()}`),
+        end: (flow, how: FlowEnd) => log.push(`${flow} end ${how}`),
+      },
+      limits,
+    );
     const seg = (p: Packet, now = 0): void => {
       const payload = Buffer.from(p.payload ?? '');
-      flows.segment({ src: p.src ?? '10.0.0.3', srcPort: p.srcPort ?? 40000, dst: '10.0.0.2', dstPort: 3000, seq: p.seq >>> 0, flags: p.flags, payload, complete: true }, now);
+      flows.segment(
+        {
+          src: p.src ?? '10.0.0.3',
+          srcPort: p.srcPort ?? 40000,
+          dst: '10.0.0.2',
+          dstPort: 3000,
+          seq: p.seq >>> 0,
+          flags: p.flags,
+          payload,
+          complete: true,
+        },
+        now,
+      );
     };
     return { log, flows, seg };
   }
@@ -189,7 +255,12 @@ describe('TCP reassembly', () => {
     seg({ seq: 1001, flags: ACK, payload: 'hello ' }); // a retransmit of what was delivered
     seg({ seq: 1004, flags: ACK, payload: 'lo big ' }); // overlaps the delivered bytes, fills the gap
     seg({ seq: 1016, flags: ACK | FIN });
-    expect(log).toEqual(['10.0.0.3:40000 data hello ', '10.0.0.3:40000 data big ', '10.0.0.3:40000 data world', '10.0.0.3:40000 end fin']);
+    expect(log).toEqual([
+      '10.0.0.3:40000 data hello ',
+      '10.0.0.3:40000 data big ',
+      '10.0.0.3:40000 data world',
+      '10.0.0.3:40000 end fin',
+    ]);
     expect(flows.size).toBe(0);
   });
 
@@ -222,7 +293,19 @@ describe('TCP reassembly', () => {
     handshake(seg);
     seg({ seq: 1001, flags: ACK | RST });
     handshake((p) => seg({ ...p, srcPort: 40001 }));
-    flows.segment({ src: '10.0.0.3', srcPort: 40001, dst: '10.0.0.2', dstPort: 3000, seq: 1001, flags: ACK, payload: Buffer.from('ab'), complete: false }, 0);
+    flows.segment(
+      {
+        src: '10.0.0.3',
+        srcPort: 40001,
+        dst: '10.0.0.2',
+        dstPort: 3000,
+        seq: 1001,
+        flags: ACK,
+        payload: Buffer.from('ab'),
+        complete: false,
+      },
+      0,
+    );
     expect(log).toEqual(['10.0.0.3:40000 end rst', '10.0.0.3:40001 end hole']);
   });
 
@@ -257,20 +340,43 @@ describe('TCP reassembly', () => {
     flows.sweep(60_001);
     handshake((p) => seg({ ...p, srcPort: 40002 }));
     flows.clear();
-    expect(log).toEqual(['10.0.0.3:40000 data a', '10.0.0.3:40000 end gone', '10.0.0.3:40000 data b', '10.0.0.3:40000 end gone', '10.0.0.3:40001 end gone', '10.0.0.3:40002 end gone']);
+    expect(log).toEqual([
+      '10.0.0.3:40000 data a',
+      '10.0.0.3:40000 end gone',
+      '10.0.0.3:40000 data b',
+      '10.0.0.3:40000 end gone',
+      '10.0.0.3:40001 end gone',
+      '10.0.0.3:40002 end gone',
+    ]);
   });
 });
 
 describe('capture command', () => {
   test('the filter takes inbound IPv4 TCP to the port, not lo, and not the node when asked', () => {
     expect(captureFilter(3000)).toBe('inbound and ip and tcp dst port 3000 and not ifindex 1');
-    expect(captureFilter(8080, '10.1.0.1')).toBe('inbound and ip and tcp dst port 8080 and not ifindex 1 and not src host 10.1.0.1');
-    expect(tcpdumpArgs(3000)).toEqual(['-Z', 'root', '-i', 'any', '-U', '-w', '-', '-s', '65535', '-B', '8192', '-n', captureFilter(3000)]);
+    expect(captureFilter(8080, '10.1.0.1')).toBe(
+      'inbound and ip and tcp dst port 8080 and not ifindex 1 and not src host 10.1.0.1',
+    );
+    expect(tcpdumpArgs(3000)).toEqual([
+      '-Z',
+      'root',
+      '-i',
+      'any',
+      '-U',
+      '-w',
+      '-',
+      '-s',
+      '65535',
+      '-B',
+      '8192',
+      '-n',
+      captureFilter(3000),
+    ]);
   });
 });
 
 describe('mirror copies', () => {
-  test('a dropped copy resets the session\'s stream and tells the session why; the close event still counts the bytes', async () => {
+  test("a dropped copy resets the session's stream and tells the session why; the close event still counts the bytes", async () => {
     // Given one mirroring session
     const told: string[] = [];
     const traffic: TrafficEvent[] = [];
@@ -279,18 +385,53 @@ describe('mirror copies', () => {
     const stream = Object.assign(new PassThrough(), { reset: (reason: string) => resets.push(reason) });
     const written: Buffer[] = [];
     stream.on('data', (chunk: Buffer) => written.push(chunk));
-    const session = { sessionId: 's1', connected: true, openIncoming: (open: IncomingOpen) => (opened.push(open), stream), traffic: (e: TrafficEvent) => traffic.push(e), warn: (m: string) => told.push(m) };
-    const sub: PortSubscription = { id: 'sub-1', session, mode: 'mirror', since: new Date(), paused: false, holder: { user: 'u', host: 'h' } };
-    const conn = new MirroredConnection([sub], 3000, '3000-m1', { address: '10.0.0.3', port: 40000 }, createLog('warn', () => undefined));
+    const session = {
+      sessionId: 's1',
+      connected: true,
+      openIncoming: (open: IncomingOpen) => (opened.push(open), stream),
+      traffic: (e: TrafficEvent) => traffic.push(e),
+      warn: (m: string) => told.push(m),
+    };
+    const sub: PortSubscription = {
+      id: 'sub-1',
+      session,
+      mode: 'mirror',
+      since: new Date(),
+      paused: false,
+      holder: { user: 'u', host: 'h' },
+    };
+    const conn = new MirroredConnection(
+      [sub],
+      3000,
+      '3000-m1',
+      { address: '10.0.0.3', port: 40000 },
+      createLog('warn', () => undefined),
+    );
     // When bytes arrive, then the copy loses bytes for good, then the connection closes
     conn.push(Buffer.from('GET / HTTP/1.1\r\n'));
     conn.drop('the packet capture missed some of its packets: the agent fell behind');
     conn.close({ in: 16 });
     // Then the session got the stream, a reset, one notice naming the connection and the reason, and open/close events
-    expect(opened).toEqual([{ kind: 'incoming', port: 3000, mode: 'mirror', remoteAddress: '10.0.0.3', remotePort: 40000, subscriptionId: 'sub-1' }]);
-    expect(resets).toEqual(['mirror copy dropped: the packet capture missed some of its packets: the agent fell behind']);
-    expect(told).toEqual(['mirror of :3000: copy of connection 3000-m1 dropped (the packet capture missed some of its packets: the agent fell behind); the pod was not affected']);
-    expect(traffic.map((e) => e.kind === 'connection' && [e.phase, e.bytesIn, e.bytesOut])).toEqual([['open', undefined, undefined], ['close', 16, undefined]]);
+    expect(opened).toEqual([
+      {
+        kind: 'incoming',
+        port: 3000,
+        mode: 'mirror',
+        remoteAddress: '10.0.0.3',
+        remotePort: 40000,
+        subscriptionId: 'sub-1',
+      },
+    ]);
+    expect(resets).toEqual([
+      'mirror copy dropped: the packet capture missed some of its packets: the agent fell behind',
+    ]);
+    expect(told).toEqual([
+      'mirror of :3000: copy of connection 3000-m1 dropped (the packet capture missed some of its packets: the agent fell behind); the pod was not affected',
+    ]);
+    expect(traffic.map((e) => e.kind === 'connection' && [e.phase, e.bytesIn, e.bytesOut])).toEqual([
+      ['open', undefined, undefined],
+      ['close', 16, undefined],
+    ]);
     // And nothing of the dropped copy reached the stream (it would have, 2 ms after the push, had it been kept)
     await new Promise((r) => setTimeout(r, 20));
     expect(written).toEqual([]);

@@ -85,7 +85,8 @@ function ipv4Offset(linkType: number, frame: Buffer): number {
       if (frame.length < 20 || frame.readUInt16BE(8) === ARPHRD_LOOPBACK || frame[10] === PACKET_OUTGOING) return -1;
       return frame.readUInt16BE(0) === ETHERTYPE_IPV4 ? 20 : -1;
     case LINKTYPE.LINUX_SLL:
-      if (frame.length < 16 || frame.readUInt16BE(0) === PACKET_OUTGOING || frame.readUInt16BE(2) === ARPHRD_LOOPBACK) return -1;
+      if (frame.length < 16 || frame.readUInt16BE(0) === PACKET_OUTGOING || frame.readUInt16BE(2) === ARPHRD_LOOPBACK)
+        return -1;
       return frame.readUInt16BE(14) === ETHERTYPE_IPV4 ? 16 : -1;
     case LINKTYPE.EN10MB: {
       let at = 12;

@@ -4,7 +4,13 @@
 import { createServer as createTcpServer, connect, type Server, type Socket } from 'node:net';
 import { createServer as createHttpServer, type Server as HttpServer } from 'node:http';
 import type { Duplex } from 'node:stream';
-import { createPodProxy, handleFilteredRequest, handleFilteredUpgrade, type HttpRouting, type PodProxy } from './http-filter.js';
+import {
+  createPodProxy,
+  handleFilteredRequest,
+  handleFilteredUpgrade,
+  type HttpRouting,
+  type PodProxy,
+} from './http-filter.js';
 import type { AgentLog } from './log.js';
 import { MirroredConnection } from './mirror.js';
 import { originOf, resetStream, type IncomingStream, type PortSubscription } from './subscription.js';
@@ -23,12 +29,23 @@ export class PortRedirect {
   copiesMirrors = true;
 
   /** `subs` is the port's subscription list, shared with its owner (agent/ports.ts), which changes it in place. */
-  constructor(readonly port: number, readonly subs: PortSubscription[], private readonly log: AgentLog) {
+  constructor(
+    readonly port: number,
+    readonly subs: PortSubscription[],
+    private readonly log: AgentLog,
+  ) {
     // allowHalfOpen: a client that shuts down its sending side after the request still gets the whole answer, as it
     // would from the app itself (the end is passed on, and this side ends when the other end's answer is done).
     this.server = createTcpServer({ noDelay: true, allowHalfOpen: true }, (socket) => this.onConnection(socket));
     this.server.on('error', (err) => log.warn('redirect listener failed', { port, error: err.message }));
-    const routing: HttpRouting = { port, active: () => this.active(), all: () => this.subs.map((s) => s.session), log, nextId: () => this.connId(), proxy: () => (this.pod ??= createPodProxy()) };
+    const routing: HttpRouting = {
+      port,
+      active: () => this.active(),
+      all: () => this.subs.map((s) => s.session),
+      log,
+      nextId: () => this.connId(),
+      proxy: () => (this.pod ??= createPodProxy()),
+    };
     // The HTTP server never listens: filtered connections are handed to it. Keep-alive requests are routed one by one.
     this.http = createHttpServer({ keepAliveTimeout: 65_000 });
     // Node's HTTP server ends a connection on the client's FIN and drops the answers still due; with httpAllowHalfOpen
@@ -98,14 +115,30 @@ export class PortRedirect {
     let stream: IncomingStream;
     const id = this.connId();
     try {
-      stream = sub.session.openIncoming({ kind: 'incoming', port: this.port, mode: 'steal', remoteAddress: socket.remoteAddress ?? '', remotePort: socket.remotePort ?? 0, subscriptionId: sub.id });
+      stream = sub.session.openIncoming({
+        kind: 'incoming',
+        port: this.port,
+        mode: 'steal',
+        remoteAddress: socket.remoteAddress ?? '',
+        remotePort: socket.remotePort ?? 0,
+        subscriptionId: sub.id,
+      });
     } catch {
       return false; // the tunnel just went: the original app answers instead
     }
-    const event = { kind: 'connection' as const, connId: id, port: this.port, remoteAddress: socket.remoteAddress ?? '', remotePort: socket.remotePort ?? 0, to: 'local' as const };
+    const event = {
+      kind: 'connection' as const,
+      connId: id,
+      port: this.port,
+      remoteAddress: socket.remoteAddress ?? '',
+      remotePort: socket.remotePort ?? 0,
+      to: 'local' as const,
+    };
     sub.session.traffic({ ...event, phase: 'open', at: Date.now() });
     const counts = spliceSockets(socket, stream, (reason) => resetStream(stream, reason));
-    counts.done.then(() => sub.session.traffic({ ...event, phase: 'close', bytesIn: counts.in, bytesOut: counts.out, at: Date.now() }));
+    counts.done.then(() =>
+      sub.session.traffic({ ...event, phase: 'close', bytesIn: counts.in, bytesOut: counts.out, at: Date.now() }),
+    );
     return true;
   }
 
@@ -116,7 +149,13 @@ export class PortRedirect {
     socket.once('close', () => this.forwarded.delete(socket));
     const counts = spliceSockets(socket, upstream, () => upstream.destroy());
     if (mirrors.length === 0) return;
-    const mirrored = new MirroredConnection(mirrors, this.port, this.connId(), { address: socket.remoteAddress ?? '', port: socket.remotePort ?? 0 }, this.log);
+    const mirrored = new MirroredConnection(
+      mirrors,
+      this.port,
+      this.connId(),
+      { address: socket.remoteAddress ?? '', port: socket.remotePort ?? 0 },
+      this.log,
+    );
     // Registered after the pipe to the app: the app gets each chunk first.
     socket.on('data', (chunk: Buffer) => mirrored.push(chunk));
     socket.once('end', () => mirrored.end());
@@ -128,7 +167,11 @@ export class PortRedirect {
  * Joins a client socket and its peer both ways with half-close (a mux stream through the splice fast path, a socket
  * with pipe); an error on either side tears both down. The counts are the client socket's, filled in when both closed.
  */
-export function spliceSockets(client: Socket, peer: Duplex, abortPeer: (reason: string) => void): { in: number; out: number; done: Promise<void> } {
+export function spliceSockets(
+  client: Socket,
+  peer: Duplex,
+  abortPeer: (reason: string) => void,
+): { in: number; out: number; done: Promise<void> } {
   const counts = { in: 0, out: 0, done: Promise.resolve() };
   joinBothWays(client, peer);
   counts.done = new Promise((resolve) => {

@@ -95,19 +95,27 @@ export class PortTable {
 
   /** Ports with their listener port (0: none) and whether a capture runs, for diagnostics and tests. */
   listeners(): Array<{ port: number; listenerPort: number; capture: boolean; subscriptions: number }> {
-    return [...this.ports].map(([port, e]) => ({ port, listenerPort: e.redirect?.listener.listenerPort ?? 0, capture: e.capture !== undefined, subscriptions: e.subs.length }));
+    return [...this.ports].map(([port, e]) => ({
+      port,
+      listenerPort: e.redirect?.listener.listenerPort ?? 0,
+      capture: e.capture !== undefined,
+      subscriptions: e.subs.length,
+    }));
   }
 
   subscribe(session: IncomingTarget, holder: { user: string; host: string }, msg: Subscribe): Promise<SubscribeResult> {
     return this.serial(async () => {
-      if (!this.chain) return { ok: false as const, reason: 'this agent runs targetless: it has no pod ports to steal or mirror' };
+      if (!this.chain)
+        return { ok: false as const, reason: 'this agent runs targetless: it has no pod ports to steal or mirror' };
       const denied = this.capabilityProblem(msg);
       if (denied) return { ok: false as const, ...denied };
       let match;
       try {
         match = msg.filter ? compileFilter(msg.filter) : undefined;
       } catch (err) {
-        return isUserError(err) ? { ok: false as const, reason: err.message, hint: err.hint } : { ok: false as const, reason: String(err) };
+        return isUserError(err)
+          ? { ok: false as const, reason: err.message, hint: err.hint }
+          : { ok: false as const, reason: String(err) };
       }
       const entry = this.ports.get(msg.port) ?? { subs: [] };
       const others = entry.subs.filter((s) => s.session.sessionId !== session.sessionId && s.mode === 'steal');
@@ -135,7 +143,14 @@ export class PortTable {
         await this.settle(msg.port, entry);
         return { ok: false as const, reason: failure };
       }
-      this.log.info('subscribed', { port: msg.port, mode: msg.mode, filter: describeFilter(msg.filter), session: session.sessionId, user: `${holder.user}@${holder.host}`, via: this.via(entry, msg.mode) });
+      this.log.info('subscribed', {
+        port: msg.port,
+        mode: msg.mode,
+        filter: describeFilter(msg.filter),
+        session: session.sessionId,
+        user: `${holder.user}@${holder.host}`,
+        via: this.via(entry, msg.mode),
+      });
       return { ok: true as const };
     });
   }
@@ -187,8 +202,10 @@ export class PortTable {
     const steals = entry.subs.some((s) => s.mode === 'steal');
     // Where probes come from, looked up once for the capture and the rule alike.
     let skip: Promise<string | undefined> | undefined;
-    const skipSource = (): Promise<string | undefined> => (skip ??= msg?.stealProbes ? Promise.resolve(undefined) : this.nodeIP());
-    if (mirrors && !entry.capture && this.noCapture === undefined) entry.capture = await this.startCapture(port, entry, await skipSource());
+    const skipSource = (): Promise<string | undefined> =>
+      (skip ??= msg?.stealProbes ? Promise.resolve(undefined) : this.nodeIP());
+    if (mirrors && !entry.capture && this.noCapture === undefined)
+      entry.capture = await this.startCapture(port, entry, await skipSource());
     if (mirrors && this.noCapture !== undefined && !this.noCaptureSaid) {
       this.noCaptureSaid = true;
       this.log.info('mirror copies go through the agent', { why: this.noCapture });
@@ -231,8 +248,15 @@ export class PortTable {
   }
 
   /** A running capture of the port, or undefined (and capture is off from now on, with the reason) when it cannot start. */
-  private async startCapture(port: number, entry: PortEntry, skipSource: string | undefined): Promise<PortCapture | undefined> {
-    const capture = new PortCapture(port, entry.subs, this.log, { skipSource, onFail: (reason) => void this.captureStopped(port, capture, reason) });
+  private async startCapture(
+    port: number,
+    entry: PortEntry,
+    skipSource: string | undefined,
+  ): Promise<PortCapture | undefined> {
+    const capture = new PortCapture(port, entry.subs, this.log, {
+      skipSource,
+      onFail: (reason) => void this.captureStopped(port, capture, reason),
+    });
     try {
       await capture.start();
       return capture;
@@ -252,7 +276,10 @@ export class PortTable {
       this.log.warn('packet capture stopped; mirror copies go through the agent', { port, why: reason });
       entry.capture = undefined;
       for (const s of entry.subs) {
-        if (s.mode === 'mirror') s.session.warn(`mirror of :${port}: the packet capture stopped (${reason}); new connections are mirrored through the agent`);
+        if (s.mode === 'mirror')
+          s.session.warn(
+            `mirror of :${port}: the packet capture stopped (${reason}); new connections are mirrored through the agent`,
+          );
       }
       const failure = await this.settle(port, entry);
       if (failure) this.log.warn('mirror left without copies', { port, error: failure });

@@ -38,7 +38,10 @@ export class Session implements IncomingTarget {
   private graceTimer: NodeJS.Timeout | undefined;
   private over = false;
 
-  constructor(readonly client: ClientIdentity, private readonly ctx: SessionContext) {}
+  constructor(
+    readonly client: ClientIdentity,
+    private readonly ctx: SessionContext,
+  ) {}
 
   get connected(): boolean {
     return this.mux !== undefined && !this.mux.closed;
@@ -63,7 +66,11 @@ export class Session implements IncomingTarget {
     let pingId = 0;
     const liveness = setInterval(() => {
       if (heard.any && Date.now() - heard.at > TUNNEL_STALL_MS) {
-        this.ctx.log.warn('tunnel stalled', { session: this.sessionId, user: this.who, silentMs: Date.now() - heard.at });
+        this.ctx.log.warn('tunnel stalled', {
+          session: this.sessionId,
+          user: this.who,
+          silentMs: Date.now() - heard.at,
+        });
         mux.close(`tunnel stalled: nothing heard for ${TUNNEL_STALL_MS / 1000} s`);
         return;
       }
@@ -125,7 +132,12 @@ export class Session implements IncomingTarget {
       return;
     }
     // Meanwhile its stolen traffic goes to the pod's own app (PortRedirect skips sessions that are not connected).
-    this.ctx.log.info('session disconnected, waiting for resume', { session: this.sessionId, user: this.who, graceMs: this.ctx.graceMs, reason: err?.message });
+    this.ctx.log.info('session disconnected, waiting for resume', {
+      session: this.sessionId,
+      user: this.who,
+      graceMs: this.ctx.graceMs,
+      reason: err?.message,
+    });
     this.graceTimer = setTimeout(() => void this.end('not resumed in time'), this.ctx.graceMs);
   }
 
@@ -150,7 +162,15 @@ export class Session implements IncomingTarget {
       case 'subscribe': {
         const res = await this.ctx.ports.subscribe(this, this.client, msg);
         if (res.ok) mux.send({ type: 'subscribed', id: msg.id, port: msg.port, mode: msg.mode });
-        else mux.send({ type: 'refused', id: msg.id, port: msg.port, reason: res.reason.slice(0, MAX_REASON), holder: res.holder, hint: res.hint?.slice(0, MAX_REASON) });
+        else
+          mux.send({
+            type: 'refused',
+            id: msg.id,
+            port: msg.port,
+            reason: res.reason.slice(0, MAX_REASON),
+            holder: res.holder,
+            hint: res.hint?.slice(0, MAX_REASON),
+          });
         return;
       }
       case 'unsubscribe':
@@ -172,14 +192,26 @@ export class Session implements IncomingTarget {
         return;
       case 'envRead':
         if (this.ctx.pid === undefined) {
-          mux.send({ type: 'error', id: msg.id, code: 'unsupported', message: 'this agent runs targetless: there is no container env to read', hint: 'give a target to read its env' });
+          mux.send({
+            type: 'error',
+            id: msg.id,
+            code: 'unsupported',
+            message: 'this agent runs targetless: there is no container env to read',
+            hint: 'give a target to read its env',
+          });
           return;
         }
         try {
           mux.send({ type: 'env', id: msg.id, vars: await readTargetEnv(this.ctx.pid) });
         } catch (err) {
           const denied = deniedByCapabilities(err, "reading the target's environment");
-          mux.send({ type: 'error', id: msg.id, code: 'env', message: denied?.message ?? (err as Error).message, hint: denied?.hint });
+          mux.send({
+            type: 'error',
+            id: msg.id,
+            code: 'env',
+            message: denied?.message ?? (err as Error).message,
+            hint: denied?.hint,
+          });
         }
         return;
       case 'bye':
@@ -193,7 +225,8 @@ export class Session implements IncomingTarget {
     stream.on('error', () => undefined);
     if (open.kind === 'outgoing') void serveOutgoing(stream, open.host, open.port, this.ctx.pid, this.ctx.log);
     else if (open.kind === 'file') {
-      if (this.ctx.pid === undefined) stream.reset('ENOTSUP: this agent runs targetless: there is no container filesystem');
+      if (this.ctx.pid === undefined)
+        stream.reset('ENOTSUP: this agent runs targetless: there is no container filesystem');
       else void serveFile(stream, open.path, this.ctx.pid);
     } else stream.reset(`EINVAL: a client may not open ${open.kind} streams`);
   }

@@ -12,7 +12,13 @@ import type { AgentLog } from './log.js';
 /** Bound on the connect: the caller is a local command waiting in connect(), and pods' DNS may be slow. */
 const CONNECT_TIMEOUT_MS = 10_000;
 
-export async function serveOutgoing(stream: MuxStream, host: string, port: number, pid: number | undefined, log: AgentLog): Promise<void> {
+export async function serveOutgoing(
+  stream: MuxStream,
+  host: string,
+  port: number,
+  pid: number | undefined,
+  log: AgentLog,
+): Promise<void> {
   let address: string;
   try {
     const found = await resolveInPod(pid, host);
@@ -32,7 +38,12 @@ export async function serveOutgoing(stream: MuxStream, host: string, port: numbe
     socket.setTimeout(0);
     socket.off('error', fail);
     log.debug('outgoing connected', { host, port, address });
-    stream.accept({ localAddress: socket.localAddress, localPort: socket.localPort, remoteAddress: socket.remoteAddress, remotePort: socket.remotePort });
+    stream.accept({
+      localAddress: socket.localAddress,
+      localPort: socket.localPort,
+      remoteAddress: socket.remoteAddress,
+      remotePort: socket.remotePort,
+    });
     spliceSocket(stream, socket);
     socket.on('error', () => stream.reset('connection reset in the pod'));
     stream.on('error', () => socket.destroy());

@@ -8,7 +8,10 @@ import { UserError } from '../shared/errors.js';
 export async function findContainerPid(containerId: string, procRoot = '/proc'): Promise<number> {
   const id = bareContainerId(containerId).toLowerCase();
   if (!/^[0-9a-f]{12,128}$/.test(id)) {
-    throw new UserError(`container ID "${containerId}" is not a runtime://<hex> container ID`, 'pass the containerID from the pod status (containerd://…)');
+    throw new UserError(
+      `container ID "${containerId}" is not a runtime://<hex> container ID`,
+      'pass the containerID from the pod status (containerd://…)',
+    );
   }
   let best: number | undefined;
   for (const entry of await readdir(procRoot)) {
@@ -24,14 +27,22 @@ export async function findContainerPid(containerId: string, procRoot = '/proc'):
     if (cgroup.toLowerCase().includes(id)) best = pid;
   }
   if (best === undefined) {
-    throw new UserError(`no process of container ${id.slice(0, 12)} is visible in ${procRoot}`, 'run the agent with hostPID on the target pod\'s node (job mode), or as an ephemeral container targeting the container');
+    throw new UserError(
+      `no process of container ${id.slice(0, 12)} is visible in ${procRoot}`,
+      "run the agent with hostPID on the target pod's node (job mode), or as an ephemeral container targeting the container",
+    );
   }
   return best;
 }
 
 /** The container's effective environment, read from /proc/PID/environ (NUL-separated KEY=VALUE). */
 export async function readTargetEnv(pid: number | undefined, procRoot = '/proc'): Promise<Record<string, string>> {
-  const raw = pid === undefined ? Object.entries(process.env).map(([k, v]) => `${k}=${v}`).join('\0') : await readFile(join(procRoot, String(pid), 'environ'), 'utf8');
+  const raw =
+    pid === undefined
+      ? Object.entries(process.env)
+          .map(([k, v]) => `${k}=${v}`)
+          .join('\0')
+      : await readFile(join(procRoot, String(pid), 'environ'), 'utf8');
   const env: Record<string, string> = {};
   for (const pair of raw.split('\0')) {
     const eq = pair.indexOf('=');
@@ -49,7 +60,8 @@ const MAX_SYMLINKS = 40;
  * (such as /var/run → /run in most images, on the way to the service-account token) against the agent's own root.
  */
 export async function targetPath(pid: number | undefined, path: string, procRoot = '/proc'): Promise<string> {
-  if (!path.startsWith('/')) throw new UserError(`remote path "${path}" is not absolute`, 'give the file\'s absolute path inside the container');
+  if (!path.startsWith('/'))
+    throw new UserError(`remote path "${path}" is not absolute`, "give the file's absolute path inside the container");
   // normalize first so that ".." cannot climb out of the container's root.
   const clean = posix.normalize(path);
   if (pid === undefined) return clean;

@@ -56,7 +56,10 @@ function seqDiff(a: number, b: number): number {
 export class TcpReassembler<F> {
   private readonly flows = new Map<string, Flow<F>>();
 
-  constructor(private readonly handlers: FlowHandlers<F>, private readonly limits: FlowLimits) {}
+  constructor(
+    private readonly handlers: FlowHandlers<F>,
+    private readonly limits: FlowLimits,
+  ) {}
 
   get size(): number {
     return this.flows.size;
@@ -64,7 +67,7 @@ export class TcpReassembler<F> {
 
   segment(seg: TcpSegment, now: number): void {
     const id = `${seg.src}:${seg.srcPort}>${seg.dst}:${seg.dstPort}`;
-    let flow = this.flows.get(id);
+    const flow = this.flows.get(id);
     if (seg.flags & TCP_FLAGS.SYN) {
       if (seg.flags & TCP_FLAGS.ACK) return; // a SYN-ACK: an answer to a connection the pod made from this port
       if (flow?.isn === seg.seq) {
@@ -75,7 +78,16 @@ export class TcpReassembler<F> {
       if (this.flows.size >= this.limits.maxFlows) return;
       // Data on a SYN (TCP Fast Open) is not taken: the flow then has a gap and its copy is dropped, visibly.
       const next = (seg.seq + 1) >>> 0;
-      this.flows.set(id, { isn: seg.seq, next, handle: undefined, finSeq: undefined, outOfOrder: [], outOfOrderBytes: 0, holeSince: undefined, lastSeen: now });
+      this.flows.set(id, {
+        isn: seg.seq,
+        next,
+        handle: undefined,
+        finSeq: undefined,
+        outOfOrder: [],
+        outOfOrderBytes: 0,
+        holeSince: undefined,
+        lastSeen: now,
+      });
       return;
     }
     if (!flow) return; // the connection began before the capture: not mirrored
@@ -101,7 +113,8 @@ export class TcpReassembler<F> {
     for (const [id, flow] of this.flows) {
       if (flow.handle === undefined) {
         if (now - flow.lastSeen > this.limits.handshakeMs) this.flows.delete(id);
-      } else if (flow.holeSince !== undefined && now - flow.holeSince > this.limits.holeMs) this.finish(id, flow, 'hole');
+      } else if (flow.holeSince !== undefined && now - flow.holeSince > this.limits.holeMs)
+        this.finish(id, flow, 'hole');
       else if (now - flow.lastSeen > this.limits.idleMs) this.finish(id, flow, 'gone');
     }
   }

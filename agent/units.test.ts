@@ -5,7 +5,18 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, test } from 'vitest';
 import { execFileSync } from 'node:child_process';
-import { AGENT_COMMAND, AGENT_ENTRYPOINT, AGENT_NODE_FLAGS, AGENT_VERSION, agentEnv, bareContainerId, chainName, formatReadyLine, parseAgentEnv, parseReadyLine } from '../shared/agent-contract.js';
+import {
+  AGENT_COMMAND,
+  AGENT_ENTRYPOINT,
+  AGENT_NODE_FLAGS,
+  AGENT_VERSION,
+  agentEnv,
+  bareContainerId,
+  chainName,
+  formatReadyLine,
+  parseAgentEnv,
+  parseReadyLine,
+} from '../shared/agent-contract.js';
 import { compileFilter, describeFilter } from './filter.js';
 import { candidates, parseHosts, parseResolvConf } from './dns.js';
 import { cleanupScript, jumpRule, redirectRule } from './iptables.js';
@@ -13,10 +24,29 @@ import { findContainerPid, readTargetEnv, targetPath } from './target.js';
 
 describe('agent contract', () => {
   test('env round-trips through agentEnv and parseAgentEnv, with defaults', () => {
-    const env = Object.fromEntries(agentEnv({ mode: 'job', port: 4000, token: 't', containerId: 'containerd://abc', idleSeconds: 30 }).map((e) => [e.name, e.value]));
-    expect(env).toEqual({ DEVOP_AGENT_MODE: 'job', DEVOP_AGENT_PORT: '4000', DEVOP_AGENT_TOKEN: 't', DEVOP_AGENT_CONTAINER_ID: 'containerd://abc', DEVOP_AGENT_IDLE_SECONDS: '30' });
+    const env = Object.fromEntries(
+      agentEnv({ mode: 'job', port: 4000, token: 't', containerId: 'containerd://abc', idleSeconds: 30 }).map((e) => [
+        e.name,
+        e.value,
+      ]),
+    );
+    expect(env).toEqual({
+      DEVOP_AGENT_MODE: 'job',
+      DEVOP_AGENT_PORT: '4000',
+      DEVOP_AGENT_TOKEN: 't',
+      DEVOP_AGENT_CONTAINER_ID: 'containerd://abc',
+      DEVOP_AGENT_IDLE_SECONDS: '30',
+    });
     const config = parseAgentEnv(env);
-    expect(config).toMatchObject({ mode: 'job', port: 4000, token: 't', idleSeconds: 30, iptables: 'auto', flushConnections: true, resumeGraceSeconds: 30 });
+    expect(config).toMatchObject({
+      mode: 'job',
+      port: 4000,
+      token: 't',
+      idleSeconds: 30,
+      iptables: 'auto',
+      flushConnections: true,
+      resumeGraceSeconds: 30,
+    });
   });
 
   test('a bad value is refused naming the variable', () => {
@@ -37,15 +67,19 @@ describe('agent contract', () => {
     expect(bareContainerId('abc')).toBe('abc');
     expect(chainName('a'.repeat(20)).length).toBeLessThanOrEqual(28);
     expect(JSON.parse(readFileSync('package.json', 'utf8')).version).toBe(AGENT_VERSION);
-    expect(readFileSync('Dockerfile.agent', 'utf8')).toContain(`ENTRYPOINT ${JSON.stringify(AGENT_ENTRYPOINT).replaceAll(',', ', ')}`);
+    expect(readFileSync('Dockerfile.agent', 'utf8')).toContain(
+      `ENTRYPOINT ${JSON.stringify(AGENT_ENTRYPOINT).replaceAll(',', ', ')}`,
+    );
     // The entry point runs exactly AGENT_COMMAND (the Node flags the RSS budget counts on).
     expect(readFileSync('agent/entry.sh', 'utf8')).toContain(`node='${AGENT_COMMAND.join(' ')}'`);
   });
 
   test("the agent's Node flags keep V8's optimizing compiler off (the RSS budget counts on it)", () => {
     // A hot function under AGENT_NODE_FLAGS stays in the interpreter; under plain node the same one gets optimized.
-    const probe = 'function f(x){let s=0;for(let i=0;i<100;i++)s+=x*i;return s}for(let i=0;i<200000;i++)f(i);process.stdout.write(String(%ActiveTierIsTurbofan(f)))';
-    const tier = (flags: readonly string[]): string => execFileSync(process.execPath, [...flags, '--allow-natives-syntax', '-e', probe], { encoding: 'utf8' });
+    const probe =
+      'function f(x){let s=0;for(let i=0;i<100;i++)s+=x*i;return s}for(let i=0;i<200000;i++)f(i);process.stdout.write(String(%ActiveTierIsTurbofan(f)))';
+    const tier = (flags: readonly string[]): string =>
+      execFileSync(process.execPath, [...flags, '--allow-natives-syntax', '-e', probe], { encoding: 'utf8' });
     expect(tier(AGENT_NODE_FLAGS)).toBe('false');
     expect(tier([])).toBe('true');
   });
@@ -73,10 +107,19 @@ describe('HTTP filters', () => {
 
 describe('pod DNS rules', () => {
   test('resolv.conf: nameservers, search, ndots; hosts file', () => {
-    const conf = parseResolvConf('# c\nnameserver 10.96.0.10\nnameserver 10.96.0.11\nsearch ns.svc.cluster.local svc.cluster.local cluster.local\noptions ndots:5 timeout:1\n');
-    expect(conf).toEqual({ nameservers: ['10.96.0.10', '10.96.0.11'], search: ['ns.svc.cluster.local', 'svc.cluster.local', 'cluster.local'], ndots: 5 });
+    const conf = parseResolvConf(
+      '# c\nnameserver 10.96.0.10\nnameserver 10.96.0.11\nsearch ns.svc.cluster.local svc.cluster.local cluster.local\noptions ndots:5 timeout:1\n',
+    );
+    expect(conf).toEqual({
+      nameservers: ['10.96.0.10', '10.96.0.11'],
+      search: ['ns.svc.cluster.local', 'svc.cluster.local', 'cluster.local'],
+      ndots: 5,
+    });
     const hosts = parseHosts('127.0.0.1 localhost\n::1 localhost ip6-localhost # c\n10.0.0.5 Web web.local\n');
-    expect(hosts.get('localhost')).toEqual([{ address: '127.0.0.1', family: 4 }, { address: '::1', family: 6 }]);
+    expect(hosts.get('localhost')).toEqual([
+      { address: '127.0.0.1', family: 4 },
+      { address: '::1', family: 6 },
+    ]);
     expect(hosts.get('web')).toEqual([{ address: '10.0.0.5', family: 4 }]);
   });
   test('search order follows ndots; a trailing dot is absolute', () => {
@@ -89,8 +132,31 @@ describe('pod DNS rules', () => {
 
 describe('iptables rules', () => {
   test('the jump, the redirect (skipping the node IP) and the guard cleanup use the same words', () => {
-    expect(jumpRule('DEVOP-x')).toEqual(['PREROUTING', '-p', 'tcp', '-m', 'comment', '--comment', 'devop', '-j', 'DEVOP-x']);
-    expect(redirectRule('DEVOP-x', 3000, 40000, '10.0.0.1')).toEqual(['DEVOP-x', '-p', 'tcp', '--dport', '3000', '!', '-s', '10.0.0.1', '-j', 'REDIRECT', '--to-ports', '40000']);
+    expect(jumpRule('DEVOP-x')).toEqual([
+      'PREROUTING',
+      '-p',
+      'tcp',
+      '-m',
+      'comment',
+      '--comment',
+      'devop',
+      '-j',
+      'DEVOP-x',
+    ]);
+    expect(redirectRule('DEVOP-x', 3000, 40000, '10.0.0.1')).toEqual([
+      'DEVOP-x',
+      '-p',
+      'tcp',
+      '--dport',
+      '3000',
+      '!',
+      '-s',
+      '10.0.0.1',
+      '-j',
+      'REDIRECT',
+      '--to-ports',
+      '40000',
+    ]);
     expect(redirectRule('DEVOP-x', 3000, 40000)).not.toContain('!');
     const script = cleanupScript('legacy', 'DEVOP-x');
     expect(script).toContain('iptables-legacy -w -t nat -D PREROUTING -p tcp -m comment --comment devop -j DEVOP-x');
@@ -113,7 +179,9 @@ describe('target lookup', () => {
       write(57, `0::/kubepods/besteffort/pod1/${id}\n`);
       mkdirSync(join(proc, 'self'));
       expect(await findContainerPid(`containerd://${id}`, proc)).toBe(42);
-      await expect(findContainerPid(`containerd://${'cd'.repeat(32)}`, proc)).rejects.toThrow(/no process of container/);
+      await expect(findContainerPid(`containerd://${'cd'.repeat(32)}`, proc)).rejects.toThrow(
+        /no process of container/,
+      );
       await expect(findContainerPid('containerd://not-hex', proc)).rejects.toThrow(/not a runtime/);
       expect(await readTargetEnv(42, proc)).toEqual({ A: '1', B: 'x=y' });
       expect(await targetPath(42, '/etc/../../etc/hosts', proc)).toBe(join(proc, '42', 'root', 'etc', 'hosts'));
@@ -126,7 +194,9 @@ describe('target lookup', () => {
       symlinkSync('/run', join(root, 'var', 'run'));
       symlinkSync('..data/token', join(root, 'run', 'secrets', 'token'));
       symlinkSync('../../../../../etc', join(root, 'run', 'up'));
-      expect(await targetPath(42, '/var/run/secrets/token', proc)).toBe(join(root, 'run', 'secrets', '..data', 'token'));
+      expect(await targetPath(42, '/var/run/secrets/token', proc)).toBe(
+        join(root, 'run', 'secrets', '..data', 'token'),
+      );
       expect(await targetPath(42, '/run/up/passwd', proc)).toBe(join(root, 'etc', 'passwd'));
       symlinkSync('loop-b', join(root, 'loop-a'));
       symlinkSync('loop-a', join(root, 'loop-b'));

@@ -4,15 +4,45 @@
 // Last line: RESULT startup exec_to_stealing_ms=<t> reuse_to_stealing_ms=<t2> help_vs_node=<r>
 import { execFileSync, spawnSync } from 'node:child_process';
 import { join } from 'node:path';
-import { ROOT, LOCAL_SERVER_COMMAND, DevopRun, deployEcho, freePort, startE2ECluster, startPodClient, waitFor, type PodClient } from '../test/e2e/harness.js';
+import {
+  ROOT,
+  LOCAL_SERVER_COMMAND,
+  DevopRun,
+  deployEcho,
+  freePort,
+  startE2ECluster,
+  startPodClient,
+  waitFor,
+  type PodClient,
+} from '../test/e2e/harness.js';
 
 /** Between two probe requests: requests overlap, so one lost at the switch-over moment does not delay the result. */
 const PROBE_EVERY_MS = 20;
 
-async function timeToStealing(kubeconfig: string, podIP: string, client: PodClient): Promise<{ ms: number; run: DevopRun }> {
+async function timeToStealing(
+  kubeconfig: string,
+  podIP: string,
+  client: PodClient,
+): Promise<{ ms: number; run: DevopRun }> {
   const local = await freePort();
   const started = performance.now();
-  const run = new DevopRun(['exec', '--kubeconfig', kubeconfig, '--output', 'plain', '-t', 'deploy/echo', '--steal', '-p', `8080:${local}`, '--', ...LOCAL_SERVER_COMMAND], { env: { LOCAL_PORT: String(local) } });
+  const run = new DevopRun(
+    [
+      'exec',
+      '--kubeconfig',
+      kubeconfig,
+      '--output',
+      'plain',
+      '-t',
+      'deploy/echo',
+      '--steal',
+      '-p',
+      `8080:${local}`,
+      '--',
+      ...LOCAL_SERVER_COMMAND,
+    ],
+    { env: { LOCAL_PORT: String(local) } },
+  );
   // Probe the pod all along; the first answer from the local command marks the moment stealing works end to end.
   return new Promise((resolve, reject) => {
     let done = false;
@@ -37,7 +67,14 @@ async function timeToStealing(kubeconfig: string, podIP: string, client: PodClie
           clearInterval(timer);
           const ms = performance.now() - started;
           // BENCH_VERBOSE=1: devop's own step timings (its first line shows how long the CLI took to boot).
-          if (process.env.BENCH_VERBOSE) console.log(run.stderr.split('\n').filter(Boolean).map((l) => `  ${l}`).join('\n'));
+          if (process.env.BENCH_VERBOSE)
+            console.log(
+              run.stderr
+                .split('\n')
+                .filter(Boolean)
+                .map((l) => `  ${l}`)
+                .join('\n'),
+            );
           resolve({ ms, run });
         },
         () => undefined, // a request caught in the switch-over; later ones tell
@@ -75,7 +112,9 @@ async function main(): Promise<void> {
   if (process.getuid?.() !== 0) throw new Error('bench:startup needs root (the stand-in makes network namespaces)');
   execFileSync(process.execPath, ['scripts/build.mjs'], { cwd: ROOT, stdio: 'inherit' });
   const help = helpVsNode();
-  console.log(`devop --help: ${help.help.toFixed(0)} ms, node -e 0: ${help.node.toFixed(0)} ms (medians of ${HELP_RUNS})`);
+  console.log(
+    `devop --help: ${help.help.toFixed(0)} ms, node -e 0: ${help.node.toFixed(0)} ms (medians of ${HELP_RUNS})`,
+  );
   const env = await startE2ECluster();
   let client: PodClient | undefined;
   try {
@@ -86,12 +125,20 @@ async function main(): Promise<void> {
     const first = await timeToStealing(kubeconfig, echo.podIP, podClient);
     console.log(`exec → stealing (new agent):    ${first.ms.toFixed(0)} ms`);
     await first.run.stop('SIGTERM');
-    await waitFor('the pod to serve again', async () => ((await podClient.who(echo.podIP, 8080)) === echo.podName ? true : undefined), 10_000);
+    await waitFor(
+      'the pod to serve again',
+      async () => ((await podClient.who(echo.podIP, 8080)) === echo.podName ? true : undefined),
+      10_000,
+    );
     const second = await timeToStealing(kubeconfig, echo.podIP, podClient);
-    console.log(`exec → stealing (reused agent): ${second.ms.toFixed(0)} ms ${/reused Job/.test(second.run.stderr) ? '(agent reused)' : '(agent NOT reused)'}`);
+    console.log(
+      `exec → stealing (reused agent): ${second.ms.toFixed(0)} ms ${/reused Job/.test(second.run.stderr) ? '(agent reused)' : '(agent NOT reused)'}`,
+    );
     await second.run.stop('SIGTERM');
     const ratio = (help.help / help.node).toFixed(2);
-    console.log(`RESULT startup exec_to_stealing_ms=${first.ms.toFixed(0)} reuse_to_stealing_ms=${second.ms.toFixed(0)} help_vs_node=${ratio}`);
+    console.log(
+      `RESULT startup exec_to_stealing_ms=${first.ms.toFixed(0)} reuse_to_stealing_ms=${second.ms.toFixed(0)} help_vs_node=${ratio}`,
+    );
   } finally {
     client?.close();
     await env.cluster.stop();

@@ -32,8 +32,21 @@ const RATE_PER_S = Number(process.env.BENCH_RATE ?? 300);
  * is 10 000 samples each for direct and stolen (p99 from ≥ 10 000) and 2 000 for the rest, in ~100 s.
  */
 const PATTERN = [
-  'direct', 'stolen', 'floor', 'direct', 'stolen', 'mirrored', 'direct', 'stolen', 'direct-new',
-  'direct', 'stolen', 'stolen-new', 'direct', 'stolen', 'floor-new',
+  'direct',
+  'stolen',
+  'floor',
+  'direct',
+  'stolen',
+  'mirrored',
+  'direct',
+  'stolen',
+  'direct-new',
+  'direct',
+  'stolen',
+  'stolen-new',
+  'direct',
+  'stolen',
+  'floor-new',
 ] as const;
 const CYCLES = Number(process.env.BENCH_CYCLES ?? 2000);
 const WARMUP_CYCLES = 40;
@@ -55,8 +68,13 @@ const FLOOR_TUNNEL = 3007;
 const RELAY_STOLEN = 3008;
 const RELAY_FLOOR = 3009;
 const PORTS: Record<Path, number> = {
-  direct: APP.direct, 'direct-new': APP.direct, stolen: APP.stolen, 'stolen-new': APP.stolen,
-  floor: FLOOR, 'floor-new': FLOOR, mirrored: APP.mirrored,
+  direct: APP.direct,
+  'direct-new': APP.direct,
+  stolen: APP.stolen,
+  'stolen-new': APP.stolen,
+  floor: FLOOR,
+  'floor-new': FLOOR,
+  mirrored: APP.mirrored,
 };
 const FRESH: Path[] = ['direct-new', 'stolen-new', 'floor-new'];
 
@@ -64,7 +82,10 @@ function percentile(sorted: number[], p: number): number {
   return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))];
 }
 
-const load = (): string => loadavg().map((l) => l.toFixed(2)).join(' ');
+const load = (): string =>
+  loadavg()
+    .map((l) => l.toFixed(2))
+    .join(' ');
 
 /** `root` and every process below it, from /proc (the agent's children: nft -i, tcpdump and its watchdog). */
 function processTree(root: number): number[] {
@@ -148,8 +169,12 @@ async function main(): Promise<void> {
 
     await net.startPod({ port: Object.values(APP).join(','), env: { POD_QUIET: '1' } });
     const inPod = (cmd: string[], ready: string): Promise<Proc> => startIn(children, net.podNs, cmd, ready);
-    const node = (bundle: string, ...args: string[]): string[] =>
-      [process.execPath, ...PROF_FLAGS, join(net.dir, bundle), ...args];
+    const node = (bundle: string, ...args: string[]): string[] => [
+      process.execPath,
+      ...PROF_FLAGS,
+      join(net.dir, bundle),
+      ...args,
+    ];
     const relay = (port: number): Promise<Proc> => inPod(node('portforward-relay.mjs', String(port)), 'LISTENING');
     const relays = { stolen: await relay(RELAY_STOLEN), floor: await relay(RELAY_FLOOR) };
     const floorAgent = await inPod([floorBinary, 'agent', String(FLOOR), String(FLOOR_TUNNEL)], 'LISTENING');
@@ -174,14 +199,23 @@ async function main(): Promise<void> {
 
     // The clients run in a process of their own in the client netns; asynchronously, as this process serves a session.
     const plan = {
-      host: net.podIP, ports: PORTS, fresh: FRESH, pattern: PATTERN,
-      cycles: CYCLES, warmupCycles: WARMUP_CYCLES, ratePerS: RATE_PER_S,
+      host: net.podIP,
+      ports: PORTS,
+      fresh: FRESH,
+      pattern: PATTERN,
+      cycles: CYCLES,
+      warmupCycles: WARMUP_CYCLES,
+      ratePerS: RATE_PER_S,
     };
     const loadScript = resolve(import.meta.dirname, 'lib/steal-load.mjs');
     // Where the time goes: CPU used per request by each process on the stolen and the floor path during the run.
     const measured = {
-      'agent': agentProc.innerPid, 'relay': relays.stolen.pid, 'session': stealer.pid,
-      'floor agent': floorAgent.pid, 'floor relay': relays.floor.pid, 'floor session': floorSession.pid,
+      agent: agentProc.innerPid,
+      relay: relays.stolen.pid,
+      session: stealer.pid,
+      'floor agent': floorAgent.pid,
+      'floor relay': relays.floor.pid,
+      'floor session': floorSession.pid,
     };
     const cpuBefore = Object.fromEntries(Object.entries(measured).map(([name, pid]) => [name, cpuMs(pid)]));
     const started = Date.now();
@@ -202,10 +236,12 @@ async function main(): Promise<void> {
     );
     const samples = JSON.parse(out.trim().split('\n').pop() ?? '{}') as Record<Path, number[]>;
     const paths = Object.keys(PORTS) as Path[];
-    const stats = Object.fromEntries(paths.map((p) => {
-      const sorted = [...samples[p]].sort((a, b) => a - b);
-      return [p, { p50: percentile(sorted, 50), p99: percentile(sorted, 99), n: sorted.length }];
-    })) as Record<Path, { p50: number; p99: number; n: number }>;
+    const stats = Object.fromEntries(
+      paths.map((p) => {
+        const sorted = [...samples[p]].sort((a, b) => a - b);
+        return [p, { p50: percentile(sorted, 50), p99: percentile(sorted, 99), n: sorted.length }];
+      }),
+    ) as Record<Path, { p50: number; p99: number; n: number }>;
     for (const p of paths) {
       console.log(`${p.padEnd(10)} n=${stats[p].n} p50=${stats[p].p50.toFixed(3)}ms p99=${stats[p].p99.toFixed(3)}ms`);
     }
@@ -241,7 +277,12 @@ async function main(): Promise<void> {
     const heldScript = resolve(import.meta.dirname, 'lib/held-connections.mjs');
     const held = await startIn(children, net.clientNs, [process.execPath, heldScript, ...heldArgs], 'READY');
     const streams = (): number =>
-      Number(stealer.lines.filter((l) => l.startsWith('STREAMS ')).pop()?.split(' ')[1] ?? 0);
+      Number(
+        stealer.lines
+          .filter((l) => l.startsWith('STREAMS '))
+          .pop()
+          ?.split(' ')[1] ?? 0,
+      );
     await waitFor(() => streams() >= HELD_CONNECTIONS, `${HELD_CONNECTIONS} stolen connections at the session`, 30_000);
     const answers = (): number[] => {
       const last = held.lines.filter((l) => l.startsWith('ANSWERS ')).pop();

@@ -64,7 +64,11 @@ function commandPath(command: Command): string {
 
 /** `error: unknown option '--x'\n(Did you mean --y?)\n` → `unknown option '--x' (did you mean --y?)` */
 export function usageProblem(text: string): string {
-  const lines = text.replace(/^error: /, '').split('\n').map((line) => line.trim()).filter(Boolean);
+  const lines = text
+    .replace(/^error: /, '')
+    .split('\n')
+    .map((line) => line.trim())
+    .filter(Boolean);
   return lines.join(' ').replace('(Did you mean', '(did you mean');
 }
 

@@ -27,10 +27,37 @@ export interface SessionInfo {
 /** One event per line of the NDJSON output; `type` is the stable discriminator documented in docs/ui.md. */
 export type ReportEvent =
   /** `hint`: on a failed step, the fix (a UserError's hint), so every reporter can show why and how to fix it. */
-  | { type: 'step'; id: StepId; status: 'start' | 'done' | 'fail'; title: string; detail?: string; ms?: number; hint?: string }
+  | {
+      type: 'step';
+      id: StepId;
+      status: 'start' | 'done' | 'fail';
+      title: string;
+      detail?: string;
+      ms?: number;
+      hint?: string;
+    }
   | { type: 'ready'; session: SessionInfo }
-  | { type: 'connection'; id: string; port: number; remote: string; to: 'local' | 'pod'; pod?: string; state: 'open' | 'closed'; bytesIn?: number; bytesOut?: number }
-  | { type: 'request'; id: string; port: number; method: string; path: string; to: 'local' | 'pod'; pod?: string; headers?: Record<string, string> }
+  | {
+      type: 'connection';
+      id: string;
+      port: number;
+      remote: string;
+      to: 'local' | 'pod';
+      pod?: string;
+      state: 'open' | 'closed';
+      bytesIn?: number;
+      bytesOut?: number;
+    }
+  | {
+      type: 'request';
+      id: string;
+      port: number;
+      method: string;
+      path: string;
+      to: 'local' | 'pod';
+      pod?: string;
+      headers?: Record<string, string>;
+    }
   | { type: 'response'; id: string; status: number; ms: number; bytes: number }
   | { type: 'session'; session: SessionInfo }
   | { type: 'rtt'; ms: number }

@@ -11,4 +11,6 @@ export const common = {
   alias: { 'jsonc-parser': 'jsonc-parser/lib/esm/main.js' },
 };
 // ESM bundles that contain CommonJS dependencies need a require() of their own.
-export const banner = { js: "import { createRequire as __devopCreateRequire } from 'node:module'; const require = __devopCreateRequire(import.meta.url);" };
+export const banner = {
+  js: "import { createRequire as __devopCreateRequire } from 'node:module'; const require = __devopCreateRequire(import.meta.url);",
+};

@@ -14,19 +14,21 @@ const CLI_EXTERNAL = ['ink', 'react', 'react/*'];
 
 const jobs = [];
 if (existsSync('cli/main.ts')) {
-  jobs.push(build({
-    ...common,
-    entryPoints: { cli: 'cli/main.ts' },
-    outdir: 'dist',
-    // Code split at dynamic imports (the TUI): chunk names carry a content hash, so a rebuild never changes a chunk that
-    // a running devop may still load.
-    splitting: true,
-    chunkNames: 'chunks/[name]-[hash]',
-    external: CLI_EXTERNAL,
-    banner,
-    jsx: 'automatic',
-    metafile: true,
-  }).then(removeStaleChunks));
+  jobs.push(
+    build({
+      ...common,
+      entryPoints: { cli: 'cli/main.ts' },
+      outdir: 'dist',
+      // Code split at dynamic imports (the TUI): chunk names carry a content hash, so a rebuild never changes a chunk that
+      // a running devop may still load.
+      splitting: true,
+      chunkNames: 'chunks/[name]-[hash]',
+      external: CLI_EXTERNAL,
+      banner,
+      jsx: 'automatic',
+      metafile: true,
+    }).then(removeStaleChunks),
+  );
 }
 if (existsSync('cli/preload/outgoing.ts')) {
   jobs.push(build({ ...common, entryPoints: ['cli/preload/outgoing.ts'], outfile: 'dist/preload.js', banner }));

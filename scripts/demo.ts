@@ -18,7 +18,8 @@ function say(text: string): void {
 }
 
 async function main(): Promise<void> {
-  if (process.getuid?.() !== 0) throw new Error('the demo needs root (the stand-in cluster makes network namespaces and iptables rules)');
+  if (process.getuid?.() !== 0)
+    throw new Error('the demo needs root (the stand-in cluster makes network namespaces and iptables rules)');
   say('building devop');
   execFileSync(process.execPath, ['scripts/build.mjs'], { cwd: ROOT, stdio: 'inherit' });
   say('starting the stand-in Kubernetes cluster');
@@ -33,12 +34,26 @@ async function main(): Promise<void> {
     const [echo, client] = await Promise.all([deployEcho(env, 'echo'), startPodClient(env)]);
     podClient = client;
     console.log(`pod ${echo.podName} at ${echo.podIP}; requests come from pod "client"`);
-    console.log(`curl http://${echo.podIP}:8080/hello → ${(await client.get(echo.podIP, 8080, '/hello')).body.slice(0, 120)}…`);
+    console.log(
+      `curl http://${echo.podIP}:8080/hello → ${(await client.get(echo.podIP, 8080, '/hello')).body.slice(0, 120)}…`,
+    );
 
     const dir = mkdtempSync(join(tmpdir(), 'devop-demo-'));
     const app = join(dir, 'server.mjs');
     writeFileSync(app, LOCAL_APP);
-    const command = ['exec', '--kubeconfig', env.cluster.kubeconfigPath, '--output', 'plain', '-t', 'deploy/echo', '--steal', '--', 'node', app];
+    const command = [
+      'exec',
+      '--kubeconfig',
+      env.cluster.kubeconfigPath,
+      '--output',
+      'plain',
+      '-t',
+      'deploy/echo',
+      '--steal',
+      '--',
+      'node',
+      app,
+    ];
     say(`devop ${command.join(' ')}`);
     run = new DevopRun(command);
     run.child.stderr?.pipe(process.stderr);
@@ -49,11 +64,15 @@ async function main(): Promise<void> {
     const answer = await client.get(echo.podIP, 8080, '/hello');
     console.log(`curl http://${echo.podIP}:8080/hello → ${answer.body.trim()}`);
     if (!answer.body.startsWith('hello from my laptop')) throw new Error('the local server did not answer');
-    console.log('… was answered by the local server, with the pod\'s env (APP_MODE comes from the Deployment).');
+    console.log("… was answered by the local server, with the pod's env (APP_MODE comes from the Deployment).");
 
     say('stopping devop (Ctrl-C)');
     await run.stop('SIGINT');
-    await waitFor('the pod to serve again', async () => ((await client.who(echo.podIP, 8080)) === echo.podName ? true : undefined), 10_000);
+    await waitFor(
+      'the pod to serve again',
+      async () => ((await client.who(echo.podIP, 8080)) === echo.podName ? true : undefined),
+      10_000,
+    );
     console.log(`curl http://${echo.podIP}:8080/hello → answered by the pod ${echo.podName} again`);
   } finally {
     podClient?.close();

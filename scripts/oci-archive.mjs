@@ -33,7 +33,9 @@ export function describeLayout(dir) {
       digest: entry.digest,
       config: readJson(blobPath(dir, manifest.config.digest)),
       layers: manifest.layers.map((layer) => ({
-        path: blobPath(dir, layer.digest), size: layer.size, mediaType: layer.mediaType,
+        path: blobPath(dir, layer.digest),
+        size: layer.size,
+        mediaType: layer.mediaType,
       })),
     };
   });

@@ -32,7 +32,8 @@ export const TARGET_PID_ARG = '--target-pid';
  * and each feature that needs one says so in one line when it is missing (agent/capabilities.ts). What each is for:
  */
 export const AGENT_CAPABILITY_USES = {
-  NET_ADMIN: 'the redirect rules of stolen ports (nftables/iptables) and moving existing connections (ss -K, conntrack)',
+  NET_ADMIN:
+    'the redirect rules of stolen ports (nftables/iptables) and moving existing connections (ss -K, conntrack)',
   NET_RAW: 'the packet capture that mirrors a port (tcpdump)',
   SETGID: "tcpdump resets its groups once the capture is open (it stays the agent's user: agent/capture.ts)",
   SYS_ADMIN: "entering the target pod's network namespace (setns)",
@@ -88,21 +89,29 @@ export const AGENT_ENV_DOC: Record<keyof typeof AGENT_ENV, string> = {
   containerId: 'Target container ID as in pod status (containerd://…, cri-o://…, docker://… or bare hex).',
   targetPid: 'Target PID when already known (tests, ephemeral mode); skips the /proc/*/cgroup scan.',
   idleSeconds: 'Exit after this many seconds without any connected session (never while one is connected).',
-  resumeGraceSeconds: 'How long a disconnected session keeps its steals (traffic goes to the pod meanwhile) waiting for a resume.',
+  resumeGraceSeconds:
+    'How long a disconnected session keeps its steals (traffic goes to the pod meanwhile) waiting for a resume.',
   nodeIP: "The node's IP (kubelet probes come from it and are not stolen); default: the pod's default gateway.",
-  iptables: 'Where the redirect rules go: auto (an owned nftables table when nft and the kernel support it, else iptables with the backend that already has rules in the pod netns), nft-owned (owned table only: without it steals are refused with the reason), nft (iptables-nft + guard) or legacy (iptables-legacy + guard).',
-  flushConnections: 'false forbids flushing existing connections when stealing starts (a session\'s flush request is then ignored); default true.',
-  mirror: "Where mirror copies come from: capture (default: a packet capture with tcpdump, the agent stays out of the pod's traffic; without tcpdump or NET_RAW the agent falls back to proxy) or proxy (the port is redirected to the agent, which forwards each connection to the app and copies it).",
+  iptables:
+    'Where the redirect rules go: auto (an owned nftables table when nft and the kernel support it, else iptables with the backend that already has rules in the pod netns), nft-owned (owned table only: without it steals are refused with the reason), nft (iptables-nft + guard) or legacy (iptables-legacy + guard).',
+  flushConnections:
+    "false forbids flushing existing connections when stealing starts (a session's flush request is then ignored); default true.",
+  mirror:
+    "Where mirror copies come from: capture (default: a packet capture with tcpdump, the agent stays out of the pod's traffic; without tcpdump or NET_RAW the agent falls back to proxy) or proxy (the port is redirected to the agent, which forwards each connection to the app and copies it).",
   agentId: 'Id of this agent (nft table devop_<id>, or iptables chain DEVOP-<id> in the fallback); default: random.',
   logLevel: 'debug, info or warn.',
   inNetns: 'Internal: marks the agent that runs inside the target netns in job mode.',
-  parentPipe: 'Internal: the file descriptor of the pipe from the parent agent (re-executed agent in job mode, outside the image).',
+  parentPipe:
+    'Internal: the file descriptor of the pipe from the parent agent (re-executed agent in job mode, outside the image).',
 };
 
 export const AgentMode = z.enum(['job', 'ephemeral', 'targetless']);
 export type AgentMode = z.infer<typeof AgentMode>;
 
-const bool = z.pipe(z.enum(['true', 'false', '1', '0']), z.transform((v) => v === 'true' || v === '1'));
+const bool = z.pipe(
+  z.enum(['true', 'false', '1', '0']),
+  z.transform((v) => v === 'true' || v === '1'),
+);
 /** A number from an env string, validated by `schema`. */
 const fromEnv = <T extends z.ZodMiniType<number, number>>(schema: T) => z.pipe(z.coerce.number(), schema);
 
@@ -119,7 +128,11 @@ export const AgentConfig = z.object({
   iptables: z._default(z.enum(['auto', 'nft-owned', 'nft', 'legacy']), 'auto'),
   flushConnections: z._default(bool, true),
   mirror: z._default(z.enum(['capture', 'proxy']), 'capture'),
-  agentId: z.optional(z.string().check(z.regex(/^[a-z0-9]{1,20}$/, 'lower-case letters and digits, at most 20 (iptables chain names are short)'))),
+  agentId: z.optional(
+    z
+      .string()
+      .check(z.regex(/^[a-z0-9]{1,20}$/, 'lower-case letters and digits, at most 20 (iptables chain names are short)')),
+  ),
   logLevel: z._default(z.enum(['debug', 'info', 'warn']), 'info'),
   inNetns: z._default(bool, false),
   parentPipe: z.optional(fromEnv(z.int().check(z.minimum(3)))),
@@ -138,7 +151,9 @@ export function parseAgentEnv(env: Record<string, string | undefined>): AgentCon
 }
 
 /** The env list for the agent's container spec (what the CLI's pod-spec builder writes). */
-export function agentEnv(config: Partial<Record<keyof typeof AGENT_ENV, string | number | boolean>>): { name: string; value: string }[] {
+export function agentEnv(
+  config: Partial<Record<keyof typeof AGENT_ENV, string | number | boolean>>,
+): { name: string; value: string }[] {
   const out: { name: string; value: string }[] = [];
   for (const [key, name] of Object.entries(AGENT_ENV) as [keyof typeof AGENT_ENV, string][]) {
     const value = config[key];
@@ -154,7 +169,13 @@ export function bareContainerId(id: string): string {
 }
 
 /** The one line the agent prints on stdout once its control listener accepts sessions. */
-export const ReadyLine = z.object({ msg: z.literal('ready'), version: z.string(), port: z.int(), agentId: z.string(), pid: z.optional(z.int()) });
+export const ReadyLine = z.object({
+  msg: z.literal('ready'),
+  version: z.string(),
+  port: z.int(),
+  agentId: z.string(),
+  pid: z.optional(z.int()),
+});
 export type ReadyLine = z.infer<typeof ReadyLine>;
 
 export function formatReadyLine(ready: Omit<ReadyLine, 'msg'>): string {

@@ -40,8 +40,10 @@ function decodeAll(chunks: Buffer[], maxFrame = DEFAULT_MAX_FRAME): Decoded[] {
   return out;
 }
 
-const optionTags = (union: { def: { options: readonly { def: { shape: Record<string, unknown> } }[] } }, key: string): string[] =>
-  union.def.options.map((o) => (o.def.shape[key] as { def: { values: string[] } }).def.values[0]).sort();
+const optionTags = (
+  union: { def: { options: readonly { def: { shape: Record<string, unknown> } }[] } },
+  key: string,
+): string[] => union.def.options.map((o) => (o.def.shape[key] as { def: { values: string[] } }).def.values[0]).sort();
 
 function sampleStream(): { wire: Buffer; expected: Decoded[] } {
   const frames: Decoded[] = [];
@@ -66,7 +68,9 @@ describe('codec round trip', () => {
     expect(Object.keys(CLIENT_SAMPLES).sort()).toEqual(optionTags(ClientMessage, 'type'));
     for (const msg of Object.values(CLIENT_SAMPLES)) {
       // When it is framed and decoded
-      const [frame] = decodeAll([encodeFrame(FrameKind.CONTROL, 0, Buffer.from(JSON.stringify(ClientMessage.parse(msg))))]);
+      const [frame] = decodeAll([
+        encodeFrame(FrameKind.CONTROL, 0, Buffer.from(JSON.stringify(ClientMessage.parse(msg)))),
+      ]);
       // Then the validated message equals the original
       expect(frame.kind).toBe(FrameKind.CONTROL);
       expect(decodeJson(frame.payload, ClientMessage, 'control message')).toEqual(msg);
@@ -76,7 +80,9 @@ describe('codec round trip', () => {
   it('round-trips every AgentMessage type through a CONTROL frame', () => {
     expect(Object.keys(AGENT_SAMPLES).sort()).toEqual(optionTags(AgentMessage, 'type'));
     for (const msg of Object.values(AGENT_SAMPLES)) {
-      const [frame] = decodeAll([encodeFrame(FrameKind.CONTROL, 0, Buffer.from(JSON.stringify(AgentMessage.parse(msg))))]);
+      const [frame] = decodeAll([
+        encodeFrame(FrameKind.CONTROL, 0, Buffer.from(JSON.stringify(AgentMessage.parse(msg)))),
+      ]);
       expect(decodeJson(frame.payload, AgentMessage, 'control message')).toEqual(msg);
     }
   });
@@ -101,7 +107,13 @@ describe('codec round trip', () => {
       encodeFrame(FrameKind.RESET, 4, Buffer.from('ENOENT')),
       encodeFrame(FrameKind.GOAWAY, 0, Buffer.from('done')),
     ]);
-    expect(frames.map((f) => f.kind)).toEqual([FrameKind.DATA, FrameKind.CREDIT, FrameKind.END, FrameKind.RESET, FrameKind.GOAWAY]);
+    expect(frames.map((f) => f.kind)).toEqual([
+      FrameKind.DATA,
+      FrameKind.CREDIT,
+      FrameKind.END,
+      FrameKind.RESET,
+      FrameKind.GOAWAY,
+    ]);
     expect(frames[0].payload.equals(data.subarray(0, MAX_DATA_FRAME))).toBe(true);
     expect(decodeCredit(frames[1].payload)).toBe(256);
     expect(frames[3].payload.toString()).toBe('ENOENT');
@@ -224,8 +236,12 @@ describe('codec rejects bad input', () => {
       expect(String(err)).toMatch(reason);
     }
     expect(() => decodeJson(Buffer.from('{nope'), ClientMessage, 'control message')).toThrow(/not JSON/);
-    expect(() => decodeJson(Buffer.from('{"type":"subscribe","id":"a","port":99999}'), ClientMessage, 'control message')).toThrow(ProtocolError);
-    expect(() => decodeJson(Buffer.from('{"type":"launchMissiles"}'), ClientMessage, 'control message')).toThrow(/malformed control message/);
+    expect(() =>
+      decodeJson(Buffer.from('{"type":"subscribe","id":"a","port":99999}'), ClientMessage, 'control message'),
+    ).toThrow(ProtocolError);
+    expect(() => decodeJson(Buffer.from('{"type":"launchMissiles"}'), ClientMessage, 'control message')).toThrow(
+      /malformed control message/,
+    );
     expect(() => decodeCredit(Buffer.alloc(4))).toThrow(/CREDIT of 0/);
   });
 });
@@ -278,11 +294,15 @@ describe('codec fuzz', () => {
       } else if (mode === 1) {
         // a valid frame with a few random bytes flipped (header or payload)
         input = Buffer.from(valid[Math.floor(rand() * valid.length)]);
-        for (let k = 0, flips = 1 + Math.floor(rand() * 4); k < flips; k++) input[Math.floor(rand() * input.length)] = Math.floor(rand() * 256);
+        for (let k = 0, flips = 1 + Math.floor(rand() * 4); k < flips; k++)
+          input[Math.floor(rand() * input.length)] = Math.floor(rand() * 256);
       } else if (mode === 2) {
         // a valid frame cut short, or with garbage appended
         const frame = valid[Math.floor(rand() * valid.length)];
-        input = rand() < 0.5 ? frame.subarray(0, Math.floor(rand() * frame.length)) : Buffer.concat([frame, Buffer.from([Math.floor(rand() * 256)])]);
+        input =
+          rand() < 0.5
+            ? frame.subarray(0, Math.floor(rand() * frame.length))
+            : Buffer.concat([frame, Buffer.from([Math.floor(rand() * 256)])]);
       } else {
         // a random header with a plausible length and kind, then random payload
         const len = Math.floor(rand() * 2 * maxFrame);
@@ -290,14 +310,18 @@ describe('codec fuzz', () => {
         h.writeUInt32BE(len, 0);
         h[4] = Math.floor(rand() * 10);
         h.writeUInt32BE(Math.floor(rand() * 4), 5);
-        input = Buffer.concat([h, Buffer.from(Array.from({ length: Math.min(len, 64) }, () => Math.floor(rand() * 256)))]);
+        input = Buffer.concat([
+          h,
+          Buffer.from(Array.from({ length: Math.min(len, 64) }, () => Math.floor(rand() * 256))),
+        ]);
       }
       const outcome = feed(input, rand, maxFrame);
       if (outcome === 'ok') {
         decoded++;
       } else {
         // Then every failure is the typed error, with a reason
-        if (!(outcome instanceof ProtocolError)) throw new Error(`case ${i}: ${String(outcome)} for ${input.toString('hex')}`);
+        if (!(outcome instanceof ProtocolError))
+          throw new Error(`case ${i}: ${String(outcome)} for ${input.toString('hex')}`);
         expect(outcome.message.length).toBeGreaterThan(0);
         errors++;
       }

@@ -60,7 +60,7 @@ export interface FrameHandler {
 }
 
 const EMPTY = Buffer.alloc(0);
-const enum State {
+enum State {
   Header,
   Payload,
   Data,
@@ -189,7 +189,8 @@ function checkFrameShape(kind: FrameKind, streamId: number, length: number): voi
   if (kind === FrameKind.CREDIT && length !== 4) {
     throw new ProtocolError(`malformed frame: CREDIT payload must be 4 bytes, got ${length}`);
   }
-  if (kind === FrameKind.END && length !== 0) throw new ProtocolError(`malformed frame: END with a ${length}-byte payload`);
+  if (kind === FrameKind.END && length !== 0)
+    throw new ProtocolError(`malformed frame: END with a ${length}-byte payload`);
   if (kind === FrameKind.CONTROL && length === 0) throw new ProtocolError('malformed frame: empty CONTROL frame');
   if (kind === FrameKind.OPEN && length === 0) throw new ProtocolError('malformed frame: OPEN without a header');
   if ((kind === FrameKind.RESET || kind === FrameKind.GOAWAY) && length > MAX_REASON_BYTES) {

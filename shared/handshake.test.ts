@@ -42,11 +42,24 @@ describe('handshake', () => {
   it('exchanges hello and helloOk when version and token match', async () => {
     // Given an agent that expects token "s3cret"
     const { cli, agent } = await pair();
-    const accepted = acceptHello(agent, { token: 's3cret', agentVersion: '0.1.0', features: ['steal'], target: { pid: 42 }, sessionId: () => 'sess-9' });
+    const accepted = acceptHello(agent, {
+      token: 's3cret',
+      agentVersion: '0.1.0',
+      features: ['steal'],
+      target: { pid: 42 },
+      sessionId: () => 'sess-9',
+    });
     // When the CLI says hello with that token
     const ok = await clientHello(cli, { token: 's3cret', client });
     // Then both sides agree on the session
-    expect(ok).toEqual({ type: 'helloOk', protocolVersion: PROTOCOL_VERSION, agentVersion: '0.1.0', sessionId: 'sess-9', features: ['steal'], target: { pid: 42 } });
+    expect(ok).toEqual({
+      type: 'helloOk',
+      protocolVersion: PROTOCOL_VERSION,
+      agentVersion: '0.1.0',
+      sessionId: 'sess-9',
+      features: ['steal'],
+      target: { pid: 42 },
+    });
     const { hello } = await accepted;
     expect(hello.client).toEqual(client);
     expect(hello.token).toBe('s3cret');
@@ -74,11 +87,19 @@ describe('handshake', () => {
     // This CLI talking to an agent of another version
     const second = await pair();
     second.agent.once('message', () => {
-      second.agent.send({ type: 'helloOk', protocolVersion: PROTOCOL_VERSION + 1, agentVersion: '9.0.0', sessionId: 's', features: [] });
+      second.agent.send({
+        type: 'helloOk',
+        protocolVersion: PROTOCOL_VERSION + 1,
+        agentVersion: '9.0.0',
+        sessionId: 's',
+        features: [],
+      });
     });
     const err = await rejection(clientHello(second.cli, { token: 't', client }));
     expect(err).toBeInstanceOf(UserError);
-    expect(err.message).toBe(`the agent speaks protocol version ${PROTOCOL_VERSION + 1}, this devop speaks ${PROTOCOL_VERSION}`);
+    expect(err.message).toBe(
+      `the agent speaks protocol version ${PROTOCOL_VERSION + 1}, this devop speaks ${PROTOCOL_VERSION}`,
+    );
     expect((err as UserError).hint).toMatch(/agent image/);
   });
 

@@ -3,7 +3,14 @@
 import { createHash, randomUUID, timingSafeEqual } from 'node:crypto';
 import { UserError } from './errors.js';
 import type { AgentMux, ClientMux } from './mux.js';
-import { ERROR_CODES, PROTOCOL_VERSION, type AgentMessage, type ClientMessage, type Hello, type HelloOk } from './protocol.js';
+import {
+  ERROR_CODES,
+  PROTOCOL_VERSION,
+  type AgentMessage,
+  type ClientMessage,
+  type Hello,
+  type HelloOk,
+} from './protocol.js';
 
 /** How long either side waits for the other's half of the handshake by default. */
 export const HANDSHAKE_TIMEOUT_MS = 10_000;
@@ -40,7 +47,14 @@ export function clientHello(mux: ClientMux, options: ClientHelloOptions): Promis
       } else if (msg.type === 'error' && msg.id === undefined) {
         done(() => reject(handshakeError(msg)));
       } else if (msg.type === 'bye') {
-        done(() => reject(new UserError(`the agent ended the session during the handshake: ${msg.reason}`, 'check the agent logs; run again to start a fresh agent')));
+        done(() =>
+          reject(
+            new UserError(
+              `the agent ended the session during the handshake: ${msg.reason}`,
+              'check the agent logs; run again to start a fresh agent',
+            ),
+          ),
+        );
       }
     };
     const onClose = (err?: Error): void => {
@@ -56,7 +70,12 @@ export function clientHello(mux: ClientMux, options: ClientHelloOptions): Promis
     };
     const timer = setTimeout(() => {
       done(() =>
-        reject(new UserError(`the agent did not answer the handshake within ${timeoutMs / 1000} s`, 'check that the agent pod is running and that the port-forward works; rerun with --verbose')),
+        reject(
+          new UserError(
+            `the agent did not answer the handshake within ${timeoutMs / 1000} s`,
+            'check that the agent pod is running and that the port-forward works; rerun with --verbose',
+          ),
+        ),
       );
     }, timeoutMs);
     mux.on('message', onMessage);
@@ -83,15 +102,21 @@ function versionError(agentVersion: number): UserError {
 function handshakeError(msg: Extract<AgentMessage, { type: 'error' }>): UserError {
   if (msg.code === ERROR_CODES.versionMismatch) {
     const m = /version (\d+)/.exec(msg.message);
-    return m ? versionError(Number(m[1])) : new UserError(msg.message, msg.hint ?? 'use matching versions of devop and its agent image');
+    return m
+      ? versionError(Number(m[1]))
+      : new UserError(msg.message, msg.hint ?? 'use matching versions of devop and its agent image');
   }
   if (msg.code === ERROR_CODES.badToken) {
     return new UserError(
       'the agent refused this session token',
-      msg.hint ?? 'this agent was started for another devop session; let devop start its own agent (it does so by default)',
+      msg.hint ??
+        'this agent was started for another devop session; let devop start its own agent (it does so by default)',
     );
   }
-  return new UserError(`the agent refused the session: ${msg.message}`, msg.hint ?? 'check the agent logs (kubectl logs -l app.kubernetes.io/name=devop-agent)');
+  return new UserError(
+    `the agent refused the session: ${msg.message}`,
+    msg.hint ?? 'check the agent logs (kubectl logs -l app.kubernetes.io/name=devop-agent)',
+  );
 }
 
 /** What the agent answers when a hello is not acceptable, or null when it is (pure: used by acceptHello and tests). */
@@ -152,7 +177,11 @@ export function acceptHello(mux: AgentMux, options: AcceptHelloOptions): Promise
     };
     const onMessage = (msg: ClientMessage): void => {
       if (msg.type !== 'hello') {
-        refuse({ type: 'error', code: ERROR_CODES.badRequest, message: `expected hello as the first message, got ${msg.type}` });
+        refuse({
+          type: 'error',
+          code: ERROR_CODES.badRequest,
+          message: `expected hello as the first message, got ${msg.type}`,
+        });
         return;
       }
       const problem = checkHello(msg, options.token);

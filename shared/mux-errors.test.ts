@@ -3,8 +3,25 @@
 import type net from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { FrameDecoder, FrameKind, encodeFrame } from './codec.js';
-import { INITIAL_WINDOW, MuxClosedError, ProtocolError, createAgentMux, createClientMux, type AgentMux, type MuxStream } from './mux.js';
-import { AGENT_SAMPLES, CLIENT_SAMPLES, STREAM_OPEN_SAMPLES, duplexPair, nextEvent, prng, socketPair, until } from './test-fixtures.js';
+import {
+  INITIAL_WINDOW,
+  MuxClosedError,
+  ProtocolError,
+  createAgentMux,
+  createClientMux,
+  type AgentMux,
+  type MuxStream,
+} from './mux.js';
+import {
+  AGENT_SAMPLES,
+  CLIENT_SAMPLES,
+  STREAM_OPEN_SAMPLES,
+  duplexPair,
+  nextEvent,
+  prng,
+  socketPair,
+  until,
+} from './test-fixtures.js';
 
 const cleanups: Array<() => void> = [];
 afterEach(() => {
@@ -31,13 +48,32 @@ describe('mux protocol errors', () => {
     ['an oversized frame', () => Buffer.from([0x7f, 0xff, 0xff, 0xff, FrameKind.DATA, 0, 0, 0, 1]), /oversized frame/],
     ['an unknown frame kind', () => encodeFrame(42 as FrameKind, 1), /unknown frame kind/],
     ['a control message that is not JSON', () => encodeFrame(FrameKind.CONTROL, 0, Buffer.from('{')), /not JSON/],
-    ['an invalid control message', () => encodeFrame(FrameKind.CONTROL, 0, Buffer.from('{"type":"hello"}')), /malformed control message/],
-    ['an agent-only message from the client', () => encodeFrame(FrameKind.CONTROL, 0, Buffer.from(JSON.stringify(AGENT_SAMPLES.log))), /malformed control message/],
-    ['a stream opened with the agent\'s parity', () => encodeFrame(FrameKind.OPEN, 2, Buffer.from('{"kind":"file","path":"/x"}')), /parity/],
-    ['data beyond the credit', () => Buffer.concat([
-      encodeFrame(FrameKind.OPEN, 1, Buffer.from('{"kind":"file","path":"/x"}')),
-      ...Array.from({ length: INITIAL_WINDOW / 65_536 + 1 }, () => encodeFrame(FrameKind.DATA, 1, Buffer.alloc(65_536))),
-    ]), /flow control violated/],
+    [
+      'an invalid control message',
+      () => encodeFrame(FrameKind.CONTROL, 0, Buffer.from('{"type":"hello"}')),
+      /malformed control message/,
+    ],
+    [
+      'an agent-only message from the client',
+      () => encodeFrame(FrameKind.CONTROL, 0, Buffer.from(JSON.stringify(AGENT_SAMPLES.log))),
+      /malformed control message/,
+    ],
+    [
+      "a stream opened with the agent's parity",
+      () => encodeFrame(FrameKind.OPEN, 2, Buffer.from('{"kind":"file","path":"/x"}')),
+      /parity/,
+    ],
+    [
+      'data beyond the credit',
+      () =>
+        Buffer.concat([
+          encodeFrame(FrameKind.OPEN, 1, Buffer.from('{"kind":"file","path":"/x"}')),
+          ...Array.from({ length: INITIAL_WINDOW / 65_536 + 1 }, () =>
+            encodeFrame(FrameKind.DATA, 1, Buffer.alloc(65_536)),
+          ),
+        ]),
+      /flow control violated/,
+    ],
   ];
   for (const [what, bytes, reason] of bad) {
     it(`closes the connection with a ProtocolError on ${what}`, async () => {
@@ -106,7 +142,8 @@ describe('mux fuzz', () => {
     for (let i = 0; i < 500; i++) {
       // When a mutated copy (bytes flipped, cut, or garbage inserted) reaches an agent mux that reads its streams
       const input = Buffer.from(session);
-      for (let k = 0, n = 1 + Math.floor(rand() * 3); k < n; k++) input[Math.floor(rand() * input.length)] = Math.floor(rand() * 256);
+      for (let k = 0, n = 1 + Math.floor(rand() * 3); k < n; k++)
+        input[Math.floor(rand() * input.length)] = Math.floor(rand() * 256);
       const [peer, conn] = duplexPair();
       const agent = createAgentMux(conn);
       let closeReason = null as Error | undefined | null;

@@ -92,7 +92,11 @@ export class MuxStream extends Duplex {
   #destroyed = false;
 
   constructor(sink: StreamSink, id: number, open: StreamOpen, window: number, initialCredit: number) {
-    super({ allowHalfOpen: true, readableHighWaterMark: window, writableHighWaterMark: Math.min(window, MAX_DATA_FRAME) });
+    super({
+      allowHalfOpen: true,
+      readableHighWaterMark: window,
+      writableHighWaterMark: Math.min(window, MAX_DATA_FRAME),
+    });
     this.#sink = sink;
     this.id = id;
     this.open = open;
@@ -193,12 +197,17 @@ export class MuxStream extends Duplex {
    */
   sendNow(chunk: Buffer): boolean {
     // Private flags rather than the Writable's getters: this runs for every chunk of every spliced connection.
-    if (chunk.length > this.#sendCredit || this.#writing || this.#localEnded || this.#destroyed || this.#reset) return false;
+    if (chunk.length > this.#sendCredit || this.#writing || this.#localEnded || this.#destroyed || this.#reset)
+      return false;
     if (this.#sink.isClosed || this.#sink.blocked) return false;
     this.#sendCredit -= chunk.length;
     for (let off = 0; off < chunk.length; off += MAX_DATA_FRAME) {
       const end = Math.min(chunk.length, off + MAX_DATA_FRAME);
-      this.#sink.sendFrame(FrameKind.DATA, this.id, off === 0 && end === chunk.length ? chunk : chunk.subarray(off, end));
+      this.#sink.sendFrame(
+        FrameKind.DATA,
+        this.id,
+        off === 0 && end === chunk.length ? chunk : chunk.subarray(off, end),
+      );
     }
     return true;
   }
@@ -209,7 +218,8 @@ export class MuxStream extends Duplex {
    * slow target holds the peer back exactly as a slow reader does.
    */
   deliverTo(target: DeliveryTarget): void {
-    for (let chunk = this.read() as Buffer | null; chunk !== null; chunk = this.read() as Buffer | null) target.write(chunk);
+    for (let chunk = this.read() as Buffer | null; chunk !== null; chunk = this.read() as Buffer | null)
+      target.write(chunk);
     this.#target = target;
     target.on('drain', this.#deferredGrant);
     this.resume(); // so that the Readable side emits 'end' (and the stream can close) after the peer's END
@@ -228,7 +238,9 @@ export class MuxStream extends Duplex {
       this.#probeLimit = -1;
     }
     if (this.#recvTotal > this.#recvGranted) {
-      throw new ProtocolError(`flow control violated on stream ${this.id}: ${this.#recvTotal - this.#recvGranted} bytes beyond credit`);
+      throw new ProtocolError(
+        `flow control violated on stream ${this.id}: ${this.#recvTotal - this.#recvGranted} bytes beyond credit`,
+      );
     }
     if (this.destroyed) return;
     if (this.#target !== null) this.#target.write(data);

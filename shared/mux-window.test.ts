@@ -1,7 +1,7 @@
 // Receive-window auto-tuning over a path with a real round trip (two loopback socket pairs joined by a delay line):
 // a stream's window grows while the path, not its reader, limits it; a stalled reader's window does not grow and the
 // peer never holds more than it; the connection's budget bounds the growth of many streams together.
-import net from 'node:net';
+import type net from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import {
   INITIAL_WINDOW,

@@ -24,7 +24,9 @@ afterEach(() => {
   for (const fn of cleanups.splice(0)) fn();
 });
 
-async function muxPair(window?: number): Promise<{ client: ClientMux; agent: AgentMux; sockets: [net.Socket, net.Socket] }> {
+async function muxPair(
+  window?: number,
+): Promise<{ client: ClientMux; agent: AgentMux; sockets: [net.Socket, net.Socket] }> {
   const sockets = await socketPair(cleanups);
   const client = createClientMux(sockets[0], { window });
   const agent = createAgentMux(sockets[1], { window });
@@ -58,14 +60,20 @@ describe('mux control messages', () => {
     for (const m of Object.values(CLIENT_SAMPLES)) client.send(m);
     for (const m of Object.values(AGENT_SAMPLES)) agent.send(m);
     // Then the peer receives them all, in order and equal
-    await until(() => atAgent.length === Object.keys(CLIENT_SAMPLES).length && atClient.length === Object.keys(AGENT_SAMPLES).length, 'messages');
+    await until(
+      () =>
+        atAgent.length === Object.keys(CLIENT_SAMPLES).length && atClient.length === Object.keys(AGENT_SAMPLES).length,
+      'messages',
+    );
     expect(atAgent).toEqual(Object.values(CLIENT_SAMPLES));
     expect(atClient).toEqual(Object.values(AGENT_SAMPLES));
   });
 
   it('refuses to send an invalid message (a bug on this side) and reports false once closed', async () => {
     const { client } = await muxPair();
-    expect(() => client.send({ type: 'subscribe', id: 'x', port: 0 } as unknown as ClientMessage)).toThrow(/invalid client message/);
+    expect(() => client.send({ type: 'subscribe', id: 'x', port: 0 } as unknown as ClientMessage)).toThrow(
+      /invalid client message/,
+    );
     client.close('done');
     expect(client.send(CLIENT_SAMPLES.ping)).toBe(false);
   });
@@ -90,12 +98,20 @@ describe('mux writing', () => {
   it('sends what the frames of one incoming chunk make in one write', async () => {
     // Given an agent mux on a connection that records each write, accepting every stream opened to it
     const writes: Buffer[] = [];
-    const conn = new Duplex({ read() {}, write(chunk: Buffer, _enc, cb) { writes.push(chunk); cb(); } });
+    const conn = new Duplex({
+      read() {},
+      write(chunk: Buffer, _enc, cb) {
+        writes.push(chunk);
+        cb();
+      },
+    });
     const agent = createAgentMux(conn);
     cleanups.push(() => agent.close('test done'));
     agent.on('stream', (s) => s.accept());
     // When one chunk carries five OPEN frames
-    const opens = [1, 3, 5, 7, 9].map((id) => encodeFrame(FrameKind.OPEN, id, Buffer.from(JSON.stringify({ kind: 'outgoing', host: 'h', port: 1 }))));
+    const opens = [1, 3, 5, 7, 9].map((id) =>
+      encodeFrame(FrameKind.OPEN, id, Buffer.from(JSON.stringify({ kind: 'outgoing', host: 'h', port: 1 }))),
+    );
     conn.push(Buffer.concat(opens));
     await until(() => writes.length > 0, 'the answers');
     await new Promise((r) => setImmediate(r));
@@ -116,7 +132,8 @@ describe('mux streams', () => {
     const pool = Buffer.alloc(MAX + 65_536);
     for (let i = 0; i < pool.length; i += 4) pool.writeUInt32LE(Math.floor(rand() * 2 ** 32), i);
     // Sizes are log-uniform in [1 B, 4 MiB] so that every order of magnitude occurs; the extremes are included.
-    const size = (i: number): number => (i === 0 ? 1 : i === 1 ? MAX : Math.max(1, Math.min(MAX, Math.floor(Math.exp(rand() * Math.log(MAX))))));
+    const size = (i: number): number =>
+      i === 0 ? 1 : i === 1 ? MAX : Math.max(1, Math.min(MAX, Math.floor(Math.exp(rand() * Math.log(MAX)))));
     const plan = Array.from({ length: 1000 }, (_, i) => ({
       out: { offset: Math.floor(rand() * 65_536), size: size(i) },
       back: { offset: Math.floor(rand() * 65_536), size: size(i + 2) },
@@ -187,48 +204,53 @@ describe('mux streams', () => {
     await until(() => client.streamCount === 0 && agent.streamCount === 0, 'streams released');
   }, 120_000);
 
-  it.each([INITIAL_WINDOW, 1024 * 1024])('leaves a writer whose reader stalls with at most one window (%i B) buffered on each side', async (window) => {
-    // Given a stream whose receiving end does not read
-    const { client, agent, sockets } = await muxPair(window);
-    const incoming = nextEvent<MuxStream>(agent, 'stream');
-    const stream = client.openStream({ kind: 'outgoing', host: 'slow', port: 1 });
-    const reader = await incoming;
-    const total = 16 * 1024 * 1024;
-    const chunk = Buffer.alloc(32 * 1024, 1);
-    let accepted = 0;
-    const pump = (): void => {
-      while (accepted < total) {
-        accepted += chunk.length;
-        if (!stream.write(chunk)) {
-          stream.once('drain', pump);
-          return;
+  it.each([INITIAL_WINDOW, 1024 * 1024])(
+    'leaves a writer whose reader stalls with at most one window (%i B) buffered on each side',
+    async (window) => {
+      // Given a stream whose receiving end does not read
+      const { client, agent, sockets } = await muxPair(window);
+      const incoming = nextEvent<MuxStream>(agent, 'stream');
+      const stream = client.openStream({ kind: 'outgoing', host: 'slow', port: 1 });
+      const reader = await incoming;
+      const total = 16 * 1024 * 1024;
+      const chunk = Buffer.alloc(32 * 1024, 1);
+      let accepted = 0;
+      const pump = (): void => {
+        while (accepted < total) {
+          accepted += chunk.length;
+          if (!stream.write(chunk)) {
+            stream.once('drain', pump);
+            return;
+          }
         }
+        stream.end();
+      };
+      // When the writer writes as fast as backpressure lets it
+      pump();
+      await until(() => stream.sendCredit === 0 && reader.readableLength === window, 'the window to fill');
+      // Then, once it stops, the receiver holds one window and the sender holds at most one window
+      let stable = 0;
+      let last = -1;
+      while (stable < 20) {
+        await new Promise((r) => setTimeout(r, 10));
+        const now = accepted + reader.readableLength + stream.writableLength + sockets[0].writableLength;
+        stable = now === last ? stable + 1 : 0;
+        last = now;
       }
-      stream.end();
-    };
-    // When the writer writes as fast as backpressure lets it
-    pump();
-    await until(() => stream.sendCredit === 0 && reader.readableLength === window, 'the window to fill');
-    // Then, once it stops, the receiver holds one window and the sender holds at most one window
-    let stable = 0;
-    let last = -1;
-    while (stable < 20) {
-      await new Promise((r) => setTimeout(r, 10));
-      const now = accepted + reader.readableLength + stream.writableLength + sockets[0].writableLength;
-      stable = now === last ? stable + 1 : 0;
-      last = now;
-    }
-    const inFlight = accepted - reader.readableLength; // accepted by write() but not delivered to the reader's buffer
-    expect(reader.readableLength).toBe(window);
-    expect(stream.writableLength).toBeLessThanOrEqual(window);
-    expect(inFlight).toBeLessThanOrEqual(window);
-    expect(accepted).toBeLessThan(total);
-    console.log(`stalled reader: receiver buffers ${reader.readableLength} B, sender buffers ${stream.writableLength} B (window ${window} B)`);
-    // And when the reader resumes, everything arrives
-    const rest = readAll(reader);
-    const all = await rest;
-    expect(all.length).toBe(total);
-  });
+      const inFlight = accepted - reader.readableLength; // accepted by write() but not delivered to the reader's buffer
+      expect(reader.readableLength).toBe(window);
+      expect(stream.writableLength).toBeLessThanOrEqual(window);
+      expect(inFlight).toBeLessThanOrEqual(window);
+      expect(accepted).toBeLessThan(total);
+      console.log(
+        `stalled reader: receiver buffers ${reader.readableLength} B, sender buffers ${stream.writableLength} B (window ${window} B)`,
+      );
+      // And when the reader resumes, everything arrives
+      const rest = readAll(reader);
+      const all = await rest;
+      expect(all.length).toBe(total);
+    },
+  );
 
   it('keeps data flowing to a reader that takes small bites with read(n)', async () => {
     // Given a 2 MiB transfer (8 windows) and a reader that reads 1000 bytes per call
@@ -298,8 +320,8 @@ describe('mux streams', () => {
     b.destroy(new Error('local socket closed'));
     b.on('error', () => undefined);
     // Then the agent's streams see both reasons, and both sides forget the streams
-    expect((await errA as StreamResetError).reason).toBe('user cancelled');
-    expect((await errB as StreamResetError).reason).toBe('local socket closed');
+    expect(((await errA) as StreamResetError).reason).toBe('user cancelled');
+    expect(((await errB) as StreamResetError).reason).toBe('local socket closed');
     await until(() => client.streamCount === 0 && agent.streamCount === 0, 'streams released');
   });
 
@@ -349,7 +371,9 @@ describe('mux streams', () => {
     const { client, agent } = await muxPair();
     const agentStreams: MuxStream[] = [];
     agent.on('stream', (s) => agentStreams.push(s));
-    const clientStreams = Array.from({ length: 10 }, (_, i) => client.openStream({ kind: 'outgoing', host: `h${i}`, port: 1 }));
+    const clientStreams = Array.from({ length: 10 }, (_, i) =>
+      client.openStream({ kind: 'outgoing', host: `h${i}`, port: 1 }),
+    );
     await until(() => agentStreams.length === 10, 'streams open');
     const clientErrors = clientStreams.map(errorOf);
     const agentErrors = agentStreams.map(errorOf);
@@ -361,7 +385,7 @@ describe('mux streams', () => {
     for (const e of await Promise.all(clientErrors)) expect(e).toBeInstanceOf(MuxClosedError);
     for (const e of await Promise.all(agentErrors)) expect((e as MuxClosedError).reason).toBe('user pressed ctrl-c');
     expect(await clientClosed).toBeUndefined();
-    expect((await agentClosed as MuxClosedError).message).toMatch(/user pressed ctrl-c/);
+    expect(((await agentClosed) as MuxClosedError).message).toMatch(/user pressed ctrl-c/);
 
     // And a cut connection (no goodbye) does the same
     const second = await muxPair();

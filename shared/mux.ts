@@ -150,10 +150,12 @@ export class Mux<S extends Side = Side> extends EventEmitter implements StreamSi
   /** Sends a control message (validated against this side's union). Returns false if the mux is already closed. */
   send(msg: Outbound<S>): boolean {
     const parsed = this.#outbound.safeParse(msg);
-    if (!parsed.success) throw new BugError(`invalid ${this.side} message ${JSON.stringify(msg)}: ${parsed.error.message}`);
+    if (!parsed.success)
+      throw new BugError(`invalid ${this.side} message ${JSON.stringify(msg)}: ${parsed.error.message}`);
     if (this.#closed) return false;
     const payload = Buffer.from(JSON.stringify(parsed.data), 'utf8');
-    if (payload.length > DEFAULT_MAX_FRAME) throw new BugError(`control message of ${payload.length} bytes exceeds the frame limit`);
+    if (payload.length > DEFAULT_MAX_FRAME)
+      throw new BugError(`control message of ${payload.length} bytes exceeds the frame limit`);
     this.#queue(FrameKind.CONTROL, 0, payload);
     return true;
   }
@@ -301,7 +303,8 @@ export class Mux<S extends Side = Side> extends EventEmitter implements StreamSi
         return;
       case FrameKind.ACCEPT: {
         const stream = this.#streams.get(id);
-        if (stream) stream.receiveAccept(decodeJson(payload.length ? payload : Buffer.from('{}'), StreamAccept, 'ACCEPT'));
+        if (stream)
+          stream.receiveAccept(decodeJson(payload.length ? payload : Buffer.from('{}'), StreamAccept, 'ACCEPT'));
         return;
       }
       case FrameKind.OPEN:
@@ -314,7 +317,10 @@ export class Mux<S extends Side = Side> extends EventEmitter implements StreamSi
       }
       case FrameKind.GOAWAY: {
         const reason = payload.toString('utf8') || 'closed';
-        this.#shutdown(new MuxClosedError(`peer closed the connection: ${reason}`, reason), new MuxClosedError(`peer closed the connection: ${reason}`, reason));
+        this.#shutdown(
+          new MuxClosedError(`peer closed the connection: ${reason}`, reason),
+          new MuxClosedError(`peer closed the connection: ${reason}`, reason),
+        );
         return;
       }
     }
@@ -322,8 +328,10 @@ export class Mux<S extends Side = Side> extends EventEmitter implements StreamSi
 
   #onOpen(id: number, payload: Buffer): void {
     const peerParity = this.side === 'client' ? 0 : 1;
-    if (id % 2 !== peerParity) throw new ProtocolError(`malformed frame: peer opened stream ${id} with this side's parity`);
-    if (id <= this.#lastPeerId) throw new ProtocolError(`malformed frame: stream id ${id} reused (last was ${this.#lastPeerId})`);
+    if (id % 2 !== peerParity)
+      throw new ProtocolError(`malformed frame: peer opened stream ${id} with this side's parity`);
+    if (id <= this.#lastPeerId)
+      throw new ProtocolError(`malformed frame: stream id ${id} reused (last was ${this.#lastPeerId})`);
     this.#lastPeerId = id;
     const open = decodeJson(payload, StreamOpen, 'stream header');
     const stream = new MuxStream(this, id, open, this.window, INITIAL_WINDOW);

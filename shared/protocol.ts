@@ -134,7 +134,12 @@ export const ClientMessage = z.discriminatedUnion('type', [
   z.object({ type: z.literal('pause'), port: z.optional(port) }),
   z.object({ type: z.literal('resume'), port: z.optional(port) }),
   // DNS and env through the pod
-  z.object({ type: z.literal('dnsResolve'), id: requestId, name: z.string().check(z.minLength(1), z.maxLength(253)), family: z.optional(z.union([z.literal(4), z.literal(6)])) }),
+  z.object({
+    type: z.literal('dnsResolve'),
+    id: requestId,
+    name: z.string().check(z.minLength(1), z.maxLength(253)),
+    family: z.optional(z.union([z.literal(4), z.literal(6)])),
+  }),
   z.object({ type: z.literal('envRead'), id: requestId }),
   // end of session
   z.object({ type: z.literal('bye'), reason }),
@@ -152,14 +157,23 @@ export const AgentMessage = z.discriminatedUnion('type', [
     agentVersion: z.string(),
     sessionId: z.string(),
     features: z.array(z.string()),
-    target: z.optional(z.object({ pid: z.optional(z.int()), containerId: z.optional(z.string()), podIP: z.optional(z.string()) })),
+    target: z.optional(
+      z.object({ pid: z.optional(z.int()), containerId: z.optional(z.string()), podIP: z.optional(z.string()) }),
+    ),
   }),
   z.object({ type: z.literal('pong'), id: z.int(), sentAt: z.number() }),
   z.object({ type: z.literal('ping'), id: z.int(), sentAt: z.number() }),
   // incoming traffic
   z.object({ type: z.literal('subscribed'), id: requestId, port, mode: StealMode }),
   // hint (appended): the fix, when the agent knows it (older agents leave it out).
-  z.object({ type: z.literal('refused'), id: requestId, port, reason, holder: z.optional(Holder), hint: z.optional(z.string()) }),
+  z.object({
+    type: z.literal('refused'),
+    id: requestId,
+    port,
+    reason,
+    holder: z.optional(Holder),
+    hint: z.optional(z.string()),
+  }),
   z.object({ type: z.literal('unsubscribed'), id: requestId, port }),
   // DNS and env through the pod; `error` is set (and addresses empty) when the name did not resolve
   z.object({
@@ -173,7 +187,13 @@ export const AgentMessage = z.discriminatedUnion('type', [
   z.object({ type: z.literal('traffic'), event: TrafficEvent }),
   z.object({ type: z.literal('log'), level: z.enum(['debug', 'info', 'warn', 'error']), message: z.string() }),
   // failures and end of session
-  z.object({ type: z.literal('error'), id: z.optional(requestId), code: z.string(), message: z.string(), hint: z.optional(z.string()) }),
+  z.object({
+    type: z.literal('error'),
+    id: z.optional(requestId),
+    code: z.string(),
+    message: z.string(),
+    hint: z.optional(z.string()),
+  }),
   z.object({ type: z.literal('bye'), reason }),
 ]);
 export type AgentMessage = z.infer<typeof AgentMessage>;

@@ -1,9 +1,9 @@
 // The splice fast path (socket ↔ mux stream without the stream machinery) over real loopback sockets: byte-exact both
 // ways with half-close, the bound a slow reader puts on the sender, the Writable fallback when credit runs out, reset.
 import { createHash, randomBytes } from 'node:crypto';
-import net from 'node:net';
+import type net from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
-import { INITIAL_WINDOW, StreamResetError, createAgentMux, createClientMux, type MuxStream } from './mux.js';
+import { StreamResetError, createAgentMux, createClientMux, type MuxStream } from './mux.js';
 import { MAX_DATA_FRAME } from './codec.js';
 import { spliceSocket } from './splice.js';
 import { nextEvent, prng, socketPair, until } from './test-fixtures.js';
@@ -26,7 +26,13 @@ async function streamPair(): Promise<{ agentStream: MuxStream; clientStream: Mux
     agent.close('test done');
   });
   const opened = nextEvent<MuxStream>(client, 'stream');
-  const agentStream = agent.openStream({ kind: 'incoming', port: 80, mode: 'steal', remoteAddress: '10.0.0.9', remotePort: 5555 });
+  const agentStream = agent.openStream({
+    kind: 'incoming',
+    port: 80,
+    mode: 'steal',
+    remoteAddress: '10.0.0.9',
+    remotePort: 5555,
+  });
   return { agentStream, clientStream: await opened };
 }
 
@@ -89,7 +95,10 @@ describe('spliceSocket', () => {
     })();
     // Then the sender stops at its credit and the local socket buffers at most one window in user space (the window
     // may have grown while the kernel's buffers took bytes at memory speed; it stops growing once nothing is taken)
-    await until(() => agentStream.sendCredit === 0 && agentStream.writableLength > 0, 'the sender to run out of credit');
+    await until(
+      () => agentStream.sendCredit === 0 && agentStream.writableLength > 0,
+      'the sender to run out of credit',
+    );
     for (let stable = 0, last = -1; stable < 10; ) {
       await new Promise((r) => setTimeout(r, 10));
       stable = localSide.writableLength === last && agentStream.sendCredit === 0 ? stable + 1 : 0;

@@ -3,9 +3,7 @@ import { UserError } from './errors.js';
 
 export type TargetKind = 'pod' | 'deployment' | 'statefulset' | 'rollout';
 
-export type Target =
-  | { kind: 'targetless' }
-  | { kind: TargetKind; name: string; container?: string };
+export type Target = { kind: 'targetless' } | { kind: TargetKind; name: string; container?: string };
 
 /** Every spelling accepted before the first `/`, and the kind it names (kubectl's short names and plurals too). */
 const KIND_ALIASES: Readonly<Record<string, TargetKind>> = {

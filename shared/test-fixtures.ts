@@ -47,13 +47,36 @@ export const AGENT_SAMPLES: ByType<AgentMessage> = {
   pong: { type: 'pong', id: 7, sentAt: 1700000000123.5 },
   ping: { type: 'ping', id: 1, sentAt: 5 },
   subscribed: { type: 'subscribed', id: 'sub-1', port: 3000, mode: 'mirror' },
-  refused: { type: 'refused', id: 'sub-2', port: 3000, reason: 'port stolen by another session', holder: { user: 'bob', host: 'desk', since: '2026-01-01T00:00:00Z' }, hint: 'wait until the other session ends' },
+  refused: {
+    type: 'refused',
+    id: 'sub-2',
+    port: 3000,
+    reason: 'port stolen by another session',
+    holder: { user: 'bob', host: 'desk', since: '2026-01-01T00:00:00Z' },
+    hint: 'wait until the other session ends',
+  },
   unsubscribed: { type: 'unsubscribed', id: 'sub-1', port: 3000 },
-  dnsResult: { type: 'dnsResult', id: 'dns-1', addresses: [{ address: '10.96.0.1', family: 4 }, { address: 'fd00::1', family: 6 }] },
+  dnsResult: {
+    type: 'dnsResult',
+    id: 'dns-1',
+    addresses: [
+      { address: '10.96.0.1', family: 4 },
+      { address: 'fd00::1', family: 6 },
+    ],
+  },
   env: { type: 'env', id: 'env-1', vars: { HOME: '/root', EMPTY: '', 'WEIRD=NAME': 'ü\n' } },
   traffic: {
     type: 'traffic',
-    event: { kind: 'response', requestId: 'r1', port: 3000, status: 200, durationMs: 1.5, bytes: 42, to: 'local', at: 1 },
+    event: {
+      kind: 'response',
+      requestId: 'r1',
+      port: 3000,
+      status: 200,
+      durationMs: 1.5,
+      bytes: 42,
+      to: 'local',
+      at: 1,
+    },
   },
   log: { type: 'log', level: 'warn', message: 'iptables-legacy in use' },
   error: { type: 'error', id: 'dns-1', code: 'not_found', message: 'no such host', hint: 'check the name' },
@@ -111,7 +134,10 @@ export function duplexPair(): [Duplex, Duplex] {
  * A connected pair of real loopback TCP sockets; destroyed by the caller's cleanups. With `allowHalfOpen`, each end
  * stays writable after the peer's FIN (so that half-close can be observed).
  */
-export async function socketPair(cleanups: Array<() => void>, options: { allowHalfOpen?: boolean } = {}): Promise<[net.Socket, net.Socket]> {
+export async function socketPair(
+  cleanups: Array<() => void>,
+  options: { allowHalfOpen?: boolean } = {},
+): Promise<[net.Socket, net.Socket]> {
   const allowHalfOpen = options.allowHalfOpen ?? false;
   const server = net.createServer({ allowHalfOpen });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
@@ -135,4 +161,5 @@ export async function until(cond: () => boolean, what: string, deadlineMs = 30_0
   }
 }
 
-export const nextEvent = <T>(emitter: NodeJS.EventEmitter, event: string): Promise<T> => new Promise((r) => emitter.once(event, r));
+export const nextEvent = <T>(emitter: NodeJS.EventEmitter, event: string): Promise<T> =>
+  new Promise((r) => emitter.once(event, r));

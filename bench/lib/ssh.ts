@@ -94,7 +94,9 @@ export async function startSshForward(targetPort: number, cipher?: string): Prom
       ].join('\n'),
     );
     // sshd's stderr is kept quiet (it logs the readiness probe as a failed key exchange); shown only if it fails.
-    const sshd = spawn('/usr/sbin/sshd', ['-D', '-e', '-f', join(dir, 'sshd_config')], { stdio: ['ignore', 'ignore', 'pipe'] });
+    const sshd = spawn('/usr/sbin/sshd', ['-D', '-e', '-f', join(dir, 'sshd_config')], {
+      stdio: ['ignore', 'ignore', 'pipe'],
+    });
     let sshdLog = '';
     sshd.stderr?.on('data', (d: Buffer) => {
       if (sshdLog.length < 10_000) sshdLog += d.toString();
@@ -110,14 +112,22 @@ export async function startSshForward(targetPort: number, cipher?: string): Prom
       'ssh',
       [
         '-N',
-        '-L', `127.0.0.1:${localPort}:127.0.0.1:${targetPort}`,
-        '-p', String(sshdPort),
-        '-i', join(dir, 'user_key'),
-        '-o', 'StrictHostKeyChecking=no',
-        '-o', `UserKnownHostsFile=${join(dir, 'known_hosts')}`,
-        '-o', 'BatchMode=yes',
-        '-o', 'ExitOnForwardFailure=yes',
-        '-o', 'LogLevel=ERROR',
+        '-L',
+        `127.0.0.1:${localPort}:127.0.0.1:${targetPort}`,
+        '-p',
+        String(sshdPort),
+        '-i',
+        join(dir, 'user_key'),
+        '-o',
+        'StrictHostKeyChecking=no',
+        '-o',
+        `UserKnownHostsFile=${join(dir, 'known_hosts')}`,
+        '-o',
+        'BatchMode=yes',
+        '-o',
+        'ExitOnForwardFailure=yes',
+        '-o',
+        'LogLevel=ERROR',
         ...(cipher ? ['-c', cipher] : []),
         `${user}@127.0.0.1`,
       ],

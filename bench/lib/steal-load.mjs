@@ -38,8 +38,12 @@ for (let i = 0; i < total; i++) {
   const wait = started + i * interval - performance.now();
   if (wait > 0) await new Promise((r) => setTimeout(r, wait));
   const name = plan.pattern[i % plan.pattern.length];
-  inflight.push(timedGet(name, `/${name}/${i}`).then((ms) => { if (i >= warm) samples[name].push(ms); }));
+  inflight.push(
+    timedGet(name, `/${name}/${i}`).then((ms) => {
+      if (i >= warm) samples[name].push(ms);
+    }),
+  );
 }
 await Promise.all(inflight);
 for (const a of Object.values(agents)) if (a) a.destroy();
-process.stdout.write(JSON.stringify(samples) + '\n');
+process.stdout.write(`${JSON.stringify(samples)}\n`);

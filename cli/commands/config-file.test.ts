@@ -17,9 +17,15 @@ describe('loadCommandConfig', () => {
   it('applies DEVOP_* variables over devop.json, key by key', () => {
     // Given a devop.json with a target and an agent image
     const dir = tempDir();
-    writeFileSync(join(dir, 'devop.json'), JSON.stringify({ target: 'deploy/api', agent: { image: 'registry/agent:1', ephemeral: true } }));
+    writeFileSync(
+      join(dir, 'devop.json'),
+      JSON.stringify({ target: 'deploy/api', agent: { image: 'registry/agent:1', ephemeral: true } }),
+    );
     // When the environment names another target and agent image
-    const { config, path } = loadCommandConfig(undefined, dir, { DEVOP_TARGET: 'pod/web', DEVOP_AGENT_IMAGE: 'local/agent:dev' });
+    const { config, path } = loadCommandConfig(undefined, dir, {
+      DEVOP_TARGET: 'pod/web',
+      DEVOP_AGENT_IMAGE: 'local/agent:dev',
+    });
     // Then those win, and the rest of the file stays
     expect(path).toBe(join(dir, 'devop.json'));
     expect(config.target).toBe('pod/web');
@@ -34,6 +40,8 @@ describe('loadCommandConfig', () => {
   });
 
   it('names a variable with a value it cannot take', () => {
-    expect(() => loadCommandConfig(undefined, tempDir(), { DEVOP_MODE: 'borrow' })).toThrow(/with DEVOP_MODE from the environment/);
+    expect(() => loadCommandConfig(undefined, tempDir(), { DEVOP_MODE: 'borrow' })).toThrow(
+      /with DEVOP_MODE from the environment/,
+    );
   });
 });

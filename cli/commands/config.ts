@@ -26,7 +26,10 @@ export function registerConfigCommand(program: Command): void {
       }
       process.stdout.write(problems.map((line) => `${line}\n`).join(''));
       // Thrown so that the top-level handler sets the exit code (1) and prints the summary on stderr.
-      throw new UserError(`${file} has ${problems.length} problem${problems.length === 1 ? '' : 's'} (listed above)`, 'fix each key as its line says; editors check devop.json against devop.schema.json (devop vscode init sets $schema)');
+      throw new UserError(
+        `${file} has ${problems.length} problem${problems.length === 1 ? '' : 's'} (listed above)`,
+        'fix each key as its line says; editors check devop.json against devop.schema.json (devop vscode init sets $schema)',
+      );
     });
 
   config

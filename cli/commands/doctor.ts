@@ -16,11 +16,15 @@ export function registerDoctorCommand(program: Command, onExit: (code: number) =
     ['agentNamespace', "where agent Jobs would run (default: the target's namespace)"],
     ['output', 'lines (plain) or json'],
   ])
-    .description('check the kubeconfig, API server, RBAC, agent image, node runtime and Pod Security admission, with the fix for each problem')
+    .description(
+      'check the kubeconfig, API server, RBAC, agent image, node runtime and Pod Security admission, with the fix for each problem',
+    )
     .action(async (flags: DoctorFlags) => {
       const { formatDoctorReport, runDoctor } = await import('../services/doctor.js');
       const report = await runDoctor(flags);
-      process.stdout.write(flags.output === 'json' ? `${JSON.stringify(report, null, 2)}\n` : formatDoctorReport(report));
+      process.stdout.write(
+        flags.output === 'json' ? `${JSON.stringify(report, null, 2)}\n` : formatDoctorReport(report),
+      );
       onExit(report.ok ? 0 : 1);
     });
 }

@@ -12,7 +12,9 @@ type ExecCommandFlags = Omit<ExecFlags, 'output'> & { output: OutputMode };
 export function registerExecCommand(program: Command, onExit: (code: number) => void): void {
   const exec = program
     .command('exec')
-    .description('run a local command as if it were the target workload: its env, and its pod\'s traffic (mirrored or stolen)')
+    .description(
+      "run a local command as if it were the target workload: its env, and its pod's traffic (mirrored or stolen)",
+    )
     .usage('[options] -- <command> [args...]')
     .argument('[command...]', 'the local command and its arguments (after --)')
     .passThroughOptions();
@@ -22,17 +24,21 @@ export function registerExecCommand(program: Command, onExit: (code: number) => 
     .helpOption(true)
     .action(async (command: string[], flags: ExecCommandFlags, cmd: Command) => {
       // What the run needs (the Kubernetes client among it) is loaded only when the command runs: help stays fast.
-      const [{ loadCommandConfig }, { mergeExecOptions }, { runExec }, { outgoingChildEnvHook }, { createReporter }] = await Promise.all([
-        import('./config-file.js'),
-        import('../services/exec-options.js'),
-        import('../services/exec.js'),
-        import('../outgoing/exec-hook.js'),
-        import('../ui/index.js'),
-      ]);
+      const [{ loadCommandConfig }, { mergeExecOptions }, { runExec }, { outgoingChildEnvHook }, { createReporter }] =
+        await Promise.all([
+          import('./config-file.js'),
+          import('../services/exec-options.js'),
+          import('../services/exec.js'),
+          import('../outgoing/exec-hook.js'),
+          import('../ui/index.js'),
+        ]);
       const { config, dir } = loadCommandConfig(flags.config);
       const explicitFlush = cmd.getOptionValueSource('flush') === 'cli' ? flags.flush : undefined;
       const options = mergeExecOptions({ ...flags, flush: explicitFlush }, config, command, dir);
-      options.childEnvHooks = [...(options.childEnvHooks ?? []), outgoingChildEnvHook(outgoingSettingsFrom(cmd, config))];
+      options.childEnvHooks = [
+        ...(options.childEnvHooks ?? []),
+        outgoingChildEnvHook(outgoingSettingsFrom(cmd, config)),
+      ];
       const reporter = createReporter({ output: flags.output, verbose: Boolean(flags.verbose) });
       onExit(await runWithReporter(reporter, flags.output === 'json', () => runExec(options, reporter)));
     });
@@ -46,7 +52,12 @@ export async function runWithReporter(reporter: Reporter, json: boolean, run: ()
   try {
     return await run();
   } catch (err) {
-    if (json) reporter.emit({ type: 'error', message: err instanceof Error ? err.message : String(err), ...(isUserError(err) ? { hint: err.hint } : {}) });
+    if (json)
+      reporter.emit({
+        type: 'error',
+        message: err instanceof Error ? err.message : String(err),
+        ...(isUserError(err) ? { hint: err.hint } : {}),
+      });
     throw err;
   } finally {
     await reporter.close();

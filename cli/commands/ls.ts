@@ -15,7 +15,12 @@ export function registerLsCommand(program: Command): void {
     .action(async (flags: LsFlags) => {
       // The service (and the Kubernetes client it loads) only when the command runs: help stays fast.
       const { formatLsTable, listTargets } = await import('../services/ls.js');
-      const result = await listTargets({ namespace: flags.namespace, context: flags.context, kubeconfig: flags.kubeconfig, requestTimeout: flags.requestTimeout });
+      const result = await listTargets({
+        namespace: flags.namespace,
+        context: flags.context,
+        kubeconfig: flags.kubeconfig,
+        requestTimeout: flags.requestTimeout,
+      });
       process.stdout.write(flags.output === 'json' ? `${JSON.stringify(result, null, 2)}\n` : formatLsTable(result));
     });
 }

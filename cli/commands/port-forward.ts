@@ -29,19 +29,25 @@ type PortForwardFlags = Omit<FlagValues<NamesOf<typeof PORT_FORWARD_OPTIONS>>, '
 
 export function registerPortForwardCommand(program: Command): void {
   addOptions(program.command('port-forward'), PORT_FORWARD_OPTIONS)
-    .description('forward local ports to cluster names or IPs, connected from a pod (a targetless agent, or the target\'s)')
+    .description(
+      "forward local ports to cluster names or IPs, connected from a pod (a targetless agent, or the target's)",
+    )
     .action(async (flags: PortForwardFlags) => {
       // What the run needs (the Kubernetes client among it) is loaded only when the command runs: help stays fast.
-      const [{ runPortForward }, { SESSION_DEFAULTS }, { parseDuration }, { createReporter }, { loadCommandConfig }] = await Promise.all([
-        import('../services/port-forward.js'),
-        import('../session/connect.js'),
-        import('../services/exec-options.js'),
-        import('../ui/index.js'),
-        import('./config-file.js'),
-      ]);
+      const [{ runPortForward }, { SESSION_DEFAULTS }, { parseDuration }, { createReporter }, { loadCommandConfig }] =
+        await Promise.all([
+          import('../services/port-forward.js'),
+          import('../session/connect.js'),
+          import('../services/exec-options.js'),
+          import('../ui/index.js'),
+          import('./config-file.js'),
+        ]);
       const { config } = loadCommandConfig(flags.config);
       // Port-forward has no traffic table to show: plain lines (addresses to copy) unless JSON is asked for.
-      const reporter: Reporter = createReporter({ output: flags.output === 'json' ? 'json' : 'plain', verbose: Boolean(flags.verbose) });
+      const reporter: Reporter = createReporter({
+        output: flags.output === 'json' ? 'json' : 'plain',
+        verbose: Boolean(flags.verbose),
+      });
       const abort = new AbortController();
       const onSignal = (): void => abort.abort();
       for (const signal of STOP_SIGNALS) process.on(signal, onSignal);
@@ -58,12 +64,19 @@ export function registerPortForwardCommand(program: Command): void {
             address: flags.address,
             agentImage: flags.agentImage ?? config.agent.image ?? SESSION_DEFAULTS.agentImage,
             agentNamespace: flags.agentNamespace ?? config.agent.namespace,
-            startupTimeoutMs: flags.startupTimeout !== undefined ? parseDuration(flags.startupTimeout, '--startup-timeout') : config.agent.startupTimeoutSeconds * 1000,
+            startupTimeoutMs:
+              flags.startupTimeout !== undefined
+                ? parseDuration(flags.startupTimeout, '--startup-timeout')
+                : config.agent.startupTimeoutSeconds * 1000,
             verbose: Boolean(flags.verbose),
             signal: abort.signal,
             onListening: (listening) => {
               for (const { local, forward } of listening) {
-                reporter.emit({ type: 'log', level: 'info', message: `forwarding ${local} -> ${forward.host}:${forward.port}` });
+                reporter.emit({
+                  type: 'log',
+                  level: 'info',
+                  message: `forwarding ${local} -> ${forward.host}:${forward.port}`,
+                });
                 // The addresses are this command's result: on stdout, unless stdout is the NDJSON stream.
                 if (flags.output !== 'json') process.stdout.write(`${local} -> ${forward.host}:${forward.port}\n`);
               }

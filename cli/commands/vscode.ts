@@ -29,14 +29,19 @@ export function registerVscodeCommand(program: Command): void {
   const vscode = program.command('vscode').description('set up VS Code to run and debug the local command under devop');
   const init = vscode
     .command('init')
-    .description('write .vscode/tasks.json (background `devop exec` task), .vscode/launch.json (Node attach) and devop.json $schema')
+    .description(
+      'write .vscode/tasks.json (background `devop exec` task), .vscode/launch.json (Node attach) and devop.json $schema',
+    )
     .argument('[command...]', 'the local command (after --); default: node <package.json main>');
   addOptions(init, ['dir', 'label', 'inspectPort', 'devopCommand', ...TASK_EXEC_OPTIONS]);
   type InitOptions = { dir?: string; label: string; inspectPort: string; devopCommand?: string };
   init.action(async (localCommand: string[], options: InitOptions, command: Command) => {
     const inspectPort = Number(options.inspectPort);
     if (!Number.isInteger(inspectPort) || inspectPort < 1 || inspectPort > 65535) {
-      throw new UserError(`--inspect-port ${options.inspectPort} is not a port`, 'pass a port 1-65535, e.g. --inspect-port 9229');
+      throw new UserError(
+        `--inspect-port ${options.inspectPort} is not a port`,
+        'pass a port 1-65535, e.g. --inspect-port 9229',
+      );
     }
     const { initVscode } = await import('../services/vscode.js');
     const result = initVscode({
@@ -52,6 +57,8 @@ export function registerVscodeCommand(program: Command): void {
       process.stdout.write(`${file.action} ${shown}\n`);
     }
     for (const note of result.notes) process.stderr.write(`devop: note: ${note}\n`);
-    process.stdout.write(`run and debug: "devop: attach" (starts task "${options.label}": ${String(result.task.detail)})\n`);
+    process.stdout.write(
+      `run and debug: "devop: attach" (starts task "${options.label}": ${String(result.task.detail)})\n`,
+    );
   });
 }

@@ -77,8 +77,9 @@ export const OPTIONS = {
     key: 'target',
     env: 'DEVOP_TARGET',
     type: 'target',
-    doc: 'What to run as: pod/NAME, deploy/NAME, statefulset/NAME, rollout/NAME (each optionally /container/NAME) or '
-      + 'targetless. No default: -t/--target when absent.',
+    doc:
+      'What to run as: pod/NAME, deploy/NAME, statefulset/NAME, rollout/NAME (each optionally /container/NAME) or ' +
+      'targetless. No default: -t/--target when absent.',
     group: 'target',
   },
   namespace: {
@@ -88,7 +89,7 @@ export const OPTIONS = {
     env: 'DEVOP_NAMESPACE',
     type: 'string',
     defaultText: "the context's namespace",
-    doc: "The target's namespace. Default: the kubeconfig context's namespace, else \"default\".",
+    doc: 'The target\'s namespace. Default: the kubeconfig context\'s namespace, else "default".',
     group: 'target',
   },
   context: {
@@ -118,8 +119,9 @@ export const OPTIONS = {
     env: 'DEVOP_REQUEST_TIMEOUT',
     type: 'kubeDuration',
     defaultText: '"30s"',
-    doc: 'How long devop waits for the API server to answer one request (kubectl --request-timeout syntax: "10s", '
-      + '"1m", a number of seconds; "0": no limit). Default: "30s".',
+    doc:
+      'How long devop waits for the API server to answer one request (kubectl --request-timeout syntax: "10s", ' +
+      '"1m", a number of seconds; "0": no limit). Default: "30s".',
     group: 'cluster',
   },
   steal: {
@@ -142,8 +144,9 @@ export const OPTIONS = {
     type: 'enum',
     values: ['steal', 'mirror'] satisfies readonly StealMode[],
     default: 'mirror',
-    doc: '"steal": the local process answers instead of the pod; "mirror": the pod answers, the local process gets a '
-      + 'copy.',
+    doc:
+      '"steal": the local process answers instead of the pod; "mirror": the pod answers, the local process gets a ' +
+      'copy.',
   },
   port: {
     flags: '-p, --port <REMOTE[:LOCAL]>',
@@ -152,8 +155,9 @@ export const OPTIONS = {
     key: 'incoming.ports',
     type: 'portMappings',
     default: [],
-    doc: 'Pod ports to steal/mirror as REMOTE[:LOCAL]. Default []: every port the target container declares, each to '
-      + 'the same local port.',
+    doc:
+      'Pod ports to steal/mirror as REMOTE[:LOCAL]. Default []: every port the target container declares, each to ' +
+      'the same local port.',
     group: 'target',
   },
   httpHeaderFilter: {
@@ -161,8 +165,9 @@ export const OPTIONS = {
     help: 'only HTTP requests with a matching header go to the local command',
     key: 'incoming.httpFilter.header',
     type: 'headerFilter',
-    doc: 'Steal only requests with a header matching "Name: value-regex" (name case-insensitive), e.g. '
-      + '"x-devop-user: alice".',
+    doc:
+      'Steal only requests with a header matching "Name: value-regex" (name case-insensitive), e.g. ' +
+      '"x-devop-user: alice".',
     group: 'http',
   },
   httpPathFilter: {
@@ -194,8 +199,9 @@ export const OPTIONS = {
     key: 'incoming.flush',
     type: 'boolean',
     default: true,
-    doc: "Close the pod's existing connections when stealing starts, so keep-alive clients reconnect and reach the "
-      + 'local process at once.',
+    doc:
+      "Close the pod's existing connections when stealing starts, so keep-alive clients reconnect and reach the " +
+      'local process at once.',
     group: 'incoming',
   },
   stealProbes: {
@@ -204,8 +210,9 @@ export const OPTIONS = {
     key: 'incoming.stealProbes',
     type: 'boolean',
     default: false,
-    doc: 'Also steal connections from the node (kubelet probes). Off: probes keep reaching the pod, so it is not '
-      + 'restarted.',
+    doc:
+      'Also steal connections from the node (kubelet probes). Off: probes keep reaching the pod, so it is not ' +
+      'restarted.',
     group: 'incoming',
   },
   envInclude: {
@@ -215,8 +222,9 @@ export const OPTIONS = {
     key: 'env.include',
     type: 'strings',
     default: ['*'],
-    doc: 'Names (with * wildcards) of pod env vars the local process gets. KUBERNETES_SERVICE_* and KUBERNETES_PORT* '
-      + 'only when named here explicitly.',
+    doc:
+      'Names (with * wildcards) of pod env vars the local process gets. KUBERNETES_SERVICE_* and KUBERNETES_PORT* ' +
+      'only when named here explicitly.',
     group: 'env',
   },
   envExclude: {
@@ -287,8 +295,9 @@ export const OPTIONS = {
     min: 0,
     max: 86400,
     default: 30,
-    doc: 'How long the finished agent Job (and its pod, for kubectl logs) stays before the cluster removes it: its '
-      + 'ttlSecondsAfterFinished, in seconds.',
+    doc:
+      'How long the finished agent Job (and its pod, for kubectl logs) stays before the cluster removes it: its ' +
+      'ttlSecondsAfterFinished, in seconds.',
     group: 'cluster',
   },
   startupTimeout: {
@@ -317,8 +326,9 @@ export const OPTIONS = {
     key: 'remoteFiles',
     type: 'paths',
     default: [],
-    doc: 'Absolute paths in the target container to read through the agent (e.g. '
-      + '/var/run/secrets/kubernetes.io/serviceaccount/token).',
+    doc:
+      'Absolute paths in the target container to read through the agent (e.g. ' +
+      '/var/run/secrets/kubernetes.io/serviceaccount/token).',
     group: 'outgoing',
   },
   outgoingInclude: {
@@ -328,8 +338,9 @@ export const OPTIONS = {
     key: 'outgoing.include',
     type: 'strings',
     default: [],
-    doc: 'Only these destinations go through the pod (host, *.domain, CIDR, optionally :port). Default []: all but '
-      + 'exclude.',
+    doc:
+      'Only these destinations go through the pod (host, *.domain, CIDR, optionally :port). Default []: all but ' +
+      'exclude.',
     group: 'outgoing',
   },
   outgoingExclude: {
@@ -367,8 +378,9 @@ export const OPTIONS = {
     key: 'outgoing.nodePreload',
     type: 'boolean',
     default: true,
-    doc: 'For Node local processes: route net.connect and dns.lookup through the pod transparently '
-      + '(NODE_OPTIONS=--import).',
+    doc:
+      'For Node local processes: route net.connect and dns.lookup through the pod transparently ' +
+      '(NODE_OPTIONS=--import).',
     group: 'outgoing',
   },
   dns: {

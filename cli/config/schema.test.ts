@@ -54,7 +54,13 @@ const FULL = {
     annotations: { 'sidecar.istio.io/inject': 'false' },
     tolerations: [{ key: 'gpu', operator: 'Exists', effect: 'NoSchedule' }],
   },
-  outgoing: { enabled: true, proxy: false, nodePreload: true, include: ['*.svc.cluster.local'], exclude: ['10.0.0.0/8'] },
+  outgoing: {
+    enabled: true,
+    proxy: false,
+    nodePreload: true,
+    include: ['*.svc.cluster.local'],
+    exclude: ['10.0.0.0/8'],
+  },
   dns: { enabled: false },
   remoteFiles: ['/var/run/secrets/kubernetes.io/serviceaccount/token'],
   allPods: true,
@@ -71,7 +77,14 @@ describe('parseConfig', () => {
     expect(parseConfig({}, 'devop.json')).toEqual({
       incoming: { mode: 'mirror', ports: [], flush: true, stealProbes: false },
       env: { include: ['*'], exclude: [], override: {} },
-      agent: { ttlSeconds: 30, ephemeral: false, startupTimeoutSeconds: 60, labels: {}, annotations: {}, tolerations: [] },
+      agent: {
+        ttlSeconds: 30,
+        ephemeral: false,
+        startupTimeoutSeconds: 60,
+        labels: {},
+        annotations: {},
+        tolerations: [],
+      },
       outgoing: { enabled: true, proxy: true, nodePreload: true, include: [], exclude: [] },
       dns: { enabled: true },
       remoteFiles: [],
@@ -91,8 +104,16 @@ describe('parseConfig', () => {
       [{ agent: { ttlSeconds: '5' } }, 'devop.json: agent.ttlSeconds is "5"', 'accepted: a number'],
       [{ agent: { ttlSeconds: -1 } }, 'devop.json: agent.ttlSeconds is -1', 'accepted: a number >= 0'],
       [{ target: 'service/web' }, 'devop.json: target is "service/web"', 'deploy/NAME'],
-      [{ incoming: { httpFilter: { path: '(' } } }, 'devop.json: incoming.httpFilter.path is "("', 'valid regular expression'],
-      [{ incoming: { httpFilter: { header: 'x-user' } } }, 'devop.json: incoming.httpFilter.header is "x-user"', 'Header-Name: value-regex'],
+      [
+        { incoming: { httpFilter: { path: '(' } } },
+        'devop.json: incoming.httpFilter.path is "("',
+        'valid regular expression',
+      ],
+      [
+        { incoming: { httpFilter: { header: 'x-user' } } },
+        'devop.json: incoming.httpFilter.header is "x-user"',
+        'Header-Name: value-regex',
+      ],
       [{ env: { include: 'A*' } }, 'devop.json: env.include is "A*"', 'accepted: a list (JSON array)'],
       [{ dns: { enabled: 'yes' } }, 'devop.json: dns.enabled is "yes"', 'accepted: a boolean'],
       [[], 'devop.json: (top level) is []', 'accepted: an object'],
@@ -110,7 +131,9 @@ describe('parseConfig', () => {
     expect(top.hint).toContain('target, namespace, context');
     const nested = userErrorOf(() => parseConfig({ agent: { imag: 'x' } }, '--flags'));
     expect(nested.message).toBe('--flags: unknown key agent.imag');
-    expect(nested.hint).toBe('accepted keys in agent: image, namespace, ephemeral, ttlSeconds, startupTimeoutSeconds, labels, annotations, tolerations');
+    expect(nested.hint).toBe(
+      'accepted keys in agent: image, namespace, ephemeral, ttlSeconds, startupTimeoutSeconds, labels, annotations, tolerations',
+    );
   });
 
   it('says how many more problems there are', () => {
@@ -121,8 +144,19 @@ describe('parseConfig', () => {
 
 describe('layers: file < environment < flags', () => {
   it('reads the documented environment overrides and merges layers key by key', () => {
-    const env = envOverrides({ DEVOP_TARGET: 'pod/web', DEVOP_MODE: 'steal', DEVOP_AGENT_EPHEMERAL: 'true', DEVOP_DNS: '0', HOME: '/root' });
-    expect(env).toEqual({ target: 'pod/web', incoming: { mode: 'steal' }, agent: { ephemeral: true }, dns: { enabled: false } });
+    const env = envOverrides({
+      DEVOP_TARGET: 'pod/web',
+      DEVOP_MODE: 'steal',
+      DEVOP_AGENT_EPHEMERAL: 'true',
+      DEVOP_DNS: '0',
+      HOME: '/root',
+    });
+    expect(env).toEqual({
+      target: 'pod/web',
+      incoming: { mode: 'steal' },
+      agent: { ephemeral: true },
+      dns: { enabled: false },
+    });
     const file = { target: 'deploy/api', incoming: { ports: [3000], mode: 'mirror' }, env: { include: ['A*'] } };
     const flags = { incoming: { ports: [8080] } };
     const config = parseConfig(mergeConfigInput(file, env, flags), 'devop.json + env + flags');
@@ -144,7 +178,8 @@ describe('parsePortMapping', () => {
   it('reads REMOTE[:LOCAL] and rejects anything else', () => {
     expect(parsePortMapping(3000)).toEqual({ remote: 3000, local: 3000 });
     expect(parsePortMapping('80:8080')).toEqual({ remote: 80, local: 8080 });
-    for (const bad of ['0', '65536', '80:', ':80', 'a:b', '1:2:3', 3.5]) expect(parsePortMapping(bad), String(bad)).toBeNull();
+    for (const bad of ['0', '65536', '80:', ':80', 'a:b', '1:2:3', 3.5])
+      expect(parsePortMapping(bad), String(bad)).toBeNull();
   });
 });
 
@@ -198,10 +233,16 @@ describe('devop.schema.json', () => {
   });
 
   it('describes every key, with defaults where the config has them', () => {
-    const schema = configJsonSchema() as { properties: Record<string, { description?: string; properties?: Record<string, { description?: string; default?: unknown }> }> };
+    const schema = configJsonSchema() as {
+      properties: Record<
+        string,
+        { description?: string; properties?: Record<string, { description?: string; default?: unknown }> }
+      >;
+    };
     for (const [key, prop] of Object.entries(schema.properties)) {
       expect(prop.description, key).toBeTruthy();
-      for (const [sub, subProp] of Object.entries(prop.properties ?? {})) expect(subProp.description, `${key}.${sub}`).toBeTruthy();
+      for (const [sub, subProp] of Object.entries(prop.properties ?? {}))
+        expect(subProp.description, `${key}.${sub}`).toBeTruthy();
     }
     expect(schema.properties.incoming.properties?.mode.default).toBe('mirror');
     expect(schema.properties.agent.properties?.ttlSeconds.default).toBe(30);

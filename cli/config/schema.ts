@@ -173,21 +173,32 @@ export function loadConfigFile(path: string): Config {
     text = readFileSync(path, 'utf8');
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
-    if (code === 'ENOENT') throw new UserError(`config file ${path} does not exist`, 'create it (devop config init) or pass the right path with --config');
-    throw new UserError(`cannot read config file ${path}: ${(err as Error).message}`, 'check the path and its permissions');
+    if (code === 'ENOENT')
+      throw new UserError(
+        `config file ${path} does not exist`,
+        'create it (devop config init) or pass the right path with --config',
+      );
+    throw new UserError(
+      `cannot read config file ${path}: ${(err as Error).message}`,
+      'check the path and its permissions',
+    );
   }
   let obj: unknown;
   try {
     obj = JSON.parse(text);
   } catch (err) {
-    throw new UserError(`config file ${path} is not valid JSON: ${(err as Error).message}`, 'fix the JSON syntax (editors validate it against devop.schema.json)');
+    throw new UserError(
+      `config file ${path} is not valid JSON: ${(err as Error).message}`,
+      'fix the JSON syntax (editors validate it against devop.schema.json)',
+    );
   }
   return parseConfig(obj, path);
 }
 
 /** Merges config layers, later ones winning; objects merge key by key, lists and scalars are replaced. */
 export function mergeConfigInput(...layers: unknown[]): unknown {
-  const isPlain = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+  const isPlain = (v: unknown): v is Record<string, unknown> =>
+    typeof v === 'object' && v !== null && !Array.isArray(v);
   let result: unknown = {};
   for (const layer of layers) {
     if (layer === undefined) continue;
@@ -234,13 +245,20 @@ function configError(issues: readonly Issue[], obj: unknown, source: string): Us
   if (unknown) {
     const where = keyPath(unknown.path);
     const keys = unknown.keys.map((key) => keyPath([...unknown.path, key])).join(', ');
-    return new UserError(`${source}: unknown key ${keys}${more}`, `accepted keys${where ? ` in ${where}` : ''}: ${acceptedKeys(unknown.path.map(String)).join(', ')}`);
+    return new UserError(
+      `${source}: unknown key ${keys}${more}`,
+      `accepted keys${where ? ` in ${where}` : ''}: ${acceptedKeys(unknown.path.map(String)).join(', ')}`,
+    );
   }
   return new UserError(`${source}: ${first.key} ${first.found}${more}`, `accepted: ${first.accepted}`);
 }
 
 function keyPath(path: ReadonlyArray<PropertyKey>): string {
-  return path.map((segment, i) => (typeof segment === 'number' ? `[${segment}]` : i === 0 ? String(segment) : `.${String(segment)}`)).join('');
+  return path
+    .map((segment, i) =>
+      typeof segment === 'number' ? `[${segment}]` : i === 0 ? String(segment) : `.${String(segment)}`,
+    )
+    .join('');
 }
 
 function describeIssue(issue: Issue, root: unknown): ConfigProblem[] {
@@ -248,7 +266,11 @@ function describeIssue(issue: Issue, root: unknown): ConfigProblem[] {
   if (issue.code === 'unrecognized_keys') {
     const where = keyPath(issue.path);
     const keys = acceptedKeys(path).join(', ');
-    return issue.keys.map((key) => ({ key: keyPath([...issue.path, key]), found: 'is not a devop.json key', accepted: where ? `in ${where}: ${keys}` : keys }));
+    return issue.keys.map((key) => ({
+      key: keyPath([...issue.path, key]),
+      found: 'is not a devop.json key',
+      accepted: where ? `in ${where}: ${keys}` : keys,
+    }));
   }
   const value = valueAt(root, path);
   const shown = value === undefined ? 'missing' : truncate(JSON.stringify(value));
@@ -258,13 +280,21 @@ function describeIssue(issue: Issue, root: unknown): ConfigProblem[] {
 function accepted(issue: Issue): string {
   switch (issue.code) {
     case 'invalid_type':
-      return issue.expected === 'array' ? 'a list (JSON array)' : issue.expected === 'object' ? 'an object' : `a ${issue.expected}`;
+      return issue.expected === 'array'
+        ? 'a list (JSON array)'
+        : issue.expected === 'object'
+          ? 'an object'
+          : `a ${issue.expected}`;
     case 'invalid_value':
       return issue.values.map((v) => JSON.stringify(v)).join(' | ');
     case 'too_small':
-      return issue.origin === 'string' ? `a string of at least ${String(issue.minimum)} characters` : `a number >= ${String(issue.minimum)}`;
+      return issue.origin === 'string'
+        ? `a string of at least ${String(issue.minimum)} characters`
+        : `a number >= ${String(issue.minimum)}`;
     case 'too_big':
-      return issue.origin === 'string' ? `a string of at most ${String(issue.maximum)} characters` : `a number <= ${String(issue.maximum)}`;
+      return issue.origin === 'string'
+        ? `a string of at most ${String(issue.maximum)} characters`
+        : `a number <= ${String(issue.maximum)}`;
     default:
       return issue.message.replace(/^(Invalid input: )?expected /, '');
   }
@@ -285,7 +315,8 @@ function unwrap(schema: z.ZodType): z.ZodType {
   let current: z.ZodType = schema;
   // optional(default(prefault(object))) at most: a few layers, never a cycle.
   for (let i = 0; i < 5; i += 1) {
-    if (current instanceof z.ZodOptional || current instanceof z.ZodDefault || current instanceof z.ZodPrefault) current = current.unwrap() as z.ZodType;
+    if (current instanceof z.ZodOptional || current instanceof z.ZodDefault || current instanceof z.ZodPrefault)
+      current = current.unwrap() as z.ZodType;
     else break;
   }
   return current;

@@ -19,7 +19,11 @@ export function describeCheck(check: AccessCheck): string {
 }
 
 /** What a session needs: target lookup, the tunnel, and the agent (a Job, or an ephemeral container). */
-export function sessionAccessChecks(input: { namespace: string; agentNamespace: string; ephemeral: boolean }): AccessCheck[] {
+export function sessionAccessChecks(input: {
+  namespace: string;
+  agentNamespace: string;
+  ephemeral: boolean;
+}): AccessCheck[] {
   const { namespace, agentNamespace } = input;
   const checks: AccessCheck[] = [
     { verb: 'get', group: '', resource: 'pods', namespace },
@@ -34,7 +38,8 @@ export function sessionAccessChecks(input: { namespace: string; agentNamespace: 
       { verb: 'get', group: 'batch', resource: 'jobs', namespace: agentNamespace },
       { verb: 'delete', group: 'batch', resource: 'jobs', namespace: agentNamespace },
     );
-    if (agentNamespace !== namespace) checks.push({ verb: 'list', group: '', resource: 'pods', namespace: agentNamespace });
+    if (agentNamespace !== namespace)
+      checks.push({ verb: 'list', group: '', resource: 'pods', namespace: agentNamespace });
   }
   return checks;
 }
@@ -44,14 +49,24 @@ export async function deniedChecks(kc: KubeConfig, checks: AccessCheck[]): Promi
   const api = kc.makeApiClient(AuthorizationV1Api);
   const results = await Promise.all(
     checks.map(async (check) => {
-      const review = await apiCall({ action: 'check RBAC permissions', verb: 'create', resource: 'selfsubjectaccessreviews.authorization.k8s.io' }, () =>
-        api.createSelfSubjectAccessReview({
-          body: {
-            apiVersion: 'authorization.k8s.io/v1',
-            kind: 'SelfSubjectAccessReview',
-            spec: { resourceAttributes: { verb: check.verb, group: check.group, resource: check.resource, subresource: check.subresource, namespace: check.namespace } },
-          },
-        }),
+      const review = await apiCall(
+        { action: 'check RBAC permissions', verb: 'create', resource: 'selfsubjectaccessreviews.authorization.k8s.io' },
+        () =>
+          api.createSelfSubjectAccessReview({
+            body: {
+              apiVersion: 'authorization.k8s.io/v1',
+              kind: 'SelfSubjectAccessReview',
+              spec: {
+                resourceAttributes: {
+                  verb: check.verb,
+                  group: check.group,
+                  resource: check.resource,
+                  subresource: check.subresource,
+                  namespace: check.namespace,
+                },
+              },
+            },
+          }),
       );
       return review.status?.allowed ? undefined : check;
     }),

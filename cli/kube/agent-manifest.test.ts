@@ -1,6 +1,11 @@
 // The agent's pod specs compared with literal expected manifests (a change to what devop creates in clusters shows here).
 import { describe, expect, it } from 'vitest';
-import { buildAgentEphemeralContainer, buildAgentJob, buildTargetlessAgentJob, type AgentSpecInput } from './agent-manifest.js';
+import {
+  buildAgentEphemeralContainer,
+  buildAgentJob,
+  buildTargetlessAgentJob,
+  type AgentSpecInput,
+} from './agent-manifest.js';
 
 const input: AgentSpecInput = {
   agentId: 'ab12cd34ef',
@@ -8,7 +13,14 @@ const input: AgentSpecInput = {
   image: 'ghcr.io/devop/agent:0.1.0',
   port: 24567,
   token: 'secret-token',
-  target: { pod: 'api-7d9f-abcde', uid: 'uid-123', namespace: 'shop', nodeName: 'node-1', containerId: 'containerd://0123abcd', container: 'api' },
+  target: {
+    pod: 'api-7d9f-abcde',
+    uid: 'uid-123',
+    namespace: 'shop',
+    nodeName: 'node-1',
+    containerId: 'containerd://0123abcd',
+    container: 'api',
+  },
   idleSeconds: 10,
   ttlSeconds: 60,
   owner: 'alice@laptop',
@@ -34,7 +46,11 @@ describe('agent manifests', () => {
           'devop.dev/target-pod': 'api-7d9f-abcde',
           'devop.dev/target-uid': 'uid-123',
         },
-        annotations: { 'devop.dev/agent-port': '24567', 'devop.dev/owner': 'alice@laptop', 'devop.dev/agent-id': 'ab12cd34ef' },
+        annotations: {
+          'devop.dev/agent-port': '24567',
+          'devop.dev/owner': 'alice@laptop',
+          'devop.dev/agent-id': 'ab12cd34ef',
+        },
       },
       spec: {
         backoffLimit: 0,
@@ -76,7 +92,14 @@ describe('agent manifests', () => {
                   { name: 'DEVOP_AGENT_FLUSH_CONNECTIONS', value: 'true' },
                   { name: 'DEVOP_AGENT_ID', value: 'ab12cd34ef' },
                 ],
-                securityContext: { privileged: false, runAsUser: 0, capabilities: { drop: ['ALL'], add: ['NET_ADMIN', 'NET_RAW', 'SETGID', 'SYS_ADMIN', 'SYS_PTRACE', 'DAC_READ_SEARCH'] } },
+                securityContext: {
+                  privileged: false,
+                  runAsUser: 0,
+                  capabilities: {
+                    drop: ['ALL'],
+                    add: ['NET_ADMIN', 'NET_RAW', 'SETGID', 'SYS_ADMIN', 'SYS_PTRACE', 'DAC_READ_SEARCH'],
+                  },
+                },
                 resources: { requests: { cpu: '10m', memory: '48Mi' }, limits: { cpu: '1', memory: '256Mi' } },
               },
             ],
@@ -88,14 +111,26 @@ describe('agent manifests', () => {
 
   it('applies devop.json extras: labels, annotations, and tolerations that replace the tolerate-all default', () => {
     // Given extras from devop.json
-    const job = buildAgentJob({ ...input, privileged: true, logLevel: 'debug', extras: { labels: { team: 'a' }, annotations: { note: 'x' }, tolerations: [{ key: 'gpu', operator: 'Exists', effect: 'NoSchedule' }] } });
+    const job = buildAgentJob({
+      ...input,
+      privileged: true,
+      logLevel: 'debug',
+      extras: {
+        labels: { team: 'a' },
+        annotations: { note: 'x' },
+        tolerations: [{ key: 'gpu', operator: 'Exists', effect: 'NoSchedule' }],
+      },
+    });
     // Then they are on the Job and its pod, and the contract's labels still win
     expect(job.metadata?.labels?.team).toBe('a');
     expect(job.spec?.template.metadata?.labels?.team).toBe('a');
     expect(job.spec?.template.metadata?.annotations?.note).toBe('x');
     expect(job.spec?.template.spec?.tolerations).toEqual([{ key: 'gpu', operator: 'Exists', effect: 'NoSchedule' }]);
     expect(job.spec?.template.spec?.containers[0].securityContext?.privileged).toBe(true);
-    expect(job.spec?.template.spec?.containers[0].env).toContainEqual({ name: 'DEVOP_AGENT_LOG_LEVEL', value: 'debug' });
+    expect(job.spec?.template.spec?.containers[0].env).toContainEqual({
+      name: 'DEVOP_AGENT_LOG_LEVEL',
+      value: 'debug',
+    });
   });
 
   it('builds the ephemeral agent container targeting the chosen container', () => {
@@ -113,12 +148,28 @@ describe('agent manifests', () => {
         { name: 'DEVOP_AGENT_FLUSH_CONNECTIONS', value: 'true' },
         { name: 'DEVOP_AGENT_ID', value: 'ab12cd34ef' },
       ],
-      securityContext: { privileged: false, runAsUser: 0, capabilities: { drop: ['ALL'], add: ['NET_ADMIN', 'NET_RAW', 'SETGID', 'SYS_ADMIN', 'SYS_PTRACE', 'DAC_READ_SEARCH'] } },
+      securityContext: {
+        privileged: false,
+        runAsUser: 0,
+        capabilities: {
+          drop: ['ALL'],
+          add: ['NET_ADMIN', 'NET_RAW', 'SETGID', 'SYS_ADMIN', 'SYS_PTRACE', 'DAC_READ_SEARCH'],
+        },
+      },
     });
   });
 
   it('builds a targetless agent Job without host access', () => {
-    const job = buildTargetlessAgentJob({ agentId: 'zz', namespace: 'default', image: 'img', port: 21000, token: 't', idleSeconds: 10, ttlSeconds: 30, owner: 'bob@h' });
+    const job = buildTargetlessAgentJob({
+      agentId: 'zz',
+      namespace: 'default',
+      image: 'img',
+      port: 21000,
+      token: 't',
+      idleSeconds: 10,
+      ttlSeconds: 30,
+      owner: 'bob@h',
+    });
     const pod = job.spec?.template.spec;
     expect(pod?.hostPID).toBeUndefined();
     expect(pod?.nodeName).toBeUndefined();

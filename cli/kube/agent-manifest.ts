@@ -1,7 +1,19 @@
 // The agent's pod specs, built by pure functions (tested against literal manifests): a Job pinned to the target's node
 // (job mode) or an ephemeral container in the target pod (--ephemeral). Names and env come from shared/agent-contract.ts.
-import type { V1EphemeralContainer, V1Job, V1ResourceRequirements, V1SecurityContext, V1Toleration } from '@kubernetes/client-node';
-import { AGENT_ANNOTATIONS, AGENT_CAPABILITIES, AGENT_CONTAINER_NAME, AGENT_LABELS, agentEnv } from '../../shared/agent-contract.js';
+import type {
+  V1EphemeralContainer,
+  V1Job,
+  V1ResourceRequirements,
+  V1SecurityContext,
+  V1Toleration,
+} from '@kubernetes/client-node';
+import {
+  AGENT_ANNOTATIONS,
+  AGENT_CAPABILITIES,
+  AGENT_CONTAINER_NAME,
+  AGENT_LABELS,
+  agentEnv,
+} from '../../shared/agent-contract.js';
 
 export interface AgentSpecInput {
   /** Short random id: Job name devop-agent-<id>, nft table devop_<id> (or iptables chain DEVOP-<id>). */
@@ -196,7 +208,10 @@ export function buildTargetlessAgentJob(input: TargetlessAgentSpecInput): V1Job 
       backoffLimit: 0,
       ttlSecondsAfterFinished: input.ttlSeconds,
       template: {
-        metadata: { labels: podLabels, annotations: { ...podAnnotations, 'sidecar.istio.io/inject': 'false', 'linkerd.io/inject': 'disabled' } },
+        metadata: {
+          labels: podLabels,
+          annotations: { ...podAnnotations, 'sidecar.istio.io/inject': 'false', 'linkerd.io/inject': 'disabled' },
+        },
         spec: {
           restartPolicy: 'Never',
           terminationGracePeriodSeconds: 2,
@@ -206,7 +221,14 @@ export function buildTargetlessAgentJob(input: TargetlessAgentSpecInput): V1Job 
               name: AGENT_CONTAINER_NAME,
               image: input.image,
               imagePullPolicy: 'IfNotPresent',
-              env: agentEnv({ mode: 'targetless', port: input.port, token: input.token, idleSeconds: input.idleSeconds, agentId: input.agentId, logLevel: input.logLevel }),
+              env: agentEnv({
+                mode: 'targetless',
+                port: input.port,
+                token: input.token,
+                idleSeconds: input.idleSeconds,
+                agentId: input.agentId,
+                logLevel: input.logLevel,
+              }),
               securityContext: TARGETLESS_SECURITY_CONTEXT,
               resources: AGENT_RESOURCES,
             },

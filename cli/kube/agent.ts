@@ -2,12 +2,33 @@
 // the pod's node, or an ephemeral container) and wait for it by watching its pod, failing clearly on image pull errors,
 // an unschedulable pod, a crash (with its last log lines) or the start-up timeout (with the pod's events).
 import { randomBytes } from 'node:crypto';
-import { BatchV1Api, CoreV1Api, type KubeConfig, type V1ContainerStatus, type V1EnvVar, type V1Pod } from '@kubernetes/client-node';
-import { AGENT_ANNOTATIONS, AGENT_CAPABILITIES, AGENT_CONTAINER_NAME, AGENT_ENV, AGENT_LABELS } from '../../shared/agent-contract.js';
+import {
+  BatchV1Api,
+  CoreV1Api,
+  type KubeConfig,
+  type V1ContainerStatus,
+  type V1EnvVar,
+  type V1Pod,
+} from '@kubernetes/client-node';
+import {
+  AGENT_ANNOTATIONS,
+  AGENT_CAPABILITIES,
+  AGENT_CONTAINER_NAME,
+  AGENT_ENV,
+  AGENT_LABELS,
+} from '../../shared/agent-contract.js';
 import { UserError } from '../../shared/errors.js';
 import { apiCall, apiErrorCode, mapApiError } from './errors.js';
 import { waitForPods } from './watch.js';
-import { agentJobName, buildAgentEphemeralContainer, buildAgentJob, buildTargetlessAgentJob, TARGETLESS_LABEL_VALUE, type AgentExtras, type AgentSpecInput } from './agent-manifest.js';
+import {
+  agentJobName,
+  buildAgentEphemeralContainer,
+  buildAgentJob,
+  buildTargetlessAgentJob,
+  TARGETLESS_LABEL_VALUE,
+  type AgentExtras,
+  type AgentSpecInput,
+} from './agent-manifest.js';
 import type { ResolvedTarget } from './target.js';
 
 export interface AgentEndpoint {
@@ -68,35 +89,80 @@ function isRunning(status: V1ContainerStatus | undefined): boolean {
 /** Every devop agent pod in a namespace (listed beside the target lookup, so that reuse costs no extra round trip). */
 export async function listAgentPods(kc: KubeConfig, agentNamespace: string): Promise<V1Pod[]> {
   const core = kc.makeApiClient(CoreV1Api);
-  const list = await apiCall({ action: 'look for a running devop agent', verb: 'list', resource: 'pods', namespace: agentNamespace }, () =>
-    core.listNamespacedPod({ namespace: agentNamespace, labelSelector: `${AGENT_LABELS.name}=${AGENT_LABELS.nameValue}` }),
+  const list = await apiCall(
+    { action: 'look for a running devop agent', verb: 'list', resource: 'pods', namespace: agentNamespace },
+    () =>
+      core.listNamespacedPod({
+        namespace: agentNamespace,
+        labelSelector: `${AGENT_LABELS.name}=${AGENT_LABELS.nameValue}`,
+      }),
   );
   return list.items;
 }
 
 /** A running agent (Job pod or ephemeral container) already serving this pod, if any. */
-export async function findAgent(kc: KubeConfig, target: ResolvedTarget, agentNamespace: string, agentPods?: Promise<V1Pod[]>): Promise<AgentEndpoint | undefined> {
-  const ephemeral = (target.pod.spec?.ephemeralContainers ?? []).filter((c) => c.name.startsWith(`${AGENT_CONTAINER_NAME}-`));
+export async function findAgent(
+  kc: KubeConfig,
+  target: ResolvedTarget,
+  agentNamespace: string,
+  agentPods?: Promise<V1Pod[]>,
+): Promise<AgentEndpoint | undefined> {
+  const ephemeral = (target.pod.spec?.ephemeralContainers ?? []).filter((c) =>
+    c.name.startsWith(`${AGENT_CONTAINER_NAME}-`),
+  );
   for (const c of ephemeral.reverse()) {
     const status = target.pod.status?.ephemeralContainerStatuses?.find((s) => s.name === c.name);
     const port = Number(envValue(c.env, AGENT_ENV.port));
     const token = envValue(c.env, AGENT_ENV.token);
     if (isRunning(status) && port > 0 && token) {
-      return { mode: 'ephemeral', name: c.name, agentPod: target.podName, agentNamespace: target.namespace, agentContainer: c.name, port, token, agentId: envValue(c.env, AGENT_ENV.agentId) ?? '', reused: true };
+      return {
+        mode: 'ephemeral',
+        name: c.name,
+        agentPod: target.podName,
+        agentNamespace: target.namespace,
+        agentContainer: c.name,
+        port,
+        token,
+        agentId: envValue(c.env, AGENT_ENV.agentId) ?? '',
+        reused: true,
+      };
     }
   }
   const pods = await (agentPods ?? listAgentPods(kc, agentNamespace));
   const candidates = pods
-    .filter((p) => !p.metadata?.deletionTimestamp && p.metadata?.labels?.[AGENT_LABELS.targetPod] === target.podName && p.metadata?.labels?.[AGENT_LABELS.targetUid] === target.podUid)
-    .filter((p) => p.status?.phase === 'Running' && isRunning(p.status?.containerStatuses?.find((s) => s.name === AGENT_CONTAINER_NAME)))
-    .sort((a, b) => String(b.metadata?.creationTimestamp ?? '').localeCompare(String(a.metadata?.creationTimestamp ?? '')));
+    .filter(
+      (p) =>
+        !p.metadata?.deletionTimestamp &&
+        p.metadata?.labels?.[AGENT_LABELS.targetPod] === target.podName &&
+        p.metadata?.labels?.[AGENT_LABELS.targetUid] === target.podUid,
+    )
+    .filter(
+      (p) =>
+        p.status?.phase === 'Running' &&
+        isRunning(p.status?.containerStatuses?.find((s) => s.name === AGENT_CONTAINER_NAME)),
+    )
+    .sort((a, b) =>
+      String(b.metadata?.creationTimestamp ?? '').localeCompare(String(a.metadata?.creationTimestamp ?? '')),
+    );
   for (const pod of candidates) {
     const container = pod.spec?.containers.find((c) => c.name === AGENT_CONTAINER_NAME);
-    const port = Number(envValue(container?.env, AGENT_ENV.port) ?? pod.metadata?.annotations?.[AGENT_ANNOTATIONS.port]);
+    const port = Number(
+      envValue(container?.env, AGENT_ENV.port) ?? pod.metadata?.annotations?.[AGENT_ANNOTATIONS.port],
+    );
     const token = envValue(container?.env, AGENT_ENV.token);
     if (port > 0 && token) {
       const agentId = pod.metadata?.annotations?.[AGENT_ANNOTATIONS.agentId] ?? '';
-      return { mode: 'job', name: agentJobName(agentId), agentPod: pod.metadata?.name ?? '', agentNamespace, agentContainer: AGENT_CONTAINER_NAME, port, token, agentId, reused: true };
+      return {
+        mode: 'job',
+        name: agentJobName(agentId),
+        agentPod: pod.metadata?.name ?? '',
+        agentNamespace,
+        agentContainer: AGENT_CONTAINER_NAME,
+        port,
+        token,
+        agentId,
+        reused: true,
+      };
     }
   }
   return undefined;
@@ -104,19 +170,39 @@ export async function findAgent(kc: KubeConfig, target: ResolvedTarget, agentNam
 
 type Verdict = { ok: V1Pod } | { fail: V1Pod; why: 'image' | 'unschedulable' | 'crash' | 'config'; detail: string };
 
-const IMAGE_REASONS = new Set(['ErrImagePull', 'ImagePullBackOff', 'InvalidImageName', 'ErrImageNeverPull', 'RegistryUnavailable']);
+const IMAGE_REASONS = new Set([
+  'ErrImagePull',
+  'ImagePullBackOff',
+  'InvalidImageName',
+  'ErrImageNeverPull',
+  'RegistryUnavailable',
+]);
 const CONFIG_REASONS = new Set(['CreateContainerConfigError', 'CreateContainerError', 'RunContainerError']);
 
 /** Judges the agent container's state: running, still starting (undefined), or failed and why. Pure. */
 export function judgeAgentPod(pod: V1Pod, status: V1ContainerStatus | undefined): Verdict | undefined {
   const waiting = status?.state?.waiting;
-  if (waiting?.reason && IMAGE_REASONS.has(waiting.reason)) return { fail: pod, why: 'image', detail: `${waiting.reason}${waiting.message ? `: ${waiting.message}` : ''}` };
-  if (waiting?.reason && CONFIG_REASONS.has(waiting.reason)) return { fail: pod, why: 'config', detail: `${waiting.reason}${waiting.message ? `: ${waiting.message}` : ''}` };
+  if (waiting?.reason && IMAGE_REASONS.has(waiting.reason))
+    return { fail: pod, why: 'image', detail: `${waiting.reason}${waiting.message ? `: ${waiting.message}` : ''}` };
+  if (waiting?.reason && CONFIG_REASONS.has(waiting.reason))
+    return { fail: pod, why: 'config', detail: `${waiting.reason}${waiting.message ? `: ${waiting.message}` : ''}` };
   if (waiting?.reason === 'CrashLoopBackOff') return { fail: pod, why: 'crash', detail: 'CrashLoopBackOff' };
   const terminated = status?.state?.terminated;
-  if (terminated) return { fail: pod, why: 'crash', detail: `exited with code ${terminated.exitCode}${terminated.reason ? ` (${terminated.reason})` : ''}` };
-  if (pod.status?.phase === 'Failed' || pod.status?.phase === 'Succeeded') return { fail: pod, why: 'crash', detail: `pod ${pod.status.phase}${pod.status.reason ? ` (${pod.status.reason})` : ''}` };
-  const unschedulable = pod.status?.conditions?.find((c) => c.type === 'PodScheduled' && c.status === 'False' && c.reason === 'Unschedulable');
+  if (terminated)
+    return {
+      fail: pod,
+      why: 'crash',
+      detail: `exited with code ${terminated.exitCode}${terminated.reason ? ` (${terminated.reason})` : ''}`,
+    };
+  if (pod.status?.phase === 'Failed' || pod.status?.phase === 'Succeeded')
+    return {
+      fail: pod,
+      why: 'crash',
+      detail: `pod ${pod.status.phase}${pod.status.reason ? ` (${pod.status.reason})` : ''}`,
+    };
+  const unschedulable = pod.status?.conditions?.find(
+    (c) => c.type === 'PodScheduled' && c.status === 'False' && c.reason === 'Unschedulable',
+  );
   if (unschedulable) return { fail: pod, why: 'unschedulable', detail: unschedulable.message ?? 'Unschedulable' };
   if (isRunning(status)) return { ok: pod };
   return undefined;
@@ -144,29 +230,52 @@ async function podEvents(kc: KubeConfig, namespace: string, pod: string): Promis
   }
 }
 
-async function failureError(kc: KubeConfig, v: Extract<Verdict, { fail: V1Pod }>, container: string, options: AgentOptions): Promise<UserError> {
+async function failureError(
+  kc: KubeConfig,
+  v: Extract<Verdict, { fail: V1Pod }>,
+  container: string,
+  options: AgentOptions,
+): Promise<UserError> {
   const pod = v.fail.metadata?.name ?? '';
   const ns = v.fail.metadata?.namespace ?? options.agentNamespace;
   switch (v.why) {
     case 'image':
-      return new UserError(`the agent image ${options.image} cannot be pulled (${v.detail})`, 'check --agent-image / agent.image and that the node can pull it (registry access, imagePullSecrets)');
+      return new UserError(
+        `the agent image ${options.image} cannot be pulled (${v.detail})`,
+        'check --agent-image / agent.image and that the node can pull it (registry access, imagePullSecrets)',
+      );
     case 'unschedulable':
-      return new UserError(`the agent pod ${pod} cannot be scheduled: ${v.detail}`, "check the node's capacity and taints; the agent must run on the target pod's node");
+      return new UserError(
+        `the agent pod ${pod} cannot be scheduled: ${v.detail}`,
+        "check the node's capacity and taints; the agent must run on the target pod's node",
+      );
     case 'config':
-      return new UserError(`the agent container cannot start: ${v.detail}`, 'check the agent options (image, namespace) and the pod events (kubectl describe pod)');
+      return new UserError(
+        `the agent container cannot start: ${v.detail}`,
+        'check the agent options (image, namespace) and the pod events (kubectl describe pod)',
+      );
     case 'crash':
-      return new UserError(`the agent crashed: ${v.detail}${await lastLogLines(kc, ns, pod, container)}`, `check the agent's permissions on the node (${AGENT_CAPABILITIES.join(', ')}, hostPID; try --agent-privileged) and its logs: kubectl logs -n ${ns} ${pod}`);
+      return new UserError(
+        `the agent crashed: ${v.detail}${await lastLogLines(kc, ns, pod, container)}`,
+        `check the agent's permissions on the node (${AGENT_CAPABILITIES.join(', ')}, hostPID; try --agent-privileged) and its logs: kubectl logs -n ${ns} ${pod}`,
+      );
   }
 }
 
 /** Creates an agent Job for the target and waits until its container runs. Deletes the Job again if it cannot start. */
-export async function createJobAgent(kc: KubeConfig, target: ResolvedTarget, options: AgentOptions): Promise<AgentEndpoint> {
+export async function createJobAgent(
+  kc: KubeConfig,
+  target: ResolvedTarget,
+  options: AgentOptions,
+): Promise<AgentEndpoint> {
   const batch = kc.makeApiClient(BatchV1Api);
   const spec = agentSpecInput(target, options);
   const job = buildAgentJob(spec);
   const name = job.metadata?.name ?? '';
   const ns = options.agentNamespace;
-  await apiCall({ action: 'create the agent Job', verb: 'create', resource: 'jobs.batch', namespace: ns, name }, () => batch.createNamespacedJob({ namespace: ns, body: job }));
+  await apiCall({ action: 'create the agent Job', verb: 'create', resource: 'jobs.batch', namespace: ns, name }, () =>
+    batch.createNamespacedJob({ namespace: ns, body: job }),
+  );
   try {
     const pod = await waitForAgentPod(kc, {
       namespace: ns,
@@ -177,7 +286,17 @@ export async function createJobAgent(kc: KubeConfig, target: ResolvedTarget, opt
       what: `agent Job ${name}`,
       options,
     });
-    return { mode: 'job', name, agentPod: pod.metadata?.name ?? '', agentNamespace: ns, agentContainer: AGENT_CONTAINER_NAME, port: spec.port, token: spec.token, agentId: spec.agentId, reused: false };
+    return {
+      mode: 'job',
+      name,
+      agentPod: pod.metadata?.name ?? '',
+      agentNamespace: ns,
+      agentContainer: AGENT_CONTAINER_NAME,
+      port: spec.port,
+      token: spec.token,
+      agentId: spec.agentId,
+      reused: false,
+    };
   } catch (err) {
     await deleteAgentJob(kc, ns, name);
     throw err;
@@ -190,15 +309,31 @@ export async function deleteAgentJob(kc: KubeConfig, namespace: string, name: st
 }
 
 /** Adds the agent as an ephemeral container of the target pod and waits until it runs. */
-export async function createEphemeralAgent(kc: KubeConfig, target: ResolvedTarget, options: AgentOptions): Promise<AgentEndpoint> {
+export async function createEphemeralAgent(
+  kc: KubeConfig,
+  target: ResolvedTarget,
+  options: AgentOptions,
+): Promise<AgentEndpoint> {
   const core = kc.makeApiClient(CoreV1Api);
   const spec = agentSpecInput(target, options);
   const container = buildAgentEphemeralContainer(spec);
-  const ctx = { action: 'add the agent as an ephemeral container', verb: 'patch', resource: 'pods/ephemeralcontainers', namespace: target.namespace, name: target.podName };
+  const ctx = {
+    action: 'add the agent as an ephemeral container',
+    verb: 'patch',
+    resource: 'pods/ephemeralcontainers',
+    namespace: target.namespace,
+    name: target.podName,
+  };
   // Update, re-reading on a conflict: another session may add its container at the same moment.
   for (let attempt = 0; ; attempt++) {
-    const pod = attempt === 0 ? target.pod : await apiCall(ctx, () => core.readNamespacedPod({ name: target.podName, namespace: target.namespace }));
-    const body: V1Pod = { ...pod, spec: { ...pod.spec!, ephemeralContainers: [...(pod.spec?.ephemeralContainers ?? []), container] } };
+    const pod =
+      attempt === 0
+        ? target.pod
+        : await apiCall(ctx, () => core.readNamespacedPod({ name: target.podName, namespace: target.namespace }));
+    const body: V1Pod = {
+      ...pod,
+      spec: { ...pod.spec!, ephemeralContainers: [...(pod.spec?.ephemeralContainers ?? []), container] },
+    };
     try {
       await core.replaceNamespacedPodEphemeralcontainers({ name: target.podName, namespace: target.namespace, body });
       break;
@@ -216,7 +351,17 @@ export async function createEphemeralAgent(kc: KubeConfig, target: ResolvedTarge
     what: `ephemeral agent container ${container.name}`,
     options,
   });
-  return { mode: 'ephemeral', name: container.name, agentPod: target.podName, agentNamespace: target.namespace, agentContainer: container.name, port: spec.port, token: spec.token, agentId: spec.agentId, reused: false };
+  return {
+    mode: 'ephemeral',
+    name: container.name,
+    agentPod: target.podName,
+    agentNamespace: target.namespace,
+    agentContainer: container.name,
+    port: spec.port,
+    token: spec.token,
+    agentId: spec.agentId,
+    reused: false,
+  };
 }
 
 function agentSpecInput(target: ResolvedTarget, options: AgentOptions): AgentSpecInput {
@@ -228,7 +373,14 @@ function agentSpecInput(target: ResolvedTarget, options: AgentOptions): AgentSpe
     image: options.image,
     port: pickAgentPort(taken),
     token: randomBytes(24).toString('hex'),
-    target: { pod: target.podName, uid: target.podUid, namespace: target.namespace, nodeName: target.nodeName, containerId: target.containerId, container: target.container.name },
+    target: {
+      pod: target.podName,
+      uid: target.podUid,
+      namespace: target.namespace,
+      nodeName: target.nodeName,
+      containerId: target.containerId,
+      container: target.container.name,
+    },
     idleSeconds: options.idleSeconds,
     ttlSeconds: options.ttlSeconds,
     owner: options.owner,
@@ -246,9 +398,21 @@ export async function createTargetlessAgent(kc: KubeConfig, options: AgentOption
   const port = pickAgentPort([]);
   const token = randomBytes(24).toString('hex');
   const ns = options.agentNamespace;
-  const job = buildTargetlessAgentJob({ agentId, namespace: ns, image: options.image, port, token, idleSeconds: options.idleSeconds, ttlSeconds: options.ttlSeconds, owner: options.owner, logLevel: options.logLevel });
+  const job = buildTargetlessAgentJob({
+    agentId,
+    namespace: ns,
+    image: options.image,
+    port,
+    token,
+    idleSeconds: options.idleSeconds,
+    ttlSeconds: options.ttlSeconds,
+    owner: options.owner,
+    logLevel: options.logLevel,
+  });
   const name = job.metadata?.name ?? '';
-  await apiCall({ action: 'create the agent Job', verb: 'create', resource: 'jobs.batch', namespace: ns, name }, () => batch.createNamespacedJob({ namespace: ns, body: job }));
+  await apiCall({ action: 'create the agent Job', verb: 'create', resource: 'jobs.batch', namespace: ns, name }, () =>
+    batch.createNamespacedJob({ namespace: ns, body: job }),
+  );
   try {
     const pod = await waitForAgentPod(kc, {
       namespace: ns,
@@ -259,7 +423,17 @@ export async function createTargetlessAgent(kc: KubeConfig, options: AgentOption
       what: `agent Job ${name}`,
       options,
     });
-    return { mode: 'job', name, agentPod: pod.metadata?.name ?? '', agentNamespace: ns, agentContainer: AGENT_CONTAINER_NAME, port, token, agentId, reused: false };
+    return {
+      mode: 'job',
+      name,
+      agentPod: pod.metadata?.name ?? '',
+      agentNamespace: ns,
+      agentContainer: AGENT_CONTAINER_NAME,
+      port,
+      token,
+      agentId,
+      reused: false,
+    };
   } catch (err) {
     await deleteAgentJob(kc, ns, name);
     throw err;
@@ -296,7 +470,10 @@ async function waitForAgentPod(
       onTimeout: async () => {
         const name = lastPod?.metadata?.name;
         const events = name ? await podEvents(kc, input.namespace, name) : ' (its pod was never created)';
-        return new UserError(`the ${input.what} did not start within ${options.startupTimeoutMs / 1000} s${events}`, 'check the events (kubectl describe pod), or raise --startup-timeout');
+        return new UserError(
+          `the ${input.what} did not start within ${options.startupTimeoutMs / 1000} s${events}`,
+          'check the events (kubectl describe pod), or raise --startup-timeout',
+        );
       },
     },
   );

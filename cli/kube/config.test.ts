@@ -6,7 +6,11 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { loadKubeConfig } from './config.js';
 
-function kubeconfig(dir: string, name: string, body: { contexts: string[]; current?: string; namespace?: string }): string {
+function kubeconfig(
+  dir: string,
+  name: string,
+  body: { contexts: string[]; current?: string; namespace?: string },
+): string {
   const path = join(dir, name);
   const lines = [
     'apiVersion: v1',
@@ -16,7 +20,10 @@ function kubeconfig(dir: string, name: string, body: { contexts: string[]; curre
     'users:',
     ...body.contexts.map((c) => `- name: ${c}-user\n  user:\n    token: t-${c}`),
     'contexts:',
-    ...body.contexts.map((c) => `- name: ${c}\n  context:\n    cluster: ${c}-cluster\n    user: ${c}-user${body.namespace ? `\n    namespace: ${body.namespace}` : ''}`),
+    ...body.contexts.map(
+      (c) =>
+        `- name: ${c}\n  context:\n    cluster: ${c}-cluster\n    user: ${c}-user${body.namespace ? `\n    namespace: ${body.namespace}` : ''}`,
+    ),
     ...(body.current ? [`current-context: ${body.current}`] : []),
   ];
   writeFileSync(path, `${lines.join('\n')}\n`);
@@ -27,13 +34,22 @@ describe('kubeconfig loading', () => {
   const dir = mkdtempSync(join(tmpdir(), 'devop-kc-'));
 
   it('fails in one line when no kubeconfig exists', () => {
-    expect(() => loadKubeConfig({ processEnv: { HOME: dir } })).toThrow(`no kubeconfig found (~/.kube/config: ${dir}/.kube/config)`);
-    expect(() => loadKubeConfig({ kubeconfig: join(dir, 'missing') })).toThrow(`no kubeconfig found (--kubeconfig: ${dir}/missing)`);
+    expect(() => loadKubeConfig({ processEnv: { HOME: dir } })).toThrow(
+      `no kubeconfig found (~/.kube/config: ${dir}/.kube/config)`,
+    );
+    expect(() => loadKubeConfig({ kubeconfig: join(dir, 'missing') })).toThrow(
+      `no kubeconfig found (--kubeconfig: ${dir}/missing)`,
+    );
   });
 
   it('fails when there is no current context, naming the contexts there are', () => {
     const path = kubeconfig(dir, 'no-current', { contexts: ['dev', 'prod'] });
-    expect(() => loadKubeConfig({ kubeconfig: path })).toThrow(expect.objectContaining({ message: `the kubeconfig (${path}) has no current context`, hint: 'pass --context (one of: dev, prod) or run `kubectl config use-context NAME`' }));
+    expect(() => loadKubeConfig({ kubeconfig: path })).toThrow(
+      expect.objectContaining({
+        message: `the kubeconfig (${path}) has no current context`,
+        hint: 'pass --context (one of: dev, prod) or run `kubectl config use-context NAME`',
+      }),
+    );
   });
 
   it('uses --context, and refuses an unknown one', () => {
@@ -42,7 +58,9 @@ describe('kubeconfig loading', () => {
     expect(loaded.context).toBe('prod');
     expect(loaded.namespace).toBe('team');
     expect(loaded.kc.getCurrentCluster()?.server).toBe('https://prod.example:6443');
-    expect(() => loadKubeConfig({ kubeconfig: path, context: 'staging' })).toThrow('context "staging" is not in the kubeconfig (contexts: dev, prod)');
+    expect(() => loadKubeConfig({ kubeconfig: path, context: 'staging' })).toThrow(
+      'context "staging" is not in the kubeconfig (contexts: dev, prod)',
+    );
   });
 
   it('merges the files of KUBECONFIG, the first one setting the current context', () => {

@@ -36,7 +36,8 @@ export function kubeconfigFiles(options: KubeAccessOptions): { files: string[]; 
 }
 
 export function loadKubeConfig(options: KubeAccessOptions): LoadedKubeConfig {
-  const timeoutMs = options.requestTimeout === undefined ? DEFAULT_REQUEST_TIMEOUT_MS : parseRequestTimeout(options.requestTimeout);
+  const timeoutMs =
+    options.requestTimeout === undefined ? DEFAULT_REQUEST_TIMEOUT_MS : parseRequestTimeout(options.requestTimeout);
   const { files, from } = kubeconfigFiles(options);
   const present = files.filter((file) => existsSync(file));
   if (present.length === 0) {
@@ -100,7 +101,9 @@ export function loadKubeConfig(options: KubeAccessOptions): LoadedKubeConfig {
  */
 export function reuseConnections(kc: KubeConfig): void {
   // createAgent is private in client-node's types; it is the one place where it builds the agent for a request.
-  const target = kc as unknown as { createAgent(cluster: { server?: string; proxyUrl?: string } | null, options: object): unknown };
+  const target = kc as unknown as {
+    createAgent(cluster: { server?: string; proxyUrl?: string } | null, options: object): unknown;
+  };
   const original = target.createAgent.bind(kc);
   const agents = new Map<string, Agent>();
   target.createAgent = (cluster, options) => {

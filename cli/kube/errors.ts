@@ -61,10 +61,14 @@ export function mapApiError(err: unknown, ctx: ApiCallContext): unknown {
   if (err instanceof UserError) return err;
   const code = apiErrorCode(err);
   const where = ctx.namespace ? ` in namespace "${ctx.namespace}"` : '';
-  const what = ctx.resource ? `${ctx.resource}${ctx.name ? ` "${ctx.name}"` : ''}` : ctx.name ?? 'the object';
+  const what = ctx.resource ? `${ctx.resource}${ctx.name ? ` "${ctx.name}"` : ''}` : (ctx.name ?? 'the object');
   switch (code) {
     case 401:
-      return new UserError(`the API server rejected devop's credentials while trying to ${ctx.action}`, 'refresh your login (the kubeconfig token or certificate has expired or is wrong)', { cause: err });
+      return new UserError(
+        `the API server rejected devop's credentials while trying to ${ctx.action}`,
+        'refresh your login (the kubeconfig token or certificate has expired or is wrong)',
+        { cause: err },
+      );
     case 403:
       return new UserError(
         `forbidden: cannot ${ctx.verb ?? 'access'} ${ctx.resource ?? 'the resource'}${where} (needed to ${ctx.action})`,
@@ -72,7 +76,11 @@ export function mapApiError(err: unknown, ctx: ApiCallContext): unknown {
         { cause: err },
       );
     case 404:
-      return new UserError(`${what} not found${where} (while trying to ${ctx.action})`, 'check the name and -n/--namespace (`devop ls` lists targets)', { cause: err });
+      return new UserError(
+        `${what} not found${where} (while trying to ${ctx.action})`,
+        'check the name and -n/--namespace (`devop ls` lists targets)',
+        { cause: err },
+      );
     case 409:
       return new UserError(
         `${what} already exists${where} (while trying to ${ctx.action}): a devop agent from an earlier session is probably left over`,
@@ -80,16 +88,28 @@ export function mapApiError(err: unknown, ctx: ApiCallContext): unknown {
         { cause: err },
       );
     case 422:
-      return new UserError(`the API server refused to ${ctx.action}: ${apiErrorMessage(err)}`, 'check the options (agent image, namespace, resources) and try again', { cause: err });
+      return new UserError(
+        `the API server refused to ${ctx.action}: ${apiErrorMessage(err)}`,
+        'check the options (agent image, namespace, resources) and try again',
+        { cause: err },
+      );
     default:
       break;
   }
   const conn = connectionCode(err);
   if (conn) {
-    return new UserError(`cannot reach the Kubernetes API server (${conn}) while trying to ${ctx.action}`, 'check that the cluster is up and that the current context (--context) points at it', { cause: err });
+    return new UserError(
+      `cannot reach the Kubernetes API server (${conn}) while trying to ${ctx.action}`,
+      'check that the cluster is up and that the current context (--context) points at it',
+      { cause: err },
+    );
   }
   if (code !== undefined) {
-    return new UserError(`the API server answered ${code} while trying to ${ctx.action}: ${apiErrorMessage(err)}`, 'retry; if it keeps failing, run `devop doctor`', { cause: err });
+    return new UserError(
+      `the API server answered ${code} while trying to ${ctx.action}: ${apiErrorMessage(err)}`,
+      'retry; if it keeps failing, run `devop doctor`',
+      { cause: err },
+    );
   }
   return err;
 }

@@ -175,9 +175,15 @@ describe('requests to an API server that does not answer', () => {
   it('keeps an established watch on which nothing happens', async () => {
     const { kc } = loadKubeConfig({ kubeconfig: routed.kubeconfigPath, requestTimeout: TIMEOUT });
     let ended: unknown = 'not ended';
-    const controller = await startWatch(kc, '/api/v1/namespaces/idle/pods', {}, () => undefined, (err) => {
-      ended = err;
-    });
+    const controller = await startWatch(
+      kc,
+      '/api/v1/namespaces/idle/pods',
+      {},
+      () => undefined,
+      (err) => {
+        ended = err;
+      },
+    );
     // Four timeouts of silence on the stream: still open.
     await new Promise((r) => setTimeout(r, TIMEOUT_MS * 4));
     expect(ended).toBe('not ended');

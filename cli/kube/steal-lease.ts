@@ -45,8 +45,15 @@ export function workloadOfPod(pod: V1Pod): Workload {
 
 /** Lease names are DNS subdomains; a readable prefix plus a hash keeps them unique and ≤ 63 characters. */
 export function stealLeaseName(namespace: string, workload: Workload, port: number): string {
-  const hash = createHash('sha256').update(`${namespace}/${workload.kind}/${workload.name}/${port}`).digest('hex').slice(0, 10);
-  const readable = `${workload.kind}-${workload.name}`.toLowerCase().replace(/[^a-z0-9-]/g, '-').slice(0, 36).replace(/-+$/, '');
+  const hash = createHash('sha256')
+    .update(`${namespace}/${workload.kind}/${workload.name}/${port}`)
+    .digest('hex')
+    .slice(0, 10);
+  const readable = `${workload.kind}-${workload.name}`
+    .toLowerCase()
+    .replace(/[^a-z0-9-]/g, '-')
+    .slice(0, 36)
+    .replace(/-+$/, '');
   return `devop-steal-${readable}-${port}-${hash}`.slice(0, 63);
 }
 
@@ -59,7 +66,11 @@ export function parseHolderIdentity(identity: string): { user: string; host: str
   const hashAt = identity.lastIndexOf('#');
   const who = hashAt >= 0 ? identity.slice(0, hashAt) : identity;
   const at = who.lastIndexOf('@');
-  return { user: at >= 0 ? who.slice(0, at) : who, host: at >= 0 ? who.slice(at + 1) : '', run: hashAt >= 0 ? identity.slice(hashAt + 1) : '' };
+  return {
+    user: at >= 0 ? who.slice(0, at) : who,
+    host: at >= 0 ? who.slice(at + 1) : '',
+    run: hashAt >= 0 ? identity.slice(hashAt + 1) : '',
+  };
 }
 
 function time(value: unknown): number | undefined {
@@ -125,7 +136,13 @@ export class StealLeases {
   async take(port: number): Promise<TakeResult> {
     const name = this.nameFor(port);
     const namespace = this.options.namespace;
-    const ctx = { action: `take the steal lock of port ${port}`, verb: 'create', resource: 'leases.coordination.k8s.io', namespace, name };
+    const ctx = {
+      action: `take the steal lock of port ${port}`,
+      verb: 'create',
+      resource: 'leases.coordination.k8s.io',
+      namespace,
+      name,
+    };
     for (let attempt = 0; attempt < 5; attempt++) {
       let existing: V1Lease | undefined;
       try {
@@ -147,7 +164,11 @@ export class StealLeases {
       const verdict = leaseVerdict(existing, this.identity, this.now());
       if (verdict === 'held') {
         const holder = leaseHolder(existing);
-        return { ok: false, holder, reason: `port ${port} of ${this.options.workload.kind}/${this.options.workload.name} is stolen by ${holder.user}@${holder.host} since ${holder.since} (Lease ${name})` };
+        return {
+          ok: false,
+          holder,
+          reason: `port ${port} of ${this.options.workload.kind}/${this.options.workload.name} is stolen by ${holder.user}@${holder.host} since ${holder.since} (Lease ${name})`,
+        };
       }
       const spec = existing.spec ?? {};
       const body: V1Lease = {
@@ -169,7 +190,10 @@ export class StealLeases {
         throw mapApiError(err, { ...ctx, verb: 'update' });
       }
     }
-    throw new UserError(`the steal lock ${name} kept changing while devop tried to take it`, 'another session is taking it at the same moment: run devop again');
+    throw new UserError(
+      `the steal lock ${name} kept changing while devop tried to take it`,
+      'another session is taking it at the same moment: run devop again',
+    );
   }
 
   private newLease(name: string, port: number, now: V1MicroTime): V1Lease {
@@ -180,9 +204,18 @@ export class StealLeases {
         name,
         namespace: this.options.namespace,
         labels: { [AGENT_LABELS.managedBy]: AGENT_LABELS.managedByValue, [LEASE_LABEL]: LEASE_LABEL_VALUE },
-        annotations: { [LEASE_ANNOTATIONS.workload]: `${this.options.workload.kind}/${this.options.workload.name}`, [LEASE_ANNOTATIONS.port]: String(port) },
+        annotations: {
+          [LEASE_ANNOTATIONS.workload]: `${this.options.workload.kind}/${this.options.workload.name}`,
+          [LEASE_ANNOTATIONS.port]: String(port),
+        },
       },
-      spec: { holderIdentity: this.identity, leaseDurationSeconds: LEASE_DURATION_SECONDS, acquireTime: now, renewTime: now, leaseTransitions: 0 },
+      spec: {
+        holderIdentity: this.identity,
+        leaseDurationSeconds: LEASE_DURATION_SECONDS,
+        acquireTime: now,
+        renewTime: now,
+        leaseTransitions: 0,
+      },
     };
   }
 
@@ -210,7 +243,11 @@ export class StealLeases {
         this.options.onLost?.(port, leaseHolder(lease));
         return;
       }
-      await this.api.replaceNamespacedLease({ name, namespace, body: { ...lease, spec: { ...lease.spec, renewTime: new V1MicroTime(this.now()) } } });
+      await this.api.replaceNamespacedLease({
+        name,
+        namespace,
+        body: { ...lease, spec: { ...lease.spec, renewTime: new V1MicroTime(this.now()) } },
+      });
     } catch (err) {
       if (apiErrorCode(err) === 404) {
         // Deleted (e.g. by `devop clean`): take it again, we still steal.
@@ -236,7 +273,11 @@ export class StealLeases {
     try {
       const lease = await this.api.readNamespacedLease({ name, namespace });
       if (lease.spec?.holderIdentity !== this.identity) return;
-      await this.api.deleteNamespacedLease({ name, namespace, body: { preconditions: { resourceVersion: lease.metadata?.resourceVersion } } });
+      await this.api.deleteNamespacedLease({
+        name,
+        namespace,
+        body: { preconditions: { resourceVersion: lease.metadata?.resourceVersion } },
+      });
     } catch {
       // Already gone, or the API is unreachable: it expires by itself.
     }

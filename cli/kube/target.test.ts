@@ -4,15 +4,31 @@ import { describe, expect, it } from 'vitest';
 import { judgeAgentPod } from './agent.js';
 import { chooseContainer, choosePod, podState, selectorToString } from './target.js';
 
-function pod(name: string, opts: { ready?: boolean; created?: string; phase?: string; waiting?: string; deleting?: boolean } = {}): V1Pod {
+function pod(
+  name: string,
+  opts: { ready?: boolean; created?: string; phase?: string; waiting?: string; deleting?: boolean } = {},
+): V1Pod {
   const ready = opts.ready ?? true;
   return {
-    metadata: { name, creationTimestamp: new Date(opts.created ?? '2026-01-01T00:00:00Z'), ...(opts.deleting ? { deletionTimestamp: new Date() } : {}) },
+    metadata: {
+      name,
+      creationTimestamp: new Date(opts.created ?? '2026-01-01T00:00:00Z'),
+      ...(opts.deleting ? { deletionTimestamp: new Date() } : {}),
+    },
     spec: { containers: [{ name: 'app' }] },
     status: {
       phase: opts.phase ?? 'Running',
       conditions: [{ type: 'Ready', status: ready ? 'True' : 'False' }],
-      containerStatuses: [{ name: 'app', image: 'i', imageID: '', ready, restartCount: 0, state: opts.waiting ? { waiting: { reason: opts.waiting } } : { running: {} } }],
+      containerStatuses: [
+        {
+          name: 'app',
+          image: 'i',
+          imageID: '',
+          ready,
+          restartCount: 0,
+          state: opts.waiting ? { waiting: { reason: opts.waiting } } : { running: {} },
+        },
+      ],
     },
   };
 }
@@ -20,7 +36,11 @@ function pod(name: string, opts: { ready?: boolean; created?: string; phase?: st
 describe('pod choice', () => {
   it('picks the newest Ready pod and says why', () => {
     // Given three pods, two Ready
-    const pods = [pod('old', { created: '2026-01-01T00:00:00Z' }), pod('new', { created: '2026-01-02T00:00:00Z' }), pod('starting', { ready: false, created: '2026-01-03T00:00:00Z' })];
+    const pods = [
+      pod('old', { created: '2026-01-01T00:00:00Z' }),
+      pod('new', { created: '2026-01-02T00:00:00Z' }),
+      pod('starting', { ready: false, created: '2026-01-03T00:00:00Z' }),
+    ];
     // When one is chosen
     const { pod: chosen, reason } = choosePod(pods, 'deployment/api');
     // Then it is the newest Ready one
@@ -34,34 +54,65 @@ describe('pod choice', () => {
   });
 
   it('lists every pod state when none is Ready', () => {
-    const pods = [pod('a', { ready: false, phase: 'Pending', waiting: 'ImagePullBackOff' }), pod('b', { ready: false })];
-    expect(() => choosePod(pods, 'deployment/api')).toThrow('deployment/api has no Ready pod (a: Pending (ImagePullBackOff), b: Running, not Ready)');
+    const pods = [
+      pod('a', { ready: false, phase: 'Pending', waiting: 'ImagePullBackOff' }),
+      pod('b', { ready: false }),
+    ];
+    expect(() => choosePod(pods, 'deployment/api')).toThrow(
+      'deployment/api has no Ready pod (a: Pending (ImagePullBackOff), b: Running, not Ready)',
+    );
     expect(() => choosePod([], 'deployment/api')).toThrow(/has no pods/);
     expect(podState(pod('x', { deleting: true }))).toBe('Terminating');
   });
 
   it('chooses the container: asked, annotated default, only, first', () => {
-    const p: V1Pod = { metadata: { name: 'p', annotations: {} }, spec: { containers: [{ name: 'sidecar' }, { name: 'app' }] } };
+    const p: V1Pod = {
+      metadata: { name: 'p', annotations: {} },
+      spec: { containers: [{ name: 'sidecar' }, { name: 'app' }] },
+    };
     expect(chooseContainer(p, 'app').container.name).toBe('app');
     expect(() => chooseContainer(p, 'nope')).toThrow('pod p has no container "nope" (containers: sidecar, app)');
-    expect(chooseContainer(p, undefined)).toMatchObject({ container: { name: 'sidecar' }, reason: 'the first of 2 (add /container/NAME to choose)' });
+    expect(chooseContainer(p, undefined)).toMatchObject({
+      container: { name: 'sidecar' },
+      reason: 'the first of 2 (add /container/NAME to choose)',
+    });
     p.metadata!.annotations!['kubectl.kubernetes.io/default-container'] = 'app';
-    expect(chooseContainer(p, undefined)).toMatchObject({ container: { name: 'app' }, reason: "the pod's default-container annotation" });
+    expect(chooseContainer(p, undefined)).toMatchObject({
+      container: { name: 'app' },
+      reason: "the pod's default-container annotation",
+    });
   });
 
   it('turns label selectors into selector strings', () => {
-    expect(selectorToString({ matchLabels: { app: 'echo', tier: 'web' }, matchExpressions: [{ key: 'env', operator: 'In', values: ['a', 'b'] }, { key: 'canary', operator: 'DoesNotExist' }] })).toBe(
-      'app=echo,tier=web,env in (a,b),!canary',
-    );
+    expect(
+      selectorToString({
+        matchLabels: { app: 'echo', tier: 'web' },
+        matchExpressions: [
+          { key: 'env', operator: 'In', values: ['a', 'b'] },
+          { key: 'canary', operator: 'DoesNotExist' },
+        ],
+      }),
+    ).toBe('app=echo,tier=web,env in (a,b),!canary');
   });
 });
 
 describe('agent pod judgement', () => {
-  const agentPod = (state: NonNullable<V1Pod['status']>['containerStatuses'], phase = 'Running', conditions: NonNullable<V1Pod['status']>['conditions'] = []): V1Pod => ({
+  const agentPod = (
+    state: NonNullable<V1Pod['status']>['containerStatuses'],
+    phase = 'Running',
+    conditions: NonNullable<V1Pod['status']>['conditions'] = [],
+  ): V1Pod => ({
     metadata: { name: 'agent' },
     status: { phase, containerStatuses: state, conditions },
   });
-  const status = (state: object) => ({ name: 'devop-agent', image: 'i', imageID: '', ready: false, restartCount: 0, state });
+  const status = (state: object) => ({
+    name: 'devop-agent',
+    image: 'i',
+    imageID: '',
+    ready: false,
+    restartCount: 0,
+    state,
+  });
 
   it('waits while starting, and accepts a running container', () => {
     expect(judgeAgentPod(agentPod([], 'Pending'), undefined)).toBeUndefined();
@@ -69,9 +120,23 @@ describe('agent pod judgement', () => {
   });
 
   it('fails on image pull errors, crashes and an unschedulable pod', () => {
-    expect(judgeAgentPod(agentPod([]), status({ waiting: { reason: 'ImagePullBackOff', message: 'not found' } }))).toMatchObject({ why: 'image', detail: 'ImagePullBackOff: not found' });
-    expect(judgeAgentPod(agentPod([]), status({ terminated: { exitCode: 2, reason: 'Error' } }))).toMatchObject({ why: 'crash', detail: 'exited with code 2 (Error)' });
-    expect(judgeAgentPod(agentPod([]), status({ waiting: { reason: 'CrashLoopBackOff' } }))).toMatchObject({ why: 'crash' });
-    expect(judgeAgentPod(agentPod([], 'Pending', [{ type: 'PodScheduled', status: 'False', reason: 'Unschedulable', message: '0/1 nodes available' }]), undefined)).toMatchObject({ why: 'unschedulable', detail: '0/1 nodes available' });
+    expect(
+      judgeAgentPod(agentPod([]), status({ waiting: { reason: 'ImagePullBackOff', message: 'not found' } })),
+    ).toMatchObject({ why: 'image', detail: 'ImagePullBackOff: not found' });
+    expect(judgeAgentPod(agentPod([]), status({ terminated: { exitCode: 2, reason: 'Error' } }))).toMatchObject({
+      why: 'crash',
+      detail: 'exited with code 2 (Error)',
+    });
+    expect(judgeAgentPod(agentPod([]), status({ waiting: { reason: 'CrashLoopBackOff' } }))).toMatchObject({
+      why: 'crash',
+    });
+    expect(
+      judgeAgentPod(
+        agentPod([], 'Pending', [
+          { type: 'PodScheduled', status: 'False', reason: 'Unschedulable', message: '0/1 nodes available' },
+        ]),
+        undefined,
+      ),
+    ).toMatchObject({ why: 'unschedulable', detail: '0/1 nodes available' });
   });
 });

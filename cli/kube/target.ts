@@ -169,7 +169,7 @@ export async function resolveTarget(
   const resolver = KIND_RESOLVERS[ref.kind];
   const namespaceCheck = clients.core.readNamespace({ name: namespace }).then(
     () => true,
-    (err: unknown) => (apiErrorCode(err) === 404 ? false : true), // 403 etc.: cannot tell, assume it exists
+    (err: unknown) => (apiErrorCode(err) !== 404), // 403 etc.: cannot tell, assume it exists
   );
   let workload;
   try {

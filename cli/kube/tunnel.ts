@@ -67,7 +67,10 @@ class TunnelStream extends Duplex {
  * Opens a port-forward to `port` of the pod (kubelet connects to 127.0.0.1:port inside the pod's netns).
  * A dial failure reported on the error channel destroys the stream with a PortForwardError.
  */
-export async function openPortForward(kc: KubeConfig, input: { namespace: string; pod: string; port: number }): Promise<Duplex> {
+export async function openPortForward(
+  kc: KubeConfig,
+  input: { namespace: string; pod: string; port: number },
+): Promise<Duplex> {
   const stream = new TunnelStream();
   const output = new Writable({
     write(chunk: Buffer, _enc, cb) {
@@ -87,12 +90,19 @@ export async function openPortForward(kc: KubeConfig, input: { namespace: string
   // PortForward reads stdin-style input; we write to the WebSocket ourselves, so this input never carries data.
   const idleInput = new PassThrough();
   const forward = new PortForward(kc, true);
-  const ctx = { action: `open a port-forward to pod ${input.pod}:${input.port}`, verb: 'create', resource: 'pods/portforward', namespace: input.namespace, name: input.pod };
+  const ctx = {
+    action: `open a port-forward to pod ${input.pod}:${input.port}`,
+    verb: 'create',
+    resource: 'pods/portforward',
+    namespace: input.namespace,
+    name: input.pod,
+  };
   const ws = (await apiCall(ctx, async () => {
     try {
       return await forward.portForward(input.namespace, input.pod, [input.port], output, errors, idleInput);
     } catch (err) {
-      if (isHandshakeTimeout(err)) throw new ApiTimeoutError(kc.getCurrentCluster()?.server ?? 'the API server', requestTimeoutOf(kc));
+      if (isHandshakeTimeout(err))
+        throw new ApiTimeoutError(kc.getCurrentCluster()?.server ?? 'the API server', requestTimeoutOf(kc));
       // The ws library reports a refused upgrade as "Unexpected server response: 403": give it the HTTP code.
       const status = /Unexpected server response: (\d+)/.exec(err instanceof Error ? err.message : '');
       throw status ? Object.assign(new Error((err as Error).message), { code: Number(status[1]) }) : err;

@@ -25,7 +25,12 @@ export interface WaitOptions {
  * Calls `decide` with every pod matching the query after the initial list and after each change; resolves with the first
  * value it returns (not undefined) and rejects with what it throws.
  */
-export async function waitForPods<T>(kc: KubeConfig, query: PodQuery, decide: (pods: V1Pod[]) => T | undefined, options: WaitOptions): Promise<T> {
+export async function waitForPods<T>(
+  kc: KubeConfig,
+  query: PodQuery,
+  decide: (pods: V1Pod[]) => T | undefined,
+  options: WaitOptions,
+): Promise<T> {
   const core = kc.makeApiClient(CoreV1Api);
   const pods = new Map<string, V1Pod>();
   let settled = false;
@@ -60,8 +65,14 @@ export async function waitForPods<T>(kc: KubeConfig, query: PodQuery, decide: (p
     }, options.timeoutMs);
 
     const list = async (): Promise<void> => {
-      const result = await apiCall({ action: 'list pods', verb: 'list', resource: 'pods', namespace: query.namespace }, () =>
-        core.listNamespacedPod({ namespace: query.namespace, labelSelector: query.labelSelector, fieldSelector: query.fieldSelector }),
+      const result = await apiCall(
+        { action: 'list pods', verb: 'list', resource: 'pods', namespace: query.namespace },
+        () =>
+          core.listNamespacedPod({
+            namespace: query.namespace,
+            labelSelector: query.labelSelector,
+            fieldSelector: query.fieldSelector,
+          }),
       );
       pods.clear();
       for (const pod of result.items) pods.set(pod.metadata?.name ?? '', pod);
@@ -99,7 +110,9 @@ export async function waitForPods<T>(kc: KubeConfig, query: PodQuery, decide: (p
             finish(() => reject(err));
             return;
           }
-          const code = (err as { code?: unknown; statusCode?: unknown } | null)?.statusCode ?? (err as { code?: unknown } | null)?.code;
+          const code =
+            (err as { code?: unknown; statusCode?: unknown } | null)?.statusCode ??
+            (err as { code?: unknown } | null)?.code;
           // A watch that ended with an error is restarted after a short pause, so a flapping API server is not hammered.
           const pause = err ? WATCH_RESTART_PAUSE_MS : 0;
           setTimeout(() => {

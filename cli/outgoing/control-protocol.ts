@@ -35,7 +35,12 @@ export function parseControlRequest(line: string): ControlRequest | undefined {
   if (typeof value !== 'object' || value === null) return undefined;
   const request = value as Record<string, unknown>;
   if (typeof request.id !== 'number') return undefined;
-  if (request.op === 'lookup' && typeof request.name === 'string' && request.name.length > 0 && request.name.length <= 253) {
+  if (
+    request.op === 'lookup' &&
+    typeof request.name === 'string' &&
+    request.name.length > 0 &&
+    request.name.length <= 253
+  ) {
     const family = request.family === 4 || request.family === 6 ? request.family : undefined;
     return { id: request.id, op: 'lookup', name: request.name, family };
   }

@@ -53,7 +53,11 @@ export function serveControl(socket: Socket, options: ControlOptions, resources:
   socket.on('error', () => socket.destroy());
 }
 
-async function handleRequest(request: ControlRequest, options: ControlOptions, resources: ControlResources): Promise<ControlAnswer> {
+async function handleRequest(
+  request: ControlRequest,
+  options: ControlOptions,
+  resources: ControlResources,
+): Promise<ControlAnswer> {
   const { dialer, onDial } = options;
   if (request.op === 'lookup') {
     try {
@@ -69,7 +73,12 @@ async function handleRequest(request: ControlRequest, options: ControlOptions, r
     remote = await dialer.connect(request.host, request.port);
   } catch (err) {
     const dialError = toDialError(err, `connect ${request.host}:${request.port}`);
-    onDial?.({ via: 'preload', host: request.host, port: request.port, error: { code: dialError.code, message: dialError.message } });
+    onDial?.({
+      via: 'preload',
+      host: request.host,
+      port: request.port,
+      error: { code: dialError.code, message: dialError.message },
+    });
     return { id: request.id, ok: false, code: dialError.code, message: dialError.message };
   }
   onDial?.({ via: 'preload', host: request.host, port: request.port });

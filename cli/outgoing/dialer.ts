@@ -86,7 +86,13 @@ export function dialErrorCode(reasonOrError: unknown): DialErrorCode {
   if (typeof text === 'string') {
     const match = /\b(E[A-Z_]{3,})\b/.exec(text);
     // "ECONNREFUSED: cannot resolve x in the pod" is the pod's DNS server refusing, not x: a name failure, try again.
-    if (match && /cannot resolve|resolv|getaddrinfo|query/i.test(text) && !DNS_CODES[match[1]] && match[1] !== 'ENOTFOUND') return 'EAI_AGAIN';
+    if (
+      match &&
+      /cannot resolve|resolv|getaddrinfo|query/i.test(text) &&
+      !DNS_CODES[match[1]] &&
+      match[1] !== 'ENOTFOUND'
+    )
+      return 'EAI_AGAIN';
     if (match && KNOWN_CODES.has(match[1])) return match[1] as DialErrorCode;
     if (match && DNS_CODES[match[1]]) return DNS_CODES[match[1]];
   }

@@ -30,8 +30,13 @@ export interface OutgoingEnvInput {
 }
 
 /** The variables to add; NODE_OPTIONS is the child's own (if any) with the --import appended. */
-export function outgoingEnv(childEnv: Readonly<Record<string, string>>, input: OutgoingEnvInput): Record<string, string> {
-  const hostPort = input.proxy.host.includes(':') ? `[${input.proxy.host}]:${input.proxy.port}` : `${input.proxy.host}:${input.proxy.port}`;
+export function outgoingEnv(
+  childEnv: Readonly<Record<string, string>>,
+  input: OutgoingEnvInput,
+): Record<string, string> {
+  const hostPort = input.proxy.host.includes(':')
+    ? `[${input.proxy.host}]:${input.proxy.port}`
+    : `${input.proxy.host}:${input.proxy.port}`;
   const httpProxy = `http://${hostPort}`;
   // socks5h: the proxy, not the program, resolves names (they must be resolved by the pod's DNS).
   const socksProxy = `socks5h://${hostPort}`;

@@ -13,12 +13,26 @@ function parse(args: string[], file: Record<string, unknown> = {}): ReturnType<t
 
 describe('exec outgoing settings', () => {
   it('defaults: everything on, no rules, no remote files', () => {
-    expect(parse([])).toEqual({ enabled: true, proxyEnv: true, nodePreload: true, include: [], exclude: [], remoteFiles: [], clusterDns: true });
+    expect(parse([])).toEqual({
+      enabled: true,
+      proxyEnv: true,
+      nodePreload: true,
+      include: [],
+      exclude: [],
+      remoteFiles: [],
+      clusterDns: true,
+    });
   });
 
   it('takes devop.json when no flag is given', () => {
     const settings = parse([], {
-      outgoing: { enabled: false, proxy: false, nodePreload: false, include: ['*.svc.cluster.local'], exclude: ['10.0.0.0/8'] },
+      outgoing: {
+        enabled: false,
+        proxy: false,
+        nodePreload: false,
+        include: ['*.svc.cluster.local'],
+        exclude: ['10.0.0.0/8'],
+      },
       remoteFiles: ['/var/run/secrets/kubernetes.io/serviceaccount/token'],
       dns: { enabled: false },
     });
@@ -35,7 +49,17 @@ describe('exec outgoing settings', () => {
 
   it('flags win: includes replace, excludes and remote files add up, negations apply', () => {
     const settings = parse(
-      ['--outgoing-include', 'db.prod', '--outgoing-exclude', ':5432', '--remote-file', '/etc/a', '--remote-file', '/etc/b', '--no-node-preload'],
+      [
+        '--outgoing-include',
+        'db.prod',
+        '--outgoing-exclude',
+        ':5432',
+        '--remote-file',
+        '/etc/a',
+        '--remote-file',
+        '/etc/b',
+        '--no-node-preload',
+      ],
       { outgoing: { include: ['*.svc.cluster.local'], exclude: ['10.0.0.0/8'] }, remoteFiles: ['/etc/a'] },
     );
     expect(settings).toEqual({

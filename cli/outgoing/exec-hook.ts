@@ -21,7 +21,11 @@ export function outgoingChildEnvHook(settings: OutgoingSettings): ChildEnvHook {
     const features = session.hello.features;
     const canDial = features.includes(FEATURES.outgoing);
     if (settings.enabled && !canDial) {
-      reporter.emit({ type: 'log', level: 'warn', message: "this agent does not offer outgoing connections: the local command's traffic stays local" });
+      reporter.emit({
+        type: 'log',
+        level: 'warn',
+        message: "this agent does not offer outgoing connections: the local command's traffic stays local",
+      });
     }
     const outgoing = await startOutgoing({
       dialer: createMuxDialer(session.tunnel),
@@ -30,13 +34,19 @@ export function outgoingChildEnvHook(settings: OutgoingSettings): ChildEnvHook {
       nodePreload: settings.nodePreload,
       include: settings.include,
       exclude: settings.exclude,
-      alwaysLocal: [apiServerRule(session.kc.getCurrentCluster()?.server), ...thisMachineAddresses()].filter((rule): rule is string => Boolean(rule)),
+      alwaysLocal: [apiServerRule(session.kc.getCurrentCluster()?.server), ...thisMachineAddresses()].filter(
+        (rule): rule is string => Boolean(rule),
+      ),
       remoteFiles: settings.remoteFiles,
       localNames: !settings.clusterDns,
       reporter,
     });
     if (outgoing.proxy) {
-      reporter.emit({ type: 'log', level: 'info', message: `outgoing proxy on ${outgoing.proxy.address} (SOCKS5 + HTTP): connections and DNS go through the pod` });
+      reporter.emit({
+        type: 'log',
+        level: 'info',
+        message: `outgoing proxy on ${outgoing.proxy.address} (SOCKS5 + HTTP): connections and DNS go through the pod`,
+      });
     }
     return { env: { ...env, ...outgoing.env(env) }, cleanup: () => outgoing.close() };
   };

@@ -1,6 +1,13 @@
 // Unit tests of the outgoing rules: parsing (and its errors), matching by host glob, CIDR and port, routing, NO_PROXY.
 import { describe, expect, it } from 'vitest';
-import { FilterSyntaxError, noProxyEntries, parseOutgoingFilter, parseOutgoingRule, routeOf, ruleMatches } from './filters.js';
+import {
+  FilterSyntaxError,
+  noProxyEntries,
+  parseOutgoingFilter,
+  parseOutgoingRule,
+  routeOf,
+  ruleMatches,
+} from './filters.js';
 
 describe('outgoing rules', () => {
   it('parses hosts, globs, IPs, CIDRs and ports', () => {
@@ -10,7 +17,12 @@ describe('outgoing rules', () => {
     expect(parseOutgoingRule('10.0.0.0/8')).toMatchObject({ kind: 'cidr', family: 4, prefix: 8 });
     expect(parseOutgoingRule('10.1.2.3')).toMatchObject({ kind: 'cidr', family: 4, prefix: 32 });
     expect(parseOutgoingRule('fd00::/8')).toMatchObject({ kind: 'cidr', family: 6, prefix: 8 });
-    expect(parseOutgoingRule('[fd00::1]/64:80-90')).toMatchObject({ kind: 'cidr', family: 6, prefix: 64, ports: { from: 80, to: 90 } });
+    expect(parseOutgoingRule('[fd00::1]/64:80-90')).toMatchObject({
+      kind: 'cidr',
+      family: 6,
+      prefix: 64,
+      ports: { from: 80, to: 90 },
+    });
     expect(parseOutgoingRule(':5432')).toMatchObject({ kind: 'port', ports: { from: 5432, to: 5432 } });
     expect(parseOutgoingRule('*:8000-8999')).toMatchObject({ kind: 'port', ports: { from: 8000, to: 8999 } });
   });
@@ -62,7 +74,10 @@ describe('outgoing rules', () => {
   });
 
   it('with include rules routes only what they name, and exclude still wins', () => {
-    const filter = parseOutgoingFilter({ include: ['*.svc.cluster.local', '10.96.0.0/12'], exclude: ['secret.ns.svc.cluster.local'] });
+    const filter = parseOutgoingFilter({
+      include: ['*.svc.cluster.local', '10.96.0.0/12'],
+      exclude: ['secret.ns.svc.cluster.local'],
+    });
     expect(routeOf(filter, 'echo.default.svc.cluster.local', 80)).toBe('cluster');
     expect(routeOf(filter, '10.96.3.4', 80)).toBe('cluster');
     expect(routeOf(filter, 'registry.npmjs.org', 443)).toBe('local');

@@ -76,7 +76,15 @@ export function parseOutgoingRule(input: string): OutgoingRule {
       throw new FilterSyntaxError(input, `prefix length must be 0..${bits}`);
     }
     const mask = prefixMask(prefix, bits);
-    return { kind: 'cidr', family: family as 4 | 6, address, network: addressToBigInt(address) & mask, prefix, ports, text };
+    return {
+      kind: 'cidr',
+      family: family as 4 | 6,
+      address,
+      network: addressToBigInt(address) & mask,
+      prefix,
+      ports,
+      text,
+    };
   }
   if (slash >= 0) throw new FilterSyntaxError(input, `"${address}" is not an IP address`);
   if (!/^[a-z0-9*_.-]+$/i.test(hostPart)) {
@@ -126,7 +134,10 @@ export function addressToBigInt(address: string): bigint {
   return groups.reduce((acc, group) => (acc << 16n) | BigInt(parseInt(group || '0', 16)), 0n);
 }
 
-export function parseOutgoingFilter(options: { include?: readonly string[]; exclude?: readonly string[] }): OutgoingFilter {
+export function parseOutgoingFilter(options: {
+  include?: readonly string[];
+  exclude?: readonly string[];
+}): OutgoingFilter {
   return {
     include: (options.include ?? []).map(parseOutgoingRule),
     exclude: [...ALWAYS_LOCAL, ...(options.exclude ?? [])].map(parseOutgoingRule),
@@ -142,7 +153,10 @@ function portMatches(ports: PortRange | undefined, port: number | undefined): bo
 export function ruleMatches(rule: OutgoingRule, host: string, port?: number): boolean {
   if (rule.kind === 'port') return port === undefined || portMatches(rule.ports, port);
   if (port !== undefined && !portMatches(rule.ports, port)) return false;
-  const name = host.toLowerCase().replace(/^\[|\]$/g, '').replace(/\.$/, '');
+  const name = host
+    .toLowerCase()
+    .replace(/^\[|\]$/g, '')
+    .replace(/\.$/, '');
   if (rule.kind === 'host') return rule.regex.test(name);
   let family = isIP(name);
   if (!family) return false;

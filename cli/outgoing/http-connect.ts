@@ -1,6 +1,13 @@
 // HTTP proxy side of the local proxy: CONNECT tunnels (HTTPS, anything) and absolute-URI plain HTTP requests, each
 // dialled through the cluster; a failed dial is a 502 whose body and X-Devop-Error header name the reason.
-import { createServer, request as httpRequest, type IncomingMessage, type RequestOptions, type Server, type ServerResponse } from 'node:http';
+import {
+  createServer,
+  request as httpRequest,
+  type IncomingMessage,
+  type RequestOptions,
+  type Server,
+  type ServerResponse,
+} from 'node:http';
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { DialError, toDialError, type ClusterDialer, type DialErrorCode } from './dialer.js';
@@ -103,7 +110,9 @@ export function createHttpProxyServer(options: HttpProxyOptions): Server {
   });
 
   server.on('request', (req: IncomingMessage, res: ServerResponse) => forwardPlainRequest(req, res, options));
-  server.on('upgrade', (req: IncomingMessage, client: Duplex, head: Buffer) => forwardUpgrade(req, client, head, options));
+  server.on('upgrade', (req: IncomingMessage, client: Duplex, head: Buffer) =>
+    forwardUpgrade(req, client, head, options),
+  );
   // A client that sends garbage gets a 400 from Node itself; make sure its socket never crashes the proxy.
   server.on('clientError', (_err, socket: Duplex) => {
     if (socket.writable) socket.end('HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 0\r\n\r\n');
@@ -166,7 +175,8 @@ function forwardPlainRequest(req: IncomingMessage, res: ServerResponse, { dialer
   upstream.on('response', (upstreamRes) => {
     const out: Record<string, string | string[]> = {};
     for (const [name, value] of Object.entries(upstreamRes.headers)) {
-      if (value === undefined || name === 'connection' || name === 'keep-alive' || name === 'proxy-connection') continue;
+      if (value === undefined || name === 'connection' || name === 'keep-alive' || name === 'proxy-connection')
+        continue;
       out[name] = value;
     }
     res.writeHead(upstreamRes.statusCode ?? 502, upstreamRes.statusMessage, out);
@@ -183,7 +193,11 @@ function forwardPlainRequest(req: IncomingMessage, res: ServerResponse, { dialer
       ? describeDialError(dialError, host, port)
       : `${dialError.code}: ${host}:${port} failed during the request (${err.message})`;
     const body = `devop: ${reason}\n`;
-    res.writeHead(502, { 'content-type': 'text/plain; charset=utf-8', 'x-devop-error': dialError.code, connection: 'close' });
+    res.writeHead(502, {
+      'content-type': 'text/plain; charset=utf-8',
+      'x-devop-error': dialError.code,
+      connection: 'close',
+    });
     res.end(body);
   });
   res.on('close', () => {
@@ -196,7 +210,12 @@ function forwardPlainRequest(req: IncomingMessage, res: ServerResponse, { dialer
  * An absolute-URI request that upgrades the connection (WebSocket over plain http://): the head is passed on in origin
  * form and the two connections are joined, so the upgrade's answer and everything after it flow through untouched.
  */
-function forwardUpgrade(req: IncomingMessage, client: Duplex, head: Buffer, { dialer, onDial }: HttpProxyOptions): void {
+function forwardUpgrade(
+  req: IncomingMessage,
+  client: Duplex,
+  head: Buffer,
+  { dialer, onDial }: HttpProxyOptions,
+): void {
   let url: URL;
   try {
     url = new URL(req.url ?? '');

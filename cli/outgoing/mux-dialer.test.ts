@@ -15,8 +15,20 @@ function serveAgentSide(mux: AgentMux): void {
     if (msg.type !== 'dnsResolve') return;
     const address = names[msg.name];
     if (address) mux.send({ type: 'dnsResult', id: msg.id, addresses: [{ address, family: 4 }] });
-    else if (msg.name === 'flaky.default') mux.send({ type: 'dnsResult', id: msg.id, addresses: [], error: { code: 'ESERVFAIL', message: 'queryA ESERVFAIL flaky.default' } });
-    else mux.send({ type: 'dnsResult', id: msg.id, addresses: [], error: { code: 'ENOTFOUND', message: `queryA ENOTFOUND ${msg.name}` } });
+    else if (msg.name === 'flaky.default')
+      mux.send({
+        type: 'dnsResult',
+        id: msg.id,
+        addresses: [],
+        error: { code: 'ESERVFAIL', message: 'queryA ESERVFAIL flaky.default' },
+      });
+    else
+      mux.send({
+        type: 'dnsResult',
+        id: msg.id,
+        addresses: [],
+        error: { code: 'ENOTFOUND', message: `queryA ENOTFOUND ${msg.name}` },
+      });
   });
   mux.on('stream', (stream) => {
     stream.on('error', () => undefined);
@@ -40,9 +52,16 @@ function serveAgentSide(mux: AgentMux): void {
       return;
     }
     const socket = netConnect({ host: address, port: open.port });
-    socket.once('error', (err: NodeJS.ErrnoException) => stream.reset(`${err.code}: ${open.host}:${open.port}: ${err.message}`));
+    socket.once('error', (err: NodeJS.ErrnoException) =>
+      stream.reset(`${err.code}: ${open.host}:${open.port}: ${err.message}`),
+    );
     socket.once('connect', () => {
-      stream.accept({ remoteAddress: socket.remoteAddress, remotePort: socket.remotePort, localAddress: '10.1.2.3', localPort: 40000 });
+      stream.accept({
+        remoteAddress: socket.remoteAddress,
+        remotePort: socket.remotePort,
+        localAddress: '10.1.2.3',
+        localPort: 40000,
+      });
       socket.pipe(stream);
       stream.pipe(socket);
     });
@@ -95,7 +114,12 @@ describe('mux dialer (real Mux, agent conventions)', () => {
   it('connects through an outgoing stream and carries the pod-side addresses of the accept', async () => {
     const dialer = createMuxDialer(clientMux);
     const stream = (await dialer.connect('echo.default', echo.port)) as DialledStream;
-    expect(stream).toMatchObject({ remoteAddress: '127.0.0.1', remotePort: echo.port, localAddress: '10.1.2.3', localPort: 40000 });
+    expect(stream).toMatchObject({
+      remoteAddress: '127.0.0.1',
+      remotePort: echo.port,
+      localAddress: '10.1.2.3',
+      localPort: 40000,
+    });
     const back = new Promise<string>((resolve) => {
       let got = '';
       stream.on('data', (chunk: Buffer) => (got += chunk.toString()));
@@ -131,7 +155,13 @@ describe('mux dialer (real Mux, agent conventions)', () => {
     try {
       const socket = netConnect({ port: proxy.port, host: '127.0.0.1' });
       const name = Buffer.from('echo.default');
-      socket.write(Buffer.concat([Buffer.from([5, 1, 0, 5, 1, 0, 3, name.length]), name, Buffer.from([echo.port >> 8, echo.port & 0xff])]));
+      socket.write(
+        Buffer.concat([
+          Buffer.from([5, 1, 0, 5, 1, 0, 3, name.length]),
+          name,
+          Buffer.from([echo.port >> 8, echo.port & 0xff]),
+        ]),
+      );
       const reply = await new Promise<Buffer>((resolve) => {
         let got = Buffer.alloc(0);
         socket.on('data', (chunk: Buffer) => {

@@ -15,7 +15,8 @@ export const AGENT_ANSWER_TIMEOUT_MS = 30_000;
 export const MAX_REMOTE_FILE_BYTES = 64 * 1024 * 1024;
 
 /** What a dialled connection knows about its two ends in the pod (from the agent's accept). */
-export type DialledStream = Duplex & Partial<Pick<StreamAccept, 'localAddress' | 'localPort' | 'remoteAddress' | 'remotePort'>>;
+export type DialledStream = Duplex &
+  Partial<Pick<StreamAccept, 'localAddress' | 'localPort' | 'remoteAddress' | 'remotePort'>>;
 
 type DnsResult = Extract<AgentMessage, { type: 'dnsResult' }>;
 
@@ -30,11 +31,13 @@ export function createMuxDialer(mux: SessionTunnel): ClusterDialer {
     waiter.resolve(msg);
   });
   mux.once('close', () => {
-    for (const waiter of lookups.values()) waiter.reject(new DialError('ENOTCONN', 'the tunnel to the agent is closed'));
+    for (const waiter of lookups.values())
+      waiter.reject(new DialError('ENOTCONN', 'the tunnel to the agent is closed'));
     lookups.clear();
   });
 
-  const failure = (reason: string, what: string): DialError => new DialError(dialErrorCode(reason), `${what}: ${reason}`);
+  const failure = (reason: string, what: string): DialError =>
+    new DialError(dialErrorCode(reason), `${what}: ${reason}`);
 
   return {
     connect(host, port) {
@@ -47,7 +50,12 @@ export function createMuxDialer(mux: SessionTunnel): ClusterDialer {
         const timer = setTimeout(() => {
           cleanup();
           stream.destroy();
-          reject(new DialError('ETIMEDOUT', `connect ${host}:${port}: the agent did not answer in ${AGENT_ANSWER_TIMEOUT_MS} ms`));
+          reject(
+            new DialError(
+              'ETIMEDOUT',
+              `connect ${host}:${port}: the agent did not answer in ${AGENT_ANSWER_TIMEOUT_MS} ms`,
+            ),
+          );
         }, AGENT_ANSWER_TIMEOUT_MS);
         const onAccepted = (info: StreamAccept): void => {
           cleanup();
@@ -82,14 +90,21 @@ export function createMuxDialer(mux: SessionTunnel): ClusterDialer {
         const id = `dns-${++nextLookup}`;
         const timer = setTimeout(() => {
           lookups.delete(id);
-          reject(new DialError('EAI_AGAIN', `lookup ${name}: the agent did not answer in ${AGENT_ANSWER_TIMEOUT_MS} ms`));
+          reject(
+            new DialError('EAI_AGAIN', `lookup ${name}: the agent did not answer in ${AGENT_ANSWER_TIMEOUT_MS} ms`),
+          );
         }, AGENT_ANSWER_TIMEOUT_MS);
         lookups.set(id, {
           resolve(msg) {
             clearTimeout(timer);
             if (msg.error || msg.addresses.length === 0) {
               const code = msg.error ? dialErrorCode(msg.error) : 'ENOTFOUND';
-              reject(new DialError(code === 'EFAULT' ? 'EAI_AGAIN' : code, `getaddrinfo ${code} ${name}${msg.error ? ` (${msg.error.message})` : ''}`));
+              reject(
+                new DialError(
+                  code === 'EFAULT' ? 'EAI_AGAIN' : code,
+                  `getaddrinfo ${code} ${name}${msg.error ? ` (${msg.error.message})` : ''}`,
+                ),
+              );
               return;
             }
             resolve(msg.addresses);
@@ -123,7 +138,9 @@ export function createMuxDialer(mux: SessionTunnel): ClusterDialer {
           chunks.push(chunk);
         });
         stream.on('end', () => resolve(Buffer.concat(chunks)));
-        stream.on('error', (err: Error & { reason?: string }) => reject(failure(err.reason ?? err.message, `read ${path}`)));
+        stream.on('error', (err: Error & { reason?: string }) =>
+          reject(failure(err.reason ?? err.message, `read ${path}`)),
+        );
       });
     },
   };

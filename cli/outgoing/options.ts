@@ -31,4 +31,3 @@ export function outgoingSettingsFrom(command: Command, config: DevopConfig): Out
     clusterDns: config.dns.enabled,
   };
 }
-

@@ -30,7 +30,9 @@ describe('local outgoing proxy (local dialer)', () => {
     http = await startHttpEcho('echo');
     tcp = await startTcpEcho();
     // Given a "cluster" where echo.default and its full name resolve, and nothing else does
-    dialer = recordingDialer(createLocalDialer({ hosts: { 'echo.default': '127.0.0.1', 'echo.default.svc.cluster.local': '127.0.0.1' } }));
+    dialer = recordingDialer(
+      createLocalDialer({ hosts: { 'echo.default': '127.0.0.1', 'echo.default.svc.cluster.local': '127.0.0.1' } }),
+    );
     proxy = await startOutgoingProxy({ dialer });
   });
   afterAll(async () => {
@@ -62,7 +64,11 @@ describe('local outgoing proxy (local dialer)', () => {
 
   it('SOCKS5: IPv4 and IPv6 literals reach the dialer as addresses', async () => {
     const v4 = Buffer.from([0x05, 0x01, 0x00, 0x01, 127, 0, 0, 1, tcp.port >> 8, tcp.port & 0xff]);
-    const first = await exchange(proxy.port, Buffer.concat([GREETING, v4, Buffer.from('x')]), (got) => got.length >= SOCKS_ANSWER_LENGTH + 1);
+    const first = await exchange(
+      proxy.port,
+      Buffer.concat([GREETING, v4, Buffer.from('x')]),
+      (got) => got.length >= SOCKS_ANSWER_LENGTH + 1,
+    );
     expect(first.received[3]).toBe(SocksReply.succeeded);
     expect(dialer.calls).toContainEqual({ op: 'connect', target: `127.0.0.1:${tcp.port}` });
 
@@ -74,11 +80,19 @@ describe('local outgoing proxy (local dialer)', () => {
   });
 
   it('SOCKS5: a name the cluster does not know is "host unreachable", a closed port "connection refused"', async () => {
-    const unknown = await exchange(proxy.port, Buffer.concat([GREETING, connectRequest('nosuch.default', 80)]), () => false);
+    const unknown = await exchange(
+      proxy.port,
+      Buffer.concat([GREETING, connectRequest('nosuch.default', 80)]),
+      () => false,
+    );
     expect(unknown.ended).toBe(true);
     expect([...unknown.received.subarray(2, 4)]).toEqual([0x05, SocksReply.hostUnreachable]);
 
-    const refused = await exchange(proxy.port, Buffer.concat([GREETING, connectRequest('echo.default', 9)]), () => false);
+    const refused = await exchange(
+      proxy.port,
+      Buffer.concat([GREETING, connectRequest('echo.default', 9)]),
+      () => false,
+    );
     expect(refused.ended).toBe(true);
     expect([...refused.received.subarray(2, 4)]).toEqual([0x05, SocksReply.connectionRefused]);
   });
@@ -101,10 +115,17 @@ describe('local outgoing proxy (local dialer)', () => {
   });
 
   it('SOCKS5: any other dial failure is a general failure', async () => {
-    const failing: ClusterDialer = { ...createLocalDialer(), connect: () => Promise.reject(new Error('the tunnel broke')) };
+    const failing: ClusterDialer = {
+      ...createLocalDialer(),
+      connect: () => Promise.reject(new Error('the tunnel broke')),
+    };
     const other = await startOutgoingProxy({ dialer: failing });
     try {
-      const { received } = await exchange(other.port, Buffer.concat([GREETING, connectRequest('echo.default', 80)]), () => false);
+      const { received } = await exchange(
+        other.port,
+        Buffer.concat([GREETING, connectRequest('echo.default', 80)]),
+        () => false,
+      );
       expect(received[3]).toBe(SocksReply.generalFailure);
     } finally {
       await other.close();
@@ -115,34 +136,69 @@ describe('local outgoing proxy (local dialer)', () => {
     for (const proxyUrl of [`socks5h://127.0.0.1:${proxy.port}`, `http://127.0.0.1:${proxy.port}`]) {
       for (const proxytunnel of [[], ['--proxytunnel']]) {
         if (proxyUrl.startsWith('socks') && proxytunnel.length) continue;
-        const { stdout } = await run('curl', ['-sS', '--max-time', '10', ...proxytunnel, '-x', proxyUrl, '-d', 'ping', `http://echo.default.svc.cluster.local:${http.port}/path?q=1`]);
+        const { stdout } = await run('curl', [
+          '-sS',
+          '--max-time',
+          '10',
+          ...proxytunnel,
+          '-x',
+          proxyUrl,
+          '-d',
+          'ping',
+          `http://echo.default.svc.cluster.local:${http.port}/path?q=1`,
+        ]);
         const answer = JSON.parse(stdout) as { method: string; url: string; host: string; body: string };
-        expect(answer, `${proxyUrl} ${proxytunnel.join(' ')}`).toMatchObject({ method: 'POST', url: '/path?q=1', host: `echo.default.svc.cluster.local:${http.port}`, body: 'ping' });
+        expect(answer, `${proxyUrl} ${proxytunnel.join(' ')}`).toMatchObject({
+          method: 'POST',
+          url: '/path?q=1',
+          host: `echo.default.svc.cluster.local:${http.port}`,
+          body: 'ping',
+        });
       }
     }
   });
 
   it('HTTP: absolute-URI requests keep the connection alive across requests', async () => {
-    const { stdout } = await run('curl', ['-sS', '--max-time', '10', '-x', `http://127.0.0.1:${proxy.port}`, `http://echo.default:${http.port}/one`, `http://echo.default:${http.port}/two`]);
+    const { stdout } = await run('curl', [
+      '-sS',
+      '--max-time',
+      '10',
+      '-x',
+      `http://127.0.0.1:${proxy.port}`,
+      `http://echo.default:${http.port}/one`,
+      `http://echo.default:${http.port}/two`,
+    ]);
     expect(stdout).toContain('"url":"/one"');
     expect(stdout).toContain('"url":"/two"');
   });
 
   it('HTTP: CONNECT to an unknown name is a 502 naming ENOTFOUND; a refused port names ECONNREFUSED', async () => {
-    const unknown = await exchange(proxy.port, Buffer.from('CONNECT nosuch.default:443 HTTP/1.1\r\nHost: nosuch.default:443\r\n\r\n'), () => false);
+    const unknown = await exchange(
+      proxy.port,
+      Buffer.from('CONNECT nosuch.default:443 HTTP/1.1\r\nHost: nosuch.default:443\r\n\r\n'),
+      () => false,
+    );
     const text = unknown.received.toString();
     expect(text).toMatch(/^HTTP\/1\.1 502 Bad Gateway\r\n/);
     expect(text).toContain('X-Devop-Error: ENOTFOUND');
     expect(text).toContain('nosuch.default does not resolve from the pod');
 
-    const refused = await exchange(proxy.port, Buffer.from('CONNECT echo.default:9 HTTP/1.1\r\nHost: echo.default:9\r\n\r\n'), () => false);
+    const refused = await exchange(
+      proxy.port,
+      Buffer.from('CONNECT echo.default:9 HTTP/1.1\r\nHost: echo.default:9\r\n\r\n'),
+      () => false,
+    );
     expect(refused.received.toString()).toContain('X-Devop-Error: ECONNREFUSED');
   });
 
   it('HTTP: CONNECT with a bad authority is a 400; an origin-form request says what the port is', async () => {
     const bad = await exchange(proxy.port, Buffer.from('CONNECT no-port-here HTTP/1.1\r\n\r\n'), () => false);
     expect(bad.received.toString()).toMatch(/^HTTP\/1\.1 400/);
-    const origin = await exchange(proxy.port, Buffer.from('GET /x HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n'), () => false);
+    const origin = await exchange(
+      proxy.port,
+      Buffer.from('GET /x HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n'),
+      () => false,
+    );
     expect(origin.received.toString()).toMatch(/^HTTP\/1\.1 400[\s\S]*devop's outgoing proxy/);
   });
 
@@ -151,7 +207,9 @@ describe('local outgoing proxy (local dialer)', () => {
     const { createServer } = await import('node:http');
     const upgrading = createServer();
     upgrading.on('upgrade', (req, socket: import('node:net').Socket, head: Buffer) => {
-      socket.write(`HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\nX-Path: ${req.url}\r\n\r\n`);
+      socket.write(
+        `HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\nX-Path: ${req.url}\r\n\r\n`,
+      );
       if (head.length) socket.write(head);
       socket.pipe(socket);
     });
@@ -160,7 +218,9 @@ describe('local outgoing proxy (local dialer)', () => {
     try {
       // When a client asks the proxy for the upgrade by absolute URI, with the first bytes in the same packet
       const head = `GET http://echo.default:${port}/ws?x=1 HTTP/1.1\r\nHost: echo.default:${port}\r\nConnection: Upgrade\r\nUpgrade: echo\r\nProxy-Connection: keep-alive\r\n\r\n`;
-      const { received } = await exchange(proxy.port, Buffer.from(`${head}after-upgrade`), (got) => got.toString().endsWith('after-upgrade'));
+      const { received } = await exchange(proxy.port, Buffer.from(`${head}after-upgrade`), (got) =>
+        got.toString().endsWith('after-upgrade'),
+      );
       // Then the server saw the origin-form path, answered 101, and echoed the bytes
       const text = received.toString();
       expect(text).toMatch(/^HTTP\/1\.1 101 Switching Protocols\r\n/);
@@ -173,7 +233,18 @@ describe('local outgoing proxy (local dialer)', () => {
   });
 
   it('HTTP: a plain request to an unknown name is a 502 whose body gives the reason', async () => {
-    const result = await run('curl', ['-sS', '--max-time', '10', '-o', '-', '-w', '\n%{http_code}', '-x', `http://127.0.0.1:${proxy.port}`, `http://nosuch.default:${http.port}/`]);
+    const result = await run('curl', [
+      '-sS',
+      '--max-time',
+      '10',
+      '-o',
+      '-',
+      '-w',
+      '\n%{http_code}',
+      '-x',
+      `http://127.0.0.1:${proxy.port}`,
+      `http://nosuch.default:${http.port}/`,
+    ]);
     expect(result.stdout).toContain('ENOTFOUND: nosuch.default does not resolve from the pod');
     expect(result.stdout.trim().endsWith('502')).toBe(true);
   });
@@ -194,10 +265,17 @@ describe('local outgoing proxy (local dialer)', () => {
   });
 
   it('keeps DialError codes when the dialer names them', async () => {
-    const timingOut: ClusterDialer = { ...createLocalDialer(), connect: () => Promise.reject(new DialError('ETIMEDOUT', 'connect timed out')) };
+    const timingOut: ClusterDialer = {
+      ...createLocalDialer(),
+      connect: () => Promise.reject(new DialError('ETIMEDOUT', 'connect timed out')),
+    };
     const other = await startOutgoingProxy({ dialer: timingOut });
     try {
-      const { received } = await exchange(other.port, Buffer.concat([GREETING, connectRequest('slow.default', 80)]), () => false);
+      const { received } = await exchange(
+        other.port,
+        Buffer.concat([GREETING, connectRequest('slow.default', 80)]),
+        () => false,
+      );
       expect(received[3]).toBe(SocksReply.ttlExpired);
     } finally {
       await other.close();

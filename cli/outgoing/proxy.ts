@@ -5,7 +5,14 @@ import { CONTROL_FIRST_BYTE } from './control-protocol.js';
 import { serveControl } from './control.js';
 import { toDialError, type ClusterDialer } from './dialer.js';
 import { acceptHttp, createHttpProxyServer, describeDialError, type ProxyDialEvent } from './http-connect.js';
-import { SOCKS_VERSION, SocksProtocolError, SocksReply, encodeSocksReply, readSocksConnect, socksReplyFor } from './socks5.js';
+import {
+  SOCKS_VERSION,
+  SocksProtocolError,
+  SocksReply,
+  encodeSocksReply,
+  readSocksConnect,
+  socksReplyFor,
+} from './socks5.js';
 import { joinStreams } from './streams.js';
 
 /** A client that connects and says nothing is dropped after this long (a proxy client always speaks first). */
@@ -110,7 +117,9 @@ async function serveSocks(socket: Socket, options: OutgoingProxyOptions): Promis
     }
     const details = remote as Partial<{ localAddress: string; localPort: number }>;
     const bound =
-      details.localAddress && details.localPort ? { address: details.localAddress, port: details.localPort } : undefined;
+      details.localAddress && details.localPort
+        ? { address: details.localAddress, port: details.localPort }
+        : undefined;
     socket.write(encodeSocksReply(SocksReply.succeeded, bound));
     await joinStreams(socket, remote);
   } catch (err) {

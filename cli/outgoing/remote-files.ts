@@ -18,17 +18,27 @@ export interface RemoteFiles {
 /** Checks one --remote-file path: absolute, normalized, and not the root itself. */
 export function normalizeRemotePath(path: string): string {
   if (!path.startsWith('/')) {
-    throw new UserError(`--remote-file ${path} is not an absolute path`, 'give the path as the container sees it, e.g. /var/run/secrets/kubernetes.io/serviceaccount/token');
+    throw new UserError(
+      `--remote-file ${path} is not an absolute path`,
+      'give the path as the container sees it, e.g. /var/run/secrets/kubernetes.io/serviceaccount/token',
+    );
   }
   const normalized = posix.normalize(path).replace(/\/+$/, '');
   if (normalized === '' || normalized === '/') {
-    throw new UserError(`--remote-file ${path} names the root directory`, 'give the path of a file, e.g. /etc/config/app.yaml');
+    throw new UserError(
+      `--remote-file ${path} names the root directory`,
+      'give the path of a file, e.g. /etc/config/app.yaml',
+    );
   }
   return normalized;
 }
 
 /** Fetches every path (in parallel) into a new session directory; a missing file is a UserError naming it. */
-export async function fetchRemoteFiles(dialer: ClusterDialer, paths: readonly string[], options: { parent?: string } = {}): Promise<RemoteFiles> {
+export async function fetchRemoteFiles(
+  dialer: ClusterDialer,
+  paths: readonly string[],
+  options: { parent?: string } = {},
+): Promise<RemoteFiles> {
   const normalized = [...new Set(paths.map(normalizeRemotePath))];
   const root = await mkdtemp(join(options.parent ?? tmpdir(), 'devop-root-'));
   await chmod(root, 0o700);
@@ -54,7 +64,11 @@ export async function fetchRemoteFiles(dialer: ClusterDialer, paths: readonly st
                 : failure.code === 'EISDIR'
                   ? 'is a directory (give the files in it one by one)'
                   : `cannot be read (${failure.message})`;
-          throw new UserError(`remote file ${path} ${why}`, 'check the path with `kubectl exec <pod> -- ls -l <path>`, or drop that --remote-file', { cause: err });
+          throw new UserError(
+            `remote file ${path} ${why}`,
+            'check the path with `kubectl exec <pod> -- ls -l <path>`, or drop that --remote-file',
+            { cause: err },
+          );
         }
         const local = join(root, path);
         await mkdir(dirname(local), { recursive: true, mode: 0o700 });

@@ -18,7 +18,12 @@ describe('outgoing session', () => {
     // Given a pod filesystem with a service-account token
     const dialer = createLocalDialer({ files: { [TOKEN_PATH]: 'pod-token-123', '/etc/app/config.yaml': 'a: 1\n' } });
     // When the session starts with two remote files and an exclude
-    const outgoing = await startOutgoing({ dialer, remoteFiles: [TOKEN_PATH, '/etc/app//config.yaml'], exclude: ['*.corp.example'], alwaysLocal: ['10.0.0.1'] });
+    const outgoing = await startOutgoing({
+      dialer,
+      remoteFiles: [TOKEN_PATH, '/etc/app//config.yaml'],
+      exclude: ['*.corp.example'],
+      alwaysLocal: ['10.0.0.1'],
+    });
     try {
       const env = outgoing.env({ NODE_OPTIONS: '--enable-source-maps' });
       const port = outgoing.proxy!.port;
@@ -33,7 +38,11 @@ describe('outgoing session', () => {
         NO_PROXY: 'localhost,127.0.0.1,::1,.corp.example,10.0.0.1',
       });
       expect(env.NODE_OPTIONS).toMatch(/^--enable-source-maps --import=file:\/\/\S+\/dist\/preload\.js$/);
-      expect(JSON.parse(env[PRELOAD_CONFIG_ENV])).toEqual({ proxy: { host: '127.0.0.1', port }, include: [], exclude: ['*.corp.example', '10.0.0.1'] });
+      expect(JSON.parse(env[PRELOAD_CONFIG_ENV])).toEqual({
+        proxy: { host: '127.0.0.1', port },
+        include: [],
+        exclude: ['*.corp.example', '10.0.0.1'],
+      });
       // And the remote files are under DEVOP_ROOT with the same relative paths, readable by the user only
       const root = env.DEVOP_ROOT;
       expect(readFileSync(join(root, TOKEN_PATH), 'utf8')).toBe('pod-token-123');
@@ -56,7 +65,9 @@ describe('outgoing session', () => {
     // The partial session directory is removed as well
     const parent = mkdtempSync(join(tmpdir(), 'devop-remote-test-'));
     try {
-      await expect(fetchRemoteFiles(dialer, ['/etc/present.conf', '/etc/missing.conf'], { parent })).rejects.toThrow(/missing\.conf/);
+      await expect(fetchRemoteFiles(dialer, ['/etc/present.conf', '/etc/missing.conf'], { parent })).rejects.toThrow(
+        /missing\.conf/,
+      );
       expect(readdirSync(parent)).toEqual([]);
     } finally {
       rmSync(parent, { recursive: true, force: true });
@@ -97,7 +108,9 @@ describe('outgoing session', () => {
     expect(first).toEqual({ address: '127.0.0.1', family: 4 });
     await expect(dialer.connect('localhost', 9)).rejects.toMatchObject({ code: 'ECONNREFUSED' });
     // Then the pod side was asked for an address, never for the name
-    expect(pod.calls.filter((call) => call.op === 'connect').map((call) => call.target)).toEqual([expect.stringMatching(/^(127\.0\.0\.1|::1):9$/)]);
+    expect(pod.calls.filter((call) => call.op === 'connect').map((call) => call.target)).toEqual([
+      expect.stringMatching(/^(127\.0\.0\.1|::1):9$/),
+    ]);
     expect(pod.calls.some((call) => call.op === 'lookup')).toBe(false);
   });
 });

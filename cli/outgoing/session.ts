@@ -54,7 +54,10 @@ function checkRules(flag: string, rules: readonly string[]): void {
       parseOutgoingRule(rule);
     } catch (err) {
       if (err instanceof FilterSyntaxError) {
-        throw new UserError(`${flag}: ${err.message}`, 'use HOST, *.DOMAIN, IP, CIDR (10.0.0.0/8), each optionally with :PORT or :LOW-HIGH, or :PORT alone');
+        throw new UserError(
+          `${flag}: ${err.message}`,
+          'use HOST, *.DOMAIN, IP, CIDR (10.0.0.0/8), each optionally with :PORT or :LOW-HIGH, or :PORT alone',
+        );
       }
       throw err;
     }
@@ -87,7 +90,11 @@ export async function startOutgoing(options: OutgoingOptions): Promise<OutgoingS
   try {
     if (options.remoteFiles && options.remoteFiles.length > 0) {
       remoteFiles = await fetchRemoteFiles(options.dialer, options.remoteFiles);
-      reporter?.emit({ type: 'log', level: 'info', message: `remote files in DEVOP_ROOT=${remoteFiles.root}: ${remoteFiles.paths.join(', ')}` });
+      reporter?.emit({
+        type: 'log',
+        level: 'info',
+        message: `remote files in DEVOP_ROOT=${remoteFiles.root}: ${remoteFiles.paths.join(', ')}`,
+      });
     }
   } catch (err) {
     await proxy?.close();
@@ -96,7 +103,11 @@ export async function startOutgoing(options: OutgoingOptions): Promise<OutgoingS
 
   const preloadPath = options.nodePreload === false ? undefined : preloadBundlePath();
   if (proxy && options.nodePreload !== false && !preloadPath) {
-    reporter?.emit({ type: 'log', level: 'warn', message: 'dist/preload.js is missing (run `npm run build`): Node programs get the proxy env only' });
+    reporter?.emit({
+      type: 'log',
+      level: 'warn',
+      message: 'dist/preload.js is missing (run `npm run build`): Node programs get the proxy env only',
+    });
   }
   let closed = false;
   return {
@@ -115,7 +126,16 @@ export async function startOutgoing(options: OutgoingOptions): Promise<OutgoingS
           ? { [DEVOP_ROOT_ENV]: remoteFiles.root }
           : {};
       if (proxy && options.proxyEnv === false) {
-        for (const key of ['HTTP_PROXY', 'http_proxy', 'HTTPS_PROXY', 'https_proxy', 'ALL_PROXY', 'all_proxy', 'NO_PROXY', 'no_proxy']) {
+        for (const key of [
+          'HTTP_PROXY',
+          'http_proxy',
+          'HTTPS_PROXY',
+          'https_proxy',
+          'ALL_PROXY',
+          'all_proxy',
+          'NO_PROXY',
+          'no_proxy',
+        ]) {
           delete vars[key];
         }
       }

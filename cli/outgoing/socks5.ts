@@ -105,7 +105,10 @@ export async function readSocksConnect(socket: Socket): Promise<{ host: string; 
   }
   const port = (await readExactly(socket, 2, 'SOCKS request')).readUInt16BE(0);
   if (command !== CMD_CONNECT) {
-    throw new SocksProtocolError(`SOCKS command ${command} (only CONNECT is supported)`, SocksReply.commandNotSupported);
+    throw new SocksProtocolError(
+      `SOCKS command ${command} (only CONNECT is supported)`,
+      SocksReply.commandNotSupported,
+    );
   }
   if (port === 0) throw new SocksProtocolError('port 0', SocksReply.connectionRefused);
   return { host, port };

@@ -58,7 +58,8 @@ export function joinStreams(a: Duplex, b: Duplex): Promise<void> {
           self.destroy();
           // A TCP peer learns of the failure as a reset (ECONNRESET), not as an end it could take for a complete answer.
           const socket = other as Duplex & { resetAndDestroy?: () => void; connecting?: boolean };
-          if (typeof socket.resetAndDestroy === 'function' && !socket.destroyed && !socket.connecting) socket.resetAndDestroy();
+          if (typeof socket.resetAndDestroy === 'function' && !socket.destroyed && !socket.connecting)
+            socket.resetAndDestroy();
           else other.destroy();
         }
         resolve();

@@ -101,7 +101,12 @@ export function createControlClient(options: {
         const timer = setTimeout(() => {
           pending.delete(id);
           updateRef();
-          reject(new ControlUnavailableError('ETIMEDOUT', `devop's outgoing proxy did not answer within ${options.timeoutMs} ms`));
+          reject(
+            new ControlUnavailableError(
+              'ETIMEDOUT',
+              `devop's outgoing proxy did not answer within ${options.timeoutMs} ms`,
+            ),
+          );
         }, options.timeoutMs);
         timer.unref();
         pending.set(id, { resolve, reject, timer });

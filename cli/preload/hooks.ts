@@ -67,7 +67,13 @@ export function createRouter(filter: OutgoingFilter, proxy: { host: string; port
   };
 }
 
-function errnoError(code: string, syscall: string, host: string, port?: number, detail?: string): NodeJS.ErrnoException {
+function errnoError(
+  code: string,
+  syscall: string,
+  host: string,
+  port?: number,
+  detail?: string,
+): NodeJS.ErrnoException {
   const target = port === undefined ? host : `${host}:${port}`;
   const err = new Error(`${syscall} ${code} ${target}${detail ? ` (${detail})` : ''}`) as NodeJS.ErrnoException & {
     hostname?: string;
@@ -148,40 +154,43 @@ export function installOutgoingHooks(config: PreloadConfig): InstalledHooks {
     if (options.path || !Number.isInteger(port) || port < 1 || port > 65535 || router.route(host, port) === 'local') {
       return originalConnect.apply(this, args);
     }
-    const socket = this;
-    if (cb) socket.once('connect', cb);
+    if (cb) this.once('connect', cb);
     // Until the proxy has dialled, the socket is "connecting": writes queue, as they do during a DNS lookup.
-    (socket as { connecting: boolean }).connecting = true;
+    (this as { connecting: boolean }).connecting = true;
     control.request({ op: 'connect', host, port }).then(
       (answer: ControlAnswer) => {
         if (!answer.ok) {
-          if (!socket.destroyed) socket.destroy(dialFailure(answer.code, host, port, answer.message));
+          if (!this.destroyed) this.destroy(dialFailure(answer.code, host, port, answer.message));
           return;
         }
         if (!('port' in answer)) {
-          socket.destroy(dialFailure('EFAULT', host, port, 'unexpected answer from devop'));
+          this.destroy(dialFailure('EFAULT', host, port, 'unexpected answer from devop'));
           return;
         }
-        if (socket.destroyed) {
+        if (this.destroyed) {
           // Take the dialled connection and drop it at once, so the proxy frees it now rather than at its deadline.
           const drop = new net.Socket();
           drop.on('error', () => undefined);
           originalConnect.call(drop, { port: answer.port, host: config.proxy.host }, () => drop.destroy());
           return;
         }
-        if (answer.remoteAddress) showPodPeer(socket, answer.remoteAddress, answer.remotePort ?? port);
-        originalConnect.call(socket, { port: answer.port, host: config.proxy.host });
+        if (answer.remoteAddress) showPodPeer(this, answer.remoteAddress, answer.remotePort ?? port);
+        originalConnect.call(this, { port: answer.port, host: config.proxy.host });
       },
       (err: Error & { code?: string }) => {
-        if (!socket.destroyed) socket.destroy(dialFailure(err.code ?? 'ECONNREFUSED', host, port, err.message));
+        if (!this.destroyed) this.destroy(dialFailure(err.code ?? 'ECONNREFUSED', host, port, err.message));
       },
     );
-    return socket;
+    return this;
   };
   net.Socket.prototype.connect = hookedConnect as unknown as typeof net.Socket.prototype.connect;
 
   const clusterLookup = async (hostname: string, family: number): Promise<{ address: string; family: number }[]> => {
-    const answer = await control.request({ op: 'lookup', name: hostname, family: family === 4 || family === 6 ? family : undefined });
+    const answer = await control.request({
+      op: 'lookup',
+      name: hostname,
+      family: family === 4 || family === 6 ? family : undefined,
+    });
     // Only "no such name" is ENOTFOUND; anything else (DNS down, tunnel gone) is a failure to try again.
     if (!answer.ok) throw errnoError(answer.code === 'ENOTFOUND' ? 'ENOTFOUND' : 'EAI_AGAIN', 'getaddrinfo', hostname);
     if (!('addresses' in answer)) throw errnoError('EAI_AGAIN', 'getaddrinfo', hostname);
@@ -200,7 +209,7 @@ export function installOutgoingHooks(config: PreloadConfig): InstalledHooks {
     typeof hostname === 'string' && hostname !== '' && net.isIP(hostname) === 0 && router.route(hostname) === 'cluster';
 
   const originalLookup = dns.lookup;
-  const hookedLookup = function (hostname: string, options: unknown, callback?: LookupCallback) {
+  const hookedLookup = (hostname: string, options: unknown, callback?: LookupCallback) => {
     if (typeof options === 'function') {
       callback = options as LookupCallback;
       options = {};
@@ -219,7 +228,7 @@ export function installOutgoingHooks(config: PreloadConfig): InstalledHooks {
   dns.lookup = hookedLookup as unknown as typeof dns.lookup;
 
   const originalPromisesLookup = dns.promises.lookup;
-  const hookedPromisesLookup = async function (hostname: string, options?: unknown) {
+  const hookedPromisesLookup = async (hostname: string, options?: unknown) => {
     if (!wantsCluster(hostname)) {
       return (originalPromisesLookup as (...a: unknown[]) => Promise<unknown>).call(dns.promises, hostname, options);
     }

@@ -6,7 +6,14 @@ import { createServer as createHttpsServer } from 'node:https';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { PRELOAD_BUNDLE, recordingDialer, runNode, startHttpEcho, startTcpEcho, type Closable } from '../../test/outgoing/helpers.js';
+import {
+  PRELOAD_BUNDLE,
+  recordingDialer,
+  runNode,
+  startHttpEcho,
+  startTcpEcho,
+  type Closable,
+} from '../../test/outgoing/helpers.js';
 import { PRELOAD_CONFIG_ENV } from '../outgoing/control-protocol.js';
 import { createLocalDialer } from '../outgoing/dialer.js';
 import { outgoingEnv } from '../outgoing/env.js';
@@ -20,7 +27,10 @@ describe('Node preload (local proxy, local dialer)', () => {
   let proxy: OutgoingProxy;
   let certDir: string;
 
-  const envFor = (rules: { include?: string[]; exclude?: string[] } = {}, nodeOptions?: string): Record<string, string> =>
+  const envFor = (
+    rules: { include?: string[]; exclude?: string[] } = {},
+    nodeOptions?: string,
+  ): Record<string, string> =>
     outgoingEnv(nodeOptions ? { NODE_OPTIONS: nodeOptions } : {}, {
       proxy: { host: proxy.host, port: proxy.port },
       include: rules.include ?? [],
@@ -32,24 +42,53 @@ describe('Node preload (local proxy, local dialer)', () => {
     http = await startHttpEcho('echo');
     tcp = await startTcpEcho();
     certDir = mkdtempSync(join(tmpdir(), 'devop-preload-test-'));
-    execFileSync('openssl', [
-      'req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '1', '-subj', '/CN=secure.default',
-      '-addext', 'subjectAltName=DNS:secure.default', '-keyout', join(certDir, 'key.pem'), '-out', join(certDir, 'cert.pem'),
-    ], { stdio: 'ignore' });
+    execFileSync(
+      'openssl',
+      [
+        'req',
+        '-x509',
+        '-newkey',
+        'rsa:2048',
+        '-nodes',
+        '-days',
+        '1',
+        '-subj',
+        '/CN=secure.default',
+        '-addext',
+        'subjectAltName=DNS:secure.default',
+        '-keyout',
+        join(certDir, 'key.pem'),
+        '-out',
+        join(certDir, 'cert.pem'),
+      ],
+      { stdio: 'ignore' },
+    );
     const cert = readFileSync(join(certDir, 'cert.pem'), 'utf8');
-    const server = createHttpsServer({ key: readFileSync(join(certDir, 'key.pem')), cert }, (req, res) => res.end(`secure ${req.url}`));
-    const httpsPort = await new Promise<number>((resolve) => server.listen(0, '127.0.0.1', () => resolve((server.address() as { port: number }).port)));
+    const server = createHttpsServer({ key: readFileSync(join(certDir, 'key.pem')), cert }, (req, res) =>
+      res.end(`secure ${req.url}`),
+    );
+    const httpsPort = await new Promise<number>((resolve) =>
+      server.listen(0, '127.0.0.1', () => resolve((server.address() as { port: number }).port)),
+    );
     https = {
       port: httpsPort,
       ca: cert,
-      close: () => new Promise<void>((resolve) => {
-        server.closeAllConnections();
-        server.close(() => resolve());
-      }),
+      close: () =>
+        new Promise<void>((resolve) => {
+          server.closeAllConnections();
+          server.close(() => resolve());
+        }),
     };
     // Given a "cluster" whose DNS knows echo.default, secure.default and cache.default (all served on loopback here)
     dialer = recordingDialer(
-      createLocalDialer({ hosts: { 'echo.default': '127.0.0.1', 'secure.default': '127.0.0.1', 'cache.default': '127.0.0.1', 'v6.default': ['::1', '127.0.0.1'] } }),
+      createLocalDialer({
+        hosts: {
+          'echo.default': '127.0.0.1',
+          'secure.default': '127.0.0.1',
+          'cache.default': '127.0.0.1',
+          'v6.default': ['::1', '127.0.0.1'],
+        },
+      }),
     );
     proxy = await startOutgoingProxy({ dialer });
   });
@@ -82,7 +121,10 @@ describe('Node preload (local proxy, local dialer)', () => {
     const result = await runNode(source, { ...envFor(), TEST_CA: https.ca });
     expect(result.stderr).toBe('');
     expect(result.code).toBe(0);
-    const lines = result.stdout.trim().split('\n').map((line) => JSON.parse(line) as Record<string, string>);
+    const lines = result.stdout
+      .trim()
+      .split('\n')
+      .map((line) => JSON.parse(line) as Record<string, string>);
     // Then each request arrived with the cluster name as Host, and TLS verified the certificate of secure.default
     expect(lines[0]).toMatchObject({ name: 'echo', url: '/fetch', host: `echo.default:${http.port}` });
     expect(lines[1]).toMatchObject({ url: '/fetch-again' });
@@ -108,7 +150,10 @@ describe('Node preload (local proxy, local dialer)', () => {
     const result = await runNode(source, envFor());
     expect(result.code).toBe(0);
     // The peer the program sees is the one the dialer connected to (in a cluster: the service), not devop's loopback port.
-    expect(JSON.parse(result.stdout)).toEqual({ got: 'PING before connect\nPING after connect\n', peer: `127.0.0.1:${tcp.port}` });
+    expect(JSON.parse(result.stdout)).toEqual({
+      got: 'PING before connect\nPING after connect\n',
+      peer: `127.0.0.1:${tcp.port}`,
+    });
     expect(dialer.calls).toContainEqual({ op: 'connect', target: `cache.default:${tcp.port}` });
   });
 
@@ -209,7 +254,10 @@ describe('Node preload (local proxy, local dialer)', () => {
 
   it('when devop is gone, a cluster connect fails with ECONNREFUSED instead of hanging', async () => {
     const gone = await startOutgoingProxy({ dialer });
-    const env = outgoingEnv({}, { proxy: { host: gone.host, port: gone.port }, include: [], exclude: [], preloadPath: PRELOAD_BUNDLE });
+    const env = outgoingEnv(
+      {},
+      { proxy: { host: gone.host, port: gone.port }, include: [], exclude: [], preloadPath: PRELOAD_BUNDLE },
+    );
     await gone.close();
     const result = await runNode(
       `try { await fetch('http://echo.default:${http.port}/'); } catch (e) { console.log(e.cause?.code); }`,

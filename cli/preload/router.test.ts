@@ -24,7 +24,10 @@ describe('preload router', () => {
     router.remember(['10.96.7.7']);
     // Then a connect to that address goes to the cluster; an explicit exclude still wins
     expect(router.route('10.96.7.7', 80)).toBe('cluster');
-    const excluding = createRouter(parseOutgoingFilter({ include: ['*.svc.cluster.local'], exclude: ['10.96.0.0/12'] }), proxy);
+    const excluding = createRouter(
+      parseOutgoingFilter({ include: ['*.svc.cluster.local'], exclude: ['10.96.0.0/12'] }),
+      proxy,
+    );
     excluding.remember(['10.96.7.7']);
     expect(excluding.route('10.96.7.7', 80)).toBe('local');
   });
@@ -45,7 +48,11 @@ describe('preload router', () => {
       address: 'echo.default',
       port: 9,
     });
-    expect(dialFailure('EAI_AGAIN', 'slow.default', 80)).toMatchObject({ code: 'EAI_AGAIN', syscall: 'getaddrinfo', errno: -3001 });
+    expect(dialFailure('EAI_AGAIN', 'slow.default', 80)).toMatchObject({
+      code: 'EAI_AGAIN',
+      syscall: 'getaddrinfo',
+      errno: -3001,
+    });
   });
 
   it('reads its config from DEVOP_OUTGOING and ignores a missing or broken one', () => {

@@ -29,14 +29,22 @@ describe('local command', () => {
 
   it('passes the env and pipes output when asked', async () => {
     const chunks: string[] = [];
-    const cmd = await startLocalCommand({ env: { ...base.env, GREETING: 'hi from env' }, pipeOutput: true, onOutput: (_s, t) => chunks.push(t), command: 'sh', args: ['-c', 'echo "$GREETING"'] });
+    const cmd = await startLocalCommand({
+      env: { ...base.env, GREETING: 'hi from env' },
+      pipeOutput: true,
+      onOutput: (_s, t) => chunks.push(t),
+      command: 'sh',
+      args: ['-c', 'echo "$GREETING"'],
+    });
     await cmd.exited;
     await new Promise((r) => setImmediate(r));
     expect(chunks.join('')).toBe('hi from env\n');
   });
 
   it('says "command not found" in one line', async () => {
-    await expect(startLocalCommand({ ...base, command: 'devop-no-such-command', args: [] })).rejects.toThrow('command not found: devop-no-such-command');
+    await expect(startLocalCommand({ ...base, command: 'devop-no-such-command', args: [] })).rejects.toThrow(
+      'command not found: devop-no-such-command',
+    );
   });
 
   it('waits until a port accepts connections, and gives up at the deadline', async () => {

@@ -114,11 +114,27 @@ export async function startLocalCommand(options: StartCommandOptions): Promise<L
     child.once('error', (err: NodeJS.ErrnoException) => {
       lifeline.end();
       if (err.code === 'ENOENT') {
-        reject(new UserError(`command not found: ${options.command}`, 'check the command after `--` (is it installed and on your PATH?)', { cause: err }));
+        reject(
+          new UserError(
+            `command not found: ${options.command}`,
+            'check the command after `--` (is it installed and on your PATH?)',
+            { cause: err },
+          ),
+        );
       } else if (err.code === 'EACCES') {
-        reject(new UserError(`cannot run ${options.command}: permission denied`, 'make the file executable (chmod +x) or run it through its interpreter', { cause: err }));
+        reject(
+          new UserError(
+            `cannot run ${options.command}: permission denied`,
+            'make the file executable (chmod +x) or run it through its interpreter',
+            { cause: err },
+          ),
+        );
       } else {
-        reject(new UserError(`cannot start ${options.command}: ${err.message}`, 'check the command after `--`', { cause: err }));
+        reject(
+          new UserError(`cannot start ${options.command}: ${err.message}`, 'check the command after `--`', {
+            cause: err,
+          }),
+        );
       }
     });
   });

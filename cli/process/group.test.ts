@@ -71,7 +71,7 @@ const newMarker = (): string => `${Date.now() % 1_000_000}${Math.floor(Math.rand
 const chains: { name: string; command: (m: string) => string[]; count: number }[] = [
   {
     // Background jobs of a non-interactive sh ignore SIGINT, and the inner sh never sees a signal to the outer one.
-    name: "sh -c 'sh -c \"sleep\" & sleep'",
+    name: 'sh -c \'sh -c "sleep" & sleep\'',
     command: (m) => ['sh', '-c', `sh -c "sleep 1000.${m}" & sleep 1000.${m}`],
     count: 4,
   },
@@ -131,7 +131,7 @@ describe.skipIf(process.platform !== 'linux')('the local command and every proce
   it.skipIf(!hasScript)('in a terminal: the command reads the terminal, and Ctrl-C reaches it once', async () => {
     // Given devop in a terminal (script(1) gives it a pty) running a command that reads stdin and counts SIGINTs
     const program = [
-      "let n = 0;",
+      'let n = 0;',
       "process.on('SIGINT', () => { n++; console.log('sigint ' + n); setTimeout(() => process.exit(0), 500); });",
       "process.stdin.setEncoding('utf8').once('data', (d) => console.log('read ' + d.trim()));",
       "console.log('waiting'); setInterval(() => {}, 1000);",

@@ -19,7 +19,10 @@ export function canConnect(port: number, host = '127.0.0.1'): Promise<boolean> {
  * Resolves true once the port accepts a connection, false when the deadline passes or `stopped` resolves first (e.g. the
  * command exited).
  */
-export async function waitForListen(port: number, input: { timeoutMs: number; stopped?: Promise<unknown>; host?: string }): Promise<boolean> {
+export async function waitForListen(
+  port: number,
+  input: { timeoutMs: number; stopped?: Promise<unknown>; host?: string },
+): Promise<boolean> {
   const deadline = Date.now() + input.timeoutMs;
   let stop = false;
   let wake: (() => void) | undefined;

@@ -20,18 +20,40 @@ describe('child env', () => {
   it('gives the pod env minus excluded keys, and keeps PATH/HOME and the API service env local', () => {
     // Given the pod env and an exclude glob
     // When the child env is built on top of a local env
-    const env = buildChildEnv({ localEnv: { PATH: '/local/bin', HOME: '/home/me', EDITOR: 'vi' }, remoteEnv: remote, include: ['*'], exclude: ['SECRET_*'] });
+    const env = buildChildEnv({
+      localEnv: { PATH: '/local/bin', HOME: '/home/me', EDITOR: 'vi' },
+      remoteEnv: remote,
+      include: ['*'],
+      exclude: ['SECRET_*'],
+    });
     // Then pod vars win except the excluded and the local-only ones
-    expect(env).toEqual({ PATH: '/local/bin', HOME: '/home/me', EDITOR: 'vi', DATABASE_URL: 'postgres://db', FEATURE_X: 'on' });
+    expect(env).toEqual({
+      PATH: '/local/bin',
+      HOME: '/home/me',
+      EDITOR: 'vi',
+      DATABASE_URL: 'postgres://db',
+      FEATURE_X: 'on',
+    });
   });
 
   it('includes KUBERNETES_SERVICE_* only when an include pattern names it', () => {
-    expect(filterRemoteEnv(remote, ['KUBERNETES_SERVICE_*'])).toEqual({ KUBERNETES_SERVICE_HOST: '10.0.0.1', KUBERNETES_SERVICE_PORT: '443' });
-    expect(filterRemoteEnv(remote, ['DATABASE_*', 'FEATURE_?'])).toEqual({ DATABASE_URL: 'postgres://db', FEATURE_X: 'on' });
+    expect(filterRemoteEnv(remote, ['KUBERNETES_SERVICE_*'])).toEqual({
+      KUBERNETES_SERVICE_HOST: '10.0.0.1',
+      KUBERNETES_SERVICE_PORT: '443',
+    });
+    expect(filterRemoteEnv(remote, ['DATABASE_*', 'FEATURE_?'])).toEqual({
+      DATABASE_URL: 'postgres://db',
+      FEATURE_X: 'on',
+    });
   });
 
   it('applies the env file over the pod env, and devop.json env.override over both', () => {
-    const env = buildChildEnv({ localEnv: {}, remoteEnv: { A: 'pod', B: 'pod', C: 'pod' }, envFile: { B: 'file', C: 'file' }, override: { C: 'override' } });
+    const env = buildChildEnv({
+      localEnv: {},
+      remoteEnv: { A: 'pod', B: 'pod', C: 'pod' },
+      envFile: { B: 'file', C: 'file' },
+      override: { C: 'override' },
+    });
     expect(env).toEqual({ A: 'pod', B: 'file', C: 'override' });
   });
 
@@ -45,7 +67,12 @@ describe('child env', () => {
     // Given a dotenv file in a temp dir
     const dir = mkdtempSync(join(tmpdir(), 'devop-env-'));
     const file = join(dir, '.env');
-    writeFileSync(file, ['# comment', '', 'export A=1', 'B = two words # trailing', 'C="line\\nnext"', "D='$literal \\n'", 'E='].join('\n'));
+    writeFileSync(
+      file,
+      ['# comment', '', 'export A=1', 'B = two words # trailing', 'C="line\\nnext"', "D='$literal \\n'", 'E='].join(
+        '\n',
+      ),
+    );
     // When it is read
     // Then every form is understood
     expect(await readEnvFile(file)).toEqual({ A: '1', B: 'two words', C: 'line\nnext', D: '$literal \\n', E: '' });
@@ -53,6 +80,8 @@ describe('child env', () => {
 
   it('names the bad line of a dotenv file and a missing file', async () => {
     expect(() => parseDotenv('A=1\nnot a line', 'x.env')).toThrow(/x\.env:2: not a KEY=VALUE line/);
-    await expect(readEnvFile('/nonexistent/devop.env')).rejects.toThrow(/cannot read --env-file \/nonexistent\/devop.env: ENOENT/);
+    await expect(readEnvFile('/nonexistent/devop.env')).rejects.toThrow(
+      /cannot read --env-file \/nonexistent\/devop.env: ENOENT/,
+    );
   });
 });

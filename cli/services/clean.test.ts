@@ -4,18 +4,45 @@ import { describe, expect, it } from 'vitest';
 import { classifyAgentJobs, classifyEphemeralAgents, classifyLeases, formatCleanReport } from './clean.js';
 
 const job = (name: string, targetUid: string, extra: Partial<V1Job['status']> = {}): V1Job => ({
-  metadata: { name, namespace: 'ns', uid: `uid-${name}`, labels: { 'devop.dev/target-pod': `t-${name}`, 'devop.dev/target-uid': targetUid }, annotations: { 'devop.dev/owner': 'ann@box' } },
+  metadata: {
+    name,
+    namespace: 'ns',
+    uid: `uid-${name}`,
+    labels: { 'devop.dev/target-pod': `t-${name}`, 'devop.dev/target-uid': targetUid },
+    annotations: { 'devop.dev/owner': 'ann@box' },
+  },
   status: extra,
 });
 const agentPod = (name: string, ownerJob: string | undefined, waiting?: string): V1Pod => ({
-  metadata: { name, namespace: 'ns', ownerReferences: ownerJob ? [{ apiVersion: 'batch/v1', kind: 'Job', name: ownerJob, uid: `uid-${ownerJob}` }] : [] },
-  status: { phase: waiting ? 'Pending' : 'Running', containerStatuses: [{ name: 'devop-agent', image: 'i', imageID: '', ready: false, restartCount: 0, state: waiting ? { waiting: { reason: waiting } } : { running: {} } }] },
+  metadata: {
+    name,
+    namespace: 'ns',
+    ownerReferences: ownerJob ? [{ apiVersion: 'batch/v1', kind: 'Job', name: ownerJob, uid: `uid-${ownerJob}` }] : [],
+  },
+  status: {
+    phase: waiting ? 'Pending' : 'Running',
+    containerStatuses: [
+      {
+        name: 'devop-agent',
+        image: 'i',
+        imageID: '',
+        ready: false,
+        restartCount: 0,
+        state: waiting ? { waiting: { reason: waiting } } : { running: {} },
+      },
+    ],
+  },
 });
 
 describe('classifyAgentJobs', () => {
   it('removes finished Jobs, Jobs whose pod cannot start, Jobs whose target is gone, and agent pods without a Job', () => {
     const items = classifyAgentJobs(
-      [job('done', 'live', { conditions: [{ type: 'Complete', status: 'True' }] }), job('stuck', 'live'), job('orphaned', 'dead'), job('busy', 'live')],
+      [
+        job('done', 'live', { conditions: [{ type: 'Complete', status: 'True' }] }),
+        job('stuck', 'live'),
+        job('orphaned', 'dead'),
+        job('busy', 'live'),
+      ],
       [agentPod('stuck-x', 'stuck', 'ImagePullBackOff'), agentPod('busy-x', 'busy'), agentPod('stray', undefined)],
       new Set(['live']),
       false,
@@ -24,7 +51,12 @@ describe('classifyAgentJobs', () => {
       ['job', 'done', 'remove', 'finished (Complete) (started by ann@box)'],
       ['job', 'stuck', 'remove', 'its pod cannot start (ImagePullBackOff) (started by ann@box)'],
       ['job', 'orphaned', 'remove', 'its target pod t-orphaned is gone (started by ann@box)'],
-      ['job', 'busy', 'keep', 'running for t-busy (started by ann@box): it may serve a session and exits by itself when idle'],
+      [
+        'job',
+        'busy',
+        'keep',
+        'running for t-busy (started by ann@box): it may serve a session and exits by itself when idle',
+      ],
       ['pod', 'stray', 'remove', 'an agent pod without its Job'],
     ]);
   });
@@ -41,7 +73,14 @@ describe('classifyEphemeralAgents', () => {
       status: {
         ephemeralContainerStatuses: [
           { name: 'devop-agent-aa', image: 'i', imageID: '', ready: false, restartCount: 0, state: { running: {} } },
-          { name: 'devop-agent-bb', image: 'i', imageID: '', ready: false, restartCount: 0, state: { terminated: { exitCode: 0 } } },
+          {
+            name: 'devop-agent-bb',
+            image: 'i',
+            imageID: '',
+            ready: false,
+            restartCount: 0,
+            state: { terminated: { exitCode: 0 } },
+          },
           { name: 'debugger', image: 'i', imageID: '', ready: false, restartCount: 0, state: { running: {} } },
         ],
       },
@@ -56,17 +95,43 @@ describe('classifyEphemeralAgents', () => {
 describe('classifyLeases', () => {
   it('removes expired or released Leases and keeps live ones', () => {
     const now = Date.parse('2026-01-01T00:00:00Z');
-    const lease = (name: string, holder: string | undefined, ago: number): V1Lease => ({ metadata: { name, namespace: 'ns' }, spec: { holderIdentity: holder, leaseDurationSeconds: 15, acquireTime: new Date(now - 60_000), renewTime: new Date(now - ago) } });
-    const items = classifyLeases([lease('live', 'a@h#1', 1000), lease('stale', 'b@h#2', 60_000), lease('free', undefined, 0)], now);
-    expect(items.map((i) => [i.name, i.action])).toEqual([['live', 'keep'], ['stale', 'remove'], ['free', 'remove']]);
+    const lease = (name: string, holder: string | undefined, ago: number): V1Lease => ({
+      metadata: { name, namespace: 'ns' },
+      spec: {
+        holderIdentity: holder,
+        leaseDurationSeconds: 15,
+        acquireTime: new Date(now - 60_000),
+        renewTime: new Date(now - ago),
+      },
+    });
+    const items = classifyLeases(
+      [lease('live', 'a@h#1', 1000), lease('stale', 'b@h#2', 60_000), lease('free', undefined, 0)],
+      now,
+    );
+    expect(items.map((i) => [i.name, i.action])).toEqual([
+      ['live', 'keep'],
+      ['stale', 'remove'],
+      ['free', 'remove'],
+    ]);
     expect(items[1].reason).toBe('expired steal lock of b@h (devop stopped without releasing it)');
   });
 });
 
 describe('formatCleanReport', () => {
   it('says what would be removed on a dry run, and what was kept', () => {
-    const text = formatCleanReport({ namespace: 'ns', dryRun: true, items: [{ kind: 'job', namespace: 'ns', name: 'j', reason: 'r', action: 'remove' }, { kind: 'lease', namespace: 'ns', name: 'l', reason: 'held', action: 'keep' }] });
-    expect(text).toBe('would remove job ns/j: r\nkept lease ns/l: held\ndevop clean --dry-run: 1 to remove (run without --dry-run to remove them)\n');
-    expect(formatCleanReport({ namespace: 'all', dryRun: false, items: [] })).toBe("nothing of devop's found in any namespace\n");
+    const text = formatCleanReport({
+      namespace: 'ns',
+      dryRun: true,
+      items: [
+        { kind: 'job', namespace: 'ns', name: 'j', reason: 'r', action: 'remove' },
+        { kind: 'lease', namespace: 'ns', name: 'l', reason: 'held', action: 'keep' },
+      ],
+    });
+    expect(text).toBe(
+      'would remove job ns/j: r\nkept lease ns/l: held\ndevop clean --dry-run: 1 to remove (run without --dry-run to remove them)\n',
+    );
+    expect(formatCleanReport({ namespace: 'all', dryRun: false, items: [] })).toBe(
+      "nothing of devop's found in any namespace\n",
+    );
   });
 });

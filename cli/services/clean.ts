@@ -46,7 +46,8 @@ function stuck(pod: V1Pod | undefined): string | undefined {
   if (!pod) return undefined;
   if (pod.status?.phase === 'Succeeded' || pod.status?.phase === 'Failed') return `its pod ${pod.status.phase}`;
   const waiting = pod.status?.containerStatuses?.find((s) => s.name === AGENT_CONTAINER_NAME)?.state?.waiting?.reason;
-  if (waiting && /ImagePull|ErrImage|CrashLoop|CreateContainer/.test(waiting)) return `its pod cannot start (${waiting})`;
+  if (waiting && /ImagePull|ErrImage|CrashLoop|CreateContainer/.test(waiting))
+    return `its pod cannot start (${waiting})`;
   return undefined;
 }
 
@@ -55,28 +56,71 @@ function stuck(pod: V1Pod | undefined): string | undefined {
  * cannot start, or the pod it serves is gone; a Job beside a live target is kept unless `force` (it may serve a session,
  * and exits by itself when idle).
  */
-export function classifyAgentJobs(jobs: V1Job[], agentPods: V1Pod[], livePodUids: Set<string>, force: boolean): Leftover[] {
+export function classifyAgentJobs(
+  jobs: V1Job[],
+  agentPods: V1Pod[],
+  livePodUids: Set<string>,
+  force: boolean,
+): Leftover[] {
   const out: Leftover[] = [];
   for (const job of jobs) {
     const ns = job.metadata?.namespace ?? '';
     const name = job.metadata?.name ?? '';
     const uid = job.metadata?.uid;
-    const pod = agentPods.find((p) => p.metadata?.namespace === ns && (p.metadata?.ownerReferences ?? []).some((o) => o.uid === uid || (o.kind === 'Job' && o.name === name)));
+    const pod = agentPods.find(
+      (p) =>
+        p.metadata?.namespace === ns &&
+        (p.metadata?.ownerReferences ?? []).some((o) => o.uid === uid || (o.kind === 'Job' && o.name === name)),
+    );
     const targetPod = job.metadata?.labels?.[AGENT_LABELS.targetPod] ?? '';
     const targetUid = job.metadata?.labels?.[AGENT_LABELS.targetUid];
     const owner = job.metadata?.annotations?.[AGENT_ANNOTATIONS.owner];
     const whose = owner ? ` (started by ${owner})` : '';
-    const why = finished(job) ?? stuck(pod) ?? (targetPod !== TARGETLESS_LABEL_VALUE && targetUid && !livePodUids.has(targetUid) ? `its target pod ${targetPod} is gone` : undefined);
+    const why =
+      finished(job) ??
+      stuck(pod) ??
+      (targetPod !== TARGETLESS_LABEL_VALUE && targetUid && !livePodUids.has(targetUid)
+        ? `its target pod ${targetPod} is gone`
+        : undefined);
     if (why) out.push({ kind: 'job', namespace: ns, name, reason: `${why}${whose}`, action: 'remove' });
-    else if (force) out.push({ kind: 'job', namespace: ns, name, reason: `running for ${targetPod}${whose}; removed because of --force`, action: 'remove' });
-    else out.push({ kind: 'job', namespace: ns, name, reason: `running for ${targetPod}${whose}: it may serve a session and exits by itself when idle`, action: 'keep', fix: 'pass --force to remove it anyway' });
+    else if (force)
+      out.push({
+        kind: 'job',
+        namespace: ns,
+        name,
+        reason: `running for ${targetPod}${whose}; removed because of --force`,
+        action: 'remove',
+      });
+    else
+      out.push({
+        kind: 'job',
+        namespace: ns,
+        name,
+        reason: `running for ${targetPod}${whose}: it may serve a session and exits by itself when idle`,
+        action: 'keep',
+        fix: 'pass --force to remove it anyway',
+      });
   }
   // Agent pods without a Job (their Job was deleted with orphan propagation, or they were made by hand).
   const jobUids = new Set(jobs.map((j) => j.metadata?.uid));
   for (const pod of agentPods) {
     const owners = pod.metadata?.ownerReferences ?? [];
-    if (owners.some((o) => o.kind === 'Job' && (jobUids.has(o.uid) || jobs.some((j) => j.metadata?.name === o.name && j.metadata?.namespace === pod.metadata?.namespace)))) continue;
-    out.push({ kind: 'pod', namespace: pod.metadata?.namespace ?? '', name: pod.metadata?.name ?? '', reason: 'an agent pod without its Job', action: 'remove' });
+    if (
+      owners.some(
+        (o) =>
+          o.kind === 'Job' &&
+          (jobUids.has(o.uid) ||
+            jobs.some((j) => j.metadata?.name === o.name && j.metadata?.namespace === pod.metadata?.namespace)),
+      )
+    )
+      continue;
+    out.push({
+      kind: 'pod',
+      namespace: pod.metadata?.namespace ?? '',
+      name: pod.metadata?.name ?? '',
+      reason: 'an agent pod without its Job',
+      action: 'remove',
+    });
   }
   return out;
 }
@@ -109,8 +153,24 @@ export function classifyLeases(leases: V1Lease[], now: number): Leftover[] {
     const name = lease.metadata?.name ?? '';
     const verdict = leaseVerdict(lease, '', now);
     const holder = leaseHolder(lease);
-    if (verdict === 'held') return { kind: 'lease', namespace: ns, name, reason: `held by ${holder.user}@${holder.host} since ${holder.since} (renewed: a session is live)`, action: 'keep' };
-    return { kind: 'lease', namespace: ns, name, reason: verdict === 'free' ? 'released steal lock' : `expired steal lock of ${holder.user}@${holder.host} (devop stopped without releasing it)`, action: 'remove' };
+    if (verdict === 'held')
+      return {
+        kind: 'lease',
+        namespace: ns,
+        name,
+        reason: `held by ${holder.user}@${holder.host} since ${holder.since} (renewed: a session is live)`,
+        action: 'keep',
+      };
+    return {
+      kind: 'lease',
+      namespace: ns,
+      name,
+      reason:
+        verdict === 'free'
+          ? 'released steal lock'
+          : `expired steal lock of ${holder.user}@${holder.host} (devop stopped without releasing it)`,
+      action: 'remove',
+    };
   });
 }
 
@@ -139,7 +199,12 @@ export async function runClean(options: CleanOptions): Promise<CleanReport> {
   return { namespace: namespace ?? 'all', dryRun: options.dryRun ?? false, items };
 }
 
-const KIND_WORDS: Record<LeftoverKind, string> = { job: 'job', pod: 'pod', ephemeral: 'ephemeral container', lease: 'lease' };
+const KIND_WORDS: Record<LeftoverKind, string> = {
+  job: 'job',
+  pod: 'pod',
+  ephemeral: 'ephemeral container',
+  lease: 'lease',
+};
 
 export function formatCleanReport(report: CleanReport): string {
   const where = report.namespace === 'all' ? 'any namespace' : `namespace ${report.namespace}`;
@@ -155,6 +220,10 @@ export function formatCleanReport(report: CleanReport): string {
     return `${verb} ${what}: ${i.reason}${tail ? ` ${tail}` : ''}`;
   });
   const n = report.items.filter((i) => i.action === 'remove').length;
-  lines.push(report.dryRun ? `devop clean --dry-run: ${n} to remove (run without --dry-run to remove them)` : `devop clean: ${report.items.filter((i) => i.removed).length} of ${n} removed`);
+  lines.push(
+    report.dryRun
+      ? `devop clean --dry-run: ${n} to remove (run without --dry-run to remove them)`
+      : `devop clean: ${report.items.filter((i) => i.removed).length} of ${n} removed`,
+  );
   return `${lines.join('\n')}\n`;
 }

@@ -21,8 +21,15 @@ export function validateConfigFile(path: string): ConfigValidation {
     text = readFileSync(path, 'utf8');
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
-    if (code === 'ENOENT') throw new UserError(`config file ${path} does not exist`, 'pass the file with -f/--config, or run devop in the folder that holds devop.json');
-    throw new UserError(`cannot read config file ${path}: ${(err as Error).message}`, 'check the path and its permissions');
+    if (code === 'ENOENT')
+      throw new UserError(
+        `config file ${path} does not exist`,
+        'pass the file with -f/--config, or run devop in the folder that holds devop.json',
+      );
+    throw new UserError(
+      `cannot read config file ${path}: ${(err as Error).message}`,
+      'check the path and its permissions',
+    );
   }
   return validateConfigText(text, path);
 }
@@ -32,7 +39,12 @@ export function validateConfigText(text: string, file: string): ConfigValidation
   try {
     value = JSON.parse(text);
   } catch (err) {
-    return { file, problems: [`${file}: not valid JSON (${jsonErrorWhere(text, err as Error)}) — accepted: strict JSON (no comments, no trailing commas)`] };
+    return {
+      file,
+      problems: [
+        `${file}: not valid JSON (${jsonErrorWhere(text, err as Error)}) — accepted: strict JSON (no comments, no trailing commas)`,
+      ],
+    };
   }
   return { file, problems: configProblems(value).map((problem) => formatConfigProblem(problem, file)) };
 }
@@ -62,7 +74,11 @@ export function devopPackageRoot(from: string = fileURLToPath(import.meta.url)):
 export function schemaFilePath(root: string = devopPackageRoot()): string {
   const candidates = [join(root, SCHEMA_FILE_NAME), join(root, 'shared', SCHEMA_FILE_NAME)];
   const found = candidates.find((candidate) => existsSync(candidate));
-  if (!found) throw new UserError(`${SCHEMA_FILE_NAME} is missing from ${root}`, 'reinstall devop (the schema is part of the package)');
+  if (!found)
+    throw new UserError(
+      `${SCHEMA_FILE_NAME} is missing from ${root}`,
+      'reinstall devop (the schema is part of the package)',
+    );
   return resolve(found);
 }
 

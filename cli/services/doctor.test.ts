@@ -6,14 +6,19 @@ import { formatDoctorReport, neededPermissions, podSecurityCheck, runtimeCheck }
 describe('podSecurityCheck', () => {
   it('fails for enforce=baseline or restricted, naming the label and the fix', () => {
     for (const level of ['baseline', 'restricted']) {
-      const c = podSecurityCheck({ metadata: { name: 'team', labels: { 'pod-security.kubernetes.io/enforce': level } } }, 'team');
+      const c = podSecurityCheck(
+        { metadata: { name: 'team', labels: { 'pod-security.kubernetes.io/enforce': level } } },
+        'team',
+      );
       expect(c.status).toBe('fail');
       expect(c.detail).toContain(`enforce=${level} rejects the agent`);
       expect(c.fix).toContain('kubectl label ns team pod-security.kubernetes.io/enforce=privileged');
     }
   });
   it('passes for privileged or no label, mentioning warn/audit labels', () => {
-    expect(podSecurityCheck({ metadata: { labels: { 'pod-security.kubernetes.io/enforce': 'privileged' } } }, 'a').status).toBe('ok');
+    expect(
+      podSecurityCheck({ metadata: { labels: { 'pod-security.kubernetes.io/enforce': 'privileged' } } }, 'a').status,
+    ).toBe('ok');
     const c = podSecurityCheck({ metadata: { labels: { 'pod-security.kubernetes.io/warn': 'restricted' } } }, 'a');
     expect(c.status).toBe('ok');
     expect(c.detail).toBe('enforce=(none: privileged); warn=restricted only warns/audits');
@@ -22,8 +27,16 @@ describe('podSecurityCheck', () => {
 
 describe('runtimeCheck', () => {
   it('knows containerd, cri-o and docker, and warns about others', () => {
-    expect(runtimeCheck([{ name: 'n1', runtime: 'containerd://1.7.22' }, { name: 'n2', runtime: 'cri-o://1.29.1' }])).toMatchObject({ status: 'ok', detail: 'n1: containerd://1.7.22, n2: cri-o://1.29.1' });
-    expect(runtimeCheck([{ name: 'n1', runtime: 'frakti://1' }])).toMatchObject({ status: 'warn', fix: expect.stringContaining('--ephemeral') });
+    expect(
+      runtimeCheck([
+        { name: 'n1', runtime: 'containerd://1.7.22' },
+        { name: 'n2', runtime: 'cri-o://1.29.1' },
+      ]),
+    ).toMatchObject({ status: 'ok', detail: 'n1: containerd://1.7.22, n2: cri-o://1.29.1' });
+    expect(runtimeCheck([{ name: 'n1', runtime: 'frakti://1' }])).toMatchObject({
+      status: 'warn',
+      fix: expect.stringContaining('--ephemeral'),
+    });
     expect(runtimeCheck([]).status).toBe('warn');
   });
 });
@@ -33,9 +46,19 @@ describe('neededPermissions', () => {
     const list = neededPermissions('app', 'agents');
     const names = list.map((p) => `${describeCheck(p.check)}@${p.check.namespace}${p.optional ? '?' : ''}`);
     expect(names).toEqual([
-      'get pods@app', 'list pods@app', 'watch pods@app', 'create pods/portforward@app', 'get pods/log@agents',
-      'create jobs.batch@agents', 'get jobs.batch@agents', 'list jobs.batch@agents', 'delete jobs.batch@agents',
-      'patch pods/ephemeralcontainers@app?', 'get leases.coordination.k8s.io@app?', 'create leases.coordination.k8s.io@app?', 'update leases.coordination.k8s.io@app?',
+      'get pods@app',
+      'list pods@app',
+      'watch pods@app',
+      'create pods/portforward@app',
+      'get pods/log@agents',
+      'create jobs.batch@agents',
+      'get jobs.batch@agents',
+      'list jobs.batch@agents',
+      'delete jobs.batch@agents',
+      'patch pods/ephemeralcontainers@app?',
+      'get leases.coordination.k8s.io@app?',
+      'create leases.coordination.k8s.io@app?',
+      'update leases.coordination.k8s.io@app?',
     ]);
   });
 });
@@ -51,6 +74,17 @@ describe('formatDoctorReport', () => {
         { id: 'rt', title: 'runtime', status: 'warn', detail: 'odd', fix: 'try --ephemeral' },
       ],
     });
-    expect(text).toBe(['✓ API server: answers', '✗ RBAC create jobs.batch in a: denied', '    fix: ask an admin', '- agent image x: not verified', '! runtime: odd', '    fix: try --ephemeral', 'devop doctor: 1 check failed', ''].join('\n'));
+    expect(text).toBe(
+      [
+        '✓ API server: answers',
+        '✗ RBAC create jobs.batch in a: denied',
+        '    fix: ask an admin',
+        '- agent image x: not verified',
+        '! runtime: odd',
+        '    fix: try --ephemeral',
+        'devop doctor: 1 check failed',
+        '',
+      ].join('\n'),
+    );
   });
 });

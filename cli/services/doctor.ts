@@ -42,7 +42,13 @@ export interface NeededPermission {
 }
 
 export function neededPermissions(namespace: string, agentNamespace: string): NeededPermission[] {
-  const p = (verb: string, group: string, resource: string, why: string, extra: Partial<AccessCheck> & { optional?: boolean } = {}): NeededPermission => {
+  const p = (
+    verb: string,
+    group: string,
+    resource: string,
+    why: string,
+    extra: Partial<AccessCheck> & { optional?: boolean } = {},
+  ): NeededPermission => {
     const { optional, ...rest } = extra;
     return { check: { verb, group, resource, namespace, ...rest }, why, ...(optional ? { optional } : {}) };
   };
@@ -56,7 +62,10 @@ export function neededPermissions(namespace: string, agentNamespace: string): Ne
     p('get', 'batch', 'jobs', 'check on the agent Job', { namespace: agentNamespace }),
     p('list', 'batch', 'jobs', 'find leftover agents (devop clean)', { namespace: agentNamespace }),
     p('delete', 'batch', 'jobs', 'remove the agent Job', { namespace: agentNamespace }),
-    p('patch', '', 'pods', 'run the agent as an ephemeral container (--ephemeral only)', { subresource: 'ephemeralcontainers', optional: true }),
+    p('patch', '', 'pods', 'run the agent as an ephemeral container (--ephemeral only)', {
+      subresource: 'ephemeralcontainers',
+      optional: true,
+    }),
     p('get', 'coordination.k8s.io', 'leases', 'check the cluster-wide steal lock', { optional: true }),
     p('create', 'coordination.k8s.io', 'leases', 'take the cluster-wide steal lock', { optional: true }),
     p('update', 'coordination.k8s.io', 'leases', 'renew the cluster-wide steal lock', { optional: true }),
@@ -80,7 +89,12 @@ export function podSecurityCheck(ns: V1Namespace | undefined, namespace: string)
   const warn = labels['pod-security.kubernetes.io/warn'];
   const audit = labels['pod-security.kubernetes.io/audit'];
   const soft = [warn && `warn=${warn}`, audit && `audit=${audit}`].filter(Boolean).join(', ');
-  return { id: 'pod-security', title, status: 'ok', detail: `enforce=${enforce ?? '(none: privileged)'}${soft ? `; ${soft} only warns/audits` : ''}` };
+  return {
+    id: 'pod-security',
+    title,
+    status: 'ok',
+    detail: `enforce=${enforce ?? '(none: privileged)'}${soft ? `; ${soft} only warns/audits` : ''}`,
+  };
 }
 
 /** Container runtimes whose container IDs and cgroups the agent knows. Pure. */
@@ -88,22 +102,46 @@ export function runtimeCheck(nodes: { name: string; runtime: string }[]): Doctor
   const known = /^(containerd|cri-o|docker):\/\//;
   const unknown = nodes.filter((n) => !known.test(n.runtime));
   const list = nodes.map((n) => `${n.name}: ${n.runtime || 'unknown'}`).join(', ');
-  if (nodes.length === 0) return { id: 'runtime', title: 'node container runtime', status: 'warn', detail: 'no nodes found', fix: 'check that the cluster has nodes (kubectl get nodes)' };
+  if (nodes.length === 0)
+    return {
+      id: 'runtime',
+      title: 'node container runtime',
+      status: 'warn',
+      detail: 'no nodes found',
+      fix: 'check that the cluster has nodes (kubectl get nodes)',
+    };
   if (unknown.length > 0) {
-    return { id: 'runtime', title: 'node container runtime', status: 'warn', detail: `${list} — not one devop knows (containerd, cri-o, docker)`, fix: 'try --ephemeral (the agent then runs inside the pod and needs no container lookup)' };
+    return {
+      id: 'runtime',
+      title: 'node container runtime',
+      status: 'warn',
+      detail: `${list} — not one devop knows (containerd, cri-o, docker)`,
+      fix: 'try --ephemeral (the agent then runs inside the pod and needs no container lookup)',
+    };
   }
   return { id: 'runtime', title: 'node container runtime', status: 'ok', detail: list };
 }
 
 function fail(id: string, title: string, err: unknown, fix: string): DoctorCheck {
-  return { id, title, status: 'fail', detail: isUserError(err) ? err.message : apiErrorMessage(err), fix: isUserError(err) ? err.hint : fix };
+  return {
+    id,
+    title,
+    status: 'fail',
+    detail: isUserError(err) ? err.message : apiErrorMessage(err),
+    fix: isUserError(err) ? err.hint : fix,
+  };
 }
 
 async function apiCheck(kc: KubeConfig): Promise<DoctorCheck> {
   const title = 'API server';
   try {
     const version = await kc.makeApiClient(VersionApi).getCode();
-    return { id: 'api', title, status: 'ok', detail: `${kc.getCurrentCluster()?.server} answers, Kubernetes ${version.gitVersion}` };
+    return {
+      id: 'api',
+      title,
+      status: 'ok',
+      detail: `${kc.getCurrentCluster()?.server} answers, Kubernetes ${version.gitVersion}`,
+    };
   } catch (err) {
     const mapped = mapApiError(err, { action: 'read the server version' });
     return fail('api', title, mapped, 'check that the cluster is up and the context points at it');
@@ -114,15 +152,26 @@ async function rbacChecks(kc: KubeConfig, namespace: string, agentNamespace: str
   const needed = neededPermissions(namespace, agentNamespace);
   let denied: AccessCheck[];
   try {
-    denied = await deniedChecks(kc, needed.map((n) => n.check));
+    denied = await deniedChecks(
+      kc,
+      needed.map((n) => n.check),
+    );
   } catch (err) {
-    return [fail('rbac', 'RBAC', err, 'devop asks the API server with SelfSubjectAccessReview; check that it is allowed')];
+    return [
+      fail('rbac', 'RBAC', err, 'devop asks the API server with SelfSubjectAccessReview; check that it is allowed'),
+    ];
   }
   const user = kc.getCurrentUser()?.name ?? 'the current user';
   return needed.map((n): DoctorCheck => {
     const what = `${describeCheck(n.check)} in ${n.check.namespace}`;
     const isDenied = denied.includes(n.check);
-    if (!isDenied) return { id: `rbac:${describeCheck(n.check)}`, title: `RBAC ${what}`, status: 'ok', detail: `allowed (to ${n.why})` };
+    if (!isDenied)
+      return {
+        id: `rbac:${describeCheck(n.check)}`,
+        title: `RBAC ${what}`,
+        status: 'ok',
+        detail: `allowed (to ${n.why})`,
+      };
     return {
       id: `rbac:${describeCheck(n.check)}`,
       title: `RBAC ${what}`,
@@ -137,28 +186,61 @@ async function imageCheck(kc: KubeConfig, image: string, agentNamespace: string)
   const title = `agent image ${image}`;
   const core = kc.makeApiClient(CoreV1Api);
   try {
-    const pods = await core.listNamespacedPod({ namespace: agentNamespace, labelSelector: `${AGENT_LABELS.name}=${AGENT_LABELS.nameValue}` });
-    const statuses = pods.items.flatMap((p) => (p.status?.containerStatuses ?? []).filter((s) => s.name === AGENT_CONTAINER_NAME && s.image === image).map((s) => ({ pod: p.metadata?.name ?? '', s })));
+    const pods = await core.listNamespacedPod({
+      namespace: agentNamespace,
+      labelSelector: `${AGENT_LABELS.name}=${AGENT_LABELS.nameValue}`,
+    });
+    const statuses = pods.items.flatMap((p) =>
+      (p.status?.containerStatuses ?? [])
+        .filter((s) => s.name === AGENT_CONTAINER_NAME && s.image === image)
+        .map((s) => ({ pod: p.metadata?.name ?? '', s })),
+    );
     const pulled = statuses.find(({ s }) => s.imageID || s.state?.running || s.state?.terminated);
     if (pulled) return { id: 'image', title, status: 'ok', detail: `pulled before (agent pod ${pulled.pod})` };
     const failed = statuses.find(({ s }) => /ImagePull|ErrImage/.test(s.state?.waiting?.reason ?? ''));
     if (failed) {
-      return { id: 'image', title, status: 'fail', detail: `agent pod ${failed.pod}: ${failed.s.state?.waiting?.reason}: ${failed.s.state?.waiting?.message ?? ''}`.trim(), fix: 'mirror the image to a registry the nodes can reach and pass --agent-image (or agent.image in devop.json); add imagePullSecrets if it is private' };
+      return {
+        id: 'image',
+        title,
+        status: 'fail',
+        detail:
+          `agent pod ${failed.pod}: ${failed.s.state?.waiting?.reason}: ${failed.s.state?.waiting?.message ?? ''}`.trim(),
+        fix: 'mirror the image to a registry the nodes can reach and pass --agent-image (or agent.image in devop.json); add imagePullSecrets if it is private',
+      };
     }
   } catch {
     // Not allowed to list pods there: the RBAC lines say so.
   }
-  return { id: 'image', title, status: 'info', detail: 'not verified (no agent has run here yet): the nodes must be able to pull it', fix: 'in an air-gapped or private-registry cluster, mirror it and pass --agent-image' };
+  return {
+    id: 'image',
+    title,
+    status: 'info',
+    detail: 'not verified (no agent has run here yet): the nodes must be able to pull it',
+    fix: 'in an air-gapped or private-registry cluster, mirror it and pass --agent-image',
+  };
 }
 
 async function nodeRuntimeCheck(kc: KubeConfig, nodeName: string | undefined): Promise<DoctorCheck> {
   const core = kc.makeApiClient(CoreV1Api);
   try {
     const nodes = nodeName ? [await core.readNode({ name: nodeName })] : (await core.listNode()).items;
-    return runtimeCheck(nodes.map((n) => ({ name: n.metadata?.name ?? '', runtime: n.status?.nodeInfo?.containerRuntimeVersion ?? '' })));
+    return runtimeCheck(
+      nodes.map((n) => ({ name: n.metadata?.name ?? '', runtime: n.status?.nodeInfo?.containerRuntimeVersion ?? '' })),
+    );
   } catch (err) {
-    if (apiErrorCode(err) === 403) return { id: 'runtime', title: 'node container runtime', status: 'info', detail: 'cannot read nodes (RBAC: nodes are cluster-scoped); not checked' };
-    return fail('runtime', 'node container runtime', mapApiError(err, { action: 'read the nodes' }), 'check the API server');
+    if (apiErrorCode(err) === 403)
+      return {
+        id: 'runtime',
+        title: 'node container runtime',
+        status: 'info',
+        detail: 'cannot read nodes (RBAC: nodes are cluster-scoped); not checked',
+      };
+    return fail(
+      'runtime',
+      'node container runtime',
+      mapApiError(err, { action: 'read the nodes' }),
+      'check the API server',
+    );
   }
 }
 
@@ -167,9 +249,27 @@ async function podSecurity(kc: KubeConfig, agentNamespace: string): Promise<Doct
   try {
     return podSecurityCheck(await core.readNamespace({ name: agentNamespace }), agentNamespace);
   } catch (err) {
-    if (apiErrorCode(err) === 404) return { id: 'pod-security', title: `namespace ${agentNamespace}`, status: 'fail', detail: `namespace "${agentNamespace}" not found`, fix: 'pass an existing namespace with -n / --agent-namespace' };
-    if (apiErrorCode(err) === 403) return { id: 'pod-security', title: `Pod Security admission (namespace ${agentNamespace})`, status: 'info', detail: 'cannot read the namespace (RBAC); its pod-security labels were not checked' };
-    return fail('pod-security', `namespace ${agentNamespace}`, mapApiError(err, { action: 'read the namespace' }), 'check the API server');
+    if (apiErrorCode(err) === 404)
+      return {
+        id: 'pod-security',
+        title: `namespace ${agentNamespace}`,
+        status: 'fail',
+        detail: `namespace "${agentNamespace}" not found`,
+        fix: 'pass an existing namespace with -n / --agent-namespace',
+      };
+    if (apiErrorCode(err) === 403)
+      return {
+        id: 'pod-security',
+        title: `Pod Security admission (namespace ${agentNamespace})`,
+        status: 'info',
+        detail: 'cannot read the namespace (RBAC); its pod-security labels were not checked',
+      };
+    return fail(
+      'pod-security',
+      `namespace ${agentNamespace}`,
+      mapApiError(err, { action: 'read the namespace' }),
+      'check the API server',
+    );
   }
 }
 
@@ -184,7 +284,12 @@ export async function runDoctor(options: DoctorOptions): Promise<DoctorReport> {
   const namespace = options.namespace ?? loaded.namespace;
   const agentNamespace = options.agentNamespace ?? namespace;
   const checks: DoctorCheck[] = [
-    { id: 'kubeconfig', title: 'kubeconfig', status: 'ok', detail: `${files.join(', ')}, context ${context}, user ${kc.getCurrentUser()?.name ?? '?'}, namespace ${namespace}` },
+    {
+      id: 'kubeconfig',
+      title: 'kubeconfig',
+      status: 'ok',
+      detail: `${files.join(', ')}, context ${context}, user ${kc.getCurrentUser()?.name ?? '?'}, namespace ${namespace}`,
+    },
   ];
   const api = await apiCheck(kc);
   checks.push(api);
@@ -195,7 +300,12 @@ export async function runDoctor(options: DoctorOptions): Promise<DoctorReport> {
     ? resolveTarget(kc, { target: options.target, namespace }).then(
         (t): DoctorCheck => {
           nodeName = t.nodeName;
-          return { id: 'target', title: `target ${options.target}`, status: 'ok', detail: `pod ${t.podName} (${t.podReason}), container ${t.container.name}, node ${t.nodeName}` };
+          return {
+            id: 'target',
+            title: `target ${options.target}`,
+            status: 'ok',
+            detail: `pod ${t.podName} (${t.podReason}), container ${t.container.name}, node ${t.nodeName}`,
+          };
         },
         (err: unknown) => fail('target', `target ${options.target}`, err, 'check the target and namespace (devop ls)'),
       )
@@ -221,6 +331,8 @@ export function formatDoctorReport(report: DoctorReport): string {
     if (c.fix && (c.status === 'fail' || c.status === 'warn')) lines.push(`    fix: ${c.fix}`);
   }
   const failed = report.checks.filter((c) => c.status === 'fail').length;
-  lines.push(failed === 0 ? 'devop doctor: all checks passed' : `devop doctor: ${failed} check${failed === 1 ? '' : 's'} failed`);
+  lines.push(
+    failed === 0 ? 'devop doctor: all checks passed' : `devop doctor: ${failed} check${failed === 1 ? '' : 's'} failed`,
+  );
   return `${lines.join('\n')}\n`;
 }

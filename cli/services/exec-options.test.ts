@@ -37,28 +37,60 @@ describe('exec options', () => {
 
   it('lets flags win over devop.json', () => {
     const o = mergeExecOptions(
-      { target: 'pod/p', namespace: 'flag-ns', mirror: true, port: ['9000'], httpPathFilter: '^/api', flush: true, envExclude: ['X'], agentTtl: '90', startupTimeout: '1500ms', ephemeral: false },
+      {
+        target: 'pod/p',
+        namespace: 'flag-ns',
+        mirror: true,
+        port: ['9000'],
+        httpPathFilter: '^/api',
+        flush: true,
+        envExclude: ['X'],
+        agentTtl: '90',
+        startupTimeout: '1500ms',
+        ephemeral: false,
+      },
       fileConfig,
       ['./run'],
     );
-    expect(o).toMatchObject({ target: 'pod/p', namespace: 'flag-ns', mode: 'mirror', ports: ['9000'], httpFilter: { path: '^/api', match: 'all' }, flush: true, agentTtlSeconds: 90, startupTimeoutMs: 1500, ephemeral: false });
+    expect(o).toMatchObject({
+      target: 'pod/p',
+      namespace: 'flag-ns',
+      mode: 'mirror',
+      ports: ['9000'],
+      httpFilter: { path: '^/api', match: 'all' },
+      flush: true,
+      agentTtlSeconds: 90,
+      startupTimeoutMs: 1500,
+      ephemeral: false,
+    });
     expect(o.env.exclude).toEqual(['SECRET_*', 'X']);
   });
 
   it('defaults to mirror with the declared ports and the version-matched agent image', () => {
     const o = mergeExecOptions({ target: 'deploy/x' }, parseConfig({}, 'defaults'), ['true']);
-    expect(o).toMatchObject({ mode: 'mirror', ports: [], flush: true, stealProbes: false, agentImage: 'ghcr.io/devop/agent:0.1.0', startupTimeoutMs: 60_000 });
+    expect(o).toMatchObject({
+      mode: 'mirror',
+      ports: [],
+      flush: true,
+      stealProbes: false,
+      agentImage: 'ghcr.io/devop/agent:0.1.0',
+      startupTimeoutMs: 60_000,
+    });
     expect(o.httpFilter).toBeUndefined();
   });
 
   it('refuses contradictory or malformed flags with one line and the fix', () => {
     const d = parseConfig({}, 'defaults');
-    expect(() => mergeExecOptions({ steal: true, mirror: true }, d, ['x'])).toThrow(/--steal and --mirror were both given/);
+    expect(() => mergeExecOptions({ steal: true, mirror: true }, d, ['x'])).toThrow(
+      /--steal and --mirror were both given/,
+    );
     expect(() => mergeExecOptions({}, d, [])).toThrow(/no local command given/);
     expect(() => mergeExecOptions({ port: ['70000'] }, d, ['x'])).toThrow(/bad port "70000"/);
     expect(() => mergeExecOptions({ httpHeaderFilter: 'no-colon' }, d, ['x'])).toThrow(/is not "Name: value-regex"/);
     expect(() => mergeExecOptions({ httpPathFilter: '(' }, d, ['x'])).toThrow(/not a valid regular expression/);
-    expect(() => mergeExecOptions({ startupTimeout: 'soon' }, d, ['x'])).toThrow(/--startup-timeout soon is not a duration/);
+    expect(() => mergeExecOptions({ startupTimeout: 'soon' }, d, ['x'])).toThrow(
+      /--startup-timeout soon is not a duration/,
+    );
   });
 
   it('parses durations and port specs', () => {
@@ -66,7 +98,9 @@ describe('exec options', () => {
     expect(parseDuration('3', '--x')).toBe(3000);
     expect(parsePortSpec('80:8080')).toEqual({ remote: 80, local: 8080 });
     expect(parsePortSpec(3000)).toEqual({ remote: 3000, local: 3000 });
-    expect(resolvePorts([], { name: 'c', ports: [{ containerPort: 3000 }, { containerPort: 53, protocol: 'UDP' }] })).toEqual([{ remote: 3000, local: 3000 }]);
+    expect(
+      resolvePorts([], { name: 'c', ports: [{ containerPort: 3000 }, { containerPort: 53, protocol: 'UDP' }] }),
+    ).toEqual([{ remote: 3000, local: 3000 }]);
     expect(() => resolvePorts(['3000', '3000:1'], undefined)).toThrow(/port 3000 is given twice/);
   });
 });

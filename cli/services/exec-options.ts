@@ -14,7 +14,11 @@ export type ExecFlags = FlagValues<ExecOptionName>;
 /** `90`, `90s`, `1500ms`, `2m` → milliseconds. */
 export function parseDuration(text: string, flag: string): number {
   const m = /^(\d+(?:\.\d+)?)(ms|s|m)?$/.exec(text.trim());
-  if (!m) throw new UserError(`${flag} ${text} is not a duration`, `pass seconds (e.g. ${flag} 60) or a number with ms, s or m`);
+  if (!m)
+    throw new UserError(
+      `${flag} ${text} is not a duration`,
+      `pass seconds (e.g. ${flag} 60) or a number with ms, s or m`,
+    );
   const n = Number(m[1]);
   const unit = m[2] ?? 's';
   return Math.round(unit === 'ms' ? n : unit === 'm' ? n * 60_000 : n * 1000);
@@ -24,7 +28,10 @@ function checkRegex(source: string, flag: string): void {
   try {
     new RegExp(source);
   } catch (err) {
-    throw new UserError(`${flag} "${source}" is not a valid regular expression (${(err as Error).message})`, `fix the pattern given to ${flag}`);
+    throw new UserError(
+      `${flag} "${source}" is not a valid regular expression (${(err as Error).message})`,
+      `fix the pattern given to ${flag}`,
+    );
   }
 }
 
@@ -32,27 +39,43 @@ function checkRegex(source: string, flag: string): void {
 export function checkHeaderFilter(text: string): string {
   const i = text.indexOf(':');
   if (i <= 0 || !/^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/.test(text.slice(0, i).trim())) {
-    throw new UserError(`--http-header-filter "${text}" is not "Name: value-regex"`, "pass e.g. --http-header-filter 'x-user: alice'");
+    throw new UserError(
+      `--http-header-filter "${text}" is not "Name: value-regex"`,
+      "pass e.g. --http-header-filter 'x-user: alice'",
+    );
   }
   checkRegex(text.slice(i + 1).trim(), '--http-header-filter');
   return text;
 }
 
-export function mergeExecOptions(flags: ExecFlags, config: DevopConfig, command: readonly string[], configDir?: string): ExecServiceOptions {
+export function mergeExecOptions(
+  flags: ExecFlags,
+  config: DevopConfig,
+  command: readonly string[],
+  configDir?: string,
+): ExecServiceOptions {
   if (command.length === 0) {
-    throw new UserError('no local command given', 'put the command after `--`, e.g. devop exec -t deploy/api -- node server.js');
+    throw new UserError(
+      'no local command given',
+      'put the command after `--`, e.g. devop exec -t deploy/api -- node server.js',
+    );
   }
-  if (flags.steal && flags.mirror) throw new UserError('--steal and --mirror were both given', 'pass one of them (the default is --mirror)');
+  if (flags.steal && flags.mirror)
+    throw new UserError('--steal and --mirror were both given', 'pass one of them (the default is --mirror)');
   const mode: StealMode = flags.steal ? 'steal' : flags.mirror ? 'mirror' : config.incoming.mode;
 
   const fileFilter = config.incoming.httpFilter;
-  const anyFilterFlag = flags.httpHeaderFilter !== undefined || flags.httpPathFilter !== undefined || flags.httpMethodFilter !== undefined;
+  const anyFilterFlag =
+    flags.httpHeaderFilter !== undefined || flags.httpPathFilter !== undefined || flags.httpMethodFilter !== undefined;
   let httpFilter: HttpFilter | undefined;
   if (anyFilterFlag) {
     if (flags.httpHeaderFilter !== undefined) checkHeaderFilter(flags.httpHeaderFilter);
     if (flags.httpPathFilter !== undefined) checkRegex(flags.httpPathFilter, '--http-path-filter');
     if (flags.httpMethodFilter !== undefined && !/^[A-Za-z]+$/.test(flags.httpMethodFilter)) {
-      throw new UserError(`--http-method-filter "${flags.httpMethodFilter}" is not an HTTP method`, 'pass e.g. --http-method-filter GET');
+      throw new UserError(
+        `--http-method-filter "${flags.httpMethodFilter}" is not an HTTP method`,
+        'pass e.g. --http-method-filter GET',
+      );
     }
     httpFilter = {
       ...(flags.httpHeaderFilter !== undefined ? { header: flags.httpHeaderFilter } : {}),
@@ -67,7 +90,9 @@ export function mergeExecOptions(flags: ExecFlags, config: DevopConfig, command:
   const ports = flags.port && flags.port.length > 0 ? flags.port : config.incoming.ports.map(String);
   ports.forEach(parsePortSpec);
 
-  const envFile = flags.envFile ?? (config.env.file !== undefined && configDir ? resolveFrom(configDir, config.env.file) : config.env.file);
+  const envFile =
+    flags.envFile ??
+    (config.env.file !== undefined && configDir ? resolveFrom(configDir, config.env.file) : config.env.file);
 
   return {
     command: command[0],
@@ -92,9 +117,19 @@ export function mergeExecOptions(flags: ExecFlags, config: DevopConfig, command:
     agentNamespace: flags.agentNamespace ?? config.agent.namespace,
     agentPrivileged: flags.agentPrivileged ?? false,
     ephemeral: flags.ephemeral ?? config.agent.ephemeral,
-    agentTtlSeconds: flags.agentTtl !== undefined ? Math.round(parseDuration(flags.agentTtl, '--agent-ttl') / 1000) : config.agent.ttlSeconds,
-    startupTimeoutMs: flags.startupTimeout !== undefined ? parseDuration(flags.startupTimeout, '--startup-timeout') : config.agent.startupTimeoutSeconds * 1000,
-    agentExtras: { labels: config.agent.labels, annotations: config.agent.annotations, tolerations: config.agent.tolerations },
+    agentTtlSeconds:
+      flags.agentTtl !== undefined
+        ? Math.round(parseDuration(flags.agentTtl, '--agent-ttl') / 1000)
+        : config.agent.ttlSeconds,
+    startupTimeoutMs:
+      flags.startupTimeout !== undefined
+        ? parseDuration(flags.startupTimeout, '--startup-timeout')
+        : config.agent.startupTimeoutSeconds * 1000,
+    agentExtras: {
+      labels: config.agent.labels,
+      annotations: config.agent.annotations,
+      tolerations: config.agent.tolerations,
+    },
     verbose: flags.verbose ?? false,
     allPods: flags.allPods ?? config.allPods,
   };

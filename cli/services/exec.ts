@@ -1,7 +1,7 @@
 // `devop exec`: connect a session, start the local command with the pod's env, and — once it listens — steal or mirror
 // the pod's ports to it; stop cleanly on Ctrl-C, the command's exit or an error. Returns the command's exit code.
 import { UserError, isUserError } from '../../shared/errors.js';
-import type { AgentMessage, HttpFilter, StealMode } from '../../shared/protocol.js';
+import type { HttpFilter, StealMode } from '../../shared/protocol.js';
 import { FEATURES } from '../../shared/protocol.js';
 import type { PortState, Reporter, SessionInfo } from '../reporter.js';
 import { startLocalCommand, type LocalCommand } from '../process/child.js';
@@ -29,7 +29,6 @@ export interface ExecServiceOptions extends SessionOptions {
   cwd?: string;
 }
 
-
 /**
  * When the command has ended, how long a start-up step still running may take to report its end before the exit line:
  * the listen step ends within ms; a subscribe in flight is not waited for longer than this.
@@ -38,21 +37,35 @@ const STEP_SETTLE_MS = 1000;
 
 export function describeFilter(filter: HttpFilter | undefined): string | undefined {
   if (!filter) return undefined;
-  const parts = [filter.header && `header ${filter.header}`, filter.path && `path ${filter.path}`, filter.method && `method ${filter.method}`].filter(Boolean);
+  const parts = [
+    filter.header && `header ${filter.header}`,
+    filter.path && `path ${filter.path}`,
+    filter.method && `method ${filter.method}`,
+  ].filter(Boolean);
   return parts.length ? parts.join(filter.match === 'any' ? ' or ' : ' and ') : undefined;
 }
 
 async function readRemoteEnv(session: Session): Promise<Record<string, string>> {
   if (!session.hello.features.includes(FEATURES.env)) return {};
-  const answer = await agentRequest(session.tunnel, (id) => session.tunnel.send({ type: 'envRead', id }), ['env'], 'read the pod env');
-  if (answer.type === 'error') throw new UserError(`the agent could not read the pod's env: ${answer.message}`, answer.hint ?? 'check the agent logs');
+  const answer = await agentRequest(
+    session.tunnel,
+    (id) => session.tunnel.send({ type: 'envRead', id }),
+    ['env'],
+    'read the pod env',
+  );
+  if (answer.type === 'error')
+    throw new UserError(
+      `the agent could not read the pod's env: ${answer.message}`,
+      answer.hint ?? 'check the agent logs',
+    );
   return answer.vars;
 }
 
 export async function runExec(options: ExecServiceOptions, reporter: Reporter): Promise<number> {
   const abort = new AbortController();
   // Before the local command runs, a signal stops the start-up; afterwards it goes to the command (child.ts).
-  const onStartupSignal = (signal: NodeJS.Signals): void => abort.abort(new UserError(`stopped by ${signal} during start-up`, 'run again'));
+  const onStartupSignal = (signal: NodeJS.Signals): void =>
+    abort.abort(new UserError(`stopped by ${signal} during start-up`, 'run again'));
   const startupSignals = ['SIGINT', 'SIGTERM', 'SIGHUP'] as const;
   for (const s of startupSignals) process.on(s, onStartupSignal);
   const dropStartupSignals = (): void => {
@@ -65,28 +78,55 @@ export async function runExec(options: ExecServiceOptions, reporter: Reporter): 
     session = await raceAbort(connectSupervisedSession({ ...options, signal: abort.signal }, reporter), abort.signal);
     const s = session;
     const target = s.target;
-    if (!target && options.ports.length > 0) throw new UserError('-p/--port needs a target: a targetless session receives no traffic', 'pass -t pod/NAME or deploy/NAME, or drop -p');
+    if (!target && options.ports.length > 0)
+      throw new UserError(
+        '-p/--port needs a target: a targetless session receives no traffic',
+        'pass -t pod/NAME or deploy/NAME, or drop -p',
+      );
     const ports = resolvePorts(options.ports, target?.container);
 
-    const childEnv = await step(reporter, 'env', 'environment', async () => {
-      const [remoteEnv, envFile] = await Promise.all([readRemoteEnv(s), options.env.file ? readEnvFile(options.env.file) : Promise.resolve(undefined)]);
-      let env = buildChildEnv({ localEnv: process.env, remoteEnv, include: options.env.include, exclude: options.env.exclude, override: options.env.override, envFile });
-      for (const hook of options.childEnvHooks ?? []) {
-        const result = await hook(env, { session: s, reporter });
-        env = result.env;
-        if (result.cleanup) cleanups.push(result.cleanup);
-      }
-      return { env, remoteCount: Object.keys(remoteEnv).length };
-    }, (v) => `${v.remoteCount} variables from the pod`);
+    const childEnv = await step(
+      reporter,
+      'env',
+      'environment',
+      async () => {
+        const [remoteEnv, envFile] = await Promise.all([
+          readRemoteEnv(s),
+          options.env.file ? readEnvFile(options.env.file) : Promise.resolve(undefined),
+        ]);
+        let env = buildChildEnv({
+          localEnv: process.env,
+          remoteEnv,
+          include: options.env.include,
+          exclude: options.env.exclude,
+          override: options.env.override,
+          envFile,
+        });
+        for (const hook of options.childEnvHooks ?? []) {
+          const result = await hook(env, { session: s, reporter });
+          env = result.env;
+          if (result.cleanup) cleanups.push(result.cleanup);
+        }
+        return { env, remoteCount: Object.keys(remoteEnv).length };
+      },
+      (v) => `${v.remoteCount} variables from the pod`,
+    );
     abort.signal.throwIfAborted();
 
-    s.tunnel.on('stream', incomingStreamHandler({ ports, onError: (message) => reporter.emit({ type: 'log', level: 'warn', message }) }));
+    s.tunnel.on(
+      'stream',
+      incomingStreamHandler({ ports, onError: (message) => reporter.emit({ type: 'log', level: 'warn', message }) }),
+    );
     s.tunnel.on('message', (msg) => {
       if (msg.type === 'traffic') {
         const event = trafficToEvent(msg.event, target?.podName);
         if (event) reporter.emit(event);
       } else if (msg.type === 'log') {
-        reporter.emit({ type: 'log', level: msg.level === 'error' ? 'warn' : msg.level, message: `agent: ${msg.message}` });
+        reporter.emit({
+          type: 'log',
+          level: msg.level === 'error' ? 'warn' : msg.level,
+          message: `agent: ${msg.message}`,
+        });
       } else if (msg.type === 'error' && msg.id === undefined) {
         reporter.emit({ type: 'error', message: `agent: ${msg.message}`, hint: msg.hint });
       }
@@ -95,7 +135,12 @@ export async function runExec(options: ExecServiceOptions, reporter: Reporter): 
     // Something that already listens would get the traffic, and "the local command listens" would be a false signal.
     const busy = await Promise.all(ports.map(async (p) => ((await canConnect(p.local)) ? p.local : undefined)));
     for (const port of busy) {
-      if (port !== undefined) reporter.emit({ type: 'log', level: 'warn', message: `127.0.0.1:${port} already accepts connections before the local command started: that process will get the traffic (map another local port with -p REMOTE:LOCAL)` });
+      if (port !== undefined)
+        reporter.emit({
+          type: 'log',
+          level: 'warn',
+          message: `127.0.0.1:${port} already accepts connections before the local command started: that process will get the traffic (map another local port with -p REMOTE:LOCAL)`,
+        });
     }
 
     child = await startLocalCommand({
@@ -115,12 +160,21 @@ export async function runExec(options: ExecServiceOptions, reporter: Reporter): 
       node: target?.nodeName,
       container: target?.container.name,
       agent: { name: s.agent.name, reused: s.agent.reused, version: s.hello.agentVersion },
-      ports: ports.map((p): PortState => ({ remotePort: p.remote, localPort: p.local, mode: options.mode, filter: describeFilter(options.httpFilter) })),
+      ports: ports.map(
+        (p): PortState => ({
+          remotePort: p.remote,
+          localPort: p.local,
+          mode: options.mode,
+          filter: describeFilter(options.httpFilter),
+        }),
+      ),
     };
     const traffic = new TrafficControl(s, info, options, reporter);
     s.onRetarget?.((change) => traffic.retarget(change));
 
-    const tunnelLost = new Promise<Error>((resolve) => s.tunnel.once('close', (err) => resolve(err ?? new Error('closed'))));
+    const tunnelLost = new Promise<Error>((resolve) =>
+      s.tunnel.once('close', (err) => resolve(err ?? new Error('closed'))),
+    );
     const started = startTraffic(ports, traffic, options, reporter, running);
     const outcome = await Promise.race([
       running.exited.then((exit) => ({ kind: 'exit' as const, exit })),
@@ -139,9 +193,13 @@ export async function runExec(options: ExecServiceOptions, reporter: Reporter): 
       await traffic.release();
       return outcome.exit.exitCode;
     }
-    const err = outcome.kind === 'tunnel'
-      ? new UserError(`the tunnel to the agent closed: ${outcome.err.message}`, 'the pod serves its own traffic again; run devop again (check the agent pod and the API server)')
-      : outcome.err;
+    const err =
+      outcome.kind === 'tunnel'
+        ? new UserError(
+            `the tunnel to the agent closed: ${outcome.err.message}`,
+            'the pod serves its own traffic again; run devop again (check the agent pod and the API server)',
+          )
+        : outcome.err;
     const exit = await running.stop('SIGTERM');
     reporter.emit({ type: 'exit', code: exit.code, signal: exit.signal });
     await traffic.release();
@@ -155,11 +213,18 @@ export async function runExec(options: ExecServiceOptions, reporter: Reporter): 
 }
 
 /** Waits for each port's local listener, then subscribes it; says why when the command never listens. */
-async function startTraffic(ports: PortMapping[], traffic: TrafficControl, options: ExecServiceOptions, reporter: Reporter, child: LocalCommand): Promise<void> {
+async function startTraffic(
+  ports: PortMapping[],
+  traffic: TrafficControl,
+  options: ExecServiceOptions,
+  reporter: Reporter,
+  child: LocalCommand,
+): Promise<void> {
   if (ports.length === 0) {
-    const why = options.target && options.target !== 'targetless'
-      ? 'no ports to steal or mirror (the container declares none; pass -p REMOTE[:LOCAL]): only the env is applied'
-      : 'targetless: no incoming traffic; outgoing connections go through the cluster';
+    const why =
+      options.target && options.target !== 'targetless'
+        ? 'no ports to steal or mirror (the container declares none; pass -p REMOTE[:LOCAL]): only the env is applied'
+        : 'targetless: no incoming traffic; outgoing connections go through the cluster';
     reporter.emit({ type: 'log', level: 'info', message: why });
     traffic.markReady();
     return;
@@ -167,7 +232,11 @@ async function startTraffic(ports: PortMapping[], traffic: TrafficControl, optio
   const list = ports.map((p) => `:${p.local}`).join(', ');
   const verb = options.mode === 'steal' ? 'stealing' : 'mirroring';
   await step(reporter, 'listen', `waiting for the local command to listen on ${list}`, async () => {
-    const results = await Promise.all(ports.map((p) => waitForListen(p.local, { timeoutMs: options.startupTimeoutMs ?? 60_000, stopped: child.exited })));
+    const results = await Promise.all(
+      ports.map((p) =>
+        waitForListen(p.local, { timeoutMs: options.startupTimeoutMs ?? 60_000, stopped: child.exited }),
+      ),
+    );
     let missing = ports.filter((_, i) => !results[i]);
     if (missing.length > 0 && child.child.exitCode === null && child.child.signalCode === null) {
       const ms = options.startupTimeoutMs ?? 60_000;
@@ -178,7 +247,9 @@ async function startTraffic(ports: PortMapping[], traffic: TrafficControl, optio
         hint: 'make the command listen on that port on 127.0.0.1 (or 0.0.0.0), or map it with -p REMOTE:LOCAL; devop keeps waiting',
       });
       // Keep waiting in the background: a slow build may still bring the listener up.
-      const late = await Promise.all(missing.map((p) => waitForListen(p.local, { timeoutMs: Number.MAX_SAFE_INTEGER, stopped: child.exited })));
+      const late = await Promise.all(
+        missing.map((p) => waitForListen(p.local, { timeoutMs: Number.MAX_SAFE_INTEGER, stopped: child.exited })),
+      );
       missing = missing.filter((_, i) => !late[i]);
     }
     if (missing.length > 0) {
@@ -191,7 +262,13 @@ async function startTraffic(ports: PortMapping[], traffic: TrafficControl, optio
     }
   });
   if (child.child.exitCode !== null || child.child.signalCode !== null) return;
-  await step(reporter, 'traffic', `${verb} ${ports.map((p) => `:${p.remote}`).join(', ')}`, () => traffic.subscribeAll(), () => describeFilter(options.httpFilter));
+  await step(
+    reporter,
+    'traffic',
+    `${verb} ${ports.map((p) => `:${p.remote}`).join(', ')}`,
+    () => traffic.subscribeAll(),
+    () => describeFilter(options.httpFilter),
+  );
   traffic.markReady();
 }
 
@@ -220,7 +297,16 @@ class TrafficControl {
     const { tunnel } = this.session;
     const answer = await agentRequest(
       tunnel,
-      (id) => tunnel.send({ type: 'subscribe', id, port, mode: this.mode, ...(this.filter ? { filter: this.filter } : {}), flush: this.options.flush, stealProbes: this.options.stealProbes }),
+      (id) =>
+        tunnel.send({
+          type: 'subscribe',
+          id,
+          port,
+          mode: this.mode,
+          ...(this.filter ? { filter: this.filter } : {}),
+          flush: this.options.flush,
+          stealProbes: this.options.stealProbes,
+        }),
       ['subscribed', 'refused'],
       `${this.mode} port ${port}`,
     );
@@ -232,10 +318,17 @@ class TrafficControl {
       const who = answer.holder ? `${answer.holder.user}@${answer.holder.host}` : undefined;
       const holder = who && !answer.reason.includes(who) ? ` (held by ${who} since ${answer.holder!.since})` : '';
       // The agent's own fix when it gives one (a capability its container lacks, a bad filter); else the port is held.
-      const fix = answer.hint ?? 'use --http-header-filter to share the port, --mirror, or wait until the other session ends';
-      throw new UserError(`port ${port} of pod ${this.info.pod} cannot be ${this.mode === 'steal' ? 'stolen' : 'mirrored'}: ${answer.reason}${holder}`, fix);
+      const fix =
+        answer.hint ?? 'use --http-header-filter to share the port, --mirror, or wait until the other session ends';
+      throw new UserError(
+        `port ${port} of pod ${this.info.pod} cannot be ${this.mode === 'steal' ? 'stolen' : 'mirrored'}: ${answer.reason}${holder}`,
+        fix,
+      );
     }
-    throw new UserError(`the agent refused to ${this.mode} port ${port}: ${answer.message}`, answer.hint ?? 'check the agent logs (rerun with --verbose)');
+    throw new UserError(
+      `the agent refused to ${this.mode} port ${port}: ${answer.message}`,
+      answer.hint ?? 'check the agent logs (rerun with --verbose)',
+    );
   }
 
   private async unsubscribeAll(): Promise<void> {
@@ -245,7 +338,13 @@ class TrafficControl {
     await Promise.all(
       entries.map(([port, id]) =>
         // An unsubscribe names the subscription (its subscribe id); the answer carries the same id.
-        agentRequest(tunnel, () => tunnel.send({ type: 'unsubscribe', id, port }), ['unsubscribed'], `release port ${port}`, id).catch(() => undefined),
+        agentRequest(
+          tunnel,
+          () => tunnel.send({ type: 'unsubscribe', id, port }),
+          ['unsubscribed'],
+          `release port ${port}`,
+          id,
+        ).catch(() => undefined),
       ),
     );
   }
@@ -282,7 +381,11 @@ class TrafficControl {
   private async resubscribe(): Promise<void> {
     await this.unsubscribeAll();
     await this.subscribeAll().catch((err: unknown) => {
-      this.reporter.emit({ type: 'error', message: err instanceof Error ? err.message : String(err), hint: isUserError(err) ? err.hint : undefined });
+      this.reporter.emit({
+        type: 'error',
+        message: err instanceof Error ? err.message : String(err),
+        hint: isUserError(err) ? err.hint : undefined,
+      });
     });
     this.update({ mode: this.mode, filter: describeFilter(this.filter) });
   }

@@ -32,7 +32,13 @@ describe('incoming streams', () => {
     for (const c of cleanups.splice(0)) c();
   });
 
-  async function setup(): Promise<{ agent: AgentMux; client: ClientMux; local: Server; localPort: number; received: string[] }> {
+  async function setup(): Promise<{
+    agent: AgentMux;
+    client: ClientMux;
+    local: Server;
+    localPort: number;
+    received: string[];
+  }> {
     const pair = await socketPair();
     const agent = createAgentMux(pair.a);
     const client = createClientMux(pair.b);
@@ -60,7 +66,13 @@ describe('incoming streams', () => {
     const { agent, client, localPort, received } = await setup();
     client.on('stream', incomingStreamHandler({ ports: [{ remote: 3000, local: localPort }] }));
     // When the agent opens a stolen connection and sends a request
-    const stream = agent.openStream({ kind: 'incoming', port: 3000, mode: 'steal', remoteAddress: '10.0.0.9', remotePort: 5555 });
+    const stream = agent.openStream({
+      kind: 'incoming',
+      port: 3000,
+      mode: 'steal',
+      remoteAddress: '10.0.0.9',
+      remotePort: 5555,
+    });
     const answer = collect(stream);
     stream.end('GET /x');
     // Then the local server got it and its answer came back
@@ -80,9 +92,18 @@ describe('incoming streams', () => {
     });
     await new Promise<void>((r) => greeter.listen(0, '127.0.0.1', r));
     cleanups.push(() => greeter.close());
-    client.on('stream', incomingStreamHandler({ ports: [{ remote: 3000, local: (greeter.address() as AddressInfo).port }] }));
+    client.on(
+      'stream',
+      incomingStreamHandler({ ports: [{ remote: 3000, local: (greeter.address() as AddressInfo).port }] }),
+    );
     // When the agent's stream has the greeting and the local command's end, and only then sends its data and ends
-    const stream = agent.openStream({ kind: 'incoming', port: 3000, mode: 'steal', remoteAddress: '10.0.0.9', remotePort: 5555 });
+    const stream = agent.openStream({
+      kind: 'incoming',
+      port: 3000,
+      mode: 'steal',
+      remoteAddress: '10.0.0.9',
+      remotePort: 5555,
+    });
     expect(await collect(stream)).toBe('hello, then only listening');
     stream.end('data sent after the local end');
     // Then the local command received it (a half-open connection, as the client's own is)
@@ -93,7 +114,13 @@ describe('incoming streams', () => {
   it('mirror: the local command gets the bytes, its answer is dropped', async () => {
     const { agent, client, localPort, received } = await setup();
     client.on('stream', incomingStreamHandler({ ports: [{ remote: 3000, local: localPort }] }));
-    const stream = agent.openStream({ kind: 'incoming', port: 3000, mode: 'mirror', remoteAddress: '10.0.0.9', remotePort: 5555 });
+    const stream = agent.openStream({
+      kind: 'incoming',
+      port: 3000,
+      mode: 'mirror',
+      remoteAddress: '10.0.0.9',
+      remotePort: 5555,
+    });
     const answer = collect(stream);
     stream.end('copy of GET /y');
     expect(await answer).toBe('');
@@ -104,8 +131,17 @@ describe('incoming streams', () => {
     const { agent, client, local, localPort } = await setup();
     await new Promise<void>((r) => local.close(() => r()));
     const errors: string[] = [];
-    client.on('stream', incomingStreamHandler({ ports: [{ remote: 3000, local: localPort }], onError: (m) => errors.push(m) }));
-    const stream = agent.openStream({ kind: 'incoming', port: 3000, mode: 'steal', remoteAddress: '10.0.0.9', remotePort: 5555 });
+    client.on(
+      'stream',
+      incomingStreamHandler({ ports: [{ remote: 3000, local: localPort }], onError: (m) => errors.push(m) }),
+    );
+    const stream = agent.openStream({
+      kind: 'incoming',
+      port: 3000,
+      mode: 'steal',
+      remoteAddress: '10.0.0.9',
+      remotePort: 5555,
+    });
     await expect(collect(stream)).rejects.toMatchObject({ reason: 'ECONNREFUSED' });
     expect(errors).toEqual([`local connection to 127.0.0.1:${localPort} failed: ECONNREFUSED`]);
   });

@@ -33,7 +33,10 @@ export interface PortForwardOptions extends SessionOptions {
 /** Parses `[LOCAL:]HOST:PORT`: LOCAL defaults to PORT; HOST is a name, an IPv4 address or `[IPv6]`. */
 export function parseForward(spec: string): Forward {
   const bad = (why: string): UserError =>
-    new UserError(`-L ${spec}: ${why}`, 'write -L [LOCAL:]HOST:PORT, e.g. -L 18080:echo.default:80 (IPv6 hosts in brackets: -L 8080:[fd00::1]:80)');
+    new UserError(
+      `-L ${spec}: ${why}`,
+      'write -L [LOCAL:]HOST:PORT, e.g. -L 18080:echo.default:80 (IPv6 hosts in brackets: -L 8080:[fd00::1]:80)',
+    );
   const match = /^(?:(\d{1,5}):)?(\[[^\]]+\]|[^:[\]]+):(\d{1,5})$/.exec(spec.trim());
   if (!match) throw bad('not [LOCAL:]HOST:PORT');
   const target = parseAuthority(`${match[2]}:${match[3]}`);
@@ -46,8 +49,18 @@ export function parseForward(spec: string): Forward {
 function listen(server: Server, port: number, address: string, forward: Forward): Promise<number> {
   return new Promise((resolve, reject) => {
     server.once('error', (err: NodeJS.ErrnoException) => {
-      const why = err.code === 'EADDRINUSE' ? 'is in use' : err.code === 'EACCES' ? 'needs privileges (ports below 1024)' : `cannot be used (${err.code ?? err.message})`;
-      reject(new UserError(`local port ${address}:${port} for -L ${forward.spec} ${why}`, `pick another local port: -L <LOCAL>:${forward.host}:${forward.port}`));
+      const why =
+        err.code === 'EADDRINUSE'
+          ? 'is in use'
+          : err.code === 'EACCES'
+            ? 'needs privileges (ports below 1024)'
+            : `cannot be used (${err.code ?? err.message})`;
+      reject(
+        new UserError(
+          `local port ${address}:${port} for -L ${forward.spec} ${why}`,
+          `pick another local port: -L <LOCAL>:${forward.host}:${forward.port}`,
+        ),
+      );
     });
     server.listen(port, address, () => resolve((server.address() as { port: number }).port));
   });
@@ -81,7 +94,11 @@ export async function startForwards(
           },
           (err: unknown) => {
             const failure = toDialError(err, `connect ${forward.host}:${forward.port}`);
-            reporter.emit({ type: 'log', level: 'warn', message: `-L ${forward.spec}: ${describeDialError(failure, forward.host, forward.port)}` });
+            reporter.emit({
+              type: 'log',
+              level: 'warn',
+              message: `-L ${forward.spec}: ${describeDialError(failure, forward.host, forward.port)}`,
+            });
             // A reset, not an end: the client must not take the failed dial for an empty answer.
             client.resetAndDestroy();
           },
@@ -108,13 +125,22 @@ export async function runPortForward(options: PortForwardOptions, reporter: Repo
   try {
     session = await connectSession({ ...options, features: [FEATURES.outgoing, FEATURES.dns] }, reporter);
     if (!session.hello.features.includes(FEATURES.outgoing)) {
-      throw new UserError(`the agent ${session.agent.name} does not offer outgoing connections`, 'use an agent image of this devop version (--agent-image)');
+      throw new UserError(
+        `the agent ${session.agent.name} does not offer outgoing connections`,
+        'use an agent image of this devop version (--agent-image)',
+      );
     }
     const s = session;
-    forwarding = await step(reporter, 'listen', `listen on ${forwards.map((f) => `${address}:${f.localPort || 'any'}`).join(', ')}`, () =>
-      startForwards(createMuxDialer(s.tunnel), forwards, address, reporter),
+    forwarding = await step(
+      reporter,
+      'listen',
+      `listen on ${forwards.map((f) => `${address}:${f.localPort || 'any'}`).join(', ')}`,
+      () => startForwards(createMuxDialer(s.tunnel), forwards, address, reporter),
     );
-    const listening = forwards.map((forward, i) => ({ local: `${address.includes(':') ? `[${address}]` : address}:${forwarding!.ports[i]}`, forward }));
+    const listening = forwards.map((forward, i) => ({
+      local: `${address.includes(':') ? `[${address}]` : address}:${forwarding!.ports[i]}`,
+      forward,
+    }));
     options.onListening?.(listening);
     reporter.emit({
       type: 'ready',
@@ -134,7 +160,10 @@ export async function runPortForward(options: PortForwardOptions, reporter: Repo
       s.tunnel.once('close', (err) => resolve(err ?? new Error('closed')));
     });
     if (lost) {
-      throw new UserError(`the tunnel to the agent closed: ${lost.message}`, 'run devop port-forward again (check the agent pod and the API server)');
+      throw new UserError(
+        `the tunnel to the agent closed: ${lost.message}`,
+        'run devop port-forward again (check the agent pod and the API server)',
+      );
     }
   } finally {
     await forwarding?.stop();

@@ -99,7 +99,13 @@ export function buildExecTask(options: VscodeInitOptions, localCommand: string[]
 export function buildStopTask(taskLabel: string): { task: VscodeTask; input: Record<string, unknown> } {
   const inputId = 'devopTerminate';
   return {
-    task: { label: stopTaskLabel(taskLabel), type: 'shell', command: `echo \${input:${inputId}}`, problemMatcher: [], presentation: { reveal: 'never' } },
+    task: {
+      label: stopTaskLabel(taskLabel),
+      type: 'shell',
+      command: `echo \${input:${inputId}}`,
+      problemMatcher: [],
+      presentation: { reveal: 'never' },
+    },
     input: { id: inputId, type: 'command', command: 'workbench.action.tasks.terminate', args: taskLabel },
   };
 }
@@ -120,7 +126,10 @@ export function initVscode(options: VscodeInitOptions): VscodeInitResult {
   const notes: string[] = [];
   const localCommand = options.localCommand.length > 0 ? options.localCommand : defaultLocalCommand(options.workspace);
   const inspected = withInspect(localCommand, options.inspectPort);
-  if (!inspected.inspected) notes.push(`the local command does not start with node: give it --inspect=${options.inspectPort} yourself so "devop: attach" can attach`);
+  if (!inspected.inspected)
+    notes.push(
+      `the local command does not start with node: give it --inspect=${options.inspectPort} yourself so "devop: attach" can attach`,
+    );
   const task = buildExecTask(options, inspected.command);
   const stop = buildStopTask(options.taskLabel);
   const vscodeDir = join(options.workspace, '.vscode');
@@ -145,9 +154,14 @@ export function initVscode(options: VscodeInitOptions): VscodeInitResult {
 
 function defaultLocalCommand(workspace: string): string[] {
   const packageJson = join(workspace, 'package.json');
-  const main = existsSync(packageJson) ? (parseJsonc(readFileSync(packageJson, 'utf8'), packageJson) as { main?: unknown }).main : undefined;
+  const main = existsSync(packageJson)
+    ? (parseJsonc(readFileSync(packageJson, 'utf8'), packageJson) as { main?: unknown }).main
+    : undefined;
   if (typeof main === 'string' && main !== '') return ['node', main];
-  throw new UserError('no local command to run under devop', 'give it after --, e.g. `devop vscode init -t deploy/NAME -- node dist/main.js`');
+  throw new UserError(
+    'no local command to run under devop',
+    'give it after --, e.g. `devop vscode init -t deploy/NAME -- node dist/main.js`',
+  );
 }
 
 /**
@@ -200,9 +214,13 @@ function planDevopJson(path: string, schema: string): PlannedFile {
   try {
     doc = JSON.parse(text);
   } catch (err) {
-    throw new UserError(`${path} is not valid JSON (${(err as Error).message})`, 'fix it (devop config validate shows where), then run devop vscode init again');
+    throw new UserError(
+      `${path} is not valid JSON (${(err as Error).message})`,
+      'fix it (devop config validate shows where), then run devop vscode init again',
+    );
   }
-  if (!isObject(doc)) throw new UserError(`${path} does not hold a JSON object`, 'make it an object such as {"target": "deploy/NAME"}');
+  if (!isObject(doc))
+    throw new UserError(`${path} does not hold a JSON object`, 'make it an object such as {"target": "deploy/NAME"}');
   if (doc.$schema === schema) return { path, action: 'unchanged', text };
   const { $schema: _old, ...rest } = doc;
   return { path, action: 'updated', text: `${JSON.stringify({ $schema: schema, ...rest }, null, 2)}\n` };
@@ -242,7 +260,8 @@ function planJsonFile(path: string, fresh: JsonObject, lists: OwnedEntries[]): P
 /** One entry into the text: replaces the entry with the same key (unless equal already) or appends it. */
 function upsertEntry(text: string, file: string, list: OwnedEntries, entry: JsonObject): string {
   const doc = parseJsonc(text, file);
-  if (!isObject(doc)) throw new UserError(`${file} does not hold a JSON object`, `move it away and run devop vscode init again`);
+  if (!isObject(doc))
+    throw new UserError(`${file} does not hold a JSON object`, `move it away and run devop vscode init again`);
   const items = arrayAt(doc, list.key, file);
   const at = items.findIndex((item) => isObject(item) && item[list.by] === entry[list.by]);
   if (at >= 0 && isDeepStrictEqual(items[at], entry)) return text;
@@ -267,7 +286,11 @@ function edit(text: string, path: JSONPath, value: unknown, isArrayInsertion = f
 function arrayAt(doc: JsonObject, key: string, file: string): unknown[] {
   const value = doc[key];
   if (value === undefined) return [];
-  if (!Array.isArray(value)) throw new UserError(`${file}: "${key}" is not a list`, `make "${key}" a JSON array (or remove it) and run devop vscode init again`);
+  if (!Array.isArray(value))
+    throw new UserError(
+      `${file}: "${key}" is not a list`,
+      `make "${key}" a JSON array (or remove it) and run devop vscode init again`,
+    );
   return value;
 }
 

@@ -16,7 +16,15 @@ import { loadKubeConfig, type KubeAccessOptions } from '../kube/config.js';
 import { ApiTimeoutError } from '../kube/request-timeout.js';
 import { openPortForward, PortForwardError } from '../kube/tunnel.js';
 import type { SessionTunnel } from './tunnel.js';
-import { createEphemeralAgent, createJobAgent, createTargetlessAgent, findAgent, listAgentPods, type AgentEndpoint, type AgentOptions } from '../kube/agent.js';
+import {
+  createEphemeralAgent,
+  createJobAgent,
+  createTargetlessAgent,
+  findAgent,
+  listAgentPods,
+  type AgentEndpoint,
+  type AgentOptions,
+} from '../kube/agent.js';
 import type { AgentExtras } from '../kube/agent-manifest.js';
 import { resolveTarget, type ResolvedTarget } from '../kube/target.js';
 
@@ -107,7 +115,13 @@ export function clientIdentity(): { user: string; host: string; pid: number; dev
 }
 
 /** Runs one start-up step, reporting start / done (with ms) / fail. */
-export async function step<T>(reporter: Reporter, id: StepId, title: string, run: () => Promise<T>, detail?: (value: T) => string | undefined): Promise<T> {
+export async function step<T>(
+  reporter: Reporter,
+  id: StepId,
+  title: string,
+  run: () => Promise<T>,
+  detail?: (value: T) => string | undefined,
+): Promise<T> {
   const started = Date.now();
   reporter.emit({ type: 'step', id, status: 'start', title });
   try {
@@ -115,13 +129,24 @@ export async function step<T>(reporter: Reporter, id: StepId, title: string, run
     reporter.emit({ type: 'step', id, status: 'done', title, detail: detail?.(value), ms: Date.now() - started });
     return value;
   } catch (err) {
-    reporter.emit({ type: 'step', id, status: 'fail', title, detail: err instanceof Error ? err.message : String(err), ms: Date.now() - started });
+    reporter.emit({
+      type: 'step',
+      id,
+      status: 'fail',
+      title,
+      detail: err instanceof Error ? err.message : String(err),
+      ms: Date.now() - started,
+    });
     throw err instanceof ApiTimeoutError ? err.inStep(title) : err;
   }
 }
 
 /** How this session's agents run: the options with their defaults, owned by user@host. */
-export function agentOptionsFor(options: SessionOptions, agentNamespace: string, identity: { user: string; host: string }): AgentOptions {
+export function agentOptionsFor(
+  options: SessionOptions,
+  agentNamespace: string,
+  identity: { user: string; host: string },
+): AgentOptions {
   return {
     image: options.agentImage ?? SESSION_DEFAULTS.agentImage,
     agentNamespace,
@@ -157,7 +182,12 @@ export async function connectSession(options: SessionOptions, reporter: Reporter
         'target',
         'resolve target: targetless',
         async () => {
-          if (!options.skipPreflight) await assertAccess(kc, sessionAccessChecks({ namespace: agentNamespace, agentNamespace, ephemeral: false }), kc.getCurrentUser()?.name ?? 'the current user');
+          if (!options.skipPreflight)
+            await assertAccess(
+              kc,
+              sessionAccessChecks({ namespace: agentNamespace, agentNamespace, ephemeral: false }),
+              kc.getCurrentUser()?.name ?? 'the current user',
+            );
           return undefined;
         },
         () => 'no target pod: outgoing traffic and DNS only',
@@ -174,11 +204,13 @@ export async function connectSession(options: SessionOptions, reporter: Reporter
             options.skipPreflight ? Promise.resolve() : assertAccess(kc, checks, user),
             resolveTarget(kc, { target: options.target ?? '', namespace }),
           ]);
-          if (access.status === 'rejected' && (isUserError(access.reason) || resolved.status === 'rejected')) throw access.reason;
+          if (access.status === 'rejected' && (isUserError(access.reason) || resolved.status === 'rejected'))
+            throw access.reason;
           if (resolved.status === 'rejected') throw resolved.reason;
           return resolved.value;
         },
-        (t) => `pod ${t!.podName} (${t!.podReason}), container ${t!.container.name} (${t!.containerReason}), node ${t!.nodeName}`,
+        (t) =>
+          `pod ${t!.podName} (${t!.podReason}), container ${t!.container.name} (${t!.containerReason}), node ${t!.nodeName}`,
       );
 
   const { agent, mux, hello } = await step(
@@ -190,11 +222,19 @@ export async function connectSession(options: SessionOptions, reporter: Reporter
         const existing = await findAgent(kc, target, agentNamespace, agentPods);
         if (existing) {
           try {
-            const link = await connectAgent(kc, existing, target, { deadline: Date.now() + REUSE_CONNECT_MS, identity, features: options.features });
+            const link = await connectAgent(kc, existing, target, {
+              deadline: Date.now() + REUSE_CONNECT_MS,
+              identity,
+              features: options.features,
+            });
             return { agent: existing, ...link };
           } catch (err) {
             if (isUserError(err) && /protocol version|token/.test(err.message)) throw err;
-            reporter.emit({ type: 'log', level: 'debug', message: `agent ${existing.name} did not accept the session (${(err as Error).message}); starting a new one` });
+            reporter.emit({
+              type: 'log',
+              level: 'debug',
+              message: `agent ${existing.name} did not accept the session (${(err as Error).message}); starting a new one`,
+            });
           }
         }
       }
@@ -203,10 +243,15 @@ export async function connectSession(options: SessionOptions, reporter: Reporter
           ? await createEphemeralAgent(kc, target, agentOptions)
           : await createJobAgent(kc, target, agentOptions)
         : await createTargetlessAgent(kc, agentOptions);
-      const link = await connectAgent(kc, created, target, { deadline: Date.now() + agentOptions.startupTimeoutMs, identity, features: options.features });
+      const link = await connectAgent(kc, created, target, {
+        deadline: Date.now() + agentOptions.startupTimeoutMs,
+        identity,
+        features: options.features,
+      });
       return { agent: created, ...link };
     },
-    (v) => `${v.agent.reused ? 'reused' : 'started'} ${v.agent.mode === 'ephemeral' ? 'ephemeral container' : 'Job'} ${v.agent.name} (agent ${v.hello.agentVersion}), tunnel to ${v.agent.mode === 'job' && target ? target.podName : v.agent.agentPod}:${v.agent.port}`,
+    (v) =>
+      `${v.agent.reused ? 'reused' : 'started'} ${v.agent.mode === 'ephemeral' ? 'ephemeral container' : 'Job'} ${v.agent.name} (agent ${v.hello.agentVersion}), tunnel to ${v.agent.mode === 'job' && target ? target.podName : v.agent.agentPod}:${v.agent.port}`,
   );
 
   const pinger = startPinger(mux, reporter);
@@ -261,8 +306,13 @@ function startPinger(mux: ClientMux, reporter: Reporter): NodeJS.Timeout {
 }
 
 /** Which pod the tunnel goes to: the target pod (the agent listens in its netns), or a targetless agent's own pod. */
-export function tunnelPod(agent: AgentEndpoint, target: ResolvedTarget | undefined): { namespace: string; pod: string } {
-  return target ? { namespace: target.namespace, pod: target.podName } : { namespace: agent.agentNamespace, pod: agent.agentPod };
+export function tunnelPod(
+  agent: AgentEndpoint,
+  target: ResolvedTarget | undefined,
+): { namespace: string; pod: string } {
+  return target
+    ? { namespace: target.namespace, pod: target.podName }
+    : { namespace: agent.agentNamespace, pod: agent.agentPod };
 }
 
 /**
@@ -273,7 +323,12 @@ export async function connectAgent(
   kc: KubeConfig,
   agent: AgentEndpoint,
   target: ResolvedTarget | undefined,
-  input: { deadline: number; identity: ReturnType<typeof clientIdentity>; features?: string[]; resumeSessionId?: string },
+  input: {
+    deadline: number;
+    identity: ReturnType<typeof clientIdentity>;
+    features?: string[];
+    resumeSessionId?: string;
+  },
 ): Promise<{ mux: ClientMux; hello: HelloOk; conn: Duplex }> {
   const where = tunnelPod(agent, target);
   let lastError: unknown;
@@ -304,7 +359,9 @@ export async function connectAgent(
     } catch (err) {
       mux.close('handshake failed');
       conn.destroy();
-      const retryable = tunnelError instanceof PortForwardError || (isUserError(err) && /closed during the handshake/.test(err.message));
+      const retryable =
+        tunnelError instanceof PortForwardError ||
+        (isUserError(err) && /closed during the handshake/.test(err.message));
       if (!retryable) throw err;
       lastError = tunnelError ?? err;
       await delay(CONNECT_RETRY_MS);

@@ -162,7 +162,12 @@ export class SessionMux extends EventEmitter implements SessionTunnel {
     try {
       refusal = await this.gate?.(msg);
     } catch (err) {
-      this.emit('message', { type: 'error', id: msg.id, code: 'internal', message: err instanceof Error ? err.message : String(err) });
+      this.emit('message', {
+        type: 'error',
+        id: msg.id,
+        code: 'internal',
+        message: err instanceof Error ? err.message : String(err),
+      });
       return;
     }
     if (this.over) return;
@@ -211,7 +216,12 @@ export class SessionMux extends EventEmitter implements SessionTunnel {
     } else if (first) this.emit('message', first);
     else {
       const sub = this.subscriptions.get(p.port);
-      this.emit('message', sub && sub.id === p.id ? { type: 'subscribed', id: p.id, port: p.port, mode: sub.mode } : { type: 'unsubscribed', id: p.id, port: p.port });
+      this.emit(
+        'message',
+        sub && sub.id === p.id
+          ? { type: 'subscribed', id: p.id, port: p.port, mode: sub.mode }
+          : { type: 'unsubscribed', id: p.id, port: p.port },
+      );
     }
   }
 
@@ -223,7 +233,7 @@ export class SessionMux extends EventEmitter implements SessionTunnel {
       case 'unsubscribed':
       case 'error': {
         const p = msg.id !== undefined ? this.pending.get(msg.id) : undefined;
-        if (p && p.expect.has(link) && p.accepts.includes(msg.type)) {
+        if (p?.expect.has(link) && p.accepts.includes(msg.type)) {
           p.expect.delete(link);
           p.answers.push(msg);
           this.settle(p);
@@ -232,7 +242,11 @@ export class SessionMux extends EventEmitter implements SessionTunnel {
         if (msg.type === 'refused' || (msg.type === 'error' && msg.id !== undefined)) {
           // The answer to a replayed subscription: nobody waits for it, but the user must know.
           const why = msg.type === 'refused' ? msg.reason : msg.message;
-          this.reporter.emit({ type: 'log', level: 'warn', message: `pod ${link.pod}: could not restore port ${msg.type === 'refused' ? msg.port : ''}: ${why}` });
+          this.reporter.emit({
+            type: 'log',
+            level: 'warn',
+            message: `pod ${link.pod}: could not restore port ${msg.type === 'refused' ? msg.port : ''}: ${why}`,
+          });
           return;
         }
         if (msg.type === 'error') this.emit('message', msg);

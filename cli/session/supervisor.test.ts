@@ -38,7 +38,16 @@ afterEach(() => {
   for (const s of servers.splice(0)) s.close();
 });
 
-async function fakeAgent(pod: string, answer: (msg: Extract<ClientMessage, { type: 'subscribe' }>) => AgentMessage = (m) => ({ type: 'subscribed', id: m.id, port: m.port, mode: m.mode }), pong = true): Promise<FakeAgent> {
+async function fakeAgent(
+  pod: string,
+  answer: (msg: Extract<ClientMessage, { type: 'subscribe' }>) => AgentMessage = (m) => ({
+    type: 'subscribed',
+    id: m.id,
+    port: m.port,
+    mode: m.mode,
+  }),
+  pong = true,
+): Promise<FakeAgent> {
   const seen: ClientMessage[] = [];
   let agentMux: AgentMux | undefined;
   const server = createServer((socket) => {
@@ -73,7 +82,10 @@ function recorder(): Reporter & { events: ReportEvent[] } {
 }
 
 /** Sends a request through the SessionMux and waits for the one answer with its id (as agentRequest in tunnel.ts does). */
-function request(mux: SessionMux, msg: Extract<ClientMessage, { type: 'subscribe' | 'unsubscribe' }>): Promise<AgentMessage> {
+function request(
+  mux: SessionMux,
+  msg: Extract<ClientMessage, { type: 'subscribe' | 'unsubscribe' }>,
+): Promise<AgentMessage> {
   return new Promise((resolve) => {
     const onMessage = (m: AgentMessage): void => {
       if ('id' in m && m.id === msg.id) {
@@ -86,7 +98,14 @@ function request(mux: SessionMux, msg: Extract<ClientMessage, { type: 'subscribe
   });
 }
 
-const steal = (id: string, port = 8080): Extract<ClientMessage, { type: 'subscribe' }> => ({ type: 'subscribe', id, port, mode: 'steal', flush: true, stealProbes: false });
+const steal = (id: string, port = 8080): Extract<ClientMessage, { type: 'subscribe' }> => ({
+  type: 'subscribe',
+  id,
+  port,
+  mode: 'steal',
+  flush: true,
+  stealProbes: false,
+});
 
 describe('SessionMux', () => {
   it('sends a subscribe to every tunnel and answers once when all subscribed', async () => {
@@ -106,7 +125,13 @@ describe('SessionMux', () => {
 
   it('answers refused when one pod refuses, forgets that subscription and returns its lock', async () => {
     const a = await fakeAgent('pod-a');
-    const b = await fakeAgent('pod-b', (m) => ({ type: 'refused', id: m.id, port: m.port, reason: 'port 8080 is stolen by bob@box', holder: { user: 'bob', host: 'box', since: '2026-01-01T00:00:00Z' } }));
+    const b = await fakeAgent('pod-b', (m) => ({
+      type: 'refused',
+      id: m.id,
+      port: m.port,
+      reason: 'port 8080 is stolen by bob@box',
+      holder: { user: 'bob', host: 'box', since: '2026-01-01T00:00:00Z' },
+    }));
     const returned: number[] = [];
     const mux = new SessionMux(recorder(), undefined, (port) => returned.push(port));
     mux.attach(a.link);
@@ -120,7 +145,12 @@ describe('SessionMux', () => {
 
   it('refuses through the gate (the steal lock) without asking any agent', async () => {
     const a = await fakeAgent('pod-a');
-    const mux = new SessionMux(recorder(), async (m) => ({ type: 'refused', id: m.id, port: m.port, reason: 'held by carol@ws' }));
+    const mux = new SessionMux(recorder(), async (m) => ({
+      type: 'refused',
+      id: m.id,
+      port: m.port,
+      reason: 'held by carol@ws',
+    }));
     mux.attach(a.link);
     expect(await request(mux, steal('s1'))).toMatchObject({ type: 'refused', reason: 'held by carol@ws' });
     await new Promise((r) => setTimeout(r, 50));
@@ -141,7 +171,11 @@ describe('SessionMux', () => {
     const fresh = await fakeAgent('pod-b');
     mux.attach(fresh.link, { previouslySent: before });
     await until(() => fresh.seen.length >= 3);
-    expect(fresh.seen).toEqual([{ type: 'unsubscribe', id: 's2', port: 9090 }, steal('s1', 8080), { type: 'pause', port: 9090 }]);
+    expect(fresh.seen).toEqual([
+      { type: 'unsubscribe', id: 's2', port: 9090 },
+      steal('s1', 8080),
+      { type: 'pause', port: 9090 },
+    ]);
     mux.end();
   });
 
@@ -169,9 +203,25 @@ describe('SessionMux', () => {
     const mux = new SessionMux(rec);
     mux.attach(a.link);
     mux.attach(silent.link);
-    a.agentMux.send({ type: 'traffic', event: { kind: 'connection', connId: 'c1', port: 8080, remoteAddress: '10.0.0.9', remotePort: 5555, to: 'local', phase: 'open', at: 1 } });
+    a.agentMux.send({
+      type: 'traffic',
+      event: {
+        kind: 'connection',
+        connId: 'c1',
+        port: 8080,
+        remoteAddress: '10.0.0.9',
+        remotePort: 5555,
+        to: 'local',
+        phase: 'open',
+        at: 1,
+      },
+    });
     await until(() => rec.events.some((e) => e.type === 'connection'));
-    expect(rec.events.find((e) => e.type === 'connection')).toMatchObject({ pod: 'pod-a', remote: '10.0.0.9:5555', state: 'open' });
+    expect(rec.events.find((e) => e.type === 'connection')).toMatchObject({
+      pod: 'pod-a',
+      remote: '10.0.0.9:5555',
+      state: 'open',
+    });
     const pending = request(mux, steal('s1'));
     await until(() => silent.seen.length === 1);
     mux.detach(silent.link);
@@ -185,7 +235,12 @@ describe('watchLiveness', () => {
     const a = await fakeAgent('pod-a');
     const rtts: number[] = [];
     let stalled = false;
-    const stop = watchLiveness(a.link.mux, { pingMs: 20, stallMs: 300, onRtt: (ms) => rtts.push(ms), onStall: () => (stalled = true) });
+    const stop = watchLiveness(a.link.mux, {
+      pingMs: 20,
+      stallMs: 300,
+      onRtt: (ms) => rtts.push(ms),
+      onStall: () => (stalled = true),
+    });
     await until(() => rtts.length >= 5);
     await new Promise((r) => setTimeout(r, 400));
     stop();

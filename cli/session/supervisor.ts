@@ -5,14 +5,28 @@ import { CoreV1Api, type V1Pod } from '@kubernetes/client-node';
 import { UserError, isUserError } from '../../shared/errors.js';
 import type { AgentMessage, ClientMessage } from '../../shared/protocol.js';
 import { formatTarget } from '../../shared/target.js';
-import { createEphemeralAgent, createJobAgent, findAgent, type AgentEndpoint, type AgentOptions } from '../kube/agent.js';
+import {
+  createEphemeralAgent,
+  createJobAgent,
+  findAgent,
+  type AgentEndpoint,
+  type AgentOptions,
+} from '../kube/agent.js';
 import { apiErrorCode } from '../kube/errors.js';
 import { informPods, type PodInformer } from '../kube/pod-informer.js';
 import { StealLeases, workloadOfPod } from '../kube/steal-lease.js';
 import { isPodReady, KIND_RESOLVERS, resolveTarget, selectorToString, type ResolvedTarget } from '../kube/target.js';
 import { kindClients } from '../kube/targets/resolver.js';
 import type { Reporter } from '../reporter.js';
-import { agentOptionsFor, clientIdentity, connectAgent, connectSession, type Retarget, type Session, type SessionOptions } from './connect.js';
+import {
+  agentOptionsFor,
+  clientIdentity,
+  connectAgent,
+  connectSession,
+  type Retarget,
+  type Session,
+  type SessionOptions,
+} from './connect.js';
 import { SessionMux, type MemberLink } from './supervised-mux.js';
 import { byeAndWait, watchLiveness } from './tunnel-health.js';
 
@@ -105,11 +119,25 @@ class Supervisor {
         workload,
         user: this.identity.user,
         host: this.identity.host,
-        onLost: (port, holder) => this.reporter.emit({ type: 'error', message: `lost the steal lock of port ${port} to ${holder.user}@${holder.host} (devop could not renew it in time)`, hint: 'run devop again once the other session ends' }),
-        onRenewError: (port, err) => this.reporter.emit({ type: 'log', level: 'warn', message: `could not renew the steal lock of port ${port}: ${message(err)}` }),
+        onLost: (port, holder) =>
+          this.reporter.emit({
+            type: 'error',
+            message: `lost the steal lock of port ${port} to ${holder.user}@${holder.host} (devop could not renew it in time)`,
+            hint: 'run devop again once the other session ends',
+          }),
+        onRenewError: (port, err) =>
+          this.reporter.emit({
+            type: 'log',
+            level: 'warn',
+            message: `could not renew the steal lock of port ${port}: ${message(err)}`,
+          }),
       });
     }
-    this.mux = new SessionMux(reporter, (msg) => this.gate(msg), (port) => void this.leases?.release(port));
+    this.mux = new SessionMux(
+      reporter,
+      (msg) => this.gate(msg),
+      (port) => void this.leases?.release(port),
+    );
   }
 
   async start(): Promise<void> {
@@ -125,13 +153,23 @@ class Supervisor {
     };
     this.adopt(member, true);
     const allPods = Boolean(this.options.allPods) && this.firstTarget.ref.kind !== 'pod';
-    if (this.options.allPods && !allPods) this.reporter.emit({ type: 'log', level: 'warn', message: '--all-pods needs a deploy/, sts/ or rollout/ target: only this pod is used' });
+    if (this.options.allPods && !allPods)
+      this.reporter.emit({
+        type: 'log',
+        level: 'warn',
+        message: '--all-pods needs a deploy/, sts/ or rollout/ target: only this pod is used',
+      });
     const query = await this.podQuery(allPods);
     if (allPods) {
       // Join the replicas that are Ready now before the session is handed over, so "ready" means every pod.
       const core = this.first.kc.makeApiClient(CoreV1Api);
-      const pods = (await core.listNamespacedPod({ namespace: query.namespace, labelSelector: query.labelSelector })).items;
-      await Promise.all(pods.filter((p) => isPodReady(p) && p.metadata?.name !== this.firstTarget.podName).map((p) => this.join(p.metadata?.name ?? '')));
+      const pods = (await core.listNamespacedPod({ namespace: query.namespace, labelSelector: query.labelSelector }))
+        .items;
+      await Promise.all(
+        pods
+          .filter((p) => isPodReady(p) && p.metadata?.name !== this.firstTarget.podName)
+          .map((p) => this.join(p.metadata?.name ?? '')),
+      );
     }
     this.watchPods(query, allPods);
   }
@@ -150,7 +188,9 @@ class Supervisor {
   }
 
   /** Unfiltered steals take the workload's cluster-wide lock first. */
-  private async gate(msg: Extract<ClientMessage, { type: 'subscribe' }>): Promise<Extract<AgentMessage, { type: 'refused' }> | undefined> {
+  private async gate(
+    msg: Extract<ClientMessage, { type: 'subscribe' }>,
+  ): Promise<Extract<AgentMessage, { type: 'refused' }> | undefined> {
     const filtered = msg.filter && (msg.filter.header || msg.filter.path || msg.filter.method);
     if (!this.leases || msg.mode !== 'steal' || filtered) {
       if (this.leases?.heldPorts().includes(msg.port)) await this.leases.release(msg.port);
@@ -162,7 +202,11 @@ class Supervisor {
       return { type: 'refused', id: msg.id, port: msg.port, reason: result.reason, holder: result.holder };
     } catch (err) {
       // No right to use Leases (or no Lease API): steal without the cluster-wide lock, and say so.
-      this.reporter.emit({ type: 'log', level: 'warn', message: `no cluster-wide steal lock for port ${msg.port} (${message(err)}); only this agent's own lock applies` });
+      this.reporter.emit({
+        type: 'log',
+        level: 'warn',
+        message: `no cluster-wide steal lock for port ${msg.port} (${message(err)}); only this agent's own lock applies`,
+      });
       return undefined;
     }
   }
@@ -175,7 +219,12 @@ class Supervisor {
       onRtt: (ms) => {
         if (!member.original && member.link === this.primaryLink()) this.reporter.emit({ type: 'rtt', ms });
       },
-      onStall: (silent) => this.reporter.emit({ type: 'log', level: 'warn', message: `tunnel to pod ${member.link.pod} stalled (no answer for ${Math.round(silent / 1000)} s)` }),
+      onStall: (silent) =>
+        this.reporter.emit({
+          type: 'log',
+          level: 'warn',
+          message: `tunnel to pod ${member.link.pod} stalled (no answer for ${Math.round(silent / 1000)} s)`,
+        }),
     });
     member.link.mux.once('close', (err) => this.onLost(member, err));
   }
@@ -189,7 +238,11 @@ class Supervisor {
     this.mux.detach(member.link);
     if (this.over || member.state !== 'up') return;
     member.state = 'reconnecting';
-    this.reporter.emit({ type: 'log', level: 'warn', message: `tunnel to pod ${member.link.pod} lost${err ? ` (${err.message})` : ''}: reconnecting… (the pod serves its own traffic meanwhile)` });
+    this.reporter.emit({
+      type: 'log',
+      level: 'warn',
+      message: `tunnel to pod ${member.link.pod} lost${err ? ` (${err.message})` : ''}: reconnecting… (the pod serves its own traffic meanwhile)`,
+    });
     void this.reconnect(member).catch((e: unknown) => this.giveUp(member, e));
   }
 
@@ -199,7 +252,11 @@ class Supervisor {
     let attempt = 0;
     let failures = 0;
     while (!this.over && member.state === 'reconnecting') {
-      if (Date.now() - started > RECONNECT_GIVE_UP_MS) throw new UserError(`could not reconnect to pod ${member.link.pod} for ${RECONNECT_GIVE_UP_MS / 1000} s`, 'check the cluster (devop doctor) and run devop again');
+      if (Date.now() - started > RECONNECT_GIVE_UP_MS)
+        throw new UserError(
+          `could not reconnect to pod ${member.link.pod} for ${RECONNECT_GIVE_UP_MS / 1000} s`,
+          'check the cluster (devop doctor) and run devop again',
+        );
       let pod: V1Pod | undefined;
       let known = true;
       try {
@@ -215,15 +272,26 @@ class Supervisor {
       try {
         if (failures >= 3 || (await this.agentState(member)) === 'dead') {
           // The agent may be dead (killed, its pod deleted): reuse another live one, or start a new one.
-          const found = await findAgent(this.first.kc, member.target, this.agentOptions.agentNamespace).catch(() => undefined);
+          const found = await findAgent(this.first.kc, member.target, this.agentOptions.agentNamespace).catch(
+            () => undefined,
+          );
           if (!found || found.name !== member.agent.name) {
             member.agent = found ?? (await this.startAgent(member.target));
-            this.reporter.emit({ type: 'log', level: 'info', message: `pod ${member.link.pod}: ${found ? `using agent ${found.name}` : `started a new agent ${member.agent.name}`}` });
+            this.reporter.emit({
+              type: 'log',
+              level: 'info',
+              message: `pod ${member.link.pod}: ${found ? `using agent ${found.name}` : `started a new agent ${member.agent.name}`}`,
+            });
             failures = 0;
           }
         }
         const agentName = member.agent.name;
-        const link = await connectAgent(this.first.kc, member.agent, member.target, { deadline: Date.now() + ATTEMPT_MS, identity: this.identity, features: this.options.features, resumeSessionId: member.sessionId });
+        const link = await connectAgent(this.first.kc, member.agent, member.target, {
+          deadline: Date.now() + ATTEMPT_MS,
+          identity: this.identity,
+          features: this.options.features,
+          resumeSessionId: member.sessionId,
+        });
         if (this.over) {
           link.mux.close('session over');
           return;
@@ -242,12 +310,20 @@ class Supervisor {
         if (!resumed) member.sent = new Map();
         this.adopt(member, false);
         const subs = member.sent.size;
-        this.reporter.emit({ type: 'log', level: 'info', message: `reconnected to pod ${member.link.pod} after ${((Date.now() - started) / 1000).toFixed(1)} s (${resumed ? 'session resumed' : `new session, ${subs} subscription${subs === 1 ? '' : 's'} restored`})` });
+        this.reporter.emit({
+          type: 'log',
+          level: 'info',
+          message: `reconnected to pod ${member.link.pod} after ${((Date.now() - started) / 1000).toFixed(1)} s (${resumed ? 'session resumed' : `new session, ${subs} subscription${subs === 1 ? '' : 's'} restored`})`,
+        });
         return;
       } catch (err) {
         failures++;
         if (isUserError(err) && /protocol version/.test(err.message)) throw err;
-        this.reporter.emit({ type: 'log', level: 'debug', message: `reconnect to pod ${member.link.pod} failed: ${message(err)}` });
+        this.reporter.emit({
+          type: 'log',
+          level: 'debug',
+          message: `reconnect to pod ${member.link.pod} failed: ${message(err)}`,
+        });
       }
       await delay(backoffDelay(attempt++));
     }
@@ -261,9 +337,17 @@ class Supervisor {
       return status?.state?.terminated ? 'dead' : status?.state?.running ? 'running' : 'unknown';
     }
     try {
-      const pod = await this.first.kc.makeApiClient(CoreV1Api).readNamespacedPod({ name: agent.agentPod, namespace: agent.agentNamespace });
+      const pod = await this.first.kc
+        .makeApiClient(CoreV1Api)
+        .readNamespacedPod({ name: agent.agentPod, namespace: agent.agentNamespace });
       const status = pod.status?.containerStatuses?.find((c) => c.name === agent.agentContainer);
-      if (pod.metadata?.deletionTimestamp || pod.status?.phase === 'Failed' || pod.status?.phase === 'Succeeded' || status?.state?.terminated) return 'dead';
+      if (
+        pod.metadata?.deletionTimestamp ||
+        pod.status?.phase === 'Failed' ||
+        pod.status?.phase === 'Succeeded' ||
+        status?.state?.terminated
+      )
+        return 'dead';
       return 'running';
     } catch (err) {
       return apiErrorCode(err) === 404 ? 'dead' : 'unknown';
@@ -271,7 +355,9 @@ class Supervisor {
   }
 
   private startAgent(target: ResolvedTarget): Promise<AgentEndpoint> {
-    return this.agentOptions.ephemeral ? createEphemeralAgent(this.first.kc, target, this.agentOptions) : createJobAgent(this.first.kc, target, this.agentOptions);
+    return this.agentOptions.ephemeral
+      ? createEphemeralAgent(this.first.kc, target, this.agentOptions)
+      : createJobAgent(this.first.kc, target, this.agentOptions);
   }
 
   /** The member's pod went away: with --all-pods it is dropped (the watch joins new pods); else devop follows the target. */
@@ -279,7 +365,11 @@ class Supervisor {
     member.state = 'gone';
     this.members.delete(member);
     if (this.options.allPods && this.firstTarget.ref.kind !== 'pod') {
-      this.reporter.emit({ type: 'log', level: 'info', message: `pod ${member.link.pod} is gone: dropped (${this.mux.size} pod${this.mux.size === 1 ? '' : 's'} left)` });
+      this.reporter.emit({
+        type: 'log',
+        level: 'info',
+        message: `pod ${member.link.pod} is gone: dropped (${this.mux.size} pod${this.mux.size === 1 ? '' : 's'} left)`,
+      });
       return;
     }
     await this.follow(member);
@@ -289,17 +379,33 @@ class Supervisor {
     if (this.following) return;
     this.following = true;
     const target = formatTarget(this.firstTarget.ref);
-    this.reporter.emit({ type: 'log', level: 'warn', message: `target pod ${previous.link.pod} is gone: following ${target}…` });
+    this.reporter.emit({
+      type: 'log',
+      level: 'warn',
+      message: `target pod ${previous.link.pod} is gone: following ${target}…`,
+    });
     const started = Date.now();
     try {
       for (let attempt = 0; !this.over; attempt++) {
-        if (Date.now() - started > RECONNECT_GIVE_UP_MS) throw new UserError(`${target} has had no Ready pod for ${RECONNECT_GIVE_UP_MS / 1000} s`, 'check the workload (kubectl get pods) and run devop again');
+        if (Date.now() - started > RECONNECT_GIVE_UP_MS)
+          throw new UserError(
+            `${target} has had no Ready pod for ${RECONNECT_GIVE_UP_MS / 1000} s`,
+            'check the workload (kubectl get pods) and run devop again',
+          );
         try {
           const member = await this.attachPod(target);
           if (!member) return;
-          this.reporter.emit({ type: 'log', level: 'info', message: `following ${target}: now pod ${member.link.pod} (agent ${member.agent.name}${member.agent.reused ? ', reused' : ''})` });
-          for (const listener of this.retargeted) listener({ target: member.target, agent: member.agent, agentVersion: member.agentVersion });
-          this.watchPods({ namespace: member.target.namespace, fieldSelector: `metadata.name=${member.target.podName}` }, false);
+          this.reporter.emit({
+            type: 'log',
+            level: 'info',
+            message: `following ${target}: now pod ${member.link.pod} (agent ${member.agent.name}${member.agent.reused ? ', reused' : ''})`,
+          });
+          for (const listener of this.retargeted)
+            listener({ target: member.target, agent: member.agent, agentVersion: member.agentVersion });
+          this.watchPods(
+            { namespace: member.target.namespace, fieldSelector: `metadata.name=${member.target.podName}` },
+            false,
+          );
           return;
         } catch (err) {
           this.reporter.emit({ type: 'log', level: 'debug', message: `following ${target}: ${message(err)}` });
@@ -318,23 +424,42 @@ class Supervisor {
     let agent = existing ?? (await this.startAgent(resolved));
     let link;
     try {
-      link = await connectAgent(this.first.kc, agent, resolved, { deadline: Date.now() + (existing ? ATTEMPT_MS : this.agentOptions.startupTimeoutMs), identity: this.identity, features: this.options.features });
+      link = await connectAgent(this.first.kc, agent, resolved, {
+        deadline: Date.now() + (existing ? ATTEMPT_MS : this.agentOptions.startupTimeoutMs),
+        identity: this.identity,
+        features: this.options.features,
+      });
     } catch (err) {
       if (!existing) throw err;
       agent = await this.startAgent(resolved); // the reused agent was on its way out
-      link = await connectAgent(this.first.kc, agent, resolved, { deadline: Date.now() + this.agentOptions.startupTimeoutMs, identity: this.identity, features: this.options.features });
+      link = await connectAgent(this.first.kc, agent, resolved, {
+        deadline: Date.now() + this.agentOptions.startupTimeoutMs,
+        identity: this.identity,
+        features: this.options.features,
+      });
     }
     if (this.over) {
       link.mux.close('session over');
       return undefined;
     }
-    const member: Member = { target: resolved, agent, link: { pod: resolved.podName, mux: link.mux }, sessionId: link.hello.sessionId, sent: new Map(), state: 'up', original: false, agentVersion: link.hello.agentVersion };
+    const member: Member = {
+      target: resolved,
+      agent,
+      link: { pod: resolved.podName, mux: link.mux },
+      sessionId: link.hello.sessionId,
+      sent: new Map(),
+      state: 'up',
+      original: false,
+      agentVersion: link.hello.agentVersion,
+    };
     this.adopt(member, this.mux.size === 0);
     return member;
   }
 
   /** The pods the watch looks at: the workload's (all-pods, or follow a deploy/sts) or the one pod by name. */
-  private async podQuery(allPods: boolean): Promise<{ namespace: string; labelSelector?: string; fieldSelector?: string }> {
+  private async podQuery(
+    allPods: boolean,
+  ): Promise<{ namespace: string; labelSelector?: string; fieldSelector?: string }> {
     const { ref, namespace } = this.firstTarget;
     const byName = { namespace, fieldSelector: `metadata.name=${this.firstTarget.podName}` };
     if (!allPods) return byName;
@@ -347,7 +472,10 @@ class Supervisor {
    * Watches the pods: a member whose pod is deleted or replaced is cut (its tunnel would otherwise outlive the pod), and
    * with --all-pods every Ready pod that is not a member yet is joined.
    */
-  private watchPods(query: { namespace: string; labelSelector?: string; fieldSelector?: string }, allPods: boolean): void {
+  private watchPods(
+    query: { namespace: string; labelSelector?: string; fieldSelector?: string },
+    allPods: boolean,
+  ): void {
     const onPods = (pods: V1Pod[]): void => {
       if (this.over) return;
       const byName = new Map(pods.map((p) => [p.metadata?.name ?? '', p]));
@@ -355,7 +483,11 @@ class Supervisor {
         if (m.state !== 'up') continue;
         const pod = byName.get(m.target.podName);
         if (podFate(pod, m.target.podUid) === 'gone') {
-          this.reporter.emit({ type: 'log', level: 'info', message: `pod ${m.link.pod} is ${pod ? 'terminating' : 'deleted'}` });
+          this.reporter.emit({
+            type: 'log',
+            level: 'info',
+            message: `pod ${m.link.pod} is ${pod ? 'terminating' : 'deleted'}`,
+          });
           m.link.mux.send({ type: 'bye', reason: 'the target pod is going away' });
           m.link.mux.close('target pod going away');
         }
@@ -370,7 +502,12 @@ class Supervisor {
     };
     this.podInformer?.stop();
     this.podInformer = informPods(this.first.kc, query, onPods, (err) => {
-      if (!this.over) this.reporter.emit({ type: 'log', level: 'warn', message: `stopped watching the target's pods: ${message(err)} (devop still reconnects, but will not notice new pods)` });
+      if (!this.over)
+        this.reporter.emit({
+          type: 'log',
+          level: 'warn',
+          message: `stopped watching the target's pods: ${message(err)} (devop still reconnects, but will not notice new pods)`,
+        });
     });
   }
 
@@ -379,9 +516,18 @@ class Supervisor {
     const container = this.firstTarget.container.name;
     try {
       const member = await this.attachPod(`pod/${podName}/container/${container}`);
-      if (member) this.reporter.emit({ type: 'log', level: 'info', message: `all pods: joined pod ${podName} (agent ${member.agent.name}; ${this.mux.size} pods)` });
+      if (member)
+        this.reporter.emit({
+          type: 'log',
+          level: 'info',
+          message: `all pods: joined pod ${podName} (agent ${member.agent.name}; ${this.mux.size} pods)`,
+        });
     } catch (err) {
-      this.reporter.emit({ type: 'log', level: 'warn', message: `all pods: could not join pod ${podName}: ${message(err)}` });
+      this.reporter.emit({
+        type: 'log',
+        level: 'warn',
+        message: `all pods: could not join pod ${podName}: ${message(err)}`,
+      });
     } finally {
       this.joining.delete(podName);
     }

@@ -17,7 +17,15 @@ export function trafficToEvent(event: TrafficEvent, pod: string | undefined): Re
         ...(event.bytesOut !== undefined ? { bytesOut: event.bytesOut } : {}),
       };
     case 'request':
-      return { type: 'request', id: event.requestId, port: event.port, method: event.method, path: event.path, to: event.to, ...(pod ? { pod } : {}) };
+      return {
+        type: 'request',
+        id: event.requestId,
+        port: event.port,
+        method: event.method,
+        path: event.path,
+        to: event.to,
+        ...(pod ? { pod } : {}),
+      };
     case 'response':
       return { type: 'response', id: event.requestId, status: event.status, ms: event.durationMs, bytes: event.bytes };
     default:

@@ -10,7 +10,6 @@ import type { OutputMode } from './output-modes.js';
 
 export { OUTPUT_MODES, type OutputMode } from './output-modes.js';
 
-
 export interface CreateReporterOptions {
   output: OutputMode | 'null';
   verbose: boolean;
@@ -20,9 +19,12 @@ export interface CreateReporterOptions {
   env?: NodeJS.ProcessEnv;
 }
 
-
 /** Interactive means stdin and stdout are terminals and CI is not set (STYLE.md). */
-export function isInteractive(stdin: { isTTY?: boolean }, stdout: { isTTY?: boolean }, env: NodeJS.ProcessEnv): boolean {
+export function isInteractive(
+  stdin: { isTTY?: boolean },
+  stdout: { isTTY?: boolean },
+  env: NodeJS.ProcessEnv,
+): boolean {
   const ci = env.CI;
   const inCi = ci !== undefined && ci !== '' && ci !== '0' && ci.toLowerCase() !== 'false';
   return Boolean(stdin.isTTY) && Boolean(stdout.isTTY) && !inCi;

@@ -24,6 +24,5 @@ export class JsonReporter implements Reporter {
 
   async close(): Promise<void> {
     await this.sink.flush();
-    
   }
 }

@@ -60,7 +60,9 @@ describe('the built CLI bundle', () => {
     // When we look for the ones that load ink
     const tui = [...onDemand.values()].filter((graph) => graph.packages.has('ink'));
     // Then only the TUI's chunk does (with react), and every other chunk loads only Node's own modules
-    expect(tui.map((graph) => graph.files[0]?.replace(/-[A-Z0-9]+\.js$/, ''))).toEqual([join(DIST, 'chunks', 'ink-reporter')]);
+    expect(tui.map((graph) => graph.files[0]?.replace(/-[A-Z0-9]+\.js$/, ''))).toEqual([
+      join(DIST, 'chunks', 'ink-reporter'),
+    ]);
     expect(tui[0]?.packages.has('react')).toBe(true);
     const others = [...onDemand.values()].filter((graph) => !graph.packages.has('ink'));
     expect(others.length).toBeGreaterThanOrEqual(7);

@@ -19,7 +19,11 @@ export class LazyInkReporter implements Reporter {
         // A broken install must not lose the session's output: fall back to plain lines, and say why.
         const plain = new PlainReporter({ stdout: options.stdout, stderr: options.stderr, verbose: options.verbose });
         const why = err instanceof Error ? err.message : String(err);
-        plain.emit({ type: 'log', level: 'warn', message: `the terminal UI could not be loaded (${why}); showing plain lines` });
+        plain.emit({
+          type: 'log',
+          level: 'warn',
+          message: `the terminal UI could not be loaded (${why}); showing plain lines`,
+        });
         return plain;
       })
       .then((reporter) => {

@@ -47,12 +47,17 @@ export class PlainReporter implements Reporter {
       case 'response': {
         const request = this.pending.get(event.id);
         this.pending.delete(event.id);
-        const what = request ? `${request.method} ${request.path} → ${request.to} :${request.port}` : `request ${event.id}`;
+        const what = request
+          ? `${request.method} ${request.path} → ${request.to} :${request.port}`
+          : `request ${event.id}`;
         return `${LINE_PREFIX}${event.status} ${what} (${formatDuration(event.ms)}, ${formatBytes(event.bytes)})`;
       }
       case 'connection': {
         if (!verbose) return undefined;
-        const bytes = event.state === 'closed' ? ` (in ${formatBytes(event.bytesIn ?? 0)}, out ${formatBytes(event.bytesOut ?? 0)})` : '';
+        const bytes =
+          event.state === 'closed'
+            ? ` (in ${formatBytes(event.bytesIn ?? 0)}, out ${formatBytes(event.bytesOut ?? 0)})`
+            : '';
         return `${LINE_PREFIX}connection ${event.state} ${event.remote} → ${event.to} :${event.port}${bytes}`;
       }
       case 'rtt':
@@ -70,7 +75,9 @@ export class PlainReporter implements Reporter {
         return `${LINE_PREFIX}error${step}: ${event.message}${hint}`;
       }
       case 'exit':
-        return event.signal ? `${LINE_PREFIX}local command ended by ${event.signal}` : `${LINE_PREFIX}local command exited with code ${event.code}`;
+        return event.signal
+          ? `${LINE_PREFIX}local command ended by ${event.signal}`
+          : `${LINE_PREFIX}local command exited with code ${event.code}`;
       default:
         return undefined;
     }

@@ -3,7 +3,8 @@ import { describe, expect, it } from 'vitest';
 import { MAX_ROWS, applyEvent, clearTraffic, initialViewState, type ViewState } from './state.js';
 import type { ReportEvent } from '../reporter.js';
 
-const fold = (events: ReportEvent[], state: ViewState = initialViewState(0)) => events.reduce((current, event) => applyEvent(current, event, 1), state);
+const fold = (events: ReportEvent[], state: ViewState = initialViewState(0)) =>
+  events.reduce((current, event) => applyEvent(current, event, 1), state);
 
 describe('view state', () => {
   it('splits the local command output into lines, holds a partial line, and strips escape codes', () => {
@@ -48,10 +49,22 @@ describe('view state', () => {
     // Given the listen step still waiting, with an error that says so
     const state = fold([
       { type: 'step', id: 'listen', status: 'start', title: 'waiting for the local command to listen on :3000' },
-      { type: 'error', step: 'listen', message: 'the local command does not listen on 127.0.0.1:3000 after 60 s', hint: 'make it listen' },
+      {
+        type: 'error',
+        step: 'listen',
+        message: 'the local command does not listen on 127.0.0.1:3000 after 60 s',
+        hint: 'make it listen',
+      },
     ]);
     // Then it is shown as a notice and no step failed
-    expect(state.notices).toEqual([{ level: 'error', message: 'the local command does not listen on 127.0.0.1:3000 after 60 s', hint: 'make it listen', step: 'listen' }]);
+    expect(state.notices).toEqual([
+      {
+        level: 'error',
+        message: 'the local command does not listen on 127.0.0.1:3000 after 60 s',
+        hint: 'make it listen',
+        step: 'listen',
+      },
+    ]);
     expect(state.steps.map((step) => step.status)).toEqual(['running']);
   });
 
@@ -61,7 +74,16 @@ describe('view state', () => {
       { type: 'request', id: '8080-1', port: 8080, method: 'GET', path: '/a', to: 'local' },
       { type: 'connection', id: '8080-1', port: 8080, remote: '10.0.0.2:4000', to: 'pod', state: 'open' },
       { type: 'response', id: '8080-1', status: 204, ms: 2, bytes: 0 },
-      { type: 'connection', id: '8080-1', port: 8080, remote: '10.0.0.2:4000', to: 'pod', state: 'closed', bytesIn: 5, bytesOut: 7 },
+      {
+        type: 'connection',
+        id: '8080-1',
+        port: 8080,
+        remote: '10.0.0.2:4000',
+        to: 'pod',
+        state: 'closed',
+        bytesIn: 5,
+        bytesOut: 7,
+      },
     ]);
     // Then there are two rows with distinct keys, each completed by its own kind of event
     expect(state.rows.map((row) => [row.kind, row.key, row.status, row.bytesIn])).toEqual([

@@ -55,8 +55,13 @@ export interface Counters {
 export function failureOf(state: ViewState): { id: StepId; title: string; why: string; fix?: string } | undefined {
   const failed = state.steps.find((step) => step.status === 'fail');
   if (!failed) return undefined;
-  const error = state.lastError && (state.lastError.step === undefined || state.lastError.step === failed.id) ? state.lastError : undefined;
-  const why = [failed.detail, error?.message].filter((part, i, parts): part is string => Boolean(part) && parts.indexOf(part) === i).join(': ');
+  const error =
+    state.lastError && (state.lastError.step === undefined || state.lastError.step === failed.id)
+      ? state.lastError
+      : undefined;
+  const why = [failed.detail, error?.message]
+    .filter((part, i, parts): part is string => Boolean(part) && parts.indexOf(part) === i)
+    .join(': ');
   return { id: failed.id, title: failed.title, why: why || 'failed', fix: failed.hint ?? error?.hint };
 }
 
@@ -89,7 +94,17 @@ export interface ViewState {
 export const emptyCounters: Counters = { requests: 0, connections: 0, bytesIn: 0, bytesOut: 0, errors: 0 };
 
 export function initialViewState(now: number): ViewState {
-  return { startedAt: now, steps: [], rows: [], nextRowKey: 0, counters: emptyCounters, output: [], partial: { stdout: '', stderr: '' }, notices: [], stopping: false };
+  return {
+    startedAt: now,
+    steps: [],
+    rows: [],
+    nextRowKey: 0,
+    counters: emptyCounters,
+    output: [],
+    partial: { stdout: '', stderr: '' },
+    notices: [],
+    stopping: false,
+  };
 }
 
 /** Folds one event into the state; returns a new state and leaves the old one untouched. */
@@ -104,26 +119,94 @@ export function applyEvent(state: ViewState, event: ReportEvent, now: number): V
     case 'rtt':
       return { ...state, rttMs: event.ms };
     case 'request': {
-      const row: TrafficRow = { key: state.nextRowKey, id: event.id, kind: 'http', time: now, port: event.port, to: event.to, pod: event.pod, method: event.method, path: event.path, done: false };
-      return { ...state, rows: appendRow(state.rows, row), nextRowKey: state.nextRowKey + 1, counters: { ...state.counters, requests: state.counters.requests + 1 } };
+      const row: TrafficRow = {
+        key: state.nextRowKey,
+        id: event.id,
+        kind: 'http',
+        time: now,
+        port: event.port,
+        to: event.to,
+        pod: event.pod,
+        method: event.method,
+        path: event.path,
+        done: false,
+      };
+      return {
+        ...state,
+        rows: appendRow(state.rows, row),
+        nextRowKey: state.nextRowKey + 1,
+        counters: { ...state.counters, requests: state.counters.requests + 1 },
+      };
     }
     case 'response': {
       const isError = event.status >= 500;
-      const counters = { ...state.counters, bytesOut: state.counters.bytesOut + event.bytes, errors: state.counters.errors + (isError ? 1 : 0) };
-      const rows = updateRow(state.rows, 'http', event.id, (row) => ({ ...row, status: event.status, ms: event.ms, bytesOut: event.bytes, done: true }));
+      const counters = {
+        ...state.counters,
+        bytesOut: state.counters.bytesOut + event.bytes,
+        errors: state.counters.errors + (isError ? 1 : 0),
+      };
+      const rows = updateRow(state.rows, 'http', event.id, (row) => ({
+        ...row,
+        status: event.status,
+        ms: event.ms,
+        bytesOut: event.bytes,
+        done: true,
+      }));
       return { ...state, rows, counters };
     }
     case 'connection': {
       if (event.state === 'open') {
-        const row: TrafficRow = { key: state.nextRowKey, id: event.id, kind: 'tcp', time: now, port: event.port, to: event.to, pod: event.pod, remote: event.remote, done: false };
-        return { ...state, rows: appendRow(state.rows, row), nextRowKey: state.nextRowKey + 1, counters: { ...state.counters, connections: state.counters.connections + 1 } };
+        const row: TrafficRow = {
+          key: state.nextRowKey,
+          id: event.id,
+          kind: 'tcp',
+          time: now,
+          port: event.port,
+          to: event.to,
+          pod: event.pod,
+          remote: event.remote,
+          done: false,
+        };
+        return {
+          ...state,
+          rows: appendRow(state.rows, row),
+          nextRowKey: state.nextRowKey + 1,
+          counters: { ...state.counters, connections: state.counters.connections + 1 },
+        };
       }
       const bytesIn = event.bytesIn ?? 0;
       const bytesOut = event.bytesOut ?? 0;
-      const counters = { ...state.counters, bytesIn: state.counters.bytesIn + bytesIn, bytesOut: state.counters.bytesOut + bytesOut };
+      const counters = {
+        ...state.counters,
+        bytesIn: state.counters.bytesIn + bytesIn,
+        bytesOut: state.counters.bytesOut + bytesOut,
+      };
       const found = state.rows.some((row) => row.kind === 'tcp' && row.id === event.id && !row.done);
-      if (found) return { ...state, rows: updateRow(state.rows, 'tcp', event.id, (row) => ({ ...row, bytesIn, bytesOut, done: true, ms: now - row.time })), counters };
-      const row: TrafficRow = { key: state.nextRowKey, id: event.id, kind: 'tcp', time: now, port: event.port, to: event.to, pod: event.pod, remote: event.remote, bytesIn, bytesOut, done: true };
+      if (found)
+        return {
+          ...state,
+          rows: updateRow(state.rows, 'tcp', event.id, (row) => ({
+            ...row,
+            bytesIn,
+            bytesOut,
+            done: true,
+            ms: now - row.time,
+          })),
+          counters,
+        };
+      const row: TrafficRow = {
+        key: state.nextRowKey,
+        id: event.id,
+        kind: 'tcp',
+        time: now,
+        port: event.port,
+        to: event.to,
+        pod: event.pod,
+        remote: event.remote,
+        bytesIn,
+        bytesOut,
+        done: true,
+      };
       return { ...state, rows: appendRow(state.rows, row), nextRowKey: state.nextRowKey + 1, counters };
     }
     case 'output':
@@ -135,7 +218,12 @@ export function applyEvent(state: ViewState, event: ReportEvent, now: number): V
       // notice; the failure box appears when a step has failed.
       const counters = { ...state.counters, errors: state.counters.errors + 1 };
       const notice: Notice = { level: 'error', message: event.message, hint: event.hint, step: event.step };
-      return { ...state, counters, notices: appendNotice(state.notices, notice), lastError: { message: event.message, hint: event.hint, step: event.step } };
+      return {
+        ...state,
+        counters,
+        notices: appendNotice(state.notices, notice),
+        lastError: { message: event.message, hint: event.hint, step: event.step },
+      };
     }
     case 'exit':
       return { ...flushPartial(state), exit: { code: event.code, signal: event.signal } };
@@ -158,10 +246,20 @@ function applyStep(steps: StepView[], event: Extract<ReportEvent, { type: 'step'
   const status = event.status === 'start' ? 'running' : event.status === 'done' ? 'done' : 'fail';
   if (event.status === 'start' || index < 0) {
     const startedAt = event.status === 'start' ? now : now - (event.ms ?? 0);
-    return [...steps, { id: event.id, title: event.title, status, detail: event.detail, hint: event.hint, startedAt, ms: event.ms }];
+    return [
+      ...steps,
+      { id: event.id, title: event.title, status, detail: event.detail, hint: event.hint, startedAt, ms: event.ms },
+    ];
   }
   const previous = steps[index];
-  const next: StepView = { ...previous, title: event.title, status, detail: event.detail ?? previous.detail, hint: event.hint, ms: event.ms ?? now - previous.startedAt };
+  const next: StepView = {
+    ...previous,
+    title: event.title,
+    status,
+    detail: event.detail ?? previous.detail,
+    hint: event.hint,
+    ms: event.ms ?? now - previous.startedAt,
+  };
   return steps.map((step, i) => (i === index ? next : step));
 }
 
@@ -171,7 +269,12 @@ function appendRow(rows: TrafficRow[], row: TrafficRow): TrafficRow[] {
   return next;
 }
 
-function updateRow(rows: TrafficRow[], kind: TrafficRow['kind'], id: string, update: (row: TrafficRow) => TrafficRow): TrafficRow[] {
+function updateRow(
+  rows: TrafficRow[],
+  kind: TrafficRow['kind'],
+  id: string,
+  update: (row: TrafficRow) => TrafficRow,
+): TrafficRow[] {
   const index = findLastIndex(rows, (row) => row.kind === kind && row.id === id);
   if (index < 0) return rows;
   const next = rows.slice();
@@ -201,12 +304,17 @@ function flushPartial(state: ViewState): ViewState {
   const pending = (['stdout', 'stderr'] as const).filter((stream) => state.partial[stream] !== '');
   if (pending.length === 0) return state;
   const lines = pending.map((stream) => ({ stream, text: state.partial[stream] }));
-  return { ...state, output: [...state.output, ...lines].slice(-MAX_OUTPUT_LINES), partial: { stdout: '', stderr: '' } };
+  return {
+    ...state,
+    output: [...state.output, ...lines].slice(-MAX_OUTPUT_LINES),
+    partial: { stdout: '', stderr: '' },
+  };
 }
 
 // The child's output is drawn inside the layout, so its cursor movements and colours must not reach the terminal.
 // eslint-disable-next-line no-control-regex
-const CONTROL_SEQUENCE = /\u001b\[[0-?]*[ -/]*[@-~]|\u001b\][^\u0007\u001b]*(?:\u0007|\u001b\\)|\u001b[@-Z\\-_]|[\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f]/g;
+const CONTROL_SEQUENCE =
+  /\u001b\[[0-?]*[ -/]*[@-~]|\u001b\][^\u0007\u001b]*(?:\u0007|\u001b\\)|\u001b[@-Z\\-_]|[\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f]/g;
 
 export function stripControl(text: string): string {
   return text.replace(CONTROL_SEQUENCE, '');

@@ -28,7 +28,8 @@ export class ViewStore {
   dispatch(event: ReportEvent): void {
     this.state = applyEvent(this.state, event, this.now());
     // The outcome of the session is rendered at once: the process may end right after it.
-    if (event.type === 'exit' || event.type === 'error' || event.type === 'ready' || event.type === 'step') this.flush();
+    if (event.type === 'exit' || event.type === 'error' || event.type === 'ready' || event.type === 'step')
+      this.flush();
     else this.schedule();
   }
 

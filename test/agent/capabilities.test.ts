@@ -57,10 +57,15 @@ describe.runIf(run)('agent: the capabilities its manifest asks for', () => {
     const file = s.mux.openStream({ kind: 'file', path: '/etc/hosts' });
     file.end();
     const chunks: Buffer[] = [];
-    await new Promise((resolve, reject) => file.on('error', reject).on('end', resolve).on('data', (c: Buffer) => chunks.push(c)));
+    await new Promise((resolve, reject) =>
+      file
+        .on('error', reject)
+        .on('end', resolve)
+        .on('data', (c: Buffer) => chunks.push(c)),
+    );
     expect(Buffer.concat(chunks).toString()).toContain(`${net.podIP} pod`);
     process.kill(agent.pid, 'SIGTERM');
-    await waitFor(async () => (await net.devopRules()).length === 0, 'the agent\'s rules to go');
+    await waitFor(async () => (await net.devopRules()).length === 0, "the agent's rules to go");
   });
 
   test('without NET_ADMIN: stealing is refused with one line naming it; mirroring by capture still works', async () => {
@@ -82,10 +87,12 @@ describe.runIf(run)('agent: the capabilities its manifest asks for', () => {
     const s = await session(agent);
     expect((await s.subscribe(3000, 'mirror')).type).toBe('subscribed');
     expect(logged(agent, 'subscribed').at(-1)).toMatchObject({ mode: 'mirror', via: 'redirect' });
-    expect(String(logged(agent, 'mirror copies go through the agent')[0]?.why)).toMatch(/lacks CAP_NET_RAW, which a packet capture needs/);
+    expect(String(logged(agent, 'mirror copies go through the agent')[0]?.why)).toMatch(
+      /lacks CAP_NET_RAW, which a packet capture needs/,
+    );
     expect((await httpGet(client, '/proxied')).body).toBe('pod: GET /proxied');
     process.kill(agent.pid, 'SIGTERM');
-    await waitFor(async () => (await net.devopRules()).length === 0, 'the agent\'s rules to go');
+    await waitFor(async () => (await net.devopRules()).length === 0, "the agent's rules to go");
   });
 
   test('without SYS_ADMIN: a job-mode agent stops before it is ready, with one line naming it', async () => {
@@ -96,15 +103,20 @@ describe.runIf(run)('agent: the capabilities its manifest asks for', () => {
 
   test('without SYS_PTRACE: reading a file of the target is refused with one line naming it; stealing still works', async () => {
     // As an ephemeral container: already in the netns, so only the reads through the target's /proc entries need it.
-    const agent = await net.startAgent({ DEVOP_AGENT_MODE: 'ephemeral' }, { inPodNetns: true, capabilities: without('SYS_PTRACE') });
+    const agent = await net.startAgent(
+      { DEVOP_AGENT_MODE: 'ephemeral' },
+      { inPodNetns: true, capabilities: without('SYS_PTRACE') },
+    );
     const s = await session(agent);
     const file = s.mux.openStream({ kind: 'file', path: '/etc/hostname' });
     file.end();
     const read = new Promise((resolve, reject) => file.on('error', reject).on('end', resolve).resume());
-    await expect(read).rejects.toThrow(/lacks CAP_SYS_PTRACE, which reading \/etc\/hostname in the target container needs/);
+    await expect(read).rejects.toThrow(
+      /lacks CAP_SYS_PTRACE, which reading \/etc\/hostname in the target container needs/,
+    );
     expect((await s.subscribe(3000, 'steal')).type).toBe('subscribed');
     expect((await httpGet(client, '/still')).body).toBe('local: GET /still');
     process.kill(agent.pid, 'SIGTERM');
-    await waitFor(async () => (await net.devopRules()).length === 0, 'the agent\'s rules to go');
+    await waitFor(async () => (await net.devopRules()).length === 0, "the agent's rules to go");
   });
 });

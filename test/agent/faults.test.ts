@@ -30,7 +30,10 @@ describe.runIf(run)('agent: faults', () => {
     await net.teardown();
   });
 
-  async function stealingAgent(env: Record<string, string> = {}, opts: { cgroup?: string } = {}): Promise<{ agent: AgentProc; control: string }> {
+  async function stealingAgent(
+    env: Record<string, string> = {},
+    opts: { cgroup?: string } = {},
+  ): Promise<{ agent: AgentProc; control: string }> {
     const agent = await net.startAgent(env, opts);
     const control = await net.relay(net.podNs, '127.0.0.1', agent.port);
     const session = await connectSession(control, { local });
@@ -44,12 +47,23 @@ describe.runIf(run)('agent: faults', () => {
     const start = Date.now();
     // Each attempt is a fresh connection with a short timeout, as a retrying client's would be: a connection caught in the
     // middle of the agent's shutdown must not hide that the next one works.
-    await waitFor(async () => (await httpGet(client, '/back', { timeoutMs: 1000 })).body === 'pod: GET /back', 'the pod to answer again', 10_000);
+    await waitFor(
+      async () => (await httpGet(client, '/back', { timeoutMs: 1000 })).body === 'pod: GET /back',
+      'the pod to answer again',
+      10_000,
+    );
     return Date.now() - start;
   }
 
   async function exited(pid: number): Promise<void> {
-    await waitFor(() => { try { process.kill(pid, 0); return false; } catch { return true; } }, `process ${pid} to exit`);
+    await waitFor(() => {
+      try {
+        process.kill(pid, 0);
+        return false;
+      } catch {
+        return true;
+      }
+    }, `process ${pid} to exit`);
   }
 
   /** The devop rules left in the pod netns (owned nft table, iptables chains of both backends), as one text. */
@@ -65,7 +79,9 @@ describe.runIf(run)('agent: faults', () => {
   /** Command lines of the processes left in the pod netns that belong to an agent (its nft, its guard). */
   async function agentHelpers(agentId: string): Promise<string[]> {
     const pids = (await sh(`ip netns pids ${net.podNs}`)).trim().split('\n').filter(Boolean);
-    return pids.map((pid) => net.readCmdline(Number(pid))).filter((c) => c.includes(`DEVOP-${agentId}`) || c.startsWith('nft '));
+    return pids
+      .map((pid) => net.readCmdline(Number(pid)))
+      .filter((c) => c.includes(`DEVOP-${agentId}`) || c.startsWith('nft '));
   }
 
   test('kill -9 of the agent (owned nft table): the kernel drops the table; the pod answers within 2 s, no rule is left', async () => {
@@ -78,10 +94,10 @@ describe.runIf(run)('agent: faults', () => {
     expect(await timeUntilPodAnswers()).toBeLessThan(RECOVERY_MS);
     await rulesGone('the owned table to go with the agent');
     await exited(agent.pid); // the job-mode parent follows its child
-    await waitFor(async () => (await agentHelpers(agent.agentId)).length === 0, 'the agent\'s nft to exit');
+    await waitFor(async () => (await agentHelpers(agent.agentId)).length === 0, "the agent's nft to exit");
   });
 
-  test('the agent\'s whole container is killed (cgroup.kill, as the runtime does): the pod answers within 2 s, no rule is left', async () => {
+  test("the agent's whole container is killed (cgroup.kill, as the runtime does): the pod answers within 2 s, no rule is left", async () => {
     const cgroup = net.agentCgroup();
     const { agent } = await stealingAgent({}, { cgroup });
     expect(await rules()).toContain(`table ip devop_${agent.agentId} {`);
@@ -119,7 +135,7 @@ describe.runIf(run)('agent: faults', () => {
       expect(await code).toBe(0);
       expect(await net.devopRules()).toEqual([]);
       expect((await httpGet(client, '/after-term')).body).toBe('pod: GET /after-term');
-      await waitFor(async () => (await agentHelpers(agent.agentId)).length === 0, 'the agent\'s nft or guard to exit');
+      await waitFor(async () => (await agentHelpers(agent.agentId)).length === 0, "the agent's nft or guard to exit");
     });
   }
 
@@ -127,7 +143,9 @@ describe.runIf(run)('agent: faults', () => {
     // Given an nft that fails (as one too old for owned tables would) and a pod netns with a legacy rule (a legacy-only CNI)
     const fakeBin = mkdtempSync(join(tmpdir(), 'devop-nonft-'));
     writeFileSync(join(fakeBin, 'nft'), '#!/bin/sh\necho "Error: unknown flag owner" >&2\nexit 1\n', { mode: 0o755 });
-    const marker = ['-t', 'nat', '-A', 'OUTPUT', '-p', 'tcp', '-d', '127.0.0.3', '--dport', '9', '-j', 'RETURN'].join(' ');
+    const marker = ['-t', 'nat', '-A', 'OUTPUT', '-p', 'tcp', '-d', '127.0.0.3', '--dport', '9', '-j', 'RETURN'].join(
+      ' ',
+    );
     await sh(`ip netns exec ${net.podNs} iptables-legacy ${marker}`);
     try {
       const { agent } = await stealingAgent({ PATH: `${fakeBin}:${process.env.PATH ?? ''}` });
@@ -151,12 +169,17 @@ describe.runIf(run)('agent: faults', () => {
     const fakeBin = mkdtempSync(join(tmpdir(), 'devop-nonft-'));
     writeFileSync(join(fakeBin, 'nft'), '#!/bin/sh\necho "Error: unknown flag owner"\nexit 1\n', { mode: 0o755 });
     try {
-      const agent = await net.startAgent({ DEVOP_AGENT_IPTABLES: 'nft-owned', PATH: `${fakeBin}:${process.env.PATH ?? ''}` });
+      const agent = await net.startAgent({
+        DEVOP_AGENT_IPTABLES: 'nft-owned',
+        PATH: `${fakeBin}:${process.env.PATH ?? ''}`,
+      });
       const control = await net.relay(net.podNs, '127.0.0.1', agent.port);
       const session = await connectSession(control, { local });
       const refused = await session.subscribe(3000, 'steal');
       expect(refused).toMatchObject({ type: 'refused' });
-      expect((refused as { reason: string }).reason).toMatch(/cannot install the redirect rule for port 3000: the nft process ended/);
+      expect((refused as { reason: string }).reason).toMatch(
+        /cannot install the redirect rule for port 3000: the nft process ended/,
+      );
       expect(await net.devopRules()).toEqual([]);
       expect((await httpGet(client, '/not-stolen')).body).toBe('pod: GET /not-stolen');
       session.mux.close('done');
@@ -169,7 +192,9 @@ describe.runIf(run)('agent: faults', () => {
 
   test('a new agent removes stale DEVOP chains whose agent is gone', async () => {
     // Given a chain and jump left behind by an agent that died with its guard
-    await sh(`ip netns exec ${net.podNs} sh -c 'iptables-nft -t nat -N DEVOP-stale1 && iptables-nft -t nat -A DEVOP-stale1 -p tcp --dport 3000 -j REDIRECT --to-ports 9 && iptables-nft -t nat -I PREROUTING 1 -p tcp -m comment --comment devop -j DEVOP-stale1'`);
+    await sh(
+      `ip netns exec ${net.podNs} sh -c 'iptables-nft -t nat -N DEVOP-stale1 && iptables-nft -t nat -A DEVOP-stale1 -p tcp --dport 3000 -j REDIRECT --to-ports 9 && iptables-nft -t nat -I PREROUTING 1 -p tcp -m comment --comment devop -j DEVOP-stale1'`,
+    );
     await expect(httpGet(client, '/broken')).rejects.toThrow();
     // When a new agent starts
     const agent = await net.startAgent();
@@ -206,7 +231,7 @@ describe.runIf(run)('agent: faults', () => {
     await exited(agent.pid);
   });
 
-  test('a stalled tunnel (open but silent) is detected: the session\'s traffic goes back to the pod', async () => {
+  test("a stalled tunnel (open but silent) is detected: the session's traffic goes back to the pod", async () => {
     const agent = await net.startAgent();
     const control = await net.relay(net.podNs, '127.0.0.1', agent.port);
     const session = await connectSession(control, { local });
@@ -215,7 +240,11 @@ describe.runIf(run)('agent: faults', () => {
     // When the tunnel stalls: the connection stays open, but nothing comes back from the CLI any more
     session.socket.pause();
     // Then, within the stall timeout (10 s) plus slack, the pod answers again
-    await waitFor(async () => (await httpGet(client, '/during-stall', { timeoutMs: 1000 })).body === 'pod: GET /during-stall', 'the pod to answer after the stall', 30_000);
+    await waitFor(
+      async () => (await httpGet(client, '/during-stall', { timeoutMs: 1000 })).body === 'pod: GET /during-stall',
+      'the pod to answer after the stall',
+      30_000,
+    );
     expect(agent.lines.some((l) => l.includes('tunnel stalled'))).toBe(true);
     session.socket.destroy();
     process.kill(agent.pid, 'SIGTERM');
@@ -228,8 +257,12 @@ describe.runIf(run)('agent: faults', () => {
     const bad = await connectSession(control, { local, user: 'bad' });
     const goodLocal = await startLocalCommand('local-good');
     const good = await connectSession(control, { local: goodLocal, user: 'good' });
-    expect((await bad.subscribe(3000, 'steal', { filter: { header: 'x-user: bad', match: 'all' } })).type).toBe('subscribed');
-    expect((await good.subscribe(3000, 'steal', { filter: { header: 'x-user: good', match: 'all' } })).type).toBe('subscribed');
+    expect((await bad.subscribe(3000, 'steal', { filter: { header: 'x-user: bad', match: 'all' } })).type).toBe(
+      'subscribed',
+    );
+    expect((await good.subscribe(3000, 'steal', { filter: { header: 'x-user: good', match: 'all' } })).type).toBe(
+      'subscribed',
+    );
     // When one session's connection carries garbage (a frame with an unknown kind)
     bad.socket.write(Buffer.from([0, 0, 0, 5, 0xee, 0, 0, 0, 1, 0xde, 0xad, 0xbe, 0xef, 0]));
     // Then that session is closed with a reason

@@ -40,21 +40,40 @@ describe.runIf(run)('agent: HTTP-filtered steal', () => {
 
   test('each request lands where its header says, unmatched ones at the pod, interleaved on one keep-alive connection', async () => {
     // Given two sessions filtering on different values of one header
-    expect((await alice.subscribe(3000, 'steal', { filter: { header: 'x-user: ^alice$', match: 'all' } })).type).toBe('subscribed');
-    expect((await bob.subscribe(3000, 'steal', { filter: { header: 'x-user: ^bob$', match: 'all' } })).type).toBe('subscribed');
+    expect((await alice.subscribe(3000, 'steal', { filter: { header: 'x-user: ^alice$', match: 'all' } })).type).toBe(
+      'subscribed',
+    );
+    expect((await bob.subscribe(3000, 'steal', { filter: { header: 'x-user: ^bob$', match: 'all' } })).type).toBe(
+      'subscribed',
+    );
     // When one keep-alive client sends requests for alice, nobody, bob, alice in turn
     const keep = keepAliveAgent();
     const answers = [];
-    for (const [path, user] of [['/1', 'alice'], ['/2', undefined], ['/3', 'bob'], ['/4', 'alice'], ['/5', 'carol']] as const) {
+    for (const [path, user] of [
+      ['/1', 'alice'],
+      ['/2', undefined],
+      ['/3', 'bob'],
+      ['/4', 'alice'],
+      ['/5', 'carol'],
+    ] as const) {
       answers.push(await httpGet(client, path, { agent: keep, headers: user ? { 'x-user': user } : {} }));
     }
     // Then each answer came from the right place, all on the same connection
-    expect(answers.map((a) => a.body)).toEqual(['local-alice: GET /1', 'pod: GET /2', 'local-bob: GET /3', 'local-alice: GET /4', 'pod: GET /5']);
+    expect(answers.map((a) => a.body)).toEqual([
+      'local-alice: GET /1',
+      'pod: GET /2',
+      'local-bob: GET /3',
+      'local-alice: GET /4',
+      'pod: GET /5',
+    ]);
     expect(answers.slice(1).every((a) => a.reused)).toBe(true);
-    await waitFor(() => net.podRequests(pod).length >= 2, 'the pod\'s request log'); // its log line may trail its answer
+    await waitFor(() => net.podRequests(pod).length >= 2, "the pod's request log"); // its log line may trail its answer
     expect(net.podRequests(pod).map((l) => l.split(' ')[2])).toEqual(['/2', '/5']);
     // And alice's session saw her requests as traffic events (method, path, status, to)
-    await waitFor(() => alice.traffic.filter((t) => t.kind === 'response' && t.to === 'local').length >= 2, 'response events');
+    await waitFor(
+      () => alice.traffic.filter((t) => t.kind === 'response' && t.to === 'local').length >= 2,
+      'response events',
+    );
     const req = alice.traffic.find((t) => t.kind === 'request' && t.path === '/4');
     expect(req).toMatchObject({ method: 'GET', to: 'local', port: 3000 });
     keep.destroy();
@@ -63,7 +82,10 @@ describe.runIf(run)('agent: HTTP-filtered steal', () => {
   test('a client that shuts down its sending side after the request still gets the whole answer, matched or not', async () => {
     // Given alice's and bob's filters on the port (from the test above)
     // When clients send one request each and half-close at once, one for alice and one for nobody
-    const [forAlice, forNobody] = await Promise.all([net.halfClosedGet(3000, '/half-alice', 'x-user: alice'), net.halfClosedGet(3000, '/half-nobody')]);
+    const [forAlice, forNobody] = await Promise.all([
+      net.halfClosedGet(3000, '/half-alice', 'x-user: alice'),
+      net.halfClosedGet(3000, '/half-nobody'),
+    ]);
     // Then alice's local command answered hers and the pod the other (the agent's HTTP side kept the connection open)
     expect(forAlice).toEqual({ body: 'local-alice: GET /half-alice' });
     expect(forNobody).toEqual({ body: 'pod: GET /half-nobody' });
@@ -74,8 +96,12 @@ describe.runIf(run)('agent: HTTP-filtered steal', () => {
     locals.push(carolLocal);
     const carol = await connectSession(control, { local: carolLocal, user: 'carol' });
     sessions.push(carol);
-    expect((await carol.subscribe(3000, 'steal', { filter: { path: '^/carol/', method: 'DELETE', match: 'any' } })).type).toBe('subscribed');
-    expect((await httpGet(client, '/carol/x', { method: 'POST', body: 'payload-123' })).body).toBe('local-carol: POST /carol/x body=payload-123');
+    expect(
+      (await carol.subscribe(3000, 'steal', { filter: { path: '^/carol/', method: 'DELETE', match: 'any' } })).type,
+    ).toBe('subscribed');
+    expect((await httpGet(client, '/carol/x', { method: 'POST', body: 'payload-123' })).body).toBe(
+      'local-carol: POST /carol/x body=payload-123',
+    );
     expect((await httpGet(client, '/other', { method: 'DELETE' })).body).toBe('local-carol: DELETE /other');
     expect((await httpGet(client, '/other', { method: 'GET' })).body).toBe('pod: GET /other');
     // When carol ends her session (bye), her filter goes with it
@@ -93,20 +119,27 @@ describe.runIf(run)('agent: HTTP-filtered steal', () => {
     expect(Buffer.concat(received).toString()).toMatch(/^HTTP\/1.1 101 .*x-served-by: pod/s);
     received.length = 0;
     socket.write('ping-over-upgrade');
-    await waitFor(() => Buffer.concat(received).toString() === 'ping-over-upgrade', 'the echo over the upgraded connection');
+    await waitFor(
+      () => Buffer.concat(received).toString() === 'ping-over-upgrade',
+      'the echo over the upgraded connection',
+    );
     socket.destroy();
   });
 
   test('a matching WebSocket upgrade goes to its session as a raw two-way stream', async () => {
     // Given alice's local command answers upgrades by echoing
     locals[0].server.once('upgrade', (_req, socket) => {
-      socket.write('HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nx-served-by: local-alice\r\n\r\n');
+      socket.write(
+        'HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nx-served-by: local-alice\r\n\r\n',
+      );
       socket.pipe(socket);
     });
     const socket = connect(client);
     const received: Buffer[] = [];
     socket.on('data', (c: Buffer) => received.push(c));
-    socket.write('GET /ws-alice HTTP/1.1\r\nHost: pod\r\nx-user: alice\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n');
+    socket.write(
+      'GET /ws-alice HTTP/1.1\r\nHost: pod\r\nx-user: alice\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n',
+    );
     await waitFor(() => Buffer.concat(received).toString().includes('\r\n\r\n'), 'the 101 answer');
     expect(Buffer.concat(received).toString()).toMatch(/^HTTP\/1.1 101 .*x-served-by: local-alice/s);
     received.length = 0;
@@ -121,7 +154,9 @@ describe.runIf(run)('agent: HTTP-filtered steal', () => {
     const refused = await dave.subscribe(3000, 'steal');
     expect(refused.type).toBe('refused');
     expect(refused).toMatchObject({ holder: { user: 'alice', host: 'laptop' } });
-    expect((refused as { reason: string }).reason).toMatch(/port 3000 is stolen .* by alice@laptop since \d{4}-\d\d-\d\dT/);
+    expect((refused as { reason: string }).reason).toMatch(
+      /port 3000 is stolen .* by alice@laptop since \d{4}-\d\d-\d\dT/,
+    );
   });
 
   test('a second unfiltered steal of a stolen port is refused naming the first; a filtered steal is refused too', async () => {

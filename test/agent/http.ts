@@ -10,14 +10,29 @@ export interface Answer {
   reused: boolean;
 }
 
-export function httpGet(socketPath: string, path: string, opts: { headers?: Record<string, string>; agent?: Agent; method?: string; body?: string; timeoutMs?: number } = {}): Promise<Answer> {
+export function httpGet(
+  socketPath: string,
+  path: string,
+  opts: { headers?: Record<string, string>; agent?: Agent; method?: string; body?: string; timeoutMs?: number } = {},
+): Promise<Answer> {
   return new Promise((resolve, reject) => {
-    const req = request({ socketPath, path, method: opts.method ?? 'GET', headers: opts.headers, agent: opts.agent ?? false }, (res) => {
-      const chunks: Buffer[] = [];
-      res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString(), servedBy: String(res.headers['x-served-by'] ?? ''), socket: req.socket as Socket, reused: req.reusedSocket }));
-      res.on('error', reject);
-    });
+    const req = request(
+      { socketPath, path, method: opts.method ?? 'GET', headers: opts.headers, agent: opts.agent ?? false },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () =>
+          resolve({
+            status: res.statusCode ?? 0,
+            body: Buffer.concat(chunks).toString(),
+            servedBy: String(res.headers['x-served-by'] ?? ''),
+            socket: req.socket as Socket,
+            reused: req.reusedSocket,
+          }),
+        );
+        res.on('error', reject);
+      },
+    );
     req.setTimeout(opts.timeoutMs ?? 15_000, () => req.destroy(new Error(`GET ${path} timed out`)));
     req.on('error', (err) => reject(new Error(`${opts.method ?? 'GET'} ${path}: ${err.message}`)));
     req.end(opts.body);

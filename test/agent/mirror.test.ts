@@ -19,14 +19,18 @@ function requireTcpdump(): void {
   try {
     execFileSync('tcpdump', ['--version'], { stdio: 'ignore' });
   } catch {
-    throw new Error('the mirror suite needs tcpdump (the agent mirrors by packet capture): install it — scripts/setup.sh does (apt-get install tcpdump)');
+    throw new Error(
+      'the mirror suite needs tcpdump (the agent mirrors by packet capture): install it — scripts/setup.sh does (apt-get install tcpdump)',
+    );
   }
 }
 
 /** The agent's captures in the pod's netns: tcpdump processes and their watchdog shells. */
 async function captures(net: PodNet): Promise<string[]> {
   const pids = (await sh(`ip netns pids ${net.podNs}`)).split('\n').filter(Boolean);
-  return pids.map((pid) => net.readCmdline(Number(pid))).filter((cmd) => cmd.startsWith('tcpdump ') || cmd.includes('devop-capture'));
+  return pids
+    .map((pid) => net.readCmdline(Number(pid)))
+    .filter((cmd) => cmd.startsWith('tcpdump ') || cmd.includes('devop-capture'));
 }
 
 /** Subscribes and returns the subscription's id (what unsubscribe names). */
@@ -86,13 +90,24 @@ async function twoSessionsGetTheBytes(s: Setup): Promise<void> {
   // Then the pod answered both, unchanged
   expect(a.body).toBe('pod: GET /m-1');
   expect(b.body).toBe('pod: POST /m-2 body=mirror-body');
-  await waitFor(() => s.net.podRequests(s.pod).length >= 2, 'the pod\'s request log'); // its log line may trail its answer
+  await waitFor(() => s.net.podRequests(s.pod).length >= 2, "the pod's request log"); // its log line may trail its answer
   expect(s.net.podRequests(s.pod).map((l) => l.split(' ')[2])).toEqual(['/m-1', '/m-2']);
   // And each session received the very bytes the client sent, as one mirrored connection
   for (const session of [one, two]) {
-    await waitFor(() => Buffer.concat(session.incoming.flatMap((i) => i.data)).toString().includes('mirror-body'), 'the mirrored bytes');
+    await waitFor(
+      () =>
+        Buffer.concat(session.incoming.flatMap((i) => i.data))
+          .toString()
+          .includes('mirror-body'),
+      'the mirrored bytes',
+    );
     expect(session.incoming).toHaveLength(1);
-    expect(session.incoming[0].open).toMatchObject({ kind: 'incoming', mode: 'mirror', port: 3000, remoteAddress: s.net.clientIP });
+    expect(session.incoming[0].open).toMatchObject({
+      kind: 'incoming',
+      mode: 'mirror',
+      port: 3000,
+      remoteAddress: s.net.clientIP,
+    });
     const text = Buffer.concat(session.incoming[0].data).toString();
     expect(text).toMatch(/^GET \/m-1 HTTP\/1.1\r\n.*\r\n\r\nPOST \/m-2 HTTP\/1.1\r\n.*\r\n\r\nmirror-body$/s);
   }
@@ -105,26 +120,31 @@ describe.runIf(run)('agent: mirror by packet capture (the default)', () => {
   requireTcpdump();
   const s = podWithAgent();
 
-  test('the client gets the pod\'s answers; two mirroring sessions each receive the same request bytes', async () => {
+  test("the client gets the pod's answers; two mirroring sessions each receive the same request bytes", async () => {
     await twoSessionsGetTheBytes(s);
   });
 
-  test('a mirror-only port has no redirect rule: the app sees the client\'s own address; the capture goes with the last mirror', async () => {
+  test("a mirror-only port has no redirect rule: the app sees the client's own address; the capture goes with the last mirror", async () => {
     // Given a session mirroring port 3000
     const session = await connectSession(s.control, { user: 'watcher' });
     s.sessions.push(session);
     const id = await subscribe(session, 'mirror');
     // Then one tcpdump (under its watchdog) captures the port, and no devop rule exists in the pod's netns
-    expect((await captures(s.net)).filter((c) => c.startsWith('tcpdump '))).toEqual([expect.stringContaining('tcp dst port 3000')]);
+    expect((await captures(s.net)).filter((c) => c.startsWith('tcpdump '))).toEqual([
+      expect.stringContaining('tcp dst port 3000'),
+    ]);
     expect(await s.net.devopRules()).toEqual([]);
     // When a client calls the pod
     const answer = await httpGet(s.client, '/who');
     expect(answer.body).toBe('pod: GET /who');
     // Then the app saw the client's own address (nothing forwarded it), and the session got the copy
-    await waitFor(() => s.net.podRequests(s.pod).find((l) => l.includes('/who')), 'the pod\'s request log');
+    await waitFor(() => s.net.podRequests(s.pod).find((l) => l.includes('/who')), "the pod's request log");
     expect(s.net.podRequests(s.pod).find((l) => l.includes('/who'))).toBe(`REQ GET /who from ${s.net.clientIP}`);
     await waitFor(() => copiesOf(session, 'GET /who ').length === 1, 'the mirrored request');
-    await waitFor(() => session.traffic.some((t) => t.kind === 'connection' && t.phase === 'close' && (t.bytesIn ?? 0) > 0), 'the close event with bytes in');
+    await waitFor(
+      () => session.traffic.some((t) => t.kind === 'connection' && t.phase === 'close' && (t.bytesIn ?? 0) > 0),
+      'the close event with bytes in',
+    );
     // When the session unsubscribes, the capture goes
     await unsubscribe(session, id);
     await waitFor(async () => (await captures(s.net)).length === 0, 'tcpdump and its watchdog to exit');
@@ -176,7 +196,13 @@ describe.runIf(run)('agent: mirror by packet capture (the default)', () => {
     // Then the pod got all of it and answered
     expect(answer.body).toBe(`pod: POST /big body=${body}`);
     // And the stuck session was told its copy was dropped
-    await waitFor(() => stuck.messages.some((m) => m.type === 'log' && m.level === 'warn' && /copy of connection .* dropped/.test(m.message)), 'the drop notice');
+    await waitFor(
+      () =>
+        stuck.messages.some(
+          (m) => m.type === 'log' && m.level === 'warn' && /copy of connection .* dropped/.test(m.message),
+        ),
+      'the drop notice',
+    );
   });
 
   test('kill -9 of the agent takes its tcpdump with it', async () => {
@@ -195,7 +221,7 @@ describe.runIf(run)('agent: mirror by packet capture (the default)', () => {
 describe.runIf(run)('agent: mirror through the agent (DEVOP_AGENT_MIRROR=proxy)', () => {
   const s = podWithAgent({ DEVOP_AGENT_MIRROR: 'proxy' });
 
-  test('the client gets the pod\'s answers; two mirroring sessions each receive the same request bytes; a redirect, no capture', async () => {
+  test("the client gets the pod's answers; two mirroring sessions each receive the same request bytes; a redirect, no capture", async () => {
     const probe = await connectSession(s.control, { user: 'probe' });
     s.sessions.push(probe);
     const id = await subscribe(probe, 'mirror');
@@ -203,7 +229,13 @@ describe.runIf(run)('agent: mirror through the agent (DEVOP_AGENT_MIRROR=proxy)'
     expect(await captures(s.net)).toEqual([]);
     await unsubscribe(probe, id);
     await twoSessionsGetTheBytes(s);
-    await waitFor(() => s.agent.lines.some((l) => l.includes('mirror copies go through the agent') && l.includes('DEVOP_AGENT_MIRROR=proxy')), 'the log line naming why');
+    await waitFor(
+      () =>
+        s.agent.lines.some(
+          (l) => l.includes('mirror copies go through the agent') && l.includes('DEVOP_AGENT_MIRROR=proxy'),
+        ),
+      'the log line naming why',
+    );
   });
 });
 
@@ -212,7 +244,8 @@ describe.runIf(run)('agent: mirror where tcpdump is missing', () => {
   const bin = mkdtempSync(join(tmpdir(), 'devop-no-tcpdump-'));
   beforeAll(() => {
     for (const dir of ['/usr/local/sbin', '/usr/local/bin', '/usr/sbin', '/usr/bin']) {
-      for (const name of existsSync(dir) ? readdirSync(dir) : []) if (name !== 'tcpdump' && !existsSync(join(bin, name))) symlinkSync(join(dir, name), join(bin, name));
+      for (const name of existsSync(dir) ? readdirSync(dir) : [])
+        if (name !== 'tcpdump' && !existsSync(join(bin, name))) symlinkSync(join(dir, name), join(bin, name));
     }
   });
   const s = podWithAgent({ PATH: bin });

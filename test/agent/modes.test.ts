@@ -58,13 +58,19 @@ describe.runIf(run)('agent: ephemeral and targetless modes', () => {
     expect(await net.devopRules()).toEqual([]);
   });
 
-  test("the entry point passes on the one-line error of a target it cannot enter", async () => {
-    const failed = net.startAgent({ DEVOP_AGENT_CONTAINER_ID: `containerd://${'f'.repeat(64)}` }, { viaEntryPoint: true });
+  test('the entry point passes on the one-line error of a target it cannot enter', async () => {
+    const failed = net.startAgent(
+      { DEVOP_AGENT_CONTAINER_ID: `containerd://${'f'.repeat(64)}` },
+      { viaEntryPoint: true },
+    );
     await expect(failed).rejects.toThrow(/no process of container ffffffffffff is visible/);
   });
 
   test('targetless mode: outgoing works from the pod netns; steal, env and files are refused with a reason', async () => {
-    const agent = await net.startAgent({ DEVOP_AGENT_MODE: 'targetless', DEVOP_AGENT_CONTAINER_ID: '' }, { inPodNetns: true });
+    const agent = await net.startAgent(
+      { DEVOP_AGENT_MODE: 'targetless', DEVOP_AGENT_CONTAINER_ID: '' },
+      { inPodNetns: true },
+    );
     const control = await net.relay(net.podNs, '127.0.0.1', agent.port);
     const session = await connectSession(control);
     const refused = await session.subscribe(3000, 'steal');
@@ -74,12 +80,17 @@ describe.runIf(run)('agent: ephemeral and targetless modes', () => {
     expect(env).toMatchObject({ type: 'error', code: 'unsupported' });
     const file = session.mux.openStream({ kind: 'file', path: '/etc/hostname' });
     file.end();
-    await expect(new Promise((resolve, reject) => file.on('error', reject).on('end', resolve).resume())).rejects.toThrow(/targetless/);
+    await expect(
+      new Promise((resolve, reject) => file.on('error', reject).on('end', resolve).resume()),
+    ).rejects.toThrow(/targetless/);
     const stream = session.mux.openStream({ kind: 'outgoing', host: '127.0.0.1', port: 3000 });
     const chunks: Buffer[] = [];
     stream.on('data', (c: Buffer) => chunks.push(c));
     stream.end('GET /targetless HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n');
-    await waitFor(() => Buffer.concat(chunks).toString().endsWith('pod: GET /targetless'), 'the answer through the outgoing stream');
+    await waitFor(
+      () => Buffer.concat(chunks).toString().endsWith('pod: GET /targetless'),
+      'the answer through the outgoing stream',
+    );
     expect(await net.devopRules()).toEqual([]);
     process.kill(agent.pid, 'SIGTERM');
   });

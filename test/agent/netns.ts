@@ -14,7 +14,11 @@ export const AGENT_BUNDLE = resolve(import.meta.dirname, '../../dist/agent.js');
 const CGROUP_ROOT = existsSync('/sys/fs/cgroup/unified') ? '/sys/fs/cgroup/unified' : '/sys/fs/cgroup';
 
 /** Polls `check` until it returns a truthy value; fails with `what` after `timeoutMs` (generous: the machine is shared). */
-export async function waitFor<T>(check: () => T | Promise<T>, what: string, timeoutMs = 20_000): Promise<NonNullable<T>> {
+export async function waitFor<T>(
+  check: () => T | Promise<T>,
+  what: string,
+  timeoutMs = 20_000,
+): Promise<NonNullable<T>> {
   const deadline = Date.now() + timeoutMs;
   let last: unknown;
   for (;;) {
@@ -24,7 +28,8 @@ export async function waitFor<T>(check: () => T | Promise<T>, what: string, time
     } catch (err) {
       last = err;
     }
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}${last ? ` (last error: ${String(last)})` : ''}`);
+    if (Date.now() > deadline)
+      throw new Error(`timed out waiting for ${what}${last ? ` (last error: ${String(last)})` : ''}`);
     await new Promise((r) => setTimeout(r, 25));
   }
 }
@@ -77,8 +82,13 @@ export class PodNet {
       this.subnet = `10.${150 + Math.floor(Math.random() * 100)}.${Math.floor(Math.random() * 256)}`;
     } while (routes.includes(`${this.subnet}.`));
     const p = this.prefix;
-    await sh(`ip link add ${this.bridge} type bridge && ip addr add ${this.nodeIP}/24 dev ${this.bridge} && ip link set ${this.bridge} up`);
-    for (const [ns, short, ip] of [[this.podNs, 'p', this.podIP], [this.clientNs, 'c', this.clientIP]] as const) {
+    await sh(
+      `ip link add ${this.bridge} type bridge && ip addr add ${this.nodeIP}/24 dev ${this.bridge} && ip link set ${this.bridge} up`,
+    );
+    for (const [ns, short, ip] of [
+      [this.podNs, 'p', this.podIP],
+      [this.clientNs, 'c', this.clientIP],
+    ] as const) {
       await sh(
         `ip netns add ${ns} && ip link add ${p}${short}0 type veth peer name ${p}${short}1 && ip link set ${p}${short}1 netns ${ns} && ` +
           `ip link set ${p}${short}0 master ${this.bridge} up && ip netns exec ${ns} sh -c 'ip link set lo up && ip link set ${p}${short}1 name eth0 && ` +
@@ -105,23 +115,46 @@ export class PodNet {
   }
 
   /** Starts the pod's HTTP server in the container cgroup, the pod netns, and a mount namespace of its own. */
-  async startPod(opts: { port: number | string; name?: string; env?: Record<string, string>; resolvConf?: string; hosts?: string }): Promise<Proc> {
+  async startPod(opts: {
+    port: number | string;
+    name?: string;
+    env?: Record<string, string>;
+    resolvConf?: string;
+    hosts?: string;
+  }): Promise<Proc> {
     const resolvConf = join(this.dir, 'resolv.conf');
     const hosts = join(this.dir, 'hosts');
-    writeFileSync(resolvConf, opts.resolvConf ?? `nameserver ${this.clientIP}\nsearch team.svc.cluster.local svc.cluster.local\noptions ndots:5\n`);
-    writeFileSync(hosts, opts.hosts ?? `127.0.0.1 localhost\n${this.podIP} ${opts.name ?? 'pod'}\n10.77.0.7 pinned.example\n`);
+    writeFileSync(
+      resolvConf,
+      opts.resolvConf ??
+        `nameserver ${this.clientIP}\nsearch team.svc.cluster.local svc.cluster.local\noptions ndots:5\n`,
+    );
+    writeFileSync(
+      hosts,
+      opts.hosts ?? `127.0.0.1 localhost\n${this.podIP} ${opts.name ?? 'pod'}\n10.77.0.7 pinned.example\n`,
+    );
     const inner = `mount --bind ${resolvConf} /etc/resolv.conf && mount --bind ${hosts} /etc/hosts && exec ${process.execPath} ${join(FIXTURES, 'pod-server.mjs')}`;
     // Join the cgroup first (nsenter keeps the mount namespace, so /sys/fs/cgroup is still there), then the netns.
     const script = `echo $$ > ${this.cgroupDir}/cgroup.procs && exec nsenter --net=/run/netns/${this.podNs} unshare -m --propagation private sh -c '${inner}'`;
-    const proc = this.spawnTracked('sh', ['-c', script], { PORT: String(opts.port), POD_NAME: opts.name ?? 'pod', ...opts.env });
+    const proc = this.spawnTracked('sh', ['-c', script], {
+      PORT: String(opts.port),
+      POD_NAME: opts.name ?? 'pod',
+      ...opts.env,
+    });
     const count = String(opts.port).split(',').length;
-    await waitFor(() => proc.lines.filter((l) => l.startsWith('LISTENING')).length === count, 'the pod server to listen');
+    await waitFor(
+      () => proc.lines.filter((l) => l.startsWith('LISTENING')).length === count,
+      'the pod server to listen',
+    );
     return proc;
   }
 
   /** The pod's first process (the target container's, as job mode finds it). */
   async podPid(): Promise<number> {
-    return waitFor(() => Number(readFileSync(join(this.cgroupDir, 'cgroup.procs'), 'utf8').split('\n')[0]) || undefined, 'the pod process');
+    return waitFor(
+      () => Number(readFileSync(join(this.cgroupDir, 'cgroup.procs'), 'utf8').split('\n')[0]) || undefined,
+      'the pod process',
+    );
   }
 
   /** Runs the built agent the way job mode does (by container ID, from the host, re-entering the pod netns) unless told otherwise. */
@@ -129,12 +162,19 @@ export class PodNet {
     env: Record<string, string> = {},
     opts: { inPodNetns?: boolean; cgroup?: string; capabilities?: readonly string[]; viaEntryPoint?: boolean } = {},
   ): Promise<AgentProc> {
-    let node = [process.execPath, ...(process.env.DEVOP_TEST_AGENT_FLAGS?.split(' ').filter(Boolean) ?? AGENT_NODE_FLAGS), AGENT_BUNDLE];
+    let node = [
+      process.execPath,
+      ...(process.env.DEVOP_TEST_AGENT_FLAGS?.split(' ').filter(Boolean) ?? AGENT_NODE_FLAGS),
+      AGENT_BUNDLE,
+    ];
     // viaEntryPoint: through the image's entry point (agent/entry.sh), with this checkout's node and bundle in its paths.
     if (opts.viaEntryPoint) {
       const entry = join(this.dir, 'entry.sh');
       const script = readFileSync(resolve(import.meta.dirname, '../../agent/entry.sh'), 'utf8');
-      writeFileSync(entry, script.replace("node='node ", `node='${process.execPath} `).replace(AGENT_BUNDLE_PATH, AGENT_BUNDLE));
+      writeFileSync(
+        entry,
+        script.replace("node='node ", `node='${process.execPath} `).replace(AGENT_BUNDLE_PATH, AGENT_BUNDLE),
+      );
       node = ['/bin/sh', entry];
     }
     // capabilities: the agent (and what it runs) holds exactly these, as in a container whose securityContext drops ALL
@@ -146,7 +186,8 @@ export class PodNet {
     // inPodNetns: started inside the pod's netns, as an ephemeral container (or a targetless pod) is.
     let [cmd, ...args] = opts.inPodNetns ? ['nsenter', `--net=/run/netns/${this.podNs}`, ...node] : node;
     // cgroup: the agent (and every process it starts) lives in that cgroup, as in its own container.
-    if (opts.cgroup) [cmd, ...args] = ['sh', '-c', `echo $$ > ${opts.cgroup}/cgroup.procs && exec "$@"`, 'sh', cmd, ...args];
+    if (opts.cgroup)
+      [cmd, ...args] = ['sh', '-c', `echo $$ > ${opts.cgroup}/cgroup.procs && exec "$@"`, 'sh', cmd, ...args];
     const proc = this.spawnTracked(cmd, args, {
       DEVOP_AGENT_MODE: 'job',
       DEVOP_AGENT_CONTAINER_ID: `containerd://${this.containerId}`,
@@ -159,8 +200,23 @@ export class PodNet {
     // An agent that ends before its ready line fails at once, with its last words (all of its output is read by 'close').
     let closed = false;
     proc.child.once('close', () => (closed = true));
-    const ready = await waitFor(() => proc.lines.map((l) => { try { return JSON.parse(l); } catch { return undefined; } }).find((m) => m?.msg === 'ready') ?? (closed ? { msg: 'exited' } : undefined), "the agent's ready line");
-    if (ready.msg !== 'ready') throw new Error(`the agent exited (code ${proc.child.exitCode}) before its ready line: ${proc.lines.slice(-5).join(' | ')}`);
+    const ready = await waitFor(
+      () =>
+        proc.lines
+          .map((l) => {
+            try {
+              return JSON.parse(l);
+            } catch {
+              return undefined;
+            }
+          })
+          .find((m) => m?.msg === 'ready') ?? (closed ? { msg: 'exited' } : undefined),
+      "the agent's ready line",
+    );
+    if (ready.msg !== 'ready')
+      throw new Error(
+        `the agent exited (code ${proc.child.exitCode}) before its ready line: ${proc.lines.slice(-5).join(' | ')}`,
+      );
     return { ...proc, innerPid: ready.pid, port: ready.port, agentId: ready.agentId };
   }
 
@@ -169,7 +225,8 @@ export class PodNet {
    * `listenPort`, the relay listens on that TCP port inside `ns` instead (a userspace hop, for the benchmark's baseline).
    */
   async relay(ns: string, host: string, port: number, listenPort?: number): Promise<string> {
-    const path = listenPort === undefined ? join(this.dir, `relay-${randomBytes(4).toString('hex')}.sock`) : String(listenPort);
+    const path =
+      listenPort === undefined ? join(this.dir, `relay-${randomBytes(4).toString('hex')}.sock`) : String(listenPort);
     await this.runListener(ns, join(FIXTURES, 'relay.mjs'), [path, host, String(port)]);
     return path;
   }
@@ -179,7 +236,15 @@ export class PodNet {
    * `nc -N` or a batch client does), with an optional extra header line; what came back once the server closed.
    */
   async halfClosedGet(port: number, path: string, header?: string): Promise<{ body?: string; error?: string }> {
-    const args = [`--net=/run/netns/${this.clientNs}`, process.execPath, join(FIXTURES, 'half-close-client.mjs'), this.podIP, String(port), path, ...(header ? [header] : [])];
+    const args = [
+      `--net=/run/netns/${this.clientNs}`,
+      process.execPath,
+      join(FIXTURES, 'half-close-client.mjs'),
+      this.podIP,
+      String(port),
+      path,
+      ...(header ? [header] : []),
+    ];
     const { stdout } = await exec('nsenter', args, { encoding: 'utf8' });
     return JSON.parse(stdout.trim()) as { body?: string; error?: string };
   }
@@ -193,7 +258,13 @@ export class PodNet {
 
   /** The "cluster DNS" at the client IP (the pod's resolv.conf names it). */
   async startDns(records: Record<string, string>): Promise<Proc> {
-    const proc = this.spawnTracked('nsenter', [`--net=/run/netns/${this.clientNs}`, process.execPath, join(FIXTURES, 'dns-server.mjs'), this.clientIP, JSON.stringify(records)]);
+    const proc = this.spawnTracked('nsenter', [
+      `--net=/run/netns/${this.clientNs}`,
+      process.execPath,
+      join(FIXTURES, 'dns-server.mjs'),
+      this.clientIP,
+      JSON.stringify(records),
+    ]);
     await waitFor(() => proc.lines.includes('LISTENING'), 'the DNS server to listen');
     return proc;
   }
@@ -228,7 +299,9 @@ export class PodNet {
 
   /** iptables-save of the pod netns, both backends (nat table). */
   async iptablesSave(): Promise<string> {
-    return sh(`ip netns exec ${this.podNs} sh -c 'iptables-nft-save -t nat 2>/dev/null; iptables-legacy-save -t nat 2>/dev/null; true'`);
+    return sh(
+      `ip netns exec ${this.podNs} sh -c 'iptables-nft-save -t nat 2>/dev/null; iptables-legacy-save -t nat 2>/dev/null; true'`,
+    );
   }
 
   /** Kills everything this fixture started (and anything left in its netns, e.g. a guard), then removes netns, links, cgroups. */
@@ -251,16 +324,22 @@ export class PodNet {
         }
       }
     }
-    await sh(`ip netns del ${this.podNs} 2>/dev/null; ip netns del ${this.clientNs} 2>/dev/null; ip link del ${this.bridge} 2>/dev/null; true`);
-    await waitFor(() => {
-      try {
-        for (const dir of [...this.agentCgroups, this.cgroupDir]) if (existsSync(dir)) rmdirSync(dir);
-        if (existsSync(this.cgroupParent)) rmdirSync(this.cgroupParent);
-        return true;
-      } catch {
-        return false;
-      }
-    }, 'the test cgroup to empty', 10_000).catch(() => undefined);
+    await sh(
+      `ip netns del ${this.podNs} 2>/dev/null; ip netns del ${this.clientNs} 2>/dev/null; ip link del ${this.bridge} 2>/dev/null; true`,
+    );
+    await waitFor(
+      () => {
+        try {
+          for (const dir of [...this.agentCgroups, this.cgroupDir]) if (existsSync(dir)) rmdirSync(dir);
+          if (existsSync(this.cgroupParent)) rmdirSync(this.cgroupParent);
+          return true;
+        } catch {
+          return false;
+        }
+      },
+      'the test cgroup to empty',
+      10_000,
+    ).catch(() => undefined);
     rmSync(this.dir, { recursive: true, force: true });
   }
 

@@ -4,25 +4,38 @@ import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { createLog } from '../../agent/log.js';
-import { NftShell, OwnedTable, echoedHandle, probeOwnedTables, redirectCommand, responseError, takeResponse } from '../../agent/nft-owned.js';
+import {
+  NftShell,
+  OwnedTable,
+  echoedHandle,
+  probeOwnedTables,
+  redirectCommand,
+  responseError,
+  takeResponse,
+} from '../../agent/nft-owned.js';
 import { requireRoot } from '../helpers/root.js';
 import { sh, waitFor } from './netns.js';
 
 describe('nft-owned: parsing nft output', () => {
   test('a response ends only with its own sentinel, in full (the caret line included)', () => {
     const sentinel = 'Error: No such file or directory\nlist table ip devop_end_7\n              ^^^^^^^^^^^^\n';
-    const body = 'add rule ip devop_a pre tcp dport 3000 redirect to :4000 # handle 5\n# new generation 9 by process 1 (nft)\n';
+    const body =
+      'add rule ip devop_a pre tcp dport 3000 redirect to :4000 # handle 5\n# new generation 9 by process 1 (nft)\n';
     expect(takeResponse(body + sentinel.slice(0, -5), 7)).toBeUndefined(); // the caret line is not complete yet
     expect(takeResponse(body + sentinel, 6)).toBeUndefined(); // another request's sentinel
-    expect(takeResponse(body + sentinel + 'next', 7)).toEqual({ output: body, rest: 'next' });
+    expect(takeResponse(`${body + sentinel}next`, 7)).toEqual({ output: body, rest: 'next' });
     expect(takeResponse(sentinel, 7)).toEqual({ output: '', rest: '' });
     expect(echoedHandle(body)).toBe(5);
     expect(responseError(body)).toBeUndefined();
-    expect(responseError('Error: Could not process rule: Operation not permitted\nadd rule ip devop_a pre\n   ^^^\n')).toBe('Error: Could not process rule: Operation not permitted — add rule ip devop_a pre');
+    expect(
+      responseError('Error: Could not process rule: Operation not permitted\nadd rule ip devop_a pre\n   ^^^\n'),
+    ).toBe('Error: Could not process rule: Operation not permitted — add rule ip devop_a pre');
   });
 
   test('redirect rules skip the node IP unless probes are stolen', () => {
-    expect(redirectCommand('devop_a', 3000, 40000, '10.0.0.1')).toBe('add rule ip devop_a pre ip saddr != 10.0.0.1 tcp dport 3000 redirect to :40000 comment "devop 3000"');
+    expect(redirectCommand('devop_a', 3000, 40000, '10.0.0.1')).toBe(
+      'add rule ip devop_a pre ip saddr != 10.0.0.1 tcp dport 3000 redirect to :40000 comment "devop 3000"',
+    );
     expect(redirectCommand('devop_a', 3000, 40000)).not.toContain('saddr');
     expect(() => redirectCommand('devop_a', 3000, 40000, '10.0.0.1\ndelete table ip x')).toThrow(/not an IPv4 address/);
   });
@@ -45,7 +58,9 @@ describe.runIf(run)('nft-owned: the kernel owns the table for its nft process', 
 
   test('rules are added and removed by handle; an error is reported and the next request still works', async () => {
     const owned = await OwnedTable.create('t1', log, command);
-    expect(await ruleset()).toMatch(/table ip devop_t1 \{[^]*flags owner[^]*type nat hook prerouting priority dstnat - 1; policy accept;/);
+    expect(await ruleset()).toMatch(
+      /table ip devop_t1 \{[^]*flags owner[^]*type nat hook prerouting priority dstnat - 1; policy accept;/,
+    );
     await owned.addRedirect(3000, 40000, '10.0.0.1');
     await owned.addRedirect(3001, 40001);
     expect(await ruleset()).toContain('ip saddr != 10.0.0.1 tcp dport 3000 redirect to :40000 comment "devop 3000"');
@@ -84,10 +99,12 @@ describe.runIf(run)('nft-owned: the kernel owns the table for its nft process', 
   test('the start-up probe says whether owned tables work, and leaves no table behind', async () => {
     expect(await probeOwnedTables(log, command)).toBeUndefined();
     expect(await ruleset()).not.toContain('devop_');
-    expect(await probeOwnedTables(log, ['sh', '-c', 'echo "Error: unknown flag owner"; exit 1'])).toMatch(/nft process ended/);
+    expect(await probeOwnedTables(log, ['sh', '-c', 'echo "Error: unknown flag owner"; exit 1'])).toMatch(
+      /nft process ended/,
+    );
   });
 
-  test('closing nft\'s stdin (what the agent\'s death does) drops the table', async () => {
+  test("closing nft's stdin (what the agent's death does) drops the table", async () => {
     const nft = NftShell.start(log, command);
     await nft.request('add table ip devop_t3 { flags owner; }');
     expect(await ruleset()).toContain('devop_t3');

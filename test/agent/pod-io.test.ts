@@ -35,7 +35,7 @@ describe.runIf(run)('agent: outgoing, DNS, env and files through the pod', () =>
     await net.teardown();
   });
 
-  test('an outgoing connection to 127.0.0.1 is made inside the pod netns (it reaches the pod\'s own app)', async () => {
+  test("an outgoing connection to 127.0.0.1 is made inside the pod netns (it reaches the pod's own app)", async () => {
     const stream = session.mux.openStream({ kind: 'outgoing', host: '127.0.0.1', port: 3000 });
     const accepted = new Promise((r) => stream.once('accepted', r));
     stream.end('GET /from-outgoing HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n');
@@ -43,7 +43,7 @@ describe.runIf(run)('agent: outgoing, DNS, env and files through the pod', () =>
     expect(await collect(stream)).toMatch(/\r\n\r\npod: GET \/from-outgoing$/);
   });
 
-  test('an outgoing connection by short name resolves through the pod\'s search domains', async () => {
+  test("an outgoing connection by short name resolves through the pod's search domains", async () => {
     const stream = session.mux.openStream({ kind: 'outgoing', host: 'api', port: 3000 });
     stream.end('GET /by-name HTTP/1.1\r\nHost: api\r\nConnection: close\r\n\r\n');
     expect(await collect(stream)).toMatch(/pod: GET \/by-name$/);
@@ -55,7 +55,7 @@ describe.runIf(run)('agent: outgoing, DNS, env and files through the pod', () =>
     await expect(collect(stream)).rejects.toThrow(/ECONNREFUSED/);
   });
 
-  test('DNS uses the target\'s resolv.conf (search, ndots) and /etc/hosts', async () => {
+  test("DNS uses the target's resolv.conf (search, ndots) and /etc/hosts", async () => {
     const api = await session.request({ type: 'dnsResolve', id: 'd1', name: 'api', family: 4 }, ['dnsResult']);
     expect(api.addresses).toEqual([{ address: net.podIP, family: 4 }]);
     // ndots:5 → "api" is tried with the first search domain before anything else
@@ -70,12 +70,17 @@ describe.runIf(run)('agent: outgoing, DNS, env and files through the pod', () =>
     expect(missing.error?.code).toBe('ENOTFOUND');
   });
 
-  test('env is the container\'s, read from /proc/PID/environ', async () => {
+  test("env is the container's, read from /proc/PID/environ", async () => {
     const env = await session.request({ type: 'envRead', id: 'e1' }, ['env']);
-    expect(env.vars).toMatchObject({ SECRET_FROM_POD: 's3cr3t', DATABASE_URL: 'postgres://db:5432/app', POD_NAME: 'pod', PORT: '3000' });
+    expect(env.vars).toMatchObject({
+      SECRET_FROM_POD: 's3cr3t',
+      DATABASE_URL: 'postgres://db:5432/app',
+      POD_NAME: 'pod',
+      PORT: '3000',
+    });
   });
 
-  test('files are read from the container\'s filesystem (/proc/PID/root); a missing one resets with ENOENT', async () => {
+  test("files are read from the container's filesystem (/proc/PID/root); a missing one resets with ENOENT", async () => {
     const stream = session.mux.openStream({ kind: 'file', path: '/etc/resolv.conf' });
     const accepted = new Promise<{ size?: number }>((r) => stream.once('accepted', r));
     stream.end();

@@ -4,7 +4,14 @@ import { randomUUID } from 'node:crypto';
 import { connect, type Socket } from 'node:net';
 import { createServer, type Server } from 'node:http';
 import { createClientMux, type ClientMux, type MuxStream } from '../../shared/mux.js';
-import { PROTOCOL_VERSION, type AgentMessage, type ClientMessage, type HttpFilter, type StreamOpen, type TrafficEvent } from '../../shared/protocol.js';
+import {
+  PROTOCOL_VERSION,
+  type AgentMessage,
+  type ClientMessage,
+  type HttpFilter,
+  type StreamOpen,
+  type TrafficEvent,
+} from '../../shared/protocol.js';
 
 export interface LocalCommand {
   server: Server;
@@ -31,8 +38,14 @@ export async function startLocalCommand(name: string): Promise<LocalCommand> {
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   const port = (server.address() as { port: number }).port;
   return {
-    server, port, requests,
-    close: () => new Promise<void>((r) => { server.closeAllConnections(); server.close(() => r()); }),
+    server,
+    port,
+    requests,
+    close: () =>
+      new Promise<void>((r) => {
+        server.closeAllConnections();
+        server.close(() => r());
+      }),
   };
 }
 
@@ -46,7 +59,11 @@ export interface TestSession {
   closed: Promise<Error | undefined>;
   send(msg: ClientMessage): void;
   request<T extends AgentMessage['type']>(msg: ClientMessage, reply: T[]): Promise<Extract<AgentMessage, { type: T }>>;
-  subscribe(port: number, mode: 'steal' | 'mirror', opts?: { filter?: HttpFilter; flush?: boolean; stealProbes?: boolean }): Promise<AgentMessage>;
+  subscribe(
+    port: number,
+    mode: 'steal' | 'mirror',
+    opts?: { filter?: HttpFilter; flush?: boolean; stealProbes?: boolean },
+  ): Promise<AgentMessage>;
 }
 
 /**
@@ -54,7 +71,16 @@ export interface TestSession {
  * address (a session process inside the pod netns). Incoming streams are piped to the local command on 127.0.0.1:`local.port`
  * (when given); mirrored ones record their bytes only when `local` is undefined. `resumeSessionId` resumes an earlier session.
  */
-export async function connectSession(to: string | { host: string; port: number }, opts: { local?: Pick<LocalCommand, 'port'>; token?: string; user?: string; resumeSessionId?: string; protocolVersion?: number } = {}): Promise<TestSession> {
+export async function connectSession(
+  to: string | { host: string; port: number },
+  opts: {
+    local?: Pick<LocalCommand, 'port'>;
+    token?: string;
+    user?: string;
+    resumeSessionId?: string;
+    protocolVersion?: number;
+  } = {},
+): Promise<TestSession> {
   const socket = typeof to === 'string' ? connect(to) : connect(to);
   await new Promise<void>((resolve, reject) => socket.once('connect', resolve).once('error', reject));
   socket.setNoDelay(true);
@@ -79,7 +105,10 @@ export async function connectSession(to: string | { host: string; port: number }
     upstream.on('error', () => stream.reset('local command refused'));
     stream.pipe(upstream).pipe(stream);
   });
-  const request = <T extends AgentMessage['type']>(msg: ClientMessage, reply: T[]): Promise<Extract<AgentMessage, { type: T }>> =>
+  const request = <T extends AgentMessage['type']>(
+    msg: ClientMessage,
+    reply: T[],
+  ): Promise<Extract<AgentMessage, { type: T }>> =>
     new Promise((resolve, reject) => {
       const id = 'id' in msg ? msg.id : undefined;
       const onClose = (err: Error | undefined): void => reject(err ?? new Error('session closed'));
@@ -95,15 +124,39 @@ export async function connectSession(to: string | { host: string; port: number }
       mux.send(msg);
     });
   const hello = await request(
-    { type: 'hello', protocolVersion: opts.protocolVersion ?? PROTOCOL_VERSION, token: opts.token ?? 'test-token', client: { user: opts.user ?? 'alice', host: 'laptop', pid: process.pid, devopVersion: '0.1.0' }, resumeSessionId: opts.resumeSessionId, features: ['traffic'] },
+    {
+      type: 'hello',
+      protocolVersion: opts.protocolVersion ?? PROTOCOL_VERSION,
+      token: opts.token ?? 'test-token',
+      client: { user: opts.user ?? 'alice', host: 'laptop', pid: process.pid, devopVersion: '0.1.0' },
+      resumeSessionId: opts.resumeSessionId,
+      features: ['traffic'],
+    },
     ['helloOk', 'error'],
   );
   if (hello.type !== 'helloOk') throw Object.assign(new Error(`hello refused: ${hello.message}`), { reply: hello });
   return {
-    mux, socket, sessionId: hello.sessionId, messages, incoming, traffic, closed,
+    mux,
+    socket,
+    sessionId: hello.sessionId,
+    messages,
+    incoming,
+    traffic,
+    closed,
     send: (msg) => mux.send(msg),
     request,
     subscribe: (port, mode, o = {}) =>
-      request({ type: 'subscribe', id: `sub-${randomUUID()}`, port, mode, filter: o.filter, flush: o.flush ?? false, stealProbes: o.stealProbes ?? false }, ['subscribed', 'refused']),
+      request(
+        {
+          type: 'subscribe',
+          id: `sub-${randomUUID()}`,
+          port,
+          mode,
+          filter: o.filter,
+          flush: o.flush ?? false,
+          stealProbes: o.stealProbes ?? false,
+        },
+        ['subscribed', 'refused'],
+      ),
   };
 }

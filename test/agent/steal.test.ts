@@ -44,7 +44,10 @@ describe.runIf(run)('agent: steal a whole port', () => {
     // And a kubelet-like request from the node's IP still reaches the pod
     const probe = await hostGet(`http://${net.podIP}:3000/healthz`);
     expect(probe).toBe('pod: GET /healthz');
-    await waitFor(() => net.podRequests(pod).includes(`REQ GET /healthz from ${net.nodeIP}`), 'the probe in the pod\'s log');
+    await waitFor(
+      () => net.podRequests(pod).includes(`REQ GET /healthz from ${net.nodeIP}`),
+      "the probe in the pod's log",
+    );
     // (the pod logs in order: had it seen the stolen requests, their lines would be before the probe's)
     expect(net.podRequests(pod).filter((l) => l.includes('/stolen'))).toEqual([]);
     // And the rule lives in the agent's owned nft table (hooked before the pod's own nat rules), skipping the node IP
@@ -52,18 +55,30 @@ describe.runIf(run)('agent: steal a whole port', () => {
     expect(rules).toContain(`table ip devop_${agent.agentId} {`);
     expect(rules).toMatch(/^\s*flags owner$/m);
     expect(rules).toContain('type nat hook prerouting priority dstnat - 1; policy accept;');
-    expect(rules).toMatch(new RegExp(`ip saddr != ${net.nodeIP} tcp dport 3000 redirect to :\\d+ comment "devop 3000"`));
+    expect(rules).toMatch(
+      new RegExp(`ip saddr != ${net.nodeIP} tcp dport 3000 redirect to :\\d+ comment "devop 3000"`),
+    );
     // And no iptables rule at all (that is the fallback's)
     expect(await net.iptablesSave()).not.toContain('DEVOP');
     // And the session was told about each connection
-    await waitFor(() => session.traffic.filter((t) => t.kind === 'connection' && t.phase === 'close' && t.to === 'local').length >= 2, 'traffic events');
+    await waitFor(
+      () =>
+        session.traffic.filter((t) => t.kind === 'connection' && t.phase === 'close' && t.to === 'local').length >= 2,
+      'traffic events',
+    );
   });
 
-  test('pause sends the port\'s traffic back to the pod; resume takes it again', async () => {
+  test("pause sends the port's traffic back to the pod; resume takes it again", async () => {
     session.send({ type: 'pause', port: 3000 });
-    await waitFor(async () => (await httpGet(client, '/paused')).body === 'pod: GET /paused', 'the pod to answer while paused');
+    await waitFor(
+      async () => (await httpGet(client, '/paused')).body === 'pod: GET /paused',
+      'the pod to answer while paused',
+    );
     session.send({ type: 'resume', port: 3000 });
-    await waitFor(async () => (await httpGet(client, '/resumed')).body === 'local: GET /resumed', 'the local command to answer again');
+    await waitFor(
+      async () => (await httpGet(client, '/resumed')).body === 'local: GET /resumed',
+      'the local command to answer again',
+    );
   });
 
   test('a client that shuts down its sending side after the request still gets the whole answer', async () => {
@@ -95,14 +110,16 @@ describe.runIf(run)('agent: steal a whole port', () => {
     expect((await httpGet(client, '/ka-3', { agent: keep })).body).toBe('local: GET /ka-3');
     await session.request({ type: 'unsubscribe', id: (sub as { id: string }).id, port: 3000 }, ['unsubscribed']);
     expect((await httpGet(client, '/ka-sentinel')).body).toBe('pod: GET /ka-sentinel');
-    await waitFor(() => net.podRequests(pod).some((l) => l.includes('/ka-sentinel')), 'the sentinel in the pod\'s log');
+    await waitFor(() => net.podRequests(pod).some((l) => l.includes('/ka-sentinel')), "the sentinel in the pod's log");
     expect(net.podRequests(pod).some((l) => l.includes('/ka-2'))).toBe(false);
     keep.destroy();
   });
 
   test('with conntrack already in use in the pod: without flush a keep-alive connection stays with the pod; with flush it is reset at once', async () => {
     // Given a pod netns where a rule (as a service mesh would have) keeps connection tracking on
-    await sh(`ip netns exec ${net.podNs} iptables-nft -t nat -A OUTPUT -p tcp -d 127.0.0.2 --dport 9 -j REDIRECT --to-ports 9`);
+    await sh(
+      `ip netns exec ${net.podNs} iptables-nft -t nat -A OUTPUT -p tcp -d 127.0.0.2 --dport 9 -j REDIRECT --to-ports 9`,
+    );
     try {
       const keep = keepAliveAgent();
       expect((await httpGet(client, '/kb-1', { agent: keep })).body).toBe('pod: GET /kb-1');
@@ -130,7 +147,9 @@ describe.runIf(run)('agent: steal a whole port', () => {
       keep.destroy();
       keep2.destroy();
     } finally {
-      await sh(`ip netns exec ${net.podNs} iptables-nft -t nat -D OUTPUT -p tcp -d 127.0.0.2 --dport 9 -j REDIRECT --to-ports 9`);
+      await sh(
+        `ip netns exec ${net.podNs} iptables-nft -t nat -D OUTPUT -p tcp -d 127.0.0.2 --dport 9 -j REDIRECT --to-ports 9`,
+      );
     }
   });
 
@@ -154,7 +173,10 @@ describe.runIf(run)('agent: steal a whole port', () => {
     session.send({ type: 'pause', port: 3000 });
     // A fresh connection answered by the pod shows the pause is in place; only then does the kept-alive client connect
     // (one that connected before would stay stolen: a pause affects new connections).
-    await waitFor(async () => (await httpGet(client, '/paused-probe')).body === 'pod: GET /paused-probe', 'the pause to take effect');
+    await waitFor(
+      async () => (await httpGet(client, '/paused-probe')).body === 'pod: GET /paused-probe',
+      'the pause to take effect',
+    );
     const keep = keepAliveAgent();
     await waitFor(async () => {
       const answer = await httpGet(client, '/during-pause', { agent: keep });
@@ -163,7 +185,10 @@ describe.runIf(run)('agent: steal a whole port', () => {
     const again = await httpGet(client, '/during-pause-2', { agent: keep });
     expect([again.body, again.reused]).toEqual(['pod: GET /during-pause-2', true]);
     const closed = new Promise<void>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error('the connection opened during the pause was not ended on resume')), 10_000);
+      const timer = setTimeout(
+        () => reject(new Error('the connection opened during the pause was not ended on resume')),
+        10_000,
+      );
       again.socket.once('close', () => resolve(clearTimeout(timer)));
     });
     // When the steal resumes
@@ -181,12 +206,21 @@ describe.runIf(run)('agent: steal a whole port', () => {
     }
     expect((await session.subscribe(3000, 'steal', { flush: false })).type).toBe('subscribed');
     session.send({ type: 'pause', port: 3000 });
-    await waitFor(async () => (await httpGet(client, '/nf-probe')).body === 'pod: GET /nf-probe', 'the pause to take effect');
+    await waitFor(
+      async () => (await httpGet(client, '/nf-probe')).body === 'pod: GET /nf-probe',
+      'the pause to take effect',
+    );
     const keep = keepAliveAgent();
-    await waitFor(async () => (await httpGet(client, '/nf-pause', { agent: keep })).body === 'pod: GET /nf-pause', 'the pod to answer while paused');
+    await waitFor(
+      async () => (await httpGet(client, '/nf-pause', { agent: keep })).body === 'pod: GET /nf-pause',
+      'the pod to answer while paused',
+    );
     session.send({ type: 'resume', port: 3000 });
     // (a fresh connection is stolen again: the resume took effect)
-    await waitFor(async () => (await httpGet(client, '/nf-fresh')).body === 'local: GET /nf-fresh', 'the local command to answer again');
+    await waitFor(
+      async () => (await httpGet(client, '/nf-fresh')).body === 'local: GET /nf-fresh',
+      'the local command to answer again',
+    );
     const same = await httpGet(client, '/nf-same', { agent: keep });
     expect([same.body, same.reused]).toEqual(['pod: GET /nf-same', true]);
     keep.destroy();

@@ -35,10 +35,34 @@ beforeAll(async () => {
     const path = (req.url ?? '').split('?')[0];
     if (path === '/apis/farm.example.com/v1alpha') return res.end(JSON.stringify(resourceList));
     if (path === '/apis/farm.example.com/v1alpha/namespaces/default/llamas') {
-      return res.end(JSON.stringify({ kind: 'LlamaList', apiVersion: 'farm.example.com/v1alpha', metadata: {}, items: [{ apiVersion: 'farm.example.com/v1alpha', kind: 'Llama', metadata: { name: 'dolly', namespace: 'default', creationTimestamp: new Date().toISOString() }, spec: { weight: 130 } }] }));
+      return res.end(
+        JSON.stringify({
+          kind: 'LlamaList',
+          apiVersion: 'farm.example.com/v1alpha',
+          metadata: {},
+          items: [
+            {
+              apiVersion: 'farm.example.com/v1alpha',
+              kind: 'Llama',
+              metadata: { name: 'dolly', namespace: 'default', creationTimestamp: new Date().toISOString() },
+              spec: { weight: 130 },
+            },
+          ],
+        }),
+      );
     }
     res.statusCode = 404;
-    res.end(JSON.stringify({ kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Failure', reason: 'NotFound', code: 404, message: 'not found' }));
+    res.end(
+      JSON.stringify({
+        kind: 'Status',
+        apiVersion: 'v1',
+        metadata: {},
+        status: 'Failure',
+        reason: 'NotFound',
+        code: 404,
+        message: 'not found',
+      }),
+    );
   });
   await new Promise<void>((r) => backend.listen(0, '127.0.0.1', () => r()));
   const port = (backend.address() as { port: number }).port;
@@ -46,10 +70,29 @@ beforeAll(async () => {
   kc = new KubeConfig();
   kc.loadFromFile(cluster.kubeconfigPath);
   const core = kc.makeApiClient(CoreV1Api);
-  await core.createNamespacedService({ namespace: 'default', body: { metadata: { name: 'farm' }, spec: { ports: [{ name: 'https', port: 443, targetPort: port }] } } });
-  await core.createNamespacedEndpoints({ namespace: 'default', body: { metadata: { name: 'farm' }, subsets: [{ addresses: [{ ip: '127.0.0.1' }], ports: [{ name: 'https', port }] }] } });
+  await core.createNamespacedService({
+    namespace: 'default',
+    body: { metadata: { name: 'farm' }, spec: { ports: [{ name: 'https', port: 443, targetPort: port }] } },
+  });
+  await core.createNamespacedEndpoints({
+    namespace: 'default',
+    body: {
+      metadata: { name: 'farm' },
+      subsets: [{ addresses: [{ ip: '127.0.0.1' }], ports: [{ name: 'https', port }] }],
+    },
+  });
   await kc.makeApiClient(ApiregistrationV1Api).createAPIService({
-    body: { metadata: { name: 'v1alpha.farm.example.com' }, spec: { group: 'farm.example.com', version: 'v1alpha', groupPriorityMinimum: 1000, versionPriority: 15, insecureSkipTLSVerify: true, service: { name: 'farm', namespace: 'default', port: 443 } } },
+    body: {
+      metadata: { name: 'v1alpha.farm.example.com' },
+      spec: {
+        group: 'farm.example.com',
+        version: 'v1alpha',
+        groupPriorityMinimum: 1000,
+        versionPriority: 15,
+        insecureSkipTLSVerify: true,
+        service: { name: 'farm', namespace: 'default', port: 443 },
+      },
+    },
   });
 });
 
@@ -62,8 +105,21 @@ afterAll(async () => {
 describe('APIService aggregation', () => {
   it('marks the APIService Available and proxies discovery and requests with the caller identity', async () => {
     const reg = kc.makeApiClient(ApiregistrationV1Api);
-    await waitFor('Available=True', async () => (await reg.readAPIService({ name: 'v1alpha.farm.example.com' })).status?.conditions?.find((c) => c.type === 'Available')?.status === 'True');
-    const list: any = await kc.makeApiClient(CustomObjectsApi).listNamespacedCustomObject({ group: 'farm.example.com', version: 'v1alpha', namespace: 'default', plural: 'llamas' });
+    await waitFor(
+      'Available=True',
+      async () =>
+        (await reg.readAPIService({ name: 'v1alpha.farm.example.com' })).status?.conditions?.find(
+          (c) => c.type === 'Available',
+        )?.status === 'True',
+    );
+    const list: any = await kc
+      .makeApiClient(CustomObjectsApi)
+      .listNamespacedCustomObject({
+        group: 'farm.example.com',
+        version: 'v1alpha',
+        namespace: 'default',
+        plural: 'llamas',
+      });
     expect(list.items.map((i: any) => i.metadata.name)).toEqual(['dolly']);
     expect(seenUsers).toContain('kubernetes-admin');
   });

@@ -39,12 +39,23 @@ function localRuntime(): NodeRuntime {
     },
     async exec(req): Promise<ExecProcess> {
       const child = spawn(req.command[0], req.command.slice(1), { stdio: ['pipe', 'pipe', 'pipe'] });
-      const exited = new Promise<{ exitCode: number; signal?: string }>((r) => child.on('exit', (code, signal) => r({ exitCode: code ?? 137, signal: signal ?? undefined })));
-      return { stdin: child.stdin, stdout: child.stdout, stderr: child.stderr, resize: () => undefined, wait: () => exited, kill: () => child.kill('SIGKILL') };
+      const exited = new Promise<{ exitCode: number; signal?: string }>((r) =>
+        child.on('exit', (code, signal) => r({ exitCode: code ?? 137, signal: signal ?? undefined })),
+      );
+      return {
+        stdin: child.stdin,
+        stdout: child.stdout,
+        stderr: child.stderr,
+        resize: () => undefined,
+        wait: () => exited,
+        kill: () => child.kill('SIGKILL'),
+      };
     },
     async logs(req) {
       const lines = ['one', 'two', 'three'].map((l) => `${req.container}: ${l}\n`);
-      return Readable.from((req.tailLines !== undefined ? lines.slice(-req.tailLines) : lines).map((l) => Buffer.from(l)));
+      return Readable.from(
+        (req.tailLines !== undefined ? lines.slice(-req.tailLines) : lines).map((l) => Buffer.from(l)),
+      );
     },
     async stop() {},
   };
@@ -59,7 +70,12 @@ beforeAll(async () => {
   cluster.controlPlane.attachNode(localRuntime());
   kc = new KubeConfig();
   kc.loadFromFile(cluster.kubeconfigPath);
-  await kc.makeApiClient(CoreV1Api).createNamespacedPod({ namespace: 'default', body: { metadata: { name: 'box' }, spec: { containers: [{ name: 'main', image: 'busybox' }] } } });
+  await kc
+    .makeApiClient(CoreV1Api)
+    .createNamespacedPod({
+      namespace: 'default',
+      body: { metadata: { name: 'box' }, spec: { containers: [{ name: 'main', image: 'busybox' }] } },
+    });
 });
 
 afterAll(async () => {
@@ -85,7 +101,9 @@ describe('streaming subresources', () => {
     expect(ws.protocol).toBe('v4.channel.k8s.io');
     for (let i = 0; i < payload.length; i += 64 * 1024) input.write(payload.subarray(i, i + 64 * 1024));
     await waitFor('all bytes echoed', () => got >= payload.length, 60_000);
-    expect(createHash('sha256').update(Buffer.concat(received)).digest('hex')).toBe(createHash('sha256').update(payload).digest('hex'));
+    expect(createHash('sha256').update(Buffer.concat(received)).digest('hex')).toBe(
+      createHash('sha256').update(payload).digest('hex'),
+    );
     expect(dialed).toContain('default/box:7000');
     ws.close();
   });
@@ -95,9 +113,18 @@ describe('streaming subresources', () => {
     const err = new Writable({ write: (c, _e, cb) => (errs.push(c), cb()) });
     await new PortForward(kc).portForward('default', 'box', [7001], new PassThrough(), err, new PassThrough());
     await waitFor('error channel message', () => Buffer.concat(errs).toString().includes('ECONNREFUSED'));
-    expect(Buffer.concat(errs).toString()).toMatch(/^error forwarding port 7001 to pod box, uid [0-9a-f-]+: connect ECONNREFUSED/);
+    expect(Buffer.concat(errs).toString()).toMatch(
+      /^error forwarding port 7001 to pod box, uid [0-9a-f-]+: connect ECONNREFUSED/,
+    );
 
-    const ws: any = await new PortForward(kc).portForward('default', 'box', [7000], new PassThrough(), null, new PassThrough());
+    const ws: any = await new PortForward(kc).portForward(
+      'default',
+      'box',
+      [7000],
+      new PassThrough(),
+      null,
+      new PassThrough(),
+    );
     const closed = new Promise((r) => ws.on('close', r));
     cluster.dropWebSockets();
     await closed;
@@ -106,9 +133,13 @@ describe('streaming subresources', () => {
   it('refuses port-forward and exec to the restricted token with 403 before upgrading', async () => {
     const rkc = new KubeConfig();
     rkc.loadFromFile(cluster.restrictedKubeconfigPath);
-    const pf = await new PortForward(rkc).portForward('default', 'box', [7000], new PassThrough(), null, new PassThrough()).catch((e) => e);
+    const pf = await new PortForward(rkc)
+      .portForward('default', 'box', [7000], new PassThrough(), null, new PassThrough())
+      .catch((e) => e);
     expect(String(pf?.message ?? pf)).toContain('403');
-    const ex = await new Exec(rkc).exec('default', 'box', 'main', ['true'], new PassThrough(), new PassThrough(), null, false).catch((e) => e);
+    const ex = await new Exec(rkc)
+      .exec('default', 'box', 'main', ['true'], new PassThrough(), new PassThrough(), null, false)
+      .catch((e) => e);
     expect(String(ex?.message ?? ex)).toContain('403');
   });
 
@@ -117,23 +148,50 @@ describe('streaming subresources', () => {
     const errOut: Buffer[] = [];
     const stdin = new PassThrough();
     let status: V1Status | undefined;
-    const ws: any = await new Exec(kc).exec('default', 'box', 'main', ['sh', '-c', 'cat; echo to-err >&2; exit 3'], new Writable({ write: (c, _e, cb) => (out.push(c), cb()) }), new Writable({ write: (c, _e, cb) => (errOut.push(c), cb()) }), stdin, false, (s) => (status = s));
+    const ws: any = await new Exec(kc).exec(
+      'default',
+      'box',
+      'main',
+      ['sh', '-c', 'cat; echo to-err >&2; exit 3'],
+      new Writable({ write: (c, _e, cb) => (out.push(c), cb()) }),
+      new Writable({ write: (c, _e, cb) => (errOut.push(c), cb()) }),
+      stdin,
+      false,
+      (s) => (status = s),
+    );
     expect(ws.protocol).toBe('v5.channel.k8s.io');
     stdin.end('from-stdin\n');
     await waitFor('exec status', () => status);
     expect(Buffer.concat(out).toString()).toBe('from-stdin\n');
     expect(Buffer.concat(errOut).toString()).toBe('to-err\n');
-    expect(status).toMatchObject({ status: 'Failure', reason: 'NonZeroExitCode', details: { causes: [{ reason: 'ExitCode', message: '3' }] } });
+    expect(status).toMatchObject({
+      status: 'Failure',
+      reason: 'NonZeroExitCode',
+      details: { causes: [{ reason: 'ExitCode', message: '3' }] },
+    });
 
     let ok: V1Status | undefined;
-    await new Exec(kc).exec('default', 'box', 'main', ['true'], new PassThrough(), new PassThrough(), null, false, (s) => (ok = s));
+    await new Exec(kc).exec(
+      'default',
+      'box',
+      'main',
+      ['true'],
+      new PassThrough(),
+      new PassThrough(),
+      null,
+      false,
+      (s) => (ok = s),
+    );
     await waitFor('success status', () => ok);
     expect(ok).toEqual({ metadata: {}, status: 'Success' });
   });
 
   it('speaks v4.channel.k8s.io to a client that offers only v4 (status on channel 3, no close frames)', async () => {
     const url = `${cluster.server.replace('https://', 'wss://')}/api/v1/namespaces/default/pods/box/exec?command=sh&command=-c&command=echo%20v4%3B%20exit%202&stdout=true&stderr=true`;
-    const ws = new WebSocket(url, ['v4.channel.k8s.io'], { ca: readFileSync(cluster.caPath), headers: { Authorization: `Bearer ${cluster.adminToken}` } });
+    const ws = new WebSocket(url, ['v4.channel.k8s.io'], {
+      ca: readFileSync(cluster.caPath),
+      headers: { Authorization: `Bearer ${cluster.adminToken}` },
+    });
     const frames: Buffer[] = [];
     ws.on('message', (d: Buffer) => frames.push(Buffer.from(d)));
     await new Promise((r) => ws.on('close', r));

@@ -34,22 +34,72 @@ export async function makeCerts(dir: string, sans: string[]): Promise<ClusterCer
       await run('openssl', args, { cwd: dir });
     } catch (e) {
       const err = e as NodeJS.ErrnoException & { stderr?: string };
-      if (err.code === 'ENOENT') throw new Error('openssl is not installed: the stand-in cluster needs it to make its CA (apt-get install openssl)');
+      if (err.code === 'ENOENT')
+        throw new Error(
+          'openssl is not installed: the stand-in cluster needs it to make its CA (apt-get install openssl)',
+        );
       throw new Error(`openssl ${args[0]} failed: ${err.stderr ?? err.message}`);
     }
   };
   const ec = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes'];
-  await openssl(['req', '-x509', ...ec, '-keyout', p('ca.key'), '-out', p('ca.crt'), '-days', '3650', '-subj', '/CN=devop-standin-ca',
-    '-addext', 'basicConstraints=critical,CA:TRUE', '-addext', 'keyUsage=critical,keyCertSign,cRLSign,digitalSignature']);
-  await openssl(['req', ...ec, '-keyout', p('apiserver.key'), '-out', p('apiserver.csr'), '-subj', '/CN=kube-apiserver']);
-  await writeFile(p('apiserver.ext'), [
-    `subjectAltName=${sans.join(',')}`,
-    'basicConstraints=critical,CA:FALSE',
-    'keyUsage=critical,digitalSignature,keyEncipherment',
-    'extendedKeyUsage=serverAuth',
-    '',
-  ].join('\n'));
-  await openssl(['x509', '-req', '-in', p('apiserver.csr'), '-CA', p('ca.crt'), '-CAkey', p('ca.key'), '-CAcreateserial', '-out', p('apiserver.crt'), '-days', '3650', '-extfile', p('apiserver.ext')]);
-  const [caPem, certPem, keyPem] = await Promise.all([readFile(p('ca.crt'), 'utf8'), readFile(p('apiserver.crt'), 'utf8'), readFile(p('apiserver.key'), 'utf8')]);
+  await openssl([
+    'req',
+    '-x509',
+    ...ec,
+    '-keyout',
+    p('ca.key'),
+    '-out',
+    p('ca.crt'),
+    '-days',
+    '3650',
+    '-subj',
+    '/CN=devop-standin-ca',
+    '-addext',
+    'basicConstraints=critical,CA:TRUE',
+    '-addext',
+    'keyUsage=critical,keyCertSign,cRLSign,digitalSignature',
+  ]);
+  await openssl([
+    'req',
+    ...ec,
+    '-keyout',
+    p('apiserver.key'),
+    '-out',
+    p('apiserver.csr'),
+    '-subj',
+    '/CN=kube-apiserver',
+  ]);
+  await writeFile(
+    p('apiserver.ext'),
+    [
+      `subjectAltName=${sans.join(',')}`,
+      'basicConstraints=critical,CA:FALSE',
+      'keyUsage=critical,digitalSignature,keyEncipherment',
+      'extendedKeyUsage=serverAuth',
+      '',
+    ].join('\n'),
+  );
+  await openssl([
+    'x509',
+    '-req',
+    '-in',
+    p('apiserver.csr'),
+    '-CA',
+    p('ca.crt'),
+    '-CAkey',
+    p('ca.key'),
+    '-CAcreateserial',
+    '-out',
+    p('apiserver.crt'),
+    '-days',
+    '3650',
+    '-extfile',
+    p('apiserver.ext'),
+  ]);
+  const [caPem, certPem, keyPem] = await Promise.all([
+    readFile(p('ca.crt'), 'utf8'),
+    readFile(p('apiserver.crt'), 'utf8'),
+    readFile(p('apiserver.key'), 'utf8'),
+  ]);
   return { caPath: p('ca.crt'), caPem, certPem, keyPem };
 }

@@ -60,7 +60,11 @@ function cgroupsOf(instance: string): string[] {
 
 /** Snapshots whose labels name the instance. */
 async function snapshotsLabelled(instance: string): Promise<string[]> {
-  const keys = (await ctr(['snapshots', 'ls'])).split('\n').slice(1).map((l) => l.split(/\s+/)[0]).filter(Boolean);
+  const keys = (await ctr(['snapshots', 'ls']))
+    .split('\n')
+    .slice(1)
+    .map((l) => l.split(/\s+/)[0])
+    .filter(Boolean);
   const labelled: string[] = [];
   for (const key of keys.filter((k) => k.startsWith('devop/'))) {
     const info = JSON.parse(await ctr(['snapshots', 'info', key]).catch(() => '{}')) as {
@@ -75,20 +79,32 @@ async function footprint(instance: string): Promise<Footprint> {
   const tag = linkTag(instance);
   const sh = (cmd: string, args: string[]) => execFileSync(cmd, args, { encoding: 'utf8' });
   const iptables = ['filter', 'nat'].flatMap((table) => sh('iptables-save', ['-t', table]).split('\n'));
-  const containers = (await ctr(['containers', 'ls', '-q', `labels."${INSTANCE_LABEL}"==${instance}`])).split('\n').filter(Boolean);
+  const containers = (await ctr(['containers', 'ls', '-q', `labels."${INSTANCE_LABEL}"==${instance}`]))
+    .split('\n')
+    .filter(Boolean);
   const tasks = (await ctr(['tasks', 'ls', '-q'])).split('\n').filter((id) => containers.includes(id));
   return {
     containers,
     tasks,
     snapshots: (await ctr(['snapshots', 'ls'])).split('\n').filter((l) => l.startsWith(`devop/${instance}/`)),
     snapshotLabels: await snapshotsLabelled(instance),
-    mounts: readFileSync('/proc/self/mountinfo', 'utf8').split('\n').filter((l) => l.includes(`/devop-standin/${instance}/`)),
-    netns: sh('ip', ['netns', 'list']).split('\n').filter((l) => l.includes(instance)),
-    links: sh('ip', ['-o', 'link']).split('\n').filter((l) => l.includes(tag)),
+    mounts: readFileSync('/proc/self/mountinfo', 'utf8')
+      .split('\n')
+      .filter((l) => l.includes(`/devop-standin/${instance}/`)),
+    netns: sh('ip', ['netns', 'list'])
+      .split('\n')
+      .filter((l) => l.includes(instance)),
+    links: sh('ip', ['-o', 'link'])
+      .split('\n')
+      .filter((l) => l.includes(tag)),
     cgroups: cgroupsOf(instance),
     iptables: iptables.filter((l) => l.includes(tag)),
     etcNetns: existsSync('/etc/netns') ? readdirSync('/etc/netns').filter((d) => d.includes(instance)) : [],
-    stateDirs: [`/run/devop-kubelet/${instance}`, `/var/lib/devop-kubelet/${instance}`, `/run/devop-standin/${instance}`].filter((d) => existsSync(d)),
+    stateDirs: [
+      `/run/devop-kubelet/${instance}`,
+      `/var/lib/devop-kubelet/${instance}`,
+      `/run/devop-standin/${instance}`,
+    ].filter((d) => existsSync(d)),
   };
 }
 
@@ -127,7 +143,7 @@ describe('stand-in hygiene', () => {
     const cluster = await startCluster({ instance });
     let during: Footprint;
     let inodes: Set<number>;
-    let containerPids: number[] = [];
+    const containerPids: number[] = [];
     try {
       const kc = new KubeConfig();
       kc.loadFromFile(cluster.kubeconfigPath);
@@ -135,7 +151,18 @@ describe('stand-in hygiene', () => {
       for (const name of ['web', 'sleeper']) {
         await core.createNamespacedPod({
           namespace: 'default',
-          body: { metadata: { name }, spec: { containers: [{ name: 'main', image: name === 'web' ? 'devop.test/http-echo' : 'busybox', command: name === 'web' ? undefined : ['sh', '-c', 'sleep 3600 & sleep 3600'] }] } },
+          body: {
+            metadata: { name },
+            spec: {
+              containers: [
+                {
+                  name: 'main',
+                  image: name === 'web' ? 'devop.test/http-echo' : 'busybox',
+                  command: name === 'web' ? undefined : ['sh', '-c', 'sleep 3600 & sleep 3600'],
+                },
+              ],
+            },
+          },
         });
       }
       const web = await waitForPod(core, 'web', 'Ready', isReady);
@@ -150,9 +177,18 @@ describe('stand-in hygiene', () => {
         }
       });
       socket.destroy();
-      const out = await execOutput(await cluster.runtime!.exec({ namespace: 'default', pod: 'sleeper', command: ['sh', '-c', 'sleep 3600 & echo started'], stdin: false, tty: false }));
+      const out = await execOutput(
+        await cluster.runtime!.exec({
+          namespace: 'default',
+          pod: 'sleeper',
+          command: ['sh', '-c', 'sleep 3600 & echo started'],
+          stdin: false,
+          tty: false,
+        }),
+      );
       expect(out.stdout).toBe('started\n');
-      for (const pod of [web, sleeper]) containerPids.push(...(await pidsOfContainer(pod.status!.containerStatuses![0].containerID!)));
+      for (const pod of [web, sleeper])
+        containerPids.push(...(await pidsOfContainer(pod.status!.containerStatuses![0].containerID!)));
       during = await footprint(instance);
       inodes = new Set(during.netns.map((l) => statSync(`/run/netns/${l.split(' ')[0]}`).ino));
     } finally {
@@ -185,7 +221,11 @@ describe('stand-in hygiene', () => {
     // Given a cluster process with a running pod, killed with SIGKILL (no stop() runs)
     const instance = `hk${randomBytes(3).toString('hex')}`;
     await ensureContainerd();
-    const child = spawn(process.execPath, ['--import', 'tsx', 'test/cluster/kubelet/fixtures/killed-cluster.ts', instance], { stdio: ['ignore', 'pipe', 'inherit'] });
+    const child = spawn(
+      process.execPath,
+      ['--import', 'tsx', 'test/cluster/kubelet/fixtures/killed-cluster.ts', instance],
+      { stdio: ['ignore', 'pipe', 'inherit'] },
+    );
     await new Promise<void>((resolve, reject) => {
       child.stdout!.on('data', (c: Buffer) => c.toString().includes('running') && resolve());
       child.once('exit', (code) => reject(new Error(`fixture exited early (${code})`)));

@@ -12,9 +12,19 @@ import { requireRoot } from '../helpers/root.js';
 
 /** The agent image's budget (docs/agent.md): node alone is ~99 MB of it. */
 const AGENT_MAX_BYTES = 130e6;
-const AGENT_TOOLS = ['usr/local/bin/node', 'usr/sbin/nft', 'usr/sbin/iptables', 'usr/sbin/iptables-nft',
-  'usr/sbin/iptables-legacy', 'usr/sbin/conntrack', 'usr/bin/ss', 'usr/bin/tcpdump', 'usr/bin/nsenter', 'usr/bin/sh',
-  'usr/bin/cat'];
+const AGENT_TOOLS = [
+  'usr/local/bin/node',
+  'usr/sbin/nft',
+  'usr/sbin/iptables',
+  'usr/sbin/iptables-nft',
+  'usr/sbin/iptables-legacy',
+  'usr/sbin/conntrack',
+  'usr/bin/ss',
+  'usr/bin/tcpdump',
+  'usr/bin/nsenter',
+  'usr/bin/sh',
+  'usr/bin/cat',
+];
 
 type Image = ReturnType<typeof describeLayout>[number];
 
@@ -55,7 +65,8 @@ describe('image archives (npm run images)', () => {
     await withImages('agent', async ([image]) => {
       expect(image.config.config.Entrypoint).toEqual([...AGENT_ENTRYPOINT]);
       const files = imageFiles(image);
-      for (const path of ['opt/devop/agent.js', 'opt/devop/entry.sh', ...AGENT_TOOLS]) expect(files.has(path), path).toBe(true);
+      for (const path of ['opt/devop/agent.js', 'opt/devop/entry.sh', ...AGENT_TOOLS])
+        expect(files.has(path), path).toBe(true);
       // No package manager, npm or docs: the runtime stage is only what the agent runs.
       for (const path of ['usr/bin/apt-get', 'usr/bin/dpkg', 'usr/local/bin/npm', 'usr/bin/perl', 'usr/share/doc']) {
         expect(files.has(path), path).toBe(false);
@@ -72,8 +83,15 @@ describe('image archives (npm run images)', () => {
       try {
         for (const layer of image.layers) execFileSync('tar', ['-xzf', layer.path, '-C', rootfs]);
         const script = [
-          'node -e "console.log(process.version)"', 'nft --version', 'iptables --version', 'iptables-nft --version',
-          'iptables-legacy --version', 'conntrack --version', 'ss --version', 'tcpdump --version', 'nsenter --version',
+          'node -e "console.log(process.version)"',
+          'nft --version',
+          'iptables --version',
+          'iptables-nft --version',
+          'iptables-legacy --version',
+          'conntrack --version',
+          'ss --version',
+          'tcpdump --version',
+          'nsenter --version',
           'echo piped | cat',
         ].join(' && ');
         const env = { PATH: pathOf(image) };
@@ -91,8 +109,14 @@ describe('image archives (npm run images)', () => {
   it('the shell image (busybox, devop.test/shell) has sh, sleep, test, cat, nc and node', async () => {
     await withImages('shell', ([image]) => {
       const files = imageFiles(image);
-      const tools = ['usr/bin/sh', 'usr/bin/sleep', 'usr/bin/test', 'usr/bin/cat', 'usr/local/bin/nc',
-        'usr/local/bin/node'];
+      const tools = [
+        'usr/bin/sh',
+        'usr/bin/sleep',
+        'usr/bin/test',
+        'usr/bin/cat',
+        'usr/local/bin/nc',
+        'usr/local/bin/node',
+      ];
       for (const path of tools) expect(files.has(path), path).toBe(true);
       expect(image.config.config.Cmd).toEqual(['/bin/sh']);
     });

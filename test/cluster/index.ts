@@ -91,13 +91,36 @@ export async function startCluster(options: ClusterOptions = {}): Promise<Cluste
       { name: RESTRICTED_USER, token: cp.auth.restrictedToken },
     ];
     const clusterName = `devop-standin-${instance}`;
-    await writeKubeconfig({ path: kubeconfigPath, clusterName, server, caPem: certs.caPem, users, current: ADMIN_USER, namespace: 'default' });
-    await writeKubeconfig({ path: restrictedKubeconfigPath, clusterName, server, caPem: certs.caPem, users: [users[1]], current: RESTRICTED_USER, namespace: 'default' });
+    await writeKubeconfig({
+      path: kubeconfigPath,
+      clusterName,
+      server,
+      caPem: certs.caPem,
+      users,
+      current: ADMIN_USER,
+      namespace: 'default',
+    });
+    await writeKubeconfig({
+      path: restrictedKubeconfigPath,
+      clusterName,
+      server,
+      caPem: certs.caPem,
+      users: [users[1]],
+      current: RESTRICTED_USER,
+      namespace: 'default',
+    });
 
     let runtime: NodeRuntime | undefined;
     let nodeIP = '127.0.0.1';
     if (withKubelet) {
-      runtime = await startKubelet({ kubeconfigPath, instance, nodeName: NODE_NAME, imagesDir: options.imagesDir, subnets, caPath: certs.caPath });
+      runtime = await startKubelet({
+        kubeconfigPath,
+        instance,
+        nodeName: NODE_NAME,
+        imagesDir: options.imagesDir,
+        subnets,
+        caPath: certs.caPath,
+      });
       const rt = runtime;
       // Stop the node before the API server: the kubelet is an API client and reports pods ending.
       cleanups.push(() => rt.stop());

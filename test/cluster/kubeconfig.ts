@@ -19,9 +19,17 @@ export function kubeconfigText(k: Omit<KubeconfigInput, 'path'>): string {
     apiVersion: 'v1',
     kind: 'Config',
     preferences: {},
-    clusters: [{ name: k.clusterName, cluster: { server: k.server, 'certificate-authority-data': Buffer.from(k.caPem).toString('base64') } }],
+    clusters: [
+      {
+        name: k.clusterName,
+        cluster: { server: k.server, 'certificate-authority-data': Buffer.from(k.caPem).toString('base64') },
+      },
+    ],
     users: k.users.map((u) => ({ name: u.name, user: { token: u.token } })),
-    contexts: k.users.map((u) => ({ name: contextName(u.name), context: { cluster: k.clusterName, user: u.name, namespace: k.namespace } })),
+    contexts: k.users.map((u) => ({
+      name: contextName(u.name),
+      context: { cluster: k.clusterName, user: u.name, namespace: k.namespace },
+    })),
     'current-context': contextName(k.current),
   });
 }

@@ -48,7 +48,11 @@ function localRuntime(): NodeRuntime {
 }
 
 /** Starts `kubectl port-forward pod/box :PORT`; resolves with the local port it prints, or its output when it exits. */
-function portForward(v: string, remotePort: number, env: NodeJS.ProcessEnv = {}): Promise<{ port?: number; output: string; code?: number | null; later: () => string }> {
+function portForward(
+  v: string,
+  remotePort: number,
+  env: NodeJS.ProcessEnv = {},
+): Promise<{ port?: number; output: string; code?: number | null; later: () => string }> {
   const child = spawn(`${KUBECTL_DIR}/kubectl.${v}`, ['port-forward', 'pod/box', `:${remotePort}`], {
     env: { ...process.env, KUBECONFIG: cluster.kubeconfigPath, HOME: home, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -57,7 +61,10 @@ function portForward(v: string, remotePort: number, env: NodeJS.ProcessEnv = {})
   let output = '';
   const later = (): string => output;
   return new Promise((resolve) => {
-    const timer = setTimeout(() => resolve({ output: `${output}\n(no answer within ${KUBECTL_WAIT_MS} ms)`, later }), KUBECTL_WAIT_MS);
+    const timer = setTimeout(
+      () => resolve({ output: `${output}\n(no answer within ${KUBECTL_WAIT_MS} ms)`, later }),
+      KUBECTL_WAIT_MS,
+    );
     const seen = (chunk: Buffer): void => {
       output += chunk.toString();
       const port = /Forwarding from 127\.0\.0\.1:(\d+)/.exec(output)?.[1];
@@ -81,7 +88,10 @@ function roundTrip(port: number, bytes: Buffer): Promise<Buffer> {
     const socket = connect(port, '127.0.0.1');
     const chunks: Buffer[] = [];
     let got = 0;
-    const timer = setTimeout(() => socket.destroy(new Error(`only ${got} of ${bytes.length} bytes came back`)), KUBECTL_WAIT_MS);
+    const timer = setTimeout(
+      () => socket.destroy(new Error(`only ${got} of ${bytes.length} bytes came back`)),
+      KUBECTL_WAIT_MS,
+    );
     socket.on('data', (chunk: Buffer) => {
       chunks.push(chunk);
       got += chunk.length;
@@ -112,9 +122,15 @@ beforeAll(async () => {
   const kc = new KubeConfig();
   kc.loadFromFile(cluster.kubeconfigPath);
   const core = kc.makeApiClient(CoreV1Api);
-  await core.createNamespacedPod({ namespace: 'default', body: { metadata: { name: 'box' }, spec: { containers: [{ name: 'main', image: 'busybox' }] } } });
+  await core.createNamespacedPod({
+    namespace: 'default',
+    body: { metadata: { name: 'box' }, spec: { containers: [{ name: 'main', image: 'busybox' }] } },
+  });
   // kubectl port-forward checks that the pod runs before it dials (no kubelet here to say so).
-  await core.patchNamespacedPodStatus({ name: 'box', namespace: 'default', body: { status: { phase: 'Running' } } }, setHeaderOptions('Content-Type', PatchStrategy.MergePatch));
+  await core.patchNamespacedPodStatus(
+    { name: 'box', namespace: 'default', body: { status: { phase: 'Running' } } },
+    setHeaderOptions('Content-Type', PatchStrategy.MergePatch),
+  );
 });
 
 afterAll(async () => {
@@ -126,18 +142,21 @@ afterAll(async () => {
 
 describe('kubectl port-forward against the stand-in', () => {
   for (const v of ['1.31', '1.32', '1.33']) {
-    it.runIf(have(v))(`kubectl ${v} forwards over WebSocket: two connections at once, 1 MiB each, byte-exact`, async () => {
-      // Given kubectl port-forward to the echo port of pod box
-      const forward = await portForward(v, ECHO_PORT);
-      expect(forward.port, forward.output).toBeDefined();
-      // When two connections send 1 MiB each at the same time
-      const a = randomBytes(1024 * 1024);
-      const b = randomBytes(1024 * 1024);
-      const [backA, backB] = await Promise.all([roundTrip(forward.port!, a), roundTrip(forward.port!, b)]);
-      // Then each gets its own bytes back
-      expect(sha(backA)).toBe(sha(a));
-      expect(sha(backB)).toBe(sha(b));
-    });
+    it.runIf(have(v))(
+      `kubectl ${v} forwards over WebSocket: two connections at once, 1 MiB each, byte-exact`,
+      async () => {
+        // Given kubectl port-forward to the echo port of pod box
+        const forward = await portForward(v, ECHO_PORT);
+        expect(forward.port, forward.output).toBeDefined();
+        // When two connections send 1 MiB each at the same time
+        const a = randomBytes(1024 * 1024);
+        const b = randomBytes(1024 * 1024);
+        const [backA, backB] = await Promise.all([roundTrip(forward.port!, a), roundTrip(forward.port!, b)]);
+        // Then each gets its own bytes back
+        expect(sha(backA)).toBe(sha(a));
+        expect(sha(backB)).toBe(sha(b));
+      },
+    );
   }
 
   it.runIf(have('1.33'))('a port nothing listens on: kubectl says why, and keeps forwarding', async () => {
@@ -155,13 +174,21 @@ describe('kubectl port-forward against the stand-in', () => {
     expect(children.at(-1)!.exitCode).toBeNull();
   });
 
-  for (const [v, env] of [['1.30', {}], ['1.33', { KUBECTL_PORT_FORWARD_WEBSOCKETS: 'false' }]] as const) {
-    it.runIf(have(v))(`kubectl ${v}${Object.keys(env).length ? ' with KUBECTL_PORT_FORWARD_WEBSOCKETS=false' : ''} (SPDY) is told what to use instead`, async () => {
-      const forward = await portForward(v, ECHO_PORT, env);
-      expect(forward.port).toBeUndefined();
-      expect(forward.code).not.toBe(0);
-      expect(forward.output).toMatch(/error upgrading connection: the stand-in serves pods\/portforward over WebSocket only, not SPDY/);
-      expect(forward.output).toContain('devop port-forward');
-    });
+  for (const [v, env] of [
+    ['1.30', {}],
+    ['1.33', { KUBECTL_PORT_FORWARD_WEBSOCKETS: 'false' }],
+  ] as const) {
+    it.runIf(have(v))(
+      `kubectl ${v}${Object.keys(env).length ? ' with KUBECTL_PORT_FORWARD_WEBSOCKETS=false' : ''} (SPDY) is told what to use instead`,
+      async () => {
+        const forward = await portForward(v, ECHO_PORT, env);
+        expect(forward.port).toBeUndefined();
+        expect(forward.code).not.toBe(0);
+        expect(forward.output).toMatch(
+          /error upgrading connection: the stand-in serves pods\/portforward over WebSocket only, not SPDY/,
+        );
+        expect(forward.output).toContain('devop port-forward');
+      },
+    );
   }
 });

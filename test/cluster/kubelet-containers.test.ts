@@ -187,13 +187,17 @@ describe('stand-in containers', () => {
 
   it("shares the pod's hostname (UTS) and IPC namespace between its containers, not their mount namespaces", async () => {
     const name = podName('share');
-    await runPod(name, {}, {
-      hostname: 'custom-host',
-      containers: [
-        { name: 'a', image: 'busybox', command: ['sleep', '3600'] },
-        { name: 'b', image: 'busybox', command: ['sleep', '3600'] },
-      ],
-    });
+    await runPod(
+      name,
+      {},
+      {
+        hostname: 'custom-host',
+        containers: [
+          { name: 'a', image: 'busybox', command: ['sleep', '3600'] },
+          { name: 'b', image: 'busybox', command: ['sleep', '3600'] },
+        ],
+      },
+    );
     const ns = async (container: string, kind: string) =>
       (await exec(name, ['readlink', `/proc/self/ns/${kind}`], container)).stdout.trim();
     expect((await exec(name, ['hostname'], 'a')).stdout.trim()).toBe('custom-host');
@@ -239,7 +243,9 @@ describe('stand-in containers', () => {
         metadata: { name: hog },
         spec: {
           restartPolicy: 'Never',
-          containers: [{ name: 'main', image: 'devop.test/shell', command: ['node', '-e', grow], resources: { limits } }],
+          containers: [
+            { name: 'main', image: 'devop.test/shell', command: ['node', '-e', grow], resources: { limits } },
+          ],
         },
       },
     });

@@ -33,7 +33,16 @@ async function echoPod(name: string, app: string): Promise<void> {
     namespace: 'default',
     body: {
       metadata: { name, labels: { app } },
-      spec: { containers: [{ name: 'echo', image: 'devop.test/http-echo', ports: [{ name: 'http', containerPort: 8080 }], readinessProbe: { tcpSocket: { port: 8080 }, periodSeconds: 1 } }] },
+      spec: {
+        containers: [
+          {
+            name: 'echo',
+            image: 'devop.test/http-echo',
+            ports: [{ name: 'http', containerPort: 8080 }],
+            readinessProbe: { tcpSocket: { port: 8080 }, periodSeconds: 1 },
+          },
+        ],
+      },
     },
   });
 }
@@ -52,9 +61,14 @@ function getPod(url: string): Promise<string> {
 }
 
 /** Runs a fetch from inside a pod (exec) and returns the JSON the echo server answered, or the error code. */
-async function fetchFromPod(pod: string, url: string): Promise<{ pod?: string; remoteAddress?: string; error?: string }> {
+async function fetchFromPod(
+  pod: string,
+  url: string,
+): Promise<{ pod?: string; remoteAddress?: string; error?: string }> {
   const script = `fetch(${JSON.stringify(url)}, { signal: AbortSignal.timeout(5000) }).then((r) => r.text()).then((t) => console.log(t), (e) => console.log(JSON.stringify({ error: e.cause?.code ?? e.name })))`;
-  const out = await execOutput(await cluster.runtime!.exec({ namespace: 'default', pod, command: [NODE, '-e', script], stdin: false, tty: false }));
+  const out = await execOutput(
+    await cluster.runtime!.exec({ namespace: 'default', pod, command: [NODE, '-e', script], stdin: false, tty: false }),
+  );
   return JSON.parse(out.stdout);
 }
 
@@ -67,10 +81,16 @@ describe('stand-in ClusterIP services', () => {
     await echoPod(`${app}-client`, 'client');
     const svc = await core.createNamespacedService({
       namespace: 'default',
-      body: { metadata: { name: app }, spec: { selector: { app }, ports: [{ name: 'http', port: 80, targetPort: 'http' }] } },
+      body: {
+        metadata: { name: app },
+        spec: { selector: { app }, ports: [{ name: 'http', port: 80, targetPort: 'http' }] },
+      },
     });
     const ip = svc.spec!.clusterIP!;
-    expect(cluster.runtime && ip.startsWith((cluster.runtime as { serviceCIDR?: string }).serviceCIDR!.split('.').slice(0, 3).join('.'))).toBe(true);
+    expect(
+      cluster.runtime &&
+        ip.startsWith((cluster.runtime as { serviceCIDR?: string }).serviceCIDR!.split('.').slice(0, 3).join('.')),
+    ).toBe(true);
     for (const p of ['a', 'b', 'client']) await waitForPod(core, `${app}-${p}`, 'Ready', isReady);
     // When the host calls the ClusterIP many times
     const seen = new Set<string>();
@@ -108,31 +128,70 @@ describe('stand-in ClusterIP services', () => {
 
   it('refuses a ClusterIP port without endpoints at once, and serves the kubernetes Service to pods', async () => {
     const name = `lonely-${randomBytes(2).toString('hex')}`;
-    const svc = await core.createNamespacedService({ namespace: 'default', body: { metadata: { name }, spec: { selector: { app: name }, ports: [{ port: 81, targetPort: 8080 }] } } });
+    const svc = await core.createNamespacedService({
+      namespace: 'default',
+      body: { metadata: { name }, spec: { selector: { app: name }, ports: [{ port: 81, targetPort: 8080 }] } },
+    });
     const code = await waitUntil('refused', async () => {
-      const c = await fetch(`http://${svc.spec!.clusterIP}:81/`, { signal: AbortSignal.timeout(3000) }).then(() => 'connected', (e: Error & { cause?: { code?: string } }) => e.cause?.code ?? e.name);
+      const c = await fetch(`http://${svc.spec!.clusterIP}:81/`, { signal: AbortSignal.timeout(3000) }).then(
+        () => 'connected',
+        (e: Error & { cause?: { code?: string } }) => e.cause?.code ?? e.name,
+      );
       return c === 'ECONNREFUSED' ? c : undefined;
     });
     expect(code).toBe('ECONNREFUSED');
     // A pod calls the API server through KUBERNETES_SERVICE_HOST:KUBERNETES_SERVICE_PORT
     const pod = `api-client-${randomBytes(2).toString('hex')}`;
-    await core.createNamespacedPod({ namespace: 'default', body: { metadata: { name: pod }, spec: { containers: [{ name: 'main', image: 'busybox', command: ['sleep', '3600'] }] } } });
+    await core.createNamespacedPod({
+      namespace: 'default',
+      body: {
+        metadata: { name: pod },
+        spec: { containers: [{ name: 'main', image: 'busybox', command: ['sleep', '3600'] }] },
+      },
+    });
     await waitForPod(core, pod, 'Running', (p) => p.status?.phase === 'Running');
-    const script = "fetch(`https://${process.env.KUBERNETES_SERVICE_HOST}:${process.env.KUBERNETES_SERVICE_PORT}/version`).then((r) => console.log(r.status), (e) => console.log(e.cause?.code ?? e.message))";
-    const out = await execOutput(await cluster.runtime!.exec({ namespace: 'default', pod, command: ['env', 'NODE_TLS_REJECT_UNAUTHORIZED=0', NODE, '-e', script], stdin: false, tty: false }));
+    const script =
+      'fetch(`https://${process.env.KUBERNETES_SERVICE_HOST}:${process.env.KUBERNETES_SERVICE_PORT}/version`).then((r) => console.log(r.status), (e) => console.log(e.cause?.code ?? e.message))';
+    const out = await execOutput(
+      await cluster.runtime!.exec({
+        namespace: 'default',
+        pod,
+        command: ['env', 'NODE_TLS_REJECT_UNAUTHORIZED=0', NODE, '-e', script],
+        stdin: false,
+        tty: false,
+      }),
+    );
     expect(out.stdout.trim()).toMatch(/^(200|401|403)$/);
   });
 
   it('answers cluster DNS: Service names with the search path from pods, pod names, NXDOMAIN for the rest', async () => {
     // Given a Service and a pod
     const name = `dns-${randomBytes(2).toString('hex')}`;
-    const svc = await core.createNamespacedService({ namespace: 'default', body: { metadata: { name }, spec: { selector: { app: name }, ports: [{ name: 'http', port: 80 }] } } });
+    const svc = await core.createNamespacedService({
+      namespace: 'default',
+      body: { metadata: { name }, spec: { selector: { app: name }, ports: [{ name: 'http', port: 80 }] } },
+    });
     const ip = svc.spec!.clusterIP!;
     const pod = `${name}-client`;
-    await core.createNamespacedPod({ namespace: 'default', body: { metadata: { name: pod }, spec: { containers: [{ name: 'main', image: 'busybox', command: ['sleep', '3600'] }] } } });
+    await core.createNamespacedPod({
+      namespace: 'default',
+      body: {
+        metadata: { name: pod },
+        spec: { containers: [{ name: 'main', image: 'busybox', command: ['sleep', '3600'] }] },
+      },
+    });
     const podIP = (await waitForPod(core, pod, 'Running', (p) => p.status?.phase === 'Running')).status!.podIP!;
     // When a pod resolves the short, namespaced and full names (glibc, its resolv.conf search path, ndots:5)
-    const lookup = async (host: string) => execOutput(await cluster.runtime!.exec({ namespace: 'default', pod, command: ['getent', 'hosts', host], stdin: false, tty: false }));
+    const lookup = async (host: string) =>
+      execOutput(
+        await cluster.runtime!.exec({
+          namespace: 'default',
+          pod,
+          command: ['getent', 'hosts', host],
+          stdin: false,
+          tty: false,
+        }),
+      );
     for (const host of [name, `${name}.default`, `${name}.default.svc`, `${name}.default.svc.cluster.local`]) {
       const out = await lookup(host);
       expect(out.stdout.split(/\s+/)[0], host).toBe(ip);
@@ -146,16 +205,39 @@ describe('stand-in ClusterIP services', () => {
     resolver.setServers([cluster.nodeIP]);
     expect(await resolver.resolve4(`${name}.default.svc.cluster.local`)).toEqual([ip]);
     expect(await resolver.resolve4(`${podIP.replace(/\./g, '-')}.default.pod.cluster.local`)).toEqual([podIP]);
-    expect(await resolver.resolveSrv(`_http._tcp.${name}.default.svc.cluster.local`)).toEqual([{ name: `${name}.default.svc.cluster.local`, port: 80, priority: 0, weight: 100 }]);
+    expect(await resolver.resolveSrv(`_http._tcp.${name}.default.svc.cluster.local`)).toEqual([
+      { name: `${name}.default.svc.cluster.local`, port: 80, priority: 0, weight: 100 },
+    ]);
     await expect(resolver.resolve4(`missing.default.svc.cluster.local`)).rejects.toMatchObject({ code: 'ENOTFOUND' });
-    expect(await resolver.resolve6(`${name}.default.svc.cluster.local`).catch((e: { code: string }) => e.code)).toBe('ENODATA');
-    const nodeLookup = await execOutput(await cluster.runtime!.exec({ namespace: 'default', pod, command: [NODE, '-e', `require('dns').lookup('${name}', (e, a) => console.log(e ? e.code : a))`], stdin: false, tty: false }));
+    expect(await resolver.resolve6(`${name}.default.svc.cluster.local`).catch((e: { code: string }) => e.code)).toBe(
+      'ENODATA',
+    );
+    const nodeLookup = await execOutput(
+      await cluster.runtime!.exec({
+        namespace: 'default',
+        pod,
+        command: [NODE, '-e', `require('dns').lookup('${name}', (e, a) => console.log(e ? e.code : a))`],
+        stdin: false,
+        tty: false,
+      }),
+    );
     expect(nodeLookup.stdout.trim()).toBe(ip);
     // Over TCP (length-prefixed messages), as resolvers do for large answers
-    const qname = Buffer.concat([...`${name}.default.svc.cluster.local`.split('.').map((l) => Buffer.concat([Buffer.from([l.length]), Buffer.from(l)])), Buffer.from([0])]);
-    const query = Buffer.concat([Buffer.from([0xab, 0xcd, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0]), qname, Buffer.from([0, 1, 0, 1])]);
+    const qname = Buffer.concat([
+      ...`${name}.default.svc.cluster.local`
+        .split('.')
+        .map((l) => Buffer.concat([Buffer.from([l.length]), Buffer.from(l)])),
+      Buffer.from([0]),
+    ]);
+    const query = Buffer.concat([
+      Buffer.from([0xab, 0xcd, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0]),
+      qname,
+      Buffer.from([0, 1, 0, 1]),
+    ]);
     const reply = await new Promise<Buffer>((resolve, reject) => {
-      const sock = connect(53, cluster.nodeIP, () => sock.write(Buffer.concat([Buffer.from([query.length >> 8, query.length & 0xff]), query])));
+      const sock = connect(53, cluster.nodeIP, () =>
+        sock.write(Buffer.concat([Buffer.from([query.length >> 8, query.length & 0xff]), query])),
+      );
       let buf = Buffer.alloc(0);
       sock.on('data', (c: Buffer) => {
         buf = Buffer.concat([buf, c]);

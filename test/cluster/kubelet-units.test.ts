@@ -28,7 +28,10 @@ const svc = (name: string, ns: string, clusterIP: string, ports: V1ServicePort[]
 describe('image references', () => {
   it('normalizes names as Kubernetes does: docker.io/library/ for bare names, latest for a missing tag', () => {
     expect(parseImageRef('docker.io/library/busybox:1.36')).toEqual({ repository: 'busybox', tag: '1.36' });
-    expect(parseImageRef('localhost:5000/x/y@sha256:ab')).toEqual({ repository: 'localhost:5000/x/y', tag: 'sha256:ab' });
+    expect(parseImageRef('localhost:5000/x/y@sha256:ab')).toEqual({
+      repository: 'localhost:5000/x/y',
+      tag: 'sha256:ab',
+    });
     expect(normalizeImageRef('busybox')).toBe('docker.io/library/busybox:latest');
     expect(normalizeImageRef('node:20-bookworm-slim')).toBe('docker.io/library/node:20-bookworm-slim');
     expect(normalizeImageRef('someone/app')).toBe('docker.io/someone/app:latest');
@@ -50,7 +53,7 @@ describe('image references', () => {
 });
 
 describe('container capabilities', () => {
-  it('are Kubernetes\' default set + add − drop; drop ALL empties it first; privileged has all', () => {
+  it("are Kubernetes' default set + add − drop; drop ALL empties it first; privileged has all", () => {
     expect(containerCapabilities({})).toEqual(DEFAULT_CAPABILITIES);
     const caps = containerCapabilities({ add: ['NET_ADMIN', 'SYS_PTRACE'], drop: ['MKNOD', 'NET_RAW'] });
     expect(caps).toContain('CAP_NET_ADMIN');
@@ -100,13 +103,20 @@ describe('container runtime spec', () => {
       { type: 'pid' },
     ]);
     expect(spec({ pidNamespace: 'host' }).linux.namespaces.map((n) => n.type)).not.toContain('pid');
-    expect(spec({ pidNamespace: '/proc/42/ns/pid' }).linux.namespaces).toContainEqual({ type: 'pid', path: '/proc/42/ns/pid' });
+    expect(spec({ pidNamespace: '/proc/42/ns/pid' }).linux.namespaces).toContainEqual({
+      type: 'pid',
+      path: '/proc/42/ns/pid',
+    });
     expect(spec({ ipcPath: 'host' }).linux.namespaces.map((n) => n.type)).not.toContain('ipc');
   });
 
   it('carries the process, user, read-only root, bind mounts and cgroup; privileged drops the masks', () => {
     const s = spec();
-    expect(s.process).toMatchObject({ args: ['sleep', '1'], env: ['PATH=/bin', 'A=b=c'], user: { uid: 1000, gid: 1000 } });
+    expect(s.process).toMatchObject({
+      args: ['sleep', '1'],
+      env: ['PATH=/bin', 'A=b=c'],
+      user: { uid: 1000, gid: 1000 },
+    });
     expect(s.process.capabilities.effective).toEqual(DEFAULT_CAPABILITIES);
     expect(s.root.readonly).toBe(true);
     expect(s.linux.cgroupsPath).toBe('/devop-standin/a/0123');
@@ -128,7 +138,8 @@ describe('resource limits', () => {
     expect(parseQuantity('2e3')).toBe(2000);
     expect(parseQuantity('lots')).toBeUndefined();
     const resources = (over: Partial<ContainerSpecInput>) =>
-      (containerSpec({ ...baseSpecInput, ...over }) as { linux: { resources: Record<string, unknown> } }).linux.resources;
+      (containerSpec({ ...baseSpecInput, ...over }) as { linux: { resources: Record<string, unknown> } }).linux
+        .resources;
     expect(resources({ limits: { memoryBytes: 2 ** 20, cpuMillis: 250 } })).toMatchObject({
       memory: { limit: 2 ** 20, swap: 2 ** 20 },
       cpu: { quota: 25_000, period: 100_000 },
@@ -161,10 +172,16 @@ describe('container env', () => {
   const sources: EnvSources = {
     configMap: async (_ns, name) => (name === 'cm' ? { data: { A: '1', B: '2' } } : undefined),
     secret: async (_ns, name) => (name === 's' ? { data: { pw: Buffer.from('x y').toString('base64') } } : undefined),
-    services: () => [svc('redis-primary', 'default', '10.96.0.20', [{ name: 'tcp', port: 6379, protocol: 'TCP' }]), svc('headless', 'default', 'None', [{ port: 1 }])],
+    services: () => [
+      svc('redis-primary', 'default', '10.96.0.20', [{ name: 'tcp', port: 6379, protocol: 'TCP' }]),
+      svc('headless', 'default', 'None', [{ port: 1 }]),
+    ],
     masterService: () => svc('kubernetes', 'default', '10.96.0.1', [{ name: 'https', port: 443 }]),
   };
-  const pod: V1Pod = { metadata: { name: 'p', namespace: 'default', labels: { tier: 'web' } }, spec: { containers: [] } };
+  const pod: V1Pod = {
+    metadata: { name: 'p', namespace: 'default', labels: { tier: 'web' } },
+    spec: { containers: [] },
+  };
 
   it('orders service vars, envFrom, env, and expands $(VAR) references', async () => {
     const env = await buildContainerEnv(
@@ -184,23 +201,55 @@ describe('container env', () => {
       },
       sources,
     );
-    expect(env).toMatchObject({ P_A: 'overridden', P_B: '2', pw: 'x y', TIER: 'web', HOSTNAME: 'p', KUBERNETES_SERVICE_HOST: '10.96.0.1', KUBERNETES_SERVICE_PORT_HTTPS: '443' });
+    expect(env).toMatchObject({
+      P_A: 'overridden',
+      P_B: '2',
+      pw: 'x y',
+      TIER: 'web',
+      HOSTNAME: 'p',
+      KUBERNETES_SERVICE_HOST: '10.96.0.1',
+      KUBERNETES_SERVICE_PORT_HTTPS: '443',
+    });
     expect(env.URL).toBe('redis://10.96.0.20:6379/$(NOPE)$(X)');
     expect(Object.keys(env).some((k) => k.startsWith('HEADLESS_'))).toBe(false);
   });
 
   it('names a missing configmap key as kubelet does, and skips optional ones', async () => {
-    const ctx = (optional: boolean) => ({ pod, podIP: '', hostIP: '', container: { name: 'c', env: [{ name: 'X', valueFrom: { configMapKeyRef: { name: 'cm', key: 'missing', optional } } }] } });
-    await expect(buildContainerEnv(ctx(false), sources)).rejects.toThrow(new EnvConfigError("couldn't find key missing in ConfigMap default/cm"));
+    const ctx = (optional: boolean) => ({
+      pod,
+      podIP: '',
+      hostIP: '',
+      container: {
+        name: 'c',
+        env: [{ name: 'X', valueFrom: { configMapKeyRef: { name: 'cm', key: 'missing', optional } } }],
+      },
+    });
+    await expect(buildContainerEnv(ctx(false), sources)).rejects.toThrow(
+      new EnvConfigError("couldn't find key missing in ConfigMap default/cm"),
+    );
     expect((await buildContainerEnv(ctx(true), sources)).X).toBeUndefined();
   });
 
   it('writes the docker-link variables of every port', () => {
-    const env = serviceEnv(svc('my-db', 'default', '10.96.0.7', [{ name: 'pg', port: 5432 }, { port: 53, protocol: 'UDP' }]));
+    const env = serviceEnv(
+      svc('my-db', 'default', '10.96.0.7', [
+        { name: 'pg', port: 5432 },
+        { port: 53, protocol: 'UDP' },
+      ]),
+    );
     expect(env).toEqual({
-      MY_DB_SERVICE_HOST: '10.96.0.7', MY_DB_SERVICE_PORT: '5432', MY_DB_SERVICE_PORT_PG: '5432', MY_DB_PORT: 'tcp://10.96.0.7:5432',
-      MY_DB_PORT_5432_TCP: 'tcp://10.96.0.7:5432', MY_DB_PORT_5432_TCP_PROTO: 'tcp', MY_DB_PORT_5432_TCP_PORT: '5432', MY_DB_PORT_5432_TCP_ADDR: '10.96.0.7',
-      MY_DB_PORT_53_UDP: 'udp://10.96.0.7:53', MY_DB_PORT_53_UDP_PROTO: 'udp', MY_DB_PORT_53_UDP_PORT: '53', MY_DB_PORT_53_UDP_ADDR: '10.96.0.7',
+      MY_DB_SERVICE_HOST: '10.96.0.7',
+      MY_DB_SERVICE_PORT: '5432',
+      MY_DB_SERVICE_PORT_PG: '5432',
+      MY_DB_PORT: 'tcp://10.96.0.7:5432',
+      MY_DB_PORT_5432_TCP: 'tcp://10.96.0.7:5432',
+      MY_DB_PORT_5432_TCP_PROTO: 'tcp',
+      MY_DB_PORT_5432_TCP_PORT: '5432',
+      MY_DB_PORT_5432_TCP_ADDR: '10.96.0.7',
+      MY_DB_PORT_53_UDP: 'udp://10.96.0.7:53',
+      MY_DB_PORT_53_UDP_PROTO: 'udp',
+      MY_DB_PORT_53_UDP_PORT: '53',
+      MY_DB_PORT_53_UDP_ADDR: '10.96.0.7',
     });
     expect(expandRefs('$(A)-$(B)', { A: 'x' })).toBe('x-$(B)');
   });
@@ -210,22 +259,36 @@ describe('cluster DNS answers', () => {
   const endpoints: V1Endpoints = { subsets: [{ addresses: [{ ip: '10.244.0.8' }, { ip: '10.244.0.9' }] }] };
   const data = {
     domain: 'cluster.local',
-    service: (ns: string, name: string) => (ns === 'default' && name === 'web' ? svc('web', 'default', '10.96.0.30', [{ name: 'http', port: 80 }]) : ns === 'default' && name === 'db' ? svc('db', 'default', 'None', [{ port: 5432 }]) : undefined),
+    service: (ns: string, name: string) =>
+      ns === 'default' && name === 'web'
+        ? svc('web', 'default', '10.96.0.30', [{ name: 'http', port: 80 }])
+        : ns === 'default' && name === 'db'
+          ? svc('db', 'default', 'None', [{ port: 5432 }])
+          : undefined,
     endpoints: (_ns: string, name: string) => (name === 'db' ? endpoints : undefined),
   };
 
   it('resolves Services, headless endpoints, pods and SRV; NXDOMAIN or NODATA otherwise', () => {
     expect(resolveName('web.default.svc.cluster.local', 1, data)).toEqual([{ type: 'A', ip: '10.96.0.30' }]);
-    expect(resolveName('db.default.svc.cluster.local', 1, data)).toEqual([{ type: 'A', ip: '10.244.0.8' }, { type: 'A', ip: '10.244.0.9' }]);
+    expect(resolveName('db.default.svc.cluster.local', 1, data)).toEqual([
+      { type: 'A', ip: '10.244.0.8' },
+      { type: 'A', ip: '10.244.0.9' },
+    ]);
     expect(resolveName('10-244-0-8.default.pod.cluster.local', 1, data)).toEqual([{ type: 'A', ip: '10.244.0.8' }]);
-    expect(resolveName('_http._tcp.web.default.svc.cluster.local', 33, data)).toEqual([{ type: 'SRV', port: 80, target: 'web.default.svc.cluster.local' }]);
+    expect(resolveName('_http._tcp.web.default.svc.cluster.local', 33, data)).toEqual([
+      { type: 'SRV', port: 80, target: 'web.default.svc.cluster.local' },
+    ]);
     expect(resolveName('web.default.svc.cluster.local', 28, data)).toEqual([]);
     expect(resolveName('web.other.svc.cluster.local', 1, data)).toBeUndefined();
     expect(resolveName('example.com', 1, data)).toBeUndefined();
   });
 
   it('answers a wire-format query with the question echoed and a compressed A record', () => {
-    const qname = Buffer.concat(['web', 'default', 'svc', 'cluster', 'local'].map((l) => Buffer.concat([Buffer.from([l.length]), Buffer.from(l)])).concat([Buffer.from([0])]));
+    const qname = Buffer.concat(
+      ['web', 'default', 'svc', 'cluster', 'local']
+        .map((l) => Buffer.concat([Buffer.from([l.length]), Buffer.from(l)]))
+        .concat([Buffer.from([0])]),
+    );
     const msg = Buffer.concat([Buffer.from('123401000001000000000000', 'hex'), qname, Buffer.from('00010001', 'hex')]);
     const reply = answerQuery(msg, data)!;
     expect(reply.readUInt16BE(0)).toBe(0x1234);
@@ -239,15 +302,43 @@ describe('cluster DNS answers', () => {
 
 describe('ClusterIP rules', () => {
   it('DNATs each Service port to its ready endpoints with random balancing, and rejects ports without endpoints', () => {
-    const services = [svc('web', 'default', '10.96.5.10', [{ name: 'http', port: 80 }]), svc('none', 'default', '10.96.5.11', [{ port: 81 }]), svc('hl', 'default', 'None', [{ port: 1 }])];
-    const eps: Record<string, V1Endpoints> = { web: { subsets: [{ addresses: [{ ip: '10.244.5.2' }, { ip: '10.244.5.3' }], notReadyAddresses: [{ ip: '10.244.5.4' }], ports: [{ name: 'http', port: 8080 }] }] } };
-    const proxy = new ServiceProxy({ tag: 'abc123', serviceCIDR: '10.96.5.0/24', services: () => services, endpoints: (_ns, name) => eps[name] });
+    const services = [
+      svc('web', 'default', '10.96.5.10', [{ name: 'http', port: 80 }]),
+      svc('none', 'default', '10.96.5.11', [{ port: 81 }]),
+      svc('hl', 'default', 'None', [{ port: 1 }]),
+    ];
+    const eps: Record<string, V1Endpoints> = {
+      web: {
+        subsets: [
+          {
+            addresses: [{ ip: '10.244.5.2' }, { ip: '10.244.5.3' }],
+            notReadyAddresses: [{ ip: '10.244.5.4' }],
+            ports: [{ name: 'http', port: 8080 }],
+          },
+        ],
+      },
+    };
+    const proxy = new ServiceProxy({
+      tag: 'abc123',
+      serviceCIDR: '10.96.5.0/24',
+      services: () => services,
+      endpoints: (_ns, name) => eps[name],
+    });
     const { nat, filter, chains } = proxy.rules();
     expect(filter).toEqual(['-A DVK-abc123-REJ -d 10.96.5.11/32 -p tcp -m tcp --dport 81 -j REJECT']);
     expect(chains.size).toBe(3);
-    expect(nat.filter((r) => r.startsWith('-A DVK-abc123-SVC '))).toEqual([expect.stringMatching(/^-A DVK-abc123-SVC -d 10\.96\.5\.10\/32 -p tcp -m tcp --dport 80 -j DVK-abc123-S-[0-9A-F]{10}$/)]);
-    expect(nat.filter((r) => r.includes('--probability'))).toEqual([expect.stringContaining('--probability 0.50000 -j DVK-abc123-E-')]);
-    expect(nat.filter((r) => r.includes('DNAT')).map((r) => r.split('--to-destination ')[1])).toEqual(['10.244.5.2:8080', '10.244.5.3:8080']);
+    expect(nat.filter((r) => r.startsWith('-A DVK-abc123-SVC '))).toEqual([
+      expect.stringMatching(
+        /^-A DVK-abc123-SVC -d 10\.96\.5\.10\/32 -p tcp -m tcp --dport 80 -j DVK-abc123-S-[0-9A-F]{10}$/,
+      ),
+    ]);
+    expect(nat.filter((r) => r.includes('--probability'))).toEqual([
+      expect.stringContaining('--probability 0.50000 -j DVK-abc123-E-'),
+    ]);
+    expect(nat.filter((r) => r.includes('DNAT')).map((r) => r.split('--to-destination ')[1])).toEqual([
+      '10.244.5.2:8080',
+      '10.244.5.3:8080',
+    ]);
     expect(nat.join('\n')).not.toContain('10.244.5.4');
   });
 });

@@ -9,7 +9,16 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { requireRoot } from '../helpers/root.js';
 import { startCluster, type ClusterHandle } from './index.js';
 import type { NodeRuntime } from './node-runtime.js';
-import { execOutput, isReady, pidsOfContainer, readAll, removeImage, tagImage, waitForPod, waitUntil } from './kubelet/testing.js';
+import {
+  execOutput,
+  isReady,
+  pidsOfContainer,
+  readAll,
+  removeImage,
+  tagImage,
+  waitForPod,
+  waitUntil,
+} from './kubelet/testing.js';
 
 requireRoot('stand-in kubelet');
 
@@ -53,58 +62,95 @@ describe('stand-in kubelet', () => {
     const name = podName('echo');
     await createPod({
       metadata: { name },
-      spec: { containers: [{ name: 'echo', image: 'devop.test/http-echo', ports: [{ name: 'http', containerPort: 8080 }], readinessProbe: { httpGet: { path: '/ready', port: 'http' }, periodSeconds: 1 } }] },
+      spec: {
+        containers: [
+          {
+            name: 'echo',
+            image: 'devop.test/http-echo',
+            ports: [{ name: 'http', containerPort: 8080 }],
+            readinessProbe: { httpGet: { path: '/ready', port: 'http' }, periodSeconds: 1 },
+          },
+        ],
+      },
     });
     // When it is Ready
     const pod = await waitForPod(core, name, 'Ready', isReady);
     // Then the host reaches the container by pod IP, and the status is the one a node reports
     const res = await fetch(`http://${pod.status!.podIP}:8080/hello?x=1`, { method: 'POST', body: 'ping' });
-    const echoed = (await res.json()) as { pod: string; method: string; path: string; body: string; remoteAddress: string };
+    const echoed = (await res.json()) as {
+      pod: string;
+      method: string;
+      path: string;
+      body: string;
+      remoteAddress: string;
+    };
     expect(echoed).toMatchObject({ pod: name, method: 'POST', path: '/hello?x=1', body: 'ping' });
     expect(echoed.remoteAddress).toBe(cluster.nodeIP);
     expect(pod.status).toMatchObject({ phase: 'Running', hostIP: cluster.nodeIP, podIPs: [{ ip: pod.status!.podIP }] });
     expect(pod.status!.podIP).not.toBe(cluster.nodeIP);
     expect(runtime.podCIDR.startsWith(pod.status!.podIP!.split('.').slice(0, 3).join('.'))).toBe(true);
-    const types = (pod.status!.conditions ?? []).filter((c) => c.status === 'True').map((c) => c.type).sort();
+    const types = (pod.status!.conditions ?? [])
+      .filter((c) => c.status === 'True')
+      .map((c) => c.type)
+      .sort();
     expect(types).toEqual(['ContainersReady', 'Initialized', 'PodReadyToStartContainers', 'PodScheduled', 'Ready']);
     const cs = pod.status!.containerStatuses![0];
-    expect(cs).toMatchObject({ name: 'echo', ready: true, started: true, restartCount: 0, image: 'devop.test/http-echo' });
+    expect(cs).toMatchObject({
+      name: 'echo',
+      ready: true,
+      started: true,
+      restartCount: 0,
+      image: 'devop.test/http-echo',
+    });
     expect(cs.containerID).toMatch(/^containerd:\/\/[0-9a-f]{64}$/);
     expect(cs.state?.running?.startedAt).toBeTruthy();
     // And the readiness probe's requests came from the node IP, as kube-probe
-    const log = await readAll(await runtime.logs({ namespace: 'default', pod: name, container: 'echo', follow: false }));
+    const log = await readAll(
+      await runtime.logs({ namespace: 'default', pod: name, container: 'echo', follow: false }),
+    );
     expect(log).toContain(`http-echo ${name} listening on 8080`);
     expect(log).toMatch(new RegExp(`^GET /ready from ${cluster.nodeIP.replace(/\./g, '\\.')} kube-probe/`, 'm'));
   });
 
   it('gives the container the env of its spec, configmaps, secrets and the service env vars', async () => {
     // Given a configmap, a secret and a service in the namespace
-    await core.createNamespacedConfigMap({ namespace: 'default', body: { metadata: { name: 'app-config' }, data: { GREETING: 'hello from configmap', LEVEL: 'debug' } } });
-    await core.createNamespacedSecret({ namespace: 'default', body: { metadata: { name: 'app-secret' }, data: { password: Buffer.from('s3cr3t').toString('base64') } } });
+    await core.createNamespacedConfigMap({
+      namespace: 'default',
+      body: { metadata: { name: 'app-config' }, data: { GREETING: 'hello from configmap', LEVEL: 'debug' } },
+    });
+    await core.createNamespacedSecret({
+      namespace: 'default',
+      body: { metadata: { name: 'app-secret' }, data: { password: Buffer.from('s3cr3t').toString('base64') } },
+    });
     const svc = await core.createNamespacedService({
       namespace: 'default',
-      body: { metadata: { name: 'my-db' }, spec: { selector: { app: 'nothing' }, ports: [{ name: 'pg', port: 5432, targetPort: 5432 }] } },
+      body: {
+        metadata: { name: 'my-db' },
+        spec: { selector: { app: 'nothing' }, ports: [{ name: 'pg', port: 5432, targetPort: 5432 }] },
+      },
     });
     const name = podName('env');
     // When a pod that uses them starts (env printed to its log, then it stays up)
     await createPod({
       metadata: { name, labels: { team: 'a' } },
       spec: {
-        containers: [{
-          name: 'main',
-          image: 'busybox',
-          command: ['sh', '-c', 'env; sleep 3600'],
-          env: [
-            { name: 'FROM_CM', valueFrom: { configMapKeyRef: { name: 'app-config', key: 'GREETING' } } },
-            { name: 'PASSWORD', valueFrom: { secretKeyRef: { name: 'app-secret', key: 'password' } } },
-            { name: 'MY_POD', valueFrom: { fieldRef: { fieldPath: 'metadata.name' } } },
-            { name: 'MY_NS', valueFrom: { fieldRef: { fieldPath: 'metadata.namespace' } } },
-            { name: 'MY_IP', valueFrom: { fieldRef: { fieldPath: 'status.podIP' } } },
-            { name: 'MY_NODE', valueFrom: { fieldRef: { fieldPath: 'spec.nodeName' } } },
-            { name: 'COMPOSED', value: 'pod=$(MY_POD)' },
-          ],
-          envFrom: [{ configMapRef: { name: 'app-config' }, prefix: 'CFG_' }],
-        }],
+        containers: [
+          {
+            name: 'main',
+            image: 'busybox',
+            command: ['sh', '-c', 'env; sleep 3600'],
+            env: [
+              { name: 'FROM_CM', valueFrom: { configMapKeyRef: { name: 'app-config', key: 'GREETING' } } },
+              { name: 'PASSWORD', valueFrom: { secretKeyRef: { name: 'app-secret', key: 'password' } } },
+              { name: 'MY_POD', valueFrom: { fieldRef: { fieldPath: 'metadata.name' } } },
+              { name: 'MY_NS', valueFrom: { fieldRef: { fieldPath: 'metadata.namespace' } } },
+              { name: 'MY_IP', valueFrom: { fieldRef: { fieldPath: 'status.podIP' } } },
+              { name: 'MY_NODE', valueFrom: { fieldRef: { fieldPath: 'spec.nodeName' } } },
+              { name: 'COMPOSED', value: 'pod=$(MY_POD)' },
+            ],
+            envFrom: [{ configMapRef: { name: 'app-config' }, prefix: 'CFG_' }],
+          },
+        ],
       },
     });
     const pod = await waitForPod(core, name, 'Running', (p) => p.status?.phase === 'Running');
@@ -112,7 +158,12 @@ describe('stand-in kubelet', () => {
       const text = await readAll(await runtime.logs({ namespace: 'default', pod: name, follow: false }));
       return text.includes('PATH=') ? text : undefined;
     });
-    const vars = Object.fromEntries(env.trim().split('\n').map((l) => [l.slice(0, l.indexOf('=')), l.slice(l.indexOf('=') + 1)]));
+    const vars = Object.fromEntries(
+      env
+        .trim()
+        .split('\n')
+        .map((l) => [l.slice(0, l.indexOf('=')), l.slice(l.indexOf('=') + 1)]),
+    );
     // Then
     expect(vars).toMatchObject({
       FROM_CM: 'hello from configmap',
@@ -142,12 +193,29 @@ describe('stand-in kubelet', () => {
     const name = podName('cfgwait');
     await createPod({
       metadata: { name },
-      spec: { containers: [{ name: 'main', image: 'busybox', command: ['sleep', '3600'], env: [{ name: 'X', valueFrom: { configMapKeyRef: { name: `${name}-cm`, key: 'x' } } }] }] },
+      spec: {
+        containers: [
+          {
+            name: 'main',
+            image: 'busybox',
+            command: ['sleep', '3600'],
+            env: [{ name: 'X', valueFrom: { configMapKeyRef: { name: `${name}-cm`, key: 'x' } } }],
+          },
+        ],
+      },
     });
-    const waiting = await waitForPod(core, name, 'CreateContainerConfigError', (p) => p.status?.containerStatuses?.[0]?.state?.waiting?.reason === 'CreateContainerConfigError');
+    const waiting = await waitForPod(
+      core,
+      name,
+      'CreateContainerConfigError',
+      (p) => p.status?.containerStatuses?.[0]?.state?.waiting?.reason === 'CreateContainerConfigError',
+    );
     expect(waiting.status!.containerStatuses![0].state!.waiting!.message).toContain(`configmap "${name}-cm" not found`);
     expect(waiting.status!.phase).toBe('Pending');
-    await core.createNamespacedConfigMap({ namespace: 'default', body: { metadata: { name: `${name}-cm` }, data: { x: '1' } } });
+    await core.createNamespacedConfigMap({
+      namespace: 'default',
+      body: { metadata: { name: `${name}-cm` }, data: { x: '1' } },
+    });
     await waitForPod(core, name, 'Running', (p) => p.status?.phase === 'Running');
   });
 
@@ -156,12 +224,29 @@ describe('stand-in kubelet', () => {
     const name = podName('loop');
     await createPod({
       metadata: { name },
-      spec: { containers: [{ name: 'main', image: 'devop.test/shell', command: [NODE, '-e', "require('net').createServer((s) => s.pipe(s)).listen(7000, '127.0.0.1', () => console.log('up'))"] }] },
+      spec: {
+        containers: [
+          {
+            name: 'main',
+            image: 'devop.test/shell',
+            command: [
+              NODE,
+              '-e',
+              "require('net').createServer((s) => s.pipe(s)).listen(7000, '127.0.0.1', () => console.log('up'))",
+            ],
+          },
+        ],
+      },
     });
     const pod = await waitForPod(core, name, 'Running', (p) => p.status?.phase === 'Running');
-    await waitUntil('echo listening', async () => (await readAll(await runtime.logs({ namespace: 'default', pod: name, follow: false }))).includes('up'));
+    await waitUntil('echo listening', async () =>
+      (await readAll(await runtime.logs({ namespace: 'default', pod: name, follow: false }))).includes('up'),
+    );
     // Then it is not reachable on the pod IP from the host …
-    const refused = await fetch(`http://${pod.status!.podIP}:7000/`).then(() => 'connected', (e: Error & { cause?: { code?: string } }) => e.cause?.code);
+    const refused = await fetch(`http://${pod.status!.podIP}:7000/`).then(
+      () => 'connected',
+      (e: Error & { cause?: { code?: string } }) => e.cause?.code,
+    );
     expect(refused).toBe('ECONNREFUSED');
     // … but dialPod reaches it, and 10 MiB come back byte-exact
     const socket = await runtime.dialPod('default', name, 7000);
@@ -186,9 +271,12 @@ describe('stand-in kubelet', () => {
     await expect(runtime.dialPod('default', name, 7001)).rejects.toThrow(/ECONNREFUSED|refused/);
   });
 
-  it("puts the container process in a cgroup named after its container ID, found through /proc/<pid>/cgroup", async () => {
+  it('puts the container process in a cgroup named after its container ID, found through /proc/<pid>/cgroup', async () => {
     const name = podName('cg');
-    await createPod({ metadata: { name }, spec: { containers: [{ name: 'main', image: 'busybox', command: ['sleep', '3600'] }] } });
+    await createPod({
+      metadata: { name },
+      spec: { containers: [{ name: 'main', image: 'busybox', command: ['sleep', '3600'] }] },
+    });
     const pod = await waitForPod(core, name, 'Running', (p) => p.status?.phase === 'Running');
     const id = containerID(pod).replace('containerd://', '');
     const pids = await pidsOfContainer(id);
@@ -202,29 +290,62 @@ describe('stand-in kubelet', () => {
 
   it('restarts a container that exits (restartPolicy Always) and keeps the previous attempt’s log', async () => {
     const name = podName('crash');
-    await createPod({ metadata: { name }, spec: { containers: [{ name: 'main', image: 'busybox', command: ['sh', '-c', 'echo attempt; exit 3'] }] } });
-    const pod = await waitForPod(core, name, 'two restarts', (p) => (p.status?.containerStatuses?.[0]?.restartCount ?? 0) >= 2);
+    await createPod({
+      metadata: { name },
+      spec: { containers: [{ name: 'main', image: 'busybox', command: ['sh', '-c', 'echo attempt; exit 3'] }] },
+    });
+    const pod = await waitForPod(
+      core,
+      name,
+      'two restarts',
+      (p) => (p.status?.containerStatuses?.[0]?.restartCount ?? 0) >= 2,
+    );
     const cs = pod.status!.containerStatuses![0];
     expect(cs.lastState?.terminated).toMatchObject({ exitCode: 3, reason: 'Error' });
     expect(pod.status!.phase).toBe('Running');
-    const previous = await readAll(await runtime.logs({ namespace: 'default', pod: name, previous: true, follow: false }));
+    const previous = await readAll(
+      await runtime.logs({ namespace: 'default', pod: name, previous: true, follow: false }),
+    );
     expect(previous).toBe('attempt\n');
-    const timestamps = await readAll(await runtime.logs({ namespace: 'default', pod: name, previous: true, follow: false, timestamps: true }));
+    const timestamps = await readAll(
+      await runtime.logs({ namespace: 'default', pod: name, previous: true, follow: false, timestamps: true }),
+    );
     expect(timestamps).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z attempt\n$/);
   });
 
   it('serves tailLines of a log, and follows appended lines', async () => {
     const name = podName('logs');
     const flag = '/tmp/go';
-    await createPod({ metadata: { name }, spec: { containers: [{ name: 'main', image: 'busybox', command: ['sh', '-c', `for i in 1 2 3 4 5; do echo line$i; done; while [ ! -f ${flag} ]; do sleep 0.05; done; echo late; sleep 3600`] }] } });
+    await createPod({
+      metadata: { name },
+      spec: {
+        containers: [
+          {
+            name: 'main',
+            image: 'busybox',
+            command: [
+              'sh',
+              '-c',
+              `for i in 1 2 3 4 5; do echo line$i; done; while [ ! -f ${flag} ]; do sleep 0.05; done; echo late; sleep 3600`,
+            ],
+          },
+        ],
+      },
+    });
     await waitForPod(core, name, 'Running', (p) => p.status?.phase === 'Running');
-    await waitUntil('five lines', async () => (await readAll(await runtime.logs({ namespace: 'default', pod: name, follow: false }))).includes('line5'));
-    expect(await readAll(await runtime.logs({ namespace: 'default', pod: name, follow: false, tailLines: 2 }))).toBe('line4\nline5\n');
+    await waitUntil('five lines', async () =>
+      (await readAll(await runtime.logs({ namespace: 'default', pod: name, follow: false }))).includes('line5'),
+    );
+    expect(await readAll(await runtime.logs({ namespace: 'default', pod: name, follow: false, tailLines: 2 }))).toBe(
+      'line4\nline5\n',
+    );
     const follower = await runtime.logs({ namespace: 'default', pod: name, follow: true, tailLines: 1 });
     let seen = '';
     follower.on('data', (c: Buffer) => (seen += c.toString()));
     await waitUntil('the tail line', () => seen === 'line5\n');
-    await execOutput(await runtime.exec({ namespace: 'default', pod: name, command: ['touch', flag], stdin: false, tty: false }));
+    await execOutput(
+      await runtime.exec({ namespace: 'default', pod: name, command: ['touch', flag], stdin: false, tty: false }),
+    );
     await waitUntil('followed line', () => seen.includes('late\n'));
     follower.destroy();
     expect(seen).toBe('line5\nlate\n');
@@ -233,14 +354,29 @@ describe('stand-in kubelet', () => {
   it('ends a pod Succeeded (OnFailure, exit 0) or Failed (Never, exit 7) with terminated states', async () => {
     const ok = podName('ok');
     const bad = podName('bad');
-    await createPod({ metadata: { name: ok }, spec: { restartPolicy: 'OnFailure', containers: [{ name: 'main', image: 'busybox', command: ['sh', '-c', 'exit 0'] }] } });
-    await createPod({ metadata: { name: bad }, spec: { restartPolicy: 'Never', containers: [{ name: 'main', image: 'busybox', command: ['sh', '-c', 'exit 7'] }] } });
+    await createPod({
+      metadata: { name: ok },
+      spec: {
+        restartPolicy: 'OnFailure',
+        containers: [{ name: 'main', image: 'busybox', command: ['sh', '-c', 'exit 0'] }],
+      },
+    });
+    await createPod({
+      metadata: { name: bad },
+      spec: {
+        restartPolicy: 'Never',
+        containers: [{ name: 'main', image: 'busybox', command: ['sh', '-c', 'exit 7'] }],
+      },
+    });
     const done = await waitForPod(core, ok, 'Succeeded', (p) => p.status?.phase === 'Succeeded');
     const failed = await waitForPod(core, bad, 'Failed', (p) => p.status?.phase === 'Failed');
     expect(done.status!.containerStatuses![0].state!.terminated).toMatchObject({ exitCode: 0, reason: 'Completed' });
     expect(failed.status!.containerStatuses![0].state!.terminated).toMatchObject({ exitCode: 7, reason: 'Error' });
     expect(failed.status!.containerStatuses![0].restartCount).toBe(0);
-    expect(failed.status!.conditions!.find((c) => c.type === 'Ready')).toMatchObject({ status: 'False', reason: 'PodCompleted' });
+    expect(failed.status!.conditions!.find((c) => c.type === 'Ready')).toMatchObject({
+      status: 'False',
+      reason: 'PodCompleted',
+    });
   });
 
   it('runs init containers first, in order', async () => {
@@ -257,13 +393,23 @@ describe('stand-in kubelet', () => {
           { name: 'one', image: 'busybox', command: ['sh', '-c', write('one')], volumeMounts: [out] },
           { name: 'two', image: 'busybox', command: ['sh', '-c', write('two')], volumeMounts: [out] },
         ],
-        containers: [{ name: 'main', image: 'busybox', command: ['sh', '-c', `${write('main')}; sleep 3600`], volumeMounts: [out] }],
+        containers: [
+          {
+            name: 'main',
+            image: 'busybox',
+            command: ['sh', '-c', `${write('main')}; sleep 3600`],
+            volumeMounts: [out],
+          },
+        ],
       },
     });
     const pod = await waitForPod(core, name, 'Running', (p) => p.status?.phase === 'Running' && isReady(p));
     await waitUntil('main wrote', () => existsSync(marker) && readFileSync(marker, 'utf8').includes('main'));
     expect(readFileSync(marker, 'utf8')).toBe('one\ntwo\nmain\n');
-    expect(pod.status!.initContainerStatuses!.map((s) => s.state?.terminated?.reason)).toEqual(['Completed', 'Completed']);
+    expect(pod.status!.initContainerStatuses!.map((s) => s.state?.terminated?.reason)).toEqual([
+      'Completed',
+      'Completed',
+    ]);
   });
 
   it('follows the readiness probe: not Ready until it passes, Ready after', async () => {
@@ -271,15 +417,29 @@ describe('stand-in kubelet', () => {
     const flag = '/tmp/ready';
     await createPod({
       metadata: { name },
-      spec: { containers: [{ name: 'main', image: 'busybox', command: ['sleep', '3600'], readinessProbe: { exec: { command: ['test', '-f', flag] }, periodSeconds: 1 } }] },
+      spec: {
+        containers: [
+          {
+            name: 'main',
+            image: 'busybox',
+            command: ['sleep', '3600'],
+            readinessProbe: { exec: { command: ['test', '-f', flag] }, periodSeconds: 1 },
+          },
+        ],
+      },
     });
     const running = await waitForPod(core, name, 'Running', (p) => p.status?.phase === 'Running');
     await new Promise((r) => setTimeout(r, 500));
     const notYet = await core.readNamespacedPod({ namespace: 'default', name });
     expect(isReady(notYet)).toBe(false);
-    expect(notYet.status!.conditions!.find((c) => c.type === 'ContainersReady')).toMatchObject({ status: 'False', reason: 'ContainersNotReady' });
+    expect(notYet.status!.conditions!.find((c) => c.type === 'ContainersReady')).toMatchObject({
+      status: 'False',
+      reason: 'ContainersNotReady',
+    });
     expect(running.status!.containerStatuses![0].ready).toBe(false);
-    await execOutput(await runtime.exec({ namespace: 'default', pod: name, command: ['touch', flag], stdin: false, tty: false }));
+    await execOutput(
+      await runtime.exec({ namespace: 'default', pod: name, command: ['touch', flag], stdin: false, tty: false }),
+    );
     const ready = await waitForPod(core, name, 'Ready', isReady);
     expect(ready.status!.containerStatuses![0].ready).toBe(true);
   });
@@ -290,27 +450,54 @@ describe('stand-in kubelet', () => {
       metadata: { name },
       spec: {
         terminationGracePeriodSeconds: 2,
-        containers: [{ name: 'app', image: 'devop.test/http-echo', livenessProbe: { httpGet: { path: '/healthz', port: 8081 }, periodSeconds: 1, failureThreshold: 2 } }],
+        containers: [
+          {
+            name: 'app',
+            image: 'devop.test/http-echo',
+            livenessProbe: { httpGet: { path: '/healthz', port: 8081 }, periodSeconds: 1, failureThreshold: 2 },
+          },
+        ],
       },
     });
-    const pod = await waitForPod(core, name, 'a liveness restart', (p) => (p.status?.containerStatuses?.[0]?.restartCount ?? 0) >= 1);
+    const pod = await waitForPod(
+      core,
+      name,
+      'a liveness restart',
+      (p) => (p.status?.containerStatuses?.[0]?.restartCount ?? 0) >= 1,
+    );
     expect(pod.status!.containerStatuses![0].lastState?.terminated).toBeTruthy();
-    const previous = await readAll(await runtime.logs({ namespace: 'default', pod: name, previous: true, follow: false }));
+    const previous = await readAll(
+      await runtime.logs({ namespace: 'default', pod: name, previous: true, follow: false }),
+    );
     expect(previous).toContain(`http-echo ${name} got SIGTERM`);
-    const events = await core.listNamespacedEvent({ namespace: 'default', fieldSelector: `involvedObject.name=${name}` }).catch(() => core.listNamespacedEvent({ namespace: 'default' }));
-    expect(events.items.filter((e) => e.involvedObject.name === name).map((e) => e.reason)).toEqual(expect.arrayContaining(['Unhealthy', 'Killing', 'Started']));
+    const events = await core
+      .listNamespacedEvent({ namespace: 'default', fieldSelector: `involvedObject.name=${name}` })
+      .catch(() => core.listNamespacedEvent({ namespace: 'default' }));
+    expect(events.items.filter((e) => e.involvedObject.name === name).map((e) => e.reason)).toEqual(
+      expect.arrayContaining(['Unhealthy', 'Killing', 'Started']),
+    );
   });
 
   it('reports an unknown image as ErrImagePull / ImagePullBackOff with a message naming it', async () => {
     const name = podName('noimg');
     const image = `example.com/no-such-image-${name}:1.0`;
-    await createPod({ metadata: { name }, spec: { containers: [{ name: 'main', image, command: ['sleep', '3600'] }] } });
-    const pod = await waitForPod(core, name, 'pull error', (p) => ['ErrImagePull', 'ImagePullBackOff'].includes(p.status?.containerStatuses?.[0]?.state?.waiting?.reason ?? ''));
+    await createPod({
+      metadata: { name },
+      spec: { containers: [{ name: 'main', image, command: ['sleep', '3600'] }] },
+    });
+    const pod = await waitForPod(core, name, 'pull error', (p) =>
+      ['ErrImagePull', 'ImagePullBackOff'].includes(p.status?.containerStatuses?.[0]?.state?.waiting?.reason ?? ''),
+    );
     const waiting = pod.status!.containerStatuses![0].state!.waiting!;
     expect(waiting.message).toContain(image);
     expect(waiting.message).toContain('npm run images');
     expect(pod.status!.phase).toBe('Pending');
-    await waitForPod(core, name, 'ImagePullBackOff', (p) => p.status?.containerStatuses?.[0]?.state?.waiting?.reason === 'ImagePullBackOff');
+    await waitForPod(
+      core,
+      name,
+      'ImagePullBackOff',
+      (p) => p.status?.containerStatuses?.[0]?.state?.waiting?.reason === 'ImagePullBackOff',
+    );
     // Once containerd has the image (here: busybox under that name), the next retry starts it
     await tagImage('busybox', image);
     try {
@@ -322,9 +509,22 @@ describe('stand-in kubelet', () => {
 
   it('execs a command in the container’s netns with its env', async () => {
     const name = podName('exec');
-    await createPod({ metadata: { name }, spec: { containers: [{ name: 'main', image: 'busybox', command: ['sleep', '3600'], env: [{ name: 'COLOR', value: 'teal' }] }] } });
+    await createPod({
+      metadata: { name },
+      spec: {
+        containers: [
+          { name: 'main', image: 'busybox', command: ['sleep', '3600'], env: [{ name: 'COLOR', value: 'teal' }] },
+        ],
+      },
+    });
     const pod = await waitForPod(core, name, 'Running', (p) => p.status?.phase === 'Running');
-    const proc = await runtime.exec({ namespace: 'default', pod: name, command: ['sh', '-c', 'echo $COLOR; cat /etc/resolv.conf; ip -4 -o addr show eth0; exit 4'], stdin: false, tty: false });
+    const proc = await runtime.exec({
+      namespace: 'default',
+      pod: name,
+      command: ['sh', '-c', 'echo $COLOR; cat /etc/resolv.conf; ip -4 -o addr show eth0; exit 4'],
+      stdin: false,
+      tty: false,
+    });
     const out = await execOutput(proc);
     expect(out.exitCode).toBe(4);
     expect(out.stdout).toContain('teal\n');
@@ -339,43 +539,77 @@ describe('stand-in kubelet', () => {
 
   it('runs an ephemeral container in the target pod’s netns', async () => {
     const name = podName('eph');
-    await createPod({ metadata: { name }, spec: { containers: [{ name: 'app', image: 'devop.test/http-echo', env: [{ name: 'LISTEN_HOST', value: '127.0.0.1' }] }] } });
+    await createPod({
+      metadata: { name },
+      spec: {
+        containers: [
+          { name: 'app', image: 'devop.test/http-echo', env: [{ name: 'LISTEN_HOST', value: '127.0.0.1' }] },
+        ],
+      },
+    });
     await waitForPod(core, name, 'Running', (p) => p.status?.phase === 'Running');
     const current = await core.readNamespacedPod({ namespace: 'default', name });
-    const script = "fetch('http://127.0.0.1:8080/from-debug').then((r) => r.json()).then((j) => console.log('reached', j.pod, j.path))";
+    const script =
+      "fetch('http://127.0.0.1:8080/from-debug').then((r) => r.json()).then((j) => console.log('reached', j.pod, j.path))";
     await core.replaceNamespacedPodEphemeralcontainers({
       namespace: 'default',
       name,
-      body: { ...current, spec: { ...current.spec!, ephemeralContainers: [{ name: 'debugger', image: 'devop.test/shell', command: ['sh', '-c', `sleep 0.3; ${NODE} -e "${script}"; sleep 3600`], targetContainerName: 'app' }] } },
+      body: {
+        ...current,
+        spec: {
+          ...current.spec!,
+          ephemeralContainers: [
+            {
+              name: 'debugger',
+              image: 'devop.test/shell',
+              command: ['sh', '-c', `sleep 0.3; ${NODE} -e "${script}"; sleep 3600`],
+              targetContainerName: 'app',
+            },
+          ],
+        },
+      },
     });
-    const pod = await waitForPod(core, name, 'ephemeral running', (p) => Boolean(p.status?.ephemeralContainerStatuses?.[0]?.state?.running));
+    const pod = await waitForPod(core, name, 'ephemeral running', (p) =>
+      Boolean(p.status?.ephemeralContainerStatuses?.[0]?.state?.running),
+    );
     expect(pod.status!.ephemeralContainerStatuses![0].containerID).toMatch(/^containerd:\/\/[0-9a-f]{64}$/);
     const log = await waitUntil('debugger output', async () => {
-      const text = await readAll(await runtime.logs({ namespace: 'default', pod: name, container: 'debugger', follow: false }));
+      const text = await readAll(
+        await runtime.logs({ namespace: 'default', pod: name, container: 'debugger', follow: false }),
+      );
       return text.includes('reached') ? text : undefined;
     });
     expect(log).toContain(`reached ${name} /from-debug`);
   });
 
   it('mounts the service-account token (the API answers it from the pod) and configMap volumes in the container only', async () => {
-    await core.createNamespacedConfigMap({ namespace: 'default', body: { metadata: { name: 'vol-config' }, data: { 'app.conf': 'mode=fast\n' } } });
+    await core.createNamespacedConfigMap({
+      namespace: 'default',
+      body: { metadata: { name: 'vol-config' }, data: { 'app.conf': 'mode=fast\n' } },
+    });
     const name = podName('vol');
     const mountDir = '/etc/app';
     await createPod({
       metadata: { name },
       spec: {
         volumes: [{ name: 'cfg', configMap: { name: 'vol-config' } }],
-        containers: [{
-          name: 'main',
-          image: 'busybox',
-          command: ['sleep', '3600'],
-          volumeMounts: [{ name: 'cfg', mountPath: mountDir, readOnly: true }, { name: 'cfg', mountPath: '/run/app/settings.conf', subPath: 'app.conf' }],
-        }],
+        containers: [
+          {
+            name: 'main',
+            image: 'busybox',
+            command: ['sleep', '3600'],
+            volumeMounts: [
+              { name: 'cfg', mountPath: mountDir, readOnly: true },
+              { name: 'cfg', mountPath: '/run/app/settings.conf', subPath: 'app.conf' },
+            ],
+          },
+        ],
       },
     });
     await waitForPod(core, name, 'Running', (p) => p.status?.phase === 'Running');
     const sa = '/var/run/secrets/kubernetes.io/serviceaccount';
-    const exec = async (command: string[]) => execOutput(await runtime.exec({ namespace: 'default', pod: name, command, stdin: false, tty: false }));
+    const exec = async (command: string[]) =>
+      execOutput(await runtime.exec({ namespace: 'default', pod: name, command, stdin: false, tty: false }));
     expect((await exec(['cat', `${mountDir}/app.conf`])).stdout).toBe('mode=fast\n');
     expect((await exec(['cat', '/run/app/settings.conf'])).stdout).toBe('mode=fast\n');
     expect((await exec(['sh', '-c', `echo x > ${mountDir}/new`])).exitCode).not.toBe(0);
@@ -387,7 +621,7 @@ describe('stand-in kubelet', () => {
     const script = [
       "const fs = require('fs');",
       `const dir = '${sa}';`,
-      "fetch(`https://${process.env.KUBERNETES_SERVICE_HOST}:${process.env.KUBERNETES_SERVICE_PORT}/api/v1/namespaces/default/pods/${process.env.HOSTNAME}`,",
+      'fetch(`https://${process.env.KUBERNETES_SERVICE_HOST}:${process.env.KUBERNETES_SERVICE_PORT}/api/v1/namespaces/default/pods/${process.env.HOSTNAME}`,',
       "  { headers: { authorization: 'Bearer ' + fs.readFileSync(dir + '/token', 'utf8') } })",
       "  .then((r) => r.json()).then((p) => console.log(p.metadata.name), (e) => console.log('error', e.cause?.code ?? e.message));",
     ].join('\n');
@@ -397,12 +631,19 @@ describe('stand-in kubelet', () => {
 
   it('deletes a pod: SIGTERM to the container, netns removed, then the pod object', async () => {
     const name = podName('del');
-    await createPod({ metadata: { name }, spec: { terminationGracePeriodSeconds: 5, containers: [{ name: 'app', image: 'devop.test/http-echo' }] } });
+    await createPod({
+      metadata: { name },
+      spec: { terminationGracePeriodSeconds: 5, containers: [{ name: 'app', image: 'devop.test/http-echo' }] },
+    });
     const pod = await waitForPod(core, name, 'Running', (p) => p.status?.phase === 'Running');
     // Running means the process was started, not that it has set up its SIGTERM handler: a SIGTERM that arrives while
     // Node is still booting (seconds on a loaded machine) kills it by the default action, silently, as on a real node.
     // http-echo logs "listening" after it has installed its handlers.
-    await waitUntil('http-echo listening', async () => (await readAll(await runtime.logs({ namespace: 'default', pod: name, follow: false }))).includes(`http-echo ${name} listening on 8080`));
+    await waitUntil('http-echo listening', async () =>
+      (await readAll(await runtime.logs({ namespace: 'default', pod: name, follow: false }))).includes(
+        `http-echo ${name} listening on 8080`,
+      ),
+    );
     const id = containerID(pod).replace('containerd://', '');
     const pids = await pidsOfContainer(id);
     expect(pids.length).toBe(1);

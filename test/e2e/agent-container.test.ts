@@ -12,8 +12,16 @@ import { pidsOfContainer } from '../cluster/kubelet/testing.js';
 import { requireRoot } from '../helpers/root.js';
 import { standinOnly, type TargetCluster } from '../helpers/target-cluster.js';
 import {
-  DevopRun, LOCAL_SERVER_COMMAND, deployEcho, devopExec, freePort, startE2ETarget, startPodClient, waitFor,
-  type E2ETarget, type PodClient,
+  type DevopRun,
+  LOCAL_SERVER_COMMAND,
+  deployEcho,
+  devopExec,
+  freePort,
+  startE2ETarget,
+  startPodClient,
+  waitFor,
+  type E2ETarget,
+  type PodClient,
 } from './harness.js';
 
 requireRoot('e2e agent container');
@@ -30,8 +38,13 @@ function capEff(pid: number): bigint {
 
 async function agentPodOf(env: E2ETarget, targetPod: string): Promise<V1Pod> {
   return waitFor(`the running agent pod of ${targetPod}`, async () => {
-    const { items } = await env.core.listNamespacedPod({ namespace: env.namespace, labelSelector: `${AGENT_LABELS.targetPod}=${targetPod}` });
-    return items.find((p) => p.status?.containerStatuses?.[0]?.state?.running && p.status.containerStatuses[0].containerID);
+    const { items } = await env.core.listNamespacedPod({
+      namespace: env.namespace,
+      labelSelector: `${AGENT_LABELS.targetPod}=${targetPod}`,
+    });
+    return items.find(
+      (p) => p.status?.containerStatuses?.[0]?.state?.running && p.status.containerStatuses[0].containerID,
+    );
   });
 }
 
@@ -60,31 +73,38 @@ describe('the agent in its real container', () => {
   // Reading the agent's /proc entries takes the node's view: only the stand-in's test machine is the node.
   const onStandin = standinOnly("the test machine is the stand-in's node: it reads the agent container's /proc");
 
-  onStandin('runs from the image: its own mount namespace and root, one resident process, exactly the manifest\'s capabilities', async () => {
-    // Given a session stealing the echo pod's port (a job-mode agent)
-    const echo = await deployEcho(env, 'echo-caps');
-    const local = await freePort();
-    const run = track(devopExec(cluster, ['-t', 'deploy/echo-caps', '--steal', '-p', `8080:${local}`], [...LOCAL_SERVER_COMMAND], { env: { LOCAL_PORT: String(local) } }));
-    await run.ready();
-    expect(await client.who(echo.podIP, 8080)).toBe('local');
-    // Then the agent is the container of the image
-    const agentPod = await agentPodOf(env, echo.podName);
-    expect(agentPod.status?.containerStatuses?.[0]?.image).toBe(AGENT_IMAGE);
-    const pids = await pidsOfContainer(agentPod.status?.containerStatuses?.[0]?.containerID ?? '');
-    const nodes = pids.filter((pid) => readFileSync(`/proc/${pid}/comm`, 'utf8').trim() === 'node');
-    // One Node process: the entry point execs the agent inside the target's netns (no parent left to forward signals)
-    expect(nodes).toHaveLength(1);
-    const [agent] = nodes;
-    expect(readlinkSync(`/proc/${agent}/ns/mnt`)).not.toBe(readlinkSync('/proc/self/ns/mnt'));
-    expect(existsSync(`/proc/${agent}/root${AGENT_BUNDLE_PATH}`)).toBe(true);
-    expect(existsSync(AGENT_BUNDLE_PATH)).toBe(false);
-    // In the target pod's network namespace, not its own pod's
-    const target = await pidsOfContainer(echo.pod.status?.containerStatuses?.[0]?.containerID ?? '');
-    expect(readlinkSync(`/proc/${agent}/ns/net`)).toBe(readlinkSync(`/proc/${target[0]}/ns/net`));
-    // With exactly the capabilities the manifest asks for: nothing of the runtime's default set on top
-    expect(capEff(agent).toString(16)).toBe(agentCapabilityMask().toString(16));
-    await run.stop();
-  });
+  onStandin(
+    "runs from the image: its own mount namespace and root, one resident process, exactly the manifest's capabilities",
+    async () => {
+      // Given a session stealing the echo pod's port (a job-mode agent)
+      const echo = await deployEcho(env, 'echo-caps');
+      const local = await freePort();
+      const run = track(
+        devopExec(cluster, ['-t', 'deploy/echo-caps', '--steal', '-p', `8080:${local}`], [...LOCAL_SERVER_COMMAND], {
+          env: { LOCAL_PORT: String(local) },
+        }),
+      );
+      await run.ready();
+      expect(await client.who(echo.podIP, 8080)).toBe('local');
+      // Then the agent is the container of the image
+      const agentPod = await agentPodOf(env, echo.podName);
+      expect(agentPod.status?.containerStatuses?.[0]?.image).toBe(AGENT_IMAGE);
+      const pids = await pidsOfContainer(agentPod.status?.containerStatuses?.[0]?.containerID ?? '');
+      const nodes = pids.filter((pid) => readFileSync(`/proc/${pid}/comm`, 'utf8').trim() === 'node');
+      // One Node process: the entry point execs the agent inside the target's netns (no parent left to forward signals)
+      expect(nodes).toHaveLength(1);
+      const [agent] = nodes;
+      expect(readlinkSync(`/proc/${agent}/ns/mnt`)).not.toBe(readlinkSync('/proc/self/ns/mnt'));
+      expect(existsSync(`/proc/${agent}/root${AGENT_BUNDLE_PATH}`)).toBe(true);
+      expect(existsSync(AGENT_BUNDLE_PATH)).toBe(false);
+      // In the target pod's network namespace, not its own pod's
+      const target = await pidsOfContainer(echo.pod.status?.containerStatuses?.[0]?.containerID ?? '');
+      expect(readlinkSync(`/proc/${agent}/ns/net`)).toBe(readlinkSync(`/proc/${target[0]}/ns/net`));
+      // With exactly the capabilities the manifest asks for: nothing of the runtime's default set on top
+      expect(capEff(agent).toString(16)).toBe(agentCapabilityMask().toString(16));
+      await run.stop();
+    },
+  );
 
   it('an agent whose container lost NET_ADMIN: stealing fails with one line naming it', async () => {
     // Given an agent for the pod that a policy started without NET_ADMIN (devop reuses a running agent of the pod)
@@ -116,13 +136,19 @@ describe('the agent in its real container', () => {
     await agentPodOf(env, echo.podName);
     // When devop is asked to steal its port
     const local = await freePort();
-    const run = track(devopExec(cluster, ['-t', 'deploy/echo-nocap', '--steal', '-p', `8080:${local}`], [...LOCAL_SERVER_COMMAND], { env: { LOCAL_PORT: String(local) } }));
+    const run = track(
+      devopExec(cluster, ['-t', 'deploy/echo-nocap', '--steal', '-p', `8080:${local}`], [...LOCAL_SERVER_COMMAND], {
+        env: { LOCAL_PORT: String(local) },
+      }),
+    );
     const exit = await run.exited;
     // Then it fails with one line that names the capability and the fix; the pod still answers its own traffic
     expect(exit.code).not.toBe(0);
     expect(run.stderr).toMatch(/reused/);
     const last = run.stderr.trim().split('\n').at(-1);
-    expect(last).toMatch(/^devop: port 8080 of pod echo-nocap-\S+ cannot be stolen: the agent's container lacks CAP_NET_ADMIN, which stealing :8080 needs — fix: allow NET_ADMIN in the agent's securityContext/);
+    expect(last).toMatch(
+      /^devop: port 8080 of pod echo-nocap-\S+ cannot be stolen: the agent's container lacks CAP_NET_ADMIN, which stealing :8080 needs — fix: allow NET_ADMIN in the agent's securityContext/,
+    );
     expect(await client.who(echo.podIP, 8080)).toBe(echo.podName);
   });
 });

@@ -8,7 +8,13 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { requireRoot } from '../helpers/root.js';
 import type { TargetCluster } from '../helpers/target-cluster.js';
 import {
-  DevopRun, deployEcho, devopExec, startE2ETarget, waitFor, type E2ETarget, type EchoDeployment,
+  DevopRun,
+  deployEcho,
+  devopExec,
+  startE2ETarget,
+  waitFor,
+  type E2ETarget,
+  type EchoDeployment,
 } from './harness.js';
 
 requireRoot('e2e exec config');
@@ -37,16 +43,45 @@ describe('devop exec: config, targets, cleanup', () => {
   it('reads ./devop.json (target, env exclude/override, agent TTL), and flags win over it', async () => {
     // Given a project directory with a devop.json and a dotenv file
     const dir = mkdtempSync(join(tmpdir(), 'devop-e2e-config-'));
-    writeFileSync(join(dir, 'devop.json'), JSON.stringify({ target: 'deploy/echo', env: { exclude: ['SECRET_*'], override: { APP_MODE: 'from-devop-json' }, file: 'dev.env' }, agent: { ttlSeconds: 2 } }));
+    writeFileSync(
+      join(dir, 'devop.json'),
+      JSON.stringify({
+        target: 'deploy/echo',
+        env: { exclude: ['SECRET_*'], override: { APP_MODE: 'from-devop-json' }, file: 'dev.env' },
+        agent: { ttlSeconds: 2 },
+      }),
+    );
     writeFileSync(join(dir, 'dev.env'), 'EXTRA=from-env-file\nAPP_MODE=from-env-file\n');
     // When devop runs there without -t (and with a flag that adds an exclude)
-    const run = track(new DevopRun(['exec', '--kubeconfig', cluster.kubeconfigPath, '--output', 'plain', '--env-exclude', 'GREETING', '--', 'sh', '-c', 'echo "APP_MODE=$APP_MODE EXTRA=$EXTRA SECRET=${SECRET_TOKEN:-unset} GREETING=${GREETING:-unset} PORT=$PORT"'], { cwd: dir }));
+    const run = track(
+      new DevopRun(
+        [
+          'exec',
+          '--kubeconfig',
+          cluster.kubeconfigPath,
+          '--output',
+          'plain',
+          '--env-exclude',
+          'GREETING',
+          '--',
+          'sh',
+          '-c',
+          'echo "APP_MODE=$APP_MODE EXTRA=$EXTRA SECRET=${SECRET_TOKEN:-unset} GREETING=${GREETING:-unset} PORT=$PORT"',
+        ],
+        { cwd: dir },
+      ),
+    );
     // Then the target and the env rules come from the file (env.override wins over the env file)
     expect((await run.exited).code, run.output).toBe(0);
     expect(run.stdout).toContain('APP_MODE=from-devop-json EXTRA=from-env-file SECRET=unset GREETING=unset PORT=8080');
     expect(run.stderr).toContain(`resolve target deploy/echo: pod ${echo.podName}`);
     // And a flag wins over the file's target
-    const flagged = track(new DevopRun(['exec', '--kubeconfig', cluster.kubeconfigPath, '--output', 'plain', '-t', 'deploy/nope', '--', 'true'], { cwd: dir }));
+    const flagged = track(
+      new DevopRun(
+        ['exec', '--kubeconfig', cluster.kubeconfigPath, '--output', 'plain', '-t', 'deploy/nope', '--', 'true'],
+        { cwd: dir },
+      ),
+    );
     expect((await flagged.exited).code).toBe(1);
     expect(flagged.stderr).toContain('deployment "nope" not found');
   });
@@ -54,7 +89,12 @@ describe('devop exec: config, targets, cleanup', () => {
   it('names a bad devop.json key with the accepted values', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'devop-e2e-config-'));
     writeFileSync(join(dir, 'devop.json'), JSON.stringify({ incoming: { mode: 'borrow' } }));
-    const run = track(new DevopRun(['exec', '--kubeconfig', cluster.kubeconfigPath, '--output', 'plain', '-t', 'deploy/echo', '--', 'true'], { cwd: dir }));
+    const run = track(
+      new DevopRun(
+        ['exec', '--kubeconfig', cluster.kubeconfigPath, '--output', 'plain', '-t', 'deploy/echo', '--', 'true'],
+        { cwd: dir },
+      ),
+    );
     expect((await run.exited).code).toBe(1);
     expect(run.stderr).toMatch(/devop: .*devop\.json: incoming\.mode is "borrow" — fix: accepted: "steal" \| "mirror"/);
   });
@@ -62,7 +102,9 @@ describe('devop exec: config, targets, cleanup', () => {
   it('resolves rollout/NAME through the Rollout selector, and says when Argo Rollouts is missing', async () => {
     const missing = track(devopExec(cluster, ['-t', 'rollout/echo-ro'], ['true']));
     expect((await missing.exited).code).toBe(1);
-    expect(missing.stderr).toMatch(/devop: Argo Rollouts is not installed in this cluster \(no rollouts\.argoproj\.io API\) — fix: /);
+    expect(missing.stderr).toMatch(
+      /devop: Argo Rollouts is not installed in this cluster \(no rollouts\.argoproj\.io API\) — fix: /,
+    );
     // Given the Rollout CRD and a Rollout whose selector matches the echo pods
     await env.kc.makeApiClient(ApiextensionsV1Api).createCustomResourceDefinition({
       body: {
@@ -71,7 +113,14 @@ describe('devop exec: config, targets, cleanup', () => {
           group: 'argoproj.io',
           scope: 'Namespaced',
           names: { plural: 'rollouts', singular: 'rollout', kind: 'Rollout', shortNames: ['ro'] },
-          versions: [{ name: 'v1alpha1', served: true, storage: true, schema: { openAPIV3Schema: { type: 'object', x_kubernetes_preserve_unknown_fields: true } } }],
+          versions: [
+            {
+              name: 'v1alpha1',
+              served: true,
+              storage: true,
+              schema: { openAPIV3Schema: { type: 'object', x_kubernetes_preserve_unknown_fields: true } },
+            },
+          ],
         },
       },
     });
@@ -86,7 +135,12 @@ describe('devop exec: config, targets, cleanup', () => {
       version: 'v1alpha1',
       namespace: env.namespace,
       plural: 'rollouts',
-      body: { apiVersion: 'argoproj.io/v1alpha1', kind: 'Rollout', metadata: { name: 'echo-ro' }, spec: { selector: { matchLabels: { app: 'echo' } } } },
+      body: {
+        apiVersion: 'argoproj.io/v1alpha1',
+        kind: 'Rollout',
+        metadata: { name: 'echo-ro' },
+        spec: { selector: { matchLabels: { app: 'echo' } } },
+      },
     });
     // When devop targets the Rollout
     const run = track(devopExec(cluster, ['-t', 'rollout/echo-ro'], ['sh', '-c', 'echo "APP_MODE=$APP_MODE"']));
@@ -103,7 +157,9 @@ describe('devop exec: config, targets, cleanup', () => {
   it('runs the agent as an ephemeral container with --ephemeral, and a later session reuses it', async () => {
     // A deployment of its own: a running Job agent on the pod would be reused (any agent serving the pod is).
     const eph = await deployEcho(env, 'echo-eph');
-    const run = track(devopExec(cluster, ['-t', 'deploy/echo-eph', '--ephemeral'], ['sh', '-c', 'echo "APP_MODE=$APP_MODE"']));
+    const run = track(
+      devopExec(cluster, ['-t', 'deploy/echo-eph', '--ephemeral'], ['sh', '-c', 'echo "APP_MODE=$APP_MODE"']),
+    );
     expect((await run.exited).code, run.output).toBe(0);
     expect(run.stdout).toContain('APP_MODE=production');
     expect(run.stderr).toMatch(/started ephemeral container devop-agent-[0-9a-f]+ \(agent /);
@@ -129,15 +185,21 @@ describe('devop exec: config, targets, cleanup', () => {
     expect((await run.exited).code, run.output).toBe(0);
     const batch = env.kc.makeApiClient(BatchV1Api);
     // The agent idles out (a few seconds), its Job completes, and the TTL controller deletes it.
-    await waitFor('no devop agent pod or Job left', async () => {
-      const [pods, jobs] = await Promise.all([
-        env.core.listNamespacedPod({ namespace: env.namespace, labelSelector: 'app.kubernetes.io/name=devop-agent' }),
-        batch.listNamespacedJob({ namespace: env.namespace, labelSelector: 'app.kubernetes.io/name=devop-agent' }),
-      ]);
-      const running = pods.items.filter((p) => p.status?.phase === 'Running' || p.status?.phase === 'Pending');
-      // Jobs of this suite's short-TTL sessions (ttl <= 2 s) must be gone; earlier ones may wait finished for their TTL.
-      const jobsLeft = jobs.items.filter((j) => !(j.status?.succeeded || j.status?.failed) || (j.spec?.ttlSecondsAfterFinished ?? 0) <= 2);
-      return running.length === 0 && jobsLeft.length === 0 ? true : undefined;
-    }, 60_000);
+    await waitFor(
+      'no devop agent pod or Job left',
+      async () => {
+        const [pods, jobs] = await Promise.all([
+          env.core.listNamespacedPod({ namespace: env.namespace, labelSelector: 'app.kubernetes.io/name=devop-agent' }),
+          batch.listNamespacedJob({ namespace: env.namespace, labelSelector: 'app.kubernetes.io/name=devop-agent' }),
+        ]);
+        const running = pods.items.filter((p) => p.status?.phase === 'Running' || p.status?.phase === 'Pending');
+        // Jobs of this suite's short-TTL sessions (ttl <= 2 s) must be gone; earlier ones may wait finished for their TTL.
+        const jobsLeft = jobs.items.filter(
+          (j) => !(j.status?.succeeded || j.status?.failed) || (j.spec?.ttlSecondsAfterFinished ?? 0) <= 2,
+        );
+        return running.length === 0 && jobsLeft.length === 0 ? true : undefined;
+      },
+      60_000,
+    );
   });
 });

@@ -49,7 +49,13 @@ describe('devop exec: exit codes and errors', () => {
     const selfKill = track(devopExec(cluster, ['-t', 'deploy/echo'], ['sh', '-c', 'kill -TERM $$']));
     expect((await selfKill.exited).code, selfKill.output).toBe(143);
     // Given a local command that reports SIGINT and exits 42
-    const run = track(devopExec(cluster, ['-t', 'deploy/echo'], ['sh', '-c', 'trap "echo got-int; exit 42" INT; echo started; while true; do sleep 0.1; done']));
+    const run = track(
+      devopExec(
+        cluster,
+        ['-t', 'deploy/echo'],
+        ['sh', '-c', 'trap "echo got-int; exit 42" INT; echo started; while true; do sleep 0.1; done'],
+      ),
+    );
     await waitFor('the local command to start', () => (run.stdout.includes('started') ? true : undefined));
     // When devop gets SIGINT (not from a terminal)
     run.child.kill('SIGINT');
@@ -59,7 +65,11 @@ describe('devop exec: exit codes and errors', () => {
   });
 
   it('says when there is no kubeconfig', async () => {
-    const run = track(new DevopRun(['exec', '-t', 'deploy/echo', '--output', 'plain', '--', 'true'], { env: { KUBECONFIG: '/nonexistent/devop-kubeconfig' } }));
+    const run = track(
+      new DevopRun(['exec', '-t', 'deploy/echo', '--output', 'plain', '--', 'true'], {
+        env: { KUBECONFIG: '/nonexistent/devop-kubeconfig' },
+      }),
+    );
     expect((await run.exited).code).toBe(1);
     expect(failure(run)).toBe(
       'devop: no kubeconfig found (KUBECONFIG: /nonexistent/devop-kubeconfig) — fix: point --kubeconfig or KUBECONFIG at a kubeconfig file, or create ~/.kube/config (e.g. with your cloud CLI)',
@@ -67,16 +77,22 @@ describe('devop exec: exit codes and errors', () => {
   });
 
   it('says when the kubeconfig has no current context, or the asked context is unknown', async () => {
-    const doc = parse(readFileSync(cluster.kubeconfigPath, 'utf8')) as Record<string, unknown> & { contexts: { name: string }[] };
+    const doc = parse(readFileSync(cluster.kubeconfigPath, 'utf8')) as Record<string, unknown> & {
+      contexts: { name: string }[];
+    };
     delete doc['current-context'];
     const path = join(mkdtempSync(join(tmpdir(), 'devop-e2e-')), 'config');
     writeFileSync(path, stringify(doc));
     const run = track(devopExec(cluster, ['-t', 'deploy/echo'], ['true'], { kubeconfig: path }));
     expect((await run.exited).code).toBe(1);
-    expect(failure(run)).toMatch(/^devop: the kubeconfig \(.*\) has no current context — fix: pass --context \(one of: .+\) or run `kubectl config use-context NAME`$/);
+    expect(failure(run)).toMatch(
+      /^devop: the kubeconfig \(.*\) has no current context — fix: pass --context \(one of: .+\) or run `kubectl config use-context NAME`$/,
+    );
     const unknown = track(devopExec(cluster, ['-t', 'deploy/echo', '--context', 'nope'], ['true']));
     expect((await unknown.exited).code).toBe(1);
-    expect(failure(unknown)).toMatch(/^devop: context "nope" is not in the kubeconfig \(contexts: .+\) — fix: pass one of the listed contexts to --context$/);
+    expect(failure(unknown)).toMatch(
+      /^devop: context "nope" is not in the kubeconfig \(contexts: .+\) — fix: pass one of the listed contexts to --context$/,
+    );
   });
 
   it('says when the namespace does not exist', async () => {
@@ -112,7 +128,16 @@ describe('devop exec: exit codes and errors', () => {
           selector: { matchLabels: { app: 'never-ready' } },
           template: {
             metadata: { labels: { app: 'never-ready' } },
-            spec: { containers: [{ name: 'echo', image: 'devop.test/http-echo', env: [{ name: 'PORT', value: '8080' }], readinessProbe: { tcpSocket: { port: 9999 }, periodSeconds: 1 } }] },
+            spec: {
+              containers: [
+                {
+                  name: 'echo',
+                  image: 'devop.test/http-echo',
+                  env: [{ name: 'PORT', value: '8080' }],
+                  readinessProbe: { tcpSocket: { port: 9999 }, periodSeconds: 1 },
+                },
+              ],
+            },
           },
         },
       },
@@ -123,7 +148,9 @@ describe('devop exec: exit codes and errors', () => {
     });
     const run = track(devopExec(cluster, ['-t', 'deploy/never-ready'], ['true']));
     expect((await run.exited).code).toBe(1);
-    expect(failure(run)).toMatch(/^devop: deployment\/never-ready has no Ready pod \(never-ready-\S+: Running, not Ready\) — fix: wait until a pod is Ready/);
+    expect(failure(run)).toMatch(
+      /^devop: deployment\/never-ready has no Ready pod \(never-ready-\S+: Running, not Ready\) — fix: wait until a pod is Ready/,
+    );
   });
 
   const onStandinRbac = standinOnly("the restricted user is the stand-in's");
@@ -131,7 +158,9 @@ describe('devop exec: exit codes and errors', () => {
     const restricted = cluster.standin!.restrictedKubeconfigPath;
     const run = track(devopExec(cluster, ['-t', 'deploy/echo'], ['true'], { kubeconfig: restricted }));
     expect((await run.exited).code).toBe(1);
-    expect(failure(run)).toMatch(/^devop: RBAC: .+ may not create pods\/portforward, create jobs\.batch, get jobs\.batch, delete jobs\.batch in namespace default — fix: ask a cluster admin for a Role granting/);
+    expect(failure(run)).toMatch(
+      /^devop: RBAC: .+ may not create pods\/portforward, create jobs\.batch, get jobs\.batch, delete jobs\.batch in namespace default — fix: ask a cluster admin for a Role granting/,
+    );
   });
 
   const onStandinImages = standinOnly("the old agent's image is built in the stand-in's containerd");
@@ -150,7 +179,9 @@ describe('devop exec: exit codes and errors', () => {
       await deployEcho(env, 'echo-old');
       const run = track(devopExec(cluster, ['-t', 'deploy/echo-old', '--ephemeral', '--agent-image', image], ['true']));
       expect((await run.exited).code).toBe(1);
-      expect(failure(run)).toMatch(/^devop: the agent speaks protocol version 999, this devop speaks \d+ — fix: use an agent image of the same devop version/);
+      expect(failure(run)).toMatch(
+        /^devop: the agent speaks protocol version 999, this devop speaks \d+ — fix: use an agent image of the same devop version/,
+      );
     } finally {
       await removeImage(image);
     }
@@ -160,13 +191,20 @@ describe('devop exec: exit codes and errors', () => {
     // A target no agent serves yet: an agent that earlier tests left on deploy/echo (it idles a few seconds) would be
     // reused, whatever --agent-image says.
     await deployEcho(env, 'echo-pull');
-    const run = track(devopExec(cluster, ['-t', 'deploy/echo-pull', '--agent-image', 'devop.test/no-such-agent:1'], ['true']));
+    const run = track(
+      devopExec(cluster, ['-t', 'deploy/echo-pull', '--agent-image', 'devop.test/no-such-agent:1'], ['true']),
+    );
     expect((await run.exited).code, run.output).toBe(1);
-    expect(failure(run)).toMatch(/^devop: the agent image devop\.test\/no-such-agent:1 cannot be pulled \((ErrImagePull|ImagePullBackOff|InvalidImageName).*\) — fix: check --agent-image/);
+    expect(failure(run)).toMatch(
+      /^devop: the agent image devop\.test\/no-such-agent:1 cannot be pulled \((ErrImagePull|ImagePullBackOff|InvalidImageName).*\) — fix: check --agent-image/,
+    );
     const jobs = await waitFor('the failed agent Job to be deleted', async () => {
       const { BatchV1Api } = await import('@kubernetes/client-node');
       const list = await env.kc.makeApiClient(BatchV1Api).listNamespacedJob({ namespace: env.namespace });
-      const left = list.items.filter((j) => j.spec?.template.spec?.containers[0].image === 'devop.test/no-such-agent:1' && !j.metadata?.deletionTimestamp);
+      const left = list.items.filter(
+        (j) =>
+          j.spec?.template.spec?.containers[0].image === 'devop.test/no-such-agent:1' && !j.metadata?.deletionTimestamp,
+      );
       return left.length === 0 ? left : undefined;
     });
     expect(jobs).toEqual([]);
@@ -175,7 +213,9 @@ describe('devop exec: exit codes and errors', () => {
   it('says when the local command is not found', async () => {
     const run = track(devopExec(cluster, ['-t', 'deploy/echo'], ['devop-no-such-command']));
     expect((await run.exited).code).toBe(1);
-    expect(failure(run)).toBe('devop: command not found: devop-no-such-command — fix: check the command after `--` (is it installed and on your PATH?)');
+    expect(failure(run)).toBe(
+      'devop: command not found: devop-no-such-command — fix: check the command after `--` (is it installed and on your PATH?)',
+    );
   });
 
   it('devop ls lists deployments and pods with ready counts and ports, also as JSON', async () => {
@@ -186,8 +226,13 @@ describe('devop exec: exit codes and errors', () => {
     expect(table.stdout).toMatch(/^pod\/echo-\S+\s+1\/1\s+8080\s+echo$/m);
     const json = track(new DevopRun(['ls', '--kubeconfig', cluster.kubeconfigPath, '--output', 'json']));
     expect((await json.exited).code).toBe(0);
-    const parsed = JSON.parse(json.stdout) as { namespace: string; targets: { target: string; ready: number; total: number; ports: number[] }[] };
+    const parsed = JSON.parse(json.stdout) as {
+      namespace: string;
+      targets: { target: string; ready: number; total: number; ports: number[] }[];
+    };
     expect(parsed.namespace).toBe(env.namespace);
-    expect(parsed.targets).toContainEqual(expect.objectContaining({ target: 'deploy/echo', ready: 1, total: 1, ports: [8080] }));
+    expect(parsed.targets).toContainEqual(
+      expect.objectContaining({ target: 'deploy/echo', ready: 1, total: 1, ports: [8080] }),
+    );
   });
 });

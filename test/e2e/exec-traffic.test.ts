@@ -4,8 +4,19 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { requireRoot } from '../helpers/root.js';
 import { standinOnly, type TargetCluster } from '../helpers/target-cluster.js';
 import {
-  DevopRun, LOCAL_SERVER_COMMAND, deployEcho, devopExec, freePort, killLocalServer, seenRequests,
-  startE2ETarget, startPodClient, waitFor, whoAnswers, type EchoDeployment, type PodClient,
+  type DevopRun,
+  LOCAL_SERVER_COMMAND,
+  deployEcho,
+  devopExec,
+  freePort,
+  killLocalServer,
+  seenRequests,
+  startE2ETarget,
+  startPodClient,
+  waitFor,
+  whoAnswers,
+  type EchoDeployment,
+  type PodClient,
 } from './harness.js';
 
 requireRoot('e2e exec traffic');
@@ -38,7 +49,11 @@ describe('devop exec: traffic', () => {
     expect(await client.who(echo.podIP, 8080)).toBe(echo.podName);
     // When devop steals its port for a local server
     const local = await freePort();
-    const run = track(devopExec(cluster, ['-t', 'deploy/echo', '--steal', '-p', `8080:${local}`], [...LOCAL_SERVER_COMMAND], { env: { LOCAL_PORT: String(local) } }));
+    const run = track(
+      devopExec(cluster, ['-t', 'deploy/echo', '--steal', '-p', `8080:${local}`], [...LOCAL_SERVER_COMMAND], {
+        env: { LOCAL_PORT: String(local) },
+      }),
+    );
     await run.ready();
     // Then the local server answers requests sent to the pod
     expect(await client.who(echo.podIP, 8080, '/stolen')).toBe('local');
@@ -48,14 +63,22 @@ describe('devop exec: traffic', () => {
     const exit = await run.stop('SIGTERM');
     expect(exit.code).toBe(0);
     // Then the pod answers again
-    await waitFor('the pod to answer again', async () => ((await client.who(echo.podIP, 8080)) === echo.podName ? true : undefined), 5000);
+    await waitFor(
+      'the pod to answer again',
+      async () => ((await client.who(echo.podIP, 8080)) === echo.podName ? true : undefined),
+      5000,
+    );
   });
 
   // On a real cluster the test machine is not a node: its requests are not the node's.
   const onStandin = standinOnly('requests from the test machine come from the node');
   onStandin('does not steal connections from the node (kubelet probes) unless asked', async () => {
     const local = await freePort();
-    const run = track(devopExec(cluster, ['-t', 'deploy/echo', '--steal', '-p', `8080:${local}`], [...LOCAL_SERVER_COMMAND], { env: { LOCAL_PORT: String(local) } }));
+    const run = track(
+      devopExec(cluster, ['-t', 'deploy/echo', '--steal', '-p', `8080:${local}`], [...LOCAL_SERVER_COMMAND], {
+        env: { LOCAL_PORT: String(local) },
+      }),
+    );
     await run.ready();
     expect(await client.who(echo.podIP, 8080)).toBe('local');
     expect(await whoAnswers(echo.podIP, 8080, '/from-node')).toBe(echo.podName);
@@ -64,18 +87,33 @@ describe('devop exec: traffic', () => {
 
   it('mirrors: the pod still answers, the local command receives a copy', async () => {
     const local = await freePort();
-    const run = track(devopExec(cluster, ['-t', 'deploy/echo', '--mirror', '-p', `8080:${local}`], [...LOCAL_SERVER_COMMAND], { env: { LOCAL_PORT: String(local) } }));
+    const run = track(
+      devopExec(cluster, ['-t', 'deploy/echo', '--mirror', '-p', `8080:${local}`], [...LOCAL_SERVER_COMMAND], {
+        env: { LOCAL_PORT: String(local) },
+      }),
+    );
     await run.ready();
     // When a request reaches the pod
     expect(await client.who(echo.podIP, 8080, '/mirrored')).toBe(echo.podName);
     // Then the local server saw the same request
-    await waitFor('the mirrored copy', () => (seenRequests(run).some((r) => r.path === '/mirrored') ? true : undefined), 10_000);
+    await waitFor(
+      'the mirrored copy',
+      () => (seenRequests(run).some((r) => r.path === '/mirrored') ? true : undefined),
+      10_000,
+    );
     await run.stop();
   });
 
   it('filters: only requests with the matching header reach the local command', async () => {
     const local = await freePort();
-    const run = track(devopExec(cluster, ['-t', 'deploy/echo', '--steal', '-p', `8080:${local}`, '--http-header-filter', 'x-user: alice'], [...LOCAL_SERVER_COMMAND], { env: { LOCAL_PORT: String(local) } }));
+    const run = track(
+      devopExec(
+        cluster,
+        ['-t', 'deploy/echo', '--steal', '-p', `8080:${local}`, '--http-header-filter', 'x-user: alice'],
+        [...LOCAL_SERVER_COMMAND],
+        { env: { LOCAL_PORT: String(local) } },
+      ),
+    );
     await run.ready();
     expect(await client.who(echo.podIP, 8080, '/a', { 'x-user': 'alice' })).toBe('local');
     expect(await client.who(echo.podIP, 8080, '/b', { 'x-user': 'bob' })).toBe(echo.podName);
@@ -87,9 +125,23 @@ describe('devop exec: traffic', () => {
   it('runs two filtered sessions at once on one target and refuses a third unfiltered steal, naming the holder', async () => {
     // Given alice's and bob's sessions with different header filters
     const [portA, portB, portC] = [await freePort(), await freePort(), await freePort()];
-    const alice = track(devopExec(cluster, ['-t', 'deploy/echo', '--steal', '-p', `8080:${portA}`, '--http-header-filter', 'x-user: alice'], [...LOCAL_SERVER_COMMAND], { env: { LOCAL_PORT: String(portA) } }));
+    const alice = track(
+      devopExec(
+        cluster,
+        ['-t', 'deploy/echo', '--steal', '-p', `8080:${portA}`, '--http-header-filter', 'x-user: alice'],
+        [...LOCAL_SERVER_COMMAND],
+        { env: { LOCAL_PORT: String(portA) } },
+      ),
+    );
     await alice.ready();
-    const bob = track(devopExec(cluster, ['-t', 'deploy/echo', '--steal', '-p', `8080:${portB}`, '--http-header-filter', 'x-user: bob'], [...LOCAL_SERVER_COMMAND], { env: { LOCAL_PORT: String(portB) } }));
+    const bob = track(
+      devopExec(
+        cluster,
+        ['-t', 'deploy/echo', '--steal', '-p', `8080:${portB}`, '--http-header-filter', 'x-user: bob'],
+        [...LOCAL_SERVER_COMMAND],
+        { env: { LOCAL_PORT: String(portB) } },
+      ),
+    );
     await bob.ready();
     // Then the second session reused the first one's agent, and each gets its own requests
     expect(bob.stderr).toMatch(/reused Job devop-agent-/);
@@ -98,18 +150,28 @@ describe('devop exec: traffic', () => {
     expect(seenRequests(alice).map((r) => r.path)).toEqual(['/for-alice']);
     expect(seenRequests(bob).map((r) => r.path)).toEqual(['/for-bob']);
     // When a third session asks for the whole port
-    const third = track(devopExec(cluster, ['-t', 'deploy/echo', '--steal', '-p', `8080:${portC}`], [...LOCAL_SERVER_COMMAND], { env: { LOCAL_PORT: String(portC) } }));
+    const third = track(
+      devopExec(cluster, ['-t', 'deploy/echo', '--steal', '-p', `8080:${portC}`], [...LOCAL_SERVER_COMMAND], {
+        env: { LOCAL_PORT: String(portC) },
+      }),
+    );
     const exit = await third.exited;
     // Then it is refused in one line naming who holds the port
     expect(exit.code).toBe(1);
-    expect(third.stderr).toMatch(/devop: port 8080 of pod echo-\S+ cannot be stolen: port 8080 is stolen \(.*x-user: (alice|bob).*\) by \S+@\S+ since /);
+    expect(third.stderr).toMatch(
+      /devop: port 8080 of pod echo-\S+ cannot be stolen: port 8080 is stolen \(.*x-user: (alice|bob).*\) by \S+@\S+ since /,
+    );
     expect(third.stderr).toMatch(/since .* — fix: /);
     await Promise.all([alice.stop(), bob.stop()]);
   });
 
   it('kill -9 of the devop CLI: the pod answers its own traffic again within 2 s', async () => {
     const local = await freePort();
-    const run = track(devopExec(cluster, ['-t', 'deploy/echo', '--steal', '-p', `8080:${local}`], [...LOCAL_SERVER_COMMAND], { env: { LOCAL_PORT: String(local) } }));
+    const run = track(
+      devopExec(cluster, ['-t', 'deploy/echo', '--steal', '-p', `8080:${local}`], [...LOCAL_SERVER_COMMAND], {
+        env: { LOCAL_PORT: String(local) },
+      }),
+    );
     await run.ready();
     expect(await client.who(echo.podIP, 8080)).toBe('local');
     // When the CLI is killed without a chance to clean up
@@ -118,20 +180,34 @@ describe('devop exec: traffic', () => {
     await run.exited;
     // Then within 2 s the pod answers (the local server is an orphan now: it is killed after the check)
     let answeredAt = 0;
-    await waitFor('the pod to answer after kill -9', async () => {
-      const who = await client.who(echo.podIP, 8080).catch(() => 'error');
-      if (who === echo.podName) {
-        answeredAt = Date.now();
-        return true;
-      }
-      return undefined;
-    }, 10_000);
+    await waitFor(
+      'the pod to answer after kill -9',
+      async () => {
+        const who = await client.who(echo.podIP, 8080).catch(() => 'error');
+        if (who === echo.podName) {
+          answeredAt = Date.now();
+          return true;
+        }
+        return undefined;
+      },
+      10_000,
+    );
     killLocalServer(run);
     expect(answeredAt - killedAt).toBeLessThanOrEqual(2000);
   });
 
   it("gives the local command the pod's env (with the configmap value), minus excluded keys", async () => {
-    const run = track(devopExec(cluster, ['-t', 'deploy/echo', '--env-exclude', 'SECRET_*'], ['sh', '-c', 'echo "GREETING=$GREETING"; echo "APP_MODE=$APP_MODE"; echo "SECRET_TOKEN=${SECRET_TOKEN:-unset}"; echo "KSH=${KUBERNETES_SERVICE_HOST:-unset}"']));
+    const run = track(
+      devopExec(
+        cluster,
+        ['-t', 'deploy/echo', '--env-exclude', 'SECRET_*'],
+        [
+          'sh',
+          '-c',
+          'echo "GREETING=$GREETING"; echo "APP_MODE=$APP_MODE"; echo "SECRET_TOKEN=${SECRET_TOKEN:-unset}"; echo "KSH=${KUBERNETES_SERVICE_HOST:-unset}"',
+        ],
+      ),
+    );
     const exit = await run.exited;
     expect(exit.code, run.output).toBe(0);
     expect(run.stdout).toContain("GREETING=hello from echo's configmap");
@@ -142,7 +218,13 @@ describe('devop exec: traffic', () => {
 
   it('a local command that never listens: the pod keeps serving and devop says why', async () => {
     const local = await freePort();
-    const run = track(devopExec(cluster, ['-t', 'deploy/echo', '--steal', '-p', `8080:${local}`, '--startup-timeout', '3'], ['sleep', '60']));
+    const run = track(
+      devopExec(
+        cluster,
+        ['-t', 'deploy/echo', '--steal', '-p', `8080:${local}`, '--startup-timeout', '3'],
+        ['sleep', '60'],
+      ),
+    );
     await run.waitForStderr(/does not listen on 127\.0\.0\.1:\d+ after 3 s: the pod keeps serving port 8080/);
     expect(await client.who(echo.podIP, 8080)).toBe(echo.podName);
     // Stopping devop ends the command: a normal stop, exit code 0

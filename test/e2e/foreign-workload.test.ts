@@ -6,7 +6,16 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { requireRoot } from '../helpers/root.js';
 import type { TargetCluster } from '../helpers/target-cluster.js';
-import { DevopRun, devopExec, freePort, startE2ETarget, startPodClient, waitFor, type E2ETarget, type PodClient } from './harness.js';
+import {
+  type DevopRun,
+  devopExec,
+  freePort,
+  startE2ETarget,
+  startPodClient,
+  waitFor,
+  type E2ETarget,
+  type PodClient,
+} from './harness.js';
 
 requireRoot('e2e foreign workload');
 
@@ -39,7 +48,11 @@ describe('devop exec: a python3 http.server pod, stolen to a local python server
                 {
                   name: 'web',
                   image: 'devop.test/python3',
-                  command: ['sh', '-c', `mkdir -p /srv && echo pod > /srv/who.txt && exec python3 -m http.server ${POD_PORT} --directory /srv`],
+                  command: [
+                    'sh',
+                    '-c',
+                    `mkdir -p /srv && echo pod > /srv/who.txt && exec python3 -m http.server ${POD_PORT} --directory /srv`,
+                  ],
                   ports: [{ containerPort: POD_PORT }],
                   readinessProbe: { tcpSocket: { port: POD_PORT }, periodSeconds: 1 },
                 },
@@ -51,7 +64,9 @@ describe('devop exec: a python3 http.server pod, stolen to a local python server
     });
     const pod = await waitFor('a Ready pod of deployment py', async () => {
       const list = await env.core.listNamespacedPod({ namespace: env.namespace, labelSelector: 'app=py' });
-      return list.items.find((p) => p.status?.podIP && (p.status?.conditions ?? []).some((c) => c.type === 'Ready' && c.status === 'True'));
+      return list.items.find(
+        (p) => p.status?.podIP && (p.status?.conditions ?? []).some((c) => c.type === 'Ready' && c.status === 'True'),
+      );
     });
     podIP = pod.status?.podIP ?? '';
     client = await startPodClient(env);
@@ -64,19 +79,27 @@ describe('devop exec: a python3 http.server pod, stolen to a local python server
     rmSync(dir, { recursive: true, force: true });
   });
 
-  it('the local python server answers the pod\'s traffic while devop runs, the pod again after it stops', async () => {
+  it("the local python server answers the pod's traffic while devop runs, the pod again after it stops", async () => {
     // Given the pod serves its own file
     expect((await client.get(podIP, POD_PORT, '/who.txt')).body).toBe('pod\n');
     // When devop steals its port for a python http.server on this machine, serving another file
     writeFileSync(join(dir, 'who.txt'), 'local\n');
     const local = await freePort();
-    const run = devopExec(cluster, ['-t', 'deploy/py', '--steal', '-p', `${POD_PORT}:${local}`], [LOCAL_PYTHON, '-m', 'http.server', String(local), '--bind', '127.0.0.1', '--directory', dir]);
+    const run = devopExec(
+      cluster,
+      ['-t', 'deploy/py', '--steal', '-p', `${POD_PORT}:${local}`],
+      [LOCAL_PYTHON, '-m', 'http.server', String(local), '--bind', '127.0.0.1', '--directory', dir],
+    );
     runs.push(run);
     await run.ready();
     // Then requests to the pod IP are answered by the local server
     expect((await client.get(podIP, POD_PORT, '/who.txt')).body).toBe('local\n');
     // And after devop stops, the pod answers again
     await run.stop('SIGTERM');
-    await waitFor('the pod to answer again', async () => ((await client.get(podIP, POD_PORT, '/who.txt')).body === 'pod\n' ? true : undefined), 5000);
+    await waitFor(
+      'the pod to answer again',
+      async () => ((await client.get(podIP, POD_PORT, '/who.txt')).body === 'pod\n' ? true : undefined),
+      5000,
+    );
   });
 });

@@ -17,7 +17,12 @@ export const LOCAL_SERVER = join(ROOT, 'test', 'e2e', 'fixtures', 'local-server.
 /** Generous: CI machines have 2 cores, and other suites' clusters may still be winding down. */
 export const WAIT_MS = 45_000;
 
-export async function startE2ECluster(): Promise<{ cluster: Cluster; kc: KubeConfig; core: CoreV1Api; apps: AppsV1Api }> {
+export async function startE2ECluster(): Promise<{
+  cluster: Cluster;
+  kc: KubeConfig;
+  core: CoreV1Api;
+  apps: AppsV1Api;
+}> {
   const cluster = await startCluster();
   const kc = new KubeConfig();
   kc.loadFromFile(cluster.kubeconfigPath);
@@ -42,7 +47,11 @@ export async function startE2ETarget(suite: string): Promise<E2ETarget> {
   return { cluster, namespace: cluster.namespace, kc, core, apps };
 }
 
-export async function waitFor<T>(what: string, check: () => Promise<T | undefined> | T | undefined, timeoutMs = WAIT_MS): Promise<T> {
+export async function waitFor<T>(
+  what: string,
+  check: () => Promise<T | undefined> | T | undefined,
+  timeoutMs = WAIT_MS,
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   let lastError: unknown;
   while (Date.now() < deadline) {
@@ -70,7 +79,10 @@ export async function deployEcho(
   name: string,
   namespace = env.namespace ?? 'default',
 ): Promise<EchoDeployment> {
-  await env.core.createNamespacedConfigMap({ namespace, body: { metadata: { name: `${name}-config` }, data: { GREETING: `hello from ${name}'s configmap` } } });
+  await env.core.createNamespacedConfigMap({
+    namespace,
+    body: { metadata: { name: `${name}-config` }, data: { GREETING: `hello from ${name}'s configmap` } },
+  });
   await env.apps.createNamespacedDeployment({
     namespace,
     body: {
@@ -102,7 +114,9 @@ export async function deployEcho(
   });
   const pod = await waitFor(`a Ready pod of deployment ${name}`, async () => {
     const list = await env.core.listNamespacedPod({ namespace, labelSelector: `app=${name}` });
-    return list.items.find((p) => p.status?.podIP && (p.status?.conditions ?? []).some((c) => c.type === 'Ready' && c.status === 'True'));
+    return list.items.find(
+      (p) => p.status?.podIP && (p.status?.conditions ?? []).some((c) => c.type === 'Ready' && c.status === 'True'),
+    );
   });
   return { name, pod, podName: pod.metadata?.name ?? '', podIP: pod.status?.podIP ?? '' };
 }
@@ -112,14 +126,25 @@ export interface HttpAnswer {
   body: string;
 }
 
-export function httpGet(host: string, port: number, path: string, headers: Record<string, string> = {}, timeoutMs = 5000): Promise<HttpAnswer> {
+export function httpGet(
+  host: string,
+  port: number,
+  path: string,
+  headers: Record<string, string> = {},
+  timeoutMs = 5000,
+): Promise<HttpAnswer> {
   return new Promise((resolvePromise, reject) => {
-    const req = request({ host, port, path, headers: { connection: 'close', ...headers }, timeout: timeoutMs, agent: false }, (res) => {
-      const chunks: Buffer[] = [];
-      res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('end', () => resolvePromise({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString('utf8') }));
-      res.on('error', reject);
-    });
+    const req = request(
+      { host, port, path, headers: { connection: 'close', ...headers }, timeout: timeoutMs, agent: false },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () =>
+          resolvePromise({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString('utf8') }),
+        );
+        res.on('error', reject);
+      },
+    );
     req.on('timeout', () => req.destroy(new Error(`GET http://${host}:${port}${path} timed out`)));
     req.on('error', reject);
     req.end();
@@ -127,7 +152,12 @@ export function httpGet(host: string, port: number, path: string, headers: Recor
 }
 
 /** Who answers a request from the host (the node: never stolen unless --steal-probes). */
-export async function whoAnswers(host: string, port: number, path = '/', headers: Record<string, string> = {}): Promise<string> {
+export async function whoAnswers(
+  host: string,
+  port: number,
+  path = '/',
+  headers: Record<string, string> = {},
+): Promise<string> {
   return whoAnswered(await httpGet(host, port, path, headers));
 }
 
@@ -153,12 +183,19 @@ export class DevopRun {
   }
 
   async waitForStderr(pattern: RegExp, timeoutMs = WAIT_MS): Promise<RegExpMatchArray> {
-    return waitFor(`devop to print ${pattern}\n${this.output}`, () => {
-      const m = this.stderr.match(pattern);
-      if (m) return m;
-      if (this.child.exitCode !== null || this.child.signalCode !== null) throw new Error(`devop exited (${this.child.exitCode ?? this.child.signalCode}) before printing ${pattern}\n${this.output}`);
-      return undefined;
-    }, timeoutMs);
+    return waitFor(
+      `devop to print ${pattern}\n${this.output}`,
+      () => {
+        const m = this.stderr.match(pattern);
+        if (m) return m;
+        if (this.child.exitCode !== null || this.child.signalCode !== null)
+          throw new Error(
+            `devop exited (${this.child.exitCode ?? this.child.signalCode}) before printing ${pattern}\n${this.output}`,
+          );
+        return undefined;
+      },
+      timeoutMs,
+    );
   }
 
   /** Waits for "devop: ready"; fails early (with the output) if devop exits first. */
@@ -166,7 +203,10 @@ export class DevopRun {
     const deadline = Date.now() + timeoutMs;
     while (Date.now() < deadline) {
       if (/^devop: ready$/m.test(this.stderr)) return;
-      if (this.child.exitCode !== null || this.child.signalCode !== null) throw new Error(`devop exited with ${this.child.exitCode ?? this.child.signalCode} before ready\n${this.output}`);
+      if (this.child.exitCode !== null || this.child.signalCode !== null)
+        throw new Error(
+          `devop exited with ${this.child.exitCode ?? this.child.signalCode} before ready\n${this.output}`,
+        );
       await new Promise((r) => setTimeout(r, 50));
     }
     throw new Error(`devop not ready within ${timeoutMs} ms\n${this.output}`);
@@ -196,7 +236,19 @@ export function devopExec(
   command: string[],
   options: { env?: NodeJS.ProcessEnv; kubeconfig?: string } = {},
 ): DevopRun {
-  return new DevopRun(['exec', '--kubeconfig', options.kubeconfig ?? cluster.kubeconfigPath, '--output', 'plain', ...execArgs, '--', ...command], { env: options.env });
+  return new DevopRun(
+    [
+      'exec',
+      '--kubeconfig',
+      options.kubeconfig ?? cluster.kubeconfigPath,
+      '--output',
+      'plain',
+      ...execArgs,
+      '--',
+      ...command,
+    ],
+    { env: options.env },
+  );
 }
 
 /** The local test server as the local command (it listens on $LOCAL_PORT). */
@@ -244,7 +296,13 @@ export function killLocalServer(run: DevopRun): void {
  * cluster by `kubectl exec` (the shell image has Node).
  */
 export interface PodClient {
-  get(host: string, port: number, path: string, headers?: Record<string, string>, timeoutMs?: number): Promise<HttpAnswer>;
+  get(
+    host: string,
+    port: number,
+    path: string,
+    headers?: Record<string, string>,
+    timeoutMs?: number,
+  ): Promise<HttpAnswer>;
   /** A GET on the client's one keep-alive connection (a new one when the other side closed it); `reused` says which. */
   keepAliveGet(host: string, port: number, path: string, timeoutMs?: number): Promise<HttpAnswer & { reused: boolean }>;
   who(host: string, port: number, path?: string, headers?: Record<string, string>): Promise<string>;
@@ -258,7 +316,10 @@ export async function startPodClient(
 ): Promise<PodClient> {
   await env.core.createNamespacedPod({
     namespace,
-    body: { metadata: { name }, spec: { containers: [{ name: 'client', image: 'devop.test/shell', command: ['sh', '-c', 'exec sleep 100000'] }] } },
+    body: {
+      metadata: { name },
+      spec: { containers: [{ name: 'client', image: 'devop.test/shell', command: ['sh', '-c', 'exec sleep 100000'] }] },
+    },
   });
   const containerId = await waitFor(`client pod ${name} to run`, async () => {
     const pod = await env.core.readNamespacedPod({ name, namespace });
@@ -288,23 +349,46 @@ export async function startPodClient(
     while ((i = buffered.indexOf('\n')) >= 0) {
       const line = buffered.slice(0, i);
       buffered = buffered.slice(i + 1);
-      const result = JSON.parse(line) as { id: number; status?: number; body?: string; error?: string; reused?: boolean };
+      const result = JSON.parse(line) as {
+        id: number;
+        status?: number;
+        body?: string;
+        error?: string;
+        reused?: boolean;
+      };
       pending.get(result.id)?.(result);
       pending.delete(result.id);
     }
   });
   let nextId = 0;
-  const get = (host: string, port: number, path: string, headers: Record<string, string> = {}, timeoutMs = 5000): Promise<HttpAnswer> =>
-    new Promise((resolvePromise, reject) => {
-      const id = ++nextId;
-      pending.set(id, (r) => (r.error !== undefined ? reject(new Error(`GET ${host}:${port}${path} from pod ${name}: ${r.error}`)) : resolvePromise({ status: r.status ?? 0, body: r.body ?? '' })));
-      child.stdin?.write(`${JSON.stringify({ id, host, port, path, headers, timeoutMs })}\n`);
-    });
-  const keepAliveGet = (host: string, port: number, path: string, timeoutMs = 5000): Promise<HttpAnswer & { reused: boolean }> =>
+  const get = (
+    host: string,
+    port: number,
+    path: string,
+    headers: Record<string, string> = {},
+    timeoutMs = 5000,
+  ): Promise<HttpAnswer> =>
     new Promise((resolvePromise, reject) => {
       const id = ++nextId;
       pending.set(id, (r) =>
-        r.error !== undefined ? reject(new Error(`GET ${host}:${port}${path} (keep-alive) from pod ${name}: ${r.error}`)) : resolvePromise({ status: r.status ?? 0, body: r.body ?? '', reused: Boolean(r.reused) }),
+        r.error !== undefined
+          ? reject(new Error(`GET ${host}:${port}${path} from pod ${name}: ${r.error}`))
+          : resolvePromise({ status: r.status ?? 0, body: r.body ?? '' }),
+      );
+      child.stdin?.write(`${JSON.stringify({ id, host, port, path, headers, timeoutMs })}\n`);
+    });
+  const keepAliveGet = (
+    host: string,
+    port: number,
+    path: string,
+    timeoutMs = 5000,
+  ): Promise<HttpAnswer & { reused: boolean }> =>
+    new Promise((resolvePromise, reject) => {
+      const id = ++nextId;
+      pending.set(id, (r) =>
+        r.error !== undefined
+          ? reject(new Error(`GET ${host}:${port}${path} (keep-alive) from pod ${name}: ${r.error}`))
+          : resolvePromise({ status: r.status ?? 0, body: r.body ?? '', reused: Boolean(r.reused) }),
       );
       child.stdin?.write(`${JSON.stringify({ id, host, port, path, timeoutMs, keepAlive: true })}\n`);
     });

@@ -61,7 +61,10 @@ describe('npm pack', () => {
     for (const file of ['bin/devop.js', 'dist/cli.js', 'dist/preload.js', 'devop.schema.json', 'README.md']) {
       expect(entries).toContain(`package/${file}`);
     }
-    expect(entries.some((e) => /^package\/dist\/chunks\/exec-[A-Z0-9]+\.js$/.test(e)), entries.join('\n')).toBe(true);
+    expect(
+      entries.some((e) => /^package\/dist\/chunks\/exec-[A-Z0-9]+\.js$/.test(e)),
+      entries.join('\n'),
+    ).toBe(true);
     const sources = /^package\/(test|cli|agent|shared|scripts|bench|examples)\//;
     const unwanted = entries.filter((e) => /\.test\.|\.tsx?$|\.map$/.test(e) || sources.test(e));
     expect(unwanted).toEqual([]);

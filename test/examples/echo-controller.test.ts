@@ -20,7 +20,15 @@ describe('echo-controller walkthrough', () => {
 
   /** spec.replicas, status.readyReplicas and uid of the Echo's Deployment, or undefined while it does not exist. */
   const deployment = async (): Promise<{ replicas: string; ready: string; uid: string } | undefined> => {
-    const r = await kubectl.run('get', 'deployment', 'hello', '-n', 'default', '-o', 'jsonpath={.spec.replicas} {.status.readyReplicas} {.metadata.uid}');
+    const r = await kubectl.run(
+      'get',
+      'deployment',
+      'hello',
+      '-n',
+      'default',
+      '-o',
+      'jsonpath={.spec.replicas} {.status.readyReplicas} {.metadata.uid}',
+    );
     if (r.code !== 0) return undefined;
     const [replicas, ready, uid] = r.stdout.split(' ');
     return { replicas, ready, uid };
@@ -28,15 +36,21 @@ describe('echo-controller walkthrough', () => {
   const deploymentWith = (replicas: number, otherThanUid?: string) =>
     eventually(`deployment hello with ${replicas} ready replicas`, async () => {
       const d = await deployment();
-      return d && d.replicas === String(replicas) && d.ready === String(replicas) && d.uid !== otherThanUid ? d : undefined;
+      return d && d.replicas === String(replicas) && d.ready === String(replicas) && d.uid !== otherThanUid
+        ? d
+        : undefined;
     });
   const leaseHolder = () =>
-    kubectl.run('get', 'lease', 'echo-controller', '-n', 'default', '-o', 'jsonpath={.spec.holderIdentity}').then((r) => (r.code === 0 && r.stdout ? r.stdout : undefined));
+    kubectl
+      .run('get', 'lease', 'echo-controller', '-n', 'default', '-o', 'jsonpath={.spec.holderIdentity}')
+      .then((r) => (r.code === 0 && r.stdout ? r.stdout : undefined));
   /** The in-cluster controller pod that holds the lease, once one does. */
   const leadingPod = () =>
     eventually('an in-cluster controller pod to hold the lease', async () => {
       const holder = await leaseHolder();
-      const pods = JSON.parse(await kubectl.ok('get', 'pods', '-n', 'default', '-l', 'app=echo-controller', '-o', 'json')) as { items: { metadata: { name: string } }[] };
+      const pods = JSON.parse(
+        await kubectl.ok('get', 'pods', '-n', 'default', '-l', 'app=echo-controller', '-o', 'json'),
+      ) as { items: { metadata: { name: string } }[] };
       return pods.items.map((p) => p.metadata.name).find((name) => holder?.startsWith(`${name}_`));
     });
 
@@ -58,125 +72,192 @@ describe('echo-controller walkthrough', () => {
     await cluster?.stop();
   }, STEP_TIMEOUT_MS);
 
-  it('in the cluster: CRD, RBAC and two controller replicas, one of which leads and reconciles an Echo', async () => {
-    // Given the manifests
-    const applied = await kubectl.ok(
-      'apply', '-f', 'examples/echo-controller/manifests/crd.yaml', '-f', 'examples/echo-controller/manifests/rbac.yaml', '-f', 'examples/echo-controller/manifests/deployment.yaml',
-    );
-    for (const obj of ['customresourcedefinition.apiextensions.k8s.io/echoes.example.com', 'clusterrole.rbac.authorization.k8s.io/echo-controller', 'deployment.apps/echo-controller']) {
-      expect(applied).toContain(`${obj} created`);
-    }
-    await kubectl.ok('wait', '--for=condition=Established', 'crd/echoes.example.com', '--timeout=60s');
-    await kubectl.ok('rollout', 'status', 'deployment/echo-controller', '--timeout=120s');
-    const none = await kubectl.run('get', 'echo', '-n', 'default');
-    expect(none.code).toBe(0);
-    expect(none.stderr).toContain('No resources found in default namespace.');
-    const leader = await leadingPod();
+  it(
+    'in the cluster: CRD, RBAC and two controller replicas, one of which leads and reconciles an Echo',
+    async () => {
+      // Given the manifests
+      const applied = await kubectl.ok(
+        'apply',
+        '-f',
+        'examples/echo-controller/manifests/crd.yaml',
+        '-f',
+        'examples/echo-controller/manifests/rbac.yaml',
+        '-f',
+        'examples/echo-controller/manifests/deployment.yaml',
+      );
+      for (const obj of [
+        'customresourcedefinition.apiextensions.k8s.io/echoes.example.com',
+        'clusterrole.rbac.authorization.k8s.io/echo-controller',
+        'deployment.apps/echo-controller',
+      ]) {
+        expect(applied).toContain(`${obj} created`);
+      }
+      await kubectl.ok('wait', '--for=condition=Established', 'crd/echoes.example.com', '--timeout=60s');
+      await kubectl.ok('rollout', 'status', 'deployment/echo-controller', '--timeout=120s');
+      const none = await kubectl.run('get', 'echo', '-n', 'default');
+      expect(none.code).toBe(0);
+      expect(none.stderr).toContain('No resources found in default namespace.');
+      const leader = await leadingPod();
 
-    // When an Echo asks for 2 replicas
-    expect(await kubectl.ok('apply', '-f', 'examples/echo-controller/manifests/echo.yaml')).toContain('echo.example.com/hello created');
+      // When an Echo asks for 2 replicas
+      expect(await kubectl.ok('apply', '-f', 'examples/echo-controller/manifests/echo.yaml')).toContain(
+        'echo.example.com/hello created',
+      );
 
-    // Then the leading replica makes its Deployment: 2 Ready pods of the echo image, owned by the Echo
-    await deploymentWith(2);
-    expect(await kubectl.ok('get', 'deployment', 'hello', '-n', 'default')).toMatch(/^NAME\s+READY\s+UP-TO-DATE\s+AVAILABLE\s+AGE\nhello\s+2\/2\s+2\s+2\s/);
-    const dep = JSON.parse(await kubectl.ok('get', 'deployment', 'hello', '-n', 'default', '-o', 'json'));
-    expect(dep.spec.template.spec.containers[0].image).toBe('devop.test/http-echo');
-    expect(dep.metadata.ownerReferences).toMatchObject([{ apiVersion: 'example.com/v1', kind: 'Echo', name: 'hello', controller: true }]);
-    // And the Echo holds the finalizer and reports 2 ready at generation 1
-    const echo = await eventually('echo status ready 2', async () => {
-      const e = JSON.parse(await kubectl.ok('get', 'echo', 'hello', '-n', 'default', '-o', 'json'));
-      return e.status?.readyReplicas === 2 ? e : undefined;
-    });
-    expect(echo.metadata.finalizers).toEqual(['example.com/echo-deployment']);
-    expect(echo.status).toEqual({ replicas: 2, readyReplicas: 2, observedGeneration: 1 });
-    expect(await kubectl.ok('get', 'echo', 'hello', '-n', 'default')).toMatch(/^NAME\s+REPLICAS\s+READY\s+AGE\nhello\s+2\s+2\s/);
-    expect(await kubectl.ok('logs', leader, '-n', 'default')).toContain('default/hello: create deployment (replicas 2)');
-  }, STEP_TIMEOUT_MS);
+      // Then the leading replica makes its Deployment: 2 Ready pods of the echo image, owned by the Echo
+      await deploymentWith(2);
+      expect(await kubectl.ok('get', 'deployment', 'hello', '-n', 'default')).toMatch(
+        /^NAME\s+READY\s+UP-TO-DATE\s+AVAILABLE\s+AGE\nhello\s+2\/2\s+2\s+2\s/,
+      );
+      const dep = JSON.parse(await kubectl.ok('get', 'deployment', 'hello', '-n', 'default', '-o', 'json'));
+      expect(dep.spec.template.spec.containers[0].image).toBe('devop.test/http-echo');
+      expect(dep.metadata.ownerReferences).toMatchObject([
+        { apiVersion: 'example.com/v1', kind: 'Echo', name: 'hello', controller: true },
+      ]);
+      // And the Echo holds the finalizer and reports 2 ready at generation 1
+      const echo = await eventually('echo status ready 2', async () => {
+        const e = JSON.parse(await kubectl.ok('get', 'echo', 'hello', '-n', 'default', '-o', 'json'));
+        return e.status?.readyReplicas === 2 ? e : undefined;
+      });
+      expect(echo.metadata.finalizers).toEqual(['example.com/echo-deployment']);
+      expect(echo.status).toEqual({ replicas: 2, readyReplicas: 2, observedGeneration: 1 });
+      expect(await kubectl.ok('get', 'echo', 'hello', '-n', 'default')).toMatch(
+        /^NAME\s+REPLICAS\s+READY\s+AGE\nhello\s+2\s+2\s/,
+      );
+      expect(await kubectl.ok('logs', leader, '-n', 'default')).toContain(
+        'default/hello: create deployment (replicas 2)',
+      );
+    },
+    STEP_TIMEOUT_MS,
+  );
 
-  it('scaled to 0 in the cluster and run locally under devop, the controller takes the lease', async () => {
-    await kubectl.ok('scale', 'deployment/echo-controller', '-n', 'default', '--replicas=0');
-    await kubectl.ok('wait', '--for=delete', 'pod', '-l', 'app=echo-controller', '-n', 'default', '--timeout=120s');
-    devop = new LocalProcess(
-      process.execPath,
-      ['bin/devop.js', 'exec', '-t', 'targetless', '--', 'npx', 'tsx', 'examples/echo-controller/src/main.ts', '--leader-elect'],
-      { ...process.env, ...agentImageEnv(), KUBECONFIG: cluster.kubeconfigPath, CI: 'true' },
-    );
-    const identity = await eventually('the local controller to acquire the lease', async () => {
-      if (!devop!.running) throw new Error(`devop exited early\n${devop!.output()}`);
-      return /lease default\/echo-controller acquired by (\S+)/.exec(devop!.stdout)?.[1];
-    }).catch((err: Error) => {
-      throw new Error(`${err.message}\n${devop!.output()}`);
-    });
-    expect(devop.stderr).toContain('devop: ready');
-    expect(await leaseHolder()).toBe(identity);
-  }, STEP_TIMEOUT_MS);
+  it(
+    'scaled to 0 in the cluster and run locally under devop, the controller takes the lease',
+    async () => {
+      await kubectl.ok('scale', 'deployment/echo-controller', '-n', 'default', '--replicas=0');
+      await kubectl.ok('wait', '--for=delete', 'pod', '-l', 'app=echo-controller', '-n', 'default', '--timeout=120s');
+      devop = new LocalProcess(
+        process.execPath,
+        [
+          'bin/devop.js',
+          'exec',
+          '-t',
+          'targetless',
+          '--',
+          'npx',
+          'tsx',
+          'examples/echo-controller/src/main.ts',
+          '--leader-elect',
+        ],
+        { ...process.env, ...agentImageEnv(), KUBECONFIG: cluster.kubeconfigPath, CI: 'true' },
+      );
+      const identity = await eventually('the local controller to acquire the lease', async () => {
+        if (!devop!.running) throw new Error(`devop exited early\n${devop!.output()}`);
+        return /lease default\/echo-controller acquired by (\S+)/.exec(devop!.stdout)?.[1];
+      }).catch((err: Error) => {
+        throw new Error(`${err.message}\n${devop!.output()}`);
+      });
+      expect(devop.stderr).toContain('devop: ready');
+      expect(await leaseHolder()).toBe(identity);
+    },
+    STEP_TIMEOUT_MS,
+  );
 
-  it('changing replicas to 3 updates the Deployment in place', async () => {
-    const before = await deployment();
-    await kubectl.ok('patch', 'echo', 'hello', '-n', 'default', '--type=merge', '-p', '{"spec":{"replicas":3}}');
-    const after = await deploymentWith(3);
-    expect(after.uid).toBe(before?.uid);
-    await eventually('echo status to observe generation 2 with 3 ready', async () => {
-      const s = JSON.parse(await kubectl.ok('get', 'echo', 'hello', '-n', 'default', '-o', 'jsonpath={.status}'));
-      return s.observedGeneration === 2 && s.readyReplicas === 3 ? s : undefined;
-    });
-    expect(devop!.stdout).toContain('default/hello: update deployment (replicas 3)');
-  }, STEP_TIMEOUT_MS);
+  it(
+    'changing replicas to 3 updates the Deployment in place',
+    async () => {
+      const before = await deployment();
+      await kubectl.ok('patch', 'echo', 'hello', '-n', 'default', '--type=merge', '-p', '{"spec":{"replicas":3}}');
+      const after = await deploymentWith(3);
+      expect(after.uid).toBe(before?.uid);
+      await eventually('echo status to observe generation 2 with 3 ready', async () => {
+        const s = JSON.parse(await kubectl.ok('get', 'echo', 'hello', '-n', 'default', '-o', 'jsonpath={.status}'));
+        return s.observedGeneration === 2 && s.readyReplicas === 3 ? s : undefined;
+      });
+      expect(devop!.stdout).toContain('default/hello: update deployment (replicas 3)');
+    },
+    STEP_TIMEOUT_MS,
+  );
 
-  it('a deleted Deployment is created again', async () => {
-    const before = await deployment();
-    expect(await kubectl.ok('delete', 'deployment', 'hello', '-n', 'default')).toContain('deployment.apps "hello" deleted');
-    const again = await deploymentWith(3, before?.uid);
-    expect(again.uid).not.toBe(before?.uid);
-    expect(devop!.stdout).toContain('default/hello: create deployment (replicas 3)');
-  }, STEP_TIMEOUT_MS);
+  it(
+    'a deleted Deployment is created again',
+    async () => {
+      const before = await deployment();
+      expect(await kubectl.ok('delete', 'deployment', 'hello', '-n', 'default')).toContain(
+        'deployment.apps "hello" deleted',
+      );
+      const again = await deploymentWith(3, before?.uid);
+      expect(again.uid).not.toBe(before?.uid);
+      expect(devop!.stdout).toContain('default/hello: create deployment (replicas 3)');
+    },
+    STEP_TIMEOUT_MS,
+  );
 
-  it('deleting the Echo removes its Deployment first, then the Echo', async () => {
-    // Given a watch on Echoes that checks, when the Echo is finally gone, whether its Deployment still exists
-    const kc = new KubeConfig();
-    kc.loadFromFile(cluster.kubeconfigPath);
-    let deploymentWhenEchoGone: boolean | undefined;
-    const echoGone = new Promise<void>((resolve, reject) => {
-      void new Watch(kc)
-        .watch('/apis/example.com/v1/namespaces/default/echoes', {}, (type, obj: { metadata?: { name?: string } }) => {
-          if (type !== 'DELETED' || obj.metadata?.name !== 'hello') return;
-          void deployment().then((d) => {
-            deploymentWhenEchoGone = d !== undefined;
-            resolve();
-          }, reject);
-        }, (err: unknown) => err && reject(err))
-        .then((abort) => echoGone.finally(() => abort.abort()));
-    });
-    // When the Echo is deleted (kubectl waits until it is gone, i.e. until the finalizer is removed)
-    expect(await kubectl.ok('delete', 'echo', 'hello', '-n', 'default', '--timeout=120s')).toContain('echo.example.com "hello" deleted');
-    await echoGone;
-    // Then the Deployment was already gone when the Echo went, and neither exists now
-    expect(deploymentWhenEchoGone).toBe(false);
-    expect(await deployment()).toBeUndefined();
-    expect((await kubectl.run('get', 'echo', 'hello', '-n', 'default')).stderr).toContain('NotFound');
-    const log = devop!.stdout;
-    expect(log.indexOf('default/hello: echo deleted, delete deployment')).toBeGreaterThan(-1);
-    expect(log.indexOf('default/hello: deployment gone, remove finalizer')).toBeGreaterThan(log.indexOf('default/hello: echo deleted, delete deployment'));
-  }, STEP_TIMEOUT_MS);
+  it(
+    'deleting the Echo removes its Deployment first, then the Echo',
+    async () => {
+      // Given a watch on Echoes that checks, when the Echo is finally gone, whether its Deployment still exists
+      const kc = new KubeConfig();
+      kc.loadFromFile(cluster.kubeconfigPath);
+      let deploymentWhenEchoGone: boolean | undefined;
+      const echoGone = new Promise<void>((resolve, reject) => {
+        void new Watch(kc)
+          .watch(
+            '/apis/example.com/v1/namespaces/default/echoes',
+            {},
+            (type, obj: { metadata?: { name?: string } }) => {
+              if (type !== 'DELETED' || obj.metadata?.name !== 'hello') return;
+              void deployment().then((d) => {
+                deploymentWhenEchoGone = d !== undefined;
+                resolve();
+              }, reject);
+            },
+            (err: unknown) => err && reject(err),
+          )
+          .then((abort) => echoGone.finally(() => abort.abort()));
+      });
+      // When the Echo is deleted (kubectl waits until it is gone, i.e. until the finalizer is removed)
+      expect(await kubectl.ok('delete', 'echo', 'hello', '-n', 'default', '--timeout=120s')).toContain(
+        'echo.example.com "hello" deleted',
+      );
+      await echoGone;
+      // Then the Deployment was already gone when the Echo went, and neither exists now
+      expect(deploymentWhenEchoGone).toBe(false);
+      expect(await deployment()).toBeUndefined();
+      expect((await kubectl.run('get', 'echo', 'hello', '-n', 'default')).stderr).toContain('NotFound');
+      const log = devop!.stdout;
+      expect(log.indexOf('default/hello: echo deleted, delete deployment')).toBeGreaterThan(-1);
+      expect(log.indexOf('default/hello: deployment gone, remove finalizer')).toBeGreaterThan(
+        log.indexOf('default/hello: echo deleted, delete deployment'),
+      );
+    },
+    STEP_TIMEOUT_MS,
+  );
 
-  it('back to the cluster: its replicas wait while the local one leads, and take over when devop stops', async () => {
-    // Given the cluster's replicas scaled back up while the local controller holds the lease
-    const localIdentity = await leaseHolder();
-    await kubectl.ok('scale', 'deployment/echo-controller', '-n', 'default', '--replicas=2');
-    await kubectl.ok('rollout', 'status', 'deployment/echo-controller', '-n', 'default', '--timeout=120s');
-    await eventually('the cluster replicas to wait for the lease', async () => {
-      const logs = await kubectl.ok('logs', '-l', 'app=echo-controller', '-n', 'default');
-      return logs.includes('is held by another replica; waiting') ? true : undefined;
-    });
-    expect(await leaseHolder()).toBe(localIdentity);
+  it(
+    'back to the cluster: its replicas wait while the local one leads, and take over when devop stops',
+    async () => {
+      // Given the cluster's replicas scaled back up while the local controller holds the lease
+      const localIdentity = await leaseHolder();
+      await kubectl.ok('scale', 'deployment/echo-controller', '-n', 'default', '--replicas=2');
+      await kubectl.ok('rollout', 'status', 'deployment/echo-controller', '-n', 'default', '--timeout=120s');
+      await eventually('the cluster replicas to wait for the lease', async () => {
+        const logs = await kubectl.ok('logs', '-l', 'app=echo-controller', '-n', 'default');
+        return logs.includes('is held by another replica; waiting') ? true : undefined;
+      });
+      expect(await leaseHolder()).toBe(localIdentity);
 
-    // When devop stops (Ctrl-C): the local controller hands the lease back
-    await devop!.stop('SIGINT');
+      // When devop stops (Ctrl-C): the local controller hands the lease back
+      await devop!.stop('SIGINT');
 
-    // Then a cluster replica leads and reconciles
-    const leader = await leadingPod();
-    await kubectl.ok('apply', '-f', 'examples/echo-controller/manifests/echo.yaml');
-    await deploymentWith(2);
-    expect(await kubectl.ok('logs', leader, '-n', 'default')).toContain('default/hello: create deployment (replicas 2)');
-  }, STEP_TIMEOUT_MS);
+      // Then a cluster replica leads and reconciles
+      const leader = await leadingPod();
+      await kubectl.ok('apply', '-f', 'examples/echo-controller/manifests/echo.yaml');
+      await deploymentWith(2);
+      expect(await kubectl.ok('logs', leader, '-n', 'default')).toContain(
+        'default/hello: create deployment (replicas 2)',
+      );
+    },
+    STEP_TIMEOUT_MS,
+  );
 });

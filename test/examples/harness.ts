@@ -35,9 +35,18 @@ export class Kubectl {
       execFile(
         KUBECTL,
         args,
-        { cwd: ROOT, env: { ...process.env, KUBECONFIG: this.kubeconfig, KUBECACHEDIR: this.cacheDir }, timeout: 60_000, maxBuffer: 16 << 20 },
+        {
+          cwd: ROOT,
+          env: { ...process.env, KUBECONFIG: this.kubeconfig, KUBECACHEDIR: this.cacheDir },
+          timeout: 60_000,
+          maxBuffer: 16 << 20,
+        },
         (err, stdout, stderr) => {
-          const code = err ? (typeof (err as { code?: unknown }).code === 'number' ? (err as { code: number }).code : 1) : 0;
+          const code = err
+            ? typeof (err as { code?: unknown }).code === 'number'
+              ? (err as { code: number }).code
+              : 1
+            : 0;
           done({ code, stdout, stderr });
         },
       );
@@ -57,7 +66,12 @@ export class Kubectl {
 }
 
 /** Polls `probe` until it returns a value (not undefined); the deadline is generous because CI machines are shared. */
-export async function eventually<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs = 120_000, intervalMs = 250): Promise<T> {
+export async function eventually<T>(
+  what: string,
+  probe: () => Promise<T | undefined>,
+  timeoutMs = 120_000,
+  intervalMs = 250,
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   let last: unknown;
   for (;;) {
@@ -67,7 +81,8 @@ export async function eventually<T>(what: string, probe: () => Promise<T | undef
     } catch (err) {
       last = err;
     }
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${last ? `: ${String(last)}` : ''}`);
+    if (Date.now() > deadline)
+      throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${last ? `: ${String(last)}` : ''}`);
     await new Promise((r) => setTimeout(r, intervalMs));
   }
 }
@@ -107,7 +122,10 @@ export class LocalProcess {
    * wrapper such as npx may exit before the program it started has finished shutting down — then SIGKILLs what is left
    * after the grace period.
    */
-  async stop(signal: NodeJS.Signals = 'SIGINT', graceMs = 15_000): Promise<{ code: number | null; signal: NodeJS.Signals | null }> {
+  async stop(
+    signal: NodeJS.Signals = 'SIGINT',
+    graceMs = 15_000,
+  ): Promise<{ code: number | null; signal: NodeJS.Signals | null }> {
     this.signalGroup(signal);
     const deadline = Date.now() + graceMs;
     while (this.groupAlive() && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));

@@ -10,5 +10,7 @@ export function requireRoot(suite: string): boolean {
     console.warn(`SKIPPED ${suite}: needs root (network namespaces, iptables); DEVOP_SKIP_ROOT_TESTS=1 was set`);
     return false;
   }
-  throw new Error(`${suite} needs root (network namespaces, iptables, cgroups). Run the tests as root, or set DEVOP_SKIP_ROOT_TESTS=1 to report them skipped.`);
+  throw new Error(
+    `${suite} needs root (network namespaces, iptables, cgroups). Run the tests as root, or set DEVOP_SKIP_ROOT_TESTS=1 to report them skipped.`,
+  );
 }

@@ -47,7 +47,10 @@ function writeKubeconfig(dir: string, url: string, caPem: string): string {
   return path;
 }
 
-function tracked(server: TlsServer | HttpsServer, event: 'secureConnection' | 'connection'): {
+function tracked(
+  server: TlsServer | HttpsServer,
+  event: 'secureConnection' | 'connection',
+): {
   count: () => number;
   close: () => Promise<void>;
 } {

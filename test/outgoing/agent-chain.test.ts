@@ -19,9 +19,16 @@ const run = requireRoot('outgoing chain with the real agent');
 const exec = promisify(execFile);
 const FETCH_CLIENT = join(import.meta.dirname, 'fixtures', 'fetch-client.mjs');
 
-function runWithEnv(command: string, args: string[], env: Record<string, string>): Promise<{ code: number | null; stdout: string; stderr: string }> {
+function runWithEnv(
+  command: string,
+  args: string[],
+  env: Record<string, string>,
+): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((resolve, reject) => {
-    const child = spawn(command, args, { env: { PATH: process.env.PATH ?? '/usr/bin:/bin', ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(command, args, {
+      env: { PATH: process.env.PATH ?? '/usr/bin:/bin', ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
@@ -37,12 +44,22 @@ function runWithEnv(command: string, args: string[], env: Record<string, string>
 
 function post(port: number, body: string): Promise<string> {
   return new Promise((resolve, reject) => {
-    const req = request({ host: '127.0.0.1', port, method: 'POST', path: '/pf', agent: false, headers: { 'content-length': Buffer.byteLength(body) } }, (res) => {
-      const chunks: Buffer[] = [];
-      res.on('data', (chunk: Buffer) => chunks.push(chunk));
-      res.on('end', () => resolve(Buffer.concat(chunks).toString()));
-      res.on('error', reject);
-    });
+    const req = request(
+      {
+        host: '127.0.0.1',
+        port,
+        method: 'POST',
+        path: '/pf',
+        agent: false,
+        headers: { 'content-length': Buffer.byteLength(body) },
+      },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (chunk: Buffer) => chunks.push(chunk));
+        res.on('end', () => resolve(Buffer.concat(chunks).toString()));
+        res.on('error', reject);
+      },
+    );
     req.on('error', reject);
     req.end(body);
   });
@@ -77,20 +94,44 @@ describe.runIf(run)('outgoing chain: proxy, preload, remote files and forwards o
     expect(env.http_proxy).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
     expect(env.ALL_PROXY).toMatch(/^socks5h:\/\/127\.0\.0\.1:\d+$/);
     for (const url of ['http://api:3000/curl-short', 'http://api.team.svc.cluster.local:3000/curl-full']) {
-      const { stdout } = await exec('curl', ['-sS', '--max-time', '20', url], { env: { ...env, PATH: process.env.PATH } });
+      const { stdout } = await exec('curl', ['-sS', '--max-time', '20', url], {
+        env: { ...env, PATH: process.env.PATH },
+      });
       expect(stdout).toBe(`api-pod: GET /${url.split('/').pop()}`);
     }
-    const viaSocks = await exec('curl', ['-sS', '--max-time', '20', '-x', env.ALL_PROXY, 'http://api:3000/curl-socks'], { env: { PATH: process.env.PATH } });
+    const viaSocks = await exec(
+      'curl',
+      ['-sS', '--max-time', '20', '-x', env.ALL_PROXY, 'http://api:3000/curl-socks'],
+      { env: { PATH: process.env.PATH } },
+    );
     expect(viaSocks.stdout).toBe('api-pod: GET /curl-socks');
     // The pod's app saw the connections come from the pod itself (they were made in its netns)
-    expect(net.podRequests(pod)).toEqual(expect.arrayContaining([`REQ GET /curl-short from ${net.podIP}`, `REQ GET /curl-full from ${net.podIP}`]));
+    expect(net.podRequests(pod)).toEqual(
+      expect.arrayContaining([`REQ GET /curl-short from ${net.podIP}`, `REQ GET /curl-full from ${net.podIP}`]),
+    );
   });
 
   it('a Node program with plain fetch reaches the pod app by name; an unknown name is ENOTFOUND', async () => {
-    const result = await runWithEnv(process.execPath, [FETCH_CLIENT, 'http://api:3000/node-short', 'http://api.team.svc.cluster.local:3000/node-full', 'http://nosuch:3000/'], env);
+    const result = await runWithEnv(
+      process.execPath,
+      [
+        FETCH_CLIENT,
+        'http://api:3000/node-short',
+        'http://api.team.svc.cluster.local:3000/node-full',
+        'http://nosuch:3000/',
+      ],
+      env,
+    );
     expect(result.stderr).toBe('');
-    const lines = result.stdout.trim().split('\n').map((line) => JSON.parse(line) as { status?: number; body?: string; error?: string });
-    expect(lines.map((line) => line.body ?? line.error)).toEqual(['api-pod: GET /node-short', 'api-pod: GET /node-full', 'ENOTFOUND']);
+    const lines = result.stdout
+      .trim()
+      .split('\n')
+      .map((line) => JSON.parse(line) as { status?: number; body?: string; error?: string });
+    expect(lines.map((line) => line.body ?? line.error)).toEqual([
+      'api-pod: GET /node-short',
+      'api-pod: GET /node-full',
+      'ENOTFOUND',
+    ]);
     expect(net.podRequests(pod)).toContain(`REQ GET /node-full from ${net.podIP}`);
   });
 
@@ -103,7 +144,9 @@ describe.runIf(run)('outgoing chain: proxy, preload, remote files and forwards o
       const routed = await runWithEnv(process.execPath, [FETCH_CLIENT, `http://${net.podIP}:3000/routed`], env);
       expect(JSON.parse(routed.stdout).body).toBe('api-pod: GET /routed');
       // This machine reaches the pod over the bridge, from the node address; the routed request starts in the pod
-      expect(net.podRequests(pod)).toEqual(expect.arrayContaining([`REQ GET /excluded from ${net.nodeIP}`, `REQ GET /routed from ${net.podIP}`]));
+      expect(net.podRequests(pod)).toEqual(
+        expect.arrayContaining([`REQ GET /excluded from ${net.nodeIP}`, `REQ GET /routed from ${net.podIP}`]),
+      );
     } finally {
       await excluded.close();
     }
@@ -117,7 +160,12 @@ describe.runIf(run)('outgoing chain: proxy, preload, remote files and forwards o
   });
 
   it('forwards: 100 parallel connections to api:3000 are byte-exact', async () => {
-    const forwarding = await startForwards(createMuxDialer(session.mux), [parseForward('0:api:3000')], '127.0.0.1', new NullReporter());
+    const forwarding = await startForwards(
+      createMuxDialer(session.mux),
+      [parseForward('0:api:3000')],
+      '127.0.0.1',
+      new NullReporter(),
+    );
     try {
       const bodies = Array.from({ length: 100 }, () => randomBytes(16 * 1024).toString('hex'));
       const answers = await Promise.all(bodies.map((body) => post(forwarding.ports[0], body)));

@@ -37,7 +37,16 @@ export async function startHttpEcho(name = 'local-echo', host = '127.0.0.1'): Pr
     req.on('data', (chunk: Buffer) => (body += chunk.toString()));
     req.on('end', () => {
       res.setHeader('content-type', 'application/json');
-      res.end(JSON.stringify({ name, method: req.method, url: req.url, host: req.headers.host, body, remoteAddress: req.socket.remoteAddress }));
+      res.end(
+        JSON.stringify({
+          name,
+          method: req.method,
+          url: req.url,
+          host: req.headers.host,
+          body,
+          remoteAddress: req.socket.remoteAddress,
+        }),
+      );
     });
   });
   server.on('connection', (socket) => {
@@ -87,7 +96,12 @@ export function recordingDialer(inner: ClusterDialer): ClusterDialer & { calls: 
 }
 
 /** Connects to 127.0.0.1:port, writes `send`, and collects what comes back until the server ends or `until` holds. */
-export function exchange(port: number, send: Buffer, until: (received: Buffer) => boolean, timeoutMs = 10_000): Promise<{ received: Buffer; ended: boolean }> {
+export function exchange(
+  port: number,
+  send: Buffer,
+  until: (received: Buffer) => boolean,
+  timeoutMs = 10_000,
+): Promise<{ received: Buffer; ended: boolean }> {
   return new Promise((resolve, reject) => {
     const socket = connect({ port, host: '127.0.0.1' });
     let received = Buffer.alloc(0);
@@ -122,7 +136,11 @@ export const PRELOAD_BUNDLE = fileURLToPath(new URL('../../dist/preload.js', imp
 const REQUIRE_PRELOAD = `if (!globalThis[Symbol.for('devop.preload.installed')]) { console.error('the devop preload is not loaded'); process.exit(3); }\n`;
 
 /** Runs `node --input-type=module -e <source>` with extra env (and the preload required); resolves with its exit code and output. */
-export function runNode(source: string, env: Record<string, string>, timeoutMs = 30_000): Promise<{ code: number | null; stdout: string; stderr: string }> {
+export function runNode(
+  source: string,
+  env: Record<string, string>,
+  timeoutMs = 30_000,
+): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((resolve, reject) => {
     const child = spawn(process.execPath, ['--input-type=module', '-e', REQUIRE_PRELOAD + source], {
       env: { ...process.env, ...env },

@@ -9,7 +9,16 @@ import { join } from 'node:path';
 import type { AppsV1Api, CoreV1Api } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { requireRoot } from '../helpers/root.js';
-import { DevopRun, ROOT, deployEcho, devopExec, startE2ECluster, waitFor, type Cluster, type EchoDeployment } from '../e2e/harness.js';
+import {
+  DevopRun,
+  ROOT,
+  deployEcho,
+  devopExec,
+  startE2ECluster,
+  waitFor,
+  type Cluster,
+  type EchoDeployment,
+} from '../e2e/harness.js';
 
 requireRoot('outgoing (proxy env, Node preload, remote files, port-forward)');
 
@@ -29,7 +38,10 @@ interface EchoAnswer {
 }
 
 /** A Deployment of http-echo that declares no ports: the "workload" the local command runs as (nothing to steal). */
-async function deployClient(env: { core: CoreV1Api; apps: AppsV1Api }, name: string): Promise<{ podName: string; podIP: string; containerID: string }> {
+async function deployClient(
+  env: { core: CoreV1Api; apps: AppsV1Api },
+  name: string,
+): Promise<{ podName: string; podIP: string; containerID: string }> {
   await env.apps.createNamespacedDeployment({
     namespace: 'default',
     body: {
@@ -39,14 +51,18 @@ async function deployClient(env: { core: CoreV1Api; apps: AppsV1Api }, name: str
         selector: { matchLabels: { app: name } },
         template: {
           metadata: { labels: { app: name } },
-          spec: { containers: [{ name: 'app', image: 'devop.test/http-echo', env: [{ name: 'PORT', value: '8080' }] }] },
+          spec: {
+            containers: [{ name: 'app', image: 'devop.test/http-echo', env: [{ name: 'PORT', value: '8080' }] }],
+          },
         },
       },
     },
   });
   const pod = await waitFor(`a running pod of ${name}`, async () => {
     const list = await env.core.listNamespacedPod({ namespace: 'default', labelSelector: `app=${name}` });
-    return list.items.find((p) => p.status?.podIP && p.status.phase === 'Running' && p.status.containerStatuses?.[0]?.containerID);
+    return list.items.find(
+      (p) => p.status?.podIP && p.status.phase === 'Running' && p.status.containerStatuses?.[0]?.containerID,
+    );
   });
   const containerID = (pod.status?.containerStatuses?.[0]?.containerID ?? '').replace(/^[a-z]+:\/\//, '');
   return { podName: pod.metadata?.name ?? '', podIP: pod.status?.podIP ?? '', containerID };
@@ -87,18 +103,28 @@ async function finished(run: DevopRun, what: string): Promise<number | null> {
 
 function post(port: number, body: string): Promise<EchoAnswer> {
   return new Promise((resolve, reject) => {
-    const req = request({ host: '127.0.0.1', port, method: 'POST', path: '/forwarded', agent: false, headers: { 'content-length': Buffer.byteLength(body), connection: 'close' } }, (res) => {
-      const chunks: Buffer[] = [];
-      res.on('data', (chunk: Buffer) => chunks.push(chunk));
-      res.on('end', () => {
-        try {
-          resolve(JSON.parse(Buffer.concat(chunks).toString('utf8')) as EchoAnswer);
-        } catch (err) {
-          reject(err);
-        }
-      });
-      res.on('error', reject);
-    });
+    const req = request(
+      {
+        host: '127.0.0.1',
+        port,
+        method: 'POST',
+        path: '/forwarded',
+        agent: false,
+        headers: { 'content-length': Buffer.byteLength(body), connection: 'close' },
+      },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (chunk: Buffer) => chunks.push(chunk));
+        res.on('end', () => {
+          try {
+            resolve(JSON.parse(Buffer.concat(chunks).toString('utf8')) as EchoAnswer);
+          } catch (err) {
+            reject(err);
+          }
+        });
+        res.on('error', reject);
+      },
+    );
     req.on('error', reject);
     req.end(body);
   });
@@ -122,7 +148,10 @@ describe('outgoing traffic, DNS and remote files through the pod', { timeout: TE
     echo = await deployEcho(env, 'echo');
     const service = await env.core.createNamespacedService({
       namespace: 'default',
-      body: { metadata: { name: 'echo' }, spec: { selector: { app: 'echo' }, ports: [{ port: 80, targetPort: 8080 }] } },
+      body: {
+        metadata: { name: 'echo' },
+        spec: { selector: { app: 'echo' }, ports: [{ port: 80, targetPort: 8080 }] },
+      },
     });
     clusterIP = service.spec?.clusterIP ?? '';
     client = await deployClient(env, 'client');
@@ -139,7 +168,10 @@ describe('outgoing traffic, DNS and remote files through the pod', { timeout: TE
     expect(await finished(run, 'devop exec by ClusterIP'), run.output).toBe(0);
     const [curlAnswer, nodeLine] = jsonLines<EchoAnswer & { body: string }>(run.stdout);
     const nodeAnswer = JSON.parse(nodeLine?.body ?? '{}') as EchoAnswer;
-    for (const [answer, path] of [[curlAnswer, '/curl-by-ip'], [nodeAnswer, '/node-by-ip']] as const) {
+    for (const [answer, path] of [
+      [curlAnswer, '/curl-by-ip'],
+      [nodeAnswer, '/node-by-ip'],
+    ] as const) {
       expect(answer, run.output).toMatchObject({ pod: echo.podName, path });
       expect(answer.remoteAddress.replace(/^::ffff:/, '')).toBe(client.podIP);
     }
@@ -161,7 +193,10 @@ describe('outgoing traffic, DNS and remote files through the pod', { timeout: TE
     expect(await finished(run, 'devop exec curl'), run.output).toBe(0);
     // Then the echo pod answered each, and saw the connection come from the client pod's IP
     const answers = jsonLines<EchoAnswer>(run.stdout);
-    expect(answers.map((a) => a.path), run.output).toEqual(['/by-short-name', '/by-full-name', '/through-socks']);
+    expect(
+      answers.map((a) => a.path),
+      run.output,
+    ).toEqual(['/by-short-name', '/by-full-name', '/through-socks']);
     for (const answer of answers) {
       expect(answer.pod).toBe(echo.podName);
       expect(answer.remoteAddress.replace(/^::ffff:/, '')).toBe(client.podIP);
@@ -170,7 +205,17 @@ describe('outgoing traffic, DNS and remote files through the pod', { timeout: TE
 
   it('a local Node program with plain fetch reaches the service by name; an unknown name is ENOTFOUND', async () => {
     const run = track(
-      devopExec(cluster, ['-t', 'deploy/client'], [process.execPath, FETCH_CLIENT, 'http://echo.default/node-short', 'http://echo.default.svc.cluster.local/node-full', 'http://nosuch.default/']),
+      devopExec(
+        cluster,
+        ['-t', 'deploy/client'],
+        [
+          process.execPath,
+          FETCH_CLIENT,
+          'http://echo.default/node-short',
+          'http://echo.default.svc.cluster.local/node-full',
+          'http://nosuch.default/',
+        ],
+      ),
     );
     expect(await finished(run, 'devop exec node'), run.output).toBe(0);
     const lines = jsonLines<{ url: string; status?: number; body?: string; error?: string }>(run.stdout);
@@ -188,7 +233,13 @@ describe('outgoing traffic, DNS and remote files through the pod', { timeout: TE
   it('an excluded host is dialled locally (from this machine, not from the pod)', async () => {
     const url = `http://${echo.podIP}:8080/excluded`;
     // Given the same program, once with the echo pod's IP excluded and once without
-    const local = track(devopExec(cluster, ['-t', 'deploy/client', '--outgoing-exclude', echo.podIP], [process.execPath, FETCH_CLIENT, url]));
+    const local = track(
+      devopExec(
+        cluster,
+        ['-t', 'deploy/client', '--outgoing-exclude', echo.podIP],
+        [process.execPath, FETCH_CLIENT, url],
+      ),
+    );
     expect(await finished(local, 'devop exec excluded'), local.output).toBe(0);
     const routed = track(devopExec(cluster, ['-t', 'deploy/client'], [process.execPath, FETCH_CLIENT, url]));
     expect(await finished(routed, 'devop exec routed'), routed.output).toBe(0);
@@ -213,7 +264,11 @@ describe('outgoing traffic, DNS and remote files through the pod', { timeout: TE
     expect(existsSync(token)).toBe(false);
     // When devop exec copies both for a local command that prints them
     const run = track(
-      devopExec(cluster, ['-t', 'deploy/client', '--remote-file', '/etc/hosts', '--remote-file', token], ['sh', '-c', `echo "ROOT=$DEVOP_ROOT"; cat "$DEVOP_ROOT/etc/hosts"; echo "TOKEN=$(cat "$DEVOP_ROOT${token}")"`]),
+      devopExec(
+        cluster,
+        ['-t', 'deploy/client', '--remote-file', '/etc/hosts', '--remote-file', token],
+        ['sh', '-c', `echo "ROOT=$DEVOP_ROOT"; cat "$DEVOP_ROOT/etc/hosts"; echo "TOKEN=$(cat "$DEVOP_ROOT${token}")"`],
+      ),
     );
     expect(await finished(run, 'devop exec remote-file'), run.output).toBe(0);
     // Then the local command read exactly the pod's contents under DEVOP_ROOT (same relative paths)
@@ -232,11 +287,17 @@ describe('outgoing traffic, DNS and remote files through the pod', { timeout: TE
   });
 
   it('devop port-forward -L 18080:echo.default:80 (targetless) serves requests; 100 parallel connections are byte-exact', async () => {
-    const run = track(new DevopRun(['port-forward', '--kubeconfig', cluster.kubeconfigPath, '-L', `${FORWARD_PORT}:echo.default:80`]));
-    await waitFor(`the forward to listen\n${run.output}`, () => {
-      if (run.child.exitCode !== null) throw new Error(`devop port-forward exited\n${run.output}`);
-      return run.stdout.includes(`127.0.0.1:${FORWARD_PORT} -> echo.default:80`) ? true : undefined;
-    }, RUN_DEADLINE_MS);
+    const run = track(
+      new DevopRun(['port-forward', '--kubeconfig', cluster.kubeconfigPath, '-L', `${FORWARD_PORT}:echo.default:80`]),
+    );
+    await waitFor(
+      `the forward to listen\n${run.output}`,
+      () => {
+        if (run.child.exitCode !== null) throw new Error(`devop port-forward exited\n${run.output}`);
+        return run.stdout.includes(`127.0.0.1:${FORWARD_PORT} -> echo.default:80`) ? true : undefined;
+      },
+      RUN_DEADLINE_MS,
+    );
     // When 100 clients post distinct 32 KiB bodies at once
     const bodies = Array.from({ length: 100 }, () => randomBytes(24 * 1024).toString('base64'));
     const answers = await Promise.all(bodies.map((body) => post(FORWARD_PORT, body)));
@@ -251,11 +312,17 @@ describe('outgoing traffic, DNS and remote files through the pod', { timeout: TE
   });
 
   it('devop port-forward -t deploy/client connects from that pod: its search domains, its IP', async () => {
-    const run = track(new DevopRun(['port-forward', '--kubeconfig', cluster.kubeconfigPath, '-t', 'deploy/client', '-L', '0:echo:80']));
-    const match = await waitFor(`the forward to listen\n${run.output}`, () => {
-      if (run.child.exitCode !== null) throw new Error(`devop port-forward exited\n${run.output}`);
-      return /127\.0\.0\.1:(\d+) -> echo:80/.exec(run.stdout) ?? undefined;
-    }, RUN_DEADLINE_MS);
+    const run = track(
+      new DevopRun(['port-forward', '--kubeconfig', cluster.kubeconfigPath, '-t', 'deploy/client', '-L', '0:echo:80']),
+    );
+    const match = await waitFor(
+      `the forward to listen\n${run.output}`,
+      () => {
+        if (run.child.exitCode !== null) throw new Error(`devop port-forward exited\n${run.output}`);
+        return /127\.0\.0\.1:(\d+) -> echo:80/.exec(run.stdout) ?? undefined;
+      },
+      RUN_DEADLINE_MS,
+    );
     // The short name "echo" resolves with the client pod's search domains, and the echo pod sees the client pod's IP
     const answer = await post(Number(match[1]), 'from the target pod');
     expect(answer).toMatchObject({ pod: echo.podName, body: 'from the target pod' });

@@ -32,7 +32,11 @@ function roundTrip(port: number, payload: Buffer): Promise<Buffer> {
 describe('port-forward -L parsing', () => {
   it('reads [LOCAL:]HOST:PORT with names, IPv4 and bracketed IPv6', () => {
     expect(parseForward('18080:echo.default:80')).toMatchObject({ localPort: 18080, host: 'echo.default', port: 80 });
-    expect(parseForward('echo.default.svc.cluster.local:8080')).toMatchObject({ localPort: 8080, host: 'echo.default.svc.cluster.local', port: 8080 });
+    expect(parseForward('echo.default.svc.cluster.local:8080')).toMatchObject({
+      localPort: 8080,
+      host: 'echo.default.svc.cluster.local',
+      port: 8080,
+    });
     expect(parseForward('0:10.96.0.10:53')).toMatchObject({ localPort: 0, host: '10.96.0.10', port: 53 });
     expect(parseForward('8443:[fd00::1]:443')).toMatchObject({ localPort: 8443, host: 'fd00::1', port: 443 });
   });
@@ -64,7 +68,12 @@ describe('port-forward listeners (local dialer)', () => {
   it('100 parallel connections through one forward are byte-exact', async () => {
     // Given a forward of a free local port to echo.default
     const dialer = createLocalDialer({ hosts: { 'echo.default': '127.0.0.1' } });
-    const forwarding = await startForwards(dialer, [parseForward(`0:echo.default:${echo.port}`)], '127.0.0.1', collectingReporter());
+    const forwarding = await startForwards(
+      dialer,
+      [parseForward(`0:echo.default:${echo.port}`)],
+      '127.0.0.1',
+      collectingReporter(),
+    );
     try {
       // When 100 clients each send 64 KiB of random bytes at once
       const payloads = Array.from({ length: 100 }, () => randomBytes(64 * 1024));
@@ -79,22 +88,45 @@ describe('port-forward listeners (local dialer)', () => {
 
   it('a dial failure closes that connection and is reported with its reason', async () => {
     const reporter = collectingReporter();
-    const forwarding = await startForwards(createLocalDialer(), [parseForward('0:nosuch.default:80')], '127.0.0.1', reporter);
+    const forwarding = await startForwards(
+      createLocalDialer(),
+      [parseForward('0:nosuch.default:80')],
+      '127.0.0.1',
+      reporter,
+    );
     try {
-      const answer = await roundTrip(forwarding.ports[0], Buffer.from('hello')).catch((err: NodeJS.ErrnoException) => err.code);
+      const answer = await roundTrip(forwarding.ports[0], Buffer.from('hello')).catch(
+        (err: NodeJS.ErrnoException) => err.code,
+      );
       expect(['ECONNRESET', 'EPIPE']).toContain(answer);
-      expect(reporter.events).toContainEqual({ type: 'log', level: 'warn', message: '-L 0:nosuch.default:80: ENOTFOUND: nosuch.default does not resolve from the pod (cluster DNS)' });
+      expect(reporter.events).toContainEqual({
+        type: 'log',
+        level: 'warn',
+        message: '-L 0:nosuch.default:80: ENOTFOUND: nosuch.default does not resolve from the pod (cluster DNS)',
+      });
     } finally {
       await forwarding.stop();
     }
   });
 
   it('a local port in use is a user error naming the port and the fix', async () => {
-    const first = await startForwards(createLocalDialer(), [parseForward('0:echo.default:80')], '127.0.0.1', collectingReporter());
+    const first = await startForwards(
+      createLocalDialer(),
+      [parseForward('0:echo.default:80')],
+      '127.0.0.1',
+      collectingReporter(),
+    );
     try {
-      const err = await startForwards(createLocalDialer(), [parseForward(`${first.ports[0]}:echo.default:80`)], '127.0.0.1', collectingReporter()).catch((e: unknown) => e);
+      const err = await startForwards(
+        createLocalDialer(),
+        [parseForward(`${first.ports[0]}:echo.default:80`)],
+        '127.0.0.1',
+        collectingReporter(),
+      ).catch((e: unknown) => e);
       expect(isUserError(err)).toBe(true);
-      expect((err as Error).message).toBe(`local port 127.0.0.1:${first.ports[0]} for -L ${first.ports[0]}:echo.default:80 is in use`);
+      expect((err as Error).message).toBe(
+        `local port 127.0.0.1:${first.ports[0]} for -L ${first.ports[0]}:echo.default:80 is in use`,
+      );
     } finally {
       await first.stop();
     }

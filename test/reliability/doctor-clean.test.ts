@@ -41,17 +41,26 @@ describe('devop doctor and devop clean', () => {
     const { code } = await run.exited;
     expect(code, run.output).toBe(1);
     expect(run.stdout).toMatch(/^✓ RBAC get pods in default: allowed/m);
-    expect(run.stdout).toMatch(/^✗ RBAC create pods\/portforward in default: devop-restricted may not create pods\/portforward in namespace default/m);
-    expect(run.stdout).toMatch(/^✗ RBAC create jobs\.batch in default: .*\n {4}fix: ask a cluster admin for a Role granting "create" on "jobs" \(apiGroup batch\) in default$/m);
+    expect(run.stdout).toMatch(
+      /^✗ RBAC create pods\/portforward in default: devop-restricted may not create pods\/portforward in namespace default/m,
+    );
+    expect(run.stdout).toMatch(
+      /^✗ RBAC create jobs\.batch in default: .*\n {4}fix: ask a cluster admin for a Role granting "create" on "jobs" \(apiGroup batch\) in default$/m,
+    );
     expect(run.stdout).toMatch(/^devop doctor: \d+ checks failed$/m);
   });
 
   it('doctor --output json flags a namespace whose Pod Security level rejects the agent', async () => {
-    await env.core.createNamespace({ body: { metadata: { name: 'locked', labels: { 'pod-security.kubernetes.io/enforce': 'restricted' } } } });
+    await env.core.createNamespace({
+      body: { metadata: { name: 'locked', labels: { 'pod-security.kubernetes.io/enforce': 'restricted' } } },
+    });
     const run = new DevopRun(['doctor', '--kubeconfig', cluster.kubeconfigPath, '-n', 'locked', '--output', 'json']);
     const { code } = await run.exited;
     expect(code, run.output).toBe(1);
-    const report = JSON.parse(run.stdout) as { ok: boolean; checks: { id: string; status: string; detail: string; fix?: string }[] };
+    const report = JSON.parse(run.stdout) as {
+      ok: boolean;
+      checks: { id: string; status: string; detail: string; fix?: string }[];
+    };
     expect(report.ok).toBe(false);
     const psa = report.checks.find((c) => c.id === 'pod-security');
     expect(psa?.status).toBe('fail');
@@ -62,19 +71,42 @@ describe('devop doctor and devop clean', () => {
   it('clean --dry-run lists a planted agent Job and an expired Lease; clean removes them and keeps a live Lease', async () => {
     const batch = env.kc.makeApiClient(BatchV1Api);
     const leases = env.kc.makeApiClient(CoordinationV1Api);
-    const labels = { [AGENT_LABELS.name]: AGENT_LABELS.nameValue, [AGENT_LABELS.managedBy]: AGENT_LABELS.managedByValue, [AGENT_LABELS.targetPod]: 'ghost-pod', [AGENT_LABELS.targetUid]: 'no-such-uid' };
+    const labels = {
+      [AGENT_LABELS.name]: AGENT_LABELS.nameValue,
+      [AGENT_LABELS.managedBy]: AGENT_LABELS.managedByValue,
+      [AGENT_LABELS.targetPod]: 'ghost-pod',
+      [AGENT_LABELS.targetUid]: 'no-such-uid',
+    };
     // Given: an agent Job whose target pod no longer exists (its CLI was killed and the pod replaced)…
     await batch.createNamespacedJob({
       namespace: 'default',
       body: {
-        metadata: { name: 'devop-agent-planted', labels, annotations: { [AGENT_ANNOTATIONS.owner]: 'ghost@host', [AGENT_ANNOTATIONS.agentId]: 'planted' } },
-        spec: { backoffLimit: 0, template: { metadata: { labels }, spec: { restartPolicy: 'Never', containers: [{ name: 'devop-agent', image: 'busybox', command: ['sh', '-c', 'sleep 600'] }] } } },
+        metadata: {
+          name: 'devop-agent-planted',
+          labels,
+          annotations: { [AGENT_ANNOTATIONS.owner]: 'ghost@host', [AGENT_ANNOTATIONS.agentId]: 'planted' },
+        },
+        spec: {
+          backoffLimit: 0,
+          template: {
+            metadata: { labels },
+            spec: {
+              restartPolicy: 'Never',
+              containers: [{ name: 'devop-agent', image: 'busybox', command: ['sh', '-c', 'sleep 600'] }],
+            },
+          },
+        },
       },
     });
     // …an expired steal Lease (its holder was killed -9 a minute ago), and a live one.
     const leaseBody = (name: string, renewedAgoMs: number) => ({
       metadata: { name, labels: { [LEASE_LABEL]: LEASE_LABEL_VALUE } },
-      spec: { holderIdentity: `${name}@host#run`, leaseDurationSeconds: 15, acquireTime: new V1MicroTime(Date.now() - renewedAgoMs), renewTime: new V1MicroTime(Date.now() - renewedAgoMs) },
+      spec: {
+        holderIdentity: `${name}@host#run`,
+        leaseDurationSeconds: 15,
+        acquireTime: new V1MicroTime(Date.now() - renewedAgoMs),
+        renewTime: new V1MicroTime(Date.now() - renewedAgoMs),
+      },
     });
     await leases.createNamespacedLease({ namespace: 'default', body: leaseBody('devop-steal-stale', 60_000) });
     await leases.createNamespacedLease({ namespace: 'default', body: leaseBody('devop-steal-live', 0) });
@@ -83,8 +115,12 @@ describe('devop doctor and devop clean', () => {
     const dry = new DevopRun(['clean', '--dry-run', '--kubeconfig', cluster.kubeconfigPath]);
     expect((await dry.exited).code, dry.output).toBe(0);
     // Then: both leftovers are listed, nothing is removed, the live Lease is kept.
-    expect(dry.stdout).toMatch(/^would remove job default\/devop-agent-planted: its target pod ghost-pod is gone \(started by ghost@host\)$/m);
-    expect(dry.stdout).toMatch(/^would remove lease default\/devop-steal-stale: expired steal lock of devop-steal-stale@host/m);
+    expect(dry.stdout).toMatch(
+      /^would remove job default\/devop-agent-planted: its target pod ghost-pod is gone \(started by ghost@host\)$/m,
+    );
+    expect(dry.stdout).toMatch(
+      /^would remove lease default\/devop-steal-stale: expired steal lock of devop-steal-stale@host/m,
+    );
     expect(dry.stdout).toMatch(/^kept lease default\/devop-steal-live: held by devop-steal-live@host/m);
     await batch.readNamespacedJob({ name: 'devop-agent-planted', namespace: 'default' });
     await leases.readNamespacedLease({ name: 'devop-steal-stale', namespace: 'default' });
@@ -95,8 +131,21 @@ describe('devop doctor and devop clean', () => {
     expect(real.stdout).toMatch(/^removed job default\/devop-agent-planted/m);
     expect(real.stdout).toMatch(/^removed lease default\/devop-steal-stale/m);
     // Then: they are gone, the planted Job's pod too; the live Lease stays.
-    await waitFor('the planted Job to be gone', async () => (await batch.listNamespacedJob({ namespace: 'default' })).items.every((j) => j.metadata?.name !== 'devop-agent-planted'));
-    await waitFor('its pod to be gone', async () => (await env.core.listNamespacedPod({ namespace: 'default', labelSelector: `${AGENT_LABELS.targetPod}=ghost-pod` })).items.length === 0);
+    await waitFor('the planted Job to be gone', async () =>
+      (await batch.listNamespacedJob({ namespace: 'default' })).items.every(
+        (j) => j.metadata?.name !== 'devop-agent-planted',
+      ),
+    );
+    await waitFor(
+      'its pod to be gone',
+      async () =>
+        (
+          await env.core.listNamespacedPod({
+            namespace: 'default',
+            labelSelector: `${AGENT_LABELS.targetPod}=ghost-pod`,
+          })
+        ).items.length === 0,
+    );
     const left = (await leases.listNamespacedLease({ namespace: 'default' })).items.map((l) => l.metadata?.name);
     expect(left).toContain('devop-steal-live');
     expect(left).not.toContain('devop-steal-stale');

@@ -6,8 +6,29 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AGENT_ANNOTATIONS, chainName } from '../../shared/agent-contract.js';
 import { tableName } from '../../agent/nft-owned.js';
 import { requireRoot } from '../helpers/root.js';
-import { DevopRun, LOCAL_SERVER_COMMAND, devopExec, freePort, killLocalServer, startE2ECluster, startPodClient, waitFor, type Cluster, type PodClient } from '../e2e/harness.js';
-import { RECOVERY_BUDGET_MS, agentNodePids, agentPods, deployReplicas, devopRules, podPid, readyPods, recoveredAfter, type Env } from './harness.js';
+import {
+  type DevopRun,
+  LOCAL_SERVER_COMMAND,
+  devopExec,
+  freePort,
+  killLocalServer,
+  startE2ECluster,
+  startPodClient,
+  waitFor,
+  type Cluster,
+  type PodClient,
+} from '../e2e/harness.js';
+import {
+  RECOVERY_BUDGET_MS,
+  agentNodePids,
+  agentPods,
+  deployReplicas,
+  devopRules,
+  podPid,
+  readyPods,
+  recoveredAfter,
+  type Env,
+} from './harness.js';
 
 requireRoot('reliability: fault table');
 
@@ -42,7 +63,12 @@ describe('fault table: the pod serves its own traffic again within 2 s, devop re
     const podIP = pod.status?.podIP ?? '';
     expect(await client.who(podIP, 8080)).toBe(podName);
     const local = await freePort();
-    const run = devopExec(cluster, ['-t', `deploy/${name}`, '--steal', '-p', `8080:${local}`], [...LOCAL_SERVER_COMMAND], { env: { LOCAL_PORT: String(local) } });
+    const run = devopExec(
+      cluster,
+      ['-t', `deploy/${name}`, '--steal', '-p', `8080:${local}`],
+      [...LOCAL_SERVER_COMMAND],
+      { env: { LOCAL_PORT: String(local) } },
+    );
     runs.push(run);
     await run.ready();
     expect(await client.who(podIP, 8080)).toBe('local');
@@ -55,107 +81,144 @@ describe('fault table: the pod serves its own traffic again within 2 s, devop re
   async function stopAndCheckClean(run: DevopRun, podName: string, podIP: string, pid: number): Promise<void> {
     const stoppedAt = Date.now();
     await run.stop('SIGTERM');
-    expect(await recoveredAfter(stoppedAt, () => client.who(podIP, 8080), podName)).toBeLessThanOrEqual(RECOVERY_BUDGET_MS + 5000);
+    expect(await recoveredAfter(stoppedAt, () => client.who(podIP, 8080), podName)).toBeLessThanOrEqual(
+      RECOVERY_BUDGET_MS + 5000,
+    );
     await waitFor('no DEVOP rule in the pod netns', async () => (await devopRules(pid)).length === 0, 30_000);
   }
 
   /** How many times the local command started (it must never be restarted by a recovery). */
-  const starts = (run: DevopRun): number => run.stdout.split('\n').filter((l) => l.includes('"seen":"listening"')).length;
+  const starts = (run: DevopRun): number =>
+    run.stdout.split('\n').filter((l) => l.includes('"seen":"listening"')).length;
 
-  it('kill -9 of the CLI: the pod answers within 2 s; the rules go when the agent gives the session up', async () => {
-    const { run, podName, podIP, pid } = await stealOne('f-cli');
-    const killedAt = Date.now();
-    run.child.kill('SIGKILL');
-    await run.exited;
-    const ms = await recoveredAfter(killedAt, () => client.who(podIP, 8080), podName);
-    killLocalServer(run);
-    console.log(`RESULT fault kill9_cli recovered_ms=${ms}`);
-    expect(ms).toBeLessThanOrEqual(RECOVERY_BUDGET_MS);
-    // The agent keeps the session for its resume grace period (traffic goes to the pod meanwhile), then removes it all.
-    await waitFor('no DEVOP rule in the pod netns', async () => (await devopRules(pid)).length === 0, 120_000);
-  }, CASE_MS);
-
-  it('kill -9 of the agent: its rules die with it (owned nft table) within 2 s; devop starts a new agent and steals again', async () => {
-    const { run, podName, podIP, pid } = await stealOne('f-agent');
-    const [agent] = await agentPods(env, podName);
-    const agentId = agent.metadata?.annotations?.[AGENT_ANNOTATIONS.agentId] ?? '';
-    expect(agentId).not.toBe('');
-    // The dead agent's rules, whichever backend it used: its owned table devop_<id>, or its fallback chain DEVOP-<id>.
-    const names = [`table ip ${tableName(agentId)} `, chainName(agentId)];
-    const left = async (): Promise<string[]> => (await devopRules(pid)).filter((l) => names.some((n) => l.includes(n)));
-    // The agent runs the default backend here: its rules are in its owned nft table (the kernel's cleanup is what is tested).
-    expect((await left()).some((l) => l.startsWith(names[0])), "the agent's owned table before the kill").toBe(true);
-    const pids = await agentNodePids(agent);
-    expect(pids.length).toBeGreaterThan(0);
-    // The CLI is frozen meanwhile: a new agent of its own would remove a stale chain too, and hide whether the dead
-    // agent's rules went by themselves (the guarantee must hold when nothing else is left to clean up).
-    const cliPid = run.child.pid ?? 0;
-    process.kill(cliPid, 'SIGSTOP');
-    let ms: number;
-    try {
+  it(
+    'kill -9 of the CLI: the pod answers within 2 s; the rules go when the agent gives the session up',
+    async () => {
+      const { run, podName, podIP, pid } = await stealOne('f-cli');
       const killedAt = Date.now();
-      for (const p of pids) process.kill(p, 'SIGKILL');
-      // Infinity: not within 5 s (nothing but the dead agent's own cleanup can help while the CLI is frozen).
-      ms = await recoveredAfter(killedAt, () => client.who(podIP, 8080), podName, 5000).catch(() => Number.POSITIVE_INFINITY);
-      console.log(`RESULT fault kill9_agent recovered_ms=${ms}`);
-      await waitFor(`the dead agent's rules (${names.join(', ')}) to be gone`, async () => (await left()).length === 0, 10_000).catch(() => undefined);
-      console.log(`RESULT fault kill9_agent chain_left=${(await left()).length > 0}`);
-    } finally {
-      process.kill(cliPid, 'SIGCONT');
-    }
-    expect(ms, 'the pod answers again within 2 s of the kill').toBeLessThanOrEqual(RECOVERY_BUDGET_MS);
-    expect(await left(), "no rule of the dead agent is left").toEqual([]);
-    // devop notices, starts a new agent and steals again, with the same local command.
-    await run.waitForStderr(/started a new agent devop-agent-\S+|using agent devop-agent-\S+/, 90_000);
-    await run.waitForStderr(/reconnected to pod \S+ after [\d.]+ s \(new session, 1 subscription restored\)/, 90_000);
-    await waitFor('the local command to answer again', async () => (await client.who(podIP, 8080)) === 'local');
-    expect(starts(run)).toBe(1);
-    await stopAndCheckClean(run, podName, podIP, pid);
-  }, CASE_MS);
+      run.child.kill('SIGKILL');
+      await run.exited;
+      const ms = await recoveredAfter(killedAt, () => client.who(podIP, 8080), podName);
+      killLocalServer(run);
+      console.log(`RESULT fault kill9_cli recovered_ms=${ms}`);
+      expect(ms).toBeLessThanOrEqual(RECOVERY_BUDGET_MS);
+      // The agent keeps the session for its resume grace period (traffic goes to the pod meanwhile), then removes it all.
+      await waitFor('no DEVOP rule in the pod netns', async () => (await devopRules(pid)).length === 0, 120_000);
+    },
+    CASE_MS,
+  );
 
-  it('deleting the agent pod: the pod answers within 2 s; devop starts a new agent and steals again', async () => {
-    const { run, podName, podIP, pid } = await stealOne('f-agentpod');
-    const [agent] = await agentPods(env, podName);
-    const deletedAt = Date.now();
-    await env.core.deleteNamespacedPod({ name: agent.metadata?.name ?? '', namespace: 'default', gracePeriodSeconds: 0 });
-    const ms = await recoveredAfter(deletedAt, () => client.who(podIP, 8080), podName);
-    console.log(`RESULT fault delete_agent_pod recovered_ms=${ms}`);
-    expect(ms).toBeLessThanOrEqual(RECOVERY_BUDGET_MS);
-    await run.waitForStderr(/reconnected to pod \S+ after [\d.]+ s \(new session, 1 subscription restored\)/, 90_000);
-    await waitFor('the local command to answer again', async () => (await client.who(podIP, 8080)) === 'local');
-    expect(starts(run)).toBe(1);
-    await stopAndCheckClean(run, podName, podIP, pid);
-  }, CASE_MS);
+  it(
+    'kill -9 of the agent: its rules die with it (owned nft table) within 2 s; devop starts a new agent and steals again',
+    async () => {
+      const { run, podName, podIP, pid } = await stealOne('f-agent');
+      const [agent] = await agentPods(env, podName);
+      const agentId = agent.metadata?.annotations?.[AGENT_ANNOTATIONS.agentId] ?? '';
+      expect(agentId).not.toBe('');
+      // The dead agent's rules, whichever backend it used: its owned table devop_<id>, or its fallback chain DEVOP-<id>.
+      const names = [`table ip ${tableName(agentId)} `, chainName(agentId)];
+      const left = async (): Promise<string[]> =>
+        (await devopRules(pid)).filter((l) => names.some((n) => l.includes(n)));
+      // The agent runs the default backend here: its rules are in its owned nft table (the kernel's cleanup is what is tested).
+      expect(
+        (await left()).some((l) => l.startsWith(names[0])),
+        "the agent's owned table before the kill",
+      ).toBe(true);
+      const pids = await agentNodePids(agent);
+      expect(pids.length).toBeGreaterThan(0);
+      // The CLI is frozen meanwhile: a new agent of its own would remove a stale chain too, and hide whether the dead
+      // agent's rules went by themselves (the guarantee must hold when nothing else is left to clean up).
+      const cliPid = run.child.pid ?? 0;
+      process.kill(cliPid, 'SIGSTOP');
+      let ms: number;
+      try {
+        const killedAt = Date.now();
+        for (const p of pids) process.kill(p, 'SIGKILL');
+        // Infinity: not within 5 s (nothing but the dead agent's own cleanup can help while the CLI is frozen).
+        ms = await recoveredAfter(killedAt, () => client.who(podIP, 8080), podName, 5000).catch(
+          () => Number.POSITIVE_INFINITY,
+        );
+        console.log(`RESULT fault kill9_agent recovered_ms=${ms}`);
+        await waitFor(
+          `the dead agent's rules (${names.join(', ')}) to be gone`,
+          async () => (await left()).length === 0,
+          10_000,
+        ).catch(() => undefined);
+        console.log(`RESULT fault kill9_agent chain_left=${(await left()).length > 0}`);
+      } finally {
+        process.kill(cliPid, 'SIGCONT');
+      }
+      expect(ms, 'the pod answers again within 2 s of the kill').toBeLessThanOrEqual(RECOVERY_BUDGET_MS);
+      expect(await left(), 'no rule of the dead agent is left').toEqual([]);
+      // devop notices, starts a new agent and steals again, with the same local command.
+      await run.waitForStderr(/started a new agent devop-agent-\S+|using agent devop-agent-\S+/, 90_000);
+      await run.waitForStderr(/reconnected to pod \S+ after [\d.]+ s \(new session, 1 subscription restored\)/, 90_000);
+      await waitFor('the local command to answer again', async () => (await client.who(podIP, 8080)) === 'local');
+      expect(starts(run)).toBe(1);
+      await stopAndCheckClean(run, podName, podIP, pid);
+    },
+    CASE_MS,
+  );
 
-  it('cutting the port-forward: the port keeps answering, devop reconnects and resumes the session', async () => {
-    const { run, podName, podIP, pid } = await stealOne('f-tunnel');
-    const cutAt = Date.now();
-    cluster.dropWebSockets();
-    // Someone answers the port all along (the pod while the tunnel is down, then the local command).
-    const ms = await Promise.any([
-      recoveredAfter(cutAt, () => client.who(podIP, 8080), podName),
-      recoveredAfter(cutAt, () => client.who(podIP, 8080), 'local'),
-    ]);
-    console.log(`RESULT fault cut_tunnel answered_ms=${ms}`);
-    expect(ms).toBeLessThanOrEqual(RECOVERY_BUDGET_MS);
-    await run.waitForStderr(/tunnel to pod \S+ lost.*reconnecting…/);
-    await run.waitForStderr(/reconnected to pod \S+ after [\d.]+ s \(session resumed\)/);
-    await waitFor('the local command to answer again', async () => (await client.who(podIP, 8080)) === 'local');
-    expect(starts(run)).toBe(1);
-    await stopAndCheckClean(run, podName, podIP, pid);
-  }, CASE_MS);
+  it(
+    'deleting the agent pod: the pod answers within 2 s; devop starts a new agent and steals again',
+    async () => {
+      const { run, podName, podIP, pid } = await stealOne('f-agentpod');
+      const [agent] = await agentPods(env, podName);
+      const deletedAt = Date.now();
+      await env.core.deleteNamespacedPod({
+        name: agent.metadata?.name ?? '',
+        namespace: 'default',
+        gracePeriodSeconds: 0,
+      });
+      const ms = await recoveredAfter(deletedAt, () => client.who(podIP, 8080), podName);
+      console.log(`RESULT fault delete_agent_pod recovered_ms=${ms}`);
+      expect(ms).toBeLessThanOrEqual(RECOVERY_BUDGET_MS);
+      await run.waitForStderr(/reconnected to pod \S+ after [\d.]+ s \(new session, 1 subscription restored\)/, 90_000);
+      await waitFor('the local command to answer again', async () => (await client.who(podIP, 8080)) === 'local');
+      expect(starts(run)).toBe(1);
+      await stopAndCheckClean(run, podName, podIP, pid);
+    },
+    CASE_MS,
+  );
 
-  it('deleting the target pod: devop follows the new pod without restarting the local command', async () => {
-    const { run, podName } = await stealOne('f-follow');
-    await env.core.deleteNamespacedPod({ name: podName, namespace: 'default', gracePeriodSeconds: 0 });
-    const [next] = await readyPods(env, 'f-follow', 1, [podName]);
-    const nextName = next.metadata?.name ?? '';
-    const nextIP = next.status?.podIP ?? '';
-    await run.waitForStderr(new RegExp(`following deploy/f-follow: now pod ${nextName}`), 90_000);
-    // The session line names the new pod (what the TUI header and JSON consumers show).
-    await run.waitForStderr(new RegExp(`session deploy/f-follow pod/${nextName}:`));
-    await waitFor('the new pod to be stolen', async () => (await client.who(nextIP, 8080)) === 'local');
-    expect(starts(run)).toBe(1);
-    await stopAndCheckClean(run, nextName, nextIP, await podPid(next));
-  }, CASE_MS);
+  it(
+    'cutting the port-forward: the port keeps answering, devop reconnects and resumes the session',
+    async () => {
+      const { run, podName, podIP, pid } = await stealOne('f-tunnel');
+      const cutAt = Date.now();
+      cluster.dropWebSockets();
+      // Someone answers the port all along (the pod while the tunnel is down, then the local command).
+      const ms = await Promise.any([
+        recoveredAfter(cutAt, () => client.who(podIP, 8080), podName),
+        recoveredAfter(cutAt, () => client.who(podIP, 8080), 'local'),
+      ]);
+      console.log(`RESULT fault cut_tunnel answered_ms=${ms}`);
+      expect(ms).toBeLessThanOrEqual(RECOVERY_BUDGET_MS);
+      await run.waitForStderr(/tunnel to pod \S+ lost.*reconnecting…/);
+      await run.waitForStderr(/reconnected to pod \S+ after [\d.]+ s \(session resumed\)/);
+      await waitFor('the local command to answer again', async () => (await client.who(podIP, 8080)) === 'local');
+      expect(starts(run)).toBe(1);
+      await stopAndCheckClean(run, podName, podIP, pid);
+    },
+    CASE_MS,
+  );
+
+  it(
+    'deleting the target pod: devop follows the new pod without restarting the local command',
+    async () => {
+      const { run, podName } = await stealOne('f-follow');
+      await env.core.deleteNamespacedPod({ name: podName, namespace: 'default', gracePeriodSeconds: 0 });
+      const [next] = await readyPods(env, 'f-follow', 1, [podName]);
+      const nextName = next.metadata?.name ?? '';
+      const nextIP = next.status?.podIP ?? '';
+      await run.waitForStderr(new RegExp(`following deploy/f-follow: now pod ${nextName}`), 90_000);
+      // The session line names the new pod (what the TUI header and JSON consumers show).
+      await run.waitForStderr(new RegExp(`session deploy/f-follow pod/${nextName}:`));
+      await waitFor('the new pod to be stolen', async () => (await client.who(nextIP, 8080)) === 'local');
+      expect(starts(run)).toBe(1);
+      await stopAndCheckClean(run, nextName, nextIP, await podPid(next));
+    },
+    CASE_MS,
+  );
 });

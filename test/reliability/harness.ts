@@ -20,7 +20,12 @@ export interface Env {
 }
 
 export function isReady(pod: V1Pod): boolean {
-  return !pod.metadata?.deletionTimestamp && pod.status?.phase === 'Running' && Boolean(pod.status?.podIP) && (pod.status?.conditions ?? []).some((c) => c.type === 'Ready' && c.status === 'True');
+  return (
+    !pod.metadata?.deletionTimestamp &&
+    pod.status?.phase === 'Running' &&
+    Boolean(pod.status?.podIP) &&
+    (pod.status?.conditions ?? []).some((c) => c.type === 'Ready' && c.status === 'True')
+  );
 }
 
 /** A Deployment of devop.test/http-echo on :8080 with `replicas` pods; waits until that many are Ready. */
@@ -34,7 +39,17 @@ export async function deployReplicas(env: Env, name: string, replicas: number): 
         selector: { matchLabels: { app: name } },
         template: {
           metadata: { labels: { app: name } },
-          spec: { containers: [{ name: 'echo', image: 'devop.test/http-echo', ports: [{ containerPort: 8080 }], env: [{ name: 'PORT', value: '8080' }], readinessProbe: { tcpSocket: { port: 8080 }, periodSeconds: 1 } }] },
+          spec: {
+            containers: [
+              {
+                name: 'echo',
+                image: 'devop.test/http-echo',
+                ports: [{ containerPort: 8080 }],
+                env: [{ name: 'PORT', value: '8080' }],
+                readinessProbe: { tcpSocket: { port: 8080 }, periodSeconds: 1 },
+              },
+            ],
+          },
         },
       },
     },
@@ -44,7 +59,9 @@ export async function deployReplicas(env: Env, name: string, replicas: number): 
 
 export async function readyPods(env: Env, app: string, count: number, exclude: string[] = []): Promise<V1Pod[]> {
   return waitFor(`${count} Ready pods of ${app}`, async () => {
-    const pods = (await env.core.listNamespacedPod({ namespace: 'default', labelSelector: `app=${app}` })).items.filter(isReady).filter((p) => !exclude.includes(p.metadata?.name ?? ''));
+    const pods = (await env.core.listNamespacedPod({ namespace: 'default', labelSelector: `app=${app}` })).items
+      .filter(isReady)
+      .filter((p) => !exclude.includes(p.metadata?.name ?? ''));
     return pods.length >= count ? pods.slice(0, count) : undefined;
   });
 }
@@ -82,7 +99,10 @@ export async function devopRules(pid: number): Promise<string[]> {
 
 /** The agent pods (Job mode) serving a target pod. */
 export async function agentPods(env: Env, targetPod: string): Promise<V1Pod[]> {
-  const list = await env.core.listNamespacedPod({ namespace: 'default', labelSelector: `${AGENT_LABELS.name}=${AGENT_LABELS.nameValue},${AGENT_LABELS.targetPod}=${targetPod}` });
+  const list = await env.core.listNamespacedPod({
+    namespace: 'default',
+    labelSelector: `${AGENT_LABELS.name}=${AGENT_LABELS.nameValue},${AGENT_LABELS.targetPod}=${targetPod}`,
+  });
   return list.items.filter((p) => p.status?.phase === 'Running' && !p.metadata?.deletionTimestamp);
 }
 
@@ -109,13 +129,22 @@ export async function rssBytes(pid: number): Promise<number> {
  * Polls `who()` until it answers `expected`, as fast as a request round trip allows; returns the milliseconds since
  * `since`. Failed requests count as not recovered.
  */
-export async function recoveredAfter(since: number, who: () => Promise<string>, expected: string, timeoutMs = 15_000): Promise<number> {
+export async function recoveredAfter(
+  since: number,
+  who: () => Promise<string>,
+  expected: string,
+  timeoutMs = 15_000,
+): Promise<number> {
   let at = 0;
-  await waitFor(`"${expected}" to answer`, async () => {
-    const answer = await who().catch(() => 'error');
-    if (answer !== expected) return undefined;
-    at = Date.now();
-    return true;
-  }, timeoutMs);
+  await waitFor(
+    `"${expected}" to answer`,
+    async () => {
+      const answer = await who().catch(() => 'error');
+      if (answer !== expected) return undefined;
+      at = Date.now();
+      return true;
+    },
+    timeoutMs,
+  );
   return at - since;
 }

@@ -5,7 +5,16 @@ import { spawn } from 'node:child_process';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { requireRoot } from '../helpers/root.js';
-import { DevopRun, devopExec, freePort, killLocalServer, startE2ECluster, startPodClient, waitFor, type Cluster } from '../e2e/harness.js';
+import {
+  type DevopRun,
+  devopExec,
+  freePort,
+  killLocalServer,
+  startE2ECluster,
+  startPodClient,
+  waitFor,
+  type Cluster,
+} from '../e2e/harness.js';
 import { agentNodePids, agentPods, deployReplicas, podPid, rssBytes, type Env } from './harness.js';
 
 requireRoot('reliability: soak');
@@ -32,7 +41,22 @@ interface SoakSummary {
 /** Runs the soak client inside the client pod's netns; resolves with its summary. */
 function runClient(clientPid: number, host: string): Promise<SoakSummary> {
   return new Promise((resolve, reject) => {
-    const child = spawn('nsenter', ['-t', String(clientPid), '-n', process.execPath, join(FIXTURES, 'soak-client.mjs'), host, '8080', String(CONNECTIONS), String(CONCURRENCY), String(MAX_BYTES)], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(
+      'nsenter',
+      [
+        '-t',
+        String(clientPid),
+        '-n',
+        process.execPath,
+        join(FIXTURES, 'soak-client.mjs'),
+        host,
+        '8080',
+        String(CONNECTIONS),
+        String(CONCURRENCY),
+        String(MAX_BYTES),
+      ],
+      { stdio: ['ignore', 'pipe', 'pipe'] },
+    );
     let out = '';
     let err = '';
     child.stdout.setEncoding('utf8').on('data', (t: string) => (out += t));
@@ -64,46 +88,55 @@ describe('soak: stolen connections through one session', () => {
     await cluster?.stop();
   });
 
-  it(`${CONNECTIONS} connections, ${CONCURRENCY} at a time, up to 1 MiB each way: 0 lost or corrupted bytes`, async () => {
-    const [pod] = await deployReplicas(env, 'soak', 1);
-    await startPodClient(env);
-    const clientPod = await env.core.readNamespacedPod({ name: 'client', namespace: 'default' });
-    const clientPid = await podPid(clientPod);
-    const local = await freePort();
-    run = devopExec(cluster, ['-t', 'deploy/soak', '--steal', '-p', `8080:${local}`], [process.execPath, join(FIXTURES, 'soak-server.mjs')], { env: { LOCAL_PORT: String(local) } });
-    await run.ready();
+  it(
+    `${CONNECTIONS} connections, ${CONCURRENCY} at a time, up to 1 MiB each way: 0 lost or corrupted bytes`,
+    async () => {
+      const [pod] = await deployReplicas(env, 'soak', 1);
+      await startPodClient(env);
+      const clientPod = await env.core.readNamespacedPod({ name: 'client', namespace: 'default' });
+      const clientPid = await podPid(clientPod);
+      const local = await freePort();
+      run = devopExec(
+        cluster,
+        ['-t', 'deploy/soak', '--steal', '-p', `8080:${local}`],
+        [process.execPath, join(FIXTURES, 'soak-server.mjs')],
+        { env: { LOCAL_PORT: String(local) } },
+      );
+      await run.ready();
 
-    // The agent's processes: the one inside the pod netns carries the connections.
-    const [agent] = await waitFor('the agent pod', async () => {
-      const pods = await agentPods(env, pod.metadata?.name ?? '');
-      return pods.length > 0 ? pods : undefined;
-    });
-    const pids = await agentNodePids(agent);
-    const samples: number[] = [];
-    let sampling = true;
-    const sampler = (async () => {
-      while (sampling) {
-        const rss = await Promise.all(pids.map(rssBytes));
-        samples.push(Math.max(...rss));
-        await new Promise((r) => setTimeout(r, RSS_SAMPLE_MS));
-      }
-    })();
+      // The agent's processes: the one inside the pod netns carries the connections.
+      const [agent] = await waitFor('the agent pod', async () => {
+        const pods = await agentPods(env, pod.metadata?.name ?? '');
+        return pods.length > 0 ? pods : undefined;
+      });
+      const pids = await agentNodePids(agent);
+      const samples: number[] = [];
+      let sampling = true;
+      const sampler = (async () => {
+        while (sampling) {
+          const rss = await Promise.all(pids.map(rssBytes));
+          samples.push(Math.max(...rss));
+          await new Promise((r) => setTimeout(r, RSS_SAMPLE_MS));
+        }
+      })();
 
-    const summary = await runClient(clientPid, pod.status?.podIP ?? '');
-    sampling = false;
-    await sampler;
-    const mib = (n: number) => (n / 1024 / 1024).toFixed(1);
-    const maxRss = Math.max(...samples);
-    console.log(
-      `RESULT soak connections=${summary.total} concurrency=${CONCURRENCY} ok=${summary.ok} failed=${summary.failed} corrupted=${summary.corruptedRequests + summary.corruptedResponses} ` +
-        `mib_sent=${mib(summary.bytesSent)} mib_received=${mib(summary.bytesReceived)} seconds=${summary.seconds} agent_rss_max_mib=${mib(maxRss)} agent_rss_last_mib=${mib(samples[samples.length - 1] ?? 0)} samples=${samples.length}`,
-    );
-    expect(summary.errors).toEqual({});
-    expect(summary.failed).toBe(0);
-    expect(summary.corruptedRequests).toBe(0);
-    expect(summary.corruptedResponses).toBe(0);
-    expect(summary.ok).toBe(CONNECTIONS);
-    // The devop session is still up and stealing.
-    expect(run.child.exitCode).toBeNull();
-  }, 30 * 60_000);
+      const summary = await runClient(clientPid, pod.status?.podIP ?? '');
+      sampling = false;
+      await sampler;
+      const mib = (n: number) => (n / 1024 / 1024).toFixed(1);
+      const maxRss = Math.max(...samples);
+      console.log(
+        `RESULT soak connections=${summary.total} concurrency=${CONCURRENCY} ok=${summary.ok} failed=${summary.failed} corrupted=${summary.corruptedRequests + summary.corruptedResponses} ` +
+          `mib_sent=${mib(summary.bytesSent)} mib_received=${mib(summary.bytesReceived)} seconds=${summary.seconds} agent_rss_max_mib=${mib(maxRss)} agent_rss_last_mib=${mib(samples[samples.length - 1] ?? 0)} samples=${samples.length}`,
+      );
+      expect(summary.errors).toEqual({});
+      expect(summary.failed).toBe(0);
+      expect(summary.corruptedRequests).toBe(0);
+      expect(summary.corruptedResponses).toBe(0);
+      expect(summary.ok).toBe(CONNECTIONS);
+      // The devop session is still up and stealing.
+      expect(run.child.exitCode).toBeNull();
+    },
+    30 * 60_000,
+  );
 });

@@ -13,7 +13,15 @@ describe('devop config validate', () => {
   it('prints one line per problem naming the key path, the value and what is accepted', async () => {
     // Given a devop.json with a bad mode, a bad port, an unknown key and a negative TTL
     const file = join(dir, 'bad.json');
-    writeFileSync(file, JSON.stringify({ target: 'deploy/echo', incoming: { mode: 'stael', ports: [3000, 70000] }, agent: { ttlSeconds: -5 }, colour: 'blue' }));
+    writeFileSync(
+      file,
+      JSON.stringify({
+        target: 'deploy/echo',
+        incoming: { mode: 'stael', ports: [3000, 70000] },
+        agent: { ttlSeconds: -5 },
+        colour: 'blue',
+      }),
+    );
     // When it is validated
     const result = await runCli(['config', 'validate', '-f', file]);
     // Then it fails, and each problem is one line with key path, value and accepted values
@@ -21,9 +29,13 @@ describe('devop config validate', () => {
     const lines = result.stdout.trim().split('\n');
     expect(lines).toHaveLength(4);
     expect(lines).toContain(`${file}: incoming.mode is "stael" — accepted: "steal" | "mirror"`);
-    expect(lines.find((line) => line.startsWith(`${file}: incoming.ports[1] is 70000 — accepted: `))).toMatch(/REMOTE\[:LOCAL\].*1-65535/);
+    expect(lines.find((line) => line.startsWith(`${file}: incoming.ports[1] is 70000 — accepted: `))).toMatch(
+      /REMOTE\[:LOCAL\].*1-65535/,
+    );
     expect(lines).toContain(`${file}: agent.ttlSeconds is -5 — accepted: a number >= 0`);
-    expect(lines.find((line) => line.startsWith(`${file}: colour is not a devop.json key — accepted: `))).toContain('target, namespace');
+    expect(lines.find((line) => line.startsWith(`${file}: colour is not a devop.json key — accepted: `))).toContain(
+      'target, namespace',
+    );
     // And stderr sums it up with the fix
     expect(result.stderr).toContain(`devop: ${file} has 4 problems`);
   });
@@ -36,13 +48,20 @@ describe('devop config validate', () => {
     const result = await runCli(['config', 'validate', '-f', file]);
     // Then the one problem names the line and column
     expect(result.code).toBe(1);
-    expect(result.stdout.trim()).toMatch(new RegExp(`^${file.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}: not valid JSON \\(line 3, column 3: .*\\) — accepted: strict JSON`));
+    expect(result.stdout.trim()).toMatch(
+      new RegExp(
+        `^${file.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}: not valid JSON \\(line 3, column 3: .*\\) — accepted: strict JSON`,
+      ),
+    );
   });
 
   it('accepts a valid file and a missing file is one line with the fix', async () => {
     // Given a valid devop.json
     const file = join(dir, 'devop.json');
-    writeFileSync(file, JSON.stringify({ target: 'deploy/echo', incoming: { mode: 'steal', ports: [3000, '80:8080'] } }));
+    writeFileSync(
+      file,
+      JSON.stringify({ target: 'deploy/echo', incoming: { mode: 'steal', ports: [3000, '80:8080'] } }),
+    );
     // When validated (found in the working directory by default)
     const ok = await runCli(['config', 'validate'], { cwd: dir });
     // Then it passes

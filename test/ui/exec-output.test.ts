@@ -7,7 +7,18 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { requireRoot } from '../helpers/root.js';
-import { DevopRun, LOCAL_SERVER, deployEcho, freePort, startE2ECluster, startPodClient, waitFor, type Cluster, type EchoDeployment, type PodClient } from '../e2e/harness.js';
+import {
+  DevopRun,
+  LOCAL_SERVER,
+  deployEcho,
+  freePort,
+  startE2ECluster,
+  startPodClient,
+  waitFor,
+  type Cluster,
+  type EchoDeployment,
+  type PodClient,
+} from '../e2e/harness.js';
 import { DEVOP_BIN, ESCAPE_CODES, runCli } from './helpers/cli.js';
 
 requireRoot('ui exec output');
@@ -43,9 +54,25 @@ describe('devop exec output when piped', () => {
   });
 
   const exec = (args: string[], local: number, env: NodeJS.ProcessEnv = {}) => {
-    const run = new DevopRun(['exec', '--kubeconfig', cluster!.kubeconfigPath, ...args, '-t', 'deploy/uiout', '--steal', '-p', `8080:${local}`, '--', process.execPath, LOCAL_SERVER], {
-      env: { LOCAL_PORT: String(local), ...env },
-    });
+    const run = new DevopRun(
+      [
+        'exec',
+        '--kubeconfig',
+        cluster!.kubeconfigPath,
+        ...args,
+        '-t',
+        'deploy/uiout',
+        '--steal',
+        '-p',
+        `8080:${local}`,
+        '--',
+        process.execPath,
+        LOCAL_SERVER,
+      ],
+      {
+        env: { LOCAL_PORT: String(local), ...env },
+      },
+    );
     runs.push(run);
     return run;
   };
@@ -89,14 +116,25 @@ describe('devop exec output when piped', () => {
     const exit = await run.exited;
     expect(exit.code, run.output).toBe(0);
     // Then each line parses, has a type, and the sequence has steps, ready, traffic, the child's output and exit
-    const events = run.stdout.trim().split('\n').map((line) => JSON.parse(line) as { type: string; [key: string]: unknown });
+    const events = run.stdout
+      .trim()
+      .split('\n')
+      .map((line) => JSON.parse(line) as { type: string; [key: string]: unknown });
     const types = new Set(events.map((event) => event.type));
     for (const event of events) expect(typeof event.type).toBe('string');
     expect([...types]).toEqual(expect.arrayContaining(['step', 'ready', 'output', 'exit']));
     expect(types.has('connection') || types.has('request')).toBe(true);
-    expect(events.find((event) => event.type === 'ready')).toMatchObject({ session: { target: 'deploy/uiout', pod: echo.podName, ports: [{ remotePort: 8080, localPort: local, mode: 'steal' }] } });
+    expect(events.find((event) => event.type === 'ready')).toMatchObject({
+      session: {
+        target: 'deploy/uiout',
+        pod: echo.podName,
+        ports: [{ remotePort: 8080, localPort: local, mode: 'steal' }],
+      },
+    });
     // And the local command's output arrived as output events (stdout carries only events)
-    expect(events.some((event) => event.type === 'output' && String(event.text).includes('"seen":"request"'))).toBe(true);
+    expect(events.some((event) => event.type === 'output' && String(event.text).includes('"seen":"request"'))).toBe(
+      true,
+    );
   });
 
   it('the task written by `devop vscode init`, run as VS Code runs it, prints lines its begins/ends patterns match', async () => {
@@ -104,13 +142,35 @@ describe('devop exec output when piped', () => {
     const local = await freePort();
     const inspect = await freePort();
     const init = await runCli([
-      'vscode', 'init', '--dir', dir, '--devop-command', `${process.execPath} ${DEVOP_BIN}`, '--inspect-port', String(inspect),
-      '--kubeconfig', cluster!.kubeconfigPath, '-t', 'deploy/uiout', '--steal', '-p', `8080:${local}`, '--', process.execPath, LOCAL_SERVER,
+      'vscode',
+      'init',
+      '--dir',
+      dir,
+      '--devop-command',
+      `${process.execPath} ${DEVOP_BIN}`,
+      '--inspect-port',
+      String(inspect),
+      '--kubeconfig',
+      cluster!.kubeconfigPath,
+      '-t',
+      'deploy/uiout',
+      '--steal',
+      '-p',
+      `8080:${local}`,
+      '--',
+      process.execPath,
+      LOCAL_SERVER,
     ]);
     expect(init.code, init.stderr).toBe(0);
-    const task = (JSON.parse(readFileSync(join(dir, '.vscode', 'tasks.json'), 'utf8')) as { tasks: Task[] }).tasks.find((t) => t.label === 'devop: exec')!;
+    const task = (JSON.parse(readFileSync(join(dir, '.vscode', 'tasks.json'), 'utf8')) as { tasks: Task[] }).tasks.find(
+      (t) => t.label === 'devop: exec',
+    )!;
     // When the task's command runs (VS Code reads the task terminal: stdout and stderr)
-    const child = spawn(task.command, task.args, { cwd: task.options.cwd.replace('${workspaceFolder}', dir), env: { ...process.env, LOCAL_PORT: String(local) }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(task.command, task.args, {
+      cwd: task.options.cwd.replace('${workspaceFolder}', dir),
+      env: { ...process.env, LOCAL_PORT: String(local) },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let terminal = '';
     child.stdout.setEncoding('utf8').on('data', (text: string) => (terminal += text));
     child.stderr.setEncoding('utf8').on('data', (text: string) => (terminal += text));

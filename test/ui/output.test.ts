@@ -32,7 +32,9 @@ describe('piped output (not a TTY)', () => {
     // Then the failed step and the error are plain lines
     expect(result.stderr).not.toMatch(ESCAPE_CODES);
     expect(result.stderr).toContain('devop: ✗ agent: image pull failed (3.0 s)\n');
-    expect(result.stderr).toContain('devop: error [agent]: the agent pod cannot pull ghcr.io/devop/agent:nope — fix: pass --agent-image');
+    expect(result.stderr).toContain(
+      'devop: error [agent]: the agent pod cannot pull ghcr.io/devop/agent:nope — fix: pass --agent-image',
+    );
     expect(result.stderr).not.toContain('devop: ready');
   });
 
@@ -41,22 +43,33 @@ describe('piped output (not a TTY)', () => {
     const result = await replay('--output', 'json');
     // Then every stdout line parses and has a type and a time, and the child's output came as output events
     expect(result.code).toBe(0);
-    const events = result.stdout.trim().split('\n').map((line) => JSON.parse(line) as { type: string; time: string; [key: string]: unknown });
+    const events = result.stdout
+      .trim()
+      .split('\n')
+      .map((line) => JSON.parse(line) as { type: string; time: string; [key: string]: unknown });
     for (const event of events) {
       expect(typeof event.type).toBe('string');
       expect(Number.isNaN(Date.parse(event.time))).toBe(false);
     }
     const types = events.map((event) => event.type);
     expect(types.filter((type) => type === 'ready')).toHaveLength(1);
-    expect(types).toEqual(expect.arrayContaining(['step', 'ready', 'request', 'response', 'connection', 'output', 'exit']));
-    expect(events.find((event) => event.type === 'ready')).toMatchObject({ session: { target: 'deploy/echo', ports: [{ remotePort: 3000, mode: 'steal' }] } });
+    expect(types).toEqual(
+      expect.arrayContaining(['step', 'ready', 'request', 'response', 'connection', 'output', 'exit']),
+    );
+    expect(events.find((event) => event.type === 'ready')).toMatchObject({
+      session: { target: 'deploy/echo', ports: [{ remotePort: 3000, mode: 'steal' }] },
+    });
     // And nothing else is on stdout, nothing on stderr
     expect(result.stderr).toBe('');
   });
 
   it('does not crash when the reader closes the pipe early (devop … | head -1)', async () => {
     // Given a JSON session whose stdout reader goes away after the first line
-    const child = spawn(process.execPath, ['--import', 'tsx', 'test/ui/fixtures/replay.ts', '--output', 'json', '--hold'], { cwd: REPO_ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(
+      process.execPath,
+      ['--import', 'tsx', 'test/ui/fixtures/replay.ts', '--output', 'json', '--hold'],
+      { cwd: REPO_ROOT, stdio: ['ignore', 'pipe', 'pipe'] },
+    );
     let stderr = '';
     let stdout = '';
     child.stderr.setEncoding('utf8').on('data', (text: string) => (stderr += text));

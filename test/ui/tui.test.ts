@@ -4,12 +4,21 @@ import { writeFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { requireRoot } from '../helpers/root.js';
-import { LOCAL_SERVER, deployEcho, freePort, startE2ECluster, startPodClient, waitFor, type Cluster, type EchoDeployment, type PodClient } from '../e2e/harness.js';
+import {
+  LOCAL_SERVER,
+  deployEcho,
+  freePort,
+  startE2ECluster,
+  startPodClient,
+  waitFor,
+  type Cluster,
+  type EchoDeployment,
+  type PodClient,
+} from '../e2e/harness.js';
 import { DEVOP_BIN } from './helpers/cli.js';
 import { SCREEN_WAIT_MS, TmuxPane, shellQuote } from './helpers/tmux.js';
 
 requireRoot('ui terminal');
-
 
 function portAccepts(port: number): Promise<boolean> {
   return new Promise((resolve) => {
@@ -47,7 +56,23 @@ describe('devop exec in a terminal (tmux)', () => {
   it('lists requests, pauses and resumes with p, mirrors with m, and quits cleanly with q', async () => {
     // Given devop stealing the echo pod's port for requests with x-user: tui, in a 140×45 terminal
     const local = await freePort();
-    const devop = [process.execPath, DEVOP_BIN, 'exec', '--kubeconfig', cluster!.kubeconfigPath, '-t', 'deploy/tui', '--steal', '-p', `8080:${local}`, '--http-header-filter', 'x-user: tui', '--', process.execPath, LOCAL_SERVER];
+    const devop = [
+      process.execPath,
+      DEVOP_BIN,
+      'exec',
+      '--kubeconfig',
+      cluster!.kubeconfigPath,
+      '-t',
+      'deploy/tui',
+      '--steal',
+      '-p',
+      `8080:${local}`,
+      '--http-header-filter',
+      'x-user: tui',
+      '--',
+      process.execPath,
+      LOCAL_SERVER,
+    ];
     // CI unset: interactive means stdin and stdout are terminals and CI is not set.
     const command = `env -u CI LOCAL_PORT=${local} ${devop.map(shellQuote).join(' ')}; echo DEVOP_EXITED=$?`;
     pane = new TmuxPane(command, { width: 140, height: 45 });
@@ -70,7 +95,11 @@ describe('devop exec in a terminal (tmux)', () => {
     expect(await client.who(echo.podIP, 8080, '/tui-other')).toBe(echo.podName);
     // Then the list shows them with method, path, status and where they went
     const listed = await screen('the three requests answered', (text) =>
-      [/GET\s+\/tui-first\s+200\b.*→ local/, /GET\s+\/tui-second\s+200\b.*→ local/, /GET\s+\/tui-other\s+200\b.*→ pod/].every((row) => row.test(text)),
+      [
+        /GET\s+\/tui-first\s+200\b.*→ local/,
+        /GET\s+\/tui-second\s+200\b.*→ local/,
+        /GET\s+\/tui-other\s+200\b.*→ pod/,
+      ].every((row) => row.test(text)),
     );
     expect(listed).toMatch(/requests 3\b/);
 
@@ -78,18 +107,34 @@ describe('devop exec in a terminal (tmux)', () => {
     terminal.sendKeys('p');
     await screen('the paused header', (text) => /:8080 paused/.test(text));
     // Then matching requests reach the pod again
-    await waitFor('the pod to answer while paused', async () => ((await client.who(echo.podIP, 8080, '/tui-paused', { 'x-user': 'tui' })) === echo.podName ? true : undefined), SCREEN_WAIT_MS);
+    await waitFor(
+      'the pod to answer while paused',
+      async () =>
+        (await client.who(echo.podIP, 8080, '/tui-paused', { 'x-user': 'tui' })) === echo.podName ? true : undefined,
+      SCREEN_WAIT_MS,
+    );
     // When p is pressed again, the local command answers again
     terminal.sendKeys('p');
     await screen('the stealing header', (text) => /:8080 stealing/.test(text));
-    await waitFor('the local command to answer after resume', async () => ((await client.who(echo.podIP, 8080, '/tui-resumed', { 'x-user': 'tui' })) === 'local' ? true : undefined), SCREEN_WAIT_MS);
+    await waitFor(
+      'the local command to answer after resume',
+      async () =>
+        (await client.who(echo.podIP, 8080, '/tui-resumed', { 'x-user': 'tui' })) === 'local' ? true : undefined,
+      SCREEN_WAIT_MS,
+    );
 
     // When m is pressed: mirror — the pod answers, the local command gets a copy
     terminal.sendKeys('m');
     await screen('the mirroring header', (text) => /:8080 mirroring/.test(text));
-    await waitFor('the pod to answer in mirror mode', async () => ((await client.who(echo.podIP, 8080, '/tui-mirrored', { 'x-user': 'tui' })) === echo.podName ? true : undefined), SCREEN_WAIT_MS);
+    await waitFor(
+      'the pod to answer in mirror mode',
+      async () =>
+        (await client.who(echo.podIP, 8080, '/tui-mirrored', { 'x-user': 'tui' })) === echo.podName ? true : undefined,
+      SCREEN_WAIT_MS,
+    );
     const mirrored = await screen('the mirrored copy in the output pane', (text) => text.includes('/tui-mirrored'));
-    if (process.env.DEVOP_TUI_CAPTURE) writeFileSync(process.env.DEVOP_TUI_CAPTURE, `${mirrored}\n=====\n${terminal.captureAll()}`);
+    if (process.env.DEVOP_TUI_CAPTURE)
+      writeFileSync(process.env.DEVOP_TUI_CAPTURE, `${mirrored}\n=====\n${terminal.captureAll()}`);
 
     // When q is pressed
     terminal.sendKeys('q');

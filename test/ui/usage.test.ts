@@ -10,13 +10,17 @@ describe('devop usage errors and help', () => {
     // Then devop fails with one line on stderr, nothing on stdout
     expect(result.code).toBe(1);
     expect(result.stdout).toBe('');
-    expect(result.stderr).toBe("devop: unknown option '--stael' (did you mean --steal?) — fix: see `devop exec --help`\n");
+    expect(result.stderr).toBe(
+      "devop: unknown option '--stael' (did you mean --steal?) — fix: see `devop exec --help`\n",
+    );
   });
 
   it('an extra argument or an unknown command names the help of the command it is about', async () => {
     const extra = await runCli(['config', 'schema', 'extra']);
     expect(extra.code).toBe(1);
-    expect(extra.stderr).toMatch(/^devop: too many arguments for 'schema'\..* — fix: see `devop config schema --help`\n$/);
+    expect(extra.stderr).toMatch(
+      /^devop: too many arguments for 'schema'\..* — fix: see `devop config schema --help`\n$/,
+    );
     const command = await runCli(['exex']);
     expect(command.code).toBe(1);
     expect(command.stderr).toBe("devop: unknown command 'exex' (did you mean exec?) — fix: see `devop --help`\n");
@@ -37,7 +41,8 @@ describe('devop usage errors and help', () => {
       'Config and output:',
     ]);
     const targetGroup = help.stdout.split('Target and mode:\n')[1].split('\n\n')[0];
-    for (const flag of ['--target', '--namespace', '--steal', '--mirror', '--port']) expect(targetGroup).toContain(flag);
+    for (const flag of ['--target', '--namespace', '--steal', '--mirror', '--port'])
+      expect(targetGroup).toContain(flag);
     // (every option is in a group: none is left under a generic "Options:")
     expect(help.stdout).toContain('-h, --help');
   });

@@ -16,7 +16,10 @@ interface TasksJson {
     Record<string, unknown> & {
       label: string;
       args?: string[];
-      problemMatcher?: { pattern: { regexp: string; file: number; message: number }; background: { beginsPattern: string; endsPattern: string } };
+      problemMatcher?: {
+        pattern: { regexp: string; file: number; message: number };
+        background: { beginsPattern: string; endsPattern: string };
+      };
     }
   >;
   inputs: Array<Record<string, unknown>>;
@@ -39,10 +42,31 @@ describe('devop vscode init', () => {
       join(ws, '.vscode', 'tasks.json'),
       '{\n  // See https://go.microsoft.com/fwlink/?LinkId=733558\n  "version": "2.0.0",\n  "tasks": [\n    { "label": "build", "type": "npm", "script": "build", /* keep me */ },\n  ],\n  "inputs": [{ "id": "mine", "type": "promptString" }],\n}\n',
     );
-    writeFileSync(join(ws, '.vscode', 'launch.json'), JSON.stringify({ version: '0.2.0', configurations: [{ name: 'tests', type: 'node', request: 'launch' }] }));
+    writeFileSync(
+      join(ws, '.vscode', 'launch.json'),
+      JSON.stringify({ version: '0.2.0', configurations: [{ name: 'tests', type: 'node', request: 'launch' }] }),
+    );
     writeFileSync(join(ws, 'devop.json'), JSON.stringify({ target: 'deploy/echo', incoming: { mode: 'steal' } }));
     // When vscode init runs with exec flags and a local command
-    const result = await runCli(['vscode', 'init', '--dir', ws, '-t', 'deploy/echo', '--steal', '-p', '3000', '--env-exclude', 'AWS_*', '--', 'node', 'server.js'], { env: NO_DEVOP_ON_PATH });
+    const result = await runCli(
+      [
+        'vscode',
+        'init',
+        '--dir',
+        ws,
+        '-t',
+        'deploy/echo',
+        '--steal',
+        '-p',
+        '3000',
+        '--env-exclude',
+        'AWS_*',
+        '--',
+        'node',
+        'server.js',
+      ],
+      { env: NO_DEVOP_ON_PATH },
+    );
     expect(result.code, result.stderr).toBe(0);
     // Then tasks.json holds the old task, the old input, the devop task and its stop task
     const tasksText = readFileSync(join(ws, '.vscode', 'tasks.json'), 'utf8');
@@ -54,15 +78,41 @@ describe('devop vscode init', () => {
     expect(exec.isBackground).toBe(true);
     // (run by the devop that wrote it, by path: it is neither installed in the workspace nor on PATH)
     expect(exec.command).toBe('node');
-    expect(exec.args).toEqual([DEVOP_BIN, 'exec', '--target', 'deploy/echo', '--steal', '--port', '3000', '--env-exclude', 'AWS_*', '--output', 'plain', '--', 'node', '--inspect=9229', 'server.js']);
+    expect(exec.args).toEqual([
+      DEVOP_BIN,
+      'exec',
+      '--target',
+      'deploy/echo',
+      '--steal',
+      '--port',
+      '3000',
+      '--env-exclude',
+      'AWS_*',
+      '--output',
+      'plain',
+      '--',
+      'node',
+      '--inspect=9229',
+      'server.js',
+    ]);
     // And the user's comments stay where they were, with no backup file beside it
-    expect(tasksText).toMatch(/^\{\n  \/\/ See https:\/\/go\.microsoft\.com\/fwlink\/\?LinkId=733558\n  "version": "2\.0\.0",/);
+    expect(tasksText).toMatch(
+      /^\{\n {2}\/\/ See https:\/\/go\.microsoft\.com\/fwlink\/\?LinkId=733558\n {2}"version": "2\.0\.0",/,
+    );
     expect(tasksText).toContain('{ "label": "build", "type": "npm", "script": "build", /* keep me */ }');
     expect(existsSync(join(ws, '.vscode', 'tasks.json.devop.bak'))).toBe(false);
     // And launch.json has both configurations, the devop one attaching around the task
-    const launch = JSON.parse(readFileSync(join(ws, '.vscode', 'launch.json'), 'utf8')) as { configurations: Array<Record<string, unknown>> };
+    const launch = JSON.parse(readFileSync(join(ws, '.vscode', 'launch.json'), 'utf8')) as {
+      configurations: Array<Record<string, unknown>>;
+    };
     expect(launch.configurations.map((c) => c.name)).toEqual(['tests', 'devop: attach']);
-    expect(launch.configurations[1]).toMatchObject({ type: 'node', request: 'attach', port: 9229, preLaunchTask: 'devop: exec', postDebugTask: 'devop: stop' });
+    expect(launch.configurations[1]).toMatchObject({
+      type: 'node',
+      request: 'attach',
+      port: 9229,
+      preLaunchTask: 'devop: exec',
+      postDebugTask: 'devop: stop',
+    });
     // And devop.json keeps its keys and gets a $schema that resolves to the committed schema
     const config = JSON.parse(readFileSync(join(ws, 'devop.json'), 'utf8')) as Record<string, unknown>;
     expect(config).toMatchObject({ target: 'deploy/echo', incoming: { mode: 'steal' } });
@@ -76,10 +126,30 @@ describe('devop vscode init', () => {
     expect(result.stdout).toMatch(/updated .*tasks\.json\n/);
 
     // When it runs again with the same flags
-    const again = await runCli(['vscode', 'init', '--dir', ws, '-t', 'deploy/echo', '--steal', '-p', '3000', '--env-exclude', 'AWS_*', '--', 'node', 'server.js'], { env: NO_DEVOP_ON_PATH });
+    const again = await runCli(
+      [
+        'vscode',
+        'init',
+        '--dir',
+        ws,
+        '-t',
+        'deploy/echo',
+        '--steal',
+        '-p',
+        '3000',
+        '--env-exclude',
+        'AWS_*',
+        '--',
+        'node',
+        'server.js',
+      ],
+      { env: NO_DEVOP_ON_PATH },
+    );
     // Then nothing changes
     expect(again.code).toBe(0);
-    expect(again.stdout).toMatch(/unchanged .*tasks\.json\nunchanged .*launch\.json\nunchanged .*devop\.json\nunchanged .*devop\.schema\.json/);
+    expect(again.stdout).toMatch(
+      /unchanged .*tasks\.json\nunchanged .*launch\.json\nunchanged .*devop\.json\nunchanged .*devop\.schema\.json/,
+    );
   });
 
   it('runs the devop that wrote the task: `devop` when it is the one on PATH, the workspace install when it is that', async () => {
@@ -89,7 +159,9 @@ describe('devop vscode init', () => {
     symlinkSync(DEVOP_BIN, join(bin, 'devop'));
     const ws = workspace('global');
     // When vscode init runs
-    const global = await runCli(['vscode', 'init', '--dir', ws, '-t', 'pod/app', '--', 'node', 'main.js'], { env: { ...process.env, PATH: `${bin}:${dirname(process.execPath)}` } });
+    const global = await runCli(['vscode', 'init', '--dir', ws, '-t', 'pod/app', '--', 'node', 'main.js'], {
+      env: { ...process.env, PATH: `${bin}:${dirname(process.execPath)}` },
+    });
     expect(global.code, global.stderr).toBe(0);
     // Then the task runs `devop` itself
     const globalTask = (JSON.parse(readFileSync(join(ws, '.vscode', 'tasks.json'), 'utf8')) as TasksJson).tasks[0];
@@ -100,12 +172,20 @@ describe('devop vscode init', () => {
     mkdirSync(join(local, 'node_modules'));
     symlinkSync(REPO_ROOT, join(local, 'node_modules', 'devop'));
     // When vscode init runs (with this devop on PATH too)
-    const installed = await runCli(['vscode', 'init', '--dir', local, '-t', 'pod/app', '--', 'node', 'main.js'], { env: { ...process.env, PATH: `${bin}:${dirname(process.execPath)}` } });
+    const installed = await runCli(['vscode', 'init', '--dir', local, '-t', 'pod/app', '--', 'node', 'main.js'], {
+      env: { ...process.env, PATH: `${bin}:${dirname(process.execPath)}` },
+    });
     expect(installed.code, installed.stderr).toBe(0);
     // Then the task runs the workspace's install, by a path that holds on every machine
     const localTask = (JSON.parse(readFileSync(join(local, '.vscode', 'tasks.json'), 'utf8')) as TasksJson).tasks[0];
-    expect([localTask.command, ...(localTask.args ?? []).slice(0, 2)]).toEqual(['node', '${workspaceFolder}/node_modules/devop/bin/devop.js', 'exec']);
-    expect(JSON.parse(readFileSync(join(local, 'devop.json'), 'utf8'))).toEqual({ $schema: './node_modules/devop/devop.schema.json' });
+    expect([localTask.command, ...(localTask.args ?? []).slice(0, 2)]).toEqual([
+      'node',
+      '${workspaceFolder}/node_modules/devop/bin/devop.js',
+      'exec',
+    ]);
+    expect(JSON.parse(readFileSync(join(local, 'devop.json'), 'utf8'))).toEqual({
+      $schema: './node_modules/devop/devop.schema.json',
+    });
     expect(existsSync(join(local, '.vscode', 'devop.schema.json'))).toBe(false);
   });
 
@@ -119,7 +199,9 @@ describe('devop vscode init', () => {
     const result = await runCli(['vscode', 'init', '--dir', ws, '-t', 'pod/app']);
     expect(result.code, result.stderr).toBe(0);
     // Then devop.json is created with the installed schema path and the task runs node <main> with the inspector
-    expect(JSON.parse(readFileSync(join(ws, 'devop.json'), 'utf8'))).toEqual({ $schema: './node_modules/devop/devop.schema.json' });
+    expect(JSON.parse(readFileSync(join(ws, 'devop.json'), 'utf8'))).toEqual({
+      $schema: './node_modules/devop/devop.schema.json',
+    });
     const tasks = JSON.parse(readFileSync(join(ws, '.vscode', 'tasks.json'), 'utf8')) as TasksJson;
     expect(tasks.tasks[0].args?.slice(-3)).toEqual(['node', '--inspect=9229', 'dist/main.js']);
   });
@@ -128,15 +210,32 @@ describe('devop vscode init', () => {
     // Given a workspace
     const ws = workspace('all-flags');
     // When vscode init runs with flags that only exec's table has (vscode init once kept its own, shorter copy)
-    const flags = ['--all-pods', '--no-outgoing', '--request-timeout', '5s', '--outgoing-include', '*.svc', '-v', '--no-flush'];
+    const flags = [
+      '--all-pods',
+      '--no-outgoing',
+      '--request-timeout',
+      '5s',
+      '--outgoing-include',
+      '*.svc',
+      '-v',
+      '--no-flush',
+    ];
     const result = await runCli(['vscode', 'init', '--dir', ws, '-t', 'pod/app', ...flags, '--', 'node', 'a.js']);
     expect(result.code, result.stderr).toBe(0);
     // Then the task passes them to exec, by long name, in the options table's order
     const tasks = JSON.parse(readFileSync(join(ws, '.vscode', 'tasks.json'), 'utf8')) as TasksJson;
     const args = tasks.tasks[0].args ?? [];
     expect(args.slice(args.indexOf('exec') + 1, args.indexOf('--output'))).toEqual([
-      '--target', 'pod/app', '--request-timeout', '5s', '--no-flush', '--outgoing-include', '*.svc', '--no-outgoing',
-      '--all-pods', '--verbose',
+      '--target',
+      'pod/app',
+      '--request-timeout',
+      '5s',
+      '--no-flush',
+      '--outgoing-include',
+      '*.svc',
+      '--no-outgoing',
+      '--all-pods',
+      '--verbose',
     ]);
   });
 
@@ -159,7 +258,8 @@ describe('devop vscode init', () => {
     // Given the generated task
     const ws = workspace('patterns');
     await runCli(['vscode', 'init', '--dir', ws, '-t', 'deploy/echo', '--', 'node', 'a.js']);
-    const { background, pattern } = (JSON.parse(readFileSync(join(ws, '.vscode', 'tasks.json'), 'utf8')) as TasksJson).tasks[0].problemMatcher!;
+    const { background, pattern } = (JSON.parse(readFileSync(join(ws, '.vscode', 'tasks.json'), 'utf8')) as TasksJson)
+      .tasks[0].problemMatcher!;
     // When the Plain reporter prints the exec service's start-up sequence (piped: not a terminal)
     const run = await runNode(['--import', 'tsx', 'test/ui/fixtures/replay.ts', '--output', 'auto']);
     const lines = run.stderr.split('\n').filter(Boolean);
@@ -182,6 +282,9 @@ describe('devop vscode init', () => {
       .map((line) => new RegExp(pattern.regexp).exec(line))
       .filter((match) => match !== null)
       .map((match) => match[pattern.message]);
-    expect(problems).toEqual(['agent: image pull failed (3.0 s)', 'the agent pod cannot pull ghcr.io/devop/agent:nope — fix: pass --agent-image with an image your cluster can pull']);
+    expect(problems).toEqual([
+      'agent: image pull failed (3.0 s)',
+      'the agent pod cannot pull ghcr.io/devop/agent:nope — fix: pass --agent-image with an image your cluster can pull',
+    ]);
   });
 });

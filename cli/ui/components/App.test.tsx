@@ -28,7 +28,10 @@ async function readySession() {
   for (const event of [...startupEvents(), ...trafficEvents()]) store.dispatch(event);
   const { controls, calls } = recordingControls();
   store.setControls(controls);
-  await waitFor(() => app.lastFrame()?.includes('/apis/farm.example.com/v1/llamas') && app.lastFrame()?.includes('q quit'), 'the live view');
+  await waitFor(
+    () => app.lastFrame()?.includes('/apis/farm.example.com/v1/llamas') && app.lastFrame()?.includes('q quit'),
+    'the live view',
+  );
   // ink enables raw mode and starts reading stdin in an effect after the first render.
   await waitFor(() => app.stdin.listenerCount('readable') > 0, 'ink to read keys');
   return { store, app, calls, onInterrupt };
@@ -93,11 +96,17 @@ describe('App keys', () => {
     await waitFor(() => app.lastFrame()?.includes('› x-user: alice'), 'typed filter');
     app.stdin.write('\r');
     // Then the controls get the filter and the header shows it
-    await waitFor(() => calls.includes('setHeaderFilter x-user: alice'), `setHeaderFilter (calls: ${calls.join(', ')}; frame: ${app.lastFrame()})`);
+    await waitFor(
+      () => calls.includes('setHeaderFilter x-user: alice'),
+      `setHeaderFilter (calls: ${calls.join(', ')}; frame: ${app.lastFrame()})`,
+    );
     await waitFor(() => app.lastFrame()?.includes('filter header x-user: alice'), 'filter in header');
     // And keys typed as one chunk ("fx-user: bob\r") go to the filter, not to the main view
     app.stdin.write('fx-user: bob\r');
-    await waitFor(() => calls.includes('setHeaderFilter x-user: bob'), `setHeaderFilter bob (calls: ${calls.join(', ')})`);
+    await waitFor(
+      () => calls.includes('setHeaderFilter x-user: bob'),
+      `setHeaderFilter bob (calls: ${calls.join(', ')})`,
+    );
     expect(calls).not.toContain('stop');
     app.unmount();
   });
@@ -134,7 +143,12 @@ describe('App keys', () => {
 
   it('keys stay off when stdin cannot go raw (not a TTY)', async () => {
     // Given a stdin that is not a terminal
-    const stdin = Object.assign(new PassThrough(), { isTTY: false, setRawMode: () => undefined, ref: () => undefined, unref: () => undefined });
+    const stdin = Object.assign(new PassThrough(), {
+      isTTY: false,
+      setRawMode: () => undefined,
+      ref: () => undefined,
+      unref: () => undefined,
+    });
     const stdout = Object.assign(new PassThrough(), { columns: 100, rows: 30, isTTY: false });
     let frame = '';
     stdout.on('data', (chunk: Buffer) => (frame += chunk.toString()));

@@ -64,17 +64,31 @@ export function App({ store, onInterrupt, verbose = false }: AppProps) {
   const keysActive = Boolean(isRawModeSupported);
   const failure = failureOf(state);
   const starting = !state.readyAt && !failure;
-  const now = useNow((starting && state.steps.some((step) => step.status === 'running')) || (state.stopping && !state.exit));
+  const now = useNow(
+    (starting && state.steps.some((step) => step.status === 'running')) || (state.stopping && !state.exit),
+  );
 
-  const run = (label: string, action: (controls: SessionControls) => Promise<void>, optimistic: (state: ViewState) => ViewState) => {
+  const run = (
+    label: string,
+    action: (controls: SessionControls) => Promise<void>,
+    optimistic: (state: ViewState) => ViewState,
+  ) => {
     const controls = store.getControls();
     if (!controls) {
-      store.update((current) => addNotice(current, { level: 'warn', message: `${label}: not ready yet, wait for the session to start` }));
+      store.update((current) =>
+        addNotice(current, { level: 'warn', message: `${label}: not ready yet, wait for the session to start` }),
+      );
       return;
     }
     action(controls).then(
       () => store.update(optimistic),
-      (error: unknown) => store.update((current) => addNotice(current, { level: 'error', message: `${label} failed: ${error instanceof Error ? error.message : String(error)}` })),
+      (error: unknown) =>
+        store.update((current) =>
+          addNotice(current, {
+            level: 'error',
+            message: `${label} failed: ${error instanceof Error ? error.message : String(error)}`,
+          }),
+        ),
     );
   };
 
@@ -100,11 +114,34 @@ export function App({ store, onInterrupt, verbose = false }: AppProps) {
     } else if (input === 'm') {
       const current: TrafficMode = store.getState().session?.ports[0]?.mode ?? 'mirror';
       const next: TrafficMode = current === 'steal' ? 'mirror' : 'steal';
-      run(`switch to ${next}`, (controls) => controls.setMode(next), (s) => withSession(s, (session) => ({ ...session, ports: session.ports.map((port) => ({ ...port, mode: next })) })));
+      run(
+        `switch to ${next}`,
+        (controls) => controls.setMode(next),
+        (s) =>
+          withSession(s, (session) => ({ ...session, ports: session.ports.map((port) => ({ ...port, mode: next })) })),
+      );
     } else if (input === 'p') {
       const paused = Boolean(store.getState().session?.ports.some((port) => port.paused));
-      if (paused) run('resume', (controls) => controls.resume(), (s) => withSession(s, (session) => ({ ...session, ports: session.ports.map((port) => ({ ...port, paused: false })) })));
-      else run('pause', (controls) => controls.pause(), (s) => withSession(s, (session) => ({ ...session, ports: session.ports.map((port) => ({ ...port, paused: true })) })));
+      if (paused)
+        run(
+          'resume',
+          (controls) => controls.resume(),
+          (s) =>
+            withSession(s, (session) => ({
+              ...session,
+              ports: session.ports.map((port) => ({ ...port, paused: false })),
+            })),
+        );
+      else
+        run(
+          'pause',
+          (controls) => controls.pause(),
+          (s) =>
+            withSession(s, (session) => ({
+              ...session,
+              ports: session.ports.map((port) => ({ ...port, paused: true })),
+            })),
+        );
     }
     return true;
   };
@@ -112,8 +149,14 @@ export function App({ store, onInterrupt, verbose = false }: AppProps) {
   const submitFilter = (value: string) => {
     setPanel('none');
     const filter = value.trim() === '' ? undefined : value.trim();
-    run('set filter', (controls) => controls.setHeaderFilter(filter), (s) =>
-      withSession(s, (session) => ({ ...session, ports: session.ports.map((port) => ({ ...port, filter: filter ? `header ${filter}` : undefined })) })),
+    run(
+      'set filter',
+      (controls) => controls.setHeaderFilter(filter),
+      (s) =>
+        withSession(s, (session) => ({
+          ...session,
+          ports: session.ports.map((port) => ({ ...port, filter: filter ? `header ${filter}` : undefined })),
+        })),
     );
   };
 
@@ -125,7 +168,8 @@ export function App({ store, onInterrupt, verbose = false }: AppProps) {
     else if (key.ctrl && input === 'u') setFilter('');
     else if (!key.ctrl && !key.meta && /[\r\n]/.test(input)) submitFilter(filterRef.current + input.split(/[\r\n]/)[0]);
     // eslint-disable-next-line no-control-regex
-    else if (!key.ctrl && !key.meta && input !== '' && !/[\u0000-\u001f]/.test(input)) setFilter(filterRef.current + input);
+    else if (!key.ctrl && !key.meta && input !== '' && !/[\u0000-\u001f]/.test(input))
+      setFilter(filterRef.current + input);
   };
 
   useInput(
@@ -156,15 +200,26 @@ export function App({ store, onInterrupt, verbose = false }: AppProps) {
   if (!state.readyAt || !state.session) {
     return (
       <Box flexDirection="column">
-        <Text bold color="cyan">devop</Text>
+        <Text bold color="cyan">
+          devop
+        </Text>
         <StepList steps={state.steps} now={now} />
         {failure ? <FailureBox failure={failure} /> : null}
-        {notices.filter((notice) => !failure || !(notice.level === 'error' && (notice.step === undefined || notice.step === failure.id))).map((notice, index) => (
-          <Text key={index} color={notice.level === 'warn' ? 'yellow' : notice.level === 'error' ? 'red' : undefined} wrap="truncate">
-            {notice.message}
-            {notice.hint ? ` — fix: ${notice.hint}` : ''}
-          </Text>
-        ))}
+        {notices
+          .filter(
+            (notice) =>
+              !failure || !(notice.level === 'error' && (notice.step === undefined || notice.step === failure.id)),
+          )
+          .map((notice, index) => (
+            <Text
+              key={index}
+              color={notice.level === 'warn' ? 'yellow' : notice.level === 'error' ? 'red' : undefined}
+              wrap="truncate"
+            >
+              {notice.message}
+              {notice.hint ? ` — fix: ${notice.hint}` : ''}
+            </Text>
+          ))}
         {state.stopping && !state.exit ? <Text color="yellow">stopping…</Text> : null}
         {state.exit ? <ExitLine exit={state.exit} /> : null}
       </Box>
@@ -172,7 +227,8 @@ export function App({ store, onInterrupt, verbose = false }: AppProps) {
   }
 
   // Header (1 + ports) + separators/counters/keys (5) + notices; what is left is shared by the list (2/3) and output (1/3).
-  const fixed = 7 + Math.max(1, state.session.ports.length) + notices.length + (panel === 'help' ? 9 : 0) + (failure ? 4 : 0);
+  const fixed =
+    7 + Math.max(1, state.session.ports.length) + notices.length + (panel === 'help' ? 9 : 0) + (failure ? 4 : 0);
   const free = Math.max(4, rows - fixed - 1);
   const outputHeight = Math.max(2, Math.floor(free / 3));
   const listHeight = Math.max(2, free - outputHeight);
@@ -185,7 +241,11 @@ export function App({ store, onInterrupt, verbose = false }: AppProps) {
       <Text dimColor>{'─ local command output '.padEnd(Math.min(columns, 120) - 1, '─')}</Text>
       <OutputPane lines={state.output} height={outputHeight} />
       {notices.map((notice, index) => (
-        <Text key={index} color={notice.level === 'warn' ? 'yellow' : notice.level === 'error' ? 'red' : undefined} wrap="truncate">
+        <Text
+          key={index}
+          color={notice.level === 'warn' ? 'yellow' : notice.level === 'error' ? 'red' : undefined}
+          wrap="truncate"
+        >
           {notice.message}
           {notice.hint ? ` — fix: ${notice.hint}` : ''}
         </Text>
@@ -206,5 +266,9 @@ export function App({ store, onInterrupt, verbose = false }: AppProps) {
 }
 
 function ExitLine({ exit }: { exit: NonNullable<ViewState['exit']> }) {
-  return exit.signal ? <Text>local command ended by {exit.signal}</Text> : <Text>local command exited with code {exit.code}</Text>;
+  return exit.signal ? (
+    <Text>local command ended by {exit.signal}</Text>
+  ) : (
+    <Text>local command exited with code {exit.code}</Text>
+  );
 }

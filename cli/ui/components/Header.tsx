@@ -6,21 +6,32 @@ export function Header({ session, rttMs }: { session: SessionInfo; rttMs?: numbe
   return (
     <Box flexDirection="column">
       <Text wrap="truncate">
-        <Text bold color="cyan">devop</Text> {session.target}
-        {session.pod ? <Text>  pod <Text bold>{session.pod}</Text></Text> : null}
-        {session.node ? <Text>  node {session.node}</Text> : null}
-        <Text>  ns {session.namespace}</Text>
-        {session.agent ? <Text dimColor>  agent {session.agent.reused ? 'reused' : 'created'}</Text> : null}
-        <Text>  rtt {rttMs === undefined ? '–' : `${rttMs.toFixed(1)} ms`}</Text>
+        <Text bold color="cyan">
+          devop
+        </Text>{' '}
+        {session.target}
+        {session.pod ? (
+          <Text>
+            {' '}
+            pod <Text bold>{session.pod}</Text>
+          </Text>
+        ) : null}
+        {session.node ? <Text> node {session.node}</Text> : null}
+        <Text> ns {session.namespace}</Text>
+        {session.agent ? <Text dimColor> agent {session.agent.reused ? 'reused' : 'created'}</Text> : null}
+        <Text> rtt {rttMs === undefined ? '–' : `${rttMs.toFixed(1)} ms`}</Text>
       </Text>
       {session.ports.map((port) => (
         <Text key={port.remotePort} wrap="truncate">
-          {'  '}:{port.remotePort} <Text bold color={port.paused ? 'yellow' : port.mode === 'steal' ? 'magenta' : 'blue'}>{port.paused ? 'paused' : port.mode === 'steal' ? 'stealing' : 'mirroring'}</Text>
+          {'  '}:{port.remotePort}{' '}
+          <Text bold color={port.paused ? 'yellow' : port.mode === 'steal' ? 'magenta' : 'blue'}>
+            {port.paused ? 'paused' : port.mode === 'steal' ? 'stealing' : 'mirroring'}
+          </Text>
           {port.paused ? <Text dimColor> ({port.mode}, traffic → pod)</Text> : null} → local :{port.localPort}
-          <Text>  filter {port.filter ?? <Text dimColor>none</Text>}</Text>
+          <Text> filter {port.filter ?? <Text dimColor>none</Text>}</Text>
         </Text>
       ))}
-      {session.ports.length === 0 ? <Text dimColor>  no ports (outgoing traffic and env only)</Text> : null}
+      {session.ports.length === 0 ? <Text dimColor> no ports (outgoing traffic and env only)</Text> : null}
     </Box>
   );
 }

@@ -14,7 +14,7 @@ export function KeyBar({ keysActive }: { keysActive: boolean }) {
   if (!keysActive) return <Text dimColor>keys need a terminal with raw mode; Ctrl-C stops devop</Text>;
   return (
     <Text dimColor wrap="truncate">
-      m steal↔mirror  p pause  f filter  c clear  ? help  q quit
+      m steal↔mirror p pause f filter c clear ? help q quit
     </Text>
   );
 }
@@ -25,7 +25,10 @@ export function HelpPanel() {
       <Text bold>keys</Text>
       {KEY_HELP.map(([key, text]) => (
         <Text key={key}>
-          <Text bold color="cyan">{key.padEnd(2)}</Text> {text}
+          <Text bold color="cyan">
+            {key.padEnd(2)}
+          </Text>{' '}
+          {text}
         </Text>
       ))}
     </Box>

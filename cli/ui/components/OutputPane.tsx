@@ -6,7 +6,7 @@ export function OutputPane({ lines, height }: { lines: OutputLine[]; height: num
   const visible = lines.slice(-Math.max(1, height));
   return (
     <Box flexDirection="column">
-      {visible.length === 0 ? <Text dimColor>  (no output yet)</Text> : null}
+      {visible.length === 0 ? <Text dimColor> (no output yet)</Text> : null}
       {visible.map((line, index) => (
         <Text key={index} wrap="truncate" color={line.stream === 'stderr' ? 'yellow' : undefined}>
           {line.stream === 'stderr' ? '! ' : '  '}

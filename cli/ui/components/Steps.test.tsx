@@ -12,7 +12,14 @@ describe('StepList', () => {
   it('shows done steps with detail and time, and the running step with a spinner and its elapsed time', () => {
     // Given two finished steps and one in progress for 1.5 s
     const steps: StepView[] = [
-      { id: 'target', title: 'resolve target', status: 'done', detail: 'pod/echo-1 (Ready)', startedAt: now - 2000, ms: 12 },
+      {
+        id: 'target',
+        title: 'resolve target',
+        status: 'done',
+        detail: 'pod/echo-1 (Ready)',
+        startedAt: now - 2000,
+        ms: 12,
+      },
       { id: 'agent', title: 'agent', status: 'done', detail: 'reused devop-agent-1', startedAt: now - 1990, ms: 40 },
       { id: 'tunnel', title: 'tunnel', status: 'running', startedAt: now - 1500 },
     ];
@@ -48,9 +55,22 @@ describe('StepList', () => {
     // Given a failed step with a hint and no error event
     const state = [
       { type: 'step', id: 'tunnel', status: 'start', title: 'tunnel' },
-      { type: 'step', id: 'tunnel', status: 'fail', title: 'tunnel', detail: 'protocol version mismatch', hint: 'upgrade devop', ms: 20 },
+      {
+        type: 'step',
+        id: 'tunnel',
+        status: 'fail',
+        title: 'tunnel',
+        detail: 'protocol version mismatch',
+        hint: 'upgrade devop',
+        ms: 20,
+      },
     ].reduce((current, event) => applyEvent(current, event as ReportEvent, now), initialViewState(now));
     // Then the failure names it with its fix
-    expect(failureOf(state)).toEqual({ id: 'tunnel', title: 'tunnel', why: 'protocol version mismatch', fix: 'upgrade devop' });
+    expect(failureOf(state)).toEqual({
+      id: 'tunnel',
+      title: 'tunnel',
+      why: 'protocol version mismatch',
+      fix: 'upgrade devop',
+    });
   });
 });

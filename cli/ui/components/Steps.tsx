@@ -9,7 +9,12 @@ const SPINNER_FRAME_MS = 80;
 
 export function StepLine({ step, now }: { step: StepView; now: number }) {
   const elapsed = step.status === 'running' ? now - step.startedAt : (step.ms ?? 0);
-  const mark = step.status === 'running' ? SPINNER[Math.floor(now / SPINNER_FRAME_MS) % SPINNER.length] : step.status === 'done' ? '✓' : '✗';
+  const mark =
+    step.status === 'running'
+      ? SPINNER[Math.floor(now / SPINNER_FRAME_MS) % SPINNER.length]
+      : step.status === 'done'
+        ? '✓'
+        : '✗';
   const color = step.status === 'running' ? 'yellow' : step.status === 'done' ? 'green' : 'red';
   return (
     <Text wrap="truncate">

@@ -6,7 +6,10 @@ import { applyEvent, initialViewState, type ViewState } from '../state.js';
 import type { ReportEvent } from '../../reporter.js';
 
 function fold(events: ReportEvent[]): ViewState {
-  return events.reduce((state, event) => applyEvent(state, event, new Date(2026, 0, 1, 12, 30, 5).getTime()), initialViewState(0));
+  return events.reduce(
+    (state, event) => applyEvent(state, event, new Date(2026, 0, 1, 12, 30, 5).getTime()),
+    initialViewState(0),
+  );
 }
 
 describe('TrafficList', () => {
@@ -19,7 +22,16 @@ describe('TrafficList', () => {
       { type: 'request', id: 'c', port: 3000, method: 'GET', path: '/healthz', to: 'pod', pod: 'echo-1' },
       { type: 'response', id: 'c', status: 500, ms: 1200, bytes: 10 },
       { type: 'connection', id: 't', port: 5432, remote: '10.0.0.9:40000', to: 'local', state: 'open' },
-      { type: 'connection', id: 't', port: 5432, remote: '10.0.0.9:40000', to: 'local', state: 'closed', bytesIn: 100, bytesOut: 5000 },
+      {
+        type: 'connection',
+        id: 't',
+        port: 5432,
+        remote: '10.0.0.9:40000',
+        to: 'local',
+        state: 'closed',
+        bytesIn: 100,
+        bytesOut: 5000,
+      },
     ]);
     // When rendered
     const { lastFrame } = render(<TrafficList rows={state.rows} height={10} width={100} />);
@@ -31,12 +43,21 @@ describe('TrafficList', () => {
     expect(lines[2]).toMatch(/GET\s+\/healthz\s+500\s+1\.2 s\s+10 B → pod echo-1$/);
     expect(lines[3]).toMatch(/:5432\s+TCP\s+10\.0\.0\.9:40000\s+closed.*100 B\/4\.9 KiB → local$/);
     // And the counters count them
-    expect(state.counters).toEqual({ requests: 3, connections: 1, bytesIn: 100, bytesOut: 2048 + 10 + 5000, errors: 1 });
+    expect(state.counters).toEqual({
+      requests: 3,
+      connections: 1,
+      bytesIn: 100,
+      bytesOut: 2048 + 10 + 5000,
+      errors: 1,
+    });
   });
 
   it('shows only the newest rows that fit the height', () => {
     // Given 30 requests
-    const events: ReportEvent[] = Array.from({ length: 30 }, (_, i) => ({ type: 'request', id: `r${i}`, port: 80, method: 'GET', path: `/n/${i}`, to: 'local' }) as const);
+    const events: ReportEvent[] = Array.from(
+      { length: 30 },
+      (_, i) => ({ type: 'request', id: `r${i}`, port: 80, method: 'GET', path: `/n/${i}`, to: 'local' }) as const,
+    );
     const state = fold(events);
     // When the list has room for 5
     const { lastFrame } = render(<TrafficList rows={state.rows} height={5} width={100} />);

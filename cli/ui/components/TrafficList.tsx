@@ -20,15 +20,29 @@ function statusColor(row: TrafficRow): string | undefined {
 }
 
 export function TrafficLine({ row, pathWidth }: { row: TrafficRow; pathWidth: number }) {
-  const what = row.kind === 'http' ? `${fit(row.method ?? '', 7)} ${fit(row.path ?? '', pathWidth)}` : `${fit('TCP', 7)} ${fit(row.remote ?? '', pathWidth)}`;
-  const status = row.kind === 'http' ? (row.status === undefined ? '…' : String(row.status)) : row.done ? 'closed' : 'open';
+  const what =
+    row.kind === 'http'
+      ? `${fit(row.method ?? '', 7)} ${fit(row.path ?? '', pathWidth)}`
+      : `${fit('TCP', 7)} ${fit(row.remote ?? '', pathWidth)}`;
+  const status =
+    row.kind === 'http' ? (row.status === undefined ? '…' : String(row.status)) : row.done ? 'closed' : 'open';
   const duration = row.ms === undefined ? '' : formatDuration(row.ms);
-  const bytes = row.kind === 'http' ? (row.bytesOut === undefined ? '' : formatBytes(row.bytesOut)) : row.done ? `${formatBytes(row.bytesIn ?? 0)}/${formatBytes(row.bytesOut ?? 0)}` : '';
+  const bytes =
+    row.kind === 'http'
+      ? row.bytesOut === undefined
+        ? ''
+        : formatBytes(row.bytesOut)
+      : row.done
+        ? `${formatBytes(row.bytesIn ?? 0)}/${formatBytes(row.bytesOut ?? 0)}`
+        : '';
   const to = row.to === 'local' ? '→ local' : `→ pod${row.pod ? ` ${row.pod}` : ''}`;
   return (
     <Text wrap="truncate">
-      <Text dimColor>{clock(row.time)}</Text> :{String(row.port).padEnd(5)} {what} <Text color={statusColor(row)}>{status.padStart(6)}</Text> {duration.padStart(8)} {bytes.padStart(10)}{' '}
-      <Text color={row.to === 'local' ? 'magenta' : undefined} dimColor={row.to === 'pod'}>{to}</Text>
+      <Text dimColor>{clock(row.time)}</Text> :{String(row.port).padEnd(5)} {what}{' '}
+      <Text color={statusColor(row)}>{status.padStart(6)}</Text> {duration.padStart(8)} {bytes.padStart(10)}{' '}
+      <Text color={row.to === 'local' ? 'magenta' : undefined} dimColor={row.to === 'pod'}>
+        {to}
+      </Text>
     </Text>
   );
 }
@@ -40,7 +54,7 @@ export function TrafficList({ rows, height, width }: { rows: TrafficRow[]; heigh
   const pathWidth = Math.max(12, Math.min(60, width - 66));
   return (
     <Box flexDirection="column">
-      {visible.length === 0 ? <Text dimColor>  no traffic yet: requests to the pod's ports appear here</Text> : null}
+      {visible.length === 0 ? <Text dimColor> no traffic yet: requests to the pod's ports appear here</Text> : null}
       {visible.map((row) => (
         <TrafficLine key={row.key} row={row} pathWidth={pathWidth} />
       ))}

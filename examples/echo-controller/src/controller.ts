@@ -1,6 +1,19 @@
 // The Echo controller: watches Echoes and their Deployments, queues keys, reconciles one key at a time, applies actions.
 import { AppsV1Api, CustomObjectsApi, type KubeConfig, type V1Deployment } from '@kubernetes/client-node';
-import { API_VERSION, DEFAULT_ECHO_IMAGE, FINALIZER, GROUP, KIND, MANAGED_BY, MANAGED_BY_LABEL, PLURAL, VERSION, keyOf, splitKey, type Echo } from './echo.js';
+import {
+  API_VERSION,
+  DEFAULT_ECHO_IMAGE,
+  FINALIZER,
+  GROUP,
+  KIND,
+  MANAGED_BY,
+  MANAGED_BY_LABEL,
+  PLURAL,
+  VERSION,
+  keyOf,
+  splitKey,
+  type Echo,
+} from './echo.js';
 import { ListWatch } from './listwatch.js';
 import { WorkQueue } from './queue.js';
 import { reconcile, type Action } from './reconcile.js';
@@ -56,7 +69,8 @@ export class EchoController {
     this.image = options.image ?? DEFAULT_ECHO_IMAGE;
     this.log = options.log ?? (() => {});
     this.queue = new WorkQueue({
-      onError: (key, err, retryInMs) => this.log(`reconcile ${key} failed (retry in ${retryInMs}ms): ${errorLine(err)}`),
+      onError: (key, err, retryInMs) =>
+        this.log(`reconcile ${key} failed (retry in ${retryInMs}ms): ${errorLine(err)}`),
     });
   }
 
@@ -69,8 +83,16 @@ export class EchoController {
       path: `/apis/${GROUP}/${VERSION}${nsPath}/${PLURAL}`,
       list: async () =>
         (ns
-          ? await this.custom.listNamespacedCustomObject({ group: GROUP, version: VERSION, namespace: ns, plural: PLURAL })
-          : await this.custom.listClusterCustomObject({ group: GROUP, version: VERSION, plural: PLURAL })) as { items: Echo[]; metadata?: { resourceVersion?: string } },
+          ? await this.custom.listNamespacedCustomObject({
+              group: GROUP,
+              version: VERSION,
+              namespace: ns,
+              plural: PLURAL,
+            })
+          : await this.custom.listClusterCustomObject({ group: GROUP, version: VERSION, plural: PLURAL })) as {
+          items: Echo[];
+          metadata?: { resourceVersion?: string };
+        },
       onEvent: (_type, echo) => this.queue.add(keyOf(echo.metadata)),
       onError: (err) => this.log(`watch echoes: ${errorLine(err)}`),
     });
@@ -79,10 +101,15 @@ export class EchoController {
       kubeConfig: this.options.kubeConfig,
       path: `/apis/apps/v1${nsPath}/deployments`,
       labelSelector,
-      list: () => (ns ? this.apps.listNamespacedDeployment({ namespace: ns, labelSelector }) : this.apps.listDeploymentForAllNamespaces({ labelSelector })),
+      list: () =>
+        ns
+          ? this.apps.listNamespacedDeployment({ namespace: ns, labelSelector })
+          : this.apps.listDeploymentForAllNamespaces({ labelSelector }),
       // A change to a Deployment (deleted, scaled by hand, pods ready) is a reason to look at its Echo again.
       onEvent: (_type, deployment) => {
-        const owner = deployment.metadata?.ownerReferences?.find((r) => r.kind === KIND && r.apiVersion === API_VERSION);
+        const owner = deployment.metadata?.ownerReferences?.find(
+          (r) => r.kind === KIND && r.apiVersion === API_VERSION,
+        );
         if (owner) this.queue.add(keyOf({ namespace: deployment.metadata?.namespace, name: owner.name }));
       },
       onError: (err) => this.log(`watch deployments: ${errorLine(err)}`),
@@ -101,7 +128,9 @@ export class EchoController {
   private async reconcileKey(key: string): Promise<void> {
     const { namespace, name } = splitKey(key);
     // Read fresh state rather than trusting the watch's copy: the decision must see our own last writes.
-    const echo = (await orUndefinedOn404(this.custom.getNamespacedCustomObject({ group: GROUP, version: VERSION, namespace, plural: PLURAL, name }))) as Echo | undefined;
+    const echo = (await orUndefinedOn404(
+      this.custom.getNamespacedCustomObject({ group: GROUP, version: VERSION, namespace, plural: PLURAL, name }),
+    )) as Echo | undefined;
     if (!echo) return;
     const deployment = await orUndefinedOn404(this.apps.readNamespacedDeployment({ namespace, name }));
     const actions = reconcile(echo, deployment, { image: this.image });
@@ -111,7 +140,14 @@ export class EchoController {
 
   private async replaceEcho(echo: Echo): Promise<Echo> {
     const { namespace = '', name = '' } = echo.metadata;
-    return (await this.custom.replaceNamespacedCustomObject({ group: GROUP, version: VERSION, namespace, plural: PLURAL, name, body: echo })) as Echo;
+    return (await this.custom.replaceNamespacedCustomObject({
+      group: GROUP,
+      version: VERSION,
+      namespace,
+      plural: PLURAL,
+      name,
+      body: echo,
+    })) as Echo;
   }
 
   private async apply(echo: Echo, action: Action): Promise<Echo> {
@@ -120,25 +156,46 @@ export class EchoController {
     switch (action.type) {
       case 'addFinalizer':
         this.log(`${key}: add finalizer`);
-        return this.replaceEcho({ ...echo, metadata: { ...echo.metadata, finalizers: [...(echo.metadata.finalizers ?? []), FINALIZER] } });
+        return this.replaceEcho({
+          ...echo,
+          metadata: { ...echo.metadata, finalizers: [...(echo.metadata.finalizers ?? []), FINALIZER] },
+        });
       case 'removeFinalizer':
         this.log(`${key}: deployment gone, remove finalizer`);
-        return this.replaceEcho({ ...echo, metadata: { ...echo.metadata, finalizers: (echo.metadata.finalizers ?? []).filter((f) => f !== FINALIZER) } });
+        return this.replaceEcho({
+          ...echo,
+          metadata: { ...echo.metadata, finalizers: (echo.metadata.finalizers ?? []).filter((f) => f !== FINALIZER) },
+        });
       case 'createDeployment':
         this.log(`${key}: create deployment (replicas ${action.deployment.spec?.replicas})`);
         await this.apps.createNamespacedDeployment({ namespace, body: action.deployment });
         return echo;
       case 'updateDeployment':
         this.log(`${key}: update deployment (replicas ${action.deployment.spec?.replicas})`);
-        await this.apps.replaceNamespacedDeployment({ namespace, name: action.deployment.metadata?.name ?? name, body: action.deployment });
+        await this.apps.replaceNamespacedDeployment({
+          namespace,
+          name: action.deployment.metadata?.name ?? name,
+          body: action.deployment,
+        });
         return echo;
       case 'deleteDeployment':
         this.log(`${key}: echo deleted, delete deployment`);
-        await orUndefinedOn404(this.apps.deleteNamespacedDeployment({ namespace, name: action.name, propagationPolicy: 'Background' }));
+        await orUndefinedOn404(
+          this.apps.deleteNamespacedDeployment({ namespace, name: action.name, propagationPolicy: 'Background' }),
+        );
         return echo;
       case 'updateStatus':
-        this.log(`${key}: status replicas ${action.status.replicas}, ready ${action.status.readyReplicas} (generation ${action.status.observedGeneration})`);
-        return (await this.custom.replaceNamespacedCustomObjectStatus({ group: GROUP, version: VERSION, namespace, plural: PLURAL, name, body: { ...echo, status: action.status } })) as Echo;
+        this.log(
+          `${key}: status replicas ${action.status.replicas}, ready ${action.status.readyReplicas} (generation ${action.status.observedGeneration})`,
+        );
+        return (await this.custom.replaceNamespacedCustomObjectStatus({
+          group: GROUP,
+          version: VERSION,
+          namespace,
+          plural: PLURAL,
+          name,
+          body: { ...echo, status: action.status },
+        })) as Echo;
       case 'conflict':
         // Not retried: a person has to rename one of them. The next change to either brings us back.
         this.log(`${key}: ${action.message}`);

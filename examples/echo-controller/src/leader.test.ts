@@ -7,7 +7,12 @@ import { canTake, sleep, takenLease } from './leader.js';
 const now = new Date('2026-05-01T12:00:00Z');
 const lease = (holder: string | undefined, renewedSecondsAgo: number, duration = 15): V1Lease => ({
   metadata: { name: 'echo-controller', namespace: 'default', resourceVersion: '9' },
-  spec: { holderIdentity: holder, leaseDurationSeconds: duration, renewTime: new Date(now.getTime() - renewedSecondsAgo * 1000) as never, leaseTransitions: 2 },
+  spec: {
+    holderIdentity: holder,
+    leaseDurationSeconds: duration,
+    renewTime: new Date(now.getTime() - renewedSecondsAgo * 1000) as never,
+    leaseTransitions: 2,
+  },
 });
 
 describe('lease decisions', () => {
@@ -36,7 +41,7 @@ describe('lease decisions', () => {
   });
 });
 
-describe('the renew loop\'s wait', () => {
+describe("the renew loop's wait", () => {
   it('leaves no abort listener behind: a long run on one signal adds none, and Node does not warn', async () => {
     // Given one signal, as the renew loop (and a waiting candidate) use for their whole life
     const stop = new AbortController();

@@ -51,7 +51,8 @@ export function canTake(lease: V1Lease, identity: string, now: Date): boolean {
   if (!spec.holderIdentity || spec.holderIdentity === identity) return true;
   const renewed = spec.renewTime ?? spec.acquireTime;
   if (!renewed) return true;
-  const expiresAt = new Date(renewed as unknown as string).getTime() + (spec.leaseDurationSeconds ?? LEASE_DURATION_SECONDS) * 1000;
+  const expiresAt =
+    new Date(renewed as unknown as string).getTime() + (spec.leaseDurationSeconds ?? LEASE_DURATION_SECONDS) * 1000;
   return expiresAt < now.getTime();
 }
 
@@ -85,11 +86,18 @@ async function tryAcquire(api: CoordinationV1Api, o: LeaderElectionOptions, dura
   try {
     if (!lease) {
       const body = takenLease(undefined, o.identity, duration, now);
-      await api.createNamespacedLease({ namespace: o.namespace, body: { ...body, metadata: { name: o.name, namespace: o.namespace } } });
+      await api.createNamespacedLease({
+        namespace: o.namespace,
+        body: { ...body, metadata: { name: o.name, namespace: o.namespace } },
+      });
       return true;
     }
     if (!canTake(lease, o.identity, now)) return false;
-    await api.replaceNamespacedLease({ namespace: o.namespace, name: o.name, body: takenLease(lease, o.identity, duration, now) });
+    await api.replaceNamespacedLease({
+      namespace: o.namespace,
+      name: o.name,
+      body: takenLease(lease, o.identity, duration, now),
+    });
     return true;
   } catch (err) {
     if (statusCode(err) === 409) return false;
@@ -139,7 +147,11 @@ export async function becomeLeader(o: LeaderElectionOptions): Promise<Leadership
       const lease = await api.readNamespacedLease({ namespace: o.namespace, name: o.name }).catch(() => undefined);
       if (lease?.spec?.holderIdentity !== o.identity) return;
       await api
-        .replaceNamespacedLease({ namespace: o.namespace, name: o.name, body: { ...lease, spec: { ...lease.spec, holderIdentity: '', leaseDurationSeconds: 1 } } })
+        .replaceNamespacedLease({
+          namespace: o.namespace,
+          name: o.name,
+          body: { ...lease, spec: { ...lease.spec, holderIdentity: '', leaseDurationSeconds: 1 } },
+        })
         .catch(() => undefined);
     },
   };

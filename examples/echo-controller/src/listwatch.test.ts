@@ -57,7 +57,9 @@ describe('ListWatch', () => {
       if (rv === '1') {
         res.end(`${JSON.stringify({ type: 'ADDED', object: obj('b', '2') })}\n`);
       } else if (rv === '2') {
-        res.end(`${JSON.stringify({ type: 'ERROR', object: { kind: 'Status', code: 410, reason: 'Expired', message: 'too old resource version' } })}\n`);
+        res.end(
+          `${JSON.stringify({ type: 'ERROR', object: { kind: 'Status', code: 410, reason: 'Expired', message: 'too old resource version' } })}\n`,
+        );
       } else {
         if (rv === '5') res.write(`${JSON.stringify({ type: 'MODIFIED', object: obj('b', '6') })}\n`);
         open.push(res);
@@ -87,7 +89,9 @@ describe('ListWatch', () => {
     // When the ListWatch runs
     lw.start();
     await until(() => events.length >= 5, 'five events').catch((e: Error) => {
-      throw new Error(`${e.message}: events ${JSON.stringify(events)}, watches from ${JSON.stringify(watchRequests)}, errors ${JSON.stringify(errors)}`);
+      throw new Error(
+        `${e.message}: events ${JSON.stringify(events)}, watches from ${JSON.stringify(watchRequests)}, errors ${JSON.stringify(errors)}`,
+      );
     });
 
     // Then: list a; the watch from 1 adds b; it resumes from 2 and is told 410; the re-list reports b changed and a gone

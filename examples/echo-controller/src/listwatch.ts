@@ -95,7 +95,8 @@ export class ListWatch<T extends KubeObjectLike> {
       const before = this.known.get(k);
       this.known.set(k, obj);
       if (!before) this.options.onEvent('ADDED', obj);
-      else if (before.metadata?.resourceVersion !== obj.metadata?.resourceVersion) this.options.onEvent('MODIFIED', obj);
+      else if (before.metadata?.resourceVersion !== obj.metadata?.resourceVersion)
+        this.options.onEvent('MODIFIED', obj);
     }
     for (const [k, obj] of [...this.known]) {
       if (!seen.has(k)) {
@@ -122,7 +123,8 @@ export class ListWatch<T extends KubeObjectLike> {
       if (type === 'ERROR') {
         // The server says the resourceVersion is too old (410 Gone): only a new list can catch up.
         if (obj.code === 410) expired = true;
-        else failure = new Error(`watch ${this.options.path}: ${(obj as { message?: string }).message ?? 'error event'}`);
+        else
+          failure = new Error(`watch ${this.options.path}: ${(obj as { message?: string }).message ?? 'error event'}`);
         this.abort?.abort();
         return;
       }

@@ -17,10 +17,14 @@ function loadKubeConfig(): KubeConfig {
   try {
     kc.loadFromDefault();
   } catch (err) {
-    throw new Error(`echo-controller: cannot load the kubeconfig (${err instanceof Error ? err.message : String(err)}). Fix: point KUBECONFIG at a readable kubeconfig.`);
+    throw new Error(
+      `echo-controller: cannot load the kubeconfig (${err instanceof Error ? err.message : String(err)}). Fix: point KUBECONFIG at a readable kubeconfig.`,
+    );
   }
   if (!kc.getCurrentContext() || !kc.getCurrentCluster()) {
-    throw new Error('echo-controller: no Kubernetes context found. Fix: set KUBECONFIG or run in a pod with a service account.');
+    throw new Error(
+      'echo-controller: no Kubernetes context found. Fix: set KUBECONFIG or run in a pod with a service account.',
+    );
   }
   return kc;
 }
@@ -57,7 +61,12 @@ async function main(): Promise<void> {
     : undefined;
   if (shutdown.signal.aborted) return;
 
-  const controller = new EchoController({ kubeConfig, namespace, image: values.image ?? process.env.ECHO_IMAGE ?? DEFAULT_ECHO_IMAGE, log });
+  const controller = new EchoController({
+    kubeConfig,
+    namespace,
+    image: values.image ?? process.env.ECHO_IMAGE ?? DEFAULT_ECHO_IMAGE,
+    log,
+  });
   shutdown.signal.addEventListener('abort', () => controller.stop(), { once: true });
   void leadership?.lost.then(() => {
     if (!shutdown.signal.aborted) {

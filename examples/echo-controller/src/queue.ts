@@ -94,7 +94,10 @@ export class WorkQueue {
       } catch (err) {
         const n = (this.failures.get(key) ?? 0) + 1;
         this.failures.set(key, n);
-        const delay = Math.min((this.options.baseDelayMs ?? BASE_DELAY_MS) * 2 ** (n - 1), this.options.maxDelayMs ?? MAX_DELAY_MS);
+        const delay = Math.min(
+          (this.options.baseDelayMs ?? BASE_DELAY_MS) * 2 ** (n - 1),
+          this.options.maxDelayMs ?? MAX_DELAY_MS,
+        );
         this.options.onError?.(key, err, delay);
         this.addAfter(key, delay);
       } finally {

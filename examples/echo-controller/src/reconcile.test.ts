@@ -6,7 +6,15 @@ import { desiredDeployment, reconcile } from './reconcile.js';
 
 const IMAGE = 'devop.test/http-echo';
 
-function echo(over: { replicas?: number; finalizers?: string[]; deleting?: boolean; generation?: number; status?: Echo['status'] } = {}): Echo {
+function echo(
+  over: {
+    replicas?: number;
+    finalizers?: string[];
+    deleting?: boolean;
+    generation?: number;
+    status?: Echo['status'];
+  } = {},
+): Echo {
   return {
     apiVersion: 'example.com/v1',
     kind: 'Echo',
@@ -24,7 +32,10 @@ function echo(over: { replicas?: number; finalizers?: string[]; deleting?: boole
 }
 
 /** The Deployment as the server would hold it after the controller created it, with a status. */
-function existing(e: Echo, over: { replicas?: number; ready?: number; image?: string; ownerUid?: string; deleting?: boolean } = {}): V1Deployment {
+function existing(
+  e: Echo,
+  over: { replicas?: number; ready?: number; image?: string; ownerUid?: string; deleting?: boolean } = {},
+): V1Deployment {
   const d = desiredDeployment(e, { image: over.image ?? IMAGE });
   return {
     ...d,
@@ -47,15 +58,31 @@ describe('reconcile', () => {
     const e = echo({ finalizers: [] });
     const actions = reconcile(e, undefined, { image: IMAGE });
     expect(types(actions)).toEqual(['addFinalizer', 'createDeployment', 'updateStatus']);
-    expect(actions[2]).toEqual({ type: 'updateStatus', status: { replicas: 0, readyReplicas: 0, observedGeneration: 1 } });
+    expect(actions[2]).toEqual({
+      type: 'updateStatus',
+      status: { replicas: 0, readyReplicas: 0, observedGeneration: 1 },
+    });
   });
 
   it('the created Deployment runs spec.replicas pods of the echo image and is owned by the Echo', () => {
     const [, create] = reconcile(echo({ finalizers: [], replicas: 2 }), undefined, { image: IMAGE });
     expect(create.type).toBe('createDeployment');
     const d = (create as { deployment: V1Deployment }).deployment;
-    expect(d.metadata).toMatchObject({ name: 'hello', namespace: 'default', labels: { 'app.kubernetes.io/managed-by': 'echo-controller', 'example.com/echo': 'hello' } });
-    expect(d.metadata?.ownerReferences).toEqual([{ apiVersion: 'example.com/v1', kind: 'Echo', name: 'hello', uid: 'uid-hello', controller: true, blockOwnerDeletion: true }]);
+    expect(d.metadata).toMatchObject({
+      name: 'hello',
+      namespace: 'default',
+      labels: { 'app.kubernetes.io/managed-by': 'echo-controller', 'example.com/echo': 'hello' },
+    });
+    expect(d.metadata?.ownerReferences).toEqual([
+      {
+        apiVersion: 'example.com/v1',
+        kind: 'Echo',
+        name: 'hello',
+        uid: 'uid-hello',
+        controller: true,
+        blockOwnerDeletion: true,
+      },
+    ]);
     expect(d.spec?.replicas).toBe(2);
     expect(d.spec?.selector.matchLabels).toEqual({ 'example.com/echo': 'hello' });
     expect(d.spec?.template.metadata?.labels).toMatchObject({ 'example.com/echo': 'hello' });
@@ -69,27 +96,38 @@ describe('reconcile', () => {
 
   it('pods became ready: only the status changes', () => {
     const e = echo({ status: { replicas: 2, readyReplicas: 0, observedGeneration: 1 } });
-    expect(reconcile(e, existing(e, { ready: 2 }), { image: IMAGE })).toEqual([{ type: 'updateStatus', status: { replicas: 2, readyReplicas: 2, observedGeneration: 1 } }]);
+    expect(reconcile(e, existing(e, { ready: 2 }), { image: IMAGE })).toEqual([
+      { type: 'updateStatus', status: { replicas: 2, readyReplicas: 2, observedGeneration: 1 } },
+    ]);
   });
 
   it('replicas changed 2 → 3: the Deployment is updated in place (keeping its resourceVersion) and the new generation observed', () => {
     const before = echo({ replicas: 2 });
     const dep = existing(before, { ready: 2 });
-    const after = echo({ replicas: 3, generation: 2, status: { replicas: 2, readyReplicas: 2, observedGeneration: 1 } });
+    const after = echo({
+      replicas: 3,
+      generation: 2,
+      status: { replicas: 2, readyReplicas: 2, observedGeneration: 1 },
+    });
     const actions = reconcile(after, dep, { image: IMAGE });
     expect(types(actions)).toEqual(['updateDeployment', 'updateStatus']);
     const updated = (actions[0] as { deployment: V1Deployment }).deployment;
     expect(updated.spec?.replicas).toBe(3);
     expect(updated.metadata?.resourceVersion).toBe('77');
     expect(updated.metadata?.uid).toBe('uid-deploy');
-    expect(actions[1]).toEqual({ type: 'updateStatus', status: { replicas: 2, readyReplicas: 2, observedGeneration: 2 } });
+    expect(actions[1]).toEqual({
+      type: 'updateStatus',
+      status: { replicas: 2, readyReplicas: 2, observedGeneration: 2 },
+    });
   });
 
   it('a Deployment with another image is brought back to the echo image', () => {
     const e = echo({ status: { replicas: 2, readyReplicas: 2, observedGeneration: 1 } });
     const actions = reconcile(e, existing(e, { ready: 2, image: 'someone/else' }), { image: IMAGE });
     expect(types(actions)).toEqual(['updateDeployment']);
-    expect((actions[0] as { deployment: V1Deployment }).deployment.spec?.template.spec?.containers[0].image).toBe(IMAGE);
+    expect((actions[0] as { deployment: V1Deployment }).deployment.spec?.template.spec?.containers[0].image).toBe(
+      IMAGE,
+    );
   });
 
   it('the Deployment was deleted: it is created again and the status drops to zero', () => {

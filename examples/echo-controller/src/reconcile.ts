@@ -1,6 +1,15 @@
 // Reconcile decisions as a pure function: given an Echo and the Deployment that exists (if any), the actions to take.
 import type { V1Deployment } from '@kubernetes/client-node';
-import { API_VERSION, ECHO_LABEL, FINALIZER, KIND, MANAGED_BY, MANAGED_BY_LABEL, type Echo, type EchoStatus } from './echo.js';
+import {
+  API_VERSION,
+  ECHO_LABEL,
+  FINALIZER,
+  KIND,
+  MANAGED_BY,
+  MANAGED_BY_LABEL,
+  type Echo,
+  type EchoStatus,
+} from './echo.js';
 
 export type Action =
   | { type: 'addFinalizer' }
@@ -36,7 +45,16 @@ export function desiredDeployment(echo: Echo, options: ReconcileOptions): V1Depl
       name,
       namespace: echo.metadata.namespace,
       labels: { 'app.kubernetes.io/name': 'http-echo', [MANAGED_BY_LABEL]: MANAGED_BY, ...selector },
-      ownerReferences: [{ apiVersion: API_VERSION, kind: KIND, name, uid: echo.metadata.uid ?? '', controller: true, blockOwnerDeletion: true }],
+      ownerReferences: [
+        {
+          apiVersion: API_VERSION,
+          kind: KIND,
+          name,
+          uid: echo.metadata.uid ?? '',
+          controller: true,
+          blockOwnerDeletion: true,
+        },
+      ],
     },
     spec: {
       replicas: echo.spec.replicas,
@@ -68,7 +86,11 @@ function statusFrom(echo: Echo, deployment: V1Deployment | undefined): EchoStatu
 }
 
 function sameStatus(a: EchoStatus | undefined, b: EchoStatus): boolean {
-  return (a?.replicas ?? 0) === b.replicas && (a?.readyReplicas ?? 0) === b.readyReplicas && a?.observedGeneration === b.observedGeneration;
+  return (
+    (a?.replicas ?? 0) === b.replicas &&
+    (a?.readyReplicas ?? 0) === b.readyReplicas &&
+    a?.observedGeneration === b.observedGeneration
+  );
 }
 
 function reconcileDeletion(echo: Echo, deployment: V1Deployment | undefined): Action[] {
@@ -93,7 +115,13 @@ export function reconcile(echo: Echo, deployment: V1Deployment | undefined, opti
   if (!deployment) {
     actions.push({ type: 'createDeployment', deployment: desiredDeployment(echo, options) });
   } else if (!isOwnedBy(deployment, echo)) {
-    return [...actions, { type: 'conflict', message: `deployment ${deployment.metadata?.name} exists and is not owned by echo ${echo.metadata.name}` }];
+    return [
+      ...actions,
+      {
+        type: 'conflict',
+        message: `deployment ${deployment.metadata?.name} exists and is not owned by echo ${echo.metadata.name}`,
+      },
+    ];
   } else if (!deployment.metadata?.deletionTimestamp) {
     const container = deployment.spec?.template.spec?.containers[0];
     if (deployment.spec?.replicas !== echo.spec.replicas || container?.image !== options.image) {
@@ -101,7 +129,10 @@ export function reconcile(echo: Echo, deployment: V1Deployment | undefined, opti
       // Keep what the server owns (resourceVersion, uid, status) and replace only what the Echo decides.
       actions.push({
         type: 'updateDeployment',
-        deployment: { ...deployment, spec: { ...deployment.spec!, replicas: echo.spec.replicas, template: desired.spec!.template } },
+        deployment: {
+          ...deployment,
+          spec: { ...deployment.spec!, replicas: echo.spec.replicas, template: desired.spec!.template },
+        },
       });
     }
   }

@@ -4,14 +4,20 @@ import { humanDuration, tableVersionAccepted } from './api.js';
 
 describe('tableVersionAccepted', () => {
   it('reads kubectl get’s Accept header', () => {
-    expect(tableVersionAccepted('application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json')).toBe('v1');
+    expect(
+      tableVersionAccepted(
+        'application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json',
+      ),
+    ).toBe('v1');
     expect(tableVersionAccepted('application/json;as=Table;v=v1beta1;g=meta.k8s.io, application/json')).toBe('v1beta1');
   });
 
   it('answers plain objects when plain JSON comes first or nothing is said', () => {
     expect(tableVersionAccepted('application/json, application/json;as=Table;v=v1;g=meta.k8s.io')).toBeUndefined();
     expect(tableVersionAccepted(undefined)).toBeUndefined();
-    expect(tableVersionAccepted('application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io,application/json')).toBeUndefined();
+    expect(
+      tableVersionAccepted('application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io,application/json'),
+    ).toBeUndefined();
   });
 });
 

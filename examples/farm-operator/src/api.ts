@@ -15,8 +15,20 @@ export interface ApiResource {
   shortNames?: string[];
 }
 
-export const LLAMAS: ApiResource = { name: 'llamas', singularName: 'llama', namespaced: true, kind: 'Llama', verbs: ['get', 'list'] };
-export const FARMPODS: ApiResource = { name: 'farmpods', singularName: 'farmpod', namespaced: true, kind: 'FarmPod', verbs: ['list'] };
+export const LLAMAS: ApiResource = {
+  name: 'llamas',
+  singularName: 'llama',
+  namespaced: true,
+  kind: 'Llama',
+  verbs: ['get', 'list'],
+};
+export const FARMPODS: ApiResource = {
+  name: 'farmpods',
+  singularName: 'farmpod',
+  namespaced: true,
+  kind: 'FarmPod',
+  verbs: ['list'],
+};
 
 export function resourcesOf(step: Step): ApiResource[] {
   return [...(step >= 2 ? [LLAMAS] : []), ...(step >= 3 ? [FARMPODS] : [])];
@@ -48,7 +60,12 @@ export function status(err: StatusError): object {
 }
 
 export function notFound(resource: string, name: string): StatusError {
-  return { code: 404, reason: 'NotFound', message: `${resource}.${GROUP} "${name}" not found`, details: { name, group: GROUP, kind: resource } };
+  return {
+    code: 404,
+    reason: 'NotFound',
+    message: `${resource}.${GROUP} "${name}" not found`,
+    details: { name, group: GROUP, kind: resource },
+  };
 }
 
 export function pathNotFound(path: string): StatusError {
@@ -56,7 +73,11 @@ export function pathNotFound(path: string): StatusError {
 }
 
 export function methodNotAllowed(method: string, resource: string): StatusError {
-  return { code: 405, reason: 'MethodNotAllowed', message: `${method} is not supported on ${resource}.${GROUP} (this example serves get and list only)` };
+  return {
+    code: 405,
+    reason: 'MethodNotAllowed',
+    message: `${method} is not supported on ${resource}.${GROUP} (this example serves get and list only)`,
+  };
 }
 
 /** Which Table version the client asked for in Accept (kubectl get: `application/json;as=Table;v=v1;g=meta.k8s.io,…`). */
@@ -96,13 +117,21 @@ export function table<T extends KubeObject>(
   includeObject: string | null,
   now: Date = new Date(),
 ): object {
-  const nameColumn: TableColumn<T> = { name: 'Name', type: 'string', description: 'Name of the object', cell: (i) => String(i.metadata.name) };
+  const nameColumn: TableColumn<T> = {
+    name: 'Name',
+    type: 'string',
+    description: 'Name of the object',
+    cell: (i) => String(i.metadata.name),
+  };
   const ageColumn: TableColumn<T> = {
     name: 'Age',
     type: 'date',
     description: 'Time since creation',
     // Server-side printing sends the age already written out, as kube-apiserver does: kubectl prints cells as they come.
-    cell: (i) => (i.metadata.creationTimestamp ? humanDuration(now.getTime() - Date.parse(String(i.metadata.creationTimestamp))) : '<unknown>'),
+    cell: (i) =>
+      i.metadata.creationTimestamp
+        ? humanDuration(now.getTime() - Date.parse(String(i.metadata.creationTimestamp)))
+        : '<unknown>',
   };
   const all = [nameColumn, ...columns, ageColumn];
   const rowObject = (item: T): object | undefined => {
@@ -114,7 +143,13 @@ export function table<T extends KubeObject>(
     kind: 'Table',
     apiVersion: `meta.k8s.io/${version}`,
     metadata: listMeta,
-    columnDefinitions: all.map((c) => ({ name: c.name, type: c.type === 'date' ? 'string' : c.type, format: c.type === 'date' ? 'date' : c.name === 'Name' ? 'name' : '', description: c.description, priority: 0 })),
+    columnDefinitions: all.map((c) => ({
+      name: c.name,
+      type: c.type === 'date' ? 'string' : c.type,
+      format: c.type === 'date' ? 'date' : c.name === 'Name' ? 'name' : '',
+      description: c.description,
+      priority: 0,
+    })),
     rows: items.map((item) => ({ cells: all.map((c) => c.cell(item)), object: rowObject(item) })),
   };
 }
@@ -126,7 +161,8 @@ export function humanDuration(ms: number): string {
   if (seconds < 0) return '0s';
   if (seconds < 120) return `${seconds}s`;
   const minutes = Math.floor(seconds / 60);
-  const withUnit = (big: number, bigUnit: string, small: number, smallUnit: string): string => (small === 0 ? `${big}${bigUnit}` : `${big}${bigUnit}${small}${smallUnit}`);
+  const withUnit = (big: number, bigUnit: string, small: number, smallUnit: string): string =>
+    small === 0 ? `${big}${bigUnit}` : `${big}${bigUnit}${small}${smallUnit}`;
   if (minutes < 10) return withUnit(minutes, 'm', seconds % 60, 's');
   if (minutes < 180) return `${minutes}m`;
   const hours = Math.floor(minutes / 60);
@@ -151,7 +187,13 @@ function definitions(step: Step): Record<string, object> {
         apiVersion: { type: 'string' },
         kind: { type: 'string' },
         metadata: objectMetaRef,
-        spec: { type: 'object', properties: { weight: { type: 'integer', description: 'kg' }, height: { type: 'integer', description: 'cm' } } },
+        spec: {
+          type: 'object',
+          properties: {
+            weight: { type: 'integer', description: 'kg' },
+            height: { type: 'integer', description: 'cm' },
+          },
+        },
       },
       'x-kubernetes-group-version-kind': gvk('Llama'),
     };
@@ -174,7 +216,12 @@ function definitions(step: Step): Record<string, object> {
 
 /** A minimal swagger 2.0 document: the aggregator merges it into the cluster's /openapi/v2. */
 export function openApiV2(step: Step): object {
-  return { swagger: '2.0', info: { title: 'farm-operator', version: VERSION }, paths: {}, definitions: definitions(step) };
+  return {
+    swagger: '2.0',
+    info: { title: 'farm-operator', version: VERSION },
+    paths: {},
+    definitions: definitions(step),
+  };
 }
 
 export const OPENAPI_V3_PATH = `/openapi/v3/apis/${GROUP}/${VERSION}`;
@@ -185,5 +232,10 @@ export function openApiV3Index(step: Step): object {
 }
 
 export function openApiV3(step: Step): object {
-  return { openapi: '3.0.0', info: { title: 'farm-operator', version: VERSION }, paths: {}, components: { schemas: definitions(step) } };
+  return {
+    openapi: '3.0.0',
+    info: { title: 'farm-operator', version: VERSION },
+    paths: {},
+    components: { schemas: definitions(step) },
+  };
 }

@@ -10,19 +10,31 @@ describe('selfSignedCert', () => {
     // Given a fixed clock
     const now = new Date('2030-01-02T03:04:05Z');
     // When a certificate is made for DNS names and IPs
-    const { cert } = selfSignedCert({ commonName: 'farm-operator', altNames: ['localhost', 'farm-operator.default.svc', '127.0.0.1', '::1'], validDays: 30, now });
+    const { cert } = selfSignedCert({
+      commonName: 'farm-operator',
+      altNames: ['localhost', 'farm-operator.default.svc', '127.0.0.1', '::1'],
+      validDays: 30,
+      now,
+    });
     // Then it parses, is signed by its own key and names exactly what was asked
     const x = new X509Certificate(cert);
     expect(x.subject).toBe('CN=farm-operator');
     expect(x.issuer).toBe('CN=farm-operator');
     expect(x.verify(x.publicKey)).toBe(true);
-    expect(x.subjectAltName).toBe('DNS:localhost, DNS:farm-operator.default.svc, IP Address:127.0.0.1, IP Address:0:0:0:0:0:0:0:1');
+    expect(x.subjectAltName).toBe(
+      'DNS:localhost, DNS:farm-operator.default.svc, IP Address:127.0.0.1, IP Address:0:0:0:0:0:0:0:1',
+    );
     expect(new Date(x.validTo).getTime() - now.getTime()).toBe(30 * 86_400_000);
     expect(new Date(x.validFrom).getTime()).toBeLessThan(now.getTime());
   });
 
   it('uses GeneralizedTime past 2049 and still parses', () => {
-    const { cert } = selfSignedCert({ commonName: 'late', altNames: ['localhost'], validDays: 400, now: new Date('2049-12-01T00:00:00Z') });
+    const { cert } = selfSignedCert({
+      commonName: 'late',
+      altNames: ['localhost'],
+      validDays: 400,
+      now: new Date('2049-12-01T00:00:00Z'),
+    });
     expect(new Date(new X509Certificate(cert).validTo).getUTCFullYear()).toBe(2051);
   });
 
@@ -42,7 +54,12 @@ describe('selfSignedCert', () => {
     try {
       // When a client that trusts exactly this certificate connects with servername localhost
       const reply = await new Promise<string>((resolve, reject) => {
-        const socket: TLSSocket = connect({ host: '127.0.0.1', port: (server.address() as AddressInfo).port, servername: 'localhost', ca: tls.cert });
+        const socket: TLSSocket = connect({
+          host: '127.0.0.1',
+          port: (server.address() as AddressInfo).port,
+          servername: 'localhost',
+          ca: tls.cert,
+        });
         let data = '';
         socket.on('data', (d) => (data += d.toString()));
         socket.on('end', () => resolve(data));

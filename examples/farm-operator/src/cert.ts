@@ -54,7 +54,7 @@ function oid(dotted: string): Buffer {
 
 function time(d: Date): Buffer {
   // RFC 5280: UTCTime through 2049, GeneralizedTime from 2050 on.
-  const iso = d.toISOString().replace(/[-:T]/g, '').slice(0, 14) + 'Z';
+  const iso = `${d.toISOString().replace(/[-:T]/g, '').slice(0, 14)}Z`;
   return d.getUTCFullYear() < 2050 ? tlv(0x17, Buffer.from(iso.slice(2))) : tlv(0x18, Buffer.from(iso));
 }
 

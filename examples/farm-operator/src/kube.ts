@@ -15,11 +15,15 @@ export function loadKubeConfig(env: NodeJS.ProcessEnv = process.env): KubeConfig
   try {
     kc.loadFromDefault();
   } catch (err) {
-    throw new Error(`farm-operator: cannot load the kubeconfig (${err instanceof Error ? err.message : String(err)}). Fix: point KUBECONFIG at a readable kubeconfig.`);
+    throw new Error(
+      `farm-operator: cannot load the kubeconfig (${err instanceof Error ? err.message : String(err)}). Fix: point KUBECONFIG at a readable kubeconfig.`,
+    );
   }
   // loadFromDefault quietly falls back to http://localhost:8080 when it finds nothing; say so instead.
   if (!kc.getCurrentContext() || !kc.getCurrentCluster()) {
-    throw new Error('farm-operator: no Kubernetes context found. Fix: set KUBECONFIG or run in a pod with a service account.');
+    throw new Error(
+      'farm-operator: no Kubernetes context found. Fix: set KUBECONFIG or run in a pod with a service account.',
+    );
   }
   return kc;
 }
@@ -29,7 +33,9 @@ export function kubePodLister(kc: KubeConfig): PodLister {
   return {
     async list(namespace, options) {
       const params = { limit: options.limit, _continue: options.continue, labelSelector: options.labelSelector };
-      return namespace === undefined ? core.listPodForAllNamespaces(params) : core.listNamespacedPod({ namespace, ...params });
+      return namespace === undefined
+        ? core.listPodForAllNamespaces(params)
+        : core.listNamespacedPod({ namespace, ...params });
     },
   };
 }

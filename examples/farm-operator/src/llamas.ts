@@ -67,7 +67,10 @@ export class LlamaStore {
     const namespaces = namespace === undefined ? [...this.byNamespace.keys()] : [namespace];
     const items = namespaces
       .flatMap((ns) => [...(this.byNamespace.get(ns)?.values() ?? [])])
-      .sort((a, b) => a.metadata.namespace.localeCompare(b.metadata.namespace) || a.metadata.name.localeCompare(b.metadata.name));
+      .sort(
+        (a, b) =>
+          a.metadata.namespace.localeCompare(b.metadata.namespace) || a.metadata.name.localeCompare(b.metadata.name),
+      );
     return { apiVersion: GROUP_VERSION, kind: 'LlamaList', metadata: { resourceVersion: STORE_VERSION }, items };
   }
 

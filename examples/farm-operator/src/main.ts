@@ -14,7 +14,8 @@ const DEFAULT_PORT = 8443;
 
 function parseStep(value: string | undefined): Step {
   const step = Number(value ?? '1');
-  if (step !== 1 && step !== 2 && step !== 3) throw new Error(`farm-operator: --step must be 1, 2 or 3 (got ${value}).`);
+  if (step !== 1 && step !== 2 && step !== 3)
+    throw new Error(`farm-operator: --step must be 1, 2 or 3 (got ${value}).`);
   return step;
 }
 
@@ -25,7 +26,14 @@ function loadTls(env: NodeJS.ProcessEnv): { key: string; cert: string } {
   }
   return selfSignedCert({
     commonName: 'farm-operator',
-    altNames: ['localhost', 'farm-operator', 'farm-operator.default.svc', 'farm-operator.default.svc.cluster.local', '127.0.0.1', hostname()],
+    altNames: [
+      'localhost',
+      'farm-operator',
+      'farm-operator.default.svc',
+      'farm-operator.default.svc.cluster.local',
+      '127.0.0.1',
+      hostname(),
+    ],
   });
 }
 

@@ -9,7 +9,8 @@ import { startFarmServer, type RunningFarmServer } from './server.js';
 import type { Step } from './api.js';
 
 const tls = selfSignedCert({ commonName: 'farm-operator', altNames: ['localhost', '127.0.0.1'] });
-const KUBECTL_GET_ACCEPT = 'application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json';
+const KUBECTL_GET_ACCEPT =
+  'application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json';
 
 interface Reply {
   status: number;
@@ -19,14 +20,21 @@ interface Reply {
 
 function get(port: number, path: string, headers: Record<string, string> = {}, method = 'GET'): Promise<Reply> {
   return new Promise((resolve, reject) => {
-    const req = request({ host: '127.0.0.1', port, path, method, headers, ca: tls.cert, servername: 'localhost' }, (res) => {
-      let text = '';
-      res.on('data', (d) => (text += d.toString()));
-      res.on('end', () => {
-        const contentType = res.headers['content-type'];
-        resolve({ status: res.statusCode ?? 0, contentType, body: contentType === 'application/json' ? JSON.parse(text) : text });
-      });
-    });
+    const req = request(
+      { host: '127.0.0.1', port, path, method, headers, ca: tls.cert, servername: 'localhost' },
+      (res) => {
+        let text = '';
+        res.on('data', (d) => (text += d.toString()));
+        res.on('end', () => {
+          const contentType = res.headers['content-type'];
+          resolve({
+            status: res.statusCode ?? 0,
+            contentType,
+            body: contentType === 'application/json' ? JSON.parse(text) : text,
+          });
+        });
+      },
+    );
     req.on('error', reject);
     req.end();
   });
@@ -41,7 +49,10 @@ function pod(namespace: string, name: string, containers: number): V1Pod {
 
 class FakePods implements PodLister {
   readonly calls: { namespace: string | undefined; options: PodListOptions }[] = [];
-  constructor(private readonly pods: V1Pod[], private readonly failure?: Error & { code?: number }) {}
+  constructor(
+    private readonly pods: V1Pod[],
+    private readonly failure?: Error & { code?: number },
+  ) {}
   async list(namespace: string | undefined, options: PodListOptions): Promise<PodPage> {
     this.calls.push({ namespace, options });
     if (this.failure) throw this.failure;
@@ -57,7 +68,15 @@ afterEach(async () => {
 
 async function serve(step: Step, pods: PodLister = new FakePods([])): Promise<number> {
   const log: string[] = [];
-  const server = await startFarmServer({ step, port: 0, host: '127.0.0.1', tls, llamas: new LlamaStore(), pods: () => pods, log: (l) => log.push(l) });
+  const server = await startFarmServer({
+    step,
+    port: 0,
+    host: '127.0.0.1',
+    tls,
+    llamas: new LlamaStore(),
+    pods: () => pods,
+    log: (l) => log.push(l),
+  });
   running.push(server);
   return server.port;
 }
@@ -66,7 +85,11 @@ describe('farm-operator discovery', () => {
   it('serves the group, the group list and health at every step', async () => {
     const port = await serve(1);
     const group = await get(port, '/apis/farm.example.com');
-    expect(group.body).toMatchObject({ kind: 'APIGroup', name: 'farm.example.com', preferredVersion: { groupVersion: 'farm.example.com/v1alpha', version: 'v1alpha' } });
+    expect(group.body).toMatchObject({
+      kind: 'APIGroup',
+      name: 'farm.example.com',
+      preferredVersion: { groupVersion: 'farm.example.com/v1alpha', version: 'v1alpha' },
+    });
     expect((await get(port, '/apis')).body.groups.map((g: { name: string }) => g.name)).toEqual(['farm.example.com']);
     expect(await get(port, '/healthz')).toMatchObject({ status: 200, body: 'ok' });
   });
@@ -105,7 +128,9 @@ describe('farm-operator discovery', () => {
     const url: string = index.paths['apis/farm.example.com/v1alpha'].serverRelativeURL;
     const v3 = (await get(port, url)).body;
     expect(v3.openapi).toBe('3.0.0');
-    expect(v3.components.schemas['com.example.farm.v1alpha.Llama']['x-kubernetes-group-version-kind']).toEqual([{ group: 'farm.example.com', version: 'v1alpha', kind: 'Llama' }]);
+    expect(v3.components.schemas['com.example.farm.v1alpha.Llama']['x-kubernetes-group-version-kind']).toEqual([
+      { group: 'farm.example.com', version: 'v1alpha', kind: 'Llama' },
+    ]);
   });
 });
 
@@ -130,17 +155,22 @@ describe('llamas', () => {
   it('lists across namespaces on the cluster-wide path', async () => {
     const port = await serve(2);
     const reply = await get(port, '/apis/farm.example.com/v1alpha/llamas');
-    expect(reply.body.items.map((l: { metadata: { namespace: string; name: string } }) => `${l.metadata.namespace}/${l.metadata.name}`)).toEqual([
-      'default/dolly',
-      'default/fernando',
-      'kube-system/kuzco',
-    ]);
+    expect(
+      reply.body.items.map(
+        (l: { metadata: { namespace: string; name: string } }) => `${l.metadata.namespace}/${l.metadata.name}`,
+      ),
+    ).toEqual(['default/dolly', 'default/fernando', 'kube-system/kuzco']);
   });
 
   it('gets one llama, and answers a missing one with a NotFound Status that kubectl prints', async () => {
     const port = await serve(3);
     const found = await get(port, '/apis/farm.example.com/v1alpha/namespaces/default/llamas/dolly');
-    expect(found.body).toMatchObject({ apiVersion: 'farm.example.com/v1alpha', kind: 'Llama', metadata: { name: 'dolly', namespace: 'default' }, spec: { weight: 130, height: 175 } });
+    expect(found.body).toMatchObject({
+      apiVersion: 'farm.example.com/v1alpha',
+      kind: 'Llama',
+      metadata: { name: 'dolly', namespace: 'default' },
+      spec: { weight: 130, height: 175 },
+    });
     const missing = await get(port, '/apis/farm.example.com/v1alpha/namespaces/default/llamas/nobody');
     expect(missing.status).toBe(404);
     expect(missing.body).toEqual({
@@ -159,10 +189,17 @@ describe('llamas', () => {
 
   it('answers kubectl get’s Table request with columns and partial object metadata', async () => {
     const port = await serve(2);
-    const reply = await get(port, '/apis/farm.example.com/v1alpha/namespaces/default/llamas?limit=500', { Accept: KUBECTL_GET_ACCEPT });
+    const reply = await get(port, '/apis/farm.example.com/v1alpha/namespaces/default/llamas?limit=500', {
+      Accept: KUBECTL_GET_ACCEPT,
+    });
     expect(reply.body.kind).toBe('Table');
     expect(reply.body.apiVersion).toBe('meta.k8s.io/v1');
-    expect(reply.body.columnDefinitions.map((c: { name: string }) => c.name)).toEqual(['Name', 'Weight', 'Height', 'Age']);
+    expect(reply.body.columnDefinitions.map((c: { name: string }) => c.name)).toEqual([
+      'Name',
+      'Weight',
+      'Height',
+      'Age',
+    ]);
     expect(reply.body.rows[1].cells.slice(0, 3)).toEqual(['fernando', 160, 185]);
     // The age is written out by the server (kubectl prints cells as they come), the llamas being seconds old.
     expect(reply.body.rows[1].cells[3]).toMatch(/^\d+s$/);
@@ -171,7 +208,9 @@ describe('llamas', () => {
 
   it('answers the plain object when the client prefers plain JSON', async () => {
     const port = await serve(2);
-    const reply = await get(port, '/apis/farm.example.com/v1alpha/namespaces/default/llamas/dolly', { Accept: 'application/json, */*' });
+    const reply = await get(port, '/apis/farm.example.com/v1alpha/namespaces/default/llamas/dolly', {
+      Accept: 'application/json, */*',
+    });
     expect(reply.body.kind).toBe('Llama');
   });
 
@@ -205,8 +244,28 @@ describe('farmpods', () => {
       kind: 'FarmPodList',
       metadata: { resourceVersion: '4242', continue: 'next-page' },
       items: [
-        { apiVersion: 'farm.example.com/v1alpha', kind: 'FarmPod', metadata: { name: 'farm-web', namespace: 'default', creationTimestamp: '2026-01-01T00:00:00Z', labels: { app: 'web' } }, spec: { containers: 2 } },
-        { apiVersion: 'farm.example.com/v1alpha', kind: 'FarmPod', metadata: { name: 'farm-db', namespace: 'default', creationTimestamp: '2026-01-01T00:00:00Z', labels: { app: 'db' } }, spec: { containers: 1 } },
+        {
+          apiVersion: 'farm.example.com/v1alpha',
+          kind: 'FarmPod',
+          metadata: {
+            name: 'farm-web',
+            namespace: 'default',
+            creationTimestamp: '2026-01-01T00:00:00Z',
+            labels: { app: 'web' },
+          },
+          spec: { containers: 2 },
+        },
+        {
+          apiVersion: 'farm.example.com/v1alpha',
+          kind: 'FarmPod',
+          metadata: {
+            name: 'farm-db',
+            namespace: 'default',
+            creationTimestamp: '2026-01-01T00:00:00Z',
+            labels: { app: 'db' },
+          },
+          spec: { containers: 1 },
+        },
       ],
     });
     expect(pods.calls).toEqual([{ namespace: 'default', options: { limit: 500 } }]);
@@ -214,7 +273,9 @@ describe('farmpods', () => {
 
   it('render as a Table with a Containers column', async () => {
     const port = await serve(3, new FakePods([pod('default', 'web', 2)]));
-    const reply = await get(port, '/apis/farm.example.com/v1alpha/namespaces/default/farmpods', { Accept: KUBECTL_GET_ACCEPT });
+    const reply = await get(port, '/apis/farm.example.com/v1alpha/namespaces/default/farmpods', {
+      Accept: KUBECTL_GET_ACCEPT,
+    });
     expect(reply.body.columnDefinitions.map((c: { name: string }) => c.name)).toEqual(['Name', 'Containers', 'Age']);
     expect(reply.body.rows[0].cells.slice(0, 2)).toEqual(['farm-web', 2]);
   });

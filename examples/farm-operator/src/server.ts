@@ -49,14 +49,21 @@ export interface RunningFarmServer {
   close(): Promise<void>;
 }
 
-const RESOURCE_PATH = new RegExp(`^/apis/${GROUP.replace(/\./g, '\\.')}/v1alpha(?:/namespaces/([^/]+))?/([^/]+)(?:/([^/]+))?$`);
+const RESOURCE_PATH = new RegExp(
+  `^/apis/${GROUP.replace(/\./g, '\\.')}/v1alpha(?:/namespaces/([^/]+))?/([^/]+)(?:/([^/]+))?$`,
+);
 
 const llamaColumns: TableColumn<Llama>[] = [
   { name: 'Weight', type: 'integer', description: 'Weight in kg', cell: (l) => l.spec.weight },
   { name: 'Height', type: 'integer', description: 'Height in cm', cell: (l) => l.spec.height },
 ];
 const farmPodColumns: TableColumn<FarmPod>[] = [
-  { name: 'Containers', type: 'integer', description: 'Number of containers in the pod', cell: (p) => p.spec.containers },
+  {
+    name: 'Containers',
+    type: 'integer',
+    description: 'Number of containers in the pod',
+    cell: (p) => p.spec.containers,
+  },
 ];
 
 class HttpError extends Error {
@@ -75,12 +82,21 @@ function podListFailure(err: unknown): StatusError {
   const code = (err as { code?: unknown }).code;
   const message = err instanceof Error ? err.message.split('\n')[0] : String(err);
   if (code === 403) {
-    return { code: 403, reason: 'Forbidden', message: `farm-operator may not list pods (grant it pods list in its ClusterRole): ${message}` };
+    return {
+      code: 403,
+      reason: 'Forbidden',
+      message: `farm-operator may not list pods (grant it pods list in its ClusterRole): ${message}`,
+    };
   }
   return { code: 503, reason: 'ServiceUnavailable', message: `listing pods failed: ${message}` };
 }
 
-async function serveResource(options: FarmHandlerOptions, req: IncomingMessage, url: URL, match: RegExpExecArray): Promise<[number, object]> {
+async function serveResource(
+  options: FarmHandlerOptions,
+  req: IncomingMessage,
+  url: URL,
+  match: RegExpExecArray,
+): Promise<[number, object]> {
   const [, namespace, resource, name] = match;
   const served = resourcesOf(options.step).find((r) => r.name === resource);
   if (!served) throw new HttpError(pathNotFound(url.pathname));
@@ -109,7 +125,9 @@ async function serveResource(options: FarmHandlerOptions, req: IncomingMessage, 
       .list(namespace, {
         ...(Number.isInteger(limit) && limit > 0 ? { limit } : {}),
         ...(url.searchParams.get('continue') ? { continue: url.searchParams.get('continue') as string } : {}),
-        ...(url.searchParams.get('labelSelector') ? { labelSelector: url.searchParams.get('labelSelector') as string } : {}),
+        ...(url.searchParams.get('labelSelector')
+          ? { labelSelector: url.searchParams.get('labelSelector') as string }
+          : {}),
       })
       .catch((err: unknown) => {
         throw new HttpError(podListFailure(err));
@@ -150,7 +168,10 @@ export function createFarmHandler(options: FarmHandlerOptions): (req: IncomingMe
   return (req, res) => {
     const started = Date.now();
     const url = new URL(req.url ?? '/', 'https://farm-operator');
-    const done = (code: number): void => options.log?.(`step=${options.step} ${req.method} ${url.pathname}${url.search} ${code} ${Date.now() - started}ms`);
+    const done = (code: number): void =>
+      options.log?.(
+        `step=${options.step} ${req.method} ${url.pathname}${url.search} ${code} ${Date.now() - started}ms`,
+      );
     route(options, req, url)
       .then(([code, body]) => {
         if (typeof body === 'string') {
@@ -162,7 +183,8 @@ export function createFarmHandler(options: FarmHandlerOptions): (req: IncomingMe
         done(code);
       })
       .catch((err: unknown) => {
-        const failure: StatusError = err instanceof HttpError ? err.status : { code: 500, reason: 'InternalError', message: String(err) };
+        const failure: StatusError =
+          err instanceof HttpError ? err.status : { code: 500, reason: 'InternalError', message: String(err) };
         sendJson(res, failure.code, status(failure));
         done(failure.code);
       });

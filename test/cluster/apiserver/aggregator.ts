@@ -64,17 +64,32 @@ export class Aggregator {
     if (!svc) return { reason: 'ServiceNotFound', error: `service/${ref.name} in "${ref.namespace}" is not present` };
     const port = Number(ref.port ?? 443);
     const svcPort = (svc.spec?.ports ?? []).find((p: K8sObject) => p.port === port);
-    if (!svcPort) return { reason: 'ServicePortError', error: `service/${ref.name} in "${ref.namespace}" is not listening on port ${port}` };
+    if (!svcPort)
+      return {
+        reason: 'ServicePortError',
+        error: `service/${ref.name} in "${ref.namespace}" is not listening on port ${port}`,
+      };
     const ep = this.objects.store.get('/endpoints', ref.namespace, ref.name);
     for (const subset of ep?.subsets ?? []) {
       const epPort = (subset.ports ?? []).find((p: K8sObject) => (svcPort.name ? p.name === svcPort.name : true));
       const addr = (subset.addresses ?? [])[0];
       if (epPort && addr) {
-        const ca = apiService.spec.caBundle ? Buffer.from(apiService.spec.caBundle, 'base64').toString('utf8') : undefined;
-        return { host: addr.ip, port: epPort.port, ca, insecure: Boolean(apiService.spec.insecureSkipTLSVerify), localAddress: this.sourceFor(addr.ip) };
+        const ca = apiService.spec.caBundle
+          ? Buffer.from(apiService.spec.caBundle, 'base64').toString('utf8')
+          : undefined;
+        return {
+          host: addr.ip,
+          port: epPort.port,
+          ca,
+          insecure: Boolean(apiService.spec.insecureSkipTLSVerify),
+          localAddress: this.sourceFor(addr.ip),
+        };
       }
     }
-    return { reason: 'MissingEndpoints', error: `endpoints for service/${ref.name} in "${ref.namespace}" have no addresses with port name "${svcPort.name ?? ''}"` };
+    return {
+      reason: 'MissingEndpoints',
+      error: `endpoints for service/${ref.name} in "${ref.namespace}" have no addresses with port name "${svcPort.name ?? ''}"`,
+    };
   }
 
   proxy(req: IncomingMessage, res: ServerResponse, id: Identity): void {
@@ -86,14 +101,26 @@ export class Aggregator {
     if ('error' in b) throw new ApiError(503, 'ServiceUnavailable', `${b.error}`);
     const headers: Record<string, string | string[]> = {};
     for (const [k, v] of Object.entries(req.headers)) {
-      if (v === undefined || ['authorization', 'host', 'connection', 'x-remote-user', 'x-remote-group'].includes(k)) continue;
+      if (v === undefined || ['authorization', 'host', 'connection', 'x-remote-user', 'x-remote-group'].includes(k))
+        continue;
       headers[k] = v;
     }
     headers['x-remote-user'] = id.name;
     headers['x-remote-group'] = id.groups;
     headers['x-forwarded-for'] = req.socket.remoteAddress ?? '127.0.0.1';
     const out = httpsRequest(
-      { host: b.host, port: b.port, localAddress: b.localAddress, method: req.method, path: req.url, headers, ca: b.ca, rejectUnauthorized: !b.insecure, servername: undefined, timeout: PROXY_TIMEOUT_MS },
+      {
+        host: b.host,
+        port: b.port,
+        localAddress: b.localAddress,
+        method: req.method,
+        path: req.url,
+        headers,
+        ca: b.ca,
+        rejectUnauthorized: !b.insecure,
+        servername: undefined,
+        timeout: PROXY_TIMEOUT_MS,
+      },
       (up) => {
         res.writeHead(up.statusCode ?? 502, up.headers);
         up.pipe(res);
@@ -102,7 +129,9 @@ export class Aggregator {
     out.on('timeout', () => out.destroy(new Error('timeout')));
     out.on('error', (e) => {
       if (res.headersSent) return res.end();
-      const body = JSON.stringify(new ApiError(503, 'ServiceUnavailable', `error trying to reach service: ${e.message}`).toStatus());
+      const body = JSON.stringify(
+        new ApiError(503, 'ServiceUnavailable', `error trying to reach service: ${e.message}`).toStatus(),
+      );
       res.writeHead(503, { 'Content-Type': 'application/json' });
       res.end(body);
     });
@@ -112,7 +141,17 @@ export class Aggregator {
   private probe(b: Backend, group: string, version: string): Promise<boolean> {
     return new Promise((resolve) => {
       const r = httpsRequest(
-        { host: b.host, port: b.port, localAddress: b.localAddress, path: `/apis/${group}/${version}`, method: 'GET', ca: b.ca, rejectUnauthorized: !b.insecure, timeout: 1500, headers: { 'x-remote-user': 'system:kube-aggregator', accept: 'application/json' } },
+        {
+          host: b.host,
+          port: b.port,
+          localAddress: b.localAddress,
+          path: `/apis/${group}/${version}`,
+          method: 'GET',
+          ca: b.ca,
+          rejectUnauthorized: !b.insecure,
+          timeout: 1500,
+          headers: { 'x-remote-user': 'system:kube-aggregator', accept: 'application/json' },
+        },
         (res) => {
           res.resume();
           resolve((res.statusCode ?? 500) < 300);
@@ -129,12 +168,19 @@ export class Aggregator {
     let allAvailable = true;
     for (const a of this.objects.store.list(APISERVICES)) {
       let cond: { status: string; reason: string; message: string };
-      if (!a.spec?.service) cond = { status: 'True', reason: 'Local', message: 'Local APIServices are always available' };
+      if (!a.spec?.service)
+        cond = { status: 'True', reason: 'Local', message: 'Local APIServices are always available' };
       else {
         const b = this.backend(a);
         if ('error' in b) cond = { status: 'False', reason: b.reason, message: b.error };
-        else if (await this.probe(b, a.spec.group, a.spec.version)) cond = { status: 'True', reason: 'Passed', message: 'all checks passed' };
-        else cond = { status: 'False', reason: 'FailedDiscoveryCheck', message: `failing or missing response from https://${b.host}:${b.port}/apis/${a.spec.group}/${a.spec.version}` };
+        else if (await this.probe(b, a.spec.group, a.spec.version))
+          cond = { status: 'True', reason: 'Passed', message: 'all checks passed' };
+        else
+          cond = {
+            status: 'False',
+            reason: 'FailedDiscoveryCheck',
+            message: `failing or missing response from https://${b.host}:${b.port}/apis/${a.spec.group}/${a.spec.version}`,
+          };
       }
       if (cond.status !== 'True') allAvailable = false;
       const cur = this.objects.store.get(APISERVICES, '', a.metadata.name);
@@ -143,7 +189,13 @@ export class Aggregator {
       if (old && old.status === cond.status && old.reason === cond.reason) continue;
       const t = this.objects.type(APISERVICES);
       try {
-        this.objects.update(t, '', a.metadata.name, { ...cur, status: { conditions: [{ type: 'Available', ...cond, lastTransitionTime: nowTime() }] } }, { subresource: 'status' });
+        this.objects.update(
+          t,
+          '',
+          a.metadata.name,
+          { ...cur, status: { conditions: [{ type: 'Available', ...cond, lastTransitionTime: nowTime() }] } },
+          { subresource: 'status' },
+        );
       } catch {
         // A concurrent write wins; the next round re-checks.
       }

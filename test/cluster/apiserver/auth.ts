@@ -40,7 +40,11 @@ export const RESTRICTED_RULES: PolicyRule[] = [
 
 /** What every authenticated user may do (system:basic-user / system:discovery in kube-apiserver). */
 const BASIC_RULES: PolicyRule[] = [
-  { verbs: ['create'], apiGroups: ['authorization.k8s.io'], resources: ['selfsubjectaccessreviews', 'selfsubjectrulesreviews'] },
+  {
+    verbs: ['create'],
+    apiGroups: ['authorization.k8s.io'],
+    resources: ['selfsubjectaccessreviews', 'selfsubjectrulesreviews'],
+  },
   { verbs: ['create'], apiGroups: ['authentication.k8s.io'], resources: ['selfsubjectreviews'] },
 ];
 
@@ -85,20 +89,36 @@ export class Authenticator {
   authorize(id: Identity, a: RequestAttributes): void {
     if (this.allowed(id, a)) return;
     const res = a.subresource ? `${a.resource}/${a.subresource}` : a.resource;
-    const subject = a.name ? `${qualifiedResource(a.apiGroup, a.resource)} "${a.name}"` : qualifiedResource(a.apiGroup, a.resource);
+    const subject = a.name
+      ? `${qualifiedResource(a.apiGroup, a.resource)} "${a.name}"`
+      : qualifiedResource(a.apiGroup, a.resource);
     const scope = a.namespace ? `in the namespace "${a.namespace}"` : 'at the cluster scope';
-    throw new ApiError(403, 'Forbidden', `${subject} is forbidden: User "${id.name}" cannot ${a.verb} resource "${res}" in API group "${a.apiGroup}" ${scope}`, {
-      ...(a.name ? { name: a.name } : {}),
-      ...(a.apiGroup ? { group: a.apiGroup } : {}),
-      kind: a.resource,
-    });
+    throw new ApiError(
+      403,
+      'Forbidden',
+      `${subject} is forbidden: User "${id.name}" cannot ${a.verb} resource "${res}" in API group "${a.apiGroup}" ${scope}`,
+      {
+        ...(a.name ? { name: a.name } : {}),
+        ...(a.apiGroup ? { group: a.apiGroup } : {}),
+        kind: a.resource,
+      },
+    );
   }
 
   /** SelfSubjectRulesReview status for one namespace. */
-  rulesFor(id: Identity, namespace: string): { resourceRules: object[]; nonResourceRules: object[]; incomplete: boolean } {
+  rulesFor(
+    id: Identity,
+    namespace: string,
+  ): { resourceRules: object[]; nonResourceRules: object[]; incomplete: boolean } {
     const resourceRules = [...BASIC_RULES, ...id.rules]
       .filter((r) => !r.namespaces || r.namespaces.includes(namespace))
       .map((r) => ({ verbs: r.verbs, apiGroups: r.apiGroups, resources: r.resources }));
-    return { resourceRules, nonResourceRules: [{ verbs: ['get'], nonResourceURLs: ['/api', '/api/*', '/apis', '/apis/*', '/version', '/openapi/*'] }], incomplete: false };
+    return {
+      resourceRules,
+      nonResourceRules: [
+        { verbs: ['get'], nonResourceURLs: ['/api', '/api/*', '/apis', '/apis/*', '/version', '/openapi/*'] },
+      ],
+      incomplete: false,
+    };
   }
 }

@@ -50,5 +50,8 @@ export class Catalog {
 }
 
 export function isEstablished(crd: K8sObject): boolean {
-  return !crd.metadata.deletionTimestamp && (crd.status?.conditions ?? []).some((c: K8sObject) => c.type === 'Established' && c.status === 'True');
+  return (
+    !crd.metadata.deletionTimestamp &&
+    (crd.status?.conditions ?? []).some((c: K8sObject) => c.type === 'Established' && c.status === 'True')
+  );
 }

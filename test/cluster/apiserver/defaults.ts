@@ -16,12 +16,28 @@ export function randomSuffix(n = 5): string {
 
 export function validateName(t: ResourceType, obj: K8sObject): void {
   const name: string = obj.metadata?.name ?? '';
-  if (!name) throw invalid(t.kind, t.group, '', [{ field: 'metadata.name', message: 'Required value: name or generateName is required', reason: 'FieldValueRequired' }]);
+  if (!name)
+    throw invalid(t.kind, t.group, '', [
+      {
+        field: 'metadata.name',
+        message: 'Required value: name or generateName is required',
+        reason: 'FieldValueRequired',
+      },
+    ]);
   const re = t.resource === 'namespaces' || t.resource === 'services' ? LABEL_NAME_RE : NAME_RE;
-  if (t.resource === 'customresourcedefinitions' || t.resource === 'apiservices' || t.custom || t.group.startsWith('rbac.')) return;
+  if (
+    t.resource === 'customresourcedefinitions' ||
+    t.resource === 'apiservices' ||
+    t.custom ||
+    t.group.startsWith('rbac.')
+  )
+    return;
   if (name.length > 253 || !re.test(name)) {
     throw invalid(t.kind, t.group, name, [
-      { field: 'metadata.name', message: `Invalid value: "${name}": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character` },
+      {
+        field: 'metadata.name',
+        message: `Invalid value: "${name}": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character`,
+      },
     ]);
   }
 }
@@ -49,16 +65,25 @@ export function defaultPodSpec(spec: K8sObject): void {
   spec.enableServiceLinks ??= true;
   spec.serviceAccountName ??= spec.serviceAccount ?? 'default';
   spec.serviceAccount ??= spec.serviceAccountName;
-  for (const c of [...(spec.containers ?? []), ...(spec.initContainers ?? []), ...(spec.ephemeralContainers ?? [])]) defaultContainer(c);
+  for (const c of [...(spec.containers ?? []), ...(spec.initContainers ?? []), ...(spec.ephemeralContainers ?? [])])
+    defaultContainer(c);
 }
 
 function validatePodSpec(t: ResourceType, name: string, spec: K8sObject | undefined, field: string): void {
   if (!spec || !Array.isArray(spec.containers) || spec.containers.length === 0) {
-    throw invalid(t.kind, t.group, name, [{ field: `${field}.containers`, message: 'Required value', reason: 'FieldValueRequired' }]);
+    throw invalid(t.kind, t.group, name, [
+      { field: `${field}.containers`, message: 'Required value', reason: 'FieldValueRequired' },
+    ]);
   }
   for (const [i, c] of spec.containers.entries()) {
-    if (!c.name) throw invalid(t.kind, t.group, name, [{ field: `${field}.containers[${i}].name`, message: 'Required value', reason: 'FieldValueRequired' }]);
-    if (!c.image) throw invalid(t.kind, t.group, name, [{ field: `${field}.containers[${i}].image`, message: 'Required value', reason: 'FieldValueRequired' }]);
+    if (!c.name)
+      throw invalid(t.kind, t.group, name, [
+        { field: `${field}.containers[${i}].name`, message: 'Required value', reason: 'FieldValueRequired' },
+      ]);
+    if (!c.image)
+      throw invalid(t.kind, t.group, name, [
+        { field: `${field}.containers[${i}].image`, message: 'Required value', reason: 'FieldValueRequired' },
+      ]);
   }
 }
 
@@ -66,11 +91,16 @@ function validateSelector(t: ResourceType, obj: K8sObject): void {
   const labels = obj.spec?.template?.metadata?.labels ?? {};
   const sel = obj.spec?.selector;
   if (!sel || (Object.keys(sel.matchLabels ?? {}).length === 0 && (sel.matchExpressions ?? []).length === 0)) {
-    throw invalid(t.kind, t.group, obj.metadata.name, [{ field: 'spec.selector', message: 'Required value', reason: 'FieldValueRequired' }]);
+    throw invalid(t.kind, t.group, obj.metadata.name, [
+      { field: 'spec.selector', message: 'Required value', reason: 'FieldValueRequired' },
+    ]);
   }
   if (!labelSelectorMatcher(sel)({ metadata: { labels } })) {
     throw invalid(t.kind, t.group, obj.metadata.name, [
-      { field: 'spec.template.metadata.labels', message: `Invalid value: ${JSON.stringify(labels)}: \`selector\` does not match template \`labels\`` },
+      {
+        field: 'spec.template.metadata.labels',
+        message: `Invalid value: ${JSON.stringify(labels)}: \`selector\` does not match template \`labels\``,
+      },
     ]);
   }
 }
@@ -94,7 +124,8 @@ export function defaultOnCreate(t: ResourceType, obj: K8sObject, ctx: Defaulting
       obj.spec.replicas ??= 1;
       obj.spec.strategy ??= {};
       obj.spec.strategy.type ??= 'RollingUpdate';
-      if (obj.spec.strategy.type === 'RollingUpdate') obj.spec.strategy.rollingUpdate ??= { maxSurge: '25%', maxUnavailable: '25%' };
+      if (obj.spec.strategy.type === 'RollingUpdate')
+        obj.spec.strategy.rollingUpdate ??= { maxSurge: '25%', maxUnavailable: '25%' };
       obj.spec.revisionHistoryLimit ??= 10;
       obj.spec.progressDeadlineSeconds ??= 600;
       defaultPodSpec(obj.spec.template.spec);
@@ -163,11 +194,25 @@ export function defaultOnCreate(t: ResourceType, obj: K8sObject, ctx: Defaulting
       break;
     case 'apiextensions.k8s.io/customresourcedefinitions': {
       const names = obj.spec?.names ?? {};
-      if (!obj.spec?.group || !names.plural || !names.kind || !Array.isArray(obj.spec?.versions) || obj.spec.versions.length === 0) {
-        throw invalid(t.kind, t.group, name, [{ field: 'spec', message: 'Required value: group, names.plural, names.kind and versions are required', reason: 'FieldValueRequired' }]);
+      if (
+        !obj.spec?.group ||
+        !names.plural ||
+        !names.kind ||
+        !Array.isArray(obj.spec?.versions) ||
+        obj.spec.versions.length === 0
+      ) {
+        throw invalid(t.kind, t.group, name, [
+          {
+            field: 'spec',
+            message: 'Required value: group, names.plural, names.kind and versions are required',
+            reason: 'FieldValueRequired',
+          },
+        ]);
       }
       if (name !== `${names.plural}.${obj.spec.group}`) {
-        throw invalid(t.kind, t.group, name, [{ field: 'metadata.name', message: `Invalid value: "${name}": must be spec.names.plural+"."+spec.group` }]);
+        throw invalid(t.kind, t.group, name, [
+          { field: 'metadata.name', message: `Invalid value: "${name}": must be spec.names.plural+"."+spec.group` },
+        ]);
       }
       names.singular ??= String(names.kind).toLowerCase();
       names.listKind ??= `${names.kind}List`;
@@ -177,8 +222,20 @@ export function defaultOnCreate(t: ResourceType, obj: K8sObject, ctx: Defaulting
         acceptedNames: { ...names },
         storedVersions: obj.spec.versions.filter((v: K8sObject) => v.storage).map((v: K8sObject) => v.name),
         conditions: [
-          { type: 'NamesAccepted', status: 'True', reason: 'NoConflicts', message: 'no conflicts found', lastTransitionTime: now },
-          { type: 'Established', status: 'True', reason: 'InitialNamesAccepted', message: 'the initial names have been accepted', lastTransitionTime: now },
+          {
+            type: 'NamesAccepted',
+            status: 'True',
+            reason: 'NoConflicts',
+            message: 'no conflicts found',
+            lastTransitionTime: now,
+          },
+          {
+            type: 'Established',
+            status: 'True',
+            reason: 'InitialNamesAccepted',
+            message: 'the initial names have been accepted',
+            lastTransitionTime: now,
+          },
         ],
       };
       break;

@@ -5,7 +5,17 @@ import type { Catalog } from './catalog.js';
 import { apiVersionOf, type ResourceType } from './resources.js';
 
 /** The Kubernetes version the stand-in reports: within one minor of every kubectl it is tested with (1.31–1.33). */
-export const SERVER_VERSION = { major: '1', minor: '32', gitVersion: 'v1.32.0', gitCommit: '0000000000000000000000000000000000000000', gitTreeState: 'clean', buildDate: '2024-12-11T18:04:20Z', goVersion: 'go1.23.3', compiler: 'gc', platform: 'linux/amd64' };
+export const SERVER_VERSION = {
+  major: '1',
+  minor: '32',
+  gitVersion: 'v1.32.0',
+  gitCommit: '0000000000000000000000000000000000000000',
+  gitTreeState: 'clean',
+  buildDate: '2024-12-11T18:04:20Z',
+  goVersion: 'go1.23.3',
+  compiler: 'gc',
+  platform: 'linux/amd64',
+};
 
 export interface AggregatedGroup {
   group: string;
@@ -13,7 +23,11 @@ export interface AggregatedGroup {
 }
 
 export function apiVersions(serverAddress: string): K8sObject {
-  return { kind: 'APIVersions', versions: ['v1'], serverAddressByClientCIDRs: [{ clientCIDR: '0.0.0.0/0', serverAddress }] };
+  return {
+    kind: 'APIVersions',
+    versions: ['v1'],
+    serverAddressByClientCIDRs: [{ clientCIDR: '0.0.0.0/0', serverAddress }],
+  };
 }
 
 export function apiGroupList(catalog: Catalog, aggregated: AggregatedGroup[]): K8sObject {
@@ -43,13 +57,28 @@ export function apiGroup(catalog: Catalog, group: string, aggregated: Aggregated
 export function apiResourceList(types: ResourceType[], groupVersion: string): K8sObject {
   const resources: K8sObject[] = [];
   for (const t of types) {
-    const r: K8sObject = { name: t.resource, singularName: t.singular, namespaced: t.namespaced, kind: t.kind, verbs: t.verbs };
+    const r: K8sObject = {
+      name: t.resource,
+      singularName: t.singular,
+      namespaced: t.namespaced,
+      kind: t.kind,
+      verbs: t.verbs,
+    };
     if (t.shortNames.length) r.shortNames = t.shortNames;
     if (t.categories.length) r.categories = t.categories;
-    r.storageVersionHash = createHash('sha256').update(`${apiVersionOf(t)}/${t.kind}`).digest('base64').slice(0, 11);
+    r.storageVersionHash = createHash('sha256')
+      .update(`${apiVersionOf(t)}/${t.kind}`)
+      .digest('base64')
+      .slice(0, 11);
     resources.push(r);
     for (const s of t.subresources) {
-      const sr: K8sObject = { name: `${t.resource}/${s.name}`, singularName: '', namespaced: t.namespaced, kind: s.kind, verbs: s.verbs };
+      const sr: K8sObject = {
+        name: `${t.resource}/${s.name}`,
+        singularName: '',
+        namespaced: t.namespaced,
+        kind: s.kind,
+        verbs: s.verbs,
+      };
       if (s.group) sr.group = s.group;
       if (s.version) sr.version = s.version;
       resources.push(sr);
@@ -87,7 +116,9 @@ function openapiGroupVersionDoc(types: ResourceType[]): K8sObject {
     if (t.verbs.includes('list') || t.verbs.includes('create')) {
       paths[base] = {
         ...(t.verbs.includes('list') ? { get: op('list') } : {}),
-        ...(t.verbs.includes('create') ? { post: op('post', { parameters: WRITE_PARAMS, requestBody: { content: json, required: true } }) } : {}),
+        ...(t.verbs.includes('create')
+          ? { post: op('post', { parameters: WRITE_PARAMS, requestBody: { content: json, required: true } }) }
+          : {}),
       };
     }
     if (t.verbs.includes('get')) {
@@ -97,18 +128,39 @@ function openapiGroupVersionDoc(types: ResourceType[]): K8sObject {
         patch: op('patch', {
           parameters: [...WRITE_PARAMS, { name: 'force', in: 'query', schema: { type: 'boolean', uniqueItems: true } }],
           // No strategic-merge-patch entry: kubectl then takes merge keys from its compiled-in types, which are exact.
-          requestBody: { content: { 'application/json-patch+json': { schema: { type: 'object' } }, 'application/merge-patch+json': { schema: { type: 'object' } }, 'application/apply-patch+yaml': { schema: { type: 'object' } } }, required: true },
+          requestBody: {
+            content: {
+              'application/json-patch+json': { schema: { type: 'object' } },
+              'application/merge-patch+json': { schema: { type: 'object' } },
+              'application/apply-patch+yaml': { schema: { type: 'object' } },
+            },
+            required: true,
+          },
         }),
         delete: op('delete'),
       };
     }
-    schemas[schemaName(t)] = { type: 'object', 'x-kubernetes-group-version-kind': [gvk], 'x-kubernetes-preserve-unknown-fields': true };
+    schemas[schemaName(t)] = {
+      type: 'object',
+      'x-kubernetes-group-version-kind': [gvk],
+      'x-kubernetes-preserve-unknown-fields': true,
+    };
   }
-  return { openapi: '3.0.0', info: { title: 'Kubernetes', version: SERVER_VERSION.gitVersion }, paths, components: { schemas } };
+  return {
+    openapi: '3.0.0',
+    info: { title: 'Kubernetes', version: SERVER_VERSION.gitVersion },
+    paths,
+    components: { schemas },
+  };
 }
 
 function schemaName(t: ResourceType): string {
-  const g = t.group === '' ? 'io.k8s.api.core' : t.custom ? t.group.split('.').reverse().join('.') : `io.k8s.api.${t.group.split('.')[0]}`;
+  const g =
+    t.group === ''
+      ? 'io.k8s.api.core'
+      : t.custom
+        ? t.group.split('.').reverse().join('.')
+        : `io.k8s.api.${t.group.split('.')[0]}`;
   return `${g}.${t.version}.${t.kind}`;
 }
 

@@ -12,7 +12,15 @@ export class ApiError extends Error {
   }
 
   toStatus(): K8sObject {
-    const status: K8sObject = { kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Failure', message: this.message, reason: this.reason, code: this.code };
+    const status: K8sObject = {
+      kind: 'Status',
+      apiVersion: 'v1',
+      metadata: {},
+      status: 'Failure',
+      message: this.message,
+      reason: this.reason,
+      code: this.code,
+    };
     if (this.details) status.details = this.details;
     return status;
   }
@@ -24,20 +32,38 @@ export function qualifiedResource(group: string, resource: string): string {
 }
 
 export function notFound(group: string, resource: string, name: string): ApiError {
-  return new ApiError(404, 'NotFound', `${qualifiedResource(group, resource)} "${name}" not found`, { name, group: group || undefined, kind: resource });
+  return new ApiError(404, 'NotFound', `${qualifiedResource(group, resource)} "${name}" not found`, {
+    name,
+    group: group || undefined,
+    kind: resource,
+  });
 }
 
 export function alreadyExists(group: string, resource: string, name: string): ApiError {
-  return new ApiError(409, 'AlreadyExists', `${qualifiedResource(group, resource)} "${name}" already exists`, { name, group: group || undefined, kind: resource });
+  return new ApiError(409, 'AlreadyExists', `${qualifiedResource(group, resource)} "${name}" already exists`, {
+    name,
+    group: group || undefined,
+    kind: resource,
+  });
 }
 
 export function conflict(group: string, resource: string, name: string, why: string): ApiError {
-  return new ApiError(409, 'Conflict', `Operation cannot be fulfilled on ${qualifiedResource(group, resource)} "${name}": ${why}`, { name, group: group || undefined, kind: resource });
+  return new ApiError(
+    409,
+    'Conflict',
+    `Operation cannot be fulfilled on ${qualifiedResource(group, resource)} "${name}": ${why}`,
+    { name, group: group || undefined, kind: resource },
+  );
 }
 
-export function invalid(kind: string, group: string, name: string, causes: { field: string; message: string; reason?: string }[]): ApiError {
+export function invalid(
+  kind: string,
+  group: string,
+  name: string,
+  causes: { field: string; message: string; reason?: string }[],
+): ApiError {
   const text = causes.map((c) => `${c.field}: ${c.message}`).join(', ');
-  return new ApiError(422, 'Invalid', `${kind}${group ? '.' + group : ''} "${name}" is invalid: ${text}`, {
+  return new ApiError(422, 'Invalid', `${kind}${group ? `.${group}` : ''} "${name}" is invalid: ${text}`, {
     name,
     group: group || undefined,
     kind,
@@ -49,7 +75,9 @@ export function badRequest(message: string): ApiError {
   return new ApiError(400, 'BadRequest', message);
 }
 
-export function methodNotAllowed(message = 'the server does not allow this method on the requested resource'): ApiError {
+export function methodNotAllowed(
+  message = 'the server does not allow this method on the requested resource',
+): ApiError {
   return new ApiError(405, 'MethodNotAllowed', message);
 }
 

@@ -48,7 +48,15 @@ export async function startControlPlane(o: ControlPlaneOptions): Promise<Control
   const objects = new Objects(store, catalog, { gracefulPods: () => runtime !== undefined, serviceNet: o.serviceNet });
   const auth = new Authenticator();
   const aggregator = new Aggregator(objects);
-  const api = await startApiServer({ cert: o.cert, key: o.key, objects, catalog, auth, aggregator, runtime: () => runtime });
+  const api = await startApiServer({
+    cert: o.cert,
+    key: o.key,
+    objects,
+    catalog,
+    auth,
+    aggregator,
+    runtime: () => runtime,
+  });
 
   const t = (key: string) => objects.type(key);
   for (const ns of ['default', 'kube-system', 'kube-public', 'kube-node-lease']) {
@@ -57,11 +65,19 @@ export async function startControlPlane(o: ControlPlaneOptions): Promise<Control
   }
   objects.create(t('/services'), 'default', {
     metadata: { name: 'kubernetes', labels: { component: 'apiserver', provider: 'kubernetes' } },
-    spec: { clusterIP: `${o.serviceNet}.1`, ports: [{ name: 'https', port: 443, protocol: 'TCP', targetPort: api.port }], type: 'ClusterIP' },
+    spec: {
+      clusterIP: `${o.serviceNet}.1`,
+      ports: [{ name: 'https', port: 443, protocol: 'TCP', targetPort: api.port }],
+      type: 'ClusterIP',
+    },
   });
   const setKubernetesEndpoint = (ip: string, port: number) => {
     const body: K8sObject = {
-      metadata: { name: 'kubernetes', namespace: 'default', labels: { 'endpointslice.kubernetes.io/skip-mirror': 'true' } },
+      metadata: {
+        name: 'kubernetes',
+        namespace: 'default',
+        labels: { 'endpointslice.kubernetes.io/skip-mirror': 'true' },
+      },
       subsets: [{ addresses: [{ ip }], ports: [{ name: 'https', port, protocol: 'TCP' }] }],
     };
     const cur = objects.tryGet(t('/endpoints'), 'default', 'kubernetes');
@@ -98,23 +114,82 @@ export async function startControlPlane(o: ControlPlaneOptions): Promise<Control
         capacity: { cpu: '2', memory: '8Gi', pods: '110', 'ephemeral-storage': '20Gi' },
         allocatable: { cpu: '2', memory: '8Gi', pods: '110', 'ephemeral-storage': '20Gi' },
         conditions: [
-          { type: 'MemoryPressure', status: 'False', reason: 'KubeletHasSufficientMemory', message: 'kubelet has sufficient memory available', lastHeartbeatTime: now, lastTransitionTime: now },
-          { type: 'DiskPressure', status: 'False', reason: 'KubeletHasNoDiskPressure', message: 'kubelet has no disk pressure', lastHeartbeatTime: now, lastTransitionTime: now },
-          { type: 'PIDPressure', status: 'False', reason: 'KubeletHasSufficientPID', message: 'kubelet has sufficient PID available', lastHeartbeatTime: now, lastTransitionTime: now },
-          { type: 'Ready', status: 'True', reason: 'KubeletReady', message: 'kubelet is posting ready status', lastHeartbeatTime: now, lastTransitionTime: now },
+          {
+            type: 'MemoryPressure',
+            status: 'False',
+            reason: 'KubeletHasSufficientMemory',
+            message: 'kubelet has sufficient memory available',
+            lastHeartbeatTime: now,
+            lastTransitionTime: now,
+          },
+          {
+            type: 'DiskPressure',
+            status: 'False',
+            reason: 'KubeletHasNoDiskPressure',
+            message: 'kubelet has no disk pressure',
+            lastHeartbeatTime: now,
+            lastTransitionTime: now,
+          },
+          {
+            type: 'PIDPressure',
+            status: 'False',
+            reason: 'KubeletHasSufficientPID',
+            message: 'kubelet has sufficient PID available',
+            lastHeartbeatTime: now,
+            lastTransitionTime: now,
+          },
+          {
+            type: 'Ready',
+            status: 'True',
+            reason: 'KubeletReady',
+            message: 'kubelet is posting ready status',
+            lastHeartbeatTime: now,
+            lastTransitionTime: now,
+          },
         ],
         daemonEndpoints: { kubeletEndpoint: { Port: 10250 } },
         nodeInfo: {
-          machineID: '', systemUUID: '', bootID: '', kernelVersion: '', osImage: 'devop stand-in', containerRuntimeVersion: 'containerd://1.7.22',
-          kubeletVersion: KUBERNETES_VERSION, kubeProxyVersion: KUBERNETES_VERSION, operatingSystem: 'linux', architecture: 'amd64',
+          machineID: '',
+          systemUUID: '',
+          bootID: '',
+          kernelVersion: '',
+          osImage: 'devop stand-in',
+          containerRuntimeVersion: 'containerd://1.7.22',
+          kubeletVersion: KUBERNETES_VERSION,
+          kubeProxyVersion: KUBERNETES_VERSION,
+          operatingSystem: 'linux',
+          architecture: 'amd64',
         },
       };
-      const labels = { 'kubernetes.io/hostname': o.nodeName, 'kubernetes.io/os': 'linux', 'kubernetes.io/arch': 'amd64' };
+      const labels = {
+        'kubernetes.io/hostname': o.nodeName,
+        'kubernetes.io/os': 'linux',
+        'kubernetes.io/arch': 'amd64',
+      };
       const nodeType = t('/nodes');
       const cur = objects.tryGet(nodeType, '', o.nodeName);
-      const base = cur ?? objects.create(nodeType, '', { metadata: { name: o.nodeName, labels }, spec: podCIDR ? { podCIDR, podCIDRs: [podCIDR] } : {}, status });
+      const base =
+        cur ??
+        objects.create(nodeType, '', {
+          metadata: { name: o.nodeName, labels },
+          spec: podCIDR ? { podCIDR, podCIDRs: [podCIDR] } : {},
+          status,
+        });
       const addresses = (base.status?.addresses ?? []).filter((a: K8sObject) => a.type !== 'InternalIP');
-      objects.update(nodeType, '', o.nodeName, { ...base, status: { ...status, ...(base.status ?? {}), addresses: [{ type: 'InternalIP', address: nodeIP }, ...addresses] } }, { subresource: 'status' });
+      objects.update(
+        nodeType,
+        '',
+        o.nodeName,
+        {
+          ...base,
+          status: {
+            ...status,
+            ...(base.status ?? {}),
+            addresses: [{ type: 'InternalIP', address: nodeIP }, ...addresses],
+          },
+        },
+        { subresource: 'status' },
+      );
     },
     setKubernetesEndpoint,
     compactWatchHistory: () => {

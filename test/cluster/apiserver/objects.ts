@@ -30,7 +30,13 @@ export interface ObjectsOptions {
 /** Kinds that a PUT may create (AllowCreateOnUpdate in kube-apiserver). */
 const CREATE_ON_UPDATE = new Set(['/endpoints', '/events', 'coordination.k8s.io/leases', 'events.k8s.io/events']);
 /** Kinds whose status clients cannot set on create. */
-const CLEAR_STATUS_ON_CREATE = new Set(['apps/deployments', 'apps/replicasets', 'batch/jobs', '/services', 'apiregistration.k8s.io/apiservices']);
+const CLEAR_STATUS_ON_CREATE = new Set([
+  'apps/deployments',
+  'apps/replicasets',
+  'batch/jobs',
+  '/services',
+  'apiregistration.k8s.io/apiservices',
+]);
 
 export function nowTime(): string {
   return new Date().toISOString().replace(/\.\d+Z$/, 'Z');
@@ -43,7 +49,10 @@ function specPart(t: ResourceType, o: K8sObject): string {
 }
 
 function sameContent(a: K8sObject, b: K8sObject): boolean {
-  const strip = (o: K8sObject) => ({ ...o, metadata: { ...o.metadata, resourceVersion: undefined, managedFields: undefined } });
+  const strip = (o: K8sObject) => ({
+    ...o,
+    metadata: { ...o.metadata, resourceVersion: undefined, managedFields: undefined },
+  });
   return JSON.stringify(strip(a)) === JSON.stringify(strip(b));
 }
 
@@ -87,7 +96,12 @@ export class Objects {
     const nsObj = this.store.get('/namespaces', '', ns);
     if (!nsObj) throw notFound('', 'namespaces', ns);
     if (nsObj.metadata.deletionTimestamp) {
-      throw new ApiError(403, 'Forbidden', `${t.resource} is forbidden: unable to create new content in namespace ${ns} because it is being terminated`, { kind: t.resource });
+      throw new ApiError(
+        403,
+        'Forbidden',
+        `${t.resource} is forbidden: unable to create new content in namespace ${ns} because it is being terminated`,
+        { kind: t.resource },
+      );
     }
   }
 
@@ -101,7 +115,8 @@ export class Objects {
   }
 
   create(t: ResourceType, ns: string, body: K8sObject, w: WriteOptions = {}): K8sObject {
-    if (!body || typeof body !== 'object' || Array.isArray(body)) throw badRequest('the body of the request was in an unknown format');
+    if (!body || typeof body !== 'object' || Array.isArray(body))
+      throw badRequest('the body of the request was in an unknown format');
     const obj: K8sObject = structuredClone(body);
     obj.metadata ??= {};
     if (t.namespaced) {
@@ -110,10 +125,12 @@ export class Objects {
       }
       obj.metadata.namespace = ns;
     } else delete obj.metadata.namespace;
-    if (!obj.metadata.name && obj.metadata.generateName) obj.metadata.name = `${obj.metadata.generateName}${randomSuffix()}`;
+    if (!obj.metadata.name && obj.metadata.generateName)
+      obj.metadata.name = `${obj.metadata.generateName}${randomSuffix()}`;
     validateName(t, obj);
     this.checkNamespace(t, ns);
-    if (this.store.get(storeKey(t), t.namespaced ? ns : '', obj.metadata.name)) throw alreadyExists(t.group, t.resource, obj.metadata.name);
+    if (this.store.get(storeKey(t), t.namespaced ? ns : '', obj.metadata.name))
+      throw alreadyExists(t.group, t.resource, obj.metadata.name);
     this.present(t, obj);
     delete obj.metadata.resourceVersion;
     delete obj.metadata.deletionTimestamp;
@@ -129,10 +146,12 @@ export class Objects {
   }
 
   update(t: ResourceType, ns: string, name: string, body: K8sObject, w: WriteOptions = {}): K8sObject {
-    if (!body || typeof body !== 'object' || Array.isArray(body)) throw badRequest('the body of the request was in an unknown format');
+    if (!body || typeof body !== 'object' || Array.isArray(body))
+      throw badRequest('the body of the request was in an unknown format');
     const old = this.tryGet(t, ns, name);
     if (!old) {
-      if (!w.subresource && CREATE_ON_UPDATE.has(storeKey(t))) return this.create(t, ns, { ...body, metadata: { ...body.metadata, name } }, w);
+      if (!w.subresource && CREATE_ON_UPDATE.has(storeKey(t)))
+        return this.create(t, ns, { ...body, metadata: { ...body.metadata, name } }, w);
       throw notFound(t.group, t.resource, name);
     }
     if (body.metadata?.name && body.metadata.name !== name) {
@@ -140,7 +159,12 @@ export class Objects {
     }
     const rv = body.metadata?.resourceVersion;
     if (rv && rv !== old.metadata.resourceVersion) {
-      throw conflict(t.group, t.resource, name, 'the object has been modified; please apply your changes to the latest version and try again');
+      throw conflict(
+        t.group,
+        t.resource,
+        name,
+        'the object has been modified; please apply your changes to the latest version and try again',
+      );
     }
     let next: K8sObject;
     if (w.subresource === 'status') {
@@ -153,14 +177,28 @@ export class Objects {
       next = structuredClone(body);
       next.metadata ??= {};
       if (t.hasStatus) next.status = old.status;
-      for (const k of ['uid', 'creationTimestamp', 'deletionTimestamp', 'deletionGracePeriodSeconds', 'generation', 'namespace']) {
+      for (const k of [
+        'uid',
+        'creationTimestamp',
+        'deletionTimestamp',
+        'deletionGracePeriodSeconds',
+        'generation',
+        'namespace',
+      ]) {
         if (old.metadata[k] === undefined) delete next.metadata[k];
         else next.metadata[k] = old.metadata[k];
       }
       next.metadata.name = name;
       if (old.metadata.deletionTimestamp) {
-        const added = (next.metadata.finalizers ?? []).filter((f: string) => !(old.metadata.finalizers ?? []).includes(f));
-        if (added.length > 0) throw new ApiError(422, 'Invalid', `${t.kind} "${name}" is invalid: metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers ${JSON.stringify(added)}`);
+        const added = (next.metadata.finalizers ?? []).filter(
+          (f: string) => !(old.metadata.finalizers ?? []).includes(f),
+        );
+        if (added.length > 0)
+          throw new ApiError(
+            422,
+            'Invalid',
+            `${t.kind} "${name}" is invalid: metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers ${JSON.stringify(added)}`,
+          );
       }
       if (storeKey(t) === '/services' && old.spec?.clusterIP && !next.spec?.clusterIP) {
         next.spec = { ...next.spec, clusterIP: old.spec.clusterIP, clusterIPs: old.spec.clusterIPs };
@@ -168,10 +206,15 @@ export class Objects {
     }
     this.present(t, next);
     next.metadata.resourceVersion = old.metadata.resourceVersion;
-    if (t.generation && specPart(t, next) !== specPart(t, old)) next.metadata.generation = (old.metadata.generation ?? 1) + 1;
+    if (t.generation && specPart(t, next) !== specPart(t, old))
+      next.metadata.generation = (old.metadata.generation ?? 1) + 1;
     if (sameContent(next, old)) return old;
     if (w.dryRun) return next;
-    if (next.metadata.deletionTimestamp && (next.metadata.finalizers ?? []).length === 0 && !this.waitsForKubelet(t, next)) {
+    if (
+      next.metadata.deletionTimestamp &&
+      (next.metadata.finalizers ?? []).length === 0 &&
+      !this.waitsForKubelet(t, next)
+    ) {
       return this.present(t, this.store.remove(storeKey(t), ns, name) ?? next);
     }
     return this.present(t, this.store.put(storeKey(t), next));
@@ -179,11 +222,16 @@ export class Objects {
 
   patch(t: ResourceType, ns: string, name: string, kind: PatchKind, patch: K8sObject, w: WriteOptions = {}): K8sObject {
     if (t.custom && kind === 'strategic') {
-      throw new ApiError(415, 'UnsupportedMediaType', 'the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml');
+      throw new ApiError(
+        415,
+        'UnsupportedMediaType',
+        'the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml',
+      );
     }
     const old = this.tryGet(t, ns, name);
     if (!old) {
-      if (kind === 'apply' && !w.subresource) return this.create(t, ns, { ...patch, metadata: { ...patch.metadata, name } }, w);
+      if (kind === 'apply' && !w.subresource)
+        return this.create(t, ns, { ...patch, metadata: { ...patch.metadata, name } }, w);
       throw notFound(t.group, t.resource, name);
     }
     const patched = applyPatch(kind, old, patch);
@@ -201,25 +249,49 @@ export class Objects {
     const old = this.get(t, ns, name);
     const pre = d.preconditions ?? {};
     if (pre.uid && pre.uid !== old.metadata.uid) {
-      throw conflict(t.group, t.resource, name, `Precondition failed: UID in precondition: ${pre.uid}, UID in object meta: ${old.metadata.uid}`);
+      throw conflict(
+        t.group,
+        t.resource,
+        name,
+        `Precondition failed: UID in precondition: ${pre.uid}, UID in object meta: ${old.metadata.uid}`,
+      );
     }
     if (pre.resourceVersion && pre.resourceVersion !== old.metadata.resourceVersion) {
-      throw conflict(t.group, t.resource, name, `Precondition failed: ResourceVersion in precondition: ${pre.resourceVersion}, ResourceVersion in object meta: ${old.metadata.resourceVersion}`);
+      throw conflict(
+        t.group,
+        t.resource,
+        name,
+        `Precondition failed: ResourceVersion in precondition: ${pre.resourceVersion}, ResourceVersion in object meta: ${old.metadata.resourceVersion}`,
+      );
     }
     const key = storeKey(t);
-    const policy = d.propagationPolicy ?? (d.orphanDependents === true ? 'Orphan' : d.orphanDependents === false ? 'Background' : key === 'batch/jobs' ? 'Orphan' : 'Background');
+    const policy =
+      d.propagationPolicy ??
+      (d.orphanDependents === true
+        ? 'Orphan'
+        : d.orphanDependents === false
+          ? 'Background'
+          : key === 'batch/jobs'
+            ? 'Orphan'
+            : 'Background');
     const next = structuredClone(old);
     const finalizers: string[] = [...(old.metadata.finalizers ?? [])];
     if (policy === 'Foreground' && !finalizers.includes('foregroundDeletion')) finalizers.push('foregroundDeletion');
-    if (policy === 'Orphan' && !finalizers.includes('orphan') && !old.metadata.deletionTimestamp) finalizers.push('orphan');
+    if (policy === 'Orphan' && !finalizers.includes('orphan') && !old.metadata.deletionTimestamp)
+      finalizers.push('orphan');
     next.metadata.finalizers = finalizers.length ? finalizers : undefined;
     if (next.metadata.finalizers === undefined) delete next.metadata.finalizers;
 
     if (key === '/pods') {
       const terminal = ['Succeeded', 'Failed'].includes(old.status?.phase);
-      let grace = d.gracePeriodSeconds ?? old.metadata.deletionGracePeriodSeconds ?? old.spec?.terminationGracePeriodSeconds ?? 30;
+      let grace =
+        d.gracePeriodSeconds ??
+        old.metadata.deletionGracePeriodSeconds ??
+        old.spec?.terminationGracePeriodSeconds ??
+        30;
       if (!old.spec?.nodeName || terminal || !this.opts.gracefulPods()) grace = 0;
-      if (old.metadata.deletionGracePeriodSeconds !== undefined) grace = Math.min(grace, old.metadata.deletionGracePeriodSeconds);
+      if (old.metadata.deletionGracePeriodSeconds !== undefined)
+        grace = Math.min(grace, old.metadata.deletionGracePeriodSeconds);
       next.metadata.deletionGracePeriodSeconds = grace;
       if (!old.metadata.deletionTimestamp || grace < (old.metadata.deletionGracePeriodSeconds ?? Infinity)) {
         next.metadata.deletionTimestamp = new Date(Date.now() + grace * 1000).toISOString().replace(/\.\d+Z$/, 'Z');
@@ -255,6 +327,11 @@ export class Objects {
   /** The body kube-apiserver answers a DELETE with: the object for pods and pending deletions, else a Status. */
   deleteResponse(t: ResourceType, r: { object: K8sObject; deleted: boolean }): K8sObject {
     if (!r.deleted || storeKey(t) === '/pods' || t.custom) return r.object;
-    return statusSuccess({ name: r.object.metadata.name, group: t.group || undefined, kind: t.resource, uid: r.object.metadata.uid });
+    return statusSuccess({
+      name: r.object.metadata.name,
+      group: t.group || undefined,
+      kind: t.resource,
+      uid: r.object.metadata.uid,
+    });
   }
 }

@@ -30,7 +30,12 @@ function resolveParent(doc: Json, parts: string[], path: string): { parent: Json
   let cur = doc;
   for (const p of parts.slice(0, -1)) {
     cur = Array.isArray(cur) ? cur[Number(p)] : isObj(cur) ? cur[p] : undefined;
-    if (cur === undefined) throw new ApiError(422, 'Invalid', `the server rejected our request due to an error in our request: doc is missing path: "${path}"`);
+    if (cur === undefined)
+      throw new ApiError(
+        422,
+        'Invalid',
+        `the server rejected our request due to an error in our request: doc is missing path: "${path}"`,
+      );
   }
   return { parent: cur, last: parts[parts.length - 1] };
 }
@@ -96,7 +101,8 @@ export function jsonPatch(target: Json, ops: Json): Json {
         doc = addAt(doc, op.path, structuredClone(getAt(doc, op.from)), false);
         break;
       case 'test':
-        if (JSON.stringify(getAt(doc, op.path)) !== JSON.stringify(op.value)) throw new ApiError(422, 'Invalid', `testing value ${op.path} failed`);
+        if (JSON.stringify(getAt(doc, op.path)) !== JSON.stringify(op.value))
+          throw new ApiError(422, 'Invalid', `testing value ${op.path} failed`);
         break;
       default:
         throw badRequest(`unexpected kind of JSON patch operation: ${op.op}`);
@@ -132,7 +138,8 @@ function mergeKeyFor(field: string, items: Json[]): string | undefined {
 }
 
 function mergeList(field: string, orig: Json[], patch: Json[], order: Json[] | undefined): Json[] {
-  if (patch.some((p) => isObj(p) && p.$patch === 'replace')) return patch.filter((p) => !(isObj(p) && p.$patch === 'replace')).map((p) => strip(p));
+  if (patch.some((p) => isObj(p) && p.$patch === 'replace'))
+    return patch.filter((p) => !(isObj(p) && p.$patch === 'replace')).map((p) => strip(p));
   if (MERGE_PRIMITIVE_LISTS.has(field) && patch.every((p) => !isObj(p))) {
     const out = [...orig];
     for (const p of patch) if (!out.includes(p)) out.push(p);

@@ -57,7 +57,8 @@ const msg = (f: Fields, n: number): Fields | undefined => {
   return Buffer.isBuffer(v) ? fields(v) : undefined;
 };
 
-const strs = (f: Fields, n: number): string[] => (f.get(n) ?? []).filter(Buffer.isBuffer).map((b) => (b as Buffer).toString('utf8'));
+const strs = (f: Fields, n: number): string[] =>
+  (f.get(n) ?? []).filter(Buffer.isBuffer).map((b) => (b as Buffer).toString('utf8'));
 
 /** A map<string, string|bytes> field (repeated entries {key = 1, value = 2}); bytes values as base64, as in JSON. */
 function stringMap(f: Fields, n: number, bytes = false): Record<string, string> | undefined {
@@ -116,7 +117,8 @@ const num = (f: Fields, n: number): number | undefined => {
 };
 /** A non-pointer int: 0 means unset. */
 const numNZ = (f: Fields, n: number): number | undefined => num(f, n) || undefined;
-const msgs = (f: Fields, n: number): Fields[] => (f.get(n) ?? []).filter(Buffer.isBuffer).map((b) => fields(b as Buffer));
+const msgs = (f: Fields, n: number): Fields[] =>
+  (f.get(n) ?? []).filter(Buffer.isBuffer).map((b) => fields(b as Buffer));
 
 function labelSelector(f: Fields | undefined): K8sObject | undefined {
   return f ? withoutUndefined({ matchLabels: stringMap(f, 1) }) : undefined;
@@ -133,7 +135,9 @@ function container(f: Fields): K8sObject {
     const v = strs(f, n);
     return v.length ? v : undefined;
   };
-  const ports = msgs(f, 6).map((p) => withoutUndefined({ name: str(p, 1), hostPort: numNZ(p, 2), containerPort: numNZ(p, 3), protocol: str(p, 4) }));
+  const ports = msgs(f, 6).map((p) =>
+    withoutUndefined({ name: str(p, 1), hostPort: numNZ(p, 2), containerPort: numNZ(p, 3), protocol: str(p, 4) }),
+  );
   const env = msgs(f, 7).map((e) => withoutUndefined({ name: str(e, 1), value: str(e, 2) }));
   return withoutUndefined({
     name: str(f, 1),
@@ -214,10 +218,23 @@ const DECODERS: Record<string, (raw: Fields) => K8sObject> = {
   },
   'v1/Service': (f) => {
     const spec = msg(f, 2) ?? new Map();
-    const ports = msgs(spec, 1).map((p) => withoutUndefined({ name: str(p, 1), protocol: str(p, 2), port: numNZ(p, 3), targetPort: intOrString(msg(p, 4)), nodePort: numNZ(p, 5) }));
+    const ports = msgs(spec, 1).map((p) =>
+      withoutUndefined({
+        name: str(p, 1),
+        protocol: str(p, 2),
+        port: numNZ(p, 3),
+        targetPort: intOrString(msg(p, 4)),
+        nodePort: numNZ(p, 5),
+      }),
+    );
     return withoutUndefined({
       metadata: objectMeta(msg(f, 1)),
-      spec: withoutUndefined({ ports: ports.length ? ports : undefined, selector: stringMap(spec, 2), clusterIP: str(spec, 3), type: str(spec, 4) }),
+      spec: withoutUndefined({
+        ports: ports.length ? ports : undefined,
+        selector: stringMap(spec, 2),
+        clusterIP: str(spec, 3),
+        type: str(spec, 4),
+      }),
     });
   },
   'authorization.k8s.io/v1/SelfSubjectAccessReview': (f) => {
@@ -229,23 +246,48 @@ const DECODERS: Record<string, (raw: Fields) => K8sObject> = {
     if (nra) out.spec.nonResourceAttributes = { path: str(nra, 1) ?? '', verb: str(nra, 2) ?? '' };
     return out;
   },
-  'authorization.k8s.io/v1/SelfSubjectRulesReview': (f) => ({ metadata: objectMeta(msg(f, 1)), spec: { namespace: str(msg(f, 2) ?? new Map(), 1) ?? '' } }),
+  'authorization.k8s.io/v1/SelfSubjectRulesReview': (f) => ({
+    metadata: objectMeta(msg(f, 1)),
+    spec: { namespace: str(msg(f, 2) ?? new Map(), 1) ?? '' },
+  }),
   'authentication.k8s.io/v1/SelfSubjectReview': (f) => ({ metadata: objectMeta(msg(f, 1)) }),
   // The kinds `kubectl create namespace|configmap|secret|serviceaccount` send as protobuf from kubectl 1.32 on.
-  'v1/Namespace': (f) => withoutUndefined({ metadata: objectMeta(msg(f, 1)), spec: { finalizers: strs(msg(f, 2) ?? new Map(), 1) } }),
-  'v1/ConfigMap': (f) => withoutUndefined({ metadata: objectMeta(msg(f, 1)), data: stringMap(f, 2), binaryData: stringMap(f, 3, true), immutable: bool(f, 4) }),
-  'v1/Secret': (f) => withoutUndefined({ metadata: objectMeta(msg(f, 1)), data: stringMap(f, 2, true), type: str(f, 3), stringData: stringMap(f, 4), immutable: bool(f, 5) }),
+  'v1/Namespace': (f) =>
+    withoutUndefined({ metadata: objectMeta(msg(f, 1)), spec: { finalizers: strs(msg(f, 2) ?? new Map(), 1) } }),
+  'v1/ConfigMap': (f) =>
+    withoutUndefined({
+      metadata: objectMeta(msg(f, 1)),
+      data: stringMap(f, 2),
+      binaryData: stringMap(f, 3, true),
+      immutable: bool(f, 4),
+    }),
+  'v1/Secret': (f) =>
+    withoutUndefined({
+      metadata: objectMeta(msg(f, 1)),
+      data: stringMap(f, 2, true),
+      type: str(f, 3),
+      stringData: stringMap(f, 4),
+      immutable: bool(f, 5),
+    }),
   'authentication.k8s.io/v1/TokenRequest': (f) => {
     const spec = msg(f, 2) ?? new Map();
     const seconds = spec.get(4)?.[0];
-    return withoutUndefined({ metadata: objectMeta(msg(f, 1)), spec: withoutUndefined({ audiences: strs(spec, 1), expirationSeconds: typeof seconds === 'number' ? seconds : undefined }) });
+    return withoutUndefined({
+      metadata: objectMeta(msg(f, 1)),
+      spec: withoutUndefined({
+        audiences: strs(spec, 1),
+        expirationSeconds: typeof seconds === 'number' ? seconds : undefined,
+      }),
+    });
   },
-  'v1/ServiceAccount': (f) => withoutUndefined({ metadata: objectMeta(msg(f, 1)), automountServiceAccountToken: bool(f, 4) }),
+  'v1/ServiceAccount': (f) =>
+    withoutUndefined({ metadata: objectMeta(msg(f, 1)), automountServiceAccountToken: bool(f, 4) }),
 };
 
 /** Decodes a protobuf request body; kinds the stand-in has no decoder for get 415, naming what to send instead. */
 export function decodeProtobuf(body: Buffer): K8sObject {
-  if (!body.subarray(0, 4).equals(MAGIC)) throw new ApiError(400, 'BadRequest', 'protobuf body without the k8s envelope');
+  if (!body.subarray(0, 4).equals(MAGIC))
+    throw new ApiError(400, 'BadRequest', 'protobuf body without the k8s envelope');
   let apiVersion = '';
   let kind = '';
   let raw: Fields;
@@ -260,7 +302,11 @@ export function decodeProtobuf(body: Buffer): K8sObject {
   }
   const decode = DECODERS[`${apiVersion}/${kind}`];
   if (!decode) {
-    throw new ApiError(415, 'UnsupportedMediaType', `the stand-in cluster does not decode protobuf ${kind} (${apiVersion}) bodies; send application/json`);
+    throw new ApiError(
+      415,
+      'UnsupportedMediaType',
+      `the stand-in cluster does not decode protobuf ${kind} (${apiVersion}) bodies; send application/json`,
+    );
   }
   return { apiVersion, kind, ...decode(raw) };
 }

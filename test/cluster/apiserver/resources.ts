@@ -26,7 +26,14 @@ export interface ResourceType {
   /** Spec changes bump metadata.generation (kinds with a spec/status split). */
   generation: boolean;
   /** For custom resources: the CRD's printer columns. */
-  printerColumns?: { name: string; type: string; jsonPath: string; description?: string; priority?: number; format?: string }[];
+  printerColumns?: {
+    name: string;
+    type: string;
+    jsonPath: string;
+    description?: string;
+    priority?: number;
+    format?: string;
+  }[];
   custom?: boolean;
 }
 
@@ -86,13 +93,20 @@ export function builtinResources(): ResourceType[] {
         { name: 'eviction', kind: 'Eviction', verbs: ['create'], group: 'policy', version: 'v1' },
       ],
     }),
-    rt('', 'v1', 'services', 'Service', { shortNames: ['svc'], categories: ['all'], verbs: ALL_VERBS, subresources: [status('Service')] }),
+    rt('', 'v1', 'services', 'Service', {
+      shortNames: ['svc'],
+      categories: ['all'],
+      verbs: ALL_VERBS,
+      subresources: [status('Service')],
+    }),
     rt('', 'v1', 'endpoints', 'Endpoints', { shortNames: ['ep'], singular: 'endpoints' }),
     rt('', 'v1', 'configmaps', 'ConfigMap', { shortNames: ['cm'] }),
     rt('', 'v1', 'secrets', 'Secret'),
     rt('', 'v1', 'serviceaccounts', 'ServiceAccount', {
       shortNames: ['sa'],
-      subresources: [{ name: 'token', kind: 'TokenRequest', verbs: ['create'], group: 'authentication.k8s.io', version: 'v1' }],
+      subresources: [
+        { name: 'token', kind: 'TokenRequest', verbs: ['create'], group: 'authentication.k8s.io', version: 'v1' },
+      ],
     }),
     rt('', 'v1', 'events', 'Event', { shortNames: ['ev'] }),
     rt('', 'v1', 'nodes', 'Node', { namespaced: false, shortNames: ['no'], subresources: [status('Node')] }),
@@ -102,7 +116,12 @@ export function builtinResources(): ResourceType[] {
       generation: true,
       subresources: [status('Deployment'), scale],
     }),
-    rt('apps', 'v1', 'replicasets', 'ReplicaSet', { shortNames: ['rs'], categories: ['all'], generation: true, subresources: [status('ReplicaSet'), scale] }),
+    rt('apps', 'v1', 'replicasets', 'ReplicaSet', {
+      shortNames: ['rs'],
+      categories: ['all'],
+      generation: true,
+      subresources: [status('ReplicaSet'), scale],
+    }),
     rt('batch', 'v1', 'jobs', 'Job', { categories: ['all'], generation: true, subresources: [status('Job')] }),
     rt('coordination.k8s.io', 'v1', 'leases', 'Lease'),
     rt('events.k8s.io', 'v1', 'events', 'Event', { shortNames: ['ev'] }),
@@ -118,9 +137,18 @@ export function builtinResources(): ResourceType[] {
       categories: ['api-extensions'],
       subresources: [status('APIService')],
     }),
-    rt('authorization.k8s.io', 'v1', 'selfsubjectaccessreviews', 'SelfSubjectAccessReview', { namespaced: false, verbs: ['create'] }),
-    rt('authorization.k8s.io', 'v1', 'selfsubjectrulesreviews', 'SelfSubjectRulesReview', { namespaced: false, verbs: ['create'] }),
-    rt('authentication.k8s.io', 'v1', 'selfsubjectreviews', 'SelfSubjectReview', { namespaced: false, verbs: ['create'] }),
+    rt('authorization.k8s.io', 'v1', 'selfsubjectaccessreviews', 'SelfSubjectAccessReview', {
+      namespaced: false,
+      verbs: ['create'],
+    }),
+    rt('authorization.k8s.io', 'v1', 'selfsubjectrulesreviews', 'SelfSubjectRulesReview', {
+      namespaced: false,
+      verbs: ['create'],
+    }),
+    rt('authentication.k8s.io', 'v1', 'selfsubjectreviews', 'SelfSubjectReview', {
+      namespaced: false,
+      verbs: ['create'],
+    }),
     rt('rbac.authorization.k8s.io', 'v1', 'clusterrolebindings', 'ClusterRoleBinding', { namespaced: false }),
     rt('rbac.authorization.k8s.io', 'v1', 'clusterroles', 'ClusterRole', { namespaced: false }),
     rt('rbac.authorization.k8s.io', 'v1', 'rolebindings', 'RoleBinding'),

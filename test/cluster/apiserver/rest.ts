@@ -53,7 +53,11 @@ export async function readBody(req: IncomingMessage): Promise<K8sObject | undefi
 
 export function sendJson(res: ServerResponse, code: number, body: unknown): void {
   const text = JSON.stringify(body);
-  res.writeHead(code, { 'Content-Type': 'application/json', 'Cache-Control': 'no-cache, private', 'Content-Length': Buffer.byteLength(text) });
+  res.writeHead(code, {
+    'Content-Type': 'application/json',
+    'Cache-Control': 'no-cache, private',
+    'Content-Length': Buffer.byteLength(text),
+  });
   res.end(text);
 }
 
@@ -67,7 +71,8 @@ function deleteOptions(q: URLSearchParams, body: K8sObject | undefined): DeleteO
   const d: DeleteOptions = {};
   const pp = body?.propagationPolicy ?? q.get('propagationPolicy') ?? undefined;
   if (pp) {
-    if (!['Orphan', 'Background', 'Foreground'].includes(pp)) throw badRequest(`propagationPolicy: Unsupported value: "${pp}"`);
+    if (!['Orphan', 'Background', 'Foreground'].includes(pp))
+      throw badRequest(`propagationPolicy: Unsupported value: "${pp}"`);
     d.propagationPolicy = pp;
   }
   const g = body?.gracePeriodSeconds ?? q.get('gracePeriodSeconds') ?? undefined;
@@ -88,21 +93,49 @@ function scaleOf(o: K8sObject): K8sObject {
   return {
     kind: 'Scale',
     apiVersion: 'autoscaling/v1',
-    metadata: { name: o.metadata.name, namespace: o.metadata.namespace, uid: o.metadata.uid, resourceVersion: o.metadata.resourceVersion, creationTimestamp: o.metadata.creationTimestamp },
+    metadata: {
+      name: o.metadata.name,
+      namespace: o.metadata.namespace,
+      uid: o.metadata.uid,
+      resourceVersion: o.metadata.resourceVersion,
+      creationTimestamp: o.metadata.creationTimestamp,
+    },
     spec: { replicas: o.spec?.replicas ?? 0 },
-    status: { replicas: o.status?.replicas ?? 0, selector: Object.entries(sel).map(([k, v]) => `${k}=${v}`).join(',') },
+    status: {
+      replicas: o.status?.replicas ?? 0,
+      selector: Object.entries(sel)
+        .map(([k, v]) => `${k}=${v}`)
+        .join(','),
+    },
   };
 }
 
-export async function handleReview(ctx: RestContext, req: IncomingMessage, res: ServerResponse, r: ResourceRequest): Promise<void> {
+export async function handleReview(
+  ctx: RestContext,
+  req: IncomingMessage,
+  res: ServerResponse,
+  r: ResourceRequest,
+): Promise<void> {
   if (r.method !== 'POST') throw methodNotAllowed();
   const body = (await readBody(req)) ?? {};
-  const out: K8sObject = { ...body, apiVersion: apiVersionOf(r.t), kind: r.t.kind, metadata: { ...(body.metadata ?? {}), creationTimestamp: null } };
+  const out: K8sObject = {
+    ...body,
+    apiVersion: apiVersionOf(r.t),
+    kind: r.t.kind,
+    metadata: { ...(body.metadata ?? {}), creationTimestamp: null },
+  };
   if (r.t.resource === 'selfsubjectaccessreviews') {
     const ra = body.spec?.resourceAttributes;
     let allowed: boolean;
     if (ra) {
-      allowed = ctx.auth.allowed(r.identity, { verb: ra.verb ?? '', apiGroup: ra.group ?? '', resource: ra.resource ?? '', subresource: ra.subresource || undefined, namespace: ra.namespace || undefined, name: ra.name || undefined });
+      allowed = ctx.auth.allowed(r.identity, {
+        verb: ra.verb ?? '',
+        apiGroup: ra.group ?? '',
+        resource: ra.resource ?? '',
+        subresource: ra.subresource || undefined,
+        namespace: ra.namespace || undefined,
+        name: ra.name || undefined,
+      });
     } else {
       allowed = Boolean(body.spec?.nonResourceAttributes);
     }
@@ -115,7 +148,12 @@ export async function handleReview(ctx: RestContext, req: IncomingMessage, res: 
   sendJson(res, 201, out);
 }
 
-export async function handleResource(ctx: RestContext, req: IncomingMessage, res: ServerResponse, r: ResourceRequest): Promise<void> {
+export async function handleResource(
+  ctx: RestContext,
+  req: IncomingMessage,
+  res: ServerResponse,
+  r: ResourceRequest,
+): Promise<void> {
   const { objects } = ctx;
   const { t, ns, name, sub, query: q } = r;
   const accept = req.headers.accept;
@@ -136,7 +174,13 @@ export async function handleResource(ctx: RestContext, req: IncomingMessage, res
     if (scale.metadata?.resourceVersion && scale.metadata.resourceVersion !== cur.metadata.resourceVersion) {
       cur.metadata.resourceVersion = scale.metadata.resourceVersion;
     }
-    const updated = objects.update(t, ns, name, { ...cur, spec: { ...cur.spec, replicas: Number(scale.spec?.replicas ?? 0) } }, { dryRun });
+    const updated = objects.update(
+      t,
+      ns,
+      name,
+      { ...cur, spec: { ...cur.spec, replicas: Number(scale.spec?.replicas ?? 0) } },
+      { dryRun },
+    );
     return sendJson(res, 200, scaleOf(updated));
   }
   if (sub === 'binding' || sub === 'eviction') {
@@ -144,7 +188,12 @@ export async function handleResource(ctx: RestContext, req: IncomingMessage, res
     const body = (await readBody(req)) ?? {};
     if (sub === 'binding') {
       const pod = objects.get(t, ns, name);
-      if (pod.spec.nodeName) throw new ApiError(409, 'Conflict', `Operation cannot be fulfilled on pods/binding "${name}": pod ${name} is already assigned to node "${pod.spec.nodeName}"`);
+      if (pod.spec.nodeName)
+        throw new ApiError(
+          409,
+          'Conflict',
+          `Operation cannot be fulfilled on pods/binding "${name}": pod ${name} is already assigned to node "${pod.spec.nodeName}"`,
+        );
       objects.update(t, ns, name, { ...pod, spec: { ...pod.spec, nodeName: body.target?.name } });
     } else {
       objects.delete(t, ns, name, deleteOptions(q, body.deleteOptions));
@@ -156,23 +205,41 @@ export async function handleResource(ctx: RestContext, req: IncomingMessage, res
     objects.get(t, ns, name);
     const body = (await readBody(req)) ?? {};
     const seconds = Number(body.spec?.expirationSeconds ?? 3600);
-    const token = ctx.auth.issue(`system:serviceaccount:${ns}:${name}`, ['system:serviceaccounts', `system:serviceaccounts:${ns}`, 'system:authenticated'], [{ verbs: ['*'], apiGroups: ['*'], resources: ['*'] }]);
+    const token = ctx.auth.issue(
+      `system:serviceaccount:${ns}:${name}`,
+      ['system:serviceaccounts', `system:serviceaccounts:${ns}`, 'system:authenticated'],
+      [{ verbs: ['*'], apiGroups: ['*'], resources: ['*'] }],
+    );
     return sendJson(res, 201, {
       kind: 'TokenRequest',
       apiVersion: 'authentication.k8s.io/v1',
       metadata: { name, namespace: ns, creationTimestamp: null },
-      spec: { audiences: body.spec?.audiences ?? ['https://kubernetes.default.svc.cluster.local'], expirationSeconds: seconds, boundObjectRef: body.spec?.boundObjectRef ?? null },
-      status: { token, expirationTimestamp: new Date(Date.now() + seconds * 1000).toISOString().replace(/\.\d+Z$/, 'Z') },
+      spec: {
+        audiences: body.spec?.audiences ?? ['https://kubernetes.default.svc.cluster.local'],
+        expirationSeconds: seconds,
+        boundObjectRef: body.spec?.boundObjectRef ?? null,
+      },
+      status: {
+        token,
+        expirationTimestamp: new Date(Date.now() + seconds * 1000).toISOString().replace(/\.\d+Z$/, 'Z'),
+      },
     });
   }
-  if (sub && !['status', 'ephemeralcontainers', 'finalize'].includes(sub)) throw new ApiError(404, 'NotFound', 'the server could not find the requested resource');
+  if (sub && !['status', 'ephemeralcontainers', 'finalize'].includes(sub))
+    throw new ApiError(404, 'NotFound', 'the server could not find the requested resource');
   const w = { subresource: sub === 'finalize' ? undefined : sub, dryRun };
 
   switch (r.method) {
     case 'GET': {
       if (name) {
         const o = objects.get(t, ns, name);
-        return sendJson(res, 200, wantsTable(accept) ? toTable(t, [o], { resourceVersion: o.metadata.resourceVersion }, q.get('includeObject') ?? undefined) : o);
+        return sendJson(
+          res,
+          200,
+          wantsTable(accept)
+            ? toTable(t, [o], { resourceVersion: o.metadata.resourceVersion }, q.get('includeObject') ?? undefined)
+            : o,
+        );
       }
       const match = (() => {
         const l = parseLabelSelector(q.get('labelSelector') ?? undefined);
@@ -193,7 +260,10 @@ export async function handleResource(ctx: RestContext, req: IncomingMessage, res
             timeoutSeconds: q.has('timeoutSeconds') ? Number(q.get('timeoutSeconds')) : undefined,
             bookmarks: q.get('allowWatchBookmarks') === 'true',
             sendInitialEvents: q.get('sendInitialEvents') === 'true',
-            render: table ? (o) => toTable(t, [o], { resourceVersion: o.metadata.resourceVersion }, q.get('includeObject') ?? undefined) : undefined,
+            render: table
+              ? (o) =>
+                  toTable(t, [o], { resourceVersion: o.metadata.resourceVersion }, q.get('includeObject') ?? undefined)
+              : undefined,
           },
           ctx.track,
         );
@@ -202,7 +272,12 @@ export async function handleResource(ctx: RestContext, req: IncomingMessage, res
       const items = objects.list(t, listNs).filter(match);
       const meta = { resourceVersion: String(objects.store.currentRV()) };
       if (wantsTable(accept)) return sendJson(res, 200, toTable(t, items, meta, q.get('includeObject') ?? undefined));
-      return sendJson(res, 200, { kind: t.listKind, apiVersion: apiVersionOf(t), metadata: meta, items: items.map((o) => stripForList(t, o)) });
+      return sendJson(res, 200, {
+        kind: t.listKind,
+        apiVersion: apiVersionOf(t),
+        metadata: meta,
+        items: items.map((o) => stripForList(t, o)),
+      });
     }
     case 'POST': {
       if (name) throw methodNotAllowed();
@@ -219,7 +294,11 @@ export async function handleResource(ctx: RestContext, req: IncomingMessage, res
       if (!name) throw methodNotAllowed();
       const kind = patchKindOf(req.headers['content-type']);
       if (!kind) {
-        throw new ApiError(415, 'UnsupportedMediaType', `the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml`);
+        throw new ApiError(
+          415,
+          'UnsupportedMediaType',
+          `the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml`,
+        );
       }
       const body = await readBody(req);
       return sendJson(res, 200, objects.patch(t, ns, name, kind, body ?? {}, w));
@@ -235,7 +314,12 @@ export async function handleResource(ctx: RestContext, req: IncomingMessage, res
       const f = parseFieldSelector(q.get('fieldSelector') ?? undefined);
       const victims = objects.list(t, t.namespaced ? ns : undefined).filter((o) => l(o) && f(o));
       const out = victims.map((o) => objects.delete(t, o.metadata.namespace ?? '', o.metadata.name, d).object);
-      return sendJson(res, 200, { kind: t.listKind, apiVersion: apiVersionOf(t), metadata: { resourceVersion: String(objects.store.currentRV()) }, items: out });
+      return sendJson(res, 200, {
+        kind: t.listKind,
+        apiVersion: apiVersionOf(t),
+        metadata: { resourceVersion: String(objects.store.currentRV()) },
+        items: out,
+      });
     }
     default:
       throw methodNotAllowed();

@@ -28,7 +28,15 @@ function splitTop(s: string): string[] {
 
 function parseLabelRequirement(term: string): Requirement {
   let m = /^([^\s!=]+)\s+(in|notin)\s+\(([^)]*)\)$/.exec(term);
-  if (m) return { key: m[1], op: m[2] as 'in' | 'notin', values: m[3].split(',').map((v) => v.trim()).filter((v) => v !== '') };
+  if (m)
+    return {
+      key: m[1],
+      op: m[2] as 'in' | 'notin',
+      values: m[3]
+        .split(',')
+        .map((v) => v.trim())
+        .filter((v) => v !== ''),
+    };
   m = /^([^\s!=]+)\s*(==|=|!=)\s*([^\s]*)$/.exec(term);
   if (m) return { key: m[1], op: m[2] === '!=' ? 'notin' : 'in', values: [m[3]] };
   m = /^!\s*([^\s!=]+)$/.exec(term);
@@ -39,7 +47,7 @@ function parseLabelRequirement(term: string): Requirement {
 }
 
 function matchRequirement(labels: Record<string, string>, r: Requirement): boolean {
-  const has = Object.prototype.hasOwnProperty.call(labels, r.key);
+  const has = Object.hasOwn(labels, r.key);
   switch (r.op) {
     case 'exists':
       return has;
@@ -71,7 +79,7 @@ export function fieldValue(obj: K8sObject, path: string): string {
 export function parseFieldSelector(s: string | undefined): Matcher {
   if (!s) return () => true;
   const reqs = splitTop(s).map((term) => {
-    const m = /^([A-Za-z0-9_.\-]+)\s*(==|=|!=)\s*(.*)$/.exec(term);
+    const m = /^([A-Za-z0-9_.-]+)\s*(==|=|!=)\s*(.*)$/.exec(term);
     if (!m) throw badRequest(`invalid selector: '${s}'; can't understand '${term}'`);
     return { path: m[1], neg: m[2] === '!=', value: m[3] };
   });
@@ -81,7 +89,11 @@ export function parseFieldSelector(s: string | undefined): Matcher {
 /** Matches a metav1.LabelSelector (matchLabels + matchExpressions). An empty selector matches everything. */
 export function labelSelectorMatcher(sel: K8sObject | undefined): Matcher {
   if (!sel) return () => false;
-  const reqs: Requirement[] = Object.entries(sel.matchLabels ?? {}).map(([key, v]) => ({ key, op: 'in', values: [String(v)] }));
+  const reqs: Requirement[] = Object.entries(sel.matchLabels ?? {}).map(([key, v]) => ({
+    key,
+    op: 'in',
+    values: [String(v)],
+  }));
   for (const e of sel.matchExpressions ?? []) {
     const op = String(e.operator).toLowerCase();
     if (op === 'in' || op === 'notin') reqs.push({ key: e.key, op, values: e.values ?? [] });

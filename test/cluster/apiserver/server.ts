@@ -47,7 +47,10 @@ interface Route {
 
 /** Splits /api/v1/... and /apis/<g>/<v>/... into group, version, namespace, resource, name, subresource. */
 export function parseResourcePath(path: string): Route | undefined {
-  const seg = path.split('/').filter((s) => s !== '').map(decodeURIComponent);
+  const seg = path
+    .split('/')
+    .filter((s) => s !== '')
+    .map(decodeURIComponent);
   let group: string;
   let version: string;
   let rest: string[];
@@ -55,7 +58,11 @@ export function parseResourcePath(path: string): Route | undefined {
   else if (seg[0] === 'apis' && seg.length >= 3) [group, version, rest] = [seg[1], seg[2], seg.slice(3)];
   else return undefined;
   if (rest.length === 0) return { group, version, ns: '' };
-  if (rest[0] === 'namespaces' && rest.length >= 3 && !(rest.length === 3 && ['status', 'finalize'].includes(rest[2]))) {
+  if (
+    rest[0] === 'namespaces' &&
+    rest.length >= 3 &&
+    !(rest.length === 3 && ['status', 'finalize'].includes(rest[2]))
+  ) {
     return { group, version, ns: rest[1], resource: rest[2], name: rest[3], sub: rest[4] };
   }
   return { group, version, ns: '', resource: rest[0], name: rest[1], sub: rest[2] };
@@ -100,7 +107,12 @@ export async function startApiServer(o: ApiServerOptions): Promise<ApiServer> {
     return { t, name: r.name, sub: r.sub, ns: r.ns };
   };
 
-  const authorize = (id: Identity, method: string, route: { t: ResourceType; ns: string; name?: string; sub?: string }, q: URLSearchParams) => {
+  const authorize = (
+    id: Identity,
+    method: string,
+    route: { t: ResourceType; ns: string; name?: string; sub?: string },
+    q: URLSearchParams,
+  ) => {
     const isNamespaceObject = route.t.group === '' && route.t.resource === 'namespaces';
     o.auth.authorize(id, {
       verb: verbOf(method, route.name, q, route.sub),
@@ -145,7 +157,11 @@ export async function startApiServer(o: ApiServerOptions): Promise<ApiServer> {
     if (!route.resource) {
       const types = o.catalog.all().filter((t) => t.group === route.group && t.version === route.version);
       if (types.length === 0) throw new ApiError(404, 'NotFound', 'the server could not find the requested resource');
-      return sendJson(res, 200, apiResourceList(types, route.group ? `${route.group}/${route.version}` : route.version));
+      return sendJson(
+        res,
+        200,
+        apiResourceList(types, route.group ? `${route.group}/${route.version}` : route.version),
+      );
     }
     const r = resolve(route);
     authorize(id, method, r, q);
@@ -176,22 +192,32 @@ export async function startApiServer(o: ApiServerOptions): Promise<ApiServer> {
     const refuse = (e: unknown) => {
       const err = e instanceof ApiError ? e : new ApiError(500, 'InternalError', (e as Error).message);
       const body = JSON.stringify(err.toStatus());
-      socket.end(`HTTP/1.1 ${err.code} ${err.reason}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
+      socket.end(
+        `HTTP/1.1 ${err.code} ${err.reason}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+      );
     };
     try {
       const url = new URL(req.url ?? '/', 'https://stand-in');
       const q = url.searchParams;
       const id = o.auth.authenticate(req.headers.authorization);
       const route = parseResourcePath(url.pathname);
-      if (route?.group && o.aggregator.handles(route.group, route.version)) throw new ApiError(400, 'BadRequest', 'upgrades are not proxied to aggregated APIs by the stand-in');
+      if (route?.group && o.aggregator.handles(route.group, route.version))
+        throw new ApiError(400, 'BadRequest', 'upgrades are not proxied to aggregated APIs by the stand-in');
       if (!route) throw new ApiError(404, 'NotFound', 'the server could not find the requested resource');
       const r = resolve(route);
-      if (!(r.t.group === '' && r.t.resource === 'pods' && (r.sub === 'exec' || r.sub === 'portforward' || r.sub === 'attach'))) {
+      if (
+        !(
+          r.t.group === '' &&
+          r.t.resource === 'pods' &&
+          (r.sub === 'exec' || r.sub === 'portforward' || r.sub === 'attach')
+        )
+      ) {
         throw new ApiError(400, 'BadRequest', 'this resource does not support upgrades');
       }
       authorize(id, req.method ?? 'GET', r, q);
       const pod = o.objects.get(r.t, r.ns, r.name ?? '');
-      if (r.sub === 'attach') throw new ApiError(400, 'BadRequest', 'the stand-in does not support pods/attach; use pods/exec');
+      if (r.sub === 'attach')
+        throw new ApiError(400, 'BadRequest', 'the stand-in does not support pods/attach; use pods/exec');
       if (r.sub === 'exec') streams.upgradeExec(req, socket, head, pod as K8sObject, q);
       else streams.upgradePortForward(req, socket, head, pod as K8sObject, q);
     } catch (e) {

@@ -57,7 +57,11 @@ export class Store {
     for (const o of this.data.get(key)?.values() ?? []) {
       if (ns === undefined || (o.metadata.namespace ?? '') === ns) out.push(structuredClone(o));
     }
-    return out.sort((a, b) => (a.metadata.namespace ?? '').localeCompare(b.metadata.namespace ?? '') || a.metadata.name.localeCompare(b.metadata.name));
+    return out.sort(
+      (a, b) =>
+        (a.metadata.namespace ?? '').localeCompare(b.metadata.namespace ?? '') ||
+        a.metadata.name.localeCompare(b.metadata.name),
+    );
   }
 
   keys(): string[] {

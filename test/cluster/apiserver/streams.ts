@@ -20,7 +20,11 @@ const CH_RESIZE = 4;
 const CH_CLOSE = 255;
 
 function offeredProtocols(req: IncomingMessage): Set<string> {
-  return new Set(String(req.headers['sec-websocket-protocol'] ?? '').split(',').map((s) => s.trim()));
+  return new Set(
+    String(req.headers['sec-websocket-protocol'] ?? '')
+      .split(',')
+      .map((s) => s.trim()),
+  );
 }
 
 export function chooseProtocol(offered: Set<string>, supported: string[]): string | false {
@@ -29,7 +33,11 @@ export function chooseProtocol(offered: Set<string>, supported: string[]): strin
 
 /** Picks the container a pod subresource refers to, failing the way kube-apiserver does. */
 export function pickContainer(pod: K8sObject, requested: string | null): string {
-  const all = [...(pod.spec?.containers ?? []), ...(pod.spec?.initContainers ?? []), ...(pod.spec?.ephemeralContainers ?? [])].map((c: K8sObject) => c.name);
+  const all = [
+    ...(pod.spec?.containers ?? []),
+    ...(pod.spec?.initContainers ?? []),
+    ...(pod.spec?.ephemeralContainers ?? []),
+  ].map((c: K8sObject) => c.name);
   if (requested) {
     if (!all.includes(requested)) throw badRequest(`container ${requested} is not valid for pod ${pod.metadata.name}`);
     return requested;
@@ -38,27 +46,41 @@ export function pickContainer(pod: K8sObject, requested: string | null): string 
   const dflt = pod.metadata.annotations?.['kubectl.kubernetes.io/default-container'];
   if (dflt && main.includes(dflt)) return dflt;
   if (main.length === 1) return main[0];
-  throw badRequest(`a container name must be specified for pod ${pod.metadata.name}, choose one of: [${main.join(' ')}]`);
+  throw badRequest(
+    `a container name must be specified for pod ${pod.metadata.name}, choose one of: [${main.join(' ')}]`,
+  );
 }
 
-export async function serveLogs(runtime: NodeRuntime | undefined, pod: K8sObject, q: URLSearchParams, res: ServerResponse): Promise<void> {
+export async function serveLogs(
+  runtime: NodeRuntime | undefined,
+  pod: K8sObject,
+  q: URLSearchParams,
+  res: ServerResponse,
+): Promise<void> {
   const container = pickContainer(pod, q.get('container'));
-  if (!runtime) throw badRequest(`container "${container}" in pod "${pod.metadata.name}" is waiting to start: no node runs this pod`);
+  if (!runtime)
+    throw badRequest(
+      `container "${container}" in pod "${pod.metadata.name}" is waiting to start: no node runs this pod`,
+    );
   const tail = q.get('tailLines');
   const stream = await runtime
     .logs({
-    namespace: pod.metadata.namespace,
-    pod: pod.metadata.name,
-    container,
-    follow: q.get('follow') === 'true',
-    tailLines: tail !== null ? Number(tail) : undefined,
-    previous: q.get('previous') === 'true',
-    timestamps: q.get('timestamps') === 'true',
+      namespace: pod.metadata.namespace,
+      pod: pod.metadata.name,
+      container,
+      follow: q.get('follow') === 'true',
+      tailLines: tail !== null ? Number(tail) : undefined,
+      previous: q.get('previous') === 'true',
+      timestamps: q.get('timestamps') === 'true',
     })
     .catch((e) => {
       throw toApiError(e);
     });
-  res.writeHead(200, { 'Content-Type': 'text/plain', 'Cache-Control': 'no-cache, private', 'Transfer-Encoding': 'chunked' });
+  res.writeHead(200, {
+    'Content-Type': 'text/plain',
+    'Cache-Control': 'no-cache, private',
+    'Transfer-Encoding': 'chunked',
+  });
   res.flushHeaders();
   res.on('close', () => stream.destroy());
   stream.on('error', () => res.end());
@@ -89,8 +111,16 @@ export interface StreamServer {
 }
 
 export function createStreamServer(runtime: () => NodeRuntime | undefined): StreamServer {
-  const execWss = new WebSocketServer({ noServer: true, perMessageDeflate: false, handleProtocols: (p) => chooseProtocol(p, EXEC_PROTOCOLS) });
-  const pfWss = new WebSocketServer({ noServer: true, perMessageDeflate: false, handleProtocols: (p) => chooseProtocol(p, PORTFORWARD_PROTOCOLS) });
+  const execWss = new WebSocketServer({
+    noServer: true,
+    perMessageDeflate: false,
+    handleProtocols: (p) => chooseProtocol(p, EXEC_PROTOCOLS),
+  });
+  const pfWss = new WebSocketServer({
+    noServer: true,
+    perMessageDeflate: false,
+    handleProtocols: (p) => chooseProtocol(p, PORTFORWARD_PROTOCOLS),
+  });
   // (it names the real subprotocol in its answer: see upgradePortForward)
   const spdyWss = new WebSocketServer({
     noServer: true,
@@ -111,14 +141,27 @@ export function createStreamServer(runtime: () => NodeRuntime | undefined): Stre
   const runExec = async (ws: WebSocket, pod: K8sObject, q: URLSearchParams) => {
     const command = q.getAll('command');
     const sendStatus = (status: K8sObject) => {
-      if (ws.readyState === WebSocket.OPEN) ws.send(frame(CH_STATUS, Buffer.from(JSON.stringify(status))), () => ws.close(1000));
+      if (ws.readyState === WebSocket.OPEN)
+        ws.send(frame(CH_STATUS, Buffer.from(JSON.stringify(status))), () => ws.close(1000));
     };
     try {
       const container = pickContainer(pod, q.get('container'));
       const rt = runtime();
-      if (!rt) throw new ApiError(400, 'BadRequest', `container "${container}" in pod "${pod.metadata.name}" is not running: no node runs this pod`);
+      if (!rt)
+        throw new ApiError(
+          400,
+          'BadRequest',
+          `container "${container}" in pod "${pod.metadata.name}" is not running: no node runs this pod`,
+        );
       if (command.length === 0) throw badRequest('you must specify at least 1 command');
-      const proc = await rt.exec({ namespace: pod.metadata.namespace, pod: pod.metadata.name, container, command, stdin: q.get('stdin') === 'true' || q.get('input') === '1', tty: q.get('tty') === 'true' });
+      const proc = await rt.exec({
+        namespace: pod.metadata.namespace,
+        pod: pod.metadata.name,
+        container,
+        command,
+        stdin: q.get('stdin') === 'true' || q.get('input') === '1',
+        tty: q.get('tty') === 'true',
+      });
       const v5 = ws.protocol === 'v5.channel.k8s.io';
       ws.on('message', (data: Buffer) => {
         if (data.length === 0) return;
@@ -155,7 +198,10 @@ export function createStreamServer(runtime: () => NodeRuntime | undefined): Stre
   };
 
   const runPortForward = (ws: WebSocket, pod: K8sObject, q: URLSearchParams) => {
-    const ports = (q.getAll('ports').join(',') || '').split(',').filter((p) => p !== '').map(Number);
+    const ports = (q.getAll('ports').join(',') || '')
+      .split(',')
+      .filter((p) => p !== '')
+      .map(Number);
     const rt = runtime();
     if (ports.length === 0 || ports.some((p) => !(p > 0 && p < 65536))) {
       ws.close(1011, 'invalid port');
@@ -175,7 +221,13 @@ export function createStreamServer(runtime: () => NodeRuntime | undefined): Stre
       ws.send(frame(dataCh, portBytes));
       ws.send(frame(errCh, portBytes));
       const fail = (msg: string) => {
-        if (ws.readyState === WebSocket.OPEN) ws.send(frame(errCh, Buffer.from(`error forwarding port ${port} to pod ${pod.metadata.name}, uid ${pod.metadata.uid}: ${msg}`)));
+        if (ws.readyState === WebSocket.OPEN)
+          ws.send(
+            frame(
+              errCh,
+              Buffer.from(`error forwarding port ${port} to pod ${pod.metadata.name}, uid ${pod.metadata.uid}: ${msg}`),
+            ),
+          );
         done();
       };
       if (!rt) return fail('no node runs this pod');
@@ -222,7 +274,9 @@ export function createStreamServer(runtime: () => NodeRuntime | undefined): Stre
   return {
     upgradeExec(req, socket, head, pod, q) {
       if (!chooseProtocol(offeredProtocols(req), EXEC_PROTOCOLS)) {
-        socket.end('HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\n\r\nthe stand-in serves pods/exec over WebSocket (v5.channel.k8s.io, v4.channel.k8s.io) only\n');
+        socket.end(
+          'HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\n\r\nthe stand-in serves pods/exec over WebSocket (v5.channel.k8s.io, v4.channel.k8s.io) only\n',
+        );
         return;
       }
       execWss.handleUpgrade(req, socket, head, (ws) => {
@@ -245,7 +299,11 @@ export function createStreamServer(runtime: () => NodeRuntime | undefined): Stre
         spdyWss.handleUpgrade(req, socket, head, (ws) => {
           track(ws, portForwards);
           const rt = runtime();
-          serveSpdyPortForward(ws, pod, rt ? (port) => rt.dialPod(pod.metadata.namespace, pod.metadata.name, port) : undefined);
+          serveSpdyPortForward(
+            ws,
+            pod,
+            rt ? (port) => rt.dialPod(pod.metadata.namespace, pod.metadata.name, port) : undefined,
+          );
         });
         return;
       }

@@ -1,5 +1,9 @@
 // Helpers for the stand-in's own suites: poll a condition with a generous deadline, read a client-node API error.
-export async function waitFor<T>(what: string, fn: () => Promise<T | undefined | false> | T | undefined | false, timeoutMs = 30_000): Promise<T> {
+export async function waitFor<T>(
+  what: string,
+  fn: () => Promise<T | undefined | false> | T | undefined | false,
+  timeoutMs = 30_000,
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   let last: unknown;
   for (;;) {
@@ -9,7 +13,8 @@ export async function waitFor<T>(what: string, fn: () => Promise<T | undefined |
     } catch (e) {
       last = e;
     }
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}${last ? `: ${(last as Error).message}` : ''}`);
+    if (Date.now() > deadline)
+      throw new Error(`timed out waiting for ${what}${last ? `: ${(last as Error).message}` : ''}`);
     await new Promise((r) => setTimeout(r, 50));
   }
 }
@@ -21,7 +26,9 @@ export function statusOf(e: unknown): { code: number; reason?: string; message?:
   return { code: err.code ?? 0, reason: body?.reason, message: body?.message, details: body?.details };
 }
 
-export async function expectStatus(p: Promise<unknown>): Promise<{ code: number; reason?: string; message?: string; details?: any }> {
+export async function expectStatus(
+  p: Promise<unknown>,
+): Promise<{ code: number; reason?: string; message?: string; details?: any }> {
   try {
     await p;
   } catch (e) {

@@ -23,13 +23,22 @@ export interface WatchParams {
   render?: (o: K8sObject) => K8sObject;
 }
 
-export function serveWatch(objects: Objects, res: ServerResponse, p: WatchParams, track: (stop: () => void) => () => void): void {
+export function serveWatch(
+  objects: Objects,
+  res: ServerResponse,
+  p: WatchParams,
+  track: (stop: () => void) => () => void,
+): void {
   const key = storeKey(p.t);
   const inScope = (o: K8sObject) => !p.t.namespaced || p.ns === undefined || o.metadata.namespace === p.ns;
   const seen = new Set<string>();
   const id = (o: K8sObject) => `${o.metadata.namespace ?? ''}/${o.metadata.name}`;
   const render = p.render ?? ((o: K8sObject) => o);
-  res.writeHead(200, { 'Content-Type': 'application/json', 'Cache-Control': 'no-cache, private', 'Transfer-Encoding': 'chunked' });
+  res.writeHead(200, {
+    'Content-Type': 'application/json',
+    'Cache-Control': 'no-cache, private',
+    'Transfer-Encoding': 'chunked',
+  });
   res.flushHeaders();
   const send = (type: string, object: K8sObject) => res.write(`${JSON.stringify({ type, object })}\n`);
   let lastRv = objects.store.currentRV();
@@ -54,7 +63,11 @@ export function serveWatch(objects: Objects, res: ServerResponse, p: WatchParams
 
   const rv = p.resourceVersion;
   const bookmark = (annotations?: Record<string, string>) =>
-    send('BOOKMARK', { kind: p.t.kind, apiVersion: p.t.group ? `${p.t.group}/${p.t.version}` : p.t.version, metadata: { resourceVersion: String(lastRv), ...(annotations ? { annotations } : {}) } });
+    send('BOOKMARK', {
+      kind: p.t.kind,
+      apiVersion: p.t.group ? `${p.t.group}/${p.t.version}` : p.t.version,
+      metadata: { resourceVersion: String(lastRv), ...(annotations ? { annotations } : {}) },
+    });
   if (!rv || rv === '0' || p.sendInitialEvents) {
     for (const o of objects.list(p.t, p.ns)) {
       if (!p.match(o)) continue;
@@ -69,7 +82,8 @@ export function serveWatch(objects: Objects, res: ServerResponse, p: WatchParams
       res.end();
       return;
     }
-    for (const o of objects.list(p.t, p.ns)) if (p.match(o) && Number(o.metadata.resourceVersion) <= Number(rv)) seen.add(id(o));
+    for (const o of objects.list(p.t, p.ns))
+      if (p.match(o) && Number(o.metadata.resourceVersion) <= Number(rv)) seen.add(id(o));
     for (const ev of since) deliver(ev, true);
   }
   const unsubscribe = objects.store.subscribe((ev) => deliver(ev));

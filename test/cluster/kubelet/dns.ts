@@ -49,17 +49,34 @@ export function parseQuery(msg: Buffer): { id: number; flags: number; question: 
   return {
     id: msg.readUInt16BE(0),
     flags: msg.readUInt16BE(2),
-    question: { name: labels.join('.').toLowerCase(), type: msg.readUInt16BE(offset), klass: msg.readUInt16BE(offset + 2), raw: msg.subarray(12, offset + 4) },
+    question: {
+      name: labels.join('.').toLowerCase(),
+      type: msg.readUInt16BE(offset),
+      klass: msg.readUInt16BE(offset + 2),
+      raw: msg.subarray(12, offset + 4),
+    },
   };
 }
 
 type Answer = { type: 'A'; ip: string } | { type: 'SRV'; port: number; target: string };
 
 function encodeName(name: string): Buffer {
-  return Buffer.concat([...name.split('.').filter(Boolean).map((l) => Buffer.concat([Buffer.from([l.length]), Buffer.from(l, 'latin1')])), Buffer.from([0])]);
+  return Buffer.concat([
+    ...name
+      .split('.')
+      .filter(Boolean)
+      .map((l) => Buffer.concat([Buffer.from([l.length]), Buffer.from(l, 'latin1')])),
+    Buffer.from([0]),
+  ]);
 }
 
-export function buildResponse(id: number, queryFlags: number, question: Question | undefined, rcode: number, answers: Answer[]): Buffer {
+export function buildResponse(
+  id: number,
+  queryFlags: number,
+  question: Question | undefined,
+  rcode: number,
+  answers: Answer[],
+): Buffer {
   const header = Buffer.alloc(12);
   header.writeUInt16BE(id, 0);
   // QR, the query's opcode and RD, AA (we are the authority for the cluster domain), RA, rcode.
@@ -107,7 +124,9 @@ export function resolveName(name: string, type: number, data: DnsData): Answer[]
   const ip = svc.spec?.clusterIP;
   const svcFqdn = `${svcName}.${ns}.svc.${data.domain}`;
   if (srv) {
-    const port = (svc.spec?.ports ?? []).find((p) => `_${p.name ?? ''}` === parts[0] && `_${(p.protocol ?? 'TCP').toLowerCase()}` === parts[1]);
+    const port = (svc.spec?.ports ?? []).find(
+      (p) => `_${p.name ?? ''}` === parts[0] && `_${(p.protocol ?? 'TCP').toLowerCase()}` === parts[1],
+    );
     if (!port) return undefined;
     return type === TYPE_SRV ? [{ type: 'SRV', port: port.port, target: svcFqdn }] : [];
   }
@@ -121,7 +140,8 @@ export function answerQuery(msg: Buffer, data: DnsData): Buffer | undefined {
   const query = parseQuery(msg);
   if (!query) return msg.length >= 2 ? buildResponse(msg.readUInt16BE(0), 0, undefined, RCODE_FORMERR, []) : undefined;
   const { id, flags, question } = query;
-  if ((flags & 0x7800) !== 0 || question.klass !== CLASS_IN) return buildResponse(id, flags, question, RCODE_NOTIMP, []);
+  if ((flags & 0x7800) !== 0 || question.klass !== CLASS_IN)
+    return buildResponse(id, flags, question, RCODE_NOTIMP, []);
   const answers = resolveName(question.name, question.type, data);
   return buildResponse(id, flags, question, answers ? RCODE_OK : RCODE_NXDOMAIN, answers ?? []);
 }

@@ -1,6 +1,13 @@
 // A container's environment as kubelet builds it: service link variables, then envFrom, then env (valueFrom included),
 // with $(VAR) references expanded; plus HOSTNAME and a PATH.
-import type { V1ConfigMap, V1Container, V1EphemeralContainer, V1Pod, V1Secret, V1Service } from '@kubernetes/client-node';
+import type {
+  V1ConfigMap,
+  V1Container,
+  V1EphemeralContainer,
+  V1Pod,
+  V1Secret,
+  V1Service,
+} from '@kubernetes/client-node';
 
 /** What the env builder needs to look up; it returns undefined for a missing object. */
 export interface EnvSources {
@@ -10,7 +17,11 @@ export interface EnvSources {
   services(namespace: string): V1Service[];
   masterService(): V1Service | undefined;
   /** A token for the pod's service account (TokenRequest), for the automounted service-account volume. */
-  serviceAccountToken?(namespace: string, serviceAccount: string, expirationSeconds?: number): Promise<string | undefined>;
+  serviceAccountToken?(
+    namespace: string,
+    serviceAccount: string,
+    expirationSeconds?: number,
+  ): Promise<string | undefined>;
   /** The cluster CA (PEM) for that volume's ca.crt. */
   caPem?(): string | undefined;
 }
@@ -104,7 +115,11 @@ export interface PodEnvContext {
 export async function buildContainerEnv(ctx: PodEnvContext, sources: EnvSources): Promise<Record<string, string>> {
   const { pod, container } = ctx;
   const namespace = pod.metadata?.namespace ?? 'default';
-  const env: Record<string, string> = { PATH: DEFAULT_PATH, ...ctx.imageEnv, HOSTNAME: pod.spec?.hostname ?? pod.metadata?.name ?? '' };
+  const env: Record<string, string> = {
+    PATH: DEFAULT_PATH,
+    ...ctx.imageEnv,
+    HOSTNAME: pod.spec?.hostname ?? pod.metadata?.name ?? '',
+  };
 
   const master = sources.masterService();
   if (master) Object.assign(env, serviceEnv(master));
@@ -130,7 +145,8 @@ export async function buildContainerEnv(ctx: PodEnvContext, sources: EnvSources)
         if (from.secretRef.optional) continue;
         throw new EnvConfigError(`secret "${from.secretRef.name}" not found`);
       }
-      for (const k of Object.keys({ ...secret.data, ...secret.stringData })) env[prefix + k] = decodeSecret(secret, k) ?? '';
+      for (const k of Object.keys({ ...secret.data, ...secret.stringData }))
+        env[prefix + k] = decodeSecret(secret, k) ?? '';
     }
   }
 
@@ -145,7 +161,11 @@ export async function buildContainerEnv(ctx: PodEnvContext, sources: EnvSources)
       const value = cm?.data?.[configMapKeyRef.key];
       if (value === undefined) {
         if (configMapKeyRef.optional) continue;
-        throw new EnvConfigError(cm ? `couldn't find key ${configMapKeyRef.key} in ConfigMap ${namespace}/${configMapKeyRef.name}` : `configmap "${configMapKeyRef.name}" not found`);
+        throw new EnvConfigError(
+          cm
+            ? `couldn't find key ${configMapKeyRef.key} in ConfigMap ${namespace}/${configMapKeyRef.name}`
+            : `configmap "${configMapKeyRef.name}" not found`,
+        );
       }
       env[item.name] = value;
     } else if (secretKeyRef) {
@@ -153,7 +173,11 @@ export async function buildContainerEnv(ctx: PodEnvContext, sources: EnvSources)
       const value = secret ? decodeSecret(secret, secretKeyRef.key) : undefined;
       if (value === undefined) {
         if (secretKeyRef.optional) continue;
-        throw new EnvConfigError(secret ? `couldn't find key ${secretKeyRef.key} in Secret ${namespace}/${secretKeyRef.name}` : `secret "${secretKeyRef.name}" not found`);
+        throw new EnvConfigError(
+          secret
+            ? `couldn't find key ${secretKeyRef.key} in Secret ${namespace}/${secretKeyRef.name}`
+            : `secret "${secretKeyRef.name}" not found`,
+        );
       }
       env[item.name] = value;
     } else if (fieldRef) {

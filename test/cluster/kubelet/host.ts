@@ -38,5 +38,5 @@ export async function runQuiet(cmd: string, args: string[], timeoutMs = 0): Prom
 
 /** Runs `ip -batch -` with one command per line (one process for many link/addr/route changes). */
 export function ipBatch(lines: string[]): Promise<string> {
-  return run('ip', ['-batch', '-'], lines.join('\n') + '\n');
+  return run('ip', ['-batch', '-'], `${lines.join('\n')}\n`);
 }

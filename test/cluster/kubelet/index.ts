@@ -63,7 +63,11 @@ export async function startKubelet(opts: KubeletOptions): Promise<Kubelet> {
   kc.loadFromFile(opts.kubeconfigPath);
   const core = kc.makeApiClient(CoreV1Api);
   const services = new Map<string, V1Service>();
-  const caPem = opts.caPath ? readFileSync(opts.caPath, 'utf8') : kc.getCurrentCluster()?.caData ? Buffer.from(kc.getCurrentCluster()!.caData!, 'base64').toString('utf8') : undefined;
+  const caPem = opts.caPath
+    ? readFileSync(opts.caPath, 'utf8')
+    : kc.getCurrentCluster()?.caData
+      ? Buffer.from(kc.getCurrentCluster()!.caData!, 'base64').toString('utf8')
+      : undefined;
   const endpoints = new Map<string, V1Endpoints>();
   let stopped = false;
 
@@ -101,7 +105,14 @@ export async function startKubelet(opts: KubeletOptions): Promise<Kubelet> {
     const namespace = pod.metadata?.namespace ?? 'default';
     const body: CoreV1Event = {
       metadata: { name: `${pod.metadata?.name}.${randomBytes(8).toString('hex')}`, namespace },
-      involvedObject: { kind: 'Pod', apiVersion: 'v1', namespace, name: pod.metadata?.name, uid: pod.metadata?.uid, ...(fieldPath ? { fieldPath } : {}) },
+      involvedObject: {
+        kind: 'Pod',
+        apiVersion: 'v1',
+        namespace,
+        name: pod.metadata?.name,
+        uid: pod.metadata?.uid,
+        ...(fieldPath ? { fieldPath } : {}),
+      },
       type,
       reason,
       message,

@@ -83,13 +83,21 @@ export function readContainerLog(path: string, opts: LogReadOptions): Readable {
       const endedBefore = opts.ended();
       const lines = await readNew();
       if (readable.destroyed) return;
-      const text = lines.map(parseLine).filter((l): l is ParsedLine => Boolean(l)).map((l) => format(l, timestamps)).join('');
+      const text = lines
+        .map(parseLine)
+        .filter((l): l is ParsedLine => Boolean(l))
+        .map((l) => format(l, timestamps))
+        .join('');
       if (text) readable.push(text);
       if (!opts.follow || endedBefore) {
         readable.push(null);
         return;
       }
-      if (!text) timer = setTimeout(() => { timer = undefined; void pump(); }, FOLLOW_POLL_MS);
+      if (!text)
+        timer = setTimeout(() => {
+          timer = undefined;
+          void pump();
+        }, FOLLOW_POLL_MS);
     } catch (err) {
       readable.destroy(err as Error);
     } finally {

@@ -46,7 +46,10 @@ async function usedPrefixes(): Promise<Set<string>> {
   const used = new Set<string>();
   const routes = JSON.parse(await run('ip', ['-j', 'route', 'show', 'table', 'all'])) as Array<{ dst?: string }>;
   const addrs = JSON.parse(await run('ip', ['-j', 'addr', 'show'])) as Array<{ addr_info?: Array<{ local?: string }> }>;
-  const all = [...routes.map((r) => r.dst ?? ''), ...addrs.flatMap((a) => (a.addr_info ?? []).map((i) => i.local ?? ''))];
+  const all = [
+    ...routes.map((r) => r.dst ?? ''),
+    ...addrs.flatMap((a) => (a.addr_info ?? []).map((i) => i.local ?? '')),
+  ];
   for (const addr of all) {
     const m = /^10\.(\d+)\.(\d+)\./.exec(addr);
     if (m) used.add(`10.${m[1]}.${m[2]}`);
@@ -78,7 +81,10 @@ export async function reserveSubnets(instance: string): Promise<NodeSubnets> {
       };
     }
   }
-  throw new UserError('no free pod subnet in 10.244.0.0/24–10.250.255.0/24', 'stop other stand-in clusters (or remove the routes that use these subnets)');
+  throw new UserError(
+    'no free pod subnet in 10.244.0.0/24–10.250.255.0/24',
+    'stop other stand-in clusters (or remove the routes that use these subnets)',
+  );
 }
 
 function tryLock(lock: string, instance: string): boolean {
@@ -132,15 +138,19 @@ export class NodeNetwork {
     // so the host's global ip_forward is left as it was. route_localnet lets a ClusterIP lead to an address on 127/8.
     writeFileSync(`/proc/sys/net/ipv4/conf/${this.bridge}/forwarding`, '1');
     writeFileSync(`/proc/sys/net/ipv4/conf/${this.bridge}/route_localnet`, '1');
-    await run('iptables-restore', ['--noflush', '-w'], [
-      '*filter',
-      `:${this.forwardChain} - [0:0]`,
-      `-A ${this.forwardChain} -i ${this.bridge} -j ACCEPT`,
-      `-A ${this.forwardChain} -o ${this.bridge} -j ACCEPT`,
-      `-I FORWARD -j ${this.forwardChain}`,
-      'COMMIT',
-      '',
-    ].join('\n'));
+    await run(
+      'iptables-restore',
+      ['--noflush', '-w'],
+      [
+        '*filter',
+        `:${this.forwardChain} - [0:0]`,
+        `-A ${this.forwardChain} -i ${this.bridge} -j ACCEPT`,
+        `-A ${this.forwardChain} -o ${this.bridge} -j ACCEPT`,
+        `-I FORWARD -j ${this.forwardChain}`,
+        'COMMIT',
+        '',
+      ].join('\n'),
+    );
   }
 
   allocateIP(): string {
@@ -168,15 +178,21 @@ export async function removeInstanceChains(tag: string): Promise<void> {
     const rules = (await run('iptables-save', ['-t', table])).split('\n');
     const chains = rules.filter((r) => r.startsWith(`:DVK-${tag}-`)).map((r) => r.slice(1).split(' ')[0]);
     if (chains.length === 0) continue;
-    const jumps = rules.filter((r) => r.startsWith('-A ') && !r.startsWith(`-A DVK-${tag}-`) && r.includes(`-j DVK-${tag}-`));
-    await run('iptables-restore', ['--noflush', '-w'], [
-      `*${table}`,
-      ...jumps.map((r) => `-D ${r.slice(3)}`),
-      ...chains.map((c) => `-F ${c}`),
-      ...chains.map((c) => `-X ${c}`),
-      'COMMIT',
-      '',
-    ].join('\n')).catch(async () => {
+    const jumps = rules.filter(
+      (r) => r.startsWith('-A ') && !r.startsWith(`-A DVK-${tag}-`) && r.includes(`-j DVK-${tag}-`),
+    );
+    await run(
+      'iptables-restore',
+      ['--noflush', '-w'],
+      [
+        `*${table}`,
+        ...jumps.map((r) => `-D ${r.slice(3)}`),
+        ...chains.map((c) => `-F ${c}`),
+        ...chains.map((c) => `-X ${c}`),
+        'COMMIT',
+        '',
+      ].join('\n'),
+    ).catch(async () => {
       // One bad line fails the whole batch: fall back to one command per rule.
       for (const r of jumps) await runQuiet('iptables', ['-w', '-t', table, '-D', ...r.slice(3).split(' ')]);
       for (const c of chains) await runQuiet('iptables', ['-w', '-t', table, '-F', c]);

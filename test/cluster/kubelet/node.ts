@@ -64,12 +64,21 @@ export class KubeletNode implements NodeRuntime {
    * chain; undoes it all if a step fails. */
   static async start(opts: NodeOptions): Promise<KubeletNode> {
     if (!/^[a-z0-9][a-z0-9-]{0,39}$/.test(opts.instance)) {
-      throw new UserError(`stand-in instance "${opts.instance}" is not a valid name`, 'use lower-case letters, digits and dashes, at most 40 characters');
+      throw new UserError(
+        `stand-in instance "${opts.instance}" is not a valid name`,
+        'use lower-case letters, digits and dashes, at most 40 characters',
+      );
     }
     const subnets = opts.subnets ?? (await reserveSubnets(opts.instance));
     const network = new NodeNetwork(opts.instance, subnets);
     const stateDir = join('/run/devop-kubelet', opts.instance);
-    const node = new KubeletNode(opts, network, new ImageStore(), stateDir, join('/var/lib/devop-kubelet', opts.instance));
+    const node = new KubeletNode(
+      opts,
+      network,
+      new ImageStore(),
+      stateDir,
+      join('/var/lib/devop-kubelet', opts.instance),
+    );
     try {
       await ensureContainerd();
       await importImages(opts.imagesDir);
@@ -181,7 +190,8 @@ export class KubeletNode implements NodeRuntime {
     const index = rec.attempts.length - (req.previous ? 2 : 1);
     const attempt = rec.attempts[index];
     if (!attempt) {
-      if (req.previous) throw new NodeLookupError(`previous terminated container "${rec.name}" in pod "${worker.name}" not found`, 400);
+      if (req.previous)
+        throw new NodeLookupError(`previous terminated container "${rec.name}" in pod "${worker.name}" not found`, 400);
       const reason = rec.waiting?.reason ?? 'ContainerCreating';
       throw new NodeLookupError(`container "${rec.name}" in pod "${worker.name}" is waiting to start: ${reason}`, 400);
     }

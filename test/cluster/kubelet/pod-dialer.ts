@@ -36,7 +36,10 @@ export class PodDialer {
       });
       this.relay = relay;
       let stderr = '';
-      const timer = setTimeout(() => reject(new Error(`dial relay in ${this.netns} did not start: ${stderr}`)), RELAY_START_DEADLINE_MS);
+      const timer = setTimeout(
+        () => reject(new Error(`dial relay in ${this.netns} did not start: ${stderr}`)),
+        RELAY_START_DEADLINE_MS,
+      );
       relay.stderr?.on('data', (c: Buffer) => (stderr += c.toString()));
       relay.stdout?.once('data', () => {
         clearTimeout(timer);
@@ -71,7 +74,8 @@ export class PodDialer {
         socket.destroy();
         reject(err);
       };
-      const onClose = () => fail(new PodDialError(`dial 127.0.0.1:${port} in pod: relay closed the connection`, 'ECONNRESET'));
+      const onClose = () =>
+        fail(new PodDialError(`dial 127.0.0.1:${port} in pod: relay closed the connection`, 'ECONNRESET'));
       const onReadable = () => {
         let chunk: Buffer | null;
         while ((chunk = socket.read() as Buffer | null) !== null) {

@@ -11,7 +11,15 @@ import { execInContainer } from './exec.js';
 import type { NodeNetwork } from './network.js';
 import { PodDialer } from './pod-dialer.js';
 import { startLivenessLoop, startReadinessLoop, type ProbeTarget } from './probes.js';
-import { currentAttempt, isAlive, isRunning, newRecord, type ContainerAttempt, type ContainerKind, type ContainerRecord } from './records.js';
+import {
+  currentAttempt,
+  isAlive,
+  isRunning,
+  newRecord,
+  type ContainerAttempt,
+  type ContainerKind,
+  type ContainerRecord,
+} from './records.js';
 import { PodSandbox } from './sandbox.js';
 import { normalizeImageRef } from '../images.js';
 import { containerCapabilities, parseQuantity, resolveUser, type SpecMount } from './oci-spec.js';
@@ -107,8 +115,15 @@ export class PodWorker {
           hostVeth: names.hostVeth,
           podName: this.name,
           namespace: this.namespace,
-          dnsSearch: [`${this.namespace}.svc.${this.deps.clusterDomain}`, `svc.${this.deps.clusterDomain}`, this.deps.clusterDomain],
-          hostAliases: (this.pod.spec?.hostAliases ?? []).map((a) => ({ ip: a.ip ?? '', hostnames: a.hostnames ?? [] })),
+          dnsSearch: [
+            `${this.namespace}.svc.${this.deps.clusterDomain}`,
+            `svc.${this.deps.clusterDomain}`,
+            this.deps.clusterDomain,
+          ],
+          hostAliases: (this.pod.spec?.hostAliases ?? []).map((a) => ({
+            ip: a.ip ?? '',
+            hostnames: a.hostnames ?? [],
+          })),
           namespacesDir: podNamespacesDir(this.deps.instance, names.netns),
           hostname: this.pod.spec?.hostname ?? this.name,
         });
@@ -117,7 +132,12 @@ export class PodWorker {
         this.sandboxError = undefined;
       } catch (err) {
         this.sandboxError = (err as Error).message;
-        this.deps.event(this.pod, 'Warning', 'FailedCreatePodSandBox', `Failed to create pod sandbox: ${this.sandboxError}`);
+        this.deps.event(
+          this.pod,
+          'Warning',
+          'FailedCreatePodSandBox',
+          `Failed to create pod sandbox: ${this.sandboxError}`,
+        );
         this.changed();
         await this.sleep(1000);
       }
@@ -192,7 +212,13 @@ export class PodWorker {
           await this.sleep(Math.min(delay, 500));
           if (this.stopping) break;
           rec.waiting = { reason: 'ImagePullBackOff', message: `Back-off pulling image "${rec.spec.image}"` };
-          this.deps.event(this.pod, 'Normal', 'BackOff', `Back-off pulling image "${rec.spec.image}"`, fieldPathOf(rec));
+          this.deps.event(
+            this.pod,
+            'Normal',
+            'BackOff',
+            `Back-off pulling image "${rec.spec.image}"`,
+            fieldPathOf(rec),
+          );
           this.changed();
         }
         await this.sleep(delay);
@@ -222,7 +248,9 @@ export class PodWorker {
     return lastExitCode;
   }
 
-  private async attempt(rec: ContainerRecord): Promise<{ kind: 'error'; reason: string } | { kind: 'exit'; exitCode: number; ranMs: number }> {
+  private async attempt(
+    rec: ContainerRecord,
+  ): Promise<{ kind: 'error'; reason: string } | { kind: 'exit'; exitCode: number; ranMs: number }> {
     const fieldPath = fieldPathOf(rec);
     const image = await this.deps.images.resolve(rec.spec.image ?? '').catch(() => undefined);
     if (!image) {
@@ -239,7 +267,13 @@ export class PodWorker {
     let env: Record<string, string>;
     try {
       env = await buildContainerEnv(
-        { pod: this.pod, container: rec.spec, podIP: this.sandbox!.podIP, hostIP: this.deps.nodeIP, imageEnv: image.env },
+        {
+          pod: this.pod,
+          container: rec.spec,
+          podIP: this.sandbox!.podIP,
+          hostIP: this.deps.nodeIP,
+          imageEnv: image.env,
+        },
         this.deps.envSources,
       );
     } catch (err) {
@@ -259,7 +293,13 @@ export class PodWorker {
     }
     if (this.stopping) return { kind: 'error', reason: 'Stopping' };
     if (rec.attempts.length === 0) {
-      this.deps.event(this.pod, 'Normal', 'Pulled', `Container image "${rec.spec.image}" already present on machine`, fieldPath);
+      this.deps.event(
+        this.pod,
+        'Normal',
+        'Pulled',
+        `Container image "${rec.spec.image}" already present on machine`,
+        fieldPath,
+      );
     }
     const id = randomBytes(32).toString('hex');
     const containerLogDir = join(this.logDir, rec.name);
@@ -286,9 +326,11 @@ export class PodWorker {
         ipcPath: this.pod.spec?.hostIPC ? 'host' : this.sandbox!.ipcPath,
         netnsPath: this.sandbox!.netnsPath,
         pidNamespace: this.pidNamespaceOf(rec),
-        capabilities: containerCapabilities({ privileged, add: sc.capabilities?.add, drop: sc.capabilities?.drop }).filter((c) =>
-          this.deps.boundingCapabilities.includes(c),
-        ),
+        capabilities: containerCapabilities({
+          privileged,
+          add: sc.capabilities?.add,
+          drop: sc.capabilities?.drop,
+        }).filter((c) => this.deps.boundingCapabilities.includes(c)),
         privileged,
         readOnlyRootFilesystem: Boolean(sc.readOnlyRootFilesystem),
         noNewPrivileges: sc.allowPrivilegeEscalation === false && !privileged,
@@ -315,7 +357,13 @@ export class PodWorker {
       const exit = await attempt.proc.exited;
       attempt.exit = exit;
       rec.waiting = undefined;
-      this.deps.event(this.pod, 'Warning', 'Failed', `Error: ${exit.message ?? 'the container did not start'}`, fieldPath);
+      this.deps.event(
+        this.pod,
+        'Warning',
+        'Failed',
+        `Error: ${exit.message ?? 'the container did not start'}`,
+        fieldPath,
+      );
       this.changed();
       return { kind: 'exit', exitCode: exit.exitCode, ranMs: 0 };
     }
@@ -340,7 +388,11 @@ export class PodWorker {
       { source: join(etc, 'hosts'), destination: '/etc/hosts', readOnly: false },
       { source: join(etc, 'resolv.conf'), destination: '/etc/resolv.conf', readOnly: false },
       { source: join(etc, 'hostname'), destination: '/etc/hostname', readOnly: false },
-      ...containerMounts(this.pod, rec.spec, this.volumeDirs).map((m) => ({ source: m.source, destination: m.target, readOnly: m.readOnly })),
+      ...containerMounts(this.pod, rec.spec, this.volumeDirs).map((m) => ({
+        source: m.source,
+        destination: m.target,
+        readOnly: m.readOnly,
+      })),
     ];
   }
 
@@ -379,7 +431,13 @@ export class PodWorker {
         startLivenessLoop(liveness, target, () => {
           const fieldPath = fieldPathOf(rec);
           this.deps.event(this.pod, 'Warning', 'Unhealthy', 'Liveness probe failed', fieldPath);
-          this.deps.event(this.pod, 'Normal', 'Killing', `Container ${rec.name} failed liveness probe, will be restarted`, fieldPath);
+          this.deps.event(
+            this.pod,
+            'Normal',
+            'Killing',
+            `Container ${rec.name} failed liveness probe, will be restarted`,
+            fieldPath,
+          );
           const grace = liveness.terminationGracePeriodSeconds ?? this.pod.spec?.terminationGracePeriodSeconds ?? 30;
           void this.killAttempt(attempt, grace);
         }),
@@ -436,7 +494,9 @@ export class PodWorker {
       }
       const exits = Promise.all(running.map((rec) => currentAttempt(rec)!.proc!.exited));
       let timer: NodeJS.Timeout | undefined;
-      const grace = new Promise<void>((resolve) => (timer = setTimeout(resolve, Math.max(0, gracePeriodSeconds) * 1000)));
+      const grace = new Promise<void>(
+        (resolve) => (timer = setTimeout(resolve, Math.max(0, gracePeriodSeconds) * 1000)),
+      );
       await Promise.race([exits, grace]);
       clearTimeout(timer);
       for (const rec of this.records.values()) currentAttempt(rec)?.proc?.signal('SIGKILL');
@@ -452,7 +512,8 @@ export class PodWorker {
 }
 
 export function fieldPathOf(rec: ContainerRecord): string {
-  const section = rec.kind === 'init' ? 'initContainers' : rec.kind === 'ephemeral' ? 'ephemeralContainers' : 'containers';
+  const section =
+    rec.kind === 'init' ? 'initContainers' : rec.kind === 'ephemeral' ? 'ephemeralContainers' : 'containers';
   return `spec.${section}{${rec.name}}`;
 }
 

@@ -55,7 +55,11 @@ function httpProbe(probe: V1Probe, target: ProbeTarget, timeoutMs: number): Prom
 function tcpProbe(probe: V1Probe, target: ProbeTarget, timeoutMs: number): Promise<boolean> {
   const tcp = probe.tcpSocket!;
   return new Promise((resolve) => {
-    const socket = connect({ host: tcp.host || target.podIP, port: resolvePort(tcp.port, target.container), localAddress: target.nodeIP });
+    const socket = connect({
+      host: tcp.host || target.podIP,
+      port: resolvePort(tcp.port, target.container),
+      localAddress: target.nodeIP,
+    });
     const timer = setTimeout(() => socket.destroy(), timeoutMs);
     socket.once('connect', () => {
       clearTimeout(timer);
@@ -87,7 +91,11 @@ export async function runProbe(probe: V1Probe, target: ProbeTarget): Promise<boo
 export const UNREADY_PROBE_INTERVAL_MS = 200;
 
 /** Probes a container until stopped; calls onChange with the new ready flag when the thresholds say so. */
-export function startReadinessLoop(probe: V1Probe, target: ProbeTarget, onChange: (ready: boolean) => void): () => void {
+export function startReadinessLoop(
+  probe: V1Probe,
+  target: ProbeTarget,
+  onChange: (ready: boolean) => void,
+): () => void {
   let stopped = false;
   let timer: NodeJS.Timeout | undefined;
   let ready = false;

@@ -29,7 +29,16 @@ export interface ContainerRecord {
 }
 
 export function newRecord(spec: V1Container | V1EphemeralContainer, kind: ContainerKind): ContainerRecord {
-  return { name: spec.name, kind, spec, attempts: [], restartCount: 0, waiting: { reason: 'ContainerCreating' }, done: false, ready: false };
+  return {
+    name: spec.name,
+    kind,
+    spec,
+    attempts: [],
+    restartCount: 0,
+    waiting: { reason: 'ContainerCreating' },
+    done: false,
+    ready: false,
+  };
 }
 
 export function currentAttempt(rec: ContainerRecord): ContainerAttempt | undefined {
@@ -79,7 +88,9 @@ export function containerStatus(rec: ContainerRecord): V1ContainerStatus {
     const previous = rec.attempts[rec.attempts.length - 2];
     if (previous?.exit) lastState = terminatedState(previous);
   } else if (rec.waiting) {
-    state = { waiting: { reason: rec.waiting.reason, ...(rec.waiting.message ? { message: rec.waiting.message } : {}) } };
+    state = {
+      waiting: { reason: rec.waiting.reason, ...(rec.waiting.message ? { message: rec.waiting.message } : {}) },
+    };
     if (attempt?.exit) lastState = terminatedState(attempt);
   } else if (attempt?.exit) {
     state = terminatedState(attempt);

@@ -58,13 +58,17 @@ export class PodSandbox {
         // A pod reaching itself through its Service leaves and re-enters by the same bridge port (as with kubenet).
         `link set ${config.hostVeth} type bridge_slave hairpin on`,
       ]);
-      await run('ip', ['-n', config.name, '-batch', '-'], [
-        'link set lo up',
-        `addr add ${podIP}/24 dev eth0`,
-        'link set eth0 up',
-        `route add default via ${network.nodeIP} dev eth0`,
-        '',
-      ].join('\n'));
+      await run(
+        'ip',
+        ['-n', config.name, '-batch', '-'],
+        [
+          'link set lo up',
+          `addr add ${podIP}/24 dev eth0`,
+          'link set eth0 up',
+          `route add default via ${network.nodeIP} dev eth0`,
+          '',
+        ].join('\n'),
+      );
       await sandbox.createNamespaces();
       return sandbox;
     } catch (err) {

@@ -37,22 +37,26 @@ export class ServiceProxy {
   /** Creates the instance's chains and the jumps to them (only for the Service range, so other traffic is untouched). */
   async setUp(): Promise<void> {
     const cidr = this.o.serviceCIDR;
-    await run('iptables-restore', ['--noflush', '-w'], [
-      '*nat',
-      `:${this.svcChain} - [0:0]`,
-      `:${this.postChain} - [0:0]`,
-      `-I PREROUTING -d ${cidr} -j ${this.svcChain}`,
-      `-I OUTPUT -d ${cidr} -j ${this.svcChain}`,
-      `-I POSTROUTING -j ${this.postChain}`,
-      `-A ${this.postChain} -m mark --mark ${HAIRPIN_MARK} -j MASQUERADE`,
-      'COMMIT',
-      '*filter',
-      `:${this.rejectChain} - [0:0]`,
-      `-I OUTPUT -d ${cidr} -j ${this.rejectChain}`,
-      `-I FORWARD -d ${cidr} -j ${this.rejectChain}`,
-      'COMMIT',
-      '',
-    ].join('\n'));
+    await run(
+      'iptables-restore',
+      ['--noflush', '-w'],
+      [
+        '*nat',
+        `:${this.svcChain} - [0:0]`,
+        `:${this.postChain} - [0:0]`,
+        `-I PREROUTING -d ${cidr} -j ${this.svcChain}`,
+        `-I OUTPUT -d ${cidr} -j ${this.svcChain}`,
+        `-I POSTROUTING -j ${this.postChain}`,
+        `-A ${this.postChain} -m mark --mark ${HAIRPIN_MARK} -j MASQUERADE`,
+        'COMMIT',
+        '*filter',
+        `:${this.rejectChain} - [0:0]`,
+        `-I OUTPUT -d ${cidr} -j ${this.rejectChain}`,
+        `-I FORWARD -d ${cidr} -j ${this.rejectChain}`,
+        'COMMIT',
+        '',
+      ].join('\n'),
+    );
   }
 
   /** Asks for a sync soon; bursts of Service/Endpoints events become one iptables-restore. */
@@ -85,7 +89,9 @@ export class ServiceProxy {
         const proto = (port.protocol ?? 'TCP').toLowerCase();
         const targets: Array<{ ip: string; port: number }> = [];
         for (const subset of eps?.subsets ?? []) {
-          const epPort = (subset.ports ?? []).find((p) => (p.name ?? '') === (port.name ?? '') && (p.protocol ?? 'TCP').toLowerCase() === proto);
+          const epPort = (subset.ports ?? []).find(
+            (p) => (p.name ?? '') === (port.name ?? '') && (p.protocol ?? 'TCP').toLowerCase() === proto,
+          );
           if (!epPort) continue;
           for (const addr of subset.addresses ?? []) targets.push({ ip: addr.ip, port: epPort.port });
         }
@@ -115,21 +121,25 @@ export class ServiceProxy {
     if (this.stopped) return;
     const { nat, filter, chains } = this.rules();
     const stale = [...this.current].filter((c) => !chains.has(c));
-    await run('iptables-restore', ['--noflush', '-w'], [
-      '*nat',
-      // Declaring a chain in --noflush mode empties it: the whole set is rewritten at once.
-      `:${this.svcChain} - [0:0]`,
-      ...[...chains].map((c) => `:${c} - [0:0]`),
-      ...stale.map((c) => `:${c} - [0:0]`),
-      ...nat,
-      ...stale.map((c) => `-X ${c}`),
-      'COMMIT',
-      '*filter',
-      `:${this.rejectChain} - [0:0]`,
-      ...filter,
-      'COMMIT',
-      '',
-    ].join('\n'));
+    await run(
+      'iptables-restore',
+      ['--noflush', '-w'],
+      [
+        '*nat',
+        // Declaring a chain in --noflush mode empties it: the whole set is rewritten at once.
+        `:${this.svcChain} - [0:0]`,
+        ...[...chains].map((c) => `:${c} - [0:0]`),
+        ...stale.map((c) => `:${c} - [0:0]`),
+        ...nat,
+        ...stale.map((c) => `-X ${c}`),
+        'COMMIT',
+        '*filter',
+        `:${this.rejectChain} - [0:0]`,
+        ...filter,
+        'COMMIT',
+        '',
+      ].join('\n'),
+    );
     this.current = chains;
   }
 

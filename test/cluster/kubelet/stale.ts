@@ -11,7 +11,10 @@ import { linkTag, pidAlive, removeInstanceChains, SUBNET_LOCK_DIR } from './netw
 export async function removeInstanceLeftovers(instance: string): Promise<void> {
   const tag = linkTag(instance);
   await removeInstanceContainers(instance);
-  const netns = (await run('ip', ['netns', 'list'])).split('\n').map((l) => l.split(' ')[0]).filter((n) => n.startsWith(`dvk-${instance}-`));
+  const netns = (await run('ip', ['netns', 'list']))
+    .split('\n')
+    .map((l) => l.split(' ')[0])
+    .filter((n) => n.startsWith(`dvk-${instance}-`));
   for (const name of netns) {
     await runQuiet('ip', ['netns', 'del', name]);
     rmSync(join('/etc/netns', name), { recursive: true, force: true });

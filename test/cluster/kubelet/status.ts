@@ -31,14 +31,25 @@ export function podStatus(worker: PodWorker, nodeIP: string, previous?: V1PodSta
   const readyState: ConditionState = terminal
     ? { status: 'False', reason: 'PodCompleted' }
     : notReady.length
-      ? { status: 'False', reason: 'ContainersNotReady', message: `containers with unready status: [${notReady.join(' ')}]` }
+      ? {
+          status: 'False',
+          reason: 'ContainersNotReady',
+          message: `containers with unready status: [${notReady.join(' ')}]`,
+        }
       : { status: 'True' };
-  const pendingInit = worker.recordsOf('init').filter((r) => !(r.done && succeeded(r))).map((r) => r.name);
+  const pendingInit = worker
+    .recordsOf('init')
+    .filter((r) => !(r.done && succeeded(r)))
+    .map((r) => r.name);
   const states: Record<string, ConditionState> = {
     PodReadyToStartContainers: { status: worker.sandbox ? 'True' : 'False' },
     Initialized: worker.initialized
       ? { status: 'True' }
-      : { status: 'False', reason: 'ContainersNotInitialized', message: `containers with incomplete status: [${pendingInit.join(' ')}]` },
+      : {
+          status: 'False',
+          reason: 'ContainersNotInitialized',
+          message: `containers with incomplete status: [${pendingInit.join(' ')}]`,
+        },
     Ready: readyState,
     ContainersReady: readyState,
     PodScheduled: { status: 'True' },
@@ -50,7 +61,8 @@ export function podStatus(worker: PodWorker, nodeIP: string, previous?: V1PodSta
       type,
       status: state.status,
       lastProbeTime: null as unknown as undefined,
-      lastTransitionTime: before && before.status === state.status && before.lastTransitionTime ? before.lastTransitionTime : now,
+      lastTransitionTime:
+        before && before.status === state.status && before.lastTransitionTime ? before.lastTransitionTime : now,
       ...(state.reason ? { reason: state.reason } : {}),
       ...(state.message ? { message: state.message } : {}),
     };
@@ -65,7 +77,9 @@ export function podStatus(worker: PodWorker, nodeIP: string, previous?: V1PodSta
     ...(podIP ? { podIP, podIPs: [{ ip: podIP }] } : {}),
     startTime: worker.startTime,
     qosClass: 'BestEffort',
-    ...(worker.recordsOf('init').length ? { initContainerStatuses: worker.recordsOf('init').map(containerStatus) } : {}),
+    ...(worker.recordsOf('init').length
+      ? { initContainerStatuses: worker.recordsOf('init').map(containerStatus) }
+      : {}),
     containerStatuses: regular.map(containerStatus),
     ...(ephemeral.length ? { ephemeralContainerStatuses: ephemeral.map(containerStatus) } : {}),
   };

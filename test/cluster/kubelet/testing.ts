@@ -6,7 +6,13 @@ import { normalizeImageRef } from '../images.js';
 import { ctr, ctrQuiet } from './containerd.js';
 
 /** Polls until the predicate holds for the pod (generous deadline: the machine may be loaded). */
-export async function waitForPod(core: CoreV1Api, name: string, what: string, predicate: (pod: V1Pod) => boolean, timeoutMs = 30_000): Promise<V1Pod> {
+export async function waitForPod(
+  core: CoreV1Api,
+  name: string,
+  what: string,
+  predicate: (pod: V1Pod) => boolean,
+  timeoutMs = 30_000,
+): Promise<V1Pod> {
   const deadline = Date.now() + timeoutMs;
   let last: V1Pod | undefined;
   for (;;) {
@@ -16,12 +22,17 @@ export async function waitForPod(core: CoreV1Api, name: string, what: string, pr
     } catch {
       // not there yet
     }
-    if (Date.now() > deadline) throw new Error(`pod ${name}: timed out waiting for ${what}; last status: ${JSON.stringify(last?.status)}`);
+    if (Date.now() > deadline)
+      throw new Error(`pod ${name}: timed out waiting for ${what}; last status: ${JSON.stringify(last?.status)}`);
     await new Promise((r) => setTimeout(r, 50));
   }
 }
 
-export async function waitUntil<T>(what: string, fn: () => Promise<T | undefined | false> | T | undefined | false, timeoutMs = 30_000): Promise<T> {
+export async function waitUntil<T>(
+  what: string,
+  fn: () => Promise<T | undefined | false> | T | undefined | false,
+  timeoutMs = 30_000,
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   let lastError: unknown;
   for (;;) {
@@ -31,7 +42,8 @@ export async function waitUntil<T>(what: string, fn: () => Promise<T | undefined
     } catch (err) {
       lastError = err;
     }
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}${lastError ? `: ${(lastError as Error).message}` : ''}`);
+    if (Date.now() > deadline)
+      throw new Error(`timed out waiting for ${what}${lastError ? `: ${(lastError as Error).message}` : ''}`);
     await new Promise((r) => setTimeout(r, 50));
   }
 }

@@ -45,7 +45,11 @@ async function writeVolume(volume: V1Volume, dir: string, pod: V1Pod, sources: E
     mkdirSync(dir, { recursive: true });
     for (const source of volume.projected.sources ?? []) {
       if (source.serviceAccountToken) {
-        const token = await sources.serviceAccountToken?.(ns, pod.spec?.serviceAccountName ?? 'default', source.serviceAccountToken.expirationSeconds);
+        const token = await sources.serviceAccountToken?.(
+          ns,
+          pod.spec?.serviceAccountName ?? 'default',
+          source.serviceAccountToken.expirationSeconds,
+        );
         writeFileSync(join(dir, source.serviceAccountToken.path), token ?? '');
       } else if (source.configMap) {
         const cm = await sources.configMap(ns, source.configMap.name ?? '');
@@ -60,7 +64,8 @@ async function writeVolume(volume: V1Volume, dir: string, pod: V1Pod, sources: E
       } else if (source.downwardAPI) {
         for (const item of source.downwardAPI.items ?? []) {
           if (item.fieldRef?.fieldPath === 'metadata.namespace') writeFileSync(join(dir, item.path), ns);
-          if (item.fieldRef?.fieldPath === 'metadata.name') writeFileSync(join(dir, item.path), pod.metadata?.name ?? '');
+          if (item.fieldRef?.fieldPath === 'metadata.name')
+            writeFileSync(join(dir, item.path), pod.metadata?.name ?? '');
         }
       }
     }
@@ -79,7 +84,8 @@ export async function preparePodVolumes(pod: V1Pod, podDir: string, sources: Env
   for (const volume of pod.spec?.volumes ?? []) {
     if (volume.hostPath) {
       // containerd's CRI plugin creates a missing hostPath source as a directory (the Docker behaviour it kept).
-      if (!existsSync(volume.hostPath.path) && volume.hostPath.type !== 'File') mkdirSync(volume.hostPath.path, { recursive: true });
+      if (!existsSync(volume.hostPath.path) && volume.hostPath.type !== 'File')
+        mkdirSync(volume.hostPath.path, { recursive: true });
       dirs.set(volume.name, volume.hostPath.path);
       continue;
     }
@@ -91,7 +97,10 @@ export async function preparePodVolumes(pod: V1Pod, podDir: string, sources: Env
     const dir = join(podDir, 'volumes', SA_VOLUME);
     const ns = pod.metadata?.namespace ?? 'default';
     mkdirSync(dir, { recursive: true });
-    writeFileSync(join(dir, 'token'), (await sources.serviceAccountToken?.(ns, pod.spec?.serviceAccountName ?? 'default')) ?? '');
+    writeFileSync(
+      join(dir, 'token'),
+      (await sources.serviceAccountToken?.(ns, pod.spec?.serviceAccountName ?? 'default')) ?? '',
+    );
     writeFileSync(join(dir, 'ca.crt'), sources.caPem?.() ?? '');
     writeFileSync(join(dir, 'namespace'), ns);
     dirs.set(SA_VOLUME, dir);
@@ -100,12 +109,20 @@ export async function preparePodVolumes(pod: V1Pod, podDir: string, sources: Env
 }
 
 /** The bind mounts of one container: its volumeMounts, plus the service-account volume unless it mounts that path. */
-export function containerMounts(pod: V1Pod, container: V1Container | V1EphemeralContainer, volumeDirs: Map<string, string>): Mount[] {
+export function containerMounts(
+  pod: V1Pod,
+  container: V1Container | V1EphemeralContainer,
+  volumeDirs: Map<string, string>,
+): Mount[] {
   const mounts: Mount[] = [];
   for (const vm of container.volumeMounts ?? []) {
     const dir = volumeDirs.get(vm.name);
     if (!dir) continue;
-    mounts.push({ source: vm.subPath ? join(dir, vm.subPath) : dir, target: vm.mountPath, readOnly: Boolean(vm.readOnly) });
+    mounts.push({
+      source: vm.subPath ? join(dir, vm.subPath) : dir,
+      target: vm.mountPath,
+      readOnly: Boolean(vm.readOnly),
+    });
   }
   const sa = volumeDirs.get(SA_VOLUME);
   if (sa && automounts(pod) && !mounts.some((m) => m.target.replace(/\/$/, '') === SERVICE_ACCOUNT_PATH)) {

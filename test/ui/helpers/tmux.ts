@@ -14,7 +14,19 @@ export class TmuxPane {
 
   /** Starts `command` (run by sh) in a detached width×height terminal; the pane stays after the command ends. */
   constructor(command: string, options: { width?: number; height?: number } = {}) {
-    this.tmux('-f', '/dev/null', 'new-session', '-d', '-s', this.session, '-x', String(options.width ?? 140), '-y', String(options.height ?? 45), command);
+    this.tmux(
+      '-f',
+      '/dev/null',
+      'new-session',
+      '-d',
+      '-s',
+      this.session,
+      '-x',
+      String(options.width ?? 140),
+      '-y',
+      String(options.height ?? 45),
+      command,
+    );
     this.tmux('set-option', '-t', this.session, 'remain-on-exit', 'on');
   }
 

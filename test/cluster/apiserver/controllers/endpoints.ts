@@ -7,19 +7,28 @@ import { isPodReady, type Controller } from './loop.js';
 function resolveTargetPort(pod: K8sObject, target: unknown): number | undefined {
   if (typeof target === 'number') return target;
   if (typeof target === 'string' && /^\d+$/.test(target)) return Number(target);
-  for (const c of pod.spec?.containers ?? []) for (const p of c.ports ?? []) if (p.name === target) return p.containerPort;
+  for (const c of pod.spec?.containers ?? [])
+    for (const p of c.ports ?? []) if (p.name === target) return p.containerPort;
   return undefined;
 }
 
 function endpointsFor(svc: K8sObject, pods: K8sObject[]): K8sObject[] {
   const subsets = new Map<string, K8sObject>();
   for (const pod of pods) {
-    const ports = (svc.spec.ports ?? []).map((sp: K8sObject) => ({ name: sp.name, port: resolveTargetPort(pod, sp.targetPort ?? sp.port), protocol: sp.protocol ?? 'TCP' }));
+    const ports = (svc.spec.ports ?? []).map((sp: K8sObject) => ({
+      name: sp.name,
+      port: resolveTargetPort(pod, sp.targetPort ?? sp.port),
+      protocol: sp.protocol ?? 'TCP',
+    }));
     if (ports.some((p: K8sObject) => p.port === undefined)) continue;
     for (const p of ports) if (p.name === undefined) delete p.name;
     const key = JSON.stringify(ports);
     const subset = subsets.get(key) ?? { addresses: [], notReadyAddresses: [], ports };
-    const addr = { ip: pod.status.podIP, nodeName: pod.spec.nodeName, targetRef: { kind: 'Pod', namespace: pod.metadata.namespace, name: pod.metadata.name, uid: pod.metadata.uid } };
+    const addr = {
+      ip: pod.status.podIP,
+      nodeName: pod.spec.nodeName,
+      targetRef: { kind: 'Pod', namespace: pod.metadata.namespace, name: pod.metadata.name, uid: pod.metadata.uid },
+    };
     (isPodReady(pod) ? subset.addresses : subset.notReadyAddresses).push(addr);
     subsets.set(key, subset);
   }
@@ -41,13 +50,30 @@ export const endpointsController: Controller = {
       if (!svc.spec?.selector || Object.keys(svc.spec.selector).length === 0) continue;
       const ns = svc.metadata.namespace;
       const match = mapSelectorMatcher(svc.spec.selector);
-      const pods = objects.store.list('/pods', ns).filter((p) => match(p) && p.status?.podIP && !p.metadata.deletionTimestamp && p.status?.phase !== 'Succeeded' && p.status?.phase !== 'Failed');
+      const pods = objects.store
+        .list('/pods', ns)
+        .filter(
+          (p) =>
+            match(p) &&
+            p.status?.podIP &&
+            !p.metadata.deletionTimestamp &&
+            p.status?.phase !== 'Succeeded' &&
+            p.status?.phase !== 'Failed',
+        );
       const subsets = endpointsFor(svc, pods);
       const cur = objects.store.get('/endpoints', ns, svc.metadata.name);
       const labels = { ...(svc.metadata.labels ?? {}), 'endpoints.kubernetes.io/managed-by': 'endpoint-controller' };
-      const body: K8sObject = { apiVersion: 'v1', kind: 'Endpoints', metadata: { name: svc.metadata.name, namespace: ns, labels }, ...(subsets.length ? { subsets } : {}) };
+      const body: K8sObject = {
+        apiVersion: 'v1',
+        kind: 'Endpoints',
+        metadata: { name: svc.metadata.name, namespace: ns, labels },
+        ...(subsets.length ? { subsets } : {}),
+      };
       if (!cur) objects.create(epType, ns, body);
-      else if (JSON.stringify(cur.subsets ?? []) !== JSON.stringify(subsets) || JSON.stringify(cur.metadata.labels ?? {}) !== JSON.stringify(labels)) {
+      else if (
+        JSON.stringify(cur.subsets ?? []) !== JSON.stringify(subsets) ||
+        JSON.stringify(cur.metadata.labels ?? {}) !== JSON.stringify(labels)
+      ) {
         const next: K8sObject = { ...cur, metadata: { ...cur.metadata, labels } };
         if (subsets.length) next.subsets = subsets;
         else delete next.subsets;
@@ -56,8 +82,10 @@ export const endpointsController: Controller = {
     }
     for (const ep of objects.store.list('/endpoints')) {
       if (ep.metadata.labels?.['endpoints.kubernetes.io/managed-by'] !== 'endpoint-controller') continue;
-      const svc = services.find((s) => s.metadata.namespace === ep.metadata.namespace && s.metadata.name === ep.metadata.name);
-      if (!svc || !svc.spec?.selector) objects.delete(epType, ep.metadata.namespace, ep.metadata.name, {});
+      const svc = services.find(
+        (s) => s.metadata.namespace === ep.metadata.namespace && s.metadata.name === ep.metadata.name,
+      );
+      if (!svc?.spec?.selector) objects.delete(epType, ep.metadata.namespace, ep.metadata.name, {});
     }
   },
 };

@@ -4,7 +4,10 @@ import type { Objects } from '../objects.js';
 import type { Controller } from './loop.js';
 
 function withoutFinalizer(o: K8sObject, f: string): K8sObject {
-  return { ...o, metadata: { ...o.metadata, finalizers: (o.metadata.finalizers ?? []).filter((x: string) => x !== f) } };
+  return {
+    ...o,
+    metadata: { ...o.metadata, finalizers: (o.metadata.finalizers ?? []).filter((x: string) => x !== f) },
+  };
 }
 
 export const garbageCollector: Controller = {
@@ -38,16 +41,23 @@ export const garbageCollector: Controller = {
         // Owners are namespace-local (or cluster-scoped): a same-uid object elsewhere is not an owner.
         return owner && (!owner.metadata.namespace || owner.metadata.namespace === ns) ? owner : undefined;
       });
-      const orphaning = refs.filter((_, i) => owners[i]?.metadata.deletionTimestamp && owners[i]!.metadata.finalizers?.includes('orphan'));
+      const orphaning = refs.filter(
+        (_, i) => owners[i]?.metadata.deletionTimestamp && owners[i]!.metadata.finalizers?.includes('orphan'),
+      );
       if (orphaning.length > 0) {
         const keep = refs.filter((r) => !orphaning.includes(r));
-        objects.update(t, ns, o.metadata.name, { ...o, metadata: { ...o.metadata, ownerReferences: keep.length ? keep : undefined } });
+        objects.update(t, ns, o.metadata.name, {
+          ...o,
+          metadata: { ...o.metadata, ownerReferences: keep.length ? keep : undefined },
+        });
         continue;
       }
       if (o.metadata.deletionTimestamp) continue;
       if (owners.every((w) => w === undefined)) {
         objects.delete(t, ns, o.metadata.name, { propagationPolicy: 'Background' });
-      } else if (owners.some((w) => w?.metadata.deletionTimestamp && w.metadata.finalizers?.includes('foregroundDeletion'))) {
+      } else if (
+        owners.some((w) => w?.metadata.deletionTimestamp && w.metadata.finalizers?.includes('foregroundDeletion'))
+      ) {
         objects.delete(t, ns, o.metadata.name, { propagationPolicy: 'Foreground' });
       } else if (owners.some((w) => w === undefined)) {
         const keep = refs.filter((_, i) => owners[i] !== undefined);
@@ -61,8 +71,10 @@ export const garbageCollector: Controller = {
       const deps = dependents.get(o.metadata.uid) ?? [];
       const fins: string[] = o.metadata.finalizers ?? [];
       const ns = o.metadata.namespace ?? '';
-      if (fins.includes('orphan') && deps.length === 0) objects.update(t, ns, o.metadata.name, withoutFinalizer(o, 'orphan'));
-      else if (fins.includes('foregroundDeletion') && deps.length === 0) objects.update(t, ns, o.metadata.name, withoutFinalizer(o, 'foregroundDeletion'));
+      if (fins.includes('orphan') && deps.length === 0)
+        objects.update(t, ns, o.metadata.name, withoutFinalizer(o, 'orphan'));
+      else if (fins.includes('foregroundDeletion') && deps.length === 0)
+        objects.update(t, ns, o.metadata.name, withoutFinalizer(o, 'foregroundDeletion'));
     }
   },
 };
@@ -78,7 +90,8 @@ export const namespaceController: Controller = {
         if (!t.namespaced) continue;
         for (const o of objects.store.list(`${t.group}/${t.resource}`, ns)) {
           remaining++;
-          if (!o.metadata.deletionTimestamp) objects.delete(t, ns, o.metadata.name, { propagationPolicy: 'Background' });
+          if (!o.metadata.deletionTimestamp)
+            objects.delete(t, ns, o.metadata.name, { propagationPolicy: 'Background' });
         }
       }
       if (remaining > 0) continue;

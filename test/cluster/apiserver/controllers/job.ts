@@ -5,7 +5,9 @@ import { recordEvent } from './events.js';
 import { controllerRef, isControlledBy, isPodActive, isPodReady, type Controller } from './loop.js';
 
 function finishedAt(job: K8sObject): number | undefined {
-  const c = (job.status?.conditions ?? []).find((x: K8sObject) => (x.type === 'Complete' || x.type === 'Failed') && x.status === 'True');
+  const c = (job.status?.conditions ?? []).find(
+    (x: K8sObject) => (x.type === 'Complete' || x.type === 'Failed') && x.status === 'True',
+  );
   return c ? Date.parse(job.status?.completionTime ?? c.lastTransitionTime) : undefined;
 }
 
@@ -16,7 +18,8 @@ function reconcileJob(objects: Objects, job: K8sObject): void {
   const done = finishedAt(job);
   if (done !== undefined) {
     const ttl = job.spec.ttlSecondsAfterFinished;
-    if (ttl !== undefined && ttl !== null && Date.now() >= done + ttl * 1000) objects.delete(jobType, ns, job.metadata.name, { propagationPolicy: 'Background' });
+    if (ttl !== undefined && ttl !== null && Date.now() >= done + ttl * 1000)
+      objects.delete(jobType, ns, job.metadata.name, { propagationPolicy: 'Background' });
     return;
   }
   const pods = objects.store.list('/pods', ns).filter((p) => isControlledBy(p, job.metadata.uid));
@@ -25,27 +28,72 @@ function reconcileJob(objects: Objects, job: K8sObject): void {
   const failed = pods.filter((p) => p.status?.phase === 'Failed').length;
   const completions: number = job.spec.completions ?? 1;
   const now = nowTime();
-  const status: K8sObject = { ...(job.status ?? {}), startTime: job.status?.startTime ?? now, uncountedTerminatedPods: {} };
+  const status: K8sObject = {
+    ...(job.status ?? {}),
+    startTime: job.status?.startTime ?? now,
+    uncountedTerminatedPods: {},
+  };
   const conditions: K8sObject[] = [];
   if (failed > (job.spec.backoffLimit ?? 6)) {
     for (const p of active) objects.delete(podType, ns, p.metadata.name, {});
     const message = 'Job has reached the specified backoff limit';
-    conditions.push({ type: 'FailureTarget', status: 'True', reason: 'BackoffLimitExceeded', message, lastProbeTime: now, lastTransitionTime: now });
-    conditions.push({ type: 'Failed', status: 'True', reason: 'BackoffLimitExceeded', message, lastProbeTime: now, lastTransitionTime: now });
+    conditions.push({
+      type: 'FailureTarget',
+      status: 'True',
+      reason: 'BackoffLimitExceeded',
+      message,
+      lastProbeTime: now,
+      lastTransitionTime: now,
+    });
+    conditions.push({
+      type: 'Failed',
+      status: 'True',
+      reason: 'BackoffLimitExceeded',
+      message,
+      lastProbeTime: now,
+      lastTransitionTime: now,
+    });
   } else if (succeeded >= completions) {
-    conditions.push({ type: 'SuccessCriteriaMet', status: 'True', reason: 'CompletionsReached', message: 'Reached expected number of succeeded pods', lastProbeTime: now, lastTransitionTime: now });
-    conditions.push({ type: 'Complete', status: 'True', reason: 'CompletionsReached', message: 'Reached expected number of succeeded pods', lastProbeTime: now, lastTransitionTime: now });
+    conditions.push({
+      type: 'SuccessCriteriaMet',
+      status: 'True',
+      reason: 'CompletionsReached',
+      message: 'Reached expected number of succeeded pods',
+      lastProbeTime: now,
+      lastTransitionTime: now,
+    });
+    conditions.push({
+      type: 'Complete',
+      status: 'True',
+      reason: 'CompletionsReached',
+      message: 'Reached expected number of succeeded pods',
+      lastProbeTime: now,
+      lastTransitionTime: now,
+    });
     status.completionTime = now;
   } else if (!job.spec.suspend) {
     const want = Math.min(job.spec.parallelism ?? 1, completions - succeeded) - active.length;
     for (let i = 0; i < want; i++) {
       const tpl = job.spec.template;
       const created = objects.create(podType, ns, {
-        metadata: { generateName: `${job.metadata.name}-`, namespace: ns, labels: { ...(tpl.metadata?.labels ?? {}) }, annotations: tpl.metadata?.annotations, ownerReferences: [controllerRef(job)] },
+        metadata: {
+          generateName: `${job.metadata.name}-`,
+          namespace: ns,
+          labels: { ...(tpl.metadata?.labels ?? {}) },
+          annotations: tpl.metadata?.annotations,
+          ownerReferences: [controllerRef(job)],
+        },
         spec: structuredClone(tpl.spec),
       });
       active.push(created);
-      recordEvent(objects, job, 'Normal', 'SuccessfulCreate', `Created pod: ${created.metadata.name}`, 'job-controller');
+      recordEvent(
+        objects,
+        job,
+        'Normal',
+        'SuccessfulCreate',
+        `Created pod: ${created.metadata.name}`,
+        'job-controller',
+      );
     }
   }
   status.active = active.length || undefined;
@@ -53,8 +101,17 @@ function reconcileJob(objects: Objects, job: K8sObject): void {
   status.failed = failed || undefined;
   status.ready = active.filter(isPodReady).length;
   status.terminating = pods.filter((p) => p.metadata.deletionTimestamp).length;
-  if (conditions.some((c) => c.type === 'Complete')) recordEvent(objects, job, 'Normal', 'Completed', 'Job completed', 'job-controller');
-  if (conditions.some((c) => c.type === 'Failed')) recordEvent(objects, job, 'Warning', 'BackoffLimitExceeded', 'Job has reached the specified backoff limit', 'job-controller');
+  if (conditions.some((c) => c.type === 'Complete'))
+    recordEvent(objects, job, 'Normal', 'Completed', 'Job completed', 'job-controller');
+  if (conditions.some((c) => c.type === 'Failed'))
+    recordEvent(
+      objects,
+      job,
+      'Warning',
+      'BackoffLimitExceeded',
+      'Job has reached the specified backoff limit',
+      'job-controller',
+    );
   if (conditions.length) {
     status.conditions = [...(job.status?.conditions ?? []), ...conditions];
     status.active = undefined;

@@ -57,7 +57,14 @@ export function isControlledBy(o: K8sObject, uid: string): boolean {
 }
 
 export function controllerRef(owner: K8sObject) {
-  return { apiVersion: owner.apiVersion, kind: owner.kind, name: owner.metadata.name, uid: owner.metadata.uid, controller: true, blockOwnerDeletion: true };
+  return {
+    apiVersion: owner.apiVersion,
+    kind: owner.kind,
+    name: owner.metadata.name,
+    uid: owner.metadata.uid,
+    controller: true,
+    blockOwnerDeletion: true,
+  };
 }
 
 export function isPodReady(p: K8sObject): boolean {

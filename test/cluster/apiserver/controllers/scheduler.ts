@@ -15,9 +15,25 @@ export function scheduler(nodeName: string): Controller {
         if (pod.spec?.nodeName || pod.metadata.deletionTimestamp) continue;
         const ns = pod.metadata.namespace;
         const bound = objects.update(podType, ns, pod.metadata.name, { ...pod, spec: { ...pod.spec, nodeName } });
-        const conditions = [...(bound.status?.conditions ?? []).filter((c: K8sObject) => c.type !== 'PodScheduled'), { type: 'PodScheduled', status: 'True', lastProbeTime: null, lastTransitionTime: nowTime() }];
-        objects.update(podType, ns, pod.metadata.name, { ...bound, status: { ...(bound.status ?? {}), conditions } }, { subresource: 'status' });
-        recordEvent(objects, bound, 'Normal', 'Scheduled', `Successfully assigned ${ns}/${pod.metadata.name} to ${nodeName}`, 'default-scheduler');
+        const conditions = [
+          ...(bound.status?.conditions ?? []).filter((c: K8sObject) => c.type !== 'PodScheduled'),
+          { type: 'PodScheduled', status: 'True', lastProbeTime: null, lastTransitionTime: nowTime() },
+        ];
+        objects.update(
+          podType,
+          ns,
+          pod.metadata.name,
+          { ...bound, status: { ...(bound.status ?? {}), conditions } },
+          { subresource: 'status' },
+        );
+        recordEvent(
+          objects,
+          bound,
+          'Normal',
+          'Scheduled',
+          `Successfully assigned ${ns}/${pod.metadata.name} to ${nodeName}`,
+          'default-scheduler',
+        );
       }
     },
   };
