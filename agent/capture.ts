@@ -151,11 +151,13 @@ export class PortCapture {
       if (--pipes > 0) return;
       gone();
       this.child.stdin.end(); // the watchdog's turn to go
-      if (this.closed)
-        return this.log.info('capture stopped', {
+      if (this.closed) {
+        this.log.info('capture stopped', {
           port,
           tcpdump: this.stderr.filter((l) => l.includes('packets')).join('; '),
         });
+        return;
+      }
       this.stop();
       void this.started.then(
         () => opts.onFail(this.reason()),

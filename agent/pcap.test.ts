@@ -388,7 +388,10 @@ describe('mirror copies', () => {
     const session = {
       sessionId: 's1',
       connected: true,
-      openIncoming: (open: IncomingOpen) => (opened.push(open), stream),
+      openIncoming: (open: IncomingOpen) => {
+        opened.push(open);
+        return stream;
+      },
       traffic: (e: TrafficEvent) => traffic.push(e),
       warn: (m: string) => told.push(m),
     };

@@ -109,7 +109,7 @@ export class PortTable {
         return { ok: false as const, reason: 'this agent runs targetless: it has no pod ports to steal or mirror' };
       const denied = this.capabilityProblem(msg);
       if (denied) return { ok: false as const, ...denied };
-      let match;
+      let match: ReturnType<typeof compileFilter> | undefined;
       try {
         match = msg.filter ? compileFilter(msg.filter) : undefined;
       } catch (err) {

@@ -92,7 +92,10 @@ export class TcpReassembler<F> {
     }
     if (!flow) return; // the connection began before the capture: not mirrored
     flow.lastSeen = now;
-    if (seg.flags & TCP_FLAGS.RST) return this.finish(id, flow, 'rst');
+    if (seg.flags & TCP_FLAGS.RST) {
+      this.finish(id, flow, 'rst');
+      return;
+    }
     if (flow.handle === undefined) {
       if (!(seg.flags & TCP_FLAGS.ACK)) return;
       flow.handle = this.handlers.open({ src: seg.src, srcPort: seg.srcPort, dst: seg.dst, dstPort: seg.dstPort });
@@ -101,7 +104,10 @@ export class TcpReassembler<F> {
         return;
       }
     }
-    if (!seg.complete) return this.finish(id, flow, 'hole');
+    if (!seg.complete) {
+      this.finish(id, flow, 'hole');
+      return;
+    }
     if (seg.flags & TCP_FLAGS.FIN) flow.finSeq = (seg.seq + seg.payload.length) >>> 0;
     if (seg.payload.length > 0) this.accept(flow, flow.handle, seg.seq, seg.payload, now);
     if (flow.finSeq !== undefined && flow.next === flow.finSeq) this.finish(id, flow, 'fin');

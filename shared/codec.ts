@@ -51,13 +51,11 @@ export class ProtocolError extends Error {
   }
 }
 
-export interface FrameHandler {
-  /**
-   * Called for every frame. DATA payloads may be delivered in several consecutive pieces (as they arrive from the
-   * socket, without copying); every other kind is delivered whole. A handler may throw a ProtocolError.
-   */
-  (kind: FrameKind, streamId: number, payload: Buffer): void;
-}
+/**
+ * Called for every frame. DATA payloads may be delivered in several consecutive pieces (as they arrive from the
+ * socket, without copying); every other kind is delivered whole. A handler may throw a ProtocolError.
+ */
+export type FrameHandler = (kind: FrameKind, streamId: number, payload: Buffer) => void;
 
 const EMPTY = Buffer.alloc(0);
 enum State {

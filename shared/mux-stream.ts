@@ -356,4 +356,6 @@ export class MuxStream extends Duplex {
 }
 
 const EMPTY = Buffer.alloc(0);
-function ignoreError(): void {}
+function ignoreError(): void {
+  // See the constructor: listeners the user adds still get the error; this one only keeps it from being unhandled.
+}

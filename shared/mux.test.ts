@@ -99,7 +99,9 @@ describe('mux writing', () => {
     // Given an agent mux on a connection that records each write, accepting every stream opened to it
     const writes: Buffer[] = [];
     const conn = new Duplex({
-      read() {},
+      read() {
+        // Data is pushed by the test, never pulled.
+      },
       write(chunk: Buffer, _enc, cb) {
         writes.push(chunk);
         cb();

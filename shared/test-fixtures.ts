@@ -115,7 +115,9 @@ export function duplexPair(): [Duplex, Duplex] {
   let b: Duplex;
   const make = (peer: () => Duplex): Duplex =>
     new Duplex({
-      read() {},
+      read() {
+        // Data is pushed by the peer's write, never pulled.
+      },
       write(chunk: Buffer, _enc, cb) {
         peer().push(chunk);
         cb();

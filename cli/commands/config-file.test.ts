@@ -12,7 +12,9 @@ describe('loadCommandConfig', () => {
     dirs.push(dir);
     return dir;
   };
-  afterEach(() => dirs.splice(0).forEach((d) => rmSync(d, { recursive: true, force: true })));
+  afterEach(() => {
+    for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
+  });
 
   it('applies DEVOP_* variables over devop.json, key by key', () => {
     // Given a devop.json with a target and an agent image

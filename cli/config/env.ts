@@ -30,7 +30,10 @@ export function envOverrides(env: NodeJS.ProcessEnv): DevopConfigInput {
     }
     const path = key.split('.');
     let node = out;
-    for (const segment of path.slice(0, -1)) node = (node[segment] ??= {}) as Record<string, unknown>;
+    for (const segment of path.slice(0, -1)) {
+      node[segment] ??= {};
+      node = node[segment] as Record<string, unknown>;
+    }
     node[path[path.length - 1]] = value;
   }
   return out as DevopConfigInput;

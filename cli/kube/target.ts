@@ -169,9 +169,9 @@ export async function resolveTarget(
   const resolver = KIND_RESOLVERS[ref.kind];
   const namespaceCheck = clients.core.readNamespace({ name: namespace }).then(
     () => true,
-    (err: unknown) => (apiErrorCode(err) !== 404), // 403 etc.: cannot tell, assume it exists
+    (err: unknown) => apiErrorCode(err) !== 404, // 403 etc.: cannot tell, assume it exists
   );
-  let workload;
+  let workload: Awaited<ReturnType<typeof resolver.read>>;
   try {
     workload = await resolver.read(clients, ref.name, namespace);
   } catch (err) {

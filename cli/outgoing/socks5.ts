@@ -126,7 +126,7 @@ function ipv6ToBytes(address: string): Buffer {
   const headGroups = head ? head.split(':') : [];
   const tailGroups = tail === undefined ? [] : tail ? tail.split(':') : [];
   const groups = [...headGroups, ...Array<string>(8 - headGroups.length - tailGroups.length).fill('0'), ...tailGroups];
-  groups.forEach((group, i) => buf.writeUInt16BE(parseInt(group || '0', 16), i * 2));
+  for (const [i, group] of groups.entries()) buf.writeUInt16BE(parseInt(group || '0', 16), i * 2);
   return buf;
 }
 

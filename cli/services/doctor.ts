@@ -274,7 +274,7 @@ async function podSecurity(kc: KubeConfig, agentNamespace: string): Promise<Doct
 }
 
 export async function runDoctor(options: DoctorOptions): Promise<DoctorReport> {
-  let loaded;
+  let loaded: ReturnType<typeof loadKubeConfig>;
   try {
     loaded = loadKubeConfig(options);
   } catch (err) {

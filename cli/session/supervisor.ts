@@ -422,7 +422,7 @@ class Supervisor {
     const resolved = await resolveTarget(this.first.kc, { target, namespace: this.firstTarget.namespace });
     const existing = await findAgent(this.first.kc, resolved, this.agentOptions.agentNamespace);
     let agent = existing ?? (await this.startAgent(resolved));
-    let link;
+    let link: Awaited<ReturnType<typeof connectAgent>>;
     try {
       link = await connectAgent(this.first.kc, agent, resolved, {
         deadline: Date.now() + (existing ? ATTEMPT_MS : this.agentOptions.startupTimeoutMs),

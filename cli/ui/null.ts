@@ -6,5 +6,7 @@ export class NullReporter implements Reporter {
   emit(event: ReportEvent): void {
     void event;
   }
-  async close(): Promise<void> {}
+  async close(): Promise<void> {
+    // Nothing was drawn: nothing to take down.
+  }
 }

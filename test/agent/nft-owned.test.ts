@@ -59,7 +59,7 @@ describe.runIf(run)('nft-owned: the kernel owns the table for its nft process', 
   test('rules are added and removed by handle; an error is reported and the next request still works', async () => {
     const owned = await OwnedTable.create('t1', log, command);
     expect(await ruleset()).toMatch(
-      /table ip devop_t1 \{[^]*flags owner[^]*type nat hook prerouting priority dstnat - 1; policy accept;/,
+      /table ip devop_t1 \{[\s\S]*flags owner[\s\S]*type nat hook prerouting priority dstnat - 1; policy accept;/,
     );
     await owned.addRedirect(3000, 40000, '10.0.0.1');
     await owned.addRedirect(3001, 40001);

@@ -112,14 +112,12 @@ describe('APIService aggregation', () => {
           (c) => c.type === 'Available',
         )?.status === 'True',
     );
-    const list: any = await kc
-      .makeApiClient(CustomObjectsApi)
-      .listNamespacedCustomObject({
-        group: 'farm.example.com',
-        version: 'v1alpha',
-        namespace: 'default',
-        plural: 'llamas',
-      });
+    const list: any = await kc.makeApiClient(CustomObjectsApi).listNamespacedCustomObject({
+      group: 'farm.example.com',
+      version: 'v1alpha',
+      namespace: 'default',
+      plural: 'llamas',
+    });
     expect(list.items.map((i: any) => i.metadata.name)).toEqual(['dolly']);
     expect(seenUsers).toContain('kubernetes-admin');
   });

@@ -122,7 +122,12 @@ describe.runIf(run)('client-node with the kubelet', () => {
         podName,
         'echo',
         ['sh', '-c', 'echo "pod=$HOSTNAME"; exit 4'],
-        new Writable({ write: (c, _e, cb) => (out.push(c), cb()) }),
+        new Writable({
+          write: (c, _e, cb) => {
+            out.push(c);
+            cb();
+          },
+        }),
         new PassThrough(),
         null,
         false,

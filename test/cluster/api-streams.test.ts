@@ -57,7 +57,9 @@ function localRuntime(): NodeRuntime {
         (req.tailLines !== undefined ? lines.slice(-req.tailLines) : lines).map((l) => Buffer.from(l)),
       );
     },
-    async stop() {},
+    async stop() {
+      // Nothing runs behind these fake containers.
+    },
   };
 }
 
@@ -70,12 +72,10 @@ beforeAll(async () => {
   cluster.controlPlane.attachNode(localRuntime());
   kc = new KubeConfig();
   kc.loadFromFile(cluster.kubeconfigPath);
-  await kc
-    .makeApiClient(CoreV1Api)
-    .createNamespacedPod({
-      namespace: 'default',
-      body: { metadata: { name: 'box' }, spec: { containers: [{ name: 'main', image: 'busybox' }] } },
-    });
+  await kc.makeApiClient(CoreV1Api).createNamespacedPod({
+    namespace: 'default',
+    body: { metadata: { name: 'box' }, spec: { containers: [{ name: 'main', image: 'busybox' }] } },
+  });
 });
 
 afterAll(async () => {
@@ -110,7 +110,12 @@ describe('streaming subresources', () => {
 
   it('reports a refused pod port on the error channel, and dropWebSockets cuts open tunnels', async () => {
     const errs: Buffer[] = [];
-    const err = new Writable({ write: (c, _e, cb) => (errs.push(c), cb()) });
+    const err = new Writable({
+      write: (c, _e, cb) => {
+        errs.push(c);
+        cb();
+      },
+    });
     await new PortForward(kc).portForward('default', 'box', [7001], new PassThrough(), err, new PassThrough());
     await waitFor('error channel message', () => Buffer.concat(errs).toString().includes('ECONNREFUSED'));
     expect(Buffer.concat(errs).toString()).toMatch(
@@ -153,8 +158,18 @@ describe('streaming subresources', () => {
       'box',
       'main',
       ['sh', '-c', 'cat; echo to-err >&2; exit 3'],
-      new Writable({ write: (c, _e, cb) => (out.push(c), cb()) }),
-      new Writable({ write: (c, _e, cb) => (errOut.push(c), cb()) }),
+      new Writable({
+        write: (c, _e, cb) => {
+          out.push(c);
+          cb();
+        },
+      }),
+      new Writable({
+        write: (c, _e, cb) => {
+          errOut.push(c);
+          cb();
+        },
+      }),
       stdin,
       false,
       (s) => (status = s),

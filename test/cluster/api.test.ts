@@ -516,15 +516,13 @@ describe('stand-in API with client-node', () => {
     const rcore = rkc.makeApiClient(CoreV1Api);
     expect((await rcore.listNamespacedPod({ namespace: ns })).items.length).toBeGreaterThan(0);
     const denied = await expectStatus(
-      rkc
-        .makeApiClient(BatchV1Api)
-        .createNamespacedJob({
-          namespace: ns,
-          body: {
-            metadata: { name: 'x' },
-            spec: { template: { spec: { restartPolicy: 'Never', containers: [{ name: 'c', image: 'busybox' }] } } },
-          },
-        }),
+      rkc.makeApiClient(BatchV1Api).createNamespacedJob({
+        namespace: ns,
+        body: {
+          metadata: { name: 'x' },
+          spec: { template: { spec: { restartPolicy: 'Never', containers: [{ name: 'c', image: 'busybox' }] } } },
+        },
+      }),
     );
     expect(denied).toMatchObject({
       code: 403,

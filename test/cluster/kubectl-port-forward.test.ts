@@ -43,7 +43,9 @@ function localRuntime(): NodeRuntime {
     async logs() {
       return Readable.from([]);
     },
-    async stop() {},
+    async stop() {
+      // Nothing runs behind this fake runtime.
+    },
   };
 }
 

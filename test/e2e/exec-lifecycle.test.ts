@@ -6,7 +6,16 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { requireRoot } from '../helpers/root.js';
-import { type DevopRun, LOCAL_SERVER, ROOT, deployEcho, devopExec, freePort, startE2ECluster, waitFor } from './harness.js';
+import {
+  type DevopRun,
+  LOCAL_SERVER,
+  ROOT,
+  deployEcho,
+  devopExec,
+  freePort,
+  startE2ECluster,
+  waitFor,
+} from './harness.js';
 import type { Cluster } from './harness.js';
 
 requireRoot('e2e exec lifecycle');

@@ -345,8 +345,7 @@ export async function startPodClient(
   let buffered = '';
   child.stdout?.setEncoding('utf8').on('data', (text: string) => {
     buffered += text;
-    let i: number;
-    while ((i = buffered.indexOf('\n')) >= 0) {
+    for (let i = buffered.indexOf('\n'); i >= 0; i = buffered.indexOf('\n')) {
       const line = buffered.slice(0, i);
       buffered = buffered.slice(i + 1);
       const result = JSON.parse(line) as {

@@ -40,7 +40,7 @@ function devop(args: string[], options: { env?: NodeJS.ProcessEnv; cwd?: string 
 }
 
 const lines = (text: string): string[] => text.split('\n').filter((l) => l.trim() !== '');
-const escape = (text: string): string => text.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&');
+const escapeRegExp = (text: string): string => text.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&');
 
 describe('devop against an API server that does not answer', () => {
   let api: FakeApiServer;
@@ -63,8 +63,8 @@ describe('devop against an API server that does not answer', () => {
     expect(errors, run.stderr).toHaveLength(1);
     expect(errors[0]).toMatch(
       new RegExp(
-        `^devop: error \\[resolve target deploy/echo\\]: the API server ${escape(api.url)} did not answer within 2 s ` +
-          `\\(while trying to [^)]+\\) — ${escape(FIX)}$`,
+        `^devop: error \\[resolve target deploy/echo\\]: the API server ${escapeRegExp(api.url)} did not answer within 2 s ` +
+          `\\(while trying to [^)]+\\) — ${escapeRegExp(FIX)}$`,
       ),
     );
     expect(api.connections()).toBeGreaterThan(0);
@@ -78,8 +78,8 @@ describe('devop against an API server that does not answer', () => {
     expect(lines(run.stderr), run.stderr).toEqual([
       expect.stringMatching(
         new RegExp(
-          `^devop: the API server ${escape(api.url)} did not answer within 2 s ` +
-            `\\(while trying to list [^)]+\\) — ${escape(FIX)}$`,
+          `^devop: the API server ${escapeRegExp(api.url)} did not answer within 2 s ` +
+            `\\(while trying to list [^)]+\\) — ${escapeRegExp(FIX)}$`,
         ),
       ),
     ]);

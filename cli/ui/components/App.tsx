@@ -101,10 +101,10 @@ export function App({ store, onInterrupt, verbose = false }: AppProps) {
   };
 
   /** One key of the main view; returns false when it opened the filter input (the rest of a chunk belongs to it). */
-  const onKey = (input: string, ctrl: boolean, escape: boolean): boolean => {
+  const onKey = (input: string, ctrl: boolean, escapeKey: boolean): boolean => {
     const helpOpen = panelRef.current === 'help';
     if ((ctrl && input === 'c') || input === 'q') quit();
-    else if (helpOpen && (input === '?' || escape)) setPanel('none');
+    else if (helpOpen && (input === '?' || escapeKey)) setPanel('none');
     else if (input === '?') setPanel('help');
     else if (input === 'c') store.update(clearTraffic);
     else if (input === 'f') {

@@ -8,7 +8,7 @@ function clock(time: number): string {
   return [date.getHours(), date.getMinutes(), date.getSeconds()].map((n) => String(n).padStart(2, '0')).join(':');
 }
 
-function fit(text: string, width: number): string {
+function padTo(text: string, width: number): string {
   return text.length > width ? `${text.slice(0, width - 1)}…` : text.padEnd(width);
 }
 
@@ -22,8 +22,8 @@ function statusColor(row: TrafficRow): string | undefined {
 export function TrafficLine({ row, pathWidth }: { row: TrafficRow; pathWidth: number }) {
   const what =
     row.kind === 'http'
-      ? `${fit(row.method ?? '', 7)} ${fit(row.path ?? '', pathWidth)}`
-      : `${fit('TCP', 7)} ${fit(row.remote ?? '', pathWidth)}`;
+      ? `${padTo(row.method ?? '', 7)} ${padTo(row.path ?? '', pathWidth)}`
+      : `${padTo('TCP', 7)} ${padTo(row.remote ?? '', pathWidth)}`;
   const status =
     row.kind === 'http' ? (row.status === undefined ? '…' : String(row.status)) : row.done ? 'closed' : 'open';
   const duration = row.ms === undefined ? '' : formatDuration(row.ms);

@@ -67,7 +67,7 @@ export class EchoController {
     this.apps = options.kubeConfig.makeApiClient(AppsV1Api);
     this.custom = options.kubeConfig.makeApiClient(CustomObjectsApi);
     this.image = options.image ?? DEFAULT_ECHO_IMAGE;
-    this.log = options.log ?? (() => {});
+    this.log = options.log ?? (() => undefined); // quiet unless the caller wants lines
     this.queue = new WorkQueue({
       onError: (key, err, retryInMs) =>
         this.log(`reconcile ${key} failed (retry in ${retryInMs}ms): ${errorLine(err)}`),

@@ -110,7 +110,7 @@ export async function becomeLeader(o: LeaderElectionOptions): Promise<Leadership
   const api = o.kubeConfig.makeApiClient(CoordinationV1Api);
   const duration = o.leaseDurationSeconds ?? LEASE_DURATION_SECONDS;
   const retry = o.retryPeriodMs ?? RETRY_PERIOD_MS;
-  const log = o.log ?? (() => {});
+  const log = o.log ?? (() => undefined); // quiet unless the caller wants lines
   let waitingSaid = false;
   for (;;) {
     if (o.signal?.aborted) throw new Error('leader election cancelled');

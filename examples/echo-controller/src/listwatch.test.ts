@@ -21,7 +21,9 @@ async function until(cond: () => boolean, what: string, timeoutMs = 10_000): Pro
 }
 
 const cleanups: (() => void)[] = [];
-afterEach(() => cleanups.splice(0).forEach((c) => c()));
+afterEach(() => {
+  for (const cleanup of cleanups.splice(0)) cleanup();
+});
 
 function kubeConfigFor(port: number): KubeConfig {
   const kc = new KubeConfig();
@@ -67,7 +69,7 @@ describe('ListWatch', () => {
     });
     await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
     cleanups.push(() => {
-      open.forEach((r) => r.destroy());
+      for (const r of open) r.destroy();
       server.close();
     });
     const kc = kubeConfigFor((server.address() as AddressInfo).port);

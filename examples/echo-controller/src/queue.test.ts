@@ -31,7 +31,7 @@ describe('WorkQueue', () => {
     let active = 0;
     let maxActive = 0;
     let runs = 0;
-    let release: () => void = () => {};
+    let release: () => void = () => undefined; // replaced by the blocked handler's resolve
     const running = q.run(async () => {
       active += 1;
       maxActive = Math.max(maxActive, active);

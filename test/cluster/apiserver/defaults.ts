@@ -162,7 +162,8 @@ export function defaultOnCreate(t: ResourceType, obj: K8sObject, ctx: Defaulting
       break;
     }
     case '/services': {
-      const spec = (obj.spec ??= {});
+      obj.spec ??= {};
+      const spec = obj.spec;
       spec.type ??= 'ClusterIP';
       spec.sessionAffinity ??= 'None';
       for (const p of spec.ports ?? []) {

@@ -212,7 +212,9 @@ export function createStreamServer(runtime: () => NodeRuntime | undefined): Stre
       if (--open === 0 && ws.readyState === WebSocket.OPEN) ws.close(1000);
     };
     const sockets: Duplex[] = [];
-    ws.on('close', () => sockets.forEach((s) => s.destroy()));
+    ws.on('close', () => {
+      for (const s of sockets) s.destroy();
+    });
     ports.forEach((port, i) => {
       const dataCh = i * 2;
       const errCh = i * 2 + 1;
@@ -230,7 +232,10 @@ export function createStreamServer(runtime: () => NodeRuntime | undefined): Stre
           );
         done();
       };
-      if (!rt) return fail('no node runs this pod');
+      if (!rt) {
+        fail('no node runs this pod');
+        return;
+      }
       const pending: Buffer[] = [];
       let sock: Duplex | undefined;
       let waiting = false;

@@ -6,7 +6,7 @@ import { closeSync, openSync, writeSync } from 'node:fs';
 import { Socket } from 'node:net';
 
 // The shim sends SIGTERM once it has closed its ends of the pipes: what is still in them is written first.
-process.on('SIGTERM', () => {});
+process.on('SIGTERM', () => undefined);
 
 const log = openSync(process.argv[2], 'a');
 
@@ -28,7 +28,7 @@ for (const [fd, stream] of [
     partial = lines.pop() ?? '';
     if (lines.length) writeSync(log, lines.map((line) => `${timestamp()} ${stream} F ${line}\n`).join(''));
   });
-  pipe.on('error', () => {});
+  pipe.on('error', () => undefined); // 'close' follows and ends this stream's log
   pipe.on('close', () => {
     // A last line without a newline is kept, marked partial, as kubelet keeps it.
     if (partial) writeSync(log, `${timestamp()} ${stream} P ${partial}\n`);

@@ -193,7 +193,7 @@ export class ContainerProcess {
     };
     const watchPid = setInterval(() => taskCreated() && clearInterval(watchPid), PID_POLL_MS);
     return new Promise<ContainerExit>((resolve) => {
-      child.on('error', () => {});
+      child.on('error', () => undefined); // reported by the exit handler
       child.on('close', (code, signal) => {
         clearInterval(watchPid);
         // ctr returns once the task is deleted, which waits for the logger: the log file is complete.

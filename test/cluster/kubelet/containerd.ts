@@ -302,7 +302,7 @@ export class OomWatch {
         if (id) this.killed.add(id);
       }
     });
-    child.on('error', () => {});
+    child.on('error', () => undefined); // reported by the exit handler
     child.on('exit', () => {
       if (!this.stopped) setTimeout(() => !this.stopped && this.subscribe(), EVENTS_RESUBSCRIBE_MS);
     });

@@ -40,7 +40,7 @@ const server = createServer((client) => {
     upstream.once('error', onConnectError);
   };
   client.on('data', onData);
-  client.on('error', () => {});
+  client.on('error', () => undefined); // the peer's close ends the relay
 });
 server.listen(socketPath, () => process.stdout.write('ready\n'));
 // The kubelet holds our stdin: when it goes away (stopped or killed), so do we.

@@ -170,7 +170,7 @@ export class ClusterDns {
         resolve();
       });
     });
-    udp.on('error', () => {});
+    udp.on('error', () => undefined); // a bad datagram must not stop the server
     this.udp = udp;
     const tcp = createServer((conn) => {
       this.conns.add(conn);
@@ -188,7 +188,7 @@ export class ClusterDns {
           conn.write(Buffer.concat([len, reply]));
         }
       });
-      conn.on('error', () => {});
+      conn.on('error', () => undefined); // a client that resets is simply gone
     });
     await new Promise<void>((resolve, reject) => {
       tcp.once('error', reject);

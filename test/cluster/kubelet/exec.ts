@@ -22,7 +22,7 @@ export function execInContainer(containerID: string, command: string[], stdin: b
     env: { ...process.env, ...(tty ? { TERM: process.env.TERM ?? 'xterm' } : {}) },
     stdio: [stdin || tty ? 'pipe' : 'ignore', 'pipe', 'pipe'],
   });
-  child.stdin?.on('error', () => {});
+  child.stdin?.on('error', () => undefined); // EPIPE after the command exited
   const done = new Promise<{ exitCode: number; signal?: string }>((resolve) => {
     child.once('error', () => resolve({ exitCode: 126 }));
     child.once('exit', (code, signal) => {

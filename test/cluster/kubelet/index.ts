@@ -123,7 +123,7 @@ export async function startKubelet(opts: KubeletOptions): Promise<Kubelet> {
       lastTimestamp: now,
       count: 1,
     };
-    core.createNamespacedEvent({ namespace, body }).catch(() => {});
+    core.createNamespacedEvent({ namespace, body }).catch(() => undefined); // events are best effort, as a kubelet's
   };
 
   // Status reports: at most one request in flight per pod; changes meanwhile are folded into the next one.

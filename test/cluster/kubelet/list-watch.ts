@@ -26,7 +26,7 @@ export function startListWatch<T extends KubernetesObject>(o: ListWatchOptions<T
   let stopped = false;
   let abort: AbortController | undefined;
   let resourceVersion: string | undefined;
-  let markSynced: () => void = () => {};
+  let markSynced: () => void = () => undefined; // replaced by the synced promise's resolve
   const synced = new Promise<void>((resolve) => (markSynced = resolve));
   const watch = new Watch(o.kubeConfig);
 

@@ -52,7 +52,7 @@ export class PodDialer {
         reject(new Error(`dial relay in ${this.netns} exited (${code}): ${stderr}`));
       });
     });
-    this.ready.catch(() => {});
+    this.ready.catch(() => undefined); // each dial awaits ready and reports the failure itself
     return this.ready;
   }
 
@@ -77,8 +77,7 @@ export class PodDialer {
       const onClose = () =>
         fail(new PodDialError(`dial 127.0.0.1:${port} in pod: relay closed the connection`, 'ECONNRESET'));
       const onReadable = () => {
-        let chunk: Buffer | null;
-        while ((chunk = socket.read() as Buffer | null) !== null) {
+        for (let chunk = socket.read() as Buffer | null; chunk !== null; chunk = socket.read() as Buffer | null) {
           header = Buffer.concat([header, chunk]);
           const nl = header.indexOf(10);
           if (nl < 0) continue;

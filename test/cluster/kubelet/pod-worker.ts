@@ -443,7 +443,9 @@ export class PodWorker {
         }),
       );
     }
-    this.stopProbes.set(rec.name, () => stops.forEach((stop) => stop()));
+    this.stopProbes.set(rec.name, () => {
+      for (const stop of stops) stop();
+    });
   }
 
   /** SIGTERM, then SIGKILL for every process of the container once the grace period is over (the restart policy then decides). */

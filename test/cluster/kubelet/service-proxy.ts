@@ -64,7 +64,7 @@ export class ServiceProxy {
     if (this.stopped || this.timer) return;
     this.timer = setTimeout(() => {
       this.timer = undefined;
-      this.syncing = this.syncing.then(() => this.sync()).catch(() => {});
+      this.syncing = this.syncing.then(() => this.sync()).catch(() => undefined); // the next change syncs again
     }, 20);
   }
 
