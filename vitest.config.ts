@@ -10,7 +10,8 @@ export default defineConfig({
       'examples/**/*.test.ts',
       'test/**/*.test.{ts,tsx}',
     ],
-    // System suites share the host's iptables and cgroups; running files one at a time keeps their timing honest on 2 cores.
+    // System suites share the host's iptables and cgroups; running files one at a time keeps their timing honest on 2
+    // cores.
     fileParallelism: false,
     globalSetup: ['test/helpers/global-setup.ts'],
     testTimeout: 60_000,

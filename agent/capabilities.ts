@@ -36,7 +36,8 @@ export function missingCapabilityError(missing: readonly AgentCapability[], feat
   const names = missing.map((c) => `CAP_${c}`).join(' and ');
   return new UserError(
     `the agent's container lacks ${names}, which ${feature} needs`,
-    `allow ${missing.join(', ')} in the agent's securityContext: devop asks for it, but a pod security policy, an admission ` +
+    `allow ${missing.join(', ')} in the agent's securityContext: devop asks for it, but a pod security policy, an ` +
+      `admission ` +
       'webhook or the runtime removed it (docs/agent.md lists what each capability is for); or pass --agent-privileged',
   );
 }

@@ -1,6 +1,6 @@
-// Mirror by packet capture: one tcpdump per mirrored port, in the pod's netns (the agent's own), copies the packets that
-// clients send to the port; the agent rebuilds each connection's bytes (agent/pcap.ts, agent/tcp-flows.ts) and sends
-// them to the mirroring sessions. The agent is not in the pod's data path: when it falls behind, the kernel drops
+// Mirror by packet capture: one tcpdump per mirrored port, in the pod's netns (the agent's own), copies the packets
+// that clients send to the port; the agent rebuilds each connection's bytes (agent/pcap.ts, agent/tcp-flows.ts) and
+// sends them to the mirroring sessions. The agent is not in the pod's data path: when it falls behind, the kernel drops
 // captured packets (that connection's copy is dropped and its sessions told), never the pod's.
 import { spawn, type ChildProcessByStdio } from 'node:child_process';
 import type { Readable, Writable } from 'node:stream';
@@ -40,19 +40,22 @@ const HOLE_NOTICE = 'the packet capture missed some of its packets: the agent fe
  * whole filter runs in the kernel, so other traffic costs the agent nothing.
  */
 export function captureFilter(port: number, skipSource?: string): string {
-  return `inbound and ip and tcp dst port ${port} and not ifindex 1${skipSource ? ` and not src host ${skipSource}` : ''}`;
+  return (
+    `inbound and ip and tcp dst port ${port} and not ifindex ` +
+    `1${skipSource ? ` and not src host ${skipSource}` : ''}`
+  );
 }
 
 /**
- * tcpdump's arguments: all interfaces; the pcap stream on stdout, flushed per packet (-U); whole packets; no name lookups.
- * The direction is in the filter (`inbound`, run by the kernel) rather than -Q in, which libpcap 1.10 applies in user
- * space. Without --immediate-mode libpcap reads the ring in blocks (TPACKET_V3) and a block waits up to 1 s for more
- * packets: copies arrive up to a second late, but tcpdump and the agent wake about once a second, not once per packet,
- * and so take next to no CPU from the pod at the moment it answers (per-packet wake-ups cost the pod +28–35 % p50 in
- * bench/steal.ts on a 2-core machine).
+ * tcpdump's arguments: all interfaces; the pcap stream on stdout, flushed per packet (-U); whole packets; no name
+ * lookups. The direction is in the filter (`inbound`, run by the kernel) rather than -Q in, which libpcap 1.10 applies
+ * in user space. Without --immediate-mode libpcap reads the ring in blocks (TPACKET_V3) and a block waits up to 1 s for
+ * more packets: copies arrive up to a second late, but tcpdump and the agent wake about once a second, not once per
+ * packet, and so take next to no CPU from the pod at the moment it answers (per-packet wake-ups cost the pod +28–35 %
+ * p50 in bench/steal.ts on a 2-core machine).
  * `-Z root`: tcpdump stays the agent's user instead of dropping to its own, which would take CAP_SETUID to switch and
- * CAP_KILL for the agent to stop it again; it only resets its groups (CAP_SETGID). It runs with the agent's capabilities
- * either way, so dropping would protect nothing.
+ * CAP_KILL for the agent to stop it again; it only resets its groups (CAP_SETGID). It runs with the agent's
+ * capabilities either way, so dropping would protect nothing.
  */
 export function tcpdumpArgs(port: number, skipSource?: string): string[] {
   return [
@@ -176,7 +179,10 @@ export class PortCapture {
     });
   }
 
-  /** Stops the capture: tcpdump goes (its watchdog kills it; failing that, its next write meets a closed pipe), open copies end. */
+  /**
+   * Stops the capture: tcpdump goes (its watchdog kills it; failing that, its next write meets a closed pipe), open
+   * copies end.
+   */
   close(): void {
     if (this.closed) return;
     this.stop();

@@ -22,7 +22,10 @@ function compile(source: string, what: string): RegExp {
   }
 }
 
-/** Compiles a filter; throws a UserError naming the bad part. A filter with no criterion is refused (it would steal all). */
+/**
+ * Compiles a filter; throws a UserError naming the bad part. A filter with no criterion is refused (it would steal
+ * all).
+ */
 export function compileFilter(filter: HttpFilter): RequestMatcher {
   const tests: RequestMatcher[] = [];
   if (filter.header !== undefined) {

@@ -1,10 +1,10 @@
 // Moving existing connections off the app when stealing starts: what "flush" really does (docs/agent.md).
 //
-// Deleting conntrack entries alone does not move an ESTABLISHED TCP connection: the app's socket stays, and the client's
-// next packet is picked up mid-stream as a new flow, REDIRECTed to the agent's listener, which has no such connection
-// and answers with a reset. So the flush (1) aborts the app's established sockets on the port (ss -K: the kernel sends
-// the client a RST at once and frees the app's socket) and (2) deletes the port's conntrack entries. Either way a
-// keep-alive client sees its connection reset and its next connection is stolen.
+// Deleting conntrack entries alone does not move an ESTABLISHED TCP connection: the app's socket stays, and the
+// client's next packet is picked up mid-stream as a new flow, REDIRECTed to the agent's listener, which has no such
+// connection and answers with a reset. So the flush (1) aborts the app's established sockets on the port (ss -K: the
+// kernel sends the client a RST at once and frees the app's socket) and (2) deletes the port's conntrack entries.
+// Either way a keep-alive client sees its connection reset and its next connection is stolen.
 import { run } from './exec.js';
 import type { AgentLog } from './log.js';
 

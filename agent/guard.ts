@@ -13,8 +13,9 @@ export interface Guard {
 }
 
 /**
- * Starts the guard. It ignores INT/TERM/HUP (a signal to the agent's process group must not stop it before it cleaned up),
- * lives in its own session (setsid) so it outlives the agent, and waits for EOF on stdin — the agent holds the only writer.
+ * Starts the guard. It ignores INT/TERM/HUP (a signal to the agent's process group must not stop it before it cleaned
+ * up), lives in its own session (setsid) so it outlives the agent, and waits for EOF on stdin — the agent holds the
+ * only writer.
  */
 export function startGuard(backend: IptablesBackend, chain: string, log: AgentLog): Guard {
   // An owned nft table needs no guard: the kernel removes it when the agent's nft process dies.

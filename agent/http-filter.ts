@@ -157,7 +157,9 @@ function sendToSession(
   return true;
 }
 
-/** WebSocket (or other Upgrade) requests: matched ones become a raw two-way stream to the session, others go to the pod. */
+/**
+ * WebSocket (or other Upgrade) requests: matched ones become a raw two-way stream to the session, others go to the pod.
+ */
 export function handleFilteredUpgrade(routing: HttpRouting, req: IncomingMessage, socket: Socket, head: Buffer): void {
   const sub = pick(routing, req);
   const origin = originOf(socket, routing.port);

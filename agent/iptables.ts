@@ -7,7 +7,10 @@ import { run, runOk } from './exec.js';
 import { createLog, type AgentLog } from './log.js';
 import { OwnedTable, probeOwnedTables } from './nft-owned.js';
 
-/** nft-owned: the agent's own nftables table, which the kernel removes when the agent dies; nft/legacy: iptables + guard. */
+/**
+ * nft-owned: the agent's own nftables table, which the kernel removes when the agent dies; nft/legacy: iptables +
+ * guard.
+ */
 export type IptablesBackend = 'nft-owned' | ChainBackend;
 /** The iptables fallback's backends. */
 export type ChainBackend = 'nft' | 'legacy';
@@ -17,8 +20,8 @@ export function iptablesBinary(backend: ChainBackend): string {
 }
 
 /**
- * An owned nft table when this netns allows one (nft present, kernel >= 5.12); else counts the rules each iptables backend
- * holds in this netns and picks the one the pod already uses (default nft).
+ * An owned nft table when this netns allows one (nft present, kernel >= 5.12); else counts the rules each iptables
+ * backend holds in this netns and picks the one the pod already uses (default nft).
  */
 export async function detectBackend(log: AgentLog): Promise<IptablesBackend> {
   const refused = await probeOwnedTables(log);
@@ -43,7 +46,9 @@ export async function detectBackend(log: AgentLog): Promise<IptablesBackend> {
   return backend;
 }
 
-/** The abstract unix socket an agent holds while it lives; it is per-netns, so it proves liveness across PID namespaces. */
+/**
+ * The abstract unix socket an agent holds while it lives; it is per-netns, so it proves liveness across PID namespaces.
+ */
 export function livenessSocket(agentId: string): string {
   return `\0devop-agent-${agentId}`;
 }
@@ -66,7 +71,10 @@ export function cleanupScript(backend: ChainBackend, chain: string): string {
   const ipt = `${iptablesBinary(backend)} -w -t nat`;
   const jump = jumpRule(chain).join(' ');
   // -D removes one copy per call: loop until none is left, then empty and delete the chain.
-  return `while ${ipt} -D ${jump} 2>/dev/null; do :; done; ${ipt} -F ${chain} 2>/dev/null; ${ipt} -X ${chain} 2>/dev/null; true`;
+  return (
+    `while ${ipt} -D ${jump} 2>/dev/null; do :; done; ${ipt} -F ${chain} 2>/dev/null; ${ipt} -X ${chain} ` +
+    `2>/dev/null; true`
+  );
 }
 
 export class AgentChain {

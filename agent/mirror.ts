@@ -11,8 +11,9 @@ import type { IncomingStream, PortSubscription } from './subscription.js';
  */
 export const MIRROR_BUFFER_LIMIT = 1024 * 1024;
 /**
- * Copies are sent this long after the bytes arrived: by then the app has usually answered, so waking the tunnel (and the
- * CLI behind it) for the copy does not delay the answer on a busy node. Mirror answers are dropped, so nothing waits.
+ * Copies are sent this long after the bytes arrived: by then the app has usually answered, so waking the tunnel (and
+ * the CLI behind it) for the copy does not delay the answer on a busy node. Mirror answers are dropped, so nothing
+ * waits.
  */
 export const MIRROR_COALESCE_MS = 2;
 
@@ -77,7 +78,9 @@ export class MirrorCopy {
   }
 }
 
-/** One client connection as the mirroring sessions see it: an `incoming` stream each, and its open/close traffic events. */
+/**
+ * One client connection as the mirroring sessions see it: an `incoming` stream each, and its open/close traffic events.
+ */
 export class MirroredConnection {
   private readonly copies: Array<{ sub: PortSubscription; copy: MirrorCopy }>;
   private readonly event: Omit<Extract<TrafficEvent, { kind: 'connection' }>, 'phase' | 'at'>;

@@ -13,7 +13,8 @@ export const PARENT_PIPE_FD = 3;
 /** Runs this agent again inside the netns of `pid`; resolves with the child's exit code. */
 export function reenterNetns(pid: number, log: AgentLog): Promise<number> {
   const script = process.argv[1];
-  // Two malloc arenas are plenty for one event loop and keep RSS down (the image sets the same; this covers other runtimes).
+  // Two malloc arenas are plenty for one event loop and keep RSS down (the image sets the same; this covers other
+  // runtimes).
   const env = {
     MALLOC_ARENA_MAX: '2',
     ...process.env,

@@ -1,5 +1,5 @@
-// The agent's redirect rules in an nftables table with `flags owner`: the kernel ties such a table to the netlink socket
-// of the process that created it and deletes it the moment that process dies — however it dies. One long-lived
+// The agent's redirect rules in an nftables table with `flags owner`: the kernel ties such a table to the netlink
+// socket of the process that created it and deletes it the moment that process dies — however it dies. One long-lived
 // `nft -i` child (stdin: a pipe from the agent) creates the table and makes every change, so the rules live exactly as
 // long as the agent: the agent dies → nft reads EOF and exits → the kernel drops the table; the container's cgroup is
 // killed → nft dies too → the kernel drops the table. No cleanup process is needed.
@@ -23,7 +23,10 @@ const PRIORITY = -101;
 
 /** The commands that create the owned table and its prerouting nat chain. */
 export function createTableCommands(table: string): string {
-  return `add table ip ${table} { flags owner; }; add chain ip ${table} pre { type nat hook prerouting priority ${PRIORITY}; policy accept; }`;
+  return (
+    `add table ip ${table} { flags owner; }; add chain ip ${table} pre { type nat hook prerouting priority ` +
+    `${PRIORITY}; policy accept; }`
+  );
 }
 
 /** One stolen port: redirect to the agent's listener, skipping the node's IP (kubelet probes) unless asked. */
@@ -64,7 +67,9 @@ export function responseError(output: string): string | undefined {
  */
 const NFT_ANSWER_TIMEOUT_MS = 10_000;
 
-/** A running `nft -i`: one request at a time, each followed by the sentinel so the agent knows when and how it ended. */
+/**
+ * A running `nft -i`: one request at a time, each followed by the sentinel so the agent knows when and how it ended.
+ */
 export class NftShell {
   private buffer = '';
   private seq = 0;
@@ -162,8 +167,8 @@ export class NftShell {
 }
 
 /**
- * Whether this netns can hold an owned table (nft present and new enough, kernel >= 5.12): creates a throwaway one with a
- * short-lived nft, whose exit removes it. Resolves undefined when it can, else with the reason.
+ * Whether this netns can hold an owned table (nft present and new enough, kernel >= 5.12): creates a throwaway one with
+ * a short-lived nft, whose exit removes it. Resolves undefined when it can, else with the reason.
  */
 export async function probeOwnedTables(log: AgentLog, command?: readonly string[]): Promise<string | undefined> {
   try {
@@ -199,8 +204,9 @@ export class OwnedTable {
   }
 
   /**
-   * Creates the owned table and its chain through a new `nft -i`; this is also the probe: it throws when nft is missing,
-   * too old for `flags owner`, or the kernel (< 5.12) refuses the flag — the caller then falls back to iptables.
+   * Creates the owned table and its chain through a new `nft -i`; this is also the probe: it throws when nft is
+   * missing, too old for `flags owner`, or the kernel (< 5.12) refuses the flag — the caller then falls back to
+   * iptables.
    */
   static async create(agentId: string, log: AgentLog, command?: readonly string[]): Promise<OwnedTable> {
     const nft = NftShell.start(log, command);

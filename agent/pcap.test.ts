@@ -309,25 +309,29 @@ describe('TCP reassembly', () => {
     expect(log).toEqual(['10.0.0.3:40000 end rst', '10.0.0.3:40001 end hole']);
   });
 
-  test('ignored: connections without a SYN, handshakes that never complete, SYN-ACKs, flows nobody wants, SYNs beyond maxFlows', () => {
-    const { log, flows, seg } = harness();
-    seg({ seq: 5000, flags: ACK, payload: 'already open' });
-    seg({ seq: 7000, flags: SYN | ACK, srcPort: 40002 });
-    seg({ seq: 7001, flags: ACK, srcPort: 40002, payload: 'answer' });
-    seg({ seq: 8000, flags: SYN, srcPort: 40003 }, 0);
-    expect(flows.size).toBe(1);
-    flows.sweep(10_001);
-    expect(flows.size).toBe(0);
-    for (let port = 41000; port < 41010; port++) seg({ seq: 1, flags: SYN, srcPort: port });
-    expect(flows.size).toBe(limits.maxFlows);
-    expect(log).toEqual([]);
+  test(
+    'ignored: connections without a SYN, handshakes that never complete, SYN-ACKs, flows nobody wants, SYNs ' +
+      'beyond maxFlows',
+    () => {
+      const { log, flows, seg } = harness();
+      seg({ seq: 5000, flags: ACK, payload: 'already open' });
+      seg({ seq: 7000, flags: SYN | ACK, srcPort: 40002 });
+      seg({ seq: 7001, flags: ACK, srcPort: 40002, payload: 'answer' });
+      seg({ seq: 8000, flags: SYN, srcPort: 40003 }, 0);
+      expect(flows.size).toBe(1);
+      flows.sweep(10_001);
+      expect(flows.size).toBe(0);
+      for (let port = 41000; port < 41010; port++) seg({ seq: 1, flags: SYN, srcPort: port });
+      expect(flows.size).toBe(limits.maxFlows);
+      expect(log).toEqual([]);
 
-    const unwanted = harness(() => false);
-    handshake(unwanted.seg);
-    unwanted.seg({ seq: 1001, flags: ACK, payload: 'nobody mirrors this' });
-    expect(unwanted.log).toEqual([]);
-    expect(unwanted.flows.size).toBe(0);
-  });
+      const unwanted = harness(() => false);
+      handshake(unwanted.seg);
+      unwanted.seg({ seq: 1001, flags: ACK, payload: 'nobody mirrors this' });
+      expect(unwanted.log).toEqual([]);
+      expect(unwanted.flows.size).toBe(0);
+    },
+  );
 
   test('a retransmitted SYN keeps the flow; a new SYN on the tuple ends the old one; idle flows and clear() end them', () => {
     const { log, flows, seg } = harness();
@@ -376,67 +380,72 @@ describe('capture command', () => {
 });
 
 describe('mirror copies', () => {
-  test("a dropped copy resets the session's stream and tells the session why; the close event still counts the bytes", async () => {
-    // Given one mirroring session
-    const told: string[] = [];
-    const traffic: TrafficEvent[] = [];
-    const opened: IncomingOpen[] = [];
-    const resets: string[] = [];
-    const stream = Object.assign(new PassThrough(), { reset: (reason: string) => resets.push(reason) });
-    const written: Buffer[] = [];
-    stream.on('data', (chunk: Buffer) => written.push(chunk));
-    const session = {
-      sessionId: 's1',
-      connected: true,
-      openIncoming: (open: IncomingOpen) => {
-        opened.push(open);
-        return stream;
-      },
-      traffic: (e: TrafficEvent) => traffic.push(e),
-      warn: (m: string) => told.push(m),
-    };
-    const sub: PortSubscription = {
-      id: 'sub-1',
-      session,
-      mode: 'mirror',
-      since: new Date(),
-      paused: false,
-      holder: { user: 'u', host: 'h' },
-    };
-    const conn = new MirroredConnection(
-      [sub],
-      3000,
-      '3000-m1',
-      { address: '10.0.0.3', port: 40000 },
-      createLog('warn', () => undefined),
-    );
-    // When bytes arrive, then the copy loses bytes for good, then the connection closes
-    conn.push(Buffer.from('GET / HTTP/1.1\r\n'));
-    conn.drop('the packet capture missed some of its packets: the agent fell behind');
-    conn.close({ in: 16 });
-    // Then the session got the stream, a reset, one notice naming the connection and the reason, and open/close events
-    expect(opened).toEqual([
-      {
-        kind: 'incoming',
-        port: 3000,
+  test(
+    "a dropped copy resets the session's stream and tells the session why; the close event still counts the " + 'bytes',
+    async () => {
+      // Given one mirroring session
+      const told: string[] = [];
+      const traffic: TrafficEvent[] = [];
+      const opened: IncomingOpen[] = [];
+      const resets: string[] = [];
+      const stream = Object.assign(new PassThrough(), { reset: (reason: string) => resets.push(reason) });
+      const written: Buffer[] = [];
+      stream.on('data', (chunk: Buffer) => written.push(chunk));
+      const session = {
+        sessionId: 's1',
+        connected: true,
+        openIncoming: (open: IncomingOpen) => {
+          opened.push(open);
+          return stream;
+        },
+        traffic: (e: TrafficEvent) => traffic.push(e),
+        warn: (m: string) => told.push(m),
+      };
+      const sub: PortSubscription = {
+        id: 'sub-1',
+        session,
         mode: 'mirror',
-        remoteAddress: '10.0.0.3',
-        remotePort: 40000,
-        subscriptionId: 'sub-1',
-      },
-    ]);
-    expect(resets).toEqual([
-      'mirror copy dropped: the packet capture missed some of its packets: the agent fell behind',
-    ]);
-    expect(told).toEqual([
-      'mirror of :3000: copy of connection 3000-m1 dropped (the packet capture missed some of its packets: the agent fell behind); the pod was not affected',
-    ]);
-    expect(traffic.map((e) => e.kind === 'connection' && [e.phase, e.bytesIn, e.bytesOut])).toEqual([
-      ['open', undefined, undefined],
-      ['close', 16, undefined],
-    ]);
-    // And nothing of the dropped copy reached the stream (it would have, 2 ms after the push, had it been kept)
-    await new Promise((r) => setTimeout(r, 20));
-    expect(written).toEqual([]);
-  });
+        since: new Date(),
+        paused: false,
+        holder: { user: 'u', host: 'h' },
+      };
+      const conn = new MirroredConnection(
+        [sub],
+        3000,
+        '3000-m1',
+        { address: '10.0.0.3', port: 40000 },
+        createLog('warn', () => undefined),
+      );
+      // When bytes arrive, then the copy loses bytes for good, then the connection closes
+      conn.push(Buffer.from('GET / HTTP/1.1\r\n'));
+      conn.drop('the packet capture missed some of its packets: the agent fell behind');
+      conn.close({ in: 16 });
+      // Then the session got the stream, a reset, one notice naming the connection and the reason, and open/close
+      // events
+      expect(opened).toEqual([
+        {
+          kind: 'incoming',
+          port: 3000,
+          mode: 'mirror',
+          remoteAddress: '10.0.0.3',
+          remotePort: 40000,
+          subscriptionId: 'sub-1',
+        },
+      ]);
+      expect(resets).toEqual([
+        'mirror copy dropped: the packet capture missed some of its packets: the agent fell behind',
+      ]);
+      expect(told).toEqual([
+        'mirror of :3000: copy of connection 3000-m1 dropped (the packet capture missed some of its packets: ' +
+          'the agent fell behind); the pod was not affected',
+      ]);
+      expect(traffic.map((e) => e.kind === 'connection' && [e.phase, e.bytesIn, e.bytesOut])).toEqual([
+        ['open', undefined, undefined],
+        ['close', 16, undefined],
+      ]);
+      // And nothing of the dropped copy reached the stream (it would have, 2 ms after the push, had it been kept)
+      await new Promise((r) => setTimeout(r, 20));
+      expect(written).toEqual([]);
+    },
+  );
 });

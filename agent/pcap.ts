@@ -36,7 +36,10 @@ export class PcapReader {
   private pending: Buffer = Buffer.alloc(0);
   private format: { littleEndian: boolean; linkType: number } | undefined;
 
-  /** Feeds the next chunk of the stream; returns the TCP segments of the records it completed. Throws on a corrupt stream. */
+  /**
+   * Feeds the next chunk of the stream; returns the TCP segments of the records it completed. Throws on a corrupt
+   * stream.
+   */
   push(chunk: Buffer): TcpSegment[] {
     const buf = this.pending.length === 0 ? chunk : Buffer.concat([this.pending, chunk]);
     let at = 0;

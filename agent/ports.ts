@@ -1,5 +1,6 @@
 // The agent's stolen/mirrored ports: subscriptions per port, port locks, and what each port needs for them — a redirect
-// rule + listener while it has a steal, a packet capture while it has mirrors (or, without capture, the redirect again).
+// rule + listener while it has a steal, a packet capture while it has mirrors (or, without capture, the redirect
+// again).
 import { readFile } from 'node:fs/promises';
 import { AGENT_ENV, type AgentCapability } from '../shared/agent-contract.js';
 import { isUserError } from '../shared/errors.js';
@@ -18,7 +19,10 @@ export type SubscribeResult =
   | { ok: true }
   | { ok: false; reason: string; hint?: string; holder?: { user: string; host: string; since: string } };
 
-/** Where the agent's redirect rules live: an owned nft table (agent/nft-owned.ts) or an iptables chain (agent/iptables.ts). */
+/**
+ * Where the agent's redirect rules live: an owned nft table (agent/nft-owned.ts) or an iptables chain
+ * (agent/iptables.ts).
+ */
 export interface RedirectRules {
   addRedirect(port: number, listenerPort: number, skipSource?: string): Promise<void>;
   removeRedirect(port: number, listenerPort: number, skipSource?: string): Promise<void>;
@@ -26,7 +30,9 @@ export interface RedirectRules {
   remove(): Promise<void>;
 }
 
-/** Where mirror copies come from: a packet capture (the agent stays out of the pod's path), or the agent's own forward. */
+/**
+ * Where mirror copies come from: a packet capture (the agent stays out of the pod's path), or the agent's own forward.
+ */
 export type MirrorPath = 'capture' | 'proxy';
 
 interface PortEntry {
@@ -38,7 +44,9 @@ interface PortEntry {
   capture?: PortCapture;
 }
 
-/** The pod's default gateway from /proc/net/route (in the pod's netns): on most CNIs, where kubelet's probes come from. */
+/**
+ * The pod's default gateway from /proc/net/route (in the pod's netns): on most CNIs, where kubelet's probes come from.
+ */
 export async function defaultGateway(): Promise<string | undefined> {
   const text = await readFile('/proc/net/route', 'utf8').catch(() => '');
   for (const line of text.split('\n').slice(1)) {
@@ -125,13 +133,16 @@ export class PortTable {
           const since = clash.since.toISOString();
           return {
             ok: false as const,
-            reason: `port ${msg.port} is stolen (${describeFilter(clash.filter)}) by ${clash.holder.user}@${clash.holder.host} since ${since}`,
+            reason:
+              `port ${msg.port} is stolen (${describeFilter(clash.filter)}) by ` +
+              `${clash.holder.user}@${clash.holder.host} since ${since}`,
             holder: { ...clash.holder, since },
           };
         }
       }
       const before = [...entry.subs];
-      // A session that subscribes again to a port replaces its own earlier subscription (e.g. switching steal ↔ mirror).
+      // A session that subscribes again to a port replaces its own earlier subscription (e.g. switching steal ↔
+      // mirror).
       const own = entry.subs.findIndex((s) => s.session.sessionId === session.sessionId);
       if (own >= 0) entry.subs.splice(own, 1);
       const { id, mode, filter, flush } = msg;
@@ -247,7 +258,9 @@ export class PortTable {
     return undefined;
   }
 
-  /** A running capture of the port, or undefined (and capture is off from now on, with the reason) when it cannot start. */
+  /**
+   * A running capture of the port, or undefined (and capture is off from now on, with the reason) when it cannot start.
+   */
   private async startCapture(
     port: number,
     entry: PortEntry,
@@ -278,7 +291,8 @@ export class PortTable {
       for (const s of entry.subs) {
         if (s.mode === 'mirror')
           s.session.warn(
-            `mirror of :${port}: the packet capture stopped (${reason}); new connections are mirrored through the agent`,
+            `mirror of :${port}: the packet capture stopped (${reason}); new connections are mirrored through the ` +
+              `agent`,
           );
       }
       const failure = await this.settle(port, entry);
@@ -299,7 +313,10 @@ export class PortTable {
     redirect.listener.close();
   }
 
-  /** Removes the chain and its jump first (agent shutdown): new connections go straight to the app, none meets a closed listener. */
+  /**
+   * Removes the chain and its jump first (agent shutdown): new connections go straight to the app, none meets a closed
+   * listener.
+   */
   async removeRules(): Promise<void> {
     await this.serial(async () => this.chain?.remove());
   }

@@ -1,5 +1,5 @@
-// One devop session (one CLI) on this agent: its subscriptions, requests and streams; it outlives a dropped tunnel for a
-// grace period so that a reconnecting CLI (hello.resumeSessionId) takes its steals back.
+// One devop session (one CLI) on this agent: its subscriptions, requests and streams; it outlives a dropped tunnel for
+// a grace period so that a reconnecting CLI (hello.resumeSessionId) takes its steals back.
 import { randomBytes } from 'node:crypto';
 import { FEATURES, type ClientIdentity, type ClientMessage, type TrafficEvent } from '../shared/protocol.js';
 import { ProtocolError, type AgentMux, type MuxStream } from '../shared/mux.js';
@@ -14,9 +14,9 @@ import { readTargetEnv } from './target.js';
 /** The agent pings each session this often (the CLI answers, and pings on its own too). */
 const PING_INTERVAL_MS = 2000;
 /**
- * A tunnel that carried nothing for this long is taken for stalled (a port-forward can hang without closing): the session
- * is then treated as disconnected, so its stolen traffic goes back to the pod. Generous, because control frames queue
- * behind data on a busy tunnel.
+ * A tunnel that carried nothing for this long is taken for stalled (a port-forward can hang without closing): the
+ * session is then treated as disconnected, so its stolen traffic goes back to the pod. Generous, because control frames
+ * queue behind data on a busy tunnel.
  */
 export const TUNNEL_STALL_MS = 10_000;
 /** Reasons carry user input (a filter's regex): keep them within the protocol's limit. */

@@ -1,4 +1,5 @@
-// Streams a session opens: outgoing TCP connections from the pod's netns, and reads of files in the target's filesystem.
+// Streams a session opens: outgoing TCP connections from the pod's netns, and reads of files in the target's
+// filesystem.
 import { connect } from 'node:net';
 import { createReadStream } from 'node:fs';
 import { stat } from 'node:fs/promises';

@@ -29,7 +29,8 @@ export async function findContainerPid(containerId: string, procRoot = '/proc'):
   if (best === undefined) {
     throw new UserError(
       `no process of container ${id.slice(0, 12)} is visible in ${procRoot}`,
-      "run the agent with hostPID on the target pod's node (job mode), or as an ephemeral container targeting the container",
+      "run the agent with hostPID on the target pod's node (job mode), or as an ephemeral container targeting the " +
+        'container',
     );
   }
   return best;

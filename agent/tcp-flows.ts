@@ -1,5 +1,6 @@
 // Rebuilds the client→server byte stream of each TCP connection from captured segments (agent/pcap.ts): in order, with
-// retransmits trimmed and a bounded out-of-order buffer. Pure (the caller passes the time), so synthetic segments test it.
+// retransmits trimmed and a bounded out-of-order buffer. Pure (the caller passes the time), so synthetic segments test
+// it.
 import { TCP_FLAGS, type TcpSegment } from './pcap.js';
 
 export interface FlowKey {
@@ -10,13 +11,16 @@ export interface FlowKey {
 }
 
 /**
- * How a flow ended: `fin` the client finished sending, `rst` the client reset it, `hole` bytes are missing for good (the
- * capture dropped packets or cut one short), `gone` it ended without a close the capture saw (idle, tuple reused, stopped).
+ * How a flow ended: `fin` the client finished sending, `rst` the client reset it, `hole` bytes are missing for good
+ * (the capture dropped packets or cut one short), `gone` it ended without a close the capture saw (idle, tuple reused,
+ * stopped).
  */
 export type FlowEnd = 'fin' | 'rst' | 'hole' | 'gone';
 
 export interface FlowHandlers<F> {
-  /** The client's first ACK: the handshake completed. Returns the flow's handle, or undefined to ignore the connection. */
+  /**
+   * The client's first ACK: the handshake completed. Returns the flow's handle, or undefined to ignore the connection.
+   */
   open(key: FlowKey): F | undefined;
   data(flow: F, bytes: Buffer): void;
   end(flow: F, how: FlowEnd): void;

@@ -61,23 +61,28 @@ describe('agent contract', () => {
     expect(parseReadyLine('not json')).toBeUndefined();
   });
 
-  test('container IDs lose their runtime prefix; chain names stay within iptables limits; version matches package.json', () => {
-    expect(bareContainerId('containerd://abc')).toBe('abc');
-    expect(bareContainerId('cri-o://abc')).toBe('abc');
-    expect(bareContainerId('abc')).toBe('abc');
-    expect(chainName('a'.repeat(20)).length).toBeLessThanOrEqual(28);
-    expect(JSON.parse(readFileSync('package.json', 'utf8')).version).toBe(AGENT_VERSION);
-    expect(readFileSync('Dockerfile.agent', 'utf8')).toContain(
-      `ENTRYPOINT ${JSON.stringify(AGENT_ENTRYPOINT).replaceAll(',', ', ')}`,
-    );
-    // The entry point runs exactly AGENT_COMMAND (the Node flags the RSS budget counts on).
-    expect(readFileSync('agent/entry.sh', 'utf8')).toContain(`node='${AGENT_COMMAND.join(' ')}'`);
-  });
+  test(
+    'container IDs lose their runtime prefix; chain names stay within iptables limits; version matches ' +
+      'package.json',
+    () => {
+      expect(bareContainerId('containerd://abc')).toBe('abc');
+      expect(bareContainerId('cri-o://abc')).toBe('abc');
+      expect(bareContainerId('abc')).toBe('abc');
+      expect(chainName('a'.repeat(20)).length).toBeLessThanOrEqual(28);
+      expect(JSON.parse(readFileSync('package.json', 'utf8')).version).toBe(AGENT_VERSION);
+      expect(readFileSync('Dockerfile.agent', 'utf8')).toContain(
+        `ENTRYPOINT ${JSON.stringify(AGENT_ENTRYPOINT).replaceAll(',', ', ')}`,
+      );
+      // The entry point runs exactly AGENT_COMMAND (the Node flags the RSS budget counts on).
+      expect(readFileSync('agent/entry.sh', 'utf8')).toContain(`node='${AGENT_COMMAND.join(' ')}'`);
+    },
+  );
 
   test("the agent's Node flags keep V8's optimizing compiler off (the RSS budget counts on it)", () => {
     // A hot function under AGENT_NODE_FLAGS stays in the interpreter; under plain node the same one gets optimized.
     const probe =
-      'function f(x){let s=0;for(let i=0;i<100;i++)s+=x*i;return s}for(let i=0;i<200000;i++)f(i);process.stdout.write(String(%ActiveTierIsTurbofan(f)))';
+      'function f(x){let s=0;for(let i=0;i<100;i++)s+=x*i;return s}for(let ' +
+      'i=0;i<200000;i++)f(i);process.stdout.write(String(%ActiveTierIsTurbofan(f)))';
     const tier = (flags: readonly string[]): string =>
       execFileSync(process.execPath, [...flags, '--allow-natives-syntax', '-e', probe], { encoding: 'utf8' });
     expect(tier(AGENT_NODE_FLAGS)).toBe('false');
@@ -108,7 +113,8 @@ describe('HTTP filters', () => {
 describe('pod DNS rules', () => {
   test('resolv.conf: nameservers, search, ndots; hosts file', () => {
     const conf = parseResolvConf(
-      '# c\nnameserver 10.96.0.10\nnameserver 10.96.0.11\nsearch ns.svc.cluster.local svc.cluster.local cluster.local\noptions ndots:5 timeout:1\n',
+      '# c\nnameserver 10.96.0.10\nnameserver 10.96.0.11\nsearch ns.svc.cluster.local svc.cluster.local ' +
+        'cluster.local\noptions ndots:5 timeout:1\n',
     );
     expect(conf).toEqual({
       nameservers: ['10.96.0.10', '10.96.0.11'],

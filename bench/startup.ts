@@ -1,5 +1,5 @@
-// Start-up benchmark (root; the stand-in cluster): time from `devop exec --steal` to the first request to the pod IP that
-// the local command answers, for a fresh agent and for a second session that reuses it.
+// Start-up benchmark (root; the stand-in cluster): time from `devop exec --steal` to the first request to the pod IP
+// that the local command answers, for a fresh agent and for a second session that reuses it.
 // It also times `devop --help` against `node -e 0` (interleaved runs, medians): what any command pays before its work.
 // Last line: RESULT startup exec_to_stealing_ms=<t> reuse_to_stealing_ms=<t2> help_vs_node=<r>
 import { execFileSync, spawnSync } from 'node:child_process';
@@ -132,12 +132,14 @@ async function main(): Promise<void> {
     );
     const second = await timeToStealing(kubeconfig, echo.podIP, podClient);
     console.log(
-      `exec → stealing (reused agent): ${second.ms.toFixed(0)} ms ${/reused Job/.test(second.run.stderr) ? '(agent reused)' : '(agent NOT reused)'}`,
+      `exec → stealing (reused agent): ${second.ms.toFixed(0)} ms ` +
+        `${/reused Job/.test(second.run.stderr) ? '(agent reused)' : '(agent NOT reused)'}`,
     );
     await second.run.stop('SIGTERM');
     const ratio = (help.help / help.node).toFixed(2);
     console.log(
-      `RESULT startup exec_to_stealing_ms=${first.ms.toFixed(0)} reuse_to_stealing_ms=${second.ms.toFixed(0)} help_vs_node=${ratio}`,
+      `RESULT startup exec_to_stealing_ms=${first.ms.toFixed(0)} reuse_to_stealing_ms=${second.ms.toFixed(0)} ` +
+        `help_vs_node=${ratio}`,
     );
   } finally {
     client?.close();

@@ -10,9 +10,9 @@
 // pods/portforward WebSocket) through a relay running the stand-in's port-forward code
 // (bench/lib/portforward-relay.ts), which unwraps it onto a TCP connection to the agent as kubelet does: the bytes
 // cross WebSocket framing as in a cluster, with one hop where a cluster has several (API server, kubelet, runtime).
-// The floor (bench/lib/ws-framed-pair.c, built with cc here) takes the same path through a relay of its own: an agent side and a
-// session side in C that only frame, unframe and dial, so stolen ÷ floor is what devop's two processes cost against
-// the least two processes in their places cost on this machine now.
+// The floor (bench/lib/ws-framed-pair.c, built with cc here) takes the same path through a relay of its own: an agent
+// side and a session side in C that only frame, unframe and dial, so stolen ÷ floor is what devop's two processes cost
+// against the least two processes in their places cost on this machine now.
 import { execFile, execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { promisify } from 'node:util';
 import { readFileSync, readdirSync } from 'node:fs';

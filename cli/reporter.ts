@@ -1,5 +1,5 @@
-// The Reporter: how services tell the user what happens. Services call it; cli/ui/ implements it (Ink, Plain, JSON, Null).
-// Services never import ink or react: they only see this interface.
+// The Reporter: how services tell the user what happens. Services call it; cli/ui/ implements it (Ink, Plain, JSON,
+// Null). Services never import ink or react: they only see this interface.
 
 export type StepId = 'target' | 'agent' | 'tunnel' | 'env' | 'listen' | 'traffic' | (string & {});
 

@@ -1,5 +1,5 @@
-// The examples' container images as the stand-in cluster runs them: each image name maps to `node --import tsx <main.ts>`
-// from this checkout (a real cluster would run an image built from the same entry point).
+// The examples' container images as the stand-in cluster runs them: each image name maps to `node --import tsx
+// <main.ts>` from this checkout (a real cluster would run an image built from the same entry point).
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 
@@ -8,7 +8,9 @@ export interface ExampleImage {
   cmd: string[];
 }
 
-/** Image names used by the examples' manifests (and the walkthrough's `kubectl set image`), for a checkout at `root`. */
+/**
+ * Image names used by the examples' manifests (and the walkthrough's `kubectl set image`), for a checkout at `root`.
+ */
 export function exampleImages(root: string, node: string = process.execPath): Record<string, ExampleImage> {
   const tsx = pathToFileURL(join(root, 'node_modules', 'tsx', 'dist', 'loader.mjs')).href;
   const farmMain = join(root, 'examples', 'farm-operator', 'src', 'main.ts');

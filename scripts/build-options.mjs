@@ -12,5 +12,7 @@ export const common = {
 };
 // ESM bundles that contain CommonJS dependencies need a require() of their own.
 export const banner = {
-  js: "import { createRequire as __devopCreateRequire } from 'node:module'; const require = __devopCreateRequire(import.meta.url);",
+  js:
+    "import { createRequire as __devopCreateRequire } from 'node:module'; const require = " +
+    '__devopCreateRequire(import.meta.url);',
 };

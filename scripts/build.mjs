@@ -9,7 +9,10 @@ import { basename } from 'node:path';
 
 import { banner, common } from './build-options.mjs';
 
-/** Not bundled: the terminal UI's packages (loaded only with the TUI; ink resolves its own dependencies from node_modules). */
+/**
+ * Not bundled: the terminal UI's packages (loaded only with the TUI; ink resolves its own dependencies from
+ * node_modules).
+ */
 const CLI_EXTERNAL = ['ink', 'react', 'react/*'];
 
 const jobs = [];
@@ -19,8 +22,8 @@ if (existsSync('cli/main.ts')) {
       ...common,
       entryPoints: { cli: 'cli/main.ts' },
       outdir: 'dist',
-      // Code split at dynamic imports (the TUI): chunk names carry a content hash, so a rebuild never changes a chunk that
-      // a running devop may still load.
+      // Code split at dynamic imports (the TUI): chunk names carry a content hash, so a rebuild never changes a chunk
+      // that a running devop may still load.
       splitting: true,
       chunkNames: 'chunks/[name]-[hash]',
       external: CLI_EXTERNAL,
@@ -38,7 +41,10 @@ if (existsSync('agent/main.ts')) {
 }
 await Promise.all(jobs);
 
-/** Chunks of earlier builds (other hashes) would pile up in dist/chunks with every source change: keep only this build's. */
+/**
+ * Chunks of earlier builds (other hashes) would pile up in dist/chunks with every source change: keep only this
+ * build's.
+ */
 function removeStaleChunks(result) {
   const current = new Set(Object.keys(result.metafile.outputs).map((file) => basename(file)));
   for (const file of readdirSync('dist/chunks')) {

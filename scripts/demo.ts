@@ -1,4 +1,5 @@
-// The README's quick start, end to end on the stand-in cluster (run as root): start the stand-in, deploy an echo server,
+// The README's quick start, end to end on the stand-in cluster (run as root): start the stand-in, deploy an echo
+// server,
 // `devop exec -t deploy/echo --steal -- node <a tiny local server>`, send a request to the pod's IP and show that the
 // local server answered it, then stop everything.
 import { execFileSync } from 'node:child_process';
@@ -7,9 +8,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ROOT, DevopRun, deployEcho, startE2ECluster, startPodClient, waitFor } from '../test/e2e/harness.js';
 
-const LOCAL_APP = `// A tiny local server: what you would run from your editor.
+const LOCAL_APP =
+  `// A tiny local server: what you would run from your editor.
 import { createServer } from 'node:http';
-createServer((req, res) => res.end(\`hello from my laptop: \${req.method} \${req.url} (APP_MODE=\${process.env.APP_MODE})\\n\`))
+createServer((req, res) => res.end(\`hello from my laptop: \${req.method} \${req.url} ` +
+  `(APP_MODE=\${process.env.APP_MODE})\\n\`))
   .listen(8080, '127.0.0.1', () => console.log('local server listening on 127.0.0.1:8080'));
 `;
 

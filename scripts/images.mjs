@@ -2,8 +2,9 @@
 // dist/images/<name>.oci.tar (scripts/image-list.mjs names them), and copies them to $DEVOP_IMAGES_PUBLISH_DIR when set
 // (a directory that other checkouts' stand-ins read with DEVOP_IMAGES_DIR).
 // The bases are made here, not pulled: Debian bookworm by mmdebstrap (docker.io/library/debian:bookworm-slim) and
-// Node 20 from the npm registry's official build on top (docker.io/library/node:20-bookworm-slim), so the same Dockerfiles
-// build with `docker build` where Docker Hub is reachable. An image whose inputs did not change is not rebuilt.
+// Node 20 from the npm registry's official build on top (docker.io/library/node:20-bookworm-slim), so the same
+// Dockerfiles build with `docker build` where Docker Hub is reachable. An image whose inputs did not change is not
+// rebuilt.
 import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import {

@@ -1,5 +1,5 @@
-// The CLI↔agent contract: env names, defaults, labels and the ready line, read by both the agent's start-up and the CLI's
-// pod-spec builder. Changing a name here is a breaking change for agents already running in clusters.
+// The CLI↔agent contract: env names, defaults, labels and the ready line, read by both the agent's start-up and the
+// CLI's pod-spec builder. Changing a name here is a breaking change for agents already running in clusters.
 // zod/mini: tree-shakable, so the agent bundle carries only what its schemas use (a smaller agent in memory).
 import * as z from 'zod/mini';
 
@@ -22,14 +22,19 @@ export const AGENT_NODE_FLAGS: readonly string[] = ['--max-semi-space-size=1', '
 export const AGENT_BUNDLE_PATH = '/opt/devop/agent.js';
 /** The agent image runs the one-file bundle with plain Node (through AGENT_ENTRYPOINT, which writes it out in full). */
 export const AGENT_COMMAND: readonly string[] = ['node', ...AGENT_NODE_FLAGS, AGENT_BUNDLE_PATH];
-/** The image's entry point (agent/entry.sh): in job mode it runs AGENT_COMMAND inside the target's netns via nsenter. */
+/**
+ * The image's entry point (agent/entry.sh): in job mode it runs AGENT_COMMAND inside the target's netns via nsenter.
+ */
 export const AGENT_ENTRYPOINT: readonly string[] = ['/bin/sh', '/opt/devop/entry.sh'];
-/** The argument of AGENT_COMMAND that makes it print the target's PID (job mode) and exit: the entry point's first step. */
+/**
+ * The argument of AGENT_COMMAND that makes it print the target's PID (job mode) and exit: the entry point's first step.
+ */
 export const TARGET_PID_ARG = '--target-pid';
 
 /**
- * The Linux capabilities the agent's container gets — exactly these: the manifest drops every other one (docs/agent.md),
- * and each feature that needs one says so in one line when it is missing (agent/capabilities.ts). What each is for:
+ * The Linux capabilities the agent's container gets — exactly these: the manifest drops every other one
+ * (docs/agent.md), and each feature that needs one says so in one line when it is missing (agent/capabilities.ts). What
+ * each is for:
  */
 export const AGENT_CAPABILITY_USES = {
   NET_ADMIN:
@@ -83,8 +88,12 @@ export const AGENT_ENV = {
 } as const;
 
 export const AGENT_ENV_DOC: Record<keyof typeof AGENT_ENV, string> = {
-  mode: 'job (hostPID pod on the target node; finds the target by container ID and enters its netns), ephemeral (an ephemeral container already in the netns) or targetless (outgoing/DNS only).',
-  port: 'TCP port of the control listener on 127.0.0.1 inside the target pod netns; 0 picks a free one (printed in the ready line).',
+  mode:
+    'job (hostPID pod on the target node; finds the target by container ID and enters its netns), ephemeral (an ' +
+    'ephemeral container already in the netns) or targetless (outgoing/DNS only).',
+  port:
+    'TCP port of the control listener on 127.0.0.1 inside the target pod netns; 0 picks a free one (printed in ' +
+    'the ready line).',
   token: 'Secret every session must present in its Hello.',
   containerId: 'Target container ID as in pod status (containerd://…, cri-o://…, docker://… or bare hex).',
   targetPid: 'Target PID when already known (tests, ephemeral mode); skips the /proc/*/cgroup scan.',
@@ -93,16 +102,22 @@ export const AGENT_ENV_DOC: Record<keyof typeof AGENT_ENV, string> = {
     'How long a disconnected session keeps its steals (traffic goes to the pod meanwhile) waiting for a resume.',
   nodeIP: "The node's IP (kubelet probes come from it and are not stolen); default: the pod's default gateway.",
   iptables:
-    'Where the redirect rules go: auto (an owned nftables table when nft and the kernel support it, else iptables with the backend that already has rules in the pod netns), nft-owned (owned table only: without it steals are refused with the reason), nft (iptables-nft + guard) or legacy (iptables-legacy + guard).',
+    'Where the redirect rules go: auto (an owned nftables table when nft and the kernel support it, else iptables ' +
+    'with the backend that already has rules in the pod netns), nft-owned (owned table only: without it steals are ' +
+    'refused with the reason), nft (iptables-nft + guard) or legacy (iptables-legacy + guard).',
   flushConnections:
-    "false forbids flushing existing connections when stealing starts (a session's flush request is then ignored); default true.",
+    "false forbids flushing existing connections when stealing starts (a session's flush request is then ignored); " +
+    'default true.',
   mirror:
-    "Where mirror copies come from: capture (default: a packet capture with tcpdump, the agent stays out of the pod's traffic; without tcpdump or NET_RAW the agent falls back to proxy) or proxy (the port is redirected to the agent, which forwards each connection to the app and copies it).",
+    'Where mirror copies come from: capture (default: a packet capture with tcpdump, the agent stays out of the ' +
+    "pod's traffic; without tcpdump or NET_RAW the agent falls back to proxy) or proxy (the port is redirected to " +
+    'the agent, which forwards each connection to the app and copies it).',
   agentId: 'Id of this agent (nft table devop_<id>, or iptables chain DEVOP-<id> in the fallback); default: random.',
   logLevel: 'debug, info or warn.',
   inNetns: 'Internal: marks the agent that runs inside the target netns in job mode.',
   parentPipe:
-    'Internal: the file descriptor of the pipe from the parent agent (re-executed agent in job mode, outside the image).',
+    'Internal: the file descriptor of the pipe from the parent agent (re-executed agent in job mode, outside the ' +
+    'image).',
 };
 
 export const AgentMode = z.enum(['job', 'ephemeral', 'targetless']);

@@ -22,7 +22,9 @@ interface Decoded {
   payload: Buffer;
 }
 
-/** Decodes `chunks`, merging the pieces of one DATA frame as the mux would see them (consecutive bytes of one stream). */
+/**
+ * Decodes `chunks`, merging the pieces of one DATA frame as the mux would see them (consecutive bytes of one stream).
+ */
 function decodeAll(chunks: Buffer[], maxFrame = DEFAULT_MAX_FRAME): Decoded[] {
   const out: Decoded[] = [];
   let dataOpen = false;

@@ -22,7 +22,8 @@ describe('formatError', () => {
       },
     );
     expect(formatError(err)).toBe(
-      'devop: error [resolve target deploy/x]: the API server https://127.0.0.1:6443 did not answer within 30 s — fix: raise --request-timeout',
+      'devop: error [resolve target deploy/x]: the API server https://127.0.0.1:6443 did not answer within 30 s — ' +
+        'fix: raise --request-timeout',
     );
   });
 

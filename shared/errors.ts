@@ -1,7 +1,9 @@
 // The two kinds of failure devop reports — UserError (the user can fix it: message + hint) and BugError (ours) — and
 // the one formatter the top-level handlers of the CLI and the agent use.
 
-/** A problem the user can fix. `message` names the problem, `hint` names the fix; printed as one line, never a stack. */
+/**
+ * A problem the user can fix. `message` names the problem, `hint` names the fix; printed as one line, never a stack.
+ */
 export class UserError extends Error {
   readonly hint: string;
 
@@ -30,8 +32,9 @@ export function isUserError(err: unknown): err is UserError {
 
 /**
  * The text a top-level handler prints for `err` (without a trailing newline): always one line unless verbose.
- * UserError: `devop: <message> — fix: <hint>` (`devop: error [<step>]: …` when it carries a step); anything else: `devop: internal error: <message> — run with -v for the
- * stack`, or with verbose the stack (and causes) on the lines that follow.
+ * UserError: `devop: <message> — fix: <hint>` (`devop: error [<step>]: …` when it carries a step); anything else:
+ * `devop: internal error: <message> — run with -v for the stack`, or with verbose the stack (and causes) on the lines
+ * that follow.
  */
 export function formatError(err: unknown, verbose = false): string {
   if (isUserError(err)) {

@@ -1,5 +1,5 @@
-// The first exchange on a new connection, for each side: the CLI sends hello and waits for helloOk; the agent checks the
-// protocol version and the per-agent token, answers helloOk or a clear error and closes.
+// The first exchange on a new connection, for each side: the CLI sends hello and waits for helloOk; the agent checks
+// the protocol version and the per-agent token, answers helloOk or a clear error and closes.
 import { createHash, randomUUID, timingSafeEqual } from 'node:crypto';
 import { UserError } from './errors.js';
 import type { AgentMux, ClientMux } from './mux.js';
@@ -157,9 +157,9 @@ export interface AcceptHelloOptions {
 }
 
 /**
- * Waits for the CLI's hello; answers helloOk and resolves with both messages, or answers an error, closes the connection
- * and rejects (with a plain Error naming why) when the version or token is wrong, the first message is not hello, the
- * connection closes, or no hello arrives in time.
+ * Waits for the CLI's hello; answers helloOk and resolves with both messages, or answers an error, closes the
+ * connection and rejects (with a plain Error naming why) when the version or token is wrong, the first message is not
+ * hello, the connection closes, or no hello arrives in time.
  */
 export function acceptHello(mux: AgentMux, options: AcceptHelloOptions): Promise<{ hello: Hello; helloOk: HelloOk }> {
   return new Promise((resolve, reject) => {

@@ -49,7 +49,10 @@ export interface DeliveryTarget {
   on(event: 'drain', listener: () => void): unknown;
 }
 
-/** Give back credit once a quarter of the window was consumed: few CREDIT frames, and the sender never stalls at the edge. */
+/**
+ * Give back credit once a quarter of the window was consumed: few CREDIT frames, and the sender never stalls at the
+ * edge.
+ */
 const CREDIT_UPDATE_DIVISOR = 4;
 /**
  * The window doubles when the reader consumes at least a window per this many round trips: the sender then spends

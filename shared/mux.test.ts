@@ -245,7 +245,8 @@ describe('mux streams', () => {
       expect(inFlight).toBeLessThanOrEqual(window);
       expect(accepted).toBeLessThan(total);
       console.log(
-        `stalled reader: receiver buffers ${reader.readableLength} B, sender buffers ${stream.writableLength} B (window ${window} B)`,
+        `stalled reader: receiver buffers ${reader.readableLength} B, sender buffers ${stream.writableLength} B ` +
+          `(window ${window} B)`,
       );
       // And when the reader resumes, everything arrives
       const rest = readAll(reader);

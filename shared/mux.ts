@@ -40,8 +40,8 @@ export const MAX_WINDOW = 16 * 1024 * 1024;
  */
 export const WINDOW_BUDGET = 64 * 1024 * 1024;
 /**
- * Open streams per connection (10 000): ten times what the agent is sized for (1 000 stolen connections), and a bound on
- * what a peer can make this side hold (each stream buffers at most one window).
+ * Open streams per connection (10 000): ten times what the agent is sized for (1 000 stolen connections), and a bound
+ * on what a peer can make this side hold (each stream buffers at most one window).
  */
 export const MAX_STREAMS = 10_000;
 /** After close(), how long the peer gets to read our GOAWAY and close its side before the connection is destroyed. */
@@ -79,8 +79,8 @@ export interface Mux<S extends Side> {
 
 /**
  * One multiplexed connection. The client (CLI) opens odd stream ids, the agent even ones. Emits 'message' (a validated
- * peer control message), 'stream' (a stream the peer opened) and 'close' once (undefined after a local close(), else the
- * reason: a ProtocolError for a bad frame, a MuxClosedError when the peer or the connection went away).
+ * peer control message), 'stream' (a stream the peer opened) and 'close' once (undefined after a local close(), else
+ * the reason: a ProtocolError for a bad frame, a MuxClosedError when the peer or the connection went away).
  */
 export class Mux<S extends Side = Side> extends EventEmitter implements StreamSink {
   readonly side: S;
@@ -389,7 +389,9 @@ export class Mux<S extends Side = Side> extends EventEmitter implements StreamSi
     this.#shutdown(error, error);
   }
 
-  /** Ends every stream with `streamErr`, flushes what is queued (GOAWAY), ends the connection, emits 'close'(closeErr). */
+  /**
+   * Ends every stream with `streamErr`, flushes what is queued (GOAWAY), ends the connection, emits 'close'(closeErr).
+   */
   #shutdown(streamErr: Error, closeErr: Error | undefined): void {
     if (this.#closed) return;
     this.#closed = true;

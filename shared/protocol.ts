@@ -1,13 +1,14 @@
-// The devop wire protocol's messages, defined once: ClientMessage (CLI→agent), AgentMessage (agent→CLI), the header of a
-// new stream (StreamOpen) and of its acceptance (StreamAccept), grouped by feature. The framing lives in codec.ts.
+// The devop wire protocol's messages, defined once: ClientMessage (CLI→agent), AgentMessage (agent→CLI), the header of
+// a new stream (StreamOpen) and of its acceptance (StreamAccept), grouped by feature. The framing lives in codec.ts.
 //
 // COMPATIBILITY (read before changing anything here; docs/protocol.md says the same):
 // - Appending a new message `type`, a new StreamOpen `kind`, or a new *optional* field does not break the wire: a peer
 //   only sends it when the other side listed the matching feature in its hello/helloOk `features`.
-// - Everything else breaks the wire and must bump PROTOCOL_VERSION: renaming or removing a type/kind/field, making a field
-//   required, narrowing a field's values, changing a field's meaning, or any change to the frame layout in codec.ts.
-// - The handshake messages (hello, helloOk, error, bye) keep their shape forever so that a version mismatch can always be
-//   reported as a clear error rather than a parse failure.
+// - Everything else breaks the wire and must bump PROTOCOL_VERSION: renaming or removing a type/kind/field, making a
+// field   required, narrowing a field's values, changing a field's meaning, or any change to the frame layout in
+// codec.ts.
+// - The handshake messages (hello, helloOk, error, bye) keep their shape forever so that a version mismatch can always
+// be   reported as a clear error rather than a parse failure.
 // zod/mini: the same schemas in a tree-shakable form; the agent bundle (and its memory) stays small.
 import * as z from 'zod/mini';
 

@@ -1,7 +1,8 @@
 // Joins a mux stream and a socket both ways — what socket.pipe(stream).pipe(socket) does — without a Writable and a
 // Readable per chunk in between: a chunk read from the socket leaves as DATA frames at once when the peer's credit
 // covers it, and the peer's DATA is written to the socket as it is decoded. This is the hot path of every stolen
-// connection (in the agent and in the CLI) and of outgoing connections; backpressure and half-close behave as with pipe.
+// connection (in the agent and in the CLI) and of outgoing connections; backpressure and half-close behave as with
+// pipe.
 import { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { MuxStream } from './mux-stream.js';
@@ -27,7 +28,8 @@ export function spliceSocket(stream: MuxStream, socket: Socket): void {
   stream.deliverTo(socket);
   socket.on('data', (chunk: Buffer) => {
     if (stream.sendNow(chunk)) return;
-    // Out of credit, the connection backed up, or bytes already queued: the Writable side keeps the order and the bound.
+    // Out of credit, the connection backed up, or bytes already queued: the Writable side keeps the order and the
+    // bound.
     if (!stream.write(chunk)) {
       socket.pause();
       stream.once('drain', () => socket.resume());

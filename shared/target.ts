@@ -1,4 +1,5 @@
-// The target syntax users type (`deploy/NAME/container/NAME`, `targetless`, …): parsing into a Target and printing back.
+// The target syntax users type (`deploy/NAME/container/NAME`, `targetless`, …): parsing into a Target and printing
+// back.
 import { UserError } from './errors.js';
 
 export type TargetKind = 'pod' | 'deployment' | 'statefulset' | 'rollout';
@@ -30,7 +31,8 @@ const KIND_PRINTED: Readonly<Record<TargetKind, string>> = {
 };
 
 export const TARGET_FORMS =
-  'pod/NAME, deploy/NAME (or deployment/NAME), statefulset/NAME (or sts/NAME), rollout/NAME — each optionally followed by /container/NAME — or targetless';
+  'pod/NAME, deploy/NAME (or deployment/NAME), statefulset/NAME (or sts/NAME), rollout/NAME — each optionally ' +
+  'followed by /container/NAME — or targetless';
 
 /** A Kubernetes object name (DNS-1123 subdomain, as pods, deployments, statefulsets and rollouts use). */
 const OBJECT_NAME = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;

@@ -1,5 +1,6 @@
-// Test fixtures for the protocol: one sample of every message type and stream kind (the compiler insists on all of them),
-// a seeded PRNG, socket pairs (real loopback TCP, or in-memory) and polling helpers. Used by the shared/ tests only.
+// Test fixtures for the protocol: one sample of every message type and stream kind (the compiler insists on all of
+// them), a seeded PRNG, socket pairs (real loopback TCP, or in-memory) and polling helpers. Used by the shared/ tests
+// only.
 import net from 'node:net';
 import { Duplex } from 'node:stream';
 import type { AgentMessage, ClientMessage, StreamOpen } from './protocol.js';

@@ -18,7 +18,8 @@ export function registerCleanCommand(program: Command, onExit: (code: number) =>
     ['output', 'lines (plain) or json'],
   ])
     .description(
-      'remove what devop left in the cluster: finished or orphaned agent Jobs and pods, expired steal Leases; lists running ephemeral agents',
+      'remove what devop left in the cluster: finished or orphaned agent Jobs and pods, expired steal Leases; lists ' +
+        'running ephemeral agents',
     )
     .action(async (flags: CleanFlags) => {
       if (flags.namespace && flags.allNamespaces) throw new UserError('-n and -A were both given', 'pass one of them');

@@ -28,7 +28,8 @@ export function registerConfigCommand(program: Command): void {
       // Thrown so that the top-level handler sets the exit code (1) and prints the summary on stderr.
       throw new UserError(
         `${file} has ${problems.length} problem${problems.length === 1 ? '' : 's'} (listed above)`,
-        'fix each key as its line says; editors check devop.json against devop.schema.json (devop vscode init sets $schema)',
+        'fix each key as its line says; editors check devop.json against devop.schema.json (devop vscode init sets ' +
+          '$schema)',
       );
     });
 

@@ -1,4 +1,5 @@
-// `devop doctor [--context/--kubeconfig/-n/-t] [--output json]`: checks the cluster for what devop needs; exit 1 on a failure.
+// `devop doctor [--context/--kubeconfig/-n/-t] [--output json]`: checks the cluster for what devop needs; exit 1 on a
+// failure.
 import type { Command } from 'commander';
 import { addOptions } from '../config/commander.js';
 import { CONNECTION_OPTIONS, type FlagValues } from '../config/options.js';
@@ -17,7 +18,8 @@ export function registerDoctorCommand(program: Command, onExit: (code: number) =
     ['output', 'lines (plain) or json'],
   ])
     .description(
-      'check the kubeconfig, API server, RBAC, agent image, node runtime and Pod Security admission, with the fix for each problem',
+      'check the kubeconfig, API server, RBAC, agent image, node runtime and Pod Security admission, with the fix ' +
+        'for each problem',
     )
     .action(async (flags: DoctorFlags) => {
       const { formatDoctorReport, runDoctor } = await import('../services/doctor.js');

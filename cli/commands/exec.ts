@@ -1,4 +1,5 @@
-// `devop exec [options] -- <command> [args...]`: parses and merges the flags over devop.json, then runs the exec service.
+// `devop exec [options] -- <command> [args...]`: parses and merges the flags over devop.json, then runs the exec
+// service.
 import type { Command } from 'commander';
 import { isUserError } from '../../shared/errors.js';
 import { addExecOptions } from '../config/commander.js';

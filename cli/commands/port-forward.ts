@@ -1,5 +1,5 @@
-// `devop port-forward -L [LOCAL:]HOST:PORT ...`: forwards local ports to cluster names or IPs through an agent (targetless,
-// or the target's with -t); prints the local addresses on stdout and runs until Ctrl-C.
+// `devop port-forward -L [LOCAL:]HOST:PORT ...`: forwards local ports to cluster names or IPs through an agent
+// (targetless, or the target's with -t); prints the local addresses on stdout and runs until Ctrl-C.
 import type { Command } from 'commander';
 import { addOptions, type NamesOf } from '../config/commander.js';
 import { CONNECTION_OPTIONS, type FlagValues } from '../config/options.js';

@@ -30,7 +30,8 @@ export function registerVscodeCommand(program: Command): void {
   const init = vscode
     .command('init')
     .description(
-      'write .vscode/tasks.json (background `devop exec` task), .vscode/launch.json (Node attach) and devop.json $schema',
+      'write .vscode/tasks.json (background `devop exec` task), .vscode/launch.json (Node attach) and devop.json ' +
+        '$schema',
     )
     .argument('[command...]', 'the local command (after --); default: node <package.json main>');
   addOptions(init, ['dir', 'label', 'inspectPort', 'devopCommand', ...TASK_EXEC_OPTIONS]);

@@ -132,7 +132,8 @@ describe('parseConfig', () => {
     const nested = userErrorOf(() => parseConfig({ agent: { imag: 'x' } }, '--flags'));
     expect(nested.message).toBe('--flags: unknown key agent.imag');
     expect(nested.hint).toBe(
-      'accepted keys in agent: image, namespace, ephemeral, ttlSeconds, startupTimeoutSeconds, labels, annotations, tolerations',
+      'accepted keys in agent: image, namespace, ephemeral, ttlSeconds, startupTimeoutSeconds, labels, annotations, ' +
+        'tolerations',
     );
   });
 

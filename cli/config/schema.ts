@@ -127,9 +127,9 @@ function objectSchema(prefix: string): z.ZodObject {
 export const DevopConfig = objectSchema('').describe(CONFIG_DOC) as unknown as z.ZodType<Config, DevopConfigInput>;
 
 /**
- * The JSON Schema of devop.json (what scripts/gen-schema.ts writes to devop.schema.json): input shapes (defaults make keys
- * optional), with the port-mapping syntax spelled out for editors (zod checks it in a refinement, which JSON Schema
- * cannot carry).
+ * The JSON Schema of devop.json (what scripts/gen-schema.ts writes to devop.schema.json): input shapes (defaults make
+ * keys optional), with the port-mapping syntax spelled out for editors (zod checks it in a refinement, which JSON
+ * Schema cannot carry).
  */
 export function configJsonSchema(): Record<string, unknown> {
   const schema = z.toJSONSchema(DevopConfig, {
@@ -159,7 +159,10 @@ function safeTarget(v: string): boolean {
   }
 }
 
-/** Validates a parsed config object; `source` (a file path or "--flags") prefixes errors. Returns it with defaults filled. */
+/**
+ * Validates a parsed config object; `source` (a file path or "--flags") prefixes errors. Returns it with defaults
+ * filled.
+ */
 export function parseConfig(obj: unknown, source: string): Config {
   const parsed = DevopConfig.safeParse(obj);
   if (parsed.success) return parsed.data;
@@ -218,7 +221,9 @@ export function mergeConfigInput(...layers: unknown[]): unknown {
 
 type Issue = z.core.$ZodIssue;
 
-/** One problem of a config: the key path as written in JavaScript (`incoming.ports[1]`), what it is, what is accepted. */
+/**
+ * One problem of a config: the key path as written in JavaScript (`incoming.ports[1]`), what it is, what is accepted.
+ */
 export interface ConfigProblem {
   key: string;
   /** "is 70000", "is missing", or "is not a devop.json key". */

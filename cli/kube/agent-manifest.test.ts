@@ -1,4 +1,5 @@
-// The agent's pod specs compared with literal expected manifests (a change to what devop creates in clusters shows here).
+// The agent's pod specs compared with literal expected manifests (a change to what devop creates in clusters shows
+// here).
 import { describe, expect, it } from 'vitest';
 import {
   buildAgentEphemeralContainer,

@@ -1,5 +1,6 @@
 // The agent's pod specs, built by pure functions (tested against literal manifests): a Job pinned to the target's node
-// (job mode) or an ephemeral container in the target pod (--ephemeral). Names and env come from shared/agent-contract.ts.
+// (job mode) or an ephemeral container in the target pod (--ephemeral). Names and env come from
+// shared/agent-contract.ts.
 import type {
   V1EphemeralContainer,
   V1Job,
@@ -187,7 +188,10 @@ export const TARGETLESS_SECURITY_CONTEXT: V1SecurityContext = {
   seccompProfile: { type: 'RuntimeDefault' },
 };
 
-/** A targetless agent: an ordinary pod (no host access, no capabilities) that opens outgoing connections and resolves names. */
+/**
+ * A targetless agent: an ordinary pod (no host access, no capabilities) that opens outgoing connections and resolves
+ * names.
+ */
 export function buildTargetlessAgentJob(input: TargetlessAgentSpecInput): V1Job {
   const name = agentJobName(input.agentId);
   const podLabels = {

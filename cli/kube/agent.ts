@@ -61,8 +61,8 @@ export interface AgentOptions {
 }
 
 /**
- * The agent's control port is chosen by the CLI (so no log needs reading to learn it), below Linux's ephemeral port range
- * (32768+) so it cannot clash with the local end of the pod's own outgoing connections.
+ * The agent's control port is chosen by the CLI (so no log needs reading to learn it), below Linux's ephemeral port
+ * range (32768+) so it cannot clash with the local end of the pod's own outgoing connections.
  */
 const AGENT_PORT_MIN = 20000;
 const AGENT_PORT_MAX = 32000;
@@ -257,7 +257,8 @@ async function failureError(
     case 'crash':
       return new UserError(
         `the agent crashed: ${v.detail}${await lastLogLines(kc, ns, pod, container)}`,
-        `check the agent's permissions on the node (${AGENT_CAPABILITIES.join(', ')}, hostPID; try --agent-privileged) and its logs: kubectl logs -n ${ns} ${pod}`,
+        `check the agent's permissions on the node (${AGENT_CAPABILITIES.join(', ')}, hostPID; try ` +
+          `--agent-privileged) and its logs: kubectl logs -n ${ns} ${pod}`,
       );
   }
 }
@@ -416,7 +417,10 @@ export async function createTargetlessAgent(kc: KubeConfig, options: AgentOption
   try {
     const pod = await waitForAgentPod(kc, {
       namespace: ns,
-      labelSelector: `${AGENT_LABELS.name}=${AGENT_LABELS.nameValue},${AGENT_LABELS.targetPod}=${TARGETLESS_LABEL_VALUE}`,
+      labelSelector: [
+        `${AGENT_LABELS.name}=${AGENT_LABELS.nameValue}`,
+        `${AGENT_LABELS.targetPod}=${TARGETLESS_LABEL_VALUE}`,
+      ].join(','),
       match: (p) => p.metadata?.annotations?.[AGENT_ANNOTATIONS.agentId] === agentId,
       status: (p) => p.status?.containerStatuses?.find((s) => s.name === AGENT_CONTAINER_NAME),
       container: AGENT_CONTAINER_NAME,

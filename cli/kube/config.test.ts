@@ -1,5 +1,5 @@
-// Loading the kubeconfig: the files kubectl would read, and one clear line when there is none, no current context, or an
-// unknown --context (client-node alone would fall back to http://localhost:8080).
+// Loading the kubeconfig: the files kubectl would read, and one clear line when there is none, no current context, or
+// an unknown --context (client-node alone would fall back to http://localhost:8080).
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -22,7 +22,8 @@ function kubeconfig(
     'contexts:',
     ...body.contexts.map(
       (c) =>
-        `- name: ${c}\n  context:\n    cluster: ${c}-cluster\n    user: ${c}-user${body.namespace ? `\n    namespace: ${body.namespace}` : ''}`,
+        `- name: ${c}\n  context:\n    cluster: ${c}-cluster\n    user: ` +
+        `${c}-user${body.namespace ? `\n    namespace: ${body.namespace}` : ''}`,
     ),
     ...(body.current ? [`current-context: ${body.current}`] : []),
   ];

@@ -1,5 +1,5 @@
-// Loads the kubeconfig once (--kubeconfig, KUBECONFIG, ~/.kube/config; --context) and fails clearly when there is none —
-// client-node's loadFromDefault would silently fall back to http://localhost:8080.
+// Loads the kubeconfig once (--kubeconfig, KUBECONFIG, ~/.kube/config; --context) and fails clearly when there is none
+// — client-node's loadFromDefault would silently fall back to http://localhost:8080.
 import { existsSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { delimiter, join } from 'node:path';

@@ -20,7 +20,8 @@ describe('API error mapping', () => {
       'forbidden: cannot create jobs.batch in namespace "shop" (needed to create the agent Job)',
     );
     expect(err.hint).toBe(
-      'ask a cluster admin for RBAC permission to "create" on "jobs.batch" in namespace "shop", or use another --context',
+      'ask a cluster admin for RBAC permission to "create" on "jobs.batch" in namespace "shop", or use another ' +
+        '--context',
     );
   });
 

@@ -72,7 +72,8 @@ export function mapApiError(err: unknown, ctx: ApiCallContext): unknown {
     case 403:
       return new UserError(
         `forbidden: cannot ${ctx.verb ?? 'access'} ${ctx.resource ?? 'the resource'}${where} (needed to ${ctx.action})`,
-        `ask a cluster admin for RBAC permission to "${ctx.verb ?? '…'}" on "${ctx.resource ?? '…'}"${where}, or use another --context`,
+        `ask a cluster admin for RBAC permission to "${ctx.verb ?? '…'}" on "${ctx.resource ?? '…'}"${where}, or use ` +
+          `another --context`,
         { cause: err },
       );
     case 404:
@@ -83,7 +84,8 @@ export function mapApiError(err: unknown, ctx: ApiCallContext): unknown {
       );
     case 409:
       return new UserError(
-        `${what} already exists${where} (while trying to ${ctx.action}): a devop agent from an earlier session is probably left over`,
+        `${what} already exists${where} (while trying to ${ctx.action}): a devop agent from an earlier session is ` +
+          `probably left over`,
         'run `devop clean` (or delete the leftover devop-agent Job) and try again',
         { cause: err },
       );

@@ -6,7 +6,9 @@ import { AGENT_LABELS } from '../../shared/agent-contract.js';
 import { UserError } from '../../shared/errors.js';
 import { apiErrorCode, mapApiError } from './errors.js';
 
-/** A dead devop's lock frees itself after this long (the holder renews every LEASE_RENEW_MS, so 3 renewals may fail). */
+/**
+ * A dead devop's lock frees itself after this long (the holder renews every LEASE_RENEW_MS, so 3 renewals may fail).
+ */
 export const LEASE_DURATION_SECONDS = 15;
 export const LEASE_RENEW_MS = 5000;
 /** Label value that marks devop's steal Leases (`devop clean` finds them by it). */
@@ -29,7 +31,8 @@ export type TakeResult = { ok: true } | { ok: false; reason: string; holder: Lea
 
 /**
  * The workload a pod belongs to: a ReplicaSet owner named `<deployment>-<pod-template-hash>` is its Deployment, a
- * StatefulSet owner itself; otherwise the pod alone. Pure: the lock must be the same whichever replica a session targets.
+ * StatefulSet owner itself; otherwise the pod alone. Pure: the lock must be the same whichever replica a session
+ * targets.
  */
 export function workloadOfPod(pod: V1Pod): Workload {
   const owner = pod.metadata?.ownerReferences?.find((o) => o.controller) ?? pod.metadata?.ownerReferences?.[0];
@@ -167,7 +170,9 @@ export class StealLeases {
         return {
           ok: false,
           holder,
-          reason: `port ${port} of ${this.options.workload.kind}/${this.options.workload.name} is stolen by ${holder.user}@${holder.host} since ${holder.since} (Lease ${name})`,
+          reason:
+            `port ${port} of ${this.options.workload.kind}/${this.options.workload.name} is stolen by ` +
+            `${holder.user}@${holder.host} since ${holder.since} (Lease ${name})`,
         };
       }
       const spec = existing.spec ?? {};

@@ -6,7 +6,9 @@ import type WebSocket from 'ws';
 import { apiCall } from './errors.js';
 import { ApiTimeoutError, isHandshakeTimeout, requestTimeoutOf } from './request-timeout.js';
 
-/** How much the WebSocket may buffer before writes wait: enough to keep a fast link busy, small enough to bound memory. */
+/**
+ * How much the WebSocket may buffer before writes wait: enough to keep a fast link busy, small enough to bound memory.
+ */
 const WS_HIGH_WATER_BYTES = 1024 * 1024;
 /** Port-forward data channel (the error channel is 1). */
 const DATA_CHANNEL = 0;

@@ -22,8 +22,8 @@ export interface WaitOptions {
 }
 
 /**
- * Calls `decide` with every pod matching the query after the initial list and after each change; resolves with the first
- * value it returns (not undefined) and rejects with what it throws.
+ * Calls `decide` with every pod matching the query after the initial list and after each change; resolves with the
+ * first value it returns (not undefined) and rejects with what it throws.
  */
 export async function waitForPods<T>(
   kc: KubeConfig,
@@ -113,7 +113,8 @@ export async function waitForPods<T>(
           const code =
             (err as { code?: unknown; statusCode?: unknown } | null)?.statusCode ??
             (err as { code?: unknown } | null)?.code;
-          // A watch that ended with an error is restarted after a short pause, so a flapping API server is not hammered.
+          // A watch that ended with an error is restarted after a short pause, so a flapping API server is not
+          // hammered.
           const pause = err ? WATCH_RESTART_PAUSE_MS : 0;
           setTimeout(() => {
             if (settled) return;

@@ -1,5 +1,6 @@
 // The ClusterDialer seam: how the local proxy, the preload's control endpoint, remote files and port-forward reach the
-// cluster (connect, DNS, file read), plus DialError (the errno a failed dial carries) and a local dialer for unit tests.
+// cluster (connect, DNS, file read), plus DialError (the errno a failed dial carries) and a local dialer for unit
+// tests.
 import { lookup as dnsLookup } from 'node:dns/promises';
 import { readFile } from 'node:fs/promises';
 import { isIP, connect as netConnect } from 'node:net';
@@ -14,7 +15,9 @@ export interface ResolvedAddress {
 export interface ClusterDialer {
   /** Connects to host:port; a name is resolved on the far side. Rejects with a DialError naming the errno. */
   connect(host: string, port: number): Promise<Duplex>;
-  /** Resolves a name as the pod would (cluster DNS, search domains). Rejects with DialError ENOTFOUND when it does not. */
+  /**
+   * Resolves a name as the pod would (cluster DNS, search domains). Rejects with DialError ENOTFOUND when it does not.
+   */
   lookup(name: string, family?: 4 | 6): Promise<ResolvedAddress[]>;
   /** Reads a file of the target container. Rejects with DialError ENOENT / EACCES / … */
   readFile(path: string): Promise<Buffer>;

@@ -149,7 +149,9 @@ function portMatches(ports: PortRange | undefined, port: number | undefined): bo
   return port !== undefined && port >= ports.from && port <= ports.to;
 }
 
-/** Whether `rule` matches host (a name or an IP literal) and port (undefined for a DNS lookup: port rules then match). */
+/**
+ * Whether `rule` matches host (a name or an IP literal) and port (undefined for a DNS lookup: port rules then match).
+ */
 export function ruleMatches(rule: OutgoingRule, host: string, port?: number): boolean {
   if (rule.kind === 'port') return port === undefined || portMatches(rule.ports, port);
   if (port !== undefined && !portMatches(rule.ports, port)) return false;

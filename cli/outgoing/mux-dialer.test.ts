@@ -1,5 +1,6 @@
 // Tests of the mux dialer against a real Mux pair over a loopback socket, with an agent side that follows the agent's
-// conventions (accept once connected / opened, reset with the errno, dnsResult by id): success and every failure mapping.
+// conventions (accept once connected / opened, reset with the errno, dnsResult by id): success and every failure
+// mapping.
 import { connect as netConnect, createServer, type Server, type Socket } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createAgentMux, createClientMux, type AgentMux, type ClientMux } from '../../shared/mux.js';

@@ -1,5 +1,5 @@
-// The outgoing flags of `devop exec` (defined in cli/config/options.ts) merged over devop.json — apart from the proxy and
-// the session they set up (exec-hook.ts).
+// The outgoing flags of `devop exec` (defined in cli/config/options.ts) merged over devop.json — apart from the proxy
+// and the session they set up (exec-hook.ts).
 import type { Command } from 'commander';
 import type { FlagValues } from '../config/options.js';
 import type { DevopConfig } from '../config/types.js';

@@ -217,7 +217,9 @@ describe('local outgoing proxy (local dialer)', () => {
     const port = (upgrading.address() as { port: number }).port;
     try {
       // When a client asks the proxy for the upgrade by absolute URI, with the first bytes in the same packet
-      const head = `GET http://echo.default:${port}/ws?x=1 HTTP/1.1\r\nHost: echo.default:${port}\r\nConnection: Upgrade\r\nUpgrade: echo\r\nProxy-Connection: keep-alive\r\n\r\n`;
+      const head =
+        `GET http://echo.default:${port}/ws?x=1 HTTP/1.1\r\nHost: echo.default:${port}\r\nConnection: ` +
+        `Upgrade\r\nUpgrade: echo\r\nProxy-Connection: keep-alive\r\n\r\n`;
       const { received } = await exchange(proxy.port, Buffer.from(`${head}after-upgrade`), (got) =>
         got.toString().endsWith('after-upgrade'),
       );

@@ -37,7 +37,9 @@ export interface OutgoingSession {
   close(): Promise<void>;
 }
 
-/** The exclude rule for the kube API server of a kubeconfig cluster URL (so a local kube client talks to it directly). */
+/**
+ * The exclude rule for the kube API server of a kubeconfig cluster URL (so a local kube client talks to it directly).
+ */
 export function apiServerRule(serverUrl: string | undefined): string | undefined {
   if (!serverUrl) return undefined;
   try {

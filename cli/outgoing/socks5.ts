@@ -75,7 +75,8 @@ export class SocksProtocolError extends Error {
 
 /**
  * Runs the method negotiation and reads the CONNECT request. Leaves the socket positioned after the request (the
- * client's payload, if it pipelined some, stays readable). Throws SocksProtocolError (after answering) on anything else.
+ * client's payload, if it pipelined some, stays readable). Throws SocksProtocolError (after answering) on anything
+ * else.
  */
 export async function readSocksConnect(socket: Socket): Promise<{ host: string; port: number }> {
   const [version, methodCount] = await readExactly(socket, 2, 'SOCKS greeting');

@@ -48,7 +48,8 @@ export function readExactly(stream: Readable, n: number, what = 'handshake'): Pr
 
 /**
  * Joins a and b: bytes flow both ways with backpressure, an end on one side half-closes the other, an error or a
- * premature close on either side destroys both (a clean close leaves the other side to flush). Resolves when both are done.
+ * premature close on either side destroys both (a clean close leaves the other side to flush). Resolves when both are
+ * done.
  */
 export function joinStreams(a: Duplex, b: Duplex): Promise<void> {
   const watch = (self: Duplex, other: Duplex): Promise<void> =>
@@ -56,7 +57,8 @@ export function joinStreams(a: Duplex, b: Duplex): Promise<void> {
       finished(self, (err) => {
         if (err) {
           self.destroy();
-          // A TCP peer learns of the failure as a reset (ECONNRESET), not as an end it could take for a complete answer.
+          // A TCP peer learns of the failure as a reset (ECONNRESET), not as an end it could take for a complete
+          // answer.
           const socket = other as Duplex & { resetAndDestroy?: () => void; connecting?: boolean };
           if (typeof socket.resetAndDestroy === 'function' && !socket.destroyed && !socket.connecting)
             socket.resetAndDestroy();

@@ -1,5 +1,6 @@
 // Tests of the Node preload (dist/preload.js) in real child processes against a local proxy and dialer: fetch, http,
-// https/tls, a pg-style net.Socket, dns.lookup (callback, promises, ESM import), errors, and the include/exclude filters.
+// https/tls, a pg-style net.Socket, dns.lookup (callback, promises, ESM import), errors, and the include/exclude
+// filters.
 import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createServer as createHttpsServer } from 'node:https';
@@ -114,8 +115,10 @@ describe('Node preload (local proxy, local dialer)', () => {
       await new Promise((resolve, reject) => http.get('http://echo.default:${http.port}/http', (res) => {
         let body = ''; res.on('data', (d) => body += d); res.on('end', () => { console.log(body); resolve(); });
       }).on('error', reject));
-      await new Promise((resolve, reject) => https.get({ host: 'secure.default', port: ${https.port}, path: '/tls', ca: process.env.TEST_CA }, (res) => {
-        let body = ''; res.on('data', (d) => body += d); res.on('end', () => { console.log(JSON.stringify({ tls: body })); resolve(); });
+      const tls = { host: 'secure.default', port: ${https.port}, path: '/tls', ca: process.env.TEST_CA };
+      await new Promise((resolve, reject) => https.get(tls, (res) => {
+        let body = ''; res.on('data', (d) => body += d);
+        res.on('end', () => { console.log(JSON.stringify({ tls: body })); resolve(); });
       }).on('error', reject));
     `;
     const result = await runNode(source, { ...envFor(), TEST_CA: https.ca });
@@ -144,12 +147,16 @@ describe('Node preload (local proxy, local dialer)', () => {
       let got = '';
       socket.on('data', (d) => { got += d; if (got.includes('after')) socket.end(); });
       let peer;
-      socket.on('connect', () => { peer = socket.remoteAddress + ':' + socket.remotePort; socket.write('PING after connect\\n'); });
+      socket.on('connect', () => {
+        peer = socket.remoteAddress + ':' + socket.remotePort;
+        socket.write('PING after connect\\n');
+      });
       socket.on('close', () => console.log(JSON.stringify({ got, peer })));
     `;
     const result = await runNode(source, envFor());
     expect(result.code).toBe(0);
-    // The peer the program sees is the one the dialer connected to (in a cluster: the service), not devop's loopback port.
+    // The peer the program sees is the one the dialer connected to (in a cluster: the service), not devop's loopback
+    // port.
     expect(JSON.parse(result.stdout)).toEqual({
       got: 'PING before connect\nPING after connect\n',
       peer: `127.0.0.1:${tcp.port}`,
@@ -162,7 +169,8 @@ describe('Node preload (local proxy, local dialer)', () => {
       import dns from 'node:dns';
       import { lookup } from 'node:dns';
       import { lookup as lookupP } from 'node:dns/promises';
-      const cb = await new Promise((resolve) => dns.lookup('echo.default', (err, address, family) => resolve({ err: err?.code, address, family })));
+      const cb = await new Promise((resolve) =>
+        dns.lookup('echo.default', (err, address, family) => resolve({ err: err?.code, address, family })));
       const named = await new Promise((resolve) => lookup('v6.default', { all: true }, (err, all) => resolve(all)));
       const v4only = await lookupP('v6.default', { family: 4 });
       console.log(JSON.stringify({ cb, named, v4only }));
@@ -186,8 +194,10 @@ describe('Node preload (local proxy, local dialer)', () => {
       const out = {};
       try { await fetch('http://nosuch.default:${http.port}/'); } catch (e) { out.fetch = e.cause?.code; }
       try { await lookup('nosuch.default'); } catch (e) { out.lookup = [e.code, e.syscall, e.hostname]; }
-      out.net = await new Promise((resolve) => net.connect(80, 'nosuch.default').on('error', (e) => resolve([e.code, e.syscall])));
-      out.refused = await new Promise((resolve) => net.connect(9, 'echo.default').on('error', (e) => resolve([e.code, e.syscall, e.message])));
+      const failure = (port, host, keys) =>
+        new Promise((resolve) => net.connect(port, host).on('error', (e) => resolve(keys.map((k) => e[k]))));
+      out.net = await failure(80, 'nosuch.default', ['code', 'syscall']);
+      out.refused = await failure(9, 'echo.default', ['code', 'syscall', 'message']);
       console.log(JSON.stringify(out));
     `;
     const result = await runNode(source, envFor());
@@ -205,7 +215,8 @@ describe('Node preload (local proxy, local dialer)', () => {
     const before = dialer.calls.length;
     const source = `
       import net from 'node:net';
-      const lookup = (host, opts, cb) => opts.all ? cb(null, [{ address: '127.0.0.1', family: 4 }]) : cb(null, '127.0.0.1', 4);
+      const lookup = (host, opts, cb) =>
+        opts.all ? cb(null, [{ address: '127.0.0.1', family: 4 }]) : cb(null, '127.0.0.1', 4);
       let remote;
       const socket = net.connect({ host: 'db.corp.test', port: ${tcp.port}, lookup }, () => {
         remote = socket.remoteAddress + ':' + socket.remotePort;
@@ -225,7 +236,8 @@ describe('Node preload (local proxy, local dialer)', () => {
     const before = dialer.calls.length;
     const source = `
       import net from 'node:net';
-      const lookup = (host, opts, cb) => opts.all ? cb(null, [{ address: '127.0.0.1', family: 4 }]) : cb(null, '127.0.0.1', 4);
+      const lookup = (host, opts, cb) =>
+        opts.all ? cb(null, [{ address: '127.0.0.1', family: 4 }]) : cb(null, '127.0.0.1', 4);
       const viaCluster = await fetch('http://echo.default:${http.port}/in').then((r) => r.json());
       const local = await new Promise((resolve) => {
         const s = net.connect({ host: 'elsewhere.test', port: ${tcp.port}, lookup }, () => s.end('x'));
@@ -245,7 +257,8 @@ describe('Node preload (local proxy, local dialer)', () => {
     const env = envFor({}, '--max-old-space-size=123');
     expect(env.NODE_OPTIONS).toMatch(/^--max-old-space-size=123 --import=file:\/\//);
     const result = await runNode(
-      `import v8 from 'node:v8'; const r = await fetch('http://echo.default:${http.port}/opts'); console.log(Math.round(v8.getHeapStatistics().heap_size_limit / 2 ** 20) <= 200, (await r.json()).url);`,
+      `import v8 from 'node:v8'; const r = await fetch('http://echo.default:${http.port}/opts'); ` +
+        `console.log(Math.round(v8.getHeapStatistics().heap_size_limit / 2 ** 20) <= 200, (await r.json()).url);`,
       env,
     );
     expect(result.code).toBe(0);

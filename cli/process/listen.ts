@@ -16,8 +16,8 @@ export function canConnect(port: number, host = '127.0.0.1'): Promise<boolean> {
 }
 
 /**
- * Resolves true once the port accepts a connection, false when the deadline passes or `stopped` resolves first (e.g. the
- * command exited).
+ * Resolves true once the port accepts a connection, false when the deadline passes or `stopped` resolves first (e.g.
+ * the command exited).
  */
 export async function waitForListen(
   port: number,

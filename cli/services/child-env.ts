@@ -53,7 +53,8 @@ export function filterRemoteEnv(
   exclude: readonly string[] = [],
 ): Record<string, string> {
   const out: Record<string, string> = {};
-  // A bare "*" includes everything ordinary; a local-only key needs a pattern that names it (e.g. KUBERNETES_SERVICE_*).
+  // A bare "*" includes everything ordinary; a local-only key needs a pattern that names it (e.g.
+  // KUBERNETES_SERVICE_*).
   const naming = include.filter((g) => g !== '*');
   for (const [key, value] of Object.entries(remote)) {
     if (include.length > 0 && !matchesAny(key, include)) continue;

@@ -1,4 +1,5 @@
-// Unit tests of clean's classification: which agent Jobs/pods, ephemeral agents and Leases are leftovers, and the lines.
+// Unit tests of clean's classification: which agent Jobs/pods, ephemeral agents and Leases are leftovers, and the
+// lines.
 import type { V1Job, V1Lease, V1Pod } from '@kubernetes/client-node';
 import { describe, expect, it } from 'vitest';
 import { classifyAgentJobs, classifyEphemeralAgents, classifyLeases, formatCleanReport } from './clean.js';
@@ -128,7 +129,8 @@ describe('formatCleanReport', () => {
       ],
     });
     expect(text).toBe(
-      'would remove job ns/j: r\nkept lease ns/l: held\ndevop clean --dry-run: 1 to remove (run without --dry-run to remove them)\n',
+      'would remove job ns/j: r\nkept lease ns/l: held\ndevop clean --dry-run: 1 to remove (run without --dry-run to ' +
+        'remove them)\n',
     );
     expect(formatCleanReport({ namespace: 'all', dryRun: false, items: [] })).toBe(
       "nothing of devop's found in any namespace\n",

@@ -23,7 +23,9 @@ export interface Leftover {
   name: string;
   /** Why it is a leftover, or why it is kept. */
   reason: string;
-  /** remove: devop deletes it; keep: in use, left alone; manual: cannot be deleted by devop (the fix says what to do). */
+  /**
+   * remove: devop deletes it; keep: in use, left alone; manual: cannot be deleted by devop (the fix says what to do).
+   */
   action: 'remove' | 'keep' | 'manual';
   fix?: string;
   /** After a real run: whether the removal worked (error text otherwise). */
@@ -53,8 +55,8 @@ function stuck(pod: V1Pod | undefined): string | undefined {
 
 /**
  * Classifies agent Jobs (with their pods) against the live pods. Pure: a Job is a leftover when it finished, its pod
- * cannot start, or the pod it serves is gone; a Job beside a live target is kept unless `force` (it may serve a session,
- * and exits by itself when idle).
+ * cannot start, or the pod it serves is gone; a Job beside a live target is kept unless `force` (it may serve a
+ * session, and exits by itself when idle).
  */
 export function classifyAgentJobs(
   jobs: V1Job[],
@@ -125,7 +127,9 @@ export function classifyAgentJobs(
   return out;
 }
 
-/** Ephemeral agent containers that still run: they cannot be removed from a pod; they end with their last session. Pure. */
+/**
+ * Ephemeral agent containers that still run: they cannot be removed from a pod; they end with their last session. Pure.
+ */
 export function classifyEphemeralAgents(pods: V1Pod[]): Leftover[] {
   const out: Leftover[] = [];
   for (const pod of pods) {
@@ -139,7 +143,9 @@ export function classifyEphemeralAgents(pods: V1Pod[]): Leftover[] {
         name: `${podName}/${status.name}`,
         reason: 'ephemeral agent container still running (Kubernetes cannot remove ephemeral containers)',
         action: 'manual',
-        fix: `it exits by itself once its sessions end (devop sends bye on exit); to end it now, restart the pod: kubectl delete pod -n ${ns} ${podName} (its controller recreates it)`,
+        fix:
+          `it exits by itself once its sessions end (devop sends bye on exit); to end it now, restart the pod: ` +
+          `kubectl delete pod -n ${ns} ${podName} (its controller recreates it)`,
       });
     }
   }

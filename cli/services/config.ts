@@ -42,7 +42,8 @@ export function validateConfigText(text: string, file: string): ConfigValidation
     return {
       file,
       problems: [
-        `${file}: not valid JSON (${jsonErrorWhere(text, err as Error)}) — accepted: strict JSON (no comments, no trailing commas)`,
+        `${file}: not valid JSON (${jsonErrorWhere(text, err as Error)}) — accepted: strict JSON (no comments, no ` +
+          `trailing commas)`,
       ],
     };
   }

@@ -1,5 +1,6 @@
 // `devop doctor`: checks what a session needs from the cluster — kubeconfig, API, RBAC, agent image, node runtime, Pod
-// Security admission — and says, for each problem, how to fix it. Checks are independent: one failure does not hide others.
+// Security admission — and says, for each problem, how to fix it. Checks are independent: one failure does not hide
+// others.
 import { CoreV1Api, VersionApi, type KubeConfig, type V1Namespace } from '@kubernetes/client-node';
 import { AGENT_CONTAINER_NAME, AGENT_LABELS } from '../../shared/agent-contract.js';
 import { isUserError } from '../../shared/errors.js';
@@ -82,8 +83,13 @@ export function podSecurityCheck(ns: V1Namespace | undefined, namespace: string)
       id: 'pod-security',
       title,
       status: 'fail',
-      detail: `pod-security.kubernetes.io/enforce=${enforce} rejects the agent (it needs hostPID and the NET_ADMIN, NET_RAW, SYS_ADMIN, SYS_PTRACE capabilities)`,
-      fix: `run the agent in a privileged namespace (--agent-namespace NS, where NS has enforce=privileged or no label), or ask an admin: kubectl label ns ${namespace} pod-security.kubernetes.io/enforce=privileged --overwrite`,
+      detail:
+        `pod-security.kubernetes.io/enforce=${enforce} rejects the agent (it needs hostPID and the NET_ADMIN, ` +
+        `NET_RAW, SYS_ADMIN, SYS_PTRACE capabilities)`,
+      fix:
+        `run the agent in a privileged namespace (--agent-namespace NS, where NS has enforce=privileged or no ` +
+        `label), or ask an admin: kubectl label ns ${namespace} pod-security.kubernetes.io/enforce=privileged ` +
+        `--overwrite`,
     };
   }
   const warn = labels['pod-security.kubernetes.io/warn'];
@@ -172,12 +178,15 @@ async function rbacChecks(kc: KubeConfig, namespace: string, agentNamespace: str
         status: 'ok',
         detail: `allowed (to ${n.why})`,
       };
+    const { resource, subresource, group: apiGroup, namespace } = n.check;
+    const fullResource = subresource ? `${resource}/${subresource}` : resource;
+    const group = apiGroup ? ` (apiGroup ${apiGroup})` : '';
     return {
       id: `rbac:${describeCheck(n.check)}`,
       title: `RBAC ${what}`,
       status: n.optional ? 'warn' : 'fail',
       detail: `${user} may not ${describeCheck(n.check)} in namespace ${n.check.namespace} (needed to ${n.why})`,
-      fix: `ask a cluster admin for a Role granting "${n.check.verb}" on "${n.check.subresource ? `${n.check.resource}/${n.check.subresource}` : n.check.resource}"${n.check.group ? ` (apiGroup ${n.check.group})` : ''} in ${n.check.namespace}`,
+      fix: `ask a cluster admin for a Role granting "${n.check.verb}" on "${fullResource}"${group} in ${namespace}`,
     };
   });
 }
@@ -204,8 +213,11 @@ async function imageCheck(kc: KubeConfig, image: string, agentNamespace: string)
         title,
         status: 'fail',
         detail:
-          `agent pod ${failed.pod}: ${failed.s.state?.waiting?.reason}: ${failed.s.state?.waiting?.message ?? ''}`.trim(),
-        fix: 'mirror the image to a registry the nodes can reach and pass --agent-image (or agent.image in devop.json); add imagePullSecrets if it is private',
+          `agent pod ${failed.pod}: ${failed.s.state?.waiting?.reason}: ` +
+          `${failed.s.state?.waiting?.message ?? ''}`.trim(),
+        fix:
+          'mirror the image to a registry the nodes can reach and pass --agent-image (or agent.image in ' +
+          'devop.json); add imagePullSecrets if it is private',
       };
     }
   } catch {
@@ -288,7 +300,9 @@ export async function runDoctor(options: DoctorOptions): Promise<DoctorReport> {
       id: 'kubeconfig',
       title: 'kubeconfig',
       status: 'ok',
-      detail: `${files.join(', ')}, context ${context}, user ${kc.getCurrentUser()?.name ?? '?'}, namespace ${namespace}`,
+      detail:
+        `${files.join(', ')}, context ${context}, user ${kc.getCurrentUser()?.name ?? '?'}, namespace ` +
+        `${namespace}`,
     },
   ];
   const api = await apiCheck(kc);

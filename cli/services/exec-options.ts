@@ -1,5 +1,5 @@
-// `devop exec` options: the flags merged over devop.json (flags win) into the one options object the exec service takes.
-// Pure, so the precedence rules are unit-tested.
+// `devop exec` options: the flags merged over devop.json (flags win) into the one options object the exec service
+// takes. Pure, so the precedence rules are unit-tested.
 import type { ExecOptionName, FlagValues } from '../config/options.js';
 import type { DevopConfig } from '../config/types.js';
 import { UserError } from '../../shared/errors.js';

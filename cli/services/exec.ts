@@ -139,7 +139,9 @@ export async function runExec(options: ExecServiceOptions, reporter: Reporter): 
         reporter.emit({
           type: 'log',
           level: 'warn',
-          message: `127.0.0.1:${port} already accepts connections before the local command started: that process will get the traffic (map another local port with -p REMOTE:LOCAL)`,
+          message:
+            `127.0.0.1:${port} already accepts connections before the local command started: that process ` +
+            `will get the traffic (map another local port with -p REMOTE:LOCAL)`,
         });
     }
 
@@ -243,8 +245,12 @@ async function startTraffic(
       reporter.emit({
         type: 'error',
         step: 'listen',
-        message: `the local command does not listen on 127.0.0.1:${missing.map((p) => p.local).join(', 127.0.0.1:')} after ${ms / 1000} s: the pod keeps serving port ${missing.map((p) => p.remote).join(', ')}`,
-        hint: 'make the command listen on that port on 127.0.0.1 (or 0.0.0.0), or map it with -p REMOTE:LOCAL; devop keeps waiting',
+        message:
+          `the local command does not listen on 127.0.0.1:${missing.map((p) => p.local).join(', 127.0.0.1:')} ` +
+          `after ${ms / 1000} s: the pod keeps serving port ${missing.map((p) => p.remote).join(', ')}`,
+        hint:
+          'make the command listen on that port on 127.0.0.1 (or 0.0.0.0), or map it with -p REMOTE:LOCAL; devop ' +
+          'keeps waiting',
       });
       // Keep waiting in the background: a slow build may still bring the listener up.
       const late = await Promise.all(
@@ -321,7 +327,8 @@ class TrafficControl {
       const fix =
         answer.hint ?? 'use --http-header-filter to share the port, --mirror, or wait until the other session ends';
       throw new UserError(
-        `port ${port} of pod ${this.info.pod} cannot be ${this.mode === 'steal' ? 'stolen' : 'mirrored'}: ${answer.reason}${holder}`,
+        `port ${port} of pod ${this.info.pod} cannot be ${this.mode === 'steal' ? 'stolen' : 'mirrored'}: ` +
+          `${answer.reason}${holder}`,
         fix,
       );
     }

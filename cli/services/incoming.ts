@@ -1,5 +1,5 @@
-// Incoming streams (a stolen or mirrored connection, or one filtered HTTP request, opened by the agent) are connected to
-// 127.0.0.1:<local port>; for mirror, the local command's answers are read and dropped (the pod answers the client).
+// Incoming streams (a stolen or mirrored connection, or one filtered HTTP request, opened by the agent) are connected
+// to 127.0.0.1:<local port>; for mirror, the local command's answers are read and dropped (the pod answers the client).
 import { connect, type Socket } from 'node:net';
 import type { MuxStream } from '../../shared/mux.js';
 import { spliceSocket } from '../../shared/splice.js';

@@ -128,7 +128,8 @@ export function initVscode(options: VscodeInitOptions): VscodeInitResult {
   const inspected = withInspect(localCommand, options.inspectPort);
   if (!inspected.inspected)
     notes.push(
-      `the local command does not start with node: give it --inspect=${options.inspectPort} yourself so "devop: attach" can attach`,
+      `the local command does not start with node: give it --inspect=${options.inspectPort} yourself so "devop: ` +
+        `attach" can attach`,
     );
   const task = buildExecTask(options, inspected.command);
   const stop = buildStopTask(options.taskLabel);

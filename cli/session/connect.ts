@@ -35,8 +35,8 @@ export const SESSION_DEFAULTS = {
   agentTtlSeconds: OPTIONS.agentTtl.default,
   startupTimeoutMs: OPTIONS.startupTimeout.default * 1000,
   /**
-   * The agent exits this long after its last session ends: short, so nothing keeps running in the cluster, yet long enough
-   * for a quick re-run to reuse it (the second session skips the agent start-up).
+   * The agent exits this long after its last session ends: short, so nothing keeps running in the cluster, yet long
+   * enough for a quick re-run to reuse it (the second session skips the agent start-up).
    */
   agentIdleSeconds: 10,
 } as const;
@@ -210,7 +210,8 @@ export async function connectSession(options: SessionOptions, reporter: Reporter
           return resolved.value;
         },
         (t) =>
-          `pod ${t!.podName} (${t!.podReason}), container ${t!.container.name} (${t!.containerReason}), node ${t!.nodeName}`,
+          `pod ${t!.podName} (${t!.podReason}), container ${t!.container.name} (${t!.containerReason}), node ` +
+          `${t!.nodeName}`,
       );
 
   const { agent, mux, hello } = await step(
@@ -233,7 +234,9 @@ export async function connectSession(options: SessionOptions, reporter: Reporter
             reporter.emit({
               type: 'log',
               level: 'debug',
-              message: `agent ${existing.name} did not accept the session (${(err as Error).message}); starting a new one`,
+              message:
+                `agent ${existing.name} did not accept the session (${(err as Error).message}); starting a ` +
+                `new one`,
             });
           }
         }
@@ -251,7 +254,9 @@ export async function connectSession(options: SessionOptions, reporter: Reporter
       return { agent: created, ...link };
     },
     (v) =>
-      `${v.agent.reused ? 'reused' : 'started'} ${v.agent.mode === 'ephemeral' ? 'ephemeral container' : 'Job'} ${v.agent.name} (agent ${v.hello.agentVersion}), tunnel to ${v.agent.mode === 'job' && target ? target.podName : v.agent.agentPod}:${v.agent.port}`,
+      `${v.agent.reused ? 'reused' : 'started'} ${v.agent.mode === 'ephemeral' ? 'ephemeral container' : 'Job'} ` +
+      `${v.agent.name} (agent ${v.hello.agentVersion}), tunnel to ` +
+      `${v.agent.mode === 'job' && target ? target.podName : v.agent.agentPod}:${v.agent.port}`,
   );
 
   const pinger = startPinger(mux, reporter);
@@ -368,8 +373,10 @@ export async function connectAgent(
     }
   }
   throw new UserError(
-    `the agent ${agent.name} did not accept the tunnel to ${where.pod}:${agent.port} in time (${lastError instanceof Error ? lastError.message : String(lastError)})`,
-    `check the agent's logs (kubectl logs -n ${agent.agentNamespace} ${agent.agentPod}${agent.mode === 'ephemeral' ? ` -c ${agent.agentContainer}` : ''}) or raise --startup-timeout`,
+    `the agent ${agent.name} did not accept the tunnel to ${where.pod}:${agent.port} in time ` +
+      `(${lastError instanceof Error ? lastError.message : String(lastError)})`,
+    `check the agent's logs (kubectl logs -n ${agent.agentNamespace} ` +
+      `${agent.agentPod}${agent.mode === 'ephemeral' ? ` -c ${agent.agentContainer}` : ''}) or raise --startup-timeout`,
   );
 }
 

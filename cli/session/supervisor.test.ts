@@ -1,5 +1,6 @@
-// Unit tests of the supervisor's parts: backoff, pod fate, and the SessionMux over real loopback sockets to fake agents —
-// merged answers across tunnels, the steal-lock gate, replay of subscriptions on a (re)attached tunnel, pod-named events.
+// Unit tests of the supervisor's parts: backoff, pod fate, and the SessionMux over real loopback sockets to fake agents
+// — merged answers across tunnels, the steal-lock gate, replay of subscriptions on a (re)attached tunnel, pod-named
+// events.
 import { createServer, connect, type Server } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createAgentMux, createClientMux, type AgentMux } from '../../shared/mux.js';
@@ -81,7 +82,9 @@ function recorder(): Reporter & { events: ReportEvent[] } {
   return { events, emit: (e) => events.push(e), capturesChildOutput: false, close: async () => undefined };
 }
 
-/** Sends a request through the SessionMux and waits for the one answer with its id (as agentRequest in tunnel.ts does). */
+/**
+ * Sends a request through the SessionMux and waits for the one answer with its id (as agentRequest in tunnel.ts does).
+ */
 function request(
   mux: SessionMux,
   msg: Extract<ClientMessage, { type: 'subscribe' | 'unsubscribe' }>,

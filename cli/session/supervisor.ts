@@ -44,8 +44,9 @@ export const RECONNECT_GIVE_UP_MS = 120_000;
 /** How long a reconnect keeps asking the same agent to resume the session before it accepts a fresh one. */
 const RESUME_RETRY_MS = 5000;
 /**
- * How long one reconnect attempt keeps retrying refused dials. Short, so a dead agent is noticed soon (its pod status is
- * checked between attempts); a slow API server is not cut short: each attempt completes its port-forward and handshake.
+ * How long one reconnect attempt keeps retrying refused dials. Short, so a dead agent is noticed soon (its pod status
+ * is checked between attempts); a slow API server is not cut short: each attempt completes its port-forward and
+ * handshake.
  */
 const ATTEMPT_MS = 1000;
 
@@ -122,7 +123,9 @@ class Supervisor {
         onLost: (port, holder) =>
           this.reporter.emit({
             type: 'error',
-            message: `lost the steal lock of port ${port} to ${holder.user}@${holder.host} (devop could not renew it in time)`,
+            message:
+              `lost the steal lock of port ${port} to ${holder.user}@${holder.host} (devop could not renew it ` +
+              `in time)`,
             hint: 'run devop again once the other session ends',
           }),
         onRenewError: (port, err) =>
@@ -205,7 +208,8 @@ class Supervisor {
       this.reporter.emit({
         type: 'log',
         level: 'warn',
-        message: `no cluster-wide steal lock for port ${msg.port} (${message(err)}); only this agent's own lock applies`,
+        message:
+          `no cluster-wide steal lock for port ${msg.port} (${message(err)}); only this agent's own lock ` + `applies`,
       });
       return undefined;
     }
@@ -241,7 +245,9 @@ class Supervisor {
     this.reporter.emit({
       type: 'log',
       level: 'warn',
-      message: `tunnel to pod ${member.link.pod} lost${err ? ` (${err.message})` : ''}: reconnecting… (the pod serves its own traffic meanwhile)`,
+      message:
+        `tunnel to pod ${member.link.pod} lost${err ? ` (${err.message})` : ''}: reconnecting… (the pod ` +
+        `serves its own traffic meanwhile)`,
     });
     void this.reconnect(member).catch((e: unknown) => this.giveUp(member, e));
   }
@@ -280,7 +286,9 @@ class Supervisor {
             this.reporter.emit({
               type: 'log',
               level: 'info',
-              message: `pod ${member.link.pod}: ${found ? `using agent ${found.name}` : `started a new agent ${member.agent.name}`}`,
+              message:
+                `pod ${member.link.pod}: ` +
+                `${found ? `using agent ${found.name}` : `started a new agent ${member.agent.name}`}`,
             });
             failures = 0;
           }
@@ -313,7 +321,9 @@ class Supervisor {
         this.reporter.emit({
           type: 'log',
           level: 'info',
-          message: `reconnected to pod ${member.link.pod} after ${((Date.now() - started) / 1000).toFixed(1)} s (${resumed ? 'session resumed' : `new session, ${subs} subscription${subs === 1 ? '' : 's'} restored`})`,
+          message:
+            `reconnected to pod ${member.link.pod} after ${((Date.now() - started) / 1000).toFixed(1)} s ` +
+            `(${resumed ? 'session resumed' : `new session, ${subs} subscription${subs === 1 ? '' : 's'} restored`})`,
         });
         return;
       } catch (err) {
@@ -360,7 +370,10 @@ class Supervisor {
       : createJobAgent(this.first.kc, target, this.agentOptions);
   }
 
-  /** The member's pod went away: with --all-pods it is dropped (the watch joins new pods); else devop follows the target. */
+  /**
+   * The member's pod went away: with --all-pods it is dropped (the watch joins new pods); else devop follows the
+   * target.
+   */
   private async podGone(member: Member): Promise<void> {
     member.state = 'gone';
     this.members.delete(member);
@@ -398,7 +411,9 @@ class Supervisor {
           this.reporter.emit({
             type: 'log',
             level: 'info',
-            message: `following ${target}: now pod ${member.link.pod} (agent ${member.agent.name}${member.agent.reused ? ', reused' : ''})`,
+            message:
+              `following ${target}: now pod ${member.link.pod} (agent ` +
+              `${member.agent.name}${member.agent.reused ? ', reused' : ''})`,
           });
           for (const listener of this.retargeted)
             listener({ target: member.target, agent: member.agent, agentVersion: member.agentVersion });
@@ -469,8 +484,8 @@ class Supervisor {
   }
 
   /**
-   * Watches the pods: a member whose pod is deleted or replaced is cut (its tunnel would otherwise outlive the pod), and
-   * with --all-pods every Ready pod that is not a member yet is joined.
+   * Watches the pods: a member whose pod is deleted or replaced is cut (its tunnel would otherwise outlive the pod),
+   * and with --all-pods every Ready pod that is not a member yet is joined.
    */
   private watchPods(
     query: { namespace: string; labelSelector?: string; fieldSelector?: string },
@@ -506,7 +521,9 @@ class Supervisor {
         this.reporter.emit({
           type: 'log',
           level: 'warn',
-          message: `stopped watching the target's pods: ${message(err)} (devop still reconnects, but will not notice new pods)`,
+          message:
+            `stopped watching the target's pods: ${message(err)} (devop still reconnects, but will not notice ` +
+            `new pods)`,
         });
     });
   }

@@ -3,7 +3,9 @@
 import type { AgentMessage } from '../../shared/protocol.js';
 import type { SessionTunnel } from './tunnel.js';
 
-/** A ping every second; a tunnel with no message for 5 s is stalled (the agent answers pings at once, even under load). */
+/**
+ * A ping every second; a tunnel with no message for 5 s is stalled (the agent answers pings at once, even under load).
+ */
 export const LIVENESS_PING_MS = 1000;
 export const STALL_TIMEOUT_MS = 5000;
 /** Ping ids from here up are ours (session.ts's own pinger counts from 1). */

@@ -1,4 +1,5 @@
-// The Ink reporter: renders the TUI on an interactive terminal and receives the local command's output into its own pane.
+// The Ink reporter: renders the TUI on an interactive terminal and receives the local command's output into its own
+// pane.
 import { render, type Instance } from 'ink';
 import type { Reporter, ReportEvent, SessionControls } from '../reporter.js';
 import { App } from './components/App.js';
@@ -55,7 +56,9 @@ export class InkReporter implements Reporter {
     process.kill(process.pid, 'SIGINT');
   }
 
-  /** Mounted on the first event rather than at construction, so a reporter that is never used leaves the terminal alone. */
+  /**
+   * Mounted on the first event rather than at construction, so a reporter that is never used leaves the terminal alone.
+   */
   private mount(): void {
     if (this.instance) return;
     const { stdout, stderr, stdin, verbose } = this.options;

@@ -312,9 +312,16 @@ function flushPartial(state: ViewState): ViewState {
 }
 
 // The child's output is drawn inside the layout, so its cursor movements and colours must not reach the terminal.
-// eslint-disable-next-line no-control-regex
-const CONTROL_SEQUENCE =
-  /\u001b\[[0-?]*[ -/]*[@-~]|\u001b\][^\u0007\u001b]*(?:\u0007|\u001b\\)|\u001b[@-Z\\-_]|[\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f]/g;
+// CSI sequences, OSC strings (ended by BEL or ST), two-character escapes, and the other C0 controls and DEL.
+const CONTROL_SEQUENCE = new RegExp(
+  [
+    /\u001b\[[0-?]*[ -/]*[@-~]/.source,
+    /\u001b\][^\u0007\u001b]*(?:\u0007|\u001b\\)/.source,
+    /\u001b[@-Z\\-_]/.source,
+    /[\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f]/.source,
+  ].join('|'),
+  'g',
+);
 
 export function stripControl(text: string): string {
   return text.replace(CONTROL_SEQUENCE, '');

@@ -45,8 +45,8 @@ describe.runIf(run)('agent: faults', () => {
   /** Time from now until the pod's own app answers on the pod IP again. */
   async function timeUntilPodAnswers(): Promise<number> {
     const start = Date.now();
-    // Each attempt is a fresh connection with a short timeout, as a retrying client's would be: a connection caught in the
-    // middle of the agent's shutdown must not hide that the next one works.
+    // Each attempt is a fresh connection with a short timeout, as a retrying client's would be: a connection caught in
+    // the middle of the agent's shutdown must not hide that the next one works.
     await waitFor(
       async () => (await httpGet(client, '/back', { timeoutMs: 1000 })).body === 'pod: GET /back',
       'the pod to answer again',
@@ -84,29 +84,37 @@ describe.runIf(run)('agent: faults', () => {
       .filter((c) => c.includes(`DEVOP-${agentId}`) || c.startsWith('nft '));
   }
 
-  test('kill -9 of the agent (owned nft table): the kernel drops the table; the pod answers within 2 s, no rule is left', async () => {
-    const { agent } = await stealingAgent();
-    // Given the rules in the agent's owned table, and no guard process (the kernel is the guard)
-    expect(await rules()).toContain(`table ip devop_${agent.agentId} {`);
-    expect(await net.iptablesSave()).not.toContain('DEVOP');
-    expect((await agentHelpers(agent.agentId)).some((c) => c.includes('DEVOP-'))).toBe(false);
-    process.kill(agent.innerPid, 'SIGKILL');
-    expect(await timeUntilPodAnswers()).toBeLessThan(RECOVERY_MS);
-    await rulesGone('the owned table to go with the agent');
-    await exited(agent.pid); // the job-mode parent follows its child
-    await waitFor(async () => (await agentHelpers(agent.agentId)).length === 0, "the agent's nft to exit");
-  });
+  test(
+    'kill -9 of the agent (owned nft table): the kernel drops the table; the pod answers within 2 s, no rule is ' +
+      'left',
+    async () => {
+      const { agent } = await stealingAgent();
+      // Given the rules in the agent's owned table, and no guard process (the kernel is the guard)
+      expect(await rules()).toContain(`table ip devop_${agent.agentId} {`);
+      expect(await net.iptablesSave()).not.toContain('DEVOP');
+      expect((await agentHelpers(agent.agentId)).some((c) => c.includes('DEVOP-'))).toBe(false);
+      process.kill(agent.innerPid, 'SIGKILL');
+      expect(await timeUntilPodAnswers()).toBeLessThan(RECOVERY_MS);
+      await rulesGone('the owned table to go with the agent');
+      await exited(agent.pid); // the job-mode parent follows its child
+      await waitFor(async () => (await agentHelpers(agent.agentId)).length === 0, "the agent's nft to exit");
+    },
+  );
 
-  test("the agent's whole container is killed (cgroup.kill, as the runtime does): the pod answers within 2 s, no rule is left", async () => {
-    const cgroup = net.agentCgroup();
-    const { agent } = await stealingAgent({}, { cgroup });
-    expect(await rules()).toContain(`table ip devop_${agent.agentId} {`);
-    // When every process of the agent's cgroup gets SIGKILL at once (agent, its job-mode parent, its nft)
-    writeFileSync(join(cgroup, 'cgroup.kill'), '1');
-    expect(await timeUntilPodAnswers()).toBeLessThan(RECOVERY_MS);
-    await rulesGone('the owned table to go with the container');
-    await exited(agent.pid);
-  });
+  test(
+    "the agent's whole container is killed (cgroup.kill, as the runtime does): the pod answers within 2 s, no " +
+      'rule is left',
+    async () => {
+      const cgroup = net.agentCgroup();
+      const { agent } = await stealingAgent({}, { cgroup });
+      expect(await rules()).toContain(`table ip devop_${agent.agentId} {`);
+      // When every process of the agent's cgroup gets SIGKILL at once (agent, its job-mode parent, its nft)
+      writeFileSync(join(cgroup, 'cgroup.kill'), '1');
+      expect(await timeUntilPodAnswers()).toBeLessThan(RECOVERY_MS);
+      await rulesGone('the owned table to go with the container');
+      await exited(agent.pid);
+    },
+  );
 
   test('kill -9 of the agent with the iptables fallback: its guard removes the chain; the pod answers within 2 s', async () => {
     const { agent } = await stealingAgent({ DEVOP_AGENT_IPTABLES: 'nft' });
@@ -127,73 +135,88 @@ describe.runIf(run)('agent: faults', () => {
   });
 
   for (const backend of ['auto', 'nft'] as const) {
-    test(`SIGTERM ends the agent cleanly (DEVOP_AGENT_IPTABLES=${backend}): exit code 0, no rule, no nft or guard left`, async () => {
-      const { agent } = await stealingAgent({ DEVOP_AGENT_IPTABLES: backend });
-      expect(await rules()).toContain(backend === 'auto' ? `devop_${agent.agentId}` : `DEVOP-${agent.agentId}`);
-      const code = new Promise<number | null>((r) => agent.child.once('exit', (c) => r(c)));
-      process.kill(agent.pid, 'SIGTERM');
-      expect(await code).toBe(0);
-      expect(await net.devopRules()).toEqual([]);
-      expect((await httpGet(client, '/after-term')).body).toBe('pod: GET /after-term');
-      await waitFor(async () => (await agentHelpers(agent.agentId)).length === 0, "the agent's nft or guard to exit");
-    });
+    test(
+      `SIGTERM ends the agent cleanly (DEVOP_AGENT_IPTABLES=${backend}): exit code 0, no rule, no nft or guard ` +
+        `left`,
+      async () => {
+        const { agent } = await stealingAgent({ DEVOP_AGENT_IPTABLES: backend });
+        expect(await rules()).toContain(backend === 'auto' ? `devop_${agent.agentId}` : `DEVOP-${agent.agentId}`);
+        const code = new Promise<number | null>((r) => agent.child.once('exit', (c) => r(c)));
+        process.kill(agent.pid, 'SIGTERM');
+        expect(await code).toBe(0);
+        expect(await net.devopRules()).toEqual([]);
+        expect((await httpGet(client, '/after-term')).body).toBe('pod: GET /after-term');
+        await waitFor(async () => (await agentHelpers(agent.agentId)).length === 0, "the agent's nft or guard to exit");
+      },
+    );
   }
 
-  test('without a usable nft, a pod whose rules are iptables-legacy gets legacy rules, and its guard cleans them up after kill -9', async () => {
-    // Given an nft that fails (as one too old for owned tables would) and a pod netns with a legacy rule (a legacy-only CNI)
-    const fakeBin = mkdtempSync(join(tmpdir(), 'devop-nonft-'));
-    writeFileSync(join(fakeBin, 'nft'), '#!/bin/sh\necho "Error: unknown flag owner" >&2\nexit 1\n', { mode: 0o755 });
-    const marker = ['-t', 'nat', '-A', 'OUTPUT', '-p', 'tcp', '-d', '127.0.0.3', '--dport', '9', '-j', 'RETURN'].join(
-      ' ',
-    );
-    await sh(`ip netns exec ${net.podNs} iptables-legacy ${marker}`);
-    try {
-      const { agent } = await stealingAgent({ PATH: `${fakeBin}:${process.env.PATH ?? ''}` });
-      expect(agent.lines.some((l) => l.includes('no owned nft table'))).toBe(true);
-      const legacy = await sh(`ip netns exec ${net.podNs} iptables-legacy-save -t nat`);
-      const nft = await sh(`ip netns exec ${net.podNs} iptables-nft-save -t nat`);
-      expect(legacy).toContain(`-A PREROUTING -p tcp -m comment --comment devop -j DEVOP-${agent.agentId}`);
-      expect(nft).not.toContain('DEVOP');
-      expect(await rules()).not.toContain('devop_');
-      process.kill(agent.innerPid, 'SIGKILL');
-      expect(await timeUntilPodAnswers()).toBeLessThan(RECOVERY_MS);
-      await rulesGone('the guard to remove the legacy chain');
-      await exited(agent.pid);
-    } finally {
-      await sh(`ip netns exec ${net.podNs} iptables-legacy ${marker.replace('-A', '-D')}`);
-      rmSync(fakeBin, { recursive: true, force: true });
-    }
-  });
-
-  test('DEVOP_AGENT_IPTABLES=nft-owned without a usable nft: a steal is refused with the reason, nothing is installed', async () => {
-    const fakeBin = mkdtempSync(join(tmpdir(), 'devop-nonft-'));
-    writeFileSync(join(fakeBin, 'nft'), '#!/bin/sh\necho "Error: unknown flag owner"\nexit 1\n', { mode: 0o755 });
-    try {
-      const agent = await net.startAgent({
-        DEVOP_AGENT_IPTABLES: 'nft-owned',
-        PATH: `${fakeBin}:${process.env.PATH ?? ''}`,
-      });
-      const control = await net.relay(net.podNs, '127.0.0.1', agent.port);
-      const session = await connectSession(control, { local });
-      const refused = await session.subscribe(3000, 'steal');
-      expect(refused).toMatchObject({ type: 'refused' });
-      expect((refused as { reason: string }).reason).toMatch(
-        /cannot install the redirect rule for port 3000: the nft process ended/,
+  test(
+    'without a usable nft, a pod whose rules are iptables-legacy gets legacy rules, and its guard cleans them up ' +
+      'after kill -9',
+    async () => {
+      // Given an nft that fails (as one too old for owned tables would) and a pod netns with a legacy rule (a
+      // legacy-only CNI)
+      const fakeBin = mkdtempSync(join(tmpdir(), 'devop-nonft-'));
+      writeFileSync(join(fakeBin, 'nft'), '#!/bin/sh\necho "Error: unknown flag owner" >&2\nexit 1\n', { mode: 0o755 });
+      const marker = ['-t', 'nat', '-A', 'OUTPUT', '-p', 'tcp', '-d', '127.0.0.3', '--dport', '9', '-j', 'RETURN'].join(
+        ' ',
       );
-      expect(await net.devopRules()).toEqual([]);
-      expect((await httpGet(client, '/not-stolen')).body).toBe('pod: GET /not-stolen');
-      session.mux.close('done');
-      process.kill(agent.pid, 'SIGTERM');
-      await exited(agent.pid);
-    } finally {
-      rmSync(fakeBin, { recursive: true, force: true });
-    }
-  });
+      await sh(`ip netns exec ${net.podNs} iptables-legacy ${marker}`);
+      try {
+        const { agent } = await stealingAgent({ PATH: `${fakeBin}:${process.env.PATH ?? ''}` });
+        expect(agent.lines.some((l) => l.includes('no owned nft table'))).toBe(true);
+        const legacy = await sh(`ip netns exec ${net.podNs} iptables-legacy-save -t nat`);
+        const nft = await sh(`ip netns exec ${net.podNs} iptables-nft-save -t nat`);
+        expect(legacy).toContain(`-A PREROUTING -p tcp -m comment --comment devop -j DEVOP-${agent.agentId}`);
+        expect(nft).not.toContain('DEVOP');
+        expect(await rules()).not.toContain('devop_');
+        process.kill(agent.innerPid, 'SIGKILL');
+        expect(await timeUntilPodAnswers()).toBeLessThan(RECOVERY_MS);
+        await rulesGone('the guard to remove the legacy chain');
+        await exited(agent.pid);
+      } finally {
+        await sh(`ip netns exec ${net.podNs} iptables-legacy ${marker.replace('-A', '-D')}`);
+        rmSync(fakeBin, { recursive: true, force: true });
+      }
+    },
+  );
+
+  test(
+    'DEVOP_AGENT_IPTABLES=nft-owned without a usable nft: a steal is refused with the reason, nothing is ' +
+      'installed',
+    async () => {
+      const fakeBin = mkdtempSync(join(tmpdir(), 'devop-nonft-'));
+      writeFileSync(join(fakeBin, 'nft'), '#!/bin/sh\necho "Error: unknown flag owner"\nexit 1\n', { mode: 0o755 });
+      try {
+        const agent = await net.startAgent({
+          DEVOP_AGENT_IPTABLES: 'nft-owned',
+          PATH: `${fakeBin}:${process.env.PATH ?? ''}`,
+        });
+        const control = await net.relay(net.podNs, '127.0.0.1', agent.port);
+        const session = await connectSession(control, { local });
+        const refused = await session.subscribe(3000, 'steal');
+        expect(refused).toMatchObject({ type: 'refused' });
+        expect((refused as { reason: string }).reason).toMatch(
+          /cannot install the redirect rule for port 3000: the nft process ended/,
+        );
+        expect(await net.devopRules()).toEqual([]);
+        expect((await httpGet(client, '/not-stolen')).body).toBe('pod: GET /not-stolen');
+        session.mux.close('done');
+        process.kill(agent.pid, 'SIGTERM');
+        await exited(agent.pid);
+      } finally {
+        rmSync(fakeBin, { recursive: true, force: true });
+      }
+    },
+  );
 
   test('a new agent removes stale DEVOP chains whose agent is gone', async () => {
     // Given a chain and jump left behind by an agent that died with its guard
     await sh(
-      `ip netns exec ${net.podNs} sh -c 'iptables-nft -t nat -N DEVOP-stale1 && iptables-nft -t nat -A DEVOP-stale1 -p tcp --dport 3000 -j REDIRECT --to-ports 9 && iptables-nft -t nat -I PREROUTING 1 -p tcp -m comment --comment devop -j DEVOP-stale1'`,
+      `ip netns exec ${net.podNs} sh -c 'iptables-nft -t nat -N DEVOP-stale1 && iptables-nft -t nat -A DEVOP-stale1 ` +
+        `-p tcp --dport 3000 -j REDIRECT --to-ports 9 && iptables-nft -t nat -I PREROUTING 1 -p tcp -m comment ` +
+        `--comment devop -j DEVOP-stale1'`,
     );
     await expect(httpGet(client, '/broken')).rejects.toThrow();
     // When a new agent starts
@@ -206,30 +229,34 @@ describe.runIf(run)('agent: faults', () => {
     await exited(agent.pid);
   });
 
-  test('a dropped session: its traffic goes to the pod meanwhile, a resume takes the steal back, bye releases the port', async () => {
-    const agent = await net.startAgent({ DEVOP_AGENT_RESUME_GRACE_SECONDS: '60' });
-    const control = await net.relay(net.podNs, '127.0.0.1', agent.port);
-    const first = await connectSession(control, { local });
-    expect((await first.subscribe(3000, 'steal')).type).toBe('subscribed');
-    expect((await httpGet(client, '/s1')).body).toBe('local: GET /s1');
-    // When the tunnel drops without a goodbye
-    first.socket.destroy();
-    // Then the pod answers meanwhile (the rule stays, the agent forwards)
-    expect(await timeUntilPodAnswers()).toBeLessThan(RECOVERY_MS);
-    expect(await rules()).toContain(`devop_${agent.agentId}`);
-    // When the CLI reconnects with the session id
-    const again = await connectSession(control, { local, resumeSessionId: first.sessionId });
-    expect(again.sessionId).toBe(first.sessionId);
-    // Then stealing resumes without a new subscribe
-    expect((await httpGet(client, '/s2')).body).toBe('local: GET /s2');
-    // When the session says bye, its rule goes
-    again.send({ type: 'bye', reason: 'done' });
-    await again.closed;
-    await waitFor(async () => !(await rules()).includes('dport 3000'), 'the redirect rule to go');
-    expect((await httpGet(client, '/s3')).body).toBe('pod: GET /s3');
-    process.kill(agent.pid, 'SIGTERM');
-    await exited(agent.pid);
-  });
+  test(
+    'a dropped session: its traffic goes to the pod meanwhile, a resume takes the steal back, bye releases the ' +
+      'port',
+    async () => {
+      const agent = await net.startAgent({ DEVOP_AGENT_RESUME_GRACE_SECONDS: '60' });
+      const control = await net.relay(net.podNs, '127.0.0.1', agent.port);
+      const first = await connectSession(control, { local });
+      expect((await first.subscribe(3000, 'steal')).type).toBe('subscribed');
+      expect((await httpGet(client, '/s1')).body).toBe('local: GET /s1');
+      // When the tunnel drops without a goodbye
+      first.socket.destroy();
+      // Then the pod answers meanwhile (the rule stays, the agent forwards)
+      expect(await timeUntilPodAnswers()).toBeLessThan(RECOVERY_MS);
+      expect(await rules()).toContain(`devop_${agent.agentId}`);
+      // When the CLI reconnects with the session id
+      const again = await connectSession(control, { local, resumeSessionId: first.sessionId });
+      expect(again.sessionId).toBe(first.sessionId);
+      // Then stealing resumes without a new subscribe
+      expect((await httpGet(client, '/s2')).body).toBe('local: GET /s2');
+      // When the session says bye, its rule goes
+      again.send({ type: 'bye', reason: 'done' });
+      await again.closed;
+      await waitFor(async () => !(await rules()).includes('dport 3000'), 'the redirect rule to go');
+      expect((await httpGet(client, '/s3')).body).toBe('pod: GET /s3');
+      process.kill(agent.pid, 'SIGTERM');
+      await exited(agent.pid);
+    },
+  );
 
   test("a stalled tunnel (open but silent) is detected: the session's traffic goes back to the pod", async () => {
     const agent = await net.startAgent();

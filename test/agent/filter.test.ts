@@ -38,46 +38,51 @@ describe.runIf(run)('agent: HTTP-filtered steal', () => {
     await net.teardown();
   });
 
-  test('each request lands where its header says, unmatched ones at the pod, interleaved on one keep-alive connection', async () => {
-    // Given two sessions filtering on different values of one header
-    expect((await alice.subscribe(3000, 'steal', { filter: { header: 'x-user: ^alice$', match: 'all' } })).type).toBe(
-      'subscribed',
-    );
-    expect((await bob.subscribe(3000, 'steal', { filter: { header: 'x-user: ^bob$', match: 'all' } })).type).toBe(
-      'subscribed',
-    );
-    // When one keep-alive client sends requests for alice, nobody, bob, alice in turn
-    const keep = keepAliveAgent();
-    const answers = [];
-    for (const [path, user] of [
-      ['/1', 'alice'],
-      ['/2', undefined],
-      ['/3', 'bob'],
-      ['/4', 'alice'],
-      ['/5', 'carol'],
-    ] as const) {
-      answers.push(await httpGet(client, path, { agent: keep, headers: user ? { 'x-user': user } : {} }));
-    }
-    // Then each answer came from the right place, all on the same connection
-    expect(answers.map((a) => a.body)).toEqual([
-      'local-alice: GET /1',
-      'pod: GET /2',
-      'local-bob: GET /3',
-      'local-alice: GET /4',
-      'pod: GET /5',
-    ]);
-    expect(answers.slice(1).every((a) => a.reused)).toBe(true);
-    await waitFor(() => net.podRequests(pod).length >= 2, "the pod's request log"); // its log line may trail its answer
-    expect(net.podRequests(pod).map((l) => l.split(' ')[2])).toEqual(['/2', '/5']);
-    // And alice's session saw her requests as traffic events (method, path, status, to)
-    await waitFor(
-      () => alice.traffic.filter((t) => t.kind === 'response' && t.to === 'local').length >= 2,
-      'response events',
-    );
-    const req = alice.traffic.find((t) => t.kind === 'request' && t.path === '/4');
-    expect(req).toMatchObject({ method: 'GET', to: 'local', port: 3000 });
-    keep.destroy();
-  });
+  test(
+    'each request lands where its header says, unmatched ones at the pod, interleaved on one keep-alive ' +
+      'connection',
+    async () => {
+      // Given two sessions filtering on different values of one header
+      expect((await alice.subscribe(3000, 'steal', { filter: { header: 'x-user: ^alice$', match: 'all' } })).type).toBe(
+        'subscribed',
+      );
+      expect((await bob.subscribe(3000, 'steal', { filter: { header: 'x-user: ^bob$', match: 'all' } })).type).toBe(
+        'subscribed',
+      );
+      // When one keep-alive client sends requests for alice, nobody, bob, alice in turn
+      const keep = keepAliveAgent();
+      const answers = [];
+      for (const [path, user] of [
+        ['/1', 'alice'],
+        ['/2', undefined],
+        ['/3', 'bob'],
+        ['/4', 'alice'],
+        ['/5', 'carol'],
+      ] as const) {
+        answers.push(await httpGet(client, path, { agent: keep, headers: user ? { 'x-user': user } : {} }));
+      }
+      // Then each answer came from the right place, all on the same connection
+      expect(answers.map((a) => a.body)).toEqual([
+        'local-alice: GET /1',
+        'pod: GET /2',
+        'local-bob: GET /3',
+        'local-alice: GET /4',
+        'pod: GET /5',
+      ]);
+      expect(answers.slice(1).every((a) => a.reused)).toBe(true);
+      // The pod's log line may trail its answer
+      await waitFor(() => net.podRequests(pod).length >= 2, "the pod's request log");
+      expect(net.podRequests(pod).map((l) => l.split(' ')[2])).toEqual(['/2', '/5']);
+      // And alice's session saw her requests as traffic events (method, path, status, to)
+      await waitFor(
+        () => alice.traffic.filter((t) => t.kind === 'response' && t.to === 'local').length >= 2,
+        'response events',
+      );
+      const req = alice.traffic.find((t) => t.kind === 'request' && t.path === '/4');
+      expect(req).toMatchObject({ method: 'GET', to: 'local', port: 3000 });
+      keep.destroy();
+    },
+  );
 
   test('a client that shuts down its sending side after the request still gets the whole answer, matched or not', async () => {
     // Given alice's and bob's filters on the port (from the test above)
@@ -130,7 +135,8 @@ describe.runIf(run)('agent: HTTP-filtered steal', () => {
     // Given alice's local command answers upgrades by echoing
     locals[0].server.once('upgrade', (_req, socket) => {
       socket.write(
-        'HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nx-served-by: local-alice\r\n\r\n',
+        'HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nx-served-by: ' +
+          'local-alice\r\n\r\n',
       );
       socket.pipe(socket);
     });

@@ -1,7 +1,7 @@
 // Mirror: the client keeps getting the pod's answers unchanged while each mirroring session receives the same bytes;
-// a session that does not read never slows the pod's traffic (its copy is dropped and it is told). By default the copies
-// come from a packet capture (tcpdump) and the agent is not in the pod's path: no redirect rule, the app sees the real
-// client; DEVOP_AGENT_MIRROR=proxy puts the agent back in the path.
+// a session that does not read never slows the pod's traffic (its copy is dropped and it is told). By default the
+// copies come from a packet capture (tcpdump) and the agent is not in the pod's path: no redirect rule, the app sees
+// the real client; DEVOP_AGENT_MIRROR=proxy puts the agent back in the path.
 import { execFileSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readdirSync, rmSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -20,7 +20,8 @@ function requireTcpdump(): void {
     execFileSync('tcpdump', ['--version'], { stdio: 'ignore' });
   } catch {
     throw new Error(
-      'the mirror suite needs tcpdump (the agent mirrors by packet capture): install it — scripts/setup.sh does (apt-get install tcpdump)',
+      'the mirror suite needs tcpdump (the agent mirrors by packet capture): install it — scripts/setup.sh does ' +
+        '(apt-get install tcpdump)',
     );
   }
 }
@@ -75,7 +76,10 @@ function podWithAgent(env: Record<string, string> = {}): Setup {
   return s;
 }
 
-/** Two sessions mirror :3000; a keep-alive client sends two requests; the pod answers both and each session gets the bytes. */
+/**
+ * Two sessions mirror :3000; a keep-alive client sends two requests; the pod answers both and each session gets the
+ * bytes.
+ */
 async function twoSessionsGetTheBytes(s: Setup): Promise<void> {
   // Given two sessions mirroring port 3000
   const one = await connectSession(s.control, { user: 'one' });
@@ -90,7 +94,8 @@ async function twoSessionsGetTheBytes(s: Setup): Promise<void> {
   // Then the pod answered both, unchanged
   expect(a.body).toBe('pod: GET /m-1');
   expect(b.body).toBe('pod: POST /m-2 body=mirror-body');
-  await waitFor(() => s.net.podRequests(s.pod).length >= 2, "the pod's request log"); // its log line may trail its answer
+  // The pod's log line may trail its answer
+  await waitFor(() => s.net.podRequests(s.pod).length >= 2, "the pod's request log");
   expect(s.net.podRequests(s.pod).map((l) => l.split(' ')[2])).toEqual(['/m-1', '/m-2']);
   // And each session received the very bytes the client sent, as one mirrored connection
   for (const session of [one, two]) {
@@ -124,64 +129,74 @@ describe.runIf(run)('agent: mirror by packet capture (the default)', () => {
     await twoSessionsGetTheBytes(s);
   });
 
-  test("a mirror-only port has no redirect rule: the app sees the client's own address; the capture goes with the last mirror", async () => {
-    // Given a session mirroring port 3000
-    const session = await connectSession(s.control, { user: 'watcher' });
-    s.sessions.push(session);
-    const id = await subscribe(session, 'mirror');
-    // Then one tcpdump (under its watchdog) captures the port, and no devop rule exists in the pod's netns
-    expect((await captures(s.net)).filter((c) => c.startsWith('tcpdump '))).toEqual([
-      expect.stringContaining('tcp dst port 3000'),
-    ]);
-    expect(await s.net.devopRules()).toEqual([]);
-    // When a client calls the pod
-    const answer = await httpGet(s.client, '/who');
-    expect(answer.body).toBe('pod: GET /who');
-    // Then the app saw the client's own address (nothing forwarded it), and the session got the copy
-    await waitFor(() => s.net.podRequests(s.pod).find((l) => l.includes('/who')), "the pod's request log");
-    expect(s.net.podRequests(s.pod).find((l) => l.includes('/who'))).toBe(`REQ GET /who from ${s.net.clientIP}`);
-    await waitFor(() => copiesOf(session, 'GET /who ').length === 1, 'the mirrored request');
-    await waitFor(
-      () => session.traffic.some((t) => t.kind === 'connection' && t.phase === 'close' && (t.bytesIn ?? 0) > 0),
-      'the close event with bytes in',
-    );
-    // When the session unsubscribes, the capture goes
-    await unsubscribe(session, id);
-    await waitFor(async () => (await captures(s.net)).length === 0, 'tcpdump and its watchdog to exit');
-  });
+  test(
+    "a mirror-only port has no redirect rule: the app sees the client's own address; the capture goes with the " +
+      'last mirror',
+    async () => {
+      // Given a session mirroring port 3000
+      const session = await connectSession(s.control, { user: 'watcher' });
+      s.sessions.push(session);
+      const id = await subscribe(session, 'mirror');
+      // Then one tcpdump (under its watchdog) captures the port, and no devop rule exists in the pod's netns
+      expect((await captures(s.net)).filter((c) => c.startsWith('tcpdump '))).toEqual([
+        expect.stringContaining('tcp dst port 3000'),
+      ]);
+      expect(await s.net.devopRules()).toEqual([]);
+      // When a client calls the pod
+      const answer = await httpGet(s.client, '/who');
+      expect(answer.body).toBe('pod: GET /who');
+      // Then the app saw the client's own address (nothing forwarded it), and the session got the copy
+      await waitFor(() => s.net.podRequests(s.pod).find((l) => l.includes('/who')), "the pod's request log");
+      expect(s.net.podRequests(s.pod).find((l) => l.includes('/who'))).toBe(`REQ GET /who from ${s.net.clientIP}`);
+      await waitFor(() => copiesOf(session, 'GET /who ').length === 1, 'the mirrored request');
+      await waitFor(
+        () => session.traffic.some((t) => t.kind === 'connection' && t.phase === 'close' && (t.bytesIn ?? 0) > 0),
+        'the close event with bytes in',
+      );
+      // When the session unsubscribes, the capture goes
+      await unsubscribe(session, id);
+      await waitFor(async () => (await captures(s.net)).length === 0, 'tcpdump and its watchdog to exit');
+    },
+  );
 
-  test('steal and mirror on one port by two sessions: the thief answers, the mirror gets the bytes; the rule goes with the steal', async () => {
-    // Given session A stealing :3000 to its local command and session B mirroring it
-    const local = await startLocalCommand('local-a');
-    const thief = await connectSession(s.control, { user: 'thief', local });
-    const watcher = await connectSession(s.control, { user: 'watcher' });
-    s.sessions.push(thief, watcher);
-    const watching = await subscribe(watcher, 'mirror');
-    expect(await s.net.devopRules()).toEqual([]);
-    const stealing = await subscribe(thief, 'steal');
-    expect((await s.net.devopRules()).join('\n')).toMatch(/dport 3000/);
-    // When a client calls
-    const stolen = await httpGet(s.client, '/both', { method: 'POST', body: 'seen-by-both' });
-    // Then the thief's local command answered, and the watcher got the bytes
-    expect(stolen.body).toBe('local-a: POST /both body=seen-by-both');
-    await waitFor(() => copiesOf(watcher, 'POST /both ').length === 1, 'the mirrored request');
-    // When the thief pauses, the agent's listener forwards connections to the app; the capture copies them, the listener
-    // must not copy them again
-    thief.send({ type: 'pause', port: 3000 });
-    await thief.request({ type: 'ping', id: 1, sentAt: Date.now() }, ['pong']); // the pause is in effect
-    expect((await httpGet(s.client, '/paused')).body).toBe('pod: GET /paused');
-    await waitFor(() => copiesOf(watcher, 'GET /paused ').length > 0, 'the mirrored request while paused');
-    await new Promise((r) => setTimeout(r, 1500)); // a second copy, were one made, would have come by now (capture batches ≤ 1 s)
-    expect(copiesOf(watcher, 'GET /paused ')).toHaveLength(1);
-    // When the thief leaves, its rule goes; the capture stays and the pod answers again, still mirrored
-    await unsubscribe(thief, stealing);
-    await local.close();
-    expect((await s.net.devopRules()).filter((l) => /dport|redirect|REDIRECT/.test(l))).toEqual([]); // the agent keeps its (empty) table
-    expect(await captures(s.net)).toHaveLength(2);
-    expect((await httpGet(s.client, '/after')).body).toBe('pod: GET /after');
-    await waitFor(() => copiesOf(watcher, 'GET /after ').length === 1, 'the mirrored request after the steal');
-    await unsubscribe(watcher, watching);
-  });
+  test(
+    'steal and mirror on one port by two sessions: the thief answers, the mirror gets the bytes; the rule goes ' +
+      'with the steal',
+    async () => {
+      // Given session A stealing :3000 to its local command and session B mirroring it
+      const local = await startLocalCommand('local-a');
+      const thief = await connectSession(s.control, { user: 'thief', local });
+      const watcher = await connectSession(s.control, { user: 'watcher' });
+      s.sessions.push(thief, watcher);
+      const watching = await subscribe(watcher, 'mirror');
+      expect(await s.net.devopRules()).toEqual([]);
+      const stealing = await subscribe(thief, 'steal');
+      expect((await s.net.devopRules()).join('\n')).toMatch(/dport 3000/);
+      // When a client calls
+      const stolen = await httpGet(s.client, '/both', { method: 'POST', body: 'seen-by-both' });
+      // Then the thief's local command answered, and the watcher got the bytes
+      expect(stolen.body).toBe('local-a: POST /both body=seen-by-both');
+      await waitFor(() => copiesOf(watcher, 'POST /both ').length === 1, 'the mirrored request');
+      // When the thief pauses, the agent's listener forwards connections to the app; the capture copies them, the
+      // listener must not copy them again
+      thief.send({ type: 'pause', port: 3000 });
+      await thief.request({ type: 'ping', id: 1, sentAt: Date.now() }, ['pong']); // the pause is in effect
+      expect((await httpGet(s.client, '/paused')).body).toBe('pod: GET /paused');
+      await waitFor(() => copiesOf(watcher, 'GET /paused ').length > 0, 'the mirrored request while paused');
+      // A second copy, were one made, would have come by now (capture batches ≤ 1 s)
+      await new Promise((r) => setTimeout(r, 1500));
+      expect(copiesOf(watcher, 'GET /paused ')).toHaveLength(1);
+      // When the thief leaves, its rule goes; the capture stays and the pod answers again, still mirrored
+      await unsubscribe(thief, stealing);
+      await local.close();
+      // The agent keeps its (empty) table
+      expect((await s.net.devopRules()).filter((l) => /dport|redirect|REDIRECT/.test(l))).toEqual([]);
+      expect(await captures(s.net)).toHaveLength(2);
+      expect((await httpGet(s.client, '/after')).body).toBe('pod: GET /after');
+      await waitFor(() => copiesOf(watcher, 'GET /after ').length === 1, 'the mirrored request after the steal');
+      await unsubscribe(watcher, watching);
+    },
+  );
 
   test('a mirroring session that never reads does not slow the pod; its copy is dropped and it is told', async () => {
     // Given a session whose incoming streams are never read (its credit runs out)
@@ -221,22 +236,26 @@ describe.runIf(run)('agent: mirror by packet capture (the default)', () => {
 describe.runIf(run)('agent: mirror through the agent (DEVOP_AGENT_MIRROR=proxy)', () => {
   const s = podWithAgent({ DEVOP_AGENT_MIRROR: 'proxy' });
 
-  test("the client gets the pod's answers; two mirroring sessions each receive the same request bytes; a redirect, no capture", async () => {
-    const probe = await connectSession(s.control, { user: 'probe' });
-    s.sessions.push(probe);
-    const id = await subscribe(probe, 'mirror');
-    expect((await s.net.devopRules()).join('\n')).toMatch(/dport 3000/);
-    expect(await captures(s.net)).toEqual([]);
-    await unsubscribe(probe, id);
-    await twoSessionsGetTheBytes(s);
-    await waitFor(
-      () =>
-        s.agent.lines.some(
-          (l) => l.includes('mirror copies go through the agent') && l.includes('DEVOP_AGENT_MIRROR=proxy'),
-        ),
-      'the log line naming why',
-    );
-  });
+  test(
+    "the client gets the pod's answers; two mirroring sessions each receive the same request bytes; a redirect, " +
+      'no capture',
+    async () => {
+      const probe = await connectSession(s.control, { user: 'probe' });
+      s.sessions.push(probe);
+      const id = await subscribe(probe, 'mirror');
+      expect((await s.net.devopRules()).join('\n')).toMatch(/dport 3000/);
+      expect(await captures(s.net)).toEqual([]);
+      await unsubscribe(probe, id);
+      await twoSessionsGetTheBytes(s);
+      await waitFor(
+        () =>
+          s.agent.lines.some(
+            (l) => l.includes('mirror copies go through the agent') && l.includes('DEVOP_AGENT_MIRROR=proxy'),
+          ),
+        'the log line naming why',
+      );
+    },
+  );
 });
 
 describe.runIf(run)('agent: mirror where tcpdump is missing', () => {

@@ -1,5 +1,6 @@
 // Test fixture of the agent suites: a "pod" netns (HTTP server in a cgroup named after a 64-hex container ID, with its
-// own mount namespace for resolv.conf/hosts), a "client" netns and a host bridge (the "node"), all under a unique prefix.
+// own mount namespace for resolv.conf/hosts), a "client" netns and a host bridge (the "node"), all under a unique
+// prefix.
 import { spawn, execFile, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, mkdirSync, rmSync, writeFileSync, rmdirSync, existsSync, readFileSync } from 'node:fs';
@@ -13,7 +14,9 @@ const FIXTURES = resolve(import.meta.dirname, 'fixtures');
 export const AGENT_BUNDLE = resolve(import.meta.dirname, '../../dist/agent.js');
 const CGROUP_ROOT = existsSync('/sys/fs/cgroup/unified') ? '/sys/fs/cgroup/unified' : '/sys/fs/cgroup';
 
-/** Polls `check` until it returns a truthy value; fails with `what` after `timeoutMs` (generous: the machine is shared). */
+/**
+ * Polls `check` until it returns a truthy value; fails with `what` after `timeoutMs` (generous: the machine is shared).
+ */
 export async function waitFor<T>(
   check: () => T | Promise<T>,
   what: string,
@@ -83,15 +86,18 @@ export class PodNet {
     } while (routes.includes(`${this.subnet}.`));
     const p = this.prefix;
     await sh(
-      `ip link add ${this.bridge} type bridge && ip addr add ${this.nodeIP}/24 dev ${this.bridge} && ip link set ${this.bridge} up`,
+      `ip link add ${this.bridge} type bridge && ip addr add ${this.nodeIP}/24 dev ${this.bridge} && ip link set ` +
+        `${this.bridge} up`,
     );
     for (const [ns, short, ip] of [
       [this.podNs, 'p', this.podIP],
       [this.clientNs, 'c', this.clientIP],
     ] as const) {
       await sh(
-        `ip netns add ${ns} && ip link add ${p}${short}0 type veth peer name ${p}${short}1 && ip link set ${p}${short}1 netns ${ns} && ` +
-          `ip link set ${p}${short}0 master ${this.bridge} up && ip netns exec ${ns} sh -c 'ip link set lo up && ip link set ${p}${short}1 name eth0 && ` +
+        `ip netns add ${ns} && ip link add ${p}${short}0 type veth peer name ${p}${short}1 && ip link set ` +
+          `${p}${short}1 netns ${ns} && ` +
+          `ip link set ${p}${short}0 master ${this.bridge} up && ip netns exec ${ns} sh -c 'ip link set lo up && ip ` +
+          `link set ${p}${short}1 name eth0 && ` +
           `ip addr add ${ip}/24 dev eth0 && ip link set eth0 up && ip route add default via ${this.nodeIP}'`,
       );
     }
@@ -133,9 +139,13 @@ export class PodNet {
       hosts,
       opts.hosts ?? `127.0.0.1 localhost\n${this.podIP} ${opts.name ?? 'pod'}\n10.77.0.7 pinned.example\n`,
     );
-    const inner = `mount --bind ${resolvConf} /etc/resolv.conf && mount --bind ${hosts} /etc/hosts && exec ${process.execPath} ${join(FIXTURES, 'pod-server.mjs')}`;
+    const inner =
+      `mount --bind ${resolvConf} /etc/resolv.conf && mount --bind ${hosts} /etc/hosts && exec ` +
+      `${process.execPath} ${join(FIXTURES, 'pod-server.mjs')}`;
     // Join the cgroup first (nsenter keeps the mount namespace, so /sys/fs/cgroup is still there), then the netns.
-    const script = `echo $$ > ${this.cgroupDir}/cgroup.procs && exec nsenter --net=/run/netns/${this.podNs} unshare -m --propagation private sh -c '${inner}'`;
+    const script =
+      `echo $$ > ${this.cgroupDir}/cgroup.procs && exec nsenter --net=/run/netns/${this.podNs} unshare ` +
+      `-m --propagation private sh -c '${inner}'`;
     const proc = this.spawnTracked('sh', ['-c', script], {
       PORT: String(opts.port),
       POD_NAME: opts.name ?? 'pod',
@@ -157,7 +167,10 @@ export class PodNet {
     );
   }
 
-  /** Runs the built agent the way job mode does (by container ID, from the host, re-entering the pod netns) unless told otherwise. */
+  /**
+   * Runs the built agent the way job mode does (by container ID, from the host, re-entering the pod netns) unless told
+   * otherwise.
+   */
   async startAgent(
     env: Record<string, string> = {},
     opts: { inPodNetns?: boolean; cgroup?: string; capabilities?: readonly string[]; viaEntryPoint?: boolean } = {},
@@ -167,7 +180,8 @@ export class PodNet {
       ...(process.env.DEVOP_TEST_AGENT_FLAGS?.split(' ').filter(Boolean) ?? AGENT_NODE_FLAGS),
       AGENT_BUNDLE,
     ];
-    // viaEntryPoint: through the image's entry point (agent/entry.sh), with this checkout's node and bundle in its paths.
+    // viaEntryPoint: through the image's entry point (agent/entry.sh), with this checkout's node and bundle in its
+    // paths.
     if (opts.viaEntryPoint) {
       const entry = join(this.dir, 'entry.sh');
       const script = readFileSync(resolve(import.meta.dirname, '../../agent/entry.sh'), 'utf8');
@@ -197,7 +211,8 @@ export class PodNet {
       DEVOP_AGENT_LOG_LEVEL: 'debug',
       ...env,
     });
-    // An agent that ends before its ready line fails at once, with its last words (all of its output is read by 'close').
+    // An agent that ends before its ready line fails at once, with its last words (all of its output is read by
+    // 'close').
     let closed = false;
     proc.child.once('close', () => (closed = true));
     const ready = await waitFor(
@@ -222,7 +237,8 @@ export class PodNet {
 
   /**
    * A unix socket at which the test reaches host:port from inside `ns` (one TCP connection per unix connection); with
-   * `listenPort`, the relay listens on that TCP port inside `ns` instead (a userspace hop, for the benchmark's baseline).
+   * `listenPort`, the relay listens on that TCP port inside `ns` instead (a userspace hop, for the benchmark's
+   * baseline).
    */
   async relay(ns: string, host: string, port: number, listenPort?: number): Promise<string> {
     const path =
@@ -300,11 +316,15 @@ export class PodNet {
   /** iptables-save of the pod netns, both backends (nat table). */
   async iptablesSave(): Promise<string> {
     return sh(
-      `ip netns exec ${this.podNs} sh -c 'iptables-nft-save -t nat 2>/dev/null; iptables-legacy-save -t nat 2>/dev/null; true'`,
+      `ip netns exec ${this.podNs} sh -c 'iptables-nft-save -t nat 2>/dev/null; iptables-legacy-save -t nat ` +
+        `2>/dev/null; true'`,
     );
   }
 
-  /** Kills everything this fixture started (and anything left in its netns, e.g. a guard), then removes netns, links, cgroups. */
+  /**
+   * Kills everything this fixture started (and anything left in its netns, e.g. a guard), then removes netns, links,
+   * cgroups.
+   */
   async teardown(): Promise<void> {
     for (const proc of this.procs) if (proc.child.exitCode === null) proc.child.kill('SIGKILL');
     for (const dir of this.agentCgroups) {
@@ -325,7 +345,8 @@ export class PodNet {
       }
     }
     await sh(
-      `ip netns del ${this.podNs} 2>/dev/null; ip netns del ${this.clientNs} 2>/dev/null; ip link del ${this.bridge} 2>/dev/null; true`,
+      `ip netns del ${this.podNs} 2>/dev/null; ip netns del ${this.clientNs} 2>/dev/null; ip link del ${this.bridge} ` +
+        `2>/dev/null; true`,
     );
     await waitFor(
       () => {

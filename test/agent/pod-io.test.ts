@@ -80,15 +80,18 @@ describe.runIf(run)('agent: outgoing, DNS, env and files through the pod', () =>
     });
   });
 
-  test("files are read from the container's filesystem (/proc/PID/root); a missing one resets with ENOENT", async () => {
-    const stream = session.mux.openStream({ kind: 'file', path: '/etc/resolv.conf' });
-    const accepted = new Promise<{ size?: number }>((r) => stream.once('accepted', r));
-    stream.end();
-    const text = await collect(stream);
-    expect(text).toBe(net.readHostFile(`${net.dir}/resolv.conf`));
-    expect((await accepted).size).toBe(Buffer.byteLength(text));
-    const missing = session.mux.openStream({ kind: 'file', path: '/no/such/file' });
-    missing.end();
-    await expect(collect(missing)).rejects.toThrow(/ENOENT/);
-  });
+  test(
+    "files are read from the container's filesystem (/proc/PID/root); a missing one resets with " + 'ENOENT',
+    async () => {
+      const stream = session.mux.openStream({ kind: 'file', path: '/etc/resolv.conf' });
+      const accepted = new Promise<{ size?: number }>((r) => stream.once('accepted', r));
+      stream.end();
+      const text = await collect(stream);
+      expect(text).toBe(net.readHostFile(`${net.dir}/resolv.conf`));
+      expect((await accepted).size).toBe(Buffer.byteLength(text));
+      const missing = session.mux.openStream({ kind: 'file', path: '/no/such/file' });
+      missing.end();
+      await expect(collect(missing)).rejects.toThrow(/ENOENT/);
+    },
+  );
 });

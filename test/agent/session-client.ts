@@ -1,5 +1,5 @@
-// A devop session as the CLI would run it, for the agent suites and bench/steal.ts: connects through the relay, says hello,
-// subscribes, and serves incoming streams from a local HTTP server in the test process (the "local command").
+// A devop session as the CLI would run it, for the agent suites and bench/steal.ts: connects through the relay, says
+// hello, subscribes, and serves incoming streams from a local HTTP server in the test process (the "local command").
 import { randomUUID } from 'node:crypto';
 import { connect, type Socket } from 'node:net';
 import { createServer, type Server } from 'node:http';
@@ -68,8 +68,9 @@ export interface TestSession {
 
 /**
  * Connects a session to the agent's control port: through a relay's unix socket (as the suites do) or straight to a TCP
- * address (a session process inside the pod netns). Incoming streams are piped to the local command on 127.0.0.1:`local.port`
- * (when given); mirrored ones record their bytes only when `local` is undefined. `resumeSessionId` resumes an earlier session.
+ * address (a session process inside the pod netns). Incoming streams are piped to the local command on
+ * 127.0.0.1:`local.port` (when given); mirrored ones record their bytes only when `local` is undefined.
+ * `resumeSessionId` resumes an earlier session.
  */
 export async function connectSession(
   to: string | { host: string; port: number },

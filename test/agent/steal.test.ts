@@ -32,41 +32,45 @@ describe.runIf(run)('agent: steal a whole port', () => {
     await net.teardown();
   });
 
-  test('requests from the client netns reach the local command; the pod sees none; node-IP probes still reach the pod', async () => {
-    // Given a session that steals port 3000 (probes not stolen)
-    expect((await session.subscribe(3000, 'steal')).type).toBe('subscribed');
-    // When the client sends requests to the pod IP
-    const a = await httpGet(client, '/stolen-a');
-    const b = await httpGet(client, '/stolen-b', { method: 'POST', body: 'hello' });
-    // Then the local command answered them and the pod's app never saw them
-    expect(a.body).toBe('local: GET /stolen-a');
-    expect(b.body).toBe('local: POST /stolen-b body=hello');
-    // And a kubelet-like request from the node's IP still reaches the pod
-    const probe = await hostGet(`http://${net.podIP}:3000/healthz`);
-    expect(probe).toBe('pod: GET /healthz');
-    await waitFor(
-      () => net.podRequests(pod).includes(`REQ GET /healthz from ${net.nodeIP}`),
-      "the probe in the pod's log",
-    );
-    // (the pod logs in order: had it seen the stolen requests, their lines would be before the probe's)
-    expect(net.podRequests(pod).filter((l) => l.includes('/stolen'))).toEqual([]);
-    // And the rule lives in the agent's owned nft table (hooked before the pod's own nat rules), skipping the node IP
-    const rules = (await net.devopRules()).join('\n');
-    expect(rules).toContain(`table ip devop_${agent.agentId} {`);
-    expect(rules).toMatch(/^\s*flags owner$/m);
-    expect(rules).toContain('type nat hook prerouting priority dstnat - 1; policy accept;');
-    expect(rules).toMatch(
-      new RegExp(`ip saddr != ${net.nodeIP} tcp dport 3000 redirect to :\\d+ comment "devop 3000"`),
-    );
-    // And no iptables rule at all (that is the fallback's)
-    expect(await net.iptablesSave()).not.toContain('DEVOP');
-    // And the session was told about each connection
-    await waitFor(
-      () =>
-        session.traffic.filter((t) => t.kind === 'connection' && t.phase === 'close' && t.to === 'local').length >= 2,
-      'traffic events',
-    );
-  });
+  test(
+    'requests from the client netns reach the local command; the pod sees none; node-IP probes still reach the ' +
+      'pod',
+    async () => {
+      // Given a session that steals port 3000 (probes not stolen)
+      expect((await session.subscribe(3000, 'steal')).type).toBe('subscribed');
+      // When the client sends requests to the pod IP
+      const a = await httpGet(client, '/stolen-a');
+      const b = await httpGet(client, '/stolen-b', { method: 'POST', body: 'hello' });
+      // Then the local command answered them and the pod's app never saw them
+      expect(a.body).toBe('local: GET /stolen-a');
+      expect(b.body).toBe('local: POST /stolen-b body=hello');
+      // And a kubelet-like request from the node's IP still reaches the pod
+      const probe = await hostGet(`http://${net.podIP}:3000/healthz`);
+      expect(probe).toBe('pod: GET /healthz');
+      await waitFor(
+        () => net.podRequests(pod).includes(`REQ GET /healthz from ${net.nodeIP}`),
+        "the probe in the pod's log",
+      );
+      // (the pod logs in order: had it seen the stolen requests, their lines would be before the probe's)
+      expect(net.podRequests(pod).filter((l) => l.includes('/stolen'))).toEqual([]);
+      // And the rule lives in the agent's owned nft table (hooked before the pod's own nat rules), skipping the node IP
+      const rules = (await net.devopRules()).join('\n');
+      expect(rules).toContain(`table ip devop_${agent.agentId} {`);
+      expect(rules).toMatch(/^\s*flags owner$/m);
+      expect(rules).toContain('type nat hook prerouting priority dstnat - 1; policy accept;');
+      expect(rules).toMatch(
+        new RegExp(`ip saddr != ${net.nodeIP} tcp dport 3000 redirect to :\\d+ comment "devop 3000"`),
+      );
+      // And no iptables rule at all (that is the fallback's)
+      expect(await net.iptablesSave()).not.toContain('DEVOP');
+      // And the session was told about each connection
+      await waitFor(
+        () =>
+          session.traffic.filter((t) => t.kind === 'connection' && t.phase === 'close' && t.to === 'local').length >= 2,
+        'traffic events',
+      );
+    },
+  );
 
   test("pause sends the port's traffic back to the pod; resume takes it again", async () => {
     session.send({ type: 'pause', port: 3000 });
@@ -84,7 +88,8 @@ describe.runIf(run)('agent: steal a whole port', () => {
   test('a client that shuts down its sending side after the request still gets the whole answer', async () => {
     // Given the port stolen (from the tests above)
     // When a client sends its request and half-closes at once
-    // Then the local command's answer arrives after the client's end (the agent passed the end on and kept its side open)
+    // Then the local command's answer arrives after the client's end (the agent passed the end on and kept its side
+    // open)
     expect(await net.halfClosedGet(3000, '/half-closed')).toEqual({ body: 'local: GET /half-closed' });
   });
 
@@ -97,61 +102,77 @@ describe.runIf(run)('agent: steal a whole port', () => {
     expect((await net.devopRules()).join('\n')).not.toMatch(/dport 3000/);
   });
 
-  test('when nothing in the pod used conntrack, an open keep-alive connection is reset on its next request even without flush', async () => {
-    // Given a keep-alive connection to the pod, opened while no rule in the pod netns needed connection tracking
-    const keep = keepAliveAgent();
-    expect((await httpGet(client, '/ka-1', { agent: keep })).body).toBe('pod: GET /ka-1');
-    // When stealing starts without flush
-    const sub = await session.subscribe(3000, 'steal', { flush: false });
-    expect(sub.type).toBe('subscribed');
-    // Then the kernel picks the untracked connection's next packet up as new, redirects it, and the listener resets it
-    await expect(httpGet(client, '/ka-2', { agent: keep })).rejects.toThrow(/socket hang up|ECONNRESET/);
-    // And the client's next connection is stolen
-    expect((await httpGet(client, '/ka-3', { agent: keep })).body).toBe('local: GET /ka-3');
-    await session.request({ type: 'unsubscribe', id: (sub as { id: string }).id, port: 3000 }, ['unsubscribed']);
-    expect((await httpGet(client, '/ka-sentinel')).body).toBe('pod: GET /ka-sentinel');
-    await waitFor(() => net.podRequests(pod).some((l) => l.includes('/ka-sentinel')), "the sentinel in the pod's log");
-    expect(net.podRequests(pod).some((l) => l.includes('/ka-2'))).toBe(false);
-    keep.destroy();
-  });
-
-  test('with conntrack already in use in the pod: without flush a keep-alive connection stays with the pod; with flush it is reset at once', async () => {
-    // Given a pod netns where a rule (as a service mesh would have) keeps connection tracking on
-    await sh(
-      `ip netns exec ${net.podNs} iptables-nft -t nat -A OUTPUT -p tcp -d 127.0.0.2 --dport 9 -j REDIRECT --to-ports 9`,
-    );
-    try {
+  test(
+    'when nothing in the pod used conntrack, an open keep-alive connection is reset on its next request even ' +
+      'without flush',
+    async () => {
+      // Given a keep-alive connection to the pod, opened while no rule in the pod netns needed connection tracking
       const keep = keepAliveAgent();
-      expect((await httpGet(client, '/kb-1', { agent: keep })).body).toBe('pod: GET /kb-1');
-      // When stealing starts without flush, the tracked connection keeps its original (non-)NAT decision
-      const noFlush = await session.subscribe(3000, 'steal', { flush: false });
-      expect(noFlush.type).toBe('subscribed');
-      const second = await httpGet(client, '/kb-2', { agent: keep });
-      expect(second.reused).toBe(true);
-      expect(second.body).toBe('pod: GET /kb-2');
-      await session.request({ type: 'unsubscribe', id: (noFlush as { id: string }).id, port: 3000 }, ['unsubscribed']);
-
-      // Given a fresh keep-alive connection to the pod
-      const keep2 = keepAliveAgent();
-      const before = await httpGet(client, '/kb-3', { agent: keep2 });
-      expect(before.body).toBe('pod: GET /kb-3');
-      const closed = new Promise<void>((r) => before.socket.once('close', () => r()));
-      // When stealing starts with flush
-      expect((await session.subscribe(3000, 'steal', { flush: true })).type).toBe('subscribed');
-      // Then the pod's side of that connection is reset at once, before the client sends anything more
-      await closed;
-      // And the client's next request (on a new connection) lands at the local command
-      const after = await httpGet(client, '/kb-4', { agent: keep2 });
-      expect(after.reused).toBe(false);
-      expect(after.body).toBe('local: GET /kb-4');
-      keep.destroy();
-      keep2.destroy();
-    } finally {
-      await sh(
-        `ip netns exec ${net.podNs} iptables-nft -t nat -D OUTPUT -p tcp -d 127.0.0.2 --dport 9 -j REDIRECT --to-ports 9`,
+      expect((await httpGet(client, '/ka-1', { agent: keep })).body).toBe('pod: GET /ka-1');
+      // When stealing starts without flush
+      const sub = await session.subscribe(3000, 'steal', { flush: false });
+      expect(sub.type).toBe('subscribed');
+      // Then the kernel picks the untracked connection's next packet up as new, redirects it, and the listener resets
+      // it
+      await expect(httpGet(client, '/ka-2', { agent: keep })).rejects.toThrow(/socket hang up|ECONNRESET/);
+      // And the client's next connection is stolen
+      expect((await httpGet(client, '/ka-3', { agent: keep })).body).toBe('local: GET /ka-3');
+      await session.request({ type: 'unsubscribe', id: (sub as { id: string }).id, port: 3000 }, ['unsubscribed']);
+      expect((await httpGet(client, '/ka-sentinel')).body).toBe('pod: GET /ka-sentinel');
+      await waitFor(
+        () => net.podRequests(pod).some((l) => l.includes('/ka-sentinel')),
+        "the sentinel in the pod's log",
       );
-    }
-  });
+      expect(net.podRequests(pod).some((l) => l.includes('/ka-2'))).toBe(false);
+      keep.destroy();
+    },
+  );
+
+  test(
+    'with conntrack already in use in the pod: without flush a keep-alive connection stays with the pod; with ' +
+      'flush it is reset at once',
+    async () => {
+      // Given a pod netns where a rule (as a service mesh would have) keeps connection tracking on
+      await sh(
+        `ip netns exec ${net.podNs} iptables-nft -t nat -A OUTPUT -p tcp -d 127.0.0.2 --dport 9 -j REDIRECT ` +
+          `--to-ports 9`,
+      );
+      try {
+        const keep = keepAliveAgent();
+        expect((await httpGet(client, '/kb-1', { agent: keep })).body).toBe('pod: GET /kb-1');
+        // When stealing starts without flush, the tracked connection keeps its original (non-)NAT decision
+        const noFlush = await session.subscribe(3000, 'steal', { flush: false });
+        expect(noFlush.type).toBe('subscribed');
+        const second = await httpGet(client, '/kb-2', { agent: keep });
+        expect(second.reused).toBe(true);
+        expect(second.body).toBe('pod: GET /kb-2');
+        await session.request({ type: 'unsubscribe', id: (noFlush as { id: string }).id, port: 3000 }, [
+          'unsubscribed',
+        ]);
+
+        // Given a fresh keep-alive connection to the pod
+        const keep2 = keepAliveAgent();
+        const before = await httpGet(client, '/kb-3', { agent: keep2 });
+        expect(before.body).toBe('pod: GET /kb-3');
+        const closed = new Promise<void>((r) => before.socket.once('close', () => r()));
+        // When stealing starts with flush
+        expect((await session.subscribe(3000, 'steal', { flush: true })).type).toBe('subscribed');
+        // Then the pod's side of that connection is reset at once, before the client sends anything more
+        await closed;
+        // And the client's next request (on a new connection) lands at the local command
+        const after = await httpGet(client, '/kb-4', { agent: keep2 });
+        expect(after.reused).toBe(false);
+        expect(after.body).toBe('local: GET /kb-4');
+        keep.destroy();
+        keep2.destroy();
+      } finally {
+        await sh(
+          `ip netns exec ${net.podNs} iptables-nft -t nat -D OUTPUT -p tcp -d 127.0.0.2 --dport 9 -j REDIRECT ` +
+            `--to-ports 9`,
+        );
+      }
+    },
+  );
 
   test('with stealProbes, requests from the node IP are stolen too', async () => {
     for (const m of session.messages.filter((x) => x.type === 'subscribed')) {
@@ -164,41 +185,45 @@ describe.runIf(run)('agent: steal a whole port', () => {
     expect(rules).not.toMatch(/saddr != .* dport 3000/);
   });
 
-  test('a keep-alive connection opened during a pause is answered by the pod; on resume it moves to the local command', async () => {
-    for (const m of session.messages.filter((x) => x.type === 'subscribed')) {
-      await session.request({ type: 'unsubscribe', id: (m as { id: string }).id, port: 3000 }, ['unsubscribed']);
-    }
-    // Given a steal with flush, paused, and a keep-alive client (one socket) that connected during the pause
-    expect((await session.subscribe(3000, 'steal', { flush: true })).type).toBe('subscribed');
-    session.send({ type: 'pause', port: 3000 });
-    // A fresh connection answered by the pod shows the pause is in place; only then does the kept-alive client connect
-    // (one that connected before would stay stolen: a pause affects new connections).
-    await waitFor(
-      async () => (await httpGet(client, '/paused-probe')).body === 'pod: GET /paused-probe',
-      'the pause to take effect',
-    );
-    const keep = keepAliveAgent();
-    await waitFor(async () => {
-      const answer = await httpGet(client, '/during-pause', { agent: keep });
-      return answer.body === 'pod: GET /during-pause' ? answer : undefined;
-    }, 'the pod to answer while paused');
-    const again = await httpGet(client, '/during-pause-2', { agent: keep });
-    expect([again.body, again.reused]).toEqual(['pod: GET /during-pause-2', true]);
-    const closed = new Promise<void>((resolve, reject) => {
-      const timer = setTimeout(
-        () => reject(new Error('the connection opened during the pause was not ended on resume')),
-        10_000,
+  test(
+    'a keep-alive connection opened during a pause is answered by the pod; on resume it moves to the local ' +
+      'command',
+    async () => {
+      for (const m of session.messages.filter((x) => x.type === 'subscribed')) {
+        await session.request({ type: 'unsubscribe', id: (m as { id: string }).id, port: 3000 }, ['unsubscribed']);
+      }
+      // Given a steal with flush, paused, and a keep-alive client (one socket) that connected during the pause
+      expect((await session.subscribe(3000, 'steal', { flush: true })).type).toBe('subscribed');
+      session.send({ type: 'pause', port: 3000 });
+      // A fresh connection answered by the pod shows the pause is in place; only then does the kept-alive client
+      // connect (one that connected before would stay stolen: a pause affects new connections).
+      await waitFor(
+        async () => (await httpGet(client, '/paused-probe')).body === 'pod: GET /paused-probe',
+        'the pause to take effect',
       );
-      again.socket.once('close', () => resolve(clearTimeout(timer)));
-    });
-    // When the steal resumes
-    session.send({ type: 'resume', port: 3000 });
-    // Then the agent ends that connection, and the client's next request (same client, new socket) is stolen
-    await closed;
-    const after = await httpGet(client, '/after-resume', { agent: keep });
-    expect([after.body, after.reused]).toEqual(['local: GET /after-resume', false]);
-    keep.destroy();
-  });
+      const keep = keepAliveAgent();
+      await waitFor(async () => {
+        const answer = await httpGet(client, '/during-pause', { agent: keep });
+        return answer.body === 'pod: GET /during-pause' ? answer : undefined;
+      }, 'the pod to answer while paused');
+      const again = await httpGet(client, '/during-pause-2', { agent: keep });
+      expect([again.body, again.reused]).toEqual(['pod: GET /during-pause-2', true]);
+      const closed = new Promise<void>((resolve, reject) => {
+        const timer = setTimeout(
+          () => reject(new Error('the connection opened during the pause was not ended on resume')),
+          10_000,
+        );
+        again.socket.once('close', () => resolve(clearTimeout(timer)));
+      });
+      // When the steal resumes
+      session.send({ type: 'resume', port: 3000 });
+      // Then the agent ends that connection, and the client's next request (same client, new socket) is stolen
+      await closed;
+      const after = await httpGet(client, '/after-resume', { agent: keep });
+      expect([after.body, after.reused]).toEqual(['local: GET /after-resume', false]);
+      keep.destroy();
+    },
+  );
 
   test('without flush, a keep-alive connection opened during a pause stays with the pod after resume', async () => {
     for (const m of session.messages.filter((x) => x.type === 'subscribed')) {

@@ -8,7 +8,9 @@ import { requireRoot } from '../helpers/root.js';
 import { startCluster, type ClusterHandle } from './index.js';
 import { waitFor } from './apiserver/testing.js';
 
-const LOOPBACK_ECHO = `require('net').createServer((s) => s.pipe(s)).listen(7000, '127.0.0.1', () => console.log('echo on 127.0.0.1:7000'))`;
+const LOOPBACK_ECHO =
+  `require('net').createServer((s) => s.pipe(s)).listen(7000, '127.0.0.1', () => ` +
+  `console.log('echo on 127.0.0.1:7000'))`;
 /** Pods start as real processes on a shared, loaded machine: give each step room. */
 const SYSTEM_TEST_TIMEOUT_MS = 180_000;
 const run = requireRoot('stand-in cluster: client-node with the kubelet');
@@ -53,7 +55,8 @@ describe.runIf(run)('client-node with the kubelet', () => {
                         command: [
                           'node',
                           '-e',
-                          "require('net').connect(7000, '127.0.0.1').on('connect', () => process.exit(0)).on('error', () => process.exit(1))",
+                          "require('net').connect(7000, '127.0.0.1').on('connect', () => " +
+                            "process.exit(0)).on('error', () => process.exit(1))",
                         ],
                       },
                       periodSeconds: 1,

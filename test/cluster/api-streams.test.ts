@@ -202,7 +202,8 @@ describe('streaming subresources', () => {
   });
 
   it('speaks v4.channel.k8s.io to a client that offers only v4 (status on channel 3, no close frames)', async () => {
-    const url = `${cluster.server.replace('https://', 'wss://')}/api/v1/namespaces/default/pods/box/exec?command=sh&command=-c&command=echo%20v4%3B%20exit%202&stdout=true&stderr=true`;
+    const query = 'command=sh&command=-c&command=echo%20v4%3B%20exit%202&stdout=true&stderr=true';
+    const url = `${cluster.server.replace('https://', 'wss://')}/api/v1/namespaces/default/pods/box/exec?${query}`;
     const ws = new WebSocket(url, ['v4.channel.k8s.io'], {
       ca: readFileSync(cluster.caPath),
       headers: { Authorization: `Bearer ${cluster.adminToken}` },

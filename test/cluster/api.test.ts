@@ -260,75 +260,79 @@ describe('stand-in API with client-node', () => {
     expect(mp.metadata?.generation).toBe(3);
   });
 
-  it('runs deployments: replica sets with pod-template-hash, scheduled pods, rolling replace, scale, cascading delete', async () => {
-    await apps.createNamespacedDeployment({
-      namespace: ns,
-      body: {
-        metadata: { name: 'web' },
-        spec: {
-          replicas: 2,
-          selector: { matchLabels: { app: 'web' } },
-          template: {
-            metadata: { labels: { app: 'web' } },
-            spec: { containers: [{ name: 'web', image: 'devop.test/http-echo' }] },
+  it(
+    'runs deployments: replica sets with pod-template-hash, scheduled pods, rolling replace, scale, cascading ' +
+      'delete',
+    async () => {
+      await apps.createNamespacedDeployment({
+        namespace: ns,
+        body: {
+          metadata: { name: 'web' },
+          spec: {
+            replicas: 2,
+            selector: { matchLabels: { app: 'web' } },
+            template: {
+              metadata: { labels: { app: 'web' } },
+              spec: { containers: [{ name: 'web', image: 'devop.test/http-echo' }] },
+            },
           },
         },
-      },
-    });
-    const webPods = async () => (await core.listNamespacedPod({ namespace: ns, labelSelector: 'app=web' })).items;
-    const pods = await waitFor('2 web pods bound to the node', async () => {
-      const p = await webPods();
-      return p.length === 2 && p.every((x) => x.spec?.nodeName === cluster.nodeName) ? p : undefined;
-    });
-    expect(pods[0].status?.conditions?.find((c) => c.type === 'PodScheduled')?.status).toBe('True');
-    expect(pods[0].metadata?.ownerReferences?.[0]).toMatchObject({ kind: 'ReplicaSet', controller: true });
-    const rs1 = (await apps.listNamespacedReplicaSet({ namespace: ns, labelSelector: 'app=web' })).items;
-    expect(rs1).toHaveLength(1);
-    const hash = rs1[0].metadata!.labels!['pod-template-hash'];
-    expect(rs1[0].metadata?.name).toBe(`web-${hash}`);
+      });
+      const webPods = async () => (await core.listNamespacedPod({ namespace: ns, labelSelector: 'app=web' })).items;
+      const pods = await waitFor('2 web pods bound to the node', async () => {
+        const p = await webPods();
+        return p.length === 2 && p.every((x) => x.spec?.nodeName === cluster.nodeName) ? p : undefined;
+      });
+      expect(pods[0].status?.conditions?.find((c) => c.type === 'PodScheduled')?.status).toBe('True');
+      expect(pods[0].metadata?.ownerReferences?.[0]).toMatchObject({ kind: 'ReplicaSet', controller: true });
+      const rs1 = (await apps.listNamespacedReplicaSet({ namespace: ns, labelSelector: 'app=web' })).items;
+      expect(rs1).toHaveLength(1);
+      const hash = rs1[0].metadata!.labels!['pod-template-hash'];
+      expect(rs1[0].metadata?.name).toBe(`web-${hash}`);
 
-    await apps.patchNamespacedDeployment(
-      {
-        name: 'web',
-        namespace: ns,
-        body: { spec: { template: { spec: { containers: [{ name: 'web', image: 'devop.test/http-echo:v2' }] } } } },
-      },
-      setHeaderOptions('Content-Type', PatchStrategy.StrategicMergePatch),
-    );
-    await waitFor('pods of the new template only', async () => {
-      const p = await webPods();
-      return p.length === 2 && p.every((x) => x.spec?.containers[0].image === 'devop.test/http-echo:v2');
-    });
-    await apps.patchNamespacedDeploymentScale(
-      { name: 'web', namespace: ns, body: { spec: { replicas: 3 } } },
-      setHeaderOptions('Content-Type', PatchStrategy.MergePatch),
-    );
-    await waitFor('3 pods after scale', async () => (await webPods()).length === 3);
-    const d = await waitFor('status observed', async () => {
-      const x = await apps.readNamespacedDeployment({ name: 'web', namespace: ns });
-      return x.status?.observedGeneration === x.metadata?.generation && x.status?.replicas === 3 ? x : undefined;
-    });
-    expect(d.metadata?.annotations?.['deployment.kubernetes.io/revision']).toBe('2');
-    const events = (
-      await core.listNamespacedEvent({
-        namespace: ns,
-        fieldSelector: 'involvedObject.kind=Deployment,involvedObject.name=web',
-      })
-    ).items;
-    expect(events.map((e) => e.reason)).toContain('ScalingReplicaSet');
+      await apps.patchNamespacedDeployment(
+        {
+          name: 'web',
+          namespace: ns,
+          body: { spec: { template: { spec: { containers: [{ name: 'web', image: 'devop.test/http-echo:v2' }] } } } },
+        },
+        setHeaderOptions('Content-Type', PatchStrategy.StrategicMergePatch),
+      );
+      await waitFor('pods of the new template only', async () => {
+        const p = await webPods();
+        return p.length === 2 && p.every((x) => x.spec?.containers[0].image === 'devop.test/http-echo:v2');
+      });
+      await apps.patchNamespacedDeploymentScale(
+        { name: 'web', namespace: ns, body: { spec: { replicas: 3 } } },
+        setHeaderOptions('Content-Type', PatchStrategy.MergePatch),
+      );
+      await waitFor('3 pods after scale', async () => (await webPods()).length === 3);
+      const d = await waitFor('status observed', async () => {
+        const x = await apps.readNamespacedDeployment({ name: 'web', namespace: ns });
+        return x.status?.observedGeneration === x.metadata?.generation && x.status?.replicas === 3 ? x : undefined;
+      });
+      expect(d.metadata?.annotations?.['deployment.kubernetes.io/revision']).toBe('2');
+      const events = (
+        await core.listNamespacedEvent({
+          namespace: ns,
+          fieldSelector: 'involvedObject.kind=Deployment,involvedObject.name=web',
+        })
+      ).items;
+      expect(events.map((e) => e.reason)).toContain('ScalingReplicaSet');
 
-    await apps.deleteNamespacedDeployment({ name: 'web', namespace: ns, propagationPolicy: 'Foreground' });
-    const pending = await apps.readNamespacedDeployment({ name: 'web', namespace: ns }).catch(() => undefined);
-    if (pending) expect(pending.metadata?.finalizers).toContain('foregroundDeletion');
-    await waitFor('deployment, replica sets and pods gone', async () => {
-      const [dl, rl, pl] = await Promise.all([
-        apps.listNamespacedDeployment({ namespace: ns }),
-        apps.listNamespacedReplicaSet({ namespace: ns, labelSelector: 'app=web' }),
-        webPods(),
-      ]);
-      return !dl.items.some((x) => x.metadata?.name === 'web') && rl.items.length === 0 && pl.length === 0;
-    });
-  });
+      await apps.deleteNamespacedDeployment({ name: 'web', namespace: ns, propagationPolicy: 'Foreground' });
+      const pending = await apps.readNamespacedDeployment({ name: 'web', namespace: ns }).catch(() => undefined);
+      if (pending) expect(pending.metadata?.finalizers).toContain('foregroundDeletion');
+      await waitFor('deployment, replica sets and pods gone', async () => {
+        const [dl, rl, pl] = await Promise.all([
+          apps.listNamespacedDeployment({ namespace: ns }),
+          apps.listNamespacedReplicaSet({ namespace: ns, labelSelector: 'app=web' }),
+          webPods(),
+        ]);
+        return !dl.items.some((x) => x.metadata?.name === 'web') && rl.items.length === 0 && pl.length === 0;
+      });
+    },
+  );
 
   it('orphans dependents on request, and deletes a namespace with everything in it', async () => {
     await core.createNamespace({ body: { metadata: { name: 'scratch' } } });
@@ -528,7 +532,8 @@ describe('stand-in API with client-node', () => {
       code: 403,
       reason: 'Forbidden',
       message:
-        'jobs.batch is forbidden: User "devop-restricted" cannot create resource "jobs" in API group "batch" in the namespace "default"',
+        'jobs.batch is forbidden: User "devop-restricted" cannot create resource "jobs" in API group "batch" in the ' +
+        'namespace "default"',
     });
     const other = await expectStatus(rcore.listNamespacedPod({ namespace: 'kube-system' }));
     expect(other.code).toBe(403);

@@ -42,7 +42,9 @@ const NOTHING: Footprint = {
   stateDirs: [],
 };
 
-/** The cgroups of the instance in every hierarchy (cgroup v1 controllers and the v2 tree): its root, pods, containers. */
+/**
+ * The cgroups of the instance in every hierarchy (cgroup v1 controllers and the v2 tree): its root, pods, containers.
+ */
 function cgroupsOf(instance: string): string[] {
   const found: string[] = [];
   const walk = (dir: string): void => {
@@ -134,88 +136,92 @@ function processesOf(instance: string, netnsInodes: Set<number>): number[] {
 }
 
 describe('stand-in hygiene', () => {
-  it('stop() removes every container, snapshot, mount, netns, link, cgroup, iptables rule, file and process it made', async () => {
-    // Given nothing of this instance exists
-    const instance = `hy${randomBytes(3).toString('hex')}`;
-    await ensureContainerd();
-    expect(await footprint(instance)).toEqual(NOTHING);
-    // When a cluster starts and runs pods, a port-forward dial and an exec
-    const cluster = await startCluster({ instance });
-    let during: Footprint;
-    let inodes: Set<number>;
-    const containerPids: number[] = [];
-    try {
-      const kc = new KubeConfig();
-      kc.loadFromFile(cluster.kubeconfigPath);
-      const core = kc.makeApiClient(CoreV1Api);
-      for (const name of ['web', 'sleeper']) {
-        await core.createNamespacedPod({
-          namespace: 'default',
-          body: {
-            metadata: { name },
-            spec: {
-              containers: [
-                {
-                  name: 'main',
-                  image: name === 'web' ? 'devop.test/http-echo' : 'busybox',
-                  command: name === 'web' ? undefined : ['sh', '-c', 'sleep 3600 & sleep 3600'],
-                },
-              ],
+  it(
+    'stop() removes every container, snapshot, mount, netns, link, cgroup, iptables rule, file and process it ' +
+      'made',
+    async () => {
+      // Given nothing of this instance exists
+      const instance = `hy${randomBytes(3).toString('hex')}`;
+      await ensureContainerd();
+      expect(await footprint(instance)).toEqual(NOTHING);
+      // When a cluster starts and runs pods, a port-forward dial and an exec
+      const cluster = await startCluster({ instance });
+      let during: Footprint;
+      let inodes: Set<number>;
+      const containerPids: number[] = [];
+      try {
+        const kc = new KubeConfig();
+        kc.loadFromFile(cluster.kubeconfigPath);
+        const core = kc.makeApiClient(CoreV1Api);
+        for (const name of ['web', 'sleeper']) {
+          await core.createNamespacedPod({
+            namespace: 'default',
+            body: {
+              metadata: { name },
+              spec: {
+                containers: [
+                  {
+                    name: 'main',
+                    image: name === 'web' ? 'devop.test/http-echo' : 'busybox',
+                    command: name === 'web' ? undefined : ['sh', '-c', 'sleep 3600 & sleep 3600'],
+                  },
+                ],
+              },
             },
-          },
-        });
-      }
-      const web = await waitForPod(core, 'web', 'Ready', isReady);
-      const sleeper = await waitForPod(core, 'sleeper', 'Running', (p) => p.status?.phase === 'Running');
-      const socket = await waitForPod(core, 'web', 'dialable', () => true).then(async () => {
-        for (;;) {
-          try {
-            return await cluster.runtime!.dialPod('default', 'web', 8080);
-          } catch {
-            await new Promise((r) => setTimeout(r, 50));
-          }
+          });
         }
-      });
-      socket.destroy();
-      const out = await execOutput(
-        await cluster.runtime!.exec({
-          namespace: 'default',
-          pod: 'sleeper',
-          command: ['sh', '-c', 'sleep 3600 & echo started'],
-          stdin: false,
-          tty: false,
-        }),
-      );
-      expect(out.stdout).toBe('started\n');
-      for (const pod of [web, sleeper])
-        containerPids.push(...(await pidsOfContainer(pod.status!.containerStatuses![0].containerID!)));
-      during = await footprint(instance);
-      inodes = new Set(during.netns.map((l) => statSync(`/run/netns/${l.split(' ')[0]}`).ino));
-    } finally {
-      await cluster.stop();
-    }
-    // Then, while it ran, the footprint was visible to these checks (so the checks below can fail) …
-    expect(during.containers.length).toBe(2);
-    expect(during.tasks.length).toBe(2);
-    expect(during.snapshots.length).toBe(2);
-    expect(during.snapshotLabels.length).toBe(2);
-    // Two rootfs snapshots, and each pod's UTS and IPC namespaces
-    expect(during.mounts.filter((m) => m.includes('/rootfs/')).length).toBe(2);
-    expect(during.mounts.filter((m) => m.includes('/pods/')).length).toBe(4);
-    expect(during.netns.length).toBe(2);
-    expect(during.links.length).toBe(3);
-    // The instance's cgroup, its two pods' and their containers', in every hierarchy runc uses
-    expect(during.cgroups.filter((c) => c.startsWith('/sys/fs/cgroup/memory/')).length).toBe(5);
-    expect(during.iptables.length).toBeGreaterThan(0);
-    expect(during.etcNetns.length).toBe(2);
-    expect(during.stateDirs.length).toBe(3);
-    expect(containerPids.length).toBeGreaterThanOrEqual(4);
-    // … and after stop nothing of it is left
-    expect(await footprint(instance)).toEqual(NOTHING);
-    expect(processesOf(instance, inodes).filter(alive)).toEqual([]);
-    // A killed process may stay a zombie until its parent (or init, for orphans) reaps it: that is not a leak.
-    expect(containerPids.filter(alive)).toEqual([]);
-  });
+        const web = await waitForPod(core, 'web', 'Ready', isReady);
+        const sleeper = await waitForPod(core, 'sleeper', 'Running', (p) => p.status?.phase === 'Running');
+        const socket = await waitForPod(core, 'web', 'dialable', () => true).then(async () => {
+          for (;;) {
+            try {
+              return await cluster.runtime!.dialPod('default', 'web', 8080);
+            } catch {
+              await new Promise((r) => setTimeout(r, 50));
+            }
+          }
+        });
+        socket.destroy();
+        const out = await execOutput(
+          await cluster.runtime!.exec({
+            namespace: 'default',
+            pod: 'sleeper',
+            command: ['sh', '-c', 'sleep 3600 & echo started'],
+            stdin: false,
+            tty: false,
+          }),
+        );
+        expect(out.stdout).toBe('started\n');
+        for (const pod of [web, sleeper])
+          containerPids.push(...(await pidsOfContainer(pod.status!.containerStatuses![0].containerID!)));
+        during = await footprint(instance);
+        inodes = new Set(during.netns.map((l) => statSync(`/run/netns/${l.split(' ')[0]}`).ino));
+      } finally {
+        await cluster.stop();
+      }
+      // Then, while it ran, the footprint was visible to these checks (so the checks below can fail) …
+      expect(during.containers.length).toBe(2);
+      expect(during.tasks.length).toBe(2);
+      expect(during.snapshots.length).toBe(2);
+      expect(during.snapshotLabels.length).toBe(2);
+      // Two rootfs snapshots, and each pod's UTS and IPC namespaces
+      expect(during.mounts.filter((m) => m.includes('/rootfs/')).length).toBe(2);
+      expect(during.mounts.filter((m) => m.includes('/pods/')).length).toBe(4);
+      expect(during.netns.length).toBe(2);
+      expect(during.links.length).toBe(3);
+      // The instance's cgroup, its two pods' and their containers', in every hierarchy runc uses
+      expect(during.cgroups.filter((c) => c.startsWith('/sys/fs/cgroup/memory/')).length).toBe(5);
+      expect(during.iptables.length).toBeGreaterThan(0);
+      expect(during.etcNetns.length).toBe(2);
+      expect(during.stateDirs.length).toBe(3);
+      expect(containerPids.length).toBeGreaterThanOrEqual(4);
+      // … and after stop nothing of it is left
+      expect(await footprint(instance)).toEqual(NOTHING);
+      expect(processesOf(instance, inodes).filter(alive)).toEqual([]);
+      // A killed process may stay a zombie until its parent (or init, for orphans) reaps it: that is not a leak.
+      expect(containerPids.filter(alive)).toEqual([]);
+    },
+  );
 
   it('a cluster killed without stop() is cleared by the next cluster start', async () => {
     // Given a cluster process with a running pod, killed with SIGKILL (no stop() runs)

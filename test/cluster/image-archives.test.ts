@@ -1,5 +1,6 @@
 // The OCI archives `npm run images` writes (dist/images): each names the references the stand-in imports into
-// containerd, and the agent's holds node and every tool the agent runs — checked by running them from the unpacked image (chroot).
+// containerd, and the agent's holds node and every tool the agent runs — checked by running them from the unpacked
+// image (chroot).
 import { execFileSync, spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';

@@ -36,7 +36,8 @@ export interface ClusterHandle {
   nodeName: string;
   nodeIP: string;
   /** The API server's address on the pod network (its own "control-plane node", not the node's IP): pods reach the API
-   * here (the `kubernetes` Service's endpoint), and the aggregator's connections to APIService backends come from here. */
+   * here (the `kubernetes` Service's endpoint), and the aggregator's connections to APIService backends come from here.
+   * */
   controlPlaneIP: string;
   caPath: string;
   /** The node's runtime, when the kubelet runs. */
@@ -163,7 +164,9 @@ export async function startCluster(options: ClusterOptions = {}): Promise<Cluste
   }
 }
 
-/** Puts the control plane's address on the node's bridge (a /32: the pod /24's route keeps the node IP as its source). */
+/**
+ * Puts the control plane's address on the node's bridge (a /32: the pod /24's route keeps the node IP as its source).
+ */
 async function addControlPlaneAddress(instance: string, ip: string): Promise<{ remove(): Promise<void> }> {
   const bridge = `dvb${linkTag(instance)}`;
   await run('ip', ['addr', 'add', `${ip}/32`, 'dev', bridge]);
@@ -171,7 +174,10 @@ async function addControlPlaneAddress(instance: string, ip: string): Promise<{ r
   return { remove: async () => void (await runQuiet('ip', ['addr', 'del', `${ip}/32`, 'dev', bridge])) };
 }
 
-/** The API server also answers on the control-plane IP (the `kubernetes` Service's endpoint), by handing connections over. */
+/**
+ * The API server also answers on the control-plane IP (the `kubernetes` Service's endpoint), by handing connections
+ * over.
+ */
 async function listenRelay(cp: ControlPlane, address: string): Promise<{ port: number; close(): void }> {
   const sockets = new Set<Socket>();
   const tryListen = (port: number) =>

@@ -172,7 +172,8 @@ describe('kubectl against the stand-in API server', () => {
         });
         expect(forbidden.code).toBe(1);
         expect(forbidden.stderr).toContain(
-          'Error from server (Forbidden): deployments.apps is forbidden: User "devop-restricted" cannot list resource "deployments" in API group "apps" in the namespace "default"',
+          'Error from server (Forbidden): deployments.apps is forbidden: User "devop-restricted" cannot list ' +
+            'resource "deployments" in API group "apps" in the namespace "default"',
         );
       },
       SYSTEM_TEST_TIMEOUT_MS,

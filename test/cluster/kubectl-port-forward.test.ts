@@ -1,6 +1,7 @@
-// kubectl port-forward against the stand-in: kubectl 1.31+ tunnels SPDY through a WebSocket (apiserver/spdy-portforward.ts)
-// and gets the pod's bytes back exactly; plain SPDY (kubectl 1.30, or PORT_FORWARD_WEBSOCKETS=false) is refused with a
-// Status that kubectl prints and that names what to use instead. The "pod" is a local echo server (no kubelet needed).
+// kubectl port-forward against the stand-in: kubectl 1.31+ tunnels SPDY through a WebSocket
+// (apiserver/spdy-portforward.ts) and gets the pod's bytes back exactly; plain SPDY (kubectl 1.30, or
+// PORT_FORWARD_WEBSOCKETS=false) is refused with a Status that kubectl prints and that names what to use instead. The
+// "pod" is a local echo server (no kubelet needed).
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
@@ -181,7 +182,8 @@ describe('kubectl port-forward against the stand-in', () => {
     ['1.33', { KUBECTL_PORT_FORWARD_WEBSOCKETS: 'false' }],
   ] as const) {
     it.runIf(have(v))(
-      `kubectl ${v}${Object.keys(env).length ? ' with KUBECTL_PORT_FORWARD_WEBSOCKETS=false' : ''} (SPDY) is told what to use instead`,
+      `kubectl ${v}${Object.keys(env).length ? ' with KUBECTL_PORT_FORWARD_WEBSOCKETS=false' : ''} (SPDY) is told ` +
+        `what to use instead`,
       async () => {
         const forward = await portForward(v, ECHO_PORT, env);
         expect(forward.port).toBeUndefined();

@@ -185,29 +185,32 @@ describe('stand-in containers', () => {
     expect(out.exitCode).toBe(3);
   });
 
-  it("shares the pod's hostname (UTS) and IPC namespace between its containers, not their mount namespaces", async () => {
-    const name = podName('share');
-    await runPod(
-      name,
-      {},
-      {
-        hostname: 'custom-host',
-        containers: [
-          { name: 'a', image: 'busybox', command: ['sleep', '3600'] },
-          { name: 'b', image: 'busybox', command: ['sleep', '3600'] },
-        ],
-      },
-    );
-    const ns = async (container: string, kind: string) =>
-      (await exec(name, ['readlink', `/proc/self/ns/${kind}`], container)).stdout.trim();
-    expect((await exec(name, ['hostname'], 'a')).stdout.trim()).toBe('custom-host');
-    expect((await exec(name, ['hostname'], 'b')).stdout.trim()).toBe('custom-host');
-    expect((await exec(name, ['cat', '/etc/hostname'], 'b')).stdout.trim()).toBe('custom-host');
-    expect(await ns('a', 'uts')).toBe(await ns('b', 'uts'));
-    expect(await ns('a', 'ipc')).toBe(await ns('b', 'ipc'));
-    expect(await ns('a', 'ipc')).not.toBe(readlinkSync('/proc/self/ns/ipc'));
-    expect(await ns('a', 'mnt')).not.toBe(await ns('b', 'mnt'));
-  });
+  it(
+    "shares the pod's hostname (UTS) and IPC namespace between its containers, not their mount " + 'namespaces',
+    async () => {
+      const name = podName('share');
+      await runPod(
+        name,
+        {},
+        {
+          hostname: 'custom-host',
+          containers: [
+            { name: 'a', image: 'busybox', command: ['sleep', '3600'] },
+            { name: 'b', image: 'busybox', command: ['sleep', '3600'] },
+          ],
+        },
+      );
+      const ns = async (container: string, kind: string) =>
+        (await exec(name, ['readlink', `/proc/self/ns/${kind}`], container)).stdout.trim();
+      expect((await exec(name, ['hostname'], 'a')).stdout.trim()).toBe('custom-host');
+      expect((await exec(name, ['hostname'], 'b')).stdout.trim()).toBe('custom-host');
+      expect((await exec(name, ['cat', '/etc/hostname'], 'b')).stdout.trim()).toBe('custom-host');
+      expect(await ns('a', 'uts')).toBe(await ns('b', 'uts'));
+      expect(await ns('a', 'ipc')).toBe(await ns('b', 'ipc'));
+      expect(await ns('a', 'ipc')).not.toBe(readlinkSync('/proc/self/ns/ipc'));
+      expect(await ns('a', 'mnt')).not.toBe(await ns('b', 'mnt'));
+    },
+  );
 
   it('runs as runAsUser/runAsGroup, and cannot write a read-only root filesystem', async () => {
     const name = podName('user');

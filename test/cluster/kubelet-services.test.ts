@@ -65,7 +65,9 @@ async function fetchFromPod(
   pod: string,
   url: string,
 ): Promise<{ pod?: string; remoteAddress?: string; error?: string }> {
-  const script = `fetch(${JSON.stringify(url)}, { signal: AbortSignal.timeout(5000) }).then((r) => r.text()).then((t) => console.log(t), (e) => console.log(JSON.stringify({ error: e.cause?.code ?? e.name })))`;
+  const script =
+    `fetch(${JSON.stringify(url)}, { signal: AbortSignal.timeout(5000) }).then((r) => ` +
+    `r.text()).then((t) => console.log(t), (e) => console.log(JSON.stringify({ error: e.cause?.code ?? e.name })))`;
   const out = await execOutput(
     await cluster.runtime!.exec({ namespace: 'default', pod, command: [NODE, '-e', script], stdin: false, tty: false }),
   );
@@ -151,7 +153,9 @@ describe('stand-in ClusterIP services', () => {
     });
     await waitForPod(core, pod, 'Running', (p) => p.status?.phase === 'Running');
     const script =
-      'fetch(`https://${process.env.KUBERNETES_SERVICE_HOST}:${process.env.KUBERNETES_SERVICE_PORT}/version`).then((r) => console.log(r.status), (e) => console.log(e.cause?.code ?? e.message))';
+      'const { KUBERNETES_SERVICE_HOST: host, KUBERNETES_SERVICE_PORT: port } = process.env;' +
+      'fetch(`https://${host}:${port}/version`)' +
+      '.then((r) => console.log(r.status), (e) => console.log(e.cause?.code ?? e.message))';
     const out = await execOutput(
       await cluster.runtime!.exec({
         namespace: 'default',

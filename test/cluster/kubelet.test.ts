@@ -326,7 +326,8 @@ describe('stand-in kubelet', () => {
             command: [
               'sh',
               '-c',
-              `for i in 1 2 3 4 5; do echo line$i; done; while [ ! -f ${flag} ]; do sleep 0.05; done; echo late; sleep 3600`,
+              `for i in 1 2 3 4 5; do echo line$i; done; while [ ! -f ${flag} ]; do sleep 0.05; done; echo late; ` +
+                `sleep 3600`,
             ],
           },
         ],
@@ -550,7 +551,8 @@ describe('stand-in kubelet', () => {
     await waitForPod(core, name, 'Running', (p) => p.status?.phase === 'Running');
     const current = await core.readNamespacedPod({ namespace: 'default', name });
     const script =
-      "fetch('http://127.0.0.1:8080/from-debug').then((r) => r.json()).then((j) => console.log('reached', j.pod, j.path))";
+      "fetch('http://127.0.0.1:8080/from-debug').then((r) => r.json()).then((j) => console.log('reached', j.pod, " +
+      'j.path))';
     await core.replaceNamespacedPodEphemeralcontainers({
       namespace: 'default',
       name,
@@ -582,52 +584,58 @@ describe('stand-in kubelet', () => {
     expect(log).toContain(`reached ${name} /from-debug`);
   });
 
-  it('mounts the service-account token (the API answers it from the pod) and configMap volumes in the container only', async () => {
-    await core.createNamespacedConfigMap({
-      namespace: 'default',
-      body: { metadata: { name: 'vol-config' }, data: { 'app.conf': 'mode=fast\n' } },
-    });
-    const name = podName('vol');
-    const mountDir = '/etc/app';
-    await createPod({
-      metadata: { name },
-      spec: {
-        volumes: [{ name: 'cfg', configMap: { name: 'vol-config' } }],
-        containers: [
-          {
-            name: 'main',
-            image: 'busybox',
-            command: ['sleep', '3600'],
-            volumeMounts: [
-              { name: 'cfg', mountPath: mountDir, readOnly: true },
-              { name: 'cfg', mountPath: '/run/app/settings.conf', subPath: 'app.conf' },
-            ],
-          },
-        ],
-      },
-    });
-    await waitForPod(core, name, 'Running', (p) => p.status?.phase === 'Running');
-    const sa = '/var/run/secrets/kubernetes.io/serviceaccount';
-    const exec = async (command: string[]) =>
-      execOutput(await runtime.exec({ namespace: 'default', pod: name, command, stdin: false, tty: false }));
-    expect((await exec(['cat', `${mountDir}/app.conf`])).stdout).toBe('mode=fast\n');
-    expect((await exec(['cat', '/run/app/settings.conf'])).stdout).toBe('mode=fast\n');
-    expect((await exec(['sh', '-c', `echo x > ${mountDir}/new`])).exitCode).not.toBe(0);
-    expect((await exec(['cat', `${sa}/namespace`])).stdout).toBe('default');
-    expect((await exec(['cat', `${sa}/ca.crt`])).stdout).toContain('-----BEGIN CERTIFICATE-----');
-    // The host does not see the container's mounts
-    expect(existsSync(sa)).toBe(false);
-    // The token and CA let the pod call the API server through the kubernetes Service, verifying its certificate
-    const script = [
-      "const fs = require('fs');",
-      `const dir = '${sa}';`,
-      'fetch(`https://${process.env.KUBERNETES_SERVICE_HOST}:${process.env.KUBERNETES_SERVICE_PORT}/api/v1/namespaces/default/pods/${process.env.HOSTNAME}`,',
-      "  { headers: { authorization: 'Bearer ' + fs.readFileSync(dir + '/token', 'utf8') } })",
-      "  .then((r) => r.json()).then((p) => console.log(p.metadata.name), (e) => console.log('error', e.cause?.code ?? e.message));",
-    ].join('\n');
-    const api = await exec(['env', `NODE_EXTRA_CA_CERTS=${sa}/ca.crt`, NODE, '-e', script]);
-    expect(api.stdout.trim()).toBe(name);
-  });
+  it(
+    'mounts the service-account token (the API answers it from the pod) and configMap volumes in the container ' +
+      'only',
+    async () => {
+      await core.createNamespacedConfigMap({
+        namespace: 'default',
+        body: { metadata: { name: 'vol-config' }, data: { 'app.conf': 'mode=fast\n' } },
+      });
+      const name = podName('vol');
+      const mountDir = '/etc/app';
+      await createPod({
+        metadata: { name },
+        spec: {
+          volumes: [{ name: 'cfg', configMap: { name: 'vol-config' } }],
+          containers: [
+            {
+              name: 'main',
+              image: 'busybox',
+              command: ['sleep', '3600'],
+              volumeMounts: [
+                { name: 'cfg', mountPath: mountDir, readOnly: true },
+                { name: 'cfg', mountPath: '/run/app/settings.conf', subPath: 'app.conf' },
+              ],
+            },
+          ],
+        },
+      });
+      await waitForPod(core, name, 'Running', (p) => p.status?.phase === 'Running');
+      const sa = '/var/run/secrets/kubernetes.io/serviceaccount';
+      const exec = async (command: string[]) =>
+        execOutput(await runtime.exec({ namespace: 'default', pod: name, command, stdin: false, tty: false }));
+      expect((await exec(['cat', `${mountDir}/app.conf`])).stdout).toBe('mode=fast\n');
+      expect((await exec(['cat', '/run/app/settings.conf'])).stdout).toBe('mode=fast\n');
+      expect((await exec(['sh', '-c', `echo x > ${mountDir}/new`])).exitCode).not.toBe(0);
+      expect((await exec(['cat', `${sa}/namespace`])).stdout).toBe('default');
+      expect((await exec(['cat', `${sa}/ca.crt`])).stdout).toContain('-----BEGIN CERTIFICATE-----');
+      // The host does not see the container's mounts
+      expect(existsSync(sa)).toBe(false);
+      // The token and CA let the pod call the API server through the kubernetes Service, verifying its certificate
+      const script = [
+        "const fs = require('fs');",
+        `const dir = '${sa}';`,
+        'const { KUBERNETES_SERVICE_HOST: host, KUBERNETES_SERVICE_PORT: port, HOSTNAME: pod } = process.env;',
+        'fetch(`https://${host}:${port}/api/v1/namespaces/default/pods/${pod}`,',
+        "  { headers: { authorization: 'Bearer ' + fs.readFileSync(dir + '/token', 'utf8') } })",
+        '  .then((r) => r.json())',
+        "  .then((p) => console.log(p.metadata.name), (e) => console.log('error', e.cause?.code ?? e.message));",
+      ].join('\n');
+      const api = await exec(['env', `NODE_EXTRA_CA_CERTS=${sa}/ca.crt`, NODE, '-e', script]);
+      expect(api.stdout.trim()).toBe(name);
+    },
+  );
 
   it('deletes a pod: SIGTERM to the container, netns removed, then the pod object', async () => {
     const name = podName('del');

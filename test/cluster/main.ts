@@ -8,14 +8,16 @@ async function main(): Promise<void> {
   const withKubelet = !process.argv.includes('--no-kubelet');
   if (withKubelet && (typeof process.getuid !== 'function' || process.getuid() !== 0)) {
     console.error(
-      'devop cluster: the stand-in node needs root (network namespaces, iptables, containerd). Run it with sudo, or pass --no-kubelet for the API server alone.',
+      'devop cluster: the stand-in node needs root (network namespaces, iptables, containerd). Run it with sudo, or ' +
+        'pass --no-kubelet for the API server alone.',
     );
     process.exit(1);
   }
   const t0 = Date.now();
   const cluster = await startCluster({ kubelet: withKubelet });
   console.log(
-    `stand-in cluster ${cluster.instance} is up at ${cluster.server} (${Date.now() - t0} ms)${withKubelet ? `, node ${cluster.nodeName} ${cluster.nodeIP}` : ', no node'}`,
+    `stand-in cluster ${cluster.instance} is up at ${cluster.server} (${Date.now() - t0} ` +
+      `ms)${withKubelet ? `, node ${cluster.nodeName} ${cluster.nodeIP}` : ', no node'}`,
   );
   console.log(`kubeconfig: ${cluster.kubeconfigPath}`);
   console.log(`restricted kubeconfig: ${cluster.restrictedKubeconfigPath}`);

@@ -1,5 +1,6 @@
 // The seam between the stand-in's API server and its kubelet: what the API server asks of the node for
-// pods/portforward, pods/exec and pods/log. The kubelet itself is an ordinary API client (list/watch pods, patch status).
+// pods/portforward, pods/exec and pods/log. The kubelet itself is an ordinary API client (list/watch pods, patch
+// status).
 import type { Duplex, Readable, Writable } from 'node:stream';
 
 export interface ExecRequest {

@@ -146,9 +146,10 @@ describe('the agent in its real container', () => {
     expect(exit.code).not.toBe(0);
     expect(run.stderr).toMatch(/reused/);
     const last = run.stderr.trim().split('\n').at(-1);
-    expect(last).toMatch(
-      /^devop: port 8080 of pod echo-nocap-\S+ cannot be stolen: the agent's container lacks CAP_NET_ADMIN, which stealing :8080 needs — fix: allow NET_ADMIN in the agent's securityContext/,
-    );
+    const refused =
+      "^devop: port 8080 of pod echo-nocap-\\S+ cannot be stolen: the agent's container lacks CAP_NET_ADMIN, " +
+      "which stealing :8080 needs — fix: allow NET_ADMIN in the agent's securityContext";
+    expect(last).toMatch(new RegExp(refused));
     expect(await client.who(echo.podIP, 8080)).toBe(echo.podName);
   });
 });

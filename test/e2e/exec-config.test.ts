@@ -1,5 +1,5 @@
-// `devop exec` end to end: devop.json (flags win), rollout/ targets (Argo Rollouts CRD), targetless sessions, and what is
-// left in the cluster after the last session (nothing running; finished agent Jobs removed by their TTL).
+// `devop exec` end to end: devop.json (flags win), rollout/ targets (Argo Rollouts CRD), targetless sessions, and what
+// is left in the cluster after the last session (nothing running; finished agent Jobs removed by their TTL).
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -180,26 +180,34 @@ describe('devop exec: config, targets, cleanup', () => {
     expect(withPort.stderr).toContain('devop: -p/--port needs a target');
   });
 
-  it('leaves nothing running after the last session: agents exit when idle, their Jobs finish and their TTL removes them', async () => {
-    const run = track(devopExec(cluster, ['-t', 'deploy/echo', '--agent-ttl', '1'], ['true']));
-    expect((await run.exited).code, run.output).toBe(0);
-    const batch = env.kc.makeApiClient(BatchV1Api);
-    // The agent idles out (a few seconds), its Job completes, and the TTL controller deletes it.
-    await waitFor(
-      'no devop agent pod or Job left',
-      async () => {
-        const [pods, jobs] = await Promise.all([
-          env.core.listNamespacedPod({ namespace: env.namespace, labelSelector: 'app.kubernetes.io/name=devop-agent' }),
-          batch.listNamespacedJob({ namespace: env.namespace, labelSelector: 'app.kubernetes.io/name=devop-agent' }),
-        ]);
-        const running = pods.items.filter((p) => p.status?.phase === 'Running' || p.status?.phase === 'Pending');
-        // Jobs of this suite's short-TTL sessions (ttl <= 2 s) must be gone; earlier ones may wait finished for their TTL.
-        const jobsLeft = jobs.items.filter(
-          (j) => !(j.status?.succeeded || j.status?.failed) || (j.spec?.ttlSecondsAfterFinished ?? 0) <= 2,
-        );
-        return running.length === 0 && jobsLeft.length === 0 ? true : undefined;
-      },
-      60_000,
-    );
-  });
+  it(
+    'leaves nothing running after the last session: agents exit when idle, their Jobs finish and their TTL removes ' +
+      'them',
+    async () => {
+      const run = track(devopExec(cluster, ['-t', 'deploy/echo', '--agent-ttl', '1'], ['true']));
+      expect((await run.exited).code, run.output).toBe(0);
+      const batch = env.kc.makeApiClient(BatchV1Api);
+      // The agent idles out (a few seconds), its Job completes, and the TTL controller deletes it.
+      await waitFor(
+        'no devop agent pod or Job left',
+        async () => {
+          const [pods, jobs] = await Promise.all([
+            env.core.listNamespacedPod({
+              namespace: env.namespace,
+              labelSelector: 'app.kubernetes.io/name=devop-agent',
+            }),
+            batch.listNamespacedJob({ namespace: env.namespace, labelSelector: 'app.kubernetes.io/name=devop-agent' }),
+          ]);
+          const running = pods.items.filter((p) => p.status?.phase === 'Running' || p.status?.phase === 'Pending');
+          // Jobs of this suite's short-TTL sessions (ttl <= 2 s) must be gone; earlier ones may wait finished for their
+          // TTL.
+          const jobsLeft = jobs.items.filter(
+            (j) => !(j.status?.succeeded || j.status?.failed) || (j.spec?.ttlSecondsAfterFinished ?? 0) <= 2,
+          );
+          return running.length === 0 && jobsLeft.length === 0 ? true : undefined;
+        },
+        60_000,
+      );
+    },
+  );
 });

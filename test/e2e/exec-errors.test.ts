@@ -1,6 +1,6 @@
-// `devop exec` and `devop ls` end to end: exit codes and signals pass through, and every user-facing failure is one line
-// naming the problem and its fix (`devop: … — fix: …`) — no kubeconfig/context, missing namespace/target, no Ready pod,
-// RBAC denial, agent protocol mismatch, local command not found.
+// `devop exec` and `devop ls` end to end: exit codes and signals pass through, and every user-facing failure is one
+// line naming the problem and its fix (`devop: … — fix: …`) — no kubeconfig/context, missing namespace/target, no Ready
+// pod, RBAC denial, agent protocol mismatch, local command not found.
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -72,7 +72,8 @@ describe('devop exec: exit codes and errors', () => {
     );
     expect((await run.exited).code).toBe(1);
     expect(failure(run)).toBe(
-      'devop: no kubeconfig found (KUBECONFIG: /nonexistent/devop-kubeconfig) — fix: point --kubeconfig or KUBECONFIG at a kubeconfig file, or create ~/.kube/config (e.g. with your cloud CLI)',
+      'devop: no kubeconfig found (KUBECONFIG: /nonexistent/devop-kubeconfig) — fix: point --kubeconfig or ' +
+        'KUBECONFIG at a kubeconfig file, or create ~/.kube/config (e.g. with your cloud CLI)',
     );
   });
 
@@ -86,12 +87,18 @@ describe('devop exec: exit codes and errors', () => {
     const run = track(devopExec(cluster, ['-t', 'deploy/echo'], ['true'], { kubeconfig: path }));
     expect((await run.exited).code).toBe(1);
     expect(failure(run)).toMatch(
-      /^devop: the kubeconfig \(.*\) has no current context — fix: pass --context \(one of: .+\) or run `kubectl config use-context NAME`$/,
+      new RegExp(
+        /^devop: the kubeconfig \(.*\) has no current context — fix: pass --context \(one of: .+\) or run /.source +
+          /`kubectl config use-context NAME`$/.source,
+      ),
     );
     const unknown = track(devopExec(cluster, ['-t', 'deploy/echo', '--context', 'nope'], ['true']));
     expect((await unknown.exited).code).toBe(1);
     expect(failure(unknown)).toMatch(
-      /^devop: context "nope" is not in the kubeconfig \(contexts: .+\) — fix: pass one of the listed contexts to --context$/,
+      new RegExp(
+        /^devop: context "nope" is not in the kubeconfig \(contexts: .+\) — fix: pass one of the listed /.source +
+          /contexts to --context$/.source,
+      ),
     );
   });
 
@@ -149,7 +156,10 @@ describe('devop exec: exit codes and errors', () => {
     const run = track(devopExec(cluster, ['-t', 'deploy/never-ready'], ['true']));
     expect((await run.exited).code).toBe(1);
     expect(failure(run)).toMatch(
-      /^devop: deployment\/never-ready has no Ready pod \(never-ready-\S+: Running, not Ready\) — fix: wait until a pod is Ready/,
+      new RegExp(
+        /^devop: deployment\/never-ready has no Ready pod \(never-ready-\S+: Running, not Ready\) — fix: /.source +
+          /wait until a pod is Ready/.source,
+      ),
     );
   });
 
@@ -159,7 +169,10 @@ describe('devop exec: exit codes and errors', () => {
     const run = track(devopExec(cluster, ['-t', 'deploy/echo'], ['true'], { kubeconfig: restricted }));
     expect((await run.exited).code).toBe(1);
     expect(failure(run)).toMatch(
-      /^devop: RBAC: .+ may not create pods\/portforward, create jobs\.batch, get jobs\.batch, delete jobs\.batch in namespace default — fix: ask a cluster admin for a Role granting/,
+      new RegExp(
+        /^devop: RBAC: .+ may not create pods\/portforward, create jobs\.batch, get jobs\.batch, delete /.source +
+          /jobs\.batch in namespace default — fix: ask a cluster admin for a Role granting/.source,
+      ),
     );
   });
 
@@ -180,7 +193,10 @@ describe('devop exec: exit codes and errors', () => {
       const run = track(devopExec(cluster, ['-t', 'deploy/echo-old', '--ephemeral', '--agent-image', image], ['true']));
       expect((await run.exited).code).toBe(1);
       expect(failure(run)).toMatch(
-        /^devop: the agent speaks protocol version 999, this devop speaks \d+ — fix: use an agent image of the same devop version/,
+        new RegExp(
+          /^devop: the agent speaks protocol version 999, this devop speaks \d+ — fix: use an agent image of /.source +
+            /the same devop version/.source,
+        ),
       );
     } finally {
       await removeImage(image);
@@ -196,7 +212,10 @@ describe('devop exec: exit codes and errors', () => {
     );
     expect((await run.exited).code, run.output).toBe(1);
     expect(failure(run)).toMatch(
-      /^devop: the agent image devop\.test\/no-such-agent:1 cannot be pulled \((ErrImagePull|ImagePullBackOff|InvalidImageName).*\) — fix: check --agent-image/,
+      new RegExp(
+        /^devop: the agent image devop\.test\/no-such-agent:1 cannot be pulled /.source +
+          /\((ErrImagePull|ImagePullBackOff|InvalidImageName).*\) — fix: check --agent-image/.source,
+      ),
     );
     const jobs = await waitFor('the failed agent Job to be deleted', async () => {
       const { BatchV1Api } = await import('@kubernetes/client-node');
@@ -214,7 +233,8 @@ describe('devop exec: exit codes and errors', () => {
     const run = track(devopExec(cluster, ['-t', 'deploy/echo'], ['devop-no-such-command']));
     expect((await run.exited).code).toBe(1);
     expect(failure(run)).toBe(
-      'devop: command not found: devop-no-such-command — fix: check the command after `--` (is it installed and on your PATH?)',
+      'devop: command not found: devop-no-such-command — fix: check the command after `--` (is it installed and on ' +
+        'your PATH?)',
     );
   });
 

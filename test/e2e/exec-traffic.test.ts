@@ -159,7 +159,10 @@ describe('devop exec: traffic', () => {
     // Then it is refused in one line naming who holds the port
     expect(exit.code).toBe(1);
     expect(third.stderr).toMatch(
-      /devop: port 8080 of pod echo-\S+ cannot be stolen: port 8080 is stolen \(.*x-user: (alice|bob).*\) by \S+@\S+ since /,
+      new RegExp(
+        /devop: port 8080 of pod echo-\S+ cannot be stolen: port 8080 is stolen \(.*x-user: (alice|bob).*\) /.source +
+          /by \S+@\S+ since /.source,
+      ),
     );
     expect(third.stderr).toMatch(/since .* — fix: /);
     await Promise.all([alice.stop(), bob.stop()]);
@@ -204,7 +207,8 @@ describe('devop exec: traffic', () => {
         [
           'sh',
           '-c',
-          'echo "GREETING=$GREETING"; echo "APP_MODE=$APP_MODE"; echo "SECRET_TOKEN=${SECRET_TOKEN:-unset}"; echo "KSH=${KUBERNETES_SERVICE_HOST:-unset}"',
+          'echo "GREETING=$GREETING"; echo "APP_MODE=$APP_MODE"; echo "SECRET_TOKEN=${SECRET_TOKEN:-unset}"; echo ' +
+            '"KSH=${KUBERNETES_SERVICE_HOST:-unset}"',
         ],
       ),
     );

@@ -51,7 +51,8 @@ describe('devop exec: a python3 http.server pod, stolen to a local python server
                   command: [
                     'sh',
                     '-c',
-                    `mkdir -p /srv && echo pod > /srv/who.txt && exec python3 -m http.server ${POD_PORT} --directory /srv`,
+                    `mkdir -p /srv && echo pod > /srv/who.txt && exec python3 -m http.server ${POD_PORT} --directory ` +
+                      `/srv`,
                   ],
                   ports: [{ containerPort: POD_PORT }],
                   readinessProbe: { tcpSocket: { port: POD_PORT }, periodSeconds: 1 },

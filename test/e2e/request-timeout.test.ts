@@ -63,7 +63,8 @@ describe('devop against an API server that does not answer', () => {
     expect(errors, run.stderr).toHaveLength(1);
     expect(errors[0]).toMatch(
       new RegExp(
-        `^devop: error \\[resolve target deploy/echo\\]: the API server ${escapeRegExp(api.url)} did not answer within 2 s ` +
+        `^devop: error \\[resolve target deploy/echo\\]: the API server ${escapeRegExp(api.url)} did not answer ` +
+          `within 2 s ` +
           `\\(while trying to [^)]+\\) — ${escapeRegExp(FIX)}$`,
       ),
     );

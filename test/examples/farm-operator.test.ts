@@ -8,14 +8,17 @@ import { Kubectl, LocalProcess, eventually, freePort } from './harness.js';
 
 requireRoot('examples: farm-operator');
 
-/** Each step waits on rollouts and discovery with generous deadlines (shared CI machine); this bounds the whole step. */
+/**
+ * Each step waits on rollouts and discovery with generous deadlines (shared CI machine); this bounds the whole step.
+ */
 const STEP_TIMEOUT_MS = 300_000;
 
 /** What kubectl says when the group version has no such resource and its discovery knows it… */
 const UNKNOWN_TYPE = (type: string) => `error: the server doesn't have a resource type "${type}"`;
 /** …and when its discovery cache still lists the type from step 3: the step-1 server's 404. */
 const NOT_FOUND_FROM_STEP_1 =
-  'Error from server (NotFound): Unable to list "farm.example.com/v1alpha, Resource=llamas": the server could not find the requested resource';
+  'Error from server (NotFound): Unable to list "farm.example.com/v1alpha, Resource=llamas": the server could not ' +
+  'find the requested resource';
 
 describe('farm-operator walkthrough', () => {
   let cluster: TargetCluster;
@@ -84,16 +87,16 @@ describe('farm-operator walkthrough', () => {
   it(
     'under devop exec --steal, step 3 running locally answers kubectl',
     async () => {
-      // Given the step-1 pod serving the APIService, and an API server that is not on the pod's node (its own control-plane
-      // address), as on a cluster whose kube-apiserver runs on a control-plane node
+      // Given the step-1 pod serving the APIService, and an API server that is not on the pod's node (its own
+      // control-plane address), as on a cluster whose kube-apiserver runs on a control-plane node
       const endpoints = JSON.parse(await kubectl.ok('get', 'endpoints', 'kubernetes', '-n', 'default', '-o', 'json'));
       const hostIP = 'jsonpath={.items[0].status.hostIP}';
       const podNode = await kubectl.ok('get', 'pods', '-n', 'default', '-l', 'app=farm-operator', '-o', hostIP);
       expect(endpoints.subsets[0].addresses).toHaveLength(1);
       expect(podNode).not.toBe('');
       expect(endpoints.subsets[0].addresses[0].ip).not.toBe(podNode);
-      // When step 3 runs locally under devop, stealing the pod's port 8443 (plain --steal: the aggregator's connections come
-      // from the control plane's address, kubelet's probes from the node's)
+      // When step 3 runs locally under devop, stealing the pod's port 8443 (plain --steal: the aggregator's connections
+      // come from the control plane's address, kubelet's probes from the node's)
       devop = new LocalProcess(
         process.execPath,
         [

@@ -16,7 +16,9 @@ export interface Run {
   stderr: string;
 }
 
-/** A kubectl bound to one kubeconfig with a private discovery cache, so runs never see each other's cached discovery. */
+/**
+ * A kubectl bound to one kubeconfig with a private discovery cache, so runs never see each other's cached discovery.
+ */
 export class Kubectl {
   readonly cacheDir: string;
 

@@ -3,7 +3,10 @@ export function isRoot(): boolean {
   return typeof process.getuid === 'function' && process.getuid() === 0;
 }
 
-/** Call at the top of a suite that needs root. Throws (so the suite fails) unless DEVOP_SKIP_ROOT_TESTS=1 asks for a skip. */
+/**
+ * Call at the top of a suite that needs root. Throws (so the suite fails) unless DEVOP_SKIP_ROOT_TESTS=1 asks for a
+ * skip.
+ */
 export function requireRoot(suite: string): boolean {
   if (isRoot()) return true;
   if (process.env.DEVOP_SKIP_ROOT_TESTS === '1') {
@@ -11,6 +14,7 @@ export function requireRoot(suite: string): boolean {
     return false;
   }
   throw new Error(
-    `${suite} needs root (network namespaces, iptables, cgroups). Run the tests as root, or set DEVOP_SKIP_ROOT_TESTS=1 to report them skipped.`,
+    `${suite} needs root (network namespaces, iptables, cgroups). Run the tests as root, or set ` +
+      `DEVOP_SKIP_ROOT_TESTS=1 to report them skipped.`,
   );
 }

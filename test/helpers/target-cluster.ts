@@ -105,8 +105,9 @@ export async function startTargetCluster(suite: string, options: TargetOptions =
 type TestBody = () => Promise<void> | void;
 
 /**
- * `it` for a test that needs what only the stand-in can make (images built into its containerd, restricted user, node processes, …):
- * on a real cluster the test is reported skipped, its name carrying the reason, and a console line says so.
+ * `it` for a test that needs what only the stand-in can make (images built into its containerd, restricted user, node
+ * processes, …): on a real cluster the test is reported skipped, its name carrying the reason, and a console line says
+ * so.
  */
 export function standinOnly(reason: string): (name: string, body: TestBody, timeoutMs?: number) => void {
   const target = externalTarget();

@@ -74,7 +74,8 @@ describe.runIf(run)('outgoing chain: proxy, preload, remote files and forwards o
 
   beforeAll(async () => {
     await net.setup();
-    // Given a pod whose app listens on :3000, and a cluster DNS that knows api.team.svc.cluster.local (its search domain)
+    // Given a pod whose app listens on :3000, and a cluster DNS that knows api.team.svc.cluster.local (its search
+    // domain)
     pod = await net.startPod({ port: 3000, name: 'api-pod' });
     await net.startDns({ 'api.team.svc.cluster.local': net.podIP });
     const agent = await net.startAgent();

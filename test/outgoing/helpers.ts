@@ -133,9 +133,14 @@ export const PRELOAD_BUNDLE = fileURLToPath(new URL('../../dist/preload.js', imp
  * Refuses to run a test program whose preload did not load: its cluster names would otherwise go to this machine's
  * resolver (and off the machine).
  */
-const REQUIRE_PRELOAD = `if (!globalThis[Symbol.for('devop.preload.installed')]) { console.error('the devop preload is not loaded'); process.exit(3); }\n`;
+const REQUIRE_PRELOAD =
+  `if (!globalThis[Symbol.for('devop.preload.installed')]) { console.error('the devop preload ` +
+  `is not loaded'); process.exit(3); }\n`;
 
-/** Runs `node --input-type=module -e <source>` with extra env (and the preload required); resolves with its exit code and output. */
+/**
+ * Runs `node --input-type=module -e <source>` with extra env (and the preload required); resolves with its exit code
+ * and output.
+ */
 export function runNode(
   source: string,
   env: Record<string, string>,

@@ -68,7 +68,9 @@ async function deployClient(
   return { podName: pod.metadata?.name ?? '', podIP: pod.status?.podIP ?? '', containerID };
 }
 
-/** A file as the container sees it: read by `cat` inside the container's mount namespace (nsenter), symlinks and all. */
+/**
+ * A file as the container sees it: read by `cat` inside the container's mount namespace (nsenter), symlinks and all.
+ */
 function readInContainer(containerID: string, path: string): string {
   const pid = readdirSync('/proc').find((entry) => {
     if (!/^\d+$/.test(entry)) return false;
@@ -163,7 +165,9 @@ describe('outgoing traffic, DNS and remote files through the pod', { timeout: TE
   });
 
   it('a local curl (proxy env) and a local Node fetch (preload) reach the service by its ClusterIP, from the pod', async () => {
-    const script = `curl -sS --max-time 30 http://${clusterIP}/curl-by-ip && echo && ${process.execPath} ${FETCH_CLIENT} http://${clusterIP}/node-by-ip`;
+    const script =
+      `curl -sS --max-time 30 http://${clusterIP}/curl-by-ip && echo && ${process.execPath} ` +
+      `${FETCH_CLIENT} http://${clusterIP}/node-by-ip`;
     const run = track(devopExec(cluster, ['-t', 'deploy/client'], ['sh', '-c', script]));
     expect(await finished(run, 'devop exec by ClusterIP'), run.output).toBe(0);
     const [curlAnswer, nodeLine] = jsonLines<EchoAnswer & { body: string }>(run.stdout);
@@ -252,33 +256,41 @@ describe('outgoing traffic, DNS and remote files through the pod', { timeout: TE
     expect(sourceOf(routed), routed.output).toBe(client.podIP);
   });
 
-  it('--remote-file copies files that exist only in the pod (its /etc/hosts, its service-account token) under DEVOP_ROOT, removed at exit', async () => {
-    // Given the pod's /etc/hosts (the kubelet's, in the pod's own mount namespace: it names the pod; this machine's does
-    // not) and the service-account token the kubelet mounted for it (which this machine does not have)
-    const token = '/var/run/secrets/kubernetes.io/serviceaccount/token';
-    const podHosts = readInContainer(client.containerID, '/etc/hosts');
-    const podToken = readInContainer(client.containerID, token);
-    expect(podHosts).toContain(`${client.podIP}\t${client.podName}`);
-    expect(readFileSync('/etc/hosts', 'utf8')).not.toContain(client.podName);
-    expect(podToken.length).toBeGreaterThan(20);
-    expect(existsSync(token)).toBe(false);
-    // When devop exec copies both for a local command that prints them
-    const run = track(
-      devopExec(
-        cluster,
-        ['-t', 'deploy/client', '--remote-file', '/etc/hosts', '--remote-file', token],
-        ['sh', '-c', `echo "ROOT=$DEVOP_ROOT"; cat "$DEVOP_ROOT/etc/hosts"; echo "TOKEN=$(cat "$DEVOP_ROOT${token}")"`],
-      ),
-    );
-    expect(await finished(run, 'devop exec remote-file'), run.output).toBe(0);
-    // Then the local command read exactly the pod's contents under DEVOP_ROOT (same relative paths)
-    const root = /ROOT=(\S+)\n/.exec(run.stdout)?.[1] ?? '';
-    expect(root).not.toBe('');
-    const printed = run.stdout.slice(run.stdout.indexOf('\n') + 1);
-    expect(printed).toBe(`${podHosts}TOKEN=${podToken.trim()}\n`);
-    // And the copies are gone once devop has exited
-    expect(existsSync(root)).toBe(false);
-  });
+  it(
+    '--remote-file copies files that exist only in the pod (its /etc/hosts, its service-account token) under ' +
+      'DEVOP_ROOT, removed at exit',
+    async () => {
+      // Given the pod's /etc/hosts (the kubelet's, in the pod's own mount namespace: it names the pod; this machine's
+      // does not) and the service-account token the kubelet mounted for it (which this machine does not have)
+      const token = '/var/run/secrets/kubernetes.io/serviceaccount/token';
+      const podHosts = readInContainer(client.containerID, '/etc/hosts');
+      const podToken = readInContainer(client.containerID, token);
+      expect(podHosts).toContain(`${client.podIP}\t${client.podName}`);
+      expect(readFileSync('/etc/hosts', 'utf8')).not.toContain(client.podName);
+      expect(podToken.length).toBeGreaterThan(20);
+      expect(existsSync(token)).toBe(false);
+      // When devop exec copies both for a local command that prints them
+      const run = track(
+        devopExec(
+          cluster,
+          ['-t', 'deploy/client', '--remote-file', '/etc/hosts', '--remote-file', token],
+          [
+            'sh',
+            '-c',
+            `echo "ROOT=$DEVOP_ROOT"; cat "$DEVOP_ROOT/etc/hosts"; echo "TOKEN=$(cat "$DEVOP_ROOT${token}")"`,
+          ],
+        ),
+      );
+      expect(await finished(run, 'devop exec remote-file'), run.output).toBe(0);
+      // Then the local command read exactly the pod's contents under DEVOP_ROOT (same relative paths)
+      const root = /ROOT=(\S+)\n/.exec(run.stdout)?.[1] ?? '';
+      expect(root).not.toBe('');
+      const printed = run.stdout.slice(run.stdout.indexOf('\n') + 1);
+      expect(printed).toBe(`${podHosts}TOKEN=${podToken.trim()}\n`);
+      // And the copies are gone once devop has exited
+      expect(existsSync(root)).toBe(false);
+    },
+  );
 
   it('a remote file that does not exist in the pod stops devop with one line naming it', async () => {
     const run = track(devopExec(cluster, ['-t', 'deploy/client', '--remote-file', '/etc/not-in-the-pod'], ['true']));
@@ -286,30 +298,34 @@ describe('outgoing traffic, DNS and remote files through the pod', { timeout: TE
     expect(run.stderr).toContain('remote file /etc/not-in-the-pod does not exist in the target container');
   });
 
-  it('devop port-forward -L 18080:echo.default:80 (targetless) serves requests; 100 parallel connections are byte-exact', async () => {
-    const run = track(
-      new DevopRun(['port-forward', '--kubeconfig', cluster.kubeconfigPath, '-L', `${FORWARD_PORT}:echo.default:80`]),
-    );
-    await waitFor(
-      `the forward to listen\n${run.output}`,
-      () => {
-        if (run.child.exitCode !== null) throw new Error(`devop port-forward exited\n${run.output}`);
-        return run.stdout.includes(`127.0.0.1:${FORWARD_PORT} -> echo.default:80`) ? true : undefined;
-      },
-      RUN_DEADLINE_MS,
-    );
-    // When 100 clients post distinct 32 KiB bodies at once
-    const bodies = Array.from({ length: 100 }, () => randomBytes(24 * 1024).toString('base64'));
-    const answers = await Promise.all(bodies.map((body) => post(FORWARD_PORT, body)));
-    // Then each body came back exactly, from the echo pod, connected from the (targetless) agent's pod
-    answers.forEach((answer, i) => {
-      expect(answer.pod).toBe(echo.podName);
-      expect(answer.body === bodies[i], `body ${i} differs`).toBe(true);
-    });
-    // When Ctrl-C / Then it stops cleanly
-    const exit = await run.stop('SIGINT');
-    expect(exit.code, run.output).toBe(0);
-  });
+  it(
+    'devop port-forward -L 18080:echo.default:80 (targetless) serves requests; 100 parallel connections are ' +
+      'byte-exact',
+    async () => {
+      const run = track(
+        new DevopRun(['port-forward', '--kubeconfig', cluster.kubeconfigPath, '-L', `${FORWARD_PORT}:echo.default:80`]),
+      );
+      await waitFor(
+        `the forward to listen\n${run.output}`,
+        () => {
+          if (run.child.exitCode !== null) throw new Error(`devop port-forward exited\n${run.output}`);
+          return run.stdout.includes(`127.0.0.1:${FORWARD_PORT} -> echo.default:80`) ? true : undefined;
+        },
+        RUN_DEADLINE_MS,
+      );
+      // When 100 clients post distinct 32 KiB bodies at once
+      const bodies = Array.from({ length: 100 }, () => randomBytes(24 * 1024).toString('base64'));
+      const answers = await Promise.all(bodies.map((body) => post(FORWARD_PORT, body)));
+      // Then each body came back exactly, from the echo pod, connected from the (targetless) agent's pod
+      answers.forEach((answer, i) => {
+        expect(answer.pod).toBe(echo.podName);
+        expect(answer.body === bodies[i], `body ${i} differs`).toBe(true);
+      });
+      // When Ctrl-C / Then it stops cleanly
+      const exit = await run.stop('SIGINT');
+      expect(exit.code, run.output).toBe(0);
+    },
+  );
 
   it('devop port-forward -t deploy/client connects from that pod: its search domains, its IP', async () => {
     const run = track(

@@ -140,7 +140,8 @@ describe('all pods and steal leases', () => {
   );
 
   it(
-    'a steal Lease refuses a second CLI on another pod of the deployment, by name, until the holder is killed -9 and it expires',
+    'a steal Lease refuses a second CLI on another pod of the deployment, by name, until the holder is killed -9 and ' +
+      'it expires',
     async () => {
       const [pod1, pod2] = await deployReplicas(env, 'lk', 2);
       const [name1, name2] = [pod1.metadata?.name ?? '', pod2.metadata?.name ?? ''];
@@ -177,7 +178,8 @@ describe('all pods and steal leases', () => {
       killLocalServer(b);
       expect(b.stderr).toMatch(
         new RegExp(
-          `port 8080 of deployment/lk is stolen by \\S+@\\S+ since \\d{4}-\\d\\d-\\d\\dT[\\d:.]+Z \\(Lease ${leaseName}\\)`,
+          `port 8080 of deployment/lk is stolen by \\S+@\\S+ since \\d{4}-\\d\\d-\\d\\dT[\\d:.]+Z \\(Lease ` +
+            `${leaseName}\\)`,
         ),
       );
       expect(await client.who(ip2, 8080)).toBe(name2);

@@ -1,6 +1,6 @@
 // `devop doctor` and `devop clean` against the stand-in: doctor names the permission a restricted user lacks and a Pod
-// Security label that would reject the agent; clean lists (--dry-run) and then removes a planted agent Job and an expired
-// steal Lease, and leaves a live Lease alone.
+// Security label that would reject the agent; clean lists (--dry-run) and then removes a planted agent Job and an
+// expired steal Lease, and leaves a live Lease alone.
 import { BatchV1Api, CoordinationV1Api, V1MicroTime } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AGENT_ANNOTATIONS, AGENT_LABELS } from '../../shared/agent-contract.js';
@@ -42,10 +42,18 @@ describe('devop doctor and devop clean', () => {
     expect(code, run.output).toBe(1);
     expect(run.stdout).toMatch(/^✓ RBAC get pods in default: allowed/m);
     expect(run.stdout).toMatch(
-      /^✗ RBAC create pods\/portforward in default: devop-restricted may not create pods\/portforward in namespace default/m,
+      new RegExp(
+        /^✗ RBAC create pods\/portforward in default: devop-restricted may not create pods\/portforward in /.source +
+          /namespace default/.source,
+        'm',
+      ),
     );
     expect(run.stdout).toMatch(
-      /^✗ RBAC create jobs\.batch in default: .*\n {4}fix: ask a cluster admin for a Role granting "create" on "jobs" \(apiGroup batch\) in default$/m,
+      new RegExp(
+        /^✗ RBAC create jobs\.batch in default: .*\n {4}fix: ask a cluster admin for a Role granting /.source +
+          /"create" on "jobs" \(apiGroup batch\) in default$/.source,
+        'm',
+      ),
     );
     expect(run.stdout).toMatch(/^devop doctor: \d+ checks failed$/m);
   });

@@ -1,7 +1,8 @@
 // The fault table (DESIGN.md "Failure rules"), against the stand-in with real netns and iptables: kill -9 of the CLI,
-// kill -9 of the agent, deleting the agent pod, cutting the port-forward, deleting the target pod. Each case checks that
-// the pod serves its own traffic again within 2 s (or, for a cut tunnel, that the port keeps answering), that devop
-// recovers without restarting the local command, and that no devop rule (iptables DEVOP-* chain or nft devop_* table) is left in the pod's netns.
+// kill -9 of the agent, deleting the agent pod, cutting the port-forward, deleting the target pod. Each case checks
+// that the pod serves its own traffic again within 2 s (or, for a cut tunnel, that the port keeps answering), that
+// devop recovers without restarting the local command, and that no devop rule (iptables DEVOP-* chain or nft devop_*
+// table) is left in the pod's netns.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AGENT_ANNOTATIONS, chainName } from '../../shared/agent-contract.js';
 import { tableName } from '../../agent/nft-owned.js';
@@ -102,24 +103,28 @@ describe('fault table: the pod serves its own traffic again within 2 s, devop re
       killLocalServer(run);
       console.log(`RESULT fault kill9_cli recovered_ms=${ms}`);
       expect(ms).toBeLessThanOrEqual(RECOVERY_BUDGET_MS);
-      // The agent keeps the session for its resume grace period (traffic goes to the pod meanwhile), then removes it all.
+      // The agent keeps the session for its resume grace period (traffic goes to the pod meanwhile), then removes it
+      // all.
       await waitFor('no DEVOP rule in the pod netns', async () => (await devopRules(pid)).length === 0, 120_000);
     },
     CASE_MS,
   );
 
   it(
-    'kill -9 of the agent: its rules die with it (owned nft table) within 2 s; devop starts a new agent and steals again',
+    'kill -9 of the agent: its rules die with it (owned nft table) within 2 s; devop starts a new agent and steals ' +
+      'again',
     async () => {
       const { run, podName, podIP, pid } = await stealOne('f-agent');
       const [agent] = await agentPods(env, podName);
       const agentId = agent.metadata?.annotations?.[AGENT_ANNOTATIONS.agentId] ?? '';
       expect(agentId).not.toBe('');
-      // The dead agent's rules, whichever backend it used: its owned table devop_<id>, or its fallback chain DEVOP-<id>.
+      // The dead agent's rules, whichever backend it used: its owned table devop_<id>, or its fallback chain
+      // DEVOP-<id>.
       const names = [`table ip ${tableName(agentId)} `, chainName(agentId)];
       const left = async (): Promise<string[]> =>
         (await devopRules(pid)).filter((l) => names.some((n) => l.includes(n)));
-      // The agent runs the default backend here: its rules are in its owned nft table (the kernel's cleanup is what is tested).
+      // The agent runs the default backend here: its rules are in its owned nft table (the kernel's cleanup is what is
+      // tested).
       expect(
         (await left()).some((l) => l.startsWith(names[0])),
         "the agent's owned table before the kill",

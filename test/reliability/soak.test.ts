@@ -1,6 +1,7 @@
 // Soak: many stolen connections (200 at a time, random sizes up to 1 MiB each way, checked byte for byte with seeded
 // streams and SHA-256) through one devop session on the stand-in; 0 lost or corrupted bytes; the agent's RSS is sampled
-// and reported. DEVOP_SOAK_CONNECTIONS sets the count (default 1000 for CI; the full run is 10 000, see docs/safety.md).
+// and reported. DEVOP_SOAK_CONNECTIONS sets the count (default 1000 for CI; the full run is 10 000, see
+// docs/safety.md).
 import { spawn } from 'node:child_process';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -126,8 +127,11 @@ describe('soak: stolen connections through one session', () => {
       const mib = (n: number) => (n / 1024 / 1024).toFixed(1);
       const maxRss = Math.max(...samples);
       console.log(
-        `RESULT soak connections=${summary.total} concurrency=${CONCURRENCY} ok=${summary.ok} failed=${summary.failed} corrupted=${summary.corruptedRequests + summary.corruptedResponses} ` +
-          `mib_sent=${mib(summary.bytesSent)} mib_received=${mib(summary.bytesReceived)} seconds=${summary.seconds} agent_rss_max_mib=${mib(maxRss)} agent_rss_last_mib=${mib(samples[samples.length - 1] ?? 0)} samples=${samples.length}`,
+        `RESULT soak connections=${summary.total} concurrency=${CONCURRENCY} ok=${summary.ok} ` +
+          `failed=${summary.failed} corrupted=${summary.corruptedRequests + summary.corruptedResponses} ` +
+          `mib_sent=${mib(summary.bytesSent)} mib_received=${mib(summary.bytesReceived)} seconds=${summary.seconds} ` +
+          `agent_rss_max_mib=${mib(maxRss)} agent_rss_last_mib=${mib(samples[samples.length - 1] ?? 0)} ` +
+          `samples=${samples.length}`,
       );
       expect(summary.errors).toEqual({});
       expect(summary.failed).toBe(0);

@@ -50,7 +50,8 @@ describe('devop config validate', () => {
     expect(result.code).toBe(1);
     expect(result.stdout.trim()).toMatch(
       new RegExp(
-        `^${file.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}: not valid JSON \\(line 3, column 3: .*\\) — accepted: strict JSON`,
+        `^${file.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}: not valid JSON \\(line 3, column 3: .*\\) — accepted: ` +
+          `strict JSON`,
       ),
     );
   });

@@ -1,6 +1,6 @@
 // `devop exec` against the stand-in with its output piped: Plain lines without escape codes, `--output json` NDJSON
-// with a ready event, and the task that `devop vscode init` writes: run as VS Code would, its begins/ends patterns match
-// what devop really prints.
+// with a ready event, and the task that `devop vscode init` writes: run as VS Code would, its begins/ends patterns
+// match what devop really prints.
 import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -184,7 +184,8 @@ describe('devop exec output when piped', () => {
       expect(lines.find((line) => line.startsWith('devop: '))).toMatch(begins);
       expect(lines.filter((line) => ends.test(line))).toEqual(['devop: ready']);
       expect(terminal.indexOf('devop: ready')).toBeGreaterThan(terminal.search(begins));
-      // And the session works: the debugger port is open (node --inspect) and the pod's traffic reaches the local command
+      // And the session works: the debugger port is open (node --inspect) and the pod's traffic reaches the local
+      // command
       expect(await client.who(echo.podIP, 8080, '/from-vscode')).toBe('local');
       expect(terminal).toContain(`ws://127.0.0.1:${inspect}/`);
     } finally {

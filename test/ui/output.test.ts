@@ -1,5 +1,6 @@
-// Output when devop is not on a terminal: Plain lines on stderr without escape codes, NDJSON on stdout, no crash when the
-// reader goes away. Drives the real reporters (createReporter) with the exec service's event sequence in a child process.
+// Output when devop is not on a terminal: Plain lines on stderr without escape codes, NDJSON on stdout, no crash when
+// the reader goes away. Drives the real reporters (createReporter) with the exec service's event sequence in a child
+// process.
 import { spawn } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
 import { isInteractive } from '../../cli/ui/index.js';

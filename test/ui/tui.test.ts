@@ -1,5 +1,6 @@
 // The TUI in a real terminal: tmux runs `devop exec` against the stand-in; requests show up in the list; `p` sends the
-// traffic back to the pod and again to the local command; `m` switches to mirror; `q` stops devop and the local command.
+// traffic back to the pod and again to the local command; `m` switches to mirror; `q` stops devop and the local
+// command.
 import { writeFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';

@@ -1,5 +1,6 @@
-// `devop vscode init`: tasks.json / launch.json merged into existing (commented) files without clobbering other entries,
-// devop.json's $schema pointing at the committed schema, and problem-matcher patterns that match devop's Plain lines.
+// `devop vscode init`: tasks.json / launch.json merged into existing (commented) files without clobbering other
+// entries, devop.json's $schema pointing at the committed schema, and problem-matcher patterns that match devop's Plain
+// lines.
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve, sep } from 'node:path';
@@ -40,7 +41,9 @@ describe('devop vscode init', () => {
     const ws = workspace('merge');
     writeFileSync(
       join(ws, '.vscode', 'tasks.json'),
-      '{\n  // See https://go.microsoft.com/fwlink/?LinkId=733558\n  "version": "2.0.0",\n  "tasks": [\n    { "label": "build", "type": "npm", "script": "build", /* keep me */ },\n  ],\n  "inputs": [{ "id": "mine", "type": "promptString" }],\n}\n',
+      '{\n  // See https://go.microsoft.com/fwlink/?LinkId=733558\n  "version": "2.0.0",\n  "tasks": [\n    { ' +
+        '"label": "build", "type": "npm", "script": "build", /* keep me */ },\n  ],\n  "inputs": [{ "id": "mine", ' +
+        '"type": "promptString" }],\n}\n',
     );
     writeFileSync(
       join(ws, '.vscode', 'launch.json'),
@@ -152,42 +155,46 @@ describe('devop vscode init', () => {
     );
   });
 
-  it('runs the devop that wrote the task: `devop` when it is the one on PATH, the workspace install when it is that', async () => {
-    // Given this devop on PATH (as a global install links it)
-    const bin = join(dir, 'global-bin');
-    mkdirSync(bin, { recursive: true });
-    symlinkSync(DEVOP_BIN, join(bin, 'devop'));
-    const ws = workspace('global');
-    // When vscode init runs
-    const global = await runCli(['vscode', 'init', '--dir', ws, '-t', 'pod/app', '--', 'node', 'main.js'], {
-      env: { ...process.env, PATH: `${bin}:${dirname(process.execPath)}` },
-    });
-    expect(global.code, global.stderr).toBe(0);
-    // Then the task runs `devop` itself
-    const globalTask = (JSON.parse(readFileSync(join(ws, '.vscode', 'tasks.json'), 'utf8')) as TasksJson).tasks[0];
-    expect([globalTask.command, globalTask.args?.[0]]).toEqual(['devop', 'exec']);
+  it(
+    'runs the devop that wrote the task: `devop` when it is the one on PATH, the workspace install when it is ' +
+      'that',
+    async () => {
+      // Given this devop on PATH (as a global install links it)
+      const bin = join(dir, 'global-bin');
+      mkdirSync(bin, { recursive: true });
+      symlinkSync(DEVOP_BIN, join(bin, 'devop'));
+      const ws = workspace('global');
+      // When vscode init runs
+      const global = await runCli(['vscode', 'init', '--dir', ws, '-t', 'pod/app', '--', 'node', 'main.js'], {
+        env: { ...process.env, PATH: `${bin}:${dirname(process.execPath)}` },
+      });
+      expect(global.code, global.stderr).toBe(0);
+      // Then the task runs `devop` itself
+      const globalTask = (JSON.parse(readFileSync(join(ws, '.vscode', 'tasks.json'), 'utf8')) as TasksJson).tasks[0];
+      expect([globalTask.command, globalTask.args?.[0]]).toEqual(['devop', 'exec']);
 
-    // Given a workspace whose node_modules/devop is this devop (npm link, or an install)
-    const local = workspace('local-install');
-    mkdirSync(join(local, 'node_modules'));
-    symlinkSync(REPO_ROOT, join(local, 'node_modules', 'devop'));
-    // When vscode init runs (with this devop on PATH too)
-    const installed = await runCli(['vscode', 'init', '--dir', local, '-t', 'pod/app', '--', 'node', 'main.js'], {
-      env: { ...process.env, PATH: `${bin}:${dirname(process.execPath)}` },
-    });
-    expect(installed.code, installed.stderr).toBe(0);
-    // Then the task runs the workspace's install, by a path that holds on every machine
-    const localTask = (JSON.parse(readFileSync(join(local, '.vscode', 'tasks.json'), 'utf8')) as TasksJson).tasks[0];
-    expect([localTask.command, ...(localTask.args ?? []).slice(0, 2)]).toEqual([
-      'node',
-      '${workspaceFolder}/node_modules/devop/bin/devop.js',
-      'exec',
-    ]);
-    expect(JSON.parse(readFileSync(join(local, 'devop.json'), 'utf8'))).toEqual({
-      $schema: './node_modules/devop/devop.schema.json',
-    });
-    expect(existsSync(join(local, '.vscode', 'devop.schema.json'))).toBe(false);
-  });
+      // Given a workspace whose node_modules/devop is this devop (npm link, or an install)
+      const local = workspace('local-install');
+      mkdirSync(join(local, 'node_modules'));
+      symlinkSync(REPO_ROOT, join(local, 'node_modules', 'devop'));
+      // When vscode init runs (with this devop on PATH too)
+      const installed = await runCli(['vscode', 'init', '--dir', local, '-t', 'pod/app', '--', 'node', 'main.js'], {
+        env: { ...process.env, PATH: `${bin}:${dirname(process.execPath)}` },
+      });
+      expect(installed.code, installed.stderr).toBe(0);
+      // Then the task runs the workspace's install, by a path that holds on every machine
+      const localTask = (JSON.parse(readFileSync(join(local, '.vscode', 'tasks.json'), 'utf8')) as TasksJson).tasks[0];
+      expect([localTask.command, ...(localTask.args ?? []).slice(0, 2)]).toEqual([
+        'node',
+        '${workspaceFolder}/node_modules/devop/bin/devop.js',
+        'exec',
+      ]);
+      expect(JSON.parse(readFileSync(join(local, 'devop.json'), 'utf8'))).toEqual({
+        $schema: './node_modules/devop/devop.schema.json',
+      });
+      expect(existsSync(join(local, '.vscode', 'devop.schema.json'))).toBe(false);
+    },
+  );
 
   it('points $schema into node_modules when devop is installed in the workspace', async () => {
     // Given a workspace with devop in node_modules and no devop.json
@@ -284,7 +291,8 @@ describe('devop vscode init', () => {
       .map((match) => match[pattern.message]);
     expect(problems).toEqual([
       'agent: image pull failed (3.0 s)',
-      'the agent pod cannot pull ghcr.io/devop/agent:nope — fix: pass --agent-image with an image your cluster can pull',
+      'the agent pod cannot pull ghcr.io/devop/agent:nope — fix: pass --agent-image with an image your cluster can ' +
+        'pull',
     ]);
   });
 });

@@ -226,7 +226,8 @@ export function App({ store, onInterrupt, verbose = false }: AppProps) {
     );
   }
 
-  // Header (1 + ports) + separators/counters/keys (5) + notices; what is left is shared by the list (2/3) and output (1/3).
+  // Header (1 + ports) + separators/counters/keys (5) + notices; what is left is shared by the list (2/3) and output
+  // (1/3).
   const fixed =
     7 + Math.max(1, state.session.ports.length) + notices.length + (panel === 'help' ? 9 : 0) + (failure ? 4 : 0);
   const free = Math.max(4, rows - fixed - 1);

@@ -35,7 +35,9 @@ export function HelpPanel() {
   );
 }
 
-/** The `f` filter being edited; App owns the value (keys are routed there) so no keystroke lands between two handlers. */
+/**
+ * The `f` filter being edited; App owns the value (keys are routed there) so no keystroke lands between two handlers.
+ */
 export function FilterInput({ value }: { value: string }) {
   return (
     <Text>

@@ -1,4 +1,5 @@
-// Start-up steps: spinner while running, ✓ with detail and time when done, and a failure naming the step, why and the fix.
+// Start-up steps: spinner while running, ✓ with detail and time when done, and a failure naming the step, why and the
+// fix.
 import { describe, expect, it } from 'vitest';
 import { render } from 'ink-testing-library';
 import { FailureBox, StepList } from './Steps.js';

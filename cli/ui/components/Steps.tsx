@@ -1,5 +1,5 @@
-// Start-up steps (resolve target → agent → tunnel → env → listen → traffic) with a spinner, elapsed time and, on failure,
-// which step failed, why, and the fix.
+// Start-up steps (resolve target → agent → tunnel → env → listen → traffic) with a spinner, elapsed time and, on
+// failure, which step failed, why, and the fix.
 import { Box, Text } from 'ink';
 import type { StepView } from '../state.js';
 import { formatDuration } from '../lines.js';

@@ -1,4 +1,5 @@
-// The Echo controller: watches Echoes and their Deployments, queues keys, reconciles one key at a time, applies actions.
+// The Echo controller: watches Echoes and their Deployments, queues keys, reconciles one key at a time, applies
+// actions.
 import { AppsV1Api, CustomObjectsApi, type KubeConfig, type V1Deployment } from '@kubernetes/client-node';
 import {
   API_VERSION,
@@ -186,7 +187,8 @@ export class EchoController {
         return echo;
       case 'updateStatus':
         this.log(
-          `${key}: status replicas ${action.status.replicas}, ready ${action.status.readyReplicas} (generation ${action.status.observedGeneration})`,
+          `${key}: status replicas ${action.status.replicas}, ready ${action.status.readyReplicas} (generation ` +
+            `${action.status.observedGeneration})`,
         );
         return (await this.custom.replaceNamespacedCustomObjectStatus({
           group: GROUP,

@@ -1,4 +1,5 @@
-// Leader election with a coordination.k8s.io Lease, so that only one of several controller replicas reconciles at a time.
+// Leader election with a coordination.k8s.io Lease, so that only one of several controller replicas reconciles at a
+// time.
 import { CoordinationV1Api, V1MicroTime, type KubeConfig, type V1Lease } from '@kubernetes/client-node';
 
 export interface LeaderElectionOptions {
@@ -74,7 +75,9 @@ export function takenLease(lease: V1Lease | undefined, identity: string, duratio
   };
 }
 
-/** Tries once to hold the lease; true when this identity holds it afterwards. Conflicts mean someone else was faster. */
+/**
+ * Tries once to hold the lease; true when this identity holds it afterwards. Conflicts mean someone else was faster.
+ */
 async function tryAcquire(api: CoordinationV1Api, o: LeaderElectionOptions, duration: number): Promise<boolean> {
   let lease: V1Lease | undefined;
   try {

@@ -60,7 +60,10 @@ describe('ListWatch', () => {
         res.end(`${JSON.stringify({ type: 'ADDED', object: obj('b', '2') })}\n`);
       } else if (rv === '2') {
         res.end(
-          `${JSON.stringify({ type: 'ERROR', object: { kind: 'Status', code: 410, reason: 'Expired', message: 'too old resource version' } })}\n`,
+          `${JSON.stringify({
+            type: 'ERROR',
+            object: { kind: 'Status', code: 410, reason: 'Expired', message: 'too old resource version' },
+          })}\n`,
         );
       } else {
         if (rv === '5') res.write(`${JSON.stringify({ type: 'MODIFIED', object: obj('b', '6') })}\n`);
@@ -92,12 +95,13 @@ describe('ListWatch', () => {
     lw.start();
     await until(() => events.length >= 5, 'five events').catch((e: Error) => {
       throw new Error(
-        `${e.message}: events ${JSON.stringify(events)}, watches from ${JSON.stringify(watchRequests)}, errors ${JSON.stringify(errors)}`,
+        `${e.message}: events ${JSON.stringify(events)}, watches from ${JSON.stringify(watchRequests)}, errors ` +
+          `${JSON.stringify(errors)}`,
       );
     });
 
-    // Then: list a; the watch from 1 adds b; it resumes from 2 and is told 410; the re-list reports b changed and a gone
-    // (deleted while the watch could not say so); the watch from 5 goes on
+    // Then: list a; the watch from 1 adds b; it resumes from 2 and is told 410; the re-list reports b changed and a
+    // gone (deleted while the watch could not say so); the watch from 5 goes on
     expect(events).toEqual(['ADDED a@1', 'ADDED b@2', 'MODIFIED b@5', 'DELETED a@1', 'MODIFIED b@6']);
     expect(lw.lists).toBe(2);
     // And each resourceVersion was asked in this order (a request may repeat if its connection failed under load).

@@ -1,4 +1,5 @@
-// List then watch one resource, forever: restart the watch from the last resourceVersion, re-list when it has expired (410).
+// List then watch one resource, forever: restart the watch from the last resourceVersion, re-list when it has expired
+// (410).
 import { Watch, type KubeConfig } from '@kubernetes/client-node';
 
 export type EventType = 'ADDED' | 'MODIFIED' | 'DELETED';

@@ -18,7 +18,8 @@ function loadKubeConfig(): KubeConfig {
     kc.loadFromDefault();
   } catch (err) {
     throw new Error(
-      `echo-controller: cannot load the kubeconfig (${err instanceof Error ? err.message : String(err)}). Fix: point KUBECONFIG at a readable kubeconfig.`,
+      `echo-controller: cannot load the kubeconfig (${err instanceof Error ? err.message : String(err)}). Fix: point ` +
+        `KUBECONFIG at a readable kubeconfig.`,
     );
   }
   if (!kc.getCurrentContext() || !kc.getCurrentCluster()) {

@@ -1,4 +1,5 @@
-// A work queue of object keys: each key at most once in the queue, one reconcile at a time per key, retries with backoff.
+// A work queue of object keys: each key at most once in the queue, one reconcile at a time per key, retries with
+// backoff.
 export interface WorkQueueOptions {
   /** First retry delay; doubles per consecutive failure of the same key. */
   baseDelayMs?: number;

@@ -101,25 +101,29 @@ describe('reconcile', () => {
     ]);
   });
 
-  it('replicas changed 2 → 3: the Deployment is updated in place (keeping its resourceVersion) and the new generation observed', () => {
-    const before = echo({ replicas: 2 });
-    const dep = existing(before, { ready: 2 });
-    const after = echo({
-      replicas: 3,
-      generation: 2,
-      status: { replicas: 2, readyReplicas: 2, observedGeneration: 1 },
-    });
-    const actions = reconcile(after, dep, { image: IMAGE });
-    expect(types(actions)).toEqual(['updateDeployment', 'updateStatus']);
-    const updated = (actions[0] as { deployment: V1Deployment }).deployment;
-    expect(updated.spec?.replicas).toBe(3);
-    expect(updated.metadata?.resourceVersion).toBe('77');
-    expect(updated.metadata?.uid).toBe('uid-deploy');
-    expect(actions[1]).toEqual({
-      type: 'updateStatus',
-      status: { replicas: 2, readyReplicas: 2, observedGeneration: 2 },
-    });
-  });
+  it(
+    'replicas changed 2 → 3: the Deployment is updated in place (keeping its resourceVersion) and the new ' +
+      'generation observed',
+    () => {
+      const before = echo({ replicas: 2 });
+      const dep = existing(before, { ready: 2 });
+      const after = echo({
+        replicas: 3,
+        generation: 2,
+        status: { replicas: 2, readyReplicas: 2, observedGeneration: 1 },
+      });
+      const actions = reconcile(after, dep, { image: IMAGE });
+      expect(types(actions)).toEqual(['updateDeployment', 'updateStatus']);
+      const updated = (actions[0] as { deployment: V1Deployment }).deployment;
+      expect(updated.spec?.replicas).toBe(3);
+      expect(updated.metadata?.resourceVersion).toBe('77');
+      expect(updated.metadata?.uid).toBe('uid-deploy');
+      expect(actions[1]).toEqual({
+        type: 'updateStatus',
+        status: { replicas: 2, readyReplicas: 2, observedGeneration: 2 },
+      });
+    },
+  );
 
   it('a Deployment with another image is brought back to the echo image', () => {
     const e = echo({ status: { replicas: 2, readyReplicas: 2, observedGeneration: 1 } });

@@ -33,7 +33,10 @@ export function isOwnedBy(deployment: V1Deployment, echo: Echo): boolean {
   return (deployment.metadata?.ownerReferences ?? []).some((ref) => ref.kind === KIND && ref.uid === echo.metadata.uid);
 }
 
-/** The Deployment an Echo asks for: spec.replicas pods of the echo image, owned by the Echo (so it is garbage-collected). */
+/**
+ * The Deployment an Echo asks for: spec.replicas pods of the echo image, owned by the Echo (so it is
+ * garbage-collected).
+ */
 export function desiredDeployment(echo: Echo, options: ReconcileOptions): V1Deployment {
   const name = echo.metadata.name ?? '';
   const port = options.port ?? ECHO_PORT;

@@ -1,4 +1,5 @@
-// The Kubernetes wire shapes this APIService speaks: discovery documents per step, Status errors, Table answers, OpenAPI.
+// The Kubernetes wire shapes this APIService speaks: discovery documents per step, Status errors, Table answers,
+// OpenAPI.
 export const GROUP = 'farm.example.com';
 export const VERSION = 'v1alpha';
 export const GROUP_VERSION = `${GROUP}/${VERSION}`;
@@ -80,7 +81,9 @@ export function methodNotAllowed(method: string, resource: string): StatusError 
   };
 }
 
-/** Which Table version the client asked for in Accept (kubectl get: `application/json;as=Table;v=v1;g=meta.k8s.io,…`). */
+/**
+ * Which Table version the client asked for in Accept (kubectl get: `application/json;as=Table;v=v1;g=meta.k8s.io,…`).
+ */
 export function tableVersionAccepted(accept: string | undefined): 'v1' | 'v1beta1' | undefined {
   for (const range of (accept ?? '').split(',')) {
     const [mediaType, ...paramList] = range.split(';').map((s) => s.trim());
@@ -108,7 +111,9 @@ interface KubeObject {
   metadata: Record<string, unknown>;
 }
 
-/** A meta.k8s.io Table, as kube-apiserver answers `kubectl get` (includeObject=None|Metadata|Object, default Metadata). */
+/**
+ * A meta.k8s.io Table, as kube-apiserver answers `kubectl get` (includeObject=None|Metadata|Object, default Metadata).
+ */
 export function table<T extends KubeObject>(
   version: 'v1' | 'v1beta1',
   columns: TableColumn<T>[],
@@ -127,7 +132,8 @@ export function table<T extends KubeObject>(
     name: 'Age',
     type: 'date',
     description: 'Time since creation',
-    // Server-side printing sends the age already written out, as kube-apiserver does: kubectl prints cells as they come.
+    // Server-side printing sends the age already written out, as kube-apiserver does: kubectl prints cells as they
+    // come.
     cell: (i) =>
       i.metadata.creationTimestamp
         ? humanDuration(now.getTime() - Date.parse(String(i.metadata.creationTimestamp)))
@@ -154,7 +160,9 @@ export function table<T extends KubeObject>(
   };
 }
 
-/** An age as kubectl shows it (k8s.io/apimachinery duration.HumanDuration): 45s, 3m20s, 15m, 2h5m, 10h, 3d4h, 20d, 2y3d. */
+/**
+ * An age as kubectl shows it (k8s.io/apimachinery duration.HumanDuration): 45s, 3m20s, 15m, 2h5m, 10h, 3d4h, 20d, 2y3d.
+ */
 export function humanDuration(ms: number): string {
   const seconds = Math.floor(ms / 1000);
   if (seconds < -1) return '<invalid>';

@@ -1,5 +1,6 @@
 // A self-signed TLS certificate made with nothing but node:crypto (a tiny DER writer), so the example needs no openssl.
-// The aggregator reaches the server with insecureSkipTLSVerify: the certificate only has to be valid X.509, not trusted.
+// The aggregator reaches the server with insecureSkipTLSVerify: the certificate only has to be valid X.509, not
+// trusted.
 import { generateKeyPairSync, randomBytes, sign } from 'node:crypto';
 import { isIP } from 'node:net';
 

@@ -16,7 +16,8 @@ export function loadKubeConfig(env: NodeJS.ProcessEnv = process.env): KubeConfig
     kc.loadFromDefault();
   } catch (err) {
     throw new Error(
-      `farm-operator: cannot load the kubeconfig (${err instanceof Error ? err.message : String(err)}). Fix: point KUBECONFIG at a readable kubeconfig.`,
+      `farm-operator: cannot load the kubeconfig (${err instanceof Error ? err.message : String(err)}). Fix: point ` +
+        `KUBECONFIG at a readable kubeconfig.`,
     );
   }
   // loadFromDefault quietly falls back to http://localhost:8080 when it finds nothing; say so instead.

@@ -1,4 +1,5 @@
-// farm-operator entry: `main.ts [--step 1|2|3] [--port 8443] [--host 0.0.0.0]` (or FARM_STEP / PORT) serves the API group.
+// farm-operator entry: `main.ts [--step 1|2|3] [--port 8443] [--host 0.0.0.0]` (or FARM_STEP / PORT) serves the API
+// group.
 import { readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { parseArgs } from 'node:util';

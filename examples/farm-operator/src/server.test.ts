@@ -1,4 +1,5 @@
-// The farm-operator's HTTPS server on loopback: discovery per step, llamas, farmpods from a fake pod lister, Tables, errors.
+// The farm-operator's HTTPS server on loopback: discovery per step, llamas, farmpods from a fake pod lister, Tables,
+// errors.
 import { request } from 'node:https';
 import type { V1Pod } from '@kubernetes/client-node';
 import { afterEach, describe, expect, it } from 'vitest';

@@ -88,7 +88,9 @@ export class Aggregator {
     }
     return {
       reason: 'MissingEndpoints',
-      error: `endpoints for service/${ref.name} in "${ref.namespace}" have no addresses with port name "${svcPort.name ?? ''}"`,
+      error:
+        `endpoints for service/${ref.name} in "${ref.namespace}" have no addresses with port name ` +
+        `"${svcPort.name ?? ''}"`,
     };
   }
 
@@ -179,7 +181,9 @@ export class Aggregator {
           cond = {
             status: 'False',
             reason: 'FailedDiscoveryCheck',
-            message: `failing or missing response from https://${b.host}:${b.port}/apis/${a.spec.group}/${a.spec.version}`,
+            message:
+              `failing or missing response from ` +
+              `https://${b.host}:${b.port}/apis/${a.spec.group}/${a.spec.version}`,
           };
       }
       if (cond.status !== 'True') allAvailable = false;

@@ -96,7 +96,8 @@ export class Authenticator {
     throw new ApiError(
       403,
       'Forbidden',
-      `${subject} is forbidden: User "${id.name}" cannot ${a.verb} resource "${res}" in API group "${a.apiGroup}" ${scope}`,
+      `${subject} is forbidden: User "${id.name}" cannot ${a.verb} resource "${res}" in API group "${a.apiGroup}" ` +
+        `${scope}`,
       {
         ...(a.name ? { name: a.name } : {}),
         ...(a.apiGroup ? { group: a.apiGroup } : {}),

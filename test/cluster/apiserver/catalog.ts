@@ -1,4 +1,5 @@
-// Finds the resource type for a request: built-ins plus custom resources of established CRDs (recomputed on CRD change).
+// Finds the resource type for a request: built-ins plus custom resources of established CRDs (recomputed on CRD
+// change).
 import type { K8sObject } from './errors.js';
 import { builtinResources, resourcesFromCrd, storeKey, type ResourceType } from './resources.js';
 import type { Store } from './store.js';

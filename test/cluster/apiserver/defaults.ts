@@ -1,4 +1,5 @@
-// Per-kind defaulting and validation on create/update, as kube-apiserver's strategies do for the fields clients rely on.
+// Per-kind defaulting and validation on create/update, as kube-apiserver's strategies do for the fields clients rely
+// on.
 import { randomUUID } from 'node:crypto';
 import { invalid, type K8sObject } from './errors.js';
 import type { ResourceType } from './resources.js';
@@ -36,7 +37,9 @@ export function validateName(t: ResourceType, obj: K8sObject): void {
     throw invalid(t.kind, t.group, name, [
       {
         field: 'metadata.name',
-        message: `Invalid value: "${name}": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character`,
+        message:
+          `Invalid value: "${name}": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric ` +
+          `characters, '-' or '.', and must start and end with an alphanumeric character`,
       },
     ]);
   }

@@ -26,7 +26,10 @@ export class ApiError extends Error {
   }
 }
 
-/** "pods" in group "" → `pods`; "deployments" in group "apps" → `deployments.apps` (as kube-apiserver names them in messages). */
+/**
+ * "pods" in group "" → `pods`; "deployments" in group "apps" → `deployments.apps` (as kube-apiserver names them in
+ * messages).
+ */
 export function qualifiedResource(group: string, resource: string): string {
   return group ? `${resource}.${group}` : resource;
 }

@@ -197,7 +197,8 @@ export class Objects {
           throw new ApiError(
             422,
             'Invalid',
-            `${t.kind} "${name}" is invalid: metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers ${JSON.stringify(added)}`,
+            `${t.kind} "${name}" is invalid: metadata.finalizers: Forbidden: no new finalizers can be added if the ` +
+              `object is being deleted, found new finalizers ${JSON.stringify(added)}`,
           );
       }
       if (storeKey(t) === '/services' && old.spec?.clusterIP && !next.spec?.clusterIP) {
@@ -225,7 +226,8 @@ export class Objects {
       throw new ApiError(
         415,
         'UnsupportedMediaType',
-        'the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml',
+        'the body of the request was in an unknown format - accepted media types include: ' +
+          'application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml',
       );
     }
     const old = this.tryGet(t, ns, name);
@@ -239,7 +241,10 @@ export class Objects {
     return this.update(t, ns, name, patched, w);
   }
 
-  /** A pod that a kubelet still has to stop keeps existing (with deletionTimestamp) until the kubelet deletes it with grace 0. */
+  /**
+   * A pod that a kubelet still has to stop keeps existing (with deletionTimestamp) until the kubelet deletes it with
+   * grace 0.
+   */
   private waitsForKubelet(t: ResourceType, o: K8sObject): boolean {
     return storeKey(t) === '/pods' && o.metadata.deletionGracePeriodSeconds > 0;
   }
@@ -261,7 +266,8 @@ export class Objects {
         t.group,
         t.resource,
         name,
-        `Precondition failed: ResourceVersion in precondition: ${pre.resourceVersion}, ResourceVersion in object meta: ${old.metadata.resourceVersion}`,
+        `Precondition failed: ResourceVersion in precondition: ${pre.resourceVersion}, ResourceVersion in object ` +
+          `meta: ${old.metadata.resourceVersion}`,
       );
     }
     const key = storeKey(t);

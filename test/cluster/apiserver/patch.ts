@@ -1,5 +1,6 @@
-// Patch types kube-apiserver accepts: JSON merge patch (RFC 7386), JSON patch (RFC 6902), and strategic merge patch with
-// the merge keys and directives ($patch, $retainKeys, $setElementOrder, $deleteFromPrimitiveList) that kubectl emits.
+// Patch types kube-apiserver accepts: JSON merge patch (RFC 7386), JSON patch (RFC 6902), and strategic merge patch
+// with the merge keys and directives ($patch, $retainKeys, $setElementOrder, $deleteFromPrimitiveList) that kubectl
+// emits.
 import { ApiError, badRequest } from './errors.js';
 
 type Json = any;

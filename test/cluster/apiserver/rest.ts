@@ -192,7 +192,8 @@ export async function handleResource(
         throw new ApiError(
           409,
           'Conflict',
-          `Operation cannot be fulfilled on pods/binding "${name}": pod ${name} is already assigned to node "${pod.spec.nodeName}"`,
+          `Operation cannot be fulfilled on pods/binding "${name}": pod ${name} is already assigned to node ` +
+            `"${pod.spec.nodeName}"`,
         );
       objects.update(t, ns, name, { ...pod, spec: { ...pod.spec, nodeName: body.target?.name } });
     } else {
@@ -297,7 +298,8 @@ export async function handleResource(
         throw new ApiError(
           415,
           'UnsupportedMediaType',
-          `the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml`,
+          `the body of the request was in an unknown format - accepted media types include: ` +
+            `application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml`,
         );
       }
       const body = await readBody(req);

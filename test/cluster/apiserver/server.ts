@@ -193,7 +193,8 @@ export async function startApiServer(o: ApiServerOptions): Promise<ApiServer> {
       const err = e instanceof ApiError ? e : new ApiError(500, 'InternalError', (e as Error).message);
       const body = JSON.stringify(err.toStatus());
       socket.end(
-        `HTTP/1.1 ${err.code} ${err.reason}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+        `HTTP/1.1 ${err.code} ${err.reason}\r\nContent-Type: application/json\r\nContent-Length: ` +
+          `${Buffer.byteLength(body)}\r\n\r\n${body}`,
       );
     };
     try {

@@ -1,6 +1,7 @@
-// Streaming pod subresources as kubelet serves them: pods/log (chunked text), pods/exec (WebSocket v5/v4.channel.k8s.io)
-// and pods/portforward (WebSocket v4.channel.k8s.io: per port a data and an error channel, each opened with the port;
-// or kubectl 1.31+'s SPDY tunnelled in a WebSocket, spdy-portforward.ts). Plain SPDY upgrades get a Status.
+// Streaming pod subresources as kubelet serves them: pods/log (chunked text), pods/exec (WebSocket
+// v5/v4.channel.k8s.io) and pods/portforward (WebSocket v4.channel.k8s.io: per port a data and an error channel, each
+// opened with the port; or kubectl 1.31+'s SPDY tunnelled in a WebSocket, spdy-portforward.ts). Plain SPDY upgrades get
+// a Status.
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { WebSocket, WebSocketServer } from 'ws';
@@ -97,7 +98,9 @@ function exitStatus(exitCode: number, signal: string | undefined, command: strin
   return {
     metadata: {},
     status: 'Failure',
-    message: `command terminated with non-zero exit code: error executing command [${command.join(' ')}], exit code ${code}`,
+    message:
+      `command terminated with non-zero exit code: error executing command [${command.join(' ')}], exit code ` +
+      `${code}`,
     reason: 'NonZeroExitCode',
     details: { causes: [{ reason: 'ExitCode', message: String(code) }] },
   };
@@ -244,7 +247,8 @@ export function createStreamServer(runtime: () => NodeRuntime | undefined): Stre
         const payload = Buffer.from(data.subarray(1));
         if (!sock) pending.push(payload);
         else if (!sock.write(payload) && !waiting) {
-          // Messages already read from the socket still arrive after pause(): one drain listener is enough for all of them.
+          // Messages already read from the socket still arrive after pause(): one drain listener is enough for all of
+          // them.
           waiting = true;
           ws.pause();
           sock.once('drain', () => {
@@ -280,7 +284,8 @@ export function createStreamServer(runtime: () => NodeRuntime | undefined): Stre
     upgradeExec(req, socket, head, pod, q) {
       if (!chooseProtocol(offeredProtocols(req), EXEC_PROTOCOLS)) {
         socket.end(
-          'HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\n\r\nthe stand-in serves pods/exec over WebSocket (v5.channel.k8s.io, v4.channel.k8s.io) only\n',
+          'HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\n\r\nthe stand-in serves pods/exec over WebSocket ' +
+            '(v5.channel.k8s.io, v4.channel.k8s.io) only\n',
         );
         return;
       }

@@ -91,8 +91,10 @@ function columnsFor(t: ResourceType): Column[] {
           name: 'Ready',
           type: 'string',
           description: 'The aggregate readiness state of this pod for accepting traffic.',
-          cell: (p) =>
-            `${(p.status?.containerStatuses ?? []).filter((c: K8sObject) => c.ready).length}/${(p.spec?.containers ?? []).length}`,
+          cell: (p) => {
+            const ready = (p.status?.containerStatuses ?? []).filter((c: K8sObject) => c.ready).length;
+            return `${ready}/${(p.spec?.containers ?? []).length}`;
+          },
         },
         {
           name: 'Status',

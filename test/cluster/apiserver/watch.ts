@@ -1,5 +1,6 @@
-// Watch responses: newline-delimited JSON events over a chunked response, resumable from a resourceVersion, with 410 Gone
-// (an ERROR event, as kube-apiserver sends once the response has started) when the version left the history window.
+// Watch responses: newline-delimited JSON events over a chunked response, resumable from a resourceVersion, with 410
+// Gone (an ERROR event, as kube-apiserver sends once the response has started) when the version left the history
+// window.
 import type { ServerResponse } from 'node:http';
 import { gone, type K8sObject } from './errors.js';
 import type { Objects } from './objects.js';
@@ -7,7 +8,9 @@ import { storeKey, type ResourceType } from './resources.js';
 import type { Matcher } from './selectors.js';
 import type { StoreEvent } from './store.js';
 
-/** How long a watch lasts when the client gives no timeoutSeconds (kube-apiserver: 30–60 min; shorter keeps tests tidy). */
+/**
+ * How long a watch lasts when the client gives no timeoutSeconds (kube-apiserver: 30–60 min; shorter keeps tests tidy).
+ */
 const DEFAULT_WATCH_SECONDS = 1800;
 const BOOKMARK_INTERVAL_MS = 30_000;
 

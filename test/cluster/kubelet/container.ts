@@ -1,6 +1,7 @@
 // One container attempt as containerd runs it: a snapshot of the image mounted as its rootfs, the OCI spec the kubelet
 // built (oci-spec.ts), and `ctr run --config` in the foreground — the shim's logger writes the container's output to
-// its log file, ctr's exit status is the task's. Signals go to the task through containerd (`ctr tasks kill`), never to ctr.
+// its log file, ctr's exit status is the task's. Signals go to the task through containerd (`ctr tasks kill`), never to
+// ctr.
 import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';

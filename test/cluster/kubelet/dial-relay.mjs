@@ -1,6 +1,7 @@
 // Runs inside a pod's netns: accepts connections on a Unix socket (a path on the host filesystem, so reachable from the
 // host's netns) and, per connection, dials 127.0.0.1:<port> in the pod netns — how the kubelet port-forwards.
-// Protocol: the client writes "<port>\n"; the relay answers "OK\n" then pipes bytes, or "ERR <code> <message>\n" and closes.
+// Protocol: the client writes "<port>\n"; the relay answers "OK\n" then pipes bytes, or "ERR <code> <message>\n" and
+// closes.
 import { createServer, connect } from 'node:net';
 import { rmSync } from 'node:fs';
 

@@ -1,6 +1,6 @@
-// The cluster DNS on the node IP, port 53 (UDP and TCP), as CoreDNS's kubernetes plugin answers: <svc>.<ns>.svc.<domain>
-// (ClusterIP, or the ready endpoints of a headless Service), <a-b-c-d>.<ns>.pod.<domain>; every other name is NXDOMAIN
-// (there is no upstream: pods only reach the cluster).
+// The cluster DNS on the node IP, port 53 (UDP and TCP), as CoreDNS's kubernetes plugin answers:
+// <svc>.<ns>.svc.<domain> (ClusterIP, or the ready endpoints of a headless Service), <a-b-c-d>.<ns>.pod.<domain>; every
+// other name is NXDOMAIN (there is no upstream: pods only reach the cluster).
 import { createSocket, type Socket as UdpSocket } from 'node:dgram';
 import { createServer, type Server } from 'node:net';
 import type { V1Endpoints, V1Service } from '@kubernetes/client-node';

@@ -1,4 +1,5 @@
-// Runs the host tools the node is made of (ip, iptables, nsenter) and turns their failures into errors that name the command.
+// Runs the host tools the node is made of (ip, iptables, nsenter) and turns their failures into errors that name the
+// command.
 import { execFile } from 'node:child_process';
 
 export class HostCommandError extends Error {
@@ -11,7 +12,9 @@ export class HostCommandError extends Error {
   }
 }
 
-/** Runs a command and resolves to its stdout; rejects with a HostCommandError carrying stderr (or on timeout, if any). */
+/**
+ * Runs a command and resolves to its stdout; rejects with a HostCommandError carrying stderr (or on timeout, if any).
+ */
 export function run(cmd: string, args: string[], input?: string, timeoutMs = 0): Promise<string> {
   return new Promise((resolvePromise, reject) => {
     const child = execFile(cmd, args, { maxBuffer: 64 * 1024 * 1024, timeout: timeoutMs }, (err, stdout, stderr) => {

@@ -1,5 +1,6 @@
-// The stand-in's kubelet: an ordinary API client (client-node, admin kubeconfig) that lists and watches the pods bound to
-// its node, runs them on a KubeletNode, reports their status, records events and deletes pods once they have terminated.
+// The stand-in's kubelet: an ordinary API client (client-node, admin kubeconfig) that lists and watches the pods bound
+// to its node, runs them on a KubeletNode, reports their status, records events and deletes pods once they have
+// terminated.
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import {

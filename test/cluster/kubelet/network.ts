@@ -1,5 +1,5 @@
-// The node's network: one bridge per stand-in instance with its own /24 pod subnet (node IP = .1, .2 kept for the control
-// plane), pod IP allocation, and the per-instance iptables chains that let pod traffic cross the host.
+// The node's network: one bridge per stand-in instance with its own /24 pod subnet (node IP = .1, .2 kept for the
+// control plane), pod IP allocation, and the per-instance iptables chains that let pod traffic cross the host.
 import { createHash } from 'node:crypto';
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -19,7 +19,10 @@ export interface NodeSubnets {
   podCIDR: string;
   /** The node's IP on the bridge (.1 of podCIDR). */
   nodeIP: string;
-  /** Kept for the control plane (.2 of podCIDR: the API server's address, another "node" on the pod network); never a pod IP. */
+  /**
+   * Kept for the control plane (.2 of podCIDR: the API server's address, another "node" on the pod network); never a
+   * pod IP.
+   */
   controlPlaneIP: string;
   /** A /24 for ClusterIPs that no other running instance uses, e.g. 10.96.3.0/24. */
   serviceCIDR: string;
@@ -131,11 +134,13 @@ export class NodeNetwork {
       `link add ${this.bridge} type bridge`,
       `addr add ${this.subnets.nodeIP}/24 dev ${this.bridge}`,
       `link set ${this.bridge} up`,
-      // ClusterIPs are routed to the bridge so the host's connections to them reach nat OUTPUT (and never leave the host).
+      // ClusterIPs are routed to the bridge so the host's connections to them reach nat OUTPUT (and never leave the
+      // host).
       `route add ${this.subnets.serviceCIDR} dev ${this.bridge} src ${this.subnets.nodeIP}`,
     ]);
-    // Routed pod traffic (pod → ClusterIP → pod) enters and leaves through the bridge: forwarding on this interface only,
-    // so the host's global ip_forward is left as it was. route_localnet lets a ClusterIP lead to an address on 127/8.
+    // Routed pod traffic (pod → ClusterIP → pod) enters and leaves through the bridge: forwarding on this interface
+    // only, so the host's global ip_forward is left as it was. route_localnet lets a ClusterIP lead to an address on
+    // 127/8.
     writeFileSync(`/proc/sys/net/ipv4/conf/${this.bridge}/forwarding`, '1');
     writeFileSync(`/proc/sys/net/ipv4/conf/${this.bridge}/route_localnet`, '1');
     await run(

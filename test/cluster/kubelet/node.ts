@@ -1,5 +1,6 @@
 // The node as a NodeRuntime: its network and containerd, one PodWorker per pod, and the port-forward / exec / log
-// backends the API server calls. It knows nothing of the API: the kubelet (index.ts) feeds it pods and reports statuses.
+// backends the API server calls. It knows nothing of the API: the kubelet (index.ts) feeds it pods and reports
+// statuses.
 import { mkdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Duplex, Readable } from 'node:stream';

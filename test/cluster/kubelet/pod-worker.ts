@@ -233,7 +233,9 @@ export class PodWorker {
       if (delay > 0) {
         rec.waiting = {
           reason: 'CrashLoopBackOff',
-          message: `back-off ${delay}ms restarting failed container=${rec.name} pod=${this.name}_${this.namespace}(${this.uid})`,
+          message:
+            `back-off ${delay}ms restarting failed container=${rec.name} ` +
+            `pod=${this.name}_${this.namespace}(${this.uid})`,
         };
         this.deps.event(this.pod, 'Warning', 'BackOff', 'Back-off restarting failed container', fieldPathOf(rec));
         this.changed();
@@ -448,7 +450,10 @@ export class PodWorker {
     });
   }
 
-  /** SIGTERM, then SIGKILL for every process of the container once the grace period is over (the restart policy then decides). */
+  /**
+   * SIGTERM, then SIGKILL for every process of the container once the grace period is over (the restart policy then
+   * decides).
+   */
   private async killAttempt(attempt: ContainerAttempt, graceSeconds: number): Promise<void> {
     const proc = attempt.proc;
     if (!proc?.running) return;
@@ -480,7 +485,10 @@ export class PodWorker {
     return execInContainer(attempt.id, command, stdin, tty);
   }
 
-  /** Stops the pod: SIGTERM to every container, SIGKILL (all their processes) after the grace period, then the sandbox goes. */
+  /**
+   * Stops the pod: SIGTERM to every container, SIGKILL (all their processes) after the grace period, then the sandbox
+   * goes.
+   */
   terminate(gracePeriodSeconds: number): Promise<void> {
     if (this.terminated) return this.terminated;
     this.stopping = true;

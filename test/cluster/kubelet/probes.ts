@@ -1,5 +1,6 @@
-// Readiness and liveness probes as kubelet runs them: httpGet (HTTP or HTTPS, unverified) and tcpSocket from the node's IP (so an agent can tell them apart),
-// exec inside the container; success/failure thresholds decide the container's ready flag.
+// Readiness and liveness probes as kubelet runs them: httpGet (HTTP or HTTPS, unverified) and tcpSocket from the node's
+// IP (so an agent can tell them apart), exec inside the container; success/failure thresholds decide the container's
+// ready flag.
 import { request as httpRequest } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import { connect } from 'node:net';

@@ -1,5 +1,5 @@
-// What the kubelet remembers about each container of a pod (attempts, restarts, waiting reason, readiness), and how that
-// becomes a V1ContainerStatus.
+// What the kubelet remembers about each container of a pod (attempts, restarts, waiting reason, readiness), and how
+// that becomes a V1ContainerStatus.
 import type { V1Container, V1ContainerState, V1ContainerStatus, V1EphemeralContainer } from '@kubernetes/client-node';
 import { SIGNAL_NUMBERS, type ContainerExit, type ContainerProcess } from './container.js';
 

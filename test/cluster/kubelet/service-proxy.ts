@@ -1,6 +1,6 @@
-// ClusterIP Services as kube-proxy's iptables mode makes them: per instance, nat chains jumped to from PREROUTING (pods)
-// and OUTPUT (the host) that DNAT a ClusterIP:port to one of the Service's ready endpoints, chosen at random; a filter
-// chain rejects ClusterIP:ports with no endpoint at once; hairpin connections (a pod to itself) are masqueraded.
+// ClusterIP Services as kube-proxy's iptables mode makes them: per instance, nat chains jumped to from PREROUTING
+// (pods) and OUTPUT (the host) that DNAT a ClusterIP:port to one of the Service's ready endpoints, chosen at random; a
+// filter chain rejects ClusterIP:ports with no endpoint at once; hairpin connections (a pod to itself) are masqueraded.
 import { createHash } from 'node:crypto';
 import type { V1Endpoints, V1Service } from '@kubernetes/client-node';
 import { run } from './host.js';
@@ -34,7 +34,9 @@ export class ServiceProxy {
     this.rejectChain = `DVK-${o.tag}-REJ`;
   }
 
-  /** Creates the instance's chains and the jumps to them (only for the Service range, so other traffic is untouched). */
+  /**
+   * Creates the instance's chains and the jumps to them (only for the Service range, so other traffic is untouched).
+   */
   async setUp(): Promise<void> {
     const cidr = this.o.serviceCIDR;
     await run(

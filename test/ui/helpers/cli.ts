@@ -38,7 +38,8 @@ export function runNode(
       child.kill('SIGKILL');
       reject(
         new Error(
-          `${args.join(' ')} did not end within ${options.timeoutMs ?? 60_000} ms\nstdout: ${stdout}\nstderr: ${stderr}`,
+          `${args.join(' ')} did not end within ${options.timeoutMs ?? 60_000} ms\nstdout: ${stdout}\nstderr: ` +
+            `${stderr}`,
         ),
       );
     }, options.timeoutMs ?? 60_000);
