@@ -21,7 +21,7 @@ import {
   prng,
   socketPair,
   until,
-} from './test-fixtures.js';
+} from '../test/helpers/protocol-fixtures.js';
 
 const cleanups: Array<() => void> = [];
 afterEach(() => {

@@ -12,7 +12,7 @@ import {
   type MuxOptions,
   type MuxStream,
 } from './mux.js';
-import { nextEvent, socketPair, until } from './test-fixtures.js';
+import { nextEvent, socketPair, until } from '../test/helpers/protocol-fixtures.js';
 
 const MiB = 1024 * 1024;
 /** Each way: a 20 ms round trip, a cluster in the same region. */

@@ -17,7 +17,14 @@ import {
 } from './mux.js';
 import { FrameDecoder, FrameKind, encodeFrame } from './codec.js';
 import type { ClientMessage, AgentMessage } from './protocol.js';
-import { AGENT_SAMPLES, CLIENT_SAMPLES, nextEvent, prng, socketPair, until } from './test-fixtures.js';
+import {
+  AGENT_SAMPLES,
+  CLIENT_SAMPLES,
+  nextEvent,
+  prng,
+  socketPair,
+  until,
+} from '../test/helpers/protocol-fixtures.js';
 
 const cleanups: Array<() => void> = [];
 afterEach(() => {

@@ -6,7 +6,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { StreamResetError, createAgentMux, createClientMux, type MuxStream } from './mux.js';
 import { MAX_DATA_FRAME } from './codec.js';
 import { spliceSocket } from './splice.js';
-import { nextEvent, prng, socketPair, until } from './test-fixtures.js';
+import { nextEvent, prng, socketPair, until } from '../test/helpers/protocol-fixtures.js';
 
 const cleanups: Array<() => void> = [];
 afterEach(() => {

@@ -3,7 +3,7 @@
 import { createServer, type AddressInfo, type Server, type Socket } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createAgentMux, createClientMux, type AgentMux, type ClientMux, type MuxStream } from '../../shared/mux.js';
-import { until } from '../../shared/test-fixtures.js';
+import { until } from '../../test/helpers/protocol-fixtures.js';
 import { incomingStreamHandler } from './incoming.js';
 
 async function socketPair(): Promise<{ a: Socket; b: Socket; close: () => void }> {

@@ -1,9 +1,9 @@
 // Test fixtures for the protocol: one sample of every message type and stream kind (the compiler insists on all of
-// them), a seeded PRNG, socket pairs (real loopback TCP, or in-memory) and polling helpers. Used by the shared/ tests
-// only.
+// them), a seeded PRNG, socket pairs (real loopback TCP, or in-memory) and polling helpers. Used by the protocol
+// tests (shared/, cli/services) only.
 import net from 'node:net';
 import { Duplex } from 'node:stream';
-import type { AgentMessage, ClientMessage, StreamOpen } from './protocol.js';
+import type { AgentMessage, ClientMessage, StreamOpen } from '../../shared/protocol.js';
 
 type ByType<U extends { type: string }> = { [K in U['type']]: Extract<U, { type: K }> };
 type ByKind<U extends { kind: string }> = { [K in U['kind']]: Extract<U, { kind: K }> };
