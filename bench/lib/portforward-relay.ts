@@ -7,8 +7,7 @@ import { once } from 'node:events';
 import { createServer } from 'node:http';
 import { connect } from 'node:net';
 import type { Duplex } from 'node:stream';
-import { createStreamServer } from '../../test/cluster/apiserver/streams.js';
-import type { NodeRuntime } from '../../test/cluster/node-runtime.js';
+import { createStreamServer, type NodeRuntime } from '../../test/cluster/index.js';
 
 const dialPod = async (_namespace: string, _pod: string, port: number): Promise<Duplex> => {
   const socket = connect({ host: '127.0.0.1', port, noDelay: true });

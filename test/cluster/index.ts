@@ -14,6 +14,11 @@ import { reserveSubnets, startKubelet, type NodeSubnets } from './kubelet/index.
 import { run, runQuiet } from './kubelet/host.js';
 import { linkTag } from './kubelet/network.js';
 
+// What tools outside the tests (bench/, scripts/) may use of the stand-in besides startCluster: its pods/portforward
+// and exec WebSocket server, to put the API server's hop into a benchmark's path.
+export { createStreamServer } from './apiserver/streams.js';
+export type { NodeRuntime } from './node-runtime.js';
+
 export const NODE_NAME = 'standin-node';
 
 export interface ClusterOptions {
