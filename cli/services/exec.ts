@@ -6,6 +6,7 @@ import { FEATURES } from '../../shared/protocol.js';
 import type { PortState, Reporter, SessionInfo } from '../reporter.js';
 import { startLocalCommand, type LocalCommand } from '../process/child.js';
 import { canConnect, waitForListen } from '../process/listen.js';
+import { apiServerSource } from '../kube/api-server-source.js';
 import { buildChildEnv, readEnvFile } from './child-env.js';
 import { incomingStreamHandler } from './incoming.js';
 import { resolvePorts, type PortMapping } from './ports.js';
@@ -43,6 +44,41 @@ export function describeFilter(filter: HttpFilter | undefined): string | undefin
     filter.method && `method ${filter.method}`,
   ].filter(Boolean);
   return parts.length ? parts.join(filter.match === 'any' ? ' or ' : ' and ') : undefined;
+}
+
+/**
+ * An extension target is called by the API server: when it connects from the pod's node address (a single-node
+ * cluster), stealing must take the node's connections too, as --steal-probes does; else they are left to the pod.
+ */
+async function extensionStealsNode(
+  session: Session,
+  options: ExecServiceOptions,
+  reporter: Reporter,
+): Promise<boolean> {
+  const target = session.target;
+  if (!target?.extension || options.mode !== 'steal') return false;
+  const source = await apiServerSource(session.kc, target.pod);
+  const what = `apiservice ${target.extension.name}`;
+  if (!source.known) {
+    reporter.emit({
+      type: 'log',
+      level: 'warn',
+      message:
+        `${what}: cannot tell where the API server connects from (${source.why}); connections from the node stay ` +
+        "with the pod: add --steal-probes if the API server runs on the pod's node",
+    });
+    return false;
+  }
+  reporter.emit({
+    type: 'log',
+    level: 'info',
+    message: source.onPodNode
+      ? `${what}: the API server connects from the node's address ${source.nodeIP}: connections from the node are ` +
+        'taken too (kubelet probes with them: the local command answers them)'
+      : `${what}: the API server connects from ${source.addresses.join(', ')}, not the node's address: kubelet probes ` +
+        'stay with the pod',
+  });
+  return source.onPodNode;
 }
 
 async function readRemoteEnv(session: Session): Promise<Record<string, string>> {
@@ -83,7 +119,8 @@ export async function runExec(options: ExecServiceOptions, reporter: Reporter): 
         '-p/--port needs a target: a targetless session receives no traffic',
         'pass -t pod/NAME or deploy/NAME, or drop -p',
       );
-    const ports = resolvePorts(options.ports, target?.container);
+    const ports = resolvePorts(options.ports, target?.container, target?.extension?.podPort);
+    const stealProbes = options.stealProbes || (await extensionStealsNode(s, options, reporter));
 
     const childEnv = await step(
       reporter,
@@ -155,7 +192,7 @@ export async function runExec(options: ExecServiceOptions, reporter: Reporter): 
     const running = child;
     const info: SessionInfo = {
       target: options.target ?? 'targetless',
-      namespace: s.namespace,
+      namespace: target?.namespace ?? s.namespace,
       pod: target?.podName,
       node: target?.nodeName,
       container: target?.container.name,
@@ -168,8 +205,20 @@ export async function runExec(options: ExecServiceOptions, reporter: Reporter): 
           filter: describeFilter(options.httpFilter),
         }),
       ),
+      ...(target?.extension
+        ? {
+            extension: {
+              kind: target.extension.kind,
+              name: target.extension.name,
+              service: `${target.extension.service.namespace}/${target.extension.service.name}`,
+              pods: 1,
+              available: target.extension.available,
+              stealsNodeConnections: stealProbes,
+            },
+          }
+        : {}),
     };
-    const traffic = new TrafficControl(s, info, options, reporter);
+    const traffic = new TrafficControl(s, info, { ...options, stealProbes }, reporter);
     s.onRetarget?.((change) => traffic.retarget(change));
 
     const tunnelLost = new Promise<Error>((resolve) =>
@@ -352,6 +401,7 @@ class TrafficControl {
   markReady(): void {
     if (this.ready) return;
     this.ready = true;
+    if (this.info.extension) this.info.extension.pods = this.session.podNames?.().length ?? 1;
     this.reporter.emit({ type: 'ready', session: this.info });
     this.reporter.attachControls?.({
       setMode: async (mode) => {

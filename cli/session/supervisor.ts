@@ -152,7 +152,7 @@ class Supervisor {
       original: true,
     };
     this.adopt(member, true);
-    const allPods = Boolean(this.options.allPods) && this.firstTarget.ref.kind !== 'pod';
+    const allPods = this.allPods();
     if (this.options.allPods && !allPods)
       this.reporter.emit({
         type: 'log',
@@ -184,7 +184,15 @@ class Supervisor {
       hello: this.first.hello,
       close: (reason?: string) => (this.closing ??= this.close(reason ?? 'session ended')),
       onRetarget: (listener) => this.retargeted.push(listener),
+      podNames: () => [...this.members].filter((m) => m.state === 'up').map((m) => m.target.podName),
     };
+  }
+
+  /** Every Ready pod gets an agent: asked with --all-pods, and always for an extension the API server calls (it picks
+   * any pod behind the Service, so one stolen pod would answer only some of its requests). */
+  private allPods(): boolean {
+    const { ref, extension } = this.firstTarget;
+    return (Boolean(this.options.allPods) && ref.kind !== 'pod') || extension !== undefined;
   }
 
   /** Unfiltered steals take the workload's cluster-wide lock first. */
@@ -364,7 +372,7 @@ class Supervisor {
   private async podGone(member: Member): Promise<void> {
     member.state = 'gone';
     this.members.delete(member);
-    if (this.options.allPods && this.firstTarget.ref.kind !== 'pod') {
+    if (this.allPods()) {
       this.reporter.emit({
         type: 'log',
         level: 'info',
@@ -422,7 +430,7 @@ class Supervisor {
     const resolved = await resolveTarget(this.first.kc, { target, namespace: this.firstTarget.namespace });
     const existing = await findAgent(this.first.kc, resolved, this.agentOptions.agentNamespace);
     let agent = existing ?? (await this.startAgent(resolved));
-    let link;
+    let link: Awaited<ReturnType<typeof connectAgent>>;
     try {
       link = await connectAgent(this.first.kc, agent, resolved, {
         deadline: Date.now() + (existing ? ATTEMPT_MS : this.agentOptions.startupTimeoutMs),
@@ -463,6 +471,7 @@ class Supervisor {
     const { ref, namespace } = this.firstTarget;
     const byName = { namespace, fieldSelector: `metadata.name=${this.firstTarget.podName}` };
     if (!allPods) return byName;
+    // The pods' namespace (an APIService's Service), which resolution already used.
     const workload = await KIND_RESOLVERS[ref.kind].read(kindClients(this.first.kc), ref.name, namespace);
     const labelSelector = workload.kind === 'selector' ? selectorToString(workload.selector) : '';
     return labelSelector ? { namespace, labelSelector } : byName;
