@@ -6,7 +6,9 @@ import { FEATURES } from '../../shared/protocol.js';
 import type { PortState, Reporter, SessionInfo } from '../reporter.js';
 import { startLocalCommand, type LocalCommand } from '../process/child.js';
 import { canConnect, waitForListen } from '../process/listen.js';
+import { AGENT_VERSION } from '../../shared/version.js';
 import { apiServerSource } from '../kube/api-server-source.js';
+import type { ExchangeRecorder } from '../record/tap.js';
 import { buildChildEnv, readEnvFile } from './child-env.js';
 import { incomingStreamHandler } from './incoming.js';
 import { resolvePorts, type PortMapping } from './ports.js';
@@ -28,6 +30,8 @@ export interface ExecServiceOptions extends SessionOptions {
   /** Hooks that add to the child env once the session is up (e.g. the outgoing proxy); each may return a cleanup. */
   childEnvHooks?: ChildEnvHook[];
   cwd?: string;
+  /** `--record FILE`: every stolen HTTP exchange is written there as HAR 1.2. */
+  record?: string;
 }
 
 /**
@@ -44,6 +48,34 @@ export function describeFilter(filter: HttpFilter | undefined): string | undefin
     filter.method && `method ${filter.method}`,
   ].filter(Boolean);
   return parts.length ? parts.join(filter.match === 'any' ? ' or ' : ' and ') : undefined;
+}
+
+/** `--record FILE`: the HAR is written at once (a bad path fails before the command starts) and after each exchange. */
+async function startRecording(
+  path: string,
+  mode: StealMode,
+  reporter: Reporter,
+): Promise<{ recorder: ExchangeRecorder; stop(): Promise<void> }> {
+  const [{ HarRecorder }, { ExchangeRecorder }] = await Promise.all([
+    import('../record/har.js'),
+    import('../record/tap.js'),
+  ]);
+  const warn = (message: string): void => reporter.emit({ type: 'log', level: 'warn', message });
+  const har = new HarRecorder(path, AGENT_VERSION, warn);
+  await har.start();
+  if (mode !== 'steal')
+    warn(`--record writes stolen exchanges only: with --mirror, ${path} stays empty until you switch to steal`);
+  return {
+    recorder: new ExchangeRecorder(har, warn),
+    async stop() {
+      await har.flush();
+      reporter.emit({
+        type: 'log',
+        level: 'info',
+        message: `recorded ${har.size} HTTP exchange${har.size === 1 ? '' : 's'} to ${path} (devop replay ${path})`,
+      });
+    },
+  };
 }
 
 /**
@@ -150,9 +182,15 @@ export async function runExec(options: ExecServiceOptions, reporter: Reporter): 
     );
     abort.signal.throwIfAborted();
 
+    const recording = options.record ? await startRecording(options.record, options.mode, reporter) : undefined;
+    if (recording) cleanups.push(() => recording.stop());
     s.tunnel.on(
       'stream',
-      incomingStreamHandler({ ports, onError: (message) => reporter.emit({ type: 'log', level: 'warn', message }) }),
+      incomingStreamHandler({
+        ports,
+        onError: (message) => reporter.emit({ type: 'log', level: 'warn', message }),
+        recorder: recording?.recorder,
+      }),
     );
     s.tunnel.on('message', (msg) => {
       if (msg.type === 'traffic') {
