@@ -464,7 +464,7 @@ export const OPTIONS = {
     flags: '--ignore <field>',
     help:
       'a JSON field whose value may differ (a name anywhere, or a dotted path such as metadata.uid), repeatable; ' +
-      'default: creationTimestamp, resourceVersion, managedFields',
+      'creationTimestamp, resourceVersion and managedFields always may',
     repeatable: true,
     type: 'strings',
   },
