@@ -93,7 +93,7 @@ export function compareAnswer(recorded: HarEntry, got: Answer, ignore: readonly 
   const after = partial ? got.body.subarray(0, before.length) : got.body;
   const a = parseJson(before);
   const b = parseJson(after);
-  if (!partial && a.ok && b.ok) differences.push(...jsonDifferences(a.value, b.value, ignore));
+  if (!partial && a.ok && b.ok) differences.push(...jsonBodyDifferences(a.value, b.value, ignore));
   else if (!before.equals(after))
     differences.push(`body: ${describeBody(before, content.mimeType)} → ${describeBody(got.body, got.mimeType)}`);
   const shown =
@@ -101,6 +101,21 @@ export function compareAnswer(recorded: HarEntry, got: Answer, ignore: readonly 
       ? [...differences.slice(0, MAX_DIFFERENCES), `… and ${differences.length - MAX_DIFFERENCES} more`]
       : differences;
   return { same: differences.length === 0, differences: shown, ...(partial ? { partial } : {}) };
+}
+
+/**
+ * Two objects of different kinds (a Table then a Status) are not compared field by field — every field would differ:
+ * the kinds are named, and a Status's message, which says why.
+ */
+function jsonBodyDifferences(before: unknown, after: unknown, ignore: readonly string[]): string[] {
+  const kindOf = (v: unknown): string | undefined =>
+    typeof v === 'object' && v !== null && typeof (v as { kind?: unknown }).kind === 'string'
+      ? (v as { kind: string }).kind
+      : undefined;
+  const [was, now] = [kindOf(before), kindOf(after)];
+  if (was === undefined || now === undefined || was === now) return jsonDifferences(before, after, ignore);
+  const message = (after as { message?: unknown }).message;
+  return [`kind: ${show(was)} → ${show(now)}`, ...(now === 'Status' && message ? [`message: ${show(message)}`] : [])];
 }
 
 function describeBody(bytes: Buffer, mimeType: string): string {

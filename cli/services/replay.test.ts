@@ -214,6 +214,21 @@ describe('answer comparison', () => {
     ]);
   });
 
+  it('names the kinds (and a Status message) rather than every field when the answer is of another kind', () => {
+    const e = entry('GET', '/farmpods', 200, { kind: 'Table', rows: [{ cells: ['a'] }] }, 1);
+    const status = { kind: 'Status', code: 404, message: 'the server could not find the requested resource' };
+    expect(
+      compareAnswer(e, { status: 404, mimeType: 'application/json', body: Buffer.from(JSON.stringify(status)) }),
+    ).toEqual({
+      same: false,
+      differences: [
+        'status 200 → 404',
+        'kind: "Table" → "Status"',
+        'message: "the server could not find the requested resource"',
+      ],
+    });
+  });
+
   it('compares non-JSON bodies byte for byte, and only the start of a body cut when recorded', () => {
     const e = entry('GET', '/', 200, {}, 1);
     const text = { ...e, response: { ...e.response, content: { mimeType: 'text/plain', text: 'hello', size: 5 } } };

@@ -1,7 +1,12 @@
-// The farm-operator walkthrough's `-t apiservice/…` on a stand-in whose API server runs on the pod's node (as on kind or
-// minikube): its aggregator connects from the node's address, and devop takes those connections without
-// --steal-probes because it sees where the API server is.
+// The farm-operator walkthrough's `-t apiservice/…` on a stand-in whose API server runs on the pod's node (as on kind
+// or minikube): its aggregator connects from the node's address, and devop takes those connections without
+// --steal-probes because it sees where the API server is. The session is recorded (--record); the walkthrough's suite
+// (farm-operator.test.ts) replays its recording.
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect } from 'vitest';
+import type { Har } from '../../cli/record/har.js';
 import { startCluster, type ClusterHandle } from '../cluster/index.js';
 import { requireRoot } from '../helpers/root.js';
 import { standinOnly } from '../helpers/target-cluster.js';
@@ -17,6 +22,8 @@ describe('farm-operator through apiservice/, API server on the node', () => {
   let kubectl: Kubectl;
   let devop: LocalProcess | undefined;
   let localPort: number;
+  const dir = mkdtempSync(join(tmpdir(), 'devop-farm-record-'));
+  const harFile = join(dir, 'farm.har');
 
   beforeAll(async () => {
     cluster = await startCluster({ apiServerOnNode: true });
@@ -26,6 +33,7 @@ describe('farm-operator through apiservice/, API server on the node', () => {
 
   afterAll(async () => {
     await devop?.stop('SIGKILL');
+    rmSync(dir, { recursive: true, force: true });
     kubectl?.dispose();
     await cluster?.stop();
   });
@@ -42,7 +50,13 @@ describe('farm-operator through apiservice/, API server on the node', () => {
       });
       const hostIP = 'jsonpath={.items[0].status.hostIP}';
       const podNode = await kubectl.ok('get', 'pods', '-l', 'app=farm-operator', '-o', hostIP);
-      const endpoint = await kubectl.ok('get', 'endpoints', 'kubernetes', '-o', 'jsonpath={.subsets[0].addresses[0].ip}');
+      const endpoint = await kubectl.ok(
+        'get',
+        'endpoints',
+        'kubernetes',
+        '-o',
+        'jsonpath={.subsets[0].addresses[0].ip}',
+      );
       expect(endpoint).toBe(podNode);
 
       // When step 3 runs locally under devop with the APIService as target (no --steal-probes)
@@ -56,6 +70,8 @@ describe('farm-operator through apiservice/, API server on the node', () => {
           '--steal',
           '-p',
           `8443:${localPort}`,
+          '--record',
+          harFile,
           '--',
           'npx',
           'tsx',
@@ -76,7 +92,10 @@ describe('farm-operator through apiservice/, API server on the node', () => {
 
       // Then the ready line names the APIService, its Service, its pod, the node's connections and Available
       expect(devop.stderr).toMatch(
-        /devop: apiservice v1alpha\.farm\.example\.com → service default\/farm-operator, 1 pod, the node's connections taken .*, Available=True/,
+        new RegExp(
+          'devop: apiservice v1alpha\\.farm\\.example\\.com → service default/farm-operator, 1 pod, ' +
+            "the node's connections taken .*, Available=True",
+        ),
       );
       expect(devop.stderr).toContain("the API server connects from the node's address");
 
@@ -89,8 +108,42 @@ describe('farm-operator through apiservice/, API server on the node', () => {
       const farmpods = await kubectl.ok('get', 'farmpods', '-n', 'default');
       expect(farmpods).toMatch(/^NAME\s+CONTAINERS\s+AGE\n/);
       expect(farmpods).toMatch(/\nfarm-farm-operator-\S+\s+1\s/);
-      expect(devop.stdout).toMatch(/step=3 GET \/apis\/farm\.example\.com\/v1alpha\/namespaces\/default\/llamas/);
-      expect(devop.stdout).toMatch(/step=3 GET \/apis\/farm\.example\.com\/v1alpha\/namespaces\/default\/farmpods/);
+      // (the local server logs a request once it has answered it: its line may follow kubectl's output)
+      for (const resource of ['llamas', 'farmpods'])
+        await eventually(`the local server's log line for ${resource}`, async () =>
+          new RegExp(`step=3 GET /apis/farm\\.example\\.com/v1alpha/namespaces/default/${resource}`).test(devop!.stdout)
+            ? true
+            : undefined,
+        );
+    },
+    STEP_TIMEOUT_MS,
+  );
+
+  it(
+    '--record wrote each exchange as HAR 1.2: the aggregator’s requests over TLS, the local answers, the pod',
+    async () => {
+      // Given one more request answered locally while recording, then devop stopped (Ctrl-C)
+      await kubectl.ok('get', 'llama', 'dolly', '-n', 'default', '-o', 'json');
+      await devop!.stop('SIGINT');
+      expect(devop!.stderr).toMatch(/recorded \d+ HTTP exchanges? to .*farm\.har/);
+
+      // Then the HAR holds the aggregator's requests over TLS, with the local answers and the pod
+      const har = JSON.parse(readFileSync(harFile, 'utf8')) as Har;
+      expect(har.log.version).toBe('1.2');
+      const pod = await kubectl.ok(
+        'get',
+        'pods',
+        '-l',
+        'app=farm-operator',
+        '-o',
+        'jsonpath={.items[0].metadata.name}',
+      );
+      const farmpods = har.log.entries.find((e) => e.request.url.includes('/namespaces/default/farmpods'));
+      expect(farmpods?.request.url).toMatch(/^https:\/\//);
+      expect(farmpods).toMatchObject({ _pod: pod, _port: 8443, _localPort: localPort, response: { status: 200 } });
+      expect(farmpods?.response.content.text).toContain(`farm-${pod}`);
+      const dolly = har.log.entries.find((e) => e.request.url.endsWith('/namespaces/default/llamas/dolly'));
+      expect(JSON.parse(dolly?.response.content.text ?? '{}')).toMatchObject({ kind: 'Llama', spec: { weight: 130 } });
     },
     STEP_TIMEOUT_MS,
   );
