@@ -1,6 +1,6 @@
 // Where the API server's own connections to a pod come from (an aggregated API's requests, a webhook's calls): the
 // addresses it advertises in the `kubernetes` Endpoints. When one of them is the pod's node (kind, minikube, any
-// single-node cluster), its requests arrive from the node's address — the address devop leaves alone for kubelet probes.
+// single-node cluster), its requests arrive from the node's address — the one devop leaves alone for kubelet probes.
 import { CoreV1Api, type KubeConfig, type V1Pod } from '@kubernetes/client-node';
 
 export type ApiServerSource =

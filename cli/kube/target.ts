@@ -239,7 +239,7 @@ export async function resolveTarget(
   };
 }
 
-/** The pod port behind an extension's Service: its targetPort, a number or the name of a port of the pod's containers. */
+/** The pod port behind an extension's Service: its targetPort, a number or the name of a container port of the pod. */
 function extensionPort(extension: ExtensionBackend, pod: V1Pod): number {
   const { targetPort, namespace, name } = extension.service;
   if (typeof targetPort === 'number') return targetPort;
@@ -248,8 +248,8 @@ function extensionPort(extension: ExtensionBackend, pod: V1Pod): number {
   const found = ports.find((p) => p.name === targetPort);
   if (!found)
     throw new UserError(
-      `service ${namespace}/${name} sends to the port named "${targetPort}", which pod ${pod.metadata?.name} does not ` +
-        `declare (its ports: ${ports.map((p) => p.name ?? p.containerPort).join(', ') || 'none'})`,
+      `service ${namespace}/${name} sends to the port named "${targetPort}", which pod ${pod.metadata?.name} ` +
+        `does not declare (its ports: ${ports.map((p) => p.name ?? p.containerPort).join(', ') || 'none'})`,
       'name the port in the pod template (containers[].ports[].name), or fix targetPort of the Service',
     );
   return found.containerPort;

@@ -97,8 +97,8 @@ function send(
 
 describe('--record', () => {
   for (const tls of [false, true]) {
-    it(`${tls ? 'HTTPS' : 'HTTP'}: the local command answers, and the exchange is in the HAR with its pod`, async () => {
-      // Given a local command (over TLS with a certificate of its own when the client speaks TLS) and a recording session
+    it(`${tls ? 'HTTPS' : 'HTTP'}: the local command answers, and the exchange is in the HAR, with its pod`, async () => {
+      // Given a local command (over TLS, with a certificate of its own, when the client speaks TLS), and a recording
       const server = tls ? createHttpsServer(sessionCert(), answer) : createHttpServer(answer);
       const { agent, har, file } = await setup(await listening(server));
       // When two stolen requests arrive, one with a body

@@ -25,7 +25,7 @@ export interface RecordedConnection {
   pod?: string;
 }
 
-/** Hop-by-hop headers belong to one connection (RFC 9110 §7.6.1): devop's connection to the local command has its own. */
+/** Hop-by-hop headers belong to one connection (RFC 9110 §7.6.1); devop's to the local command has its own. */
 const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'upgrade', 'te', 'trailer']);
 
 /** The first byte of a TLS handshake record. */
@@ -97,7 +97,13 @@ export class ExchangeRecorder {
         secureContext: this.secureContext,
         ALPNProtocols: ['http/1.1'],
       });
-      socket.on('error', (err) => this.onError(`recording: TLS with the client failed: ${err.message}`));
+      socket.on('error', (err) =>
+        this.onError(
+          `--record: TLS with a client of port ${conn.port} failed (${err.message}); a client that checks the ` +
+            "server's certificate refuses the one devop shows while recording: drop --record, or let the client " +
+            'skip verification',
+        ),
+      );
     }
     const tls = kind === 'tls';
     const agent = tls
@@ -132,6 +138,7 @@ export class ExchangeRecorder {
     const record = (answer: {
       status: number;
       statusText: string;
+      httpVersion: string;
       rawHeaders: string[];
       mimeType: string;
       body: BodyTap;
@@ -169,7 +176,7 @@ export class ExchangeRecorder {
         response: {
           status: answer.status,
           statusText: answer.statusText,
-          httpVersion: 'HTTP/1.1',
+          httpVersion: answer.httpVersion,
           cookies: [],
           headers: harHeaders(answer.rawHeaders),
           content,
@@ -201,6 +208,7 @@ export class ExchangeRecorder {
         record({
           status: up.statusCode ?? 502,
           statusText: up.statusMessage ?? '',
+          httpVersion: `HTTP/${up.httpVersion}`,
           rawHeaders: up.rawHeaders,
           mimeType: mimeOf(up.headers),
           body,
@@ -211,7 +219,7 @@ export class ExchangeRecorder {
     });
     upstream.on('error', (err: NodeJS.ErrnoException) => {
       this.onError(
-        `recording: the local command on 127.0.0.1:${conn.localPort} did not answer: ${err.code ?? err.message}`,
+        `--record: the local command on 127.0.0.1:${conn.localPort} did not answer: ${err.code ?? err.message}`,
       );
       if (res.headersSent) {
         res.destroy();
@@ -222,7 +230,15 @@ export class ExchangeRecorder {
       const body = new BodyTap();
       body.add(Buffer.from(text));
       const now = Date.now();
-      record({ status: 502, statusText: 'Bad Gateway', rawHeaders: [], mimeType: 'text/plain', body, waited: now });
+      record({
+        status: 502,
+        statusText: 'Bad Gateway',
+        httpVersion: 'HTTP/1.1',
+        rawHeaders: [],
+        mimeType: 'text/plain',
+        body,
+        waited: now,
+      });
     });
     req.pipe(upstream);
   }

@@ -107,8 +107,8 @@ async function extensionStealsNode(
     message: source.onPodNode
       ? `${what}: the API server connects from the node's address ${source.nodeIP}: connections from the node are ` +
         'taken too (kubelet probes with them: the local command answers them)'
-      : `${what}: the API server connects from ${source.addresses.join(', ')}, not the node's address: kubelet probes ` +
-        'stay with the pod',
+      : `${what}: the API server connects from ${source.addresses.join(', ')}, not the node's address: ` +
+        'kubelet probes stay with the pod',
   });
   return source.onPodNode;
 }

@@ -197,6 +197,9 @@ export async function runReplay(options: ReplayOptions): Promise<ReplayReport> {
   };
 }
 
+/** Said of a request whose recorded answer was cut at the HAR bound. */
+const PARTIAL_NOTE = ', recorded body was cut: compared its start';
+
 /** The plain report: one line per request (✓ same, ✗ different, ! failed, - skipped), its differences, a summary. */
 export function formatReplayReport(report: ReplayReport): string {
   const lines: string[] = [];
@@ -204,9 +207,7 @@ export function formatReplayReport(report: ReplayReport): string {
     const pod = r.pod ? ` [${r.pod}]` : '';
     switch (r.outcome) {
       case 'same':
-        lines.push(
-          `✓ ${r.request} ${r.status} (${r.ms} ms)${r.partial ? ', recorded body was cut: compared its start' : ''}${pod}`,
-        );
+        lines.push(`✓ ${r.request} ${r.status} (${r.ms} ms)${r.partial ? PARTIAL_NOTE : ''}${pod}`);
         break;
       case 'different':
         lines.push(`✗ ${r.request} ${r.recordedStatus} → ${r.status} (${r.ms} ms)${pod}`);

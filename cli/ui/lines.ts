@@ -69,5 +69,6 @@ export function formatAvailable(available: ExtensionState['available']): string 
 export function formatExtension(extension: ExtensionState): string {
   const pods = `${extension.pods} pod${extension.pods === 1 ? '' : 's'}`;
   const node = extension.stealsNodeConnections ? ", the node's connections taken (the API server's)" : '';
-  return `${extension.kind} ${extension.name} → service ${extension.service}, ${pods}${node}, ${formatAvailable(extension.available)}`;
+  const available = formatAvailable(extension.available);
+  return `${extension.kind} ${extension.name} → service ${extension.service}, ${pods}${node}, ${available}`;
 }

@@ -128,7 +128,7 @@ describe('apiservice/ targets', () => {
     await apiService('v1.hand.example.com', { namespace: 'farm', name: 'by-hand', port: 443 });
     // Then resolving each names the problem
     expect((await failure('apiservice/v1.nothere.example.com')).message).toMatch(
-      /^apiservice "v1\.nothere\.example\.com" not found \(APIServices backed by a Service: .*v1alpha\.farm\.example\.com/,
+      /^apiservice "v1\.nothere\.example\.com" not found \(APIServices backed by a Service: .*v1alpha\.farm\.example/,
     );
     expect((await failure('apiservice/v1.local.example.com')).message).toContain('is served by the API server itself');
     expect((await failure('apiservice/v1.gone.example.com')).message).toBe(
