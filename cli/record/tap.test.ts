@@ -134,6 +134,7 @@ describe('--record', () => {
       expect(first).toMatchObject({ _pod: 'farm-operator-abc', _port: 8443 });
       expect(first.time).toBeGreaterThanOrEqual(0);
       expect(first.timings.wait).toBeGreaterThanOrEqual(0);
+      expect(first.time).toBe(first.timings.send + first.timings.wait + first.timings.receive);
       expect(new Date(first.startedDateTime).getTime()).toBeGreaterThan(Date.now() - 60_000);
       expect(second.response.status).toBe(404);
       expect(second.request.postData).toBeUndefined();
@@ -174,6 +175,25 @@ describe('--record', () => {
     expect(await got).toBe('echo \u0000hello');
     await har.flush();
     expect((JSON.parse(readFileSync(file, 'utf8')) as Har).log.entries).toEqual([]);
+  });
+
+  it('records a request whose Host is no host under the pod port, and devop keeps running', async () => {
+    // Given a recording session
+    const server = createHttpServer(answer);
+    const { agent, har, file } = await setup(await listening(server));
+    // When a client sends a Host header that no URL can hold
+    const stream = stolen(agent);
+    const got = new Promise<string>((resolve) => {
+      let text = '';
+      stream.setEncoding('utf8').on('data', (t: string) => (text += t));
+      stream.on('end', () => resolve(text));
+    });
+    stream.write('GET /x HTTP/1.1\r\nHost: not a host\r\nConnection: close\r\n\r\n');
+    // Then the local command answered, and the HAR names the pod's port with the path as sent
+    expect(await got).toMatch(/^HTTP\/1\.1 200 /);
+    await har.flush();
+    const [entry] = (JSON.parse(readFileSync(file, 'utf8')) as Har).log.entries;
+    expect(entry.request.url).toBe('http://127.0.0.1:8443/%2Fx');
   });
 
   it('tells TLS, HTTP and anything else apart by the first bytes', () => {

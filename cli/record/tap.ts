@@ -145,14 +145,15 @@ export class ExchangeRecorder {
       waited: number;
     }): void => {
       const ended = Date.now();
-      const host = req.headers.host ?? `127.0.0.1:${conn.port}`;
-      const url = new URL(req.url ?? '/', `${conn.tls ? 'https' : 'http'}://${host}`);
+      // HAR's `time` is the sum of the timings; an answer may start before the request has been sent whole.
+      const timings = { send: sent - started, wait: Math.max(0, answer.waited - sent), receive: ended - answer.waited };
+      const url = requestUrl(req, conn);
       const requestMime = mimeOf(req.headers);
       const postBody = requestBody.size > 0 ? harBody(requestBody.bytes(), requestBody.size, requestMime) : undefined;
       const content = harBody(answer.body.bytes(), answer.body.size, answer.mimeType);
       this.har.add({
         startedDateTime: new Date(started).toISOString(),
-        time: ended - started,
+        time: timings.send + timings.wait + timings.receive,
         request: {
           method: req.method ?? 'GET',
           url: url.href,
@@ -190,9 +191,7 @@ export class ExchangeRecorder {
           dns: -1,
           connect: -1,
           ssl: -1,
-          send: sent - started,
-          wait: Math.max(0, answer.waited - sent),
-          receive: ended - answer.waited,
+          ...timings,
         },
         ...(conn.pod ? { _pod: conn.pod } : {}),
         _port: conn.port,
@@ -257,6 +256,18 @@ export class ExchangeRecorder {
     local.write(`${lines.join('\r\n')}\r\n\r\n`);
     if (head.length > 0) local.write(head);
     socket.pipe(local).pipe(socket);
+  }
+}
+
+/** The URL a HAR gives a request: the Host the client named, else the pod's port; a Host that is no host is not. */
+function requestUrl(req: IncomingMessage, conn: ConnectionState): URL {
+  const scheme = conn.tls ? 'https' : 'http';
+  const path = req.url ?? '/';
+  try {
+    return new URL(path, `${scheme}://${req.headers.host ?? `127.0.0.1:${conn.port}`}`);
+  } catch {
+    // A malformed Host header (or request target): the local command got it as sent; the HAR names the pod's port.
+    return new URL(`${scheme}://127.0.0.1:${conn.port}/${encodeURIComponent(path)}`);
   }
 }
 
