@@ -8,6 +8,8 @@ import { startLocalCommand, type LocalCommand } from '../process/child.js';
 import { canConnect, waitForListen } from '../process/listen.js';
 import { AGENT_VERSION } from '../../shared/version.js';
 import { apiServerSource } from '../kube/api-server-source.js';
+import { followAvailable } from '../kube/apiservice-status.js';
+import { formatAvailable } from '../ui/lines.js';
 import type { ExchangeRecorder } from '../record/tap.js';
 import { buildChildEnv, readEnvFile } from './child-env.js';
 import { incomingStreamHandler } from './incoming.js';
@@ -365,6 +367,7 @@ class TrafficControl {
   private mode: StealMode;
   private filter: HttpFilter | undefined;
   private ready = false;
+  private stopFollowing: (() => void) | undefined;
 
   constructor(
     private readonly session: Session,
@@ -441,6 +444,7 @@ class TrafficControl {
     this.ready = true;
     if (this.info.extension) this.info.extension.pods = this.session.podNames?.().length ?? 1;
     this.reporter.emit({ type: 'ready', session: this.info });
+    this.followExtension();
     this.reporter.attachControls?.({
       setMode: async (mode) => {
         this.mode = mode;
@@ -478,6 +482,21 @@ class TrafficControl {
     this.update({ mode: this.mode, filter: describeFilter(this.filter) });
   }
 
+  /** An APIService's Available condition is kept current in the header (and said as a line when it changes). */
+  private followExtension(): void {
+    const extension = this.info.extension;
+    if (!extension) return;
+    this.stopFollowing = followAvailable(this.session.kc, extension.name, extension.available, (available) => {
+      this.info.extension = { ...(this.info.extension ?? extension), available };
+      this.reporter.emit({
+        type: 'log',
+        level: available.status === 'True' ? 'info' : 'warn',
+        message: `${extension.kind} ${extension.name} is now ${formatAvailable(available)}`,
+      });
+      this.reporter.emit({ type: 'session', session: { ...this.info } });
+    });
+  }
+
   /** The session followed its target to another pod: the session line names the new pod and its agent. */
   retarget(change: Retarget): void {
     this.info.pod = change.target.podName;
@@ -492,6 +511,7 @@ class TrafficControl {
   }
 
   async release(): Promise<void> {
+    this.stopFollowing?.();
     if (this.session.tunnel.closed) return;
     await this.unsubscribeAll();
   }

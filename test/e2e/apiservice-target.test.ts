@@ -1,9 +1,10 @@
 // apiservice/NAME resolution against the stand-in's API server (no node: pods are given a Ready status by hand):
 // APIService → Service → its pods in the Service's namespace, on the targetPort (a named one too); each way an
-// APIService cannot lead to pods is one line naming it.
+// APIService cannot lead to pods is one line naming it; a change of its Available condition is noticed.
 import { ApiregistrationV1Api, CoreV1Api, KubeConfig, type V1Service } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { isUserError } from '../../shared/errors.js';
+import { followAvailable } from '../../cli/kube/apiservice-status.js';
 import { resolveTarget } from '../../cli/kube/target.js';
 import { startCluster, type ClusterHandle } from '../cluster/index.js';
 
@@ -138,5 +139,28 @@ describe('apiservice/ targets', () => {
       'service farm/other-port has no port 443, which apiservice "v1.port.example.com" uses',
     );
     expect((await failure('apiservice/v1.hand.example.com')).message).toContain('has no selector');
+  });
+
+  it('a change of the Available condition during the session is reported', async () => {
+    // Given an APIService whose Service is missing (the stand-in's aggregator marks it unavailable), followed from a
+    // session that read it as available
+    await apiService('v1.flaky.example.com', { namespace: 'farm', name: 'flaky', port: 443 });
+    const seen: { status: string; reason?: string }[] = [];
+    const stop = followAvailable(
+      kc,
+      'v1.flaky.example.com',
+      { status: 'True', reason: 'Passed' },
+      (a) => seen.push(a),
+      50,
+    );
+    try {
+      // Then the new condition is reported once, with its reason
+      const deadline = Date.now() + 30_000;
+      while (seen.length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+      await new Promise((r) => setTimeout(r, 200));
+      expect(seen).toEqual([expect.objectContaining({ status: 'False', reason: 'ServiceNotFound' })]);
+    } finally {
+      stop();
+    }
   });
 });
