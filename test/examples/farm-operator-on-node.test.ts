@@ -9,7 +9,7 @@ import { afterAll, beforeAll, describe, expect } from 'vitest';
 import type { Har } from '../../cli/record/har.js';
 import { startCluster, type ClusterHandle } from '../cluster/index.js';
 import { requireRoot } from '../helpers/root.js';
-import { standinOnly } from '../helpers/target-cluster.js';
+import { externalTarget, standinOnly } from '../helpers/target-cluster.js';
 import { Kubectl, LocalProcess, eventually, freePort } from './harness.js';
 
 requireRoot('examples: farm-operator, API server on the node');
@@ -26,6 +26,7 @@ describe('farm-operator through apiservice/, API server on the node', () => {
   const harFile = join(dir, 'farm.har');
 
   beforeAll(async () => {
+    if (externalTarget()) return; // every test here is skipped on a real cluster
     cluster = await startCluster({ apiServerOnNode: true });
     kubectl = new Kubectl(cluster.kubeconfigPath);
     localPort = await freePort();
