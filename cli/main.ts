@@ -9,12 +9,13 @@ type OnExit = (code: number) => void;
 type Register = (program: Command, onExit: OnExit) => void;
 
 /**
- * Each command's module, loaded only when it runs: a run pays for its own command's code, not for all seven (start-up
+ * Each command's module, loaded only when it runs: a run pays for its own command's code, not for all eight (start-up
  * time is part of exec → stealing). In the order `devop --help` lists them.
  */
 const COMMANDS: ReadonlyArray<readonly [name: string, load: () => Promise<Register>]> = [
   ['exec', async () => (await import('./commands/exec.js')).registerExecCommand],
   ['ls', async () => (await import('./commands/ls.js')).registerLsCommand],
+  ['replay', async () => (await import('./commands/replay.js')).registerReplayCommand],
   ['port-forward', async () => (await import('./commands/port-forward.js')).registerPortForwardCommand],
   ['vscode', async () => (await import('./commands/vscode.js')).registerVscodeCommand],
   ['config', async () => (await import('./commands/config.js')).registerConfigCommand],

@@ -22,6 +22,20 @@ export interface SessionInfo {
   container?: string;
   agent?: { name: string; reused: boolean; version?: string };
   ports: PortState[];
+  /** An extension target (apiservice/): what the API server calls, and its Available condition. */
+  extension?: ExtensionState;
+}
+
+export interface ExtensionState {
+  kind: 'apiservice';
+  name: string;
+  /** namespace/name of the Service in front of the pods. */
+  service: string;
+  /** Every Ready pod behind the Service is taken over (their number when the session was ready). */
+  pods: number;
+  available: { status: string; reason?: string; message?: string };
+  /** The API server connects from the node's address, so connections from the node are taken too. */
+  stealsNodeConnections: boolean;
 }
 
 /** One event per line of the NDJSON output; `type` is the stable discriminator documented in docs/ui.md. */

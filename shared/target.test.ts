@@ -12,6 +12,8 @@ describe('parseTarget', () => {
       ['statefulset/db', { kind: 'statefulset', name: 'db' }],
       ['sts/db', { kind: 'statefulset', name: 'db' }],
       ['rollout/canary', { kind: 'rollout', name: 'canary' }],
+      ['apiservice/v1alpha.farm.example.com', { kind: 'apiservice', name: 'v1alpha.farm.example.com' }],
+      ['apiservices/v1.metrics.k8s.io', { kind: 'apiservice', name: 'v1.metrics.k8s.io' }],
       ['deploy/farm-operator/container/main', { kind: 'deployment', name: 'farm-operator', container: 'main' }],
       ['pod/web-0/container/sidecar', { kind: 'pod', name: 'web-0', container: 'sidecar' }],
       ['sts/db.v2/container/pg', { kind: 'statefulset', name: 'db.v2', container: 'pg' }],
@@ -25,7 +27,14 @@ describe('parseTarget', () => {
     expect(formatTarget(parseTarget('deployment/farm-operator'))).toBe('deploy/farm-operator');
     expect(formatTarget(parseTarget('sts/db/container/pg'))).toBe('statefulset/db/container/pg');
     expect(formatTarget({ kind: 'targetless' })).toBe('targetless');
-    for (const text of ['pod/a', 'deploy/b/container/c', 'statefulset/d', 'rollout/e/container/f', 'targetless']) {
+    for (const text of [
+      'pod/a',
+      'deploy/b/container/c',
+      'statefulset/d',
+      'rollout/e/container/f',
+      'apiservice/v1.g.io',
+      'targetless',
+    ]) {
       expect(formatTarget(parseTarget(text))).toBe(text);
       expect(parseTarget(formatTarget(parseTarget(text)))).toEqual(parseTarget(text));
     }

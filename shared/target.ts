@@ -2,7 +2,7 @@
 // back.
 import { UserError } from './errors.js';
 
-export type TargetKind = 'pod' | 'deployment' | 'statefulset' | 'rollout';
+export type TargetKind = 'pod' | 'deployment' | 'statefulset' | 'rollout' | 'apiservice';
 
 export type Target = { kind: 'targetless' } | { kind: TargetKind; name: string; container?: string };
 
@@ -20,6 +20,8 @@ const KIND_ALIASES: Readonly<Record<string, TargetKind>> = {
   rollout: 'rollout',
   rollouts: 'rollout',
   ro: 'rollout',
+  apiservice: 'apiservice',
+  apiservices: 'apiservice',
 };
 
 /** The short name printed for each kind (what `kubectl get` accepts too). */
@@ -28,13 +30,14 @@ const KIND_PRINTED: Readonly<Record<TargetKind, string>> = {
   deployment: 'deploy',
   statefulset: 'statefulset',
   rollout: 'rollout',
+  apiservice: 'apiservice',
 };
 
 export const TARGET_FORMS =
-  'pod/NAME, deploy/NAME (or deployment/NAME), statefulset/NAME (or sts/NAME), rollout/NAME — each optionally ' +
-  'followed by /container/NAME — or targetless';
+  'pod/NAME, deploy/NAME (or deployment/NAME), statefulset/NAME (or sts/NAME), rollout/NAME, ' +
+  'apiservice/NAME (the pods behind an aggregated API) — each optionally followed by /container/NAME — or targetless';
 
-/** A Kubernetes object name (DNS-1123 subdomain, as pods, deployments, statefulsets and rollouts use). */
+/** A Kubernetes object name (DNS-1123 subdomain, as pods, workloads and APIServices use). */
 const OBJECT_NAME = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
 /** A container name (DNS-1123 label). */
 const CONTAINER_NAME = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;

@@ -73,13 +73,13 @@ export const OPTIONS = {
   $schema: { key: '$schema', type: 'string', doc: 'Path or URL of devop.schema.json (for editors; ignored by devop).' },
   target: {
     flags: '-t, --target <target>',
-    help: 'pod/NAME, deploy/NAME, sts/NAME or rollout/NAME, optionally /container/NAME; or targetless',
+    help: 'pod/NAME, deploy/NAME, sts/NAME, rollout/NAME or apiservice/NAME, optionally /container/NAME; or targetless',
     key: 'target',
     env: 'DEVOP_TARGET',
     type: 'target',
     doc:
-      'What to run as: pod/NAME, deploy/NAME, statefulset/NAME, rollout/NAME (each optionally /container/NAME) or ' +
-      'targetless. No default: -t/--target when absent.',
+      'What to run as: pod/NAME, deploy/NAME, statefulset/NAME, rollout/NAME, apiservice/NAME (each optionally ' +
+      '/container/NAME) or targetless. No default: -t/--target when absent.',
     group: 'target',
   },
   namespace: {
@@ -399,6 +399,12 @@ export const OPTIONS = {
     doc: 'Steal/mirror on every pod of the target, not just one.',
     group: 'target',
   },
+  record: {
+    flags: '--record <file>',
+    help: 'write every stolen HTTP exchange (request, answer, timing, pod) to FILE as HAR 1.2; see devop replay',
+    type: 'string',
+    group: 'incoming',
+  },
   config: {
     flags: '-f, --config <path>',
     help: 'devop.json to read (default: ./devop.json if present)',
@@ -443,6 +449,24 @@ export const OPTIONS = {
     type: 'string',
     // Node's default inspector port.
     default: '9229',
+  },
+  to: {
+    flags: '--to <port>',
+    help: "the local command's port (default: the port each request reached when it was recorded)",
+    type: 'string',
+  },
+  filter: {
+    flags: '--filter <regex>',
+    help: 'replay only the requests whose "METHOD PATH" matches, e.g. --filter \'GET .*/llamas\'',
+    type: 'string',
+  },
+  ignore: {
+    flags: '--ignore <field>',
+    help:
+      'a JSON field whose value may differ (a name anywhere, or a dotted path such as metadata.uid), repeatable; ' +
+      'creationTimestamp, resourceVersion and managedFields always may',
+    repeatable: true,
+    type: 'strings',
   },
   devopCommand: {
     flags: '--devop-command <command>',

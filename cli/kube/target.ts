@@ -1,13 +1,14 @@
-// Target resolution: `pod/`, `deploy/`, `sts/`, `rollout/` (+ `/container/NAME`) → the pod and container a session
-// uses, with the reason that pod was chosen; unknown targets are answered with what exists of that kind. What differs
-// per kind lives in targets/<kind>.ts behind one KindResolver.
+// Target resolution: `pod/`, `deploy/`, `sts/`, `rollout/`, `apiservice/` (+ `/container/NAME`) → the pod and container
+// a session uses, with the reason that pod was chosen; unknown targets are answered with what exists of that kind. What
+// differs per kind lives in targets/<kind>.ts behind one KindResolver.
 import type { KubeConfig, V1Container, V1LabelSelector, V1Pod } from '@kubernetes/client-node';
 import { UserError } from '../../shared/errors.js';
 import { apiCall, apiErrorCode, mapApiError } from './errors.js';
 import { parseTarget, type Target, type TargetKind } from '../../shared/target.js';
+import { apiServiceResolver } from './targets/apiservice.js';
 import { deploymentResolver } from './targets/deployment.js';
 import { podResolver } from './targets/pod.js';
-import { kindClients, type KindResolvers } from './targets/resolver.js';
+import { kindClients, type ExtensionBackend, type KindResolvers, type Workload } from './targets/resolver.js';
 import { rolloutResolver } from './targets/rollout.js';
 import { statefulSetResolver } from './targets/statefulset.js';
 
@@ -17,6 +18,7 @@ export const KIND_RESOLVERS: KindResolvers = {
   deployment: deploymentResolver,
   statefulset: statefulSetResolver,
   rollout: rolloutResolver,
+  apiservice: apiServiceResolver,
 };
 
 type NamedTarget = Exclude<Target, { kind: 'targetless' }>;
@@ -35,6 +37,8 @@ export interface ResolvedTarget {
   podReason: string;
   /** Why this container, e.g. "the only container". */
   containerReason: string;
+  /** An extension target (apiservice/): what the API server calls, and the pod port it connects to. */
+  extension?: ExtensionBackend & { podPort: number };
 }
 
 const DEFAULT_CONTAINER_ANNOTATION = 'kubectl.kubernetes.io/default-container';
@@ -171,7 +175,7 @@ export async function resolveTarget(
     () => true,
     (err: unknown) => apiErrorCode(err) !== 404, // 403 etc.: cannot tell, assume it exists
   );
-  let workload: Awaited<ReturnType<typeof resolver.read>>;
+  let workload: Workload;
   try {
     workload = await resolver.read(clients, ref.name, namespace);
   } catch (err) {
@@ -187,6 +191,7 @@ export async function resolveTarget(
   }
 
   let chosen: { pod: V1Pod; reason: string };
+  let podNamespace = namespace;
   if (workload.kind === 'pod') {
     if (!isPodReady(workload.pod))
       throw new UserError(
@@ -199,8 +204,10 @@ export async function resolveTarget(
     const labelSelector = selectorToString(workload.selector);
     if (!labelSelector)
       throw new UserError(`${what} has an empty selector`, 'give it a selector, or target a pod with pod/NAME');
-    const list = await apiCall({ action: `list the pods of ${what}`, verb: 'list', resource: 'pods', namespace }, () =>
-      clients.core.listNamespacedPod({ namespace, labelSelector }),
+    podNamespace = workload.namespace ?? namespace;
+    const list = await apiCall(
+      { action: `list the pods of ${what}`, verb: 'list', resource: 'pods', namespace: podNamespace },
+      () => clients.core.listNamespacedPod({ namespace: podNamespace, labelSelector }),
     );
     chosen = choosePod(list.items, what);
   }
@@ -215,9 +222,10 @@ export async function resolveTarget(
   }
   if (!pod.spec?.nodeName)
     throw new UserError(`pod ${pod.metadata?.name} is not scheduled on a node`, 'wait until it runs');
+  const extension = workload.kind === 'selector' ? workload.extension : undefined;
   return {
     ref,
-    namespace,
+    namespace: podNamespace,
     pod,
     podName: pod.metadata?.name ?? '',
     podUid: pod.metadata?.uid ?? '',
@@ -227,7 +235,24 @@ export async function resolveTarget(
     containerId: status.containerID,
     podReason: chosen.reason,
     containerReason,
+    ...(extension ? { extension: { ...extension, podPort: extensionPort(extension, pod) } } : {}),
   };
+}
+
+/** The pod port behind an extension's Service: its targetPort, a number or the name of a container port of the pod. */
+function extensionPort(extension: ExtensionBackend, pod: V1Pod): number {
+  const { targetPort, namespace, name } = extension.service;
+  if (typeof targetPort === 'number') return targetPort;
+  if (/^[0-9]+$/.test(targetPort)) return Number(targetPort);
+  const ports = (pod.spec?.containers ?? []).flatMap((c) => c.ports ?? []);
+  const found = ports.find((p) => p.name === targetPort);
+  if (!found)
+    throw new UserError(
+      `service ${namespace}/${name} sends to the port named "${targetPort}", which pod ${pod.metadata?.name} ` +
+        `does not declare (its ports: ${ports.map((p) => p.name ?? p.containerPort).join(', ') || 'none'})`,
+      'name the port in the pod template (containers[].ports[].name), or fix targetPort of the Service',
+    );
+  return found.containerPort;
 }
 
 function mapTargetError(err: unknown, resource: string, namespace: string, name: string): unknown {

@@ -6,6 +6,11 @@ import { FEATURES } from '../../shared/protocol.js';
 import type { PortState, Reporter, SessionInfo } from '../reporter.js';
 import { startLocalCommand, type LocalCommand } from '../process/child.js';
 import { canConnect, waitForListen } from '../process/listen.js';
+import { AGENT_VERSION } from '../../shared/version.js';
+import { apiServerSource } from '../kube/api-server-source.js';
+import { followAvailable } from '../kube/apiservice-status.js';
+import { formatAvailable } from '../ui/lines.js';
+import type { ExchangeRecorder } from '../record/tap.js';
 import { buildChildEnv, readEnvFile } from './child-env.js';
 import { incomingStreamHandler } from './incoming.js';
 import { resolvePorts, type PortMapping } from './ports.js';
@@ -27,6 +32,8 @@ export interface ExecServiceOptions extends SessionOptions {
   /** Hooks that add to the child env once the session is up (e.g. the outgoing proxy); each may return a cleanup. */
   childEnvHooks?: ChildEnvHook[];
   cwd?: string;
+  /** `--record FILE`: every stolen HTTP exchange is written there as HAR 1.2. */
+  record?: string;
 }
 
 /**
@@ -43,6 +50,69 @@ export function describeFilter(filter: HttpFilter | undefined): string | undefin
     filter.method && `method ${filter.method}`,
   ].filter(Boolean);
   return parts.length ? parts.join(filter.match === 'any' ? ' or ' : ' and ') : undefined;
+}
+
+/** `--record FILE`: the HAR is written at once (a bad path fails before the command starts) and after each exchange. */
+async function startRecording(
+  path: string,
+  mode: StealMode,
+  reporter: Reporter,
+): Promise<{ recorder: ExchangeRecorder; stop(): Promise<void> }> {
+  const [{ HarRecorder }, { ExchangeRecorder }] = await Promise.all([
+    import('../record/har.js'),
+    import('../record/tap.js'),
+  ]);
+  const warn = (message: string): void => reporter.emit({ type: 'log', level: 'warn', message });
+  const har = new HarRecorder(path, AGENT_VERSION, warn);
+  await har.start();
+  if (mode !== 'steal')
+    warn(`--record writes stolen exchanges only: with --mirror, ${path} stays empty until you switch to steal`);
+  return {
+    recorder: new ExchangeRecorder(har, warn),
+    async stop() {
+      await har.flush();
+      reporter.emit({
+        type: 'log',
+        level: 'info',
+        message: `recorded ${har.size} HTTP exchange${har.size === 1 ? '' : 's'} to ${path} (devop replay ${path})`,
+      });
+    },
+  };
+}
+
+/**
+ * An extension target is called by the API server: when it connects from the pod's node address (a single-node
+ * cluster), stealing must take the node's connections too, as --steal-probes does; else they are left to the pod.
+ */
+async function extensionStealsNode(
+  session: Session,
+  options: ExecServiceOptions,
+  reporter: Reporter,
+): Promise<boolean> {
+  const target = session.target;
+  if (!target?.extension || options.mode !== 'steal') return false;
+  const source = await apiServerSource(session.kc, target.pod);
+  const what = `apiservice ${target.extension.name}`;
+  if (!source.known) {
+    reporter.emit({
+      type: 'log',
+      level: 'warn',
+      message:
+        `${what}: cannot tell where the API server connects from (${source.why}); connections from the node stay ` +
+        "with the pod: add --steal-probes if the API server runs on the pod's node",
+    });
+    return false;
+  }
+  reporter.emit({
+    type: 'log',
+    level: 'info',
+    message: source.onPodNode
+      ? `${what}: the API server connects from the node's address ${source.nodeIP}: connections from the node are ` +
+        'taken too (kubelet probes with them: the local command answers them)'
+      : `${what}: the API server connects from ${source.addresses.join(', ')}, not the node's address: ` +
+        'kubelet probes stay with the pod',
+  });
+  return source.onPodNode;
 }
 
 async function readRemoteEnv(session: Session): Promise<Record<string, string>> {
@@ -83,7 +153,8 @@ export async function runExec(options: ExecServiceOptions, reporter: Reporter): 
         '-p/--port needs a target: a targetless session receives no traffic',
         'pass -t pod/NAME or deploy/NAME, or drop -p',
       );
-    const ports = resolvePorts(options.ports, target?.container);
+    const ports = resolvePorts(options.ports, target?.container, target?.extension?.podPort);
+    const stealProbes = options.stealProbes || (await extensionStealsNode(s, options, reporter));
 
     const childEnv = await step(
       reporter,
@@ -113,9 +184,15 @@ export async function runExec(options: ExecServiceOptions, reporter: Reporter): 
     );
     abort.signal.throwIfAborted();
 
+    const recording = options.record ? await startRecording(options.record, options.mode, reporter) : undefined;
+    if (recording) cleanups.push(() => recording.stop());
     s.tunnel.on(
       'stream',
-      incomingStreamHandler({ ports, onError: (message) => reporter.emit({ type: 'log', level: 'warn', message }) }),
+      incomingStreamHandler({
+        ports,
+        onError: (message) => reporter.emit({ type: 'log', level: 'warn', message }),
+        recorder: recording?.recorder,
+      }),
     );
     s.tunnel.on('message', (msg) => {
       if (msg.type === 'traffic') {
@@ -157,7 +234,7 @@ export async function runExec(options: ExecServiceOptions, reporter: Reporter): 
     const running = child;
     const info: SessionInfo = {
       target: options.target ?? 'targetless',
-      namespace: s.namespace,
+      namespace: target?.namespace ?? s.namespace,
       pod: target?.podName,
       node: target?.nodeName,
       container: target?.container.name,
@@ -170,8 +247,20 @@ export async function runExec(options: ExecServiceOptions, reporter: Reporter): 
           filter: describeFilter(options.httpFilter),
         }),
       ),
+      ...(target?.extension
+        ? {
+            extension: {
+              kind: target.extension.kind,
+              name: target.extension.name,
+              service: `${target.extension.service.namespace}/${target.extension.service.name}`,
+              pods: 1,
+              available: target.extension.available,
+              stealsNodeConnections: stealProbes,
+            },
+          }
+        : {}),
     };
-    const traffic = new TrafficControl(s, info, options, reporter);
+    const traffic = new TrafficControl(s, info, { ...options, stealProbes }, reporter);
     s.onRetarget?.((change) => traffic.retarget(change));
 
     const tunnelLost = new Promise<Error>((resolve) =>
@@ -284,6 +373,7 @@ class TrafficControl {
   private mode: StealMode;
   private filter: HttpFilter | undefined;
   private ready = false;
+  private stopFollowing: (() => void) | undefined;
 
   constructor(
     private readonly session: Session,
@@ -359,7 +449,9 @@ class TrafficControl {
   markReady(): void {
     if (this.ready) return;
     this.ready = true;
+    if (this.info.extension) this.info.extension.pods = this.session.podNames?.().length ?? 1;
     this.reporter.emit({ type: 'ready', session: this.info });
+    this.followExtension();
     this.reporter.attachControls?.({
       setMode: async (mode) => {
         this.mode = mode;
@@ -397,6 +489,21 @@ class TrafficControl {
     this.update({ mode: this.mode, filter: describeFilter(this.filter) });
   }
 
+  /** An APIService's Available condition is kept current in the header (and said as a line when it changes). */
+  private followExtension(): void {
+    const extension = this.info.extension;
+    if (!extension) return;
+    this.stopFollowing = followAvailable(this.session.kc, extension.name, extension.available, (available) => {
+      this.info.extension = { ...(this.info.extension ?? extension), available };
+      this.reporter.emit({
+        type: 'log',
+        level: available.status === 'True' ? 'info' : 'warn',
+        message: `${extension.kind} ${extension.name} is now ${formatAvailable(available)}`,
+      });
+      this.reporter.emit({ type: 'session', session: { ...this.info } });
+    });
+  }
+
   /** The session followed its target to another pod: the session line names the new pod and its agent. */
   retarget(change: Retarget): void {
     this.info.pod = change.target.podName;
@@ -411,6 +518,7 @@ class TrafficControl {
   }
 
   async release(): Promise<void> {
+    this.stopFollowing?.();
     if (this.session.tunnel.closed) return;
     await this.unsubscribeAll();
   }

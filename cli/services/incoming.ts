@@ -3,18 +3,21 @@
 import { connect, type Socket } from 'node:net';
 import type { MuxStream } from '../../shared/mux.js';
 import { spliceSocket } from '../../shared/splice.js';
+import type { ExchangeRecorder } from '../record/tap.js';
 import type { PortMapping } from './ports.js';
 
 export interface IncomingHandlerInput {
   ports: readonly PortMapping[];
   host?: string;
   onError?: (message: string) => void;
+  /** `--record`: stolen HTTP exchanges go through it (and into the HAR) instead of being spliced. */
+  recorder?: ExchangeRecorder;
 }
 
-/** Returns the 'stream' listener for the session's mux. */
-export function incomingStreamHandler(input: IncomingHandlerInput): (stream: MuxStream) => void {
+/** Returns the 'stream' listener for the session's mux (which names the pod a stream comes from, when it knows). */
+export function incomingStreamHandler(input: IncomingHandlerInput): (stream: MuxStream, pod?: string) => void {
   const host = input.host ?? '127.0.0.1';
-  return (stream) => {
+  return (stream, pod) => {
     stream.on('error', () => undefined);
     if (stream.open.kind !== 'incoming') {
       stream.reset('unsupported stream kind');
@@ -26,25 +29,46 @@ export function incomingStreamHandler(input: IncomingHandlerInput): (stream: Mux
       stream.reset(`no local port for ${remotePort}`);
       return;
     }
-    // Half-open, as the client's own connection is: the client's end reaches the local command, and its answer still
-    // goes back after that.
-    const socket: Socket = connect({ host, port: mapping.local, allowHalfOpen: true });
-    socket.setNoDelay(true);
-    socket.on('error', (err: NodeJS.ErrnoException) => {
-      input.onError?.(`local connection to ${host}:${mapping.local} failed: ${err.code ?? err.message}`);
-      stream.reset(err.code ?? 'ECONNRESET');
-    });
-    stream.on('error', () => socket.destroy());
-    if (mode === 'mirror') {
-      // The pod answers the client; the local answer is read (so the local command is not blocked) and dropped.
-      stream.deliverTo(socket);
-      socket.resume();
-      socket.on('end', () => stream.end());
-    } else {
-      spliceSocket(stream, socket);
+    const { recorder } = input;
+    if (mode === 'steal' && recorder) {
+      recorder.take(stream, { port: remotePort, localPort: mapping.local, pod }).then(
+        (taken) => {
+          if (!taken) connectLocal(stream, host, mapping, mode, input.onError);
+        },
+        (err: unknown) => stream.reset(String(err)),
+      );
+      return;
     }
-    socket.on('close', () => {
-      if (!stream.writableEnded && !stream.destroyed) stream.end();
-    });
+    connectLocal(stream, host, mapping, mode, input.onError);
   };
+}
+
+/** Connects a stream to the local command: both ways for steal, the client's bytes only for mirror. */
+function connectLocal(
+  stream: MuxStream,
+  host: string,
+  mapping: PortMapping,
+  mode: 'steal' | 'mirror',
+  onError: ((message: string) => void) | undefined,
+): void {
+  // Half-open, as the client's own connection is: the client's end reaches the local command, and its answer still
+  // goes back after that.
+  const socket: Socket = connect({ host, port: mapping.local, allowHalfOpen: true });
+  socket.setNoDelay(true);
+  socket.on('error', (err: NodeJS.ErrnoException) => {
+    onError?.(`local connection to ${host}:${mapping.local} failed: ${err.code ?? err.message}`);
+    stream.reset(err.code ?? 'ECONNRESET');
+  });
+  stream.on('error', () => socket.destroy());
+  if (mode === 'mirror') {
+    // The pod answers the client; the local answer is read (so the local command is not blocked) and dropped.
+    stream.deliverTo(socket);
+    socket.resume();
+    socket.on('end', () => stream.end());
+  } else {
+    spliceSocket(stream, socket);
+  }
+  socket.on('close', () => {
+    if (!stream.writableEnded && !stream.destroyed) stream.end();
+  });
 }

@@ -35,13 +35,13 @@ const MERGE_TIMEOUT_MS = 15_000;
 
 export interface SessionMux {
   on(event: 'message', listener: (msg: AgentMessage) => void): this;
-  on(event: 'stream', listener: (stream: MuxStream) => void): this;
+  on(event: 'stream', listener: (stream: MuxStream, pod?: string) => void): this;
   on(event: 'close', listener: (err?: Error) => void): this;
   once(event: 'message', listener: (msg: AgentMessage) => void): this;
-  once(event: 'stream', listener: (stream: MuxStream) => void): this;
+  once(event: 'stream', listener: (stream: MuxStream, pod?: string) => void): this;
   once(event: 'close', listener: (err?: Error) => void): this;
   off(event: 'message', listener: (msg: AgentMessage) => void): this;
-  off(event: 'stream', listener: (stream: MuxStream) => void): this;
+  off(event: 'stream', listener: (stream: MuxStream, pod?: string) => void): this;
   off(event: 'close', listener: (err?: Error) => void): this;
 }
 
@@ -86,7 +86,7 @@ export class SessionMux extends EventEmitter implements SessionTunnel {
     this.members.add(link);
     if (options.primary || !this.primary || this.primary.mux.closed) this.primary = link;
     link.mux.on('message', (msg) => this.onMemberMessage(link, msg));
-    link.mux.on('stream', (stream) => this.emit('stream', stream));
+    link.mux.on('stream', (stream) => this.emit('stream', stream, link.pod));
     // A resumed session may still hold ports the session gave up while it was away.
     for (const [port, id] of options.previouslySent ?? []) {
       if (!this.subscriptions.has(port)) link.mux.send({ type: 'unsubscribe', id, port });

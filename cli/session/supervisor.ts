@@ -155,7 +155,7 @@ class Supervisor {
       original: true,
     };
     this.adopt(member, true);
-    const allPods = Boolean(this.options.allPods) && this.firstTarget.ref.kind !== 'pod';
+    const allPods = this.allPods();
     if (this.options.allPods && !allPods)
       this.reporter.emit({
         type: 'log',
@@ -187,7 +187,15 @@ class Supervisor {
       hello: this.first.hello,
       close: (reason?: string) => (this.closing ??= this.close(reason ?? 'session ended')),
       onRetarget: (listener) => this.retargeted.push(listener),
+      podNames: () => [...this.members].filter((m) => m.state === 'up').map((m) => m.target.podName),
     };
+  }
+
+  /** Every Ready pod gets an agent: asked with --all-pods, and always for an extension the API server calls (it picks
+   * any pod behind the Service, so one stolen pod would answer only some of its requests). */
+  private allPods(): boolean {
+    const { ref, extension } = this.firstTarget;
+    return (Boolean(this.options.allPods) && ref.kind !== 'pod') || extension !== undefined;
   }
 
   /** Unfiltered steals take the workload's cluster-wide lock first. */
@@ -377,7 +385,7 @@ class Supervisor {
   private async podGone(member: Member): Promise<void> {
     member.state = 'gone';
     this.members.delete(member);
-    if (this.options.allPods && this.firstTarget.ref.kind !== 'pod') {
+    if (this.allPods()) {
       this.reporter.emit({
         type: 'log',
         level: 'info',
@@ -478,6 +486,7 @@ class Supervisor {
     const { ref, namespace } = this.firstTarget;
     const byName = { namespace, fieldSelector: `metadata.name=${this.firstTarget.podName}` };
     if (!allPods) return byName;
+    // The pods' namespace (an APIService's Service), which resolution already used.
     const workload = await KIND_RESOLVERS[ref.kind].read(kindClients(this.first.kc), ref.name, namespace);
     const labelSelector = workload.kind === 'selector' ? selectorToString(workload.selector) : '';
     return labelSelector ? { namespace, labelSelector } : byName;

@@ -15,13 +15,13 @@ export interface SessionTunnel {
   openStream(open: StreamOpen): MuxStream;
   close(reason?: string): void;
   on(event: 'message', listener: (msg: AgentMessage) => void): this;
-  on(event: 'stream', listener: (stream: MuxStream) => void): this;
+  on(event: 'stream', listener: (stream: MuxStream, pod?: string) => void): this;
   on(event: 'close', listener: (err?: Error) => void): this;
   once(event: 'message', listener: (msg: AgentMessage) => void): this;
-  once(event: 'stream', listener: (stream: MuxStream) => void): this;
+  once(event: 'stream', listener: (stream: MuxStream, pod?: string) => void): this;
   once(event: 'close', listener: (err?: Error) => void): this;
   off(event: 'message', listener: (msg: AgentMessage) => void): this;
-  off(event: 'stream', listener: (stream: MuxStream) => void): this;
+  off(event: 'stream', listener: (stream: MuxStream, pod?: string) => void): this;
   off(event: 'close', listener: (err?: Error) => void): this;
 }
 

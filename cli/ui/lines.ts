@@ -1,6 +1,6 @@
 // The stable text of devop's Plain output lines. VS Code problem matchers and scripts match these, so change them only
 // together with cli/services/vscode.ts (which builds its patterns from the constants here).
-import type { ReportEvent, SessionInfo, PortState } from '../reporter.js';
+import type { ExtensionState, ReportEvent, SessionInfo, PortState } from '../reporter.js';
 
 export const LINE_PREFIX = 'devop: ';
 /** The exact line printed when the session is ready (traffic flows to the local command). */
@@ -56,4 +56,19 @@ export function formatSessionLine(session: SessionInfo): string {
   const pod = session.pod ? ` pod/${session.pod}` : '';
   const ports = session.ports.length > 0 ? ` ${session.ports.map(formatPort).join(', ')}` : ' no ports';
   return `${LINE_PREFIX}session ${session.target}${pod}:${ports}`;
+}
+
+/** `Available=True (Passed)`, or with the condition's message when it is not True. */
+export function formatAvailable(available: ExtensionState['available']): string {
+  const reason = available.reason ? ` (${available.reason})` : '';
+  const message = available.status !== 'True' && available.message ? `: ${available.message}` : '';
+  return `Available=${available.status}${reason}${message}`;
+}
+
+/** `apiservice v1alpha.farm.example.com → service default/farm-operator, 2 pods, Available=True (Passed)` */
+export function formatExtension(extension: ExtensionState): string {
+  const pods = `${extension.pods} pod${extension.pods === 1 ? '' : 's'}`;
+  const node = extension.stealsNodeConnections ? ", the node's connections taken (the API server's)" : '';
+  const available = formatAvailable(extension.available);
+  return `${extension.kind} ${extension.name} → service ${extension.service}, ${pods}${node}, ${available}`;
 }

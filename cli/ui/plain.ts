@@ -1,7 +1,15 @@
 // The Plain reporter: one line per event on stderr, no escape codes — for pipes, CI logs and VS Code background tasks.
 import type { Reporter, ReportEvent } from '../reporter.js';
 import { LineSink } from './sink.js';
-import { LINE_PREFIX, READY_LINE, formatBytes, formatDuration, formatSessionLine, formatStepLine } from './lines.js';
+import {
+  LINE_PREFIX,
+  READY_LINE,
+  formatBytes,
+  formatDuration,
+  formatExtension,
+  formatSessionLine,
+  formatStepLine,
+} from './lines.js';
 
 export interface PlainReporterOptions {
   stderr: NodeJS.WritableStream;
@@ -37,7 +45,10 @@ export class PlainReporter implements Reporter {
         // A failed step's fix is printed once, by the top-level error handler that reports the failure itself.
         return formatStepLine(event);
       case 'ready':
-        return READY_LINE;
+        // The ready line stays last and alone on its line: VS Code's end pattern matches it.
+        return event.session.extension
+          ? `${LINE_PREFIX}${formatExtension(event.session.extension)}\n${READY_LINE}`
+          : READY_LINE;
       case 'session':
         return formatSessionLine(event.session);
       case 'request':

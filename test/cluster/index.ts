@@ -28,6 +28,12 @@ export interface ClusterOptions {
   imagesDir?: string;
   /** Unique id of this cluster on the machine (names of netns, links, cgroups, chains). Default: random. */
   instance?: string;
+  /**
+   * The API server runs on the node, as on kind, minikube or any single-node cluster: it advertises the node's IP in
+   * the `kubernetes` Endpoints, so its aggregator connects to pods from the node's address (the one kubelet probes come
+   * from). Default false: it has a control-plane address of its own, as when it runs on another node.
+   */
+  apiServerOnNode?: boolean;
 }
 
 export interface ClusterHandle {
@@ -40,9 +46,9 @@ export interface ClusterHandle {
   namespace: 'default';
   nodeName: string;
   nodeIP: string;
-  /** The API server's address on the pod network (its own "control-plane node", not the node's IP): pods reach the API
-   * here (the `kubernetes` Service's endpoint), and the aggregator's connections to APIService backends come from here.
-   * */
+  /** The API server's address on the pod network (its own "control-plane node", or the node's IP with apiServerOnNode):
+   * pods reach the API here (the `kubernetes` Service's endpoint), and the aggregator's connections to APIService
+   * backends come from here. */
   controlPlaneIP: string;
   caPath: string;
   /** The node's runtime, when the kubelet runs. */
@@ -83,7 +89,8 @@ export async function startCluster(options: ClusterOptions = {}): Promise<Cluste
       cleanups.push(() => s.release());
     }
     const serviceNet = subnets ? subnets.serviceCIDR.split('.').slice(0, 3).join('.') : standaloneServiceNet(instance);
-    const controlPlaneIP = subnets?.controlPlaneIP ?? '127.0.0.1';
+    const onNode = Boolean(options.apiServerOnNode && subnets);
+    const controlPlaneIP = (onNode ? subnets?.nodeIP : subnets?.controlPlaneIP) ?? '127.0.0.1';
     const names = servingNames(`${serviceNet}.1`);
     if (subnets) names.push(`IP:${controlPlaneIP}`);
     const certs = await makeCerts(dir, names);
@@ -134,8 +141,11 @@ export async function startCluster(options: ClusterOptions = {}): Promise<Cluste
       cp.attachNode(runtime);
       // The control plane is not the node: as on a cluster whose kube-apiserver runs on a control-plane node, it has an
       // address of its own on the pod network, so pods can tell its connections (the aggregator's) from kubelet probes.
-      const cpAddress = await addControlPlaneAddress(instance, controlPlaneIP);
-      cleanups.push(() => cpAddress.remove());
+      // On the node, the API server answers on the node's own address, which the bridge already has.
+      if (!onNode) {
+        const cpAddress = await addControlPlaneAddress(instance, controlPlaneIP);
+        cleanups.push(() => cpAddress.remove());
+      }
       const relay = await listenRelay(cp, controlPlaneIP);
       cleanups.push(() => relay.close());
       // The aggregator connects from the address the API server advertises in the `kubernetes` Endpoints.

@@ -1,6 +1,10 @@
 // The farm-operator walkthrough (docs/walkthrough.md) end to end on the stand-in (or a real cluster:
 // test/helpers/target-cluster.ts): kubectl 1.33 reaches the aggregated API, first served by the in-cluster step-1 pod,
-// then — under `devop exec --steal` — by step 3 running locally, then step 1 again.
+// then — under `devop exec -t apiservice/… --steal --record` — by step 3 running locally, then step 1 again; the
+// recorded requests are replayed against step 2 running locally.
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { requireRoot } from '../helpers/root.js';
 import { agentImageEnv, externalTarget, startTargetCluster, type TargetCluster } from '../helpers/target-cluster.js';
@@ -25,6 +29,9 @@ describe('farm-operator walkthrough', () => {
   let kubectl: Kubectl;
   let devop: LocalProcess | undefined;
   let localPort: number;
+  let step2: LocalProcess | undefined;
+  const dir = mkdtempSync(join(tmpdir(), 'devop-farm-walkthrough-'));
+  const harFile = join(dir, 'farm.har');
 
   beforeAll(async () => {
     // The default image table knows the examples' images, as `npm run cluster` does.
@@ -35,6 +42,8 @@ describe('farm-operator walkthrough', () => {
 
   afterAll(async () => {
     await devop?.stop('SIGKILL');
+    await step2?.stop('SIGKILL');
+    rmSync(dir, { recursive: true, force: true });
     // A real cluster outlives the suite: remove what the walkthrough applied (the stand-in goes away whole).
     if (externalTarget()) {
       await kubectl?.run('delete', '-f', 'examples/farm-operator/app.yaml', '--ignore-not-found', '--wait=false');
@@ -85,7 +94,7 @@ describe('farm-operator walkthrough', () => {
   );
 
   it(
-    'under devop exec --steal, step 3 running locally answers kubectl',
+    'under devop exec -t apiservice/… --steal, step 3 running locally answers kubectl',
     async () => {
       // Given the step-1 pod serving the APIService, and an API server that is not on the pod's node (its own
       // control-plane address), as on a cluster whose kube-apiserver runs on a control-plane node
@@ -95,18 +104,20 @@ describe('farm-operator walkthrough', () => {
       expect(endpoints.subsets[0].addresses).toHaveLength(1);
       expect(podNode).not.toBe('');
       expect(endpoints.subsets[0].addresses[0].ip).not.toBe(podNode);
-      // When step 3 runs locally under devop, stealing the pod's port 8443 (plain --steal: the aggregator's connections
-      // come from the control plane's address, kubelet's probes from the node's)
+      // When step 3 runs locally under devop with the APIService as target, recording (plain --steal: the aggregator's
+      // connections come from the control plane's address, kubelet's probes from the node's)
       devop = new LocalProcess(
         process.execPath,
         [
           'bin/devop.js',
           'exec',
           '-t',
-          'deploy/farm-operator',
+          'apiservice/v1alpha.farm.example.com',
           '--steal',
           '-p',
           `8443:${localPort}`,
+          '--record',
+          harFile,
           '--',
           'npx',
           'tsx',
@@ -125,7 +136,16 @@ describe('farm-operator walkthrough', () => {
         throw new Error(`${err.message}\n${devop!.output()}`);
       });
 
-      // Then kubectl's llamas come from the local process (the aggregator may need a moment to see the new discovery)
+      // Then devop saw that the API server is not on the pod's node, and shows the APIService's condition
+      expect(devop.stderr).toContain("not the node's address: kubelet probes stay with the pod");
+      expect(devop.stderr).toMatch(
+        new RegExp(
+          'devop: apiservice v1alpha\\.farm\\.example\\.com → service default/farm-operator, 1 pod, ' +
+            'Available=True \\(Passed\\)\ndevop: ready\n',
+        ),
+      );
+
+      // And kubectl's llamas come from the local process (the aggregator may need a moment to see the new discovery)
       const llamas = await eventually('llamas to be listed', async () => {
         const r = await kubectl.run('get', 'llamas', '-n', 'default');
         return r.code === 0 ? r.stdout : undefined;
@@ -205,6 +225,40 @@ describe('farm-operator walkthrough', () => {
       expect(await kubectl.ok('logs', 'deployment/farm-operator', '-n', 'default')).toMatch(
         /step=1 GET \/apis\/farm\.example\.com\/v1alpha\/namespaces\/default\/llamas\S* 404 /,
       );
+    },
+    STEP_TIMEOUT_MS,
+  );
+
+  it(
+    'replay: the recorded Llama and FarmPod requests against step 2 running locally name the one that changed',
+    async () => {
+      // Given the session's recording (devop wrote it when it stopped)
+      expect(devop!.stderr).toMatch(/devop: recorded \d+ HTTP exchanges to .*farm\.har \(devop replay .*farm\.har\)/);
+      // When step 2 (no farmpods) runs locally on the recorded port and the requests are replayed to it
+      step2 = new LocalProcess(
+        'npx',
+        ['tsx', 'examples/farm-operator/src/main.ts', '--step', '2', '--port', String(localPort)],
+        process.env,
+      );
+      await eventually('step 2 to listen', async () => (step2!.stdout.includes('listening') ? true : undefined));
+      const replay = new LocalProcess(
+        process.execPath,
+        ['bin/devop.js', 'replay', harFile, '--filter', '/namespaces/default/(llamas/|farmpods)'],
+        process.env,
+      );
+      const exit = await replay.exit;
+      // Then dolly and nobody answer as recorded, and farmpods — a 404 now — is the one request that changed
+      expect(exit.code, replay.output()).toBe(1);
+      const lines = replay.stdout.trim().split('\n');
+      const verdicts = lines.filter((l) => /^[✓✗!-] /.test(l));
+      expect(verdicts).toHaveLength(3);
+      expect(verdicts).toContainEqual(expect.stringMatching(/^✓ GET \S+\/namespaces\/default\/llamas\/dolly 200 /));
+      expect(verdicts).toContainEqual(expect.stringMatching(/^✓ GET \S+\/namespaces\/default\/llamas\/nobody 404 /));
+      expect(verdicts).toContainEqual(expect.stringMatching(/^✗ GET \S+\/namespaces\/default\/farmpods\S* 200 → 404 /));
+      expect(lines).toContain('    status 200 → 404');
+      expect(lines.at(-1)).toMatch(/^3 requests replayed from .*farm\.har: 2 same, 1 different$/);
+      await step2.stop('SIGINT');
+      step2 = undefined;
     },
     STEP_TIMEOUT_MS,
   );

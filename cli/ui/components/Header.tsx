@@ -1,6 +1,8 @@
-// The live view's header: target, pod, node, mode (and pause state) per port, filter, tunnel RTT.
+// The live view's header: target, pod, node, an extension's Available condition, mode (and pause state) per port,
+// filter, tunnel RTT.
 import { Box, Text } from 'ink';
 import type { SessionInfo } from '../../reporter.js';
+import { formatExtension } from '../lines.js';
 
 export function Header({ session, rttMs }: { session: SessionInfo; rttMs?: number }) {
   return (
@@ -21,6 +23,12 @@ export function Header({ session, rttMs }: { session: SessionInfo; rttMs?: numbe
         {session.agent ? <Text dimColor> agent {session.agent.reused ? 'reused' : 'created'}</Text> : null}
         <Text> rtt {rttMs === undefined ? '–' : `${rttMs.toFixed(1)} ms`}</Text>
       </Text>
+      {session.extension ? (
+        <Text wrap="truncate">
+          {'  '}
+          {formatExtension(session.extension)}
+        </Text>
+      ) : null}
       {session.ports.map((port) => (
         <Text key={port.remotePort} wrap="truncate">
           {'  '}:{port.remotePort}{' '}
