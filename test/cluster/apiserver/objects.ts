@@ -314,7 +314,9 @@ export class Objects {
   }
 
   private markDeleting(t: ResourceType, next: K8sObject, old: K8sObject, d: DeleteOptions) {
-    if (d.dryRun || sameContent(next, old)) return { object: old, deleted: false };
+    if (sameContent(next, old)) return { object: old, deleted: false };
+    // kube-apiserver answers a dry run with the object as the delete would leave it (deletionTimestamp set).
+    if (d.dryRun) return { object: this.present(t, next), deleted: false };
     return { object: this.present(t, this.store.put(storeKey(t), next)), deleted: false };
   }
 
