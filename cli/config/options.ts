@@ -399,6 +399,20 @@ export const OPTIONS = {
     doc: 'Steal/mirror on every pod of the target, not just one.',
     group: 'target',
   },
+  shadow: {
+    flags: '--shadow',
+    help:
+      "run beside the real workload, writing nothing: the command's kubeconfig points at a local API proxy " +
+      '(reads pass, writes are dry runs and listed, Leases stay in memory)',
+    key: 'shadow',
+    env: 'DEVOP_SHADOW',
+    type: 'boolean',
+    default: false,
+    doc:
+      'Give the local process a kubeconfig that points at a local API proxy: reads and watches pass with your ' +
+      'credentials, every write is sent with dryRun=All and reported, leader-election Leases are kept in memory.',
+    group: 'target',
+  },
   config: {
     flags: '-f, --config <path>',
     help: 'devop.json to read (default: ./devop.json if present)',

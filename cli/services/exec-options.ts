@@ -132,6 +132,7 @@ export function mergeExecOptions(
     },
     verbose: flags.verbose ?? false,
     allPods: flags.allPods ?? config.allPods,
+    shadow: flags.shadow ?? config.shadow,
   };
 }
 

@@ -1,6 +1,7 @@
 // The stable text of devop's Plain output lines. VS Code problem matchers and scripts match these, so change them only
 // together with cli/services/vscode.ts (which builds its patterns from the constants here).
 import type { ReportEvent, SessionInfo, PortState } from '../reporter.js';
+import { objectChanges } from './object-diff.js';
 
 export const LINE_PREFIX = 'devop: ';
 /** The exact line printed when the session is ready (traffic flows to the local command). */
@@ -56,4 +57,14 @@ export function formatSessionLine(session: SessionInfo): string {
   const pod = session.pod ? ` pod/${session.pod}` : '';
   const ports = session.ports.length > 0 ? ` ${session.ports.map(formatPort).join(', ')}` : ' no ports';
   return `${LINE_PREFIX}session ${session.target}${pod}:${ports}`;
+}
+
+/** `devop: write patch Deployment default/hello → dry-run 200 (spec.replicas: 2 → 3)` (--shadow). */
+export function formatWriteLine(event: Extract<ReportEvent, { type: 'write' }>): string {
+  const where = event.name ? ` ${event.namespace ? `${event.namespace}/` : ''}${event.name}` : '';
+  const sub = event.subresource ? `/${event.subresource}` : '';
+  const why =
+    event.result === 'refused' ? [event.message ?? ''] : objectChanges(event.before, event.after).filter(Boolean);
+  const detail = why.length > 0 ? ` (${why.join('; ')})` : '';
+  return `${LINE_PREFIX}write ${event.verb} ${event.kind}${sub}${where} → ${event.result} ${event.status}${detail}`;
 }

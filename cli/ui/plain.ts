@@ -1,7 +1,15 @@
 // The Plain reporter: one line per event on stderr, no escape codes — for pipes, CI logs and VS Code background tasks.
 import type { Reporter, ReportEvent } from '../reporter.js';
 import { LineSink } from './sink.js';
-import { LINE_PREFIX, READY_LINE, formatBytes, formatDuration, formatSessionLine, formatStepLine } from './lines.js';
+import {
+  LINE_PREFIX,
+  READY_LINE,
+  formatBytes,
+  formatDuration,
+  formatSessionLine,
+  formatStepLine,
+  formatWriteLine,
+} from './lines.js';
 
 export interface PlainReporterOptions {
   stderr: NodeJS.WritableStream;
@@ -74,6 +82,8 @@ export class PlainReporter implements Reporter {
         const hint = event.hint ? ` — fix: ${event.hint}` : '';
         return `${LINE_PREFIX}error${step}: ${event.message}${hint}`;
       }
+      case 'write':
+        return formatWriteLine(event);
       case 'exit':
         return event.signal
           ? `${LINE_PREFIX}local command ended by ${event.signal}`

@@ -1,4 +1,5 @@
-// The scrolling list of connections and HTTP requests: time, method, path, status, duration, bytes, where it went.
+// The scrolling list of connections and HTTP requests (time, method, path, status, duration, bytes, where it went) and,
+// under --shadow, of the local command's writes with what each would change.
 import { Box, Text } from 'ink';
 import type { TrafficRow } from '../state.js';
 import { formatBytes, formatDuration } from '../lines.js';
@@ -19,7 +20,34 @@ function statusColor(row: TrafficRow): string | undefined {
   return 'green';
 }
 
+/** A write of a shadowed command: verb, object, HTTP status, dry-run / in memory / refused; its changes below. */
+function WriteLine({ row, pathWidth }: { row: TrafficRow; pathWidth: number }) {
+  const write = row.write!;
+  const color = write.result === 'refused' ? 'yellow' : write.result === 'in memory' ? 'cyan' : 'magenta';
+  return (
+    <Box flexDirection="column">
+      <Text wrap="truncate">
+        <Text dimColor>{clock(row.time)}</Text> write {fit(write.verb.toUpperCase(), 7)} {fit(write.object, pathWidth)}{' '}
+        <Text color={statusColor(row)}>{String(row.status ?? '').padStart(6)}</Text>{' '}
+        <Text color={color}>{write.result}</Text>
+      </Text>
+      {write.changes.length > 0 ? (
+        <Text wrap="truncate" dimColor>
+          {'         ± '}
+          {write.changes.join('; ')}
+        </Text>
+      ) : null}
+    </Box>
+  );
+}
+
+/** Lines a row takes: a write with changes has its diff line under it. */
+function rowHeight(row: TrafficRow): number {
+  return row.write && row.write.changes.length > 0 ? 2 : 1;
+}
+
 export function TrafficLine({ row, pathWidth }: { row: TrafficRow; pathWidth: number }) {
+  if (row.kind === 'write' && row.write) return <WriteLine row={row} pathWidth={pathWidth} />;
   const what =
     row.kind === 'http'
       ? `${fit(row.method ?? '', 7)} ${fit(row.path ?? '', pathWidth)}`
@@ -49,7 +77,13 @@ export function TrafficLine({ row, pathWidth }: { row: TrafficRow; pathWidth: nu
 
 /** Shows the newest `height` rows; older rows stay in the store (capped) until `c` clears them. */
 export function TrafficList({ rows, height, width }: { rows: TrafficRow[]; height: number; width: number }) {
-  const visible = rows.slice(-Math.max(1, height));
+  const visible: TrafficRow[] = [];
+  let lines = 0;
+  for (let i = rows.length - 1; i >= 0; i -= 1) {
+    lines += rowHeight(rows[i]);
+    if (lines > Math.max(1, height) && visible.length > 0) break;
+    visible.unshift(rows[i]);
+  }
   // Time, port, method, status, duration and bytes take 51 columns and "→ pod <name>" about 15: the path gets the rest.
   const pathWidth = Math.max(12, Math.min(60, width - 66));
   return (
