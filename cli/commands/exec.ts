@@ -44,8 +44,9 @@ export function registerExecCommand(program: Command, onExit: (code: number) => 
       const options = mergeExecOptions({ ...flags, flush: explicitFlush }, config, command, dir);
       options.childEnvHooks = [
         ...(options.childEnvHooks ?? []),
-        ...(options.shadow ? [shadowChildEnvHook()] : []),
         outgoingChildEnvHook(outgoingSettingsFrom(cmd, config)),
+        // After the outgoing hook: --in-cluster writes its service-account files into the DEVOP_ROOT that one made.
+        ...(options.shadow ? [shadowChildEnvHook(options.shadow)] : []),
       ];
       const reporter = createReporter({ output: flags.output, verbose: Boolean(flags.verbose) });
       onExit(await runWithReporter(reporter, flags.output === 'json', () => runExec(options, reporter)));

@@ -64,7 +64,7 @@ const FULL = {
   dns: { enabled: false },
   remoteFiles: ['/var/run/secrets/kubernetes.io/serviceaccount/token'],
   allPods: true,
-  shadow: true,
+  shadow: { enabled: true, inCluster: true },
 };
 
 describe('parseConfig', () => {
@@ -90,7 +90,7 @@ describe('parseConfig', () => {
       dns: { enabled: true },
       remoteFiles: [],
       allPods: false,
-      shadow: false,
+      shadow: { enabled: false, inCluster: false },
     });
   });
 

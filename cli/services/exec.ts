@@ -7,6 +7,7 @@ import type { PortState, Reporter, SessionInfo } from '../reporter.js';
 import { startLocalCommand, type LocalCommand } from '../process/child.js';
 import { canConnect, waitForListen } from '../process/listen.js';
 import { buildChildEnv, readEnvFile } from './child-env.js';
+import type { ShadowSettings } from './shadow.js';
 import { incomingStreamHandler } from './incoming.js';
 import { resolvePorts, type PortMapping } from './ports.js';
 import { step, type ChildEnvHook, type Retarget, type Session, type SessionOptions } from '../session/connect.js';
@@ -25,7 +26,7 @@ export interface ExecServiceOptions extends SessionOptions {
   stealProbes: boolean;
   env: { include: string[]; exclude: string[]; override: Record<string, string>; file?: string };
   /** --shadow: the command's kubeconfig points at the shadow API proxy (services/shadow.ts; commands/exec.ts adds it). */
-  shadow?: boolean;
+  shadow?: ShadowSettings;
   /** Hooks that add to the child env once the session is up (e.g. the outgoing proxy); each may return a cleanup. */
   childEnvHooks?: ChildEnvHook[];
   cwd?: string;

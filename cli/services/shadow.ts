@@ -1,7 +1,7 @@
 // `devop exec --shadow`: the local command's Kubernetes client talks to the shadow API proxy (cli/kube/shadow-proxy.ts)
 // through a kubeconfig of its own, so it runs beside the real controller and writes nothing; each write it tries is a
 // `write` event (the TUI's traffic list, plain lines, NDJSON with the object before and after).
-import { chmod, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
@@ -31,11 +31,20 @@ export function shadowKubeconfig(proxy: Pick<ShadowProxy, 'url' | 'token' | 'caP
   });
 }
 
+export interface ShadowSettings {
+  /** --in-cluster: also KUBERNETES_SERVICE_HOST/PORT and the service-account files under DEVOP_ROOT. */
+  inCluster: boolean;
+}
+
+/** Where in-cluster clients read their service account (client-node: loadFromCluster(DEVOP_ROOT) reads it there). */
+export const SERVICE_ACCOUNT_DIR = 'var/run/secrets/kubernetes.io/serviceaccount';
+
 /**
- * Starts the proxy on the session's kubeconfig and gives the local command KUBECONFIG pointing at it. The in-cluster
- * variables go: a client that finds KUBERNETES_SERVICE_HOST would use the service-account config instead.
+ * Starts the proxy on the session's kubeconfig and gives the local command KUBECONFIG pointing at it. Without
+ * --in-cluster the in-cluster variables go: a client that finds KUBERNETES_SERVICE_HOST would use the service-account
+ * config and miss the proxy. With it, they name the proxy, and DEVOP_ROOT holds its token, CA and the namespace.
  */
-export function shadowChildEnvHook(): ChildEnvHook {
+export function shadowChildEnvHook(settings: ShadowSettings): ChildEnvHook {
   return async (env, { session, reporter }) => {
     let writes = 0;
     const proxy = await startShadowProxy({
@@ -44,31 +53,48 @@ export function shadowChildEnvHook(): ChildEnvHook {
       onWarning: (message) => reporter.emit({ type: 'log', level: 'warn', message }),
     });
     const dir = await mkdtemp(join(tmpdir(), 'devop-shadow-'));
+    const cleanup = async (): Promise<void> => {
+      await proxy.close();
+      await rm(dir, { recursive: true, force: true });
+    };
     const kubeconfig = join(dir, 'kubeconfig');
+    const next: Record<string, string> = { ...env, KUBECONFIG: kubeconfig };
+    delete next.KUBERNETES_SERVICE_HOST;
+    delete next.KUBERNETES_SERVICE_PORT;
+    delete next.KUBERNETES_SERVICE_PORT_HTTPS;
     try {
       await chmod(dir, 0o700);
       await writeFile(kubeconfig, shadowKubeconfig(proxy, session.namespace), { mode: 0o600 });
+      if (settings.inCluster) {
+        // The outgoing hook's DEVOP_ROOT when it made one (remote files), else this session's directory.
+        const root = env.DEVOP_ROOT ?? dir;
+        const accountDir = join(root, SERVICE_ACCOUNT_DIR);
+        await mkdir(accountDir, { recursive: true, mode: 0o700 });
+        await writeFile(join(accountDir, 'token'), proxy.token, { mode: 0o600 });
+        await writeFile(join(accountDir, 'ca.crt'), proxy.caPem, { mode: 0o600 });
+        await writeFile(join(accountDir, 'namespace'), session.namespace, { mode: 0o600 });
+        Object.assign(next, {
+          DEVOP_ROOT: root,
+          KUBERNETES_SERVICE_HOST: '127.0.0.1',
+          KUBERNETES_SERVICE_PORT: String(proxy.port),
+          KUBERNETES_SERVICE_PORT_HTTPS: String(proxy.port),
+        });
+      }
     } catch (err) {
-      await proxy.close();
-      await rm(dir, { recursive: true, force: true });
+      await cleanup();
       throw err;
     }
+    const inCluster = settings.inCluster
+      ? `, in-cluster config at ${next.KUBERNETES_SERVICE_HOST}:${next.KUBERNETES_SERVICE_PORT} ` +
+        `(service account in $DEVOP_ROOT/${SERVICE_ACCOUNT_DIR})`
+      : '';
     reporter.emit({
       type: 'log',
       level: 'info',
       message:
-        `shadow: the local command's API requests go to ${proxy.url} (KUBECONFIG=${kubeconfig}): reads pass, ` +
-        'writes are dry runs, Leases stay in memory',
+        `shadow: the local command's API requests go to ${proxy.url} (KUBECONFIG=${kubeconfig}${inCluster}): ` +
+        'reads pass, writes are dry runs, Leases stay in memory',
     });
-    const next: Record<string, string> = { ...env, KUBECONFIG: kubeconfig };
-    delete next.KUBERNETES_SERVICE_HOST;
-    delete next.KUBERNETES_SERVICE_PORT;
-    return {
-      env: next,
-      cleanup: async () => {
-        await proxy.close();
-        await rm(dir, { recursive: true, force: true });
-      },
-    };
+    return { env: next, cleanup };
   };
 }
