@@ -9,6 +9,8 @@ describe('write changes', () => {
     const after = { metadata: { resourceVersion: '2', labels: { a: 'y' } }, spec: { replicas: 3, image: 'e:1' } };
     expect(objectChanges(before, after)).toEqual(['metadata.labels.a: "x" → "y"', 'spec.replicas: 2 → 3']);
     expect(objectChanges(null, after)).toEqual(['created']);
+    const containers = (image: string) => ({ spec: { containers: [{ name: 'c', image }] } });
+    expect(objectChanges(containers('e:1'), containers('e:2'))).toEqual(['spec.containers[0].image: "e:1" → "e:2"']);
     expect(objectChanges(before, null)).toEqual(['deleted']);
     expect(objectChanges({ a: 1, b: 1, c: 1 }, { a: 2, b: 2, c: 2 }, 2)).toEqual(['a: 1 → 2', 'b: 1 → 2', '… 1 more']);
   });

@@ -31,6 +31,11 @@ function walk(a: unknown, b: unknown, path: string, out: string[]): void {
     }
     return;
   }
+  // Lists by position (containers[0].image), so a changed field of one item reads as that field.
+  if (Array.isArray(a) && Array.isArray(b) && JSON.stringify(a) !== JSON.stringify(b)) {
+    for (let i = 0; i < Math.max(a.length, b.length); i += 1) walk(a[i], b[i], `${path}[${i}]`, out);
+    return;
+  }
   if (JSON.stringify(a) === JSON.stringify(b)) return;
   out.push(`${path}: ${show(a)} → ${show(b)}`);
 }

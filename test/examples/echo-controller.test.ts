@@ -168,6 +168,7 @@ describe('echo-controller walkthrough', () => {
         shadow.stdout
           .split('\n')
           .filter((line) => line.startsWith('{'))
+          // biome-ignore lint/suspicious/noExplicitAny: NDJSON events, read field by field as docs/ui.md documents them
           .map((line) => JSON.parse(line) as Record<string, any>);
       const output = () =>
         events()
@@ -271,9 +272,14 @@ describe('echo-controller walkthrough', () => {
       await kubectl.ok('patch', 'echo', 'hello', '-n', 'default', '--type=merge', '-p', '{"spec":{"replicas":3}}');
       const after = await deploymentWith(3);
       expect(after.uid).toBe(before?.uid);
-      await eventually('echo status to observe generation 2 with 3 ready', async () => {
+      // The shadow step changed the Echo's spec twice before: its generation is 4 now.
+      const generation = Number(
+        await kubectl.ok('get', 'echo', 'hello', '-n', 'default', '-o', 'jsonpath={.metadata.generation}'),
+      );
+      expect(generation).toBe(4);
+      await eventually(`echo status to observe generation ${generation} with 3 ready`, async () => {
         const s = JSON.parse(await kubectl.ok('get', 'echo', 'hello', '-n', 'default', '-o', 'jsonpath={.status}'));
-        return s.observedGeneration === 2 && s.readyReplicas === 3 ? s : undefined;
+        return s.observedGeneration === generation && s.readyReplicas === 3 ? s : undefined;
       });
       expect(devop!.stdout).toContain('default/hello: update deployment (replicas 3)');
     },

@@ -9,7 +9,7 @@ function clock(time: number): string {
   return [date.getHours(), date.getMinutes(), date.getSeconds()].map((n) => String(n).padStart(2, '0')).join(':');
 }
 
-function fit(text: string, width: number): string {
+function fitWidth(text: string, width: number): string {
   return text.length > width ? `${text.slice(0, width - 1)}…` : text.padEnd(width);
 }
 
@@ -27,7 +27,7 @@ function WriteLine({ row, pathWidth }: { row: TrafficRow; pathWidth: number }) {
   return (
     <Box flexDirection="column">
       <Text wrap="truncate">
-        <Text dimColor>{clock(row.time)}</Text> write {fit(write.verb.toUpperCase(), 7)} {fit(write.object, pathWidth)}{' '}
+        <Text dimColor>{clock(row.time)}</Text> write {fitWidth(write.verb.toUpperCase(), 7)} {fitWidth(write.object, pathWidth)}{' '}
         <Text color={statusColor(row)}>{String(row.status ?? '').padStart(6)}</Text>{' '}
         <Text color={color}>{write.result}</Text>
       </Text>
@@ -50,8 +50,8 @@ export function TrafficLine({ row, pathWidth }: { row: TrafficRow; pathWidth: nu
   if (row.kind === 'write' && row.write) return <WriteLine row={row} pathWidth={pathWidth} />;
   const what =
     row.kind === 'http'
-      ? `${fit(row.method ?? '', 7)} ${fit(row.path ?? '', pathWidth)}`
-      : `${fit('TCP', 7)} ${fit(row.remote ?? '', pathWidth)}`;
+      ? `${fitWidth(row.method ?? '', 7)} ${fitWidth(row.path ?? '', pathWidth)}`
+      : `${fitWidth('TCP', 7)} ${fitWidth(row.remote ?? '', pathWidth)}`;
   const status =
     row.kind === 'http' ? (row.status === undefined ? '…' : String(row.status)) : row.done ? 'closed' : 'open';
   const duration = row.ms === undefined ? '' : formatDuration(row.ms);
