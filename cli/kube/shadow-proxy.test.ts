@@ -260,4 +260,31 @@ describe('shadow API proxy', () => {
     expect(await storeVersion()).toBe(version);
     expect(writes).toMatchObject([{ verb: 'create', kind: 'ConfigMap', name: 'applied', result: 'dry-run' }]);
   }, 120_000);
+
+  it('refuses pods/exec and pods/attach, upgraded or not: they would run a command in the cluster', async () => {
+    const ask = (path: string, headers: Record<string, string>, method = 'GET') =>
+      new Promise<{ status?: number; body: string }>((resolve, reject) => {
+        const req = request(
+          `${proxy.url}${path}`,
+          { method, ca: proxy.caPem, headers: { authorization: `Bearer ${proxy.token}`, ...headers } },
+          (res) => {
+            let body = '';
+            res.on('data', (d: Buffer) => (body += d.toString()));
+            res.on('end', () => resolve({ status: res.statusCode, body }));
+          },
+        );
+        req.on('error', reject);
+        req.end();
+      });
+    const upgraded = await ask(`/api/v1/namespaces/${namespace}/pods/p/exec?command=ls`, {
+      connection: 'Upgrade',
+      upgrade: 'websocket',
+      'sec-websocket-version': '13',
+      'sec-websocket-key': 'dGhlIHNhbXBsZSBub25jZQ==',
+    });
+    expect(upgraded.status).toBe(403);
+    expect(JSON.parse(upgraded.body).message).toContain('does not forward pods/exec');
+    const posted = await ask(`/api/v1/namespaces/${namespace}/pods/p/attach`, {}, 'POST');
+    expect(posted.status).toBe(403);
+  });
 });

@@ -182,13 +182,17 @@ export async function startShadowProxy(options: ShadowProxyOptions): Promise<Sha
   server.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => {
     const path = parseApiPath(new URL(req.url ?? '/', 'http://shadow').pathname);
     const refusal = !authorized(req)
-      ? '401 Unauthorized'
+      ? statusBody(401, 'Unauthorized', 'Unauthorized')
       : path?.subresource && EXEC_SUBRESOURCES.has(path.subresource)
-        ? '403 Forbidden'
+        ? statusBody(403, 'Forbidden', shadowRefusal(`pods/${path.subresource}`))
         : undefined;
     if (refusal) {
-      if (refusal.startsWith('403')) warn(shadowRefusal(`pods/${path?.subresource}`));
-      socket.end(`HTTP/1.1 ${refusal}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n`);
+      const text = JSON.stringify(refusal);
+      const reason = refusal.code === 401 ? 'Unauthorized' : 'Forbidden';
+      socket.end(
+        `HTTP/1.1 ${refusal.code} ${reason}\r\nContent-Type: application/json\r\n` +
+          `Content-Length: ${Buffer.byteLength(text)}\r\nConnection: close\r\n\r\n${text}`,
+      );
       return;
     }
     asUser(req).then(
