@@ -20,6 +20,7 @@ import {
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { becomeLeader } from '../../examples/echo-controller/src/leader.js';
 import { startCluster, type ClusterHandle } from '../../test/cluster/index.js';
+import { startRoutedApiServer } from '../../test/helpers/stalled-api.js';
 import { expectStatus, waitFor } from '../../test/cluster/apiserver/testing.js';
 import { shadowKubeconfig } from '../services/shadow.js';
 import { startShadowProxy, parseApiPath, type ShadowProxy, type ShadowWrite } from './shadow-proxy.js';
@@ -286,5 +287,44 @@ describe('shadow API proxy', () => {
     expect(JSON.parse(upgraded.body).message).toContain('does not forward pods/exec');
     const posted = await ask(`/api/v1/namespaces/${namespace}/pods/p/attach`, {}, 'POST');
     expect(posted.status).toBe(403);
+  });
+
+  it('ends the upstream watch when the watching client goes away', async () => {
+    // Given an API server whose watch never ends, and a proxy in front of it
+    let upstreamClosed!: () => void;
+    const closed = new Promise<void>((resolve) => (upstreamClosed = resolve));
+    const api = await startRoutedApiServer((req, res) => {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.write('{"type":"ADDED","object":{"kind":"ConfigMap","metadata":{"name":"a","resourceVersion":"1"}}}\n');
+      req.socket.on('close', () => upstreamClosed());
+    });
+    const kc = new KubeConfig();
+    kc.loadFromFile(api.kubeconfigPath);
+    const front = await startShadowProxy({ kc, onWrite: () => undefined });
+    try {
+      // When a client watches through the proxy, gets the first event, and goes away
+      const first = await new Promise<string>((resolve, reject) => {
+        const req = request(
+          `${front.url}/api/v1/namespaces/${namespace}/configmaps?watch=true`,
+          { ca: front.caPem, headers: { authorization: `Bearer ${front.token}` } },
+          (res) =>
+            res.once('data', (d: Buffer) => {
+              resolve(d.toString());
+              req.destroy();
+            }),
+        );
+        req.on('error', reject);
+        req.end();
+      });
+      expect(first).toContain('"ADDED"');
+      // Then the proxy's upstream connection closes too (keep-alive would otherwise hold the watch open for good)
+      await Promise.race([
+        closed,
+        new Promise((_, reject) => setTimeout(() => reject(new Error('the upstream watch stayed open')), 5_000)),
+      ]);
+    } finally {
+      await front.close();
+      await api.close();
+    }
   });
 });
