@@ -60,6 +60,8 @@ export interface ApiPath {
   subresource?: string;
 }
 
+/** kube-apiserver's own limit on a request (--request-timeout's default): a write still unanswered then has failed. */
+const WRITE_TIMEOUT_MS = 60_000;
 /** Largest write body the proxy reads (kube-apiserver's own limit is 3 MiB). */
 const MAX_WRITE_BODY = 3 * 1024 * 1024;
 /** Kinds whose create only answers (access and token reviews): they store nothing, so they pass as they are. */
@@ -362,6 +364,11 @@ function send(url: URL, method: string, headers: Record<string, string>, agent: 
       );
       res.on('error', reject);
     });
+    req.setTimeout(WRITE_TIMEOUT_MS, () =>
+      req.destroy(
+        new Error(`the API server did not answer ${method} ${url.pathname} within ${WRITE_TIMEOUT_MS / 1000} s`),
+      ),
+    );
     req.on('error', reject);
     req.end(body);
   });
