@@ -9,6 +9,8 @@ export const MAX_OUTPUT_LINES = 200;
 /** A partial output line longer than this is shown as it is rather than waiting for its newline. */
 const MAX_PARTIAL_LINE = 4096;
 const MAX_NOTICES = 5;
+/** Changes kept per write (--shadow) for its diff line and the `d` panel; the NDJSON event has the whole objects. */
+export const MAX_WRITE_CHANGES = 40;
 
 export interface StepView {
   id: StepId;
@@ -229,7 +231,10 @@ export function applyEvent(state: ViewState, event: ReportEvent, now: number): V
           verb: event.verb,
           object: `${event.kind}${sub}${where}`,
           result: event.result,
-          changes: event.result === 'refused' ? [event.message ?? ''] : objectChanges(event.before, event.after),
+          changes:
+            event.result === 'refused'
+              ? [event.message ?? '']
+              : objectChanges(event.before, event.after, MAX_WRITE_CHANGES),
         },
       };
       const errors = state.counters.errors + (event.result === 'refused' ? 1 : 0);

@@ -20,6 +20,9 @@ function statusColor(row: TrafficRow): string | undefined {
   return 'green';
 }
 
+/** Changes on a write's diff line; `d` shows them all. */
+const DIFF_LINE_CHANGES = 3;
+
 /** A write of a shadowed command: verb, object, HTTP status, dry-run / in memory / refused; its changes below. */
 function WriteLine({ row, pathWidth }: { row: TrafficRow; pathWidth: number }) {
   const write = row.write!;
@@ -27,14 +30,15 @@ function WriteLine({ row, pathWidth }: { row: TrafficRow; pathWidth: number }) {
   return (
     <Box flexDirection="column">
       <Text wrap="truncate">
-        <Text dimColor>{clock(row.time)}</Text> write {fitWidth(write.verb.toUpperCase(), 7)} {fitWidth(write.object, pathWidth)}{' '}
-        <Text color={statusColor(row)}>{String(row.status ?? '').padStart(6)}</Text>{' '}
+        <Text dimColor>{clock(row.time)}</Text> write {fitWidth(write.verb.toUpperCase(), 7)}{' '}
+        {fitWidth(write.object, pathWidth)} <Text color={statusColor(row)}>{String(row.status ?? '').padStart(6)}</Text>{' '}
         <Text color={color}>{write.result}</Text>
       </Text>
       {write.changes.length > 0 ? (
         <Text wrap="truncate" dimColor>
           {'         ± '}
-          {write.changes.join('; ')}
+          {write.changes.slice(0, DIFF_LINE_CHANGES).join('; ')}
+          {write.changes.length > DIFF_LINE_CHANGES ? `; … ${write.changes.length - DIFF_LINE_CHANGES} more (d)` : ''}
         </Text>
       ) : null}
     </Box>
