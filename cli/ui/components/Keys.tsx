@@ -60,8 +60,9 @@ export function DiffPanel({ row }: { row: TrafficRow | undefined }) {
           <Text bold>
             {write.verb} {write.object} → {write.result} {row?.status}
           </Text>
-          {write.changes.slice(0, DIFF_PANEL_LINES).map((change, i) => (
-            <Text key={i} wrap="truncate">
+          {write.changes.slice(0, DIFF_PANEL_LINES).map((change) => (
+            // A change names its field path: unique within one write.
+            <Text key={change} wrap="truncate">
               <Text color="yellow">±</Text> {change}
             </Text>
           ))}
