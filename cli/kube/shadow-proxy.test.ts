@@ -8,6 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import {
+  AuthorizationV1Api,
   CoordinationV1Api,
   CoreV1Api,
   KubeConfig,
@@ -179,6 +180,15 @@ describe('shadow API proxy', () => {
     expect(writes[0]).toMatchObject({ namespace, before: null, after: { data: { x: 'y' } } });
     expect(writes[1]).toMatchObject({ before: { data: { n: '1' } }, after: { data: { n: '2' } } });
     expect(writes[3].after).toBeNull();
+  });
+
+  it('passes access reviews as they are: they only answer', async () => {
+    writes.length = 0;
+    const review = await shadowKc.makeApiClient(AuthorizationV1Api).createSelfSubjectAccessReview({
+      body: { spec: { resourceAttributes: { verb: 'create', resource: 'configmaps', namespace } } },
+    });
+    expect(review.status?.allowed).toBe(true);
+    expect(writes).toEqual([]);
   });
 
   it('reports a write the API server refuses, with its message', async () => {
