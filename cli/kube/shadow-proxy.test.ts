@@ -3,7 +3,7 @@
 // memory so that the echo-controller's leader election wins beside a real holder, and kubectl works through it.
 import { execFile } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { Agent, request } from 'node:https';
+import { Agent, createServer, request } from 'node:https';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -19,11 +19,13 @@ import {
   type V1ConfigMap,
 } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import WebSocket, { WebSocketServer } from 'ws';
 import { becomeLeader } from '../../examples/echo-controller/src/leader.js';
 import { startCluster, type ClusterHandle } from '../../test/cluster/index.js';
 import { startRoutedApiServer } from '../../test/helpers/stalled-api.js';
 import { expectStatus, waitFor } from '../../test/cluster/apiserver/testing.js';
 import { shadowKubeconfig } from '../services/shadow.js';
+import { makeShadowCert } from './shadow-cert.js';
 import { startShadowProxy, parseApiPath, type ShadowProxy, type ShadowWrite } from './shadow-proxy.js';
 
 const run = promisify(execFile);
@@ -335,6 +337,59 @@ describe('shadow API proxy', () => {
     } finally {
       await front.close();
       await api.close();
+    }
+  });
+
+  it('carries WebSocket upgrades (port-forward) with the user credentials, and says no to SPDY', async () => {
+    // Given an API server that answers WebSockets by echoing, and sees the credentials
+    const cert = makeShadowCert();
+    const upstream = createServer({ cert: cert.certPem, key: cert.keyPem });
+    const sockets = new WebSocketServer({ server: upstream });
+    const seen: (string | undefined)[] = [];
+    sockets.on('connection', (socket, req) => {
+      seen.push(req.headers.authorization);
+      socket.on('message', (data) => socket.send(`echo ${data.toString()}`));
+    });
+    await new Promise<void>((resolve) => upstream.listen(0, '127.0.0.1', resolve));
+    const port = (upstream.address() as { port: number }).port;
+    const kc = new KubeConfig();
+    kc.loadFromString(
+      shadowKubeconfig({ url: `https://127.0.0.1:${port}`, token: 'upstream-token', caPem: cert.certPem }, namespace),
+    );
+    const front = await startShadowProxy({ kc, onWrite: () => undefined });
+    try {
+      // When a client opens a WebSocket through the proxy
+      const path = `/api/v1/namespaces/${namespace}/pods/p/portforward?ports=80`;
+      const client = new WebSocket(`wss://127.0.0.1:${front.port}${path}`, {
+        ca: front.caPem,
+        headers: { authorization: `Bearer ${front.token}` },
+      });
+      const answer = await new Promise<string>((resolve, reject) => {
+        client.on('open', () => client.send('hi'));
+        client.on('message', (data) => resolve(data.toString()));
+        client.on('error', reject);
+      });
+      client.close();
+      // Then the bytes go both ways and upstream saw the user's token, not the proxy's
+      expect(answer).toBe('echo hi');
+      expect(seen).toEqual(['Bearer upstream-token']);
+      // And a SPDY upgrade gets a Status that says why
+      const spdy = await new Promise<number | undefined>((resolve, reject) => {
+        const req = request(`${front.url}${path}`, {
+          method: 'POST',
+          ca: front.caPem,
+          headers: { authorization: `Bearer ${front.token}`, connection: 'Upgrade', upgrade: 'SPDY/3.1' },
+        });
+        req.on('response', (res) => resolve(res.statusCode));
+        req.on('error', reject);
+        req.end();
+      });
+      expect(spdy).toBe(400);
+    } finally {
+      await front.close();
+      sockets.close();
+      upstream.closeAllConnections();
+      await new Promise((resolve) => upstream.close(resolve));
     }
   });
 });

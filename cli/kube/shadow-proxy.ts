@@ -187,10 +187,13 @@ export async function startShadowProxy(options: ShadowProxyOptions): Promise<Sha
       ? statusBody(401, 'Unauthorized', 'Unauthorized')
       : path?.subresource && EXEC_SUBRESOURCES.has(path.subresource)
         ? statusBody(403, 'Forbidden', shadowRefusal(`pods/${path.subresource}`))
-        : undefined;
+        : req.headers.upgrade?.toLowerCase() !== 'websocket'
+          ? // http-proxy carries WebSocket upgrades only; SPDY clients (old kubectl) fall back to WebSocket or stop here.
+            statusBody(400, 'BadRequest', `devop --shadow forwards WebSocket upgrades only, not ${req.headers.upgrade}`)
+          : undefined;
     if (refusal) {
       const text = JSON.stringify(refusal);
-      const reason = refusal.code === 401 ? 'Unauthorized' : 'Forbidden';
+      const reason = { 400: 'Bad Request', 401: 'Unauthorized', 403: 'Forbidden' }[refusal.code as number];
       socket.end(
         `HTTP/1.1 ${refusal.code} ${reason}\r\nContent-Type: application/json\r\n` +
           `Content-Length: ${Buffer.byteLength(text)}\r\nConnection: close\r\n\r\n${text}`,
