@@ -26,7 +26,7 @@ import { startRoutedApiServer } from '../../test/helpers/stalled-api.js';
 import { expectStatus, waitFor } from '../../test/cluster/apiserver/testing.js';
 import { shadowKubeconfig } from '../services/shadow.js';
 import { makeShadowCert } from './shadow-cert.js';
-import { startShadowProxy, parseApiPath, type ShadowProxy, type ShadowWrite } from './shadow-proxy.js';
+import { isReview, startShadowProxy, parseApiPath, type ShadowProxy, type ShadowWrite } from './shadow-proxy.js';
 
 const run = promisify(execFile);
 /** The newest kubectl installed beside the one on the PATH (docs/testing.md). */
@@ -85,6 +85,10 @@ describe('shadow API proxy', () => {
       subresource: 'status',
     });
     expect(parseApiPath('/version')).toBeUndefined();
+    // Only the built-in review kinds pass without dryRun; a custom resource named *reviews is stored, so it is not one
+    expect(isReview(parseApiPath('/apis/authorization.k8s.io/v1/selfsubjectaccessreviews'))).toBe(true);
+    expect(isReview(parseApiPath('/apis/authentication.k8s.io/v1/tokenreviews'))).toBe(true);
+    expect(isReview(parseApiPath('/apis/example.com/v1/namespaces/ns/codereviews'))).toBe(false);
   });
 
   it('lets only the holder of its token in', async () => {

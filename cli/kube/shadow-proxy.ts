@@ -64,8 +64,8 @@ export interface ApiPath {
 const WRITE_TIMEOUT_MS = 60_000;
 /** Largest write body the proxy reads (kube-apiserver's own limit is 3 MiB). */
 const MAX_WRITE_BODY = 3 * 1024 * 1024;
-/** Kinds whose create only answers (access and token reviews): they store nothing, so they pass as they are. */
-const REVIEW_RESOURCES = /reviews$/;
+/** The groups of the kinds whose create only answers (access and token reviews): they store nothing. */
+const REVIEW_GROUPS = new Set(['authorization.k8s.io', 'authentication.k8s.io']);
 /** Subresources that run something in a container: a write the API server cannot dry-run, so refused. */
 const EXEC_SUBRESOURCES = new Set(['exec', 'attach']);
 const WRITE_VERBS: Record<string, string> = { POST: 'create', PUT: 'update', PATCH: 'patch', DELETE: 'delete' };
@@ -84,6 +84,14 @@ export function parseApiPath(pathname: string): ApiPath | undefined {
   if (rest[0] === 'namespaces' && rest.length >= 3 && !(rest.length === 3 && ['status', 'finalize'].includes(rest[2])))
     return { group, version, namespace: rest[1], resource: rest[2], name: rest[3], subresource: rest[4] };
   return { group, version, resource: rest[0], name: rest[1], subresource: rest[2] };
+}
+
+/**
+ * An access or token review: passes as it is (it stores nothing). Only the built-in groups: a custom resource whose
+ * name ends in "reviews" is stored like any other, so it is a dry run.
+ */
+export function isReview(path: ApiPath | undefined): boolean {
+  return Boolean(path && REVIEW_GROUPS.has(path.group) && path.resource.endsWith('reviews') && !path.name);
 }
 
 export async function startShadowProxy(options: ShadowProxyOptions): Promise<ShadowProxy> {
@@ -163,7 +171,7 @@ export async function startShadowProxy(options: ShadowProxyOptions): Promise<Sha
       if (path.name || method === 'POST') return answerLease(req, res, path, leases, options);
     }
     const verb = WRITE_VERBS[method];
-    if (verb && !(path && REVIEW_RESOURCES.test(path.resource))) {
+    if (verb && !isReview(path)) {
       if (path?.subresource && EXEC_SUBRESOURCES.has(path.subresource))
         return sendJson(res, 403, statusBody(403, 'Forbidden', shadowRefusal(`pods/${path.subresource}`)));
       return forwardWrite(req, res, { url, path, verb, upstream, agent, headers: await userHeaders(), options });
