@@ -1,5 +1,5 @@
-// The Leases a shadowed command sees: kept in memory by the shadow API proxy, never read from or written to the cluster,
-// so that the local controller's leader election wins (GET 404 → create, then updates with resourceVersion, as
+// The Leases a shadowed command sees: kept in memory by the shadow API proxy, never read from or written to the
+// cluster, so that the local controller's leader election wins (GET 404 → create, then updates with resourceVersion, as
 // client-go's LeaseLock and client-node callers do) while the real leader keeps its Lease in the cluster.
 import { randomUUID } from 'node:crypto';
 

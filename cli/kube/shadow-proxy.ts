@@ -191,13 +191,14 @@ export async function startShadowProxy(options: ShadowProxyOptions): Promise<Sha
   });
   server.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => {
     const path = parseApiPath(new URL(req.url ?? '/', 'http://shadow').pathname);
+    // http-proxy carries WebSocket upgrades only; SPDY clients (older kubectl) fall back to WebSocket or stop here.
+    const notWebSocket = `devop --shadow forwards WebSocket upgrades only, not ${req.headers.upgrade}`;
     const refusal = !authorized(req)
       ? statusBody(401, 'Unauthorized', 'Unauthorized')
       : path?.subresource && EXEC_SUBRESOURCES.has(path.subresource)
         ? statusBody(403, 'Forbidden', shadowRefusal(`pods/${path.subresource}`))
         : req.headers.upgrade?.toLowerCase() !== 'websocket'
-          ? // http-proxy carries WebSocket upgrades only; SPDY clients (old kubectl) fall back to WebSocket or stop here.
-            statusBody(400, 'BadRequest', `devop --shadow forwards WebSocket upgrades only, not ${req.headers.upgrade}`)
+          ? statusBody(400, 'BadRequest', notWebSocket)
           : undefined;
     if (refusal) {
       const text = JSON.stringify(refusal);

@@ -25,7 +25,8 @@ export interface ExecServiceOptions extends SessionOptions {
   flush: boolean;
   stealProbes: boolean;
   env: { include: string[]; exclude: string[]; override: Record<string, string>; file?: string };
-  /** --shadow: the command's kubeconfig points at the shadow API proxy (services/shadow.ts; commands/exec.ts adds it). */
+  /** --shadow: the command's kubeconfig points at the shadow API proxy (services/shadow.ts; commands/exec.ts adds
+   * its hook). */
   shadow?: ShadowSettings;
   /** Hooks that add to the child env once the session is up (e.g. the outgoing proxy); each may return a cleanup. */
   childEnvHooks?: ChildEnvHook[];

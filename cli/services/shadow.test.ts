@@ -45,8 +45,12 @@ async function runClient(how: 'kubeconfig' | 'in-cluster', env: Record<string, s
     ${load}
     const api = kc.makeApiClient(CoreV1Api);
     const list = await api.listNamespacedConfigMap({ namespace: '${namespace}' });
-    const made = await api.createNamespacedConfigMap({ namespace: '${namespace}', body: { metadata: { name: 'by-${how}' } } });
-    console.log(JSON.stringify({ listed: list.items.length, made: made.metadata.name, server: kc.getCurrentCluster().server }));
+    const made = await api.createNamespacedConfigMap({
+      namespace: '${namespace}',
+      body: { metadata: { name: 'by-${how}' } },
+    });
+    const server = kc.getCurrentCluster().server;
+    console.log(JSON.stringify({ listed: list.items.length, made: made.metadata.name, server }));
   `;
   const { stdout } = await run(process.execPath, ['--input-type=module', '-e', program], { env, timeout: 60_000 });
   return stdout;

@@ -106,7 +106,7 @@ describe('stand-in API: dryRun=All', () => {
     expect(stale.code).toBe(409);
   });
 
-  it('a dry-run delete answers the object as the delete would leave it (a pod: the typed answer keeps it)', async () => {
+  it('a dry-run delete answers the object as the delete would leave it (a pod: typed answers keep it)', async () => {
     // Given a pod held by a finalizer
     await core.createNamespacedPod({
       namespace,

@@ -27,11 +27,12 @@ const DIFF_LINE_CHANGES = 3;
 function WriteLine({ row, pathWidth }: { row: TrafficRow; pathWidth: number }) {
   const write = row.write!;
   const color = write.result === 'refused' ? 'yellow' : write.result === 'in memory' ? 'cyan' : 'magenta';
+  const status = String(row.status ?? '').padStart(6);
   return (
     <Box flexDirection="column">
       <Text wrap="truncate">
         <Text dimColor>{clock(row.time)}</Text> write {fitWidth(write.verb.toUpperCase(), 7)}{' '}
-        {fitWidth(write.object, pathWidth)} <Text color={statusColor(row)}>{String(row.status ?? '').padStart(6)}</Text>{' '}
+        {fitWidth(write.object, pathWidth)} <Text color={statusColor(row)}>{status}</Text>{' '}
         <Text color={color}>{write.result}</Text>
       </Text>
       {write.changes.length > 0 ? (
