@@ -93,7 +93,12 @@ export function TrafficList({ rows, height, width }: { rows: TrafficRow[]; heigh
   const pathWidth = Math.max(12, Math.min(60, width - 66));
   return (
     <Box flexDirection="column">
-      {visible.length === 0 ? <Text dimColor> no traffic yet: requests to the pod's ports appear here</Text> : null}
+      {visible.length === 0 ? (
+        <Text dimColor>
+          {' '}
+          no traffic yet: requests to the pod's ports (with --shadow, the command's writes) appear here
+        </Text>
+      ) : null}
       {visible.map((row) => (
         <TrafficLine key={row.key} row={row} pathWidth={pathWidth} />
       ))}
