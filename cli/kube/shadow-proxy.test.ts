@@ -1,7 +1,7 @@
 // The shadow API proxy against the stand-in API server (real HTTPS, real sockets): reads and watches pass and stream,
 // writes are dry runs that store nothing and are reported with the object before and after, Leases are answered from
 // memory so that the echo-controller's leader election wins beside a real holder, and kubectl works through it.
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { Agent, createServer, request } from 'node:https';
 import { tmpdir } from 'node:os';
@@ -396,4 +396,49 @@ describe('shadow API proxy', () => {
       await new Promise((resolve) => upstream.close(resolve));
     }
   });
+
+  it('works in front of a plain http:// server too (kubectl proxy)', async () => {
+    // Given kubectl proxy in front of the stand-in, and a kubeconfig that names it
+    const kubectlProxy = spawn(KUBECTL, ['proxy', '--port=0'], {
+      env: { ...process.env, KUBECONFIG: cluster.kubeconfigPath, HOME: dir },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    try {
+      const port = await new Promise<string>((resolve, reject) => {
+        let out = '';
+        kubectlProxy.stdout!.on('data', (d: Buffer) => {
+          out += d.toString();
+          const m = /Starting to serve on 127\.0\.0\.1:(\d+)/.exec(out);
+          if (m) resolve(m[1]);
+        });
+        kubectlProxy.once('exit', (code) => reject(new Error(`kubectl proxy exited ${code}`)));
+      });
+      const kc = new KubeConfig();
+      kc.loadFromOptions({
+        clusters: [{ name: 'p', server: `http://127.0.0.1:${port}`, skipTLSVerify: false }],
+        users: [{ name: 'u' }],
+        contexts: [{ name: 'c', cluster: 'p', user: 'u' }],
+        currentContext: 'c',
+      });
+      const seen: ShadowWrite[] = [];
+      const front = await startShadowProxy({ kc, onWrite: (w) => seen.push(w) });
+      try {
+        // When a client reads and writes through the shadow proxy
+        const client = new KubeConfig();
+        client.loadFromString(shadowKubeconfig(front, namespace));
+        const api = client.makeApiClient(CoreV1Api);
+        expect((await api.listNamespacedConfigMap({ namespace })).items.length).toBeGreaterThan(0);
+        await api.createNamespacedConfigMap({ namespace, body: { metadata: { name: 'via-kubectl-proxy' } } });
+        // Then the read came from the cluster and the write was a dry run
+        expect((await expectStatus(real.readNamespacedConfigMap({ name: 'via-kubectl-proxy', namespace }))).code).toBe(
+          404,
+        );
+        expect(seen).toMatchObject([{ verb: 'create', name: 'via-kubectl-proxy', result: 'dry-run' }]);
+      } finally {
+        await front.close();
+      }
+    } finally {
+      kubectlProxy.kill('SIGTERM');
+    }
+  }, 60_000);
 });

@@ -3,7 +3,7 @@
 // also carries WebSocket upgrades); every write goes out with dryRun=All, so the cluster validates, defaults and
 // admits it and stores nothing; Leases are answered from memory (shadow-leases.ts). Each write is reported.
 import { randomBytes, timingSafeEqual } from 'node:crypto';
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import { Agent as HttpAgent, request as httpRequest, type IncomingMessage, type ServerResponse } from 'node:http';
 import { Agent, createServer, request as httpsRequest, type AgentOptions } from 'node:https';
 import type { AddressInfo, Socket } from 'node:net';
 import type { KubeConfig } from '@kubernetes/client-node';
@@ -100,12 +100,24 @@ export async function startShadowProxy(options: ShadowProxyOptions): Promise<Sha
   if (!cluster) throw new Error('shadow proxy: the kubeconfig has no current cluster');
   const upstream = new URL(cluster.server);
   const tls: Record<string, unknown> = {};
-  await kc.applyToHTTPSOptions(tls);
+  await applyUser(kc, upstream, tls);
   // One keep-alive agent with the user's TLS material (CA, client certificate) for every upstream request.
-  const agent = new Agent({
-    keepAlive: true,
-    ...(pick(tls, ['ca', 'cert', 'key', 'pfx', 'passphrase', 'servername', 'rejectUnauthorized']) as AgentOptions),
-  });
+  // (A plain http:// server, such as `kubectl proxy`, gets a plain keep-alive agent.)
+  const agent =
+    upstream.protocol === 'http:'
+      ? new HttpAgent({ keepAlive: true })
+      : new Agent({
+          keepAlive: true,
+          ...(pick(tls, [
+            'ca',
+            'cert',
+            'key',
+            'pfx',
+            'passphrase',
+            'servername',
+            'rejectUnauthorized',
+          ]) as AgentOptions),
+        });
   const token = randomBytes(24).toString('hex');
   const leases = new LeaseMemory();
   const proxy = httpProxy.createProxyServer({
@@ -146,7 +158,7 @@ export async function startShadowProxy(options: ShadowProxyOptions): Promise<Sha
   /** The user's credentials for one upstream request (exec plugins may refresh a token between requests). */
   const userHeaders = async (): Promise<Record<string, string>> => {
     const opts: { headers?: Record<string, string>; auth?: string } = {};
-    await kc.applyToHTTPSOptions(opts);
+    await applyUser(kc, upstream, opts);
     const headers = { ...(opts.headers ?? {}) };
     if (opts.auth) headers.Authorization = `Basic ${Buffer.from(opts.auth).toString('base64')}`;
     return headers;
@@ -240,6 +252,18 @@ export async function startShadowProxy(options: ShadowProxyOptions): Promise<Sha
   };
 }
 
+/**
+ * The user's TLS material and credentials (token, exec plugin, basic auth) into `opts`. For a plain http:// server
+ * client-node's public applyToHTTPSOptions refuses (it builds an https agent); its applyOptions, private in its types,
+ * is the same without the agent (as kube/config.ts reaches createAgent).
+ */
+async function applyUser(kc: KubeConfig, upstream: URL, opts: object): Promise<void> {
+  if (upstream.protocol !== 'http:') return kc.applyToHTTPSOptions(opts);
+  const user = kc.getCurrentUser();
+  await (kc as unknown as { applyOptions(o: object): Promise<void> }).applyOptions(opts);
+  if (user?.username) (opts as { auth?: string }).auth = `${user.username}:${user.password}`;
+}
+
 /** Sends a write with dryRun=All, answers the local command with the API server's answer, and reports it. */
 async function forwardWrite(
   req: IncomingMessage,
@@ -249,7 +273,7 @@ async function forwardWrite(
     path: ApiPath | undefined;
     verb: string;
     upstream: URL;
-    agent: Agent;
+    agent: HttpAgent;
     headers: Record<string, string>;
     options: ShadowProxyOptions;
   },
@@ -366,9 +390,16 @@ interface Answer {
   body: Buffer;
 }
 
-function send(url: URL, method: string, headers: Record<string, string>, agent: Agent, body?: Buffer): Promise<Answer> {
+function send(
+  url: URL,
+  method: string,
+  headers: Record<string, string>,
+  agent: HttpAgent,
+  body?: Buffer,
+): Promise<Answer> {
   return new Promise((resolve, reject) => {
-    const req = httpsRequest(url, { method, headers, agent }, (res) => {
+    const request = url.protocol === 'http:' ? httpRequest : httpsRequest;
+    const req = request(url, { method, headers, agent }, (res) => {
       const chunks: Buffer[] = [];
       res.on('data', (chunk: Buffer) => chunks.push(chunk));
       res.on('end', () =>
