@@ -59,12 +59,17 @@ export function formatSessionLine(session: SessionInfo): string {
   return `${LINE_PREFIX}session ${session.target}${pod}:${ports}`;
 }
 
-/** `devop: write patch Deployment default/hello → dry-run 200 (spec.replicas: 2 → 3)` (--shadow). */
-export function formatWriteLine(event: Extract<ReportEvent, { type: 'write' }>): string {
+/** What a write (--shadow) writes: `Deployment default/hello`, `Echo/status default/hello`, `configmaps`. */
+export function writeTarget(event: Extract<ReportEvent, { type: 'write' }>): string {
   const where = event.name ? ` ${event.namespace ? `${event.namespace}/` : ''}${event.name}` : '';
   const sub = event.subresource ? `/${event.subresource}` : '';
+  return `${event.kind}${sub}${where}`;
+}
+
+/** `devop: write patch Deployment default/hello → dry-run 200 (spec.replicas: 2 → 3)` (--shadow). */
+export function formatWriteLine(event: Extract<ReportEvent, { type: 'write' }>): string {
   const why =
     event.result === 'refused' ? [event.message ?? ''] : objectChanges(event.before, event.after).filter(Boolean);
   const detail = why.length > 0 ? ` (${why.join('; ')})` : '';
-  return `${LINE_PREFIX}write ${event.verb} ${event.kind}${sub}${where} → ${event.result} ${event.status}${detail}`;
+  return `${LINE_PREFIX}write ${event.verb} ${writeTarget(event)} → ${event.result} ${event.status}${detail}`;
 }

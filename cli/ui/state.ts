@@ -1,5 +1,6 @@
 // The TUI's view state and the pure function that folds one reporter event into it (the Ink components only render it).
 import type { ReportEvent, SessionInfo, StepId } from '../reporter.js';
+import { writeTarget } from './lines.js';
 import { objectChanges } from './object-diff.js';
 
 /** Rows kept for the traffic list: enough to scroll back a while, small enough that each update stays cheap. */
@@ -216,8 +217,6 @@ export function applyEvent(state: ViewState, event: ReportEvent, now: number): V
       return { ...state, rows: appendRow(state.rows, row), nextRowKey: state.nextRowKey + 1, counters };
     }
     case 'write': {
-      const where = event.name ? ` ${event.namespace ? `${event.namespace}/` : ''}${event.name}` : '';
-      const sub = event.subresource ? `/${event.subresource}` : '';
       const row: TrafficRow = {
         key: state.nextRowKey,
         id: event.id,
@@ -229,7 +228,7 @@ export function applyEvent(state: ViewState, event: ReportEvent, now: number): V
         done: true,
         write: {
           verb: event.verb,
-          object: `${event.kind}${sub}${where}`,
+          object: writeTarget(event),
           result: event.result,
           changes:
             event.result === 'refused'
