@@ -128,4 +128,26 @@ describe('stand-in API: dryRun=All', () => {
     await core.deleteNamespacedConfigMap({ name: 'dry-gone', namespace, dryRun });
     expect((await core.readNamespacedConfigMap({ name: 'dry-gone', namespace })).metadata?.name).toBe('dry-gone');
   });
+
+  it('an update is defaulted as a create is: a Deployment replaced with only what a controller sets', async () => {
+    // Given a Deployment created from a bare spec
+    const bare = (replicas: number) => ({
+      metadata: { name: 'dry-defaults' },
+      spec: {
+        replicas,
+        selector: { matchLabels: { app: 'dd' } },
+        template: { metadata: { labels: { app: 'dd' } }, spec: { containers: [{ name: 'c', image: 'busybox' }] } },
+      },
+    });
+    const created = await apps.createNamespacedDeployment({ namespace, body: bare(1) });
+    // When it is replaced with the same bare spec and 2 replicas, dry run and for real
+    const dry = await apps.replaceNamespacedDeployment({ name: 'dry-defaults', namespace, dryRun, body: bare(2) });
+    const stored = await apps.replaceNamespacedDeployment({ name: 'dry-defaults', namespace, body: bare(2) });
+    // Then both answers carry the defaults the create gave: only replicas changed
+    for (const answer of [dry, stored]) {
+      expect(answer.spec?.replicas).toBe(2);
+      expect(answer.spec?.strategy).toEqual(created.spec?.strategy);
+      expect(answer.spec?.template).toEqual(created.spec?.template);
+    }
+  });
 });

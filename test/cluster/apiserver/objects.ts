@@ -2,7 +2,14 @@
 // resourceVersion conflicts, generation, status subresources, finalizers, deletionTimestamp and graceful pod deletion.
 import { ApiError, alreadyExists, badRequest, conflict, notFound, statusSuccess, type K8sObject } from './errors.js';
 import type { Catalog } from './catalog.js';
-import { defaultContainerList, defaultOnCreate, newUid, randomSuffix, validateName } from './defaults.js';
+import {
+  defaultContainerList,
+  defaultOnCreate,
+  defaultOnUpdate,
+  newUid,
+  randomSuffix,
+  validateName,
+} from './defaults.js';
 import { applyPatch, type PatchKind } from './patch.js';
 import { apiVersionOf, storeKey, type ResourceType } from './resources.js';
 import type { Store } from './store.js';
@@ -203,6 +210,7 @@ export class Objects {
       if (storeKey(t) === '/services' && old.spec?.clusterIP && !next.spec?.clusterIP) {
         next.spec = { ...next.spec, clusterIP: old.spec.clusterIP, clusterIPs: old.spec.clusterIPs };
       }
+      defaultOnUpdate(t, next);
     }
     this.present(t, next);
     next.metadata.resourceVersion = old.metadata.resourceVersion;
