@@ -1,5 +1,6 @@
 // The Reporter: how services tell the user what happens. Services call it; cli/ui/ implements it (Ink, Plain, JSON,
 // Null). Services never import ink or react: they only see this interface.
+import type { ShadowWrite } from './kube/shadow-proxy.js';
 
 export type StepId = 'target' | 'agent' | 'tunnel' | 'env' | 'listen' | 'traffic' | (string & {});
 
@@ -78,7 +79,9 @@ export type ReportEvent =
   | { type: 'log'; level: 'debug' | 'info' | 'warn'; message: string }
   | { type: 'output'; stream: 'stdout' | 'stderr'; text: string }
   | { type: 'error'; message: string; hint?: string; step?: StepId }
-  | { type: 'exit'; code: number | null; signal?: string | null };
+  | { type: 'exit'; code: number | null; signal?: string | null }
+  /** --shadow: a write of the local command, sent as a dry run (or kept in memory: a Lease); see ShadowWrite. */
+  | ({ type: 'write'; id: string } & ShadowWrite);
 
 /** What an interactive UI can ask the running session to do (keys m, p, f, q). */
 export interface SessionControls {

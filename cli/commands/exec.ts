@@ -25,20 +25,29 @@ export function registerExecCommand(program: Command, onExit: (code: number) => 
     .helpOption(true)
     .action(async (command: string[], flags: ExecCommandFlags, cmd: Command) => {
       // What the run needs (the Kubernetes client among it) is loaded only when the command runs: help stays fast.
-      const [{ loadCommandConfig }, { mergeExecOptions }, { runExec }, { outgoingChildEnvHook }, { createReporter }] =
-        await Promise.all([
-          import('./config-file.js'),
-          import('../services/exec-options.js'),
-          import('../services/exec.js'),
-          import('../outgoing/exec-hook.js'),
-          import('../ui/index.js'),
-        ]);
+      const [
+        { loadCommandConfig },
+        { mergeExecOptions },
+        { runExec },
+        { outgoingChildEnvHook },
+        { shadowChildEnvHook },
+        { createReporter },
+      ] = await Promise.all([
+        import('./config-file.js'),
+        import('../services/exec-options.js'),
+        import('../services/exec.js'),
+        import('../outgoing/exec-hook.js'),
+        import('../services/shadow.js'),
+        import('../ui/index.js'),
+      ]);
       const { config, dir } = loadCommandConfig(flags.config);
       const explicitFlush = cmd.getOptionValueSource('flush') === 'cli' ? flags.flush : undefined;
       const options = mergeExecOptions({ ...flags, flush: explicitFlush }, config, command, dir);
       options.childEnvHooks = [
         ...(options.childEnvHooks ?? []),
         outgoingChildEnvHook(outgoingSettingsFrom(cmd, config)),
+        // After the outgoing hook: --in-cluster writes its service-account files into the DEVOP_ROOT that one made.
+        ...(options.shadow ? [shadowChildEnvHook(options.shadow)] : []),
       ];
       const reporter = createReporter({ output: flags.output, verbose: Boolean(flags.verbose) });
       onExit(await runWithReporter(reporter, flags.output === 'json', () => runExec(options, reporter)));

@@ -405,6 +405,32 @@ export const OPTIONS = {
     type: 'string',
     group: 'incoming',
   },
+  shadow: {
+    flags: '--shadow',
+    help:
+      "run beside the real workload, writing nothing: the command's kubeconfig points at a local API proxy " +
+      '(reads pass, writes are dry runs and listed, Leases stay in memory)',
+    key: 'shadow.enabled',
+    env: 'DEVOP_SHADOW',
+    type: 'boolean',
+    default: false,
+    doc:
+      'Give the local process a kubeconfig (KUBECONFIG) that points at a local API proxy: reads and watches pass ' +
+      'with your credentials, every write is sent with dryRun=All and reported, leader-election Leases are kept ' +
+      'in memory.',
+    group: 'target',
+  },
+  inCluster: {
+    flags: '--in-cluster',
+    help: 'with --shadow: also set KUBERNETES_SERVICE_HOST/PORT and a service-account token under $DEVOP_ROOT',
+    key: 'shadow.inCluster',
+    type: 'boolean',
+    default: false,
+    doc:
+      'With shadow: also point in-cluster config at the proxy (KUBERNETES_SERVICE_HOST/PORT, and token, ca.crt ' +
+      'and namespace under $DEVOP_ROOT/var/run/secrets/kubernetes.io/serviceaccount/).',
+    group: 'target',
+  },
   config: {
     flags: '-f, --config <path>',
     help: 'devop.json to read (default: ./devop.json if present)',
@@ -488,6 +514,7 @@ export const CONFIG_SECTIONS = {
   agent: { doc: 'The in-cluster agent.' },
   outgoing: { doc: "The local process's outgoing connections." },
   dns: { doc: 'Name resolution for the local process.' },
+  shadow: { doc: "Shadow mode: the local process's Kubernetes API requests go through a proxy that writes nothing." },
 } as const satisfies Readonly<Record<string, { doc: string; optional?: boolean }>>;
 export const CONFIG_DOC = 'devop configuration (devop.json).';
 

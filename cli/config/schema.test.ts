@@ -56,6 +56,7 @@ const FULL = {
   dns: { enabled: false },
   remoteFiles: ['/var/run/secrets/kubernetes.io/serviceaccount/token'],
   allPods: true,
+  shadow: { enabled: true, inCluster: true },
 };
 
 describe('parseConfig', () => {
@@ -81,6 +82,7 @@ describe('parseConfig', () => {
       dns: { enabled: true },
       remoteFiles: [],
       allPods: false,
+      shadow: { enabled: false, inCluster: false },
     });
   });
 

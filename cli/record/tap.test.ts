@@ -11,7 +11,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { createAgentMux, createClientMux, type AgentMux, type MuxStream } from '../../shared/mux.js';
 import { socketPair } from '../../test/helpers/protocol-fixtures.js';
 import { incomingStreamHandler } from '../services/incoming.js';
-import { sessionCert } from './cert.js';
+import { makeSessionCert } from '../session/cert.js';
 import { BODY_LIMIT_BYTES, HarRecorder, readHar, type Har } from './har.js';
 import { ExchangeRecorder, sniff } from './tap.js';
 
@@ -99,7 +99,7 @@ describe('--record', () => {
   for (const tls of [false, true]) {
     it(`${tls ? 'HTTPS' : 'HTTP'}: the local command answers, and the exchange is in the HAR, with its pod`, async () => {
       // Given a local command (over TLS, with a certificate of its own, when the client speaks TLS), and a recording
-      const server = tls ? createHttpsServer(sessionCert(), answer) : createHttpServer(answer);
+      const server = tls ? createHttpsServer(makeSessionCert('devop --record test'), answer) : createHttpServer(answer);
       const { agent, har, file } = await setup(await listening(server));
       // When two stolen requests arrive, one with a body
       const a = await send(tls, stolen(agent), {

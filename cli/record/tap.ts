@@ -15,7 +15,7 @@ import { connect as netConnect, type Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { connect as tlsConnect, createSecureContext, TLSSocket } from 'node:tls';
 import { BodyTap, harBody, harHeaders, queryString, type HarRecorder } from './har.js';
-import { sessionCert } from './cert.js';
+import { makeSessionCert } from '../session/cert.js';
 
 /** Where a recorded connection came from and goes to. */
 export interface RecordedConnection {
@@ -90,7 +90,7 @@ export class ExchangeRecorder {
     if (kind === 'other') return false;
     let socket: Duplex = stream;
     if (kind === 'tls') {
-      this.secureContext ??= createSecureContext(sessionCert());
+      this.secureContext ??= createSecureContext(makeSessionCert('devop --record'));
       // Only HTTP/1.1 is offered: a client that prefers h2 falls back to it.
       socket = new TLSSocket(stream, {
         isServer: true,

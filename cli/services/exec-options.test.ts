@@ -103,4 +103,13 @@ describe('exec options', () => {
     ).toEqual([{ remote: 3000, local: 3000 }]);
     expect(() => resolvePorts(['3000', '3000:1'], undefined)).toThrow(/port 3000 is given twice/);
   });
+
+  it('--shadow from the flag or devop.json; --in-cluster only with it', () => {
+    const none = parseConfig({}, 'devop.json');
+    expect(mergeExecOptions({}, none, ['ctl']).shadow).toBeUndefined();
+    expect(mergeExecOptions({ shadow: true }, none, ['ctl']).shadow).toEqual({ inCluster: false });
+    const file = parseConfig({ shadow: { enabled: true, inCluster: true } }, 'devop.json');
+    expect(mergeExecOptions({}, file, ['ctl']).shadow).toEqual({ inCluster: true });
+    expect(() => mergeExecOptions({ inCluster: true }, none, ['ctl'])).toThrow(/--in-cluster only applies to --shadow/);
+  });
 });

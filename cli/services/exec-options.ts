@@ -133,7 +133,16 @@ export function mergeExecOptions(
     verbose: flags.verbose ?? false,
     allPods: flags.allPods ?? config.allPods,
     ...(flags.record ? { record: flags.record } : {}),
+    shadow: mergeShadow(flags, config),
   };
+}
+
+function mergeShadow(flags: ExecFlags, config: DevopConfig): ExecServiceOptions['shadow'] {
+  const enabled = flags.shadow ?? config.shadow.enabled;
+  const inCluster = flags.inCluster ?? config.shadow.inCluster;
+  if (flags.inCluster && !enabled)
+    throw new UserError('--in-cluster only applies to --shadow', 'add --shadow, or drop --in-cluster');
+  return enabled ? { inCluster } : undefined;
 }
 
 function resolveFrom(dir: string, path: string): string {

@@ -12,6 +12,7 @@ import { followAvailable } from '../kube/apiservice-status.js';
 import { formatAvailable } from '../ui/lines.js';
 import type { ExchangeRecorder } from '../record/tap.js';
 import { buildChildEnv, readEnvFile } from './child-env.js';
+import type { ShadowSettings } from './shadow.js';
 import { incomingStreamHandler } from './incoming.js';
 import { resolvePorts, type PortMapping } from './ports.js';
 import { step, type ChildEnvHook, type Retarget, type Session, type SessionOptions } from '../session/connect.js';
@@ -29,6 +30,9 @@ export interface ExecServiceOptions extends SessionOptions {
   flush: boolean;
   stealProbes: boolean;
   env: { include: string[]; exclude: string[]; override: Record<string, string>; file?: string };
+  /** --shadow: the command's kubeconfig points at the shadow API proxy (services/shadow.ts; commands/exec.ts adds
+   * its hook). */
+  shadow?: ShadowSettings;
   /** Hooks that add to the child env once the session is up (e.g. the outgoing proxy); each may return a cleanup. */
   childEnvHooks?: ChildEnvHook[];
   cwd?: string;

@@ -1,6 +1,7 @@
 // The stable text of devop's Plain output lines. VS Code problem matchers and scripts match these, so change them only
 // together with cli/services/vscode.ts (which builds its patterns from the constants here).
 import type { ExtensionState, ReportEvent, SessionInfo, PortState } from '../reporter.js';
+import { objectChanges } from './object-diff.js';
 
 export const LINE_PREFIX = 'devop: ';
 /** The exact line printed when the session is ready (traffic flows to the local command). */
@@ -71,4 +72,19 @@ export function formatExtension(extension: ExtensionState): string {
   const node = extension.stealsNodeConnections ? ", the node's connections taken (the API server's)" : '';
   const available = formatAvailable(extension.available);
   return `${extension.kind} ${extension.name} → service ${extension.service}, ${pods}${node}, ${available}`;
+}
+
+/** What a write (--shadow) writes: `Deployment default/hello`, `Echo/status default/hello`, `configmaps`. */
+export function writeTarget(event: Extract<ReportEvent, { type: 'write' }>): string {
+  const where = event.name ? ` ${event.namespace ? `${event.namespace}/` : ''}${event.name}` : '';
+  const sub = event.subresource ? `/${event.subresource}` : '';
+  return `${event.kind}${sub}${where}`;
+}
+
+/** `devop: write patch Deployment default/hello → dry-run 200 (spec.replicas: 2 → 3)` (--shadow). */
+export function formatWriteLine(event: Extract<ReportEvent, { type: 'write' }>): string {
+  const why =
+    event.result === 'refused' ? [event.message ?? ''] : objectChanges(event.before, event.after).filter(Boolean);
+  const detail = why.length > 0 ? ` (${why.join('; ')})` : '';
+  return `${LINE_PREFIX}write ${event.verb} ${writeTarget(event)} → ${event.result} ${event.status}${detail}`;
 }

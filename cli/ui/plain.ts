@@ -9,6 +9,7 @@ import {
   formatExtension,
   formatSessionLine,
   formatStepLine,
+  formatWriteLine,
 } from './lines.js';
 
 export interface PlainReporterOptions {
@@ -85,6 +86,8 @@ export class PlainReporter implements Reporter {
         const hint = event.hint ? ` — fix: ${event.hint}` : '';
         return `${LINE_PREFIX}error${step}: ${event.message}${hint}`;
       }
+      case 'write':
+        return formatWriteLine(event);
       case 'exit':
         return event.signal
           ? `${LINE_PREFIX}local command ended by ${event.signal}`

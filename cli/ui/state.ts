@@ -1,5 +1,7 @@
 // The TUI's view state and the pure function that folds one reporter event into it (the Ink components only render it).
 import type { ReportEvent, SessionInfo, StepId } from '../reporter.js';
+import { writeTarget } from './lines.js';
+import { objectChanges } from './object-diff.js';
 
 /** Rows kept for the traffic list: enough to scroll back a while, small enough that each update stays cheap. */
 export const MAX_ROWS = 500;
@@ -8,6 +10,8 @@ export const MAX_OUTPUT_LINES = 200;
 /** A partial output line longer than this is shown as it is rather than waiting for its newline. */
 const MAX_PARTIAL_LINE = 4096;
 const MAX_NOTICES = 5;
+/** Changes kept per write (--shadow) for its diff line and the `d` panel; the NDJSON event has the whole objects. */
+export const MAX_WRITE_CHANGES = 40;
 
 export interface StepView {
   id: StepId;
@@ -23,8 +27,9 @@ export interface TrafficRow {
   /** Unique per row (the React key): ids of requests and connections come from different counters and may repeat. */
   key: number;
   id: string;
-  kind: 'http' | 'tcp';
+  kind: 'http' | 'tcp' | 'write';
   time: number;
+  /** 0 for a write (--shadow): it reaches no pod port. */
   port: number;
   to: 'local' | 'pod';
   pod?: string;
@@ -36,6 +41,8 @@ export interface TrafficRow {
   bytesIn?: number;
   bytesOut?: number;
   done: boolean;
+  /** A write (--shadow): verb, what it writes (`Deployment default/hello`), dry-run / in memory / refused. */
+  write?: { verb: string; object: string; result: string; changes: string[] };
 }
 
 export interface OutputLine {
@@ -208,6 +215,34 @@ export function applyEvent(state: ViewState, event: ReportEvent, now: number): V
         done: true,
       };
       return { ...state, rows: appendRow(state.rows, row), nextRowKey: state.nextRowKey + 1, counters };
+    }
+    case 'write': {
+      const row: TrafficRow = {
+        key: state.nextRowKey,
+        id: event.id,
+        kind: 'write',
+        time: now,
+        port: 0,
+        to: 'local',
+        status: event.status,
+        done: true,
+        write: {
+          verb: event.verb,
+          object: writeTarget(event),
+          result: event.result,
+          changes:
+            event.result === 'refused'
+              ? [event.message ?? '']
+              : objectChanges(event.before, event.after, MAX_WRITE_CHANGES),
+        },
+      };
+      const errors = state.counters.errors + (event.result === 'refused' ? 1 : 0);
+      return {
+        ...state,
+        rows: appendRow(state.rows, row),
+        nextRowKey: state.nextRowKey + 1,
+        counters: { ...state.counters, errors },
+      };
     }
     case 'output':
       return applyOutput(state, event.stream, event.text);

@@ -1,7 +1,8 @@
 // The echo-controller walkthrough (docs/walkthrough.md) end to end on the stand-in (or a real cluster:
 // test/helpers/target-cluster.ts): the controller runs in the cluster (two replicas, one leading), is scaled to 0 and
 // run locally under `devop exec -t targetless`, where it turns an Echo into a Deployment with Ready pods, follows
-// changes, recreates what is deleted, honours its finalizer; then the cluster's replicas take the lease back.
+// changes, recreates what is deleted, honours its finalizer; then the cluster's replicas take the lease back. Before
+// that, a new version runs beside the in-cluster leader under `devop exec --shadow`: its writes are shown, not stored.
 import { KubeConfig, Watch } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { requireRoot } from '../helpers/root.js';
@@ -9,6 +10,9 @@ import { agentImageEnv, externalTarget, startTargetCluster, type TargetCluster }
 import { Kubectl, LocalProcess, eventually } from './harness.js';
 
 requireRoot('examples: echo-controller');
+
+/** The image the shadowed controller puts in its Deployments: what "a new version" changes in this walkthrough. */
+const SHADOW_IMAGE = 'devop.test/http-echo:next';
 
 /** Each step waits for pods to become Ready with generous deadlines (shared CI machine); this bounds the whole step. */
 const STEP_TIMEOUT_MS = 300_000;
@@ -132,6 +136,104 @@ describe('echo-controller walkthrough', () => {
   );
 
   it(
+    'beside the in-cluster leader under devop --shadow: an Echo change shows writes and stores none of them',
+    async () => {
+      // Given the in-cluster leader, its Lease and the Deployment it made
+      const leader = await leadingPod();
+      const holder = await leaseHolder();
+      const before = await deploymentWith(2);
+      const deploymentsBefore = await kubectl.ok('get', 'deployments', '-n', 'default', '-o', 'name');
+      // When a new version of the controller (here: another echo image) runs locally in shadow mode
+      const shadow = new LocalProcess(
+        process.execPath,
+        [
+          'bin/devop.js',
+          'exec',
+          '--shadow',
+          '-t',
+          'targetless',
+          '--output',
+          'json',
+          '--',
+          'npx',
+          'tsx',
+          'examples/echo-controller/src/main.ts',
+          '--leader-elect',
+          '--image',
+          SHADOW_IMAGE,
+        ],
+        { ...process.env, ...agentImageEnv(), KUBECONFIG: cluster.kubeconfigPath, CI: 'true' },
+      );
+      const events = () =>
+        shadow.stdout
+          .split('\n')
+          .filter((line) => line.startsWith('{'))
+          // biome-ignore lint/suspicious/noExplicitAny: NDJSON events, read field by field as docs/ui.md documents them
+          .map((line) => JSON.parse(line) as Record<string, any>);
+      const output = () =>
+        events()
+          .filter((e) => e.type === 'output')
+          .map((e) => e.text as string)
+          .join('');
+      try {
+        // Then it believes it leads (its Lease is the proxy's, in memory)
+        await eventually('the shadowed controller to lead', async () => {
+          if (!shadow.running) throw new Error(`devop exited early\n${shadow.output()}`);
+          return /lease default\/echo-controller acquired by/.test(output()) ? true : undefined;
+        }).catch((err: Error) => {
+          throw new Error(`${err.message}\n${shadow.output()}`);
+        });
+        expect(events()).toContainEqual(expect.objectContaining({ type: 'write', kind: 'Lease', result: 'in memory' }));
+        // When the Echo changes
+        await kubectl.ok('patch', 'echo', 'hello', '-n', 'default', '--type=merge', '-p', '{"spec":{"replicas":3}}');
+        // Then the shadowed controller shows the Deployment update it would make, as a dry run
+        const write = await eventually('a write event for the Deployment with 3 replicas', async () =>
+          events().find(
+            (e) =>
+              e.type === 'write' &&
+              e.verb === 'update' &&
+              e.kind === 'Deployment' &&
+              e.name === 'hello' &&
+              e.after?.spec?.replicas === 3,
+          ),
+        ).catch((err: Error) => {
+          throw new Error(`${err.message}\n${shadow.output()}`);
+        });
+        expect(write).toMatchObject({ result: 'dry-run', status: 200, namespace: 'default' });
+        expect(write.after.spec.template.spec.containers[0].image).toBe(SHADOW_IMAGE);
+        expect(write.before.spec.template.spec.containers[0].image).toBe('devop.test/http-echo');
+        // And the in-cluster leader keeps its Lease and reconciles the change itself
+        const after = await deploymentWith(3);
+        expect(after.uid).toBe(before.uid);
+        expect(await leaseHolder()).toBe(holder);
+        expect(await kubectl.ok('logs', leader, '-n', 'default')).toContain(
+          'default/hello: update deployment (replicas 3)',
+        );
+        // And nothing of the shadow reached the cluster: no other object, the leader's image
+        expect(await kubectl.ok('get', 'deployments', '-n', 'default', '-o', 'name')).toBe(deploymentsBefore);
+        expect(
+          await kubectl.ok(
+            'get',
+            'deployment',
+            'hello',
+            '-n',
+            'default',
+            '-o',
+            'jsonpath={.spec.template.spec.containers[0].image}',
+          ),
+        ).toBe('devop.test/http-echo');
+      } finally {
+        await shadow.stop('SIGINT');
+      }
+      // The walkthrough goes on from 2 replicas, reconciled back by the leader
+      await kubectl.ok('patch', 'echo', 'hello', '-n', 'default', '--type=merge', '-p', '{"spec":{"replicas":2}}');
+      await deploymentWith(2);
+      expect(await leaseHolder()).toBe(holder);
+    },
+    STEP_TIMEOUT_MS,
+  );
+
+  it(
     'scaled to 0 in the cluster and run locally under devop, the controller takes the lease',
     async () => {
       await kubectl.ok('scale', 'deployment/echo-controller', '-n', 'default', '--replicas=0');
@@ -170,9 +272,14 @@ describe('echo-controller walkthrough', () => {
       await kubectl.ok('patch', 'echo', 'hello', '-n', 'default', '--type=merge', '-p', '{"spec":{"replicas":3}}');
       const after = await deploymentWith(3);
       expect(after.uid).toBe(before?.uid);
-      await eventually('echo status to observe generation 2 with 3 ready', async () => {
+      // The shadow step changed the Echo's spec twice before: its generation is 4 now.
+      const generation = Number(
+        await kubectl.ok('get', 'echo', 'hello', '-n', 'default', '-o', 'jsonpath={.metadata.generation}'),
+      );
+      expect(generation).toBe(4);
+      await eventually(`echo status to observe generation ${generation} with 3 ready`, async () => {
         const s = JSON.parse(await kubectl.ok('get', 'echo', 'hello', '-n', 'default', '-o', 'jsonpath={.status}'));
-        return s.observedGeneration === 2 && s.readyReplicas === 3 ? s : undefined;
+        return s.observedGeneration === generation && s.readyReplicas === 3 ? s : undefined;
       });
       expect(devop!.stdout).toContain('default/hello: update deployment (replicas 3)');
     },

@@ -38,6 +38,37 @@ async function readySession() {
 }
 
 describe('App keys', () => {
+  it('d shows every change of the newest write (--shadow), d again hides it', async () => {
+    // Given a ready session whose local command wrote a Deployment with many changes
+    const { store, app } = await readySession();
+    const spec = (n: number) => Object.fromEntries(Array.from({ length: 6 }, (_, i) => [`field${i}`, n]));
+    store.dispatch({
+      type: 'write',
+      id: '1',
+      verb: 'update',
+      kind: 'Deployment',
+      resource: 'deployments',
+      namespace: 'default',
+      name: 'hello',
+      status: 200,
+      result: 'dry-run',
+      before: { spec: spec(1) },
+      after: { spec: spec(2) },
+    });
+    // Then its row shows the first changes and how many more
+    await waitFor(() => app.lastFrame()?.includes('… 3 more (d)'), 'the diff line');
+    expect(app.lastFrame()).not.toContain('spec.field5');
+    // When d is pressed
+    app.stdin.write('d');
+    // Then the diff panel lists every change
+    await waitFor(() => app.lastFrame()?.includes('spec.field5: 1 → 2'), 'the diff panel');
+    expect(app.lastFrame()).toContain('update Deployment default/hello → dry-run 200');
+    // When d is pressed again, the panel goes
+    app.stdin.write('d');
+    await waitFor(() => !app.lastFrame()?.includes('spec.field5'), 'the panel closed');
+    app.unmount();
+  });
+
   it('m switches steal → mirror, and the header follows', async () => {
     // Given a ready stealing session
     const { app, calls } = await readySession();

@@ -6,12 +6,12 @@ import type { ViewStore } from '../store.js';
 import { addNotice, clearTraffic, failureOf, type ViewState } from '../state.js';
 import { Counters } from './Counters.js';
 import { Header } from './Header.js';
-import { FilterInput, HelpPanel, KeyBar } from './Keys.js';
+import { DIFF_PANEL_LINES, DiffPanel, FilterInput, HelpPanel, KEY_HELP, KeyBar } from './Keys.js';
 import { OutputPane } from './OutputPane.js';
 import { FailureBox, StepList } from './Steps.js';
 import { TrafficList } from './TrafficList.js';
 
-type Panel = 'none' | 'help' | 'filter';
+type Panel = 'none' | 'help' | 'filter' | 'diff';
 
 export interface AppProps {
   store: ViewStore;
@@ -103,9 +103,12 @@ export function App({ store, onInterrupt, verbose = false }: AppProps) {
   /** One key of the main view; returns false when it opened the filter input (the rest of a chunk belongs to it). */
   const onKey = (input: string, ctrl: boolean, escapeKey: boolean): boolean => {
     const helpOpen = panelRef.current === 'help';
+    const diffOpen = panelRef.current === 'diff';
     if ((ctrl && input === 'c') || input === 'q') quit();
     else if (helpOpen && (input === '?' || escapeKey)) setPanel('none');
+    else if (diffOpen && (input === 'd' || escapeKey)) setPanel('none');
     else if (input === '?') setPanel('help');
+    else if (input === 'd') setPanel('diff');
     else if (input === 'c') store.update(clearTraffic);
     else if (input === 'f') {
       setFilter(headerFilterOf(store.getState().session));
@@ -228,8 +231,15 @@ export function App({ store, onInterrupt, verbose = false }: AppProps) {
 
   // Header (1 + ports) + separators/counters/keys (5) + notices; what is left is shared by the list (2/3) and output
   // (1/3).
-  const fixed =
-    7 + Math.max(1, state.session.ports.length) + notices.length + (panel === 'help' ? 9 : 0) + (failure ? 4 : 0);
+  const newestWrite = state.rows.findLast((row) => row.kind === 'write');
+  // Border (2) and title (1) around the help's keys, or around the diff's lines.
+  const panelHeight =
+    panel === 'help'
+      ? KEY_HELP.length + 3
+      : panel === 'diff'
+        ? Math.min(newestWrite?.write?.changes.length ?? 1, DIFF_PANEL_LINES + 1) + 3
+        : 0;
+  const fixed = 7 + Math.max(1, state.session.ports.length) + notices.length + panelHeight + (failure ? 4 : 0);
   const free = Math.max(4, rows - fixed - 1);
   const outputHeight = Math.max(2, Math.floor(free / 3));
   const listHeight = Math.max(2, free - outputHeight);
@@ -253,6 +263,7 @@ export function App({ store, onInterrupt, verbose = false }: AppProps) {
       ))}
       {failure ? <FailureBox failure={failure} /> : null}
       {panel === 'help' ? <HelpPanel /> : null}
+      {panel === 'diff' ? <DiffPanel row={newestWrite} /> : null}
       {panel === 'filter' ? (
         <FilterInput value={filterValue} />
       ) : state.exit ? (

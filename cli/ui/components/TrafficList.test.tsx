@@ -68,4 +68,61 @@ describe('TrafficList', () => {
     expect(frame).toContain('/n/25');
     expect(frame).not.toContain('/n/24 ');
   });
+
+  it('shows a write of a shadowed command with its result and, below it, what it would change', () => {
+    // Given a dry-run patch of a Deployment, a Lease kept in memory and a refused create
+    const state = fold([
+      {
+        type: 'write',
+        id: '1',
+        verb: 'patch',
+        kind: 'Deployment',
+        resource: 'deployments',
+        namespace: 'default',
+        name: 'hello',
+        status: 200,
+        result: 'dry-run',
+        before: { spec: { replicas: 2 }, metadata: { resourceVersion: '7' } },
+        after: { spec: { replicas: 3 }, metadata: { resourceVersion: '7' } },
+      },
+      {
+        type: 'write',
+        id: '2',
+        verb: 'create',
+        kind: 'Lease',
+        resource: 'leases',
+        namespace: 'default',
+        name: 'ctl',
+        status: 201,
+        result: 'in memory',
+        before: null,
+        after: { spec: {} },
+      },
+      {
+        type: 'write',
+        id: '3',
+        verb: 'create',
+        kind: 'configmaps',
+        resource: 'configmaps',
+        namespace: 'default',
+        status: 422,
+        result: 'refused',
+        message: 'metadata.name: Invalid value',
+      },
+    ]);
+    // When rendered
+    const { lastFrame } = render(<TrafficList rows={state.rows} height={10} width={100} />);
+    const lines = (lastFrame() ?? '').split('\n');
+    // Then each write has its line and its changes below it
+    expect(lines[0]).toMatch(/12:30:05 write PATCH\s+Deployment default\/hello\s+200 dry-run/);
+    expect(lines[1]).toContain('± spec.replicas: 2 → 3');
+    expect(lines[2]).toMatch(/write CREATE\s+Lease default\/ctl\s+201 in memory/);
+    expect(lines[3]).toContain('± created');
+    expect(lines[4]).toMatch(/write CREATE\s+configmaps\s+422 refused/);
+    expect(lines[5]).toContain('± metadata.name: Invalid value');
+    // And a list shorter than the rows' lines shows the newest rows whole
+    const short = render(<TrafficList rows={state.rows} height={3} width={100} />).lastFrame() ?? '';
+    expect(short.split('\n')).toHaveLength(2);
+    expect(short).toContain('configmaps');
+  });
 });

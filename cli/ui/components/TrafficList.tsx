@@ -1,4 +1,5 @@
-// The scrolling list of connections and HTTP requests: time, method, path, status, duration, bytes, where it went.
+// The scrolling list of connections and HTTP requests (time, method, path, status, duration, bytes, where it went) and,
+// under --shadow, of the local command's writes with what each would change.
 import { Box, Text } from 'ink';
 import type { TrafficRow } from '../state.js';
 import { formatBytes, formatDuration } from '../lines.js';
@@ -19,7 +20,39 @@ function statusColor(row: TrafficRow): string | undefined {
   return 'green';
 }
 
+/** Changes on a write's diff line; `d` shows them all. */
+const DIFF_LINE_CHANGES = 3;
+
+/** A write of a shadowed command: verb, object, HTTP status, dry-run / in memory / refused; its changes below. */
+function WriteLine({ row, pathWidth }: { row: TrafficRow; pathWidth: number }) {
+  const write = row.write!;
+  const color = write.result === 'refused' ? 'yellow' : write.result === 'in memory' ? 'cyan' : 'magenta';
+  const status = String(row.status ?? '').padStart(6);
+  return (
+    <Box flexDirection="column">
+      <Text wrap="truncate">
+        <Text dimColor>{clock(row.time)}</Text> write {padTo(write.verb.toUpperCase(), 7)}{' '}
+        {padTo(write.object, pathWidth)} <Text color={statusColor(row)}>{status}</Text>{' '}
+        <Text color={color}>{write.result}</Text>
+      </Text>
+      {write.changes.length > 0 ? (
+        <Text wrap="truncate" dimColor>
+          {'         ± '}
+          {write.changes.slice(0, DIFF_LINE_CHANGES).join('; ')}
+          {write.changes.length > DIFF_LINE_CHANGES ? `; … ${write.changes.length - DIFF_LINE_CHANGES} more (d)` : ''}
+        </Text>
+      ) : null}
+    </Box>
+  );
+}
+
+/** Lines a row takes: a write with changes has its diff line under it. */
+function rowHeight(row: TrafficRow): number {
+  return row.write && row.write.changes.length > 0 ? 2 : 1;
+}
+
 export function TrafficLine({ row, pathWidth }: { row: TrafficRow; pathWidth: number }) {
+  if (row.kind === 'write' && row.write) return <WriteLine row={row} pathWidth={pathWidth} />;
   const what =
     row.kind === 'http'
       ? `${padTo(row.method ?? '', 7)} ${padTo(row.path ?? '', pathWidth)}`
@@ -49,12 +82,23 @@ export function TrafficLine({ row, pathWidth }: { row: TrafficRow; pathWidth: nu
 
 /** Shows the newest `height` rows; older rows stay in the store (capped) until `c` clears them. */
 export function TrafficList({ rows, height, width }: { rows: TrafficRow[]; height: number; width: number }) {
-  const visible = rows.slice(-Math.max(1, height));
+  const visible: TrafficRow[] = [];
+  let lines = 0;
+  for (let i = rows.length - 1; i >= 0; i -= 1) {
+    lines += rowHeight(rows[i]);
+    if (lines > Math.max(1, height) && visible.length > 0) break;
+    visible.unshift(rows[i]);
+  }
   // Time, port, method, status, duration and bytes take 51 columns and "→ pod <name>" about 15: the path gets the rest.
   const pathWidth = Math.max(12, Math.min(60, width - 66));
   return (
     <Box flexDirection="column">
-      {visible.length === 0 ? <Text dimColor> no traffic yet: requests to the pod's ports appear here</Text> : null}
+      {visible.length === 0 ? (
+        <Text dimColor>
+          {' '}
+          no traffic yet: requests to the pod's ports (with --shadow, the command's writes) appear here
+        </Text>
+      ) : null}
       {visible.map((row) => (
         <TrafficLine key={row.key} row={row} pathWidth={pathWidth} />
       ))}

@@ -113,6 +113,54 @@ export interface DefaultingContext {
 }
 
 /** Fills server-side defaults of a new object and validates it; `obj` is owned by the caller and mutated in place. */
+function defaultDeploymentSpec(spec: K8sObject): void {
+  spec.replicas ??= 1;
+  spec.strategy ??= {};
+  spec.strategy.type ??= 'RollingUpdate';
+  if (spec.strategy.type === 'RollingUpdate')
+    spec.strategy.rollingUpdate ??= { maxSurge: '25%', maxUnavailable: '25%' };
+  spec.revisionHistoryLimit ??= 10;
+  spec.progressDeadlineSeconds ??= 600;
+  if (spec.template?.spec) defaultPodSpec(spec.template.spec);
+}
+
+function defaultSecret(obj: K8sObject): void {
+  obj.type ??= 'Opaque';
+  if (obj.stringData) {
+    obj.data = { ...(obj.data ?? {}) };
+    for (const [k, v] of Object.entries(obj.stringData)) obj.data[k] = Buffer.from(String(v)).toString('base64');
+    delete obj.stringData;
+  }
+}
+
+/**
+ * The defaults kube-apiserver applies to every object it decodes, on update as on create (a controller that replaces
+ * a Deployment with only the fields it cares about gets the defaults back, and its pod template keeps its hash). Only
+ * the kinds whose spec a client replaces; what only a create does (ClusterIP, status, names) stays in defaultOnCreate.
+ */
+export function defaultOnUpdate(t: ResourceType, obj: K8sObject): void {
+  switch (`${t.group}/${t.resource}`) {
+    case '/pods':
+      if (obj.spec) defaultPodSpec(obj.spec);
+      break;
+    case 'apps/deployments':
+      if (obj.spec) defaultDeploymentSpec(obj.spec);
+      break;
+    case 'apps/replicasets':
+      if (obj.spec) obj.spec.replicas ??= 1;
+      if (obj.spec?.template?.spec) defaultPodSpec(obj.spec.template.spec);
+      break;
+    case 'batch/jobs':
+      if (obj.spec?.template?.spec) defaultPodSpec(obj.spec.template.spec);
+      break;
+    case '/secrets':
+      defaultSecret(obj);
+      break;
+    default:
+      break;
+  }
+}
+
 export function defaultOnCreate(t: ResourceType, obj: K8sObject, ctx: DefaultingContext): void {
   const name = obj.metadata.name;
   switch (`${t.group}/${t.resource}`) {
@@ -124,14 +172,7 @@ export function defaultOnCreate(t: ResourceType, obj: K8sObject, ctx: Defaulting
     case 'apps/deployments':
       validateSelector(t, obj);
       validatePodSpec(t, name, obj.spec?.template?.spec, 'spec.template.spec');
-      obj.spec.replicas ??= 1;
-      obj.spec.strategy ??= {};
-      obj.spec.strategy.type ??= 'RollingUpdate';
-      if (obj.spec.strategy.type === 'RollingUpdate')
-        obj.spec.strategy.rollingUpdate ??= { maxSurge: '25%', maxUnavailable: '25%' };
-      obj.spec.revisionHistoryLimit ??= 10;
-      obj.spec.progressDeadlineSeconds ??= 600;
-      defaultPodSpec(obj.spec.template.spec);
+      defaultDeploymentSpec(obj.spec);
       obj.status ??= {};
       break;
     case 'apps/replicasets':
@@ -189,12 +230,7 @@ export function defaultOnCreate(t: ResourceType, obj: K8sObject, ctx: Defaulting
       obj.status = { phase: 'Active' };
       break;
     case '/secrets':
-      obj.type ??= 'Opaque';
-      if (obj.stringData) {
-        obj.data = { ...(obj.data ?? {}) };
-        for (const [k, v] of Object.entries(obj.stringData)) obj.data[k] = Buffer.from(String(v)).toString('base64');
-        delete obj.stringData;
-      }
+      defaultSecret(obj);
       break;
     case 'apiextensions.k8s.io/customresourcedefinitions': {
       const names = obj.spec?.names ?? {};

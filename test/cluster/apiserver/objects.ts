@@ -2,7 +2,14 @@
 // resourceVersion conflicts, generation, status subresources, finalizers, deletionTimestamp and graceful pod deletion.
 import { ApiError, alreadyExists, badRequest, conflict, notFound, statusSuccess, type K8sObject } from './errors.js';
 import type { Catalog } from './catalog.js';
-import { defaultContainerList, defaultOnCreate, newUid, randomSuffix, validateName } from './defaults.js';
+import {
+  defaultContainerList,
+  defaultOnCreate,
+  defaultOnUpdate,
+  newUid,
+  randomSuffix,
+  validateName,
+} from './defaults.js';
 import { applyPatch, type PatchKind } from './patch.js';
 import { apiVersionOf, storeKey, type ResourceType } from './resources.js';
 import type { Store } from './store.js';
@@ -204,6 +211,7 @@ export class Objects {
       if (storeKey(t) === '/services' && old.spec?.clusterIP && !next.spec?.clusterIP) {
         next.spec = { ...next.spec, clusterIP: old.spec.clusterIP, clusterIPs: old.spec.clusterIPs };
       }
+      defaultOnUpdate(t, next);
     }
     this.present(t, next);
     next.metadata.resourceVersion = old.metadata.resourceVersion;
@@ -320,7 +328,9 @@ export class Objects {
   }
 
   private markDeleting(t: ResourceType, next: K8sObject, old: K8sObject, d: DeleteOptions) {
-    if (d.dryRun || sameContent(next, old)) return { object: old, deleted: false };
+    if (sameContent(next, old)) return { object: old, deleted: false };
+    // kube-apiserver answers a dry run with the object as the delete would leave it (deletionTimestamp set).
+    if (d.dryRun) return { object: this.present(t, next), deleted: false };
     return { object: this.present(t, this.store.put(storeKey(t), next)), deleted: false };
   }
 

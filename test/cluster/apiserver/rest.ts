@@ -195,7 +195,7 @@ export async function handleResource(
           `Operation cannot be fulfilled on pods/binding "${name}": pod ${name} is already assigned to node ` +
             `"${pod.spec.nodeName}"`,
         );
-      objects.update(t, ns, name, { ...pod, spec: { ...pod.spec, nodeName: body.target?.name } });
+      objects.update(t, ns, name, { ...pod, spec: { ...pod.spec, nodeName: body.target?.name } }, { dryRun });
     } else {
       objects.delete(t, ns, name, deleteOptions(q, body.deleteOptions));
     }

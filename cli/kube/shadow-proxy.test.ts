@@ -1,0 +1,444 @@
+// The shadow API proxy against the stand-in API server (real HTTPS, real sockets): reads and watches pass and stream,
+// writes are dry runs that store nothing and are reported with the object before and after, Leases are answered from
+// memory so that the echo-controller's leader election wins beside a real holder, and kubectl works through it.
+import { execFile, spawn } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { Agent, createServer, request } from 'node:https';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import {
+  AuthorizationV1Api,
+  CoordinationV1Api,
+  CoreV1Api,
+  KubeConfig,
+  PatchStrategy,
+  V1MicroTime,
+  Watch,
+  setHeaderOptions,
+  type V1ConfigMap,
+} from '@kubernetes/client-node';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import WebSocket, { WebSocketServer } from 'ws';
+import { becomeLeader } from '../../examples/echo-controller/src/leader.js';
+import { startCluster, type ClusterHandle } from '../../test/cluster/index.js';
+import { startRoutedApiServer } from '../../test/helpers/stalled-api.js';
+import { expectStatus, waitFor } from '../../test/cluster/apiserver/testing.js';
+import { shadowKubeconfig } from '../services/shadow.js';
+import { makeSessionCert } from '../session/cert.js';
+import { isReview, startShadowProxy, parseApiPath, type ShadowProxy, type ShadowWrite } from './shadow-proxy.js';
+
+const run = promisify(execFile);
+/** The newest kubectl installed beside the one on the PATH (docs/testing.md). */
+const KUBECTL = '/usr/lib/google-cloud-sdk/bin/kubectl.1.33';
+const namespace = 'default';
+
+let cluster: ClusterHandle;
+let proxy: ShadowProxy;
+let dir: string;
+let shadowConfigPath: string;
+/** Clients straight to the stand-in (the truth) and through the proxy (what the shadowed command sees). */
+let real: CoreV1Api;
+let shadowKc: KubeConfig;
+let shadow: CoreV1Api;
+const writes: ShadowWrite[] = [];
+
+/** The store's resourceVersion: it moves on every stored write, and only then. */
+const storeVersion = async (): Promise<string | undefined> =>
+  (await real.listNamespacedConfigMap({ namespace })).metadata?.resourceVersion;
+
+beforeAll(async () => {
+  cluster = await startCluster({ kubelet: false });
+  const kc = new KubeConfig();
+  kc.loadFromFile(cluster.kubeconfigPath);
+  real = kc.makeApiClient(CoreV1Api);
+  proxy = await startShadowProxy({ kc, onWrite: (w) => writes.push(w) });
+  dir = mkdtempSync(join(tmpdir(), 'devop-shadow-test-'));
+  shadowConfigPath = join(dir, 'kubeconfig');
+  writeFileSync(shadowConfigPath, shadowKubeconfig(proxy, namespace));
+  shadowKc = new KubeConfig();
+  shadowKc.loadFromFile(shadowConfigPath);
+  shadow = shadowKc.makeApiClient(CoreV1Api);
+});
+
+afterAll(async () => {
+  await proxy?.close();
+  await cluster?.stop();
+  if (dir) rmSync(dir, { recursive: true, force: true });
+});
+
+describe('shadow API proxy', () => {
+  it('parses resource paths: namespaced, cluster-scoped, subresources, a namespace and its status', () => {
+    expect(parseApiPath('/apis/apps/v1/namespaces/ns/deployments/web/scale')).toEqual({
+      group: 'apps',
+      version: 'v1',
+      namespace: 'ns',
+      resource: 'deployments',
+      name: 'web',
+      subresource: 'scale',
+    });
+    expect(parseApiPath('/api/v1/nodes/n1')).toMatchObject({ group: '', resource: 'nodes', name: 'n1' });
+    expect(parseApiPath('/api/v1/namespaces/ns')).toMatchObject({ resource: 'namespaces', name: 'ns' });
+    expect(parseApiPath('/api/v1/namespaces/ns/status')).toMatchObject({
+      resource: 'namespaces',
+      name: 'ns',
+      subresource: 'status',
+    });
+    expect(parseApiPath('/version')).toBeUndefined();
+    // Only the built-in review kinds pass without dryRun; a custom resource named *reviews is stored, so it is not one
+    expect(isReview(parseApiPath('/apis/authorization.k8s.io/v1/selfsubjectaccessreviews'))).toBe(true);
+    expect(isReview(parseApiPath('/apis/authentication.k8s.io/v1/tokenreviews'))).toBe(true);
+    expect(isReview(parseApiPath('/apis/example.com/v1/namespaces/ns/codereviews'))).toBe(false);
+  });
+
+  it('lets only the holder of its token in', async () => {
+    const status = (headers: Record<string, string>) =>
+      new Promise<number | undefined>((resolve, reject) => {
+        const req = request(`${proxy.url}/api/v1/namespaces`, { ca: proxy.caPem, headers }, (res) => {
+          res.resume();
+          resolve(res.statusCode);
+        });
+        req.on('error', reject);
+        req.end();
+      });
+    expect(await status({})).toBe(401);
+    expect(await status({ authorization: 'Bearer nope' })).toBe(401);
+    expect(await status({ authorization: `Bearer ${proxy.token}` })).toBe(200);
+  });
+
+  it('passes reads with the user credentials and streams a watch as events happen', async () => {
+    // Given a ConfigMap in the cluster
+    await real.createNamespacedConfigMap({ namespace, body: { metadata: { name: 'seen' }, data: { a: '1' } } });
+    // Then a read through the proxy sees it
+    expect((await shadow.readNamespacedConfigMap({ name: 'seen', namespace })).data).toEqual({ a: '1' });
+    // And a watch through the proxy gets an event for an object created afterwards, while the watch stays open
+    const events: string[] = [];
+    const watch = await new Watch(shadowKc).watch(
+      `/api/v1/namespaces/${namespace}/configmaps`,
+      { resourceVersion: await storeVersion() },
+      (type, obj: V1ConfigMap) => events.push(`${type} ${obj.metadata?.name}`),
+      () => undefined,
+    );
+    try {
+      await real.createNamespacedConfigMap({ namespace, body: { metadata: { name: 'later' } } });
+      await waitFor('the watch event through the proxy', () => events.includes('ADDED later'), 10_000);
+    } finally {
+      watch.abort();
+    }
+  });
+
+  it('keeps HTTP/1.1 connections alive across requests', async () => {
+    const agent = new Agent({ keepAlive: true, maxSockets: 1, ca: proxy.caPem });
+    const get = () =>
+      new Promise<boolean>((resolve, reject) => {
+        const req = request(
+          `${proxy.url}/api/v1/namespaces/${namespace}/configmaps`,
+          { agent, headers: { authorization: `Bearer ${proxy.token}` } },
+          (res) => {
+            res.resume();
+            res.on('end', () => resolve(req.reusedSocket));
+          },
+        );
+        req.on('error', reject);
+        req.end();
+      });
+    try {
+      const reused = [await get(), await get(), await get()];
+      expect(reused).toEqual([false, true, true]);
+    } finally {
+      agent.destroy();
+    }
+  });
+
+  it('sends writes as dry runs: the answer is the would-be object, the cluster keeps what it had', async () => {
+    // Given a ConfigMap in the cluster and the store's version
+    await real.createNamespacedConfigMap({ namespace, body: { metadata: { name: 'kept' }, data: { n: '1' } } });
+    const version = await storeVersion();
+    writes.length = 0;
+
+    // When the shadowed client creates, patches, replaces and deletes
+    const created = await shadow.createNamespacedConfigMap({
+      namespace,
+      body: { metadata: { name: 'made' }, data: { x: 'y' } },
+    });
+    const patched = await shadow.patchNamespacedConfigMap(
+      { name: 'kept', namespace, body: { data: { n: '2' } } },
+      setHeaderOptions('Content-Type', PatchStrategy.MergePatch),
+    );
+    const current = await shadow.readNamespacedConfigMap({ name: 'kept', namespace });
+    await shadow.replaceNamespacedConfigMap({ name: 'kept', namespace, body: { ...current, data: { n: '3' } } });
+    await shadow.deleteNamespacedConfigMap({ name: 'kept', namespace });
+
+    // Then it got the answers a real write gets
+    expect(created.metadata?.uid).toBeTruthy();
+    expect(patched.data).toEqual({ n: '2' });
+    // And nothing was stored: no new object, the old one as it was, the store's version unmoved
+    expect((await expectStatus(real.readNamespacedConfigMap({ name: 'made', namespace }))).code).toBe(404);
+    expect((await real.readNamespacedConfigMap({ name: 'kept', namespace })).data).toEqual({ n: '1' });
+    expect(await storeVersion()).toBe(version);
+    // And each write was reported with the object before and after
+    expect(writes.map((w) => `${w.verb} ${w.kind} ${w.name} ${w.result} ${w.status}`)).toEqual([
+      'create ConfigMap made dry-run 201',
+      'patch ConfigMap kept dry-run 200',
+      'update ConfigMap kept dry-run 200',
+      'delete ConfigMap kept dry-run 200',
+    ]);
+    expect(writes[0]).toMatchObject({ namespace, before: null, after: { data: { x: 'y' } } });
+    expect(writes[1]).toMatchObject({ before: { data: { n: '1' } }, after: { data: { n: '2' } } });
+    expect(writes[3].after).toBeNull();
+  });
+
+  it('passes access reviews as they are: they only answer', async () => {
+    writes.length = 0;
+    const review = await shadowKc.makeApiClient(AuthorizationV1Api).createSelfSubjectAccessReview({
+      body: { spec: { resourceAttributes: { verb: 'create', resource: 'configmaps', namespace } } },
+    });
+    expect(review.status?.allowed).toBe(true);
+    expect(writes).toEqual([]);
+  });
+
+  it('reports a write the API server refuses, with its message', async () => {
+    writes.length = 0;
+    const refused = await expectStatus(
+      shadow.createNamespacedConfigMap({ namespace, body: { metadata: { name: 'Bad_Name' } } }),
+    );
+    expect(refused.code).toBe(422);
+    expect(writes).toMatchObject([{ verb: 'create', result: 'refused', status: 422 }]);
+    expect(writes[0].message).toContain('Bad_Name');
+  });
+
+  it('answers Leases from memory: the echo-controller leads beside a real holder that keeps its Lease', async () => {
+    // Given a Lease in the cluster, held and just renewed by the real leader
+    const leases = new KubeConfig();
+    leases.loadFromFile(cluster.kubeconfigPath);
+    const coordination = leases.makeApiClient(CoordinationV1Api);
+    const now = new V1MicroTime(Date.now());
+    await coordination.createNamespacedLease({
+      namespace,
+      body: {
+        metadata: { name: 'echo-controller' },
+        spec: { holderIdentity: 'real-leader', leaseDurationSeconds: 15, renewTime: now, acquireTime: now },
+      },
+    });
+    writes.length = 0;
+
+    // When the example's leader election runs through the proxy
+    const shutdown = new AbortController();
+    const leadership = await becomeLeader({
+      kubeConfig: shadowKc,
+      namespace,
+      name: 'echo-controller',
+      identity: 'shadow',
+      retryPeriodMs: 100,
+      signal: shutdown.signal,
+    });
+    // Then it leads at once and keeps leading through renewals
+    await new Promise((r) => setTimeout(r, 500));
+    const lost = await Promise.race([leadership.lost.then(() => true), Promise.resolve(false)]);
+    expect(lost).toBe(false);
+    // And the real Lease still names the real leader
+    const realLease = await coordination.readNamespacedLease({ name: 'echo-controller', namespace });
+    expect(realLease.spec?.holderIdentity).toBe('real-leader');
+    // And the shadow's reads see its own Lease
+    const shadowLeases = shadowKc.makeApiClient(CoordinationV1Api);
+    const seen = await shadowLeases.readNamespacedLease({ name: 'echo-controller', namespace });
+    expect(seen.spec?.holderIdentity).toBe('shadow');
+    // And a stale update conflicts, as it would in the cluster (client-go's optimistic locking)
+    const stale = await expectStatus(
+      shadowLeases.replaceNamespacedLease({
+        name: 'echo-controller',
+        namespace,
+        body: { ...seen, metadata: { ...seen.metadata, resourceVersion: '0' } },
+      }),
+    );
+    expect(stale.code).toBe(409);
+    // And the acquisition was one row (renewals are not), the release another
+    await leadership.release();
+    shutdown.abort();
+    expect(writes.map((w) => `${w.verb} ${w.kind} ${w.name} ${w.result}`)).toEqual([
+      'create Lease echo-controller in memory',
+      'update Lease echo-controller in memory',
+    ]);
+  });
+
+  it('serves kubectl: get shows the cluster, apply is a dry run', async () => {
+    await real.createNamespacedConfigMap({ namespace, body: { metadata: { name: 'for-kubectl' } } });
+    const kubectl = (...args: string[]) =>
+      run(KUBECTL, args, { env: { ...process.env, KUBECONFIG: shadowConfigPath, HOME: dir }, timeout: 60_000 });
+    const got = await kubectl('get', 'configmaps', '-n', namespace);
+    expect(got.stdout).toMatch(/^for-kubectl\s/m);
+    const version = await storeVersion();
+    writes.length = 0;
+    const file = join(dir, 'applied.yaml');
+    writeFileSync(file, 'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: applied\ndata:\n  k: v\n');
+    const applied = await kubectl('apply', '-f', file);
+    expect(applied.stdout).toContain('configmap/applied created');
+    expect((await expectStatus(real.readNamespacedConfigMap({ name: 'applied', namespace }))).code).toBe(404);
+    expect(await storeVersion()).toBe(version);
+    expect(writes).toMatchObject([{ verb: 'create', kind: 'ConfigMap', name: 'applied', result: 'dry-run' }]);
+  }, 120_000);
+
+  it('refuses pods/exec and pods/attach, upgraded or not: they would run a command in the cluster', async () => {
+    const ask = (path: string, headers: Record<string, string>, method = 'GET') =>
+      new Promise<{ status?: number; body: string }>((resolve, reject) => {
+        const req = request(
+          `${proxy.url}${path}`,
+          { method, ca: proxy.caPem, headers: { authorization: `Bearer ${proxy.token}`, ...headers } },
+          (res) => {
+            let body = '';
+            res.on('data', (d: Buffer) => (body += d.toString()));
+            res.on('end', () => resolve({ status: res.statusCode, body }));
+          },
+        );
+        req.on('error', reject);
+        req.end();
+      });
+    const upgraded = await ask(`/api/v1/namespaces/${namespace}/pods/p/exec?command=ls`, {
+      connection: 'Upgrade',
+      upgrade: 'websocket',
+      'sec-websocket-version': '13',
+      'sec-websocket-key': 'dGhlIHNhbXBsZSBub25jZQ==',
+    });
+    expect(upgraded.status).toBe(403);
+    expect(JSON.parse(upgraded.body).message).toContain('does not forward pods/exec');
+    const posted = await ask(`/api/v1/namespaces/${namespace}/pods/p/attach`, {}, 'POST');
+    expect(posted.status).toBe(403);
+  });
+
+  it('ends the upstream watch when the watching client goes away', async () => {
+    // Given an API server whose watch never ends, and a proxy in front of it
+    let upstreamClosed!: () => void;
+    const closed = new Promise<void>((resolve) => (upstreamClosed = resolve));
+    const api = await startRoutedApiServer((req, res) => {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.write('{"type":"ADDED","object":{"kind":"ConfigMap","metadata":{"name":"a","resourceVersion":"1"}}}\n');
+      req.socket.on('close', () => upstreamClosed());
+    });
+    const kc = new KubeConfig();
+    kc.loadFromFile(api.kubeconfigPath);
+    const front = await startShadowProxy({ kc, onWrite: () => undefined });
+    try {
+      // When a client watches through the proxy, gets the first event, and goes away
+      const first = await new Promise<string>((resolve, reject) => {
+        const req = request(
+          `${front.url}/api/v1/namespaces/${namespace}/configmaps?watch=true`,
+          { ca: front.caPem, headers: { authorization: `Bearer ${front.token}` } },
+          (res) =>
+            res.once('data', (d: Buffer) => {
+              resolve(d.toString());
+              req.destroy();
+            }),
+        );
+        req.on('error', reject);
+        req.end();
+      });
+      expect(first).toContain('"ADDED"');
+      // Then the proxy's upstream connection closes too (keep-alive would otherwise hold the watch open for good)
+      await Promise.race([
+        closed,
+        new Promise((_, reject) => setTimeout(() => reject(new Error('the upstream watch stayed open')), 5_000)),
+      ]);
+    } finally {
+      await front.close();
+      await api.close();
+    }
+  });
+
+  it('carries WebSocket upgrades (port-forward) with the user credentials, and says no to SPDY', async () => {
+    // Given an API server that answers WebSockets by echoing, and sees the credentials
+    const cert = makeSessionCert('devop shadow API proxy');
+    const upstream = createServer(cert);
+    const sockets = new WebSocketServer({ server: upstream });
+    const seen: (string | undefined)[] = [];
+    sockets.on('connection', (socket, req) => {
+      seen.push(req.headers.authorization);
+      socket.on('message', (data) => socket.send(`echo ${data.toString()}`));
+    });
+    await new Promise<void>((resolve) => upstream.listen(0, '127.0.0.1', resolve));
+    const port = (upstream.address() as { port: number }).port;
+    const kc = new KubeConfig();
+    kc.loadFromString(
+      shadowKubeconfig({ url: `https://127.0.0.1:${port}`, token: 'upstream-token', caPem: cert.cert }, namespace),
+    );
+    const front = await startShadowProxy({ kc, onWrite: () => undefined });
+    try {
+      // When a client opens a WebSocket through the proxy
+      const path = `/api/v1/namespaces/${namespace}/pods/p/portforward?ports=80`;
+      const client = new WebSocket(`wss://127.0.0.1:${front.port}${path}`, {
+        ca: front.caPem,
+        headers: { authorization: `Bearer ${front.token}` },
+      });
+      const answer = await new Promise<string>((resolve, reject) => {
+        client.on('open', () => client.send('hi'));
+        client.on('message', (data) => resolve(data.toString()));
+        client.on('error', reject);
+      });
+      client.close();
+      // Then the bytes go both ways and upstream saw the user's token, not the proxy's
+      expect(answer).toBe('echo hi');
+      expect(seen).toEqual(['Bearer upstream-token']);
+      // And a SPDY upgrade gets a Status that says why
+      const spdy = await new Promise<number | undefined>((resolve, reject) => {
+        const req = request(`${front.url}${path}`, {
+          method: 'POST',
+          ca: front.caPem,
+          headers: { authorization: `Bearer ${front.token}`, connection: 'Upgrade', upgrade: 'SPDY/3.1' },
+        });
+        req.on('response', (res) => resolve(res.statusCode));
+        req.on('error', reject);
+        req.end();
+      });
+      expect(spdy).toBe(400);
+    } finally {
+      await front.close();
+      sockets.close();
+      upstream.closeAllConnections();
+      await new Promise((resolve) => upstream.close(resolve));
+    }
+  });
+
+  it('works in front of a plain http:// server too (kubectl proxy)', async () => {
+    // Given kubectl proxy in front of the stand-in, and a kubeconfig that names it
+    const kubectlProxy = spawn(KUBECTL, ['proxy', '--port=0'], {
+      env: { ...process.env, KUBECONFIG: cluster.kubeconfigPath, HOME: dir },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    try {
+      const port = await new Promise<string>((resolve, reject) => {
+        let out = '';
+        kubectlProxy.stdout!.on('data', (d: Buffer) => {
+          out += d.toString();
+          const m = /Starting to serve on 127\.0\.0\.1:(\d+)/.exec(out);
+          if (m) resolve(m[1]);
+        });
+        kubectlProxy.once('exit', (code) => reject(new Error(`kubectl proxy exited ${code}`)));
+      });
+      const kc = new KubeConfig();
+      kc.loadFromOptions({
+        clusters: [{ name: 'p', server: `http://127.0.0.1:${port}`, skipTLSVerify: false }],
+        users: [{ name: 'u' }],
+        contexts: [{ name: 'c', cluster: 'p', user: 'u' }],
+        currentContext: 'c',
+      });
+      const seen: ShadowWrite[] = [];
+      const front = await startShadowProxy({ kc, onWrite: (w) => seen.push(w) });
+      try {
+        // When a client reads and writes through the shadow proxy
+        const client = new KubeConfig();
+        client.loadFromString(shadowKubeconfig(front, namespace));
+        const api = client.makeApiClient(CoreV1Api);
+        expect((await api.listNamespacedConfigMap({ namespace })).items.length).toBeGreaterThan(0);
+        await api.createNamespacedConfigMap({ namespace, body: { metadata: { name: 'via-kubectl-proxy' } } });
+        // Then the read came from the cluster and the write was a dry run
+        expect((await expectStatus(real.readNamespacedConfigMap({ name: 'via-kubectl-proxy', namespace }))).code).toBe(
+          404,
+        );
+        expect(seen).toMatchObject([{ verb: 'create', name: 'via-kubectl-proxy', result: 'dry-run' }]);
+      } finally {
+        await front.close();
+      }
+    } finally {
+      kubectlProxy.kill('SIGTERM');
+    }
+  }, 60_000);
+});
