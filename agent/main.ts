@@ -14,6 +14,8 @@ import { effectiveCapabilities, requireCapabilities } from './capabilities.js';
 import { createLog } from './log.js';
 import { reenterNetns, watchParent } from './netns.js';
 import { findContainerPid } from './target.js';
+import { GUARD_ARG } from '../shared/replace-contract.js';
+import { runReplaceGuard } from './replace-guard.js';
 
 async function targetPid(config: AgentConfig): Promise<number | undefined> {
   if (config.mode === 'targetless') return undefined;
@@ -29,6 +31,11 @@ async function targetPid(config: AgentConfig): Promise<number | undefined> {
 }
 
 async function main(): Promise<number> {
+  // The image's other program: the guard of a `--replace` session (a Job of its own, no target netns).
+  if (process.argv[2] === GUARD_ARG) {
+    await runReplaceGuard(process.env, createLog('info'));
+    return 0;
+  }
   let config: AgentConfig;
   try {
     config = parseAgentEnv(process.env);
