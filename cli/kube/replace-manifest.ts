@@ -26,7 +26,7 @@ export const WAITER_COMMAND: readonly string[] = [
   `${WAITER_DIR}/busybox`,
   'sh',
   '-c',
-  `trap 'exit 0' TERM INT; while :; do ${WAITER_DIR}/busybox sleep 3600 & wait $!; done`,
+  `trap 'kill $! 2>/dev/null; exit 0' TERM INT; while :; do ${WAITER_DIR}/busybox sleep 3600 & wait $!; done`,
 ];
 /** The guard's service account and Role (one per namespace, shared by every session there). */
 export const GUARD_ACCOUNT = 'devop-replace-guard';
@@ -99,7 +99,7 @@ export function buildCopyPod(input: CopyPodInput): V1Pod {
         {
           name: 'devop-replace-waiter',
           image: input.agentImage,
-          command: [IMAGE_BUSYBOX, 'install', '-m', '0755', IMAGE_BUSYBOX, `${WAITER_DIR}/busybox`],
+          command: [IMAGE_BUSYBOX, 'cp', IMAGE_BUSYBOX, `${WAITER_DIR}/busybox`],
           volumeMounts: [{ name: WAITER_VOLUME, mountPath: WAITER_DIR }],
         },
         ...(spec.initContainers ?? []),

@@ -267,11 +267,16 @@ async function waitReady(core: CoreV1Api, namespace: string, name: string, timeo
     const failed = [...(pod.status?.initContainerStatuses ?? []), ...(pod.status?.containerStatuses ?? [])].find((s) =>
       /ImagePull|ErrImage|CrashLoop|CreateContainer/.test(s.state?.waiting?.reason ?? ''),
     );
-    if (failed || pod.status?.phase === 'Failed')
+    if (failed || pod.status?.phase === 'Failed') {
+      const waiting = failed?.state?.waiting;
+      const why = waiting
+        ? `container ${failed?.name}: ${waiting.reason}${waiting.message ? `: ${waiting.message}` : ''}`
+        : podState(pod);
       throw new UserError(
-        `the copy pod ${name} cannot start: ${podState(pod)}${failed ? ` (container ${failed.name})` : ''}`,
+        `the copy pod ${name} cannot start (${why})`,
         `check its events: kubectl describe pod -n ${namespace} ${name}`,
       );
+    }
     await new Promise((r) => setTimeout(r, COPY_POLL_MS));
   }
   throw new UserError(
