@@ -64,6 +64,7 @@ const FULL = {
   dns: { enabled: false },
   remoteFiles: ['/var/run/secrets/kubernetes.io/serviceaccount/token'],
   allPods: true,
+  replace: true,
 };
 
 describe('parseConfig', () => {
@@ -89,6 +90,7 @@ describe('parseConfig', () => {
       dns: { enabled: true },
       remoteFiles: [],
       allPods: false,
+      replace: false,
     });
   });
 
