@@ -26,7 +26,7 @@ import { buildCopyPod, buildGuardAccess, buildGuardJob } from './replace-manifes
 import { ReplaceLease } from './replace-lease.js';
 import { chooseContainer, isPodReady, podState } from './target.js';
 
-const KINDS: Record<ReplaceKind, { group: string; version: string; plural: string; kind: string }> = {
+export const REPLACE_KINDS: Record<ReplaceKind, { group: string; version: string; plural: string; kind: string }> = {
   deployment: { group: 'apps', version: 'v1', plural: 'deployments', kind: 'Deployment' },
   statefulset: { group: 'apps', version: 'v1', plural: 'statefulsets', kind: 'StatefulSet' },
   rollout: { group: 'argoproj.io', version: 'v1alpha1', plural: 'rollouts', kind: 'Rollout' },
@@ -62,7 +62,7 @@ export function gitOpsOwner(workload: WorkloadObject): string | undefined {
 /** The HPA that scales this workload, if one does. Pure. */
 export function scalingHpa(hpas: Hpa[], kind: ReplaceKind, name: string): string | undefined {
   const hpa = hpas.find(
-    (h) => h.spec?.scaleTargetRef?.kind === KINDS[kind].kind && h.spec.scaleTargetRef.name === name,
+    (h) => h.spec?.scaleTargetRef?.kind === REPLACE_KINDS[kind].kind && h.spec.scaleTargetRef.name === name,
   );
   return hpa?.metadata?.name;
 }
@@ -96,7 +96,7 @@ export interface Replacement {
 export async function startReplace(input: ReplaceInput): Promise<Replacement> {
   const { kc, namespace, kind, name } = input;
   const api = kc.makeApiClient(CustomObjectsApi);
-  const ref = { ...KINDS[kind], namespace, name };
+  const ref = { ...REPLACE_KINDS[kind], namespace, name };
   const what = `${kind}/${name}`;
   const ctx = { action: `read ${what}`, verb: 'get', resource: `${ref.plural}.${ref.group}`, namespace, name };
   const [workload, hpas] = await Promise.all([

@@ -6,8 +6,8 @@ import type { ReplaceKind } from '../../shared/replace-contract.js';
 import type { Reporter } from '../reporter.js';
 import { loadKubeConfig } from '../kube/config.js';
 import { startReplace, type Replacement } from '../kube/replace.js';
-import { clientIdentity, SESSION_DEFAULTS, step } from '../session/connect.js';
-import type { ExecServiceOptions } from './exec.js';
+import { clientIdentity, SESSION_DEFAULTS, step, type SessionOptions } from '../session/connect.js';
+import type { StealMode } from '../../shared/protocol.js';
 
 /** Bad --replace input, one line each; the kind it replaces otherwise. Pure. */
 export function replaceKindOf(options: { target?: string; allPods?: boolean }): ReplaceKind {
@@ -32,12 +32,15 @@ export function replaceKindOf(options: { target?: string; allPods?: boolean }): 
 
 export interface ReplaceStep {
   /** What the session connects to instead of the workload: the copy pod. */
-  session: Pick<ExecServiceOptions, 'kc' | 'namespace' | 'target' | 'allPods'>;
+  session: Pick<SessionOptions, 'kc' | 'namespace' | 'target' | 'allPods'>;
   /** Restores the workload, reporting it as a step. */
   restoreStep(): Promise<void>;
 }
 
-export async function startReplaceStep(options: ExecServiceOptions, reporter: Reporter): Promise<ReplaceStep> {
+export async function startReplaceStep(
+  options: SessionOptions & { mode: StealMode },
+  reporter: Reporter,
+): Promise<ReplaceStep> {
   const kind = replaceKindOf(options);
   const target = parseTarget(options.target ?? '') as { name: string; container?: string };
   const loaded = options.kc ? undefined : loadKubeConfig(options);

@@ -8,7 +8,7 @@ import { REPLACE_ANNOTATIONS, REPLACE_LABELS } from '../../shared/replace-contra
 import { LEASE_DURATION_SECONDS } from '../../cli/kube/steal-lease.js';
 import { requireRoot } from '../helpers/root.js';
 import type { TargetCluster } from '../helpers/target-cluster.js';
-import { type DevopRun, deployEcho, devopExec, startE2ETarget, waitFor, type E2ETarget } from './harness.js';
+import { DevopRun, deployEcho, devopExec, startE2ETarget, waitFor, type E2ETarget } from './harness.js';
 
 requireRoot('e2e replace');
 
@@ -129,6 +129,39 @@ describe('devop exec --replace', () => {
     expect((await replicas('echo')).annotations[REPLACE_ANNOTATIONS.replicas]).toBeUndefined();
     await waitFor('the guard Job gone', async () => ((await guards('echo')).length === 0 ? true : undefined), 10_000);
     console.log(`replicas restored ${restoredMs} ms after SIGKILL (Lease ${LEASE_DURATION_SECONDS} s)`);
+  }, 240_000);
+
+  it('devop clean restores the replicas when devop and its guard are both gone', async () => {
+    await waitFor(
+      'the replicas of echo at 1',
+      async () => ((await replicas('echo')).spec === 1 ? true : undefined),
+      KILL_RESTORE_MS,
+    );
+    // Given a replace whose devop is killed and whose guard Job is deleted before it could restore
+    const run = track(devopExec(cluster, ['-t', 'deploy/echo', '--replace'], PRINT_ENV_AND_WAIT));
+    await run.ready(120_000);
+    run.child.kill('SIGKILL');
+    await run.exited;
+    const [guard] = await guards('echo');
+    await env.kc
+      .makeApiClient(BatchV1Api)
+      .deleteNamespacedJob({ name: guard.metadata!.name!, namespace: env.namespace, propagationPolicy: 'Background' });
+    expect((await replicas('echo')).spec).toBe(0);
+
+    // When devop clean runs while the Lease is still live: the workload is kept as it is
+    const early = track(new DevopRun(['clean', '--kubeconfig', cluster.kubeconfigPath]));
+    expect((await early.exited).code, early.output).toBe(0);
+    expect(early.stdout).toMatch(/kept deployment \S+\/echo: replaced by \S+ \(a session is live\)/);
+    // And once the Lease has expired, devop clean restores the recorded count and removes the copy
+    await new Promise((r) => setTimeout(r, (LEASE_DURATION_SECONDS + 1) * 1000));
+    const clean = track(new DevopRun(['clean', '--kubeconfig', cluster.kubeconfigPath]));
+    expect((await clean.exited).code, clean.output).toBe(0);
+    expect(clean.stdout).toMatch(
+      /restored deployment \S+\/echo: replaced by \S+, whose session ended: back to 1 replicas/,
+    );
+    expect((await replicas('echo')).spec).toBe(1);
+    expect((await replicas('echo')).annotations[REPLACE_ANNOTATIONS.replicas]).toBeUndefined();
+    await waitFor('the copy pod gone', async () => ((await copies('echo')).length === 0 ? true : undefined), 10_000);
   }, 240_000);
 
   it('bad input: a pod target, targetless, or a workload scaled by an HPA — one line each', async () => {
