@@ -33,6 +33,9 @@ async function targetPid(config: AgentConfig): Promise<number | undefined> {
 async function main(): Promise<number> {
   // The image's other program: the guard of a `--replace` session (a Job of its own, no target netns).
   if (process.argv[2] === GUARD_ARG) {
+    // As PID 1 of its container, a signal without a handler is ignored: its Job's deletion (devop restored the
+    // workload itself) would wait for the whole grace period, and the guard could still act meanwhile.
+    for (const signal of ['SIGTERM', 'SIGINT'] as const) process.on(signal, () => process.exit(0));
     await runReplaceGuard(process.env, createLog('info'));
     return 0;
   }

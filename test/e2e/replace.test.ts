@@ -146,6 +146,13 @@ describe('devop exec --replace', () => {
     await env.kc
       .makeApiClient(BatchV1Api)
       .deleteNamespacedJob({ name: guard.metadata!.name!, namespace: env.namespace, propagationPolicy: 'Background' });
+    await waitFor('the guard pod gone', async () => {
+      const pods = await env.core.listNamespacedPod({
+        namespace: env.namespace,
+        labelSelector: `${REPLACE_LABELS.role}=guard`,
+      });
+      return pods.items.length === 0 ? true : undefined;
+    });
     expect((await replicas('echo')).spec).toBe(0);
 
     // When devop clean runs while the Lease is still live: the workload is kept as it is
