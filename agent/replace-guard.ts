@@ -1,7 +1,8 @@
 // `agent guard`: the in-cluster guard of a `devop exec --replace` session. It watches the session's Lease and, once the
 // Lease is gone or has not been renewed for its duration (devop was killed, or the laptop went offline), gives the
 // workload its recorded replica count back, deletes the copy pod and the Lease, then deletes its own Job and exits.
-// It talks to the API server with its service account over plain HTTPS (no client library: the agent bundle stays small).
+// It talks to the API server with its service account over plain HTTPS (no client library: the agent bundle stays
+// small).
 import { readFileSync } from 'node:fs';
 import { request } from 'node:https';
 import { GUARD_ENV, restorePatch, type ReplacedWorkload } from '../shared/replace-contract.js';

@@ -406,8 +406,8 @@ export const OPTIONS = {
     type: 'boolean',
     default: false,
     doc:
-      'Run in place of the target workload (deploy/sts/rollout): a copy of its pod (command replaced by a waiting one) ' +
-      'carries the agent, the workload is scaled to 0, and its replica count is restored when the session ends ' +
+      'Run in place of the target workload (deploy/sts/rollout): a copy of its pod (command replaced by a waiting ' +
+      'one) carries the agent, the workload is scaled to 0, and its replica count is restored when the session ends ' +
       "(by an in-cluster guard if devop dies). With --steal the copy keeps the workload's labels and gets its traffic.",
     group: 'target',
   },

@@ -30,7 +30,7 @@ export const WAITER_COMMAND: readonly string[] = [
 ];
 /** The guard's service account and Role (one per namespace, shared by every session there). */
 export const GUARD_ACCOUNT = 'devop-replace-guard';
-/** Labels the controllers put on a workload's pods: the copy must not carry them, or it would be adopted and deleted. */
+/** Labels controllers put on a workload's pods: the copy must not carry them, or it would be adopted and deleted. */
 const CONTROLLER_LABELS = [
   'pod-template-hash',
   'rollouts-pod-template-hash',

@@ -126,7 +126,7 @@ describe('the guard Job', () => {
 });
 
 describe('the replica count on the workload', () => {
-  it('records the count when scaling to 0, and keeps an earlier record (a session that died before its restore)', () => {
+  it('records the count when scaling to 0, and keeps an earlier record (a session that died before restoring)', () => {
     expect(scaleDownPatch({ spec: { replicas: 3 } }, 'ada@laptop#1', 'copy-1')).toEqual({
       metadata: {
         annotations: {

@@ -117,8 +117,10 @@ export async function startReplace(input: ReplaceInput): Promise<Replacement> {
   const hpa = scalingHpa(hpas.items ?? [], kind, name);
   if (hpa)
     throw new UserError(
-      `${what} is scaled by the HorizontalPodAutoscaler "${hpa}": it would scale the workload up again while it is replaced`,
-      `delete the HPA for the session (kubectl get hpa ${hpa} -o yaml > hpa.yaml; kubectl delete hpa ${hpa}), or run without --replace`,
+      `${what} is scaled by the HorizontalPodAutoscaler "${hpa}": ` +
+        'it would scale the workload up again while it is replaced',
+      `delete the HPA for the session (kubectl get hpa ${hpa} -o yaml > hpa.yaml; kubectl delete hpa ${hpa}), ` +
+        'or run without --replace',
     );
   const gitops = gitOpsOwner(workload);
   if (gitops)

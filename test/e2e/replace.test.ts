@@ -1,7 +1,8 @@
-// `devop exec --replace` end to end on the stand-in: the Deployment goes to 0 while a copy of its pod (a waiter in place of
-// its command) carries the agent and gives the local command its env; the replicas come back when devop stops, and —
-// through the in-cluster guard — when devop is killed with SIGKILL; a second replace of the same workload, and bad
-// input (a pod target, targetless, a workload an HPA scales), are refused with one line.
+// `devop exec --replace` end to end on the stand-in: the Deployment goes to 0 while a copy of its pod (a waiter in
+// place of its command) carries the agent and gives the local command its env; the replicas come back when devop
+// stops, through the in-cluster guard when devop is killed with SIGKILL, and through `devop clean` when both are gone;
+// a second replace of the same workload, and bad input (a pod target, targetless, a workload an HPA scales), are
+// refused with one line.
 import { BatchV1Api, CustomObjectsApi } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { REPLACE_ANNOTATIONS, REPLACE_LABELS } from '../../shared/replace-contract.js';
@@ -94,7 +95,7 @@ describe('devop exec --replace', () => {
     expect(await guards('echo')).toEqual([]);
   }, 240_000);
 
-  it('after kill -9 of devop the guard restores the replicas within the Lease expiry + 10 s and deletes the copy', async () => {
+  it('kill -9 of devop: the guard restores the replicas within Lease expiry + 10 s, the copy goes', async () => {
     await waitFor(
       'a Ready pod of echo again',
       async () => {

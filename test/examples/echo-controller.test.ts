@@ -1,8 +1,9 @@
 // The echo-controller walkthrough (docs/walkthrough.md) end to end on the stand-in (or a real cluster:
 // test/helpers/target-cluster.ts): the controller runs in the cluster (two replicas, one leading), then locally under
-// `devop exec -t deploy/echo-controller --replace` (the cluster's replicas go to 0 meanwhile), where it turns an Echo into
-// a Deployment with Ready pods, follows changes, recreates what is deleted, honours its finalizer; when devop stops the
-// replicas come back and take the lease — and after a kill -9 of devop, the in-cluster guard brings them back.
+// `devop exec -t deploy/echo-controller --replace` (the cluster's replicas go to 0 meanwhile), where it turns an Echo
+// into a Deployment with Ready pods, follows changes, recreates what is deleted, honours its finalizer; when devop
+// stops the replicas come back and take the lease — and after a kill -9 of devop, the in-cluster guard brings them
+// back.
 import { KubeConfig, Watch } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { requireRoot } from '../helpers/root.js';
