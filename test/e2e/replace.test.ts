@@ -9,7 +9,19 @@ import { REPLACE_ANNOTATIONS, REPLACE_LABELS } from '../../shared/replace-contra
 import { LEASE_DURATION_SECONDS } from '../../cli/kube/steal-lease.js';
 import { requireRoot } from '../helpers/root.js';
 import type { TargetCluster } from '../helpers/target-cluster.js';
-import { DevopRun, deployEcho, devopExec, startE2ETarget, waitFor, type E2ETarget } from './harness.js';
+import {
+  DevopRun,
+  LOCAL_SERVER_COMMAND,
+  deployEcho,
+  devopExec,
+  freePort,
+  seenRequests,
+  startE2ETarget,
+  startPodClient,
+  waitFor,
+  type E2ETarget,
+  type PodClient,
+} from './harness.js';
 
 requireRoot('e2e replace');
 
@@ -25,6 +37,7 @@ function failure(run: DevopRun): string {
 describe('devop exec --replace', () => {
   let cluster: TargetCluster;
   let env: E2ETarget;
+  let client: PodClient;
   const runs: DevopRun[] = [];
   const track = (run: DevopRun): DevopRun => {
     runs.push(run);
@@ -52,11 +65,12 @@ describe('devop exec --replace', () => {
   beforeAll(async () => {
     env = await startE2ETarget('e2e-replace');
     cluster = env.cluster;
-    await deployEcho(env, 'echo');
+    [, client] = await Promise.all([deployEcho(env, 'echo'), startPodClient(env)]);
   }, 120_000);
 
   afterAll(async () => {
     await Promise.all(runs.map((r) => r.dispose()));
+    client?.close();
     await cluster?.stop();
   });
 
@@ -106,14 +120,24 @@ describe('devop exec --replace', () => {
       },
       120_000,
     );
-    // Given a replace with --steal (the copy keeps the workload's labels)
+    // Given a replace with --steal: the copy keeps the workload's labels and its port goes to the local server
+    const local = await freePort();
     const run = track(
-      devopExec(cluster, ['-t', 'deploy/echo', '--replace', '--steal', '-p', '8080'], PRINT_ENV_AND_WAIT),
+      devopExec(
+        cluster,
+        ['-t', 'deploy/echo', '--replace', '--steal', '-p', `8080:${local}`],
+        [...LOCAL_SERVER_COMMAND],
+        {
+          env: { LOCAL_PORT: String(local) },
+        },
+      ),
     );
-    await run.waitForStderr(/replace deployment\/echo/, 120_000);
-    await waitFor('the copy pod', async () => ((await copies('echo')).length > 0 ? true : undefined), 120_000);
-    expect((await copies('echo'))[0].metadata?.labels?.app).toBe('echo');
+    await run.ready(120_000);
+    const [copy] = await copies('echo');
+    expect(copy.metadata?.labels?.app).toBe('echo');
     expect((await replicas('echo')).spec).toBe(0);
+    expect(await client.who(copy.status!.podIP!, 8080, '/to-the-copy')).toBe('local');
+    expect(seenRequests(run).map((r) => r.path)).toContain('/to-the-copy');
     // When devop is killed with SIGKILL (its local command with it: it runs in devop's process group's care)
     run.child.kill('SIGKILL');
     await run.exited;
