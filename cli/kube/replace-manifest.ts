@@ -28,6 +28,17 @@ export const WAITER_COMMAND: readonly string[] = [
   '-c',
   `trap 'kill $! 2>/dev/null; exit 0' TERM INT; while :; do ${WAITER_DIR}/busybox sleep 3600 & wait $!; done`,
 ];
+/** The init container's user: nobody in particular (distroless images' "nonroot"). */
+const WAITER_USER = 65532;
+const WAITER_SECURITY = {
+  runAsUser: WAITER_USER,
+  runAsGroup: WAITER_USER,
+  runAsNonRoot: true,
+  allowPrivilegeEscalation: false,
+  readOnlyRootFilesystem: true,
+  capabilities: { drop: ['ALL'] },
+  seccompProfile: { type: 'RuntimeDefault' },
+};
 /** The guard's service account and Role (one per namespace, shared by every session there). */
 export const GUARD_ACCOUNT = 'devop-replace-guard';
 /** Labels controllers put on a workload's pods: the copy must not carry them, or it would be adopted and deleted. */
@@ -101,6 +112,8 @@ export function buildCopyPod(input: CopyPodInput): V1Pod {
           image: input.agentImage,
           command: [IMAGE_BUSYBOX, 'cp', IMAGE_BUSYBOX, `${WAITER_DIR}/busybox`],
           volumeMounts: [{ name: WAITER_VOLUME, mountPath: WAITER_DIR }],
+          // Not root, no privileges: admitted under a template's runAsNonRoot and the restricted Pod Security level.
+          securityContext: WAITER_SECURITY,
         },
         ...(spec.initContainers ?? []),
       ],
@@ -168,10 +181,8 @@ export function buildGuardJob(input: GuardJobInput): V1Job {
                 name: GUARD_ENV[key as keyof typeof GUARD_ENV],
                 value,
               })),
-              securityContext: {
-                allowPrivilegeEscalation: false,
-                capabilities: { drop: ['ALL'] },
-              },
+              // It only talks to the API server: the same unprivileged user as the waiter's copy.
+              securityContext: WAITER_SECURITY,
             },
           ],
         },

@@ -73,6 +73,7 @@ describe('the copy pod', () => {
     expect(pod.spec!.initContainers![0]).toMatchObject({
       image: 'ghcr.io/devop/agent:1',
       command: ['/opt/devop/busybox', 'cp', '/opt/devop/busybox', '/devop-replace/busybox'],
+      securityContext: { runAsNonRoot: true, runAsUser: 65532, allowPrivilegeEscalation: false },
     });
     expect(pod.spec!.volumes).toEqual([
       { name: 'config', configMap: { name: 'api' } },
@@ -113,6 +114,7 @@ describe('the guard Job', () => {
       image: 'ghcr.io/devop/agent:1',
       command: ['/bin/sh', '/opt/devop/entry.sh'],
       args: ['guard'],
+      securityContext: { runAsNonRoot: true, runAsUser: 65532, capabilities: { drop: ['ALL'] } },
     });
     expect(Object.fromEntries(pod.containers[0].env!.map((e) => [e.name, e.value]))).toEqual({
       [GUARD_ENV.namespace]: 'ns',
