@@ -21,6 +21,7 @@ import {
   type ReplaceKind,
   type ReplacedWorkload,
 } from '../../shared/replace-contract.js';
+import { assertAccess, type AccessCheck } from './access.js';
 import { apiCall, apiErrorCode, mapApiError } from './errors.js';
 import { buildCopyPod, buildGuardAccess, buildGuardJob } from './replace-manifest.js';
 import { ReplaceLease } from './replace-lease.js';
@@ -67,6 +68,24 @@ export function scalingHpa(hpas: Hpa[], kind: ReplaceKind, name: string): string
   return hpa?.metadata?.name;
 }
 
+/** What a replace needs beside a session's own rights: the workload, the copy, the lock, the guard and its access. */
+export function replaceAccessChecks(namespace: string, kind: ReplaceKind): AccessCheck[] {
+  const { group, plural } = REPLACE_KINDS[kind];
+  const check = (verb: string, g: string, resource: string): AccessCheck => ({ verb, group: g, resource, namespace });
+  return [
+    check('get', group, plural),
+    check('patch', group, plural),
+    check('create', '', 'pods'),
+    check('delete', '', 'pods'),
+    check('create', 'coordination.k8s.io', 'leases'),
+    check('update', 'coordination.k8s.io', 'leases'),
+    check('create', 'batch', 'jobs'),
+    check('create', '', 'serviceaccounts'),
+    check('create', 'rbac.authorization.k8s.io', 'roles'),
+    check('create', 'rbac.authorization.k8s.io', 'rolebindings'),
+  ];
+}
+
 export interface ReplaceInput {
   kc: KubeConfig;
   namespace: string;
@@ -99,7 +118,13 @@ export async function startReplace(input: ReplaceInput): Promise<Replacement> {
   const ref = { ...REPLACE_KINDS[kind], namespace, name };
   const what = `${kind}/${name}`;
   const ctx = { action: `read ${what}`, verb: 'get', resource: `${ref.plural}.${ref.group}`, namespace, name };
-  const [workload, hpas] = await Promise.all([
+  // The RBAC preflight runs beside the reads: a denial is named in one line before anything is changed.
+  const access = assertAccess(
+    kc,
+    replaceAccessChecks(namespace, kind),
+    kc.getCurrentUser()?.name ?? 'the current user',
+  );
+  const reads = Promise.all([
     apiCall(ctx, () => api.getNamespacedCustomObject(ref) as Promise<WorkloadObject>),
     (
       api.listNamespacedCustomObject({
@@ -114,6 +139,10 @@ export async function startReplace(input: ReplaceInput): Promise<Replacement> {
       throw mapApiError(err, { ...ctx, action: 'list the HPAs', verb: 'list', resource: 'horizontalpodautoscalers' });
     }),
   ]);
+  const [allowed, read] = await Promise.allSettled([access, reads]);
+  if (allowed.status === 'rejected') throw allowed.reason;
+  if (read.status === 'rejected') throw read.reason;
+  const [workload, hpas] = read.value;
   const hpa = scalingHpa(hpas.items ?? [], kind, name);
   if (hpa)
     throw new UserError(

@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { REPLACE_ANNOTATIONS, REPLACE_LABELS } from '../../shared/replace-contract.js';
 import { LEASE_DURATION_SECONDS } from '../../cli/kube/steal-lease.js';
 import { requireRoot } from '../helpers/root.js';
-import type { TargetCluster } from '../helpers/target-cluster.js';
+import { standinOnly, type TargetCluster } from '../helpers/target-cluster.js';
 import {
   DevopRun,
   LOCAL_SERVER_COMMAND,
@@ -226,4 +226,17 @@ describe('devop exec --replace', () => {
     // And nothing was scaled
     expect((await replicas('echo')).spec).toBe(1);
   }, 120_000);
+
+  standinOnly("the restricted user is the stand-in's")(
+    'a user who may not scale the workload or start the guard is told what is missing, before anything changes',
+    async () => {
+      const restricted = cluster.standin!.restrictedKubeconfigPath;
+      const run = track(devopExec(cluster, ['-t', 'deploy/echo', '--replace'], ['true'], { kubeconfig: restricted }));
+      expect((await run.exited).code, run.output).toBe(1);
+      expect(failure(run)).toMatch(
+        /^devop: RBAC: devop-restricted may not get deployments\.apps, patch deployments\.apps, create pods, .*create roles\.rbac\.authorization\.k8s\.io.* — fix: /,
+      );
+      expect((await replicas('echo')).spec).toBe(1);
+    },
+  );
 });
