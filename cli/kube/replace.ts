@@ -15,6 +15,7 @@ import {
 import { UserError } from '../../shared/errors.js';
 import {
   REPLACE_ANNOTATIONS,
+  REPLACE_LABELS,
   restorePatch,
   scaleDownPatch,
   workloadApiPath,
@@ -32,8 +33,8 @@ export const REPLACE_KINDS: Record<ReplaceKind, { group: string; version: string
   statefulset: { group: 'apps', version: 'v1', plural: 'statefulsets', kind: 'StatefulSet' },
   rollout: { group: 'argoproj.io', version: 'v1alpha1', plural: 'rollouts', kind: 'Rollout' },
 };
-/** Between reads of the copy pod while it starts. */
-const COPY_POLL_MS = 500;
+/** Between reads of the guard's and the copy's pod while they start. */
+const POD_POLL_MS = 500;
 /** A workload annotated so says its GitOps sync is paused for the session: --replace may scale it. */
 export const GITOPS_PAUSED_ANNOTATION = 'devop.dev/gitops-paused';
 
@@ -176,6 +177,7 @@ export async function startReplace(input: ReplaceInput): Promise<Replacement> {
   const core = kc.makeApiClient(CoreV1Api);
   const batch = kc.makeApiClient(BatchV1Api);
   let restored = false;
+  let originalReplicas = 0;
   const restore = async (): Promise<void> => {
     if (restored) return;
     restored = true;
@@ -211,16 +213,9 @@ export async function startReplace(input: ReplaceInput): Promise<Replacement> {
       agentImage: input.agentImage,
       owner,
     });
-    // The guard runs before anything is scaled: from here on a dead devop is undone in the cluster.
     await apiCall(
       { action: 'create the guard Job', verb: 'create', resource: 'jobs.batch', namespace, name: guardJob },
       () => batch.createNamespacedJob({ namespace, body: job }),
-    );
-    await apiCall({ action: `scale ${what} to 0`, verb: 'patch', resource: ctx.resource, namespace, name }, () =>
-      api.patchNamespacedCustomObject(
-        { ...ref, body: scaleDownPatch(workload, identity, copyPod) },
-        setHeaderOptions('Content-Type', PatchStrategy.MergePatch),
-      ),
     );
     const body = buildCopyPod({
       name: copyPod,
@@ -232,18 +227,63 @@ export async function startReplace(input: ReplaceInput): Promise<Replacement> {
       agentImage: input.agentImage,
       owner,
     });
+    // The copy starts while devop waits for the guard: nothing is scaled before both run.
     await apiCall({ action: 'create the copy pod', verb: 'create', resource: 'pods', namespace, name: copyPod }, () =>
       core.createNamespacedPod({ namespace, body }),
     );
-    await waitReady(core, namespace, copyPod, input.startupTimeoutMs);
+    // The guard runs before anything is scaled: from here on a dead devop is undone in the cluster.
+    await waitForPod(namespace, {
+      what: `the guard of this session (Job ${guardJob})`,
+      timeoutMs: input.startupTimeoutMs,
+      read: async () =>
+        (
+          await core.listNamespacedPod({
+            namespace,
+            labelSelector: `${REPLACE_LABELS.role}=guard,${REPLACE_LABELS.of}=${name}`,
+          })
+        ).items.find((p) => p.metadata?.ownerReferences?.some((o) => o.name === guardJob)),
+      done: (p) => Boolean(p.status?.containerStatuses?.[0]?.state?.running),
+    });
+    originalReplicas = await apiCall(
+      { action: `scale ${what} to 0`, verb: 'patch', resource: ctx.resource, namespace, name },
+      () => scaleDown(api, ref, identity, copyPod),
+    );
+    await waitForPod(namespace, {
+      what: `the copy pod ${copyPod}`,
+      timeoutMs: input.startupTimeoutMs,
+      read: () => core.readNamespacedPod({ name: copyPod, namespace }),
+      done: isPodReady,
+    });
   } catch (err) {
     await restore();
     throw err;
   }
-  const recorded = Number(
-    workload.metadata?.annotations?.[REPLACE_ANNOTATIONS.replicas] ?? workload.spec?.replicas ?? 1,
-  );
-  return { target: `pod/${copyPod}/container/${container.name}`, copyPod, originalReplicas: recorded, restore };
+  return { target: `pod/${copyPod}/container/${container.name}`, copyPod, originalReplicas, restore };
+}
+
+/**
+ * Scales the workload to 0 with its count recorded, on a fresh read (its status changes all the time: a patch made on
+ * an older read is refused with 409, then read again). Returns the recorded count.
+ */
+async function scaleDown(
+  api: CustomObjectsApi,
+  ref: { group: string; version: string; plural: string; namespace: string; name: string },
+  holder: string,
+  copyPod: string,
+): Promise<number> {
+  for (let attempt = 0; ; attempt++) {
+    const current = (await api.getNamespacedCustomObject(ref)) as WorkloadObject;
+    const patch = scaleDownPatch(current, holder, copyPod) as { metadata: { annotations: Record<string, string> } };
+    try {
+      await api.patchNamespacedCustomObject(
+        { ...ref, body: patch },
+        setHeaderOptions('Content-Type', PatchStrategy.MergePatch),
+      );
+      return Number(patch.metadata.annotations[REPLACE_ANNOTATIONS.replicas]);
+    } catch (err) {
+      if (apiErrorCode(err) !== 409 || attempt >= 4) throw err;
+    }
+  }
 }
 
 /** Applies the restore patch when the workload still carries this session's annotation (re-read on a conflict). */
@@ -289,29 +329,36 @@ async function ensureGuardAccess(kc: KubeConfig, namespace: string): Promise<voi
   );
 }
 
-async function waitReady(core: CoreV1Api, namespace: string, name: string, timeoutMs: number): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
+/** Polls a pod until `done`; fails in one line when one of its containers cannot start, or at the timeout. */
+async function waitForPod(
+  namespace: string,
+  input: { what: string; timeoutMs: number; read: () => Promise<V1Pod | undefined>; done: (pod: V1Pod) => boolean },
+): Promise<void> {
+  const deadline = Date.now() + input.timeoutMs;
   let pod: V1Pod | undefined;
   while (Date.now() < deadline) {
-    pod = await core.readNamespacedPod({ name, namespace });
-    if (isPodReady(pod)) return;
-    const failed = [...(pod.status?.initContainerStatuses ?? []), ...(pod.status?.containerStatuses ?? [])].find((s) =>
+    pod = await input.read();
+    if (pod && input.done(pod)) return;
+    const statuses = [...(pod?.status?.initContainerStatuses ?? []), ...(pod?.status?.containerStatuses ?? [])];
+    const failed = statuses.find((s) =>
       /ImagePull|ErrImage|CrashLoop|CreateContainer/.test(s.state?.waiting?.reason ?? ''),
     );
-    if (failed || pod.status?.phase === 'Failed') {
+    if (pod && (failed || pod.status?.phase === 'Failed')) {
       const waiting = failed?.state?.waiting;
       const why = waiting
         ? `container ${failed?.name}: ${waiting.reason}${waiting.message ? `: ${waiting.message}` : ''}`
         : podState(pod);
       throw new UserError(
-        `the copy pod ${name} cannot start (${why})`,
-        `check its events: kubectl describe pod -n ${namespace} ${name}`,
+        `${input.what} cannot start (${why}): nothing was scaled`,
+        `check its events: kubectl describe pod -n ${namespace} ${pod.metadata?.name}`,
       );
     }
-    await new Promise((r) => setTimeout(r, COPY_POLL_MS));
+    await new Promise((r) => setTimeout(r, POD_POLL_MS));
   }
+  const state = pod ? podState(pod) : 'no pod yet';
   throw new UserError(
-    `the copy pod ${name} is not Ready after ${timeoutMs / 1000} s (${pod ? podState(pod) : 'not found'})`,
-    `check its events (kubectl describe pod -n ${namespace} ${name}) or raise --startup-timeout`,
+    `${input.what} does not run after ${input.timeoutMs / 1000} s (${state})`,
+    `check its events (kubectl describe pod -n ${namespace} ${pod?.metadata?.name ?? ''}) ` +
+      'or raise --startup-timeout',
   );
 }
