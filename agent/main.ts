@@ -14,6 +14,8 @@ import { effectiveCapabilities, requireCapabilities } from './capabilities.js';
 import { createLog } from './log.js';
 import { reenterNetns, watchParent } from './netns.js';
 import { findContainerPid } from './target.js';
+import { GUARD_ARG } from '../shared/replace-contract.js';
+import { runReplaceGuard } from './replace-guard.js';
 
 async function targetPid(config: AgentConfig): Promise<number | undefined> {
   if (config.mode === 'targetless') return undefined;
@@ -29,6 +31,14 @@ async function targetPid(config: AgentConfig): Promise<number | undefined> {
 }
 
 async function main(): Promise<number> {
+  // The image's other program: the guard of a `--replace` session (a Job of its own, no target netns).
+  if (process.argv[2] === GUARD_ARG) {
+    // As PID 1 of its container, a signal without a handler is ignored: its Job's deletion (devop restored the
+    // workload itself) would wait for the whole grace period, and the guard could still act meanwhile.
+    for (const signal of ['SIGTERM', 'SIGINT'] as const) process.on(signal, () => process.exit(0));
+    await runReplaceGuard(process.env, createLog('info'));
+    return 0;
+  }
   let config: AgentConfig;
   try {
     config = parseAgentEnv(process.env);

@@ -431,6 +431,18 @@ export const OPTIONS = {
       'and namespace under $DEVOP_ROOT/var/run/secrets/kubernetes.io/serviceaccount/).',
     group: 'target',
   },
+  replace: {
+    flags: '--replace',
+    help: 'run in place of a deploy/sts/rollout: scale it to 0, run on a copy of its pod, restore it after',
+    key: 'replace',
+    type: 'boolean',
+    default: false,
+    doc:
+      'Run in place of the target workload (deploy/sts/rollout): a copy of its pod (command replaced by a waiting ' +
+      'one) carries the agent, the workload is scaled to 0, and its replica count is restored when the session ends ' +
+      "(by an in-cluster guard if devop dies). With --steal the copy keeps the workload's labels and gets its traffic.",
+    group: 'target',
+  },
   config: {
     flags: '-f, --config <path>',
     help: 'devop.json to read (default: ./devop.json if present)',

@@ -57,6 +57,7 @@ const FULL = {
   remoteFiles: ['/var/run/secrets/kubernetes.io/serviceaccount/token'],
   allPods: true,
   shadow: { enabled: true, inCluster: true },
+  replace: true,
 };
 
 describe('parseConfig', () => {
@@ -83,6 +84,7 @@ describe('parseConfig', () => {
       remoteFiles: [],
       allPods: false,
       shadow: { enabled: false, inCluster: false },
+      replace: false,
     });
   });
 

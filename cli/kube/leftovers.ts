@@ -1,9 +1,11 @@
 // What devop may have left in the cluster, as the API serves it: agent Jobs and pods, the pods they serve (for
-// ephemeral agent containers and gone targets), steal Leases — listed in one namespace or all, and removed one by one.
+// ephemeral agent containers and gone targets), steal Leases, what --replace sessions left (replaced workloads, copy
+// pods, guard Jobs, replace Leases) — listed in one namespace or all, and removed (a workload: restored) one by one.
 import {
   BatchV1Api,
   CoordinationV1Api,
   CoreV1Api,
+  CustomObjectsApi,
   type KubeConfig,
   type V1Job,
   type V1Lease,
@@ -12,8 +14,12 @@ import {
 import { AGENT_LABELS } from '../../shared/agent-contract.js';
 import { apiCall, apiErrorCode } from './errors.js';
 import { LEASE_LABEL, LEASE_LABEL_VALUE } from './steal-lease.js';
+import { REPLACE_ANNOTATIONS, REPLACE_LABELS, type ReplaceKind } from '../../shared/replace-contract.js';
+import { REPLACE_KINDS, restoreReplicas } from './replace.js';
+import { REPLACE_LEASE_LABEL_VALUE } from './replace-lease.js';
 
-export type LeftoverKind = 'job' | 'pod' | 'ephemeral' | 'lease';
+/** workload: a replaced workload whose replicas `devop clean` restores. */
+export type LeftoverKind = 'job' | 'pod' | 'ephemeral' | 'lease' | 'workload';
 
 export interface DevopObjects {
   jobs: V1Job[];
@@ -64,12 +70,86 @@ export async function listDevopObjects(kc: KubeConfig, namespace: string | undef
   return { jobs: jobs.items, agentPods: agentPods.items, pods: pods.items, leases: leases.items };
 }
 
+/** A workload that carries the replace annotations. */
+export interface ReplacedWorkloadItem {
+  kind: ReplaceKind;
+  namespace: string;
+  name: string;
+  annotations: Record<string, string>;
+}
+
+export interface ReplaceObjects {
+  workloads: ReplacedWorkloadItem[];
+  leases: V1Lease[];
+  copies: V1Pod[];
+  guards: V1Job[];
+}
+
 const RESOURCES: Record<LeftoverKind, string> = {
   job: 'jobs.batch',
   pod: 'pods',
   lease: 'leases.coordination.k8s.io',
   ephemeral: 'pods',
+  workload: 'deployments.apps',
 };
+
+/**
+ * What `--replace` sessions left: workloads with the replace annotations (a kind the cluster does not serve has none),
+ * replace Leases, copy pods and guard Jobs.
+ */
+export async function listReplaceObjects(kc: KubeConfig, namespace: string | undefined): Promise<ReplaceObjects> {
+  const custom = kc.makeApiClient(CustomObjectsApi);
+  const core = kc.makeApiClient(CoreV1Api);
+  const batch = kc.makeApiClient(BatchV1Api);
+  const coordination = kc.makeApiClient(CoordinationV1Api);
+  const none = (err: unknown) => {
+    // Not served (no StatefulSets or Rollouts API), or not allowed: nothing of that kind to restore.
+    if (apiErrorCode(err) === 404 || apiErrorCode(err) === 403) return { items: [] };
+    throw err;
+  };
+  type Listed = {
+    items?: { metadata?: { name?: string; namespace?: string; annotations?: Record<string, string> } }[];
+  };
+  const workloads = await Promise.all(
+    (Object.keys(REPLACE_KINDS) as ReplaceKind[]).map(async (kind) => {
+      const { group, version, plural } = REPLACE_KINDS[kind];
+      const list = (await (namespace
+        ? custom.listNamespacedCustomObject({ group, version, plural, namespace })
+        : custom.listClusterCustomObject({ group, version, plural })
+      ).catch(none)) as Listed;
+      return (list.items ?? [])
+        .filter((o) => o.metadata?.annotations?.[REPLACE_ANNOTATIONS.replicas] !== undefined)
+        .map(
+          (o): ReplacedWorkloadItem => ({
+            kind,
+            namespace: o.metadata?.namespace ?? '',
+            name: o.metadata?.name ?? '',
+            annotations: o.metadata?.annotations ?? {},
+          }),
+        );
+    }),
+  );
+  const role = (r: string) => `${REPLACE_LABELS.role}=${r}`;
+  const leaseSelector = `${LEASE_LABEL}=${REPLACE_LEASE_LABEL_VALUE}`;
+  const [leases, copies, guards] = await Promise.all([
+    (namespace
+      ? coordination.listNamespacedLease({ namespace, labelSelector: leaseSelector })
+      : coordination.listLeaseForAllNamespaces({ labelSelector: leaseSelector })
+    ).catch(none),
+    namespace
+      ? core.listNamespacedPod({ namespace, labelSelector: role('copy') })
+      : core.listPodForAllNamespaces({ labelSelector: role('copy') }),
+    namespace
+      ? batch.listNamespacedJob({ namespace, labelSelector: role('guard') })
+      : batch.listJobForAllNamespaces({ labelSelector: role('guard') }),
+  ]);
+  return {
+    workloads: workloads.flat(),
+    leases: leases.items as V1Lease[],
+    copies: copies.items.filter((p) => !p.metadata?.deletionTimestamp),
+    guards: guards.items,
+  };
+}
 
 /** Deletes one object (already gone counts as deleted). Ephemeral containers cannot be deleted: nothing is done. */
 export async function deleteLeftover(
@@ -107,6 +187,15 @@ export async function deleteLeftover(
         return;
       case 'ephemeral':
         return;
+      case 'workload': {
+        // name is KIND/NAME; the restore applies whichever session recorded the count.
+        const [kind, workload] = name.split('/') as [ReplaceKind, string];
+        const { group, version, plural } = REPLACE_KINDS[kind];
+        await restoreReplicas(kc.makeApiClient(CustomObjectsApi), { group, version, plural, namespace, name: workload })
+          .then(() => undefined)
+          .catch(ignoreGone);
+        return;
+      }
     }
   });
 }

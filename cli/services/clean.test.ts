@@ -2,7 +2,13 @@
 // lines.
 import type { V1Job, V1Lease, V1Pod } from '@kubernetes/client-node';
 import { describe, expect, it } from 'vitest';
-import { classifyAgentJobs, classifyEphemeralAgents, classifyLeases, formatCleanReport } from './clean.js';
+import {
+  classifyAgentJobs,
+  classifyEphemeralAgents,
+  classifyLeases,
+  classifyReplaced,
+  formatCleanReport,
+} from './clean.js';
 
 const job = (name: string, targetUid: string, extra: Partial<V1Job['status']> = {}): V1Job => ({
   metadata: {
@@ -135,5 +141,49 @@ describe('formatCleanReport', () => {
     expect(formatCleanReport({ namespace: 'all', dryRun: false, items: [] })).toBe(
       "nothing of devop's found in any namespace\n",
     );
+  });
+});
+
+describe('clean after --replace', () => {
+  const now = Date.parse('2026-01-01T00:10:00Z');
+  const replaceLease = (name: string, workload: string, renewed: string): V1Lease => ({
+    metadata: { name, namespace: 'ns', annotations: { 'devop.dev/workload': workload } },
+    spec: { holderIdentity: 'ada@laptop#1', renewTime: renewed as never, leaseDurationSeconds: 15 },
+  });
+  const labelled = (name: string, of: string, role: string) => ({
+    metadata: { name, namespace: 'ns', labels: { 'devop.dev/replace-of': of, 'devop.dev/replace-role': role } },
+  });
+  const replaced = (name: string) => ({
+    kind: 'deployment' as const,
+    namespace: 'ns',
+    name,
+    annotations: { 'devop.dev/replaced-replicas': '2', 'devop.dev/replaced-by': 'ada@laptop#1' },
+  });
+
+  it('restores a workload whose session ended and removes its copy, guard and Lease; a live one is kept', () => {
+    const items = classifyReplaced(
+      {
+        workloads: [replaced('gone'), replaced('live')],
+        leases: [
+          replaceLease('l-gone', 'deployment/gone', '2026-01-01T00:00:00Z'),
+          replaceLease('l-live', 'deployment/live', '2026-01-01T00:09:55Z'),
+        ],
+        copies: [labelled('gone-copy', 'gone', 'copy'), labelled('live-copy', 'live', 'copy')] as V1Pod[],
+        guards: [labelled('gone-guard', 'gone', 'guard')] as V1Job[],
+      },
+      now,
+    );
+    expect(items.map((i) => `${i.action} ${i.kind} ${i.name}`)).toEqual([
+      'remove workload deployment/gone',
+      'keep workload deployment/live',
+      'remove pod gone-copy',
+      'keep pod live-copy',
+      'remove job gone-guard',
+      'remove lease l-gone',
+    ]);
+    expect(items[0].reason).toBe('replaced by ada@laptop, whose session ended: back to 2 replicas');
+    expect(
+      formatCleanReport({ namespace: 'ns', dryRun: false, items: [{ ...items[0], removed: true }] }).split('\n')[0],
+    ).toBe('restored deployment ns/gone: replaced by ada@laptop, whose session ended: back to 2 replicas');
   });
 });

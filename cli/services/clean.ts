@@ -5,8 +5,15 @@ import type { V1Job, V1Lease, V1Pod } from '@kubernetes/client-node';
 import { AGENT_ANNOTATIONS, AGENT_CONTAINER_NAME, AGENT_LABELS } from '../../shared/agent-contract.js';
 import { loadKubeConfig, type KubeAccessOptions } from '../kube/config.js';
 import { TARGETLESS_LABEL_VALUE } from '../kube/agent-manifest.js';
-import { deleteLeftover, listDevopObjects, type LeftoverKind } from '../kube/leftovers.js';
-import { leaseHolder, leaseVerdict } from '../kube/steal-lease.js';
+import {
+  deleteLeftover,
+  listDevopObjects,
+  listReplaceObjects,
+  type LeftoverKind,
+  type ReplaceObjects,
+} from '../kube/leftovers.js';
+import { REPLACE_ANNOTATIONS, REPLACE_LABELS } from '../../shared/replace-contract.js';
+import { LEASE_ANNOTATIONS, leaseHolder, leaseVerdict } from '../kube/steal-lease.js';
 
 export interface CleanOptions extends KubeAccessOptions {
   namespace?: string;
@@ -180,13 +187,71 @@ export function classifyLeases(leases: V1Lease[], now: number): Leftover[] {
   });
 }
 
+/**
+ * `--replace` sessions that ended without their restore (devop and the guard both gone): the workload gets its recorded
+ * replica count back, its copy pod, guard Job and Lease go. A session whose Lease is still renewed is left alone. Pure.
+ */
+export function classifyReplaced(found: ReplaceObjects, now: number): Leftover[] {
+  const live = found.leases.filter((l) => leaseVerdict(l, '', now) === 'held');
+  const liveFor = (namespace: string, name: string): V1Lease | undefined =>
+    live.find(
+      (l) =>
+        l.metadata?.namespace === namespace &&
+        (l.metadata?.annotations?.[LEASE_ANNOTATIONS.workload] ?? '').split('/')[1] === name,
+    );
+  const out: Leftover[] = [];
+  for (const w of found.workloads) {
+    const lease = liveFor(w.namespace, w.name);
+    const holder = w.annotations[REPLACE_ANNOTATIONS.holder] ?? 'an unknown session';
+    const replicas = w.annotations[REPLACE_ANNOTATIONS.replicas];
+    const base = { kind: 'workload' as const, namespace: w.namespace, name: `${w.kind}/${w.name}` };
+    if (lease) {
+      const h = leaseHolder(lease);
+      out.push({ ...base, reason: `replaced by ${h.user}@${h.host} (a session is live)`, action: 'keep' });
+    } else
+      out.push({
+        ...base,
+        reason: `replaced by ${holder.split('#')[0]}, whose session ended: back to ${replicas} replicas`,
+        action: 'remove',
+      });
+  }
+  const objects: [Leftover['kind'], V1Pod | V1Job, string][] = [
+    ...found.copies.map((p): [Leftover['kind'], V1Pod, string] => ['pod', p, 'copy pod']),
+    ...found.guards.map((j): [Leftover['kind'], V1Job, string] => ['job', j, 'replace guard']),
+  ];
+  for (const [kind, obj, what] of objects) {
+    const namespace = obj.metadata?.namespace ?? '';
+    const of = obj.metadata?.labels?.[REPLACE_LABELS.of] ?? '';
+    const base = { kind, namespace, name: obj.metadata?.name ?? '' };
+    if (liveFor(namespace, of)) out.push({ ...base, reason: `${what} of ${of} (a session is live)`, action: 'keep' });
+    else out.push({ ...base, reason: `${what} of ${of}, whose session ended`, action: 'remove' });
+  }
+  for (const lease of found.leases) {
+    if (live.includes(lease)) continue;
+    const h = leaseHolder(lease);
+    out.push({
+      kind: 'lease',
+      namespace: lease.metadata?.namespace ?? '',
+      name: lease.metadata?.name ?? '',
+      reason: `expired replace lock of ${h.user}@${h.host}`,
+      action: 'remove',
+    });
+  }
+  return out;
+}
+
 export async function runClean(options: CleanOptions): Promise<CleanReport> {
   const loaded = loadKubeConfig(options);
   const namespace = options.allNamespaces ? undefined : (options.namespace ?? loaded.namespace);
   const now = (options.now ?? Date.now)();
-  const found = await listDevopObjects(loaded.kc, namespace);
+  const [found, replaced] = await Promise.all([
+    listDevopObjects(loaded.kc, namespace),
+    listReplaceObjects(loaded.kc, namespace),
+  ]);
   const liveUids = new Set(found.pods.filter((p) => !p.metadata?.deletionTimestamp).map((p) => p.metadata?.uid ?? ''));
   const items = [
+    // First: a replaced workload gets its replicas back before its copy pod goes.
+    ...classifyReplaced(replaced, now),
     ...classifyAgentJobs(found.jobs, found.agentPods, liveUids, options.force ?? false),
     ...classifyEphemeralAgents(found.pods),
     ...classifyLeases(found.leases, now),
@@ -210,16 +275,23 @@ const KIND_WORDS: Record<LeftoverKind, string> = {
   pod: 'pod',
   ephemeral: 'ephemeral container',
   lease: 'lease',
+  workload: '',
 };
 
 export function formatCleanReport(report: CleanReport): string {
   const where = report.namespace === 'all' ? 'any namespace' : `namespace ${report.namespace}`;
   if (report.items.length === 0) return `nothing of devop's found in ${where}\n`;
   const lines = report.items.map((i) => {
-    const what = `${KIND_WORDS[i.kind]} ${i.namespace}/${i.name}`;
+    // A workload's name is KIND/NAME already: "deployment ns/api".
+    const what =
+      i.kind === 'workload'
+        ? `${i.name.split('/')[0]} ${i.namespace}/${i.name.split('/')[1]}`
+        : `${KIND_WORDS[i.kind]} ${i.namespace}/${i.name}`;
     let verb: string;
     if (i.action === 'keep') verb = 'kept';
     else if (i.action === 'manual') verb = 'left';
+    else if (i.kind === 'workload')
+      verb = report.dryRun ? 'would restore' : i.removed ? 'restored' : 'could not restore';
     else if (report.dryRun) verb = 'would remove';
     else verb = i.removed ? 'removed' : 'could not remove';
     const tail = [i.error && `(${i.error})`, i.fix && `\n    fix: ${i.fix}`].filter(Boolean).join(' ');

@@ -5,6 +5,7 @@ import type { DevopConfig } from '../config/types.js';
 import { UserError } from '../../shared/errors.js';
 import type { HttpFilter, StealMode } from '../../shared/protocol.js';
 import type { ExecServiceOptions } from './exec.js';
+import { replaceKindOf } from './replace.js';
 import { parsePortSpec } from './ports.js';
 import { SESSION_DEFAULTS } from '../session/connect.js';
 
@@ -94,10 +95,15 @@ export function mergeExecOptions(
     flags.envFile ??
     (config.env.file !== undefined && configDir ? resolveFrom(configDir, config.env.file) : config.env.file);
 
+  const replace = flags.replace ?? config.replace;
+  const target = flags.target ?? config.target;
+  const allPods = flags.allPods ?? config.allPods;
+  if (replace) replaceKindOf({ target, allPods });
+
   return {
     command: command[0],
     args: command.slice(1),
-    target: flags.target ?? config.target,
+    target,
     namespace: flags.namespace ?? config.namespace,
     context: flags.context ?? config.context,
     kubeconfig: flags.kubeconfig ?? config.kubeconfig,
@@ -131,9 +137,10 @@ export function mergeExecOptions(
       tolerations: config.agent.tolerations,
     },
     verbose: flags.verbose ?? false,
-    allPods: flags.allPods ?? config.allPods,
+    allPods,
     ...(flags.record ? { record: flags.record } : {}),
     shadow: mergeShadow(flags, config),
+    replace,
   };
 }
 

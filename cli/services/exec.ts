@@ -19,6 +19,7 @@ import { step, type ChildEnvHook, type Retarget, type Session, type SessionOptio
 import { connectSupervisedSession } from '../session/supervisor.js';
 import { trafficToEvent } from '../session/traffic.js';
 import { agentRequest } from '../session/tunnel.js';
+import { startReplaceStep, type ReplaceStep } from './replace.js';
 
 export interface ExecServiceOptions extends SessionOptions {
   command: string;
@@ -38,6 +39,8 @@ export interface ExecServiceOptions extends SessionOptions {
   cwd?: string;
   /** `--record FILE`: every stolen HTTP exchange is written there as HAR 1.2. */
   record?: string;
+  /** Run in place of the target workload (cli/services/replace.ts). */
+  replace?: boolean;
 }
 
 /**
@@ -147,9 +150,21 @@ export async function runExec(options: ExecServiceOptions, reporter: Reporter): 
   };
   let session: Session | undefined;
   let child: LocalCommand | undefined;
+  let replacement: ReplaceStep | undefined;
   const cleanups: (() => Promise<void>)[] = [];
   try {
-    session = await raceAbort(connectSupervisedSession({ ...options, signal: abort.signal }, reporter), abort.signal);
+    // --replace: the session targets a copy of the workload's pod (the workload itself is scaled to 0). Not raced with
+    // the abort: a signal during it is seen right after, and the finally below restores what it did.
+    let sessionOptions: ExecServiceOptions = options;
+    if (options.replace) {
+      replacement = await startReplaceStep(options, reporter);
+      sessionOptions = { ...options, ...replacement.session };
+      abort.signal.throwIfAborted();
+    }
+    session = await raceAbort(
+      connectSupervisedSession({ ...sessionOptions, signal: abort.signal }, reporter),
+      abort.signal,
+    );
     const s = session;
     const target = s.target;
     if (!target && options.ports.length > 0)
@@ -157,7 +172,11 @@ export async function runExec(options: ExecServiceOptions, reporter: Reporter): 
         '-p/--port needs a target: a targetless session receives no traffic',
         'pass -t pod/NAME or deploy/NAME, or drop -p',
       );
-    const ports = resolvePorts(options.ports, target?.container, target?.extension?.podPort);
+    // Replaced without --steal, the copy has none of the workload's labels: no Service sends it traffic.
+    const ports =
+      options.replace && options.mode !== 'steal'
+        ? []
+        : resolvePorts(options.ports, target?.container, target?.extension?.podPort);
     const stealProbes = options.stealProbes || (await extensionStealsNode(s, options, reporter));
 
     const childEnv = await step(
@@ -304,6 +323,7 @@ export async function runExec(options: ExecServiceOptions, reporter: Reporter): 
     if (child) await child.stop('SIGTERM').catch(() => undefined);
     for (const cleanup of cleanups.reverse()) await cleanup().catch(() => undefined);
     await session?.close('devop exec ended').catch(() => undefined);
+    if (replacement) await replacement.restoreStep();
   }
 }
 
@@ -316,8 +336,11 @@ async function startTraffic(
   child: LocalCommand,
 ): Promise<void> {
   if (ports.length === 0) {
-    const why =
-      options.target && options.target !== 'targetless'
+    const why = options.replace
+      ? options.mode === 'steal'
+        ? 'no ports to steal (the container declares none; pass -p REMOTE[:LOCAL])'
+        : "replaced without --steal: the copy gets no Service traffic; env, files and outgoing are the copy's"
+      : options.target && options.target !== 'targetless'
         ? 'no ports to steal or mirror (the container declares none; pass -p REMOTE[:LOCAL]): only the env is applied'
         : 'targetless: no incoming traffic; outgoing connections go through the cluster';
     reporter.emit({ type: 'log', level: 'info', message: why });

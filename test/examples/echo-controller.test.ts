@@ -1,12 +1,15 @@
 // The echo-controller walkthrough (docs/walkthrough.md) end to end on the stand-in (or a real cluster:
-// test/helpers/target-cluster.ts): the controller runs in the cluster (two replicas, one leading), is scaled to 0 and
-// run locally under `devop exec -t targetless`, where it turns an Echo into a Deployment with Ready pods, follows
-// changes, recreates what is deleted, honours its finalizer; then the cluster's replicas take the lease back. Before
-// that, a new version runs beside the in-cluster leader under `devop exec --shadow`: its writes are shown, not stored.
+// test/helpers/target-cluster.ts): the controller runs in the cluster (two replicas, one leading); a new version runs
+// beside the in-cluster leader under `devop exec --shadow` (its writes are shown, not stored); then it runs locally
+// under `devop exec -t deploy/echo-controller --replace` (the cluster's replicas go to 0 meanwhile), where it turns
+// an Echo into a Deployment with Ready pods, follows changes, recreates what is deleted, honours its finalizer; when
+// devop stops the replicas come back and take the lease — and after a kill -9 of devop, the in-cluster guard brings
+// them back.
 import { KubeConfig, Watch } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { requireRoot } from '../helpers/root.js';
 import { agentImageEnv, externalTarget, startTargetCluster, type TargetCluster } from '../helpers/target-cluster.js';
+import { LEASE_DURATION_SECONDS } from '../../cli/kube/steal-lease.js';
 import { Kubectl, LocalProcess, eventually } from './harness.js';
 
 requireRoot('examples: echo-controller');
@@ -234,17 +237,16 @@ describe('echo-controller walkthrough', () => {
   );
 
   it(
-    'scaled to 0 in the cluster and run locally under devop, the controller takes the lease',
+    'run locally under devop --replace: the cluster replicas go to 0 and the local controller takes the lease',
     async () => {
-      await kubectl.ok('scale', 'deployment/echo-controller', '-n', 'default', '--replicas=0');
-      await kubectl.ok('wait', '--for=delete', 'pod', '-l', 'app=echo-controller', '-n', 'default', '--timeout=120s');
       devop = new LocalProcess(
         process.execPath,
         [
           'bin/devop.js',
           'exec',
           '-t',
-          'targetless',
+          'deploy/echo-controller',
+          '--replace',
           '--',
           'npx',
           'tsx',
@@ -260,7 +262,21 @@ describe('echo-controller walkthrough', () => {
         throw new Error(`${err.message}\n${devop!.output()}`);
       });
       expect(devop.stderr).toContain('devop: ready');
+      expect(devop.stderr).toMatch(/replace deployment\/echo-controller: scaled to 0 \(was 2\)/);
+      expect(
+        await kubectl.ok('get', 'deployment', 'echo-controller', '-n', 'default', '-o', 'jsonpath={.spec.replicas}'),
+      ).toBe('0');
+      await kubectl.ok('wait', '--for=delete', 'pod', '-l', 'app=echo-controller', '-n', 'default', '--timeout=120s');
       expect(await leaseHolder()).toBe(identity);
+      // A second --replace of the same workload is refused, naming the session that holds it
+      const second = new LocalProcess(
+        process.execPath,
+        ['bin/devop.js', 'exec', '-t', 'deploy/echo-controller', '--replace', '--', 'true'],
+        { ...process.env, ...agentImageEnv(), KUBECONFIG: cluster.kubeconfigPath, CI: 'true' },
+      );
+      const refused = await second.exit;
+      expect(refused.code, second.output()).toBe(1);
+      expect(second.stderr).toMatch(/devop: deployment\/echo-controller is already replaced by \S+@\S+ since /);
     },
     STEP_TIMEOUT_MS,
   );
@@ -342,20 +358,12 @@ describe('echo-controller walkthrough', () => {
   );
 
   it(
-    'back to the cluster: its replicas wait while the local one leads, and take over when devop stops',
+    'back to the cluster: devop stops, the replicas come back, and one of them leads and reconciles',
     async () => {
-      // Given the cluster's replicas scaled back up while the local controller holds the lease
-      const localIdentity = await leaseHolder();
-      await kubectl.ok('scale', 'deployment/echo-controller', '-n', 'default', '--replicas=2');
-      await kubectl.ok('rollout', 'status', 'deployment/echo-controller', '-n', 'default', '--timeout=120s');
-      await eventually('the cluster replicas to wait for the lease', async () => {
-        const logs = await kubectl.ok('logs', '-l', 'app=echo-controller', '-n', 'default');
-        return logs.includes('is held by another replica; waiting') ? true : undefined;
-      });
-      expect(await leaseHolder()).toBe(localIdentity);
-
-      // When devop stops (Ctrl-C): the local controller hands the lease back
+      // When devop stops (Ctrl-C): the local controller hands the lease back and devop restores the replicas
       await devop!.stop('SIGINT');
+      expect(devop!.stderr).toMatch(/restore deployment\/echo-controller: 2 replicas/);
+      await kubectl.ok('rollout', 'status', 'deployment/echo-controller', '-n', 'default', '--timeout=120s');
 
       // Then a cluster replica leads and reconciles
       const leader = await leadingPod();
@@ -364,6 +372,47 @@ describe('echo-controller walkthrough', () => {
       expect(await kubectl.ok('logs', leader, '-n', 'default')).toContain(
         'default/hello: create deployment (replicas 2)',
       );
+    },
+    STEP_TIMEOUT_MS,
+  );
+
+  it(
+    'after kill -9 of devop --replace, the guard brings the replicas back within the Lease expiry + 10 s',
+    async () => {
+      devop = new LocalProcess(
+        process.execPath,
+        ['bin/devop.js', 'exec', '-t', 'deploy/echo-controller', '--replace', '--', 'sleep', '600'],
+        { ...process.env, ...agentImageEnv(), KUBECONFIG: cluster.kubeconfigPath, CI: 'true' },
+      );
+      await eventually('devop --replace to be ready', async () => {
+        if (!devop!.running) throw new Error(`devop exited early\n${devop!.output()}`);
+        return devop!.stderr.includes('devop: ready') ? true : undefined;
+      });
+      const copy = /copy pod (\S+)/.exec(devop.stderr)?.[1];
+      expect(copy).toBeDefined();
+      await devop.stop('SIGKILL');
+      const killedAt = Date.now();
+      await eventually(
+        'the replicas back at 2',
+        async () => {
+          const r = await kubectl.ok(
+            'get',
+            'deployment',
+            'echo-controller',
+            '-n',
+            'default',
+            '-o',
+            'jsonpath={.spec.replicas}',
+          );
+          return r === '2' ? true : undefined;
+        },
+        (LEASE_DURATION_SECONDS + 10) * 1000,
+      );
+      expect(Date.now() - killedAt).toBeLessThanOrEqual((LEASE_DURATION_SECONDS + 10) * 1000);
+      await eventually('the copy pod gone', async () =>
+        (await kubectl.run('get', 'pod', copy!, '-n', 'default')).code !== 0 ? true : undefined,
+      );
+      await kubectl.ok('rollout', 'status', 'deployment/echo-controller', '-n', 'default', '--timeout=120s');
     },
     STEP_TIMEOUT_MS,
   );

@@ -123,6 +123,12 @@ export function builtinResources(): ResourceType[] {
       subresources: [status('ReplicaSet'), scale],
     }),
     rt('batch', 'v1', 'jobs', 'Job', { categories: ['all'], generation: true, subresources: [status('Job')] }),
+    // Stored only (no autoscaler runs): devop reads them to refuse --replace on a workload an HPA scales.
+    rt('autoscaling', 'v2', 'horizontalpodautoscalers', 'HorizontalPodAutoscaler', {
+      shortNames: ['hpa'],
+      categories: ['all'],
+      subresources: [status('HorizontalPodAutoscaler')],
+    }),
     rt('coordination.k8s.io', 'v1', 'leases', 'Lease'),
     rt('events.k8s.io', 'v1', 'events', 'Event', { shortNames: ['ev'] }),
     rt('apiextensions.k8s.io', 'v1', 'customresourcedefinitions', 'CustomResourceDefinition', {

@@ -1,7 +1,7 @@
 // Pod volumes the stand-in supports — the service-account token (automounted at /var/run/secrets/kubernetes.io/
 // serviceaccount), configMap, secret, emptyDir and projected (serviceAccountToken, configMap, secret, downwardAPI
 // namespace) — written to a per-pod directory and bind-mounted by the runtime (mounts of the container's OCI spec).
-import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { V1Container, V1EphemeralContainer, V1Pod, V1Volume } from '@kubernetes/client-node';
 import { EnvConfigError, type EnvSources } from './env.js';
@@ -33,6 +33,8 @@ async function writeVolume(volume: V1Volume, dir: string, pod: V1Pod, sources: E
   const ns = pod.metadata?.namespace ?? 'default';
   if (volume.emptyDir) {
     mkdirSync(dir, { recursive: true });
+    // As kubelet makes it: writable by every user of the pod's containers (not only by root, through the umask).
+    chmodSync(dir, 0o777);
   } else if (volume.configMap) {
     const cm = await sources.configMap(ns, volume.configMap.name ?? '');
     if (!cm && !volume.configMap.optional) throw new EnvConfigError(`configmap "${volume.configMap.name}" not found`);

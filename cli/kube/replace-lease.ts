@@ -1,0 +1,188 @@
+// The lock of a `--replace` session: one coordination.k8s.io Lease per workload, in the style of the steal Leases
+// (steal-lease.ts), renewed while devop runs. A second developer is refused by name; the guard restores the workload
+// once it expires.
+import { createHash } from 'node:crypto';
+import { CoordinationV1Api, V1MicroTime, type KubeConfig, type V1Lease } from '@kubernetes/client-node';
+import { AGENT_LABELS } from '../../shared/agent-contract.js';
+import { UserError } from '../../shared/errors.js';
+import type { ReplaceKind } from '../../shared/replace-contract.js';
+import { apiErrorCode, mapApiError } from './errors.js';
+import {
+  LEASE_ANNOTATIONS,
+  LEASE_DURATION_SECONDS,
+  LEASE_LABEL,
+  LEASE_RENEW_MS,
+  leaseHolder,
+  leaseVerdict,
+  type LeaseHolder,
+} from './steal-lease.js';
+
+export const REPLACE_LEASE_LABEL_VALUE = 'replace';
+
+export function replaceLeaseName(namespace: string, kind: ReplaceKind, name: string): string {
+  const hash = createHash('sha256').update(`${namespace}/${kind}/${name}`).digest('hex').slice(0, 10);
+  const readable = `${kind}-${name}`
+    .toLowerCase()
+    .replace(/[^a-z0-9-]/g, '-')
+    .slice(0, 38)
+    .replace(/-+$/, '');
+  return `devop-replace-${readable}-${hash}`.slice(0, 63);
+}
+
+export interface ReplaceLeaseOptions {
+  kc: KubeConfig;
+  namespace: string;
+  workload: { kind: ReplaceKind; name: string };
+  /** holderIdentity (user@host#run). */
+  identity: string;
+  /** The lease was taken by another session (ours had expired) or could not be renewed. */
+  onTrouble?: (message: string) => void;
+}
+
+export class ReplaceLease {
+  private readonly api: CoordinationV1Api;
+  readonly name: string;
+  private timer: NodeJS.Timeout | undefined;
+
+  constructor(private readonly options: ReplaceLeaseOptions) {
+    this.api = options.kc.makeApiClient(CoordinationV1Api);
+    this.name = replaceLeaseName(options.namespace, options.workload.kind, options.workload.name);
+  }
+
+  private what(): string {
+    return `${this.options.workload.kind}/${this.options.workload.name}`;
+  }
+
+  /** Takes the lock, or throws naming the session that holds it. Starts renewing it. */
+  async take(): Promise<void> {
+    const { namespace, identity } = this.options;
+    const name = this.name;
+    const ctx = {
+      action: `take the replace lock of ${this.what()}`,
+      verb: 'create',
+      resource: 'leases.coordination.k8s.io',
+      namespace,
+      name,
+    };
+    for (let attempt = 0; attempt < 5; attempt++) {
+      let existing: V1Lease | undefined;
+      try {
+        existing = await this.api.readNamespacedLease({ name, namespace });
+      } catch (err) {
+        if (apiErrorCode(err) !== 404) throw mapApiError(err, { ...ctx, verb: 'get' });
+      }
+      const now = new V1MicroTime(Date.now());
+      try {
+        if (!existing) await this.api.createNamespacedLease({ namespace, body: this.newLease(now) });
+        else {
+          const verdict = leaseVerdict(existing, identity, Date.now());
+          if (verdict === 'held') throw this.heldBy(leaseHolder(existing));
+          const spec = existing.spec ?? {};
+          await this.api.replaceNamespacedLease({
+            name,
+            namespace,
+            body: {
+              ...existing,
+              spec: {
+                ...spec,
+                holderIdentity: identity,
+                leaseDurationSeconds: LEASE_DURATION_SECONDS,
+                renewTime: now,
+                acquireTime: now,
+                leaseTransitions: (spec.leaseTransitions ?? 0) + 1,
+              },
+            },
+          });
+        }
+      } catch (err) {
+        if (apiErrorCode(err) === 409) continue; // another session wrote it between our read and write: read again
+        throw err instanceof UserError ? err : mapApiError(err, ctx);
+      }
+      this.timer = setInterval(() => void this.renew(), LEASE_RENEW_MS);
+      this.timer.unref();
+      return;
+    }
+    throw new UserError(
+      `the replace lock ${name} kept changing while devop tried to take it`,
+      'another session is taking it at the same moment: run devop again',
+    );
+  }
+
+  private heldBy(holder: LeaseHolder): UserError {
+    return new UserError(
+      `${this.what()} is already replaced by ${holder.user}@${holder.host} since ${holder.since} (Lease ${this.name})`,
+      'wait until that session ends (its replicas come back then), or run without --replace',
+    );
+  }
+
+  private newLease(now: V1MicroTime): V1Lease {
+    return {
+      apiVersion: 'coordination.k8s.io/v1',
+      kind: 'Lease',
+      metadata: {
+        name: this.name,
+        namespace: this.options.namespace,
+        labels: {
+          [AGENT_LABELS.managedBy]: AGENT_LABELS.managedByValue,
+          [LEASE_LABEL]: REPLACE_LEASE_LABEL_VALUE,
+        },
+        annotations: { [LEASE_ANNOTATIONS.workload]: this.what() },
+      },
+      spec: {
+        holderIdentity: this.options.identity,
+        leaseDurationSeconds: LEASE_DURATION_SECONDS,
+        acquireTime: now,
+        renewTime: now,
+        leaseTransitions: 0,
+      },
+    };
+  }
+
+  private async renew(): Promise<void> {
+    const { namespace, identity } = this.options;
+    try {
+      const lease = await this.api.readNamespacedLease({ name: this.name, namespace });
+      if (lease.spec?.holderIdentity !== identity) {
+        const h = leaseHolder(lease);
+        this.stop();
+        this.options.onTrouble?.(
+          `the replace lock of ${this.what()} was taken by ${h.user}@${h.host}: the guard restored the workload`,
+        );
+        return;
+      }
+      await this.api.replaceNamespacedLease({
+        name: this.name,
+        namespace,
+        body: { ...lease, spec: { ...lease.spec, renewTime: new V1MicroTime(Date.now()) } },
+      });
+    } catch (err) {
+      if (apiErrorCode(err) === 409) return; // raced with another writer: the next tick reads it again
+      this.options.onTrouble?.(
+        `cannot renew the replace lock of ${this.what()} (${err instanceof Error ? err.message : String(err)}): ` +
+          `the guard restores the workload ${LEASE_DURATION_SECONDS} s after the last renewal`,
+      );
+    }
+  }
+
+  private stop(): void {
+    if (this.timer) clearInterval(this.timer);
+    this.timer = undefined;
+  }
+
+  /** Stops renewing and deletes the Lease if it is still ours. */
+  async release(): Promise<void> {
+    this.stop();
+    const { namespace, identity } = this.options;
+    try {
+      const lease = await this.api.readNamespacedLease({ name: this.name, namespace });
+      if (lease.spec?.holderIdentity !== identity) return;
+      await this.api.deleteNamespacedLease({
+        name: this.name,
+        namespace,
+        body: { preconditions: { resourceVersion: lease.metadata?.resourceVersion } },
+      });
+    } catch {
+      // Already gone, or the API is unreachable: it expires by itself, and the guard cleans up then.
+    }
+  }
+}

@@ -1,0 +1,89 @@
+// `devop exec --replace`: which targets can be replaced (checked before any API call), and the start-up / restore steps
+// around the session, which then runs on the copy pod (cli/kube/replace.ts does the cluster side).
+import { UserError } from '../../shared/errors.js';
+import { parseTarget } from '../../shared/target.js';
+import type { ReplaceKind } from '../../shared/replace-contract.js';
+import type { Reporter } from '../reporter.js';
+import { loadKubeConfig } from '../kube/config.js';
+import { startReplace, type Replacement } from '../kube/replace.js';
+import { clientIdentity, SESSION_DEFAULTS, step, type SessionOptions } from '../session/connect.js';
+import type { StealMode } from '../../shared/protocol.js';
+
+/** Bad --replace input, one line each; the kind it replaces otherwise. Pure. */
+export function replaceKindOf(options: { target?: string; allPods?: boolean }): ReplaceKind {
+  const target = parseTarget(options.target ?? 'targetless');
+  if (target.kind === 'targetless')
+    throw new UserError(
+      '--replace needs a workload to replace: a targetless session has none',
+      'pass -t deploy/NAME, sts/NAME or rollout/NAME, or drop --replace',
+    );
+  if (target.kind === 'pod')
+    throw new UserError(
+      `--replace works on a deploy/sts/rollout, not on pod/${target.name}: a pod has no replica count to scale to 0`,
+      "pass the pod's workload (-t deploy/NAME, sts/NAME or rollout/NAME), or drop --replace",
+    );
+  if (target.kind === 'apiservice')
+    throw new UserError(
+      `--replace works on a deploy/sts/rollout, not on apiservice/${target.name}: replace the workload behind it`,
+      "pass the APIService's Deployment (-t deploy/NAME) with --replace --steal, or drop --replace",
+    );
+  if (options.allPods)
+    throw new UserError(
+      '--replace and --all-pods were both given: a replaced workload has one pod, the copy',
+      'drop --all-pods',
+    );
+  return target.kind;
+}
+
+export interface ReplaceStep {
+  /** What the session connects to instead of the workload: the copy pod. */
+  session: Pick<SessionOptions, 'kc' | 'namespace' | 'target' | 'allPods'>;
+  /** Restores the workload, reporting it as a step. */
+  restoreStep(): Promise<void>;
+}
+
+export async function startReplaceStep(
+  options: SessionOptions & { mode: StealMode },
+  reporter: Reporter,
+): Promise<ReplaceStep> {
+  const kind = replaceKindOf(options);
+  const target = parseTarget(options.target ?? '') as { name: string; container?: string };
+  const loaded = options.kc ? undefined : loadKubeConfig(options);
+  const kc = options.kc ?? loaded!.kc;
+  const namespace = options.namespace ?? loaded?.namespace ?? 'default';
+  const { user, host } = clientIdentity();
+  const what = `${kind}/${target.name}`;
+  const replacement: Replacement = await step(
+    reporter,
+    'replace',
+    `replace ${what}`,
+    () =>
+      startReplace({
+        kc,
+        namespace,
+        kind,
+        name: target.name,
+        container: target.container,
+        keepLabels: options.mode === 'steal',
+        agentImage: options.agentImage ?? SESSION_DEFAULTS.agentImage,
+        user,
+        host,
+        startupTimeoutMs: options.startupTimeoutMs ?? SESSION_DEFAULTS.startupTimeoutMs,
+        onWarning: (message) => reporter.emit({ type: 'log', level: 'warn', message }),
+      }),
+    (r) =>
+      `scaled to 0 (was ${r.originalReplicas}); copy pod ${r.copyPod}` +
+      (options.mode === 'steal' ? " with the workload's labels" : ''),
+  );
+  return {
+    session: { kc, namespace, target: replacement.target, allPods: false },
+    restoreStep: () =>
+      step(
+        reporter,
+        'restore',
+        `restore ${what}`,
+        () => replacement.restore(),
+        () => `${replacement.originalReplicas} replicas`,
+      ).catch(() => undefined),
+  };
+}
