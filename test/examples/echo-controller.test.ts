@@ -64,7 +64,7 @@ describe('echo-controller walkthrough', () => {
     await devop?.stop('SIGKILL');
     // A real cluster outlives the suite: remove what the walkthrough applied (the stand-in goes away whole).
     if (externalTarget()) {
-      const files = ['echo', 'deployment', 'rbac', 'crd'].map((m) => `examples/echo-controller/manifests/${m}.yaml`);
+      const files = ['echo', 'deployment', 'webhook', 'rbac', 'crd'].map((m) => `examples/echo-controller/manifests/${m}.yaml`);
       const manifests = files.flatMap((f) => ['-f', f]);
       await kubectl?.run('delete', ...manifests, '--ignore-not-found', '--wait=false');
     }
@@ -83,11 +83,14 @@ describe('echo-controller walkthrough', () => {
         '-f',
         'examples/echo-controller/manifests/rbac.yaml',
         '-f',
+        'examples/echo-controller/manifests/webhook.yaml',
+        '-f',
         'examples/echo-controller/manifests/deployment.yaml',
       );
       for (const obj of [
         'customresourcedefinition.apiextensions.k8s.io/echoes.example.com',
         'clusterrole.rbac.authorization.k8s.io/echo-controller',
+        'validatingwebhookconfiguration.admissionregistration.k8s.io/echo-controller',
         'deployment.apps/echo-controller',
       ]) {
         expect(applied).toContain(`${obj} created`);
