@@ -22,9 +22,17 @@ export interface SessionInfo {
   container?: string;
   agent?: { name: string; reused: boolean; version?: string };
   ports: PortState[];
+  /** A webhook configuration target: the webhooks whose requests reach the local command, and their timeouts. */
+  webhooks?: { name: string; timeoutSeconds: number }[];
 }
 
 /** One event per line of the NDJSON output; `type` is the stable discriminator documented in docs/ui.md. */
+/** `webhook replicas.echoes.example.com (timeout 5 s)`, several joined by commas. */
+export function formatWebhooks(webhooks: readonly { name: string; timeoutSeconds: number }[]): string {
+  const list = webhooks.map((w) => `${w.name} (timeout ${w.timeoutSeconds} s)`).join(', ');
+  return `${webhooks.length === 1 ? 'webhook' : 'webhooks'} ${list}`;
+}
+
 export type ReportEvent =
   /** `hint`: on a failed step, the fix (a UserError's hint), so every reporter can show why and how to fix it. */
   | {

@@ -1,9 +1,16 @@
-// The target syntax users type (`deploy/NAME/container/NAME`, `targetless`, …): parsing into a Target and printing back.
+// The target syntax users type (`deploy/NAME/container/NAME`, `validatingwebhookconfiguration/NAME/webhook/NAME`,
+// `targetless`, …): parsing into a Target and printing back.
 import { UserError } from './errors.js';
 
-export type TargetKind = 'pod' | 'deployment' | 'statefulset' | 'rollout';
+export type WebhookKind = 'validatingwebhookconfiguration' | 'mutatingwebhookconfiguration';
+export type TargetKind = 'pod' | 'deployment' | 'statefulset' | 'rollout' | WebhookKind;
 
-export type Target = { kind: 'targetless' } | { kind: TargetKind; name: string; container?: string };
+/** `container` for workloads; `webhook` (one webhook of the configuration) for webhook configurations. */
+export type Target = { kind: 'targetless' } | { kind: TargetKind; name: string; container?: string; webhook?: string };
+
+export function isWebhookKind(kind: string): kind is WebhookKind {
+  return kind === 'validatingwebhookconfiguration' || kind === 'mutatingwebhookconfiguration';
+}
 
 /** Every spelling accepted before the first `/`, and the kind it names (kubectl's short names and plurals too). */
 const KIND_ALIASES: Readonly<Record<string, TargetKind>> = {
@@ -19,6 +26,11 @@ const KIND_ALIASES: Readonly<Record<string, TargetKind>> = {
   rollout: 'rollout',
   rollouts: 'rollout',
   ro: 'rollout',
+  // kubectl has no short names for these: the singular and plural only.
+  validatingwebhookconfiguration: 'validatingwebhookconfiguration',
+  validatingwebhookconfigurations: 'validatingwebhookconfiguration',
+  mutatingwebhookconfiguration: 'mutatingwebhookconfiguration',
+  mutatingwebhookconfigurations: 'mutatingwebhookconfiguration',
 };
 
 /** The short name printed for each kind (what `kubectl get` accepts too). */
@@ -27,10 +39,14 @@ const KIND_PRINTED: Readonly<Record<TargetKind, string>> = {
   deployment: 'deploy',
   statefulset: 'statefulset',
   rollout: 'rollout',
+  validatingwebhookconfiguration: 'validatingwebhookconfiguration',
+  mutatingwebhookconfiguration: 'mutatingwebhookconfiguration',
 };
 
 export const TARGET_FORMS =
-  'pod/NAME, deploy/NAME (or deployment/NAME), statefulset/NAME (or sts/NAME), rollout/NAME — each optionally followed by /container/NAME — or targetless';
+  'pod/NAME, deploy/NAME (or deployment/NAME), statefulset/NAME (or sts/NAME), rollout/NAME — each optionally ' +
+  'followed by /container/NAME —, validatingwebhookconfiguration/NAME or mutatingwebhookconfiguration/NAME (optionally ' +
+  'followed by /webhook/NAME), or targetless';
 
 /** A Kubernetes object name (DNS-1123 subdomain, as pods, deployments, statefulsets and rollouts use). */
 const OBJECT_NAME = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
@@ -58,6 +74,15 @@ export function parseTarget(text: string): Target {
     throw invalid(text, `"${name}" is not a valid ${kind} name (lower-case letters, digits, '-' and '.')`);
   }
   if (parts.length === 2) return { kind, name };
+  if (isWebhookKind(kind)) {
+    if (parts[2] !== 'webhook')
+      throw invalid(text, `expected "/webhook/NAME" after the ${kind} name, got "/${parts.slice(2).join('/')}"`);
+    const webhook = parts[3];
+    if (parts.length !== 4 || !webhook) throw invalid(text, 'the webhook name is missing or followed by more');
+    if (webhook.length > 253 || !OBJECT_NAME.test(webhook))
+      throw invalid(text, `"${webhook}" is not a valid webhook name (lower-case letters, digits, '-' and '.')`);
+    return { kind, name, webhook };
+  }
   if (parts[2] !== 'container' && parts[2] !== 'c') {
     throw invalid(text, `expected "/container/NAME" after the ${kind} name, got "/${parts.slice(2).join('/')}"`);
   }
@@ -73,5 +98,6 @@ export function parseTarget(text: string): Target {
 export function formatTarget(target: Target): string {
   if (target.kind === 'targetless') return 'targetless';
   const base = `${KIND_PRINTED[target.kind]}/${target.name}`;
+  if (target.webhook) return `${base}/webhook/${target.webhook}`;
   return target.container ? `${base}/container/${target.container}` : base;
 }

@@ -7,9 +7,10 @@ import { apiCall, apiErrorCode, mapApiError } from './errors.js';
 import { parseTarget, type Target, type TargetKind } from '../../shared/target.js';
 import { deploymentResolver } from './targets/deployment.js';
 import { podResolver } from './targets/pod.js';
-import { kindClients, type KindResolvers } from './targets/resolver.js';
+import { kindClients, type KindResolvers, type WebhookInfo } from './targets/resolver.js';
 import { rolloutResolver } from './targets/rollout.js';
 import { statefulSetResolver } from './targets/statefulset.js';
+import { mutatingWebhookResolver, validatingWebhookResolver } from './targets/webhook.js';
 
 /** One resolver per kind a target can name. */
 export const KIND_RESOLVERS: KindResolvers = {
@@ -17,6 +18,8 @@ export const KIND_RESOLVERS: KindResolvers = {
   deployment: deploymentResolver,
   statefulset: statefulSetResolver,
   rollout: rolloutResolver,
+  validatingwebhookconfiguration: validatingWebhookResolver,
+  mutatingwebhookconfiguration: mutatingWebhookResolver,
 };
 
 type NamedTarget = Exclude<Target, { kind: 'targetless' }>;
@@ -35,6 +38,10 @@ export interface ResolvedTarget {
   podReason: string;
   /** Why this container, e.g. "the only container". */
   containerReason: string;
+  /** The pod ports the target serves on (a webhook Service's targetPort): the default of -p. */
+  ports?: number[];
+  /** For a webhook configuration: the webhooks whose requests reach these pods. */
+  webhooks?: WebhookInfo[];
 }
 
 const DEFAULT_CONTAINER_ANNOTATION = 'kubectl.kubernetes.io/default-container';
@@ -142,13 +149,18 @@ async function notFound(
   } catch {
     names = undefined;
   }
-  const plural = KIND_RESOLVERS[kind].plural;
+  const { plural, clusterScoped } = KIND_RESOLVERS[kind];
   const list =
     names === undefined
       ? ''
       : names.length === 0
         ? ` (there are no ${plural} in it)`
         : ` (${plural} there: ${names.slice(0, 20).join(', ')}${names.length > 20 ? ', …' : ''})`;
+  if (clusterScoped)
+    return new UserError(
+      `${kind} "${name}" not found${list.replace(' in it', '')}`,
+      `check the name (\`kubectl get ${plural}\` lists them)`,
+    );
   return new UserError(
     `${kind} "${name}" not found in namespace "${namespace}"${list}`,
     'check the name and -n/--namespace; `devop ls` lists the targets',
@@ -164,16 +176,18 @@ export async function resolveTarget(
   if (parsed.kind === 'targetless')
     throw new UserError('a target is needed here', 'pass -t pod/NAME, deploy/NAME, sts/NAME or rollout/NAME');
   const ref: NamedTarget = parsed;
-  const { namespace } = input;
+  let { namespace } = input;
   const clients = kindClients(kc);
   const resolver = KIND_RESOLVERS[ref.kind];
-  const namespaceCheck = clients.core.readNamespace({ name: namespace }).then(
-    () => true,
-    (err: unknown) => (apiErrorCode(err) !== 404), // 403 etc.: cannot tell, assume it exists
-  );
+  const namespaceCheck = resolver.clusterScoped
+    ? Promise.resolve(true)
+    : clients.core.readNamespace({ name: namespace }).then(
+        () => true,
+        (err: unknown) => apiErrorCode(err) !== 404, // 403 etc.: cannot tell, assume it exists
+      );
   let workload;
   try {
-    workload = await resolver.read(clients, ref.name, namespace);
+    workload = await resolver.read(clients, ref.name, namespace, ref);
   } catch (err) {
     if (apiErrorCode(err) === 404) {
       if (!(await namespaceCheck))
@@ -196,6 +210,7 @@ export async function resolveTarget(
     chosen = { pod: workload.pod, reason: 'as asked' };
   } else {
     const what = `${ref.kind}/${ref.name}`;
+    namespace = workload.namespace ?? namespace;
     const labelSelector = selectorToString(workload.selector);
     if (!labelSelector)
       throw new UserError(`${what} has an empty selector`, 'give it a selector, or target a pod with pod/NAME');
@@ -205,7 +220,11 @@ export async function resolveTarget(
     chosen = choosePod(list.items, what);
   }
   const pod = chosen.pod;
-  const { container, reason: containerReason } = chooseContainer(pod, ref.container);
+  const targetPort = workload.kind === 'selector' ? workload.targetPort : undefined;
+  const served = targetPort === undefined ? undefined : containerPort(pod, targetPort, ref);
+  const { container, reason: containerReason } = served
+    ? { container: served.container, reason: `serves port ${served.port}` }
+    : chooseContainer(pod, ref.container);
   const status = (pod.status?.containerStatuses ?? []).find((s) => s.name === container.name);
   if (!status?.containerID || !status.state?.running) {
     throw new UserError(
@@ -227,7 +246,27 @@ export async function resolveTarget(
     containerId: status.containerID,
     podReason: chosen.reason,
     containerReason,
+    ports: served ? [served.port] : undefined,
+    webhooks: workload.kind === 'selector' ? workload.webhooks : undefined,
   };
+}
+
+/** The container and port number a Service's targetPort (a number, or a container port's name) means in a pod. */
+function containerPort(
+  pod: V1Pod,
+  targetPort: number | string,
+  ref: NamedTarget,
+): { container: V1Container; port: number } {
+  const containers = pod.spec?.containers ?? [];
+  for (const c of containers)
+    for (const p of c.ports ?? [])
+      if (p.name === targetPort || p.containerPort === targetPort) return { container: c, port: p.containerPort };
+  if (typeof targetPort === 'number')
+    return { container: chooseContainer(pod, ref.container).container, port: targetPort };
+  throw new UserError(
+    `no container of pod ${pod.metadata?.name} has a port named "${targetPort}" (the Service's targetPort)`,
+    'name the port in the pod template, or use a number as the Service targetPort',
+  );
 }
 
 function mapTargetError(err: unknown, resource: string, namespace: string, name: string): unknown {

@@ -83,7 +83,7 @@ export async function runExec(options: ExecServiceOptions, reporter: Reporter): 
         '-p/--port needs a target: a targetless session receives no traffic',
         'pass -t pod/NAME or deploy/NAME, or drop -p',
       );
-    const ports = resolvePorts(options.ports, target?.container);
+    const ports = resolvePorts(options.ports, target?.container, target?.ports);
 
     const childEnv = await step(
       reporter,
@@ -160,6 +160,7 @@ export async function runExec(options: ExecServiceOptions, reporter: Reporter): 
       node: target?.nodeName,
       container: target?.container.name,
       agent: { name: s.agent.name, reused: s.agent.reused, version: s.hello.agentVersion },
+      webhooks: target?.webhooks,
       ports: ports.map(
         (p): PortState => ({
           remotePort: p.remote,

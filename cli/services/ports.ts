@@ -19,14 +19,23 @@ export function parsePortSpec(spec: string | number): PortMapping {
   return mapping;
 }
 
-/** The ports to take over: the given specs, else every TCP port the container declares (local = remote). */
-export function resolvePorts(specs: readonly (string | number)[], container: V1Container | undefined): PortMapping[] {
+/**
+ * The ports to take over: the given specs, else the target's own ports (a webhook Service's targetPort), else every TCP
+ * port the container declares (local = remote).
+ */
+export function resolvePorts(
+  specs: readonly (string | number)[],
+  container: V1Container | undefined,
+  targetPorts?: readonly number[],
+): PortMapping[] {
   const mappings =
     specs.length > 0
       ? specs.map(parsePortSpec)
-      : (container?.ports ?? [])
-          .filter((p) => (p.protocol ?? 'TCP') === 'TCP')
-          .map((p) => ({ remote: p.containerPort, local: p.containerPort }));
+      : targetPorts
+        ? targetPorts.map((p) => ({ remote: p, local: p }))
+        : (container?.ports ?? [])
+            .filter((p) => (p.protocol ?? 'TCP') === 'TCP')
+            .map((p) => ({ remote: p.containerPort, local: p.containerPort }));
   const seen = new Set<number>();
   for (const m of mappings) {
     if (seen.has(m.remote)) throw new UserError(`port ${m.remote} is given twice`, 'pass each remote port once to -p');

@@ -152,7 +152,9 @@ class Supervisor {
       original: true,
     };
     this.adopt(member, true);
-    const allPods = Boolean(this.options.allPods) && this.firstTarget.ref.kind !== 'pod';
+    // kube-apiserver calls any pod behind a webhook's Service: every Ready one must be stolen.
+    const allPods =
+      (Boolean(this.options.allPods) || Boolean(this.firstTarget.webhooks)) && this.firstTarget.ref.kind !== 'pod';
     if (this.options.allPods && !allPods)
       this.reporter.emit({
         type: 'log',
@@ -364,7 +366,7 @@ class Supervisor {
   private async podGone(member: Member): Promise<void> {
     member.state = 'gone';
     this.members.delete(member);
-    if (this.options.allPods && this.firstTarget.ref.kind !== 'pod') {
+    if ((this.options.allPods || this.firstTarget.webhooks) && this.firstTarget.ref.kind !== 'pod') {
       this.reporter.emit({
         type: 'log',
         level: 'info',
@@ -463,7 +465,7 @@ class Supervisor {
     const { ref, namespace } = this.firstTarget;
     const byName = { namespace, fieldSelector: `metadata.name=${this.firstTarget.podName}` };
     if (!allPods) return byName;
-    const workload = await KIND_RESOLVERS[ref.kind].read(kindClients(this.first.kc), ref.name, namespace);
+    const workload = await KIND_RESOLVERS[ref.kind].read(kindClients(this.first.kc), ref.name, namespace, ref);
     const labelSelector = workload.kind === 'selector' ? selectorToString(workload.selector) : '';
     return labelSelector ? { namespace, labelSelector } : byName;
   }

@@ -1,6 +1,8 @@
-// What each workload kind a target can name (pod, deployment, statefulset, rollout) tells target resolution: how to
-// read one by name, which names exist (for "not found"), and where its pods come from. One file per kind implements it.
+// What each kind a target can name (pod, deployment, statefulset, rollout, webhook configurations) tells target
+// resolution: how to read one by name, which names exist (for "not found"), and where its pods come from. One file per
+// kind implements it.
 import {
+  AdmissionregistrationV1Api,
   AppsV1Api,
   CoreV1Api,
   CustomObjectsApi,
@@ -15,6 +17,7 @@ export interface KindClients {
   core: CoreV1Api;
   apps: AppsV1Api;
   custom: CustomObjectsApi;
+  admission: AdmissionregistrationV1Api;
 }
 
 export function kindClients(kc: KubeConfig): KindClients {
@@ -22,19 +25,40 @@ export function kindClients(kc: KubeConfig): KindClients {
     core: kc.makeApiClient(CoreV1Api),
     apps: kc.makeApiClient(AppsV1Api),
     custom: kc.makeApiClient(CustomObjectsApi),
+    admission: kc.makeApiClient(AdmissionregistrationV1Api),
   };
 }
 
-/** A workload read by name: a pod is its own answer; the others name their pods by a label selector. */
-export type Workload = { kind: 'pod'; pod: V1Pod } | { kind: 'selector'; selector: V1LabelSelector | undefined };
+/** An admission webhook a target reaches, and how long kube-apiserver waits for its answer. */
+export interface WebhookInfo {
+  name: string;
+  timeoutSeconds: number;
+}
+
+/**
+ * A workload read by name: a pod is its own answer; the others name their pods by a label selector. Webhook
+ * configurations also say where the pods are (their Service's namespace), which port serves (the Service's targetPort,
+ * a number or a container port's name) and which webhooks they answer.
+ */
+export type Workload =
+  | { kind: 'pod'; pod: V1Pod }
+  | {
+      kind: 'selector';
+      selector: V1LabelSelector | undefined;
+      namespace?: string;
+      targetPort?: number | string;
+      webhooks?: WebhookInfo[];
+    };
 
 export interface KindResolver {
   /** How the kind is named in plural in messages ("there are no deployments in it"). */
   readonly plural: string;
   /** The API resource, as RBAC names it (for a 403's hint). */
   readonly resource: string;
+  /** Not namespaced (webhook configurations): "not found" names no namespace. */
+  readonly clusterScoped?: boolean;
   /** Reads the named workload; rejects with the API's error (404: not there) or a UserError that says more. */
-  read(clients: KindClients, name: string, namespace: string): Promise<Workload>;
+  read(clients: KindClients, name: string, namespace: string, ref?: { webhook?: string }): Promise<Workload>;
   /** The names of this kind in the namespace. */
   names(clients: KindClients, namespace: string): Promise<string[]>;
 }
