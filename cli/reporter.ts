@@ -24,6 +24,8 @@ export interface SessionInfo {
   ports: PortState[];
   /** A webhook configuration target: the webhooks whose requests reach the local command, and their timeouts. */
   webhooks?: { name: string; timeoutSeconds: number }[];
+  /** A stolen connection the local command has not answered within this many ms is answered by the pod. */
+  answerWithinMs?: number;
 }
 
 /** One event per line of the NDJSON output; `type` is the stable discriminator documented in docs/ui.md. */
@@ -55,6 +57,8 @@ export type ReportEvent =
       state: 'open' | 'closed';
       bytesIn?: number;
       bytesOut?: number;
+      /** The local command had sent nothing back within this many ms: the pod answers this connection instead. */
+      fallbackMs?: number;
     }
   | {
       type: 'request';

@@ -8,6 +8,7 @@ import { startLocalCommand, type LocalCommand } from '../process/child.js';
 import { canConnect, waitForListen } from '../process/listen.js';
 import { buildChildEnv, readEnvFile } from './child-env.js';
 import { incomingStreamHandler } from './incoming.js';
+import { answerDeadlineMs } from '../kube/targets/webhook.js';
 import { resolvePorts, type PortMapping } from './ports.js';
 import { step, type ChildEnvHook, type Retarget, type Session, type SessionOptions } from '../session/connect.js';
 import { connectSupervisedSession } from '../session/supervisor.js';
@@ -161,6 +162,7 @@ export async function runExec(options: ExecServiceOptions, reporter: Reporter): 
       container: target?.container.name,
       agent: { name: s.agent.name, reused: s.agent.reused, version: s.hello.agentVersion },
       webhooks: target?.webhooks,
+      answerWithinMs: target?.webhooks ? answerDeadlineMs(target.webhooks) : undefined,
       ports: ports.map(
         (p): PortState => ({
           remotePort: p.remote,
@@ -170,6 +172,14 @@ export async function runExec(options: ExecServiceOptions, reporter: Reporter): 
         }),
       ),
     };
+    if (info.answerWithinMs && !s.hello.features.includes(FEATURES.answerFallback))
+      reporter.emit({
+        type: 'log',
+        level: 'warn',
+        message:
+          `agent ${s.hello.agentVersion} does not hand unanswered webhook requests to the pod: ` +
+          'a paused local command makes them time out (use the agent image of this devop version)',
+      });
     const traffic = new TrafficControl(s, info, options, reporter);
     s.onRetarget?.((change) => traffic.retarget(change));
 
@@ -307,6 +317,7 @@ class TrafficControl {
           ...(this.filter ? { filter: this.filter } : {}),
           flush: this.options.flush,
           stealProbes: this.options.stealProbes,
+          ...(this.mode === 'steal' && this.info.answerWithinMs ? { answerWithinMs: this.info.answerWithinMs } : {}),
         }),
       ['subscribed', 'refused'],
       `${this.mode} port ${port}`,

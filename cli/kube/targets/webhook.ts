@@ -9,6 +9,18 @@ import type { KindClients, KindResolver, WebhookInfo } from './resolver.js';
 /** kube-apiserver's default timeoutSeconds (admissionregistration.k8s.io/v1). */
 export const DEFAULT_WEBHOOK_TIMEOUT_SECONDS = 10;
 
+/**
+ * What the pod keeps of a webhook's timeout to answer in the local command's place: a second (it answers in
+ * milliseconds; the rest covers a new connection, its TLS handshake and a busy node), or half of a shorter timeout.
+ */
+export const POD_ANSWER_MARGIN_MS = 1000;
+
+/** How long the local command has to start answering before the pod answers instead: the shortest timeout − margin. */
+export function answerDeadlineMs(webhooks: readonly WebhookInfo[]): number {
+  const timeoutMs = Math.min(...webhooks.map((w) => w.timeoutSeconds)) * 1000;
+  return Math.round(timeoutMs - Math.min(POD_ANSWER_MARGIN_MS, timeoutMs / 2));
+}
+
 type Webhook = V1ValidatingWebhook | V1MutatingWebhook;
 
 async function readWebhooks({ admission }: KindClients, kind: WebhookKind, name: string): Promise<Webhook[]> {
