@@ -51,7 +51,10 @@ export function relayWithFallback(
   };
 
   const fromClient = (chunk: Buffer): void => {
-    if (answered) return touch(false);
+    if (answered) {
+      touch(false);
+      return;
+    }
     if (!replayable) return;
     heldBytes += chunk.length;
     if (heldBytes > REPLAY_LIMIT_BYTES) {
