@@ -1,12 +1,15 @@
 // The echo-controller walkthrough (docs/walkthrough.md) end to end on the stand-in (or a real cluster:
 // test/helpers/target-cluster.ts): the controller runs in the cluster (two replicas, one leading), is scaled to 0 and
 // run locally under `devop exec -t targetless`, where it turns an Echo into a Deployment with Ready pods, follows
-// changes, recreates what is deleted, honours its finalizer; then the cluster's replicas take the lease back.
+// changes, recreates what is deleted, honours its finalizer; then the cluster's replicas take the lease back. Last, its
+// validating webhook runs locally under `devop exec -t validatingwebhookconfiguration/echo-controller`: kubectl's writes
+// are refused by the local process, and while it is stopped (SIGSTOP, as in a debugger) the pods answer in time.
 import { KubeConfig, Watch } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { requireRoot } from '../helpers/root.js';
 import { agentImageEnv, externalTarget, startTargetCluster, type TargetCluster } from '../helpers/target-cluster.js';
-import { Kubectl, LocalProcess, eventually } from './harness.js';
+import { Kubectl, LocalProcess, eventually, freePort } from './harness.js';
+import { execFileSync } from 'node:child_process';
 
 requireRoot('examples: echo-controller');
 
@@ -64,7 +67,9 @@ describe('echo-controller walkthrough', () => {
     await devop?.stop('SIGKILL');
     // A real cluster outlives the suite: remove what the walkthrough applied (the stand-in goes away whole).
     if (externalTarget()) {
-      const files = ['echo', 'deployment', 'webhook', 'rbac', 'crd'].map((m) => `examples/echo-controller/manifests/${m}.yaml`);
+      const files = ['echo', 'deployment', 'webhook', 'rbac', 'crd'].map(
+        (m) => `examples/echo-controller/manifests/${m}.yaml`,
+      );
       const manifests = files.flatMap((f) => ['-f', f]);
       await kubectl?.run('delete', ...manifests, '--ignore-not-found', '--wait=false');
     }
@@ -260,6 +265,82 @@ describe('echo-controller walkthrough', () => {
       expect(await kubectl.ok('logs', leader, '-n', 'default')).toContain(
         'default/hello: create deployment (replicas 2)',
       );
+    },
+    STEP_TIMEOUT_MS,
+  );
+
+  /** Pids of the local webhook process (npx, tsx and node: a debugger stops the program, here all three). */
+  const localWebhookPids = (port: number): number[] => {
+    const out = execFileSync('pgrep', [
+      '-f',
+      `examples/echo-controller/src/main.ts --leader-elect --webhook-port ${port}`,
+    ]);
+    return String(out).trim().split('\n').map(Number);
+  };
+
+  it(
+    'the webhook under devop: the local process refuses, and while it is stopped the pods answer in time',
+    async () => {
+      // Given the webhook run locally with a lower limit, stealing the webhook's traffic from both cluster replicas
+      const localPort = await freePort();
+      devop = new LocalProcess(
+        process.execPath,
+        [
+          'bin/devop.js',
+          'exec',
+          '-t',
+          'validatingwebhookconfiguration/echo-controller',
+          '--steal',
+          '-p',
+          `8443:${localPort}`,
+          '--',
+          'npx',
+          'tsx',
+          'examples/echo-controller/src/main.ts',
+          '--leader-elect',
+          '--webhook-port',
+          String(localPort),
+          '--max-replicas',
+          '3',
+        ],
+        { ...process.env, ...agentImageEnv(), KUBECONFIG: cluster.kubeconfigPath, CI: 'true' },
+      );
+      await eventually('devop ready on both webhook pods', async () => {
+        if (!devop!.running) throw new Error(`devop exited early\n${devop!.output()}`);
+        return devop!.stderr.includes('devop: ready') && /all pods: joined pod/.test(devop!.stderr) ? true : undefined;
+      }).catch((err: Error) => {
+        throw new Error(`${err.message}\n${devop!.output()}`);
+      });
+      expect(devop.stderr).toContain('webhook replicas.echoes.example.com (timeout 5 s)');
+
+      // When an Echo above the limit is applied, the local process refuses it (its limit is 3, the pods' 5)
+      const refused = await kubectl.run('apply', '-f', 'examples/echo-controller/manifests/echo-six.yaml');
+      expect(refused.code).not.toBe(0);
+      expect(refused.stderr).toContain(
+        'admission webhook "replicas.echoes.example.com" denied the request: spec.replicas: 6 is above the limit of 3',
+      );
+      expect(devop.stdout).toContain('webhook: CREATE default/six: denied (spec.replicas: 6 is above the limit of 3)');
+
+      // When the local process is stopped, as at a breakpoint
+      const pids = localWebhookPids(localPort);
+      for (const pid of pids) process.kill(pid, 'SIGSTOP');
+      try {
+        const started = Date.now();
+        const again = await kubectl.run('apply', '-f', 'examples/echo-controller/manifests/echo-six.yaml');
+        const took = Date.now() - started;
+        // Then a pod answers (its limit is 5) within the webhook's 5 s, and devop says the pod answered and why
+        expect(again.stderr).toContain(
+          'admission webhook "replicas.echoes.example.com" denied the request: spec.replicas: 6 is above the limit of 5',
+        );
+        expect(took).toBeLessThan(5000 + 2000);
+        expect(devop.stderr).toMatch(/connection \S+ → pod \S+ :8443: the local command did not answer in 4\.0 s/);
+      } finally {
+        for (const pid of pids) process.kill(pid, 'SIGCONT');
+      }
+      // And once resumed, the local process answers again
+      const resumed = await kubectl.run('apply', '-f', 'examples/echo-controller/manifests/echo-six.yaml');
+      expect(resumed.stderr).toContain('spec.replicas: 6 is above the limit of 3');
+      await devop.stop('SIGINT');
     },
     STEP_TIMEOUT_MS,
   );
