@@ -9,7 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { requireRoot } from '../helpers/root.js';
 import { agentImageEnv, externalTarget, startTargetCluster, type TargetCluster } from '../helpers/target-cluster.js';
 import { Kubectl, LocalProcess, eventually, freePort } from './harness.js';
-import { execFileSync } from 'node:child_process';
+import { ANSWERED_IDLE_CLOSE_MS } from '../../agent/answer-fallback.js';
 
 requireRoot('examples: echo-controller');
 
@@ -57,6 +57,17 @@ describe('echo-controller walkthrough', () => {
       return pods.items.map((p) => p.metadata.name).find((name) => holder?.startsWith(`${name}_`));
     });
 
+  /** `kubectl rollout status`; when it fails, the replicas' logs (this run's and the previous) say why. */
+  const rolloutStatus = async (): Promise<void> => {
+    const r = await kubectl.run('rollout', 'status', 'deployment/echo-controller', '-n', 'default', '--timeout=120s');
+    if (r.code === 0) return;
+    const logs = await kubectl.run('logs', '-l', 'app=echo-controller', '-n', 'default', '--tail=20');
+    const previous = await kubectl.run('logs', '-l', 'app=echo-controller', '-n', 'default', '--previous', '--tail=20');
+    throw new Error(
+      `rollout status failed: ${r.stderr}\n${logs.stdout}${logs.stderr}\n${previous.stdout}${previous.stderr}`,
+    );
+  };
+
   beforeAll(async () => {
     // The stand-in's default image table has the examples' images; a real cluster pulls them (CI's kind workflow).
     cluster = await startTargetCluster('examples-echo', { namespace: 'default' });
@@ -101,7 +112,7 @@ describe('echo-controller walkthrough', () => {
         expect(applied).toContain(`${obj} created`);
       }
       await kubectl.ok('wait', '--for=condition=Established', 'crd/echoes.example.com', '--timeout=60s');
-      await kubectl.ok('rollout', 'status', 'deployment/echo-controller', '--timeout=120s');
+      await rolloutStatus();
       const none = await kubectl.run('get', 'echo', '-n', 'default');
       expect(none.code).toBe(0);
       expect(none.stderr).toContain('No resources found in default namespace.');
@@ -248,7 +259,7 @@ describe('echo-controller walkthrough', () => {
       // Given the cluster's replicas scaled back up while the local controller holds the lease
       const localIdentity = await leaseHolder();
       await kubectl.ok('scale', 'deployment/echo-controller', '-n', 'default', '--replicas=2');
-      await kubectl.ok('rollout', 'status', 'deployment/echo-controller', '-n', 'default', '--timeout=120s');
+      await rolloutStatus();
       await eventually('the cluster replicas to wait for the lease', async () => {
         const logs = await kubectl.ok('logs', '-l', 'app=echo-controller', '-n', 'default');
         return logs.includes('is held by another replica; waiting') ? true : undefined;
@@ -268,15 +279,6 @@ describe('echo-controller walkthrough', () => {
     },
     STEP_TIMEOUT_MS,
   );
-
-  /** Pids of the local webhook process (npx, tsx and node: a debugger stops the program, here all three). */
-  const localWebhookPids = (port: number): number[] => {
-    const out = execFileSync('pgrep', [
-      '-f',
-      `examples/echo-controller/src/main.ts --leader-elect --webhook-port ${port}`,
-    ]);
-    return String(out).trim().split('\n').map(Number);
-  };
 
   it(
     'the webhook under devop: the local process refuses, and while it is stopped the pods answer in time',
@@ -315,15 +317,18 @@ describe('echo-controller walkthrough', () => {
 
       // When an Echo above the limit is applied, the local process refuses it (its limit is 3, the pods' 5)
       const refused = await kubectl.run('apply', '-f', 'examples/echo-controller/manifests/echo-six.yaml');
-      expect(refused.code).not.toBe(0);
+      expect(refused.code, `${refused.stdout}\n${devop.output()}`).not.toBe(0);
       expect(refused.stderr).toContain(
         'admission webhook "replicas.echoes.example.com" denied the request: spec.replicas: 6 is above the limit of 3',
       );
       expect(devop.stdout).toContain('webhook: CREATE default/six: denied (spec.replicas: 6 is above the limit of 3)');
 
-      // When the local process is stopped, as at a breakpoint
-      const pids = localWebhookPids(localPort);
-      for (const pid of pids) process.kill(pid, 'SIGSTOP');
+      // When the local process is stopped, as at a breakpoint (a moment after its answer: the connection it answered is
+      // closed once idle, so that the next request comes on a new one, which can go to the pod)
+      await new Promise((resolve) => setTimeout(resolve, 2 * ANSWERED_IDLE_CLOSE_MS));
+      // (the pid the local process logs: stopping its wrappers, or devop, is not what a debugger does)
+      const pid = Number(/webhook listening on \S+ \(pid (\d+)\)/.exec(devop.stdout)?.[1]);
+      process.kill(pid, 'SIGSTOP');
       try {
         const started = Date.now();
         const again = await kubectl.run('apply', '-f', 'examples/echo-controller/manifests/echo-six.yaml');
@@ -335,7 +340,7 @@ describe('echo-controller walkthrough', () => {
         expect(took).toBeLessThan(5000 + 2000);
         expect(devop.stderr).toMatch(/connection \S+ → pod \S+ :8443: the local command did not answer in 4\.0 s/);
       } finally {
-        for (const pid of pids) process.kill(pid, 'SIGCONT');
+        process.kill(pid, 'SIGCONT');
       }
       // And once resumed, the local process answers again
       const resumed = await kubectl.run('apply', '-f', 'examples/echo-controller/manifests/echo-six.yaml');

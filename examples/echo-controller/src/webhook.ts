@@ -89,7 +89,8 @@ export function startWebhookServer(options: WebhookServerOptions): Promise<Serve
     server.listen(options.port, options.host ?? '0.0.0.0', () => {
       server.off('error', reject);
       const port = (server.address() as AddressInfo).port;
-      options.log(`webhook listening on https://${options.host ?? '0.0.0.0'}:${port}/validate`);
+      // The pid: what a debugger (or `kill -STOP`) needs to stop this process and not the ones around it.
+      options.log(`webhook listening on https://${options.host ?? '0.0.0.0'}:${port}/validate (pid ${process.pid})`);
       resolve(server);
     });
   });

@@ -119,7 +119,11 @@ export class Admission {
       response = await this.post(w, a);
     } catch (e) {
       if (!(e instanceof CallingWebhookError)) throw e;
-      if (w.failurePolicy === 'Ignore') return undefined;
+      if (w.failurePolicy === 'Ignore') {
+        // kube-apiserver logs this too ("Failed calling webhook, failing open"): the only trace of a broken webhook.
+        console.warn(`stand-in apiserver: failing open: ${e.message}`);
+        return undefined;
+      }
       throw new ApiError(500, 'InternalError', `Internal error occurred: ${e.message}`);
     }
     if (response.allowed === true) return response;
