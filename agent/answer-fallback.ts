@@ -23,15 +23,16 @@ export interface FallbackRelay {
 }
 
 /**
- * Relays `socket` ↔ `stream` (the local command); if the stream has sent nothing within `deadlineMs`, resets it and
- * relays `socket` ↔ the pod's server at `origin` instead, replaying what the client sent. `onFallback` is told when.
+ * Relays `socket` ↔ `stream` (the local command); if the stream has sent nothing within `deadlineMs` (or failed before
+ * its first byte), resets it and relays `socket` ↔ the pod's server at `origin` instead, replaying what the client
+ * sent. `onFallback` is told after how long.
  */
 export function relayWithFallback(
   socket: Socket,
   stream: IncomingStream,
   deadlineMs: number,
   origin: { host: string; port: number },
-  onFallback: () => void,
+  onFallback: (afterMs: number) => void,
 ): FallbackRelay {
   const held: Buffer[] = [];
   let heldBytes = 0;
@@ -80,8 +81,9 @@ export function relayWithFallback(
   const localEnded = (): void => void socket.end();
   stream.once('end', localEnded);
 
+  const started = Date.now();
   const fallBack = (): void => {
-    if (answered || !replayable || socket.destroyed) return;
+    if (answered || !replayable || socket.destroyed || fellBack) return;
     fellBack = true;
     socket.unpipe(stream);
     socket.off('data', fromClient);
@@ -97,7 +99,7 @@ export function relayWithFallback(
     joinBothWays(socket, upstream);
     socket.once('close', () => upstream.destroy());
     upstream.once('close', () => socket.destroy());
-    onFallback();
+    onFallback(Date.now() - started);
   };
   const deadline = setTimeout(fallBack, deadlineMs);
 
@@ -114,7 +116,9 @@ export function relayWithFallback(
     });
   });
   stream.on('error', () => {
-    if (!fellBack) socket.destroy();
+    // The local side failed before it answered (its command does not listen, or crashed): the pod answers at once.
+    if (!answered && replayable) fallBack();
+    else if (!fellBack) socket.destroy();
   });
   socket.on('error', () => {
     if (!fellBack) resetStream(stream, 'client connection error');

@@ -137,9 +137,8 @@ export class PortRedirect {
     };
     sub.session.traffic({ ...event, phase: 'open', at: Date.now() });
     if (sub.answerWithinMs) {
-      const deadline = sub.answerWithinMs;
-      const relay = relayWithFallback(socket, stream, deadline, originOf(socket, this.port), () =>
-        sub.session.traffic({ ...event, to: 'pod', phase: 'open', fallbackMs: deadline, at: Date.now() }),
+      const relay = relayWithFallback(socket, stream, sub.answerWithinMs, originOf(socket, this.port), (afterMs) =>
+        sub.session.traffic({ ...event, to: 'pod', phase: 'open', fallbackMs: afterMs, at: Date.now() }),
       );
       relay.done.then((r) =>
         sub.session.traffic({

@@ -57,7 +57,7 @@ export type ReportEvent =
       state: 'open' | 'closed';
       bytesIn?: number;
       bytesOut?: number;
-      /** The local command had sent nothing back within this many ms: the pod answers this connection instead. */
+      /** The local command had sent nothing back (or failed) after this many ms: the pod answers the connection. */
       fallbackMs?: number;
     }
   | {

@@ -84,7 +84,7 @@ export const TrafficEvent = z.discriminatedUnion('kind', [
     phase: z.enum(['open', 'close']),
     bytesIn: z.optional(z.int()),
     bytesOut: z.optional(z.int()),
-    /** Set when the session had not answered within this many ms and the connection went to the pod instead. */
+    /** Set when the connection went to the pod after this many ms: the session had not answered (or failed first). */
     fallbackMs: z.optional(z.number()),
     at: z.number(),
   }),

@@ -77,7 +77,10 @@ describe.runIf(run)('agent: steal with an answer deadline', () => {
     expect(took).toBeLessThan(DEADLINE_MS + 1500);
     // And the session was told that the pod answered, and why
     await waitFor(
-      () => session.traffic.some((t) => t.kind === 'connection' && t.to === 'pod' && t.fallbackMs === DEADLINE_MS),
+      () =>
+        session.traffic.some(
+          (t) => t.kind === 'connection' && t.to === 'pod' && (t.fallbackMs ?? 0) >= DEADLINE_MS && t.phase === 'open',
+        ),
       'the fallback traffic event',
     );
   });
@@ -103,5 +106,17 @@ describe.runIf(run)('agent: steal with an answer deadline', () => {
     expect(endedAt - answeredAt).toBeGreaterThanOrEqual(ANSWERED_IDLE_CLOSE_MS - 100);
     expect(endedAt - answeredAt).toBeLessThan(ANSWERED_IDLE_CLOSE_MS + 1000);
     socket.destroy();
+  });
+
+  test('a local command that is gone (its port refuses) leaves the request to the pod at once, not at the deadline', async () => {
+    // Given the local process dead: the session's connection to it is refused, and the session resets the stream
+    local.child.kill('SIGKILL');
+    await new Promise((resolve) => local.child.once('exit', resolve));
+    // When a request comes
+    const started = Date.now();
+    const answer = await httpGet(client, '/after-crash');
+    // Then the pod answers it well before the deadline
+    expect(answer.body).toBe('pod: GET /after-crash');
+    expect(Date.now() - started).toBeLessThan(DEADLINE_MS / 2);
   });
 });
