@@ -2,8 +2,9 @@
 // answer, and a local command paused in a debugger must not make the cluster's writes fail. Webhooks speak TLS, so the
 // agent cannot see requests, only connections: it keeps the client's first bytes (the TLS ClientHello and what follows)
 // until the local command sends its first byte back; if it has sent none by the deadline, the connection is replayed
-// to the pod's own server, which then answers. A connection the local command answered is closed once it idles after
-// an answer, so that the client's next request comes on a new connection that can fall back in its turn.
+// to the pod's own server, which then answers. A connection is closed once it idles after an answer (the local
+// command's or the pod's), so that the client's next request comes on a new connection: one that can fall back in its
+// turn, or that goes to the local command again once it answers.
 import { connect, type Socket } from 'node:net';
 import { joinBothWays } from '../shared/splice.js';
 import { resetStream, type IncomingStream } from './subscription.js';
@@ -41,10 +42,12 @@ export function relayWithFallback(
   let fellBack = false;
   let idle: NodeJS.Timeout | undefined;
 
+  /** Whoever answers now: the local command's stream, or the pod's server after a fallback. */
+  let answerer: { end(): unknown } = stream;
   const idleClose = (): void => {
-    // The local command spoke last and nothing moved since: an answer is complete (or the handshake stalled).
+    // The answering side spoke last and nothing moved since: an answer is complete (or the handshake stalled).
     socket.end();
-    stream.end();
+    answerer.end();
   };
   const touch = (localSpokeLast: boolean): void => {
     if (idle) clearTimeout(idle);
@@ -97,6 +100,10 @@ export function relayWithFallback(
     held.length = 0;
     if (socket.readableEnded) upstream.end();
     joinBothWays(socket, upstream);
+    // The pod's connection is closed once idle too: the request after this one goes to the local command again.
+    answerer = upstream;
+    upstream.on('data', () => touch(true));
+    socket.on('data', () => touch(false));
     socket.once('close', () => upstream.destroy());
     upstream.once('close', () => socket.destroy());
     onFallback(Date.now() - started);

@@ -8,7 +8,7 @@ import { ANSWERED_IDLE_CLOSE_MS } from '../../agent/answer-fallback.js';
 import { requireRoot } from '../helpers/root.js';
 import { PodNet, waitFor, type Proc } from './netns.js';
 import { connectSession, type TestSession } from './session-client.js';
-import { httpGet } from './http.js';
+import { httpGet, keepAliveAgent } from './http.js';
 
 const run = requireRoot('agent answer fallback');
 
@@ -85,9 +85,17 @@ describe.runIf(run)('agent: steal with an answer deadline', () => {
     );
   });
 
-  test('resumed (SIGCONT), the local command answers the next request again', async () => {
+  test('resumed (SIGCONT), the local command answers the next request again, even from a keep-alive client', async () => {
+    // Given a keep-alive client whose request the pod answered while the local process was stopped
+    local.child.kill('SIGSTOP');
+    const keep = keepAliveAgent();
+    expect((await httpGet(client, '/stopped-keep', { agent: keep })).body).toBe('pod: GET /stopped-keep');
+    // When the local process resumes, and the client sends its next request a moment later on the same agent
     local.child.kill('SIGCONT');
-    expect((await httpGet(client, '/resumed')).body).toBe('local: GET /resumed');
+    await new Promise((resolve) => setTimeout(resolve, 2 * ANSWERED_IDLE_CLOSE_MS));
+    // Then the local command answers it (the connection the pod answered was closed once idle)
+    expect((await httpGet(client, '/resumed', { agent: keep })).body).toBe('local: GET /resumed');
+    keep.destroy();
   });
 
   test('a connection the local command answered is closed once idle, so the next request comes on a new one', async () => {

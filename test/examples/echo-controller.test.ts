@@ -342,7 +342,9 @@ describe('echo-controller walkthrough', () => {
       } finally {
         process.kill(pid, 'SIGCONT');
       }
-      // And once resumed, the local process answers again
+      // And once resumed, the local process answers again (a moment later: the connection the pod answered is closed
+      // once idle, as the one the local process answered was)
+      await new Promise((resolve) => setTimeout(resolve, 2 * ANSWERED_IDLE_CLOSE_MS));
       const resumed = await kubectl.run('apply', '-f', 'examples/echo-controller/manifests/echo-six.yaml');
       expect(resumed.stderr).toContain('spec.replicas: 6 is above the limit of 3');
       await devop.stop('SIGINT');
