@@ -11,6 +11,7 @@ import {
   type HttpRouting,
   type PodProxy,
 } from './http-filter.js';
+import { relayWithFallback } from './answer-fallback.js';
 import type { AgentLog } from './log.js';
 import { MirroredConnection } from './mirror.js';
 import { originOf, resetStream, type IncomingStream, type PortSubscription } from './subscription.js';
@@ -135,6 +136,22 @@ export class PortRedirect {
       to: 'local' as const,
     };
     sub.session.traffic({ ...event, phase: 'open', at: Date.now() });
+    if (sub.answerWithinMs) {
+      const relay = relayWithFallback(socket, stream, sub.answerWithinMs, originOf(socket, this.port), (afterMs) =>
+        sub.session.traffic({ ...event, to: 'pod', phase: 'open', fallbackMs: afterMs, at: Date.now() }),
+      );
+      relay.done.then((r) =>
+        sub.session.traffic({
+          ...event,
+          to: r.fellBack ? 'pod' : 'local',
+          phase: 'close',
+          bytesIn: r.in,
+          bytesOut: r.out,
+          at: Date.now(),
+        }),
+      );
+      return true;
+    }
     const counts = spliceSockets(socket, stream, (reason) => resetStream(stream, reason));
     counts.done.then(() =>
       sub.session.traffic({ ...event, phase: 'close', bytesIn: counts.in, bytesOut: counts.out, at: Date.now() }),

@@ -145,8 +145,19 @@ export class PortTable {
       // mirror).
       const own = entry.subs.findIndex((s) => s.session.sessionId === session.sessionId);
       if (own >= 0) entry.subs.splice(own, 1);
-      const { id, mode, filter, flush } = msg;
-      entry.subs.push({ id, session, mode, filter, match, since: new Date(), paused: false, flush, holder });
+      const { id, mode, filter, flush, answerWithinMs } = msg;
+      entry.subs.push({
+        id,
+        session,
+        mode,
+        filter,
+        match,
+        since: new Date(),
+        paused: false,
+        flush,
+        holder,
+        answerWithinMs,
+      });
       this.ports.set(msg.port, entry);
       const failure = await this.settle(msg.port, entry, msg);
       if (failure) {

@@ -28,6 +28,8 @@ export interface PortSubscription {
   /** The subscribe's flush: connections the pod took meanwhile move to the session when its steal takes effect. */
   flush?: boolean;
   holder: { user: string; host: string };
+  /** Webhook steals: a connection the session has not answered within this many ms is answered by the pod. */
+  answerWithinMs?: number;
 }
 
 export function resetStream(stream: IncomingStream, reason: string): void {

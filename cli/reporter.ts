@@ -25,6 +25,10 @@ export interface SessionInfo {
   ports: PortState[];
   /** An extension target (apiservice/): what the API server calls, and its Available condition. */
   extension?: ExtensionState;
+  /** A webhook configuration target: the webhooks whose requests reach the local command, and their timeouts. */
+  webhooks?: { name: string; timeoutSeconds: number }[];
+  /** A stolen connection the local command has not answered within this many ms is answered by the pod. */
+  answerWithinMs?: number;
 }
 
 export interface ExtensionState {
@@ -40,6 +44,12 @@ export interface ExtensionState {
 }
 
 /** One event per line of the NDJSON output; `type` is the stable discriminator documented in docs/ui.md. */
+/** `webhook replicas.echoes.example.com (timeout 5 s)`, several joined by commas. */
+export function formatWebhooks(webhooks: readonly { name: string; timeoutSeconds: number }[]): string {
+  const list = webhooks.map((w) => `${w.name} (timeout ${w.timeoutSeconds} s)`).join(', ');
+  return `${webhooks.length === 1 ? 'webhook' : 'webhooks'} ${list}`;
+}
+
 export type ReportEvent =
   /** `hint`: on a failed step, the fix (a UserError's hint), so every reporter can show why and how to fix it. */
   | {
@@ -62,6 +72,8 @@ export type ReportEvent =
       state: 'open' | 'closed';
       bytesIn?: number;
       bytesOut?: number;
+      /** The local command had sent nothing back (or failed) after this many ms: the pod answers the connection. */
+      fallbackMs?: number;
     }
   | {
       type: 'request';

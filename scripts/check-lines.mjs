@@ -9,7 +9,7 @@ const MAX = 120;
 const TEST_TITLE = /^\s*(it|test|describe)(\.\w+)*(\([^)]*\))?\(\s*(['"`]).*\4,/;
 const files = execFileSync('git', ['ls-files', '*.ts', '*.tsx', '*.js', '*.mjs'], { encoding: 'utf8' })
   .split('\n')
-  .filter(Boolean);
+  .filter((file, i, all) => file && all.indexOf(file) === i); // a file mid-merge is listed once per stage
 let long = 0;
 for (const file of files) {
   readFileSync(file, 'utf8')

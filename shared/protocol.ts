@@ -26,6 +26,8 @@ export const FEATURES = {
   files: 'files',
   traffic: 'traffic',
   pause: 'pause',
+  /** subscribe.answerWithinMs: unanswered stolen connections are replayed to the pod (webhook targets). */
+  answerFallback: 'answer-fallback',
 } as const;
 
 /** Error codes an agent sends in `error`; unknown codes must be shown as-is (the field is an open string). */
@@ -83,6 +85,8 @@ export const TrafficEvent = z.discriminatedUnion('kind', [
     phase: z.enum(['open', 'close']),
     bytesIn: z.optional(z.int()),
     bytesOut: z.optional(z.int()),
+    /** Set when the connection went to the pod after this many ms: the session had not answered (or failed first). */
+    fallbackMs: z.optional(z.number()),
     at: z.number(),
   }),
   z.object({
@@ -130,6 +134,10 @@ export const ClientMessage = z.discriminatedUnion('type', [
     filter: z.optional(HttpFilter),
     flush: z.boolean(),
     stealProbes: z.boolean(),
+    /**
+     * Steal only: a connection the local command has not answered (sent no byte) within this is replayed to the pod.
+     */
+    answerWithinMs: z.optional(z.int().check(z.minimum(1), z.maximum(600_000))),
   }),
   z.object({ type: z.literal('unsubscribe'), id: requestId, port }),
   z.object({ type: z.literal('pause'), port: z.optional(port) }),

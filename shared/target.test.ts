@@ -19,6 +19,16 @@ describe('parseTarget', () => {
       ['sts/db.v2/container/pg', { kind: 'statefulset', name: 'db.v2', container: 'pg' }],
       ['targetless', { kind: 'targetless' }],
       ['  Deploy/x  ', { kind: 'deployment', name: 'x' }],
+      ['validatingwebhookconfiguration/echo', { kind: 'validatingwebhookconfiguration', name: 'echo' }],
+      ['validatingwebhookconfigurations/echo', { kind: 'validatingwebhookconfiguration', name: 'echo' }],
+      [
+        'validatingwebhookconfiguration/echo/webhook/replicas.echoes.example.com',
+        { kind: 'validatingwebhookconfiguration', name: 'echo', webhook: 'replicas.echoes.example.com' },
+      ],
+      [
+        'mutatingwebhookconfigurations/m/webhook/a.b.c',
+        { kind: 'mutatingwebhookconfiguration', name: 'm', webhook: 'a.b.c' },
+      ],
     ];
     for (const [text, target] of cases) expect(parseTarget(text), text).toEqual(target);
   });
@@ -33,6 +43,8 @@ describe('parseTarget', () => {
       'statefulset/d',
       'rollout/e/container/f',
       'apiservice/v1.g.io',
+      'validatingwebhookconfiguration/g/webhook/h.example.com',
+      'mutatingwebhookconfiguration/i',
       'targetless',
     ]) {
       expect(formatTarget(parseTarget(text))).toBe(text);
@@ -51,6 +63,9 @@ describe('parseTarget', () => {
       ['pod/web/container/', /container name is missing/],
       ['pod/web/container/a/b', /container name is missing or followed by more/],
       ['pod/web/container/Side.car', /not a valid container name/],
+      ['validatingwebhookconfiguration/echo/container/x', /expected "\/webhook\/NAME"/],
+      ['mutatingwebhookconfiguration/m/webhook/', /webhook name is missing/],
+      ['mutatingwebhookconfiguration/m/webhook/A_B', /not a valid webhook name/],
     ];
     for (const [text, why] of cases) {
       let err: unknown;

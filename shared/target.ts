@@ -1,10 +1,16 @@
-// The target syntax users type (`deploy/NAME/container/NAME`, `targetless`, …): parsing into a Target and printing
-// back.
+// The target syntax users type (`deploy/NAME/container/NAME`, `apiservice/NAME`,
+// `validatingwebhookconfiguration/NAME/webhook/NAME`, `targetless`, …): parsing into a Target and printing back.
 import { UserError } from './errors.js';
 
-export type TargetKind = 'pod' | 'deployment' | 'statefulset' | 'rollout' | 'apiservice';
+export type WebhookKind = 'validatingwebhookconfiguration' | 'mutatingwebhookconfiguration';
+export type TargetKind = 'pod' | 'deployment' | 'statefulset' | 'rollout' | 'apiservice' | WebhookKind;
 
-export type Target = { kind: 'targetless' } | { kind: TargetKind; name: string; container?: string };
+/** `container` for workloads; `webhook` (one webhook of the configuration) for webhook configurations. */
+export type Target = { kind: 'targetless' } | { kind: TargetKind; name: string; container?: string; webhook?: string };
+
+export function isWebhookKind(kind: string): kind is WebhookKind {
+  return kind === 'validatingwebhookconfiguration' || kind === 'mutatingwebhookconfiguration';
+}
 
 /** Every spelling accepted before the first `/`, and the kind it names (kubectl's short names and plurals too). */
 const KIND_ALIASES: Readonly<Record<string, TargetKind>> = {
@@ -22,6 +28,11 @@ const KIND_ALIASES: Readonly<Record<string, TargetKind>> = {
   ro: 'rollout',
   apiservice: 'apiservice',
   apiservices: 'apiservice',
+  // kubectl has no short names for these: the singular and plural only.
+  validatingwebhookconfiguration: 'validatingwebhookconfiguration',
+  validatingwebhookconfigurations: 'validatingwebhookconfiguration',
+  mutatingwebhookconfiguration: 'mutatingwebhookconfiguration',
+  mutatingwebhookconfigurations: 'mutatingwebhookconfiguration',
 };
 
 /** The short name printed for each kind (what `kubectl get` accepts too). */
@@ -31,11 +42,15 @@ const KIND_PRINTED: Readonly<Record<TargetKind, string>> = {
   statefulset: 'statefulset',
   rollout: 'rollout',
   apiservice: 'apiservice',
+  validatingwebhookconfiguration: 'validatingwebhookconfiguration',
+  mutatingwebhookconfiguration: 'mutatingwebhookconfiguration',
 };
 
 export const TARGET_FORMS =
-  'pod/NAME, deploy/NAME (or deployment/NAME), statefulset/NAME (or sts/NAME), rollout/NAME, ' +
-  'apiservice/NAME (the pods behind an aggregated API) — each optionally followed by /container/NAME — or targetless';
+  'pod/NAME, deploy/NAME (or deployment/NAME), statefulset/NAME (or sts/NAME), rollout/NAME — each optionally ' +
+  'followed by /container/NAME —, apiservice/NAME (the pods behind an aggregated API), ' +
+  'validatingwebhookconfiguration/NAME or mutatingwebhookconfiguration/NAME (optionally followed by /webhook/NAME), ' +
+  'or targetless';
 
 /** A Kubernetes object name (DNS-1123 subdomain, as pods, workloads and APIServices use). */
 const OBJECT_NAME = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
@@ -63,6 +78,15 @@ export function parseTarget(text: string): Target {
     throw invalid(text, `"${name}" is not a valid ${kind} name (lower-case letters, digits, '-' and '.')`);
   }
   if (parts.length === 2) return { kind, name };
+  if (isWebhookKind(kind)) {
+    if (parts[2] !== 'webhook')
+      throw invalid(text, `expected "/webhook/NAME" after the ${kind} name, got "/${parts.slice(2).join('/')}"`);
+    const webhook = parts[3];
+    if (parts.length !== 4 || !webhook) throw invalid(text, 'the webhook name is missing or followed by more');
+    if (webhook.length > 253 || !OBJECT_NAME.test(webhook))
+      throw invalid(text, `"${webhook}" is not a valid webhook name (lower-case letters, digits, '-' and '.')`);
+    return { kind, name, webhook };
+  }
   if (parts[2] !== 'container' && parts[2] !== 'c') {
     throw invalid(text, `expected "/container/NAME" after the ${kind} name, got "/${parts.slice(2).join('/')}"`);
   }
@@ -78,5 +102,6 @@ export function parseTarget(text: string): Target {
 export function formatTarget(target: Target): string {
   if (target.kind === 'targetless') return 'targetless';
   const base = `${KIND_PRINTED[target.kind]}/${target.name}`;
+  if (target.webhook) return `${base}/webhook/${target.webhook}`;
   return target.container ? `${base}/container/${target.container}` : base;
 }

@@ -73,13 +73,18 @@ export const OPTIONS = {
   $schema: { key: '$schema', type: 'string', doc: 'Path or URL of devop.schema.json (for editors; ignored by devop).' },
   target: {
     flags: '-t, --target <target>',
-    help: 'pod/NAME, deploy/NAME, sts/NAME, rollout/NAME or apiservice/NAME, optionally /container/NAME; or targetless',
+    help:
+      'pod/NAME, deploy/NAME, sts/NAME, rollout/NAME or apiservice/NAME, optionally /container/NAME; ' +
+      'validatingwebhookconfiguration/NAME or mutatingwebhookconfiguration/NAME, optionally /webhook/NAME; ' +
+      'or targetless',
     key: 'target',
     env: 'DEVOP_TARGET',
     type: 'target',
     doc:
-      'What to run as: pod/NAME, deploy/NAME, statefulset/NAME, rollout/NAME, apiservice/NAME (each optionally ' +
-      '/container/NAME) or targetless. No default: -t/--target when absent.',
+      'What to run as: pod/NAME, deploy/NAME, statefulset/NAME, rollout/NAME (each optionally /container/NAME), ' +
+      'apiservice/NAME (the pods behind an aggregated API), validatingwebhookconfiguration/NAME or ' +
+      "mutatingwebhookconfiguration/NAME (optionally /webhook/NAME: the pods behind the webhooks' Service) or " +
+      'targetless. No default: -t/--target when absent.',
     group: 'target',
   },
   namespace: {
@@ -392,7 +397,7 @@ export const OPTIONS = {
   },
   allPods: {
     flags: '--all-pods',
-    help: 'steal/mirror on every Ready pod of a deploy/sts target (new pods join, gone pods drop)',
+    help: 'steal/mirror on every Ready pod of a deploy/sts target (new pods join, gone pods drop; always for webhooks)',
     key: 'allPods',
     type: 'boolean',
     default: false,

@@ -3,6 +3,7 @@ import type { V1Pod } from '@kubernetes/client-node';
 import { describe, expect, it } from 'vitest';
 import { judgeAgentPod } from './agent.js';
 import { chooseContainer, choosePod, podState, selectorToString } from './target.js';
+import { answerDeadlineMs } from './targets/webhook.js';
 
 function pod(
   name: string,
@@ -138,5 +139,18 @@ describe('agent pod judgement', () => {
         undefined,
       ),
     ).toMatchObject({ why: 'unschedulable', detail: '0/1 nodes available' });
+  });
+});
+
+describe('webhook answer deadline', () => {
+  it('leaves the pod a second of the shortest timeout, or half of a shorter one', () => {
+    expect(answerDeadlineMs([{ name: 'a', timeoutSeconds: 10 }])).toBe(9000);
+    expect(
+      answerDeadlineMs([
+        { name: 'a', timeoutSeconds: 10 },
+        { name: 'b', timeoutSeconds: 5 },
+      ]),
+    ).toBe(4000);
+    expect(answerDeadlineMs([{ name: 'a', timeoutSeconds: 1 }])).toBe(500);
   });
 });

@@ -8,9 +8,16 @@ import { parseTarget, type Target, type TargetKind } from '../../shared/target.j
 import { apiServiceResolver } from './targets/apiservice.js';
 import { deploymentResolver } from './targets/deployment.js';
 import { podResolver } from './targets/pod.js';
-import { kindClients, type ExtensionBackend, type KindResolvers, type Workload } from './targets/resolver.js';
+import {
+  kindClients,
+  type ExtensionBackend,
+  type KindResolvers,
+  type WebhookInfo,
+  type Workload,
+} from './targets/resolver.js';
 import { rolloutResolver } from './targets/rollout.js';
 import { statefulSetResolver } from './targets/statefulset.js';
+import { mutatingWebhookResolver, validatingWebhookResolver } from './targets/webhook.js';
 
 /** One resolver per kind a target can name. */
 export const KIND_RESOLVERS: KindResolvers = {
@@ -19,6 +26,8 @@ export const KIND_RESOLVERS: KindResolvers = {
   statefulset: statefulSetResolver,
   rollout: rolloutResolver,
   apiservice: apiServiceResolver,
+  validatingwebhookconfiguration: validatingWebhookResolver,
+  mutatingwebhookconfiguration: mutatingWebhookResolver,
 };
 
 type NamedTarget = Exclude<Target, { kind: 'targetless' }>;
@@ -37,8 +46,12 @@ export interface ResolvedTarget {
   podReason: string;
   /** Why this container, e.g. "the only container". */
   containerReason: string;
-  /** An extension target (apiservice/): what the API server calls, and the pod port it connects to. */
-  extension?: ExtensionBackend & { podPort: number };
+  /** An extension target (apiservice/): what the API server calls, and its Available condition. */
+  extension?: ExtensionBackend;
+  /** The pod ports the target serves on (an APIService's or webhook Service's targetPort): the default of -p. */
+  ports?: number[];
+  /** For a webhook configuration: the webhooks whose requests reach these pods. */
+  webhooks?: WebhookInfo[];
 }
 
 const DEFAULT_CONTAINER_ANNOTATION = 'kubectl.kubernetes.io/default-container';
@@ -146,13 +159,18 @@ async function notFound(
   } catch {
     names = undefined;
   }
-  const plural = KIND_RESOLVERS[kind].plural;
+  const { plural, clusterScoped } = KIND_RESOLVERS[kind];
   const list =
     names === undefined
       ? ''
       : names.length === 0
         ? ` (there are no ${plural} in it)`
         : ` (${plural} there: ${names.slice(0, 20).join(', ')}${names.length > 20 ? ', …' : ''})`;
+  if (clusterScoped)
+    return new UserError(
+      `${kind} "${name}" not found${list.replace(' in it', '')}`,
+      `check the name (\`kubectl get ${plural}\` lists them)`,
+    );
   return new UserError(
     `${kind} "${name}" not found in namespace "${namespace}"${list}`,
     'check the name and -n/--namespace; `devop ls` lists the targets',
@@ -168,16 +186,18 @@ export async function resolveTarget(
   if (parsed.kind === 'targetless')
     throw new UserError('a target is needed here', 'pass -t pod/NAME, deploy/NAME, sts/NAME or rollout/NAME');
   const ref: NamedTarget = parsed;
-  const { namespace } = input;
+  let { namespace } = input;
   const clients = kindClients(kc);
   const resolver = KIND_RESOLVERS[ref.kind];
-  const namespaceCheck = clients.core.readNamespace({ name: namespace }).then(
-    () => true,
-    (err: unknown) => apiErrorCode(err) !== 404, // 403 etc.: cannot tell, assume it exists
-  );
+  const namespaceCheck = resolver.clusterScoped
+    ? Promise.resolve(true)
+    : clients.core.readNamespace({ name: namespace }).then(
+        () => true,
+        (err: unknown) => apiErrorCode(err) !== 404, // 403 etc.: cannot tell, assume it exists
+      );
   let workload: Workload;
   try {
-    workload = await resolver.read(clients, ref.name, namespace);
+    workload = await resolver.read(clients, ref.name, namespace, ref);
   } catch (err) {
     if (apiErrorCode(err) === 404) {
       if (!(await namespaceCheck))
@@ -201,6 +221,7 @@ export async function resolveTarget(
     chosen = { pod: workload.pod, reason: 'as asked' };
   } else {
     const what = `${ref.kind}/${ref.name}`;
+    namespace = workload.namespace ?? namespace;
     const labelSelector = selectorToString(workload.selector);
     if (!labelSelector)
       throw new UserError(`${what} has an empty selector`, 'give it a selector, or target a pod with pod/NAME');
@@ -212,7 +233,11 @@ export async function resolveTarget(
     chosen = choosePod(list.items, what);
   }
   const pod = chosen.pod;
-  const { container, reason: containerReason } = chooseContainer(pod, ref.container);
+  const targetPort = workload.kind === 'selector' ? workload.targetPort : undefined;
+  const served = targetPort === undefined ? undefined : containerPort(pod, targetPort, ref);
+  const { container, reason: containerReason } = served
+    ? { container: served.container, reason: `serves port ${served.port}` }
+    : chooseContainer(pod, ref.container);
   const status = (pod.status?.containerStatuses ?? []).find((s) => s.name === container.name);
   if (!status?.containerID || !status.state?.running) {
     throw new UserError(
@@ -235,24 +260,30 @@ export async function resolveTarget(
     containerId: status.containerID,
     podReason: chosen.reason,
     containerReason,
-    ...(extension ? { extension: { ...extension, podPort: extensionPort(extension, pod) } } : {}),
+    ...(extension ? { extension } : {}),
+    ports: served ? [served.port] : undefined,
+    webhooks: workload.kind === 'selector' ? workload.webhooks : undefined,
   };
 }
 
-/** The pod port behind an extension's Service: its targetPort, a number or the name of a container port of the pod. */
-function extensionPort(extension: ExtensionBackend, pod: V1Pod): number {
-  const { targetPort, namespace, name } = extension.service;
-  if (typeof targetPort === 'number') return targetPort;
-  if (/^[0-9]+$/.test(targetPort)) return Number(targetPort);
-  const ports = (pod.spec?.containers ?? []).flatMap((c) => c.ports ?? []);
-  const found = ports.find((p) => p.name === targetPort);
-  if (!found)
-    throw new UserError(
-      `service ${namespace}/${name} sends to the port named "${targetPort}", which pod ${pod.metadata?.name} ` +
-        `does not declare (its ports: ${ports.map((p) => p.name ?? p.containerPort).join(', ') || 'none'})`,
-      'name the port in the pod template (containers[].ports[].name), or fix targetPort of the Service',
-    );
-  return found.containerPort;
+/** The container and port number a Service's targetPort (a number, or a container port's name) means in a pod. */
+function containerPort(
+  pod: V1Pod,
+  targetPort: number | string,
+  ref: NamedTarget,
+): { container: V1Container; port: number } {
+  // The API may give a numeric targetPort as a string.
+  if (typeof targetPort === 'string' && /^[0-9]+$/.test(targetPort)) targetPort = Number(targetPort);
+  const containers = pod.spec?.containers ?? [];
+  for (const c of containers)
+    for (const p of c.ports ?? [])
+      if (p.name === targetPort || p.containerPort === targetPort) return { container: c, port: p.containerPort };
+  if (typeof targetPort === 'number')
+    return { container: chooseContainer(pod, ref.container).container, port: targetPort };
+  throw new UserError(
+    `no container of pod ${pod.metadata?.name} has a port named "${targetPort}" (the Service's targetPort)`,
+    'name the port in the pod template, or use a number as the Service targetPort',
+  );
 }
 
 function mapTargetError(err: unknown, resource: string, namespace: string, name: string): unknown {

@@ -14,6 +14,7 @@ import type { ExchangeRecorder } from '../record/tap.js';
 import { buildChildEnv, readEnvFile } from './child-env.js';
 import type { ShadowSettings } from './shadow.js';
 import { incomingStreamHandler } from './incoming.js';
+import { answerDeadlineMs } from '../kube/targets/webhook.js';
 import { resolvePorts, type PortMapping } from './ports.js';
 import { step, type ChildEnvHook, type Retarget, type Session, type SessionOptions } from '../session/connect.js';
 import { connectSupervisedSession } from '../session/supervisor.js';
@@ -88,8 +89,9 @@ async function startRecording(
 }
 
 /**
- * An extension target is called by the API server: when it connects from the pod's node address (a single-node
- * cluster), stealing must take the node's connections too, as --steal-probes does; else they are left to the pod.
+ * An extension target (an APIService, webhook configurations) is called by the API server: when it connects from the
+ * pod's node address (a single-node cluster), stealing must take the node's connections too, as --steal-probes does;
+ * else they are left to the pod.
  */
 async function extensionStealsNode(
   session: Session,
@@ -97,9 +99,13 @@ async function extensionStealsNode(
   reporter: Reporter,
 ): Promise<boolean> {
   const target = session.target;
-  if (!target?.extension || options.mode !== 'steal') return false;
+  const what = target?.extension
+    ? `apiservice ${target.extension.name}`
+    : target?.webhooks
+      ? `${target.ref.kind} ${target.ref.name}`
+      : undefined;
+  if (!target || !what || options.mode !== 'steal') return false;
   const source = await apiServerSource(session.kc, target.pod);
-  const what = `apiservice ${target.extension.name}`;
   if (!source.known) {
     reporter.emit({
       type: 'log',
@@ -174,9 +180,7 @@ export async function runExec(options: ExecServiceOptions, reporter: Reporter): 
       );
     // Replaced without --steal, the copy has none of the workload's labels: no Service sends it traffic.
     const ports =
-      options.replace && options.mode !== 'steal'
-        ? []
-        : resolvePorts(options.ports, target?.container, target?.extension?.podPort);
+      options.replace && options.mode !== 'steal' ? [] : resolvePorts(options.ports, target?.container, target?.ports);
     const stealProbes = options.stealProbes || (await extensionStealsNode(s, options, reporter));
 
     const childEnv = await step(
@@ -262,6 +266,8 @@ export async function runExec(options: ExecServiceOptions, reporter: Reporter): 
       node: target?.nodeName,
       container: target?.container.name,
       agent: { name: s.agent.name, reused: s.agent.reused, version: s.hello.agentVersion },
+      webhooks: target?.webhooks,
+      answerWithinMs: target?.webhooks ? answerDeadlineMs(target.webhooks) : undefined,
       ports: ports.map(
         (p): PortState => ({
           remotePort: p.remote,
@@ -283,6 +289,14 @@ export async function runExec(options: ExecServiceOptions, reporter: Reporter): 
           }
         : {}),
     };
+    if (info.answerWithinMs && !s.hello.features.includes(FEATURES.answerFallback))
+      reporter.emit({
+        type: 'log',
+        level: 'warn',
+        message:
+          `agent ${s.hello.agentVersion} does not hand unanswered webhook requests to the pod: ` +
+          'a paused local command makes them time out (use the agent image of this devop version)',
+      });
     const traffic = new TrafficControl(s, info, { ...options, stealProbes }, reporter);
     s.onRetarget?.((change) => traffic.retarget(change));
 
@@ -429,6 +443,7 @@ class TrafficControl {
           ...(this.filter ? { filter: this.filter } : {}),
           flush: this.options.flush,
           stealProbes: this.options.stealProbes,
+          ...(this.mode === 'steal' && this.info.answerWithinMs ? { answerWithinMs: this.info.answerWithinMs } : {}),
         }),
       ['subscribed', 'refused'],
       `${this.mode} port ${port}`,

@@ -20,19 +20,19 @@ export function parsePortSpec(spec: string | number): PortMapping {
 }
 
 /**
- * The ports to take over: the given specs, else the one port an extension target names (where the API server
- * connects), else every TCP port the container declares (local = remote).
+ * The ports to take over: the given specs, else the target's own ports (the Service's targetPort of an APIService or
+ * a webhook, where the API server connects), else every TCP port the container declares (local = remote).
  */
 export function resolvePorts(
   specs: readonly (string | number)[],
   container: V1Container | undefined,
-  extensionPort?: number,
+  targetPorts?: readonly number[],
 ): PortMapping[] {
   const mappings =
     specs.length > 0
       ? specs.map(parsePortSpec)
-      : extensionPort !== undefined
-        ? [{ remote: extensionPort, local: extensionPort }]
+      : targetPorts
+        ? targetPorts.map((p) => ({ remote: p, local: p }))
         : (container?.ports ?? [])
             .filter((p) => (p.protocol ?? 'TCP') === 'TCP')
             .map((p) => ({ remote: p.containerPort, local: p.containerPort }));

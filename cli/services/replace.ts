@@ -22,10 +22,14 @@ export function replaceKindOf(options: { target?: string; allPods?: boolean }): 
       `--replace works on a deploy/sts/rollout, not on pod/${target.name}: a pod has no replica count to scale to 0`,
       "pass the pod's workload (-t deploy/NAME, sts/NAME or rollout/NAME), or drop --replace",
     );
-  if (target.kind === 'apiservice')
+  if (
+    target.kind === 'apiservice' ||
+    target.kind === 'validatingwebhookconfiguration' ||
+    target.kind === 'mutatingwebhookconfiguration'
+  )
     throw new UserError(
-      `--replace works on a deploy/sts/rollout, not on apiservice/${target.name}: replace the workload behind it`,
-      "pass the APIService's Deployment (-t deploy/NAME) with --replace --steal, or drop --replace",
+      `--replace works on a deploy/sts/rollout, not on ${target.kind}/${target.name}: replace the workload behind it`,
+      'pass the Deployment that serves it (-t deploy/NAME) with --replace --steal, or drop --replace',
     );
   if (options.allPods)
     throw new UserError(

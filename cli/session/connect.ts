@@ -10,7 +10,7 @@ import { clientHello } from '../../shared/handshake.js';
 import { createClientMux, type ClientMux } from '../../shared/mux.js';
 import { FEATURES, type HelloOk } from '../../shared/protocol.js';
 import { parseTarget } from '../../shared/target.js';
-import type { Reporter, StepId } from '../reporter.js';
+import { formatWebhooks, type Reporter, type StepId } from '../reporter.js';
 import { assertAccess, sessionAccessChecks } from '../kube/access.js';
 import { loadKubeConfig, type KubeAccessOptions } from '../kube/config.js';
 import { ApiTimeoutError } from '../kube/request-timeout.js';
@@ -212,8 +212,8 @@ export async function connectSession(options: SessionOptions, reporter: Reporter
           return resolved.value;
         },
         (t) =>
-          `pod ${t!.podName} (${t!.podReason}), container ${t!.container.name} (${t!.containerReason}), node ` +
-          `${t!.nodeName}`,
+          `pod ${t!.podName} (${t!.podReason}), container ${t!.container.name} (${t!.containerReason}), ` +
+          `node ${t!.nodeName}${t!.webhooks ? `; ${formatWebhooks(t!.webhooks)}` : ''}`,
       );
 
   const { agent, mux, hello } = await step(

@@ -193,9 +193,13 @@ class Supervisor {
 
   /** Every Ready pod gets an agent: asked with --all-pods, and always for an extension the API server calls (it picks
    * any pod behind the Service, so one stolen pod would answer only some of its requests). */
+  /**
+   * Whether every Ready pod of the target is taken over: with --all-pods, and always for what the API server calls (an
+   * APIService's or a webhook's pods), since it calls any pod behind the Service.
+   */
   private allPods(): boolean {
-    const { ref, extension } = this.firstTarget;
-    return (Boolean(this.options.allPods) && ref.kind !== 'pod') || extension !== undefined;
+    const { ref, extension, webhooks } = this.firstTarget;
+    return (Boolean(this.options.allPods) && ref.kind !== 'pod') || extension !== undefined || webhooks !== undefined;
   }
 
   /** Unfiltered steals take the workload's cluster-wide lock first. */
@@ -217,7 +221,7 @@ class Supervisor {
         type: 'log',
         level: 'warn',
         message:
-          `no cluster-wide steal lock for port ${msg.port} (${message(err)}); only this agent's own lock ` + `applies`,
+          `no cluster-wide steal lock for port ${msg.port} (${message(err)}); ` + "only this agent's own lock applies",
       });
       return undefined;
     }
@@ -486,8 +490,7 @@ class Supervisor {
     const { ref, namespace } = this.firstTarget;
     const byName = { namespace, fieldSelector: `metadata.name=${this.firstTarget.podName}` };
     if (!allPods) return byName;
-    // The pods' namespace (an APIService's Service), which resolution already used.
-    const workload = await KIND_RESOLVERS[ref.kind].read(kindClients(this.first.kc), ref.name, namespace);
+    const workload = await KIND_RESOLVERS[ref.kind].read(kindClients(this.first.kc), ref.name, namespace, ref);
     const labelSelector = workload.kind === 'selector' ? selectorToString(workload.selector) : '';
     return labelSelector ? { namespace, labelSelector } : byName;
   }

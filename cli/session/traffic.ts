@@ -15,6 +15,7 @@ export function trafficToEvent(event: TrafficEvent, pod: string | undefined): Re
         state: event.phase === 'open' ? 'open' : 'closed',
         ...(event.bytesIn !== undefined ? { bytesIn: event.bytesIn } : {}),
         ...(event.bytesOut !== undefined ? { bytesOut: event.bytesOut } : {}),
+        ...(event.fallbackMs !== undefined ? { fallbackMs: event.fallbackMs } : {}),
       };
     case 'request':
       return {

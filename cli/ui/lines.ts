@@ -1,6 +1,12 @@
 // The stable text of devop's Plain output lines. VS Code problem matchers and scripts match these, so change them only
 // together with cli/services/vscode.ts (which builds its patterns from the constants here).
-import type { ExtensionState, ReportEvent, SessionInfo, PortState } from '../reporter.js';
+import {
+  formatWebhooks,
+  type ExtensionState,
+  type ReportEvent,
+  type SessionInfo,
+  type PortState,
+} from '../reporter.js';
 import { objectChanges } from './object-diff.js';
 
 export const LINE_PREFIX = 'devop: ';
@@ -56,7 +62,8 @@ export function formatPort(port: PortState): string {
 export function formatSessionLine(session: SessionInfo): string {
   const pod = session.pod ? ` pod/${session.pod}` : '';
   const ports = session.ports.length > 0 ? ` ${session.ports.map(formatPort).join(', ')}` : ' no ports';
-  return `${LINE_PREFIX}session ${session.target}${pod}:${ports}`;
+  const hooks = session.webhooks ? `; ${formatWebhooks(session.webhooks)}` : '';
+  return `${LINE_PREFIX}session ${session.target}${pod}:${ports}${hooks}`;
 }
 
 /** `Available=True (Passed)`, or with the condition's message when it is not True. */

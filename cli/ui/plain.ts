@@ -65,6 +65,13 @@ export class PlainReporter implements Reporter {
         return `${LINE_PREFIX}${event.status} ${what} (${formatDuration(event.ms)}, ${formatBytes(event.bytes)})`;
       }
       case 'connection': {
+        if (event.fallbackMs !== undefined && event.state === 'open') {
+          const pod = event.pod ? ` ${event.pod}` : '';
+          return (
+            `${LINE_PREFIX}connection ${event.remote} → pod${pod} :${event.port}: ` +
+            `the local command did not answer in ${formatDuration(event.fallbackMs)}, the pod answers`
+          );
+        }
         if (!verbose) return undefined;
         const bytes =
           event.state === 'closed'

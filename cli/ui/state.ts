@@ -40,6 +40,8 @@ export interface TrafficRow {
   ms?: number;
   bytesIn?: number;
   bytesOut?: number;
+  /** Set when the local command did not answer within this many ms and the pod answered instead. */
+  fallbackMs?: number;
   done: boolean;
   /** A write (--shadow): verb, what it writes (`Deployment default/hello`), dry-run / in memory / refused. */
   write?: { verb: string; object: string; result: string; changes: string[] };
@@ -162,6 +164,14 @@ export function applyEvent(state: ViewState, event: ReportEvent, now: number): V
       return { ...state, rows, counters };
     }
     case 'connection': {
+      const waiting = (row: TrafficRow) =>
+        row.kind === 'tcp' && row.id === event.id && row.pod === event.pod && !row.done;
+      if (event.state === 'open' && event.fallbackMs !== undefined && state.rows.some(waiting)) {
+        // The same connection, now answered by the pod: its row says so rather than a second row appearing.
+        const fallbackMs = event.fallbackMs;
+        const rows = state.rows.map((row) => (waiting(row) ? { ...row, to: event.to, fallbackMs } : row));
+        return { ...state, rows };
+      }
       if (event.state === 'open') {
         const row: TrafficRow = {
           key: state.nextRowKey,

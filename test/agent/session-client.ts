@@ -62,7 +62,7 @@ export interface TestSession {
   subscribe(
     port: number,
     mode: 'steal' | 'mirror',
-    opts?: { filter?: HttpFilter; flush?: boolean; stealProbes?: boolean },
+    opts?: { filter?: HttpFilter; flush?: boolean; stealProbes?: boolean; answerWithinMs?: number },
   ): Promise<AgentMessage>;
 }
 
@@ -156,6 +156,7 @@ export async function connectSession(
           filter: o.filter,
           flush: o.flush ?? false,
           stealProbes: o.stealProbes ?? false,
+          ...(o.answerWithinMs ? { answerWithinMs: o.answerWithinMs } : {}),
         },
         ['subscribed', 'refused'],
       ),

@@ -118,8 +118,8 @@ describe('apiservice/ targets', () => {
       kind: 'apiservice',
       name: 'v1alpha.farm.example.com',
       service: { namespace: 'farm', name: 'farm-api', targetPort: 'https' },
-      podPort: 8443,
     });
+    expect(resolved.ports).toEqual([8443]);
     expect(['True', 'False', 'Unknown']).toContain(resolved.extension?.available.status);
   });
 

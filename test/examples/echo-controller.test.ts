@@ -5,12 +5,16 @@
 // an Echo into a Deployment with Ready pods, follows changes, recreates what is deleted, honours its finalizer; when
 // devop stops the replicas come back and take the lease — and after a kill -9 of devop, the in-cluster guard brings
 // them back.
+// Last, its validating webhook runs locally under `devop exec -t validatingwebhookconfiguration/echo-controller`:
+// kubectl's writes are refused by the local process, and while it is stopped (SIGSTOP, as in a debugger) the pods
+// answer in time.
 import { KubeConfig, Watch } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { requireRoot } from '../helpers/root.js';
 import { agentImageEnv, externalTarget, startTargetCluster, type TargetCluster } from '../helpers/target-cluster.js';
+import { ANSWERED_IDLE_CLOSE_MS } from '../../agent/answer-fallback.js';
 import { LEASE_DURATION_SECONDS } from '../../cli/kube/steal-lease.js';
-import { Kubectl, LocalProcess, eventually } from './harness.js';
+import { Kubectl, LocalProcess, eventually, freePort } from './harness.js';
 
 requireRoot('examples: echo-controller');
 
@@ -61,6 +65,17 @@ describe('echo-controller walkthrough', () => {
       return pods.items.map((p) => p.metadata.name).find((name) => holder?.startsWith(`${name}_`));
     });
 
+  /** `kubectl rollout status`; when it fails, the replicas' logs (this run's and the previous) say why. */
+  const rolloutStatus = async (): Promise<void> => {
+    const r = await kubectl.run('rollout', 'status', 'deployment/echo-controller', '-n', 'default', '--timeout=120s');
+    if (r.code === 0) return;
+    const logs = await kubectl.run('logs', '-l', 'app=echo-controller', '-n', 'default', '--tail=20');
+    const previous = await kubectl.run('logs', '-l', 'app=echo-controller', '-n', 'default', '--previous', '--tail=20');
+    throw new Error(
+      `rollout status failed: ${r.stderr}\n${logs.stdout}${logs.stderr}\n${previous.stdout}${previous.stderr}`,
+    );
+  };
+
   beforeAll(async () => {
     // The stand-in's default image table has the examples' images; a real cluster pulls them (CI's kind workflow).
     cluster = await startTargetCluster('examples-echo', { namespace: 'default' });
@@ -71,7 +86,9 @@ describe('echo-controller walkthrough', () => {
     await devop?.stop('SIGKILL');
     // A real cluster outlives the suite: remove what the walkthrough applied (the stand-in goes away whole).
     if (externalTarget()) {
-      const files = ['echo', 'deployment', 'rbac', 'crd'].map((m) => `examples/echo-controller/manifests/${m}.yaml`);
+      const files = ['echo', 'deployment', 'webhook', 'rbac', 'crd'].map(
+        (m) => `examples/echo-controller/manifests/${m}.yaml`,
+      );
       const manifests = files.flatMap((f) => ['-f', f]);
       await kubectl?.run('delete', ...manifests, '--ignore-not-found', '--wait=false');
     }
@@ -90,17 +107,20 @@ describe('echo-controller walkthrough', () => {
         '-f',
         'examples/echo-controller/manifests/rbac.yaml',
         '-f',
+        'examples/echo-controller/manifests/webhook.yaml',
+        '-f',
         'examples/echo-controller/manifests/deployment.yaml',
       );
       for (const obj of [
         'customresourcedefinition.apiextensions.k8s.io/echoes.example.com',
         'clusterrole.rbac.authorization.k8s.io/echo-controller',
+        'validatingwebhookconfiguration.admissionregistration.k8s.io/echo-controller',
         'deployment.apps/echo-controller',
       ]) {
         expect(applied).toContain(`${obj} created`);
       }
       await kubectl.ok('wait', '--for=condition=Established', 'crd/echoes.example.com', '--timeout=60s');
-      await kubectl.ok('rollout', 'status', 'deployment/echo-controller', '--timeout=120s');
+      await rolloutStatus();
       const none = await kubectl.run('get', 'echo', '-n', 'default');
       expect(none.code).toBe(0);
       expect(none.stderr).toContain('No resources found in default namespace.');
@@ -413,6 +433,79 @@ describe('echo-controller walkthrough', () => {
         (await kubectl.run('get', 'pod', copy!, '-n', 'default')).code !== 0 ? true : undefined,
       );
       await kubectl.ok('rollout', 'status', 'deployment/echo-controller', '-n', 'default', '--timeout=120s');
+    },
+    STEP_TIMEOUT_MS,
+  );
+
+  it(
+    'the webhook under devop: the local process refuses, and while it is stopped the pods answer in time',
+    async () => {
+      // Given the webhook run locally with a lower limit, stealing the webhook's traffic from both cluster replicas
+      const localPort = await freePort();
+      devop = new LocalProcess(
+        process.execPath,
+        [
+          'bin/devop.js',
+          'exec',
+          '-t',
+          'validatingwebhookconfiguration/echo-controller',
+          '--steal',
+          '-p',
+          `8443:${localPort}`,
+          '--',
+          'npx',
+          'tsx',
+          'examples/echo-controller/src/main.ts',
+          '--leader-elect',
+          '--webhook-port',
+          String(localPort),
+          '--max-replicas',
+          '3',
+        ],
+        { ...process.env, ...agentImageEnv(), KUBECONFIG: cluster.kubeconfigPath, CI: 'true' },
+      );
+      await eventually('devop ready on both webhook pods', async () => {
+        if (!devop!.running) throw new Error(`devop exited early\n${devop!.output()}`);
+        return devop!.stderr.includes('devop: ready') && /all pods: joined pod/.test(devop!.stderr) ? true : undefined;
+      }).catch((err: Error) => {
+        throw new Error(`${err.message}\n${devop!.output()}`);
+      });
+      expect(devop.stderr).toContain('webhook replicas.echoes.example.com (timeout 5 s)');
+
+      // When an Echo above the limit is applied, the local process refuses it (its limit is 3, the pods' 5)
+      const refused = await kubectl.run('apply', '-f', 'examples/echo-controller/manifests/echo-six.yaml');
+      expect(refused.code, `${refused.stdout}\n${devop.output()}`).not.toBe(0);
+      expect(refused.stderr).toContain(
+        'admission webhook "replicas.echoes.example.com" denied the request: spec.replicas: 6 is above the limit of 3',
+      );
+      expect(devop.stdout).toContain('webhook: CREATE default/six: denied (spec.replicas: 6 is above the limit of 3)');
+
+      // When the local process is stopped, as at a breakpoint (a moment after its answer: the connection it answered is
+      // closed once idle, so that the next request comes on a new one, which can go to the pod)
+      await new Promise((resolve) => setTimeout(resolve, 2 * ANSWERED_IDLE_CLOSE_MS));
+      // (the pid the local process logs: stopping its wrappers, or devop, is not what a debugger does)
+      const pid = Number(/webhook listening on \S+ \(pid (\d+)\)/.exec(devop.stdout)?.[1]);
+      process.kill(pid, 'SIGSTOP');
+      try {
+        const started = Date.now();
+        const again = await kubectl.run('apply', '-f', 'examples/echo-controller/manifests/echo-six.yaml');
+        const took = Date.now() - started;
+        // Then a pod answers (its limit is 5) within the webhook's 5 s, and devop says the pod answered and why
+        expect(again.stderr).toContain(
+          'admission webhook "replicas.echoes.example.com" denied the request: ' +
+            'spec.replicas: 6 is above the limit of 5',
+        );
+        expect(took).toBeLessThan(5000 + 2000);
+        expect(devop.stderr).toMatch(/connection \S+ → pod \S+ :8443: the local command did not answer in 4\.0 s/);
+      } finally {
+        process.kill(pid, 'SIGCONT');
+      }
+      // And once resumed, the local process answers again (a moment later: the connection the pod answered is closed
+      // once idle, as the one the local process answered was)
+      await new Promise((resolve) => setTimeout(resolve, 2 * ANSWERED_IDLE_CLOSE_MS));
+      const resumed = await kubectl.run('apply', '-f', 'examples/echo-controller/manifests/echo-six.yaml');
+      expect(resumed.stderr).toContain('spec.replicas: 6 is above the limit of 3');
+      await devop.stop('SIGINT');
     },
     STEP_TIMEOUT_MS,
   );

@@ -27,6 +27,7 @@ export const CLIENT_SAMPLES: ByType<ClientMessage> = {
     filter: { header: 'x-devop-user: alice', path: '^/api', method: 'GET', match: 'any' },
     flush: true,
     stealProbes: false,
+    answerWithinMs: 4000,
   },
   unsubscribe: { type: 'unsubscribe', id: 'sub-1', port: 3000 },
   pause: { type: 'pause', port: 3000 },

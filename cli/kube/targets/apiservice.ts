@@ -83,6 +83,7 @@ export async function readExtension(
 export const apiServiceResolver: KindResolver = {
   plural: 'apiservices',
   resource: 'apiservices.apiregistration.k8s.io',
+  clusterScoped: true,
   async read(clients, name) {
     const { extension, service } = await readExtension(clients, name);
     const { namespace, name: serviceName } = extension.service;
@@ -92,7 +93,8 @@ export const apiServiceResolver: KindResolver = {
         `service ${namespace}/${serviceName} behind apiservice "${name}" has no selector, so no pods devop can find`,
         'target the pod that serves it with pod/NAME and -p PORT',
       );
-    return { kind: 'selector', selector: { matchLabels }, namespace, extension };
+    const { targetPort } = extension.service;
+    return { kind: 'selector', selector: { matchLabels }, namespace, targetPort, extension };
   },
   names: apiServiceNames,
 };

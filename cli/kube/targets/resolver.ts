@@ -1,6 +1,8 @@
-// What each workload kind a target can name (pod, deployment, statefulset, rollout) tells target resolution: how to
-// read one by name, which names exist (for "not found"), and where its pods come from. One file per kind implements it.
+// What each kind a target can name (pod, deployment, statefulset, rollout, webhook configurations) tells target
+// resolution: how to read one by name, which names exist (for "not found"), and where its pods come from. One file per
+// kind implements it.
 import {
+  AdmissionregistrationV1Api,
   ApiregistrationV1Api,
   AppsV1Api,
   CoreV1Api,
@@ -16,6 +18,7 @@ export interface KindClients {
   core: CoreV1Api;
   apps: AppsV1Api;
   custom: CustomObjectsApi;
+  admission: AdmissionregistrationV1Api;
   apiregistration: ApiregistrationV1Api;
 }
 
@@ -24,8 +27,15 @@ export function kindClients(kc: KubeConfig): KindClients {
     core: kc.makeApiClient(CoreV1Api),
     apps: kc.makeApiClient(AppsV1Api),
     custom: kc.makeApiClient(CustomObjectsApi),
+    admission: kc.makeApiClient(AdmissionregistrationV1Api),
     apiregistration: kc.makeApiClient(ApiregistrationV1Api),
   };
+}
+
+/** An admission webhook a target reaches, and how long kube-apiserver waits for its answer. */
+export interface WebhookInfo {
+  name: string;
+  timeoutSeconds: number;
 }
 
 /**
@@ -41,20 +51,31 @@ export interface ExtensionBackend {
 }
 
 /**
- * A workload read by name: a pod is its own answer; the others name their pods by a label selector — in `namespace`
- * when the kind says where (an APIService's Service), else in the session's namespace.
+ * A workload read by name: a pod is its own answer; the others name their pods by a label selector. What the API
+ * server calls (an APIService, webhook configurations) also says where the pods are (their Service's namespace) and
+ * which port serves (the Service's targetPort, a number or a container port's name); an APIService carries its
+ * Available condition, a webhook configuration the webhooks it answers.
  */
 export type Workload =
   | { kind: 'pod'; pod: V1Pod }
-  | { kind: 'selector'; selector: V1LabelSelector | undefined; namespace?: string; extension?: ExtensionBackend };
+  | {
+      kind: 'selector';
+      selector: V1LabelSelector | undefined;
+      namespace?: string;
+      targetPort?: number | string;
+      extension?: ExtensionBackend;
+      webhooks?: WebhookInfo[];
+    };
 
 export interface KindResolver {
   /** How the kind is named in plural in messages ("there are no deployments in it"). */
   readonly plural: string;
   /** The API resource, as RBAC names it (for a 403's hint). */
   readonly resource: string;
+  /** Not namespaced (APIServices, webhook configurations): "not found" names no namespace. */
+  readonly clusterScoped?: boolean;
   /** Reads the named workload; rejects with the API's error (404: not there) or a UserError that says more. */
-  read(clients: KindClients, name: string, namespace: string): Promise<Workload>;
+  read(clients: KindClients, name: string, namespace: string, ref?: { webhook?: string }): Promise<Workload>;
   /** The names of this kind in the namespace. */
   names(clients: KindClients, namespace: string): Promise<string[]>;
 }

@@ -1,7 +1,7 @@
-// The live view's header: target, pod, node, an extension's Available condition, mode (and pause state) per port,
-// filter, tunnel RTT.
+// The live view's header: target, pod, node, an extension's Available condition, webhooks, mode (and pause state) per
+// port, filter, tunnel RTT.
 import { Box, Text } from 'ink';
-import type { SessionInfo } from '../../reporter.js';
+import { formatWebhooks, type SessionInfo } from '../../reporter.js';
 import { formatExtension } from '../lines.js';
 
 export function Header({ session, rttMs }: { session: SessionInfo; rttMs?: number }) {
@@ -40,6 +40,13 @@ export function Header({ session, rttMs }: { session: SessionInfo; rttMs?: numbe
         </Text>
       ))}
       {session.ports.length === 0 ? <Text dimColor> no ports (outgoing traffic and env only)</Text> : null}
+      {session.webhooks ? (
+        <Text wrap="truncate">
+          {'  '}
+          {formatWebhooks(session.webhooks)}
+          <Text dimColor>: unanswered in time → the pod answers</Text>
+        </Text>
+      ) : null}
     </Box>
   );
 }

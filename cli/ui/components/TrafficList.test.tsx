@@ -52,6 +52,22 @@ describe('TrafficList', () => {
     });
   });
 
+  it('turns a connection the local command did not answer in time into one answered by the pod, and says so', () => {
+    // Given a webhook connection to the local command that the pod answered after 4 s
+    const conn = { type: 'connection', id: 'w', port: 8443, remote: '10.0.0.2:5000', pod: 'echo-1' } as const;
+    const state = fold([
+      { ...conn, to: 'local', state: 'open' },
+      { ...conn, to: 'pod', state: 'open', fallbackMs: 4000 },
+      { ...conn, to: 'pod', state: 'closed', bytesIn: 900, bytesOut: 2000 },
+    ]);
+    // When rendered
+    const { lastFrame } = render(<TrafficList rows={state.rows} height={10} width={80} />);
+    // Then one row, closed, to the pod, with why
+    expect(state.rows).toHaveLength(1);
+    expect(state.counters.connections).toBe(1);
+    expect(lastFrame()).toMatch(/:8443\s+TCP\s+10\.0\.0\.2:5000\s+closed.* → pod echo-1 \(fallback 4\.0 s\)$/);
+  });
+
   it('shows only the newest rows that fit the height', () => {
     // Given 30 requests
     const events: ReportEvent[] = Array.from(

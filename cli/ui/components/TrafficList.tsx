@@ -68,12 +68,16 @@ export function TrafficLine({ row, pathWidth }: { row: TrafficRow; pathWidth: nu
       : row.done
         ? `${formatBytes(row.bytesIn ?? 0)}/${formatBytes(row.bytesOut ?? 0)}`
         : '';
-  const to = row.to === 'local' ? '→ local' : `→ pod${row.pod ? ` ${row.pod}` : ''}`;
+  const fellBack = row.fallbackMs === undefined ? '' : ` (fallback ${formatDuration(row.fallbackMs)})`;
+  const to = row.to === 'local' ? '→ local' : `→ pod${row.pod ? ` ${row.pod}` : ''}${fellBack}`;
   return (
     <Text wrap="truncate">
       <Text dimColor>{clock(row.time)}</Text> :{String(row.port).padEnd(5)} {what}{' '}
       <Text color={statusColor(row)}>{status.padStart(6)}</Text> {duration.padStart(8)} {bytes.padStart(10)}{' '}
-      <Text color={row.to === 'local' ? 'magenta' : undefined} dimColor={row.to === 'pod'}>
+      <Text
+        color={row.to === 'local' ? 'magenta' : row.fallbackMs !== undefined ? 'yellow' : undefined}
+        dimColor={row.to === 'pod' && row.fallbackMs === undefined}
+      >
         {to}
       </Text>
     </Text>

@@ -1,4 +1,5 @@
-// echo-controller entry: `main.ts [--namespace NS] [--image IMAGE] [--leader-elect]` reconciles Echo resources.
+// echo-controller entry: `main.ts [--namespace NS] [--image IMAGE] [--leader-elect] [--webhook-port PORT]
+// [--max-replicas N]` reconciles Echo resources and, with a webhook port, serves the Echo validating webhook.
 import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import { parseArgs } from 'node:util';
@@ -6,6 +7,15 @@ import { KubeConfig } from '@kubernetes/client-node';
 import { EchoController } from './controller.js';
 import { DEFAULT_ECHO_IMAGE } from './echo.js';
 import { becomeLeader } from './leader.js';
+import { DEFAULT_MAX_REPLICAS, startWebhookServer } from './webhook.js';
+import { webhookTls } from './webhook-tls.js';
+
+/** The names manifests/webhook.yaml gives the webhook's Service, Secret and ValidatingWebhookConfiguration. */
+const WEBHOOK = {
+  service: 'echo-controller-webhook',
+  secret: 'echo-controller-webhook-tls',
+  configuration: 'echo-controller',
+};
 
 /** In a pod: its service account; elsewhere (e.g. under devop exec): the local kubeconfig. */
 function loadKubeConfig(): KubeConfig {
@@ -37,6 +47,8 @@ async function main(): Promise<void> {
       image: { type: 'string' },
       'leader-elect': { type: 'boolean', default: false },
       'lease-namespace': { type: 'string' },
+      'webhook-port': { type: 'string' },
+      'max-replicas': { type: 'string' },
     },
   });
   const log = (line: string): void => void process.stdout.write(`${new Date().toISOString()} ${line}\n`);
@@ -45,6 +57,17 @@ async function main(): Promise<void> {
   const shutdown = new AbortController();
   process.on('SIGTERM', () => shutdown.abort());
   process.on('SIGINT', () => shutdown.abort());
+
+  // Every replica serves the webhook, leader or not: kube-apiserver calls any pod behind the Service.
+  const webhookPort = values['webhook-port'] ?? process.env.WEBHOOK_PORT;
+  if (webhookPort) {
+    const maxReplicas = Number(values['max-replicas'] ?? process.env.ECHO_MAX_REPLICAS ?? DEFAULT_MAX_REPLICAS);
+    if (!Number.isInteger(maxReplicas) || maxReplicas < 0)
+      throw new Error(`echo-controller: --max-replicas must be a whole number ≥ 0, got "${values['max-replicas']}"`);
+    const tls = await webhookTls({ kubeConfig, namespace: process.env.POD_NAMESPACE ?? 'default', ...WEBHOOK });
+    const server = await startWebhookServer({ port: Number(webhookPort), tls, maxReplicas, log });
+    shutdown.signal.addEventListener('abort', () => server.close(), { once: true });
+  }
 
   const leadership = values['leader-elect']
     ? await becomeLeader({

@@ -6,9 +6,11 @@ describe('tableVersionAccepted', () => {
   it('reads kubectl get’s Accept header', () => {
     expect(
       tableVersionAccepted(
-        ['application/json;as=Table;v=v1;g=meta.k8s.io', 'application/json;as=Table;v=v1beta1;g=meta.k8s.io'].join(
-          ',',
-        ) + ',application/json',
+        [
+          'application/json;as=Table;v=v1;g=meta.k8s.io',
+          'application/json;as=Table;v=v1beta1;g=meta.k8s.io',
+          'application/json',
+        ].join(','),
       ),
     ).toBe('v1');
     expect(tableVersionAccepted('application/json;as=Table;v=v1beta1;g=meta.k8s.io, application/json')).toBe('v1beta1');

@@ -1,13 +1,13 @@
 // APIService aggregation: requests under /apis/<group>/<version> of an APIService backed by a Service are proxied over
 // TLS to a ready endpoint of that Service with the caller's identity in X-Remote-User/X-Remote-Group, as kube-apiserver
 // does, from the API server's advertised address; a status loop keeps each APIService's Available condition current.
-import { isIPv4 } from 'node:net';
 import { request as httpsRequest } from 'node:https';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { ApiError, type K8sObject } from './errors.js';
 import type { Identity } from './auth.js';
 import type { AggregatedGroup } from './discovery.js';
 import { nowTime, type Objects } from './objects.js';
+import { serviceEndpoint, type ServiceEndpoint, type ServiceEndpointError } from './service-endpoint.js';
 
 const APISERVICES = 'apiregistration.k8s.io/apiservices';
 /** Re-check cadence while every APIService is available (kube-aggregator resyncs every 30 s)… */
@@ -16,16 +16,10 @@ const RESYNC_MS = 30_000;
 const RETRY_MS = 1000;
 const PROXY_TIMEOUT_MS = 30_000;
 
-interface Backend {
-  host: string;
-  port: number;
+interface Backend extends ServiceEndpoint {
   ca?: string;
   insecure: boolean;
-  /** Where the connection comes from: the API server's own address, not whatever the host's routing picks. */
-  localAddress?: string;
 }
-
-const isLoopback = (ip: string) => ip.startsWith('127.');
 
 export class Aggregator {
   private timer?: NodeJS.Timeout;
@@ -46,52 +40,17 @@ export class Aggregator {
     return this.remoteServices().some((a) => a.spec.group === group && a.spec.version === version);
   }
 
-  /**
-   * The source address of connections to `host`: the address the API server advertises (the `kubernetes` Endpoints), as
-   * a kube-apiserver's connections leave its control-plane node from that node's IP. Without it the host would pick the
-   * bridge's address, the node IP — which the agent treats as kubelet probes. Loopback on either side needs none.
-   */
-  private sourceFor(host: string): string | undefined {
-    const ip = this.objects.store.get('/endpoints', 'default', 'kubernetes')?.subsets?.[0]?.addresses?.[0]?.ip;
-    if (typeof ip !== 'string' || !isIPv4(ip) || isLoopback(ip) || isLoopback(host)) return undefined;
-    return ip;
-  }
-
   /** A ready endpoint (pod IP and target port) of the APIService's Service. */
-  backend(apiService: K8sObject): Backend | { error: string; reason: string } {
+  backend(apiService: K8sObject): Backend | ServiceEndpointError {
     const ref = apiService.spec.service;
-    const svc = this.objects.store.get('/services', ref.namespace, ref.name);
-    if (!svc) return { reason: 'ServiceNotFound', error: `service/${ref.name} in "${ref.namespace}" is not present` };
-    const port = Number(ref.port ?? 443);
-    const svcPort = (svc.spec?.ports ?? []).find((p: K8sObject) => p.port === port);
-    if (!svcPort)
-      return {
-        reason: 'ServicePortError',
-        error: `service/${ref.name} in "${ref.namespace}" is not listening on port ${port}`,
-      };
-    const ep = this.objects.store.get('/endpoints', ref.namespace, ref.name);
-    for (const subset of ep?.subsets ?? []) {
-      const epPort = (subset.ports ?? []).find((p: K8sObject) => (svcPort.name ? p.name === svcPort.name : true));
-      const addr = (subset.addresses ?? [])[0];
-      if (epPort && addr) {
-        const ca = apiService.spec.caBundle
-          ? Buffer.from(apiService.spec.caBundle, 'base64').toString('utf8')
-          : undefined;
-        return {
-          host: addr.ip,
-          port: epPort.port,
-          ca,
-          insecure: Boolean(apiService.spec.insecureSkipTLSVerify),
-          localAddress: this.sourceFor(addr.ip),
-        };
-      }
-    }
-    return {
-      reason: 'MissingEndpoints',
-      error:
-        `endpoints for service/${ref.name} in "${ref.namespace}" have no addresses with port name ` +
-        `"${svcPort.name ?? ''}"`,
-    };
+    const ep = serviceEndpoint(this.objects, {
+      namespace: ref.namespace,
+      name: ref.name,
+      port: Number(ref.port ?? 443),
+    });
+    if ('error' in ep) return ep;
+    const ca = apiService.spec.caBundle ? Buffer.from(apiService.spec.caBundle, 'base64').toString('utf8') : undefined;
+    return { ...ep, ca, insecure: Boolean(apiService.spec.insecureSkipTLSVerify) };
   }
 
   proxy(req: IncomingMessage, res: ServerResponse, id: Identity): void {

@@ -1,6 +1,7 @@
 // Per-kind defaulting and validation on create/update, as kube-apiserver's strategies do for the fields clients rely
 // on.
 import { randomUUID } from 'node:crypto';
+import { defaultWebhookConfiguration, MUTATING_WEBHOOKS, VALIDATING_WEBHOOKS } from './admission.js';
 import { invalid, type K8sObject } from './errors.js';
 import type { ResourceType } from './resources.js';
 import { labelSelectorMatcher } from './selectors.js';
@@ -163,7 +164,8 @@ export function defaultOnUpdate(t: ResourceType, obj: K8sObject): void {
 
 export function defaultOnCreate(t: ResourceType, obj: K8sObject, ctx: DefaultingContext): void {
   const name = obj.metadata.name;
-  switch (`${t.group}/${t.resource}`) {
+  const key = `${t.group}/${t.resource}`;
+  switch (key) {
     case '/pods':
       validatePodSpec(t, name, obj.spec, 'spec');
       defaultPodSpec(obj.spec);
@@ -282,6 +284,10 @@ export function defaultOnCreate(t: ResourceType, obj: K8sObject, ctx: Defaulting
     }
     case 'apiregistration.k8s.io/apiservices':
       obj.status ??= { conditions: [] };
+      break;
+    case VALIDATING_WEBHOOKS:
+    case MUTATING_WEBHOOKS:
+      defaultWebhookConfiguration(obj, key === MUTATING_WEBHOOKS);
       break;
     default:
       break;

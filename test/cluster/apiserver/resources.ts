@@ -143,6 +143,14 @@ export function builtinResources(): ResourceType[] {
       categories: ['api-extensions'],
       subresources: [status('APIService')],
     }),
+    rt('admissionregistration.k8s.io', 'v1', 'validatingwebhookconfigurations', 'ValidatingWebhookConfiguration', {
+      namespaced: false,
+      categories: ['api-extensions'],
+    }),
+    rt('admissionregistration.k8s.io', 'v1', 'mutatingwebhookconfigurations', 'MutatingWebhookConfiguration', {
+      namespaced: false,
+      categories: ['api-extensions'],
+    }),
     rt('authorization.k8s.io', 'v1', 'selfsubjectaccessreviews', 'SelfSubjectAccessReview', {
       namespaced: false,
       verbs: ['create'],

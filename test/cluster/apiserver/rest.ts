@@ -3,6 +3,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { parse as parseYaml } from 'yaml';
 import { ApiError, badRequest, methodNotAllowed, statusSuccess, type K8sObject } from './errors.js';
+import type { Admission, Operation } from './admission.js';
 import type { Authenticator, Identity } from './auth.js';
 import type { DeleteOptions, Objects } from './objects.js';
 import { applyPatch, patchKindOf } from './patch.js';
@@ -27,6 +28,7 @@ export interface RestContext {
   auth: Authenticator;
   /** Registers a stop function for a long-running response (watch), so that the server can end it on stop. */
   track(stop: () => void): () => void;
+  admission: Admission;
 }
 
 const MAX_BODY = 3 * 1024 * 1024;
@@ -282,14 +284,20 @@ export async function handleResource(
     }
     case 'POST': {
       if (name) throw methodNotAllowed();
-      const body = await readBody(req);
-      return sendJson(res, 201, objects.create(t, ns, body ?? {}, w));
+      const body = (await readBody(req)) ?? {};
+      if (!ctx.admission.active(t)) return sendJson(res, 201, objects.create(t, ns, body, w));
+      const object = objects.create(t, ns, body, { ...w, dryRun: true });
+      const admitted = await admit(ctx, r, 'CREATE', object, undefined);
+      return sendJson(res, 201, objects.create(t, ns, admitted, w));
     }
     case 'PUT': {
       if (!name) throw methodNotAllowed();
-      const body = await readBody(req);
-      const existed = Boolean(objects.tryGet(t, ns, name));
-      return sendJson(res, existed ? 200 : 201, objects.update(t, ns, name, body ?? {}, w));
+      const body = (await readBody(req)) ?? {};
+      const old = objects.tryGet(t, ns, name);
+      if (!ctx.admission.active(t)) return sendJson(res, old ? 200 : 201, objects.update(t, ns, name, body, w));
+      const object = objects.update(t, ns, name, body, { ...w, dryRun: true });
+      const admitted = await admit(ctx, r, old ? 'UPDATE' : 'CREATE', object, old);
+      return sendJson(res, old ? 200 : 201, objects.update(t, ns, name, keepVersion(body, admitted), w));
     }
     case 'PATCH': {
       if (!name) throw methodNotAllowed();
@@ -302,19 +310,29 @@ export async function handleResource(
             `application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml`,
         );
       }
-      const body = await readBody(req);
-      return sendJson(res, 200, objects.patch(t, ns, name, kind, body ?? {}, w));
+      const body = (await readBody(req)) ?? {};
+      if (!ctx.admission.active(t)) return sendJson(res, 200, objects.patch(t, ns, name, kind, body, w));
+      const old = objects.tryGet(t, ns, name);
+      const object = objects.patch(t, ns, name, kind, body, { ...w, dryRun: true });
+      const admitted = await admit(ctx, r, old ? 'UPDATE' : 'CREATE', object, old);
+      if (!old) return sendJson(res, 201, objects.create(t, ns, admitted, w));
+      const versioned = kind === 'json' ? undefined : body;
+      return sendJson(res, 200, objects.update(t, ns, name, keepVersion(versioned, admitted), w));
     }
     case 'DELETE': {
       const body = await readBody(req);
       const d = deleteOptions(q, body);
       if (name) {
+        if (ctx.admission.active(t)) await admit(ctx, r, 'DELETE', undefined, objects.get(t, ns, name));
         const result = objects.delete(t, ns, name, d);
         return sendJson(res, result.deleted ? 200 : 202, objects.deleteResponse(t, result));
       }
       const l = parseLabelSelector(q.get('labelSelector') ?? undefined);
       const f = parseFieldSelector(q.get('fieldSelector') ?? undefined);
       const victims = objects.list(t, t.namespaced ? ns : undefined).filter((o) => l(o) && f(o));
+      if (ctx.admission.active(t))
+        for (const o of victims)
+          await admit(ctx, { ...r, name: o.metadata.name, ns: o.metadata.namespace ?? '' }, 'DELETE', undefined, o);
       const out = victims.map((o) => objects.delete(t, o.metadata.namespace ?? '', o.metadata.name, d).object);
       return sendJson(res, 200, {
         kind: t.listKind,
@@ -326,4 +344,36 @@ export async function handleResource(
     default:
       throw methodNotAllowed();
   }
+}
+
+/** Shows a write to the admission webhooks; returns the object to store (as mutated). */
+async function admit(
+  ctx: RestContext,
+  r: ResourceRequest,
+  operation: Operation,
+  object: K8sObject | undefined,
+  oldObject: K8sObject | undefined,
+): Promise<K8sObject> {
+  // Copies: the store hands out its own objects, and the webhooks' patches must not reach them before the write.
+  const admitted = await ctx.admission.admit({
+    t: r.t,
+    sub: r.sub,
+    ns: r.ns,
+    name: object?.metadata?.name ?? oldObject?.metadata?.name ?? r.name ?? '',
+    operation,
+    identity: r.identity,
+    object: object && structuredClone(object),
+    oldObject: oldObject && structuredClone(oldObject),
+    dryRun: isDryRun(r.query),
+  });
+  return admitted ?? {};
+}
+
+/**
+ * The admitted object carries the resourceVersion it was computed from; a write that named none stays unconditional
+ * (as without webhooks), so a concurrent write while the webhooks answered is not turned into a conflict.
+ */
+function keepVersion(body: K8sObject | undefined, admitted: K8sObject): K8sObject {
+  if (body?.metadata?.resourceVersion) return admitted;
+  return { ...admitted, metadata: { ...admitted.metadata, resourceVersion: undefined } };
 }

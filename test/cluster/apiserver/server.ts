@@ -12,6 +12,7 @@ import type { Objects } from './objects.js';
 import { VIRTUAL_RESOURCES, type ResourceType } from './resources.js';
 import { handleResource, handleReview, sendJson, type ResourceRequest } from './rest.js';
 import { createStreamServer, serveLogs } from './streams.js';
+import { Admission } from './admission.js';
 import type { Aggregator } from './aggregator.js';
 import type { NodeRuntime } from '../node-runtime.js';
 
@@ -96,7 +97,7 @@ export async function startApiServer(o: ApiServerOptions): Promise<ApiServer> {
       watchStops.delete(stop);
     };
   };
-  const restCtx = { objects: o.objects, auth: o.auth, track };
+  const restCtx = { objects: o.objects, auth: o.auth, track, admission: new Admission(o.objects) };
   let address = '';
 
   const resolve = (r: Route): { t: ResourceType; name?: string; sub?: string; ns: string } => {

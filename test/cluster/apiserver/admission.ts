@@ -1,0 +1,268 @@
+// Admission webhooks (admissionregistration.k8s.io/v1): writes of matching resources are sent as AdmissionReview v1
+// over HTTPS to each webhook — mutating ones first, one after another, their JSON patches applied; then validating ones
+// together — with timeoutSeconds and failurePolicy applied and the errors worded as kube-apiserver words them.
+import { request as httpsRequest } from 'node:https';
+import { randomUUID } from 'node:crypto';
+import { ApiError, type K8sObject } from './errors.js';
+import type { Identity } from './auth.js';
+import type { Objects } from './objects.js';
+import { applyPatch } from './patch.js';
+import { storeKey, type ResourceType } from './resources.js';
+import { labelSelectorMatcher } from './selectors.js';
+import { serviceEndpoint } from './service-endpoint.js';
+
+export const VALIDATING_WEBHOOKS = 'admissionregistration.k8s.io/validatingwebhookconfigurations';
+export const MUTATING_WEBHOOKS = 'admissionregistration.k8s.io/mutatingwebhookconfigurations';
+
+/** kube-apiserver's default timeoutSeconds for a v1 webhook. */
+export const DEFAULT_TIMEOUT_SECONDS = 10;
+
+export type Operation = 'CREATE' | 'UPDATE' | 'DELETE';
+
+export interface AdmissionAttributes {
+  t: ResourceType;
+  sub?: string;
+  ns: string;
+  name: string;
+  operation: Operation;
+  identity: Identity;
+  /** The object as it would be stored (CREATE, UPDATE); none for DELETE. */
+  object?: K8sObject;
+  /** The stored object (UPDATE, DELETE). */
+  oldObject?: K8sObject;
+  dryRun: boolean;
+}
+
+/** A webhook's call failed (not a denial): failurePolicy decides what happens. */
+class CallingWebhookError extends Error {}
+
+/** Fills what kube-apiserver defaults in a v1 webhook configuration, so clients read the values that apply. */
+export function defaultWebhookConfiguration(obj: K8sObject, mutating: boolean): void {
+  for (const w of obj.webhooks ?? []) {
+    w.failurePolicy ??= 'Fail';
+    w.matchPolicy ??= 'Equivalent';
+    w.namespaceSelector ??= {};
+    w.objectSelector ??= {};
+    w.timeoutSeconds ??= DEFAULT_TIMEOUT_SECONDS;
+    if (mutating) w.reinvocationPolicy ??= 'Never';
+    for (const r of w.rules ?? []) r.scope ??= '*';
+    if (w.clientConfig?.service) w.clientConfig.service.port ??= 443;
+  }
+}
+
+/** Rule matching as the admission plugin's rules.Matcher does it (`*`, `pods/*`, `*\/status`, scope). */
+function ruleMatches(rule: K8sObject, a: AdmissionAttributes): boolean {
+  const any = (list: string[] | undefined, v: string) => (list ?? []).some((x) => x === '*' || x === v);
+  if (!any(rule.operations, a.operation)) return false;
+  if (!any(rule.apiGroups, a.t.group) || !any(rule.apiVersions, a.t.version)) return false;
+  const resourceMatch = (rule.resources ?? []).some((r: string) => {
+    const [res, sub = ''] = r.split('/');
+    return (res === '*' || res === a.t.resource) && (sub === '*' || sub === (a.sub ?? ''));
+  });
+  if (!resourceMatch) return false;
+  const scope = rule.scope ?? '*';
+  if (scope === 'Cluster') return !a.t.namespaced;
+  if (scope === 'Namespaced') return a.t.namespaced;
+  return true;
+}
+
+export class Admission {
+  constructor(private readonly objects: Objects) {}
+
+  private hooks(key: string, a: AdmissionAttributes): K8sObject[] {
+    // Webhook configurations themselves are never sent to webhooks: a broken webhook could not be removed otherwise.
+    if (a.t.group === 'admissionregistration.k8s.io') return [];
+    const out: K8sObject[] = [];
+    const configs = this.objects.store
+      .list(key)
+      .sort((x, y) => String(x.metadata.name).localeCompare(String(y.metadata.name)));
+    for (const cfg of configs) for (const w of cfg.webhooks ?? []) if (this.matches(w, a)) out.push(w);
+    return out;
+  }
+
+  private matches(w: K8sObject, a: AdmissionAttributes): boolean {
+    if (!(w.rules ?? []).some((r: K8sObject) => ruleMatches(r, a))) return false;
+    const objectSelector = labelSelectorMatcher(w.objectSelector ?? {});
+    if (!(a.object && objectSelector(a.object)) && !(a.oldObject && objectSelector(a.oldObject))) return false;
+    if (!a.t.namespaced && storeKey(a.t) !== '/namespaces') return true;
+    const ns =
+      storeKey(a.t) === '/namespaces' ? (a.object ?? a.oldObject) : this.objects.store.get('/namespaces', '', a.ns);
+    return labelSelectorMatcher(w.namespaceSelector ?? {})(ns ?? { metadata: {} });
+  }
+
+  /** True when writes of this kind may be seen by a webhook (so the REST handler computes the object first). */
+  active(t: ResourceType): boolean {
+    if (t.group === 'admissionregistration.k8s.io') return false;
+    return this.objects.store.list(MUTATING_WEBHOOKS).length + this.objects.store.list(VALIDATING_WEBHOOKS).length > 0;
+  }
+
+  /** Runs the mutating then the validating webhooks; returns the object to store, or throws the refusal. */
+  async admit(a: AdmissionAttributes): Promise<K8sObject | undefined> {
+    let object = a.object;
+    for (const w of this.hooks(MUTATING_WEBHOOKS, a)) {
+      const response = await this.call(w, { ...a, object });
+      if (!response) continue;
+      if (response.patch && object && a.operation !== 'DELETE') {
+        const ops = JSON.parse(Buffer.from(response.patch, 'base64').toString('utf8'));
+        object = applyPatch('json', object, ops);
+      }
+    }
+    const validating = this.hooks(VALIDATING_WEBHOOKS, a);
+    await Promise.all(validating.map((w) => this.call(w, { ...a, object })));
+    return object;
+  }
+
+  /** One webhook call: its response when allowed, undefined when it failed and failurePolicy is Ignore. */
+  private async call(w: K8sObject, a: AdmissionAttributes): Promise<K8sObject | undefined> {
+    let response: K8sObject;
+    try {
+      response = await this.post(w, a);
+    } catch (e) {
+      if (!(e instanceof CallingWebhookError)) throw e;
+      if (w.failurePolicy === 'Ignore') {
+        // kube-apiserver logs this too ("Failed calling webhook, failing open"): the only trace of a broken webhook.
+        console.warn(`stand-in apiserver: failing open: ${e.message}`);
+        return undefined;
+      }
+      throw new ApiError(500, 'InternalError', `Internal error occurred: ${e.message}`);
+    }
+    if (response.allowed === true) return response;
+    throw denied(w.name, response.status);
+  }
+
+  private post(w: K8sObject, a: AdmissionAttributes): Promise<K8sObject> {
+    const failed = (why: string) => new CallingWebhookError(`failed calling webhook "${w.name}": ${why}`);
+    const timeoutSeconds = Number(w.timeoutSeconds ?? DEFAULT_TIMEOUT_SECONDS);
+    if (!(w.admissionReviewVersions ?? []).includes('v1'))
+      return Promise.reject(failed('webhook does not accept v1 AdmissionReview'));
+    const target = this.targetOf(w, timeoutSeconds);
+    if ('error' in target) return Promise.reject(failed(`failed to call webhook: ${target.error}`));
+    const uid = randomUUID();
+    const body = JSON.stringify(reviewOf(a, uid));
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        req.destroy();
+        reject(failed(`failed to call webhook: Post "${target.display}": context deadline exceeded`));
+      }, timeoutSeconds * 1000);
+      const req = httpsRequest(
+        {
+          host: target.host,
+          port: target.port,
+          localAddress: target.localAddress,
+          servername: target.servername,
+          path: target.path,
+          method: 'POST',
+          ca: target.ca,
+          headers: {
+            'content-type': 'application/json',
+            accept: 'application/json',
+            'content-length': Buffer.byteLength(body),
+          },
+        },
+        (res) => {
+          const chunks: Buffer[] = [];
+          res.on('data', (c: Buffer) => chunks.push(c));
+          res.on('error', () => undefined); // the timer or the request's error answers
+          res.on('end', () => {
+            clearTimeout(timer);
+            const text = Buffer.concat(chunks).toString('utf8');
+            if ((res.statusCode ?? 500) >= 300)
+              return reject(
+                failed(
+                  `failed to call webhook: an error on the server ("${text.slice(0, 200)}") ` +
+                    'has prevented the request from succeeding',
+                ),
+              );
+            let review: K8sObject;
+            try {
+              review = JSON.parse(text);
+            } catch (e) {
+              return reject(failed(`received invalid webhook response: ${(e as Error).message}`));
+            }
+            if (review?.response?.uid !== uid)
+              return reject(
+                failed(
+                  `received invalid webhook response: expected response.uid="${uid}", ` +
+                    `got "${review?.response?.uid ?? ''}"`,
+                ),
+              );
+            resolve(review.response);
+          });
+        },
+      );
+      req.on('error', (e) => {
+        clearTimeout(timer);
+        reject(failed(`failed to call webhook: Post "${target.display}": ${e.message}`));
+      });
+      req.end(body);
+    });
+  }
+
+  /** Where a webhook is called: its url, or a ready endpoint of its Service (TLS name `<svc>.<ns>.svc`). */
+  private targetOf(w: K8sObject, timeoutSeconds: number) {
+    const cc = w.clientConfig ?? {};
+    const ca = cc.caBundle ? Buffer.from(cc.caBundle, 'base64').toString('utf8') : undefined;
+    const query = `?timeout=${timeoutSeconds}s`;
+    if (cc.url) {
+      const u = new URL(cc.url);
+      const path = `${u.pathname}${u.search ? `${u.search}&` : '?'}${query.slice(1)}`;
+      return {
+        host: u.hostname,
+        port: Number(u.port || 443),
+        path,
+        ca,
+        servername: undefined,
+        localAddress: undefined,
+        display: `${u.origin}${path}`,
+      };
+    }
+    const svc = cc.service ?? {};
+    const port = Number(svc.port ?? 443);
+    const ep = serviceEndpoint(this.objects, { namespace: svc.namespace, name: svc.name, port }, (n) =>
+      Math.floor(Math.random() * n),
+    );
+    if ('error' in ep) return ep;
+    const servername = `${svc.name}.${svc.namespace}.svc`;
+    const path = `${svc.path ?? '/'}${query}`;
+    return { ...ep, path, ca, servername, display: `https://${servername}:${port}${path}` };
+  }
+}
+
+/** The refusal as ToStatusErr words it: `admission webhook "NAME" denied the request: MESSAGE`, code ≥ 400. */
+function denied(name: string, status: K8sObject | undefined): ApiError {
+  const by = `admission webhook "${name}" denied the request`;
+  const message = status?.message
+    ? `${by}: ${status.message}`
+    : status?.reason
+      ? `${by}: ${status.reason}`
+      : `${by} without explanation`;
+  const code = Math.max(Number(status?.code) || 0, 400);
+  return new ApiError(code, status?.reason ?? '', message, status?.details);
+}
+
+function reviewOf(a: AdmissionAttributes, uid: string): K8sObject {
+  const gvk = { group: a.t.group, version: a.t.version, kind: a.t.kind };
+  const gvr = { group: a.t.group, version: a.t.version, resource: a.t.resource };
+  const optionsKind = { CREATE: 'CreateOptions', UPDATE: 'UpdateOptions', DELETE: 'DeleteOptions' }[a.operation];
+  return {
+    apiVersion: 'admission.k8s.io/v1',
+    kind: 'AdmissionReview',
+    request: {
+      uid,
+      kind: gvk,
+      resource: gvr,
+      subResource: a.sub || undefined,
+      requestKind: gvk,
+      requestResource: gvr,
+      requestSubResource: a.sub || undefined,
+      name: a.name,
+      namespace: a.t.namespaced ? a.ns : undefined,
+      operation: a.operation,
+      userInfo: { username: a.identity.name, uid: a.identity.uid, groups: a.identity.groups },
+      object: a.operation === 'DELETE' ? null : (a.object ?? null),
+      oldObject: a.operation === 'CREATE' ? null : (a.oldObject ?? null),
+      dryRun: a.dryRun,
+      options: { kind: optionsKind, apiVersion: 'meta.k8s.io/v1' },
+    },
+  };
+}
