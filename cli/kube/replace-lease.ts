@@ -6,14 +6,14 @@ import { CoordinationV1Api, V1MicroTime, type KubeConfig, type V1Lease } from '@
 import { AGENT_LABELS } from '../../shared/agent-contract.js';
 import { UserError } from '../../shared/errors.js';
 import type { ReplaceKind } from '../../shared/replace-contract.js';
-import { apiErrorCode, mapApiError } from './errors.js';
+import { apiErrorCode } from './errors.js';
 import {
   LEASE_ANNOTATIONS,
   LEASE_DURATION_SECONDS,
   LEASE_LABEL,
   LEASE_RENEW_MS,
   leaseHolder,
-  leaseVerdict,
+  takeLease,
   type LeaseHolder,
 } from './steal-lease.js';
 
@@ -55,57 +55,16 @@ export class ReplaceLease {
 
   /** Takes the lock, or throws naming the session that holds it. Starts renewing it. */
   async take(): Promise<void> {
-    const { namespace, identity } = this.options;
-    const name = this.name;
-    const ctx = {
-      action: `take the replace lock of ${this.what()}`,
-      verb: 'create',
-      resource: 'leases.coordination.k8s.io',
-      namespace,
-      name,
-    };
-    for (let attempt = 0; attempt < 5; attempt++) {
-      let existing: V1Lease | undefined;
-      try {
-        existing = await this.api.readNamespacedLease({ name, namespace });
-      } catch (err) {
-        if (apiErrorCode(err) !== 404) throw mapApiError(err, { ...ctx, verb: 'get' });
-      }
-      const now = new V1MicroTime(Date.now());
-      try {
-        if (!existing) await this.api.createNamespacedLease({ namespace, body: this.newLease(now) });
-        else {
-          const verdict = leaseVerdict(existing, identity, Date.now());
-          if (verdict === 'held') throw this.heldBy(leaseHolder(existing));
-          const spec = existing.spec ?? {};
-          await this.api.replaceNamespacedLease({
-            name,
-            namespace,
-            body: {
-              ...existing,
-              spec: {
-                ...spec,
-                holderIdentity: identity,
-                leaseDurationSeconds: LEASE_DURATION_SECONDS,
-                renewTime: now,
-                acquireTime: now,
-                leaseTransitions: (spec.leaseTransitions ?? 0) + 1,
-              },
-            },
-          });
-        }
-      } catch (err) {
-        if (apiErrorCode(err) === 409) continue; // another session wrote it between our read and write: read again
-        throw err instanceof UserError ? err : mapApiError(err, ctx);
-      }
-      this.timer = setInterval(() => void this.renew(), LEASE_RENEW_MS);
-      this.timer.unref();
-      return;
-    }
-    throw new UserError(
-      `the replace lock ${name} kept changing while devop tried to take it`,
-      'another session is taking it at the same moment: run devop again',
-    );
+    const taken = await takeLease(this.api, {
+      name: this.name,
+      namespace: this.options.namespace,
+      identity: this.options.identity,
+      lock: `the replace lock of ${this.what()}`,
+      newLease: (now) => this.newLease(now),
+    });
+    if ('holder' in taken) throw this.heldBy(taken.holder);
+    this.timer = setInterval(() => void this.renew(), LEASE_RENEW_MS);
+    this.timer.unref();
   }
 
   private heldBy(holder: LeaseHolder): UserError {

@@ -98,6 +98,79 @@ export function leaseHolder(lease: V1Lease): LeaseHolder {
   return { user, host, since: since !== undefined ? new Date(since).toISOString() : 'unknown' };
 }
 
+export interface TakeLeaseOptions {
+  name: string;
+  namespace: string;
+  identity: string;
+  /** What the Lease locks, for messages: "the steal lock of port 8080". */
+  lock: string;
+  /** The Lease to create when there is none. */
+  newLease: (now: V1MicroTime) => V1Lease;
+  now?: () => number;
+}
+
+/**
+ * Takes the named Lease for `identity`: creates it, or takes over one that is free, expired or already ours (keeping
+ * its acquireTime then); reads again when another writer wins the race. Resolves with the holder when another live
+ * session holds it.
+ */
+export async function takeLease(
+  api: CoordinationV1Api,
+  options: TakeLeaseOptions,
+): Promise<{ taken: true } | { holder: LeaseHolder }> {
+  const { name, namespace, identity } = options;
+  const clock = options.now ?? Date.now;
+  const ctx = {
+    action: `take ${options.lock}`,
+    verb: 'create',
+    resource: 'leases.coordination.k8s.io',
+    namespace,
+    name,
+  };
+  for (let attempt = 0; attempt < 5; attempt++) {
+    let existing: V1Lease | undefined;
+    try {
+      existing = await api.readNamespacedLease({ name, namespace });
+    } catch (err) {
+      if (apiErrorCode(err) !== 404) throw mapApiError(err, { ...ctx, verb: 'get' });
+    }
+    const now = new V1MicroTime(clock());
+    if (!existing) {
+      try {
+        await api.createNamespacedLease({ namespace, body: options.newLease(now) });
+        return { taken: true };
+      } catch (err) {
+        if (apiErrorCode(err) === 409) continue; // someone created it a moment ago: read it again
+        throw mapApiError(err, ctx);
+      }
+    }
+    const verdict = leaseVerdict(existing, identity, clock());
+    if (verdict === 'held') return { holder: leaseHolder(existing) };
+    const spec = existing.spec ?? {};
+    const body: V1Lease = {
+      ...existing,
+      spec: {
+        ...spec,
+        holderIdentity: identity,
+        leaseDurationSeconds: LEASE_DURATION_SECONDS,
+        renewTime: now,
+        ...(verdict === 'ours' ? {} : { acquireTime: now, leaseTransitions: (spec.leaseTransitions ?? 0) + 1 }),
+      },
+    };
+    try {
+      await api.replaceNamespacedLease({ name, namespace, body });
+      return { taken: true };
+    } catch (err) {
+      if (apiErrorCode(err) === 409) continue; // another session took it between our read and write
+      throw mapApiError(err, { ...ctx, verb: 'update' });
+    }
+  }
+  throw new UserError(
+    `${options.lock} (Lease ${name}) kept changing while devop tried to take it`,
+    'another session is taking it at the same moment: run devop again',
+  );
+}
+
 export interface StealLeaseOptions {
   kc: KubeConfig;
   namespace: string;
@@ -138,67 +211,26 @@ export class StealLeases {
   /** Takes (or keeps) the lock of `port`; refused with the holder when another live run holds it. */
   async take(port: number): Promise<TakeResult> {
     const name = this.nameFor(port);
-    const namespace = this.options.namespace;
-    const ctx = {
-      action: `take the steal lock of port ${port}`,
-      verb: 'create',
-      resource: 'leases.coordination.k8s.io',
-      namespace,
+    const taken = await takeLease(this.api, {
       name,
-    };
-    for (let attempt = 0; attempt < 5; attempt++) {
-      let existing: V1Lease | undefined;
-      try {
-        existing = await this.api.readNamespacedLease({ name, namespace });
-      } catch (err) {
-        if (apiErrorCode(err) !== 404) throw mapApiError(err, { ...ctx, verb: 'get' });
-      }
-      const nowDate = new V1MicroTime(this.now());
-      if (!existing) {
-        try {
-          await this.api.createNamespacedLease({ namespace, body: this.newLease(name, port, nowDate) });
-          this.hold(port, name);
-          return { ok: true };
-        } catch (err) {
-          if (apiErrorCode(err) === 409) continue; // someone created it a moment ago: read it again
-          throw mapApiError(err, ctx);
-        }
-      }
-      const verdict = leaseVerdict(existing, this.identity, this.now());
-      if (verdict === 'held') {
-        const holder = leaseHolder(existing);
-        return {
-          ok: false,
-          holder,
-          reason:
-            `port ${port} of ${this.options.workload.kind}/${this.options.workload.name} is stolen by ` +
-            `${holder.user}@${holder.host} since ${holder.since} (Lease ${name})`,
-        };
-      }
-      const spec = existing.spec ?? {};
-      const body: V1Lease = {
-        ...existing,
-        spec: {
-          ...spec,
-          holderIdentity: this.identity,
-          leaseDurationSeconds: LEASE_DURATION_SECONDS,
-          renewTime: nowDate,
-          ...(verdict === 'ours' ? {} : { acquireTime: nowDate, leaseTransitions: (spec.leaseTransitions ?? 0) + 1 }),
-        },
+      namespace: this.options.namespace,
+      identity: this.identity,
+      lock: `the steal lock of port ${port}`,
+      newLease: (now) => this.newLease(name, port, now),
+      now: this.now,
+    });
+    if ('holder' in taken) {
+      const { holder } = taken;
+      return {
+        ok: false,
+        holder,
+        reason:
+          `port ${port} of ${this.options.workload.kind}/${this.options.workload.name} is stolen by ` +
+          `${holder.user}@${holder.host} since ${holder.since} (Lease ${name})`,
       };
-      try {
-        await this.api.replaceNamespacedLease({ name, namespace, body });
-        this.hold(port, name);
-        return { ok: true };
-      } catch (err) {
-        if (apiErrorCode(err) === 409) continue; // another run took it between our read and write
-        throw mapApiError(err, { ...ctx, verb: 'update' });
-      }
     }
-    throw new UserError(
-      `the steal lock ${name} kept changing while devop tried to take it`,
-      'another session is taking it at the same moment: run devop again',
-    );
+    this.hold(port, name);
+    return { ok: true };
   }
 
   private newLease(name: string, port: number, now: V1MicroTime): V1Lease {
