@@ -12,9 +12,12 @@ import { TcpReassembler, type FlowEnd, type FlowLimits } from './tcp-flows.js';
 
 /**
  * The kernel's capture ring per port (tcpdump -B, KiB). It absorbs bursts while tcpdump or the agent is busy; when it
- * overflows the kernel drops captured packets, never the pod's.
+ * overflows the kernel drops captured packets, never the pod's. The whole ring is mapped into tcpdump and counts in the
+ * agent's RSS from the start (8 MiB made tcpdump 13.7 MiB, 2 MiB 7.8). 2 MiB holds twice what the agent buffers for
+ * one copy (MIRROR_BUFFER_LIMIT) while the tunnel drains it: a 1 MiB upload at veth speed is copied whole
+ * (test/agent/mirror.test.ts), which 1 MiB of ring is not.
  */
-export const CAPTURE_BUFFER_KIB = 8192;
+export const CAPTURE_BUFFER_KIB = 2048;
 /** The largest IPv4 packet: receive offload can hand the pod packets far above the MTU, each must be captured whole. */
 export const CAPTURE_SNAPLEN = 65_535;
 export const FLOW_LIMITS: FlowLimits = {

@@ -372,7 +372,7 @@ describe('capture command', () => {
       '-s',
       '65535',
       '-B',
-      '8192',
+      '2048',
       '-n',
       captureFilter(3000),
     ]);

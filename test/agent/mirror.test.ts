@@ -11,6 +11,7 @@ import { requireRoot } from '../helpers/root.js';
 import { PodNet, sh, waitFor, type AgentProc, type Proc } from './netns.js';
 import { connectSession, startLocalCommand, type TestSession } from './session-client.js';
 import { httpGet, keepAliveAgent } from './http.js';
+import { MIRROR_BUFFER_LIMIT } from '../../agent/mirror.js';
 
 const run = requireRoot('agent mirror');
 
@@ -197,6 +198,23 @@ describe.runIf(run)('agent: mirror by packet capture (the default)', () => {
       await unsubscribe(watcher, watching);
     },
   );
+
+  test('an upload as large as the agent buffers for a copy reaches a reading session whole, through the capture', async () => {
+    // Given a session mirroring port 3000 that reads its copies
+    const session = await connectSession(s.control, { user: 'burst' });
+    s.sessions.push(session);
+    const id = await subscribe(session, 'mirror');
+    // When a client uploads as much as the agent buffers for a copy, in one request, as fast as the veth goes
+    const body = Buffer.alloc(MIRROR_BUFFER_LIMIT, 'y').toString();
+    const answer = await httpGet(s.client, '/burst', { method: 'POST', body });
+    expect(answer.body).toBe(`pod: POST /burst body=${body}`);
+    // Then the session received every byte of it, and no copy was dropped
+    const copied = (): number => copiesOf(session, 'POST /burst ').reduce((n, b) => n + b.length, 0);
+    await waitFor(() => copied() > body.length, 'the whole mirrored upload', 10_000);
+    expect(copiesOf(session, 'POST /burst ')[0].toString().endsWith(body)).toBe(true);
+    expect(session.messages.filter((m) => m.type === 'log' && /dropped|missed/.test(m.message))).toEqual([]);
+    await unsubscribe(session, id);
+  });
 
   test('a mirroring session that never reads does not slow the pod; its copy is dropped and it is told', async () => {
     // Given a session whose incoming streams are never read (its credit runs out)
