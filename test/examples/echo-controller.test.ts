@@ -191,7 +191,6 @@ describe('echo-controller walkthrough', () => {
         shadow.stdout
           .split('\n')
           .filter((line) => line.startsWith('{'))
-          // biome-ignore lint/suspicious/noExplicitAny: NDJSON events, read field by field as docs/ui.md documents them
           .map((line) => JSON.parse(line) as Record<string, any>);
       const output = () =>
         events()

@@ -10,7 +10,7 @@ import type { Har } from '../../cli/record/har.js';
 import { startCluster, type ClusterHandle } from '../cluster/index.js';
 import { requireRoot } from '../helpers/root.js';
 import { externalTarget, standinOnly } from '../helpers/target-cluster.js';
-import { Kubectl, LocalProcess, eventually, freePort } from './harness.js';
+import { Kubectl, type LocalProcess, devopFarmStep3, eventually, freePort } from './harness.js';
 
 requireRoot('examples: farm-operator, API server on the node');
 
@@ -61,29 +61,7 @@ describe('farm-operator through apiservice/, API server on the node', () => {
       expect(endpoint).toBe(podNode);
 
       // When step 3 runs locally under devop with the APIService as target (no --steal-probes)
-      devop = new LocalProcess(
-        process.execPath,
-        [
-          'bin/devop.js',
-          'exec',
-          '-t',
-          'apiservice/v1alpha.farm.example.com',
-          '--steal',
-          '-p',
-          `8443:${localPort}`,
-          '--record',
-          harFile,
-          '--',
-          'npx',
-          'tsx',
-          'examples/farm-operator/src/main.ts',
-          '--step',
-          '3',
-          '--port',
-          String(localPort),
-        ],
-        { ...process.env, KUBECONFIG: cluster.kubeconfigPath, CI: 'true' },
-      );
+      devop = devopFarmStep3(cluster.kubeconfigPath, localPort, harFile);
       await eventually('devop to be ready', async () => {
         if (!devop!.running) throw new Error(`devop exited early\n${devop!.output()}`);
         return devop!.stderr.includes('devop: ready') ? true : undefined;

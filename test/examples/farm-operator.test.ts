@@ -7,8 +7,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { requireRoot } from '../helpers/root.js';
-import { agentImageEnv, externalTarget, startTargetCluster, type TargetCluster } from '../helpers/target-cluster.js';
-import { Kubectl, LocalProcess, eventually, freePort } from './harness.js';
+import { externalTarget, startTargetCluster, type TargetCluster } from '../helpers/target-cluster.js';
+import { Kubectl, LocalProcess, devopFarmStep3, eventually, freePort } from './harness.js';
 
 requireRoot('examples: farm-operator');
 
@@ -106,29 +106,7 @@ describe('farm-operator walkthrough', () => {
       expect(endpoints.subsets[0].addresses[0].ip).not.toBe(podNode);
       // When step 3 runs locally under devop with the APIService as target, recording (plain --steal: the aggregator's
       // connections come from the control plane's address, kubelet's probes from the node's)
-      devop = new LocalProcess(
-        process.execPath,
-        [
-          'bin/devop.js',
-          'exec',
-          '-t',
-          'apiservice/v1alpha.farm.example.com',
-          '--steal',
-          '-p',
-          `8443:${localPort}`,
-          '--record',
-          harFile,
-          '--',
-          'npx',
-          'tsx',
-          'examples/farm-operator/src/main.ts',
-          '--step',
-          '3',
-          '--port',
-          String(localPort),
-        ],
-        { ...process.env, ...agentImageEnv(), KUBECONFIG: cluster.kubeconfigPath, CI: 'true' },
-      );
+      devop = devopFarmStep3(cluster.kubeconfigPath, localPort, harFile);
       await eventually('devop to be ready', async () => {
         if (!devop!.running) throw new Error(`devop exited early\n${devop!.output()}`);
         return devop!.stderr.includes('devop: ready') ? true : undefined;

@@ -5,6 +5,7 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { agentImageEnv } from '../helpers/target-cluster.js';
 
 /** kubectl 1.33: beside the PATH's kubectl on devop's machines; DEVOP_TEST_KUBECTL names another (CI's kind job). */
 export const KUBECTL = process.env.DEVOP_TEST_KUBECTL ?? '/usr/lib/google-cloud-sdk/bin/kubectl.1.33';
@@ -157,4 +158,16 @@ export class LocalProcess {
   output(): string {
     return `--- stdout ---\n${this.stdout}\n--- stderr ---\n${this.stderr}`;
   }
+}
+
+/**
+ * The walkthrough's `devop exec -t apiservice/v1alpha.farm.example.com --steal --record HAR` with step 3 of the
+ * farm-operator as the local command, listening on `localPort`.
+ */
+export function devopFarmStep3(kubeconfig: string, localPort: number, harFile: string): LocalProcess {
+  const devop = ['bin/devop.js', 'exec', '-t', 'apiservice/v1alpha.farm.example.com', '--steal'];
+  devop.push('-p', `8443:${localPort}`, '--record', harFile);
+  const step3 = ['npx', 'tsx', 'examples/farm-operator/src/main.ts', '--step', '3', '--port', String(localPort)];
+  const env = { ...process.env, ...agentImageEnv(), KUBECONFIG: kubeconfig, CI: 'true' };
+  return new LocalProcess(process.execPath, [...devop, '--', ...step3], env);
 }
