@@ -380,8 +380,10 @@ describe('echo-controller walkthrough', () => {
     'back to the cluster: devop stops, the replicas come back, and one of them leads and reconciles',
     async () => {
       // When devop stops (Ctrl-C): the local controller hands the lease back and devop restores the replicas
-      await devop!.stop('SIGINT');
-      expect(devop!.stderr).toMatch(/restore deployment\/echo-controller: 2 replicas/);
+      const exit = await devop!.stop('SIGINT');
+      expect(devop!.stderr, `devop ended with ${JSON.stringify(exit)}`).toMatch(
+        /restore deployment\/echo-controller: 2 replicas/,
+      );
       await kubectl.ok('rollout', 'status', 'deployment/echo-controller', '-n', 'default', '--timeout=120s');
 
       // Then a cluster replica leads and reconciles
