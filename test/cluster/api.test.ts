@@ -13,6 +13,7 @@ import {
   Watch,
   makeInformer,
   setHeaderOptions,
+  type V1Job,
   type V1Pod,
 } from '@kubernetes/client-node';
 import { readFileSync } from 'node:fs';
@@ -390,35 +391,50 @@ describe('stand-in API with client-node', () => {
 
   it('runs jobs to completion and deletes them after ttlSecondsAfterFinished', async () => {
     const batch = kc.makeApiClient(BatchV1Api);
-    await batch.createNamespacedJob({
-      namespace: ns,
-      body: {
-        metadata: { name: 'once' },
-        spec: {
-          ttlSecondsAfterFinished: 1,
-          template: {
-            spec: { restartPolicy: 'Never', containers: [{ name: 'c', image: 'busybox', command: ['true'] }] },
+    // A watch sees every state of the Job in order: its TTL (1 s) may delete it before a poll would read it complete.
+    const seen: { type: string; complete: boolean; succeeded?: number }[] = [];
+    const list = await batch.listNamespacedJob({ namespace: ns });
+    const watching = await new Watch(kc).watch(
+      `/apis/batch/v1/namespaces/${ns}/jobs`,
+      { resourceVersion: list.metadata?.resourceVersion },
+      (type, job: V1Job) => {
+        if (job.metadata?.name !== 'once') return;
+        const complete = job.status?.conditions?.some((c) => c.type === 'Complete' && c.status === 'True') ?? false;
+        seen.push({ type, complete, succeeded: job.status?.succeeded });
+      },
+      () => undefined,
+    );
+    try {
+      await batch.createNamespacedJob({
+        namespace: ns,
+        body: {
+          metadata: { name: 'once' },
+          spec: {
+            ttlSecondsAfterFinished: 1,
+            template: {
+              spec: { restartPolicy: 'Never', containers: [{ name: 'c', image: 'busybox', command: ['true'] }] },
+            },
           },
         },
-      },
-    });
-    const p = await waitFor(
-      'job pod',
-      async () => (await core.listNamespacedPod({ namespace: ns, labelSelector: 'job-name=once' })).items[0],
-    );
-    // Acting as the node: the container ran and exited 0.
-    await core.patchNamespacedPodStatus(
-      { name: p.metadata!.name!, namespace: ns, body: { status: { phase: 'Succeeded' } } },
-      setHeaderOptions('Content-Type', PatchStrategy.MergePatch),
-    );
-    const done = await waitFor('job complete', async () => {
-      const j = await batch.readNamespacedJob({ name: 'once', namespace: ns });
-      return j.status?.conditions?.some((c) => c.type === 'Complete' && c.status === 'True') ? j : undefined;
-    });
-    expect(done.status?.succeeded).toBe(1);
-    await waitFor('job deleted by its TTL', async () =>
-      (await batch.listNamespacedJob({ namespace: ns })).items.every((j) => j.metadata?.name !== 'once'),
-    );
+      });
+      const p = await waitFor(
+        'job pod',
+        async () => (await core.listNamespacedPod({ namespace: ns, labelSelector: 'job-name=once' })).items[0],
+      );
+      // Acting as the node: the container ran and exited 0.
+      await core.patchNamespacedPodStatus(
+        { name: p.metadata!.name!, namespace: ns, body: { status: { phase: 'Succeeded' } } },
+        setHeaderOptions('Content-Type', PatchStrategy.MergePatch),
+      );
+      // Then the Job completes with one success, and its TTL deletes it afterwards
+      await waitFor('job deleted by its TTL', async () => seen.some((e) => e.type === 'DELETED') || undefined);
+      const completeAt = seen.findIndex((e) => e.complete);
+      expect(completeAt, JSON.stringify(seen)).toBeGreaterThanOrEqual(0);
+      expect(seen[completeAt].succeeded).toBe(1);
+      expect(seen.findIndex((e) => e.type === 'DELETED')).toBeGreaterThan(completeAt);
+    } finally {
+      watching.abort();
+    }
   });
 
   it('serves custom resources once their CRD exists, with a status subresource', async () => {
