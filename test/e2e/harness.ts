@@ -7,6 +7,7 @@ import { join, resolve } from 'node:path';
 import { readFileSync } from 'node:fs';
 import { AppsV1Api, CoreV1Api, KubeConfig, type V1Pod } from '@kubernetes/client-node';
 import { startCluster } from '../cluster/index.js';
+import { exitAfterOutput } from '../helpers/exit-after-output.js';
 import { agentImageEnv, startTargetCluster, type TargetCluster } from '../helpers/target-cluster.js';
 import { pidsOfContainer } from '../cluster/kubelet/testing.js';
 
@@ -175,7 +176,7 @@ export class DevopRun {
     });
     this.child.stdout?.setEncoding('utf8').on('data', (t: string) => (this.stdout += t));
     this.child.stderr?.setEncoding('utf8').on('data', (t: string) => (this.stderr += t));
-    this.exited = new Promise((r) => this.child.once('exit', (code, signal) => r({ code, signal })));
+    this.exited = exitAfterOutput(this.child);
   }
 
   get output(): string {

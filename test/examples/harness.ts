@@ -5,6 +5,7 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { exitAfterOutput } from '../helpers/exit-after-output.js';
 import { agentImageEnv } from '../helpers/target-cluster.js';
 
 /** kubectl 1.33: beside the PATH's kubectl on devop's machines; DEVOP_TEST_KUBECTL names another (CI's kind job). */
@@ -113,7 +114,7 @@ export class LocalProcess {
     this.child = spawn(command, args, { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
     this.child.stdout!.on('data', (d: Buffer) => (this.stdout += d.toString()));
     this.child.stderr!.on('data', (d: Buffer) => (this.stderr += d.toString()));
-    this.exit = new Promise((r) => this.child.once('exit', (code, signal) => r({ code, signal })));
+    this.exit = exitAfterOutput(this.child);
   }
 
   get running(): boolean {
