@@ -7,7 +7,6 @@ import { UserError } from '../shared/errors.js';
 /** Bit numbers of the capabilities the agent uses (linux/capability.h). */
 export const CAPABILITY_BITS: Record<AgentCapability, number> = {
   DAC_READ_SEARCH: 2,
-  SETGID: 6,
   NET_ADMIN: 12,
   NET_RAW: 13,
   SYS_PTRACE: 19,

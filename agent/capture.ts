@@ -1,8 +1,10 @@
-// Mirror by packet capture: one tcpdump per mirrored port, in the pod's netns (the agent's own), copies the packets
-// that clients send to the port; the agent rebuilds each connection's bytes (agent/pcap.ts, agent/tcp-flows.ts) and
-// sends them to the mirroring sessions. The agent is not in the pod's data path: when it falls behind, the kernel drops
-// captured packets (that connection's copy is dropped and its sessions told), never the pod's.
+// Mirror by packet capture: one capture process per mirrored port (devop-capture, agent/native/capture.c), in the pod's
+// netns (the agent's own), copies the packets that clients send to the port; the agent rebuilds each connection's bytes
+// (agent/pcap.ts, agent/tcp-flows.ts) and sends them to the mirroring sessions. The agent is not in the pod's data
+// path: when it falls behind, the kernel drops captured packets (that connection's copy is dropped and its sessions
+// told), never the pod's.
 import { spawn, type ChildProcessByStdio } from 'node:child_process';
+import { dirname, join } from 'node:path';
 import type { Readable, Writable } from 'node:stream';
 import type { AgentLog } from './log.js';
 import { MirroredConnection } from './mirror.js';
@@ -11,15 +13,13 @@ import type { PortSubscription } from './subscription.js';
 import { TcpReassembler, type FlowEnd, type FlowLimits } from './tcp-flows.js';
 
 /**
- * The kernel's capture ring per port (tcpdump -B, KiB). It absorbs bursts while tcpdump or the agent is busy; when it
- * overflows the kernel drops captured packets, never the pod's. The whole ring is mapped into tcpdump and counts in the
- * agent's RSS from the start (8 MiB made tcpdump 13.7 MiB, 2 MiB 7.8). 2 MiB holds twice what the agent buffers for
- * one copy (MIRROR_BUFFER_LIMIT) while the tunnel drains it: a 1 MiB upload at veth speed is copied whole
- * (test/agent/mirror.test.ts), which 1 MiB of ring is not.
+ * The capture's receive buffer per port (KiB; the kernel doubles it). It absorbs bursts while the capture or the agent
+ * is busy; when it overflows the kernel drops captured packets, never the pod's. It is kernel memory, used only while
+ * packets wait, not pages mapped into the agent. 2 MiB holds twice what the agent buffers for one copy
+ * (MIRROR_BUFFER_LIMIT) while the tunnel drains it: a 1 MiB upload at veth speed is copied whole
+ * (test/agent/mirror.test.ts).
  */
 export const CAPTURE_BUFFER_KIB = 2048;
-/** The largest IPv4 packet: receive offload can hand the pod packets far above the MTU, each must be captured whole. */
-export const CAPTURE_SNAPLEN = 65_535;
 export const FLOW_LIMITS: FlowLimits = {
   maxOutOfOrder: 256 * 1024,
   // TCP retransmits a segment the network lost within its retransmission timeout (200 ms at least, 1 s at first): a
@@ -33,64 +33,27 @@ export const FLOW_LIMITS: FlowLimits = {
   maxFlows: 10_000,
 };
 const SWEEP_MS = 1000;
-/** tcpdump says "listening on" once its filter is in place; starting takes milliseconds, this is for a loaded node. */
+/**
+ * The capture says "listening on" once its filter is in place; starting takes a millisecond, this is for a loaded node.
+ */
 const START_TIMEOUT_MS = 10_000;
 const HOLE_NOTICE = 'the packet capture missed some of its packets: the agent fell behind';
 
-/**
- * What is captured: packets that arrive at the port from outside (`inbound`; not lo, ifindex 1 in every netns: what the
- * pod sends itself was never mirrored), IPv4 only, optionally not from one source (the node: kubelet's probes). The
- * whole filter runs in the kernel, so other traffic costs the agent nothing.
- */
-export function captureFilter(port: number, skipSource?: string): string {
-  return (
-    `inbound and ip and tcp dst port ${port} and not ifindex ` +
-    `1${skipSource ? ` and not src host ${skipSource}` : ''}`
-  );
+/** The capture program: next to the agent's bundle (/opt/devop in the image, dist/ in a checkout). */
+export function captureProgram(): string {
+  return join(dirname(process.argv[1] ?? '.'), 'devop-capture');
 }
 
 /**
- * tcpdump's arguments: all interfaces; the pcap stream on stdout, flushed per packet (-U); whole packets; no name
- * lookups. The direction is in the filter (`inbound`, run by the kernel) rather than -Q in, which libpcap 1.10 applies
- * in user space. Without --immediate-mode libpcap reads the ring in blocks (TPACKET_V3) and a block waits up to 1 s for
- * more packets: copies arrive up to a second late, but tcpdump and the agent wake about once a second, not once per
- * packet, and so take next to no CPU from the pod at the moment it answers (per-packet wake-ups cost the pod +28–35 %
- * p50 in bench/steal.ts on a 2-core machine).
- * `-Z root`: tcpdump stays the agent's user instead of dropping to its own, which would take CAP_SETUID to switch and
- * CAP_KILL for the agent to stop it again; it only resets its groups (CAP_SETGID). It runs with the agent's
- * capabilities either way, so dropping would protect nothing.
+ * devop-capture's arguments: the port, the receive buffer, and a source not to capture (the node: kubelet's probes).
+ * What it takes is fixed in its kernel filter: packets that arrive at the port from outside (not lo: what the pod sends
+ * itself was never mirrored), IPv4 TCP; it reads them in batches (at most every 100 ms while they come), so the
+ * capture and the agent do not wake once per packet (per-packet wake-ups cost the pod +28–35 % p50 in bench/steal.ts
+ * on a 2-core machine), and a copy reaches the session at most ~0.1 s after the bytes reached the app.
  */
-export function tcpdumpArgs(port: number, skipSource?: string): string[] {
-  return [
-    '-Z',
-    'root',
-    '-i',
-    'any',
-    '-U',
-    '-w',
-    '-',
-    '-s',
-    String(CAPTURE_SNAPLEN),
-    '-B',
-    String(CAPTURE_BUFFER_KIB),
-    '-n',
-    captureFilter(port, skipSource),
-  ];
+export function captureArgs(port: number, skipSource?: string): string[] {
+  return [String(port), String(CAPTURE_BUFFER_KIB), ...(skipSource ? [skipSource] : [])];
 }
-
-/**
- * tcpdump runs under a watchdog shell that holds a pipe from the agent on its stdin: however the agent ends (kill -9
- * included) the pipe closes and the shell kills tcpdump. A parent-death signal would not do: tcpdump changes its
- * credentials after opening the capture (-Z), which clears it. Only tcpdump keeps the stdout/stderr pipes, so their end
- * means tcpdump is gone.
- */
-const WATCHDOG = [
-  "command -v tcpdump >/dev/null || { echo 'tcpdump is not installed' >&2; exit 127; }",
-  'tcpdump "$@" &',
-  'exec >/dev/null 2>&1',
-  'read -r _',
-  'kill $!',
-].join('\n');
 
 interface CapturedConnection {
   mirrored: MirroredConnection;
@@ -122,9 +85,8 @@ export class PortCapture {
       },
       FLOW_LIMITS,
     );
-    this.child = spawn('sh', ['-c', WATCHDOG, 'devop-capture', ...tcpdumpArgs(port, opts.skipSource)], {
-      stdio: ['pipe', 'pipe', 'pipe'],
-    });
+    // It ends when its stdin closes (close(), or the agent's end however it comes) and by a parent-death signal.
+    this.child = spawn(captureProgram(), captureArgs(port, opts.skipSource), { stdio: ['pipe', 'pipe', 'pipe'] });
     this.child.stdin.on('error', () => undefined);
     this.child.stdout.on('data', (chunk: Buffer) => this.packets(chunk));
     this.sweeper = setInterval(() => this.flows.sweep(Date.now()), SWEEP_MS);
@@ -134,9 +96,11 @@ export class PortCapture {
     this.started = new Promise<void>((resolve, reject) => {
       listening = resolve;
       gone = () => reject(new Error(this.reason()));
-      this.child.once('error', reject);
+      this.child.once('error', (err: NodeJS.ErrnoException) =>
+        reject(err.code === 'ENOENT' ? new Error(`the capture program ${captureProgram()} is missing`) : err),
+      );
       setTimeout(
-        () => reject(new Error(`tcpdump did not start within ${START_TIMEOUT_MS / 1000} s`)),
+        () => reject(new Error(`the packet capture did not start within ${START_TIMEOUT_MS / 1000} s`)),
         START_TIMEOUT_MS,
       ).unref();
     });
@@ -151,16 +115,15 @@ export class PortCapture {
       }
       this.stderr.splice(0, this.stderr.length - 5);
     });
-    // tcpdump is gone once both of its pipes closed (then its last words, on stderr, have been read).
+    // The capture is gone once both of its pipes closed (then its last words, on stderr, have been read).
     let pipes = 2;
     const closed = (): void => {
       if (--pipes > 0) return;
       gone();
-      this.child.stdin.end(); // the watchdog's turn to go
       if (this.closed) {
         this.log.info('capture stopped', {
           port,
-          tcpdump: this.stderr.filter((l) => l.includes('packets')).join('; '),
+          counts: this.stderr.filter((l) => l.includes('packets')).join('; '),
         });
         return;
       }
@@ -174,7 +137,7 @@ export class PortCapture {
     this.child.stderr.once('close', closed);
   }
 
-  /** Resolves once tcpdump captures (its filter is in place); rejects with the reason it could not start. */
+  /** Resolves once the capture runs (its filter is in place); rejects with the reason it could not start. */
   start(): Promise<void> {
     return this.started.catch((err: Error) => {
       this.close();
@@ -182,10 +145,7 @@ export class PortCapture {
     });
   }
 
-  /**
-   * Stops the capture: tcpdump goes (its watchdog kills it; failing that, its next write meets a closed pipe), open
-   * copies end.
-   */
+  /** Stops the capture: it sees its stdin close (failing that, its next write meets a closed pipe); open copies end. */
   close(): void {
     if (this.closed) return;
     this.stop();
@@ -200,7 +160,7 @@ export class PortCapture {
   }
 
   private reason(): string {
-    return this.stderr.filter((l) => !l.includes('data link type')).join('; ') || 'tcpdump exited';
+    return this.stderr.join('; ') || 'the packet capture exited';
   }
 
   private packets(chunk: Buffer): void {

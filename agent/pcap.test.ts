@@ -4,7 +4,6 @@
 import { PassThrough } from 'node:stream';
 import { describe, expect, test } from 'vitest';
 import type { TrafficEvent } from '../shared/protocol.js';
-import { captureFilter, tcpdumpArgs } from './capture.js';
 import { createLog } from './log.js';
 import { MirroredConnection } from './mirror.js';
 import type { IncomingOpen, PortSubscription } from './subscription.js';
@@ -351,30 +350,6 @@ describe('TCP reassembly', () => {
       '10.0.0.3:40000 end gone',
       '10.0.0.3:40001 end gone',
       '10.0.0.3:40002 end gone',
-    ]);
-  });
-});
-
-describe('capture command', () => {
-  test('the filter takes inbound IPv4 TCP to the port, not lo, and not the node when asked', () => {
-    expect(captureFilter(3000)).toBe('inbound and ip and tcp dst port 3000 and not ifindex 1');
-    expect(captureFilter(8080, '10.1.0.1')).toBe(
-      'inbound and ip and tcp dst port 8080 and not ifindex 1 and not src host 10.1.0.1',
-    );
-    expect(tcpdumpArgs(3000)).toEqual([
-      '-Z',
-      'root',
-      '-i',
-      'any',
-      '-U',
-      '-w',
-      '-',
-      '-s',
-      '65535',
-      '-B',
-      '2048',
-      '-n',
-      captureFilter(3000),
     ]);
   });
 });

@@ -1,5 +1,6 @@
-// Reads the pcap stream that tcpdump writes (`-w -`) and decodes each record down to its IPv4 TCP segment: the pure,
-// I/O-free half of mirroring by packet capture (agent/capture.ts), so that synthetic captures can test it.
+// Reads the pcap stream that the capture writes (agent/native/capture.c; tcpdump's `-w -` is the same format) and
+// decodes each record down to its IPv4 TCP segment: the pure, I/O-free half of mirroring by packet capture
+// (agent/capture.ts), so that synthetic captures can test it.
 
 /** Link-layer header types of a pcap file (the `network` field of its global header). */
 export const LINKTYPE = { EN10MB: 1, RAW: 101, LINUX_SLL: 113, LINUX_SLL2: 276 } as const;
@@ -10,7 +11,9 @@ const GLOBAL_HEADER = 24;
 const RECORD_HEADER = 16;
 const MAGIC_MICROS = 0xa1b2c3d4;
 const MAGIC_NANOS = 0xa1b23c4d;
-/** No record is larger than tcpdump's largest snapshot length; a bigger length means the stream is corrupt. */
+/**
+ * No record is larger than the largest snapshot length (tcpdump's too); a bigger length means the stream is corrupt.
+ */
 const MAX_RECORD = 262_144;
 const ETHERTYPE_IPV4 = 0x0800;
 const ETHERTYPES_VLAN = new Set([0x8100, 0x88a8]);

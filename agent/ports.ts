@@ -80,8 +80,7 @@ export class PortTable {
   ) {
     if (mirror === 'proxy') this.noCapture = `${AGENT_ENV.mirror}=proxy`;
     else {
-      const missing = (['NET_RAW', 'SETGID'] as const).filter((c) => !held.has(c));
-      if (missing.length > 0) this.noCapture = missingCapabilityError(missing, 'a packet capture').message;
+      if (!held.has('NET_RAW')) this.noCapture = missingCapabilityError(['NET_RAW'], 'a packet capture').message;
     }
   }
 
@@ -290,7 +289,9 @@ export class PortTable {
     }
   }
 
-  /** A capture ended by itself (tcpdump died): the port's mirrors move to the agent's forward, and so do later ones. */
+  /**
+   * A capture ended by itself (its process died): the port's mirrors move to the agent's forward, and so do later ones.
+   */
   private captureStopped(port: number, capture: PortCapture, reason: string): Promise<void> {
     return this.serial(async () => {
       const entry = this.ports.get(port);

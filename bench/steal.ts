@@ -87,7 +87,9 @@ const load = (): string =>
     .map((l) => l.toFixed(2))
     .join(' ');
 
-/** `root` and every process below it, from /proc (the agent's children: nft -i, tcpdump and its watchdog). */
+/**
+ * `root` and every process below it, from /proc (the agent's children: nft -i, and devop-capture per mirrored port).
+ */
 function processTree(root: number): number[] {
   const parents = new Map<number, number[]>();
   for (const entry of readdirSync('/proc')) {

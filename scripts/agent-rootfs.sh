@@ -42,7 +42,7 @@ for ext in /usr/lib/x86_64-linux-gnu/xtables/*.so; do
   for lib in $(ldd "$ext" | awk '$2 == "=>" && $3 ~ /^\// { print $3 }'); do copy "$lib"; done
 done
 
-# passwd/group: tcpdump drops to its own user after opening the capture; protocols/services: iptables and ss name
+# passwd/group: names for the ids the agent's processes run as; protocols/services: iptables and ss name
 # protocols and ports; ld.so.conf: the loader cache below.
 for f in /etc/passwd /etc/group /etc/nsswitch.conf /etc/protocols /etc/services /etc/ethertypes /etc/ld.so.conf; do
   copy "$f"

@@ -1,10 +1,12 @@
 // Builds dist/cli.js (the devop command) and dist/agent.js (one self-contained file that the agent image runs with
-// nothing but Node) with esbuild. Type checking is `npm run typecheck`.
+// nothing but Node) with esbuild, and dist/devop-capture (the agent's packet capture, agent/native/capture.c) with cc.
+// Type checking is `npm run typecheck`.
 // The CLI bundles its npm packages too: loading one file instead of hundreds of node_modules files is most of devop's
 // start-up time. ink and react stay external and load lazily (cli/ui/lazy-ink.ts, in a chunk of its own under
 // dist/chunks/) only when a run draws the terminal UI.
 import { build } from 'esbuild';
-import { existsSync, readdirSync, rmSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { existsSync, readdirSync, renameSync, rmSync, statSync } from 'node:fs';
 import { basename } from 'node:path';
 
 import { banner, common } from './build-options.mjs';
@@ -14,6 +16,7 @@ import { banner, common } from './build-options.mjs';
  * node_modules).
  */
 const CLI_EXTERNAL = ['ink', 'react', 'react/*'];
+const CAPTURE_SOURCE = 'agent/native/capture.c';
 
 const jobs = [];
 if (existsSync('cli/main.ts')) {
@@ -40,6 +43,29 @@ if (existsSync('agent/main.ts')) {
   jobs.push(build({ ...common, entryPoints: ['agent/main.ts'], outfile: 'dist/agent.js', banner, minify: true }));
 }
 await Promise.all(jobs);
+if (existsSync(CAPTURE_SOURCE)) buildCapture();
+
+/**
+ * The agent image compiles the same file (Dockerfile.agent); this copy is for the agent run from the checkout (tests,
+ * benches). Rebuilt only when the source is newer, and renamed into place: a capture may be running from the old file.
+ * Without a C compiler the CLI still builds (npm pack needs only the bundles), with a warning.
+ */
+function buildCapture() {
+  const out = 'dist/devop-capture';
+  if (existsSync(out) && statSync(out).mtimeMs >= statSync(CAPTURE_SOURCE).mtimeMs) return;
+  const tmp = `${out}.${process.pid}`;
+  try {
+    execFileSync('cc', ['-O2', '-Wall', '-Werror', '-o', tmp, CAPTURE_SOURCE], {
+      stdio: ['ignore', 'inherit', 'pipe'],
+    });
+  } catch (err) {
+    rmSync(tmp, { force: true });
+    const why = err.code === 'ENOENT' ? 'no C compiler (cc)' : String(err.stderr ?? err.message).trim();
+    console.warn(`build: ${out} not built: ${why}; the agent run from this checkout cannot mirror by capture`);
+    return;
+  }
+  renameSync(tmp, out);
+}
 
 /**
  * Chunks of earlier builds (other hashes) would pile up in dist/chunks with every source change: keep only this

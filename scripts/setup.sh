@@ -5,12 +5,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # iptables (nft + legacy) and nftables (the agent's kernel-owned rule table), iproute2 (ip netns, veth, bridge), conntrack (flush on steal), util-linux (nsenter),
-# tcpdump (the agent mirrors ports by packet capture), openssh (the tunnel benchmark's baseline), tmux (the terminal UI
+# gcc + libc6-dev (cc: the agent's packet capture, agent/native/capture.c, and the benchmarks' C references), openssh (the tunnel benchmark's baseline), tmux (the terminal UI
 # test), curl (outgoing proxy tests), openssl (the stand-in's CA), procps (ps/pkill in tests); containerd + runc (the
 # stand-in's kubelet runs containers), buildah + mmdebstrap (`npm run images` builds the images from the Dockerfiles).
-packages=(iptables nftables iproute2 conntrack util-linux tcpdump openssh-server openssh-client tmux curl procps ca-certificates openssl
+packages=(iptables nftables iproute2 conntrack util-linux gcc libc6-dev openssh-server openssh-client tmux curl procps ca-certificates openssl
   containerd runc buildah mmdebstrap)
-commands=(iptables nft ip conntrack nsenter tcpdump sshd ssh tmux curl ps openssl containerd ctr runc buildah mmdebstrap)
+commands=(iptables nft ip conntrack nsenter cc sshd ssh tmux curl ps openssl containerd ctr runc buildah mmdebstrap)
 missing=0
 for c in "${commands[@]}"; do command -v "$c" >/dev/null 2>&1 || missing=1; done
 if [ "$missing" = 1 ] || [ "${DEVOP_SETUP_FORCE_APT:-0}" = 1 ]; then

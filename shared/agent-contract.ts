@@ -39,8 +39,7 @@ export const TARGET_PID_ARG = '--target-pid';
 export const AGENT_CAPABILITY_USES = {
   NET_ADMIN:
     'the redirect rules of stolen ports (nftables/iptables) and moving existing connections (ss -K, conntrack)',
-  NET_RAW: 'the packet capture that mirrors a port (tcpdump)',
-  SETGID: "tcpdump resets its groups once the capture is open (it stays the agent's user: agent/capture.ts)",
+  NET_RAW: 'the packet capture that mirrors a port (devop-capture: a packet socket)',
   SYS_ADMIN: "entering the target pod's network namespace (setns)",
   SYS_PTRACE: "opening another process's /proc entries: the target's network namespace and its files (/proc/PID/root)",
   DAC_READ_SEARCH: 'reading the environment (/proc/PID/environ) and files of a target that runs as another user',
@@ -109,9 +108,9 @@ export const AGENT_ENV_DOC: Record<keyof typeof AGENT_ENV, string> = {
     "false forbids flushing existing connections when stealing starts (a session's flush request is then ignored); " +
     'default true.',
   mirror:
-    'Where mirror copies come from: capture (default: a packet capture with tcpdump, the agent stays out of the ' +
-    "pod's traffic; without tcpdump or NET_RAW the agent falls back to proxy) or proxy (the port is redirected to " +
-    'the agent, which forwards each connection to the app and copies it).',
+    "Where mirror copies come from: capture (default: a packet capture, the agent stays out of the pod's traffic; " +
+    'when the capture cannot start, e.g. without NET_RAW, the agent falls back to proxy) or proxy (the port is ' +
+    'redirected to the agent, which forwards each connection to the app and copies it).',
   agentId: 'Id of this agent (nft table devop_<id>, or iptables chain DEVOP-<id> in the fallback); default: random.',
   logLevel: 'debug, info or warn.',
   inNetns: 'Internal: marks the agent that runs inside the target netns in job mode.',

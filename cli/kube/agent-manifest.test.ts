@@ -98,7 +98,7 @@ describe('agent manifests', () => {
                   runAsUser: 0,
                   capabilities: {
                     drop: ['ALL'],
-                    add: ['NET_ADMIN', 'NET_RAW', 'SETGID', 'SYS_ADMIN', 'SYS_PTRACE', 'DAC_READ_SEARCH'],
+                    add: ['NET_ADMIN', 'NET_RAW', 'SYS_ADMIN', 'SYS_PTRACE', 'DAC_READ_SEARCH'],
                   },
                 },
                 resources: { requests: { cpu: '10m', memory: '48Mi' }, limits: { cpu: '1', memory: '256Mi' } },
@@ -154,7 +154,7 @@ describe('agent manifests', () => {
         runAsUser: 0,
         capabilities: {
           drop: ['ALL'],
-          add: ['NET_ADMIN', 'NET_RAW', 'SETGID', 'SYS_ADMIN', 'SYS_PTRACE', 'DAC_READ_SEARCH'],
+          add: ['NET_ADMIN', 'NET_RAW', 'SYS_ADMIN', 'SYS_PTRACE', 'DAC_READ_SEARCH'],
         },
       },
     });

@@ -1,38 +1,33 @@
 // Mirror: the client keeps getting the pod's answers unchanged while each mirroring session receives the same bytes;
 // a session that does not read never slows the pod's traffic (its copy is dropped and it is told). By default the
-// copies come from a packet capture (tcpdump) and the agent is not in the pod's path: no redirect rule, the app sees
-// the real client; DEVOP_AGENT_MIRROR=proxy puts the agent back in the path.
-import { execFileSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, rmSync, symlinkSync } from 'node:fs';
+// copies come from a packet capture (devop-capture) and the agent is not in the pod's path: no redirect rule, the app
+// sees the real client; DEVOP_AGENT_MIRROR=proxy puts the agent back in the path.
+import { copyFileSync, existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { requireRoot } from '../helpers/root.js';
-import { PodNet, sh, waitFor, type AgentProc, type Proc } from './netns.js';
+import { AGENT_BUNDLE, PodNet, sh, waitFor, type AgentProc, type Proc } from './netns.js';
 import { connectSession, startLocalCommand, type TestSession } from './session-client.js';
 import { httpGet, keepAliveAgent } from './http.js';
 import { MIRROR_BUFFER_LIMIT } from '../../agent/mirror.js';
 
 const run = requireRoot('agent mirror');
 
-/** The capture suites need tcpdump on this machine, as the agent image has it: without it they fail, saying so. */
-function requireTcpdump(): void {
-  try {
-    execFileSync('tcpdump', ['--version'], { stdio: 'ignore' });
-  } catch {
+/** The capture suites need the capture program next to the bundle, as the image has it: without it they fail. */
+function requireCapture(): void {
+  const program = join(dirname(AGENT_BUNDLE), 'devop-capture');
+  if (!existsSync(program))
     throw new Error(
-      'the mirror suite needs tcpdump (the agent mirrors by packet capture): install it — scripts/setup.sh does ' +
-        '(apt-get install tcpdump)',
+      `the mirror suite needs ${program} (the agent mirrors by packet capture): scripts/build.mjs builds it with cc ` +
+        '(scripts/setup.sh installs gcc)',
     );
-  }
 }
 
-/** The agent's captures in the pod's netns: tcpdump processes and their watchdog shells. */
+/** The agent's captures in the pod's netns. */
 async function captures(net: PodNet): Promise<string[]> {
   const pids = (await sh(`ip netns pids ${net.podNs}`)).split('\n').filter(Boolean);
-  return pids
-    .map((pid) => net.readCmdline(Number(pid)))
-    .filter((cmd) => cmd.startsWith('tcpdump ') || cmd.includes('devop-capture'));
+  return pids.map((pid) => net.readCmdline(Number(pid))).filter((cmd) => cmd.includes('devop-capture'));
 }
 
 /** Subscribes and returns the subscription's id (what unsubscribe names). */
@@ -61,12 +56,12 @@ interface Setup {
 }
 
 /** A pod on :3000, an agent (with `env`), a control relay and a client relay; torn down after the suite. */
-function podWithAgent(env: Record<string, string> = {}): Setup {
+function podWithAgent(env: Record<string, string> = {}, opts: { bundle?: string } = {}): Setup {
   const s = { net: new PodNet(), sessions: [] as TestSession[] } as Setup;
   beforeAll(async () => {
     await s.net.setup();
     s.pod = await s.net.startPod({ port: 3000 });
-    s.agent = await s.net.startAgent(env);
+    s.agent = await s.net.startAgent(env, opts);
     s.control = await s.net.relay(s.net.podNs, '127.0.0.1', s.agent.port);
     s.client = await s.net.relay(s.net.clientNs, s.net.podIP, 3000);
   });
@@ -123,7 +118,7 @@ async function twoSessionsGetTheBytes(s: Setup): Promise<void> {
 }
 
 describe.runIf(run)('agent: mirror by packet capture (the default)', () => {
-  requireTcpdump();
+  requireCapture();
   const s = podWithAgent();
 
   test("the client gets the pod's answers; two mirroring sessions each receive the same request bytes", async () => {
@@ -138,9 +133,10 @@ describe.runIf(run)('agent: mirror by packet capture (the default)', () => {
       const session = await connectSession(s.control, { user: 'watcher' });
       s.sessions.push(session);
       const id = await subscribe(session, 'mirror');
-      // Then one tcpdump (under its watchdog) captures the port, and no devop rule exists in the pod's netns
-      expect((await captures(s.net)).filter((c) => c.startsWith('tcpdump '))).toEqual([
-        expect.stringContaining('tcp dst port 3000'),
+      // Then one capture (of port 3000, with a 2 MiB buffer, not from the node) runs, and no devop rule exists in the
+      // pod's netns
+      expect(await captures(s.net)).toEqual([
+        expect.stringMatching(new RegExp(`devop-capture 3000 2048 ${s.net.nodeIP} $`)),
       ]);
       expect(await s.net.devopRules()).toEqual([]);
       // When a client calls the pod
@@ -156,7 +152,7 @@ describe.runIf(run)('agent: mirror by packet capture (the default)', () => {
       );
       // When the session unsubscribes, the capture goes
       await unsubscribe(session, id);
-      await waitFor(async () => (await captures(s.net)).length === 0, 'tcpdump and its watchdog to exit');
+      await waitFor(async () => (await captures(s.net)).length === 0, 'the capture to exit');
     },
   );
 
@@ -192,7 +188,7 @@ describe.runIf(run)('agent: mirror by packet capture (the default)', () => {
       await local.close();
       // The agent keeps its (empty) table
       expect((await s.net.devopRules()).filter((l) => /dport|redirect|REDIRECT/.test(l))).toEqual([]);
-      expect(await captures(s.net)).toHaveLength(2);
+      expect(await captures(s.net)).toHaveLength(1);
       expect((await httpGet(s.client, '/after')).body).toBe('pod: GET /after');
       await waitFor(() => copiesOf(watcher, 'GET /after ').length === 1, 'the mirrored request after the steal');
       await unsubscribe(watcher, watching);
@@ -238,16 +234,16 @@ describe.runIf(run)('agent: mirror by packet capture (the default)', () => {
     );
   });
 
-  test('kill -9 of the agent takes its tcpdump with it', async () => {
+  test('kill -9 of the agent takes its capture with it', async () => {
     // Given a capture running for a mirroring session
     const session = await connectSession(s.control, { user: 'last' });
     s.sessions.push(session);
     await subscribe(session, 'mirror');
-    expect(await captures(s.net)).toHaveLength(2);
+    expect(await captures(s.net)).toHaveLength(1);
     // When the agent (the process in the pod's netns) is killed with SIGKILL
     process.kill(s.agent.innerPid, 'SIGKILL');
-    // Then neither tcpdump nor its watchdog is left in the pod's netns
-    await waitFor(async () => (await captures(s.net)).length === 0, 'tcpdump to exit after the agent died', 5000);
+    // Then no capture is left in the pod's netns
+    await waitFor(async () => (await captures(s.net)).length === 0, 'the capture to exit after the agent died', 5000);
   });
 });
 
@@ -276,27 +272,23 @@ describe.runIf(run)('agent: mirror through the agent (DEVOP_AGENT_MIRROR=proxy)'
   );
 });
 
-describe.runIf(run)('agent: mirror where tcpdump is missing', () => {
-  // The agent's PATH: every tool of this machine but tcpdump.
-  const bin = mkdtempSync(join(tmpdir(), 'devop-no-tcpdump-'));
-  beforeAll(() => {
-    for (const dir of ['/usr/local/sbin', '/usr/local/bin', '/usr/sbin', '/usr/bin']) {
-      for (const name of existsSync(dir) ? readdirSync(dir) : [])
-        if (name !== 'tcpdump' && !existsSync(join(bin, name))) symlinkSync(join(dir, name), join(bin, name));
-    }
-  });
-  const s = podWithAgent({ PATH: bin });
-  afterAll(() => rmSync(bin, { recursive: true, force: true }));
+describe.runIf(run)('agent: mirror where the capture program is missing', () => {
+  // The agent's bundle alone in a directory: no devop-capture next to it.
+  const dir = mkdtempSync(join(tmpdir(), 'devop-no-capture-'));
+  const bundle = join(dir, 'agent.js');
+  copyFileSync(AGENT_BUNDLE, bundle);
+  const s = podWithAgent({}, { bundle });
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
   test('mirrors through the agent instead, and says why in one log line', async () => {
-    // Given a session mirroring :3000 on an agent that finds no tcpdump
+    // Given a session mirroring :3000 on an agent that finds no capture program
     const session = await connectSession(s.control, { user: 'fallback' });
     s.sessions.push(session);
     await subscribe(session, 'mirror');
     // Then the port is redirected to the agent, and the log names the reason
     expect((await s.net.devopRules()).join('\n')).toMatch(/dport 3000/);
     const why = s.agent.lines.filter((l) => l.includes('mirror copies go through the agent'));
-    expect(why).toEqual([expect.stringContaining('tcpdump is not installed')]);
+    expect(why).toEqual([expect.stringContaining(`the capture program ${join(dir, 'devop-capture')} is missing`)]);
     // And mirroring works as before: the pod answers, the session gets the bytes
     expect((await httpGet(s.client, '/fallback')).body).toBe('pod: GET /fallback');
     await waitFor(() => copiesOf(session, 'GET /fallback ').length === 1, 'the mirrored request');

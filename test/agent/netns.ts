@@ -173,12 +173,20 @@ export class PodNet {
    */
   async startAgent(
     env: Record<string, string> = {},
-    opts: { inPodNetns?: boolean; cgroup?: string; capabilities?: readonly string[]; viaEntryPoint?: boolean } = {},
+    opts: {
+      inPodNetns?: boolean;
+      cgroup?: string;
+      capabilities?: readonly string[];
+      viaEntryPoint?: boolean;
+      /** Another copy of the bundle (the programs it runs are looked for next to it). */
+      bundle?: string;
+    } = {},
   ): Promise<AgentProc> {
+    const bundle = opts.bundle ?? AGENT_BUNDLE;
     let node = [
       process.execPath,
       ...(process.env.DEVOP_TEST_AGENT_FLAGS?.split(' ').filter(Boolean) ?? AGENT_NODE_FLAGS),
-      AGENT_BUNDLE,
+      bundle,
     ];
     // viaEntryPoint: through the image's entry point (agent/entry.sh), with this checkout's node and bundle in its
     // paths.
@@ -187,7 +195,7 @@ export class PodNet {
       const script = readFileSync(resolve(import.meta.dirname, '../../agent/entry.sh'), 'utf8');
       writeFileSync(
         entry,
-        script.replace("node='node ", `node='${process.execPath} `).replace(AGENT_BUNDLE_PATH, AGENT_BUNDLE),
+        script.replace("node='node ", `node='${process.execPath} `).replace(AGENT_BUNDLE_PATH, bundle),
       );
       node = ['/bin/sh', entry];
     }

@@ -21,7 +21,7 @@ const AGENT_TOOLS = [
   'usr/sbin/iptables-legacy',
   'usr/sbin/conntrack',
   'usr/bin/ss',
-  'usr/bin/tcpdump',
+  'opt/devop/devop-capture',
   'usr/bin/nsenter',
   'usr/bin/sh',
   'usr/bin/cat',
@@ -91,7 +91,8 @@ describe('image archives (npm run images)', () => {
           'iptables-legacy --version',
           'conntrack --version',
           'ss --version',
-          'tcpdump --version',
+          // Its usage line (exit 2) shows that it loads and runs: it prints it before it opens any socket.
+          '{ /opt/devop/devop-capture 2>&1; test $? = 2; }',
           'nsenter --version',
           'echo piped | cat',
         ].join(' && ');
