@@ -16,8 +16,8 @@ import { TcpReassembler, type FlowEnd, type FlowLimits } from './tcp-flows.js';
  * The capture's receive buffer per port (KiB; the kernel doubles it). It absorbs bursts while the capture or the agent
  * is busy; when it overflows the kernel drops captured packets, never the pod's. It is kernel memory, used only while
  * packets wait, not pages mapped into the agent. 2 MiB holds twice what the agent buffers for one copy
- * (MIRROR_BUFFER_LIMIT) while the tunnel drains it: a 1 MiB upload at veth speed is copied whole
- * (test/agent/mirror.test.ts).
+ * (MIRROR_BUFFER_LIMIT): an upload that fits that buffer, sent at veth speed, arrives in one batch and is copied
+ * whole (test/agent/mirror.test.ts); a larger one arriving at once loses its copy, never the pod its bytes.
  */
 export const CAPTURE_BUFFER_KIB = 2048;
 export const FLOW_LIMITS: FlowLimits = {
