@@ -17,7 +17,9 @@ import { banner, common } from './build-options.mjs';
  */
 const CLI_EXTERNAL = ['ink', 'react', 'react/*'];
 const CAPTURE_SOURCE = 'agent/native/capture.c';
-/** As Dockerfile.agent compiles it. Static: 0.7 MiB RSS where linked to glibc it takes 1.4 (measured, while capturing). */
+/**
+ * As Dockerfile.agent compiles it. Static: 0.7 MiB RSS where linked to glibc it takes 1.4 (measured, while capturing).
+ */
 const CAPTURE_CFLAGS = ['-O2', '-Wall', '-Werror', '-static'];
 
 const jobs = [];
