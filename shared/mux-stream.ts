@@ -84,6 +84,8 @@ export class MuxStream extends Duplex {
   /** When the current measuring epoch began (ms) and how much the reader had consumed then: see #maybeGrow(). */
   #epochAt = performance.now();
   #epochConsumed = 0;
+  /** What had arrived when the epoch began: see #maybeGrow(). */
+  #epochReceived = 0;
   /**
    * The window the sender could use during the epoch: the one before the last growth, whose extra credit shows in
    * what arrives only a round trip later.
@@ -333,6 +335,9 @@ export class MuxStream extends Duplex {
    * Grows the window (up to the connection's maxWindow, within its budget) when, over an epoch of at least one credit
    * round trip, the reader consumed at least half the window the sender could use (#epochWindow) per round trip: then
    * the path's delay, not the reader, limits the stream (a stream held by its window moves one window per round trip).
+   * An epoch ends early, already decided, once the path delivered and the reader consumed half that window within it:
+   * a window the sender spends in one burst grows as that burst is read, not a round trip later. Bytes received before
+   * the epoch do not count, so a reader emptying a backlog after a pause is not taken for a fast one.
    * It grows GROWTH_FACTOR-fold, or to twice the path's bandwidth-delay product if that is larger: when the window
    * limits, the sender sends what it may in one burst, and the time the reader took to consume it (from the epoch's
    * first CREDIT to its last) is set by the path and the reader, not by the window, so bytes ÷ that time × round trip
@@ -342,15 +347,25 @@ export class MuxStream extends Duplex {
    */
   #maybeGrow(consumed: number, now: number): void {
     const roundTrip = this.#sink.roundTripMs;
+    if (roundTrip === Infinity) return;
     const elapsed = now - this.#epochAt;
-    if (roundTrip === Infinity || elapsed < roundTrip) return;
-    const fast = (consumed - this.#epochConsumed) * GROWTH_ROUND_TRIPS * roundTrip >= this.#epochWindow * elapsed;
-    // The CREDIT being decided opens the next burst: the estimate ends at the one before.
-    const span = this.#lastGrantAt - this.#burstAt;
-    const burst = this.#burstAt < 0 ? 0 : this.#lastGrantConsumed - this.#burstConsumed;
-    const bdp = burst === 0 ? 0 : span > 0 ? (burst * roundTrip) / span : Infinity;
+    const half = this.#epochWindow / GROWTH_ROUND_TRIPS;
+    let fast: boolean;
+    // The CREDIT being decided opens the next burst, so the estimate ends at the one before, unless it ends the burst.
+    let [endAt, endConsumed] = [this.#lastGrantAt, this.#lastGrantConsumed];
+    if (elapsed < roundTrip) {
+      if (consumed - this.#epochConsumed < half || this.#recvTotal - this.#epochReceived < half) return;
+      fast = true;
+      [endAt, endConsumed] = [now, consumed];
+    } else {
+      fast = (consumed - this.#epochConsumed) * GROWTH_ROUND_TRIPS * roundTrip >= this.#epochWindow * elapsed;
+    }
+    const span = endAt - this.#burstAt;
+    const burst = this.#burstAt < 0 ? 0 : endConsumed - this.#burstConsumed;
+    const bdp = burst <= 0 ? 0 : span > 0 ? (burst * roundTrip) / span : Infinity;
     this.#epochAt = now;
     this.#epochConsumed = consumed;
+    this.#epochReceived = this.#recvTotal;
     this.#epochWindow = this.#window;
     this.#burstAt = -1;
     if (!fast || this.#window >= this.#sink.maxWindow) return;

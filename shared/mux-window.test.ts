@@ -143,11 +143,12 @@ describe('mux receive window', () => {
     await until(() => readers.length === 2, 'both streams to open');
     const [steady, bursts] = readers;
     // When one reader takes 32 KiB every 10 ms (3.2 MiB/s: a quarter of what its window carries per round trip) and
-    // the other takes everything it holds at once every 200 ms (a window per 10 round trips, each time in a burst)
+    // the other takes everything it holds every 200 ms, 16 KiB per tick (a window per 10 round trips, in a burst)
     const steadyTimer = setInterval(() => steady.read(Math.min(32 * 1024, steady.readableLength)), 10);
-    const burstTimer = setInterval(() => {
-      while (bursts.read() !== null);
-    }, 200);
+    const drain = (): void => {
+      if (bursts.read(Math.min(16 * 1024, bursts.readableLength)) !== null) setImmediate(drain);
+    };
+    const burstTimer = setInterval(drain, 200);
     cleanups.push(
       () => clearInterval(steadyTimer),
       () => clearInterval(burstTimer),
