@@ -369,7 +369,11 @@ export class MuxStream extends Duplex {
     this.#epochWindow = this.#window;
     this.#burstAt = -1;
     if (!fast || this.#window >= this.#sink.maxWindow) return;
-    const target = Math.max(this.#window * GROWTH_FACTOR, Math.min(2 * bdp, this.#window * MAX_GROWTH_STEP));
+    // Whole bytes: the window is sent as CREDIT, a 32-bit integer.
+    const target = Math.max(
+      this.#window * GROWTH_FACTOR,
+      Math.floor(Math.min(2 * bdp, this.#window * MAX_GROWTH_STEP)),
+    );
     this.#window += this.#sink.reserveWindow(Math.min(target, this.#sink.maxWindow) - this.#window);
   }
 

@@ -128,6 +128,7 @@ describe('mux receive window', () => {
         `${(at / MiB).toFixed(2)} MiB in`,
     );
     expect(at).toBeLessThan(6 * MiB);
+    expect(Number.isInteger(reader.receiveWindow)).toBe(true);
     expect(roundTrips).toBeLessThan(6);
   }, 60_000);
 
@@ -236,6 +237,8 @@ describe('mux receive window', () => {
     console.log(`16 streams: windows grew by at most ${mostGrown / MiB} MiB together (budget ${budget / MiB} MiB)`);
     expect(mostGrown).toBeGreaterThan(0);
     expect(mostGrown).toBeLessThanOrEqual(budget);
+    // And every window is a whole number of bytes (it is granted as a 32-bit CREDIT)
+    expect(readers.map((r) => r.receiveWindow).filter((w) => !Number.isInteger(w))).toEqual([]);
     expect(agent.windowBudgetLeft).toBeGreaterThanOrEqual(0);
   }, 60_000);
 });
