@@ -32,7 +32,7 @@ export const INITIAL_WINDOW = 256 * 1024;
 /**
  * A stream's receive window grows up to this (32 MiB) while its reader keeps up with a path slower than its window
  * (see MuxStream.grantCredit): 32 MiB covers 1.6 GiB/s at 20 ms RTT, or 320 MiB/s at 100 ms, as Linux's TCP does when
- * tcp_rmem allows it; over a 20 ms line, 16 MiB held one stream to ~0.4× raw TCP, 32 MiB ~0.5× (bench:tunnel).
+ * tcp_rmem allows it; over a 20 ms line a fixed 16 MiB window held one stream to ~0.4× raw TCP, 32 MiB to ~0.5×.
  */
 export const MAX_WINDOW = 32 * 1024 * 1024;
 /**
