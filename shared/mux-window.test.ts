@@ -99,6 +99,72 @@ describe('mux receive window', () => {
     expect(agent.windowBudgetLeft).toBe(WINDOW_BUDGET);
   }, 60_000);
 
+  it('reaches 8 MiB within a few round trips of the first byte over a 20 ms path', async () => {
+    // Given a connection across a 20 ms round trip whose round trip is already measured (as after a first stream)
+    const { client, agent } = await delayedMuxPair();
+    const warm = nextEvent<MuxStream>(agent, 'stream');
+    writeAll(client.openStream({ kind: 'outgoing', host: 'warm', port: 1 }), 1 * MiB);
+    await countAll(await warm);
+    const incoming = nextEvent<MuxStream>(agent, 'stream');
+    // When a stream sends 32 MiB to a reader that takes everything at once
+    writeAll(client.openStream({ kind: 'outgoing', host: 'far', port: 1 }), 32 * MiB);
+    const reader = await incoming;
+    let received = 0;
+    let firstAt = 0;
+    let reached: { ms: number; received: number } | null = null;
+    reader.on('data', (d: Buffer) => {
+      if (received === 0) firstAt = performance.now();
+      received += d.length;
+      if (reached === null && reader.receiveWindow >= 8 * MiB) reached = { ms: performance.now() - firstAt, received };
+    });
+    await new Promise((resolve) => reader.on('end', resolve));
+    // Then the window reached 8 MiB after at most 3 round trips' worth of a window that grows fourfold (0.25 + 1 + 4
+    // MiB; doubling needs ~9 MiB) and within a few round trips
+    expect(reached).not.toBeNull();
+    const { ms, received: at } = reached as unknown as { ms: number; received: number };
+    const roundTrips = ms / (2 * DELAY_MS);
+    console.log(
+      `window reached 8 MiB ${ms.toFixed(0)} ms (${roundTrips.toFixed(1)} RTT) after the first byte, ` +
+        `${(at / MiB).toFixed(2)} MiB in`,
+    );
+    expect(at).toBeLessThan(6 * MiB);
+    expect(Number.isInteger(reader.receiveWindow)).toBe(true);
+    expect(roundTrips).toBeLessThan(8);
+  }, 60_000);
+
+  it('never grows the window of a reader slower than the path, steady or in bursts', async () => {
+    // Given a connection across the 20 ms path whose round trip is measured, and two streams that send 64 MiB each
+    const { client, agent } = await delayedMuxPair();
+    const warm = nextEvent<MuxStream>(agent, 'stream');
+    writeAll(client.openStream({ kind: 'outgoing', host: 'warm', port: 1 }), 1 * MiB);
+    await countAll(await warm);
+    const readers: MuxStream[] = [];
+    agent.on('stream', (s: MuxStream) => readers.push(s));
+    for (const host of ['steady', 'bursts']) writeAll(client.openStream({ kind: 'outgoing', host, port: 1 }), 64 * MiB);
+    await until(() => readers.length === 2, 'both streams to open');
+    const [steady, bursts] = readers;
+    // When one reader takes 32 KiB every 10 ms (3.2 MiB/s: a quarter of what its window carries per round trip) and
+    // the other takes everything it holds every 200 ms, 16 KiB per tick (a window per 10 round trips, in a burst)
+    const steadyTimer = setInterval(() => steady.read(Math.min(32 * 1024, steady.readableLength)), 10);
+    const drain = (): void => {
+      if (bursts.read(Math.min(16 * 1024, bursts.readableLength)) !== null) setImmediate(drain);
+    };
+    const burstTimer = setInterval(drain, 200);
+    cleanups.push(
+      () => clearInterval(steadyTimer),
+      () => clearInterval(burstTimer),
+    );
+    await new Promise((r) => setTimeout(r, 1500));
+    clearInterval(steadyTimer);
+    clearInterval(burstTimer);
+    // Then neither window grew, and neither side holds more than one
+    console.log(`slow readers after 1.5 s: windows ${steady.receiveWindow} B and ${bursts.receiveWindow} B`);
+    expect(steady.receiveWindow).toBe(INITIAL_WINDOW);
+    expect(bursts.receiveWindow).toBe(INITIAL_WINDOW);
+    expect(steady.readableLength).toBeLessThanOrEqual(INITIAL_WINDOW);
+    expect(bursts.readableLength).toBeLessThanOrEqual(INITIAL_WINDOW);
+  }, 60_000);
+
   it('stops growing when the reader stalls: the peer never holds more than the window', async () => {
     // Given a stream over the 20 ms path whose reader first takes 16 MiB at full speed (so its window grows)
     const { client, agent, clientEnd } = await delayedMuxPair();
@@ -171,6 +237,8 @@ describe('mux receive window', () => {
     console.log(`16 streams: windows grew by at most ${mostGrown / MiB} MiB together (budget ${budget / MiB} MiB)`);
     expect(mostGrown).toBeGreaterThan(0);
     expect(mostGrown).toBeLessThanOrEqual(budget);
+    // And every window is a whole number of bytes (it is granted as a 32-bit CREDIT)
+    expect(readers.map((r) => r.receiveWindow).filter((w) => !Number.isInteger(w))).toEqual([]);
     expect(agent.windowBudgetLeft).toBeGreaterThanOrEqual(0);
   }, 60_000);
 });
