@@ -10,6 +10,7 @@ export default defineConfig({
       'examples/**/*.test.ts',
       'test/**/*.test.{ts,tsx}',
       'scripts/**/*.test.ts',
+      'bench/**/*.test.ts',
     ],
     // System suites share the host's iptables and cgroups; running files one at a time keeps their timing honest on 2
     // cores.

@@ -3,8 +3,11 @@
 // joined by loopback TCP — against raw TCP and OpenSSH `ssh -L` (with the faster of the ciphers measured here), with 64
 // parallel connections, and with one connection over a user-space delay line of 20 ms RTT (raw TCP over the same line).
 // Every path ends at the same sink process; the variants run side by side in one run (interleaved rounds, medians of
-// per-round ratios). A reference that is not in the RESULT line: the same two-process shape as a framed relay pair
-// written in C (bench/lib/framed-relay.c, built with cc), i.e. what framing in two processes costs without Node.
+// per-round ratios). References that are not in the RESULT line, each with one and with 64 connections: two plain Node
+// processes relaying with socket.pipe() and no framing (bench/lib/node-pipe-relay.ts: the most a two-process relay in
+// Node moves here), and the same two-process shape as a framed relay pair written in C (bench/lib/framed-relay.c, built
+// with cc), copying every byte through user space and, in its splice mode, moving payload with splice(2) (zero-copy:
+// what framing in two processes costs without Node, and without copies).
 // Last line: RESULT tunnel relay_vs_raw=… relay_vs_ssh=… multi_vs_raw=… rtt20_vs_raw=…
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -33,7 +36,12 @@ const WRITE_SIZE = 128 * 1024;
 const TRANSFER_DEADLINE_MS = 180_000;
 const SSH_CIPHERS = ['aes128-gcm@openssh.com', 'chacha20-poly1305@openssh.com'];
 
-type Variant = 'raw' | 'relay' | 'ssh' | 'raw64' | 'multi' | 'rawRtt' | 'relayRtt' | 'cPair';
+/** The C pair's pipe size in splice mode (its largest frame), env DEVOP_BENCH_SPLICE_PIPE; else framed-relay.c's. */
+const SPLICE_PIPE = process.env.DEVOP_BENCH_SPLICE_PIPE;
+
+type Variant = 'raw' | 'relay' | 'ssh' | 'raw64' | 'multi' | 'rawRtt' | 'relayRtt' | Reference | `${Reference}64`;
+/** Relay pairs timed as references, next to devop's pair, not in the RESULT line. */
+type Reference = 'nodePipe' | 'cPair' | 'cSplice';
 
 /** Writes `total` bytes with backpressure, half-closes, and resolves when the receiver's one-byte answer arrived. */
 function transfer(sock: net.Socket, total: number, chunk: Buffer): Promise<void> {
@@ -132,17 +140,31 @@ async function fastestSsh(sinkPort: number, chunk: Buffer): Promise<{ forward: S
   return { forward: forwards[best], cipher: SSH_CIPHERS[best] };
 }
 
-/** The C reference pair (entry → exit → sink), or undefined (with a note) where cc cannot build it. */
-async function startCPair(children: ChildProcess[], dir: string, sink: number): Promise<number | undefined> {
+/** The C reference pairs (entry → exit → sink), copying and splicing, or undefined (with a note) without cc. */
+async function startCPairs(
+  children: ChildProcess[],
+  dir: string,
+  sink: number,
+): Promise<{ copying: number; splicing: number } | undefined> {
   const binary = join(dir, 'framed-relay');
   try {
     execFileSync('cc', ['-O2', '-o', binary, resolve(import.meta.dirname, 'lib/framed-relay.c')], { stdio: 'pipe' });
   } catch (err) {
-    console.log(`no C reference pair: cc failed (${(err as Error).message.split('\n')[0]})`);
+    console.log(`no C reference pairs: cc failed (${(err as Error).message.split('\n')[0]})`);
     return undefined;
   }
-  const exit = (await startHelper<{ port: number }>(children, binary, ['exit', String(sink)])).port;
-  return (await startHelper<{ port: number }>(children, binary, ['entry', String(exit)])).port;
+  const pair = async (suffix: string, extra: string[]): Promise<number> => {
+    const exit = (await startHelper<{ port: number }>(children, binary, [`exit${suffix}`, String(sink), ...extra]))
+      .port;
+    return (await startHelper<{ port: number }>(children, binary, [`entry${suffix}`, String(exit), ...extra])).port;
+  };
+  return { copying: await pair('', []), splicing: await pair('-splice', SPLICE_PIPE ? [SPLICE_PIPE] : []) };
+}
+
+/** Node's ceiling: two socket.pipe() relays in a row (entry → exit → sink). */
+async function startNodePipePair(children: ChildProcess[], bundle: string, sink: number): Promise<number> {
+  const exit = (await startHelper<{ port: number }>(children, bundle, [String(sink)])).port;
+  return (await startHelper<{ port: number }>(children, bundle, [String(exit)])).port;
 }
 
 async function main(): Promise<void> {
@@ -151,7 +173,7 @@ async function main(): Promise<void> {
   let ssh: SshForward | undefined;
   try {
     // Bundled and run with plain node, as dist/cli.js and dist/agent.js run, not through a TypeScript loader.
-    const helpers = ['sink', 'delay-line', 'tunnel-cli', 'tunnel-agent'];
+    const helpers = ['sink', 'delay-line', 'tunnel-cli', 'tunnel-agent', 'node-pipe-relay'];
     const entryPoints = helpers.map((h) => resolve(import.meta.dirname, `lib/${h}.ts`));
     await build({ ...common, banner, entryPoints, outdir: dir, outExtension: { '.js': '.mjs' } });
     const bundle = (name: string): string => join(dir, `${name}.mjs`);
@@ -165,7 +187,8 @@ async function main(): Promise<void> {
     const relay = await cliSide(agent);
     // A second CLI process whose tunnel to the same agent process crosses the delay line, as a cluster's would.
     const relayDelayed = await cliSide(agentDelayed);
-    const cPair = await startCPair(children, dir, sink);
+    const nodePipe = await startNodePipePair(children, bundle('node-pipe-relay'), sink);
+    const cPairs = await startCPairs(children, dir, sink);
     const chunk = Buffer.alloc(WRITE_SIZE, 0x5a);
     console.log(`load before: ${load()}`);
     const fastest = await fastestSsh(sink, chunk);
@@ -179,9 +202,15 @@ async function main(): Promise<void> {
       multi: (total) => measure(relay, PARALLEL, total, chunk),
       rawRtt: (total) => measure(sinkDelayed, 1, Math.round((total * RTT_TOTAL) / TOTAL), chunk),
       relayRtt: (total) => measure(relayDelayed, 1, Math.round((total * RTT_TOTAL) / TOTAL), chunk),
-      cPair: (total) => measure(cPair ?? 0, 1, total, chunk),
+      nodePipe: (total) => measure(nodePipe, 1, total, chunk),
+      nodePipe64: (total) => measure(nodePipe, PARALLEL, total, chunk),
+      cPair: (total) => measure(cPairs?.copying ?? 0, 1, total, chunk),
+      cPair64: (total) => measure(cPairs?.copying ?? 0, PARALLEL, total, chunk),
+      cSplice: (total) => measure(cPairs?.splicing ?? 0, 1, total, chunk),
+      cSplice64: (total) => measure(cPairs?.splicing ?? 0, PARALLEL, total, chunk),
     };
-    const names = (Object.keys(variants) as Variant[]).filter((n) => n !== 'cPair' || cPair !== undefined);
+    const cVariants: Variant[] = ['cPair', 'cPair64', 'cSplice', 'cSplice64'];
+    const names = (Object.keys(variants) as Variant[]).filter((n) => cPairs !== undefined || !cVariants.includes(n));
     console.log(
       `tunnel benchmark: ${TOTAL / MiB} MiB per transfer ` +
         `(${RTT_TOTAL / MiB} MiB over the ${2 * DELAY_MS} ms delay line), ` +
@@ -204,9 +233,17 @@ async function main(): Promise<void> {
     // Ratios are taken within each round (neighbours in time see the same machine load), then the median across rounds.
     const ratio = (a: Variant, b: Variant): string => median(results[a].map((x, i) => x / results[b][i])).toFixed(2);
     console.log(`medians: ${names.map((n) => `${n} ${fmt(med[n])}`).join(', ')}`);
-    if (cPair !== undefined) {
-      const c = `${fmt(med.cPair)}, ${ratio('cPair', 'raw')}× raw`;
-      console.log(`reference: a framed relay pair in C moves ${c} (devop's pair ${ratio('relay', 'cPair')}× it)`);
+    // One line per reference pair: one connection against raw (devop's pair against it), then 64 against raw64.
+    const references: [Reference, string][] = [
+      ['nodePipe', 'two Node processes relaying with socket.pipe(), no framing,'],
+      ['cPair', 'a framed relay pair in C'],
+      ['cSplice', 'the framed C pair moving payload with splice(2)'],
+    ];
+    for (const [ref, what] of references.filter(([ref]) => names.includes(ref))) {
+      const one = `${fmt(med[ref])}, ${ratio(ref, 'raw')}× raw (devop's pair ${ratio('relay', ref)}× it)`;
+      const ref64: Variant = `${ref}64`;
+      const many = `${fmt(med[ref64])}, ${ratio(ref64, 'raw64')}× raw (devop's ${ratio('multi', ref64)}×)`;
+      console.log(`reference: ${what} moves ${one}; 64 connections ${many}`);
     }
     console.log(`load after: ${load()}`);
     console.log(
