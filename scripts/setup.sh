@@ -13,6 +13,10 @@ packages=(iptables nftables iproute2 conntrack util-linux gcc libc6-dev openssh-
 commands=(iptables nft ip conntrack nsenter cc sshd ssh tmux curl ps openssl containerd ctr runc buildah mmdebstrap)
 missing=0
 for c in "${commands[@]}"; do command -v "$c" >/dev/null 2>&1 || missing=1; done
+# A cc without libc6-dev (gcc only recommends it) cannot link the agent's capture statically: install it then too.
+if [ "$missing" = 0 ] && ! printf 'int main(void){return 0;}\n' | cc -static -x c -o /dev/null - >/dev/null 2>&1; then
+  missing=1
+fi
 if [ "$missing" = 1 ] || [ "${DEVOP_SETUP_FORCE_APT:-0}" = 1 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "devop setup: system packages are missing (${packages[*]}); run as root (the stand-in makes network namespaces)" >&2
