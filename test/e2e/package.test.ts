@@ -1,7 +1,7 @@
 // The published package: `npm pack` builds the bundles (prepack), the tarball holds what the command loads and no test
 // code or sources, and a global install of it runs `devop` with nothing from this checkout (no tsx, no TypeScript).
 import { execFile } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { cpSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -28,8 +28,12 @@ function run(command: string, args: string[], cwd: string): Promise<Run> {
 }
 
 async function ok(command: string, args: string[], cwd: string): Promise<string> {
+  const started = Date.now();
   const r = await run(command, args, cwd);
-  if (r.code !== 0) throw new Error(`${command} ${args.join(' ')} exited ${r.code}\n${r.stdout}\n${r.stderr}`);
+  if (r.code !== 0) {
+    const took = `after ${((Date.now() - started) / 1000).toFixed(1)} s`;
+    throw new Error(`${command} ${args.join(' ')} exited ${r.code} ${took}\n${r.stdout}\n${r.stderr}`);
+  }
   return r.stdout;
 }
 
@@ -40,18 +44,36 @@ describe('npm pack', () => {
   let prefix: string;
   let entries: string[];
 
-  beforeAll(async () => {
-    // Given the package packed as `npm publish` would, and installed globally into a fresh prefix
-    dir = mkdtempSync(join(tmpdir(), 'devop-pack-'));
-    await ok('npm', ['pack', '--pack-destination', dir], ROOT);
-    const packed = readdirSync(dir).filter((f) => /^devop-.*\.tgz$/.test(f));
-    expect(packed).toHaveLength(1);
-    tarball = join(dir, packed[0]);
-    entries = (await ok('tar', ['tzf', tarball], dir)).split('\n').filter(Boolean);
-    prefix = join(dir, 'prefix');
-    const install = ['install', '--global', '--prefix', prefix, '--prefer-offline', '--no-audit', '--no-fund', tarball];
-    await ok('npm', install, dir);
-  }, STEP_TIMEOUT_MS);
+  beforeAll(
+    async () => {
+      // Given the package packed as `npm publish` would, from a copy of the checkout without dist/ (so prepack builds
+      // it, and the other suites' dist/ is not rewritten under them), and installed globally into a fresh prefix
+      dir = mkdtempSync(join(tmpdir(), 'devop-pack-'));
+      const source = join(dir, 'source');
+      const skipped = new Set(['node_modules', 'dist', '.git'].map((name) => join(ROOT, name)));
+      cpSync(ROOT, source, { recursive: true, filter: (path) => !skipped.has(path) });
+      symlinkSync(join(ROOT, 'node_modules'), join(source, 'node_modules'));
+      await ok('npm', ['pack', '--pack-destination', dir], source);
+      const packed = readdirSync(dir).filter((f) => /^devop-.*\.tgz$/.test(f));
+      expect(packed).toHaveLength(1);
+      tarball = join(dir, packed[0]);
+      entries = (await ok('tar', ['tzf', tarball], dir)).split('\n').filter(Boolean);
+      prefix = join(dir, 'prefix');
+      const install = [
+        'install',
+        '--global',
+        '--prefix',
+        prefix,
+        '--prefer-offline',
+        '--no-audit',
+        '--no-fund',
+        tarball,
+      ];
+      await ok('npm', install, dir);
+      // Each step has its own bound (a step that takes longer fails with its output), so the two together get two.
+    },
+    2 * STEP_TIMEOUT_MS + 10_000,
+  );
 
   afterAll(() => {
     if (dir) rmSync(dir, { recursive: true, force: true });
