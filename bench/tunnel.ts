@@ -210,7 +210,11 @@ async function main(): Promise<void> {
       cSplice64: (total) => measure(cPairs?.splicing ?? 0, PARALLEL, total, chunk),
     };
     const cVariants: Variant[] = ['cPair', 'cPair64', 'cSplice', 'cSplice64'];
-    const names = (Object.keys(variants) as Variant[]).filter((n) => cPairs !== undefined || !cVariants.includes(n));
+    // DEVOP_BENCH_ONLY=rawRtt,relayRtt times those variants only (paired runs of one change); no RESULT line then.
+    const only = process.env.DEVOP_BENCH_ONLY?.split(',');
+    const names = (Object.keys(variants) as Variant[]).filter(
+      (n) => (cPairs !== undefined || !cVariants.includes(n)) && (!only || only.includes(n)),
+    );
     console.log(
       `tunnel benchmark: ${TOTAL / MiB} MiB per transfer ` +
         `(${RTT_TOTAL / MiB} MiB over the ${2 * DELAY_MS} ms delay line), ` +
@@ -239,6 +243,11 @@ async function main(): Promise<void> {
       ['cPair', 'a framed relay pair in C'],
       ['cSplice', 'the framed C pair moving payload with splice(2)'],
     ];
+    if (only) {
+      const pairs = only.slice(1).map((n) => `${n}/${only[0]}=${ratio(n as Variant, only[0] as Variant)}`);
+      console.log(`ratios: ${pairs.join(' ')}`);
+      return;
+    }
     for (const [ref, what] of references.filter(([ref]) => names.includes(ref))) {
       const one = `${fmt(med[ref])}, ${ratio(ref, 'raw')}× raw (devop's pair ${ratio('relay', ref)}× it)`;
       const ref64: Variant = `${ref}64`;

@@ -3,7 +3,7 @@
 // mapping.
 import { connect as netConnect, createServer, type Server, type Socket } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createAgentMux, createClientMux, type AgentMux, type ClientMux } from '../../shared/mux.js';
+import { createAgentMux, createClientMux, type AgentMux, type ClientMux, type MuxStream } from '../../shared/mux.js';
 import { startTcpEcho, type Closable } from '../../test/outgoing/helpers.js';
 import { DialError } from './dialer.js';
 import { createMuxDialer, type DialledStream } from './mux-dialer.js';
@@ -42,6 +42,11 @@ function serveAgentSide(mux: AgentMux): void {
       return;
     }
     if (open.kind !== 'outgoing') return;
+    if (open.host === 'firstbytes.default') {
+      // A peer that connects only once the client's first bytes are here: an early connect's bytes come with it
+      stream.once('readable', () => serveAgentSide.connect(stream, '127.0.0.1', open.port));
+      return;
+    }
     const address = names[open.host];
     if (open.host === 'dnsdown.default') {
       // What the agent says when the pod's DNS server itself refuses
@@ -52,22 +57,23 @@ function serveAgentSide(mux: AgentMux): void {
       stream.reset(`ENOTFOUND: cannot resolve ${open.host} in the pod`);
       return;
     }
-    const socket = netConnect({ host: address, port: open.port });
-    socket.once('error', (err: NodeJS.ErrnoException) =>
-      stream.reset(`${err.code}: ${open.host}:${open.port}: ${err.message}`),
-    );
-    socket.once('connect', () => {
-      stream.accept({
-        remoteAddress: socket.remoteAddress,
-        remotePort: socket.remotePort,
-        localAddress: '10.1.2.3',
-        localPort: 40000,
-      });
-      socket.pipe(stream);
-      stream.pipe(socket);
-    });
+    serveAgentSide.connect(stream, address, open.port);
   });
 }
+serveAgentSide.connect = (stream: MuxStream, address: string, port: number): void => {
+  const socket = netConnect({ host: address, port });
+  socket.once('error', (err: NodeJS.ErrnoException) => stream.reset(`${err.code}: ${address}:${port}: ${err.message}`));
+  socket.once('connect', () => {
+    stream.accept({
+      remoteAddress: socket.remoteAddress,
+      remotePort: socket.remotePort,
+      localAddress: '10.1.2.3',
+      localPort: 40000,
+    });
+    socket.pipe(stream);
+    stream.pipe(socket);
+  });
+};
 
 /** Two connected loopback sockets (client end, agent end). */
 async function socketPair(): Promise<{ client: Socket; agent: Socket; close(): Promise<void> }> {
@@ -137,6 +143,37 @@ describe('mux dialer (real Mux, agent conventions)', () => {
     await expect(dialer.readFile('/etc/missing')).rejects.toMatchObject({ code: 'ENOENT' });
     // A DNS server that refuses is a name failure to retry, not a refused connection to the destination
     await expect(dialer.connect('dnsdown.default', 80)).rejects.toMatchObject({ code: 'EAI_AGAIN' });
+  });
+
+  it('an early connect resolves before the agent accepted, and its first bytes travel with the connect', async () => {
+    // Given a peer that accepts only after the client's first bytes arrived (a connect that waited would never send)
+    const dialer = createMuxDialer(clientMux);
+    const stream = (await dialer.connect('firstbytes.default', echo.port, { early: true })) as MuxStream;
+    expect(stream.acceptedInfo).toBeNull();
+    const back = new Promise<string>((resolve) => {
+      let got = '';
+      stream.on('data', (chunk: Buffer) => (got += chunk.toString()));
+      stream.on('end', () => resolve(got));
+    });
+    // When the caller writes at once
+    stream.end('sent before the accept');
+    // Then the bytes went out with the connect, and the answer comes back through the connection
+    expect(await back).toBe('sent before the accept');
+    expect(stream.acceptedInfo).toMatchObject({ localAddress: '10.1.2.3' });
+  });
+
+  it('an early connect that fails emits dialError with the errno, and the stream errors', async () => {
+    const dialer = createMuxDialer(clientMux);
+    for (const [host, port, code] of [
+      ['nosuch.default', 80, 'ENOTFOUND'],
+      ['echo.default', 9, 'ECONNREFUSED'],
+    ] as const) {
+      const stream = await dialer.connect(host, port, { early: true });
+      const dialError = new Promise<unknown>((resolve) => stream.once('dialError', resolve));
+      const streamError = new Promise<unknown>((resolve) => stream.once('error', resolve));
+      expect(await dialError, host).toMatchObject({ name: 'DialError', code });
+      expect(await streamError, host).toBeInstanceOf(Error);
+    }
   });
 
   it('reads a file stream to the end', async () => {

@@ -40,22 +40,29 @@ export function createMuxDialer(mux: SessionTunnel): ClusterDialer {
     new DialError(dialErrorCode(reason), `${what}: ${reason}`);
 
   return {
-    connect(host, port) {
+    connect(host, port, options) {
       return new Promise<Duplex>((resolve, reject) => {
         if (mux.closed) {
           reject(new DialError('ENOTCONN', `connect ${host}:${port}: the tunnel to the agent is closed`));
           return;
         }
         const stream: MuxStream = mux.openStream({ kind: 'outgoing', host, port });
+        // Early: the caller writes at once (DATA follows the OPEN within the stream's first window); a failed connect
+        // reaches it as 'dialError' on the stream (see ConnectOptions), as the rejection does otherwise.
+        const early = options?.early === true;
+        if (early) resolve(stream);
+        const fail = (err: DialError): void => {
+          if (early) stream.emit('dialError', err);
+          reject(err);
+        };
         const timer = setTimeout(() => {
           cleanup();
-          stream.destroy();
-          reject(
-            new DialError(
-              'ETIMEDOUT',
-              `connect ${host}:${port}: the agent did not answer in ${AGENT_ANSWER_TIMEOUT_MS} ms`,
-            ),
+          const err = new DialError(
+            'ETIMEDOUT',
+            `connect ${host}:${port}: the agent did not answer in ${AGENT_ANSWER_TIMEOUT_MS} ms`,
           );
+          stream.destroy(early ? err : undefined);
+          fail(err);
         }, AGENT_ANSWER_TIMEOUT_MS);
         const onAccepted = (info: StreamAccept): void => {
           cleanup();
@@ -63,11 +70,13 @@ export function createMuxDialer(mux: SessionTunnel): ClusterDialer {
         };
         const onError = (err: Error & { reason?: string }): void => {
           cleanup();
-          reject(failure(err.reason ?? err.message, `connect ${host}:${port}`));
+          fail(failure(err.reason ?? err.message, `connect ${host}:${port}`));
         };
         const onClose = (): void => {
           cleanup();
-          reject(new DialError('ECONNRESET', `connect ${host}:${port}: the stream closed before the agent answered`));
+          // An early stream closed without an error was closed by its caller: no connect failed.
+          if (!early)
+            reject(new DialError('ECONNRESET', `connect ${host}:${port}: the stream closed before the agent answered`));
         };
         const cleanup = (): void => {
           clearTimeout(timer);

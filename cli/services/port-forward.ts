@@ -87,22 +87,22 @@ export async function startForwards(
         client.once('close', () => sockets.delete(client));
         client.on('error', () => client.destroy());
         client.pause();
-        dialer.connect(forward.host, forward.port).then(
-          (remote) => {
-            if (client.destroyed) remote.destroy();
-            else void joinStreams(client, remote);
-          },
-          (err: unknown) => {
-            const failure = toDialError(err, `connect ${forward.host}:${forward.port}`);
-            reporter.emit({
-              type: 'log',
-              level: 'warn',
-              message: `-L ${forward.spec}: ${describeDialError(failure, forward.host, forward.port)}`,
-            });
-            // A reset, not an end: the client must not take the failed dial for an empty answer.
-            client.resetAndDestroy();
-          },
-        );
+        const failed = (err: unknown): void => {
+          const failure = toDialError(err, `connect ${forward.host}:${forward.port}`);
+          reporter.emit({
+            type: 'log',
+            level: 'warn',
+            message: `-L ${forward.spec}: ${describeDialError(failure, forward.host, forward.port)}`,
+          });
+          // A reset, not an end: the client must not take the failed dial for an empty answer.
+          if (!client.destroyed) client.resetAndDestroy();
+        };
+        // Early: the client's first bytes leave with the connect, not a round trip to the agent after it.
+        dialer.connect(forward.host, forward.port, { early: true }).then((remote) => {
+          remote.once('dialError', failed);
+          if (client.destroyed) remote.destroy();
+          else void joinStreams(client, remote);
+        }, failed);
       });
       servers.push(server);
       ports.push(await listen(server, forward.localPort, address, forward));

@@ -80,9 +80,9 @@ export function recordingDialer(inner: ClusterDialer): ClusterDialer & { calls: 
   const calls: DialRecord[] = [];
   return {
     calls,
-    connect(host, port) {
+    connect(host, port, options) {
       calls.push({ op: 'connect', target: `${host}:${port}` });
-      return inner.connect(host, port);
+      return inner.connect(host, port, options);
     },
     lookup(name, family) {
       calls.push({ op: 'lookup', target: name });

@@ -1,12 +1,17 @@
 // Tests of devop port-forward's parts without a cluster: -L parsing (and its errors), and the forward listeners over a
-// local dialer — 100 parallel connections byte-exact, a failed dial closes only its own connection, a busy local port.
+// local dialer — 100 parallel connections byte-exact, a failed dial closes only its own connection, a busy local port;
+// and over a mux to the agent's own outgoing handler, where a connection's first bytes travel with its connect.
 import { randomBytes, createHash } from 'node:crypto';
-import { connect } from 'node:net';
+import { connect, createServer, type Socket } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createLocalDialer } from '../../cli/outgoing/dialer.js';
+import { createLog } from '../../agent/log.js';
+import { serveOutgoing } from '../../agent/streams.js';
+import { createLocalDialer, type ClusterDialer } from '../../cli/outgoing/dialer.js';
+import { createMuxDialer } from '../../cli/outgoing/mux-dialer.js';
 import type { ReportEvent, Reporter } from '../../cli/reporter.js';
 import { parseForward, startForwards } from '../../cli/services/port-forward.js';
 import { isUserError } from '../../shared/errors.js';
+import { createAgentMux, createClientMux } from '../../shared/mux.js';
 import { startTcpEcho, type Closable } from './helpers.js';
 
 function collectingReporter(): Reporter & { events: ReportEvent[] } {
@@ -132,3 +137,80 @@ describe('port-forward listeners (local dialer)', () => {
     }
   });
 });
+
+describe('port-forward over a mux to the agent code', () => {
+  // The agent's own outgoing handler (serveOutgoing) on the far side of a real Mux over loopback: the connection's
+  // first bytes travel with the connect (early), more than the first window of them included, and a refused connect
+  // still reaches the client as a reset and the user as one line.
+  let echo: Closable;
+  let pair: { client: Socket; agent: Socket; close(): Promise<void> };
+  let dialer: ClusterDialer;
+  beforeAll(async () => {
+    echo = await startTcpEcho();
+    pair = await loopbackPair();
+    const agentMux = createAgentMux(pair.agent);
+    const log = createLog('warn', () => undefined);
+    agentMux.on('stream', (stream) => {
+      if (stream.open.kind === 'outgoing')
+        void serveOutgoing(stream, stream.open.host, stream.open.port, undefined, log);
+    });
+    dialer = createMuxDialer(createClientMux(pair.client));
+  });
+  afterAll(async () => {
+    await pair?.close();
+    await echo?.close();
+  });
+
+  it('carries 1 MiB each way byte-exact, written before the agent connected', async () => {
+    const forwarding = await startForwards(
+      dialer,
+      [parseForward(`0:127.0.0.1:${echo.port}`)],
+      '127.0.0.1',
+      collectingReporter(),
+    );
+    try {
+      const payload = randomBytes(1024 * 1024);
+      const answer = await roundTrip(forwarding.ports[0], payload);
+      expect(createHash('sha256').update(answer).digest('hex')).toBe(
+        createHash('sha256').update(payload).digest('hex'),
+      );
+    } finally {
+      await forwarding.stop();
+    }
+  });
+
+  it('a refused connect resets the client and is reported with its reason', async () => {
+    const reporter = collectingReporter();
+    const forwarding = await startForwards(dialer, [parseForward('0:127.0.0.1:9')], '127.0.0.1', reporter);
+    try {
+      const answer = await roundTrip(forwarding.ports[0], Buffer.from('hello')).catch(
+        (err: NodeJS.ErrnoException) => err.code,
+      );
+      expect(['ECONNRESET', 'EPIPE']).toContain(answer);
+      await expect
+        .poll(() => reporter.events.map((e) => (e.type === 'log' ? e.message : '')))
+        .toContainEqual(expect.stringMatching(/^-L 0:127\.0\.0\.1:9: ECONNREFUSED/));
+    } finally {
+      await forwarding.stop();
+    }
+  });
+});
+
+/** Two connected loopback sockets (the CLI's end and the agent's end of a tunnel). */
+async function loopbackPair(): Promise<{ client: Socket; agent: Socket; close(): Promise<void> }> {
+  const server = createServer();
+  const accepted = new Promise<Socket>((resolve) => server.once('connection', resolve));
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', () => resolve()));
+  const client = connect({ port: (server.address() as { port: number }).port, host: '127.0.0.1' });
+  const agent = await accepted;
+  for (const socket of [client, agent]) socket.on('error', () => undefined);
+  return {
+    client,
+    agent,
+    close: async () => {
+      client.destroy();
+      agent.destroy();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+}
