@@ -162,20 +162,30 @@ describe('kubectl port-forward against the stand-in', () => {
     );
   }
 
-  it.runIf(have('1.33'))('a port nothing listens on: kubectl says why, and keeps forwarding', async () => {
-    // Given kubectl port-forward to a port the pod does not listen on
-    const forward = await portForward('1.33', 7001);
-    expect(forward.port, forward.output).toBeDefined();
-    // When a connection comes
-    await roundTrip(forward.port!, Buffer.from('x')).catch(() => undefined);
-    // Then kubectl prints the pod's refusal
-    const refusal = /error forwarding port 7001 to pod box.*ECONNREFUSED/;
-    const deadline = Date.now() + KUBECTL_WAIT_MS;
-    while (!refusal.test(forward.later()) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
-    expect(forward.later()).toMatch(refusal);
-    // And it still forwards (its process did not end)
-    expect(children.at(-1)!.exitCode).toBeNull();
-  });
+  it.runIf(have('1.33'))(
+    'a port nothing listens on: kubectl says why, then ends as it does against a cluster',
+    async () => {
+      // Given kubectl port-forward to a port the pod does not listen on
+      const forward = await portForward('1.33', 7001);
+      expect(forward.port, forward.output).toBeDefined();
+      const child = children.at(-1)!;
+      const ended = new Promise<number | null>((resolve) => {
+        if (child.exitCode !== null) resolve(child.exitCode);
+        else child.once('exit', (code) => resolve(code));
+      });
+      // When a connection comes
+      await roundTrip(forward.port!, Buffer.from('x')).catch(() => undefined);
+      // Then kubectl prints the pod's refusal, and (client-go closes the whole connection after an error on a
+      // connection's error stream, as against a real API server) ends with "lost connection to pod"
+      const code = await Promise.race([
+        ended,
+        new Promise((r) => setTimeout(() => r('still running'), KUBECTL_WAIT_MS)),
+      ]);
+      expect(forward.later()).toMatch(/error forwarding port 7001 to pod box.*ECONNREFUSED/);
+      expect(forward.later()).toMatch(/lost connection to pod/);
+      expect(code).toBe(1);
+    },
+  );
 
   for (const [v, env] of [
     ['1.30', {}],
