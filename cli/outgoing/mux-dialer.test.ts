@@ -1,10 +1,10 @@
 // Tests of the mux dialer against a real Mux pair over a loopback socket, with an agent side that follows the agent's
 // conventions (accept once connected / opened, reset with the errno, dnsResult by id): success and every failure
 // mapping.
-import { connect as netConnect, createServer, type Server, type Socket } from 'node:net';
+import { connect as netConnect } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createAgentMux, createClientMux, type AgentMux, type ClientMux, type MuxStream } from '../../shared/mux.js';
-import { startTcpEcho, type Closable } from '../../test/outgoing/helpers.js';
+import { socketPair, startTcpEcho, type Closable } from '../../test/outgoing/helpers.js';
 import { DialError } from './dialer.js';
 import { createMuxDialer, type DialledStream } from './mux-dialer.js';
 import { startOutgoingProxy } from './proxy.js';
@@ -74,28 +74,6 @@ serveAgentSide.connect = (stream: MuxStream, address: string, port: number): voi
     stream.pipe(socket);
   });
 };
-
-/** Two connected loopback sockets (client end, agent end). */
-async function socketPair(): Promise<{ client: Socket; agent: Socket; close(): Promise<void> }> {
-  let server: Server | undefined;
-  const accepted = new Promise<Socket>((resolve) => {
-    server = createServer((socket) => resolve(socket));
-  });
-  await new Promise<void>((resolve) => server!.listen(0, '127.0.0.1', () => resolve()));
-  const client = netConnect({ port: (server!.address() as { port: number }).port, host: '127.0.0.1' });
-  client.on('error', () => undefined);
-  const agent = await accepted;
-  agent.on('error', () => undefined);
-  return {
-    client,
-    agent,
-    close: async () => {
-      client.destroy();
-      agent.destroy();
-      await new Promise<void>((resolve) => server!.close(() => resolve()));
-    },
-  };
-}
 
 describe('mux dialer (real Mux, agent conventions)', () => {
   const closers: (() => Promise<void>)[] = [];

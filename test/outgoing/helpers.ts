@@ -1,5 +1,6 @@
-// Test fixtures for the outgoing suites: loopback HTTP and TCP echo servers, a dialer that records what it was asked,
-// raw socket exchanges, and running a Node program with devop's preload.
+// Test fixtures for the outgoing suites: loopback HTTP and TCP echo servers, a pair of connected sockets (the two ends
+// of a tunnel), a dialer that records what it was asked, raw socket exchanges, and running a Node program with devop's
+// preload.
 import { spawn } from 'node:child_process';
 import { createServer as createHttpServer, type Server as HttpServer } from 'node:http';
 import { connect, createServer, type Server, type Socket } from 'node:net';
@@ -68,6 +69,25 @@ export async function startTcpEcho(host = '127.0.0.1'): Promise<Closable> {
   });
   const port = await listen(server, host);
   return { port, close: closer(server, sockets) };
+}
+
+/** Two connected loopback sockets: the CLI's end and the agent's end of a tunnel. */
+export async function socketPair(): Promise<{ client: Socket; agent: Socket; close(): Promise<void> }> {
+  const server = createServer();
+  const accepted = new Promise<Socket>((resolve) => server.once('connection', resolve));
+  const port = await listen(server);
+  const client = connect({ port, host: '127.0.0.1' });
+  const agent = await accepted;
+  for (const socket of [client, agent]) socket.on('error', () => undefined);
+  return {
+    client,
+    agent,
+    close: async () => {
+      client.destroy();
+      agent.destroy();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
 }
 
 export interface DialRecord {

@@ -2,7 +2,7 @@
 // local dialer — 100 parallel connections byte-exact, a failed dial closes only its own connection, a busy local port;
 // and over a mux to the agent's own outgoing handler, where a connection's first bytes travel with its connect.
 import { randomBytes, createHash } from 'node:crypto';
-import { connect, createServer, type Socket } from 'node:net';
+import { connect, type Socket } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLog } from '../../agent/log.js';
 import { serveOutgoing } from '../../agent/streams.js';
@@ -12,7 +12,7 @@ import type { ReportEvent, Reporter } from '../../cli/reporter.js';
 import { parseForward, startForwards } from '../../cli/services/port-forward.js';
 import { isUserError } from '../../shared/errors.js';
 import { createAgentMux, createClientMux } from '../../shared/mux.js';
-import { startTcpEcho, type Closable } from './helpers.js';
+import { socketPair, startTcpEcho, type Closable } from './helpers.js';
 
 function collectingReporter(): Reporter & { events: ReportEvent[] } {
   const events: ReportEvent[] = [];
@@ -147,7 +147,7 @@ describe('port-forward over a mux to the agent code', () => {
   let dialer: ClusterDialer;
   beforeAll(async () => {
     echo = await startTcpEcho();
-    pair = await loopbackPair();
+    pair = await socketPair();
     const agentMux = createAgentMux(pair.agent);
     const log = createLog('warn', () => undefined);
     agentMux.on('stream', (stream) => {
@@ -195,22 +195,3 @@ describe('port-forward over a mux to the agent code', () => {
     }
   });
 });
-
-/** Two connected loopback sockets (the CLI's end and the agent's end of a tunnel). */
-async function loopbackPair(): Promise<{ client: Socket; agent: Socket; close(): Promise<void> }> {
-  const server = createServer();
-  const accepted = new Promise<Socket>((resolve) => server.once('connection', resolve));
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', () => resolve()));
-  const client = connect({ port: (server.address() as { port: number }).port, host: '127.0.0.1' });
-  const agent = await accepted;
-  for (const socket of [client, agent]) socket.on('error', () => undefined);
-  return {
-    client,
-    agent,
-    close: async () => {
-      client.destroy();
-      agent.destroy();
-      await new Promise<void>((resolve) => server.close(() => resolve()));
-    },
-  };
-}
