@@ -44,7 +44,7 @@ function serveAgentSide(mux: AgentMux): void {
     if (open.kind !== 'outgoing') return;
     if (open.host === 'firstbytes.default') {
       // A peer that connects only once the client's first bytes are here: an early connect's bytes come with it
-      stream.once('readable', () => serveAgentSide.connect(stream, '127.0.0.1', open.port));
+      stream.once('readable', () => connectAndAccept(stream, '127.0.0.1', open.port));
       return;
     }
     const address = names[open.host];
@@ -57,10 +57,12 @@ function serveAgentSide(mux: AgentMux): void {
       stream.reset(`ENOTFOUND: cannot resolve ${open.host} in the pod`);
       return;
     }
-    serveAgentSide.connect(stream, address, open.port);
+    connectAndAccept(stream, address, open.port);
   });
 }
-serveAgentSide.connect = (stream: MuxStream, address: string, port: number): void => {
+
+/** What the agent does for an outgoing stream: connect, then accept with the pod-side addresses and join both ways. */
+function connectAndAccept(stream: MuxStream, address: string, port: number): void {
   const socket = netConnect({ host: address, port });
   socket.once('error', (err: NodeJS.ErrnoException) => stream.reset(`${err.code}: ${address}:${port}: ${err.message}`));
   socket.once('connect', () => {
@@ -73,7 +75,7 @@ serveAgentSide.connect = (stream: MuxStream, address: string, port: number): voi
     socket.pipe(stream);
     stream.pipe(socket);
   });
-};
+}
 
 describe('mux dialer (real Mux, agent conventions)', () => {
   const closers: (() => Promise<void>)[] = [];
