@@ -177,6 +177,19 @@ async function notFound(
   );
 }
 
+/**
+ * Whether a target names a cluster-scoped object (apiservice/, the webhook configurations): its pods are in its
+ * Service's namespace, known once it is resolved, whatever -n says. A target that does not parse is not.
+ */
+export function namesClusterScoped(target: string): boolean {
+  try {
+    const parsed = parseTarget(target);
+    return parsed.kind !== 'targetless' && KIND_RESOLVERS[parsed.kind].clusterScoped === true;
+  } catch {
+    return false;
+  }
+}
+
 /** Resolves a target string in a namespace. The namespace check runs beside the lookup, so a typo'd one is named. */
 export async function resolveTarget(
   kc: KubeConfig,
@@ -207,7 +220,8 @@ export async function resolveTarget(
         );
       throw await notFound(ref.kind, ref.name, namespace, () => resolver.names(clients, namespace));
     }
-    throw mapTargetError(err, resolver.resource, namespace, ref.name);
+    // A cluster-scoped object is not in a namespace: a denial must not name one.
+    throw mapTargetError(err, resolver.resource, resolver.clusterScoped ? undefined : namespace, ref.name);
   }
 
   let chosen: { pod: V1Pod; reason: string };
@@ -286,7 +300,7 @@ function containerPort(
   );
 }
 
-function mapTargetError(err: unknown, resource: string, namespace: string, name: string): unknown {
+function mapTargetError(err: unknown, resource: string, namespace: string | undefined, name: string): unknown {
   if (err instanceof UserError) return err;
   return mapApiError(err, { action: `find the target ${name}`, verb: 'get', resource, namespace, name });
 }

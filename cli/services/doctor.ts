@@ -8,7 +8,7 @@ import { deniedChecks, describeCheck, type AccessCheck } from '../kube/access.js
 import { loadKubeConfig, type KubeAccessOptions } from '../kube/config.js';
 import { apiErrorCode, apiErrorMessage, mapApiError } from '../kube/errors.js';
 import { SESSION_DEFAULTS } from '../session/connect.js';
-import { resolveTarget } from '../kube/target.js';
+import { namesClusterScoped, resolveTarget } from '../kube/target.js';
 
 export type CheckStatus = 'ok' | 'fail' | 'warn' | 'info';
 
@@ -294,7 +294,6 @@ export async function runDoctor(options: DoctorOptions): Promise<DoctorReport> {
   }
   const { kc, files, context } = loaded;
   const namespace = options.namespace ?? loaded.namespace;
-  const agentNamespace = options.agentNamespace ?? namespace;
   const checks: DoctorCheck[] = [
     {
       id: 'kubeconfig',
@@ -310,22 +309,30 @@ export async function runDoctor(options: DoctorOptions): Promise<DoctorReport> {
   if (api.status === 'fail') return { ok: false, context, namespace, checks };
 
   let nodeName: string | undefined;
-  const targetCheck = options.target
-    ? resolveTarget(kc, { target: options.target, namespace }).then(
-        (t): DoctorCheck => {
-          nodeName = t.nodeName;
-          return {
-            id: 'target',
-            title: `target ${options.target}`,
-            status: 'ok',
-            detail: `pod ${t.podName} (${t.podReason}), container ${t.container.name}, node ${t.nodeName}`,
-          };
-        },
-        (err: unknown) => fail('target', `target ${options.target}`, err, 'check the target and namespace (devop ls)'),
-      )
-    : undefined;
+  const resolving = options.target ? resolveTarget(kc, { target: options.target, namespace }) : undefined;
+  const targetCheck = resolving?.then(
+    (t): DoctorCheck => {
+      nodeName = t.nodeName;
+      return {
+        id: 'target',
+        title: `target ${options.target}`,
+        status: 'ok',
+        detail: `pod ${t.podName} (${t.podReason}), container ${t.container.name}, node ${t.nodeName}`,
+      };
+    },
+    (err: unknown) => fail('target', `target ${options.target}`, err, 'check the target and namespace (devop ls)'),
+  );
+  // An APIService's or a webhook's pods are in its Service's namespace: a session runs there, so it is checked there.
+  const sessionNamespace =
+    resolving && options.target && namesClusterScoped(options.target)
+      ? await resolving.then(
+          (t) => t.namespace,
+          () => namespace,
+        )
+      : namespace;
+  const agentNamespace = options.agentNamespace ?? sessionNamespace;
   const [rbac, image, psa, target] = await Promise.all([
-    rbacChecks(kc, namespace, agentNamespace),
+    rbacChecks(kc, sessionNamespace, agentNamespace),
     imageCheck(kc, options.agentImage ?? SESSION_DEFAULTS.agentImage, agentNamespace),
     podSecurity(kc, agentNamespace),
     targetCheck,

@@ -2,7 +2,7 @@
 // The reusable core of `devop exec`, `devop port-forward`, `devop doctor` and the reliability work.
 import { hostname, userInfo } from 'node:os';
 import type { Duplex } from 'node:stream';
-import type { KubeConfig } from '@kubernetes/client-node';
+import type { KubeConfig, V1Pod } from '@kubernetes/client-node';
 import { OPTIONS } from '../config/options.js';
 import { AGENT_IMAGE, AGENT_VERSION } from '../../shared/agent-contract.js';
 import { UserError, isUserError } from '../../shared/errors.js';
@@ -26,7 +26,7 @@ import {
   type AgentOptions,
 } from '../kube/agent.js';
 import type { AgentExtras } from '../kube/agent-manifest.js';
-import { resolveTarget, type ResolvedTarget } from '../kube/target.js';
+import { namesClusterScoped, resolveTarget, type ResolvedTarget } from '../kube/target.js';
 
 /** Defaults shared by every command that starts a session (each is also a devop.json key / flag). */
 export const SESSION_DEFAULTS = {
@@ -170,13 +170,26 @@ export async function connectSession(options: SessionOptions, reporter: Reporter
   const namespace = options.namespace ?? loaded?.namespace ?? 'default';
   const parsed = parseTarget(options.target ?? 'targetless');
   const targetless = parsed.kind === 'targetless';
-  const agentNamespace = options.agentNamespace ?? namespace;
+  // An APIService's or a webhook configuration's pods are in its Service's namespace, known once it is resolved: the
+  // session, the RBAC preflight and the agent are there, not in -n.
+  const clusterScoped = namesClusterScoped(options.target ?? 'targetless');
+  const ephemeral = options.ephemeral ?? false;
   const identity = clientIdentity();
-  const agentOptions: AgentOptions = { ...agentOptionsFor(options, agentNamespace, identity), signal: options.signal };
+  const user = kc.getCurrentUser()?.name ?? 'the current user';
+  const preflight = (ns: string, agentNs: string, asEphemeral: boolean): Promise<void> =>
+    options.skipPreflight
+      ? Promise.resolve()
+      : assertAccess(kc, sessionAccessChecks({ namespace: ns, agentNamespace: agentNs, ephemeral: asEphemeral }), user);
 
-  // Listed beside the target lookup: finding an agent to reuse then costs no extra round trip.
-  const agentPods = targetless || agentOptions.ephemeral ? undefined : listAgentPods(kc, agentNamespace);
-  agentPods?.catch(() => undefined);
+  // Listed beside the target lookup when the namespace is known before it: finding an agent to reuse then costs no
+  // extra round trip.
+  const listAgents = (ns: string): Promise<V1Pod[]> => {
+    const listed = listAgentPods(kc, ns);
+    listed.catch(() => undefined);
+    return listed;
+  };
+  const earlyAgentPods =
+    targetless || ephemeral || clusterScoped ? undefined : listAgents(options.agentNamespace ?? namespace);
   // The title starts with "resolve target": the VS Code task's beginsPattern (cli/ui/lines.ts) waits for it.
   const target = targetless
     ? await step(
@@ -184,12 +197,8 @@ export async function connectSession(options: SessionOptions, reporter: Reporter
         'target',
         'resolve target: targetless',
         async () => {
-          if (!options.skipPreflight)
-            await assertAccess(
-              kc,
-              sessionAccessChecks({ namespace: agentNamespace, agentNamespace, ephemeral: false }),
-              kc.getCurrentUser()?.name ?? 'the current user',
-            );
+          const agentNamespace = options.agentNamespace ?? namespace;
+          await preflight(agentNamespace, agentNamespace, false);
           return undefined;
         },
         () => 'no target pod: outgoing traffic and DNS only',
@@ -199,12 +208,16 @@ export async function connectSession(options: SessionOptions, reporter: Reporter
         'target',
         `resolve target ${options.target}`,
         async () => {
+          const input = { target: options.target ?? '', namespace };
+          if (clusterScoped) {
+            const resolved = await resolveTarget(kc, input);
+            await preflight(resolved.namespace, options.agentNamespace ?? resolved.namespace, ephemeral);
+            return resolved;
+          }
           // The RBAC preflight runs beside the lookup; a denial is the better message when both fail.
-          const user = kc.getCurrentUser()?.name ?? 'the current user';
-          const checks = sessionAccessChecks({ namespace, agentNamespace, ephemeral: agentOptions.ephemeral });
           const [access, resolved] = await Promise.allSettled([
-            options.skipPreflight ? Promise.resolve() : assertAccess(kc, checks, user),
-            resolveTarget(kc, { target: options.target ?? '', namespace }),
+            preflight(namespace, options.agentNamespace ?? namespace, ephemeral),
+            resolveTarget(kc, input),
           ]);
           if (access.status === 'rejected' && (isUserError(access.reason) || resolved.status === 'rejected'))
             throw access.reason;
@@ -215,6 +228,10 @@ export async function connectSession(options: SessionOptions, reporter: Reporter
           `pod ${t!.podName} (${t!.podReason}), container ${t!.container.name} (${t!.containerReason}), ` +
           `node ${t!.nodeName}${t!.webhooks ? `; ${formatWebhooks(t!.webhooks)}` : ''}`,
       );
+  const sessionNamespace = target?.namespace ?? namespace;
+  const agentNamespace = options.agentNamespace ?? sessionNamespace;
+  const agentOptions: AgentOptions = { ...agentOptionsFor(options, agentNamespace, identity), signal: options.signal };
+  const agentPods = earlyAgentPods ?? (target && !ephemeral ? listAgents(agentNamespace) : undefined);
 
   const { agent, mux, hello } = await step(
     reporter,
@@ -265,7 +282,7 @@ export async function connectSession(options: SessionOptions, reporter: Reporter
   let closed = false;
   return {
     kc,
-    namespace,
+    namespace: sessionNamespace,
     target,
     agent,
     tunnel: mux,

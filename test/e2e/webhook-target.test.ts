@@ -1,10 +1,21 @@
 // Webhook configuration targets resolve through the webhooks' Service: the pods it selects (in the Service's
 // namespace), the container and port its targetPort names, each webhook's timeoutSeconds; bad targets get one line.
-import { AdmissionregistrationV1Api, CoreV1Api, KubeConfig, type V1ValidatingWebhook } from '@kubernetes/client-node';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import {
+  AdmissionregistrationV1Api,
+  BatchV1Api,
+  CoreV1Api,
+  KubeConfig,
+  type V1ValidatingWebhook,
+} from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { resolveTarget } from '../../cli/kube/target.js';
 import { UserError } from '../../shared/errors.js';
 import { startCluster, type ClusterHandle } from '../cluster/index.js';
+import { writeKubeconfig } from '../cluster/kubeconfig.js';
+import { DevopRun, devopExec } from './harness.js';
 
 let cluster: ClusterHandle;
 let kc: KubeConfig;
@@ -91,7 +102,28 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await cluster?.stop();
+  if (dir) rmSync(dir, { recursive: true, force: true });
 });
+
+let dir: string | undefined;
+/** A kubeconfig for a new user of this cluster with these rules (the stand-in's RBAC), namespace "default". */
+async function kubeconfigFor(user: string, rules: Parameters<ClusterHandle['controlPlane']['auth']['issue']>[2]) {
+  dir ??= mkdtempSync(join(tmpdir(), 'devop-e2e-hooks-'));
+  const path = join(dir, `kubeconfig-${user}`);
+  const token = cluster.controlPlane.auth.issue(user, ['system:authenticated'], rules);
+  const caPem = readFileSync(cluster.caPath, 'utf8');
+  const users = [{ name: user, token }];
+  await writeKubeconfig({
+    path,
+    clusterName: 'standin',
+    server: cluster.server,
+    caPem,
+    users,
+    current: user,
+    namespace: 'default',
+  });
+  return path;
+}
 
 async function refusal(target: string): Promise<UserError> {
   try {
@@ -138,5 +170,57 @@ describe('webhook configuration targets', () => {
         'devop cannot take its requests',
     );
     expect(url.hint).toMatch(/clientConfig.service/);
+  });
+
+  it("checks a user's rights in the Service's namespace, not in -n, and puts the agent there", async () => {
+    // Given a user who may do everything in "hooks", the webhooks' Service's namespace, and read the configurations,
+    // but nothing in "default", the kubeconfig's namespace
+    const kubeconfig = await kubeconfigFor('hooks-dev', [
+      { verbs: ['*'], apiGroups: ['*'], resources: ['*'], namespaces: ['hooks'] },
+      {
+        verbs: ['get', 'list'],
+        apiGroups: ['admissionregistration.k8s.io'],
+        resources: ['validatingwebhookconfigurations'],
+      },
+    ]);
+    const target = 'validatingwebhookconfiguration/checks';
+    // When doctor checks that target
+    const doctor = new DevopRun(['doctor', '--kubeconfig', kubeconfig, '-t', target]);
+    await doctor.exited;
+    // Then every RBAC check is made in "hooks", and passes
+    const rbac = doctor.stdout.split('\n').filter((line) => / RBAC /.test(line));
+    expect(rbac.length, doctor.output).toBeGreaterThan(3);
+    for (const line of rbac) expect(line, doctor.output).toMatch(/^✓ RBAC .* in hooks: allowed/);
+    // When a session starts on it (this cluster has no node: the agent's pod never runs)
+    const exec = devopExec({ kubeconfigPath: kubeconfig }, ['-t', target, '--startup-timeout', '2'], ['true']);
+    const exit = await exec.exited;
+    expect(exit.code, exec.output).toBe(1);
+    expect(exec.stderr, exec.output).toMatch(/✓ resolve target .*: pod hooked-1 /);
+    // Then the preflight passed, and the agent's Job was made: this user may make one in "hooks" only. It never runs
+    // (this cluster has no node), and it is gone when devop gives up.
+    expect(exec.stderr, exec.output).toMatch(/✗ agent for pod hooked-1: the agent Job devop-agent-\S+ did not start /);
+    const batch = kc.makeApiClient(BatchV1Api);
+    for (const namespace of ['hooks', 'default'])
+      expect((await batch.listNamespacedJob({ namespace })).items.map((j) => j.metadata?.name)).toEqual([]);
+  });
+
+  it('a user who may not read the configuration is told so in one line naming no namespace (it is cluster-scoped)', async () => {
+    const kubeconfig = await kubeconfigFor('no-hooks', [
+      { verbs: ['*'], apiGroups: ['*'], resources: ['*'], namespaces: ['hooks'] },
+    ]);
+    const denied = new KubeConfig();
+    denied.loadFromFile(kubeconfig);
+    const err = await resolveTarget(denied, {
+      target: 'validatingwebhookconfiguration/checks',
+      namespace: 'default',
+    }).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(err).toBeInstanceOf(UserError);
+    expect((err as UserError).message).toBe(
+      'forbidden: cannot get validatingwebhookconfigurations.admissionregistration.k8s.io (needed to find the target ' +
+        'checks)',
+    );
   });
 });
