@@ -3,7 +3,7 @@
 // `devop exec -t deploy/echo --steal -- node <a tiny local server>`, send a request to the pod's IP and show that the
 // local server answered it, then stop everything.
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ROOT, DevopRun, deployEcho, startE2ECluster, startPodClient, waitFor } from '../test/e2e/harness.js';
@@ -29,6 +29,7 @@ async function main(): Promise<void> {
   const env = await startE2ECluster();
   let run: DevopRun | undefined;
   let podClient: { close(): void } | undefined;
+  let dir: string | undefined;
   try {
     console.log(`kubeconfig: ${env.cluster.kubeconfigPath}`);
     say('deploying deploy/echo (an HTTP echo server on port 8080)');
@@ -41,7 +42,7 @@ async function main(): Promise<void> {
       `curl http://${echo.podIP}:8080/hello → ${(await client.get(echo.podIP, 8080, '/hello')).body.slice(0, 120)}…`,
     );
 
-    const dir = mkdtempSync(join(tmpdir(), 'devop-demo-'));
+    dir = mkdtempSync(join(tmpdir(), 'devop-demo-'));
     const app = join(dir, 'server.mjs');
     writeFileSync(app, LOCAL_APP);
     const command = [
@@ -80,6 +81,7 @@ async function main(): Promise<void> {
   } finally {
     podClient?.close();
     await run?.dispose();
+    if (dir) rmSync(dir, { recursive: true, force: true });
     say('stopping the stand-in');
     await env.cluster.stop();
   }

@@ -1,9 +1,9 @@
 // Loading the kubeconfig: the files kubectl would read, and one clear line when there is none, no current context, or
 // an unknown --context (client-node alone would fall back to http://localhost:8080).
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import { loadKubeConfig } from './config.js';
 
 function kubeconfig(
@@ -33,6 +33,7 @@ function kubeconfig(
 
 describe('kubeconfig loading', () => {
   const dir = mkdtempSync(join(tmpdir(), 'devop-kc-'));
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
   it('fails in one line when no kubeconfig exists', () => {
     expect(() => loadKubeConfig({ processEnv: { HOME: dir } })).toThrow(

@@ -1,5 +1,5 @@
 // The local command's env: pod env filtered by globs, local-only keys kept local, overrides and dotenv parsing.
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -66,16 +66,20 @@ describe('child env', () => {
   it('parses dotenv files: comments, export, quotes and escapes', async () => {
     // Given a dotenv file in a temp dir
     const dir = mkdtempSync(join(tmpdir(), 'devop-env-'));
-    const file = join(dir, '.env');
-    writeFileSync(
-      file,
-      ['# comment', '', 'export A=1', 'B = two words # trailing', 'C="line\\nnext"', "D='$literal \\n'", 'E='].join(
-        '\n',
-      ),
-    );
-    // When it is read
-    // Then every form is understood
-    expect(await readEnvFile(file)).toEqual({ A: '1', B: 'two words', C: 'line\nnext', D: '$literal \\n', E: '' });
+    try {
+      const file = join(dir, '.env');
+      writeFileSync(
+        file,
+        ['# comment', '', 'export A=1', 'B = two words # trailing', 'C="line\\nnext"', "D='$literal \\n'", 'E='].join(
+          '\n',
+        ),
+      );
+      // When it is read
+      // Then every form is understood
+      expect(await readEnvFile(file)).toEqual({ A: '1', B: 'two words', C: 'line\nnext', D: '$literal \\n', E: '' });
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it('names the bad line of a dotenv file and a missing file', async () => {

@@ -10,6 +10,7 @@ import { requireRoot } from '../helpers/root.js';
 import { startCluster } from './index.js';
 import { ctr, ensureContainerd, INSTANCE_LABEL } from './kubelet/containerd.js';
 import { linkTag } from './kubelet/network.js';
+import { clusterDirs } from './kubelet/stale.js';
 import { execOutput, isReady, pidsOfContainer, waitForPod, waitUntil } from './kubelet/testing.js';
 
 requireRoot('stand-in hygiene');
@@ -106,6 +107,7 @@ async function footprint(instance: string): Promise<Footprint> {
       `/run/devop-kubelet/${instance}`,
       `/var/lib/devop-kubelet/${instance}`,
       `/run/devop-standin/${instance}`,
+      ...clusterDirs(instance),
     ].filter((d) => existsSync(d)),
   };
 }
@@ -213,7 +215,7 @@ describe('stand-in hygiene', () => {
       expect(during.cgroups.filter((c) => c.startsWith('/sys/fs/cgroup/memory/')).length).toBe(5);
       expect(during.iptables.length).toBeGreaterThan(0);
       expect(during.etcNetns.length).toBe(2);
-      expect(during.stateDirs.length).toBe(3);
+      expect(during.stateDirs.length).toBe(4);
       expect(containerPids.length).toBeGreaterThanOrEqual(4);
       // … and after stop nothing of it is left
       expect(await footprint(instance)).toEqual(NOTHING);

@@ -1,6 +1,6 @@
 // `devop exec` end to end: devop.json (flags win), rollout/ targets (Argo Rollouts CRD), targetless sessions, and what
 // is left in the cluster after the last session (nothing running; finished agent Jobs removed by their TTL).
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ApiextensionsV1Api, BatchV1Api, CustomObjectsApi } from '@kubernetes/client-node';
@@ -27,6 +27,13 @@ describe('devop exec: config, targets, cleanup', () => {
     runs.push(run);
     return run;
   };
+  /** Project directories the runs work in: removed in afterAll, once every run has ended. */
+  const dirs: string[] = [];
+  const tempDir = (): string => {
+    const dir = mkdtempSync(join(tmpdir(), 'devop-e2e-config-'));
+    dirs.push(dir);
+    return dir;
+  };
   let echo: EchoDeployment;
 
   beforeAll(async () => {
@@ -37,12 +44,13 @@ describe('devop exec: config, targets, cleanup', () => {
 
   afterAll(async () => {
     await Promise.all(runs.map((r) => r.dispose()));
+    for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
     await cluster?.stop();
   });
 
   it('reads ./devop.json (target, env exclude/override, agent TTL), and flags win over it', async () => {
     // Given a project directory with a devop.json and a dotenv file
-    const dir = mkdtempSync(join(tmpdir(), 'devop-e2e-config-'));
+    const dir = tempDir();
     writeFileSync(
       join(dir, 'devop.json'),
       JSON.stringify({
@@ -87,7 +95,7 @@ describe('devop exec: config, targets, cleanup', () => {
   });
 
   it('names a bad devop.json key with the accepted values', async () => {
-    const dir = mkdtempSync(join(tmpdir(), 'devop-e2e-config-'));
+    const dir = tempDir();
     writeFileSync(join(dir, 'devop.json'), JSON.stringify({ incoming: { mode: 'borrow' } }));
     const run = track(
       new DevopRun(

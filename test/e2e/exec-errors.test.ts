@@ -1,7 +1,7 @@
 // `devop exec` and `devop ls` end to end: exit codes and signals pass through, and every user-facing failure is one
 // line naming the problem and its fix (`devop: … — fix: …`) — no kubeconfig/context, missing namespace/target, no Ready
 // pod, RBAC denial, agent protocol mismatch, local command not found.
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -28,6 +28,13 @@ describe('devop exec: exit codes and errors', () => {
     runs.push(run);
     return run;
   };
+  /** Local directories the runs use: removed in afterAll, once every run has ended. */
+  const dirs: string[] = [];
+  const tempDir = (prefix: string): string => {
+    const dir = mkdtempSync(join(tmpdir(), prefix));
+    dirs.push(dir);
+    return dir;
+  };
 
   beforeAll(async () => {
     env = await startE2ETarget('e2e-errors');
@@ -37,6 +44,7 @@ describe('devop exec: exit codes and errors', () => {
 
   afterAll(async () => {
     await Promise.all(runs.map((r) => r.dispose()));
+    for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
     await cluster?.stop();
   });
 
@@ -82,7 +90,7 @@ describe('devop exec: exit codes and errors', () => {
       contexts: { name: string }[];
     };
     delete doc['current-context'];
-    const path = join(mkdtempSync(join(tmpdir(), 'devop-e2e-')), 'config');
+    const path = join(tempDir('devop-e2e-'), 'config');
     writeFileSync(path, stringify(doc));
     const run = track(devopExec(cluster, ['-t', 'deploy/echo'], ['true'], { kubeconfig: path }));
     expect((await run.exited).code).toBe(1);

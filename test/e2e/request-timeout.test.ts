@@ -1,7 +1,7 @@
 // The built `devop` against an API server that completes the TLS handshake and never answers: exec, ls and doctor each
 // give up after --request-timeout with one line naming the server, what devop was doing and the fix, and exit 1.
 import { spawn } from 'node:child_process';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -21,8 +21,10 @@ interface Run {
 
 function devop(args: string[], options: { env?: NodeJS.ProcessEnv; cwd?: string } = {}): Promise<Run> {
   const started = Date.now();
+  // An empty directory of its own unless the test gives one (so no devop.json is found); removed once devop has ended.
+  const ownCwd = options.cwd === undefined ? mkdtempSync(join(tmpdir(), 'devop-timeout-cwd-')) : undefined;
   const child = spawn(process.execPath, [join(ROOT, 'bin', 'devop.js'), ...args], {
-    cwd: options.cwd ?? mkdtempSync(join(tmpdir(), 'devop-timeout-cwd-')),
+    cwd: options.cwd ?? ownCwd,
     env: { ...process.env, CI: '1', ...options.env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
@@ -34,6 +36,7 @@ function devop(args: string[], options: { env?: NodeJS.ProcessEnv; cwd?: string 
   return new Promise((resolve) =>
     child.once('close', (code) => {
       clearTimeout(killer);
+      if (ownCwd) rmSync(ownCwd, { recursive: true, force: true });
       resolve({ code, ms: Date.now() - started, stdout, stderr });
     }),
   );
@@ -100,12 +103,16 @@ describe('devop against an API server that does not answer', () => {
 
   it('devop exec takes the timeout from devop.json, the flag winning', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'devop-timeout-config-'));
-    writeFileSync(join(dir, 'devop.json'), JSON.stringify({ requestTimeout: '1500ms' }));
-    const base = ['exec', '-t', 'deploy/echo', '--kubeconfig', api.kubeconfigPath, '--output', 'plain'];
-    const fromConfig = await devop([...base, '--', 'true'], { cwd: dir });
-    expect(fromConfig.stderr).toContain('did not answer within 1.5 s');
-    const fromFlag = await devop([...base, '--request-timeout', '1', '--', 'true'], { cwd: dir });
-    expect(fromFlag.stderr).toContain('did not answer within 1 s');
+    try {
+      writeFileSync(join(dir, 'devop.json'), JSON.stringify({ requestTimeout: '1500ms' }));
+      const base = ['exec', '-t', 'deploy/echo', '--kubeconfig', api.kubeconfigPath, '--output', 'plain'];
+      const fromConfig = await devop([...base, '--', 'true'], { cwd: dir });
+      expect(fromConfig.stderr).toContain('did not answer within 1.5 s');
+      const fromFlag = await devop([...base, '--request-timeout', '1', '--', 'true'], { cwd: dir });
+      expect(fromFlag.stderr).toContain('did not answer within 1 s');
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it('says in one line when --request-timeout is not a duration', async () => {

@@ -1,7 +1,7 @@
 // API servers that do not answer, on loopback with a throwaway CA: a TLS server that completes the handshake and then
 // never says a word, and an HTTPS server whose routes a test chooses (answer, stall, or send headers and go quiet).
 // Each comes with a kubeconfig pointing at it.
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer as createHttpsServer, type Server as HttpsServer } from 'node:https';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
@@ -47,9 +47,11 @@ function writeKubeconfig(dir: string, url: string, caPem: string): string {
   return path;
 }
 
+/** Counts the server's connections; `close` ends them, stops the server and removes `dir` (its CA and kubeconfig). */
 function tracked(
   server: TlsServer | HttpsServer,
   event: 'secureConnection' | 'connection',
+  dir: string,
 ): {
   count: () => number;
   close: () => Promise<void>;
@@ -67,7 +69,10 @@ function tracked(
     close: () =>
       new Promise<void>((resolve) => {
         for (const socket of sockets) socket.destroy();
-        server.close(() => resolve());
+        server.close(() => {
+          rmSync(dir, { recursive: true, force: true });
+          resolve();
+        });
       }),
   };
 }
@@ -83,7 +88,7 @@ async function listen(server: TlsServer | HttpsServer): Promise<string> {
 export async function startStalledApiServer(): Promise<FakeApiServer> {
   const { dir, pki } = await certs();
   const server = createTlsServer({ key: pki.keyPem, cert: pki.certPem });
-  const track = tracked(server, 'secureConnection');
+  const track = tracked(server, 'secureConnection', dir);
   const url = await listen(server);
   return { url, kubeconfigPath: writeKubeconfig(dir, url, pki.caPem), connections: track.count, close: track.close };
 }
@@ -94,7 +99,7 @@ export type Route = (req: IncomingMessage, res: ServerResponse) => void;
 export async function startRoutedApiServer(route: Route): Promise<FakeApiServer> {
   const { dir, pki } = await certs();
   const server = createHttpsServer({ key: pki.keyPem, cert: pki.certPem }, route);
-  const track = tracked(server, 'secureConnection');
+  const track = tracked(server, 'secureConnection', dir);
   const url = await listen(server);
   return { url, kubeconfigPath: writeKubeconfig(dir, url, pki.caPem), connections: track.count, close: track.close };
 }

@@ -1,7 +1,8 @@
 // Clean-up of stand-in nodes whose process died without stop() (a killed test run): everything named after their
 // instance — containers, tasks, snapshots and cgroups in containerd, netns, links, iptables chains, /etc/netns files,
-// state — is removed.
+// state, its certificates' and kubeconfigs' directory — is removed.
 import { existsSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { removeInstanceContainers } from './containerd.js';
 import { run, runQuiet } from './host.js';
@@ -26,6 +27,14 @@ export async function removeInstanceLeftovers(instance: string): Promise<void> {
   await removeInstanceChains(tag);
   rmSync(join('/run/devop-kubelet', instance), { recursive: true, force: true });
   rmSync(join('/var/lib/devop-kubelet', instance), { recursive: true, force: true });
+  for (const dir of clusterDirs(instance)) rmSync(dir, { recursive: true, force: true });
+}
+
+/** The directories a cluster makes for its certificates and kubeconfigs (test/cluster/index.ts: mkdtemp). */
+export function clusterDirs(instance: string): string[] {
+  return readdirSync(tmpdir())
+    .filter((name) => name.startsWith(`devop-cluster-${instance}-`))
+    .map((name) => join(tmpdir(), name));
 }
 
 /** Finds subnet reservations whose owner process is gone and removes their instance's leftovers and the reservation. */
