@@ -28,6 +28,11 @@ interface Pending {
   expect: Set<MemberLink>;
   answers: Answer[];
   port: number;
+  /**
+   * A subscribe waits for one agent's answer even when every tunnel is down (a reconnect): the next tunnel's answer to
+   * its replay settles it, so no "subscribed" is made up before an agent holds the port. Cleared by the merge timeout.
+   */
+  needsAnswer: boolean;
 }
 
 /** How long a merged request waits for the slowest pod before answering with what it has. */
@@ -92,6 +97,8 @@ export class SessionMux extends EventEmitter implements SessionTunnel {
       if (!this.subscriptions.has(port)) link.mux.send({ type: 'unsubscribe', id, port });
     }
     for (const sub of this.subscriptions.values()) link.mux.send(sub);
+    // A subscribe that the tunnels before this one left unanswered waits for this one's answer to the replay.
+    for (const p of this.pending.values()) if (this.awaitsReplay(p)) p.expect.add(link);
     for (const [key, paused] of this.paused) {
       if (paused) link.mux.send(key === 'all' ? { type: 'pause' } : { type: 'pause', port: key });
     }
@@ -187,21 +194,31 @@ export class SessionMux extends EventEmitter implements SessionTunnel {
   /** Sends a request to every tunnel and answers once with the merged result (a refusal or error wins). */
   private broadcast(msg: ClientMessage, id: string, port: number, accepts: Pending['accepts']): void {
     const live = [...this.members].filter((m) => !m.mux.closed);
-    const pending: Pending = { id, port, accepts, expect: new Set(live), answers: [] };
+    const needsAnswer = accepts.includes('subscribed');
+    const pending: Pending = { id, port, accepts, expect: new Set(live), answers: [], needsAnswer };
     this.pending.set(id, pending);
     const timer = setTimeout(() => {
       pending.expect.clear();
+      pending.needsAnswer = false;
       this.settle(pending);
     }, MERGE_TIMEOUT_MS);
     timer.unref();
     for (const m of live) m.mux.send(msg);
-    // No tunnel up (reconnecting): the request is recorded and replayed when one attaches; answer now.
+    // No tunnel up (reconnecting): the request is recorded and replayed when one attaches; an unsubscribe is answered
+    // now, a subscribe by that tunnel.
     this.settle(pending);
     if (!this.pending.has(id)) clearTimeout(timer);
   }
 
+  /** A subscribe still in force that no agent answered and no tunnel up is asked: the next tunnel's replay will be. */
+  private awaitsReplay(p: Pending): boolean {
+    return (
+      p.needsAnswer && p.answers.length === 0 && p.expect.size === 0 && this.subscriptions.get(p.port)?.id === p.id
+    );
+  }
+
   private settle(p: Pending): void {
-    if (p.expect.size > 0 || !this.pending.has(p.id)) return;
+    if (p.expect.size > 0 || !this.pending.has(p.id) || this.awaitsReplay(p)) return;
     this.pending.delete(p.id);
     const bad = p.answers.find((a) => a.type === 'refused' || a.type === 'error');
     const first = p.answers[0];

@@ -231,6 +231,36 @@ describe('SessionMux', () => {
     expect(await pending).toMatchObject({ type: 'subscribed', id: 's1' });
     mux.end();
   });
+
+  it('answers a subscribe only once an agent holds the port, even when its tunnel is lost before the answer', async () => {
+    // Given a subscribe sent on the session's only tunnel, whose agent does not answer
+    const silent = await fakeAgent('pod-a', () => ({ type: 'log', level: 'info', message: 'no answer' }));
+    const mux = new SessionMux(recorder());
+    mux.attach(silent.link);
+    let answer: AgentMessage | undefined;
+    const pending = request(mux, steal('s1')).then((m) => (answer = m));
+    await until(() => silent.seen.length === 1);
+    // When that tunnel is lost (the supervisor reconnects)
+    mux.detach(silent.link);
+    await new Promise((r) => setTimeout(r, 100));
+    // Then the subscribe is not answered: no agent holds the port, so "stealing" would not be true yet
+    expect(answer).toBeUndefined();
+    // When the new tunnel attaches, it gets the subscription again, and its agent's answer is the answer
+    const back = await fakeAgent('pod-a');
+    mux.attach(back.link);
+    expect(await pending).toEqual({ type: 'subscribed', id: 's1', port: 8080, mode: 'steal' });
+    expect(back.seen.map((m) => m.type)).toEqual(['subscribe']);
+    // And a subscribe sent while no tunnel is up waits the same way
+    mux.detach(back.link);
+    let second: AgentMessage | undefined;
+    const waiting = request(mux, steal('s2', 8081)).then((m) => (second = m));
+    await new Promise((r) => setTimeout(r, 100));
+    expect(second).toBeUndefined();
+    const third = await fakeAgent('pod-a');
+    mux.attach(third.link);
+    expect(await waiting).toEqual({ type: 'subscribed', id: 's2', port: 8081, mode: 'steal' });
+    mux.end();
+  });
 });
 
 describe('watchLiveness', () => {

@@ -56,7 +56,7 @@ describe('devop exec: traffic', () => {
     );
     await run.ready();
     // Then the local server answers requests sent to the pod
-    expect(await client.who(echo.podIP, 8080, '/stolen')).toBe('local');
+    expect(await client.who(echo.podIP, 8080, '/stolen'), run.output).toBe('local');
     expect(seenRequests(run).map((r) => r.path)).toContain('/stolen');
     expect(run.stderr).toMatch(/resolve target deploy\/echo: pod echo-\S+ \(its only pod\)/);
     // When devop stops (SIGTERM: forwarded to the local server, which exits 0)
@@ -80,7 +80,7 @@ describe('devop exec: traffic', () => {
       }),
     );
     await run.ready();
-    expect(await client.who(echo.podIP, 8080)).toBe('local');
+    expect(await client.who(echo.podIP, 8080), run.output).toBe('local');
     expect(await whoAnswers(echo.podIP, 8080, '/from-node')).toBe(echo.podName);
     await run.stop();
   });
@@ -115,7 +115,7 @@ describe('devop exec: traffic', () => {
       ),
     );
     await run.ready();
-    expect(await client.who(echo.podIP, 8080, '/a', { 'x-user': 'alice' })).toBe('local');
+    expect(await client.who(echo.podIP, 8080, '/a', { 'x-user': 'alice' }), run.output).toBe('local');
     expect(await client.who(echo.podIP, 8080, '/b', { 'x-user': 'bob' })).toBe(echo.podName);
     expect(await client.who(echo.podIP, 8080, '/c')).toBe(echo.podName);
     expect(seenRequests(run).map((r) => r.path)).toEqual(['/a']);
@@ -145,8 +145,8 @@ describe('devop exec: traffic', () => {
     await bob.ready();
     // Then the second session reused the first one's agent, and each gets its own requests
     expect(bob.stderr).toMatch(/reused Job devop-agent-/);
-    expect(await client.who(echo.podIP, 8080, '/for-alice', { 'x-user': 'alice' })).toBe('local');
-    expect(await client.who(echo.podIP, 8080, '/for-bob', { 'x-user': 'bob' })).toBe('local');
+    expect(await client.who(echo.podIP, 8080, '/for-alice', { 'x-user': 'alice' }), alice.output).toBe('local');
+    expect(await client.who(echo.podIP, 8080, '/for-bob', { 'x-user': 'bob' }), bob.output).toBe('local');
     expect(seenRequests(alice).map((r) => r.path)).toEqual(['/for-alice']);
     expect(seenRequests(bob).map((r) => r.path)).toEqual(['/for-bob']);
     // When a third session asks for the whole port
@@ -176,7 +176,7 @@ describe('devop exec: traffic', () => {
       }),
     );
     await run.ready();
-    expect(await client.who(echo.podIP, 8080)).toBe('local');
+    expect(await client.who(echo.podIP, 8080), run.output).toBe('local');
     // When the CLI is killed without a chance to clean up
     const killedAt = Date.now();
     run.child.kill('SIGKILL');
