@@ -1,5 +1,6 @@
-// `devop ls`: what can be targeted in a namespace — deployments, statefulsets and pods — with ready counts and ports.
-import type { V1Container, V1PodSpec } from '@kubernetes/client-node';
+// `devop ls`: what can be targeted in a namespace — deployments, statefulsets, pods, and the APIServices and webhook
+// configurations its Services serve — with ready counts and ports.
+import type { V1Container, V1Pod, V1PodSpec } from '@kubernetes/client-node';
 import { loadKubeConfig, type KubeAccessOptions } from '../kube/config.js';
 import { isPodReady } from '../kube/target.js';
 import { listWorkloads } from '../kube/workloads.js';
@@ -11,7 +12,7 @@ export interface LsOptions extends KubeAccessOptions {
 export interface LsEntry {
   /** What to pass to -t, e.g. deploy/echo. */
   target: string;
-  kind: 'deployment' | 'statefulset' | 'pod';
+  kind: 'deployment' | 'statefulset' | 'pod' | 'apiservice' | 'webhook';
   name: string;
   ready: number;
   total: number;
@@ -34,11 +35,28 @@ function names(spec: V1PodSpec | undefined): string[] {
   return (spec?.containers ?? []).map((c) => c.name);
 }
 
+/** The pods a Service selects (none without a selector: devop cannot find them either). */
+function selected(pods: V1Pod[], selector: Record<string, string> | undefined): V1Pod[] {
+  if (!selector || Object.keys(selector).length === 0) return [];
+  return pods.filter((p) => Object.entries(selector).every(([k, v]) => p.metadata?.labels?.[k] === v));
+}
+
+/** The pod port a Service port leads to: its targetPort, a name looked up in the pods' containers. */
+function targetPortOf(targetPort: number | string | undefined, port: number, pods: V1Pod[]): number[] {
+  if (targetPort === undefined) return [port];
+  if (typeof targetPort === 'number') return [targetPort];
+  const named = pods
+    .flatMap((p) => p.spec?.containers ?? [])
+    .flatMap((c) => c.ports ?? [])
+    .find((p) => p.name === targetPort);
+  return named ? [named.containerPort] : [];
+}
+
 /** Lists the namespace's targets; statefulsets are skipped when the cluster does not serve them. */
 export async function listTargets(options: LsOptions): Promise<LsResult> {
   const loaded = loadKubeConfig(options);
   const namespace = options.namespace ?? loaded.namespace;
-  const { deployments, statefulsets, pods } = await listWorkloads(loaded.kc, namespace);
+  const { deployments, statefulsets, pods, extensions } = await listWorkloads(loaded.kc, namespace);
   const targets: LsEntry[] = [];
   for (const d of deployments) {
     const name = d.metadata?.name ?? '';
@@ -79,12 +97,28 @@ export async function listTargets(options: LsOptions): Promise<LsResult> {
       containers: names(p.spec),
     });
   }
+  for (const e of extensions) {
+    // What a session takes over: every pod behind the Service, on the port the API server calls.
+    const behind = selected(pods, e.service.spec?.selector);
+    const port = e.service.spec?.ports?.find((p) => p.port === e.servicePort);
+    const spec = behind[0]?.spec;
+    targets.push({
+      target: e.target,
+      kind: e.kind,
+      name: e.target.slice(e.target.indexOf('/') + 1),
+      ready: behind.filter(isPodReady).length,
+      total: behind.length,
+      ports: port ? targetPortOf(port.targetPort, port.port, behind) : [],
+      containers: names(spec),
+    });
+  }
   return { namespace, targets };
 }
 
 /** A plain table: TARGET READY PORTS CONTAINERS. */
 export function formatLsTable(result: LsResult): string {
-  if (result.targets.length === 0) return `no deployments, statefulsets or pods in namespace ${result.namespace}\n`;
+  if (result.targets.length === 0)
+    return `no deployments, statefulsets, pods, APIServices or webhooks in namespace ${result.namespace}\n`;
   const rows = [
     ['TARGET', 'READY', 'PORTS', 'CONTAINERS'],
     ...result.targets.map((t) => [t.target, `${t.ready}/${t.total}`, t.ports.join(',') || '-', t.containers.join(',')]),

@@ -6,6 +6,7 @@ import { afterAll, beforeAll, describe, expect } from 'vitest';
 import { isUserError } from '../../shared/errors.js';
 import { followAvailable } from '../../cli/kube/apiservice-status.js';
 import { resolveTarget } from '../../cli/kube/target.js';
+import { listTargets } from '../../cli/services/ls.js';
 import { startCluster, type ClusterHandle } from '../cluster/index.js';
 import { externalTarget, standinOnly } from '../helpers/target-cluster.js';
 
@@ -144,6 +145,21 @@ describe('apiservice/ targets', () => {
       'service farm/other-port has no port 443, which apiservice "v1.port.example.com" uses',
     );
     expect((await failure('apiservice/v1.hand.example.com')).message).toContain('has no selector');
+  });
+
+  it('devop ls lists the APIServices its Services serve, with the pods behind them and the port they are called on', async () => {
+    // (the APIServices of the tests above: one on a named port, one whose Service lacks the port, one without a
+    // selector, one whose Service is missing, one served by the API server)
+    const { targets } = await listTargets({ kubeconfig: cluster.kubeconfigPath, namespace: 'farm' });
+    const listed = targets.filter((t) => t.kind === 'apiservice');
+    expect(listed.map((t) => [t.target, `${t.ready}/${t.total}`, t.ports, t.containers]).sort()).toEqual(
+      [
+        ['apiservice/v1alpha.farm.example.com', '1/1', [8443], ['api']],
+        ['apiservice/v1.port.example.com', '0/0', [], []],
+        ['apiservice/v1.hand.example.com', '0/0', [443], []],
+      ].sort(),
+    );
+    expect((await listTargets({ kubeconfig: cluster.kubeconfigPath, namespace: 'default' })).targets).toEqual([]);
   });
 
   it('a change of the Available condition during the session is reported', async () => {

@@ -223,4 +223,30 @@ describe('webhook configuration targets', () => {
         'checks)',
     );
   });
+
+  it("devop ls lists a webhook configuration in its Service's namespace; a user who may not list it gets the rest", async () => {
+    // When the webhooks' Service's namespace is listed
+    const table = new DevopRun(['ls', '--kubeconfig', cluster.kubeconfigPath, '-n', 'hooks']);
+    expect((await table.exited).code, table.output).toBe(0);
+    // Then the configuration is a target, with the pods behind the Service, the port the webhooks call, the containers
+    expect(table.stdout, table.output).toMatch(
+      /^validatingwebhookconfiguration\/checks\s+1\/1\s+8443\s+sidecar,server$/m,
+    );
+    expect(table.stdout).toMatch(/^pod\/hooked-1\s+/m);
+    // And the one that calls a URL is not (no Service of this namespace serves it), nor is any in another namespace
+    expect(table.stdout).not.toMatch(/by-url/);
+    const elsewhere = new DevopRun(['ls', '--kubeconfig', cluster.kubeconfigPath, '-n', 'default']);
+    expect((await elsewhere.exited).code, elsewhere.output).toBe(0);
+    expect(elsewhere.stdout).not.toMatch(/webhookconfiguration/);
+    // When a user who may not list webhook configurations (cluster-scoped) lists the namespace
+    const kubeconfig = await kubeconfigFor('hooks-only', [
+      { verbs: ['*'], apiGroups: ['*'], resources: ['*'], namespaces: ['hooks'] },
+    ]);
+    const limited = new DevopRun(['ls', '--kubeconfig', kubeconfig, '-n', 'hooks']);
+    // Then the namespace's own targets are listed, without an error
+    expect((await limited.exited).code, limited.output).toBe(0);
+    expect(limited.stdout).toMatch(/^pod\/hooked-1\s+/m);
+    expect(limited.stdout).not.toMatch(/webhookconfiguration/);
+    expect(limited.stderr).toBe('');
+  });
 });
