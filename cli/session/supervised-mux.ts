@@ -30,13 +30,18 @@ interface Pending {
   port: number;
   /**
    * A subscribe waits for one agent's answer even when every tunnel is down (a reconnect): the next tunnel's answer to
-   * its replay settles it, so no "subscribed" is made up before an agent holds the port. Cleared by the merge timeout.
+   * its replay settles it, so no "subscribed" is made up before an agent holds the port. Cleared after REPLAY_WAIT_MS.
    */
   needsAnswer: boolean;
 }
 
 /** How long a merged request waits for the slowest pod before answering with what it has. */
 const MERGE_TIMEOUT_MS = 15_000;
+/**
+ * How long a subscribe waits for a tunnel to come back before it is answered as recorded (replayed when one does):
+ * beyond most reconnects, within the caller's own wait for the answer (AGENT_REQUEST_TIMEOUT_MS).
+ */
+const REPLAY_WAIT_MS = 10_000;
 
 export interface SessionMux {
   on(event: 'message', listener: (msg: AgentMessage) => void): this;
@@ -199,15 +204,22 @@ export class SessionMux extends EventEmitter implements SessionTunnel {
     this.pending.set(id, pending);
     const timer = setTimeout(() => {
       pending.expect.clear();
-      pending.needsAnswer = false;
       this.settle(pending);
     }, MERGE_TIMEOUT_MS);
     timer.unref();
+    const replayWait = setTimeout(() => {
+      pending.needsAnswer = false;
+      this.settle(pending);
+    }, REPLAY_WAIT_MS);
+    replayWait.unref();
     for (const m of live) m.mux.send(msg);
     // No tunnel up (reconnecting): the request is recorded and replayed when one attaches; an unsubscribe is answered
     // now, a subscribe by that tunnel.
     this.settle(pending);
-    if (!this.pending.has(id)) clearTimeout(timer);
+    if (!this.pending.has(id)) {
+      clearTimeout(timer);
+      clearTimeout(replayWait);
+    }
   }
 
   /** A subscribe still in force that no agent answered and no tunnel up is asked: the next tunnel's replay will be. */

@@ -2,7 +2,7 @@
 // — merged answers across tunnels, the steal-lock gate, replay of subscriptions on a (re)attached tunnel, pod-named
 // events.
 import { createServer, connect, type Server } from 'node:net';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { createAgentMux, createClientMux, type AgentMux } from '../../shared/mux.js';
 import type { AgentMessage, ClientMessage } from '../../shared/protocol.js';
 import type { ReportEvent, Reporter } from '../reporter.js';
@@ -260,6 +260,23 @@ describe('SessionMux', () => {
     mux.attach(third.link);
     expect(await waiting).toEqual({ type: 'subscribed', id: 's2', port: 8081, mode: 'steal' });
     mux.end();
+  });
+
+  it('a subscribe made while no tunnel comes back is answered as recorded after 10 s (replayed when one does)', async () => {
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] });
+    try {
+      const mux = new SessionMux(recorder());
+      let answer: AgentMessage | undefined;
+      void request(mux, steal('s1')).then((m) => (answer = m));
+      await vi.advanceTimersByTimeAsync(9_900);
+      expect(answer).toBeUndefined();
+      await vi.advanceTimersByTimeAsync(200);
+      expect(answer).toEqual({ type: 'subscribed', id: 's1', port: 8080, mode: 'steal' });
+      expect(mux.sentSubscriptions()).toEqual(new Map([[8080, 's1']]));
+      mux.end();
+    } finally {
+      vi.useRealTimers();
+    }
   });
 });
 
