@@ -8,7 +8,9 @@ export const common = {
   logLevel: 'warning',
   // jsonc-parser's main entry is a UMD module whose require() calls esbuild cannot follow (the bundle would look for
   // ./impl/*.js beside dist/cli.js): bundle its ES module build instead.
-  alias: { 'jsonc-parser': 'jsonc-parser/lib/esm/main.js' },
+  // The kube client's fetch (node-fetch 2 → whatwg-url → tr46) requires Node's punycode module, which Node 22 and
+  // later deprecate with a warning on every run: bundle the userland package Node's own module was copied from.
+  alias: { 'jsonc-parser': 'jsonc-parser/lib/esm/main.js', punycode: 'punycode/punycode.js' },
 };
 // ESM bundles that contain CommonJS dependencies need a require() of their own.
 export const banner = {

@@ -1,7 +1,7 @@
 // Usage errors are one line (the problem, commander's suggestion, the help to read), and `devop exec --help` lists the
 // target and mode first, then the other options by group.
 import { describe, expect, it } from 'vitest';
-import { runCli } from './helpers/cli.js';
+import { DEVOP_BIN, runCli, runNode } from './helpers/cli.js';
 
 describe('devop usage errors and help', () => {
   it('a mistyped option is one line with the suggestion and where to look', async () => {
@@ -12,6 +12,15 @@ describe('devop usage errors and help', () => {
     expect(result.stdout).toBe('');
     expect(result.stderr).toBe(
       "devop: unknown option '--stael' (did you mean --steal?) — fix: see `devop exec --help`\n",
+    );
+  });
+
+  it('a command that loads the kube client prints no Node deprecation warning (punycode, DEP0040 from Node 22)', async () => {
+    // --pending-deprecation makes this Node print what Node 22 and later print by default
+    const result = await runNode(['--pending-deprecation', DEVOP_BIN, 'ls', '--kubeconfig', '/nonexistent/kubeconfig']);
+    expect(result.code).toBe(1);
+    expect(result.stderr).toMatch(
+      /^devop: no kubeconfig found \(--kubeconfig: \/nonexistent\/kubeconfig\) — fix: .*\n$/,
     );
   });
 
