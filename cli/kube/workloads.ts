@@ -36,16 +36,20 @@ export interface Workloads {
 const DEFAULT_SERVICE_PORT = 443;
 
 /**
- * A cluster-scoped list for `devop ls`: many users may not list these, and a cluster may not serve the API. Either way
- * there is nothing to show; any other failure is one.
+ * A list that only adds extension targets to `devop ls`: a user who may not list these (cluster-scoped ones, for
+ * many), or a cluster that does not serve the API, leaves nothing to show; any other failure is one.
  */
-async function optionalList<T>(resource: string, list: () => Promise<{ items: T[] }>): Promise<T[]> {
+async function optionalList<T>(
+  resource: string,
+  list: () => Promise<{ items: T[] }>,
+  namespace?: string,
+): Promise<T[]> {
   try {
     return (await list()).items;
   } catch (err) {
     const code = apiErrorCode(err);
     if (code === 403 || code === 404) return [];
-    return apiCall({ action: `list ${resource}`, verb: 'list', resource }, () => Promise.reject(err));
+    return apiCall({ action: `list ${resource}`, verb: 'list', resource, namespace }, () => Promise.reject(err));
   }
 }
 
@@ -93,8 +97,8 @@ export async function listWorkloads(kc: KubeConfig, namespace: string): Promise<
       return apiCall(ctx('statefulsets.apps'), () => Promise.reject(err));
     }),
     apiCall(ctx('pods'), () => core.listNamespacedPod({ namespace })),
-    apiCall(ctx('services'), () => core.listNamespacedService({ namespace })).then((services) =>
-      listExtensions(kc, namespace, services.items),
+    optionalList('services', () => core.listNamespacedService({ namespace }), namespace).then((services) =>
+      services.length > 0 ? listExtensions(kc, namespace, services) : [],
     ),
   ]);
   return {

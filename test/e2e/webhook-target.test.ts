@@ -248,5 +248,17 @@ describe('webhook configuration targets', () => {
     expect(limited.stdout).toMatch(/^pod\/hooked-1\s+/m);
     expect(limited.stdout).not.toMatch(/webhookconfiguration/);
     expect(limited.stderr).toBe('');
+    // And one who may list the workloads and pods but not the Services gets them too
+    const noServices = await kubeconfigFor('no-services', [
+      {
+        verbs: ['list'],
+        apiGroups: ['', 'apps'],
+        resources: ['pods', 'deployments', 'statefulsets'],
+        namespaces: ['hooks'],
+      },
+    ]);
+    const workloads = new DevopRun(['ls', '--kubeconfig', noServices, '-n', 'hooks']);
+    expect((await workloads.exited).code, workloads.output).toBe(0);
+    expect(workloads.stdout).toMatch(/^pod\/hooked-1\s+/m);
   });
 });
