@@ -22,6 +22,27 @@ const CAPTURE_SOURCE = 'agent/native/capture.c';
  */
 const CAPTURE_CFLAGS = ['-O2', '-Wall', '-Werror', '-static'];
 
+/**
+ * The agent takes node:http and node:https through require(), not import. It runs in V8's lite mode, which has no
+ * WebAssembly, and from Node 22 the ES module view of node:http reads every export, the lazy WebSocket one too, which
+ * loads undici and compiles its WebAssembly parser: an agent importing node:http would die at start on Node 22+. The
+ * CommonJS view reads nothing until used (test/agent/bundle.test.ts).
+ */
+const httpByRequire = {
+  name: 'http-by-require',
+  setup(b) {
+    b.onResolve({ filter: /^node:https?$/ }, (args) =>
+      args.namespace === 'http-by-require'
+        ? { path: args.path, external: true }
+        : { path: args.path, namespace: 'http-by-require' },
+    );
+    b.onLoad({ filter: /.*/, namespace: 'http-by-require' }, (args) => ({
+      contents: `module.exports = require(${JSON.stringify(args.path)});`,
+      loader: 'js',
+    }));
+  },
+};
+
 const jobs = [];
 if (existsSync('cli/main.ts')) {
   jobs.push(
@@ -44,7 +65,8 @@ if (existsSync('cli/preload/outgoing.ts')) {
   jobs.push(build({ ...common, entryPoints: ['cli/preload/outgoing.ts'], outfile: 'dist/preload.js', banner }));
 }
 if (existsSync('agent/main.ts')) {
-  jobs.push(build({ ...common, entryPoints: ['agent/main.ts'], outfile: 'dist/agent.js', banner, minify: true }));
+  const agent = { entryPoints: ['agent/main.ts'], outfile: 'dist/agent.js', banner, minify: true };
+  jobs.push(build({ ...common, ...agent, plugins: [httpByRequire] }));
 }
 await Promise.all(jobs);
 if (existsSync(CAPTURE_SOURCE)) buildCapture();
