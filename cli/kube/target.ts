@@ -281,19 +281,30 @@ export async function resolveTarget(
 }
 
 /** The container and port number a Service's targetPort (a number, or a container port's name) means in a pod. */
+/**
+ * The pod's container and port a Service's targetPort names (a port name, or a number that a container declares);
+ * undefined when none does. The API may give a numeric targetPort as a string.
+ */
+export function declaredPort(
+  pod: V1Pod,
+  targetPort: number | string,
+): { container: V1Container; port: number } | undefined {
+  const wanted = typeof targetPort === 'string' && /^[0-9]+$/.test(targetPort) ? Number(targetPort) : targetPort;
+  for (const c of pod.spec?.containers ?? [])
+    for (const p of c.ports ?? [])
+      if (p.name === wanted || p.containerPort === wanted) return { container: c, port: p.containerPort };
+  return undefined;
+}
+
 function containerPort(
   pod: V1Pod,
   targetPort: number | string,
   ref: NamedTarget,
 ): { container: V1Container; port: number } {
-  // The API may give a numeric targetPort as a string.
-  if (typeof targetPort === 'string' && /^[0-9]+$/.test(targetPort)) targetPort = Number(targetPort);
-  const containers = pod.spec?.containers ?? [];
-  for (const c of containers)
-    for (const p of c.ports ?? [])
-      if (p.name === targetPort || p.containerPort === targetPort) return { container: c, port: p.containerPort };
-  if (typeof targetPort === 'number')
-    return { container: chooseContainer(pod, ref.container).container, port: targetPort };
+  const declared = declaredPort(pod, targetPort);
+  if (declared) return declared;
+  if (typeof targetPort === 'number' || /^[0-9]+$/.test(targetPort))
+    return { container: chooseContainer(pod, ref.container).container, port: Number(targetPort) };
   throw new UserError(
     `no container of pod ${pod.metadata?.name} has a port named "${targetPort}" (the Service's targetPort)`,
     'name the port in the pod template, or use a number as the Service targetPort',

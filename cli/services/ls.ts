@@ -2,7 +2,7 @@
 // configurations its Services serve — with ready counts and ports.
 import type { V1Container, V1Pod, V1PodSpec } from '@kubernetes/client-node';
 import { loadKubeConfig, type KubeAccessOptions } from '../kube/config.js';
-import { isPodReady } from '../kube/target.js';
+import { declaredPort, isPodReady } from '../kube/target.js';
 import { listWorkloads } from '../kube/workloads.js';
 
 export interface LsOptions extends KubeAccessOptions {
@@ -44,12 +44,9 @@ function selected(pods: V1Pod[], selector: Record<string, string> | undefined): 
 /** The pod port a Service port leads to: its targetPort, a name looked up in the pods' containers. */
 function targetPortOf(targetPort: number | string | undefined, port: number, pods: V1Pod[]): number[] {
   if (targetPort === undefined) return [port];
-  if (typeof targetPort === 'number') return [targetPort];
-  const named = pods
-    .flatMap((p) => p.spec?.containers ?? [])
-    .flatMap((c) => c.ports ?? [])
-    .find((p) => p.name === targetPort);
-  return named ? [named.containerPort] : [];
+  if (typeof targetPort === 'number' || /^[0-9]+$/.test(targetPort)) return [Number(targetPort)];
+  const declared = pods.map((p) => declaredPort(p, targetPort)).find(Boolean);
+  return declared ? [declared.port] : [];
 }
 
 /** Lists the namespace's targets; statefulsets are skipped when the cluster does not serve them. */
