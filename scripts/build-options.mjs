@@ -1,4 +1,6 @@
 // esbuild options shared by every bundle devop builds (scripts/build.mjs) and by the benchmark's bundled session.
+import { fileURLToPath } from 'node:url';
+
 export const common = {
   bundle: true,
   platform: 'node',
@@ -10,7 +12,12 @@ export const common = {
   // ./impl/*.js beside dist/cli.js): bundle its ES module build instead.
   // The kube client's fetch (node-fetch 2 → whatwg-url → tr46) requires Node's punycode module, which Node 22 and
   // later deprecate with a warning on every run: bundle the userland package Node's own module was copied from.
-  alias: { 'jsonc-parser': 'jsonc-parser/lib/esm/main.js', punycode: 'punycode/punycode.js' },
+  // node-fetch's and http-proxy's url.parse() prints a deprecation warning from Node 24 on: scripts/shims/url.cjs.
+  alias: {
+    'jsonc-parser': 'jsonc-parser/lib/esm/main.js',
+    punycode: 'punycode/punycode.js',
+    url: fileURLToPath(new URL('./shims/url.cjs', import.meta.url)),
+  },
 };
 // ESM bundles that contain CommonJS dependencies need a require() of their own.
 export const banner = {

@@ -1,5 +1,8 @@
 // Usage errors are one line (the problem, commander's suggestion, the help to read), and `devop exec --help` lists the
 // target and mode first, then the other options by group.
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { DEVOP_BIN, runCli, runNode } from './helpers/cli.js';
 
@@ -22,6 +25,32 @@ describe('devop usage errors and help', () => {
     expect(result.stderr).toMatch(
       /^devop: no kubeconfig found \(--kubeconfig: \/nonexistent\/kubeconfig\) — fix: .*\n$/,
     );
+  });
+
+  it('a request through the kube client prints no Node deprecation warning (url.parse, DEP0169 from Node 24)', async () => {
+    // Given an API server that refuses connections (nothing listens on port 1)
+    const dir = mkdtempSync(join(tmpdir(), 'devop-usage-'));
+    try {
+      const kubeconfig = join(dir, 'kubeconfig');
+      writeFileSync(
+        kubeconfig,
+        [
+          'apiVersion: v1',
+          'kind: Config',
+          'clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]',
+          'users: [{name: u, user: {token: t}}]',
+          'contexts: [{name: x, context: {cluster: c, user: u}}]',
+          'current-context: x',
+        ].join('\n'),
+      );
+      // When a command sends a request, under --pending-deprecation (Node 20 and 22 print then what 24 prints anyway)
+      const result = await runNode(['--pending-deprecation', DEVOP_BIN, 'ls', '--kubeconfig', kubeconfig]);
+      // Then stderr is devop's one line, nothing from Node
+      expect(result.code).toBe(1);
+      expect(result.stderr).toMatch(/^devop: cannot reach the Kubernetes API server \(ECONNREFUSED\).*\n$/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it('an extra argument or an unknown command names the help of the command it is about', async () => {
