@@ -7,6 +7,7 @@ export interface ImageEntry {
   dockerfile?: string;
   buildArgs?: Readonly<Record<string, string>>;
 }
+export const NODE_MAJOR: number;
 export const NODE_BASE_REF: string;
 export const DEBIAN_BASE_REF: string;
 export const IMAGES_DIR: string;

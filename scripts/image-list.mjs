@@ -4,8 +4,10 @@ import { readFileSync } from 'node:fs';
 
 const { version } = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8'));
 
-/** The base every Dockerfile starts from (`FROM node:20-bookworm-slim`), made locally by scripts/images.mjs. */
-export const NODE_BASE_REF = 'docker.io/library/node:20-bookworm-slim';
+/** The Node major of the base: an LTS line still maintained (24: until April 2028). The agent runs on it. */
+export const NODE_MAJOR = 24;
+/** The base every Dockerfile starts from (`FROM node:24-bookworm-slim`), made locally by scripts/images.mjs. */
+export const NODE_BASE_REF = `docker.io/library/node:${NODE_MAJOR}-bookworm-slim`;
 /** Debian alone (`FROM debian:bookworm-slim`): the agent's and python3's runtime stage, and the Node base's parent. */
 export const DEBIAN_BASE_REF = 'docker.io/library/debian:bookworm-slim';
 

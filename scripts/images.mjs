@@ -2,7 +2,7 @@
 // dist/images/<name>.oci.tar (scripts/image-list.mjs names them), and copies them to $DEVOP_IMAGES_PUBLISH_DIR when set
 // (a directory that other checkouts' stand-ins read with DEVOP_IMAGES_DIR).
 // The bases are made here, not pulled: Debian bookworm by mmdebstrap (docker.io/library/debian:bookworm-slim) and
-// Node 20 from the npm registry's official build on top (docker.io/library/node:20-bookworm-slim), so the same
+// Node 24 from the npm registry's official build on top (docker.io/library/node:24-bookworm-slim), so the same
 // Dockerfiles build with `docker build` where Docker Hub is reachable. An image whose inputs did not change is not
 // rebuilt.
 import { spawnSync } from 'node:child_process';
@@ -23,7 +23,7 @@ import { tmpdir } from 'node:os';
 import { join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-import { DEBIAN_BASE_REF, IMAGES, IMAGES_DIR, NODE_BASE_REF } from './image-list.mjs';
+import { DEBIAN_BASE_REF, IMAGES, IMAGES_DIR, NODE_BASE_REF, NODE_MAJOR } from './image-list.mjs';
 import { describeLayout, formatMB, imageSizes, withUnpackedArchive } from './oci-archive.mjs';
 
 /** Bumped when this script builds differently, so every archive is rebuilt once. */
@@ -32,8 +32,8 @@ const RECIPE = 1;
 const PUBLISH_DIR = process.env.DEVOP_IMAGES_PUBLISH_DIR;
 /** Where the build's RUN steps find the host's CA bundle (mounted read-only for the build; never in a layer). */
 const BUILD_CA_PATH = '/run/devop-build/ca.crt';
-/** npm's major for the Node base (node:20-bookworm-slim ships npm 10). */
-const NPM_SPEC = 'npm@10';
+/** npm's major for the Node base (node:24-bookworm-slim ships npm 11). */
+const NPM_SPEC = 'npm@11';
 const DEBIAN_MIRRORS = [
   'deb http://deb.debian.org/debian bookworm main',
   'deb http://deb.debian.org/debian bookworm-updates main',
@@ -175,9 +175,9 @@ function buildDebianBase(outDir) {
   return true;
 }
 
-/** Node 20 for the base: this node's exact version when it is a 20.x (same runtime as the host), else the latest 20. */
+/** The base's Node: this node's exact version when it is of NODE_MAJOR (same runtime as the host), else its latest. */
 function nodeVersionSpec() {
-  return process.versions.node.startsWith('20.') ? process.versions.node : '20';
+  return process.versions.node.startsWith(`${NODE_MAJOR}.`) ? process.versions.node : String(NODE_MAJOR);
 }
 
 function buildNodeBase(outDir) {

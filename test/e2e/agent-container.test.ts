@@ -90,7 +90,8 @@ describe('the agent in its real container', () => {
       const agentPod = await agentPodOf(env, echo.podName);
       expect(agentPod.status?.containerStatuses?.[0]?.image).toBe(AGENT_IMAGE);
       const pids = await pidsOfContainer(agentPod.status?.containerStatuses?.[0]?.containerID ?? '');
-      const nodes = pids.filter((pid) => readFileSync(`/proc/${pid}/comm`, 'utf8').trim() === 'node');
+      // By program: the main thread's name (comm) is MainThread from Node 24 on.
+      const nodes = pids.filter((pid) => readlinkSync(`/proc/${pid}/exe`).endsWith('/node'));
       // One Node process: the entry point execs the agent inside the target's netns (no parent left to forward signals)
       expect(nodes).toHaveLength(1);
       const [agent] = nodes;

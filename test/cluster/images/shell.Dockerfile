@@ -1,7 +1,7 @@
-# The stand-in's shell image (devop.test/shell, also tagged docker.io/library/busybox:latest): Node 20 on Debian with
+# The stand-in's shell image (devop.test/shell, also tagged docker.io/library/busybox:latest): Node 24 on Debian with
 # busybox's applets for whatever the base lacks (nc, wget, ps, ip, ping …). Tests run `sh -c`, `sleep`, `test -f` and
 # `node -e` in it. Build from the repository root: docker build -f test/cluster/images/shell.Dockerfile .
-FROM node:20-bookworm-slim
+FROM node:24-bookworm-slim
 # Links only the applets that no Debian command already provides: sh, cat, sleep … stay Debian's.
 RUN apt-get update \
  && apt-get install -y --no-install-recommends busybox \
