@@ -4,10 +4,10 @@
 // the agent's processes with 1 000 stolen connections carrying data. Last line: RESULT steal added_p50_ms=…
 // p50_vs_floor=… added_p99_ms=… newconn_added_p50_ms=… mirror_overhead_p50=… agent_rss_mib_1000=…
 //
-// The stolen path has the shape of a cluster's: client → agent (pod netns, started through the image's entry point) →
-// tunnel → session (a process of its own, as the CLI is) → the local command, which is the pod's app itself on
-// 127.0.0.1, so both paths end at the same server. The tunnel is the CLI's own (cli/kube/tunnel.ts, client-node's
-// pods/portforward WebSocket) through a relay running the stand-in's port-forward code
+// The stolen path has the shape of a cluster's: client → agent (pod netns, started through the image's entry point, on
+// the image's node) → tunnel → session (a process of its own, as the CLI is) → the local command, which is the pod's
+// app itself on 127.0.0.1, so both paths end at the same server. The tunnel is the CLI's own (cli/kube/tunnel.ts,
+// client-node's pods/portforward WebSocket) through a relay running the stand-in's port-forward code
 // (bench/lib/portforward-relay.ts), which unwraps it onto a TCP connection to the agent as kubelet does: the bytes
 // cross WebSocket framing as in a cluster, with one hop where a cluster has several (API server, kubelet, runtime).
 // The floor (bench/lib/ws-framed-pair.c, built with cc here) takes the same path through a relay of its own: an agent
@@ -15,14 +15,15 @@
 // against the least two processes in their places cost on this machine now.
 import { execFile, execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { promisify } from 'node:util';
-import { readFileSync, readdirSync } from 'node:fs';
+import { readFileSync, readdirSync, readlinkSync } from 'node:fs';
 import { loadavg } from 'node:os';
-import { join, resolve } from 'node:path';
+import { basename, join, resolve } from 'node:path';
 import { build } from 'esbuild';
 import { banner, common } from '../scripts/build-options.mjs';
 import { PodNet, waitFor, type Proc } from '../test/agent/netns.js';
 import { connectSession, startLocalCommand } from '../test/agent/session-client.js';
 import { AGENT_NODE_FLAGS } from '../shared/agent-contract.js';
+import { agentNode } from './lib/agent-node.js';
 
 const execFileAsync = promisify(execFile);
 /** Requests per second in all, interleaved over the paths (one request every 3.3 ms: each takes ~1 ms or less). */
@@ -120,7 +121,8 @@ function treeRss(root: number): { rss: number; anon: number; procs: string[] } {
         Number(new RegExp(`^${name}:\\s+(\\d+) kB`, 'm').exec(status)?.[1] ?? 0) / 1024;
       rss += field('VmRSS');
       anon += field('RssAnon');
-      procs.push(`${/^Name:\s+(\S+)/m.exec(status)?.[1]} ${field('VmRSS').toFixed(1)}`);
+      // Named by the program, not the main thread's name (Node 24 calls it MainThread).
+      procs.push(`${basename(readlinkSync(`/proc/${pid}/exe`))} ${field('VmRSS').toFixed(1)}`);
     } catch {
       // the process ended while it was read
     }
@@ -183,9 +185,13 @@ async function main(): Promise<void> {
     const floorSessionArgs = [String(RELAY_FLOOR), String(FLOOR_TUNNEL), String(APP.direct)];
     const floorSession = await inPod([floorBinary, 'session', ...floorSessionArgs], 'READY');
 
-    // The agent as the image runs it: agent/entry.sh finds the target and execs the agent in the pod netns (one
-    // process). Node refuses --cpu-prof in NODE_OPTIONS: a profiled agent runs as job mode does outside the image (an
-    // outer process re-runs it in the netns with the same flags), started with AGENT_NODE_FLAGS and the profile's.
+    // The agent as the image runs it: on the image's node (the machine's may be another major), through agent/entry.sh,
+    // which finds the target and execs the agent in the pod netns (one process). Node refuses --cpu-prof in
+    // NODE_OPTIONS: a profiled agent runs as job mode does outside the image (an outer process re-runs it in the netns
+    // with the same flags), started with AGENT_NODE_FLAGS and the profile's.
+    const onNode = await agentNode(net.dir);
+    process.env.DEVOP_TEST_AGENT_NODE = onNode.path;
+    console.log(`agent: node ${onNode.version} from ${onNode.from}`);
     if (CPU_PROF) process.env.DEVOP_TEST_AGENT_FLAGS = [...AGENT_NODE_FLAGS, ...PROF_FLAGS].join(' ');
     const agentProc = await net.startAgent({ DEVOP_AGENT_LOG_LEVEL: 'info' }, { viaEntryPoint: !CPU_PROF });
     children.push(agentProc.child);

@@ -1,7 +1,8 @@
 // Tunnel benchmark: throughput of devop's tunnel in its real shape — a CLI-side process (local listener → mux client,
-// as `devop port-forward` does) and an agent-side process (mux server → dial the target), both bundled as shipped and
-// joined by loopback TCP — against raw TCP and OpenSSH `ssh -L` (with the faster of the ciphers measured here), with 64
-// parallel connections, and with one connection over a user-space delay line of 20 ms RTT (raw TCP over the same line).
+// as `devop port-forward` does) and an agent-side process (mux server → dial the target; on the agent image's node
+// with the agent's flags), both bundled as shipped and joined by loopback TCP — against raw TCP and OpenSSH `ssh -L`
+// (with the faster of the ciphers measured here), with 64 parallel connections, and with one connection over a
+// user-space delay line of 20 ms RTT (raw TCP over the same line).
 // Every path ends at the same sink process; the variants run side by side in one run (interleaved rounds, medians of
 // per-round ratios). References that are not in the RESULT line, each with one and with 64 connections: two plain Node
 // processes relaying with socket.pipe() and no framing (bench/lib/node-pipe-relay.ts: the most a two-process relay in
@@ -16,6 +17,8 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { build } from 'esbuild';
 import { banner, common } from '../scripts/build-options.mjs';
+import { AGENT_NODE_FLAGS } from '../shared/agent-contract.js';
+import { agentNode } from './lib/agent-node.js';
 import { startSshForward, type SshForward } from './lib/ssh.js';
 
 const MiB = 1024 * 1024;
@@ -101,9 +104,17 @@ async function measure(port: number, connections: number, total: number, chunk: 
   return (per * connections) / dt;
 }
 
-/** Starts `node <bundle> args…` (or the executable itself) and resolves with the JSON object of its first line. */
-function startHelper<T>(children: ChildProcess[], bundle: string, args: string[]): Promise<T> {
-  const [cmd, argv] = bundle.endsWith('.mjs') ? [process.execPath, [bundle, ...args]] : [bundle, args];
+/**
+ * Starts `node <bundle> args…` (or the executable itself) and resolves with the JSON object of its first line. `node`:
+ * the node command (this process's node otherwise).
+ */
+function startHelper<T>(
+  children: ChildProcess[],
+  bundle: string,
+  args: string[],
+  node: readonly string[] = [process.execPath],
+): Promise<T> {
+  const [cmd, argv] = bundle.endsWith('.mjs') ? [node[0], [...node.slice(1), bundle, ...args]] : [bundle, args];
   const child = spawn(cmd, argv, { stdio: ['pipe', 'pipe', 'inherit'] });
   children.push(child);
   return new Promise((resolve, reject) => {
@@ -178,7 +189,13 @@ async function main(): Promise<void> {
     await build({ ...common, banner, entryPoints, outdir: dir, outExtension: { '.js': '.mjs' } });
     const bundle = (name: string): string => join(dir, `${name}.mjs`);
     const sink = (await startHelper<{ port: number }>(children, bundle('sink'), [])).port;
-    const agent = (await startHelper<{ port: number }>(children, bundle('tunnel-agent'), [])).port;
+    // The agent side as the agent runs: on the agent image's node, with the agent's flags (lite mode: no optimizing
+    // compiler; a small young generation), or DEVOP_TEST_AGENT_FLAGS (as the agent suites take them).
+    const onNode = await agentNode(dir);
+    const flags = process.env.DEVOP_TEST_AGENT_FLAGS?.split(' ').filter(Boolean) ?? AGENT_NODE_FLAGS;
+    console.log(`agent side: node ${onNode.version} from ${onNode.from}, flags ${flags.join(' ') || '(none)'}`);
+    const agentCmd = [onNode.path, ...flags];
+    const agent = (await startHelper<{ port: number }>(children, bundle('tunnel-agent'), [], agentCmd)).port;
     const lineArgs = [String(DELAY_MS), String(sink), String(agent)];
     const line = await startHelper<{ ports: [number, number] }>(children, bundle('delay-line'), lineArgs);
     const [sinkDelayed, agentDelayed] = line.ports;

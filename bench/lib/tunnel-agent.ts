@@ -1,6 +1,7 @@
 // The agent side of devop's tunnel for bench/tunnel.ts, in a process of its own as the agent is: accepts mux
 // connections from bench/lib/tunnel-cli.ts and serves their `outgoing` streams with the agent's own code
-// (serveOutgoing: dial the target, splice). Bundled and run with plain node.
+// (serveOutgoing: dial the target, splice). Bundled; bench/tunnel.ts runs it as the agent runs (its image's node,
+// its flags).
 //   node tunnel-agent.mjs   prints {"port":<mux listener>} on stdout
 import { createServer, type AddressInfo } from 'node:net';
 import { createAgentMux } from '../../shared/mux.js';

@@ -183,20 +183,19 @@ export class PodNet {
     } = {},
   ): Promise<AgentProc> {
     const bundle = opts.bundle ?? AGENT_BUNDLE;
-    let node = [
-      process.execPath,
-      ...(process.env.DEVOP_TEST_AGENT_FLAGS?.split(' ').filter(Boolean) ?? AGENT_NODE_FLAGS),
-      bundle,
-    ];
-    // viaEntryPoint: through the image's entry point (agent/entry.sh), with this checkout's node and bundle in its
-    // paths.
+    // DEVOP_TEST_AGENT_NODE: the node the agent runs on (bench:steal passes the agent image's own); this one otherwise.
+    const agentNode = process.env.DEVOP_TEST_AGENT_NODE ?? process.execPath;
+    // DEVOP_TEST_AGENT_FLAGS: its node flags instead of AGENT_NODE_FLAGS (a bench comparing them).
+    const flags = process.env.DEVOP_TEST_AGENT_FLAGS?.split(' ').filter(Boolean) ?? AGENT_NODE_FLAGS;
+    let node = [agentNode, ...flags, bundle];
+    // viaEntryPoint: through the image's entry point (agent/entry.sh), with that node, those flags and this checkout's
+    // bundle in its paths.
     if (opts.viaEntryPoint) {
       const entry = join(this.dir, 'entry.sh');
       const script = readFileSync(resolve(import.meta.dirname, '../../agent/entry.sh'), 'utf8');
-      writeFileSync(
-        entry,
-        script.replace("node='node ", `node='${process.execPath} `).replace(AGENT_BUNDLE_PATH, bundle),
-      );
+      const command = `node ${AGENT_NODE_FLAGS.join(' ')} ${AGENT_BUNDLE_PATH}`;
+      if (!script.includes(command)) throw new Error(`agent/entry.sh no longer runs "${command}": update startAgent`);
+      writeFileSync(entry, script.replace(command, [agentNode, ...flags, bundle].join(' ')));
       node = ['/bin/sh', entry];
     }
     // capabilities: the agent (and what it runs) holds exactly these, as in a container whose securityContext drops ALL
