@@ -12,11 +12,13 @@ export const common = {
   // ./impl/*.js beside dist/cli.js): bundle its ES module build instead.
   // The kube client's fetch (node-fetch 2 → whatwg-url → tr46) requires Node's punycode module, which Node 22 and
   // later deprecate with a warning on every run: bundle the userland package Node's own module was copied from.
-  // node-fetch's and http-proxy's url.parse() prints a deprecation warning from Node 24 on: scripts/shims/url.cjs.
+  // node-fetch's and http-proxy's url.parse() prints a deprecation warning from Node 24 on, http-proxy's
+  // util._extend() one from Node 22 on: scripts/shims/.
   alias: {
     'jsonc-parser': 'jsonc-parser/lib/esm/main.js',
     punycode: 'punycode/punycode.js',
     url: fileURLToPath(new URL('./shims/url.cjs', import.meta.url)),
+    util: fileURLToPath(new URL('./shims/util.cjs', import.meta.url)),
   },
 };
 // ESM bundles that contain CommonJS dependencies need a require() of their own.

@@ -18,6 +18,16 @@ import { Kubectl, LocalProcess, eventually, freePort } from './harness.js';
 
 requireRoot('examples: echo-controller');
 
+/**
+ * Loaded into devop under --shadow: says on stderr when anything calls Node's util._extend, which http-proxy (the
+ * shadow proxy) would without the bundle's util (scripts/shims/util.cjs), and which prints a deprecation warning from
+ * Node 22.
+ */
+const UTIL_EXTEND_CALLED = "Node's util._extend called";
+const UTIL_EXTEND_WATCH =
+  'data:text/javascript,import util from "node:util"; const extend = util._extend; ' +
+  `util._extend = function (...args) { process.stderr.write("${UTIL_EXTEND_CALLED}\\n"); ` +
+  'return extend.apply(this, args); };';
 /** The image the shadowed controller puts in its Deployments: what "a new version" changes in this walkthrough. */
 const SHADOW_IMAGE = 'devop.test/http-echo:next';
 
@@ -170,6 +180,8 @@ describe('echo-controller walkthrough', () => {
       const shadow = new LocalProcess(
         process.execPath,
         [
+          '--import',
+          UTIL_EXTEND_WATCH,
           'bin/devop.js',
           'exec',
           '--shadow',
@@ -247,6 +259,8 @@ describe('echo-controller walkthrough', () => {
       } finally {
         await shadow.stop('SIGINT');
       }
+      // And the shadow proxy never called Node's util._extend (its deprecation warning, printed from Node 22 on)
+      expect(shadow.stderr).not.toContain(UTIL_EXTEND_CALLED);
       // The walkthrough goes on from 2 replicas, reconciled back by the leader
       await kubectl.ok('patch', 'echo', 'hello', '-n', 'default', '--type=merge', '-p', '{"spec":{"replicas":2}}');
       await deploymentWith(2);
