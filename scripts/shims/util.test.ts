@@ -1,5 +1,5 @@
-// The bundles' `util` (scripts/shims/util.cjs) extends as Node's util._extend() does. That the shadow proxy, its caller,
-// prints no warning is checked on the built CLI (test/examples/echo-controller.test.ts).
+// The bundles' `util` (scripts/shims/util.cjs) extends as Node's util._extend() does. That the shadow proxy, its
+// caller, prints no warning is checked on the built CLI (test/examples/echo-controller.test.ts).
 import { createRequire } from 'node:module';
 import util from 'node:util';
 import { describe, expect, it } from 'vitest';
