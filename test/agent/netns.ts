@@ -195,7 +195,7 @@ export class PodNet {
       const script = readFileSync(resolve(import.meta.dirname, '../../agent/entry.sh'), 'utf8');
       const command = `node ${AGENT_NODE_FLAGS.join(' ')} ${AGENT_BUNDLE_PATH}`;
       if (!script.includes(command)) throw new Error(`agent/entry.sh no longer runs "${command}": update startAgent`);
-      writeFileSync(entry, script.replace(command, [agentNode, ...flags, bundle].join(' ')));
+      writeFileSync(entry, script.replace(command, node.join(' ')));
       node = ['/bin/sh', entry];
     }
     // capabilities: the agent (and what it runs) holds exactly these, as in a container whose securityContext drops ALL
