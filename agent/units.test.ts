@@ -7,6 +7,7 @@ import { describe, expect, test } from 'vitest';
 import { execFileSync } from 'node:child_process';
 import {
   AGENT_COMMAND,
+  AGENT_LOOKUP_COMMAND,
   AGENT_ENTRYPOINT,
   AGENT_NODE_FLAGS,
   AGENT_VERSION,
@@ -16,6 +17,7 @@ import {
   formatReadyLine,
   parseAgentEnv,
   parseReadyLine,
+  TARGET_PID_ARG,
 } from '../shared/agent-contract.js';
 import { compileFilter, describeFilter } from './filter.js';
 import { candidates, parseHosts, parseResolvConf } from './dns.js';
@@ -74,7 +76,10 @@ describe('agent contract', () => {
         `ENTRYPOINT ${JSON.stringify(AGENT_ENTRYPOINT).replaceAll(',', ', ')}`,
       );
       // The entry point runs exactly AGENT_COMMAND (the Node flags the RSS budget counts on).
-      expect(readFileSync('agent/entry.sh', 'utf8')).toContain(`node='${AGENT_COMMAND.join(' ')}'`);
+      const entry = readFileSync('agent/entry.sh', 'utf8');
+      expect(entry).toContain(`node='${AGENT_COMMAND.join(' ')}'`);
+      expect(entry).toContain(`lookup='${AGENT_LOOKUP_COMMAND.join(' ')}'`);
+      expect(entry).toContain(`$($lookup ${TARGET_PID_ARG})`);
     },
   );
 

@@ -7,7 +7,7 @@ import { mkdtempSync, mkdirSync, rmSync, writeFileSync, rmdirSync, existsSync, r
 import { tmpdir } from 'node:os';
 import { basename, join, resolve } from 'node:path';
 import { promisify } from 'node:util';
-import { AGENT_BUNDLE_PATH, AGENT_NODE_FLAGS } from '../../shared/agent-contract.js';
+import { AGENT_COMMAND, AGENT_LOOKUP_COMMAND, AGENT_NODE_FLAGS } from '../../shared/agent-contract.js';
 
 const exec = promisify(execFile);
 const FIXTURES = resolve(import.meta.dirname, 'fixtures');
@@ -193,9 +193,14 @@ export class PodNet {
     if (opts.viaEntryPoint) {
       const entry = join(this.dir, 'entry.sh');
       const script = readFileSync(resolve(import.meta.dirname, '../../agent/entry.sh'), 'utf8');
-      const command = `node ${AGENT_NODE_FLAGS.join(' ')} ${AGENT_BUNDLE_PATH}`;
-      if (!script.includes(command)) throw new Error(`agent/entry.sh no longer runs "${command}": update startAgent`);
-      writeFileSync(entry, script.replace(command, node.join(' ')));
+      const command = AGENT_COMMAND.join(' ');
+      const lookup = AGENT_LOOKUP_COMMAND.join(' ');
+      for (const run of [command, lookup])
+        if (!script.includes(`'${run}'`)) throw new Error(`agent/entry.sh no longer runs "${run}": update startAgent`);
+      writeFileSync(
+        entry,
+        script.replace(`'${command}'`, `'${node.join(' ')}'`).replace(`'${lookup}'`, `'${agentNode} ${bundle}'`),
+      );
       node = ['/bin/sh', entry];
     }
     // capabilities: the agent (and what it runs) holds exactly these, as in a container whose securityContext drops ALL
