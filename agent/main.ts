@@ -15,7 +15,6 @@ import { createLog } from './log.js';
 import { reenterNetns, watchParent } from './netns.js';
 import { findContainerPid } from './target.js';
 import { GUARD_ARG } from '../shared/replace-contract.js';
-import { runReplaceGuard } from './replace-guard.js';
 
 async function targetPid(config: AgentConfig): Promise<number | undefined> {
   if (config.mode === 'targetless') return undefined;
@@ -36,6 +35,8 @@ async function main(): Promise<number> {
     // As PID 1 of its container, a signal without a handler is ignored: its Job's deletion (devop restored the
     // workload itself) would wait for the whole grace period, and the guard could still act meanwhile.
     for (const signal of ['SIGTERM', 'SIGINT'] as const) process.on(signal, () => process.exit(0));
+    // Loaded here only: its node:https (TLS) is ~6 MiB of RSS that the agent itself never needs.
+    const { runReplaceGuard } = await import('./replace-guard.js');
     await runReplaceGuard(process.env, createLog('info'));
     return 0;
   }

@@ -2,15 +2,8 @@
 // here, and each connection (or, with filtered steals, each HTTP request) goes to a session or on to the original app,
 // with mirror copies on the side unless the port's capture makes them.
 import { createServer as createTcpServer, connect, type Server, type Socket } from 'node:net';
-import { createServer as createHttpServer, type Server as HttpServer } from 'node:http';
 import type { Duplex } from 'node:stream';
-import {
-  createPodProxy,
-  handleFilteredRequest,
-  handleFilteredUpgrade,
-  type HttpRouting,
-  type PodProxy,
-} from './http-filter.js';
+import type { FilteredRequests } from './http-filter.js';
 import { relayWithFallback } from './answer-fallback.js';
 import type { AgentLog } from './log.js';
 import { MirroredConnection } from './mirror.js';
@@ -19,11 +12,11 @@ import { joinBothWays } from '../shared/splice.js';
 
 export class PortRedirect {
   private readonly server: Server;
-  private readonly http: HttpServer;
+  /** Set by enableFilters(), once the port has had a filtered steal. */
+  private http: FilteredRequests | undefined;
   private readonly sockets = new Set<Socket>();
   /** Client connections passed on whole to the pod's app (no active steal when they came): what dropForwarded ends. */
   private readonly forwarded = new Set<Socket>();
-  private pod: Promise<PodProxy> | undefined;
   private nextConn = 0;
   listenerPort = 0;
   /** False while the port's packet capture makes the mirror copies: forwarded connections are then not copied again. */
@@ -39,22 +32,19 @@ export class PortRedirect {
     // would from the app itself (the end is passed on, and this side ends when the other end's answer is done).
     this.server = createTcpServer({ noDelay: true, allowHalfOpen: true }, (socket) => this.onConnection(socket));
     this.server.on('error', (err) => log.warn('redirect listener failed', { port, error: err.message }));
-    const routing: HttpRouting = {
-      port,
+  }
+
+  /** Before the port's first filtered steal counts: loads the HTTP routing (agent/http-filter.ts) for it. */
+  async enableFilters(): Promise<void> {
+    if (this.http) return;
+    const { FilteredRequests } = await import('./http-filter.js');
+    this.http ??= new FilteredRequests({
+      port: this.port,
       active: () => this.active(),
       all: () => this.subs.map((s) => s.session),
-      log,
+      log: this.log,
       nextId: () => this.connId(),
-      proxy: () => (this.pod ??= createPodProxy()),
-    };
-    // The HTTP server never listens: filtered connections are handed to it. Keep-alive requests are routed one by one.
-    this.http = createHttpServer({ keepAliveTimeout: 65_000 });
-    // Node's HTTP server ends a connection on the client's FIN and drops the answers still due; with httpAllowHalfOpen
-    // (a property every http.Server has, set false by its constructor; not in the typings) it finishes them, then ends.
-    Object.assign(this.http, { httpAllowHalfOpen: true });
-    this.http.on('request', (req, res) => handleFilteredRequest(routing, req, res));
-    this.http.on('upgrade', (req, socket, head) => handleFilteredUpgrade(routing, req, socket as Socket, head));
-    this.http.on('clientError', (_err, socket) => socket.destroy());
+    });
   }
 
   listen(): Promise<number> {
@@ -70,11 +60,7 @@ export class PortRedirect {
   /** Stops accepting; connections in flight end with their sessions (or on their own when they go to the pod). */
   close(): void {
     this.server.close();
-    this.http.close();
-    void this.pod?.then((pod) => {
-      pod.proxy.close();
-      pod.agent.destroy();
-    });
+    this.http?.close();
     for (const socket of this.sockets) socket.destroy();
   }
 
@@ -105,8 +91,8 @@ export class PortRedirect {
     const active = this.active();
     const whole = active.find((s) => s.mode === 'steal' && !s.match);
     if (whole && this.stealConnection(socket, whole)) return;
-    if (active.some((s) => s.mode === 'steal' && s.match)) {
-      this.http.emit('connection', socket);
+    if (this.http && active.some((s) => s.mode === 'steal' && s.match)) {
+      this.http.take(socket);
       return;
     }
     this.forwardConnection(socket, this.copiesMirrors ? active.filter((s) => s.mode === 'mirror') : []);

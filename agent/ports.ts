@@ -237,8 +237,12 @@ export class PortTable {
     }
     // Steals need the redirect; so do mirrors that no capture serves.
     const wantRedirect = steals || (mirrors && !entry.capture);
+    // Filtered steals route each request: the listener loads that routing before the steal counts (before its rule).
+    const filtered = entry.subs.some((s) => s.mode === 'steal' && s.match);
+    if (filtered) await entry.redirect?.listener.enableFilters();
     if (wantRedirect && !entry.redirect) {
       const listener = new PortRedirect(port, entry.subs, this.log);
+      if (filtered) await listener.enableFilters();
       const listenerPort = await listener.listen();
       const skip = await skipSource();
       try {

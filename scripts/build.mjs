@@ -23,20 +23,20 @@ const CAPTURE_SOURCE = 'agent/native/capture.c';
 const CAPTURE_CFLAGS = ['-O2', '-Wall', '-Werror', '-static'];
 
 /**
- * The agent takes node:http and node:https through require(), not import. It runs in V8's lite mode, which has no
- * WebAssembly, and from Node 22 the ES module view of node:http reads every export, the lazy WebSocket one too, which
- * loads undici and compiles its WebAssembly parser: an agent importing node:http would die at start on Node 22+. The
- * CommonJS view reads nothing until used (test/agent/bundle.test.ts).
+ * The agent takes Node's own modules through require(), never as ES modules. The ES module view of a built-in module
+ * reads every export, the lazy ones too: node:crypto's loads Web Crypto, and from Node 22 node:http's loads undici and
+ * compiles its WebAssembly parser, which V8's lite mode (the agent's) does not have: an agent importing node:http would
+ * die at start on Node 22+. The CommonJS view reads nothing until used (test/agent/bundle.test.ts).
  */
-const httpByRequire = {
-  name: 'http-by-require',
+const builtinsByRequire = {
+  name: 'builtins-by-require',
   setup(b) {
-    b.onResolve({ filter: /^node:https?$/ }, (args) =>
-      args.namespace === 'http-by-require'
+    b.onResolve({ filter: /^node:/ }, (args) =>
+      args.namespace === 'builtins-by-require'
         ? { path: args.path, external: true }
-        : { path: args.path, namespace: 'http-by-require' },
+        : { path: args.path, namespace: 'builtins-by-require' },
     );
-    b.onLoad({ filter: /.*/, namespace: 'http-by-require' }, (args) => ({
+    b.onLoad({ filter: /.*/, namespace: 'builtins-by-require' }, (args) => ({
       contents: `module.exports = require(${JSON.stringify(args.path)});`,
       loader: 'js',
     }));
@@ -66,7 +66,7 @@ if (existsSync('cli/preload/outgoing.ts')) {
 }
 if (existsSync('agent/main.ts')) {
   const agent = { entryPoints: ['agent/main.ts'], outfile: 'dist/agent.js', banner, minify: true };
-  jobs.push(build({ ...common, ...agent, plugins: [httpByRequire] }));
+  jobs.push(build({ ...common, ...agent, plugins: [builtinsByRequire] }));
 }
 await Promise.all(jobs);
 if (existsSync(CAPTURE_SOURCE)) buildCapture();
