@@ -1,8 +1,7 @@
 // DNS as the target pod sees it: its resolv.conf (nameservers, search domains, ndots) and /etc/hosts, read from the
 // target container's filesystem (/proc/PID/root) and queried from the pod's netns.
-import { Resolver } from 'node:dns/promises';
 import { isIP } from 'node:net';
-import { readFile } from 'node:fs/promises';
+import { readFile } from './files.js';
 import { targetPath } from './target.js';
 
 export interface ResolvConf {
@@ -90,6 +89,8 @@ export async function resolveInPod(pid: number | undefined, name: string, family
   if (fromHosts.length > 0) return fromHosts;
   if (conf.nameservers.length === 0)
     throw new DnsError('ENOTFOUND', `${name}: the pod has no nameserver in /etc/resolv.conf`);
+  // Loaded with the first query: ~0.4 MiB of RSS that an agent whose sessions resolve nothing never needs.
+  const { Resolver } = await import('node:dns/promises');
   const resolver = new Resolver({ timeout: QUERY_TIMEOUT_MS, tries: 2 });
   resolver.setServers(conf.nameservers);
   let lastError: DnsError = new DnsError('ENOTFOUND', `${name} not found`);

@@ -1,7 +1,7 @@
 // The agent's stolen/mirrored ports: subscriptions per port, port locks, and what each port needs for them — a redirect
 // rule + listener while it has a steal, a packet capture while it has mirrors (or, without capture, the redirect
 // again).
-import { readFile } from 'node:fs/promises';
+import { readFile } from './files.js';
 import { AGENT_ENV, type AgentCapability } from '../shared/agent-contract.js';
 import { isUserError } from '../shared/errors.js';
 import { effectiveCapabilities, missingCapabilityError } from './capabilities.js';

@@ -2,7 +2,7 @@
 // filesystem.
 import { connect } from 'node:net';
 import { createReadStream } from 'node:fs';
-import { stat } from 'node:fs/promises';
+import { stat } from './files.js';
 import type { MuxStream } from '../shared/mux.js';
 import { spliceSocket } from '../shared/splice.js';
 import { resolveInPod } from './dns.js';

@@ -1,5 +1,5 @@
 // The target container as seen from the agent: its PID (found by container ID in /proc/*/cgroup), env and filesystem.
-import { lstat, readdir, readFile, readlink } from 'node:fs/promises';
+import { lstat, readdir, readFile, readlink } from './files.js';
 import { join, posix } from 'node:path';
 import { bareContainerId } from '../shared/agent-contract.js';
 import { UserError } from '../shared/errors.js';

@@ -21,7 +21,7 @@ describe('the agent bundle', () => {
       expect(bundle).toContain(`(${JSON.stringify(name)})`);
   });
 
-  it('loads neither HTTP nor TLS until a filtered steal or the replace guard needs them', () => {
+  it('leaves HTTP, TLS, DNS queries and node:fs/promises unloaded until a feature needs them', () => {
     // The PID lookup evaluates the whole bundle and exits: what it loaded, any agent loads at start.
     const dir = mkdtempSync(join(tmpdir(), 'devop-bundle-'));
     try {
@@ -48,8 +48,17 @@ describe('the agent bundle', () => {
       // Sanity: the list is the one of Node's modules, with what the agent does need.
       expect(loaded).toContain('NativeModule net');
       expect(loaded).toContain('NativeModule child_process');
-      for (const heavy of ['http', 'https', 'tls', '_http_server', 'internal/crypto/webcrypto'])
-        expect(loaded).not.toContain(`NativeModule ${heavy}`);
+      // HTTP: filtered steals; TLS: the replace guard; DNS: a session's first query; fs/promises: never (agent/files.ts).
+      const heavy = [
+        'http',
+        'https',
+        'tls',
+        '_http_server',
+        'internal/crypto/webcrypto',
+        'fs/promises',
+        'dns/promises',
+      ];
+      for (const name of heavy) expect(loaded).not.toContain(`NativeModule ${name}`);
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
