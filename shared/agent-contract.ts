@@ -25,7 +25,7 @@ export const AGENT_COMMAND: readonly string[] = ['node', ...AGENT_NODE_FLAGS, AG
 /**
  * The entry point's first step in job mode, `--target-pid`: the same bundle on Node's defaults. It runs for a moment
  * (its memory does not count), and under V8's default flags Node compiles its own modules from the code cache built
- * into its binary, which lite mode turns off (~25 ms of every job-mode start on the slower test machine).
+ * into its binary, which lite mode turns off (16–29 ms of every job-mode start on the slower test machine).
  */
 export const AGENT_LOOKUP_COMMAND: readonly string[] = ['node', AGENT_BUNDLE_PATH];
 /**
