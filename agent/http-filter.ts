@@ -52,7 +52,7 @@ function pick(routing: HttpRouting, req: IncomingMessage): PortSubscription | un
 /**
  * A port's filtered steals: the HTTP server its redirect listener hands connections to while a filtered steal is
  * active, and the proxy (to the pod's app) of the requests no filter matches. Loaded with this module when the port's
- * first filtered steal comes: node:http is ~1.5 MiB of RSS that a whole-port steal never needs.
+ * first filtered steal comes: node:http (1.5 MiB of RSS, measured on its own) is never needed by a whole-port steal.
  */
 export class FilteredRequests {
   private readonly server: Server;

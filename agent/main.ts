@@ -35,7 +35,7 @@ async function main(): Promise<number> {
     // As PID 1 of its container, a signal without a handler is ignored: its Job's deletion (devop restored the
     // workload itself) would wait for the whole grace period, and the guard could still act meanwhile.
     for (const signal of ['SIGTERM', 'SIGINT'] as const) process.on(signal, () => process.exit(0));
-    // Loaded here only: its node:https (TLS) is ~6 MiB of RSS that the agent itself never needs.
+    // Loaded here only: its node:https (TLS) and node:http were 2.8 MiB of every agent's RSS at start (docs/agent.md).
     const { runReplaceGuard } = await import('./replace-guard.js');
     await runReplaceGuard(process.env, createLog('info'));
     return 0;

@@ -189,7 +189,7 @@ export class PodNet {
     const flags = process.env.DEVOP_TEST_AGENT_FLAGS?.split(' ').filter(Boolean) ?? AGENT_NODE_FLAGS;
     let node = [agentNode, ...flags, bundle];
     // viaEntryPoint: through the image's entry point (agent/entry.sh), with that node, those flags and this checkout's
-    // bundle in its paths.
+    // bundle in its paths (its PID lookup on that node's defaults, as in the image).
     if (opts.viaEntryPoint) {
       const entry = join(this.dir, 'entry.sh');
       const script = readFileSync(resolve(import.meta.dirname, '../../agent/entry.sh'), 'utf8');
