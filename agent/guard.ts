@@ -18,7 +18,7 @@ export interface Guard {
  * only writer.
  */
 export function startGuard(backend: IptablesBackend, chain: string, log: AgentLog): Guard {
-  // An owned nft table needs no guard: the kernel removes it when the agent's nft process dies.
+  // An owned nft table needs no guard: the kernel removes it when the agent's devop-nft dies.
   if (backend === 'nft-owned') return { pid: -1, release: () => undefined };
   const script = `trap '' INT TERM HUP; cat >/dev/null; ${cleanupScript(backend, chain)}`;
   const child = spawn('sh', ['-c', script], { detached: true, stdio: ['pipe', 'ignore', 'ignore'] });

@@ -1,4 +1,4 @@
-// The agent's redirect rules: backend detection (an owned nft table when nft and the kernel allow it, else iptables nft
+// The agent's redirect rules: backend detection (an owned nft table when the kernel allows it, else iptables nft
 // vs legacy), the owned table (agent/nft-owned.ts) or one DEVOP-<id> chain jumped to from PREROUTING with one REDIRECT
 // per stolen port, and the removal of stale chains whose agent is gone.
 import { connect } from 'node:net';
@@ -20,8 +20,8 @@ export function iptablesBinary(backend: ChainBackend): string {
 }
 
 /**
- * An owned nft table when this netns allows one (nft present, kernel >= 5.12); else counts the rules each iptables
- * backend holds in this netns and picks the one the pod already uses (default nft).
+ * An owned nft table when this netns allows one (devop-nft present, kernel >= 5.12); else counts the rules each
+ * iptables backend holds in this netns and picks the one the pod already uses (default nft).
  */
 export async function detectBackend(log: AgentLog): Promise<IptablesBackend> {
   const refused = await probeOwnedTables(log);
@@ -29,7 +29,7 @@ export async function detectBackend(log: AgentLog): Promise<IptablesBackend> {
     log.info('redirect rules: owned nft table (the kernel removes it when the agent dies)');
     return 'nft-owned';
   }
-  log.warn('no owned nft table (needs nft and kernel >= 5.12); using iptables with a guard process', {
+  log.warn('no owned nft table (needs devop-nft and kernel >= 5.12); using iptables with a guard process', {
     reason: refused,
   });
   const count = async (backend: ChainBackend): Promise<number> => {

@@ -89,7 +89,7 @@ const load = (): string =>
     .join(' ');
 
 /**
- * `root` and every process below it, from /proc (the agent's children: nft -i, and devop-capture per mirrored port).
+ * `root` and every process below it, from /proc (the agent's children: devop-nft, and devop-capture per mirrored port).
  */
 function processTree(root: number): number[] {
   const parents = new Map<number, number[]>();

@@ -47,7 +47,5 @@ done
 for f in /etc/passwd /etc/group /etc/nsswitch.conf /etc/protocols /etc/services /etc/ethertypes /etc/ld.so.conf; do
   copy "$f"
 done
-# nft -i edits its input line with libedit, which warns on stderr (merged into the agent's reply stream) without one.
-copy /usr/lib/terminfo/d/dumb
 cp -a /etc/ld.so.conf.d "$root/etc/"
 ldconfig -r "$root"

@@ -1,5 +1,6 @@
 // Builds dist/cli.js (the devop command) and dist/agent.js (one self-contained file that the agent image runs with
-// nothing but Node) with esbuild, and dist/devop-capture (the agent's packet capture, agent/native/capture.c) with cc.
+// nothing but Node) with esbuild, and the agent's two native helpers with cc: dist/devop-capture (the packet capture,
+// agent/native/capture.c) and dist/devop-nft (the owner of its nftables table, agent/native/nft-owner.c).
 // Type checking is `npm run typecheck`.
 // The CLI bundles its npm packages too: loading one file instead of hundreds of node_modules files is most of devop's
 // start-up time. ink and react stay external and load lazily (cli/ui/lazy-ink.ts, in a chunk of its own under
@@ -16,11 +17,17 @@ import { banner, common } from './build-options.mjs';
  * node_modules).
  */
 const CLI_EXTERNAL = ['ink', 'react', 'react/*'];
-const CAPTURE_SOURCE = 'agent/native/capture.c';
+/** The agent's native helpers: source → program next to dist/agent.js (where the agent looks for them), and what the
+ * agent run from the checkout does without it. */
+const NATIVE = {
+  'agent/native/capture.c': ['dist/devop-capture', 'cannot mirror by capture'],
+  'agent/native/nft-owner.c': ['dist/devop-nft', 'steals with the iptables fallback'],
+};
 /**
- * As Dockerfile.agent compiles it. Static: 0.7 MiB RSS where linked to glibc it takes 1.4 (measured, while capturing).
+ * As Dockerfile.agent compiles them. Static: devop-capture takes 0.7 MiB RSS where linked to glibc it takes 1.4
+ * (measured, while capturing); devop-nft 0.7.
  */
-const CAPTURE_CFLAGS = ['-O2', '-Wall', '-Werror', '-static'];
+const NATIVE_CFLAGS = ['-O2', '-Wall', '-Werror', '-static'];
 
 /**
  * The agent takes Node's own modules through require(), never as ES modules. The ES module view of a built-in module
@@ -69,25 +76,25 @@ if (existsSync('agent/main.ts')) {
   jobs.push(build({ ...common, ...agent, plugins: [builtinsByRequire] }));
 }
 await Promise.all(jobs);
-if (existsSync(CAPTURE_SOURCE)) buildCapture();
+for (const [source, [out, without]] of Object.entries(NATIVE))
+  if (existsSync(source)) buildNative(source, out, without);
 
 /**
- * The agent image compiles the same file (Dockerfile.agent); this copy is for the agent run from the checkout (tests,
- * benches). Rebuilt only when the source is newer, and renamed into place: a capture may be running from the old file.
- * Without a C compiler the CLI still builds (npm pack needs only the bundles), with a warning.
+ * The agent image compiles the same files (Dockerfile.agent); these copies are for the agent run from the checkout
+ * (tests, benches). Rebuilt only when the source is newer, and renamed into place: one may be running from the old
+ * file. Without a C compiler the CLI still builds (npm pack needs only the bundles), with a warning.
  */
-function buildCapture() {
-  const out = 'dist/devop-capture';
-  if (existsSync(out) && statSync(out).mtimeMs >= statSync(CAPTURE_SOURCE).mtimeMs) return;
+function buildNative(source, out, without) {
+  if (existsSync(out) && statSync(out).mtimeMs >= statSync(source).mtimeMs) return;
   const tmp = `${out}.${process.pid}`;
   try {
-    execFileSync('cc', CAPTURE_CFLAGS.concat(['-o', tmp, CAPTURE_SOURCE]), {
+    execFileSync('cc', NATIVE_CFLAGS.concat(['-o', tmp, source]), {
       stdio: ['ignore', 'inherit', 'pipe'],
     });
   } catch (err) {
     rmSync(tmp, { force: true });
     const why = err.code === 'ENOENT' ? 'no C compiler (cc)' : String(err.stderr ?? err.message).trim();
-    console.warn(`build: ${out} not built: ${why}; the agent run from this checkout cannot mirror by capture`);
+    console.warn(`build: ${out} not built: ${why}; the agent run from this checkout ${without}`);
     return;
   }
   renameSync(tmp, out);

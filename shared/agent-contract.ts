@@ -108,7 +108,7 @@ export const AGENT_ENV_DOC: Record<keyof typeof AGENT_ENV, string> = {
     'How long a disconnected session keeps its steals (traffic goes to the pod meanwhile) waiting for a resume.',
   nodeIP: "The node's IP (kubelet probes come from it and are not stolen); default: the pod's default gateway.",
   iptables:
-    'Where the redirect rules go: auto (an owned nftables table when nft and the kernel support it, else iptables ' +
+    'Where the redirect rules go: auto (an owned nftables table when the kernel supports it, else iptables ' +
     'with the backend that already has rules in the pod netns), nft-owned (owned table only: without it steals are ' +
     'refused with the reason), nft (iptables-nft + guard) or legacy (iptables-legacy + guard).',
   flushConnections:

@@ -1,12 +1,12 @@
 // Faults: kill -9 of the agent (or of its parent), SIGTERM, a dropped session (fallback, then resume), bad frames from
 // one session, stale chains of dead agents, and the idle exit. The pod's port must work again within 2 s, rule-free.
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { copyFileSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { requireRoot } from '../helpers/root.js';
-import { PodNet, sh, waitFor, type AgentProc } from './netns.js';
+import { AGENT_BUNDLE, PodNet, sh, waitFor, type AgentProc } from './netns.js';
 import { connectSession, startLocalCommand, type LocalCommand } from './session-client.js';
 import { httpGet } from './http.js';
 
@@ -32,7 +32,7 @@ describe.runIf(run)('agent: faults', () => {
 
   async function stealingAgent(
     env: Record<string, string> = {},
-    opts: { cgroup?: string } = {},
+    opts: { cgroup?: string; bundle?: string } = {},
   ): Promise<{ agent: AgentProc; control: string }> {
     const agent = await net.startAgent(env, opts);
     const control = await net.relay(net.podNs, '127.0.0.1', agent.port);
@@ -76,12 +76,25 @@ describe.runIf(run)('agent: faults', () => {
     await waitFor(async () => (await net.devopRules()).length === 0, what, RECOVERY_MS);
   }
 
-  /** Command lines of the processes left in the pod netns that belong to an agent (its nft, its guard). */
+  /** Command lines of the processes left in the pod netns that belong to an agent (its devop-nft, its guard). */
   async function agentHelpers(agentId: string): Promise<string[]> {
     const pids = (await sh(`ip netns pids ${net.podNs}`)).trim().split('\n').filter(Boolean);
     return pids
       .map((pid) => net.readCmdline(Number(pid)))
-      .filter((c) => c.includes(`DEVOP-${agentId}`) || c.startsWith('nft '));
+      .filter((c) => c.includes(`DEVOP-${agentId}`) || c.includes('devop-nft'));
+  }
+
+  /**
+   * The agent's bundle in a directory of its own, next to a devop-nft that answers as on a kernel older than 5.12
+   * (which refuses owned tables). Removed by the returned function.
+   */
+  function bundleWithoutOwnedTables(): { bundle: string; remove: () => void } {
+    const dir = mkdtempSync(join(tmpdir(), 'devop-nonft-'));
+    const bundle = join(dir, 'agent.js');
+    copyFileSync(AGENT_BUNDLE, bundle);
+    const answer = 'error create table: Operation not supported (owned tables need Linux 5.12 or later)';
+    writeFileSync(join(dir, 'devop-nft'), `#!/bin/sh\nwhile read line; do echo "${answer}"; done\n`, { mode: 0o755 });
+    return { bundle, remove: () => rmSync(dir, { recursive: true, force: true }) };
   }
 
   test(
@@ -97,7 +110,7 @@ describe.runIf(run)('agent: faults', () => {
       expect(await timeUntilPodAnswers()).toBeLessThan(RECOVERY_MS);
       await rulesGone('the owned table to go with the agent');
       await exited(agent.pid); // the job-mode parent follows its child
-      await waitFor(async () => (await agentHelpers(agent.agentId)).length === 0, "the agent's nft to exit");
+      await waitFor(async () => (await agentHelpers(agent.agentId)).length === 0, "the agent's devop-nft to exit");
     },
   );
 
@@ -108,7 +121,7 @@ describe.runIf(run)('agent: faults', () => {
       const cgroup = net.agentCgroup();
       const { agent } = await stealingAgent({}, { cgroup });
       expect(await rules()).toContain(`table ip devop_${agent.agentId} {`);
-      // When every process of the agent's cgroup gets SIGKILL at once (agent, its job-mode parent, its nft)
+      // When every process of the agent's cgroup gets SIGKILL at once (agent, its job-mode parent, its devop-nft)
       writeFileSync(join(cgroup, 'cgroup.kill'), '1');
       expect(await timeUntilPodAnswers()).toBeLessThan(RECOVERY_MS);
       await rulesGone('the owned table to go with the container');
@@ -136,8 +149,8 @@ describe.runIf(run)('agent: faults', () => {
 
   for (const backend of ['auto', 'nft'] as const) {
     test(
-      `SIGTERM ends the agent cleanly (DEVOP_AGENT_IPTABLES=${backend}): exit code 0, no rule, no nft or guard ` +
-        `left`,
+      `SIGTERM ends the agent cleanly (DEVOP_AGENT_IPTABLES=${backend}): exit code 0, no rule, no devop-nft or ` +
+        'guard left',
       async () => {
         const { agent } = await stealingAgent({ DEVOP_AGENT_IPTABLES: backend });
         expect(await rules()).toContain(backend === 'auto' ? `devop_${agent.agentId}` : `DEVOP-${agent.agentId}`);
@@ -146,26 +159,27 @@ describe.runIf(run)('agent: faults', () => {
         expect(await code).toBe(0);
         expect(await net.devopRules()).toEqual([]);
         expect((await httpGet(client, '/after-term')).body).toBe('pod: GET /after-term');
-        await waitFor(async () => (await agentHelpers(agent.agentId)).length === 0, "the agent's nft or guard to exit");
+        await waitFor(
+          async () => (await agentHelpers(agent.agentId)).length === 0,
+          "the agent's devop-nft or guard to exit",
+        );
       },
     );
   }
 
   test(
-    'without a usable nft, a pod whose rules are iptables-legacy gets legacy rules, and its guard cleans them up ' +
-      'after kill -9',
+    'without owned tables (kernel < 5.12), a pod whose rules are iptables-legacy gets legacy rules, and its guard ' +
+      'cleans them up after kill -9',
     async () => {
-      // Given an nft that fails (as one too old for owned tables would) and a pod netns with a legacy rule (a
-      // legacy-only CNI)
-      const fakeBin = mkdtempSync(join(tmpdir(), 'devop-nonft-'));
-      writeFileSync(join(fakeBin, 'nft'), '#!/bin/sh\necho "Error: unknown flag owner" >&2\nexit 1\n', { mode: 0o755 });
+      // Given a kernel that refuses owned tables and a pod netns with a legacy rule (a legacy-only CNI)
+      const old = bundleWithoutOwnedTables();
       const marker = ['-t', 'nat', '-A', 'OUTPUT', '-p', 'tcp', '-d', '127.0.0.3', '--dport', '9', '-j', 'RETURN'].join(
         ' ',
       );
       await sh(`ip netns exec ${net.podNs} iptables-legacy ${marker}`);
       try {
-        const { agent } = await stealingAgent({ PATH: `${fakeBin}:${process.env.PATH ?? ''}` });
-        expect(agent.lines.some((l) => l.includes('no owned nft table'))).toBe(true);
+        const { agent } = await stealingAgent({}, { bundle: old.bundle });
+        expect(agent.lines.some((l) => l.includes('no owned nft table') && l.includes('need Linux 5.12'))).toBe(true);
         const legacy = await sh(`ip netns exec ${net.podNs} iptables-legacy-save -t nat`);
         const nft = await sh(`ip netns exec ${net.podNs} iptables-nft-save -t nat`);
         expect(legacy).toContain(`-A PREROUTING -p tcp -m comment --comment devop -j DEVOP-${agent.agentId}`);
@@ -177,28 +191,27 @@ describe.runIf(run)('agent: faults', () => {
         await exited(agent.pid);
       } finally {
         await sh(`ip netns exec ${net.podNs} iptables-legacy ${marker.replace('-A', '-D')}`);
-        rmSync(fakeBin, { recursive: true, force: true });
+        old.remove();
       }
     },
   );
 
   test(
-    'DEVOP_AGENT_IPTABLES=nft-owned without a usable nft: a steal is refused with the reason, nothing is ' +
+    'DEVOP_AGENT_IPTABLES=nft-owned without owned tables: a steal is refused with the reason, nothing is ' +
       'installed',
     async () => {
-      const fakeBin = mkdtempSync(join(tmpdir(), 'devop-nonft-'));
-      writeFileSync(join(fakeBin, 'nft'), '#!/bin/sh\necho "Error: unknown flag owner"\nexit 1\n', { mode: 0o755 });
+      const old = bundleWithoutOwnedTables();
       try {
-        const agent = await net.startAgent({
-          DEVOP_AGENT_IPTABLES: 'nft-owned',
-          PATH: `${fakeBin}:${process.env.PATH ?? ''}`,
-        });
+        const agent = await net.startAgent({ DEVOP_AGENT_IPTABLES: 'nft-owned' }, { bundle: old.bundle });
         const control = await net.relay(net.podNs, '127.0.0.1', agent.port);
         const session = await connectSession(control, { local });
         const refused = await session.subscribe(3000, 'steal');
         expect(refused).toMatchObject({ type: 'refused' });
         expect((refused as { reason: string }).reason).toMatch(
-          /cannot install the redirect rule for port 3000: the nft process ended/,
+          new RegExp(
+            'cannot install the redirect rule for port 3000: devop-nft: create table: Operation not supported ' +
+              '\\(owned tables need Linux 5\\.12',
+          ),
         );
         expect(await net.devopRules()).toEqual([]);
         expect((await httpGet(client, '/not-stolen')).body).toBe('pod: GET /not-stolen');
@@ -206,7 +219,7 @@ describe.runIf(run)('agent: faults', () => {
         process.kill(agent.pid, 'SIGTERM');
         await exited(agent.pid);
       } finally {
-        rmSync(fakeBin, { recursive: true, force: true });
+        old.remove();
       }
     },
   );

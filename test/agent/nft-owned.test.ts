@@ -1,51 +1,30 @@
-// The owned nftables table against the real kernel, in a netns of the test's own: request/response over `nft -i`,
-// errors, handles, what the kernel allows other processes, and the table's end with its nft process.
+// The owned nftables table against the real kernel, in a netns of the test's own: requests to devop-nft
+// (agent/native/nft-owner.c, built to dist/), errors, handles, the rules as nft lists them, what the kernel allows
+// other processes, and the table's end with its owner.
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
+import { resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { createLog } from '../../agent/log.js';
-import {
-  NftShell,
-  OwnedTable,
-  echoedHandle,
-  probeOwnedTables,
-  redirectCommand,
-  responseError,
-  takeResponse,
-} from '../../agent/nft-owned.js';
+import { NftOwner, OwnedTable, probeOwnedTables, redirectRequest } from '../../agent/nft-owned.js';
 import { requireRoot } from '../helpers/root.js';
 import { sh, waitFor } from './netns.js';
 
-describe('nft-owned: parsing nft output', () => {
-  test('a response ends only with its own sentinel, in full (the caret line included)', () => {
-    const sentinel = 'Error: No such file or directory\nlist table ip devop_end_7\n              ^^^^^^^^^^^^\n';
-    const body =
-      'add rule ip devop_a pre tcp dport 3000 redirect to :4000 # handle 5\n# new generation 9 by process 1 (nft)\n';
-    expect(takeResponse(body + sentinel.slice(0, -5), 7)).toBeUndefined(); // the caret line is not complete yet
-    expect(takeResponse(body + sentinel, 6)).toBeUndefined(); // another request's sentinel
-    expect(takeResponse(`${body + sentinel}next`, 7)).toEqual({ output: body, rest: 'next' });
-    expect(takeResponse(sentinel, 7)).toEqual({ output: '', rest: '' });
-    expect(echoedHandle(body)).toBe(5);
-    expect(responseError(body)).toBeUndefined();
-    expect(
-      responseError('Error: Could not process rule: Operation not permitted\nadd rule ip devop_a pre\n   ^^^\n'),
-    ).toBe('Error: Could not process rule: Operation not permitted — add rule ip devop_a pre');
-  });
-
-  test('redirect rules skip the node IP unless probes are stolen', () => {
-    expect(redirectCommand('devop_a', 3000, 40000, '10.0.0.1')).toBe(
-      'add rule ip devop_a pre ip saddr != 10.0.0.1 tcp dport 3000 redirect to :40000 comment "devop 3000"',
-    );
-    expect(redirectCommand('devop_a', 3000, 40000)).not.toContain('saddr');
-    expect(() => redirectCommand('devop_a', 3000, 40000, '10.0.0.1\ndelete table ip x')).toThrow(/not an IPv4 address/);
+describe('nft-owned: requests to devop-nft', () => {
+  test('redirect rules skip the node IP unless probes are stolen; nothing but an address reaches the line', () => {
+    expect(redirectRequest(3000, 40000, '10.0.0.1')).toBe('add 3000 40000 10.0.0.1');
+    expect(redirectRequest(3000, 40000)).toBe('add 3000 40000');
+    expect(() => redirectRequest(3000, 40000, '10.0.0.1\ndrop')).toThrow(/not an IPv4 address/);
   });
 });
 
 const run = requireRoot('agent nft-owned');
 
-describe.runIf(run)('nft-owned: the kernel owns the table for its nft process', () => {
+const OWNER = resolve(import.meta.dirname, '../../dist/devop-nft');
+
+describe.runIf(run)('nft-owned: the kernel owns the table for its devop-nft process', () => {
   const ns = `dvnft${randomBytes(3).toString('hex')}`;
-  const command = ['ip', 'netns', 'exec', ns, 'sh', '-c', 'exec nft -e -a -i 2>&1'];
+  const command = ['ip', 'netns', 'exec', ns, OWNER];
   const log = createLog('warn', () => undefined);
   const ruleset = (): Promise<string> => sh(`ip netns exec ${ns} nft list ruleset`);
 
@@ -68,8 +47,8 @@ describe.runIf(run)('nft-owned: the kernel owns the table for its nft process', 
     const after = await ruleset();
     expect(after).not.toContain('dport 3000');
     expect(after).toContain('tcp dport 3001 redirect to :40001');
-    // A bad port number is refused by nft: the error comes back, and the shell keeps serving requests
-    await expect(owned.addRedirect(70000, 1)).rejects.toThrow(/nft: Error/);
+    // A bad port number is refused: the error comes back, and devop-nft keeps serving requests
+    await expect(owned.addRedirect(70000, 1)).rejects.toThrow('devop-nft: ports must be 1-65535');
     await owned.addRedirect(3002, 40002);
     expect(await ruleset()).toContain('tcp dport 3002 redirect to :40002');
     await owned.remove();
@@ -85,31 +64,66 @@ describe.runIf(run)('nft-owned: the kernel owns the table for its nft process', 
     const denied = await sh(`ip netns exec ${ns} nft delete table ip devop_t2 2>&1 || true`);
     expect(denied).toMatch(/Operation not permitted/);
     expect(await ruleset()).toContain('devop_t2');
-    // When the owning nft dies by SIGKILL, the table is gone (nothing else cleans up)
-    // (`ip netns exec` forks: the nft process is its child in the netns)
+    // When the owner dies by SIGKILL, the table is gone (nothing else cleans up)
     const pids = (await sh(`ip netns pids ${ns}`)).trim().split('\n').filter(Boolean);
-    const nftPids = pids.filter((pid) => readFileSync(`/proc/${pid}/cmdline`, 'utf8').startsWith('nft\0'));
-    expect(nftPids).toHaveLength(1);
-    process.kill(Number(nftPids[0]), 'SIGKILL');
+    const owners = pids.filter((pid) => readFileSync(`/proc/${pid}/cmdline`, 'utf8').startsWith(`${OWNER}\0`));
+    expect(owners).toHaveLength(1);
+    process.kill(Number(owners[0]), 'SIGKILL');
     await waitFor(async () => !(await ruleset()).includes('devop_t2'), 'the kernel to drop the table', 2000);
     // And the agent's next change fails with a reason instead of hanging
-    await expect(owned.addRedirect(3001, 40001)).rejects.toThrow(/nft process ended/);
+    await expect(owned.addRedirect(3001, 40001)).rejects.toThrow(/devop-nft ended \(SIGKILL\)/);
   });
 
   test('the start-up probe says whether owned tables work, and leaves no table behind', async () => {
     expect(await probeOwnedTables(log, command)).toBeUndefined();
     expect(await ruleset()).not.toContain('devop_');
-    expect(await probeOwnedTables(log, ['sh', '-c', 'echo "Error: unknown flag owner"; exit 1'])).toMatch(
-      /nft process ended/,
+    // A kernel older than 5.12 refuses the flag (as devop-nft answers then), or the owner cannot start at all
+    const old = [
+      'sh',
+      '-c',
+      'read line; echo "error create table: Operation not supported (owned tables need Linux 5.12"',
+    ];
+    expect(await probeOwnedTables(log, old)).toBe(
+      'devop-nft: create table: Operation not supported (owned tables need Linux 5.12',
+    );
+    expect(await probeOwnedTables(log, ['/nonexistent/devop-nft'])).toBe(
+      'the nft table owner /nonexistent/devop-nft is missing',
+    );
+    expect(await probeOwnedTables(log, ['devop-nft-not-on-path'])).toMatch(
+      /devop-nft ended \(spawn devop-nft-not-on-path ENOENT\)/,
     );
   });
 
-  test("closing nft's stdin (what the agent's death does) drops the table", async () => {
-    const nft = NftShell.start(log, command);
-    await nft.request('add table ip devop_t3 { flags owner; }');
+  test('devop-nft without CAP_NET_ADMIN answers with the reason (and the agent falls back)', async () => {
+    const unprivileged = ['ip', 'netns', 'exec', ns, 'setpriv', '--inh-caps=-all', '--bounding-set=-all', OWNER];
+    expect(await probeOwnedTables(log, unprivileged)).toMatch(
+      /^devop-nft: create table: Operation not permitted \(needs CAP_NET_ADMIN/,
+    );
+  });
+
+  test('devop-nft answers every malformed request with one line, and keeps serving', async () => {
+    const nft = NftOwner.start(log, command);
+    await expect(nft.request('add 3000 40000')).rejects.toThrow('devop-nft: no table yet (send: table NAME)');
+    await expect(nft.request('table Bad-Name')).rejects.toThrow(/table name must be 1-\d+ of \[a-z0-9_\]/);
+    await nft.request('table devop_t4');
+    await expect(nft.request('table devop_t5')).rejects.toThrow('this process owns table devop_t4 already');
+    await expect(nft.request('add 3000 40000 10.0.0.999')).rejects.toThrow('not an IPv4 address: 10.0.0.999');
+    await expect(nft.request('delete 12abc')).rejects.toThrow('not a rule handle: 12abc');
+    await expect(nft.request('delete 999')).rejects.toThrow('devop-nft: delete rule: No such file or directory');
+    await expect(nft.request('flush')).rejects.toThrow(/unknown request/);
+    await expect(nft.request(`delete ${'9'.repeat(300)}`)).rejects.toThrow('request longer than 254 bytes');
+    expect(await nft.request('add 3000 40000')).toMatch(/^\d+$/);
+    expect(await ruleset()).toContain('tcp dport 3000 redirect to :40000 comment "devop 3000"');
+    nft.close();
+    await waitFor(async () => !(await ruleset()).includes('devop_t4'), 'the kernel to drop the table', 2000);
+  });
+
+  test("closing devop-nft's stdin (what the agent's death does) drops the table", async () => {
+    const nft = NftOwner.start(log, command);
+    await nft.request('table devop_t3');
     expect(await ruleset()).toContain('devop_t3');
     nft.close();
     await waitFor(async () => !(await ruleset()).includes('devop_t3'), 'the kernel to drop the table', 2000);
-    await expect(nft.request('list tables')).rejects.toThrow(/closed|ended/);
+    await expect(nft.request('drop')).rejects.toThrow(/closed|ended/);
   });
 });

@@ -15,13 +15,13 @@ import { requireRoot } from '../helpers/root.js';
 const AGENT_MAX_BYTES = 130e6;
 const AGENT_TOOLS = [
   'usr/local/bin/node',
-  'usr/sbin/nft',
   'usr/sbin/iptables',
   'usr/sbin/iptables-nft',
   'usr/sbin/iptables-legacy',
   'usr/sbin/conntrack',
   'usr/bin/ss',
   'opt/devop/devop-capture',
+  'opt/devop/devop-nft',
   'usr/bin/nsenter',
   'usr/bin/sh',
   'usr/bin/cat',
@@ -85,7 +85,6 @@ describe('image archives (npm run images)', () => {
         for (const layer of image.layers) execFileSync('tar', ['-xzf', layer.path, '-C', rootfs]);
         const script = [
           'node -e "console.log(process.version)"',
-          'nft --version',
           'iptables --version',
           'iptables-nft --version',
           'iptables-legacy --version',
@@ -93,6 +92,8 @@ describe('image archives (npm run images)', () => {
           'ss --version',
           // Its usage line (exit 2) shows that it loads and runs: it prints it before it opens any socket.
           '{ /opt/devop/devop-capture 2>&1; test $? = 2; }',
+          // It answers a request it does not know with one line (and owns no table).
+          'echo help | /opt/devop/devop-nft',
           'nsenter --version',
           'echo piped | cat',
         ].join(' && ');
@@ -102,6 +103,7 @@ describe('image archives (npm run images)', () => {
         expect(res.status, res.stderr).toBe(0);
         expect(res.stdout).toMatch(new RegExp(`^v${NODE_MAJOR}\\.`));
         expect(res.stdout).toContain('piped');
+        expect(res.stdout).toContain('error unknown request (table NAME');
       } finally {
         rmSync(rootfs, { recursive: true, force: true });
       }
