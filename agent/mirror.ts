@@ -102,17 +102,21 @@ export class MirroredConnection {
     };
     this.copies = subs.flatMap((sub) => {
       try {
-        const stream = sub.session.openIncoming({
-          kind: 'incoming',
-          port,
-          mode: 'mirror',
-          remoteAddress: remote.address,
-          remotePort: remote.port,
-          subscriptionId: sub.id,
+        // The stream's OPEN and its traffic event leave in one write.
+        const stream = sub.session.together(() => {
+          const opened = sub.session.openIncoming({
+            kind: 'incoming',
+            port,
+            mode: 'mirror',
+            remoteAddress: remote.address,
+            remotePort: remote.port,
+            subscriptionId: sub.id,
+          });
+          sub.session.traffic({ ...this.event, phase: 'open', at: Date.now() });
+          return opened;
         });
         stream.on('error', () => undefined);
         stream.resume(); // the local command's answers to a mirrored connection are dropped
-        sub.session.traffic({ ...this.event, phase: 'open', at: Date.now() });
         return [
           {
             sub,

@@ -374,6 +374,7 @@ describe('mirror copies', () => {
           return stream;
         },
         traffic: (e: TrafficEvent) => traffic.push(e),
+        together: <T>(fn: () => T): T => fn(),
         warn: (m: string) => told.push(m),
       };
       const sub: PortSubscription = {

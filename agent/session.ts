@@ -94,6 +94,10 @@ export class Session implements IncomingTarget {
     return this.mux.openStream(open);
   }
 
+  together<T>(fn: () => T): T {
+    return this.mux && !this.mux.closed ? this.mux.together(fn) : fn();
+  }
+
   traffic(event: TrafficEvent): void {
     if (this.wantsTraffic && this.mux && !this.mux.closed) this.mux.send({ type: 'traffic', event });
   }

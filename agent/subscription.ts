@@ -14,6 +14,8 @@ export interface IncomingTarget {
   readonly connected: boolean;
   openIncoming(open: IncomingOpen): IncomingStream;
   traffic(event: TrafficEvent): void;
+  /** Runs `fn`; the frames it makes reach the session in one write (a stream's OPEN with its traffic event). */
+  together<T>(fn: () => T): T;
   warn(message: string): void;
 }
 

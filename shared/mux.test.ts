@@ -130,6 +130,47 @@ describe('mux writing', () => {
     new FrameDecoder((kind) => kinds.push(kind)).push(writes[0]);
     expect(kinds).toEqual([FrameKind.ACCEPT, FrameKind.ACCEPT, FrameKind.ACCEPT, FrameKind.ACCEPT, FrameKind.ACCEPT]);
   });
+
+  it('sends the frames made in together() in one write, when it returns; a frame after it leaves at once', async () => {
+    // Given an agent mux on a connection that records each write
+    const writes: Buffer[] = [];
+    const conn = new Duplex({
+      read() {
+        // Nothing comes in.
+      },
+      write(chunk: Buffer, _enc, cb) {
+        writes.push(chunk);
+        cb();
+      },
+    });
+    const agent = createAgentMux(conn);
+    cleanups.push(() => agent.close('test done'));
+    // When a stream is opened and announced inside together(), with a nested together() in it
+    const incoming = { kind: 'incoming', port: 80, mode: 'steal', remoteAddress: '10.0.0.9', remotePort: 5 } as const;
+    const stream = agent.together(() => {
+      const opened = agent.openStream(incoming);
+      expect(writes).toHaveLength(0); // held until together() returns
+      agent.together(() => agent.send({ type: 'log', level: 'info', message: 'opened' }));
+      expect(writes).toHaveLength(0);
+      return opened;
+    });
+    // Then OPEN and the message left in one write, before together() returned
+    expect(writes).toHaveLength(1);
+    const kinds: number[] = [];
+    new FrameDecoder((kind) => kinds.push(kind)).push(writes[0]);
+    expect(kinds).toEqual([FrameKind.OPEN, FrameKind.CONTROL]);
+    // And the stream's bytes afterwards are written at once, as any frame with nothing queued before it
+    stream.write(Buffer.from('GET / HTTP/1.1\r\n\r\n'));
+    expect(writes).toHaveLength(2);
+    // And a throw inside together() still sends what was made before it
+    expect(() =>
+      agent.together(() => {
+        agent.send({ type: 'log', level: 'info', message: 'before the throw' });
+        throw new Error('boom');
+      }),
+    ).toThrow('boom');
+    expect(writes).toHaveLength(3);
+  });
 });
 
 describe('mux streams', () => {

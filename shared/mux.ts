@@ -101,8 +101,11 @@ export class Mux<S extends Side = Side> extends EventEmitter implements StreamSi
   #nextId: number;
   #lastPeerId = 0;
   #flushScheduled = false;
-  /** True while an incoming chunk is decoded: frames made meanwhile are batched and written when it is done. */
-  #decoding = false;
+  /**
+   * True while an incoming chunk is decoded, or while together() runs: frames made meanwhile are batched and written
+   * when it is done.
+   */
+  #holding = false;
   #blocked = false;
   #drainWaiters: Array<() => void> = [];
   #closed = false;
@@ -179,6 +182,21 @@ export class Mux<S extends Side = Side> extends EventEmitter implements StreamSi
     return stream;
   }
 
+  /**
+   * Runs `fn`; the frames it makes leave together when it returns, in one write (e.g. a new stream's OPEN and the
+   * traffic event that announces it): one write here and one wake-up of the peer, not one per frame.
+   */
+  together<T>(fn: () => T): T {
+    if (this.#holding) return fn();
+    this.#holding = true;
+    try {
+      return fn();
+    } finally {
+      this.#holding = false;
+      if (!this.#flushScheduled && this.#encoder.pendingBytes > 0) this.#flush();
+    }
+  }
+
   /** Closes the connection: tells the peer why, ends every open stream with a MuxClosedError, emits 'close'. */
   close(reason = 'closed'): void {
     if (this.#closed) return;
@@ -232,7 +250,7 @@ export class Mux<S extends Side = Side> extends EventEmitter implements StreamSi
    */
   #queue(kind: FrameKind, id: number, payload?: Buffer): void {
     this.#encoder.frame(kind, id, payload);
-    if (this.#flushScheduled || this.#decoding) return;
+    if (this.#flushScheduled || this.#holding) return;
     if (this.#conn.writableLength === 0) {
       this.#flush();
       return;
@@ -271,15 +289,15 @@ export class Mux<S extends Side = Side> extends EventEmitter implements StreamSi
 
   readonly #onData = (chunk: Buffer | string): void => {
     if (this.#closed) return;
-    this.#decoding = true;
+    this.#holding = true;
     try {
       this.#decoder.push(typeof chunk === 'string' ? Buffer.from(chunk) : chunk);
     } catch (err) {
-      this.#decoding = false;
+      this.#holding = false;
       this.#fail(err);
       return;
     }
-    this.#decoding = false;
+    this.#holding = false;
     // What the frames of this chunk made (credit, answers) leaves now, in one write, unless a tick flush is due anyway.
     if (!this.#flushScheduled && this.#encoder.pendingBytes > 0) this.#flush();
   };
