@@ -92,7 +92,7 @@ export class PortRedirect {
     const whole = active.find((s) => s.mode === 'steal' && !s.match);
     // The stream's OPEN and the traffic event that announces it leave in one write (one wake-up of the tunnel's far
     // side instead of two, on every new connection).
-    if (whole && whole.session.together(() => this.stealConnection(socket, whole))) return;
+    if (whole?.session.together(() => this.stealConnection(socket, whole))) return;
     if (this.http && active.some((s) => s.mode === 'steal' && s.match)) {
       this.http.take(socket);
       return;
