@@ -9,6 +9,7 @@ import type { AgentLog } from './log.js';
 import { MirroredConnection } from './mirror.js';
 import { originOf, resetStream, type IncomingStream, type PortSubscription } from './subscription.js';
 import { joinBothWays } from '../shared/splice.js';
+import { MuxStream } from '../shared/mux-stream.js';
 
 export class PortRedirect {
   private readonly server: Server;
@@ -86,18 +87,23 @@ export class PortRedirect {
 
   private onConnection(socket: Socket): void {
     this.sockets.add(socket);
-    socket.once('close', () => this.sockets.delete(socket));
-    socket.on('error', () => socket.destroy());
     const active = this.active();
     const whole = active.find((s) => s.mode === 'steal' && !s.match);
     // The stream's OPEN and the traffic event that announces it leave in one write (one wake-up of the tunnel's far
     // side instead of two, on every new connection).
     if (whole?.session.together(() => this.stealConnection(socket, whole))) return;
     if (this.http && active.some((s) => s.mode === 'steal' && s.match)) {
+      this.track(socket);
       this.http.take(socket);
       return;
     }
     this.forwardConnection(socket, this.copiesMirrors ? active.filter((s) => s.mode === 'mirror') : []);
+  }
+
+  /** For a connection not spliced here (see splice()): forgets it when it closes, and keeps its errors handled. */
+  private track(socket: Socket): void {
+    socket.once('close', () => this.sockets.delete(socket));
+    socket.on('error', () => socket.destroy());
   }
 
   private stealConnection(socket: Socket, sub: PortSubscription): boolean {
@@ -115,16 +121,10 @@ export class PortRedirect {
     } catch {
       return false; // the tunnel just went: the original app answers instead
     }
-    const event = {
-      kind: 'connection' as const,
-      connId: id,
-      port: this.port,
-      remoteAddress: socket.remoteAddress ?? '',
-      remotePort: socket.remotePort ?? 0,
-      to: 'local' as const,
-    };
-    sub.session.traffic({ ...event, phase: 'open', at: Date.now() });
+    sub.session.traffic({ ...connectionEvent(socket, id, this.port), to: 'local', phase: 'open', at: Date.now() });
     if (sub.answerWithinMs) {
+      this.track(socket);
+      const event = { ...connectionEvent(socket, id, this.port), to: 'local' as const };
       const relay = relayWithFallback(socket, stream, sub.answerWithinMs, originOf(socket, this.port), (afterMs) =>
         sub.session.traffic({ ...event, to: 'pod', phase: 'open', fallbackMs: afterMs, at: Date.now() }),
       );
@@ -140,9 +140,21 @@ export class PortRedirect {
       );
       return true;
     }
-    const counts = spliceSockets(socket, stream, (reason) => resetStream(stream, reason));
-    counts.done.then(() =>
-      sub.session.traffic({ ...event, phase: 'close', bytesIn: counts.in, bytesOut: counts.out, at: Date.now() }),
+    // The close event is made when it is sent, from the socket (which keeps its peer's address): nothing per
+    // connection waits for it but this callback.
+    this.splice(
+      socket,
+      stream,
+      (reason) => resetStream(stream, reason),
+      (bytesIn, bytesOut) =>
+        sub.session.traffic({
+          ...connectionEvent(socket, id, this.port),
+          to: 'local',
+          phase: 'close',
+          bytesIn,
+          bytesOut,
+          at: Date.now(),
+        }),
     );
     return true;
   }
@@ -151,50 +163,82 @@ export class PortRedirect {
     const origin = originOf(socket, this.port);
     const upstream = connect({ host: origin.host, port: origin.port, noDelay: true, allowHalfOpen: true });
     this.forwarded.add(socket);
-    socket.once('close', () => this.forwarded.delete(socket));
-    const counts = spliceSockets(socket, upstream, () => upstream.destroy());
-    if (mirrors.length === 0) return;
-    const mirrored = new MirroredConnection(
-      mirrors,
-      this.port,
-      this.connId(),
-      { address: socket.remoteAddress ?? '', port: socket.remotePort ?? 0 },
-      this.log,
+    const mirrored =
+      mirrors.length === 0
+        ? undefined
+        : new MirroredConnection(
+            mirrors,
+            this.port,
+            this.connId(),
+            { address: socket.remoteAddress ?? '', port: socket.remotePort ?? 0 },
+            this.log,
+          );
+    this.splice(
+      socket,
+      upstream,
+      () => upstream.destroy(),
+      (bytesIn, bytesOut) => mirrored?.close({ in: bytesIn, out: bytesOut }),
     );
+    if (!mirrored) return;
     // Registered after the pipe to the app: the app gets each chunk first.
     socket.on('data', (chunk: Buffer) => mirrored.push(chunk));
     socket.once('end', () => mirrored.end());
-    counts.done.then(() => mirrored.close({ in: counts.in, out: counts.out }));
+  }
+
+  /**
+   * Joins a client socket and its peer both ways with half-close (a mux stream through the splice fast path, a socket
+   * with pipe); an error on either side tears both down. `closed` gets the client socket's byte counts once both sides
+   * closed. Every connection the listener takes comes here and a thousand kept-alive ones stay, so the listeners are
+   * few: one per event, added with on() where the event comes once anyway ('close'; once() adds a wrapper per
+   * listener), and no promise.
+   */
+  private splice(
+    client: Socket,
+    peer: Duplex,
+    abortPeer: (reason: string) => void,
+    closed: (bytesIn: number, bytesOut: number) => void,
+  ): void {
+    joinBothWays(client, peer);
+    let open = 2;
+    const sideClosed = (): void => {
+      if (--open === 0) closed(client.bytesRead, client.bytesWritten);
+    };
+    client.on('close', () => {
+      this.sockets.delete(client);
+      this.forwarded.delete(client);
+      // A client that vanished without a FIN (reset) takes its peer down too.
+      if (!client.readableEnded) abortPeer('client connection reset');
+      sideClosed();
+    });
+    client.on('error', () => {
+      client.destroy();
+      abortPeer('client connection error');
+    });
+    // A peer that failed takes the client down. Its 'close' follows its 'error' in the same tick, and a mux stream
+    // keeps its own errors handled: only a socket needs an 'error' listener here, or its error would be thrown.
+    peer.on('close', () => {
+      if (peer.errored) client.destroy();
+      sideClosed();
+    });
+    if (!(peer instanceof MuxStream)) peer.on('error', ignoreError);
   }
 }
 
-/**
- * Joins a client socket and its peer both ways with half-close (a mux stream through the splice fast path, a socket
- * with pipe); an error on either side tears both down. The counts are the client socket's, filled in when both closed.
- */
-export function spliceSockets(
-  client: Socket,
-  peer: Duplex,
-  abortPeer: (reason: string) => void,
-): { in: number; out: number; done: Promise<void> } {
-  const counts = { in: 0, out: 0, done: Promise.resolve() };
-  joinBothWays(client, peer);
-  counts.done = new Promise((resolve) => {
-    let open = 2;
-    const closed = (): void => {
-      if (--open > 0) return;
-      counts.in = client.bytesRead;
-      counts.out = client.bytesWritten;
-      resolve();
-    };
-    client.once('close', () => {
-      // A client that vanished without a FIN (reset) takes its peer down too.
-      if (!client.readableEnded) abortPeer('client connection reset');
-      closed();
-    });
-    peer.once('close', closed);
-    peer.on('error', () => client.destroy());
-    client.on('error', () => abortPeer('client connection error'));
-  });
-  return counts;
+/** What the traffic events of a stolen connection say about it. */
+function connectionEvent(
+  socket: Socket,
+  connId: string,
+  port: number,
+): { kind: 'connection'; connId: string; port: number; remoteAddress: string; remotePort: number } {
+  return {
+    kind: 'connection',
+    connId,
+    port,
+    remoteAddress: socket.remoteAddress ?? '',
+    remotePort: socket.remotePort ?? 0,
+  };
+}
+
+function ignoreError(): void {
+  // See splice(): the peer's 'close' handles it.
 }

@@ -35,6 +35,6 @@ export function spliceSocket(stream: MuxStream, socket: Socket): void {
       stream.once('drain', () => socket.resume());
     }
   });
-  socket.once('end', () => stream.end());
+  socket.on('end', () => stream.end()); // 'end' comes once: on() spares once()'s wrapper
   socket.resume(); // as pipe() does: a socket paused while its peer was being set up starts flowing now
 }
