@@ -1,4 +1,4 @@
-// The agent's entry (bundled into dist/agent.js): reads its config from the env (shared/agent-contract.ts), enters the
+// The agent's entry (bundled into dist/agent.cjs): reads its config from the env (shared/agent-contract.ts), enters the
 // target's netns in job mode, starts the agent, prints the ready line, and stops cleanly on SIGTERM/SIGINT.
 import {
   AGENT_ENV,

@@ -183,7 +183,7 @@ async function main(): Promise<void> {
   const children: ChildProcess[] = [];
   let ssh: SshForward | undefined;
   try {
-    // Bundled and run with plain node, as dist/cli.js and dist/agent.js run, not through a TypeScript loader.
+    // Bundled and run with plain node, as dist/cli.js and dist/agent.cjs run, not through a TypeScript loader.
     const helpers = ['sink', 'delay-line', 'tunnel-cli', 'tunnel-agent', 'node-pipe-relay'];
     const entryPoints = helpers.map((h) => resolve(import.meta.dirname, `lib/${h}.ts`));
     await build({ ...common, banner, entryPoints, outdir: dir, outExtension: { '.js': '.mjs' } });

@@ -90,7 +90,7 @@ describe.runIf(run)('agent: faults', () => {
    */
   function bundleWithoutOwnedTables(): { bundle: string; remove: () => void } {
     const dir = mkdtempSync(join(tmpdir(), 'devop-nonft-'));
-    const bundle = join(dir, 'agent.js');
+    const bundle = join(dir, 'agent.cjs');
     copyFileSync(AGENT_BUNDLE, bundle);
     const answer = 'error create table: Operation not supported (owned tables need Linux 5.12 or later)';
     writeFileSync(join(dir, 'devop-nft'), `#!/bin/sh\nwhile read line; do echo "${answer}"; done\n`, { mode: 0o755 });

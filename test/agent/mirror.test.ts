@@ -276,7 +276,7 @@ describe.runIf(run)('agent: mirror through the agent (DEVOP_AGENT_MIRROR=proxy)'
 describe.runIf(run)('agent: mirror where the capture program is missing', () => {
   // The agent's bundle alone in a directory: no devop-capture next to it.
   const dir = mkdtempSync(join(tmpdir(), 'devop-no-capture-'));
-  const bundle = join(dir, 'agent.js');
+  const bundle = join(dir, 'agent.cjs');
   copyFileSync(AGENT_BUNDLE, bundle);
   const s = podWithAgent({}, { bundle });
   afterAll(() => rmSync(dir, { recursive: true, force: true }));

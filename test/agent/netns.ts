@@ -11,7 +11,7 @@ import { AGENT_COMMAND, AGENT_LOOKUP_COMMAND, AGENT_NODE_FLAGS } from '../../sha
 
 const exec = promisify(execFile);
 const FIXTURES = resolve(import.meta.dirname, 'fixtures');
-export const AGENT_BUNDLE = resolve(import.meta.dirname, '../../dist/agent.js');
+export const AGENT_BUNDLE = resolve(import.meta.dirname, '../../dist/agent.cjs');
 const CGROUP_ROOT = existsSync('/sys/fs/cgroup/unified') ? '/sys/fs/cgroup/unified' : '/sys/fs/cgroup';
 
 /**
