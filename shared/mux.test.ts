@@ -86,6 +86,23 @@ describe('mux control messages', () => {
   });
 });
 
+/** An agent mux on an in-memory connection that records each write; the test pushes what comes in (conn.push). */
+function recordingAgentMux(): { agent: ReturnType<typeof createAgentMux>; conn: Duplex; writes: Buffer[] } {
+  const writes: Buffer[] = [];
+  const conn = new Duplex({
+    read() {
+      // Data is pushed by the test, never pulled.
+    },
+    write(chunk: Buffer, _enc, cb) {
+      writes.push(chunk);
+      cb();
+    },
+  });
+  const agent = createAgentMux(conn);
+  cleanups.push(() => agent.close('test done'));
+  return { agent, conn, writes };
+}
+
 describe('mux writing', () => {
   it('writes a frame with nothing queued before it at once, before the event loop moves on', async () => {
     // Given a connected pair and a stream
@@ -104,18 +121,7 @@ describe('mux writing', () => {
 
   it('sends what the frames of one incoming chunk make in one write', async () => {
     // Given an agent mux on a connection that records each write, accepting every stream opened to it
-    const writes: Buffer[] = [];
-    const conn = new Duplex({
-      read() {
-        // Data is pushed by the test, never pulled.
-      },
-      write(chunk: Buffer, _enc, cb) {
-        writes.push(chunk);
-        cb();
-      },
-    });
-    const agent = createAgentMux(conn);
-    cleanups.push(() => agent.close('test done'));
+    const { agent, conn, writes } = recordingAgentMux();
     agent.on('stream', (s) => s.accept());
     // When one chunk carries five OPEN frames
     const opens = [1, 3, 5, 7, 9].map((id) =>
@@ -133,18 +139,7 @@ describe('mux writing', () => {
 
   it('sends the frames made in together() in one write, when it returns; a frame after it leaves at once', async () => {
     // Given an agent mux on a connection that records each write
-    const writes: Buffer[] = [];
-    const conn = new Duplex({
-      read() {
-        // Nothing comes in.
-      },
-      write(chunk: Buffer, _enc, cb) {
-        writes.push(chunk);
-        cb();
-      },
-    });
-    const agent = createAgentMux(conn);
-    cleanups.push(() => agent.close('test done'));
+    const { agent, writes } = recordingAgentMux();
     // When a stream is opened and announced inside together(), with a nested together() in it
     const incoming = { kind: 'incoming', port: 80, mode: 'steal', remoteAddress: '10.0.0.9', remotePort: 5 } as const;
     const stream = agent.together(() => {
