@@ -2,9 +2,9 @@
 // containerd, and the agent's holds node and every tool the agent runs — checked by running them from the unpacked
 // image (chroot).
 import { execFileSync, spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync, statSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { IMAGES, IMAGES_DIR, NODE_MAJOR } from '../../scripts/image-list.mjs';
 import { describeLayout, imageFiles, imageSizes, withUnpackedArchive } from '../../scripts/oci-archive.mjs';
@@ -74,6 +74,25 @@ describe('image archives (npm run images)', () => {
       }
       const { uncompressed } = await imageSizes(image);
       expect(uncompressed).toBeLessThanOrEqual(AGENT_MAX_BYTES);
+    });
+  });
+
+  it("the agent image's /opt/devop/agent.js is this checkout's dist/agent.cjs, byte for byte", async () => {
+    // The end-to-end suites run the agent from the image: one built from other sources tests another agent. (The
+    // image builds its bundle in a stage of its own, with the same esbuild and compiler options.)
+    const bundle = readFileSync(resolve(import.meta.dirname, '../../dist/agent.cjs'));
+    await withImages('agent', ([image]) => {
+      // The last layer that has the file holds the image's copy.
+      const copies = image.layers
+        .map((layer) => spawnSync('tar', ['-xzOf', layer.path, 'opt/devop/agent.js'], { maxBuffer: 64 << 20 }))
+        .filter((r) => r.status === 0);
+      expect(copies.length).toBeGreaterThan(0);
+      const inImage = copies[copies.length - 1].stdout;
+      expect(
+        inImage.equals(bundle),
+        `the agent image holds another bundle (${inImage.length} bytes against ${bundle.length}): ` +
+          'run npm run images -- agent',
+      ).toBe(true);
     });
   });
 
