@@ -30,7 +30,7 @@ const execFileAsync = promisify(execFile);
 const RATE_PER_S = Number(process.env.BENCH_RATE ?? 300);
 /**
  * One cycle of the load: the two paths whose p99 is taken come five times each, the others once. With 2 000 cycles that
- * is 10 000 samples each for direct and stolen (p99 from ≥ 10 000) and 2 000 for the rest, in ~100 s.
+ * is 10 000 samples each for direct and stolen (p99 from ≥ 10 000) and 2 000 for the rest, in ~115 s.
  */
 const PATTERN = [
   'direct',
@@ -48,6 +48,8 @@ const PATTERN = [
   'direct',
   'stolen',
   'floor-new',
+  'c-agent',
+  'c-agent-new',
 ] as const;
 const CYCLES = Number(process.env.BENCH_CYCLES ?? 2000);
 const WARMUP_CYCLES = 40;
@@ -68,6 +70,10 @@ const FLOOR = 3006;
 const FLOOR_TUNNEL = 3007;
 const RELAY_STOLEN = 3008;
 const RELAY_FLOOR = 3009;
+/** The C agent side (bench/lib/c-agent.c) with devop's session: its client port, its tunnel port, its relay. */
+const C_AGENT = 3010;
+const C_AGENT_TUNNEL = 3011;
+const RELAY_C_AGENT = 3012;
 const PORTS: Record<Path, number> = {
   direct: APP.direct,
   'direct-new': APP.direct,
@@ -75,9 +81,18 @@ const PORTS: Record<Path, number> = {
   'stolen-new': APP.stolen,
   floor: FLOOR,
   'floor-new': FLOOR,
+  'c-agent': C_AGENT,
+  'c-agent-new': C_AGENT,
   mirrored: APP.mirrored,
 };
-const FRESH: Path[] = ['direct-new', 'stolen-new', 'floor-new'];
+const FRESH: Path[] = ['direct-new', 'stolen-new', 'floor-new', 'c-agent-new'];
+/**
+ * BENCH_PATTERN=<path>,<path>…: only these paths, in this order (e.g. `stolen-new,direct-new` for the CPU a new
+ * connection costs each process); prints their latencies and CPU, not the RESULT line.
+ */
+const PATTERN_USED = (process.env.BENCH_PATTERN?.split(',') ?? [...PATTERN]) as Path[];
+const unknownPath = PATTERN_USED.find((p) => !PATTERN.includes(p));
+if (unknownPath) throw new Error(`BENCH_PATTERN: no path ${unknownPath} (paths: ${[...new Set(PATTERN)].join(', ')})`);
 
 function percentile(sorted: number[], p: number): number {
   return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))];
@@ -170,6 +185,10 @@ async function main(): Promise<void> {
     const floorBinary = join(net.dir, 'ws-framed-pair');
     const floorSource = resolve(import.meta.dirname, 'lib/ws-framed-pair.c');
     execFileSync('cc', ['-O2', '-o', floorBinary, floorSource], { stdio: 'inherit' });
+    const cAgentBinary = join(net.dir, 'c-agent');
+    execFileSync('cc', ['-O2', '-o', cAgentBinary, resolve(import.meta.dirname, 'lib/c-agent.c')], {
+      stdio: 'inherit',
+    });
 
     await net.startPod({ port: Object.values(APP).join(','), env: { POD_QUIET: '1' } });
     const inPod = (cmd: string[], ready: string): Promise<Proc> => startIn(children, net.podNs, cmd, ready);
@@ -180,7 +199,11 @@ async function main(): Promise<void> {
       ...args,
     ];
     const relay = (port: number): Promise<Proc> => inPod(node('portforward-relay.mjs', String(port)), 'LISTENING');
-    const relays = { stolen: await relay(RELAY_STOLEN), floor: await relay(RELAY_FLOOR) };
+    const relays = {
+      stolen: await relay(RELAY_STOLEN),
+      floor: await relay(RELAY_FLOOR),
+      cAgent: await relay(RELAY_C_AGENT),
+    };
     const floorAgent = await inPod([floorBinary, 'agent', String(FLOOR), String(FLOOR_TUNNEL)], 'LISTENING');
     const floorSessionArgs = [String(RELAY_FLOOR), String(FLOOR_TUNNEL), String(APP.direct)];
     const floorSession = await inPod([floorBinary, 'session', ...floorSessionArgs], 'READY');
@@ -198,6 +221,9 @@ async function main(): Promise<void> {
     const stealPorts = `${APP.stolen},${APP.held}`;
     const sessionArgs = [String(RELAY_STOLEN), String(agentProc.port), stealPorts, String(APP.direct)];
     const stealer = await inPod(node('session-proc.mjs', ...sessionArgs), 'READY');
+    const cAgent = await inPod([cAgentBinary, String(C_AGENT), String(C_AGENT_TUNNEL)], 'LISTENING');
+    const cAgentSessionArgs = [String(RELAY_C_AGENT), String(C_AGENT_TUNNEL), String(C_AGENT), String(APP.direct)];
+    const cAgentSession = await inPod(node('session-proc.mjs', ...cAgentSessionArgs), 'READY');
     // The bench's own session (through a unix-socket relay, as the agent suites connect) mirrors a port, counts copies.
     const control = await net.relay(net.podNs, '127.0.0.1', agentProc.port);
     const local = await startLocalCommand('local');
@@ -210,7 +236,7 @@ async function main(): Promise<void> {
       host: net.podIP,
       ports: PORTS,
       fresh: FRESH,
-      pattern: PATTERN,
+      pattern: PATTERN_USED,
       cycles: CYCLES,
       warmupCycles: WARMUP_CYCLES,
       ratePerS: RATE_PER_S,
@@ -224,6 +250,9 @@ async function main(): Promise<void> {
       'floor agent': floorAgent.pid,
       'floor relay': relays.floor.pid,
       'floor session': floorSession.pid,
+      'c-agent': cAgent.pid,
+      'c-agent relay': relays.cAgent.pid,
+      'c-agent session': cAgentSession.pid,
     };
     const cpuBefore = Object.fromEntries(Object.entries(measured).map(([name, pid]) => [name, cpuMs(pid)]));
     const started = Date.now();
@@ -231,19 +260,23 @@ async function main(): Promise<void> {
     const { stdout: out } = await execFileAsync('nsenter', loadArgs, { encoding: 'utf8', maxBuffer: 64 * 1024 * 1024 });
     const took = ((Date.now() - started) / 1000).toFixed(0);
     console.log(`latency run: ${took} s at ${RATE_PER_S} requests/s; load after it: ${load()}`);
-    const perPath = (p: string): number => (WARMUP_CYCLES + CYCLES) * PATTERN.filter((q) => q.startsWith(p)).length;
-    const cpu = Object.entries(measured).map(([name, pid]) => {
+    const perPath = (p: string): number =>
+      (WARMUP_CYCLES + CYCLES) * PATTERN_USED.filter((q) => q.startsWith(p)).length;
+    const pathOf = (name: string): string =>
+      name.startsWith('floor') ? 'floor' : name.startsWith('c-agent') ? 'c-agent' : 'stolen';
+    const cpu = Object.entries(measured).flatMap(([name, pid]) => {
       const [before, now] = [cpuBefore[name], cpuMs(pid)];
-      const requests = perPath(name.startsWith('floor') ? 'floor' : 'stolen');
+      const requests = perPath(pathOf(name));
+      if (requests === 0) return [];
       const us = (ms: number): string => ((ms * 1000) / requests).toFixed(0);
-      return `${name} ${us(now.user - before.user)}+${us(now.sys - before.sys)}`;
+      return [`${name} ${us(now.user - before.user)}+${us(now.sys - before.sys)}`];
     });
     console.log(
-      'CPU per request on its path, user+system µs (stolen: 5 kept-alive to 1 new, floor 1 to 1; the agent also ' +
-        `reads the mirror's capture): ${cpu.join(', ')}`,
+      'CPU per request on its path, user+system µs (stolen: 5 kept-alive to 1 new, floor and c-agent 1 to 1; the ' +
+        `agent also reads the mirror's capture): ${cpu.join(', ')}`,
     );
     const samples = JSON.parse(out.trim().split('\n').pop() ?? '{}') as Record<Path, number[]>;
-    const paths = Object.keys(PORTS) as Path[];
+    const paths = (Object.keys(PORTS) as Path[]).filter((p) => PATTERN_USED.includes(p));
     const stats = Object.fromEntries(
       paths.map((p) => {
         const sorted = [...samples[p]].sort((a, b) => a - b);
@@ -254,12 +287,27 @@ async function main(): Promise<void> {
       console.log(`${p.padEnd(10)} n=${stats[p].n} p50=${stats[p].p50.toFixed(3)}ms p99=${stats[p].p99.toFixed(3)}ms`);
     }
     const added = (p: Path, base: Path, q: 'p50' | 'p99' = 'p50'): number => stats[p][q] - stats[base][q];
+    if (process.env.BENCH_PATTERN) {
+      const over = paths
+        .filter((p) => !p.startsWith('direct') && stats[p.endsWith('-new') ? 'direct-new' : 'direct'])
+        .map((p) => `${p} ${added(p, p.endsWith('-new') ? 'direct-new' : 'direct').toFixed(3)} ms`);
+      console.log(`p50 added over the direct path: ${over.join(', ') || 'no direct path to compare with'}`);
+      session.mux.close('bench over');
+      await local.close();
+      return;
+    }
     const floorAdded = added('floor', 'direct');
     console.log(
       `p50 added over the direct path: devop's stolen path ${added('stolen', 'direct').toFixed(3)} ms, the C floor ` +
         `${floorAdded.toFixed(3)} ms (both through a port-forward WebSocket relay); a new connection per request: ` +
         'stolen ' +
         `${added('stolen-new', 'direct-new').toFixed(3)} ms, floor ${added('floor-new', 'direct-new').toFixed(3)} ms`,
+    );
+    const cAgentAdded = added('c-agent', 'direct');
+    console.log(
+      `devop's session with an agent side in C (bench/lib/c-agent.c): p50 added ${cAgentAdded.toFixed(3)} ms ` +
+        `(${(cAgentAdded / floorAdded).toFixed(2)}× the floor's), a new connection per request ` +
+        `${added('c-agent-new', 'direct-new').toFixed(3)} ms`,
     );
 
     // Proof that the copies are complete: the requests found in the mirror copies against those sent on the mirrored
@@ -337,7 +385,11 @@ async function main(): Promise<void> {
   }
 }
 
-main().catch((err: unknown) => {
-  console.error(err);
-  process.exit(1);
-});
+// Exits once done: the bench's own session and servers hold handles that teardown does not close.
+main().then(
+  () => process.exit(0),
+  (err: unknown) => {
+    console.error(err);
+    process.exit(1);
+  },
+);

@@ -7,6 +7,7 @@ import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { hasCc } from './has-cc.js';
 
 const MiB = 1024 * 1024;
 /** Sent each way: many frames of the largest size (1 MiB in splice mode) and many pipefuls of the smallest. */
@@ -18,15 +19,6 @@ const ONE_PAGE_PIPE = '4096';
 const COPY_BUFFER = 256 * 1024;
 /** One exchange through a pair on loopback takes well under a second; this is a hang, not a slow machine. */
 const EXCHANGE_DEADLINE_MS = 30_000;
-
-const hasCc = ((): boolean => {
-  try {
-    execFileSync('cc', ['--version'], { stdio: 'ignore' });
-    return true;
-  } catch {
-    return false; // no C compiler: the suite is reported as skipped, with the reason in its name
-  }
-})();
 
 const sha = (data: Buffer): string => createHash('sha256').update(data).digest('hex');
 

@@ -5,7 +5,9 @@
 // The bench passes the pod's own app as the local command, so the stolen and direct paths end at the same server.
 // Prints READY once stealing; SIGTERM ends it.
 //   node session-proc.mjs <relayPort> <agentPort> <stealPort>[,<stealPort>…] <appPort>
-// Prints "STREAMS <n>" whenever the number of incoming streams open changes by 100.
+// Prints "STREAMS <n>" whenever the number of incoming streams open reaches another hundred (not at 0: with a new
+// connection per request the count goes 0 → 1 → 0 each time, and a line per connection would be a pipe write and a
+// wake-up of the bench that the CLI does not make).
 import { randomUUID } from 'node:crypto';
 import { KubeConfig } from '@kubernetes/client-node';
 import { openPortForward } from '../../cli/kube/tunnel.js';
@@ -31,7 +33,7 @@ const handle = incomingStreamHandler({ ports, onError: (m) => console.error(m) }
 let open = 0;
 const count = (delta: number): void => {
   open += delta;
-  if (open % 100 === 0) process.stdout.write(`STREAMS ${open}\n`);
+  if (open > 0 && open % 100 === 0) process.stdout.write(`STREAMS ${open}\n`);
 };
 mux.on('stream', (stream) => {
   count(1);

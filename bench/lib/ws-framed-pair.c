@@ -20,6 +20,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "bench-net.h"
+
 #define SLOTS 65536 /* connections open at once, at most; ids grow, so a late frame never reaches a reused slot */
 #define CHUNK (64 * 1024)
 #define INBUF (4 * 1024 * 1024)
@@ -33,11 +35,6 @@ static uint8_t raw[INBUF], stream[INBUF];
 static size_t raw_len, stream_len;
 static int port_seen[2];
 
-static void die(const char *what) {
-  perror(what);
-  exit(1);
-}
-
 static int write_all(int fd, const uint8_t *p, size_t n) {
   while (n > 0) {
     ssize_t w = write(fd, p, n);
@@ -48,25 +45,9 @@ static int write_all(int fd, const uint8_t *p, size_t n) {
   return 0;
 }
 
-static void put32(uint8_t *p, uint32_t v) {
-  p[0] = v >> 24, p[1] = v >> 16, p[2] = v >> 8, p[3] = v;
-}
-
-static uint32_t get32(const uint8_t *p) {
-  return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
-
 static void watch(int fd, uint64_t tag, uint32_t id) {
   struct epoll_event ev = {.events = EPOLLIN, .data.u64 = tag << 32 | id};
   if (epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) < 0) die("epoll_ctl");
-}
-
-static int listen_on(uint32_t addr, int port) {
-  int one = 1, fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr.s_addr = htonl(addr)};
-  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(fd, 1024) < 0) die("listen");
-  return fd;
 }
 
 static int dial(int port) {
@@ -276,17 +257,14 @@ int main(int argc, char **argv) {
       uint32_t id = (uint32_t)evs[i].data.u64;
       if (tag == TAG_TUNNEL_LISTEN) {
         /* One tunnel; clients are accepted once it is there (until then they wait in the backlog). */
-        int one = 1;
-        if (tunnel >= 0 || (tunnel = accept(tunnel_listener, NULL, NULL)) < 0) continue;
-        setsockopt(tunnel, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        if (tunnel >= 0 || (tunnel = accept_nodelay(tunnel_listener)) < 0) continue;
         watch(tunnel, TAG_TUNNEL, 0);
         watch(listener, TAG_LISTEN, 0);
       } else if (tag == TAG_TUNNEL) {
         on_tunnel_readable();
       } else if (tag == TAG_LISTEN) {
-        int fd = accept(listener, NULL, NULL), one = 1;
+        int fd = accept_nodelay(listener);
         if (fd < 0) continue;
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         add_conn(next_id++, fd);
       } else if (tag == TAG_CONN) {
         int slot = id & (SLOTS - 1);
