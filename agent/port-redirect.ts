@@ -109,6 +109,9 @@ export class PortRedirect {
   private stealConnection(socket: Socket, sub: PortSubscription): boolean {
     let stream: IncomingStream;
     const id = this.connId();
+    // A connection spliced whole to a session that reports it from the stream (stream-events) gets no traffic events
+    // here; one that may fall back to the pod does, since only the agent knows where it went.
+    const reported = sub.session.reportsStreams && !sub.answerWithinMs;
     try {
       stream = sub.session.openIncoming({
         kind: 'incoming',
@@ -117,9 +120,14 @@ export class PortRedirect {
         remoteAddress: socket.remoteAddress ?? '',
         remotePort: socket.remotePort ?? 0,
         subscriptionId: sub.id,
+        ...(reported ? { connId: id } : {}),
       });
     } catch {
       return false; // the tunnel just went: the original app answers instead
+    }
+    if (reported) {
+      this.splice(socket, stream, (reason) => resetStream(stream, reason), noEvent);
+      return true;
     }
     sub.session.traffic({ ...connectionEvent(socket, id, this.port), to: 'local', phase: 'open', at: Date.now() });
     if (sub.answerWithinMs) {
@@ -241,4 +249,8 @@ function connectionEvent(
 
 function ignoreError(): void {
   // See splice(): the peer's 'close' handles it.
+}
+
+function noEvent(): void {
+  // A connection its session reports from the stream: see stealConnection().
 }

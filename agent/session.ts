@@ -35,6 +35,7 @@ export class Session implements IncomingTarget {
   readonly sessionId = randomBytes(9).toString('base64url');
   private mux: AgentMux | undefined;
   private wantsTraffic = true;
+  reportsStreams = false;
   private graceTimer: NodeJS.Timeout | undefined;
   private over = false;
 
@@ -61,6 +62,7 @@ export class Session implements IncomingTarget {
     this.graceTimer = undefined;
     this.mux = mux;
     this.wantsTraffic = features === undefined || features.includes(FEATURES.traffic);
+    this.reportsStreams = this.wantsTraffic && (features?.includes(FEATURES.streamEvents) ?? false);
     // Liveness is enforced only once the client has spoken after its hello: a client that never does is not timed out.
     const heard = { at: Date.now(), any: false };
     let pingId = 0;

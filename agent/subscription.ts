@@ -12,6 +12,8 @@ export type IncomingStream = Duplex & { reset?: (reason: string) => void };
 export interface IncomingTarget {
   readonly sessionId: string;
   readonly connected: boolean;
+  /** The client makes a whole connection's traffic events from its stream (stream-events): none are sent for it. */
+  readonly reportsStreams: boolean;
   openIncoming(open: IncomingOpen): IncomingStream;
   traffic(event: TrafficEvent): void;
   /** Runs `fn`; the frames it makes reach the session in one write (a stream's OPEN with its traffic event). */

@@ -101,6 +101,7 @@ export class MuxStream extends Duplex {
   #probeAt = 0;
   #sendCredit: number;
   #recvTotal = 0;
+  #sentTotal = 0;
   #recvGranted: number;
   #pending: Buffer | null = null;
   #pendingCb: ((err?: Error | null) => void) | null = null;
@@ -146,6 +147,16 @@ export class MuxStream extends Duplex {
   /** Bytes this side may still send before the peer grants more credit. */
   get sendCredit(): number {
     return this.#sendCredit;
+  }
+
+  /** Stream bytes received from the peer so far. */
+  get bytesReceived(): number {
+    return this.#recvTotal;
+  }
+
+  /** Stream bytes sent to the peer so far (in DATA frames, not those still waiting for credit). */
+  get bytesSent(): number {
+    return this.#sentTotal;
   }
 
   /** Tells the opener its request succeeded (e.g. the outgoing connect is up), with optional details. */
@@ -226,6 +237,7 @@ export class MuxStream extends Duplex {
       return false;
     if (this.#sink.isClosed || this.#sink.blocked) return false;
     this.#sendCredit -= chunk.length;
+    this.#sentTotal += chunk.length;
     for (let off = 0; off < chunk.length; off += MAX_DATA_FRAME) {
       const end = Math.min(chunk.length, off + MAX_DATA_FRAME);
       this.#sink.sendFrame(
@@ -387,6 +399,7 @@ export class MuxStream extends Duplex {
     while (chunk.length > 0 && this.#sendCredit > 0) {
       const n = Math.min(chunk.length, this.#sendCredit, MAX_DATA_FRAME);
       this.#sendCredit -= n;
+      this.#sentTotal += n;
       this.#sink.sendFrame(FrameKind.DATA, this.id, n === chunk.length ? chunk : chunk.subarray(0, n));
       chunk = n === chunk.length ? EMPTY : chunk.subarray(n);
     }

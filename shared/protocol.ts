@@ -28,6 +28,11 @@ export const FEATURES = {
   pause: 'pause',
   /** subscribe.answerWithinMs: unanswered stolen connections are replayed to the pod (webhook targets). */
   answerFallback: 'answer-fallback',
+  /**
+   * The client reports the connections it is handed whole from their streams: for an incoming stream whose OPEN
+   * carries `connId`, the agent sends no connection traffic events (the stream says all they would).
+   */
+  streamEvents: 'stream-events',
 } as const;
 
 /** Error codes an agent sends in `error`; unknown codes must be shown as-is (the field is an open string). */
@@ -220,6 +225,8 @@ export const StreamOpen = z.discriminatedUnion('kind', [
     remoteAddress: z.string(),
     remotePort: z.int().check(z.minimum(0), z.maximum(65535)),
     subscriptionId: z.optional(z.string()),
+    /** stream-events: the connection's id; the client makes its open and close events from the stream. */
+    connId: z.optional(z.string()),
     request: z.optional(
       z.object({
         method: z.string(),

@@ -2,8 +2,8 @@
 // protocol (docs/protocol.md) to devop's real session (bench/lib/session-proc.ts: the CLI's tunnel, mux and incoming
 // handler). Its path — client → this → port-forward relay → devop's session → app — prices what a native agent side
 // would leave of devop's stolen path, beside the floor (both sides in C) and devop's own (both in Node).
-// What it does: answers hello and subscribe; opens one stream per client connection with the same OPEN and traffic
-// event devop's agent sends, in one write; DATA within the peer's credit, CREDIT once a quarter of the 256 KiB window
+// What it does: answers hello and subscribe; opens one stream per client connection with the same OPEN (and traffic
+// event, unless the client reports connections from their streams: stream-events) devop's agent sends, in one write; DATA within the peer's credit, CREDIT once a quarter of the 256 KiB window
 // was written to the client, END and RESET both ways, the close event with the byte counts.
 // Not done (not needed by the bench, needed by a real agent): one tunnel only; writes block (small requests and
 // answers); no filters, mirroring, pings or window growth.
@@ -44,6 +44,7 @@ struct conn {
 static struct conn conns[SLOTS];
 static int ep, tunnel = -1, listener, tunnel_listener, client_port;
 static uint32_t next_id = 2;
+static int reports_streams; /* the client listed stream-events: OPEN carries connId, no connection events */
 static uint8_t in[INBUF], out[MAX_DATA + 2048];
 static size_t in_len;
 
@@ -98,7 +99,7 @@ static void finish(struct conn *c, const char *reset) {
   if (reset) send_now(RESET, c->id, reset, (uint32_t)strlen(reset));
   close(c->fd);
   c->fd = -1;
-  send_now(CONTROL, 0, msg, (uint32_t)traffic(msg, sizeof msg, c, "close"));
+  if (!reports_streams) send_now(CONTROL, 0, msg, (uint32_t)traffic(msg, sizeof msg, c, "close"));
 }
 
 static struct conn *find(uint32_t id) {
@@ -125,9 +126,10 @@ static void on_control(const uint8_t *json, uint32_t len) {
   char type[32], id[256], port[16], answer[512];
   if (!field(json, len, "type", type, sizeof type)) return;
   if (strcmp(type, "hello") == 0) {
+    reports_streams = memmem(json, len, "\"stream-events\"", 15) != NULL;
     int n = snprintf(answer, sizeof answer,
                      "{\"type\":\"helloOk\",\"protocolVersion\":1,\"agentVersion\":\"c-agent\",\"sessionId\":\"c\","
-                     "\"features\":[\"steal\",\"traffic\"]}");
+                     "\"features\":[\"steal\",\"traffic\",\"stream-events\"]}");
     send_now(CONTROL, 0, answer, (uint32_t)n);
   } else if (strcmp(type, "subscribe") == 0 && field(json, len, "id", id, sizeof id) &&
              field(json, len, "port", port, sizeof port)) {
@@ -192,11 +194,13 @@ static void on_client(int fd) {
   inet_ntop(AF_INET, &sa.sin_addr, c->remote, sizeof c->remote);
   char open[256], event[512];
   int n = snprintf(open, sizeof open,
-                   "{\"kind\":\"incoming\",\"port\":%d,\"mode\":\"steal\",\"remoteAddress\":\"%s\",\"remotePort\":%d}",
+                   "{\"kind\":\"incoming\",\"port\":%d,\"mode\":\"steal\",\"remoteAddress\":\"%s\",\"remotePort\":%d",
                    client_port, c->remote, c->remote_port);
+  if (reports_streams) n += snprintf(open + n, sizeof open - n, ",\"connId\":\"%d-%u\"", client_port, id / 2);
+  n += snprintf(open + n, sizeof open - n, "}");
   size_t at = 0;
   frame(&at, OPEN, id, open, (uint32_t)n);
-  frame(&at, CONTROL, 0, event, (uint32_t)traffic(event, sizeof event, c, "open"));
+  if (!reports_streams) frame(&at, CONTROL, 0, event, (uint32_t)traffic(event, sizeof event, c, "open"));
   write_all(tunnel, out, at);
   struct epoll_event ev = {.events = EPOLLIN, .data.u64 = (uint64_t)TAG_CONN << 32 | id};
   if (epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) < 0) die("epoll_ctl");

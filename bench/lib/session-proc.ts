@@ -13,7 +13,7 @@ import { KubeConfig } from '@kubernetes/client-node';
 import { openPortForward } from '../../cli/kube/tunnel.js';
 import { clientHello } from '../../shared/handshake.js';
 import { createClientMux } from '../../shared/mux.js';
-import type { AgentMessage } from '../../shared/protocol.js';
+import { FEATURES, type AgentMessage } from '../../shared/protocol.js';
 import { clientIdentity } from '../../cli/session/connect.js';
 import { incomingStreamHandler } from '../../cli/services/incoming.js';
 
@@ -29,7 +29,8 @@ kc.loadFromOptions({
 const tunnel = await openPortForward(kc, { namespace: 'bench', pod: 'bench', port: agentPort });
 const mux = createClientMux(tunnel);
 const ports = stealPorts.map((remote) => ({ remote, local: appPort }));
-const handle = incomingStreamHandler({ ports, onError: (m) => console.error(m) });
+// As the CLI does, minus the display: the connections' events are made from their streams (stream-events) and dropped.
+const handle = incomingStreamHandler({ ports, onError: (m) => console.error(m), onConnection: () => undefined });
 let open = 0;
 const count = (delta: number): void => {
   open += delta;
@@ -45,7 +46,7 @@ mux.on('message', (msg: AgentMessage) => {
 });
 mux.on('close', () => process.exit(0));
 const token = process.env.DEVOP_AGENT_TOKEN ?? 'test-token';
-await clientHello(mux, { token, client: clientIdentity(), features: ['traffic'] });
+await clientHello(mux, { token, client: clientIdentity(), features: [FEATURES.traffic, FEATURES.streamEvents] });
 for (const port of stealPorts) {
   const id = `sub-${randomUUID()}`;
   const reply = new Promise<AgentMessage>((resolve) => {

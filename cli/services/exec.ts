@@ -219,6 +219,10 @@ export async function runExec(options: ExecServiceOptions, reporter: Reporter): 
         ports,
         onError: (message) => reporter.emit({ type: 'log', level: 'warn', message }),
         recorder: recording?.recorder,
+        onConnection: (connection, pod) => {
+          const event = trafficToEvent(connection, pod ?? target?.podName);
+          if (event) reporter.emit(event);
+        },
       }),
     );
     s.tunnel.on('message', (msg) => {

@@ -80,6 +80,36 @@ describe('incoming streams', () => {
     expect(received).toEqual(['GET /x']);
   });
 
+  it('steal: a connection the agent leaves to the stream (connId) is reported open, then closed with its bytes', async () => {
+    // Given a handler that reports connections, for a pod
+    const { agent, client, localPort } = await setup();
+    const events: unknown[] = [];
+    const handle = incomingStreamHandler({
+      ports: [{ remote: 3000, local: localPort }],
+      onConnection: (event, pod) => events.push({ ...event, pod }),
+    });
+    client.on('stream', (stream: MuxStream) => handle(stream, 'pod-a'));
+    // When the agent opens one stolen connection with an id and one without
+    const open = { kind: 'incoming', port: 3000, mode: 'steal', remoteAddress: '10.0.0.9', remotePort: 5555 } as const;
+    const reported = agent.openStream({ ...open, connId: '3000-7' });
+    const answer = collect(reported);
+    reported.end('GET /reported');
+    expect(await answer).toBe('answer to GET /reported');
+    const unreported = agent.openStream(open);
+    const second = collect(unreported);
+    unreported.end('GET /not');
+    await second;
+    // Then only the first was reported: opened, and closed with the client's bytes in and the answer's out
+    const at = expect.any(Number);
+    const event = { kind: 'connection', connId: '3000-7', port: 3000, remoteAddress: '10.0.0.9', remotePort: 5555 };
+    await until(() => events.length === 2);
+    const [bytesIn, bytesOut] = ['GET /reported'.length, 'answer to GET /reported'.length];
+    expect(events).toEqual([
+      { ...event, to: 'local', phase: 'open', at, pod: 'pod-a' },
+      { ...event, to: 'local', phase: 'close', bytesIn, bytesOut, at, pod: 'pod-a' },
+    ]);
+  });
+
   it('steal: the local command may end its side first and still receive what the client sends after that', async () => {
     // Given a local command that greets and shuts down its sending side at once, then reads until the client ends
     const { agent, client } = await setup();

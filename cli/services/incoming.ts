@@ -2,6 +2,7 @@
 // to 127.0.0.1:<local port>; for mirror, the local command's answers are read and dropped (the pod answers the client).
 import { connect, type Socket } from 'node:net';
 import type { MuxStream } from '../../shared/mux.js';
+import type { TrafficEvent } from '../../shared/protocol.js';
 import { spliceSocket } from '../../shared/splice.js';
 import type { ExchangeRecorder } from '../record/tap.js';
 import type { PortMapping } from './ports.js';
@@ -12,7 +13,14 @@ export interface IncomingHandlerInput {
   onError?: (message: string) => void;
   /** `--record`: stolen HTTP exchanges go through it (and into the HAR) instead of being spliced. */
   recorder?: ExchangeRecorder;
+  /**
+   * The open and close events of a connection the agent leaves to the stream (its OPEN carries `connId`: the
+   * stream-events feature), as the agent would have sent them; `pod` as the stream listener got it.
+   */
+  onConnection?: (event: ConnectionEvent, pod: string | undefined) => void;
 }
+
+export type ConnectionEvent = Extract<TrafficEvent, { kind: 'connection' }>;
 
 /** Returns the 'stream' listener for the session's mux (which names the pod a stream comes from, when it knows). */
 export function incomingStreamHandler(input: IncomingHandlerInput): (stream: MuxStream, pod?: string) => void {
@@ -23,7 +31,10 @@ export function incomingStreamHandler(input: IncomingHandlerInput): (stream: Mux
       stream.reset('unsupported stream kind');
       return;
     }
-    const { port: remotePort, mode } = stream.open;
+    const { port: remotePort, mode, connId } = stream.open;
+    if (connId !== undefined && input.onConnection) {
+      reportConnection(stream, { ...stream.open, connId }, input.onConnection, pod);
+    }
     const mapping = input.ports.find((p) => p.remote === remotePort);
     if (!mapping) {
       stream.reset(`no local port for ${remotePort}`);
@@ -41,6 +52,33 @@ export function incomingStreamHandler(input: IncomingHandlerInput): (stream: Mux
     }
     connectLocal(stream, host, mapping, mode, input.onError);
   };
+}
+
+/**
+ * The events the agent sends for a connection it hands over whole, made here from its stream: the bytes the client
+ * sent are those the stream received, the bytes it got those the stream sent.
+ */
+function reportConnection(
+  stream: MuxStream,
+  open: { connId: string; port: number; remoteAddress: string; remotePort: number },
+  report: NonNullable<IncomingHandlerInput['onConnection']>,
+  pod: string | undefined,
+): void {
+  const event = {
+    kind: 'connection',
+    connId: open.connId,
+    port: open.port,
+    remoteAddress: open.remoteAddress,
+    remotePort: open.remotePort,
+    to: 'local',
+  } as const;
+  report({ ...event, phase: 'open', at: Date.now() }, pod);
+  stream.once('close', () =>
+    report(
+      { ...event, phase: 'close', bytesIn: stream.bytesReceived, bytesOut: stream.bytesSent, at: Date.now() },
+      pod,
+    ),
+  );
 }
 
 /** Connects a stream to the local command: both ways for steal, the client's bytes only for mirror. */

@@ -70,7 +70,7 @@ export interface TestSession {
  * Connects a session to the agent's control port: through a relay's unix socket (as the suites do) or straight to a TCP
  * address (a session process inside the pod netns). Incoming streams are piped to the local command on
  * 127.0.0.1:`local.port` (when given); mirrored ones record their bytes only when `local` is undefined.
- * `resumeSessionId` resumes an earlier session.
+ * `resumeSessionId` resumes an earlier session; `features` (default: traffic) are those the hello lists.
  */
 export async function connectSession(
   to: string | { host: string; port: number },
@@ -80,6 +80,7 @@ export async function connectSession(
     user?: string;
     resumeSessionId?: string;
     protocolVersion?: number;
+    features?: string[];
   } = {},
 ): Promise<TestSession> {
   const socket = typeof to === 'string' ? connect(to) : connect(to);
@@ -131,7 +132,7 @@ export async function connectSession(
       token: opts.token ?? 'test-token',
       client: { user: opts.user ?? 'alice', host: 'laptop', pid: process.pid, devopVersion: '0.1.0' },
       resumeSessionId: opts.resumeSessionId,
-      features: ['traffic'],
+      features: opts.features ?? ['traffic'],
     },
     ['helloOk', 'error'],
   );

@@ -2,6 +2,7 @@
 // keep-alive connections, and unsubscribing gives the port back.
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { requireRoot } from '../helpers/root.js';
+import { FEATURES } from '../../shared/protocol.js';
 import { PodNet, sh, waitFor, type AgentProc, type Proc } from './netns.js';
 import { connectSession, startLocalCommand, type LocalCommand, type TestSession } from './session-client.js';
 import { hostGet, httpGet, keepAliveAgent } from './http.js';
@@ -249,5 +250,31 @@ describe.runIf(run)('agent: steal a whole port', () => {
     const same = await httpGet(client, '/nf-same', { agent: keep });
     expect([same.body, same.reused]).toEqual(['pod: GET /nf-same', true]);
     keep.destroy();
+  });
+
+  test('a session that reports connections from their streams (stream-events) gets their ids and no events', async () => {
+    for (const m of session.messages.filter((x) => x.type === 'subscribed')) {
+      await session.request({ type: 'unsubscribe', id: (m as { id: string }).id, port: 3000 }, ['unsubscribed']);
+    }
+    // Given a second session that lists stream-events, stealing the port
+    const reporting = await connectSession(control, { local, features: [FEATURES.traffic, FEATURES.streamEvents] });
+    try {
+      expect((await reporting.subscribe(3000, 'steal')).type).toBe('subscribed');
+      // When two clients connect and are answered
+      expect((await httpGet(client, '/reported-a')).body).toBe('local: GET /reported-a');
+      expect((await httpGet(client, '/reported-b')).body).toBe('local: GET /reported-b');
+      // Then each stream's OPEN names its connection, the ids differ, and no connection event came for them, while
+      // the first session (without the feature) still got its events above
+      expect(reporting.incoming.map((i) => i.open.connId)).toEqual([
+        expect.stringMatching(/^3000-\d+$/),
+        expect.stringMatching(/^3000-\d+$/),
+      ]);
+      expect(new Set(reporting.incoming.map((i) => i.open.connId)).size).toBe(2);
+      await reporting.request({ type: 'ping', id: 7, sentAt: Date.now() }, ['pong']);
+      expect(reporting.traffic.filter((t) => t.kind === 'connection')).toEqual([]);
+      expect(session.incoming.every((i) => i.open.connId === undefined)).toBe(true);
+    } finally {
+      reporting.mux.close('test over');
+    }
   });
 });
