@@ -369,6 +369,7 @@ describe('mirror copies', () => {
       const session = {
         sessionId: 's1',
         connected: true,
+        reportsStreams: false,
         openIncoming: (open: IncomingOpen) => {
           opened.push(open);
           return stream;

@@ -102,7 +102,7 @@ describe('incoming streams', () => {
     // Then only the first was reported: opened, and closed with the client's bytes in and the answer's out
     const at = expect.any(Number);
     const event = { kind: 'connection', connId: '3000-7', port: 3000, remoteAddress: '10.0.0.9', remotePort: 5555 };
-    await until(() => events.length === 2);
+    await until(() => events.length === 2, 'the open and close events');
     const [bytesIn, bytesOut] = ['GET /reported'.length, 'answer to GET /reported'.length];
     expect(events).toEqual([
       { ...event, to: 'local', phase: 'open', at, pod: 'pod-a' },
