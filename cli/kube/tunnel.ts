@@ -1,7 +1,10 @@
-// The tunnel: a pods/portforward WebSocket (client-node PortForward) to one port of a pod, exposed as a Duplex byte
-// stream. Writes go straight to the WebSocket with backpressure; the port-forward error channel fails the stream.
-import { Duplex, PassThrough, Writable } from 'node:stream';
-import { PortForward, type KubeConfig } from '@kubernetes/client-node';
+// The tunnel: one pods/portforward WebSocket (v4.channel.k8s.io) to one or more ports of a pod, each port exposed as a
+// Duplex byte stream. Writes go straight to the WebSocket with backpressure; a port's error channel fails only that
+// port's stream, and the WebSocket stays open until every port's stream is done.
+import { Duplex } from 'node:stream';
+import type { KubeConfig } from '@kubernetes/client-node';
+// client-node's PortForward forwards one port only; its WebSocket connect (auth, TLS, proxy, timeout) serves several.
+import { WebSocketHandler } from '@kubernetes/client-node/dist/web-socket-handler.js';
 import type WebSocket from 'ws';
 import { apiCall } from './errors.js';
 import { ApiTimeoutError, isHandshakeTimeout, requestTimeoutOf } from './request-timeout.js';
@@ -10,8 +13,10 @@ import { ApiTimeoutError, isHandshakeTimeout, requestTimeoutOf } from './request
  * How much the WebSocket may buffer before writes wait: enough to keep a fast link busy, small enough to bound memory.
  */
 const WS_HIGH_WATER_BYTES = 1024 * 1024;
-/** Port-forward data channel (the error channel is 1). */
-const DATA_CHANNEL = 0;
+/** Port i has data channel 2i and error channel 2i+1; channel 255 means "close", so 127 ports at most. */
+const MAX_PORTS = 127;
+/** The first message on each channel starts with its port (uint16 little-endian), which is not stream data. */
+const PORT_PREFIX_BYTES = 2;
 
 export class PortForwardError extends Error {
   constructor(message: string) {
@@ -20,16 +25,18 @@ export class PortForwardError extends Error {
   }
 }
 
-class TunnelStream extends Duplex {
-  private ws: WebSocket | undefined;
+/** The WebSocket the ports share; it is closed when the last port's stream is done with it. */
+interface SharedSocket {
+  ws?: WebSocket;
+  release(port: PortStream, terminate: boolean): void;
+}
 
-  attach(ws: WebSocket): void {
-    this.ws = ws;
-    ws.on('close', () => {
-      this.push(null);
-      if (!this.destroyed) this.destroy();
-    });
-    ws.on('error', (err) => this.destroy(err));
+class PortStream extends Duplex {
+  constructor(
+    private readonly socket: SharedSocket,
+    private readonly dataChannel: number,
+  ) {
+    super();
   }
 
   override _read(): void {
@@ -37,13 +44,13 @@ class TunnelStream extends Duplex {
   }
 
   override _write(chunk: Buffer, _enc: BufferEncoding, cb: (err?: Error | null) => void): void {
-    const ws = this.ws;
+    const ws = this.socket.ws;
     if (!ws || ws.readyState !== ws.OPEN) {
       cb(new PortForwardError('the port-forward connection is closed'));
       return;
     }
     const frame = Buffer.allocUnsafe(chunk.length + 1);
-    frame[0] = DATA_CHANNEL;
+    frame[0] = this.dataChannel;
     chunk.copy(frame, 1);
     if (ws.bufferedAmount < WS_HIGH_WATER_BYTES) {
       ws.send(frame, (err) => err && this.destroy(err));
@@ -54,46 +61,56 @@ class TunnelStream extends Duplex {
   }
 
   override _final(cb: (err?: Error | null) => void): void {
-    this.ws?.close();
+    this.socket.release(this, false);
     cb();
   }
 
   override _destroy(err: Error | null, cb: (err?: Error | null) => void): void {
-    const ws = this.ws;
-    if (ws && ws.readyState !== ws.CLOSED) ws.terminate();
+    this.socket.release(this, true);
     cb(err);
   }
 }
 
 /**
- * Opens a port-forward to `port` of the pod (kubelet connects to 127.0.0.1:port inside the pod's netns).
- * A dial failure reported on the error channel destroys the stream with a PortForwardError.
+ * Opens one port-forward WebSocket to `ports` of the pod (kubelet connects to 127.0.0.1:port inside the pod's netns)
+ * and resolves with one stream per port, in order. A dial failure reported on a port's error channel destroys that
+ * port's stream with a PortForwardError; the others carry on.
  */
-export async function openPortForward(
+export async function openPortForwards(
   kc: KubeConfig,
-  input: { namespace: string; pod: string; port: number },
-): Promise<Duplex> {
-  const stream = new TunnelStream();
-  const output = new Writable({
-    write(chunk: Buffer, _enc, cb) {
-      stream.push(chunk);
-      cb();
+  input: { namespace: string; pod: string; ports: number[] },
+): Promise<Duplex[]> {
+  if (input.ports.length === 0 || input.ports.length > MAX_PORTS)
+    throw new Error(`a port-forward takes 1 to ${MAX_PORTS} ports, not ${input.ports.length}`);
+  const live = new Set<PortStream>();
+  const socket: SharedSocket = {
+    release(port, terminate) {
+      if (!live.delete(port) || live.size > 0) return;
+      if (terminate) socket.ws?.terminate();
+      else socket.ws?.close();
     },
-  });
-  let errorText = '';
-  const errors = new Writable({
-    write(chunk: Buffer, _enc, cb) {
-      // The error channel opens with the port number (stripped by PortForward): an empty chunk is not an error.
-      errorText += chunk.toString('utf8');
-      if (errorText.trim() !== '') stream.destroy(new PortForwardError(errorText.trim()));
-      cb();
-    },
-  });
-  // PortForward reads stdin-style input; we write to the WebSocket ourselves, so this input never carries data.
-  const idleInput = new PassThrough();
-  const forward = new PortForward(kc, true);
+  };
+  const streams = input.ports.map((_port, i) => new PortStream(socket, 2 * i));
+  for (const stream of streams) live.add(stream);
+  const prefixed = new Set(streams.flatMap((_stream, i) => [2 * i, 2 * i + 1]));
+  const receive = (channel: number, message: Buffer): boolean => {
+    const stream = streams[channel >> 1];
+    // A channel beyond the ports asked for means the peer speaks another protocol: close, as PortForward does.
+    if (!stream) return false;
+    const data = prefixed.delete(channel) ? message.subarray(PORT_PREFIX_BYTES) : message;
+    if (channel % 2 === 0) {
+      if (!stream.destroyed) stream.push(data);
+    } else {
+      const text = data.toString('utf8').trim();
+      // Not at once: the first messages can come with the upgrade's answer, before the caller holds the stream.
+      if (text !== '') setImmediate(() => stream.destroy(new PortForwardError(text)));
+    }
+    return true;
+  };
+  const query = input.ports.map((port) => `ports=${port}`).join('&');
+  const path = `/api/v1/namespaces/${input.namespace}/pods/${input.pod}/portforward?${query}`;
   const ctx = {
-    action: `open a port-forward to pod ${input.pod}:${input.port}`,
+    action: `open a port-forward to pod ${input.pod}:${input.ports.join(',')}`,
     verb: 'create',
     resource: 'pods/portforward',
     namespace: input.namespace,
@@ -101,7 +118,7 @@ export async function openPortForward(
   };
   const ws = (await apiCall(ctx, async () => {
     try {
-      return await forward.portForward(input.namespace, input.pod, [input.port], output, errors, idleInput);
+      return await new WebSocketHandler(kc).connect(path, null, receive);
     } catch (err) {
       if (isHandshakeTimeout(err))
         throw new ApiTimeoutError(kc.getCurrentCluster()?.server ?? 'the API server', requestTimeoutOf(kc));
@@ -110,7 +127,24 @@ export async function openPortForward(
       throw status ? Object.assign(new Error((err as Error).message), { code: Number(status[1]) }) : err;
     }
   })) as unknown as WebSocket;
-  stream.attach(ws);
-  stream.on('close', () => idleInput.destroy());
+  socket.ws = ws;
+  ws.on('close', () => {
+    for (const stream of streams) {
+      stream.push(null);
+      if (!stream.destroyed) stream.destroy();
+    }
+  });
+  ws.on('error', (err) => {
+    for (const stream of streams) stream.destroy(err);
+  });
+  return streams;
+}
+
+/** Opens a port-forward to one `port` of the pod: openPortForwards with a single port. */
+export async function openPortForward(
+  kc: KubeConfig,
+  input: { namespace: string; pod: string; port: number },
+): Promise<Duplex> {
+  const [stream] = await openPortForwards(kc, { namespace: input.namespace, pod: input.pod, ports: [input.port] });
   return stream;
 }

@@ -1,0 +1,237 @@
+// The tunnel against the stand-in's HTTPS/WebSocket API server: several ports of a pod over one pods/portforward
+// WebSocket, each its own byte stream that fails and ends on its own. The "pod" is local: one port echoes, one flips
+// every bit, the others refuse. A TCP relay in front of the API server counts the WebSockets the tunnel opens.
+import { createHash, randomBytes } from 'node:crypto';
+import { once } from 'node:events';
+import { connect, createServer, type Server, type Socket } from 'node:net';
+import { Readable, type Duplex } from 'node:stream';
+import { CoreV1Api, KubeConfig } from '@kubernetes/client-node';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startCluster, type ClusterHandle, type NodeRuntime } from '../../test/cluster/index.js';
+import { waitFor } from '../../test/cluster/apiserver/testing.js';
+import { openPortForward, openPortForwards, PortForwardError } from './tunnel.js';
+
+const ECHO_PORT = 7000;
+const FLIP_PORT = 7001;
+const REFUSED_PORT = 7009;
+/** How long a round trip over loopback may take on a loaded machine before the test reports what arrived. */
+const ROUND_TRIP_MS = 10_000;
+
+let cluster: ClusterHandle;
+let kc: KubeConfig;
+const servers: Server[] = [];
+const local = new Map<number, number>();
+/** The client side of each connection through the relay, in the order they were made. */
+const relayed: Socket[] = [];
+
+/** A node whose pods are local: ECHO_PORT and FLIP_PORT of any pod are the servers above; any other port refuses. */
+function localRuntime(): NodeRuntime {
+  return {
+    nodeName: 'standin-node',
+    nodeIP: '127.0.0.1',
+    podCIDR: '10.0.0.0/24',
+    async dialPod(_namespace, _pod, port) {
+      const target = local.get(port);
+      if (target === undefined) throw new Error(`connect ECONNREFUSED 127.0.0.1:${port}`);
+      const s = connect(target, '127.0.0.1');
+      await new Promise((r, j) => s.once('connect', r).once('error', j));
+      return s;
+    },
+    async exec() {
+      throw new Error('no exec here');
+    },
+    async logs() {
+      return Readable.from([]);
+    },
+    async stop() {
+      // Nothing runs behind this fake runtime.
+    },
+  };
+}
+
+async function listen(onSocket: (s: Socket) => void): Promise<number> {
+  const server = createServer(onSocket);
+  servers.push(server);
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
+  return (server.address() as { port: number }).port;
+}
+
+const flip = (data: Buffer): Buffer => Buffer.from(data.map((b) => b ^ 0xff));
+const sha = (data: Buffer): string => createHash('sha256').update(data).digest('hex');
+
+/** Writes `sent` to the stream and resolves with the first `expected` bytes that come back. */
+function roundTrip(stream: Duplex, sent: Buffer, expected = sent.length): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  let got = 0;
+  const back = new Promise<Buffer>((resolve, reject) => {
+    const timer = setTimeout(() => finish(new Error(`${got} of ${expected} bytes back in time`)), ROUND_TRIP_MS);
+    const onData = (chunk: Buffer) => {
+      chunks.push(chunk);
+      got += chunk.length;
+      if (got >= expected) finish();
+    };
+    const onClose = () => finish(new Error(`the stream closed after ${got} of ${expected} bytes`));
+    const finish = (err?: Error) => {
+      clearTimeout(timer);
+      stream.off('data', onData).off('error', finish).off('close', onClose);
+      if (err) reject(err);
+      else resolve(Buffer.concat(chunks));
+    };
+    stream.on('data', onData).on('error', finish).on('close', onClose);
+  });
+  stream.write(sent);
+  return back;
+}
+
+/** The one connection made through the relay since it had `from`: the WebSocket of the tunnel opened since. */
+function webSocketSince(from: number): Socket {
+  expect(relayed.length - from).toBe(1);
+  return relayed[from];
+}
+
+/** Checks that both servers answer over their streams, with different bytes at the same time. */
+async function expectBothCarry(echo: Duplex, flipped: Duplex): Promise<void> {
+  const a = randomBytes(256 * 1024);
+  const b = randomBytes(256 * 1024);
+  const [fromEcho, fromFlip] = await Promise.all([roundTrip(echo, a), roundTrip(flipped, b)]);
+  expect(sha(fromEcho)).toBe(sha(a));
+  expect(sha(fromFlip)).toBe(sha(flip(b)));
+}
+
+beforeAll(async () => {
+  local.set(ECHO_PORT, await listen((s) => s.pipe(s)));
+  local.set(FLIP_PORT, await listen((s) => s.on('data', (d: Buffer) => s.write(flip(d)))));
+  cluster = await startCluster({ kubelet: false });
+  cluster.controlPlane.attachNode(localRuntime());
+  const admin = new KubeConfig();
+  admin.loadFromFile(cluster.kubeconfigPath);
+  await admin.makeApiClient(CoreV1Api).createNamespacedPod({
+    namespace: 'default',
+    body: { metadata: { name: 'box' }, spec: { containers: [{ name: 'main', image: 'busybox' }] } },
+  });
+  const api = new URL(cluster.server);
+  const relayPort = await listen((client) => {
+    relayed.push(client);
+    const upstream = connect(Number(api.port), api.hostname);
+    client.pipe(upstream).pipe(client);
+    // A terminated WebSocket ends with a reset: the relay only closes the other side.
+    client.on('error', () => upstream.destroy());
+    client.on('close', () => upstream.destroy());
+    upstream.on('error', () => client.destroy()).on('close', () => client.destroy());
+  });
+  kc = new KubeConfig();
+  kc.loadFromOptions({
+    clusters: admin.clusters.map((c) => ({ ...c, server: `https://127.0.0.1:${relayPort}` })),
+    users: admin.users,
+    contexts: admin.contexts,
+    currentContext: admin.currentContext,
+  });
+});
+
+afterAll(async () => {
+  await cluster?.stop();
+  for (const server of servers) server.close();
+});
+
+describe('a tunnel to several ports of a pod', () => {
+  it('carries each port both ways, independently, over one WebSocket', async () => {
+    const from = relayed.length;
+    const [echo, flipped] = await openPortForwards(kc, {
+      namespace: 'default',
+      pod: 'box',
+      ports: [ECHO_PORT, FLIP_PORT],
+    });
+
+    await expectBothCarry(echo, flipped);
+    await expectBothCarry(echo, flipped);
+
+    webSocketSince(from);
+    echo.destroy();
+    flipped.destroy();
+  });
+
+  it('fails only the stream of a port nothing listens on; the other ports keep carrying data', async () => {
+    const from = relayed.length;
+    const [echo, refused, flipped] = await openPortForwards(kc, {
+      namespace: 'default',
+      pod: 'box',
+      ports: [ECHO_PORT, REFUSED_PORT, FLIP_PORT],
+    });
+
+    const [error] = await once(refused, 'error');
+
+    expect(error).toBeInstanceOf(PortForwardError);
+    expect((error as Error).message).toMatch(
+      /^error forwarding port 7009 to pod box, uid [0-9a-f-]+: connect ECONNREFUSED 127\.0\.0\.1:7009$/,
+    );
+    await expectBothCarry(echo, flipped);
+    expect(echo.destroyed || flipped.destroyed).toBe(false);
+    expect(webSocketSince(from).destroyed).toBe(false);
+    echo.destroy();
+    flipped.destroy();
+  });
+
+  it('keeps the WebSocket while any stream is open, and closes it when the last one is done', async () => {
+    const from = relayed.length;
+    const [destroyed, ended, echo] = await openPortForwards(kc, {
+      namespace: 'default',
+      pod: 'box',
+      ports: [FLIP_PORT, FLIP_PORT, ECHO_PORT],
+    });
+    expect(await roundTrip(destroyed, Buffer.from('one'))).toEqual(flip(Buffer.from('one')));
+    expect(await roundTrip(ended, Buffer.from('two'))).toEqual(flip(Buffer.from('two')));
+
+    destroyed.destroy();
+    ended.end();
+    await once(ended, 'finish');
+
+    const sent = randomBytes(64 * 1024);
+    expect(sha(await roundTrip(echo, sent))).toBe(sha(sent));
+    const webSocket = webSocketSince(from);
+    expect(webSocket.destroyed).toBe(false);
+
+    const endedCloses = once(ended, 'close');
+    echo.destroy();
+    await endedCloses;
+    await waitFor('the WebSocket to close', () => webSocket.destroyed, ROUND_TRIP_MS);
+  });
+
+  it('closes every stream when the WebSocket is cut', async () => {
+    const streams = await openPortForwards(kc, { namespace: 'default', pod: 'box', ports: [ECHO_PORT, FLIP_PORT] });
+    await roundTrip(streams[0], Buffer.from('up'));
+
+    const closed = streams.map((s) => once(s, 'close'));
+    cluster.dropWebSockets();
+
+    await Promise.all(closed);
+    expect(streams.every((s) => s.destroyed)).toBe(true);
+  });
+});
+
+describe('a tunnel to one port', () => {
+  it('carries bytes exactly and closes the WebSocket when the stream ends', async () => {
+    const from = relayed.length;
+    const stream = await openPortForward(kc, { namespace: 'default', pod: 'box', port: ECHO_PORT });
+    const sent = randomBytes(4 * 1024 * 1024);
+
+    expect(sha(await roundTrip(stream, sent))).toBe(sha(sent));
+
+    const closed = once(stream, 'close');
+    stream.end();
+    await closed;
+    const webSocket = webSocketSince(from);
+    await waitFor('the WebSocket to close', () => webSocket.destroyed, ROUND_TRIP_MS);
+  });
+
+  it('fails the stream with a PortForwardError when nothing listens, and lets the WebSocket go', async () => {
+    const from = relayed.length;
+    const stream = await openPortForward(kc, { namespace: 'default', pod: 'box', port: REFUSED_PORT });
+
+    const [error] = await once(stream, 'error');
+
+    expect(error).toBeInstanceOf(PortForwardError);
+    expect((error as Error).message).toContain('ECONNREFUSED');
+    const webSocket = webSocketSince(from);
+    await waitFor('the WebSocket to close', () => webSocket.destroyed, ROUND_TRIP_MS);
+  });
+});
