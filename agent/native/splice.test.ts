@@ -1,0 +1,480 @@
+// devop-splice (agent/native/splice.c, built to dist/devop-splice), the agent's native data path for whole steals,
+// driven as the agent drives it (requests on stdin) and as a CLI drives its tunnel (devop's own client mux, over a
+// real socket): who may join, what a stolen connection's OPEN says, every byte both ways past the window with the
+// half-closes, the one-window bound for a stalled client, window growth over a 20 ms path, resets, unsteal, end,
+// a CLI that leaves or breaks the protocol, and the request lines.
+import { type ChildProcess, spawn } from 'node:child_process';
+import { createHash, randomBytes } from 'node:crypto';
+import { existsSync, readFileSync } from 'node:fs';
+import net from 'node:net';
+import { resolve } from 'node:path';
+import { createInterface } from 'node:readline';
+import { afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { FrameDecoder, FrameKind, encodeFrame } from '../../shared/codec.js';
+import { type ClientMux, MAX_WINDOW, type MuxStream, StreamResetError, createClientMux } from '../../shared/mux.js';
+
+const SPLICE = resolve(import.meta.dirname, '../../dist/devop-splice');
+const MiB = 1024 * 1024;
+const TOKEN = 'tok-1';
+const STOLEN_PORT = 3000;
+
+const sha = (data: Buffer): string => createHash('sha256').update(data).digest('hex');
+const cleanups: Array<() => void> = [];
+
+interface Splice {
+  child: ChildProcess;
+  tunnelPort: number;
+  /** Event lines (`joined …`, `left …`) in the order they came. */
+  events: string[];
+  stderr: string[];
+  exit: Promise<number | null>;
+  /** Sends one request line; resolves with its answer line (`ok …` / `error …`). */
+  ask(line: string): Promise<string>;
+}
+
+async function startSplice(): Promise<Splice> {
+  const child = spawn(SPLICE, ['0'], { stdio: ['pipe', 'pipe', 'pipe'] });
+  cleanups.push(() => child.kill('SIGKILL'));
+  const waiting: Array<(line: string) => void> = [];
+  const events: string[] = [];
+  const stderr: string[] = [];
+  const exit = new Promise<number | null>((done) => child.once('exit', (code) => done(code)));
+  child.stderr?.on('data', (chunk: Buffer) => stderr.push(...chunk.toString().split('\n').filter(Boolean)));
+  const tunnelPort = await new Promise<number>((ready, fail) => {
+    createInterface({ input: child.stdout! }).on('line', (line) => {
+      if (line.startsWith('ready ')) ready(Number(line.slice('ready '.length)));
+      else if (/^(ok|error)\b/.test(line)) waiting.shift()?.(line);
+      else events.push(line);
+    });
+    exit.then((code) => fail(new Error(`devop-splice exited with ${code}: ${stderr.join('\n')}`)));
+  });
+  const ask = (line: string): Promise<string> =>
+    new Promise((answer) => {
+      waiting.push(answer);
+      child.stdin?.write(`${line}\n`);
+    });
+  return { child, tunnelPort, events, stderr, exit, ask };
+}
+
+interface Frame {
+  kind: number;
+  payload: Buffer;
+}
+
+/** The first frame on `socket`; what follows it stays in the socket for whoever reads next (paused). */
+function firstFrame(socket: net.Socket): Promise<Frame> {
+  return new Promise((resolveFrame, reject) => {
+    let got = Buffer.alloc(0);
+    const onData = (chunk: Buffer): void => {
+      got = Buffer.concat([got, chunk]);
+      if (got.length < 9 || got.length < 9 + got.readUInt32BE(0)) return;
+      socket.off('data', onData);
+      socket.pause();
+      const end = 9 + got.readUInt32BE(0);
+      if (got.length > end) socket.unshift(got.subarray(end));
+      resolveFrame({ kind: got[4], payload: got.subarray(9, end) });
+    };
+    socket.on('data', onData);
+    socket.once('error', reject);
+  });
+}
+
+/** Every frame until the connection ends. */
+function allFrames(socket: net.Socket): Promise<Frame[]> {
+  const frames: Frame[] = [];
+  const decoder = new FrameDecoder((kind, _id, payload) => frames.push({ kind, payload: Buffer.from(payload) }));
+  socket.on('data', (chunk: Buffer) => decoder.push(chunk));
+  socket.resume();
+  return new Promise((done) => socket.once('close', () => done(frames)));
+}
+
+/**
+ * A CLI's native tunnel: nativeJoin and its answer go raw, so that the answer (nativeJoined, or an error and GOAWAY)
+ * is read whatever it is; then the socket is devop's client mux, with the streams it is handed in `streams`.
+ */
+async function joinTunnel(port: number, token: string) {
+  const socket = net.connect({ port, host: '127.0.0.1' });
+  cleanups.push(() => socket.destroy());
+  socket.write(encodeFrame(FrameKind.CONTROL, 0, Buffer.from(JSON.stringify({ type: 'nativeJoin', token }))));
+  const answer = await firstFrame(socket);
+  const reply = JSON.parse(answer.payload.toString()) as Record<string, unknown>;
+  if (reply.type !== 'nativeJoined') return { reply, socket, mux: null, streams: [] };
+  const mux = createClientMux(socket);
+  const streams: MuxStream[] = [];
+  mux.on('stream', (stream: MuxStream) => streams.push(stream));
+  socket.resume();
+  return { reply, socket, mux, streams };
+}
+
+/** A splice with TOKEN's session joined and port STOLEN_PORT stolen (SUBID `sub-1`) onto its tunnel. */
+async function stolenSession() {
+  const splice = await startSplice();
+  expect(await splice.ask(`session ${TOKEN}`)).toBe('ok');
+  const tunnel = await joinTunnel(splice.tunnelPort, TOKEN);
+  const answer = await splice.ask(`steal web ${TOKEN} ${STOLEN_PORT} sub-1`);
+  expect(answer).toMatch(/^ok \d+$/);
+  return { splice, ...tunnel, mux: tunnel.mux as ClientMux, listenPort: Number(answer.split(' ')[1]) };
+}
+
+interface Client {
+  socket: net.Socket;
+  /** Everything the client received, when its connection ends; rejects with the socket's error. */
+  received: Promise<Buffer>;
+}
+
+function connectClient(port: number): Client {
+  const socket = net.connect({ port, host: '127.0.0.1', allowHalfOpen: true });
+  cleanups.push(() => socket.destroy());
+  const got: Buffer[] = [];
+  socket.on('data', (d: Buffer) => got.push(d));
+  const received = new Promise<Buffer>((done, fail) => {
+    socket.once('end', () => done(Buffer.concat(got)));
+    socket.once('error', fail);
+  });
+  received.catch(() => undefined); // awaited by the tests that expect an error; the rest never see one
+  return { socket, received };
+}
+
+function collect(stream: MuxStream): Promise<Buffer> {
+  const got: Buffer[] = [];
+  stream.on('data', (d: Buffer) => got.push(d));
+  return new Promise((done, fail) => {
+    stream.once('end', () => done(Buffer.concat(got)));
+    stream.once('error', fail);
+  });
+}
+
+/** Writes `data` with backpressure, then ends. */
+async function writeAll(stream: MuxStream, data: Buffer): Promise<void> {
+  for (let at = 0; at < data.length; at += 256 * 1024) {
+    if (!stream.write(data.subarray(at, at + 256 * 1024))) await new Promise((r) => stream.once('drain', r));
+  }
+  stream.end();
+}
+
+async function until(cond: () => boolean, what: string): Promise<void> {
+  const deadline = Date.now() + 20_000;
+  while (!cond()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
+
+/**
+ * Bytes the kernel holds from one loopback socket to another (/proc/net/tcp): the receiver's unread queue and the
+ * sender's unacknowledged one.
+ */
+function kernelHeld(receiverPort: number, senderPort: number): number {
+  let held = 0;
+  for (const line of readFileSync('/proc/net/tcp', 'utf8').split('\n').slice(1)) {
+    const fields = line.trim().split(/\s+/);
+    if (fields.length < 5) continue;
+    const [local, remote] = [fields[1], fields[2]].map((address) => Number.parseInt(address.split(':')[1], 16));
+    const [tx, rx] = fields[4].split(':').map((hex) => Number.parseInt(hex, 16));
+    if (local === receiverPort && remote === senderPort) held += rx;
+    if (local === senderPort && remote === receiverPort) held += tx;
+  }
+  return held;
+}
+
+/** A TCP relay to `port` that delivers every chunk `ms` later, each way: a path with a round trip of 2 × `ms`. */
+async function delayLine(port: number, ms: number): Promise<number> {
+  const server = net.createServer({ noDelay: true }, (near) => {
+    const far = net.connect({ port, host: '127.0.0.1', noDelay: true });
+    const hold = (from: net.Socket, to: net.Socket): void => {
+      from.on('data', (chunk: Buffer) => setTimeout(() => to.destroyed || to.write(chunk), ms));
+      from.on('error', () => to.destroy());
+      from.on('close', () => setTimeout(() => to.destroy(), ms));
+    };
+    hold(near, far);
+    hold(far, near);
+    cleanups.push(() => far.destroy());
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  cleanups.push(() => server.close());
+  return (server.address() as net.AddressInfo).port;
+}
+
+beforeAll(() => {
+  if (!existsSync(SPLICE))
+    throw new Error(`${SPLICE} is missing: it is built by scripts/build.mjs with cc (scripts/setup.sh installs gcc)`);
+});
+
+afterEach(() => {
+  for (const fn of cleanups.splice(0)) fn();
+});
+
+describe('devop-splice: the native data path of whole steals', () => {
+  it('lets an announced session join, refuses an unknown token, and a later join replaces the earlier', async () => {
+    // Given a splice that was told about one session
+    const splice = await startSplice();
+    expect(await splice.ask(`session ${TOKEN}`)).toBe('ok');
+    // When a CLI joins with that token, and another with a token never announced
+    const first = await joinTunnel(splice.tunnelPort, TOKEN);
+    const stranger = await joinTunnel(splice.tunnelPort, 'not-announced');
+    const strangerRest = allFrames(stranger.socket);
+    // Then the first is joined (and the agent hears of it), the other gets the agent's bad-token error, then GOAWAY
+    expect(first.reply).toEqual({ type: 'nativeJoined' });
+    await until(() => splice.events.includes(`joined ${TOKEN}`), 'the joined event');
+    expect(stranger.reply).toMatchObject({ type: 'error', code: 'bad_token' });
+    expect((await strangerRest).map((f) => f.kind)).toEqual([FrameKind.GOAWAY]);
+    // And when the session joins again, the earlier connection is closed and the new one is the session's
+    const firstClosed = new Promise<Error | undefined>((r) => first.mux?.once('close', r));
+    const second = await joinTunnel(splice.tunnelPort, TOKEN);
+    expect(second.reply).toEqual({ type: 'nativeJoined' });
+    expect(String(await firstClosed)).toMatch(/replaced/);
+    const pong = new Promise((r) => second.mux?.once('message', r));
+    second.mux?.send({ type: 'ping', id: 7, sentAt: 1234.5 });
+    expect(await pong).toEqual({ type: 'pong', id: 7, sentAt: 1234.5 });
+  });
+
+  it("opens an incoming stream per stolen connection, with the client's address, subscription and connId", async () => {
+    // Given a joined session with port 3000 stolen for subscription sub-1, and port 3001 stolen without one
+    const { splice, streams, listenPort } = await stolenSession();
+    const other = await splice.ask(`steal api ${TOKEN} 3001 -`);
+    // When a client connects to each and sends a first request
+    const web = connectClient(listenPort);
+    web.socket.write('GET / HTTP/1.1\r\n\r\n');
+    await until(() => streams.length === 1, 'the first stream');
+    const api = connectClient(Number(other.split(' ')[1]));
+    await until(() => streams.length === 2, 'the second stream');
+    // Then each arrives as the agent would open it: even ids counting up, the port stolen, the client's address
+    expect(streams.map((s) => s.id)).toEqual([2, 4]);
+    expect(streams[0].open).toEqual({
+      kind: 'incoming',
+      port: STOLEN_PORT,
+      mode: 'steal',
+      remoteAddress: '127.0.0.1',
+      remotePort: web.socket.localPort,
+      subscriptionId: 'sub-1',
+      connId: `${STOLEN_PORT}-n1`,
+    });
+    expect(streams[1].open).toEqual({
+      kind: 'incoming',
+      port: 3001,
+      mode: 'steal',
+      remoteAddress: '127.0.0.1',
+      remotePort: api.socket.localPort,
+      connId: '3001-n2',
+    });
+    // And the first bytes follow the OPEN
+    const first = await new Promise<Buffer>((r) => streams[0].once('data', r));
+    expect(first.toString()).toBe('GET / HTTP/1.1\r\n\r\n');
+  });
+
+  it('carries 3 MiB up and 2 MiB down past the initial window, with the half-closes both ways', async () => {
+    // Given a stolen connection
+    const { streams, listenPort } = await stolenSession();
+    const upload = randomBytes(3 * MiB + 4321);
+    const answer = randomBytes(2 * MiB + 99);
+    // When the client sends 3 MiB and half-closes, and only then the CLI side answers 2 MiB and half-closes
+    const client = connectClient(listenPort);
+    client.socket.end(upload);
+    await until(() => streams.length === 1, 'the stream');
+    const [stream] = streams;
+    const closed = new Promise<void>((r) => stream.once('close', r));
+    const streamGot = await collect(stream);
+    await writeAll(stream, answer);
+    const clientGot = await client.received;
+    // Then each side got every byte of the other's, and the stream finished both ways
+    expect(sha(streamGot), 'what reached the CLI side').toBe(sha(upload));
+    expect(sha(clientGot), 'what reached the client').toBe(sha(answer));
+    await closed;
+    expect([stream.bytesReceived, stream.bytesSent]).toEqual([upload.length, answer.length]);
+  });
+
+  it('grants no credit beyond its window for a client that does not read, and delivers all once it does', async () => {
+    // Given a stolen connection whose client does not read
+    const { splice, streams, listenPort } = await stolenSession();
+    const client = connectClient(listenPort);
+    client.socket.pause();
+    client.socket.write('hi');
+    await until(() => streams.length === 1, 'the stream');
+    const [stream] = streams;
+    // When the CLI side writes 64 MiB
+    const download = randomBytes(64 * MiB);
+    const written = writeAll(stream, download);
+    const settled = async (rounds: number): Promise<number> => {
+      let [last, stable] = [-1, 0];
+      while (stable < rounds) {
+        await new Promise((r) => setTimeout(r, 20));
+        stable = stream.bytesSent === last ? stable + 1 : 0;
+        last = stream.bytesSent;
+      }
+      return last;
+    };
+    const sent = await settled(20);
+    // Then the CLI side stops, out of credit, short of the whole, and stays stopped. What it sent and the client's
+    // socket has not taken (in the kernel's queues) waits in devop-splice: at most a window. (The kernel's buffers took
+    // their MiBs at loopback speed, as a fast reader would, so the window may have grown first, never past its cap.)
+    expect(stream.sendCredit).toBe(0);
+    expect(sent).toBeLessThan(download.length);
+    await new Promise((r) => setTimeout(r, 500));
+    expect(stream.bytesSent).toBe(sent);
+    const held = sent - kernelHeld(client.socket.localPort!, listenPort);
+    const rss = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${splice.child.pid}/status`, 'utf8'));
+    console.log(`stalled client: ${sent} B sent, ${held} B held by devop-splice, its RSS ${rss?.[1]} kB`);
+    expect(held).toBeLessThanOrEqual(MAX_WINDOW);
+    expect(Number(rss?.[1]) * 1024, "devop-splice's RSS: what it holds, not more").toBeLessThan(held + 8 * MiB);
+    // And when the client reads again, every byte arrives
+    client.socket.resume();
+    await written;
+    expect(sha(await client.received)).toBe(sha(download));
+  });
+
+  it('grows the window over a 20 ms path: 32 MiB go in far less than 128 round trips of one window', async () => {
+    // Given a session whose tunnel crosses a delay line of 10 ms each way, and a stolen client that reads at once
+    const splice = await startSplice();
+    await splice.ask(`session ${TOKEN}`);
+    const { mux, streams } = await joinTunnel(await delayLine(splice.tunnelPort, 10), TOKEN);
+    expect(mux).not.toBeNull();
+    const listenPort = Number((await splice.ask(`steal web ${TOKEN} ${STOLEN_PORT} -`)).split(' ')[1]);
+    const client = connectClient(listenPort);
+    client.socket.end('GET /big');
+    await until(() => streams.length === 1, 'the stream');
+    // When the CLI side sends 32 MiB (2.6 s at least, were the window fixed at 256 KiB)
+    const download = randomBytes(32 * MiB);
+    const started = performance.now();
+    await writeAll(streams[0], download);
+    const got = await client.received;
+    const ms = performance.now() - started;
+    // Then every byte arrived in a fraction of that time
+    console.log(`32 MiB over a 20 ms round trip in ${ms.toFixed(0)} ms`);
+    expect(sha(got)).toBe(sha(download));
+    expect(ms).toBeLessThan(1300);
+  });
+
+  it("resets both ways: the CLI's RESET cuts the client (RST), the client's RST resets the stream", async () => {
+    // Given two stolen connections
+    const { streams, listenPort } = await stolenSession();
+    const cut = connectClient(listenPort);
+    await until(() => streams.length === 1, 'the first stream');
+    const resetting = connectClient(listenPort);
+    await until(() => streams.length === 2, 'the second stream');
+    const streamError = new Promise<Error>((r) => streams[1].once('error', r));
+    // When the CLI side resets the first stream, and the second client resets its connection
+    streams[0].reset('the local app went away');
+    resetting.socket.resetAndDestroy();
+    // Then the first client sees its connection reset, and the second stream a reset with the reason
+    await expect(cut.received).rejects.toMatchObject({ code: 'ECONNRESET' });
+    const err = await streamError;
+    expect(err).toBeInstanceOf(StreamResetError);
+    expect((err as StreamResetError).reason).toBe('client connection reset');
+  });
+
+  it('unsteal serves the queued connection, refuses new ones, and lets those in flight finish', async () => {
+    // Given a stolen connection in flight, and one that is queued (connected, not yet a stream) when unsteal comes
+    const { splice, streams, listenPort } = await stolenSession();
+    const inFlight = connectClient(listenPort);
+    inFlight.socket.write('before');
+    await until(() => streams.length === 1, 'the stream');
+    const queued = connectClient(listenPort);
+    await new Promise((r) => queued.socket.once('connect', r));
+    // When the steal ends
+    expect(await splice.ask('unsteal web')).toBe('ok');
+    // Then the queued connection became a stream too, and a new connection is refused
+    await until(() => streams.length === 2, 'the queued connection as a stream');
+    const refused = connectClient(listenPort);
+    await expect(refused.received).rejects.toMatchObject({ code: 'ECONNREFUSED' });
+    // And the connection in flight carries on both ways to its end
+    const got = collect(streams[0]);
+    inFlight.socket.end(' after');
+    expect((await got).toString()).toBe('before after');
+    streams[0].end('answer');
+    expect((await inFlight.received).toString()).toBe('answer');
+    expect(await splice.ask('unsteal web')).toMatch(/^error no steal web/);
+  });
+
+  it("end closes the session's tunnel with GOAWAY, cuts its clients and forgets its token and steals", async () => {
+    // Given a stolen connection
+    const { splice, mux, streams, listenPort } = await stolenSession();
+    const client = connectClient(listenPort);
+    await until(() => streams.length === 1, 'the stream');
+    const closed = new Promise<Error | undefined>((r) => mux.once('close', r));
+    // When the agent ends the session
+    expect(await splice.ask(`end ${TOKEN}`)).toBe('ok');
+    // Then the CLI hears why, the client is cut, the steal's port is closed and the token is unknown
+    expect(String(await closed)).toMatch(/the session ended/);
+    await expect(client.received).rejects.toMatchObject({ code: 'ECONNRESET' });
+    await expect(connectClient(listenPort).received).rejects.toMatchObject({ code: 'ECONNREFUSED' });
+    expect(await splice.ask(`steal web ${TOKEN} 3000 -`)).toBe(`error no session ${TOKEN}`);
+    expect((await joinTunnel(splice.tunnelPort, TOKEN)).reply).toMatchObject({ code: 'bad_token' });
+    expect(splice.events).not.toContain(`left ${TOKEN}`);
+  });
+
+  it('a CLI that leaves: its clients are cut, the agent hears `left`, and the session may join again', async () => {
+    // Given a stolen connection
+    const { splice, mux, streams, listenPort } = await stolenSession();
+    const client = connectClient(listenPort);
+    await until(() => streams.length === 1, 'the stream');
+    // When the CLI closes its tunnel (GOAWAY)
+    mux.close('devop stopped');
+    // Then the client is cut and the agent learns the session left; a client while no tunnel is joined is cut too
+    await expect(client.received).rejects.toMatchObject({ code: 'ECONNRESET' });
+    await until(() => splice.events.includes(`left ${TOKEN}`), 'the left event');
+    await expect(connectClient(listenPort).received).rejects.toMatchObject({ code: 'ECONNRESET' });
+    // And when the session joins again, its steal serves it (the connection cut for want of a tunnel took no connId)
+    const again = await joinTunnel(splice.tunnelPort, TOKEN);
+    connectClient(listenPort).socket.write('x');
+    await until(() => again.streams.length === 1, 'a stream on the new tunnel');
+    expect(again.streams[0].open).toMatchObject({ port: STOLEN_PORT, connId: `${STOLEN_PORT}-n2` });
+  });
+
+  it("resets the CLI's own streams, and closes a tunnel that breaks the protocol", async () => {
+    // Given a joined session
+    const { splice, mux, socket } = await stolenSession();
+    // When the CLI opens a stream of its own
+    const outgoing = mux.openStream({ kind: 'outgoing', host: 'db', port: 5432 });
+    const err = await new Promise<Error>((r) => outgoing.once('error', r));
+    // Then it is reset with the reason
+    expect((err as StreamResetError).reason).toBe('the native path serves incoming streams only');
+    // And when a frame of an unknown kind comes, the tunnel closes with GOAWAY naming it, and the agent hears `left`
+    const closed = new Promise<Error | undefined>((r) => mux.once('close', r));
+    socket.write(Buffer.from([0, 0, 0, 0, 9, 0, 0, 0, 0]));
+    expect(String(await closed)).toMatch(/protocol error: malformed frame: unknown frame kind 9/);
+    await until(() => splice.events.includes(`left ${TOKEN}`), 'the left event');
+    expect(splice.stderr.join('\n')).toMatch(/^devop-splice: .*unknown frame kind 9/m);
+  });
+
+  it('answers malformed or unknown requests with one error line each, and keeps serving', async () => {
+    // Given a splice with one session
+    const splice = await startSplice();
+    expect(await splice.ask(`session ${TOKEN}`)).toBe('ok');
+    // When requests are malformed, or name what does not exist
+    const answers = await Promise.all(
+      [
+        '',
+        'hello',
+        'session',
+        'session bad/token',
+        `session ${'x'.repeat(65)}`,
+        'end nobody',
+        `steal web ${TOKEN} 0 -`,
+        `steal web ${TOKEN} 3000`,
+        'steal web nobody 3000 -',
+        `steal we/b ${TOKEN} 3000 -`,
+        `steal web ${TOKEN} 3000 sub"1`,
+        'unsteal nothing',
+        `steal ${'y'.repeat(600)}`,
+      ].map((line) => splice.ask(line)),
+    );
+    // Then each gets an error saying what is wrong, and a good request after them is served
+    expect(answers.every((a) => a.startsWith('error '))).toBe(true);
+    expect(answers[4]).toMatch(/token is 1-64/);
+    expect(answers[6]).toMatch(/port must be 1-65535/);
+    expect(answers[8]).toBe('error no session nobody');
+    expect(answers[12]).toMatch(/longer than 512 bytes/);
+    expect(await splice.ask(`steal web ${TOKEN} 3000 -`)).toMatch(/^ok \d+$/);
+  });
+
+  it('exits 0 when its stdin closes (the agent ended)', async () => {
+    // Given a running splice with a joined session
+    const splice = await startSplice();
+    await splice.ask(`session ${TOKEN}`);
+    await joinTunnel(splice.tunnelPort, TOKEN);
+    // When its stdin closes
+    splice.child.stdin?.end();
+    // Then it exits with 0
+    expect(await splice.exit).toBe(0);
+  });
+});
