@@ -11,6 +11,7 @@ import { AgentChain, detectBackend, livenessSocket, removeStaleChains } from './
 import { effectiveCapabilities } from './capabilities.js';
 import { startGuard, type Guard } from './guard.js';
 import type { AgentLog } from './log.js';
+import { NativeSplice, type NativeEvents } from './native-splice.js';
 import { defaultGateway, PortTable } from './ports.js';
 import { Session } from './session.js';
 
@@ -27,6 +28,8 @@ export interface AgentOptions {
 export interface RunningAgent {
   agentId: string;
   port: number;
+  /** The native data path's port (devop-splice), when it runs. */
+  nativePort: number | undefined;
   /** Resolves when the agent has stopped (idle exit, SIGTERM, or stop()). */
   stopped: Promise<string>;
   stop(reason: string): Promise<void>;
@@ -63,6 +66,17 @@ export async function startAgent({ config, pid, log }: AgentOptions): Promise<Ru
   }
   const nodeIP = async (): Promise<string | undefined> => config.nodeIP ?? (await defaultGateway());
   const ports = new PortTable(chain, nodeIP, log, config.flushConnections, config.mirror);
+  const native =
+    chain && config.nativePort !== undefined
+      ? await startNative(config.nativePort, log, {
+          joined: (token, joined) => {
+            sessions.get(token)?.nativeChanged(joined);
+            void ports.reroute(token);
+          },
+          gone: () => void ports.reroute(),
+        })
+      : undefined;
+  ports.native = native;
 
   let stopping: Promise<void> | undefined;
   let resolveStopped: (reason: string) => void = () => undefined;
@@ -82,6 +96,7 @@ export async function startAgent({ config, pid, log }: AgentOptions): Promise<Ru
     ports,
     pid,
     log,
+    native: () => (native?.alive ? native : undefined),
     graceMs: config.resumeGraceSeconds * 1000,
     ended: (s: Session) => {
       sessions.delete(s.sessionId);
@@ -89,7 +104,9 @@ export async function startAgent({ config, pid, log }: AgentOptions): Promise<Ru
     },
   };
 
-  const features = Object.values(FEATURES).filter((f) => config.mode !== 'targetless' || !TARGET_FEATURES.includes(f));
+  const features = Object.values(FEATURES).filter(
+    (f) => (config.mode !== 'targetless' || !TARGET_FEATURES.includes(f)) && (f !== FEATURES.nativeSplice || native),
+  );
   const handshake = (socket: Socket): void => {
     socket.setNoDelay(true);
     const mux = createAgentMux(socket);
@@ -156,6 +173,7 @@ export async function startAgent({ config, pid, log }: AgentOptions): Promise<Ru
       await ports.removeRules();
       await Promise.all([...sessions.values()].map((s) => s.end(`agent stopping: ${reason}`)));
       await ports.closeAll();
+      native?.close();
       guard?.release();
       liveness.close();
       resolveStopped(reason);
@@ -163,5 +181,19 @@ export async function startAgent({ config, pid, log }: AgentOptions): Promise<Ru
     return stopping;
   };
 
-  return { agentId, port, stopped, stop, ports };
+  return { agentId, port, nativePort: native?.port, stopped, stop, ports };
+}
+
+/** devop-splice, or undefined (whole steals then go through the agent itself) when it cannot start. */
+async function startNative(port: number, log: AgentLog, events: NativeEvents): Promise<NativeSplice | undefined> {
+  try {
+    const native = await NativeSplice.start(port, log, events);
+    log.debug('native data path listening', { port: native.port });
+    return native;
+  } catch (err) {
+    log.warn('the native data path did not start: whole steals go through the agent', {
+      error: (err as Error).message,
+    });
+    return undefined;
+  }
 }

@@ -81,9 +81,8 @@ async function main(): Promise<number> {
   // Memory figures on demand (kill -USR2), for the soak test and the benchmark.
   process.on('SIGUSR2', () => log.info('memory', { ...process.memoryUsage(), streams: agent.ports.listeners() }));
   if (config.parentPipe !== undefined) watchParent(config.parentPipe, () => void agent.stop('parent process gone'));
-  process.stdout.write(
-    `${formatReadyLine({ version: AGENT_VERSION, port: agent.port, agentId: agent.agentId, pid: process.pid })}\n`,
-  );
+  const { port, nativePort, agentId } = agent;
+  process.stdout.write(`${formatReadyLine({ version: AGENT_VERSION, port, nativePort, agentId, pid: process.pid })}\n`);
   log.info('agent ready', { mode: config.mode, targetPid: pid, port: agent.port, agentId: agent.agentId });
   const reason = await agent.stopped;
   log.info('agent stopped', { reason });

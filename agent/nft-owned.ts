@@ -4,10 +4,9 @@
 // so the rules live exactly as long as the agent: the agent dies → devop-nft reads EOF (or gets its parent-death
 // signal) and exits → the kernel drops the table; the container's cgroup is killed → devop-nft dies too → the kernel
 // drops the table. No cleanup process is needed.
-import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { existsSync } from 'node:fs';
-import { dirname, isAbsolute, join } from 'node:path';
+import { dirname, join } from 'node:path';
+import { LineChild } from './line-child.js';
 import type { AgentLog } from './log.js';
 
 /** nftables table names of agents: devop_<agentId> (family ip). */
@@ -29,98 +28,39 @@ export function redirectRequest(port: number, listenerPort: number, skipSource?:
   return `add ${port} ${listenerPort}${skipSource ? ` ${skipSource}` : ''}`;
 }
 
-/**
- * How long one transaction may take. The kernel answers in microseconds and devop-nft bounds its own wait (5 s); one
- * that does not answer (stopped, or not devop-nft at all) is killed, which removes its table.
- */
-const ANSWER_TIMEOUT_MS = 10_000;
-
 /** A running devop-nft: one request at a time, one answer line each (`ok [value]` or `error why`). */
 export class NftOwner {
-  private buffer = '';
-  private queue: Promise<unknown> = Promise.resolve();
-  private waiting: { resolve: (line: string) => void; reject: (err: Error) => void } | undefined;
-  private exitError: Error | undefined;
-  private closed = false;
-
-  private constructor(
-    private readonly child: ChildProcessWithoutNullStreams,
-    private readonly log: AgentLog,
-  ) {
-    child.stdout.setEncoding('utf8');
-    child.stdout.on('data', (chunk: string) => {
-      this.buffer += chunk;
-      this.settle();
-    });
-    child.stdin.on('error', () => undefined); // devop-nft died: reported by 'exit'
-    const gone = (why: string): void => {
-      if (this.exitError) return;
-      if (!this.closed)
-        log.warn('devop-nft, which owns the redirect rules, ended: stolen ports go back to the pod', { why });
-      this.exitError = new Error(`devop-nft ended (${why}); the kernel removed the owned table with it`);
-      this.waiting?.reject(this.exitError);
-      this.waiting = undefined;
-    };
-    child.on('error', (err) => gone(err.message));
-    child.on('exit', (code, signal) => gone(signal ?? `exit code ${code}`));
-  }
+  private constructor(private readonly helper: LineChild) {}
 
   /** Starts devop-nft; `command` lets tests run it in a netns of their own (or run something else). */
   static start(log: AgentLog, command: readonly string[] = [nftOwnerProgram()]): NftOwner {
-    const [file, ...args] = command;
-    if (isAbsolute(file) && !existsSync(file)) throw new Error(`the nft table owner ${file} is missing`);
-    const child = spawn(file, args, { stdio: ['pipe', 'pipe', 'ignore'] }) as unknown as ChildProcessWithoutNullStreams;
-    return new NftOwner(child, log);
+    const helper = LineChild.start(command, {
+      name: 'devop-nft',
+      log,
+      stderr: 'ignore',
+      goneMeans: 'the kernel removed the owned table with it',
+      onGone: (why) =>
+        log.warn('devop-nft, which owns the redirect rules, ended: stolen ports go back to the pod', { why }),
+    });
+    return new NftOwner(helper);
   }
 
   get pid(): number | undefined {
-    return this.child.pid;
+    return this.helper.pid;
   }
 
   get alive(): boolean {
-    return this.exitError === undefined && !this.closed;
-  }
-
-  private settle(): void {
-    const end = this.buffer.indexOf('\n');
-    if (end < 0 || !this.waiting) return;
-    const line = this.buffer.slice(0, end);
-    this.buffer = this.buffer.slice(end + 1);
-    const { resolve } = this.waiting;
-    this.waiting = undefined;
-    resolve(line);
+    return this.helper.alive;
   }
 
   /** Sends one request; resolves with what follows `ok` (a rule's handle, or ''), rejects with devop-nft's error. */
   request(line: string): Promise<string> {
-    const job = async (): Promise<string> => {
-      if (this.exitError) throw this.exitError;
-      if (this.closed) throw new Error('devop-nft was closed');
-      let timer: NodeJS.Timeout | undefined;
-      const answer = await new Promise<string>((resolve, reject) => {
-        this.waiting = { resolve, reject };
-        timer = setTimeout(() => {
-          this.exitError = new Error(`devop-nft did not answer "${line}" within ${ANSWER_TIMEOUT_MS / 1000} s`);
-          this.waiting = undefined;
-          this.child.kill('SIGKILL');
-          reject(this.exitError);
-        }, ANSWER_TIMEOUT_MS);
-        this.child.stdin.write(`${line}\n`);
-        this.settle();
-      }).finally(() => clearTimeout(timer));
-      this.log.debug('nft', { request: line, answer });
-      if (answer === 'ok' || answer.startsWith('ok ')) return answer.slice(3);
-      throw new Error(`devop-nft: ${answer.replace(/^error /, '')}`);
-    };
-    const next = this.queue.then(job, job);
-    this.queue = next.catch(() => undefined);
-    return next;
+    return this.helper.request(line);
   }
 
   /** Closes devop-nft's stdin: it exits, and the kernel drops the table it owns. */
   close(): void {
-    this.closed = true;
-    this.child.stdin.end();
+    this.helper.close();
   }
 }
 

@@ -370,6 +370,7 @@ describe('mirror copies', () => {
         sessionId: 's1',
         connected: true,
         reportsStreams: false,
+        native: false,
         openIncoming: (open: IncomingOpen) => {
           opened.push(open);
           return stream;

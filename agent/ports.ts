@@ -10,6 +10,7 @@ import { compileFilter, describeFilter } from './filter.js';
 import { flushConnections } from './flush.js';
 import { PortCapture } from './capture.js';
 import type { AgentLog } from './log.js';
+import type { NativeSplice } from './native-splice.js';
 import { PortRedirect } from './port-redirect.js';
 import type { IncomingTarget, PortSubscription } from './subscription.js';
 
@@ -38,10 +39,33 @@ export type MirrorPath = 'capture' | 'proxy';
 interface PortEntry {
   /** The port's subscriptions, shared in place with its listener and its capture. */
   subs: PortSubscription[];
-  /** The redirect rule and its listener: while the port has a steal, or mirrors without a capture. */
-  redirect?: { listener: PortRedirect; skipSource?: string };
+  /**
+   * The redirect rule and its listener: while the port has a steal, or mirrors without a capture. The rule points at
+   * the listener, or at devop-splice's (`native`) while the port's connections all go whole to one native session.
+   */
+  redirect?: { listener: PortRedirect; skipSource?: string; native?: NativeRoute };
   /** The packet capture that makes the mirror copies: while the port has mirrors (and capture works). */
   capture?: PortCapture;
+}
+
+/** A port whose rule points at devop-splice: the steal it serves there, and its listener there. */
+interface NativeRoute {
+  sub: PortSubscription;
+  key: string;
+  listenerPort: number;
+}
+
+/** What devop-splice puts in a stream's OPEN unquoted: subscription ids the CLI makes are of this kind. */
+const NATIVE_SUBSCRIPTION_ID = /^[\w.:-]{1,200}$/;
+
+/**
+ * The steal devop-splice can serve on its own: the one that takes every new connection of the port whole (as
+ * PortRedirect chooses), of a session on the native path that reports connections itself, with no answer fallback.
+ */
+function nativeSteal(subs: PortSubscription[]): PortSubscription | undefined {
+  const whole = subs.find((s) => s.session.connected && !s.paused && s.mode === 'steal' && !s.match);
+  const fits = whole?.session.native && whole.session.reportsStreams && !whole.answerWithinMs;
+  return fits && NATIVE_SUBSCRIPTION_ID.test(whole.id) ? whole : undefined;
 }
 
 /**
@@ -66,6 +90,8 @@ export class PortTable {
   /** Why mirror copies come from the agent's forward rather than a capture; said once in the log. */
   private noCapture: string | undefined;
   private noCaptureSaid = false;
+  /** The native data path, while it runs (agent/native-splice.ts). */
+  native: NativeSplice | undefined;
 
   constructor(
     private readonly chain: RedirectRules | undefined,
@@ -206,6 +232,7 @@ export class PortTable {
         const mine = entry.subs.filter((s) => s.session.sessionId === sessionId);
         const resumedSteal = mine.some((s) => s.paused && !paused && s.mode === 'steal' && s.flush);
         for (const s of mine) s.paused = paused;
+        await this.route(p, entry);
         if (resumedSteal && this.mayFlush && entry.redirect) {
           const connections = entry.redirect.listener.dropForwarded();
           this.log.info('resumed steal took the connections the pod had', { port: p, connections });
@@ -264,7 +291,10 @@ export class PortTable {
       await this.removeRedirect(port, entry.redirect);
       entry.redirect = undefined;
     }
-    if (entry.redirect) entry.redirect.listener.copiesMirrors = !entry.capture;
+    if (entry.redirect) {
+      entry.redirect.listener.copiesMirrors = !entry.capture;
+      await this.route(port, entry);
+    }
     if (entry.subs.length === 0 && this.ports.get(port) === entry) {
       this.ports.delete(port);
       this.log.info('port released', { port });
@@ -316,16 +346,73 @@ export class PortTable {
     });
   }
 
+  /**
+   * A session's native connection came or went, or devop-splice ended: the ports of its steals (of every steal)
+   * are routed again.
+   */
+  reroute(sessionId?: string): Promise<void> {
+    return this.serial(async () => {
+      for (const [port, entry] of this.ports) {
+        const serves = entry.redirect?.native !== undefined;
+        if (sessionId === undefined ? serves : serves || entry.subs.some((s) => s.session.sessionId === sessionId))
+          await this.route(port, entry);
+      }
+    });
+  }
+
+  /**
+   * Points the port's rule at devop-splice's listener while its new connections all go whole to one native session,
+   * and at the agent's own listener otherwise. The new rule is in place before the old one goes, so no connection
+   * finds neither; connections already taken stay where they are.
+   */
+  private async route(port: number, entry: PortEntry): Promise<void> {
+    const redirect = entry.redirect;
+    if (!redirect) return;
+    const want = this.native?.alive ? nativeSteal(entry.subs) : undefined;
+    const now = redirect.native;
+    if (now?.sub === want) return;
+    let next: NativeRoute | undefined;
+    if (want && this.native) {
+      try {
+        next = { sub: want, ...(await this.native.steal(want.session.sessionId, port, want.id)) };
+      } catch (err) {
+        this.log.warn('the native path could not take the steal', { port, error: (err as Error).message });
+        if (!now) return;
+      }
+    }
+    const to = next?.listenerPort ?? redirect.listener.listenerPort;
+    try {
+      await this.chain?.addRedirect(port, to, redirect.skipSource);
+    } catch (err) {
+      this.log.warn('could not move the redirect rule', { port, error: (err as Error).message });
+      if (next) await this.unsteal(next);
+      return;
+    }
+    await this.removeRule(port, now?.listenerPort ?? redirect.listener.listenerPort, redirect.skipSource);
+    redirect.native = next;
+    if (now) await this.unsteal(now);
+    this.log.debug(next ? 'port spliced natively' : 'port spliced by the agent', { port });
+  }
+
+  private async unsteal(route: NativeRoute): Promise<void> {
+    await this.native?.unsteal(route.key).catch((err: Error) => this.log.debug('unsteal', { error: err.message }));
+  }
+
+  private async removeRule(port: number, listenerPort: number, skipSource: string | undefined): Promise<void> {
+    try {
+      await this.chain?.removeRedirect(port, listenerPort, skipSource);
+    } catch (err) {
+      this.log.warn('could not remove redirect rule', { port, error: (err as Error).message });
+    }
+  }
+
   private via(entry: PortEntry, mode: 'steal' | 'mirror'): string {
     return mode === 'mirror' && entry.capture ? 'capture' : 'redirect';
   }
 
   private async removeRedirect(port: number, redirect: NonNullable<PortEntry['redirect']>): Promise<void> {
-    try {
-      await this.chain?.removeRedirect(port, redirect.listener.listenerPort, redirect.skipSource);
-    } catch (err) {
-      this.log.warn('could not remove redirect rule', { port, error: (err as Error).message });
-    }
+    await this.removeRule(port, redirect.native?.listenerPort ?? redirect.listener.listenerPort, redirect.skipSource);
+    if (redirect.native) await this.unsteal(redirect.native);
     redirect.listener.close();
   }
 

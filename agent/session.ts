@@ -10,6 +10,7 @@ import type { PortTable } from './ports.js';
 import { serveFile, serveOutgoing } from './streams.js';
 import { deniedByCapabilities } from './capabilities.js';
 import { readTargetEnv } from './target.js';
+import type { NativeSplice } from './native-splice.js';
 
 /** The agent pings each session this often (the CLI answers, and pings on its own too). */
 const PING_INTERVAL_MS = 2000;
@@ -27,6 +28,8 @@ export interface SessionContext {
   pid: number | undefined;
   log: AgentLog;
   graceMs: number;
+  /** The native data path, while it runs. */
+  native(): NativeSplice | undefined;
   /** Called once when the session ends for good. */
   ended(session: Session): void;
 }
@@ -36,6 +39,7 @@ export class Session implements IncomingTarget {
   private mux: AgentMux | undefined;
   private wantsTraffic = true;
   reportsStreams = false;
+  private nativeJoined = false;
   private graceTimer: NodeJS.Timeout | undefined;
   private over = false;
 
@@ -52,6 +56,15 @@ export class Session implements IncomingTarget {
     return this.over;
   }
 
+  get native(): boolean {
+    return this.nativeJoined && this.connected;
+  }
+
+  /** devop-splice says the session's native connection joined, or ended. */
+  nativeChanged(joined: boolean): void {
+    this.nativeJoined = joined;
+  }
+
   get who(): string {
     return `${this.client.user}@${this.client.host}`;
   }
@@ -63,6 +76,8 @@ export class Session implements IncomingTarget {
     this.mux = mux;
     this.wantsTraffic = features === undefined || features.includes(FEATURES.traffic);
     this.reportsStreams = this.wantsTraffic && (features?.includes(FEATURES.streamEvents) ?? false);
+    // The native connection comes over the same port-forward, right behind the hello: it may join from now on.
+    if (features?.includes(FEATURES.nativeSplice)) this.nativeCall((n) => n.session(this.sessionId));
     // Liveness is enforced only once the client has spoken after its hello: a client that never does is not timed out.
     const heard = { at: Date.now(), any: false };
     let pingId = 0;
@@ -120,13 +135,30 @@ export class Session implements IncomingTarget {
       mux.close(reason);
     }
     await this.ctx.ports.release(this.sessionId);
+    // A session that was disconnected has ended its native connection already (onClose).
+    if (mux) this.nativeCall((n) => n.end(this.sessionId));
     this.ctx.log.info('session ended', { session: this.sessionId, user: this.who, reason });
     this.ctx.ended(this);
+  }
+
+  /** A request to devop-splice about this session; a failure means the session's steals stay with the agent. */
+  private nativeCall(request: (native: NativeSplice) => Promise<void>): void {
+    const native = this.ctx.native();
+    if (!native) return;
+    request(native).catch((err: Error) =>
+      this.ctx.log.warn('native path request failed', { session: this.sessionId, error: err.message }),
+    );
   }
 
   private onClose(mux: AgentMux, err: Error | undefined): void {
     if (this.mux !== mux || this.over) return;
     this.mux = undefined;
+    // Its ports go back to the agent's listener (which sends their traffic to the pod meanwhile), then its native
+    // connection ends (a resume joins again).
+    if (this.nativeJoined) {
+      this.nativeJoined = false;
+      void this.ctx.ports.reroute(this.sessionId).then(() => this.nativeCall((n) => n.end(this.sessionId)));
+    } else this.nativeCall((n) => n.end(this.sessionId));
     if (err instanceof ProtocolError) {
       // A client that sends bad frames is broken, not disconnected: no resume.
       this.ctx.log.warn('session closed: bad frames', { session: this.sessionId, user: this.who, reason: err.message });
@@ -164,6 +196,13 @@ export class Session implements IncomingTarget {
         return;
       case 'hello':
         mux.send({ type: 'error', code: 'bad_request', message: 'hello was already received on this connection' });
+        return;
+      case 'nativeJoin':
+        mux.send({
+          type: 'error',
+          code: 'bad_request',
+          message: 'nativeJoin goes on the native connection (the second port of the port-forward), not the tunnel',
+        });
         return;
       case 'subscribe': {
         const res = await this.ctx.ports.subscribe(this, this.client, msg);

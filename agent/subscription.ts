@@ -14,6 +14,8 @@ export interface IncomingTarget {
   readonly connected: boolean;
   /** The client makes a whole connection's traffic events from its stream (stream-events): none are sent for it. */
   readonly reportsStreams: boolean;
+  /** Its native connection (native-splice) has joined devop-splice, which can take its whole steals. */
+  readonly native: boolean;
   openIncoming(open: IncomingOpen): IncomingStream;
   traffic(event: TrafficEvent): void;
   /** Runs `fn`; the frames it makes reach the session in one write (a stream's OPEN with its traffic event). */

@@ -48,8 +48,8 @@ const PATTERN = [
   'direct',
   'stolen',
   'floor-new',
-  'c-agent',
-  'c-agent-new',
+  'in-node',
+  'in-node-new',
 ] as const;
 const CYCLES = Number(process.env.BENCH_CYCLES ?? 2000);
 const WARMUP_CYCLES = 40;
@@ -63,17 +63,18 @@ const CPU_PROF = process.env.BENCH_CPU_PROF;
 const PROF_FLAGS = CPU_PROF ? ['--cpu-prof', '--cpu-prof-interval=100', `--cpu-prof-dir=${CPU_PROF}`] : [];
 
 type Path = (typeof PATTERN)[number];
-/** The pod's app listens on all four ports (the agent redirects stolen and held before the app sees them). */
-const APP = { direct: 3001, stolen: 3000, mirrored: 3002, held: 3004 };
+/**
+ * The pod's app listens on all five ports (the agent redirects stolen, held and inNode before the app sees them):
+ * stolen and held by a session on the native path, inNode by a session without it (the agent splices it in Node).
+ */
+const APP = { direct: 3001, stolen: 3000, mirrored: 3002, held: 3004, inNode: 3005 };
 /** The floor's agent side listens on FLOOR for clients, on FLOOR_TUNNEL for its tunnel; each path has its own relay. */
 const FLOOR = 3006;
 const FLOOR_TUNNEL = 3007;
 const RELAY_STOLEN = 3008;
 const RELAY_FLOOR = 3009;
-/** The C agent side (bench/lib/c-agent.c) with devop's session: its client port, its tunnel port, its relay. */
-const C_AGENT = 3010;
-const C_AGENT_TUNNEL = 3011;
-const RELAY_C_AGENT = 3012;
+/** The relay of the session without the native path. */
+const RELAY_IN_NODE = 3012;
 const PORTS: Record<Path, number> = {
   direct: APP.direct,
   'direct-new': APP.direct,
@@ -81,11 +82,11 @@ const PORTS: Record<Path, number> = {
   'stolen-new': APP.stolen,
   floor: FLOOR,
   'floor-new': FLOOR,
-  'c-agent': C_AGENT,
-  'c-agent-new': C_AGENT,
+  'in-node': APP.inNode,
+  'in-node-new': APP.inNode,
   mirrored: APP.mirrored,
 };
-const FRESH: Path[] = ['direct-new', 'stolen-new', 'floor-new', 'c-agent-new'];
+const FRESH: Path[] = ['direct-new', 'stolen-new', 'floor-new', 'in-node-new'];
 /**
  * BENCH_PATTERN=<path>,<path>…: only these paths, in this order (e.g. `stolen-new,direct-new` for the CPU a new
  * connection costs each process); prints their latencies and CPU, not the RESULT line.
@@ -185,10 +186,6 @@ async function main(): Promise<void> {
     const floorBinary = join(net.dir, 'ws-framed-pair');
     const floorSource = resolve(import.meta.dirname, 'lib/ws-framed-pair.c');
     execFileSync('cc', ['-O2', '-o', floorBinary, floorSource], { stdio: 'inherit' });
-    const cAgentBinary = join(net.dir, 'c-agent');
-    execFileSync('cc', ['-O2', '-o', cAgentBinary, resolve(import.meta.dirname, 'lib/c-agent.c')], {
-      stdio: 'inherit',
-    });
 
     await net.startPod({ port: Object.values(APP).join(','), env: { POD_QUIET: '1' } });
     const inPod = (cmd: string[], ready: string): Promise<Proc> => startIn(children, net.podNs, cmd, ready);
@@ -202,7 +199,7 @@ async function main(): Promise<void> {
     const relays = {
       stolen: await relay(RELAY_STOLEN),
       floor: await relay(RELAY_FLOOR),
-      cAgent: await relay(RELAY_C_AGENT),
+      inNode: await relay(RELAY_IN_NODE),
     };
     const floorAgent = await inPod([floorBinary, 'agent', String(FLOOR), String(FLOOR_TUNNEL)], 'LISTENING');
     const floorSessionArgs = [String(RELAY_FLOOR), String(FLOOR_TUNNEL), String(APP.direct)];
@@ -216,14 +213,19 @@ async function main(): Promise<void> {
     process.env.DEVOP_TEST_AGENT_NODE = onNode.path;
     console.log(`agent: node ${onNode.version} from ${onNode.from}`);
     if (CPU_PROF) process.env.DEVOP_TEST_AGENT_FLAGS = [...AGENT_NODE_FLAGS, ...PROF_FLAGS].join(' ');
-    const agentProc = await net.startAgent({ DEVOP_AGENT_LOG_LEVEL: 'info' }, { viaEntryPoint: !CPU_PROF });
+    const agentEnv = { DEVOP_AGENT_LOG_LEVEL: 'info', DEVOP_AGENT_NATIVE_PORT: '0' };
+    const agentProc = await net.startAgent(agentEnv, { viaEntryPoint: !CPU_PROF });
     children.push(agentProc.child);
-    const stealPorts = `${APP.stolen},${APP.held}`;
-    const sessionArgs = [String(RELAY_STOLEN), String(agentProc.port), stealPorts, String(APP.direct)];
+    if (!agentProc.nativePort) throw new Error('the agent did not start its native data path (devop-splice)');
+    const splice = processTree(agentProc.innerPid).find((pid) => readlinkSync(`/proc/${pid}/exe`).endsWith('splice'));
+    if (splice === undefined) throw new Error('devop-splice is not among the agent processes');
+    // As the CLI does: the agent's port and its native data path's, through one port-forward.
+    const tunnelPorts = `${agentProc.port}:${agentProc.nativePort}`;
+    const sessionArgs = [String(RELAY_STOLEN), tunnelPorts, `${APP.stolen},${APP.held}`, String(APP.direct)];
     const stealer = await inPod(node('session-proc.mjs', ...sessionArgs), 'READY');
-    const cAgent = await inPod([cAgentBinary, String(C_AGENT), String(C_AGENT_TUNNEL)], 'LISTENING');
-    const cAgentSessionArgs = [String(RELAY_C_AGENT), String(C_AGENT_TUNNEL), String(C_AGENT), String(APP.direct)];
-    const cAgentSession = await inPod(node('session-proc.mjs', ...cAgentSessionArgs), 'READY');
+    // The same agent without its native path: a session that does not join it.
+    const inNodeArgs = [String(RELAY_IN_NODE), String(agentProc.port), String(APP.inNode), String(APP.direct)];
+    const inNodeSession = await inPod(node('session-proc.mjs', ...inNodeArgs), 'READY');
     // The bench's own session (through a unix-socket relay, as the agent suites connect) mirrors a port, counts copies.
     const control = await net.relay(net.podNs, '127.0.0.1', agentProc.port);
     const local = await startLocalCommand('local');
@@ -244,15 +246,15 @@ async function main(): Promise<void> {
     const loadScript = resolve(import.meta.dirname, 'lib/steal-load.mjs');
     // Where the time goes: CPU used per request by each process on the stolen and the floor path during the run.
     const measured = {
-      agent: agentProc.innerPid,
+      'devop-splice': splice,
       relay: relays.stolen.pid,
       session: stealer.pid,
       'floor agent': floorAgent.pid,
       'floor relay': relays.floor.pid,
       'floor session': floorSession.pid,
-      'c-agent': cAgent.pid,
-      'c-agent relay': relays.cAgent.pid,
-      'c-agent session': cAgentSession.pid,
+      'in-node agent': agentProc.innerPid,
+      'in-node relay': relays.inNode.pid,
+      'in-node session': inNodeSession.pid,
     };
     const cpuBefore = Object.fromEntries(Object.entries(measured).map(([name, pid]) => [name, cpuMs(pid)]));
     const started = Date.now();
@@ -263,7 +265,7 @@ async function main(): Promise<void> {
     const perPath = (p: string): number =>
       (WARMUP_CYCLES + CYCLES) * PATTERN_USED.filter((q) => q.startsWith(p)).length;
     const pathOf = (name: string): string =>
-      name.startsWith('floor') ? 'floor' : name.startsWith('c-agent') ? 'c-agent' : 'stolen';
+      name.startsWith('floor') ? 'floor' : name.startsWith('in-node') ? 'in-node' : 'stolen';
     const cpu = Object.entries(measured).flatMap(([name, pid]) => {
       const [before, now] = [cpuBefore[name], cpuMs(pid)];
       const requests = perPath(pathOf(name));
@@ -272,8 +274,9 @@ async function main(): Promise<void> {
       return [`${name} ${us(now.user - before.user)}+${us(now.sys - before.sys)}`];
     });
     console.log(
-      'CPU per request on its path, user+system µs (stolen: 5 kept-alive to 1 new, floor and c-agent 1 to 1; the ' +
-        `agent also reads the mirror's capture): ${cpu.join(', ')}`,
+      'CPU per request on its path, user+system µs (stolen: 5 kept-alive to 1 new, floor and in-node 1 to 1; the ' +
+        "agent's, counted against in-node, also holds the stolen path's control and reads the mirror's capture): " +
+        cpu.join(', '),
     );
     const samples = JSON.parse(out.trim().split('\n').pop() ?? '{}') as Record<Path, number[]>;
     const paths = (Object.keys(PORTS) as Path[]).filter((p) => PATTERN_USED.includes(p));
@@ -303,11 +306,11 @@ async function main(): Promise<void> {
         'stolen ' +
         `${added('stolen-new', 'direct-new').toFixed(3)} ms, floor ${added('floor-new', 'direct-new').toFixed(3)} ms`,
     );
-    const cAgentAdded = added('c-agent', 'direct');
+    const inNodeAdded = added('in-node', 'direct');
     console.log(
-      `devop's session with an agent side in C (bench/lib/c-agent.c): p50 added ${cAgentAdded.toFixed(3)} ms ` +
-        `(${(cAgentAdded / floorAdded).toFixed(2)}× the floor's), a new connection per request ` +
-        `${added('c-agent-new', 'direct-new').toFixed(3)} ms`,
+      `the same agent splicing in Node (a session without the native path): p50 added ${inNodeAdded.toFixed(3)} ms ` +
+        `(${(inNodeAdded / floorAdded).toFixed(2)}× the floor's), a new connection per request ` +
+        `${added('in-node-new', 'direct-new').toFixed(3)} ms`,
     );
 
     // Proof that the copies are complete: the requests found in the mirror copies against those sent on the mirrored

@@ -18,6 +18,13 @@ export const AGENT_CONTAINER_NAME = 'devop-agent';
  * and the added latency stay within noise of full V8, because its per-request work is mostly Node's native socket code.
  */
 export const AGENT_NODE_FLAGS: readonly string[] = ['--max-semi-space-size=1', '--lite-mode'];
+/**
+ * The port of the agent's native data path (devop-splice) for an agent whose control port is `port`: the next one. The
+ * CLI picks both free (cli/kube/agent.ts) and opens both through one port-forward.
+ */
+export function nativePortOf(port: number): number {
+  return port + 1;
+}
 /** Where the agent image keeps the bundle. */
 export const AGENT_BUNDLE_PATH = '/opt/devop/agent.js';
 /** The agent image runs the one-file bundle with plain Node (through AGENT_ENTRYPOINT, which writes it out in full). */
@@ -76,6 +83,7 @@ export const AGENT_ANNOTATIONS = {
 export const AGENT_ENV = {
   mode: 'DEVOP_AGENT_MODE',
   port: 'DEVOP_AGENT_PORT',
+  nativePort: 'DEVOP_AGENT_NATIVE_PORT',
   token: 'DEVOP_AGENT_TOKEN',
   containerId: 'DEVOP_AGENT_CONTAINER_ID',
   targetPid: 'DEVOP_AGENT_TARGET_PID',
@@ -100,6 +108,9 @@ export const AGENT_ENV_DOC: Record<keyof typeof AGENT_ENV, string> = {
   port:
     'TCP port of the control listener on 127.0.0.1 inside the target pod netns; 0 picks a free one (printed in ' +
     'the ready line).',
+  nativePort:
+    'TCP port on 127.0.0.1 of the native data path (devop-splice), which whole steals use when the session joins it; ' +
+    '0 picks a free one, unset runs without it (every stolen connection goes through the agent itself).',
   token: 'Secret every session must present in its Hello.',
   containerId: 'Target container ID as in pod status (containerd://…, cri-o://…, docker://… or bare hex).',
   targetPid: 'Target PID when already known (tests, ephemeral mode); skips the /proc/*/cgroup scan.',
@@ -140,6 +151,7 @@ const fromEnv = <T extends z.ZodMiniType<number, number>>(schema: T) => z.pipe(z
 export const AgentConfig = z.object({
   mode: z._default(AgentMode, 'job'),
   port: z._default(fromEnv(z.int().check(z.minimum(0), z.maximum(65535))), 0),
+  nativePort: z.optional(fromEnv(z.int().check(z.minimum(0), z.maximum(65535)))),
   token: z.string().check(z.minLength(1)),
   containerId: z.optional(z.string().check(z.minLength(1))),
   targetPid: z.optional(fromEnv(z.int().check(z.positive()))),
@@ -194,6 +206,8 @@ export const ReadyLine = z.object({
   msg: z.literal('ready'),
   version: z.string(),
   port: z.int(),
+  /** The native data path's port, when it runs. */
+  nativePort: z.optional(z.int()),
   agentId: z.string(),
   pid: z.optional(z.int()),
 });

@@ -33,6 +33,12 @@ export const FEATURES = {
    * carries `connId`, the agent sends no connection traffic events (the stream says all they would).
    */
   streamEvents: 'stream-events',
+  /**
+   * The agent's native data path (agent/native/splice.c): the client opens a second port of the same port-forward
+   * (the agent's port + 1, AGENT_ENV.nativePort) and joins it with `nativeJoin`; the agent may then hand whole steals
+   * over that connection instead of the first. Only with stream-events: the native path sends no traffic events.
+   */
+  nativeSplice: 'native-splice',
 } as const;
 
 /** Error codes an agent sends in `error`; unknown codes must be shown as-is (the field is an open string). */
@@ -155,6 +161,8 @@ export const ClientMessage = z.discriminatedUnion('type', [
     family: z.optional(z.union([z.literal(4), z.literal(6)])),
   }),
   z.object({ type: z.literal('envRead'), id: requestId }),
+  // native-splice: the first message on the native connection; the token is the session's id from helloOk
+  z.object({ type: z.literal('nativeJoin'), token: z.string().check(z.minLength(1), z.maxLength(64)) }),
   // end of session
   z.object({ type: z.literal('bye'), reason }),
 ]);
@@ -200,6 +208,8 @@ export const AgentMessage = z.discriminatedUnion('type', [
   // observability
   z.object({ type: z.literal('traffic'), event: TrafficEvent }),
   z.object({ type: z.literal('log'), level: z.enum(['debug', 'info', 'warn', 'error']), message: z.string() }),
+  // native-splice: the native connection joined its session (a bad token gets `error` and the connection closes)
+  z.object({ type: z.literal('nativeJoined') }),
   // failures and end of session
   z.object({
     type: z.literal('error'),

@@ -1,4 +1,4 @@
-// What the bench's C relays (ws-framed-pair.c, c-agent.c) share: errors, big-endian u32s, a listening socket.
+// What the bench's C floor (ws-framed-pair.c) uses: errors, big-endian u32s, a listening socket.
 #ifndef BENCH_NET_H
 #define BENCH_NET_H
 #include <arpa/inet.h>

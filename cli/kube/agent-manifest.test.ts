@@ -87,6 +87,7 @@ describe('agent manifests', () => {
                 env: [
                   { name: 'DEVOP_AGENT_MODE', value: 'job' },
                   { name: 'DEVOP_AGENT_PORT', value: '24567' },
+                  { name: 'DEVOP_AGENT_NATIVE_PORT', value: '24568' },
                   { name: 'DEVOP_AGENT_TOKEN', value: 'secret-token' },
                   { name: 'DEVOP_AGENT_CONTAINER_ID', value: 'containerd://0123abcd' },
                   { name: 'DEVOP_AGENT_IDLE_SECONDS', value: '10' },
@@ -143,6 +144,7 @@ describe('agent manifests', () => {
       env: [
         { name: 'DEVOP_AGENT_MODE', value: 'ephemeral' },
         { name: 'DEVOP_AGENT_PORT', value: '24567' },
+        { name: 'DEVOP_AGENT_NATIVE_PORT', value: '24568' },
         { name: 'DEVOP_AGENT_TOKEN', value: 'secret-token' },
         { name: 'DEVOP_AGENT_CONTAINER_ID', value: 'containerd://0123abcd' },
         { name: 'DEVOP_AGENT_IDLE_SECONDS', value: '10' },

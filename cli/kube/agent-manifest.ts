@@ -14,6 +14,7 @@ import {
   AGENT_CONTAINER_NAME,
   AGENT_LABELS,
   agentEnv,
+  nativePortOf,
 } from '../../shared/agent-contract.js';
 
 export interface AgentSpecInput {
@@ -137,6 +138,7 @@ function targetAgentEnv(mode: 'job' | 'ephemeral', input: AgentSpecInput): Retur
   return agentEnv({
     mode,
     port: input.port,
+    nativePort: nativePortOf(input.port),
     token: input.token,
     containerId: input.target.containerId,
     idleSeconds: input.idleSeconds,

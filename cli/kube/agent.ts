@@ -16,6 +16,7 @@ import {
   AGENT_CONTAINER_NAME,
   AGENT_ENV,
   AGENT_LABELS,
+  nativePortOf,
 } from '../../shared/agent-contract.js';
 import { UserError } from '../../shared/errors.js';
 import { apiCall, apiErrorCode, mapApiError } from './errors.js';
@@ -40,6 +41,8 @@ export interface AgentEndpoint {
   agentNamespace: string;
   agentContainer: string;
   port: number;
+  /** The native data path's port, for agents that run it (set in their env; older agents do not). */
+  nativePort?: number;
   token: string;
   agentId: string;
   reused: boolean;
@@ -62,7 +65,8 @@ export interface AgentOptions {
 
 /**
  * The agent's control port is chosen by the CLI (so no log needs reading to learn it), below Linux's ephemeral port
- * range (32768+) so it cannot clash with the local end of the pod's own outgoing connections.
+ * range (32768+) so it cannot clash with the local end of the pod's own outgoing connections. The native data path
+ * takes the next port (nativePortOf): both must be free of the pod's declared ports.
  */
 const AGENT_PORT_MIN = 20000;
 const AGENT_PORT_MAX = 32000;
@@ -70,8 +74,14 @@ const AGENT_PORT_MAX = 32000;
 export function pickAgentPort(taken: readonly number[], random: () => number = Math.random): number {
   for (;;) {
     const port = AGENT_PORT_MIN + Math.floor(random() * (AGENT_PORT_MAX - AGENT_PORT_MIN));
-    if (!taken.includes(port)) return port;
+    if (!taken.includes(port) && !taken.includes(nativePortOf(port))) return port;
   }
+}
+
+/** The native data path's port from an agent container's env: set by CLIs that know the native path. */
+function nativePortIn(env: Parameters<typeof envValue>[0]): { nativePort?: number } {
+  const port = Number(envValue(env, AGENT_ENV.nativePort));
+  return port > 0 ? { nativePort: port } : {};
 }
 
 export function newAgentId(): string {
@@ -122,6 +132,7 @@ export async function findAgent(
         agentNamespace: target.namespace,
         agentContainer: c.name,
         port,
+        ...nativePortIn(c.env),
         token,
         agentId: envValue(c.env, AGENT_ENV.agentId) ?? '',
         reused: true,
@@ -159,6 +170,7 @@ export async function findAgent(
         agentNamespace,
         agentContainer: AGENT_CONTAINER_NAME,
         port,
+        ...nativePortIn(container?.env),
         token,
         agentId,
         reused: true,
@@ -294,6 +306,7 @@ export async function createJobAgent(
       agentNamespace: ns,
       agentContainer: AGENT_CONTAINER_NAME,
       port: spec.port,
+      nativePort: nativePortOf(spec.port),
       token: spec.token,
       agentId: spec.agentId,
       reused: false,
@@ -359,6 +372,7 @@ export async function createEphemeralAgent(
     agentNamespace: target.namespace,
     agentContainer: container.name,
     port: spec.port,
+    nativePort: nativePortOf(spec.port),
     token: spec.token,
     agentId: spec.agentId,
     reused: false,

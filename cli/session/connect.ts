@@ -14,7 +14,7 @@ import { formatWebhooks, type Reporter, type StepId } from '../reporter.js';
 import { assertAccess, sessionAccessChecks } from '../kube/access.js';
 import { loadKubeConfig, type KubeAccessOptions } from '../kube/config.js';
 import { ApiTimeoutError } from '../kube/request-timeout.js';
-import { openPortForward, PortForwardError } from '../kube/tunnel.js';
+import { openPortForwards, PortForwardError } from '../kube/tunnel.js';
 import type { SessionTunnel } from './tunnel.js';
 import {
   createEphemeralAgent,
@@ -339,6 +339,40 @@ export function tunnelPod(
     : { namespace: agent.agentNamespace, pod: agent.agentPod };
 }
 
+/** How long the native connection may take to join; without it, the session goes on through the agent alone. */
+const NATIVE_JOIN_MS = 5000;
+
+/**
+ * Joins the native connection (native-splice) to the session that just said hello. Its incoming streams are the
+ * session's like those of the tunnel itself, so they are handed on as the tunnel's (the session knows one stream
+ * source), and it closes with the tunnel. If it cannot join, it is closed: the agent then keeps every steal itself.
+ */
+async function joinNative(mux: ClientMux, conn: Duplex, hello: HelloOk): Promise<void> {
+  const native = createClientMux(conn);
+  const joined = await new Promise<boolean>((resolve) => {
+    const timer = setTimeout(() => resolve(false), NATIVE_JOIN_MS);
+    native.on('message', (msg) => {
+      clearTimeout(timer);
+      resolve(msg.type === 'nativeJoined');
+    });
+    native.once('close', () => {
+      clearTimeout(timer);
+      resolve(false);
+    });
+    native.send({ type: 'nativeJoin', token: hello.sessionId });
+  });
+  if (!joined || mux.closed) {
+    native.close('the native connection did not join');
+    conn.destroy();
+    return;
+  }
+  native.on('stream', (stream) => mux.emit('stream', stream));
+  mux.once('close', () => {
+    native.close('tunnel closed');
+    conn.destroy();
+  });
+}
+
 /**
  * Opens the tunnel and says hello, retrying while the agent is still starting to listen (the port-forward's dial is
  * refused, or the connection closes before the handshake) until the deadline.
@@ -355,11 +389,19 @@ export async function connectAgent(
   },
 ): Promise<{ mux: ClientMux; hello: HelloOk; conn: Duplex }> {
   const where = tunnelPod(agent, target);
+  const features = input.features ?? Object.values(FEATURES);
+  // The native data path's port rides in the same port-forward, when the agent runs it and the caller wants it.
+  const nativePort = features.includes(FEATURES.nativeSplice) ? agent.nativePort : undefined;
   let lastError: unknown;
   while (Date.now() < input.deadline) {
     let conn: Duplex;
+    let nativeConn: Duplex | undefined;
     try {
-      conn = await openPortForward(kc, { namespace: where.namespace, pod: where.pod, port: agent.port });
+      [conn, nativeConn] = await openPortForwards(kc, {
+        namespace: where.namespace,
+        pod: where.pod,
+        ports: nativePort ? [agent.port, nativePort] : [agent.port],
+      });
     } catch (err) {
       if (isUserError(err)) throw err;
       lastError = err;
@@ -370,19 +412,24 @@ export async function connectAgent(
     conn.on('error', (err) => {
       tunnelError = err;
     });
+    // The native port may not be served (the agent could not start it): its stream fails alone, and is left out.
+    nativeConn?.on('error', () => undefined);
     const mux = createClientMux(conn);
     try {
       const hello = await clientHello(mux, {
         token: agent.token,
         client: input.identity,
-        features: input.features ?? Object.values(FEATURES),
+        features: nativeConn ? features : features.filter((f) => f !== FEATURES.nativeSplice),
         ...(input.resumeSessionId ? { resumeSessionId: input.resumeSessionId } : {}),
         timeoutMs: Math.max(1000, input.deadline - Date.now()),
       });
+      if (nativeConn && hello.features.includes(FEATURES.nativeSplice)) await joinNative(mux, nativeConn, hello);
+      else nativeConn?.destroy();
       return { mux, hello, conn };
     } catch (err) {
       mux.close('handshake failed');
       conn.destroy();
+      nativeConn?.destroy();
       const retryable =
         tunnelError instanceof PortForwardError ||
         (isUserError(err) && /closed during the handshake/.test(err.message));

@@ -52,6 +52,8 @@ export interface AgentProc extends Proc {
   /** PID of the agent process inside the pod netns (the re-executed one, from the ready line). */
   innerPid: number;
   port: number;
+  /** The native data path's port (devop-splice), when the agent runs it (DEVOP_AGENT_NATIVE_PORT). */
+  nativePort?: number;
   agentId: string;
 }
 
@@ -244,7 +246,7 @@ export class PodNet {
       throw new Error(
         `the agent exited (code ${proc.child.exitCode}) before its ready line: ${proc.lines.slice(-5).join(' | ')}`,
       );
-    return { ...proc, innerPid: ready.pid, port: ready.port, agentId: ready.agentId };
+    return { ...proc, innerPid: ready.pid, port: ready.port, nativePort: ready.nativePort, agentId: ready.agentId };
   }
 
   /**

@@ -87,7 +87,7 @@ describe.runIf(run)('nft-owned: the kernel owns the table for its devop-nft proc
       'devop-nft: create table: Operation not supported (owned tables need Linux 5.12',
     );
     expect(await probeOwnedTables(log, ['/nonexistent/devop-nft'])).toBe(
-      'the nft table owner /nonexistent/devop-nft is missing',
+      'devop-nft (/nonexistent/devop-nft) is missing',
     );
     expect(await probeOwnedTables(log, ['devop-nft-not-on-path'])).toMatch(
       /devop-nft ended \(spawn devop-nft-not-on-path ENOENT\)/,

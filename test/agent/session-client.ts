@@ -54,8 +54,13 @@ export interface TestSession {
   socket: Socket;
   sessionId: string;
   messages: AgentMessage[];
-  incoming: Array<{ open: Extract<StreamOpen, { kind: 'incoming' }>; data: Buffer[] }>;
+  /** `native`: it came over the native connection (devop-splice), not the tunnel. */
+  incoming: Array<{ open: Extract<StreamOpen, { kind: 'incoming' }>; data: Buffer[]; native: boolean }>;
   traffic: TrafficEvent[];
+  /** The native connection, once joined (joinNative). */
+  native?: ClientMux;
+  /** Opens the native connection (devop-splice's port, through a relay like the tunnel's) and joins the session. */
+  joinNative(to: string | { host: string; port: number }): Promise<ClientMux>;
   closed: Promise<Error | undefined>;
   send(msg: ClientMessage): void;
   request<T extends AgentMessage['type']>(msg: ClientMessage, reply: T[]): Promise<Extract<AgentMessage, { type: T }>>;
@@ -96,9 +101,9 @@ export async function connectSession(
     messages.push(msg);
     if (msg.type === 'traffic') traffic.push(msg.event);
   });
-  mux.on('stream', (stream: MuxStream) => {
+  const onStream = (native: boolean) => (stream: MuxStream) => {
     if (stream.open.kind !== 'incoming') return stream.reset('unexpected stream');
-    const record = { open: stream.open, data: [] as Buffer[] };
+    const record = { open: stream.open, data: [] as Buffer[], native };
     incoming.push(record);
     stream.on('data', (c: Buffer) => record.data.push(c));
     stream.on('error', () => undefined);
@@ -106,7 +111,8 @@ export async function connectSession(
     const upstream = connect({ host: '127.0.0.1', port: opts.local.port, noDelay: true, allowHalfOpen: true });
     upstream.on('error', () => stream.reset('local command refused'));
     stream.pipe(upstream).pipe(stream);
-  });
+  };
+  mux.on('stream', onStream(false));
   const request = <T extends AgentMessage['type']>(
     msg: ClientMessage,
     reply: T[],
@@ -137,7 +143,7 @@ export async function connectSession(
     ['helloOk', 'error'],
   );
   if (hello.type !== 'helloOk') throw Object.assign(new Error(`hello refused: ${hello.message}`), { reply: hello });
-  return {
+  const session: TestSession = {
     mux,
     socket,
     sessionId: hello.sessionId,
@@ -161,5 +167,23 @@ export async function connectSession(
         },
         ['subscribed', 'refused'],
       ),
+    joinNative: async (at) => {
+      const conn = typeof at === 'string' ? connect(at) : connect(at);
+      await new Promise<void>((resolve, reject) => conn.once('connect', resolve).once('error', reject));
+      conn.setNoDelay(true);
+      const native = createClientMux(conn);
+      const answer = new Promise<AgentMessage>((resolve, reject) => {
+        native.once('message', resolve);
+        native.once('close', (err) => reject(err ?? new Error('the native connection closed before joining')));
+      });
+      native.send({ type: 'nativeJoin', token: hello.sessionId });
+      const joined = await answer;
+      if (joined.type !== 'nativeJoined')
+        throw new Error(`the native connection did not join: ${JSON.stringify(joined)}`);
+      native.on('stream', onStream(true));
+      session.native = native;
+      return native;
+    },
   };
+  return session;
 }

@@ -34,6 +34,7 @@ export const CLIENT_SAMPLES: ByType<ClientMessage> = {
   resume: { type: 'resume' },
   dnsResolve: { type: 'dnsResolve', id: 'dns-1', name: 'kubernetes.default.svc', family: 4 },
   envRead: { type: 'envRead', id: 'env-1' },
+  nativeJoin: { type: 'nativeJoin', token: 'sess-1' },
   bye: { type: 'bye', reason: 'ctrl-c' },
 };
 
@@ -48,6 +49,7 @@ export const AGENT_SAMPLES: ByType<AgentMessage> = {
   },
   pong: { type: 'pong', id: 7, sentAt: 1700000000123.5 },
   ping: { type: 'ping', id: 1, sentAt: 5 },
+  nativeJoined: { type: 'nativeJoined' },
   subscribed: { type: 'subscribed', id: 'sub-1', port: 3000, mode: 'mirror' },
   refused: {
     type: 'refused',
