@@ -5,9 +5,11 @@
 // p50_vs_floor=… added_p99_ms=… newconn_added_p50_ms=… mirror_overhead_p50=… agent_rss_mib_1000=…
 //
 // The stolen path has the shape of a cluster's: client → agent (pod netns, started through the image's entry point, on
-// the image's node) → tunnel → session (a process of its own, as the CLI is) → the local command, which is the pod's
-// app itself on 127.0.0.1, so both paths end at the same server. The tunnel is the CLI's own (cli/kube/tunnel.ts,
-// client-node's pods/portforward WebSocket) through a relay running the stand-in's port-forward code
+// the image's node; whole steals of a session that joins it go through its native data path, devop-splice) → tunnel →
+// session (a process of its own, as the CLI is, joining the native path as the CLI does) → the local command, which is
+// the pod's app itself on 127.0.0.1, so both paths end at the same server. Beside it, the same agent splicing in Node
+// for a session that does not join (in-node). The tunnel is the CLI's own (cli/session/connect.ts, cli/kube/tunnel.ts:
+// one pods/portforward WebSocket for both ports) through a relay running the stand-in's port-forward code
 // (bench/lib/portforward-relay.ts), which unwraps it onto a TCP connection to the agent as kubelet does: the bytes
 // cross WebSocket framing as in a cluster, with one hop where a cluster has several (API server, kubelet, runtime).
 // The floor (bench/lib/ws-framed-pair.c, built with cc here) takes the same path through a relay of its own: an agent

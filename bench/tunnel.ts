@@ -1,10 +1,13 @@
 // Tunnel benchmark: throughput of devop's tunnel in its real shape — a CLI-side process (local listener → mux client,
-// as `devop port-forward` does) and an agent-side process (mux server → dial the target; on the agent image's node
-// with the agent's flags), both bundled as shipped and joined by loopback TCP — against raw TCP and OpenSSH `ssh -L`
+// as `devop port-forward` does, bundled as shipped) and the agent side that serves its outgoing connections to
+// addresses (devop-splice, the agent's native data path, built as the image builds it: scripts/build.mjs), joined by
+// loopback TCP — against raw TCP and OpenSSH `ssh -L`
 // (with the faster of the ciphers measured here), with 64 parallel connections, and with one connection over a
 // user-space delay line of 20 ms RTT (raw TCP over the same line).
 // Every path ends at the same sink process; the variants run side by side in one run (interleaved rounds, medians of
-// per-round ratios). References that are not in the RESULT line, each with one and with 64 connections: two plain Node
+// per-round ratios). References that are not in the RESULT line, each with one and with 64 connections: the same CLI
+// side with the agent's Node side instead (bench/lib/tunnel-agent.ts: serveOutgoing, on the agent image's node with the
+// agent's flags; what serves names, and what served everything before devop-splice), two plain Node
 // processes relaying with socket.pipe() and no framing (bench/lib/node-pipe-relay.ts: the most a two-process relay in
 // Node moves here), and the same two-process shape as a framed relay pair written in C (bench/lib/framed-relay.c, built
 // with cc), copying every byte through user space and, in its splice mode, moving payload with splice(2) (zero-copy:
@@ -44,7 +47,7 @@ const SPLICE_PIPE = process.env.DEVOP_BENCH_SPLICE_PIPE;
 
 type Variant = 'raw' | 'relay' | 'ssh' | 'raw64' | 'multi' | 'rawRtt' | 'relayRtt' | Reference | `${Reference}64`;
 /** Relay pairs timed as references, next to devop's pair, not in the RESULT line. */
-type Reference = 'nodePipe' | 'cPair' | 'cSplice';
+type Reference = 'inNode' | 'nodePipe' | 'cPair' | 'cSplice';
 
 /** Writes `total` bytes with backpressure, half-closes, and resolves when the receiver's one-byte answer arrived. */
 function transfer(sock: net.Socket, total: number, chunk: Buffer): Promise<void> {
@@ -172,6 +175,40 @@ async function startCPairs(
   return { copying: await pair('', []), splicing: await pair('-splice', SPLICE_PIPE ? [SPLICE_PIPE] : []) };
 }
 
+/** The session devop-splice lets join (the CLI side's nativeJoin token). */
+const SPLICE_TOKEN = 'bench';
+
+/**
+ * devop-splice as the agent runs it (dist/, built as the image builds it), with one session allowed: its tunnel port.
+ */
+async function startSplice(children: ChildProcess[]): Promise<number> {
+  execFileSync(process.execPath, [resolve(import.meta.dirname, '../scripts/build.mjs')], { stdio: 'inherit' });
+  const child = spawn(resolve(import.meta.dirname, '../dist/devop-splice'), ['0'], {
+    stdio: ['pipe', 'pipe', 'inherit'],
+  });
+  children.push(child);
+  const lines: string[] = [];
+  let buf = '';
+  child.stdout.on('data', (d: Buffer) => {
+    const parts = (buf + d.toString()).split('\n');
+    buf = parts.pop() ?? '';
+    lines.push(...parts);
+  });
+  const next = async (): Promise<string> => {
+    for (let waited = 0; lines.length === 0; waited += 10) {
+      if (child.exitCode !== null || waited > 10_000) throw new Error(`devop-splice did not answer: ${buf}`);
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    return lines.shift() as string;
+  };
+  const ready = /^ready (\d+)$/.exec(await next());
+  if (!ready) throw new Error('devop-splice did not say ready');
+  child.stdin.write(`session ${SPLICE_TOKEN}\n`);
+  const answer = await next();
+  if (answer !== 'ok') throw new Error(`devop-splice refused the session: ${answer}`);
+  return Number(ready[1]);
+}
+
 /** Node's ceiling: two socket.pipe() relays in a row (entry → exit → sink). */
 async function startNodePipePair(children: ChildProcess[], bundle: string, sink: number): Promise<number> {
   const exit = (await startHelper<{ port: number }>(children, bundle, [String(sink)])).port;
@@ -195,15 +232,19 @@ async function main(): Promise<void> {
     const flags = process.env.DEVOP_TEST_AGENT_FLAGS?.split(' ').filter(Boolean) ?? AGENT_NODE_FLAGS;
     console.log(`agent side: node ${onNode.version} from ${onNode.from}, flags ${flags.join(' ') || '(none)'}`);
     const agentCmd = [onNode.path, ...flags];
-    const agent = (await startHelper<{ port: number }>(children, bundle('tunnel-agent'), [], agentCmd)).port;
+    const inNodeAgent = (await startHelper<{ port: number }>(children, bundle('tunnel-agent'), [], agentCmd)).port;
+    const agent = await startSplice(children);
     const lineArgs = [String(DELAY_MS), String(sink), String(agent)];
     const line = await startHelper<{ ports: [number, number] }>(children, bundle('delay-line'), lineArgs);
     const [sinkDelayed, agentDelayed] = line.ports;
-    const cliSide = async (agentPort: number): Promise<number> =>
-      (await startHelper<{ port: number }>(children, bundle('tunnel-cli'), [String(agentPort), String(sink)])).port;
-    const relay = await cliSide(agent);
+    const cliSide = async (agentPort: number, token?: string): Promise<number> => {
+      const args = [String(agentPort), String(sink), ...(token ? [token] : [])];
+      return (await startHelper<{ port: number }>(children, bundle('tunnel-cli'), args)).port;
+    };
+    const relay = await cliSide(agent, SPLICE_TOKEN);
+    const inNode = await cliSide(inNodeAgent);
     // A second CLI process whose tunnel to the same agent process crosses the delay line, as a cluster's would.
-    const relayDelayed = await cliSide(agentDelayed);
+    const relayDelayed = await cliSide(agentDelayed, SPLICE_TOKEN);
     const nodePipe = await startNodePipePair(children, bundle('node-pipe-relay'), sink);
     const cPairs = await startCPairs(children, dir, sink);
     const chunk = Buffer.alloc(WRITE_SIZE, 0x5a);
@@ -219,6 +260,8 @@ async function main(): Promise<void> {
       multi: (total) => measure(relay, PARALLEL, total, chunk),
       rawRtt: (total) => measure(sinkDelayed, 1, Math.round((total * RTT_TOTAL) / TOTAL), chunk),
       relayRtt: (total) => measure(relayDelayed, 1, Math.round((total * RTT_TOTAL) / TOTAL), chunk),
+      inNode: (total) => measure(inNode, 1, total, chunk),
+      inNode64: (total) => measure(inNode, PARALLEL, total, chunk),
       nodePipe: (total) => measure(nodePipe, 1, total, chunk),
       nodePipe64: (total) => measure(nodePipe, PARALLEL, total, chunk),
       cPair: (total) => measure(cPairs?.copying ?? 0, 1, total, chunk),
@@ -256,6 +299,7 @@ async function main(): Promise<void> {
     console.log(`medians: ${names.map((n) => `${n} ${fmt(med[n])}`).join(', ')}`);
     // One line per reference pair: one connection against raw (devop's pair against it), then 64 against raw64.
     const references: [Reference, string][] = [
+      ['inNode', "devop's CLI side with the agent's Node side (serveOutgoing)"],
       ['nodePipe', 'two Node processes relaying with socket.pipe(), no framing,'],
       ['cPair', 'a framed relay pair in C'],
       ['cSplice', 'the framed C pair moving payload with splice(2)'],

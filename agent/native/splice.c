@@ -1,7 +1,9 @@
-// devop-splice: the agent's native data path for whole steals. The agent stays in control: it points a port's redirect
-// rule at a listener of this process, and from then on this process moves the stolen connections' bytes to and from
-// the session's CLI over a tunnel of devop's own mux framing (docs/protocol.md), where Node (agent/port-redirect.ts)
-// spends ~0.9 ms of CPU per new connection. One epoll loop, non-blocking sockets, no threads.
+// devop-splice: the agent's native data path for whole steals and outgoing connections. The agent stays in control: it
+// points a port's redirect rule at a listener of this process, and from then on this process moves the stolen
+// connections' bytes to and from the session's CLI over a tunnel of devop's own mux framing (docs/protocol.md), where
+// Node (agent/port-redirect.ts) spends ~0.9 ms of CPU per new connection. The CLI's own `outgoing` streams to IPv4
+// addresses connect from here too, in the pod's netns as agent/streams.ts serveOutgoing does; any other stream the CLI
+// opens is reset with EINVAL (the CLI sends those to the Node agent). One epoll loop, non-blocking sockets, no threads.
 //
 //   devop-splice TUNNEL_PORT    listens on 127.0.0.1:TUNNEL_PORT (0: any) and prints `ready <port>`
 //
@@ -9,7 +11,7 @@
 // and is bound to that session, or refused. Requests on stdin, one answer line each on stdout, in order:
 //
 //   session TOKEN                  → ok             a session with this token may join
-//   end TOKEN                      → ok             its tunnel closes (GOAWAY), its clients get RST, its steals go
+//   end TOKEN                      → ok             its tunnel closes (GOAWAY), its sockets get RST, its steals go
 //   steal KEY TOKEN PORT SUBID     → ok LISTENPORT  every connection to LISTENPORT becomes an incoming stream of
 //                                                   port PORT on TOKEN's tunnel (SUBID `-`: no subscriptionId)
 //   unsteal KEY                    → ok             accepts what is queued, then closes that listener
@@ -17,6 +19,7 @@
 //
 // Event lines, between answers: `joined TOKEN` (a tunnel joined) and `left TOKEN` (it went: GOAWAY, EOF, an error).
 // It ends with exit 0 when stdin (a pipe from the agent) closes, and with the agent however it ends (PDEATHSIG).
+// DEVOP_SPLICE_CONNECT_TIMEOUT_MS, when set, replaces the 10 s an outgoing connect may take (tests wait less).
 // One file, longer than most, because the agent image and scripts/build.mjs compile each helper from one source.
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -73,6 +76,12 @@ enum { CONTROL, OPEN, DATA, CREDIT, END, RESET, ACCEPT, GOAWAY };
 #define MAX_SUBID 200
 #define MAX_REQUEST 512
 #define BACKLOG 1024
+// How long an outgoing connect may take before it fails with ETIMEDOUT: Node's (agent/streams.ts CONNECT_TIMEOUT_MS).
+#define CONNECT_TIMEOUT_MS 10000
+// "255.255.255.255:65535" and its NUL: an outgoing stream's destination, as its failure reasons name it.
+#define MAX_DEST 22
+// Why any other stream the CLI opens is reset: a CLI sends this path IPv4 addresses only, the rest to the Node agent.
+#define OUTGOING_ONLY "EINVAL: the native path connects to IPv4 addresses only"
 
 static const char *const TOKEN_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-";
 static const char *const KEY_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-";
@@ -100,7 +109,8 @@ struct buf {
 
 struct tunnel;
 
-// One stolen connection: its client socket and its stream on the tunnel.
+// One stream on a tunnel and its socket (the "client"): a stolen connection (incoming) or one this process made for the
+// CLI (outgoing).
 struct stream {
   struct watched w;
   struct tunnel *t;
@@ -111,6 +121,12 @@ struct stream {
   int ended_there;  // the CLI's END came
   int shut;         // ... and reached the client as a FIN
   int hup;          // the socket hung up: it leaves epoll while nothing is to be done with it
+  // An outgoing stream's connect is in flight (on the connects list, until its deadline): the socket is not read, and
+  // what the CLI sends waits in to_client.
+  int connecting;
+  double connect_deadline;
+  struct stream *connect_prev, *connect_next;
+  char dest[MAX_DEST];  // an outgoing stream's host:port
   int64_t send_credit;
   struct buf to_client;  // from the CLI, not yet taken by the client socket: at most the window
   // Receive side: what the CLI sent, what it may send (granted), and the window growth of mux-stream.ts (maybe_grow).
@@ -160,6 +176,9 @@ static struct steal *steals;
 static struct watched *graveyard;
 // Stolen connections so far, over all steals: the n in connId `PORT-nN` (never reused while the process lives).
 static unsigned long long connections;
+// Outgoing connects in flight, oldest first: the order of their deadlines, each the same time after its start.
+static struct stream *connects_first, *connects_last;
+static double connect_timeout_ms = CONNECT_TIMEOUT_MS;
 // Held open so that a listener out of file descriptors can still take a connection off its queue and refuse it.
 static int spare_fd = -1;
 
@@ -355,18 +374,38 @@ static struct stream *find_stream(struct tunnel *t, uint32_t id) {
   return s;
 }
 
-static int can_read(const struct stream *s) { return !s->ended_here && s->send_credit > 0 && !s->waiting; }
+static int can_read(const struct stream *s) {
+  return !s->ended_here && s->send_credit > 0 && !s->waiting && !s->connecting;
+}
 
 // A socket that hung up with nothing left to do leaves epoll (it would report the hang-up in every round); a stalled
-// one stays with no events, so that a client's RST is still seen as EPOLLERR.
+// one stays with no events, so that a client's RST is still seen as EPOLLERR. A connect ends with EPOLLOUT.
 static void stream_interest(struct stream *s) {
-  uint32_t events = (can_read(s) ? EPOLLIN : 0) | (s->to_client.len > 0 ? EPOLLOUT : 0);
+  uint32_t events = (can_read(s) ? EPOLLIN : 0) | (s->to_client.len > 0 || s->connecting ? EPOLLOUT : 0);
   if (events == 0 && s->hup) unwatch(&s->w);
   else watch(&s->w, events);
 }
 
+static void connect_started(struct stream *s) {
+  s->connecting = 1;
+  s->connect_deadline = now_ms() + connect_timeout_ms;
+  s->connect_prev = connects_last;
+  if (connects_last) connects_last->connect_next = s;
+  else connects_first = s;
+  connects_last = s;
+}
+
+static void connect_ended(struct stream *s) {
+  if (s->connect_prev) s->connect_prev->connect_next = s->connect_next;
+  else connects_first = s->connect_next;
+  if (s->connect_next) s->connect_next->connect_prev = s->connect_prev;
+  else connects_last = s->connect_prev;
+  s->connecting = 0, s->connect_prev = s->connect_next = NULL;
+}
+
 static void stream_free(struct stream *s, int rst) {
   struct tunnel *t = s->t;
+  if (s->connecting) connect_ended(s);
   struct stream **p = bucket_of(t, s->id);
   while (*p != s) p = &(*p)->bucket_next;
   *p = s->bucket_next;
@@ -446,9 +485,10 @@ static void grant_credit(struct stream *s) {
   frame(s->t, CREDIT, s->id, due, 4);
 }
 
-// After the client socket took bytes: its FIN once the CLI ended and nothing is left, the CLI's credit, the end.
+// After the client socket took bytes: its FIN once the CLI ended and nothing is left (not before a connect is done:
+// shutdown() would abort it), the CLI's credit, the end.
 static void after_client_write(struct stream *s) {
-  if (s->to_client.len == 0 && s->ended_there && !s->shut) {
+  if (s->to_client.len == 0 && s->ended_there && !s->shut && !s->connecting) {
     shutdown(s->w.fd, SHUT_WR);
     s->shut = 1;
   }
@@ -473,8 +513,8 @@ static int write_to_client(struct stream *s) {
   return 0;
 }
 
-// DATA from the CLI: straight to the client socket, what it does not take waits (within the window). Returns a
-// protocol error, or NULL.
+// DATA from the CLI: straight to the client socket, what it does not take waits, within the window. While the socket
+// connects all of it waits: a send() would take a failed connect's error as its own. Returns a protocol error, or NULL.
 static const char *deliver(struct stream *s, const uint8_t *p, uint32_t len) {
   if (s->ended_there || len == 0) return NULL;
   s->recv_total += len;
@@ -485,7 +525,7 @@ static const char *deliver(struct stream *s, const uint8_t *p, uint32_t len) {
     s->probe_limit = -1;
   }
   if (s->recv_total > s->recv_granted) return "flow control violated: DATA beyond the credit granted";
-  if (s->to_client.len == 0) {
+  if (s->to_client.len == 0 && !s->connecting) {
     ssize_t n = send(s->w.fd, p, len, MSG_NOSIGNAL);
     if (n < 0 && errno != EAGAIN && errno != EINTR) {
       stream_reset(s, client_failure(errno));
@@ -532,7 +572,10 @@ static void read_client(struct stream *s) {
   if (s->send_credit == 0) stream_interest(s);
 }
 
+static void on_connect(struct stream *s, uint32_t events);
+
 static void on_client(struct stream *s, uint32_t events) {
+  if (s->connecting) return on_connect(s, events);
   if (events & EPOLLERR) {
     int err = 0;
     socklen_t len = sizeof err;
@@ -546,18 +589,24 @@ static void on_client(struct stream *s, uint32_t events) {
   stream_interest(s);
 }
 
+// A stream of t with its socket, each side's credit at the initial window.
+static struct stream *stream_new(struct tunnel *t, uint32_t id, int fd) {
+  struct stream *s = calloc(1, sizeof *s);
+  if (!s) fatal("out of memory");
+  *s = (struct stream){.w = {.role = ROLE_CLIENT, .fd = fd}, .t = t, .id = id};
+  s->send_credit = s->recv_granted = s->window = s->epoch_window = INITIAL_WINDOW;
+  s->epoch_at = now_ms(), s->burst_at = -1, s->probe_limit = -1;
+  struct stream **b = bucket_of(t, id);
+  s->bucket_next = *b, *b = s;
+  t->streams++;
+  return s;
+}
+
 // A stolen connection becomes a stream: its OPEN, and the client's first bytes if they are there already, leave
 // together at the end of this round.
 static void stream_open(struct tunnel *t, int fd, const struct sockaddr_in *peer, const struct steal *st) {
-  struct stream *s = calloc(1, sizeof *s);
-  if (!s) fatal("out of memory");
-  *s = (struct stream){.w = {.role = ROLE_CLIENT, .fd = fd}, .t = t, .id = (uint32_t)t->next_id};
+  struct stream *s = stream_new(t, (uint32_t)t->next_id, fd);
   t->next_id += 2;
-  s->send_credit = s->recv_granted = s->window = s->epoch_window = INITIAL_WINDOW;
-  s->epoch_at = now_ms(), s->burst_at = -1, s->probe_limit = -1;
-  struct stream **b = bucket_of(t, s->id);
-  s->bucket_next = *b, *b = s;
-  t->streams++;
   char ip[INET_ADDRSTRLEN], subid[MAX_SUBID + 32] = "", open[512];
   inet_ntop(AF_INET, &peer->sin_addr, ip, sizeof ip);
   if (st->subid[0]) snprintf(subid, sizeof subid, ",\"subscriptionId\":\"%s\"", st->subid);
@@ -568,6 +617,85 @@ static void stream_open(struct tunnel *t, int fd, const struct sockaddr_in *peer
   frame(t, OPEN, s->id, open, (size_t)n);
   stream_interest(s);
   read_client(s);
+}
+
+// ---- outgoing streams ----
+
+#define ERRNO_NAME(e) {e, #e}
+
+// Why a connect failed, in the words of Node's net.connect: the CLI reads the errno name before the first colon
+// (cli/outgoing/dialer.ts). An errno a connect seldom meets is EIO, with the C library's words for it.
+static const char *connect_failure(const char *dest, int err) {
+  static const struct {
+    int err;
+    const char *name;
+  } names[] = {
+      ERRNO_NAME(ECONNREFUSED), ERRNO_NAME(ECONNRESET),    ERRNO_NAME(EHOSTUNREACH), ERRNO_NAME(ENETUNREACH),
+      ERRNO_NAME(ETIMEDOUT),    ERRNO_NAME(EADDRNOTAVAIL), ERRNO_NAME(ENETDOWN),     ERRNO_NAME(EACCES),
+      ERRNO_NAME(EPERM),        ERRNO_NAME(EMFILE),        ERRNO_NAME(ENFILE),       ERRNO_NAME(ENOBUFS),
+  };
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    if (names[i].err == err) return because("%s: %s: connect %s %s", names[i].name, dest, names[i].name, dest);
+  return because("EIO: %s: connect failed: %s", dest, strerror(err));
+}
+
+// Connected: ACCEPT with both ends' addresses, as serveOutgoing sends it; then what the CLI sent meanwhile (its END
+// too) goes out, and from here on the stream is like any other.
+static void connected(struct stream *s) {
+  struct sockaddr_in here, there;
+  socklen_t here_len = sizeof here, there_len = sizeof there;
+  if (getsockname(s->w.fd, (struct sockaddr *)&here, &here_len) < 0 ||
+      getpeername(s->w.fd, (struct sockaddr *)&there, &there_len) < 0)
+    return stream_reset(s, connect_failure(s->dest, errno));
+  connect_ended(s);
+  char local[INET_ADDRSTRLEN], remote[INET_ADDRSTRLEN], info[160];
+  inet_ntop(AF_INET, &here.sin_addr, local, sizeof local);
+  inet_ntop(AF_INET, &there.sin_addr, remote, sizeof remote);
+  int n = snprintf(info, sizeof info,
+                   "{\"localAddress\":\"%s\",\"localPort\":%d,\"remoteAddress\":\"%s\",\"remotePort\":%d}", local,
+                   ntohs(here.sin_port), remote, ntohs(there.sin_port));
+  frame(s->t, ACCEPT, s->id, info, (size_t)n);
+  write_to_client(s);
+}
+
+// A connect's outcome: EPOLLOUT without an error is a connection; an error, or a hang-up without one, is a failure.
+static void on_connect(struct stream *s, uint32_t events) {
+  int err = 0;
+  socklen_t len = sizeof err;
+  if (getsockopt(s->w.fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0) err = errno;
+  if (!err && (events & EPOLLOUT)) return connected(s);
+  stream_reset(s, connect_failure(s->dest, err ? err : ECONNRESET));
+}
+
+// The CLI's outgoing stream: a non-blocking connect from this process. Its outcome is the socket's first event
+// (on_connect), or its deadline (expire_connects).
+static void stream_connect(struct tunnel *t, uint32_t id, const struct sockaddr_in *to) {
+  char ip[INET_ADDRSTRLEN], dest[MAX_DEST];
+  inet_ntop(AF_INET, &to->sin_addr, ip, sizeof ip);
+  snprintf(dest, sizeof dest, "%s:%d", ip, ntohs(to->sin_port));
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return frame_text(t, RESET, id, connect_failure(dest, errno));
+  struct stream *s = stream_new(t, id, fd);
+  memcpy(s->dest, dest, sizeof dest);
+  nodelay(fd);
+  if (connect(fd, (const struct sockaddr *)to, sizeof *to) < 0 && errno != EINPROGRESS)
+    return stream_reset(s, connect_failure(dest, errno));
+  connect_started(s);
+  stream_interest(s);
+}
+
+// Connects past their deadline fail as Node's do.
+static void expire_connects(void) {
+  double now = now_ms();
+  while (connects_first && connects_first->connect_deadline <= now)
+    stream_reset(connects_first, because("ETIMEDOUT: %s: connect timed out", connects_first->dest));
+}
+
+// How long the loop may wait for events: past the earliest connect deadline (rounded up), or for ever.
+static int wait_ms(void) {
+  if (!connects_first) return -1;
+  double left = connects_first->connect_deadline - now_ms();
+  return left > 0 ? (int)left + 1 : 0;
 }
 
 // ---- steal listeners ----
@@ -633,7 +761,7 @@ static int listen_on(uint32_t addr, int port, int *bound) {
   return fd;
 }
 
-// ---- JSON, as much as the CLI's two control messages need ----
+// ---- JSON, as much as the CLI's control messages and OPENs need ----
 
 static const char *skip_ws(const char *p, const char *end) {
   while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')) p++;
@@ -757,11 +885,33 @@ static const char *on_control(struct tunnel *t, const uint8_t *json, uint32_t le
   return NULL;
 }
 
-static const char *on_open(struct tunnel *t, uint32_t id) {
+// The destination of an OPEN of {"kind":"outgoing","host":"<IPv4 address>","port":1-65535}; 0 for any other.
+static int outgoing_ipv4(const uint8_t *json, uint32_t len, struct sockaddr_in *to) {
+  char kind[16], host[INET_ADDRSTRLEN], port_text[8], *end;
+  if (!json_string(json, len, "kind", kind, sizeof kind) || strcmp(kind, "outgoing") != 0 ||
+      !json_string(json, len, "host", host, sizeof host) || inet_pton(AF_INET, host, &to->sin_addr) != 1 ||
+      !json_number(json, len, "port", port_text, sizeof port_text))
+    return 0;
+  long port = strtol(port_text, &end, 10);
+  if (*end || port < 1 || port > 65535) return 0;
+  to->sin_family = AF_INET, to->sin_port = htons((uint16_t)port);
+  return 1;
+}
+
+// The CLI's own stream: an outgoing one to an IPv4 address connects from here, any other is the Node agent's to
+// serve. Not before nativeJoin: a connection without the session's token makes no connection in the pod.
+static const char *on_open(struct tunnel *t, uint32_t id, const uint8_t *json, uint32_t len) {
+  if (!t->session) {
+    refuse(t, "bad_request", "the first message on a native tunnel must be nativeJoin", "use a matching devop");
+    return NULL;
+  }
   if (id % 2 == 0) return because("malformed frame: peer opened stream %u with this side's parity", id);
   if (id <= t->last_peer_id) return because("malformed frame: stream id %u reused (last was %u)", id, t->last_peer_id);
   t->last_peer_id = id;
-  frame_text(t, RESET, id, "the native path serves incoming streams only");
+  struct sockaddr_in to = {0};
+  if (t->streams >= MAX_STREAMS) frame_text(t, RESET, id, because("too many open streams (limit %d)", MAX_STREAMS));
+  else if (!outgoing_ipv4(json, len, &to)) frame_text(t, RESET, id, OUTGOING_ONLY);
+  else stream_connect(t, id, &to);
   return NULL;
 }
 
@@ -772,7 +922,7 @@ static const char *on_frame(struct tunnel *t, int kind, uint32_t id, const uint8
     tunnel_close(t, NULL, 1);
     return NULL;
   }
-  if (kind == OPEN) return on_open(t, id);
+  if (kind == OPEN) return on_open(t, id, p, len);
   if (kind == CREDIT && get32(p) == 0) return "malformed frame: CREDIT of 0 bytes";
   struct stream *s = find_stream(t, id);
   if (!s) return NULL;
@@ -1026,6 +1176,9 @@ int main(int argc, char **argv) {
     fprintf(stderr, "devop-splice: usage: devop-splice TUNNEL_PORT (0: any free port)\n");
     return 2;
   }
+  const char *timeout = getenv("DEVOP_SPLICE_CONNECT_TIMEOUT_MS");
+  int timeout_ms = timeout ? atoi(timeout) : 0;
+  if (timeout_ms > 0) connect_timeout_ms = timeout_ms;
   signal(SIGPIPE, SIG_IGN);  // a client or tunnel that went away is an error from send(), not the end of the process
   setvbuf(stdout, NULL, _IOLBF, 0);
   if ((ep = epoll_create1(EPOLL_CLOEXEC)) < 0) fatal("epoll_create1");
@@ -1039,13 +1192,14 @@ int main(int argc, char **argv) {
   printf("ready %d\n", bound);
   for (;;) {
     struct epoll_event events[256];
-    int n = epoll_wait(ep, events, 256, -1);
+    int n = epoll_wait(ep, events, 256, wait_ms());
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) fatal("epoll_wait");
     for (int i = 0; i < n; i++) {
       struct watched *w = events[i].data.ptr;
       if (!w->dead) dispatch(w, events[i].events);
     }
+    expire_connects();
     flush_tunnels();
     free_graveyard();
   }

@@ -1,8 +1,9 @@
-// devop-splice (agent/native/splice.c, built to dist/devop-splice), the agent's native data path for whole steals,
-// driven as the agent drives it (requests on stdin) and as a CLI drives its tunnel (devop's own client mux, over a
-// real socket): who may join, what a stolen connection's OPEN says, every byte both ways past the window with the
-// half-closes, the one-window bound for a stalled client, window growth over a 20 ms path, resets, unsteal, end,
-// a CLI that leaves or breaks the protocol, and the request lines.
+// devop-splice (agent/native/splice.c, built to dist/devop-splice), the agent's native data path for whole steals and
+// outgoing connections, driven as the agent drives it (requests on stdin) and as a CLI drives its tunnel (devop's own
+// client mux, over a real socket): who may join, what a stolen connection's OPEN says, every byte both ways past the
+// window with the half-closes, the one-window bound for a stalled client, window growth over a 20 ms path, resets,
+// unsteal, end, a CLI that leaves or breaks the protocol, the request lines; and the CLI's outgoing streams: ACCEPT,
+// bytes both ways, what the CLI sends while the connect is in flight, refused, timed out, cancelled, not IPv4.
 import { type ChildProcess, spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { existsSync, readFileSync } from 'node:fs';
@@ -12,6 +13,7 @@ import { createInterface } from 'node:readline';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { FrameDecoder, FrameKind, encodeFrame } from '../../shared/codec.js';
 import { type ClientMux, MAX_WINDOW, type MuxStream, StreamResetError, createClientMux } from '../../shared/mux.js';
+import type { StreamAccept } from '../../shared/protocol.js';
 
 const SPLICE = resolve(import.meta.dirname, '../../dist/devop-splice');
 const MiB = 1024 * 1024;
@@ -32,8 +34,9 @@ interface Splice {
   ask(line: string): Promise<string>;
 }
 
-async function startSplice(): Promise<Splice> {
-  const child = spawn(SPLICE, ['0'], { stdio: ['pipe', 'pipe', 'pipe'] });
+/** `env`: added to this process's environment (DEVOP_SPLICE_CONNECT_TIMEOUT_MS). */
+async function startSplice(env: Record<string, string> = {}): Promise<Splice> {
+  const child = spawn(SPLICE, ['0'], { stdio: ['pipe', 'pipe', 'pipe'], env: { ...process.env, ...env } });
   cleanups.push(() => child.kill('SIGKILL'));
   const waiting: Array<(line: string) => void> = [];
   const events: string[] = [];
@@ -106,14 +109,21 @@ async function joinTunnel(port: number, token: string) {
   return { reply, socket, mux, streams };
 }
 
-/** A splice with TOKEN's session joined and port STOLEN_PORT stolen (SUBID `sub-1`) onto its tunnel. */
-async function stolenSession() {
-  const splice = await startSplice();
+/** A splice with TOKEN's session joined. */
+async function joinedSession(env: Record<string, string> = {}) {
+  const splice = await startSplice(env);
   expect(await splice.ask(`session ${TOKEN}`)).toBe('ok');
   const tunnel = await joinTunnel(splice.tunnelPort, TOKEN);
+  expect(tunnel.mux).not.toBeNull();
+  return { splice, ...tunnel, mux: tunnel.mux as ClientMux };
+}
+
+/** A splice with TOKEN's session joined and port STOLEN_PORT stolen (SUBID `sub-1`) onto its tunnel. */
+async function stolenSession() {
+  const { splice, ...tunnel } = await joinedSession();
   const answer = await splice.ask(`steal web ${TOKEN} ${STOLEN_PORT} sub-1`);
   expect(answer).toMatch(/^ok \d+$/);
-  return { splice, ...tunnel, mux: tunnel.mux as ClientMux, listenPort: Number(answer.split(' ')[1]) };
+  return { splice, ...tunnel, listenPort: Number(answer.split(' ')[1]) };
 }
 
 interface Client {
@@ -193,6 +203,67 @@ async function delayLine(port: number, ms: number): Promise<number> {
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   cleanups.push(() => server.close());
   return (server.address() as net.AddressInfo).port;
+}
+
+/** A TCP server on 127.0.0.1 (half-open allowed) that hands each connection to `serve`. */
+async function tcpServer(serve: (socket: net.Socket) => void): Promise<{ port: number; sockets: net.Socket[] }> {
+  const sockets: net.Socket[] = [];
+  const server = net.createServer({ allowHalfOpen: true, noDelay: true }, (socket) => {
+    sockets.push(socket);
+    serve(socket);
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  cleanups.push(() => {
+    for (const socket of sockets) socket.destroy();
+    server.close();
+  });
+  return { port: (server.address() as net.AddressInfo).port, sockets };
+}
+
+/** A port on 127.0.0.1 that nothing listens on: a connect to it is refused. */
+async function closedPort(): Promise<number> {
+  const server = net.createServer();
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  const { port } = server.address() as net.AddressInfo;
+  await new Promise((r) => server.close(r));
+  return port;
+}
+
+/**
+ * An echo server on 127.0.0.1 whose accept queue is full for its first `ms` (for ever: Infinity): another process,
+ * its event loop blocked, with a backlog of one that two connections fill. The kernel drops a new connection's SYN
+ * meanwhile, so a connect stays in flight until then, and until its SYN is sent again (after 1 s) once there is room.
+ */
+async function stalledEchoServer(ms: number): Promise<number> {
+  const code = `const server = require('node:net').createServer({ allowHalfOpen: true }, (c) => c.pipe(c));
+    server.listen({ port: 0, host: '127.0.0.1', backlog: 1 }, () => {
+      require('node:fs').writeSync(1, server.address().port + '\\n');
+      Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, Number(process.argv[1]));
+    });`;
+  const child = spawn(process.execPath, ['-e', code, String(ms)], { stdio: ['ignore', 'pipe', 'inherit'] });
+  cleanups.push(() => child.kill('SIGKILL'));
+  const port = await new Promise<number>((r) => child.stdout.once('data', (line: Buffer) => r(Number(String(line)))));
+  for (let i = 0; i < 2; i++) {
+    const filler = net.connect({ port, host: '127.0.0.1' });
+    cleanups.push(() => filler.destroy());
+    await new Promise((r) => filler.once('connect', r));
+  }
+  return port;
+}
+
+/** Sockets of this machine whose connect to 127.0.0.1:`port` is in flight (SYN_SENT in /proc/net/tcp). */
+function connectsInFlight(port: number): number {
+  const remote = `0100007F:${port.toString(16).toUpperCase().padStart(4, '0')}`;
+  const SYN_SENT = '02';
+  return readFileSync('/proc/net/tcp', 'utf8')
+    .split('\n')
+    .slice(1)
+    .map((line) => line.trim().split(/\s+/))
+    .filter((fields) => fields[2] === remote && fields[3] === SYN_SENT).length;
+}
+
+function resetReason(stream: MuxStream): Promise<string> {
+  return new Promise((r) => stream.once('error', (err) => r((err as StreamResetError).reason)));
 }
 
 beforeAll(() => {
@@ -420,20 +491,154 @@ describe('devop-splice: the native data path of whole steals', () => {
     expect(again.streams[0].open).toMatchObject({ port: STOLEN_PORT, connId: `${STOLEN_PORT}-n2` });
   });
 
-  it("resets the CLI's own streams, and closes a tunnel that breaks the protocol", async () => {
+  it('closes a tunnel that breaks the protocol', async () => {
     // Given a joined session
     const { splice, mux, socket } = await stolenSession();
-    // When the CLI opens a stream of its own
-    const outgoing = mux.openStream({ kind: 'outgoing', host: 'db', port: 5432 });
-    const err = await new Promise<Error>((r) => outgoing.once('error', r));
-    // Then it is reset with the reason
-    expect((err as StreamResetError).reason).toBe('the native path serves incoming streams only');
-    // And when a frame of an unknown kind comes, the tunnel closes with GOAWAY naming it, and the agent hears `left`
+    // When a frame of an unknown kind comes, the tunnel closes with GOAWAY naming it, and the agent hears `left`
     const closed = new Promise<Error | undefined>((r) => mux.once('close', r));
     socket.write(Buffer.from([0, 0, 0, 0, 9, 0, 0, 0, 0]));
     expect(String(await closed)).toMatch(/protocol error: malformed frame: unknown frame kind 9/);
     await until(() => splice.events.includes(`left ${TOKEN}`), 'the left event');
     expect(splice.stderr.join('\n')).toMatch(/^devop-splice: .*unknown frame kind 9/m);
+  });
+
+  it('connects an outgoing stream to an IPv4 address: ACCEPT with both ends, MiBs both ways, half-closes', async () => {
+    // Given a joined session, and a server that reads all it is sent and only then answers 2 MiB and half-closes
+    const { mux } = await joinedSession();
+    const upload = randomBytes(3 * MiB + 4321);
+    const answer = randomBytes(2 * MiB + 99);
+    let serverEnded: (got: Buffer) => void = () => undefined;
+    const serverGot = new Promise<Buffer>((done) => {
+      serverEnded = done;
+    });
+    const server = await tcpServer((socket) => {
+      const got: Buffer[] = [];
+      socket.on('data', (d: Buffer) => got.push(d));
+      socket.once('end', () => {
+        socket.end(answer);
+        serverEnded(Buffer.concat(got));
+      });
+    });
+    // When the CLI opens an outgoing stream to it, sends 3 MiB and half-closes
+    const stream = mux.openStream({ kind: 'outgoing', host: '127.0.0.1', port: server.port });
+    const accepted = new Promise<StreamAccept>((r) => stream.once('accepted', r));
+    const closed = new Promise<void>((r) => stream.once('close', r));
+    const streamGot = collect(stream);
+    await writeAll(stream, upload);
+    // Then the ACCEPT names the connection's two ends, as the Node agent's does
+    expect(await accepted).toEqual({
+      localAddress: '127.0.0.1',
+      localPort: server.sockets[0].remotePort,
+      remoteAddress: '127.0.0.1',
+      remotePort: server.port,
+    });
+    // And each side got every byte of the other's, and the stream finished both ways
+    expect(sha(await serverGot), 'what reached the server').toBe(sha(upload));
+    expect(sha(await streamGot), 'what reached the CLI side').toBe(sha(answer));
+    await closed;
+    expect([stream.bytesSent, stream.bytesReceived]).toEqual([upload.length, answer.length]);
+    expect(server.sockets).toHaveLength(1);
+  });
+
+  it('keeps what the CLI sends while the connect is in flight, its END too, delivered once connected', async () => {
+    // Given a joined session, and an echo server whose accept queue is full for its first 300 ms
+    const { mux } = await joinedSession();
+    const port = await stalledEchoServer(300);
+    // When the CLI opens two outgoing streams to it, and at once half-closes them: one after 200 KiB (within the first
+    // window), the other with nothing sent
+    const [full, empty] = [0, 1].map(() => mux.openStream({ kind: 'outgoing', host: '127.0.0.1', port }));
+    const echoed = [full, empty].map(collect);
+    const early = randomBytes(200 * 1024);
+    full.end(early);
+    empty.end();
+    // Then all of it left the CLI side before the connects were done
+    await until(() => full.bytesSent === early.length, 'the early bytes sent');
+    expect([full.acceptedInfo, empty.acceptedInfo], 'the connects are still in flight').toEqual([null, null]);
+    // And once connected, the server got all of it and the ENDs: the echoes come back whole, and end
+    expect(sha(await echoed[0])).toBe(sha(early));
+    expect(await echoed[1]).toHaveLength(0);
+    expect(full.acceptedInfo).toMatchObject({ remoteAddress: '127.0.0.1', remotePort: port });
+  });
+
+  it('resets an outgoing stream whose connect is refused, or times out, with the errno the CLI reads', async () => {
+    // Given a joined session whose connects may take 300 ms, a port nothing listens on, and one whose SYNs are dropped
+    const { mux } = await joinedSession({ DEVOP_SPLICE_CONNECT_TIMEOUT_MS: '300' });
+    const refusedPort = await closedPort();
+    const stalledPort = await stalledEchoServer(Number.POSITIVE_INFINITY);
+    // When the CLI opens an outgoing stream to each, the first with bytes in the same write as its OPEN
+    const started = performance.now();
+    const refusing = mux.together(() => {
+      const stream = mux.openStream({ kind: 'outgoing', host: '127.0.0.1', port: refusedPort });
+      stream.write('hello?');
+      return stream;
+    });
+    const refused = resetReason(refusing);
+    const timedOut = resetReason(mux.openStream({ kind: 'outgoing', host: '127.0.0.1', port: stalledPort }));
+    // Then each is reset with the errno name first, as the Node agent words it
+    expect(await refused).toBe(`ECONNREFUSED: 127.0.0.1:${refusedPort}: connect ECONNREFUSED 127.0.0.1:${refusedPort}`);
+    expect(await timedOut).toBe(`ETIMEDOUT: 127.0.0.1:${stalledPort}: connect timed out`);
+    const ms = performance.now() - started;
+    expect(ms).toBeGreaterThanOrEqual(290);
+    expect(ms).toBeLessThan(2000);
+    expect(connectsInFlight(stalledPort), 'the timed-out socket is closed').toBe(0);
+  });
+
+  it("closes a connect in flight on the CLI's RESET, and on the tunnel's end", async () => {
+    // Given a joined session whose connects may take 500 ms, and two outgoing streams whose connects are in flight
+    const { mux } = await joinedSession({ DEVOP_SPLICE_CONNECT_TIMEOUT_MS: '500' });
+    const port = await stalledEchoServer(Number.POSITIVE_INFINITY);
+    const [first, second] = [0, 1].map(() => mux.openStream({ kind: 'outgoing', host: '127.0.0.1', port }));
+    const secondReason = resetReason(second);
+    await until(() => connectsInFlight(port) === 2, 'two connects in flight');
+    // When the CLI resets the first
+    first.reset('the local app went away');
+    // Then its socket is closed, and the other's connect still fails in its time
+    await until(() => connectsInFlight(port) === 1, 'the reset connect closed');
+    expect(await secondReason).toBe(`ETIMEDOUT: 127.0.0.1:${port}: connect timed out`);
+    // And when the CLI closes the tunnel while a third connect is in flight, its socket is closed too
+    mux.openStream({ kind: 'outgoing', host: '127.0.0.1', port }).on('error', () => undefined);
+    await until(() => connectsInFlight(port) === 1, 'a third connect in flight');
+    mux.close('devop stopped');
+    await until(() => connectsInFlight(port) === 0, 'the connect of the closed tunnel closed');
+  });
+
+  it('resets what it does not connect (names, IPv6, files) with EINVAL, and keeps serving the tunnel', async () => {
+    // Given a joined session and an echo server
+    const { mux } = await joinedSession();
+    const server = await tcpServer((socket) => socket.pipe(socket));
+    // When the CLI opens an outgoing stream to a name and one to an IPv6 address, and a file stream
+    const reasons = await Promise.all(
+      [
+        mux.openStream({ kind: 'outgoing', host: 'example.invalid', port: 80 }),
+        mux.openStream({ kind: 'outgoing', host: '::1', port: server.port }),
+        mux.openStream({ kind: 'file', path: '/etc/hostname' }),
+      ].map(resetReason),
+    );
+    // Then each is reset with EINVAL, and no connection was made
+    expect(reasons).toEqual(Array(3).fill('EINVAL: the native path connects to IPv4 addresses only'));
+    expect(server.sockets).toHaveLength(0);
+    // And an outgoing stream to an IPv4 address after them is served
+    const stream = mux.openStream({ kind: 'outgoing', host: '127.0.0.1', port: server.port });
+    const echoed = collect(stream);
+    stream.end('ping');
+    expect((await echoed).toString()).toBe('ping');
+  });
+
+  it('refuses an OPEN before nativeJoin, and connects nothing for it', async () => {
+    // Given a splice with one session, and a server
+    const splice = await startSplice();
+    expect(await splice.ask(`session ${TOKEN}`)).toBe('ok');
+    const server = await tcpServer(() => undefined);
+    // When a connection that has not joined opens an outgoing stream to the server
+    const socket = net.connect({ port: splice.tunnelPort, host: '127.0.0.1' });
+    cleanups.push(() => socket.destroy());
+    const open = { kind: 'outgoing', host: '127.0.0.1', port: server.port };
+    socket.write(encodeFrame(FrameKind.OPEN, 1, Buffer.from(JSON.stringify(open))));
+    const frames = await allFrames(socket);
+    // Then it is refused as a CLI that did not join first, and closed; the server saw no connection
+    expect(frames.map((f) => f.kind)).toEqual([FrameKind.CONTROL, FrameKind.GOAWAY]);
+    expect(JSON.parse(frames[0].payload.toString())).toMatchObject({ type: 'error', code: 'bad_request' });
+    expect(server.sockets).toHaveLength(0);
   });
 
   it('answers malformed or unknown requests with one error line each, and keeps serving', async () => {

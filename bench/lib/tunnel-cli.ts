@@ -1,21 +1,34 @@
 // The CLI side of devop's tunnel for bench/tunnel.ts, in a process of its own as `devop port-forward` is: a local
-// listener whose connections become `outgoing` streams on a mux over one TCP connection to the agent side
-// (bench/lib/tunnel-agent.ts), with the CLI's own code (startForwards, createMuxDialer). Bundled, run with plain node.
-//   node tunnel-cli.mjs <agent port> <target port>   prints {"port":<local listener>} on stdout
+// listener whose connections become `outgoing` streams on a mux over one TCP connection to the agent side, with the
+// CLI's own code (startForwards, createMuxDialer). With a token, the agent side is devop-splice and the connection
+// joins it first (nativeJoin), as the CLI's native connection does; without, it is the agent's Node side
+// (bench/lib/tunnel-agent.ts). Bundled, run with plain node.
+//   node tunnel-cli.mjs <agent port> <target port> [<token>]   prints {"port":<local listener>} on stdout
 import { connect } from 'node:net';
 import { once } from 'node:events';
 import { createClientMux } from '../../shared/mux.js';
+import type { AgentMessage } from '../../shared/protocol.js';
 import { createMuxDialer } from '../../cli/outgoing/mux-dialer.js';
 import { startForwards } from '../../cli/services/port-forward.js';
 import { NullReporter } from '../../cli/ui/null.js';
 
-const [agentPort, targetPort] = process.argv.slice(2).map(Number);
+const [agentPort, targetPort] = process.argv.slice(2, 4).map(Number);
+const token = process.argv[4];
 const socket = connect({ host: '127.0.0.1', port: agentPort });
 await once(socket, 'connect');
 const mux = createClientMux(socket);
 mux.on('close', () => process.exit(0));
+if (token) {
+  const answer = once(mux, 'message') as Promise<[AgentMessage]>;
+  mux.send({ type: 'nativeJoin', token });
+  const [joined] = await answer;
+  if (joined.type !== 'nativeJoined') throw new Error(`devop-splice refused the join: ${JSON.stringify(joined)}`);
+}
 const forward = { localPort: 0, host: '127.0.0.1', port: targetPort, spec: `127.0.0.1:${targetPort}` };
-const { ports } = await startForwards(createMuxDialer(mux), [forward], '127.0.0.1', new NullReporter());
+// Joined, the connection is the native one, which takes every outgoing connection to an address (the bench's CLI side
+// has no tunnel to the agent's Node side beside it).
+const dialer = createMuxDialer(mux, token ? mux : undefined);
+const { ports } = await startForwards(dialer, [forward], '127.0.0.1', new NullReporter());
 process.stdout.write(`${JSON.stringify({ port: ports[0] })}\n`);
 // The benchmark ends this process by closing our stdin.
 process.stdin.resume();

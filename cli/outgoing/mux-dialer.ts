@@ -2,7 +2,7 @@
 // that connections, names and files are those of the target pod (or of a targetless agent's pod).
 import type { Duplex } from 'node:stream';
 import type { MuxStream } from '../../shared/mux.js';
-import type { SessionTunnel } from '../session/tunnel.js';
+import { nativeTakes, type SessionTunnel } from '../session/tunnel.js';
 import type { AgentMessage, StreamAccept } from '../../shared/protocol.js';
 import { DialError, dialErrorCode, type ClusterDialer, type ResolvedAddress } from './dialer.js';
 
@@ -20,7 +20,14 @@ export type DialledStream = Duplex &
 
 type DnsResult = Extract<AgentMessage, { type: 'dnsResult' }>;
 
-export function createMuxDialer(mux: SessionTunnel): ClusterDialer {
+/**
+ * `native`: the agent's native data path of a direct (unsupervised) session, which takes outgoing connections to
+ * addresses (a supervised session's tunnel routes them itself).
+ */
+export function createMuxDialer(
+  mux: SessionTunnel,
+  native?: Pick<SessionTunnel, 'closed' | 'openStream'>,
+): ClusterDialer {
   const lookups = new Map<string, { resolve(msg: DnsResult): void; reject(err: Error): void }>();
   let nextLookup = 0;
   mux.on('message', (msg) => {
@@ -46,7 +53,8 @@ export function createMuxDialer(mux: SessionTunnel): ClusterDialer {
           reject(new DialError('ENOTCONN', `connect ${host}:${port}: the tunnel to the agent is closed`));
           return;
         }
-        const stream: MuxStream = mux.openStream({ kind: 'outgoing', host, port });
+        const open = { kind: 'outgoing' as const, host, port };
+        const stream: MuxStream = native && nativeTakes(open, native) ? native.openStream(open) : mux.openStream(open);
         // Early: the caller writes at once (DATA follows the OPEN within the stream's first window); a failed connect
         // reaches it as 'dialError' on the stream (see ConnectOptions), as the rejection does otherwise.
         const early = options?.early === true;

@@ -123,7 +123,11 @@ export async function runPortForward(options: PortForwardOptions, reporter: Repo
   let session: Session | undefined;
   let forwarding: Awaited<ReturnType<typeof startForwards>> | undefined;
   try {
-    session = await connectSession({ ...options, features: [FEATURES.outgoing, FEATURES.dns] }, reporter);
+    session = await connectSession(
+      // native-splice: connections to pod addresses go through the agent's native data path
+      { ...options, features: [FEATURES.outgoing, FEATURES.dns, FEATURES.nativeSplice] },
+      reporter,
+    );
     if (!session.hello.features.includes(FEATURES.outgoing)) {
       throw new UserError(
         `the agent ${session.agent.name} does not offer outgoing connections`,
@@ -135,7 +139,7 @@ export async function runPortForward(options: PortForwardOptions, reporter: Repo
       reporter,
       'listen',
       `listen on ${forwards.map((f) => `${address}:${f.localPort || 'any'}`).join(', ')}`,
-      () => startForwards(createMuxDialer(s.tunnel), forwards, address, reporter),
+      () => startForwards(createMuxDialer(s.tunnel, s.native), forwards, address, reporter),
     );
     const listening = forwards.map((forward, i) => ({
       local: `${address.includes(':') ? `[${address}]` : address}:${forwarding!.ports[i]}`,

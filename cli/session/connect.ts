@@ -81,6 +81,8 @@ export interface Session {
   agent: AgentEndpoint;
   /** The one tunnel to the agent(s): direct here, supervised (reconnecting, all pods) from connectSupervisedSession. */
   tunnel: SessionTunnel;
+  /** The agent's native data path (native-splice), when it joined: outgoing connections to addresses go there. */
+  native?: ClientMux;
   hello: HelloOk;
   /** Ends the session: bye, close the tunnel. Safe to call twice. */
   close(reason?: string): Promise<void>;
@@ -233,7 +235,7 @@ export async function connectSession(options: SessionOptions, reporter: Reporter
   const agentOptions: AgentOptions = { ...agentOptionsFor(options, agentNamespace, identity), signal: options.signal };
   const agentPods = earlyAgentPods ?? (target && !ephemeral ? listAgents(agentNamespace) : undefined);
 
-  const { agent, mux, hello } = await step(
+  const { agent, mux, hello, native } = await step(
     reporter,
     'agent',
     target ? `agent for pod ${target.podName}` : 'targetless agent',
@@ -286,6 +288,7 @@ export async function connectSession(options: SessionOptions, reporter: Reporter
     target,
     agent,
     tunnel: mux,
+    ...(native ? { native } : {}),
     hello,
     async close(reason = 'session ended') {
       if (closed) return;
@@ -345,9 +348,10 @@ const NATIVE_JOIN_MS = 5000;
 /**
  * Joins the native connection (native-splice) to the session that just said hello. Its incoming streams are the
  * session's like those of the tunnel itself, so they are handed on as the tunnel's (the session knows one stream
- * source), and it closes with the tunnel. If it cannot join, it is closed: the agent then keeps every steal itself.
+ * source), and it closes with the tunnel. If it cannot join, it is closed: the agent then keeps every steal itself
+ * (and every outgoing connection).
  */
-async function joinNative(mux: ClientMux, conn: Duplex, hello: HelloOk): Promise<void> {
+async function joinNative(mux: ClientMux, conn: Duplex, hello: HelloOk): Promise<ClientMux | undefined> {
   const native = createClientMux(conn);
   const joined = await new Promise<boolean>((resolve) => {
     const timer = setTimeout(() => resolve(false), NATIVE_JOIN_MS);
@@ -364,13 +368,14 @@ async function joinNative(mux: ClientMux, conn: Duplex, hello: HelloOk): Promise
   if (!joined || mux.closed) {
     native.close('the native connection did not join');
     conn.destroy();
-    return;
+    return undefined;
   }
   native.on('stream', (stream) => mux.emit('stream', stream));
   mux.once('close', () => {
     native.close('tunnel closed');
     conn.destroy();
   });
+  return native;
 }
 
 /**
@@ -387,7 +392,7 @@ export async function connectAgent(
     features?: string[];
     resumeSessionId?: string;
   },
-): Promise<{ mux: ClientMux; hello: HelloOk; conn: Duplex }> {
+): Promise<{ mux: ClientMux; hello: HelloOk; conn: Duplex; native?: ClientMux }> {
   const where = tunnelPod(agent, target);
   const features = input.features ?? Object.values(FEATURES);
   // The native data path's port rides in the same port-forward, when the agent runs it and the caller wants it.
@@ -423,9 +428,11 @@ export async function connectAgent(
         ...(input.resumeSessionId ? { resumeSessionId: input.resumeSessionId } : {}),
         timeoutMs: Math.max(1000, input.deadline - Date.now()),
       });
-      if (nativeConn && hello.features.includes(FEATURES.nativeSplice)) await joinNative(mux, nativeConn, hello);
+      let native: ClientMux | undefined;
+      if (nativeConn && hello.features.includes(FEATURES.nativeSplice))
+        native = await joinNative(mux, nativeConn, hello);
       else nativeConn?.destroy();
-      return { mux, hello, conn };
+      return { mux, hello, conn, ...(native ? { native } : {}) };
     } catch (err) {
       mux.close('handshake failed');
       conn.destroy();

@@ -6,7 +6,7 @@ import type { MuxStream } from '../../shared/mux.js';
 import type { AgentMessage, ClientMessage, StreamOpen } from '../../shared/protocol.js';
 import type { Reporter } from '../reporter.js';
 import { trafficToEvent } from './traffic.js';
-import type { SessionTunnel } from './tunnel.js';
+import { nativeTakes, type SessionTunnel } from './tunnel.js';
 
 type Subscribe = Extract<ClientMessage, { type: 'subscribe' }>;
 type Answer = Extract<AgentMessage, { type: 'subscribed' | 'refused' | 'unsubscribed' | 'error' }>;
@@ -16,6 +16,8 @@ export interface MemberLink {
   /** The target pod (events say which pod each connection came from). */
   pod: string;
   mux: SessionTunnel;
+  /** Its agent's native data path, when it joined: outgoing connections to addresses go there (nativeTakes). */
+  native?: Pick<SessionTunnel, 'closed' | 'openStream'>;
 }
 
 /** Decides before a subscribe goes out (the steal lock): undefined = go ahead, else the refusal to answer with. */
@@ -161,7 +163,8 @@ export class SessionMux extends EventEmitter implements SessionTunnel {
 
   openStream(open: StreamOpen): MuxStream {
     if (!this.primary) throw new Error('no tunnel is attached');
-    return this.primary.mux.openStream(open);
+    const { mux, native } = this.primary;
+    return native && nativeTakes(open, native) ? native.openStream(open) : mux.openStream(open);
   }
 
   /** A local close (as on a real mux): 'close' is emitted without an error. */

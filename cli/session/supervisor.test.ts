@@ -111,6 +111,38 @@ const steal = (id: string, port = 8080): Extract<ClientMessage, { type: 'subscri
 });
 
 describe('SessionMux', () => {
+  it("opens outgoing streams to IPv4 addresses on the agent's native connection, the rest on the tunnel", async () => {
+    // Given a tunnel whose agent joined a native connection (two fake agents: one each)
+    const [tunnel, native] = await Promise.all([fakeAgent('pod-a'), fakeAgent('pod-a')]);
+    const opened = (agent: FakeAgent): string[] => {
+      const seen: string[] = [];
+      agent.agentMux.on('stream', (s) => seen.push(JSON.stringify(s.open)));
+      return seen;
+    };
+    const [viaTunnel, viaNative] = [opened(tunnel), opened(native)];
+    const mux = new SessionMux(recorder());
+    mux.attach({ ...tunnel.link, native: native.link.mux });
+    // When streams of each kind are opened
+    mux.openStream({ kind: 'outgoing', host: '10.1.2.3', port: 5432 }).on('error', () => undefined);
+    mux.openStream({ kind: 'outgoing', host: 'db.prod.svc', port: 5432 }).on('error', () => undefined);
+    mux.openStream({ kind: 'outgoing', host: 'fd00::1', port: 80 }).on('error', () => undefined);
+    mux.openStream({ kind: 'file', path: '/etc/hosts' }).on('error', () => undefined);
+    // Then only the outgoing connection to an IPv4 address went to the native connection
+    await until(() => viaNative.length + viaTunnel.length === 4);
+    expect(viaNative).toEqual([JSON.stringify({ kind: 'outgoing', host: '10.1.2.3', port: 5432 })]);
+    expect(viaTunnel.map((o) => JSON.parse(o).host ?? JSON.parse(o).path)).toEqual([
+      'db.prod.svc',
+      'fd00::1',
+      '/etc/hosts',
+    ]);
+    // And once the native connection is gone, the tunnel takes those too
+    native.link.mux.close('gone');
+    mux.openStream({ kind: 'outgoing', host: '10.1.2.4', port: 5432 }).on('error', () => undefined);
+    await until(() => viaTunnel.length === 4);
+    expect(JSON.parse(viaTunnel[3]).host).toBe('10.1.2.4');
+    mux.end();
+  });
+
   it('sends a subscribe to every tunnel and answers once when all subscribed', async () => {
     const [a, b] = await Promise.all([fakeAgent('pod-a'), fakeAgent('pod-b')]);
     const mux = new SessionMux(recorder());

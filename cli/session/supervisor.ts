@@ -147,7 +147,7 @@ class Supervisor {
     const member: Member = {
       target: this.firstTarget,
       agent: this.first.agent,
-      link: { pod: this.firstTarget.podName, mux: this.first.tunnel },
+      link: { pod: this.firstTarget.podName, mux: this.first.tunnel, native: this.first.native },
       sessionId: this.first.hello.sessionId,
       agentVersion: this.first.hello.agentVersion,
       sent: new Map(),
@@ -324,7 +324,7 @@ class Supervisor {
           throw new Error('the agent did not resume the session yet');
         }
         member.sessionId = link.hello.sessionId;
-        member.link = { pod: member.link.pod, mux: link.mux };
+        member.link = { pod: member.link.pod, mux: link.mux, native: link.native };
         member.state = 'up';
         member.original = false;
         if (!resumed) member.sent = new Map();
@@ -472,7 +472,7 @@ class Supervisor {
     const member: Member = {
       target: resolved,
       agent,
-      link: { pod: resolved.podName, mux: link.mux },
+      link: { pod: resolved.podName, mux: link.mux, native: link.native },
       sessionId: link.hello.sessionId,
       sent: new Map(),
       state: 'up',

@@ -2,6 +2,7 @@
 // stream, hear messages, the agent's streams and the close. A direct tunnel (one mux) and the supervised one
 // (SessionMux: tunnels that come and go underneath) are both one, so the exec service never knows which it holds.
 import { randomUUID } from 'node:crypto';
+import { isIPv4 } from 'node:net';
 import { UserError } from '../../shared/errors.js';
 import type { MuxStream } from '../../shared/mux.js';
 import type { AgentMessage, ClientMessage, StreamOpen } from '../../shared/protocol.js';
@@ -23,6 +24,14 @@ export interface SessionTunnel {
   off(event: 'message', listener: (msg: AgentMessage) => void): this;
   off(event: 'stream', listener: (stream: MuxStream, pod?: string) => void): this;
   off(event: 'close', listener: (err?: Error) => void): this;
+}
+
+/**
+ * Whether the agent's native data path (devop-splice) takes this stream: an outgoing connection to an IPv4 address
+ * (names are resolved by the agent, in the pod; files are read by the agent).
+ */
+export function nativeTakes(open: StreamOpen, native: { closed: boolean } | undefined): boolean {
+  return native !== undefined && !native.closed && open.kind === 'outgoing' && isIPv4(open.host);
 }
 
 /** How long a request to the agent (env read, subscribe) may take before the session is declared broken. */

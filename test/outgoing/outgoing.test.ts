@@ -5,6 +5,7 @@ import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import { request } from 'node:http';
+import { connect } from 'node:net';
 import { join } from 'node:path';
 import type { AppsV1Api, CoreV1Api } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -72,6 +73,11 @@ async function deployClient(
  * A file as the container sees it: read by `cat` inside the container's mount namespace (nsenter), symlinks and all.
  */
 function readInContainer(containerID: string, path: string): string {
+  return execFileSync('nsenter', ['-t', containerPid(containerID), '-m', 'cat', path], { encoding: 'utf8' });
+}
+
+/** A process of the container (its cgroup names it). */
+function containerPid(containerID: string): string {
   const pid = readdirSync('/proc').find((entry) => {
     if (!/^\d+$/.test(entry)) return false;
     try {
@@ -81,7 +87,7 @@ function readInContainer(containerID: string, path: string): string {
     }
   });
   if (!pid) throw new Error(`no process of container ${containerID}`);
-  return execFileSync('nsenter', ['-t', pid, '-m', 'cat', path], { encoding: 'utf8' });
+  return pid;
 }
 
 function jsonLines<T>(text: string): T[] {
@@ -326,6 +332,43 @@ describe('outgoing traffic, DNS and remote files through the pod', { timeout: TE
       expect(exit.code, run.output).toBe(0);
     },
   );
+
+  it("devop port-forward -t deploy/client to a pod's address goes through the agent's native data path", async () => {
+    const to = `${echo.podIP}:8080`;
+    const run = track(
+      new DevopRun(['port-forward', '--kubeconfig', cluster.kubeconfigPath, '-t', 'deploy/client', '-L', `0:${to}`]),
+    );
+    const match = await waitFor(
+      `the forward to listen\n${run.output}`,
+      () => {
+        if (run.child.exitCode !== null) throw new Error(`devop port-forward exited\n${run.output}`);
+        return new RegExp(`127\\.0\\.0\\.1:(\\d+) -> ${to.replaceAll('.', '\\.')}`).exec(run.stdout) ?? undefined;
+      },
+      RUN_DEADLINE_MS,
+    );
+    // When a client opens a connection through the forward and starts a request
+    const socket = connect(Number(match[1]), '127.0.0.1');
+    const body = 'through devop-splice';
+    socket.write(`POST /native HTTP/1.1\r\nhost: echo\r\ncontent-length: ${body.length}\r\nconnection: close\r\n\r\n`);
+    // Then, in the client pod's netns, the connection to the echo pod belongs to devop-splice (not the agent's node)
+    const owners = await waitFor('the connection in the pod', () => {
+      const ss = execFileSync('nsenter', ['-t', containerPid(client.containerID), '-n', 'ss', '-tnpH', 'dst', to], {
+        encoding: 'utf8',
+      });
+      return ss.includes('ESTAB') ? ss : undefined;
+    });
+    expect(owners).toContain('"devop-splice"');
+    expect(owners).not.toContain('"node"');
+    // And the request is answered by the echo pod, which saw the client pod's IP
+    const chunks: Buffer[] = [];
+    socket.on('data', (chunk: Buffer) => chunks.push(chunk));
+    await new Promise((resolve) => socket.end(body, () => socket.once('close', resolve)));
+    const answer = JSON.parse(Buffer.concat(chunks).toString('utf8').split('\r\n\r\n')[1]) as EchoAnswer;
+    expect(answer).toMatchObject({ pod: echo.podName, path: '/native', body });
+    expect(answer.remoteAddress.replace(/^::ffff:/, '')).toBe(client.podIP);
+    const exit = await run.stop('SIGINT');
+    expect(exit.code, run.output).toBe(0);
+  });
 
   it('devop port-forward -t deploy/client connects from that pod: its search domains, its IP', async () => {
     const run = track(
