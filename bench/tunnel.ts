@@ -175,11 +175,14 @@ async function startCPairs(
   return { copying: await pair('', []), splicing: await pair('-splice', SPLICE_PIPE ? [SPLICE_PIPE] : []) };
 }
 
-/** The session devop-splice lets join (the CLI side's nativeJoin token). */
-const SPLICE_TOKEN = 'bench';
+/**
+ * The sessions devop-splice lets join (the CLI sides' nativeJoin tokens): one per CLI process, as a join replaces the
+ * session's earlier native connection.
+ */
+const SPLICE_TOKENS = { loopback: 'bench', delayed: 'bench-rtt' };
 
 /**
- * devop-splice as the agent runs it (dist/, built as the image builds it), with one session allowed: its tunnel port.
+ * devop-splice as the agent runs it (dist/, built as the image builds it), with the sessions allowed: its tunnel port.
  */
 async function startSplice(children: ChildProcess[]): Promise<number> {
   execFileSync(process.execPath, [resolve(import.meta.dirname, '../scripts/build.mjs')], { stdio: 'inherit' });
@@ -203,9 +206,11 @@ async function startSplice(children: ChildProcess[]): Promise<number> {
   };
   const ready = /^ready (\d+)$/.exec(await next());
   if (!ready) throw new Error('devop-splice did not say ready');
-  child.stdin.write(`session ${SPLICE_TOKEN}\n`);
-  const answer = await next();
-  if (answer !== 'ok') throw new Error(`devop-splice refused the session: ${answer}`);
+  for (const token of Object.values(SPLICE_TOKENS)) {
+    child.stdin.write(`session ${token}\n`);
+    const answer = await next();
+    if (answer !== 'ok') throw new Error(`devop-splice refused the session: ${answer}`);
+  }
   return Number(ready[1]);
 }
 
@@ -241,10 +246,10 @@ async function main(): Promise<void> {
       const args = [String(agentPort), String(sink), ...(token ? [token] : [])];
       return (await startHelper<{ port: number }>(children, bundle('tunnel-cli'), args)).port;
     };
-    const relay = await cliSide(agent, SPLICE_TOKEN);
+    const relay = await cliSide(agent, SPLICE_TOKENS.loopback);
     const inNode = await cliSide(inNodeAgent);
     // A second CLI process whose tunnel to the same agent process crosses the delay line, as a cluster's would.
-    const relayDelayed = await cliSide(agentDelayed, SPLICE_TOKEN);
+    const relayDelayed = await cliSide(agentDelayed, SPLICE_TOKENS.delayed);
     const nodePipe = await startNodePipePair(children, bundle('node-pipe-relay'), sink);
     const cPairs = await startCPairs(children, dir, sink);
     const chunk = Buffer.alloc(WRITE_SIZE, 0x5a);
