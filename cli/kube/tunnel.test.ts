@@ -4,10 +4,11 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { once } from 'node:events';
 import { connect, createServer, type Server, type Socket } from 'node:net';
-import { Readable, type Duplex } from 'node:stream';
+import type { Duplex } from 'node:stream';
 import { CoreV1Api, KubeConfig } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startCluster, type ClusterHandle, type NodeRuntime } from '../../test/cluster/index.js';
+import { startCluster, type ClusterHandle } from '../../test/cluster/index.js';
+import { localRuntime } from '../../test/cluster/local-runtime.js';
 import { waitFor } from '../../test/cluster/apiserver/testing.js';
 import { openPortForward, openPortForwards, PortForwardError } from './tunnel.js';
 
@@ -23,31 +24,6 @@ const servers: Server[] = [];
 const local = new Map<number, number>();
 /** The client side of each connection through the relay, in the order they were made. */
 const relayed: Socket[] = [];
-
-/** A node whose pods are local: ECHO_PORT and FLIP_PORT of any pod are the servers above; any other port refuses. */
-function localRuntime(): NodeRuntime {
-  return {
-    nodeName: 'standin-node',
-    nodeIP: '127.0.0.1',
-    podCIDR: '10.0.0.0/24',
-    async dialPod(_namespace, _pod, port) {
-      const target = local.get(port);
-      if (target === undefined) throw new Error(`connect ECONNREFUSED 127.0.0.1:${port}`);
-      const s = connect(target, '127.0.0.1');
-      await new Promise((r, j) => s.once('connect', r).once('error', j));
-      return s;
-    },
-    async exec() {
-      throw new Error('no exec here');
-    },
-    async logs() {
-      return Readable.from([]);
-    },
-    async stop() {
-      // Nothing runs behind this fake runtime.
-    },
-  };
-}
 
 async function listen(onSocket: (s: Socket) => void): Promise<number> {
   const server = createServer(onSocket);
@@ -102,7 +78,7 @@ beforeAll(async () => {
   local.set(ECHO_PORT, await listen((s) => s.pipe(s)));
   local.set(FLIP_PORT, await listen((s) => s.on('data', (d: Buffer) => s.write(flip(d)))));
   cluster = await startCluster({ kubelet: false });
-  cluster.controlPlane.attachNode(localRuntime());
+  cluster.controlPlane.attachNode(localRuntime((port) => local.get(port)));
   const admin = new KubeConfig();
   admin.loadFromFile(cluster.kubeconfigPath);
   await admin.makeApiClient(CoreV1Api).createNamespacedPod({

@@ -5,7 +5,7 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createHash, randomBytes } from 'node:crypto';
-import { createServer, connect, type Server } from 'node:net';
+import { createServer, type Server } from 'node:net';
 import { PassThrough, Readable, Writable } from 'node:stream';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
@@ -15,6 +15,7 @@ import { WebSocket } from 'ws';
 import { startCluster, type ClusterHandle } from './index.js';
 import { waitFor } from './apiserver/testing.js';
 import type { ExecProcess, NodeRuntime } from './node-runtime.js';
+import { localRuntime } from './local-runtime.js';
 
 const runFile = promisify(execFile);
 let cluster: ClusterHandle;
@@ -25,42 +26,35 @@ let home: string;
 const dialed: string[] = [];
 
 /** A node whose "pods" are local: port 7000 of any pod is the echo server, exec runs `sh -c` locally. */
-function localRuntime(): NodeRuntime {
-  return {
-    nodeName: 'standin-node',
-    nodeIP: '127.0.0.1',
-    podCIDR: '10.0.0.0/24',
-    async dialPod(namespace, pod, port) {
+function localStreamsRuntime(): NodeRuntime {
+  return localRuntime(
+    (port, namespace, pod) => {
       dialed.push(`${namespace}/${pod}:${port}`);
-      if (port !== 7000) throw new Error(`connect ECONNREFUSED 127.0.0.1:${port}`);
-      const s = connect(echoPort, '127.0.0.1');
-      await new Promise((r, j) => s.once('connect', r).once('error', j));
-      return s;
+      return port === 7000 ? echoPort : undefined;
     },
-    async exec(req): Promise<ExecProcess> {
-      const child = spawn(req.command[0], req.command.slice(1), { stdio: ['pipe', 'pipe', 'pipe'] });
-      const exited = new Promise<{ exitCode: number; signal?: string }>((r) =>
-        child.on('exit', (code, signal) => r({ exitCode: code ?? 137, signal: signal ?? undefined })),
-      );
-      return {
-        stdin: child.stdin,
-        stdout: child.stdout,
-        stderr: child.stderr,
-        resize: () => undefined,
-        wait: () => exited,
-        kill: () => child.kill('SIGKILL'),
-      };
+    {
+      async exec(req): Promise<ExecProcess> {
+        const child = spawn(req.command[0], req.command.slice(1), { stdio: ['pipe', 'pipe', 'pipe'] });
+        const exited = new Promise<{ exitCode: number; signal?: string }>((r) =>
+          child.on('exit', (code, signal) => r({ exitCode: code ?? 137, signal: signal ?? undefined })),
+        );
+        return {
+          stdin: child.stdin,
+          stdout: child.stdout,
+          stderr: child.stderr,
+          resize: () => undefined,
+          wait: () => exited,
+          kill: () => child.kill('SIGKILL'),
+        };
+      },
+      async logs(req) {
+        const lines = ['one', 'two', 'three'].map((l) => `${req.container}: ${l}\n`);
+        return Readable.from(
+          (req.tailLines !== undefined ? lines.slice(-req.tailLines) : lines).map((l) => Buffer.from(l)),
+        );
+      },
     },
-    async logs(req) {
-      const lines = ['one', 'two', 'three'].map((l) => `${req.container}: ${l}\n`);
-      return Readable.from(
-        (req.tailLines !== undefined ? lines.slice(-req.tailLines) : lines).map((l) => Buffer.from(l)),
-      );
-    },
-    async stop() {
-      // Nothing runs behind these fake containers.
-    },
-  };
+  );
 }
 
 beforeAll(async () => {
@@ -69,7 +63,7 @@ beforeAll(async () => {
   await new Promise<void>((r) => echo.listen(0, '127.0.0.1', () => r()));
   echoPort = (echo.address() as { port: number }).port;
   cluster = await startCluster({ kubelet: false });
-  cluster.controlPlane.attachNode(localRuntime());
+  cluster.controlPlane.attachNode(localStreamsRuntime());
   kc = new KubeConfig();
   kc.loadFromFile(cluster.kubeconfigPath);
   await kc.makeApiClient(CoreV1Api).createNamespacedPod({

@@ -8,11 +8,10 @@ import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { createServer, connect, type Server } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Readable } from 'node:stream';
 import { CoreV1Api, KubeConfig, PatchStrategy, setHeaderOptions } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startCluster, type ClusterHandle } from './index.js';
-import type { NodeRuntime } from './node-runtime.js';
+import { localRuntime } from './local-runtime.js';
 
 const KUBECTL_DIR = '/usr/lib/google-cloud-sdk/bin';
 const ECHO_PORT = 7000;
@@ -25,30 +24,6 @@ let echo: Server;
 let echoPort: number;
 let home: string;
 const children: ChildProcess[] = [];
-
-/** A node whose pods are local: port 7000 of any pod is the echo server; any other port refuses. */
-function localRuntime(): NodeRuntime {
-  return {
-    nodeName: 'standin-node',
-    nodeIP: '127.0.0.1',
-    podCIDR: '10.0.0.0/24',
-    async dialPod(_namespace, _pod, port) {
-      if (port !== ECHO_PORT) throw new Error(`connect ECONNREFUSED 127.0.0.1:${port}`);
-      const s = connect(echoPort, '127.0.0.1');
-      await new Promise((r, j) => s.once('connect', r).once('error', j));
-      return s;
-    },
-    async exec() {
-      throw new Error('no exec here');
-    },
-    async logs() {
-      return Readable.from([]);
-    },
-    async stop() {
-      // Nothing runs behind this fake runtime.
-    },
-  };
-}
 
 /** Starts `kubectl port-forward pod/box :PORT`; resolves with the local port it prints, or its output when it exits. */
 function portForward(
@@ -121,7 +96,8 @@ beforeAll(async () => {
   await new Promise<void>((r) => echo.listen(0, '127.0.0.1', () => r()));
   echoPort = (echo.address() as { port: number }).port;
   cluster = await startCluster({ kubelet: false });
-  cluster.controlPlane.attachNode(localRuntime());
+  // Port 7000 of any pod is the echo server; any other port refuses.
+  cluster.controlPlane.attachNode(localRuntime((port) => (port === ECHO_PORT ? echoPort : undefined)));
   const kc = new KubeConfig();
   kc.loadFromFile(cluster.kubeconfigPath);
   const core = kc.makeApiClient(CoreV1Api);
