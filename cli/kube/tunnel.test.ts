@@ -10,6 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startCluster, type ClusterHandle } from '../../test/cluster/index.js';
 import { localRuntime } from '../../test/cluster/local-runtime.js';
 import { waitFor } from '../../test/cluster/apiserver/testing.js';
+import { UserError } from '../../shared/errors.js';
 import { openPortForward, openPortForwards, PortForwardError } from './tunnel.js';
 
 const ECHO_PORT = 7000;
@@ -209,5 +210,16 @@ describe('a tunnel to one port', () => {
     expect((error as Error).message).toContain('ECONNREFUSED');
     const webSocket = webSocketSince(from);
     await waitFor('the WebSocket to close', () => webSocket.destroyed, ROUND_TRIP_MS);
+  });
+
+  it('reports an upgrade the API server refuses (RBAC) as forbidden, naming the permission', async () => {
+    const restricted = new KubeConfig();
+    restricted.loadFromFile(cluster.restrictedKubeconfigPath);
+    const opening = openPortForward(restricted, { namespace: 'default', pod: 'box', port: ECHO_PORT });
+    await expect(opening).rejects.toBeInstanceOf(UserError);
+    await expect(opening).rejects.toThrow(
+      'forbidden: cannot create pods/portforward in namespace "default" ' +
+        '(needed to open a port-forward to pod box:7000)',
+    );
   });
 });

@@ -122,9 +122,13 @@ export async function openPortForwards(
     } catch (err) {
       if (isHandshakeTimeout(err))
         throw new ApiTimeoutError(kc.getCurrentCluster()?.server ?? 'the API server', requestTimeoutOf(kc));
-      // The ws library reports a refused upgrade as "Unexpected server response: 403": give it the HTTP code.
-      const status = /Unexpected server response: (\d+)/.exec(err instanceof Error ? err.message : '');
-      throw status ? Object.assign(new Error((err as Error).message), { code: Number(status[1]) }) : err;
+      // A refused upgrade comes as a ws ErrorEvent (not an Error) saying "Unexpected server response: 403": give it
+      // the HTTP code, so that it is reported as what it is (forbidden, not found) instead of retried.
+      const message = (err as { message?: unknown } | null)?.message;
+      const text = typeof message === 'string' ? message : String(err);
+      const status = /Unexpected server response: (\d+)/.exec(text);
+      if (status) throw Object.assign(new Error(text), { code: Number(status[1]) });
+      throw err instanceof Error ? err : new Error(text);
     }
   })) as unknown as WebSocket;
   socket.ws = ws;

@@ -15,6 +15,7 @@ import { assertAccess, sessionAccessChecks } from '../kube/access.js';
 import { loadKubeConfig, type KubeAccessOptions } from '../kube/config.js';
 import { ApiTimeoutError } from '../kube/request-timeout.js';
 import { openPortForwards, PortForwardError } from '../kube/tunnel.js';
+import { apiErrorCode } from '../kube/errors.js';
 import type { SessionTunnel } from './tunnel.js';
 import {
   createEphemeralAgent,
@@ -408,7 +409,8 @@ export async function connectAgent(
         ports: nativePort ? [agent.port, nativePort] : [agent.port],
       });
     } catch (err) {
-      if (isUserError(err)) throw err;
+      // Refused (RBAC, no such pod) is final; the API server failing (5xx) may pass while the deadline allows.
+      if (isUserError(err) && (apiErrorCode(err.cause) ?? 0) < 500) throw err;
       lastError = err;
       await delay(CONNECT_RETRY_MS);
       continue;
