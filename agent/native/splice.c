@@ -24,7 +24,6 @@
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
@@ -34,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -708,6 +708,9 @@ static void take_client(struct steal *st, int fd, const struct sockaddr_in *peer
   stream_open(t, fd, peer, st);
 }
 
+// The spare descriptor: an eventfd, which needs no file (a container may have no /dev/null).
+static int spare(void) { return eventfd(0, EFD_CLOEXEC); }
+
 // Out of file descriptors, the spare one makes room to take a connection off a listener's queue and refuse it (else
 // level-triggered epoll would report the same full queue forever). Whether one was taken.
 static int refuse_queued(int listener, const char *what) {
@@ -715,7 +718,7 @@ static int refuse_queued(int listener, const char *what) {
   close(spare_fd);
   int fd = accept(listener, NULL, NULL);
   if (fd >= 0) close_rst(fd);
-  spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  spare_fd = spare();
   return fd >= 0;
 }
 
@@ -1182,7 +1185,7 @@ int main(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN);  // a client or tunnel that went away is an error from send(), not the end of the process
   setvbuf(stdout, NULL, _IOLBF, 0);
   if ((ep = epoll_create1(EPOLL_CLOEXEC)) < 0) fatal("epoll_create1");
-  if ((spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC)) < 0) fatal("/dev/null");
+  if ((spare_fd = spare()) < 0) fatal("eventfd");
   int bound;
   if ((tunnel_listener.fd = listen_on(INADDR_LOOPBACK, (int)port, &bound)) < 0) fatal("tunnel listener");
   watch(&tunnel_listener, EPOLLIN);

@@ -22,6 +22,7 @@ const AGENT_TOOLS = [
   'usr/bin/ss',
   'opt/devop/devop-capture',
   'opt/devop/devop-nft',
+  'opt/devop/devop-splice',
   'usr/bin/nsenter',
   'usr/bin/sh',
   'usr/bin/cat',
@@ -113,6 +114,8 @@ describe('image archives (npm run images)', () => {
           '{ /opt/devop/devop-capture 2>&1; test $? = 2; }',
           // It answers a request it does not know with one line (and owns no table).
           'echo help | /opt/devop/devop-nft',
+          // It listens, then answers a request it does not know with one line, and ends with its stdin.
+          'echo help | /opt/devop/devop-splice 0',
           'nsenter --version',
           'echo piped | cat',
         ].join(' && ');
@@ -123,6 +126,7 @@ describe('image archives (npm run images)', () => {
         expect(res.stdout).toMatch(new RegExp(`^v${NODE_MAJOR}\\.`));
         expect(res.stdout).toContain('piped');
         expect(res.stdout).toContain('error unknown request (table NAME');
+        expect(res.stdout).toMatch(/^ready \d+\nerror unknown request \(session TOKEN/m);
       } finally {
         rmSync(rootfs, { recursive: true, force: true });
       }
