@@ -1,6 +1,7 @@
 // The native data path in the agent: a session that joins devop-splice gets its whole steals from it (the port's rule
 // points at devop-splice's listener), and everything devop-splice cannot do — pause, answer fallback, a session gone,
 // devop-splice itself gone — puts the port back on the agent's own listener without losing a request.
+import { readFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { requireRoot } from '../helpers/root.js';
 import { FEATURES } from '../../shared/protocol.js';
@@ -116,5 +117,21 @@ describe.runIf(run)('agent: whole steals through devop-splice', () => {
     await waitFor(async () => (await viaNative('/after-death').catch(() => 'refused')) === false, 'the agent');
     expect(await viaNative('/still-stolen')).toBe(false);
     expect(net.podRequests(pod).filter((l) => l.includes('/still-stolen'))).toEqual([]);
+  });
+
+  test('devop-splice ends with its agent, however the agent ends (kill -9)', async () => {
+    const other = await net.startAgent({ DEVOP_AGENT_NATIVE_PORT: '0' });
+    const pid = Number((await sh(`pgrep -P ${other.innerPid} -f devop-splice`)).trim());
+    expect(pid).toBeGreaterThan(0);
+    process.kill(other.innerPid, 'SIGKILL');
+    // (ended: gone, or a zombie its new parent has not reaped yet)
+    const ended = (): boolean => {
+      try {
+        return / Z /.test(readFileSync(`/proc/${pid}/stat`, 'utf8').replace(/^.*\)/, ''));
+      } catch {
+        return true;
+      }
+    };
+    await waitFor(ended, 'devop-splice to end with its agent');
   });
 });
