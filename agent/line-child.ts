@@ -33,6 +33,8 @@ export class LineChild {
   private waiting: { resolve: (line: string) => void; reject: (err: Error) => void } | undefined;
   private exitError: Error | undefined;
   private closed = false;
+  /** Requests sent or waiting to be. */
+  private inFlight = 0;
 
   private constructor(
     private readonly child: ChildProcessWithoutNullStreams,
@@ -111,7 +113,14 @@ export class LineChild {
       if (answer === 'ok' || answer.startsWith('ok ')) return answer.slice(3);
       throw new Error(`${name}: ${answer.replace(/^error /, '')}`);
     };
-    const next = this.queue.then(job, job);
+    // With nothing in flight the line is written now, before the caller's next step: the agent tells devop-splice of a
+    // session before its helloOk leaves, so the session's join can never arrive first.
+    const next = this.inFlight === 0 ? job() : this.queue.then(job, job);
+    this.inFlight++;
+    const done = (): void => {
+      this.inFlight--;
+    };
+    next.then(done, done);
     this.queue = next.catch(() => undefined);
     return next;
   }

@@ -129,12 +129,14 @@ export class Session implements IncomingTarget {
     this.over = true;
     if (this.graceTimer) clearTimeout(this.graceTimer);
     const mux = this.mux;
+    // Its ports go back to the pod first: while its rules still point at devop-splice, the native connection (which
+    // closes with the tunnel) must stay up, or the clients that come meanwhile would find no session there.
+    await this.ctx.ports.release(this.sessionId);
     this.mux = undefined;
     if (mux && !mux.closed) {
       mux.send({ type: 'bye', reason });
       mux.close(reason);
     }
-    await this.ctx.ports.release(this.sessionId);
     // A session that was disconnected has ended its native connection already (onClose).
     if (mux) this.nativeCall((n) => n.end(this.sessionId));
     this.ctx.log.info('session ended', { session: this.sessionId, user: this.who, reason });

@@ -11,7 +11,7 @@
 // and is bound to that session, or refused. Requests on stdin, one answer line each on stdout, in order:
 //
 //   session TOKEN                  → ok             a session with this token may join
-//   end TOKEN                      → ok             its tunnel closes (GOAWAY), its sockets get RST, its steals go
+//   end TOKEN                      → ok             its tunnel closes (GOAWAY), its sockets close, its steals go
 //   steal KEY TOKEN PORT SUBID     → ok LISTENPORT  every connection to LISTENPORT becomes an incoming stream of
 //                                                   port PORT on TOKEN's tunnel (SUBID `-`: no subscriptionId)
 //   unsteal KEY                    → ok             accepts what is queued, then closes that listener
@@ -1013,12 +1013,14 @@ static void accept_tunnels(void) {
   }
 }
 
-// Ends a tunnel connection: its clients get RST (the CLI's streams end with the connection), its session has no
+// Ends a tunnel connection: its clients' sockets close (the CLI's streams end with the connection), its session has no
 // tunnel until one joins again; `announce`: Node learns it with `left TOKEN`.
 static void tunnel_close(struct tunnel *t, const char *goaway, int announce) {
   if (t->w.dead) return;
+  // Closed, not reset, as the agent's own sockets are when their tunnel goes: an idle keep-alive connection ends
+  // cleanly for its client's pool (the kernel still resets one with unread bytes).
   for (int i = 0; i < STREAM_BUCKETS; i++)
-    while (t->buckets[i]) stream_free(t->buckets[i], 1);
+    while (t->buckets[i]) stream_free(t->buckets[i], 0);
   if (goaway) {
     frame_text(t, GOAWAY, 0, goaway);
     // One try, without waiting: what the socket does not take now is lost with the connection anyway.
