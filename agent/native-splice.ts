@@ -101,6 +101,11 @@ export class NativeSplice {
     return this.helper.request(`unsteal ${key}`).then(() => undefined);
   }
 
+  /** The steal ended: its listener and the connections it took close (as the agent closes its own listener's). */
+  drop(key: string): Promise<void> {
+    return this.helper.request(`drop ${key}`).then(() => undefined);
+  }
+
   /** Ends devop-splice (the agent's end): its connections close with it. */
   close(): void {
     this.helper.close();

@@ -92,6 +92,8 @@ export class PortTable {
   private noCaptureSaid = false;
   /** The native data path, while it runs (agent/native-splice.ts). */
   native: NativeSplice | undefined;
+  /** The agent is stopping and its rules are gone: nothing is routed any more. */
+  private rulesRemoved = false;
 
   constructor(
     private readonly chain: RedirectRules | undefined,
@@ -367,7 +369,7 @@ export class PortTable {
    */
   private async route(port: number, entry: PortEntry): Promise<void> {
     const redirect = entry.redirect;
-    if (!redirect) return;
+    if (!redirect || this.rulesRemoved) return;
     const want = this.native?.alive ? nativeSteal(entry.subs) : undefined;
     const now = redirect.native;
     if (now?.sub === want) return;
@@ -385,17 +387,21 @@ export class PortTable {
       await this.chain?.addRedirect(port, to, redirect.skipSource);
     } catch (err) {
       this.log.warn('could not move the redirect rule', { port, error: (err as Error).message });
-      if (next) await this.unsteal(next);
+      if (next) await this.unsteal(next, true);
       return;
     }
     await this.removeRule(port, now?.listenerPort ?? redirect.listener.listenerPort, redirect.skipSource);
     redirect.native = next;
-    if (now) await this.unsteal(now);
+    // A steal that was paused, changed, or lost its session keeps the connections it took; one that ended closes them.
+    const ended = now && !entry.subs.some((s) => s.session === now.sub.session && s.mode === 'steal');
+    if (now) await this.unsteal(now, ended === true);
     this.log.debug(next ? 'port spliced natively' : 'port spliced by the agent', { port });
   }
 
-  private async unsteal(route: NativeRoute): Promise<void> {
-    await this.native?.unsteal(route.key).catch((err: Error) => this.log.debug('unsteal', { error: err.message }));
+  /** Closes devop-splice's listener of `route`; `ended`: the connections it took close too (drop). */
+  private async unsteal(route: NativeRoute, ended: boolean): Promise<void> {
+    const request = ended ? this.native?.drop(route.key) : this.native?.unsteal(route.key);
+    await request?.catch((err: Error) => this.log.debug('unsteal', { error: err.message }));
   }
 
   private async removeRule(port: number, listenerPort: number, skipSource: string | undefined): Promise<void> {
@@ -412,7 +418,7 @@ export class PortTable {
 
   private async removeRedirect(port: number, redirect: NonNullable<PortEntry['redirect']>): Promise<void> {
     await this.removeRule(port, redirect.native?.listenerPort ?? redirect.listener.listenerPort, redirect.skipSource);
-    if (redirect.native) await this.unsteal(redirect.native);
+    if (redirect.native) await this.unsteal(redirect.native, true);
     redirect.listener.close();
   }
 
@@ -421,7 +427,10 @@ export class PortTable {
    * listener.
    */
   async removeRules(): Promise<void> {
-    await this.serial(async () => this.chain?.remove());
+    await this.serial(async () => {
+      this.rulesRemoved = true;
+      await this.chain?.remove();
+    });
   }
 
   /** Removes every rule, listener and capture (agent shutdown). */

@@ -15,6 +15,8 @@
 //   steal KEY TOKEN PORT SUBID     → ok LISTENPORT  every connection to LISTENPORT becomes an incoming stream of
 //                                                   port PORT on TOKEN's tunnel (SUBID `-`: no subscriptionId)
 //   unsteal KEY                    → ok             accepts what is queued, then closes that listener
+//   drop KEY                       → ok             closes that listener and the connections it took (the steal
+//                                                   ended: as the agent closes its own listener's)
 //   anything else, or a failure    → error WHY
 //
 // Event lines, between answers: `joined TOKEN` (a tunnel joined) and `left TOKEN` (it went: GOAWAY, EOF, an error).
@@ -127,6 +129,7 @@ struct stream {
   double connect_deadline;
   struct stream *connect_prev, *connect_next;
   char dest[MAX_DEST];  // an outgoing stream's host:port
+  unsigned long long steal_id;  // an incoming stream's steal (its id), 0 for an outgoing one
   int64_t send_credit;
   struct buf to_client;  // from the CLI, not yet taken by the client socket: at most the window
   // Receive side: what the CLI sent, what it may send (granted), and the window growth of mux-stream.ts (maybe_grow).
@@ -164,6 +167,7 @@ struct steal {
   struct session *session;
   int port;
   char subid[MAX_SUBID + 1];  // empty: none
+  unsigned long long id;      // what its streams name it by (drop)
   struct steal *next;
 };
 
@@ -176,6 +180,8 @@ static struct steal *steals;
 static struct watched *graveyard;
 // Stolen connections so far, over all steals: the n in connId `PORT-nN` (never reused while the process lives).
 static unsigned long long connections;
+// Steals so far: each one's id.
+static unsigned long long steal_ids;
 // Outgoing connects in flight, oldest first: the order of their deadlines, each the same time after its start.
 static struct stream *connects_first, *connects_last;
 static double connect_timeout_ms = CONNECT_TIMEOUT_MS;
@@ -606,6 +612,7 @@ static struct stream *stream_new(struct tunnel *t, uint32_t id, int fd) {
 // together at the end of this round.
 static void stream_open(struct tunnel *t, int fd, const struct sockaddr_in *peer, const struct steal *st) {
   struct stream *s = stream_new(t, (uint32_t)t->next_id, fd);
+  s->steal_id = st->id;
   t->next_id += 2;
   char ip[INET_ADDRSTRLEN], subid[MAX_SUBID + 32] = "", open[512];
   inet_ntop(AF_INET, &peer->sin_addr, ip, sizeof ip);
@@ -1110,7 +1117,7 @@ static void request_steal(char *key, char *token, char *port_text, char *subid) 
     return (void)printf("error listen: %s\n", strerror(errno));
   }
   strcpy(st->key, key);
-  st->session = s, st->port = (int)port;
+  st->session = s, st->port = (int)port, st->id = ++steal_ids;
   if (strcmp(subid, "-") != 0) strcpy(st->subid, subid);
   st->next = steals, steals = st;
   watch(&st->w, EPOLLIN);
@@ -1125,6 +1132,24 @@ static void request_unsteal(char *key) {
   printf("ok\n");
 }
 
+// The steal ended: its listener closes (what is queued there is refused by the kernel) and so do the connections it
+// took, each with a RESET to the CLI and a FIN to its client, as the agent's own listener and connections close.
+static void request_drop(char *key) {
+  struct steal *st = find_steal(key);
+  if (!st) return (void)printf("error no steal %s\n", key);
+  unsigned long long id = st->id;
+  steal_close(st);
+  for (struct tunnel *t = tunnels; t; t = t->next)
+    for (int i = 0; i < STREAM_BUCKETS; i++)
+      for (struct stream *s = t->buckets[i], *next; s; s = next) {
+        next = s->bucket_next;
+        if (s->steal_id != id) continue;
+        frame_text(t, RESET, s->id, "the steal ended");
+        stream_free(s, 0);
+      }
+  printf("ok\n");
+}
+
 static void request(char *line) {
   char *words[6] = {0}, *save = NULL;
   int count = 0;
@@ -1134,7 +1159,9 @@ static void request(char *line) {
   else if (!strcmp(cmd, "end") && count == 2) request_end(words[1]);
   else if (!strcmp(cmd, "steal") && count == 5) request_steal(words[1], words[2], words[3], words[4]);
   else if (!strcmp(cmd, "unsteal") && count == 2) request_unsteal(words[1]);
-  else printf("error unknown request (session TOKEN | end TOKEN | steal KEY TOKEN PORT SUBID | unsteal KEY)\n");
+  else if (!strcmp(cmd, "drop") && count == 2) request_drop(words[1]);
+  else
+    printf("error unknown request (session TOKEN | end TOKEN | steal KEY TOKEN PORT SUBID | unsteal KEY | drop KEY)\n");
 }
 
 // Lines of at most MAX_REQUEST bytes; a longer one gets its one error answer when its end comes.

@@ -456,6 +456,21 @@ describe('devop-splice: the native data path of whole steals', () => {
     expect(await splice.ask('unsteal web')).toMatch(/^error no steal web/);
   });
 
+  it('drop ends the steal: its listener and the connections it took close, and the CLI hears why', async () => {
+    // Given a stolen connection
+    const { splice, streams, listenPort } = await stolenSession();
+    const client = connectClient(listenPort);
+    await until(() => streams.length === 1, 'the stream');
+    const reset = resetReason(streams[0]);
+    // When the steal is dropped
+    expect(await splice.ask('drop web')).toBe('ok');
+    // Then the CLI's stream is reset with the reason, the client's connection ends (FIN), and new ones are refused
+    expect(await reset).toBe('the steal ended');
+    expect(await client.received).toEqual(Buffer.alloc(0));
+    await expect(connectClient(listenPort).received).rejects.toMatchObject({ code: 'ECONNREFUSED' });
+    expect(await splice.ask('drop web')).toMatch(/^error no steal web/);
+  });
+
   it("end closes the session's tunnel with GOAWAY, closes its clients and forgets its token and steals", async () => {
     // Given a stolen connection
     const { splice, mux, streams, listenPort } = await stolenSession();
