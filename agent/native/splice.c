@@ -13,7 +13,8 @@
 //   session TOKEN                  → ok             a session with this token may join
 //   end TOKEN                      → ok             its tunnel closes (GOAWAY), its sockets close, its steals go
 //   steal KEY TOKEN PORT SUBID     → ok LISTENPORT  every connection to LISTENPORT becomes an incoming stream of
-//                                                   port PORT on TOKEN's tunnel (SUBID `-`: no subscriptionId)
+//                                                   port PORT on TOKEN's tunnel (SUBID `-`: no subscriptionId);
+//                                                   while no tunnel is joined, it goes on to the pod's app at PORT
 //   unsteal KEY                    → ok             accepts what is queued, then closes that listener
 //   drop KEY                       → ok             closes that listener and the connections it took (the steal
 //                                                   ended: as the agent closes its own listener's)
@@ -90,7 +91,7 @@ static const char *const KEY_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnop
 
 // ---- what the loop watches ----
 
-enum role { ROLE_STDIN, ROLE_TUNNEL_LISTENER, ROLE_TUNNEL, ROLE_STEAL, ROLE_CLIENT };
+enum role { ROLE_STDIN, ROLE_TUNNEL_LISTENER, ROLE_TUNNEL, ROLE_STEAL, ROLE_CLIENT, ROLE_PASS };
 
 // The head of everything registered with epoll. An object that ends during a batch of events is only marked dead and
 // freed after the batch (later events of the batch may still point at it).
@@ -169,6 +170,25 @@ struct steal {
   char subid[MAX_SUBID + 1];  // empty: none
   unsigned long long id;      // what its streams name it by (drop)
   struct steal *next;
+};
+
+// A stolen connection that came while its session had no tunnel joined (the CLI went without a word, or its native
+// connection dropped, and the agent has not moved the port's rule back yet): relayed to the pod's app, as the agent's
+// own listener passes a connection on while its session is away. Its two sockets, end[0] the client's and end[1] the
+// app's, each with the bytes read from it that the other has not taken yet (at most PASS_BUFFER).
+#define PASS_BUFFER (64 * 1024)
+struct pass_end {
+  struct watched w;
+  struct pass *p;
+  uint8_t buf[PASS_BUFFER];
+  size_t len;
+  int eof;   // read its FIN
+  int shut;  // the other end's FIN reached it (shutdown)
+};
+struct pass {
+  struct pass_end end[2];
+  int connecting;  // the app's socket is connecting: the client is not read yet
+  int open;        // ends not yet closed
 };
 
 static int ep;
@@ -707,10 +727,104 @@ static int wait_ms(void) {
 
 // ---- steal listeners ----
 
-// A client the steal cannot take now (no tunnel joined, too many streams, ids used up) is refused with RST.
+// ---- connections passed to the pod's app (struct pass) ----
+
+static struct pass_end *other_end(struct pass_end *e) { return &e->p->end[e == &e->p->end[0]]; }
+
+// Both sockets close; RST when cut (an error on either side), as the agent's relay destroys both. The pair is one
+// allocation, buried once (by its first end): both ends are dead for the rest of the batch.
+static void pass_close(struct pass *p, int rst) {
+  if (p->end[0].w.dead) return;
+  for (int i = 0; i < 2; i++) {
+    struct pass_end *e = &p->end[i];
+    unwatch(&e->w);
+    if (rst) close_rst(e->w.fd);
+    else close(e->w.fd);
+    e->w.dead = 1;
+  }
+  bury(&p->end[0].w);
+}
+
+// What an end waits for: to read while it has not ended and its buffer has room, to write while the other end's
+// buffer holds bytes. An end with neither leaves epoll (a hung-up socket would be reported for ever); when both ends
+// are done the pair closes.
+static void pass_interest(struct pass *p) {
+  int done = 0;
+  for (int i = 0; i < 2; i++) {
+    struct pass_end *e = &p->end[i], *o = other_end(e);
+    uint32_t events = (!e->eof && e->len < PASS_BUFFER && !p->connecting ? EPOLLIN : 0) |
+                      (o->len > 0 || (i == 1 && p->connecting) ? EPOLLOUT : 0);
+    if (events) watch(&e->w, events);
+    else unwatch(&e->w);
+    done += e->eof && e->len == 0 && o->shut;
+  }
+  if (done == 2) pass_close(p, 0);
+}
+
+// Moves what `from` holds to the other end, and passes its FIN on once all went. Whether the pair lives on.
+static int pass_flush(struct pass_end *from) {
+  struct pass_end *to = other_end(from);
+  while (from->len > 0) {
+    ssize_t n = send(to->w.fd, from->buf, from->len, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) return 1;
+    if (n < 0) return pass_close(from->p, 1), 0;
+    memmove(from->buf, from->buf + n, from->len - (size_t)n);
+    from->len -= (size_t)n;
+  }
+  if (from->eof && !to->shut) shutdown(to->w.fd, SHUT_WR), to->shut = 1;
+  return 1;
+}
+
+static void on_pass(struct pass_end *e, uint32_t events) {
+  struct pass *p = e->p;
+  if (p->connecting) {
+    int err = 0;
+    socklen_t len = sizeof err;
+    getsockopt(e->w.fd, SOL_SOCKET, SO_ERROR, &err, &len);
+    // No app to pass it to: the client is cut, as a connection to a port nothing listens on is.
+    if (err || (events & (EPOLLERR | EPOLLHUP))) return pass_close(p, 1);
+    p->connecting = 0;
+  } else if (events & EPOLLERR) {
+    return pass_close(p, 1);
+  }
+  if ((events & EPOLLOUT) && !pass_flush(other_end(e))) return;
+  if (!e->eof && e->len < PASS_BUFFER && (events & (EPOLLIN | EPOLLHUP))) {
+    ssize_t n = recv(e->w.fd, e->buf + e->len, PASS_BUFFER - e->len, 0);
+    if (n < 0 && errno != EAGAIN && errno != EINTR) return pass_close(p, 1);
+    if (n == 0) e->eof = 1;
+    if (n > 0) e->len += (size_t)n;
+    if (!pass_flush(e)) return;
+  }
+  pass_interest(p);
+}
+
+// Relays `fd` to the port's app at the address the client reached (the pod's: the redirect kept it) and the stolen
+// port, from this process in the pod's netns (the redirect rules catch only what comes in, not what starts here).
+static void pass_to_app(const struct steal *st, int fd) {
+  struct sockaddr_in app;
+  socklen_t len = sizeof app;
+  struct pass *p = calloc(1, sizeof *p);
+  int to = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (!p || to < 0 || getsockname(fd, (struct sockaddr *)&app, &len) < 0) {
+    free(p);
+    if (to >= 0) close(to);
+    return close_rst(fd);
+  }
+  app.sin_port = htons((uint16_t)st->port);
+  nodelay(fd), nodelay(to);
+  for (int i = 0; i < 2; i++) p->end[i].w.role = ROLE_PASS, p->end[i].p = p;
+  p->end[0].w.fd = fd, p->end[1].w.fd = to, p->connecting = 1;
+  if (connect(to, (struct sockaddr *)&app, sizeof app) < 0 && errno != EINPROGRESS) return pass_close(p, 1);
+  pass_interest(p);
+}
+
+// A client while the session has no tunnel goes to the pod's app (pass_to_app); one the tunnel cannot take now (too
+// many streams, ids used up) is refused with RST.
 static void take_client(struct steal *st, int fd, const struct sockaddr_in *peer) {
   struct tunnel *t = st->session->tunnel;
-  if (!t || t->streams >= MAX_STREAMS || t->next_id > UINT32_MAX) return close_rst(fd);
+  if (!t) return pass_to_app(st, fd);
+  if (t->streams >= MAX_STREAMS || t->next_id > UINT32_MAX) return close_rst(fd);
   nodelay(fd);
   stream_open(t, fd, peer, st);
 }
@@ -1196,6 +1310,7 @@ static void dispatch(struct watched *w, uint32_t events) {
   case ROLE_TUNNEL: return on_tunnel((struct tunnel *)w, events);
   case ROLE_STEAL: return accept_clients((struct steal *)w);
   case ROLE_CLIENT: return on_client((struct stream *)w, events);
+  case ROLE_PASS: return on_pass((struct pass_end *)w, events);
   }
 }
 

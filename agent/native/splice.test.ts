@@ -2,7 +2,8 @@
 // outgoing connections, driven as the agent drives it (requests on stdin) and as a CLI drives its tunnel (devop's own
 // client mux, over a real socket): who may join, what a stolen connection's OPEN says, every byte both ways past the
 // window with the half-closes, the one-window bound for a stalled client, window growth over a 20 ms path, resets,
-// unsteal, end, a CLI that leaves or breaks the protocol, the request lines; and the CLI's outgoing streams: ACCEPT,
+// unsteal, end, a CLI that leaves or breaks the protocol, connections passed to the app while no tunnel is joined, the
+// request lines; and the CLI's outgoing streams: ACCEPT,
 // bytes both ways, what the CLI sends while the connect is in flight, refused, timed out, cancelled, not IPv4.
 import { type ChildProcess, spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
@@ -496,16 +497,49 @@ describe('devop-splice: the native data path of whole steals', () => {
     await until(() => streams.length === 1, 'the stream');
     // When the CLI closes its tunnel (GOAWAY)
     mux.close('devop stopped');
-    // Then the client's connection ends and the agent learns the session left; a client while no tunnel is joined is
-    // refused (RST)
+    // Then the client's connection ends and the agent learns the session left
     expect(await client.received).toEqual(Buffer.alloc(0));
     await until(() => splice.events.includes(`left ${TOKEN}`), 'the left event');
-    await expect(connectClient(listenPort).received).rejects.toMatchObject({ code: 'ECONNRESET' });
-    // And when the session joins again, its steal serves it (the connection cut for want of a tunnel took no connId)
+    // And when the session joins again, its steal serves it
     const again = await joinTunnel(splice.tunnelPort, TOKEN);
     connectClient(listenPort).socket.write('x');
     await until(() => again.streams.length === 1, 'a stream on the new tunnel');
     expect(again.streams[0].open).toMatchObject({ port: STOLEN_PORT, connId: `${STOLEN_PORT}-n2` });
+  });
+
+  it("passes a connection to the pod's app while its session has no tunnel: bytes both ways, half-closes", async () => {
+    // Given the pod's app (an echo server that answers what it got when the client's side ends), a port stolen for a
+    // session that has not joined, and one whose CLI left without a word (its tunnel dropped)
+    const app = net.createServer({ allowHalfOpen: true }, (socket) => {
+      const got: Buffer[] = [];
+      socket.on('data', (d: Buffer) => got.push(d));
+      socket.on('end', () => socket.end(Buffer.concat([Buffer.from('app:'), ...got])));
+    });
+    cleanups.push(() => app.close());
+    await new Promise<void>((r) => app.listen(0, '127.0.0.1', r));
+    const appPort = (app.address() as net.AddressInfo).port;
+    const splice = await startSplice();
+    expect(await splice.ask('session early')).toBe('ok');
+    const early = Number((await splice.ask(`steal early early ${appPort} -`)).split(' ')[1]);
+    expect(await splice.ask(`session ${TOKEN}`)).toBe('ok');
+    const gone = Number((await splice.ask(`steal gone ${TOKEN} ${appPort} -`)).split(' ')[1]);
+    const tunnel = await joinTunnel(splice.tunnelPort, TOKEN);
+    tunnel.socket.destroy();
+    await until(() => splice.events.includes(`left ${TOKEN}`), 'the left event');
+    // When clients connect to both and send 3 MiB (more than the relay holds at once), then half-close
+    const data = randomBytes(3 * MiB);
+    const clients = [early, gone].map((port) => connectClient(port));
+    for (const c of clients) c.socket.end(data);
+    // Then each reaches the app, which gets every byte and the FIN, and its whole answer comes back before the end
+    for (const c of clients) {
+      const answer = await c.received;
+      expect(answer.subarray(0, 4).toString()).toBe('app:');
+      expect(sha(answer.subarray(4))).toBe(sha(data));
+    }
+    // And a port whose app is not listening cuts the client, as the pod itself would refuse it
+    app.close();
+    await new Promise((r) => setTimeout(r, 50));
+    await expect(connectClient(gone).received).rejects.toMatchObject({ code: 'ECONNRESET' });
   });
 
   it('closes a tunnel that breaks the protocol', async () => {

@@ -1,6 +1,7 @@
 // The native data path in the agent: a session that joins devop-splice gets its whole steals from it (the port's rule
 // points at devop-splice's listener), and everything devop-splice cannot do — pause, answer fallback, a session gone,
-// devop-splice itself gone — puts the port back on the agent's own listener without losing a request.
+// devop-splice itself gone — puts the port back on the agent's own listener without losing a request; until it has, a
+// CLI that vanished has devop-splice pass the port's connections to the pod.
 import { readFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { requireRoot } from '../helpers/root.js';
@@ -108,6 +109,33 @@ describe.runIf(run)('agent: whole steals through devop-splice', () => {
     });
     await session.joinNative(nativeRelay);
     await waitFor(async () => (await viaNative('/resumed-session')) === true, 'devop-splice to take the port again');
+  });
+
+  test('a CLI that vanishes (no bye): until the agent moves its port back, devop-splice passes clients to the pod', async () => {
+    await waitFor(async () => (await viaNative('/before-vanish')) === true, 'devop-splice to serve the port');
+    const native = await ruleTarget();
+    // Given an agent that is slow to move the port's rule back (stopped: the rule stays on devop-splice meanwhile)
+    process.kill(agent.innerPid, 'SIGSTOP');
+    try {
+      // When both of the session's connections drop without a word (the CLI killed), and devop-splice sees its go
+      session.socket.destroy();
+      session.nativeSocket?.destroy();
+      const tunnels = `ip netns exec ${net.podNs} ss -Htn state established '( sport = :${agent.nativePort} )'`;
+      await waitFor(async () => (await sh(tunnels)).trim() === '', "devop-splice's tunnel connection to close");
+      // Then clients that come meanwhile are answered by the pod, through devop-splice, not refused
+      const bodies = await Promise.all(
+        [0, 1, 2, 3, 4, 5, 6, 7].map((i) => httpGet(client, `/vanish-${i}`).then((a) => a.body)),
+      );
+      expect(bodies).toEqual(bodies.map((_, i) => `pod: GET /vanish-${i}`));
+      expect(await ruleTarget()).toBe(native);
+    } finally {
+      process.kill(agent.innerPid, 'SIGCONT');
+    }
+    // And once the agent has moved the rule, the session resumes and takes the port back
+    await waitFor(async () => (await ruleTarget()) !== native, 'the agent to move the rule');
+    session = await connectSession(control, { local, features: NATIVE_FEATURES, resumeSessionId: session.sessionId });
+    await session.joinNative(nativeRelay);
+    await waitFor(async () => (await viaNative('/after-vanish')) === true, 'devop-splice to take the port again');
   });
 
   test('when devop-splice dies, the agent takes the steal back and the port keeps answering', async () => {

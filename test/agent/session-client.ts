@@ -57,8 +57,9 @@ export interface TestSession {
   /** `native`: it came over the native connection (devop-splice), not the tunnel. */
   incoming: Array<{ open: Extract<StreamOpen, { kind: 'incoming' }>; data: Buffer[]; native: boolean }>;
   traffic: TrafficEvent[];
-  /** The native connection, once joined (joinNative). */
+  /** The native connection, once joined (joinNative), and its socket. */
   native?: ClientMux;
+  nativeSocket?: Socket;
   /** Opens the native connection (devop-splice's port, through a relay like the tunnel's) and joins the session. */
   joinNative(to: string | { host: string; port: number }): Promise<ClientMux>;
   closed: Promise<Error | undefined>;
@@ -182,6 +183,7 @@ export async function connectSession(
         throw new Error(`the native connection did not join: ${JSON.stringify(joined)}`);
       native.on('stream', onStream(true));
       session.native = native;
+      session.nativeSocket = conn;
       return native;
     },
   };
