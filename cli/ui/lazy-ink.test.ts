@@ -6,8 +6,8 @@ import { dirname, join, resolve } from 'node:path';
 import { describe, expect, it } from 'vitest';
 
 const DIST = resolve('dist');
-/** `import … from "x"` / `import "x"` (also spread over lines); not `import("x")`. */
-const STATIC_IMPORT = /(?:^|[;\n])\s*import\s*(?:[^'"();]*?\sfrom\s*)?["']([^"']+)["']/g;
+/** `import … from "x"` / `import "x"` (also spread over lines, or minified: `import{a}from"x"`); not `import("x")`. */
+const STATIC_IMPORT = /(?:^|[;\n])\s*import\s*(?:[^'"();]*?from\s*)?["']([^"']+)["']/g;
 const DYNAMIC_IMPORT = /\bimport\(\s*["']([^"']+)["']\s*\)/g;
 
 interface Graph {
