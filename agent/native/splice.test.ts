@@ -542,6 +542,30 @@ describe('devop-splice: the native data path of whole steals', () => {
     await expect(connectClient(gone).received).rejects.toMatchObject({ code: 'ECONNRESET' });
   });
 
+  it('passes on at most 64 KiB at a time for a client that does not read, and every byte once it does', async () => {
+    // Given a port stolen for a session that has not joined, and an app that sends 32 MiB to whoever connects
+    const data = randomBytes(32 * MiB);
+    const app = net.createServer((socket) => socket.end(data));
+    cleanups.push(() => app.close());
+    await new Promise<void>((r) => app.listen(0, '127.0.0.1', r));
+    const splice = await startSplice();
+    expect(await splice.ask('session early')).toBe('ok');
+    const port = Number(
+      (await splice.ask(`steal web early ${(app.address() as net.AddressInfo).port} -`)).split(' ')[1],
+    );
+    // When a client connects and does not read
+    const client = connectClient(port);
+    client.socket.pause();
+    await new Promise((r) => setTimeout(r, 500));
+    // Then devop-splice holds its one buffer, not the app's 32 MiB (the kernel's socket buffers hold a few MiB more)
+    const rss = Number(/VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${splice.child.pid}/status`, 'utf8'))?.[1]) * 1024;
+    console.log(`a client that does not read: devop-splice RSS ${rss} B`);
+    expect(rss, "devop-splice's RSS").toBeLessThan(4 * MiB);
+    // And once the client reads, every byte arrives
+    client.socket.resume();
+    expect(sha(await client.received)).toBe(sha(data));
+  });
+
   it('closes a tunnel that breaks the protocol', async () => {
     // Given a joined session
     const { splice, mux, socket } = await stolenSession();
