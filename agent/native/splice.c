@@ -85,6 +85,8 @@ enum { CONTROL, OPEN, DATA, CREDIT, END, RESET, ACCEPT, GOAWAY };
 #define MAX_DEST 22
 // Why any other stream the CLI opens is reset: a CLI sends this path IPv4 addresses only, the rest to the Node agent.
 #define OUTGOING_ONLY "EINVAL: the native path connects to IPv4 addresses only"
+// What a connection passed to the pod's app holds each way (struct pass): one socket read.
+#define PASS_BUFFER (64 * 1024)
 
 static const char *const TOKEN_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-";
 static const char *const KEY_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-";
@@ -176,7 +178,6 @@ struct steal {
 // connection dropped, and the agent has not moved the port's rule back yet): relayed to the pod's app, as the agent's
 // own listener passes a connection on while its session is away. Its two sockets, end[0] the client's and end[1] the
 // app's, each with the bytes read from it that the other has not taken yet (at most PASS_BUFFER).
-#define PASS_BUFFER (64 * 1024)
 struct pass_end {
   struct watched w;
   struct pass *p;
@@ -188,7 +189,6 @@ struct pass_end {
 struct pass {
   struct pass_end end[2];
   int connecting;  // the app's socket is connecting: the client is not read yet
-  int open;        // ends not yet closed
 };
 
 static int ep;
@@ -725,8 +725,6 @@ static int wait_ms(void) {
   return left > 0 ? (int)left + 1 : 0;
 }
 
-// ---- steal listeners ----
-
 // ---- connections passed to the pod's app (struct pass) ----
 
 static struct pass_end *other_end(struct pass_end *e) { return &e->p->end[e == &e->p->end[0]]; }
@@ -818,6 +816,8 @@ static void pass_to_app(const struct steal *st, int fd) {
   if (connect(to, (struct sockaddr *)&app, sizeof app) < 0 && errno != EINPROGRESS) return pass_close(p, 1);
   pass_interest(p);
 }
+
+// ---- steal listeners ----
 
 // A client while the session has no tunnel goes to the pod's app (pass_to_app); one the tunnel cannot take now (too
 // many streams, ids used up) is refused with RST.
