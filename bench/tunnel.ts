@@ -2,8 +2,9 @@
 // as `devop port-forward` does, bundled as shipped) and the agent side that serves its outgoing connections to
 // addresses (devop-splice, the agent's native data path, built as the image builds it: scripts/build.mjs), joined by
 // loopback TCP — against raw TCP and OpenSSH `ssh -L`
-// (with the faster of the ciphers measured here), with 64 parallel connections, and with one connection over a
-// user-space delay line of 20 ms RTT (raw TCP over the same line).
+// (with the faster of the ciphers measured here), with 64 parallel connections, and with one connection over a path of
+// 20 ms RTT (root: bench/lib/tun-path.ts, packets delayed between this host and a network namespace, so that TCP waits
+// for its ACKs as it does to a cluster) against raw TCP over the same path: the agent side and the sink beyond it.
 // Every path ends at the same sink process; the variants run side by side in one run (interleaved rounds, medians of
 // per-round ratios). References that are not in the RESULT line, each with one and with 64 connections: the same CLI
 // side with the agent's Node side instead (bench/lib/tunnel-agent.ts: serveOutgoing, on the agent image's node with the
@@ -11,9 +12,12 @@
 // processes relaying with socket.pipe() and no framing (bench/lib/node-pipe-relay.ts: the most a two-process relay in
 // Node moves here), and the same two-process shape as a framed relay pair written in C (bench/lib/framed-relay.c, built
 // with cc), copying every byte through user space and, in its splice mode, moving payload with splice(2) (zero-copy:
-// what framing in two processes costs without Node, and without copies).
+// what framing in two processes costs without Node, and without copies). And the 20 ms line as it was measured before
+// the packet path: a relay that holds bytes (bench/lib/delay-line.ts), at which TCP ends, so raw TCP never waits a
+// round trip there and only devop's window does.
 // Last line: RESULT tunnel relay_vs_raw=… relay_vs_ssh=… multi_vs_raw=… rtt20_vs_raw=…
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
 import { mkdtempSync, rmSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
@@ -22,12 +26,13 @@ import { build } from 'esbuild';
 import { banner, common } from '../scripts/build-options.mjs';
 import { AGENT_NODE_FLAGS } from '../shared/agent-contract.js';
 import { agentNode } from './lib/agent-node.js';
+import { startTunPath, type TunPath } from './lib/tun-path.js';
 import { startSshForward, type SshForward } from './lib/ssh.js';
 
 const MiB = 1024 * 1024;
 /** Bytes per loopback measurement (env DEVOP_BENCH_MIB): setup is noise at this size, and a busy box still copes. */
 const TOTAL = Number(process.env.DEVOP_BENCH_MIB ?? 128) * MiB;
-/** Bytes per measurement over the delay line (env DEVOP_BENCH_RTT_MIB): many RTTs even at loopback speed. */
+/** Bytes per measurement over the 20 ms path (env DEVOP_BENCH_RTT_MIB): many RTTs even at loopback speed. */
 const RTT_TOTAL = Number(process.env.DEVOP_BENCH_RTT_MIB ?? 64) * MiB;
 /** Interleaved rounds; ratios are medians over rounds, so one noisy neighbour (the box is shared) does not decide. */
 const ROUNDS = Number(process.env.DEVOP_BENCH_ROUNDS ?? 5);
@@ -45,7 +50,19 @@ const SSH_CIPHERS = ['aes128-gcm@openssh.com', 'chacha20-poly1305@openssh.com'];
 /** The C pair's pipe size in splice mode (its largest frame), env DEVOP_BENCH_SPLICE_PIPE; else framed-relay.c's. */
 const SPLICE_PIPE = process.env.DEVOP_BENCH_SPLICE_PIPE;
 
-type Variant = 'raw' | 'relay' | 'ssh' | 'raw64' | 'multi' | 'rawRtt' | 'relayRtt' | Reference | `${Reference}64`;
+type Variant =
+  | 'raw'
+  | 'relay'
+  | 'ssh'
+  | 'raw64'
+  | 'multi'
+  | 'rawRtt'
+  | 'rawRttNew'
+  | 'relayRtt'
+  | 'rawSplit'
+  | 'relaySplit'
+  | Reference
+  | `${Reference}64`;
 /** Relay pairs timed as references, next to devop's pair, not in the RESULT line. */
 type Reference = 'inNode' | 'nodePipe' | 'cPair' | 'cSplice';
 
@@ -71,15 +88,65 @@ function transfer(sock: net.Socket, total: number, chunk: Buffer): Promise<void>
   });
 }
 
-function connect(port: number): Promise<net.Socket> {
+/**
+ * Bytes per second of `total` bytes sent on `sock`, a connection kept open to the sink's counted port (the length
+ * first), until the sink's one-byte answer arrives.
+ */
+function measureWarm(sock: net.Socket, total: number, chunk: Buffer): Promise<number> {
   return new Promise((resolve, reject) => {
-    const sock = net.connect({ port, host: '127.0.0.1', allowHalfOpen: true }, () => resolve(sock));
+    const t0 = process.hrtime.bigint();
+    const timer = setTimeout(
+      () => fail(new Error(`a warm transfer took over ${TRANSFER_DEADLINE_MS / 1000} s`)),
+      TRANSFER_DEADLINE_MS,
+    );
+    const done = (): void => {
+      cleanup();
+      resolve(total / (Number(process.hrtime.bigint() - t0) / 1e9));
+    };
+    const fail = (err: Error): void => {
+      cleanup();
+      reject(err);
+    };
+    const cleanup = (): void => {
+      clearTimeout(timer);
+      sock.off('data', done);
+      sock.off('error', fail);
+    };
+    sock.once('data', done);
+    sock.once('error', fail);
+    const length = Buffer.alloc(8);
+    length.writeBigUInt64BE(BigInt(total));
+    sock.write(length);
+    let sent = 0;
+    const go = (): void => {
+      while (sent < total) {
+        const n = Math.min(chunk.length, total - sent);
+        sent += n;
+        if (!sock.write(n === chunk.length ? chunk : chunk.subarray(0, n))) {
+          sock.once('drain', go);
+          return;
+        }
+      }
+    };
+    go();
+  });
+}
+
+function connect(port: number, host: string): Promise<net.Socket> {
+  return new Promise((resolve, reject) => {
+    const sock = net.connect({ port, host, allowHalfOpen: true }, () => resolve(sock));
     sock.once('error', reject);
   });
 }
 
 /** Bytes per second of `total` bytes sent over `connections` parallel connections to `port` (connects are timed). */
-async function measure(port: number, connections: number, total: number, chunk: Buffer): Promise<number> {
+async function measure(
+  port: number,
+  connections: number,
+  total: number,
+  chunk: Buffer,
+  host = '127.0.0.1',
+): Promise<number> {
   const per = Math.floor(total / connections);
   const t0 = process.hrtime.bigint();
   let timer: NodeJS.Timeout | undefined;
@@ -93,7 +160,7 @@ async function measure(port: number, connections: number, total: number, chunk: 
       deadline,
       Promise.all(
         Array.from({ length: connections }, async () => {
-          const sock = await connect(port);
+          const sock = await connect(port, host);
           socks.push(sock);
           await transfer(sock, per, chunk);
         }),
@@ -182,13 +249,13 @@ async function startCPairs(
 const SPLICE_TOKENS = { loopback: 'bench', delayed: 'bench-rtt' };
 
 /**
- * devop-splice as the agent runs it (dist/, built as the image builds it), with the sessions allowed: its tunnel port.
+ * devop-splice as the agent runs it (dist/, built as the image builds it: see main), with the sessions allowed; `exec`
+ * runs it elsewhere (the far end of the 20 ms path). Resolves with its tunnel port.
  */
-async function startSplice(children: ChildProcess[]): Promise<number> {
-  execFileSync(process.execPath, [resolve(import.meta.dirname, '../scripts/build.mjs')], { stdio: 'inherit' });
-  const child = spawn(resolve(import.meta.dirname, '../dist/devop-splice'), ['0'], {
-    stdio: ['pipe', 'pipe', 'inherit'],
-  });
+async function startSplice(children: ChildProcess[], exec: readonly string[] = []): Promise<number> {
+  const binary = resolve(import.meta.dirname, '../dist/devop-splice');
+  const [cmd, ...args] = [...exec, binary, '0'];
+  const child = spawn(cmd, args, { stdio: ['pipe', 'pipe', 'inherit'] });
   children.push(child);
   const lines: string[] = [];
   let buf = '';
@@ -224,6 +291,8 @@ async function main(): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'devop-bench-tunnel-'));
   const children: ChildProcess[] = [];
   let ssh: SshForward | undefined;
+  let path: TunPath | undefined;
+  let warm: net.Socket | undefined;
   try {
     // Bundled and run with plain node, as dist/cli.js and dist/agent.cjs run, not through a TypeScript loader.
     const helpers = ['sink', 'delay-line', 'tunnel-cli', 'tunnel-agent', 'node-pipe-relay'];
@@ -238,18 +307,37 @@ async function main(): Promise<void> {
     console.log(`agent side: node ${onNode.version} from ${onNode.from}, flags ${flags.join(' ') || '(none)'}`);
     const agentCmd = [onNode.path, ...flags];
     const inNodeAgent = (await startHelper<{ port: number }>(children, bundle('tunnel-agent'), [], agentCmd)).port;
+    execFileSync(process.execPath, [resolve(import.meta.dirname, '../scripts/build.mjs')], { stdio: 'inherit' });
     const agent = await startSplice(children);
+    // The 20 ms path: a sink and an agent side of their own at its far end, devop-splice's tunnel port reachable there
+    // as a pod's is through its port-forward.
+    path = await startTunPath(dir, DELAY_MS);
+    const farNode = [...path.exec, process.execPath];
+    const farSinks = await startHelper<{ port: number; counted: number }>(
+      children,
+      bundle('sink'),
+      ['0.0.0.0'],
+      farNode,
+    );
+    const farSink = farSinks.port;
+    // Raw TCP's strongest case over the path: one connection kept for every transfer, its windows open (as devop's
+    // tunnel's are); a new connection per transfer, slow start and all, is printed beside it.
+    warm = await connect(farSinks.counted, path.far);
+    const farAgent = await startSplice(children, path.exec);
+    path.expose(farAgent);
     const lineArgs = [String(DELAY_MS), String(sink), String(agent)];
     const line = await startHelper<{ ports: [number, number] }>(children, bundle('delay-line'), lineArgs);
-    const [sinkDelayed, agentDelayed] = line.ports;
-    const cliSide = async (agentPort: number, token?: string): Promise<number> => {
-      const args = [String(agentPort), String(sink), ...(token ? [token] : [])];
+    const [sinkSplit, agentSplit] = line.ports;
+    const cliSide = async (agentAt: string, target: number, token?: string): Promise<number> => {
+      const args = [agentAt, String(target), ...(token ? [token] : [])];
       return (await startHelper<{ port: number }>(children, bundle('tunnel-cli'), args)).port;
     };
-    const relay = await cliSide(agent, SPLICE_TOKENS.loopback);
-    const inNode = await cliSide(inNodeAgent);
-    // A second CLI process whose tunnel to the same agent process crosses the delay line, as a cluster's would.
-    const relayDelayed = await cliSide(agentDelayed, SPLICE_TOKENS.delayed);
+    const relay = await cliSide(String(agent), sink, SPLICE_TOKENS.loopback);
+    const inNode = await cliSide(String(inNodeAgent), sink);
+    // A CLI process whose tunnel crosses the 20 ms path to the far agent side, as a cluster's would; and one whose
+    // tunnel to the near one crosses the byte-holding line.
+    const relayDelayed = await cliSide(`${path.far}:${farAgent}`, farSink, SPLICE_TOKENS.delayed);
+    const relaySplit = await cliSide(String(agentSplit), sink, SPLICE_TOKENS.delayed);
     const nodePipe = await startNodePipePair(children, bundle('node-pipe-relay'), sink);
     const cPairs = await startCPairs(children, dir, sink);
     const chunk = Buffer.alloc(WRITE_SIZE, 0x5a);
@@ -263,8 +351,11 @@ async function main(): Promise<void> {
       ssh: (total) => measure(sshPort, 1, total, chunk),
       raw64: (total) => measure(sink, PARALLEL, total, chunk),
       multi: (total) => measure(relay, PARALLEL, total, chunk),
-      rawRtt: (total) => measure(sinkDelayed, 1, Math.round((total * RTT_TOTAL) / TOTAL), chunk),
+      rawRtt: (total) => measureWarm(warm as net.Socket, Math.round((total * RTT_TOTAL) / TOTAL), chunk),
+      rawRttNew: (total) => measure(farSink, 1, Math.round((total * RTT_TOTAL) / TOTAL), chunk, path?.far),
       relayRtt: (total) => measure(relayDelayed, 1, Math.round((total * RTT_TOTAL) / TOTAL), chunk),
+      rawSplit: (total) => measure(sinkSplit, 1, Math.round((total * RTT_TOTAL) / TOTAL), chunk),
+      relaySplit: (total) => measure(relaySplit, 1, Math.round((total * RTT_TOTAL) / TOTAL), chunk),
       inNode: (total) => measure(inNode, 1, total, chunk),
       inNode64: (total) => measure(inNode, PARALLEL, total, chunk),
       nodePipe: (total) => measure(nodePipe, 1, total, chunk),
@@ -282,7 +373,7 @@ async function main(): Promise<void> {
     );
     console.log(
       `tunnel benchmark: ${TOTAL / MiB} MiB per transfer ` +
-        `(${RTT_TOTAL / MiB} MiB over the ${2 * DELAY_MS} ms delay line), ` +
+        `(${RTT_TOTAL / MiB} MiB over the ${2 * DELAY_MS} ms path), ` +
         `${ROUNDS} interleaved rounds (+1 warm-up); ssh -L with ${fastest.cipher}`,
     );
     for (const name of names) await variants[name](WARMUP);
@@ -320,17 +411,32 @@ async function main(): Promise<void> {
       const many = `${fmt(med[ref64])}, ${ratio(ref64, 'raw64')}× raw (devop's ${ratio('multi', ref64)}×)`;
       console.log(`reference: ${what} moves ${one}; 64 connections ${many}`);
     }
+    if (names.includes('rawRttNew')) {
+      const fresh = `${fmt(med.rawRttNew)}, devop ${ratio('relayRtt', 'rawRttNew')}× it`;
+      console.log(
+        `reference: raw TCP over the ${2 * DELAY_MS} ms path on a new connection per transfer moves ${fresh}`,
+      );
+    }
+    if (names.includes('relaySplit')) {
+      const split = `devop ${fmt(med.relaySplit)}, raw ${fmt(med.rawSplit)}, ${ratio('relaySplit', 'rawSplit')}× raw`;
+      console.log(`reference: over a line that holds bytes ${DELAY_MS} ms each way (TCP ends at it): ${split}`);
+    }
     console.log(`load after: ${load()}`);
     console.log(
       `RESULT tunnel relay_vs_raw=${ratio('relay', 'raw')} relay_vs_ssh=${ratio('relay', 'ssh')} ` +
         `multi_vs_raw=${ratio('multi', 'raw64')} rtt20_vs_raw=${ratio('relayRtt', 'rawRtt')}`,
     );
   } finally {
+    warm?.destroy();
     await ssh?.stop();
-    for (const child of children) {
-      child.stdin?.end();
-      child.kill();
-    }
+    await Promise.all(
+      children.map((child) => {
+        child.stdin?.end();
+        child.kill();
+        return child.exitCode === null && child.signalCode === null ? once(child, 'exit') : undefined;
+      }),
+    );
+    await path?.close();
     rmSync(dir, { recursive: true, force: true });
   }
 }

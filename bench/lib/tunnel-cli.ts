@@ -3,7 +3,8 @@
 // CLI's own code (startForwards, createMuxDialer). With a token, the agent side is devop-splice and the connection
 // joins it first (nativeJoin), as the CLI's native connection does; without, it is the agent's Node side
 // (bench/lib/tunnel-agent.ts). Bundled, run with plain node.
-//   node tunnel-cli.mjs <agent port> <target port> [<token>]   prints {"port":<local listener>} on stdout
+//   node tunnel-cli.mjs <agent [host:]port> <target port> [<token>]   prints {"port":<local listener>} on stdout
+// (the agent on 127.0.0.1 unless a host is given; the target is the agent side's 127.0.0.1)
 import { connect } from 'node:net';
 import { once } from 'node:events';
 import { createClientMux } from '../../shared/mux.js';
@@ -12,9 +13,12 @@ import { createMuxDialer } from '../../cli/outgoing/mux-dialer.js';
 import { startForwards } from '../../cli/services/port-forward.js';
 import { NullReporter } from '../../cli/ui/null.js';
 
-const [agentPort, targetPort] = process.argv.slice(2, 4).map(Number);
+const [agentHost, agentPort] = process.argv[2].includes(':')
+  ? process.argv[2].split(':')
+  : ['127.0.0.1', process.argv[2]];
+const targetPort = Number(process.argv[3]);
 const token = process.argv[4];
-const socket = connect({ host: '127.0.0.1', port: agentPort });
+const socket = connect({ host: agentHost, port: Number(agentPort) });
 await once(socket, 'connect');
 const mux = createClientMux(socket);
 mux.on('close', () => process.exit(0));
