@@ -69,23 +69,28 @@ type Reference = 'inNode' | 'nodePipe' | 'cPair' | 'cSplice';
 /** Writes `total` bytes with backpressure, half-closes, and resolves when the receiver's one-byte answer arrived. */
 function transfer(sock: net.Socket, total: number, chunk: Buffer): Promise<void> {
   return new Promise((resolve, reject) => {
-    let sent = 0;
     sock.on('error', reject);
     sock.on('data', () => undefined);
     sock.on('end', () => resolve());
-    const go = (): void => {
-      while (sent < total) {
-        const n = Math.min(chunk.length, total - sent);
-        sent += n;
-        if (!sock.write(n === chunk.length ? chunk : chunk.subarray(0, n))) {
-          sock.once('drain', go);
-          return;
-        }
-      }
-      sock.end();
-    };
-    go();
+    writeAll(sock, total, chunk, () => sock.end());
   });
+}
+
+/** Writes `total` bytes of `chunk` repeated, waiting for 'drain' when the socket asks to, then calls `then`. */
+function writeAll(sock: net.Socket, total: number, chunk: Buffer, then?: () => void): void {
+  let sent = 0;
+  const go = (): void => {
+    while (sent < total) {
+      const n = Math.min(chunk.length, total - sent);
+      sent += n;
+      if (!sock.write(n === chunk.length ? chunk : chunk.subarray(0, n))) {
+        sock.once('drain', go);
+        return;
+      }
+    }
+    then?.();
+  };
+  go();
 }
 
 /**
@@ -117,18 +122,7 @@ function measureWarm(sock: net.Socket, total: number, chunk: Buffer): Promise<nu
     const length = Buffer.alloc(8);
     length.writeBigUInt64BE(BigInt(total));
     sock.write(length);
-    let sent = 0;
-    const go = (): void => {
-      while (sent < total) {
-        const n = Math.min(chunk.length, total - sent);
-        sent += n;
-        if (!sock.write(n === chunk.length ? chunk : chunk.subarray(0, n))) {
-          sock.once('drain', go);
-          return;
-        }
-      }
-    };
-    go();
+    writeAll(sock, total, chunk);
   });
 }
 
