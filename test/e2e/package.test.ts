@@ -67,6 +67,12 @@ describe('npm pack', () => {
         '--prefer-offline',
         '--no-audit',
         '--no-fund',
+        // npm ci caches tarballs, not the registry's metadata, so resolving the tarball's dependencies fetches it. A
+        // fetch that stalls is retried after 30 s (npm waits 5 minutes by default, beyond this step's bound), and a
+        // failure shows every request npm made.
+        '--fetch-timeout=30000',
+        '--fetch-retries=4',
+        '--loglevel=http',
         tarball,
       ];
       await ok('npm', install, dir);
