@@ -27,7 +27,13 @@ export class MuxClosedError extends Error {
 /** What a stream needs from its connection (implemented by Mux). */
 export interface StreamSink {
   sendFrame(kind: FrameKind, id: number, payload?: Buffer): void;
+  /** Runs `fn`; the frames it sends leave together, in one write, when it returns. */
+  together<T>(fn: () => T): T;
   readonly blocked: boolean;
+  /** True while frames sent so far may still reference their payloads (queued, or a write of them in flight). */
+  readonly holdsPayloads: boolean;
+  /** Calls `fn`, never synchronously, once every frame sent so far has been written (its payloads are free again). */
+  whenWritten(fn: () => void): void;
   readonly isClosed: boolean;
   whenDrained(fn: () => void): void;
   forget(id: number): void;
@@ -238,15 +244,29 @@ export class MuxStream extends Duplex {
     if (this.#sink.isClosed || this.#sink.blocked) return false;
     this.#sendCredit -= chunk.length;
     this.#sentTotal += chunk.length;
-    for (let off = 0; off < chunk.length; off += MAX_DATA_FRAME) {
-      const end = Math.min(chunk.length, off + MAX_DATA_FRAME);
-      this.#sink.sendFrame(
-        FrameKind.DATA,
-        this.id,
-        off === 0 && end === chunk.length ? chunk : chunk.subarray(off, end),
-      );
-    }
+    if (chunk.length <= MAX_DATA_FRAME) this.#sink.sendFrame(FrameKind.DATA, this.id, chunk);
+    // A large chunk (a socket's own read of up to 1 MiB) leaves as one write of many frames, one wake-up of the peer.
+    else this.#sink.together(() => this.#sendFrames(chunk));
     return true;
+  }
+
+  #sendFrames(chunk: Buffer): void {
+    for (let off = 0; off < chunk.length; off += MAX_DATA_FRAME) {
+      this.#sink.sendFrame(FrameKind.DATA, this.id, chunk.subarray(off, Math.min(chunk.length, off + MAX_DATA_FRAME)));
+    }
+  }
+
+  /**
+   * True while a chunk given to sendNow() may still be referenced by the connection (queued behind other frames, or
+   * its write still in flight): a caller that reuses its buffers waits for whenWritten() (shared/own-reads.ts).
+   */
+  get holdsPayloads(): boolean {
+    return this.#sink.holdsPayloads;
+  }
+
+  /** Calls `fn` once the connection has written every frame sent so far: chunks given to sendNow() are free then. */
+  whenWritten(fn: () => void): void {
+    this.#sink.whenWritten(fn);
   }
 
   /**
@@ -396,13 +416,10 @@ export class MuxStream extends Duplex {
     // A frame may be written at once, and over an in-memory connection the peer's CREDIT can then arrive before
     // sendFrame returns: that receiveCredit must not pump the same bytes again (this loop sees the new credit).
     this.#pumping = true;
-    while (chunk.length > 0 && this.#sendCredit > 0) {
-      const n = Math.min(chunk.length, this.#sendCredit, MAX_DATA_FRAME);
-      this.#sendCredit -= n;
-      this.#sentTotal += n;
-      this.#sink.sendFrame(FrameKind.DATA, this.id, n === chunk.length ? chunk : chunk.subarray(0, n));
-      chunk = n === chunk.length ? EMPTY : chunk.subarray(n);
-    }
+    const whole = chunk;
+    // Several frames leave in one write (a large chunk from a socket's own reads); one goes as it is.
+    chunk =
+      whole.length <= MAX_DATA_FRAME ? this.#sendInCredit(whole) : this.#sink.together(() => this.#sendInCredit(whole));
     this.#pumping = false;
     if (chunk.length > 0) {
       this.#pending = chunk;
@@ -414,6 +431,18 @@ export class MuxStream extends Duplex {
     if (!cb) return;
     if (this.#sink.blocked) this.#sink.whenDrained(() => this.#wrote(cb));
     else this.#wrote(cb);
+  }
+
+  /** Sends what the peer's credit covers of `chunk` as DATA frames; returns the rest. */
+  #sendInCredit(chunk: Buffer): Buffer {
+    while (chunk.length > 0 && this.#sendCredit > 0) {
+      const n = Math.min(chunk.length, this.#sendCredit, MAX_DATA_FRAME);
+      this.#sendCredit -= n;
+      this.#sentTotal += n;
+      this.#sink.sendFrame(FrameKind.DATA, this.id, n === chunk.length ? chunk : chunk.subarray(0, n));
+      chunk = n === chunk.length ? EMPTY : chunk.subarray(n);
+    }
+    return chunk;
   }
 
   #wrote(cb: (err?: Error | null) => void): void {

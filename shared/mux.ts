@@ -108,6 +108,11 @@ export class Mux<S extends Side = Side> extends EventEmitter implements StreamSi
   #holding = false;
   #blocked = false;
   #drainWaiters: Array<() => void> = [];
+  /** Flushes written so far, and those the connection has finished writing (its write callbacks come in order). */
+  #flushes = 0;
+  #flushesWritten = 0;
+  /** Waiting for the flush that carries their payloads to be written (whenWritten). */
+  #writtenWaiters: Array<{ flush: number; fn: () => void }> = [];
   #closed = false;
   /** True when the connection turns corked writes into one writev (net.Socket does); else flushes are concatenated. */
   readonly #gathers: boolean;
@@ -212,6 +217,17 @@ export class Mux<S extends Side = Side> extends EventEmitter implements StreamSi
   /** @internal */ get blocked(): boolean {
     return this.#blocked;
   }
+  /** @internal */ get holdsPayloads(): boolean {
+    // A connection that does not gather copies the frames of a flush into one buffer (#flush): only the queue holds.
+    return this.#encoder.pendingBytes > 0 || (this.#gathers && this.#conn.writableLength > 0);
+  }
+  /** @internal */ whenWritten(fn: () => void): void {
+    // Frames still queued leave with the next flush; the others left with the last one.
+    const flush = this.#encoder.pendingBytes > 0 ? this.#flushes + 1 : this.#flushes;
+    // Never from within the caller (it may be about to stop what fn restarts).
+    if (flush <= this.#flushesWritten) process.nextTick(fn);
+    else this.#writtenWaiters.push({ flush, fn });
+  }
   /** @internal */ whenDrained(fn: () => void): void {
     this.#drainWaiters.push(fn);
   }
@@ -263,19 +279,30 @@ export class Mux<S extends Side = Side> extends EventEmitter implements StreamSi
     this.#flushScheduled = false;
     const chunks = this.#encoder.take();
     if (chunks.length === 0 || this.#conn.destroyed || this.#conn.writableEnded) return;
+    this.#flushes++;
     let ok: boolean;
+    // One callback per flush, on its last write: whenWritten() counts them.
     if (chunks.length === 1) {
-      ok = this.#conn.write(chunks[0]);
+      ok = this.#conn.write(chunks[0], this.#written);
     } else if (this.#gathers) {
       this.#conn.cork();
-      for (const chunk of chunks) this.#conn.write(chunk);
+      const last = chunks.length - 1;
+      for (let i = 0; i < last; i++) this.#conn.write(chunks[i]);
+      this.#conn.write(chunks[last], this.#written);
       this.#conn.uncork();
       ok = !this.#conn.writableNeedDrain;
     } else {
       // A connection without writev (e.g. a WebSocket stream: one message per write) gets one buffer per flush.
-      ok = this.#conn.write(Buffer.concat(chunks));
+      ok = this.#conn.write(Buffer.concat(chunks), this.#written);
     }
     if (!ok) this.#blocked = true;
+  };
+
+  /** A flush's last write is done (or failed): the payloads of that flush and of every one before it are free. */
+  readonly #written = (): void => {
+    this.#flushesWritten++;
+    const waiters = this.#writtenWaiters;
+    while (waiters.length > 0 && waiters[0].flush <= this.#flushesWritten) (waiters.shift() as { fn: () => void }).fn();
   };
 
   readonly #onDrain = (): void => {
@@ -427,8 +454,9 @@ export class Mux<S extends Side = Side> extends EventEmitter implements StreamSi
       timer.unref();
       conn.once('close', () => clearTimeout(timer));
     }
-    const waiters = this.#drainWaiters;
+    const waiters = [...this.#drainWaiters, ...this.#writtenWaiters.map((w) => w.fn)];
     this.#drainWaiters = [];
+    this.#writtenWaiters = [];
     for (const fn of waiters) fn();
     this.emit('close', closeErr);
   }

@@ -1,10 +1,11 @@
 // The splice fast path (socket ↔ mux stream without the stream machinery) over real loopback sockets: byte-exact both
 // ways with half-close, the bound a slow reader puts on the sender, the Writable fallback when credit runs out, reset.
 import { createHash, randomBytes } from 'node:crypto';
-import type net from 'node:net';
+import net from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { StreamResetError, createAgentMux, createClientMux, type MuxStream } from './mux.js';
 import { MAX_DATA_FRAME } from './codec.js';
+import { adoptOwnReads, connectOwnReads, MAX_BUFFER } from './own-reads.js';
 import { spliceSocket } from './splice.js';
 import { nextEvent, prng, socketPair, until } from '../test/helpers/protocol-fixtures.js';
 
@@ -13,11 +14,35 @@ afterEach(() => {
   for (const fn of cleanups.splice(0)) fn();
 });
 
-/** A loopback TCP pair whose ends stay writable after the peer's FIN, so that half-close can be observed. */
-const halfOpenPair = (): Promise<[net.Socket, net.Socket]> => socketPair(cleanups, { allowHalfOpen: true });
+/**
+ * A loopback TCP pair [connecting end, accepted end] whose ends stay writable after the peer's FIN, so that half-close
+ * can be observed; `own` names the end that reads into its own buffers (shared/own-reads.ts), as the CLI's do.
+ */
+async function halfOpenPair(own?: 'connecting' | 'accepted'): Promise<[net.Socket, net.Socket]> {
+  if (!own) return socketPair(cleanups, { allowHalfOpen: true });
+  const server = net.createServer({ allowHalfOpen: true, pauseOnConnect: own === 'accepted' });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  const accepted = new Promise<net.Socket>((r) => server.once('connection', r));
+  const options = { port: (server.address() as net.AddressInfo).port, host: '127.0.0.1', allowHalfOpen: true };
+  const client = own === 'connecting' ? connectOwnReads(options) : net.connect(options);
+  const raw = await accepted;
+  const serverSide = own === 'accepted' ? adoptOwnReads(raw, { allowHalfOpen: true }) : raw;
+  await until(() => !client.connecting, 'the connection');
+  server.close();
+  cleanups.push(() => {
+    client.destroy();
+    serverSide.destroy();
+  });
+  return [client, serverSide];
+}
 
-/** An agent stream and the client's end of it, over real sockets; the agent opens it, as for a stolen connection. */
-async function streamPair(): Promise<{ agentStream: MuxStream; clientStream: MuxStream }> {
+/**
+ * `count` agent streams and the client's ends of them, over one real connection (`agentConn`: the agent's socket);
+ * the agent opens them, as for stolen connections.
+ */
+async function streamPairs(
+  count: number,
+): Promise<{ agentStreams: MuxStream[]; clientStreams: MuxStream[]; agentConn: net.Socket }> {
   const [a, b] = await socketPair(cleanups);
   const client = createClientMux(a);
   const agent = createAgentMux(b);
@@ -25,15 +50,19 @@ async function streamPair(): Promise<{ agentStream: MuxStream; clientStream: Mux
     client.close('test done');
     agent.close('test done');
   });
-  const opened = nextEvent<MuxStream>(client, 'stream');
-  const agentStream = agent.openStream({
-    kind: 'incoming',
-    port: 80,
-    mode: 'steal',
-    remoteAddress: '10.0.0.9',
-    remotePort: 5555,
-  });
-  return { agentStream, clientStream: await opened };
+  const clientStreams: MuxStream[] = [];
+  client.on('stream', (stream: MuxStream) => clientStreams.push(stream));
+  const agentStreams = Array.from({ length: count }, (_, i) =>
+    agent.openStream({ kind: 'incoming', port: 80, mode: 'steal', remoteAddress: '10.0.0.9', remotePort: 5555 + i }),
+  );
+  await until(() => clientStreams.length === count, 'the streams to open');
+  return { agentStreams, clientStreams, agentConn: b };
+}
+
+/** One agent stream and the client's end of it. */
+async function streamPair(): Promise<{ agentStream: MuxStream; clientStream: MuxStream }> {
+  const { agentStreams, clientStreams } = await streamPairs(1);
+  return { agentStream: agentStreams[0], clientStream: clientStreams[0] };
 }
 
 function collect(socket: net.Socket): { bytes: () => Buffer; ended: Promise<void> } {
@@ -55,12 +84,17 @@ async function writeInPieces(socket: net.Socket, data: Buffer, seed: number): Pr
 
 const sha = (b: Buffer): string => createHash('sha256').update(b).digest('hex');
 
-describe('spliceSocket', () => {
+describe.each([
+  ['read by Node', false],
+  ['with their own reads', true],
+])('spliceSocket, sockets %s', (_, own) => {
+  const spliced = (end: 'connecting' | 'accepted'): 'connecting' | 'accepted' | undefined => (own ? end : undefined);
+
   it('carries bytes both ways, byte-exact and in order, and passes each half-close on', async () => {
     // Given a client connection spliced to an agent stream, and the stream's other end spliced to a local command
     const { agentStream, clientStream } = await streamPair();
-    const [clientApp, clientSide] = await halfOpenPair();
-    const [localSide, localApp] = await halfOpenPair();
+    const [clientApp, clientSide] = await halfOpenPair(spliced('accepted'));
+    const [localSide, localApp] = await halfOpenPair(spliced('connecting'));
     clientSide.pause(); // as the CLI's port-forward holds a client while it dials: the splice must start it flowing
     spliceSocket(agentStream, clientSide);
     spliceSocket(clientStream, localSide);
@@ -82,7 +116,7 @@ describe('spliceSocket', () => {
   it('holds the sender to one window while the socket it delivers to is not read, then delivers everything', async () => {
     // Given an agent stream whose client end is spliced to a local command that does not read
     const { agentStream, clientStream } = await streamPair();
-    const [localSide, localApp] = await halfOpenPair();
+    const [localSide, localApp] = await halfOpenPair(spliced('connecting'));
     spliceSocket(clientStream, localSide);
     localApp.pause();
     // When the agent side writes 32 MiB (more than the kernel buffers can hold)
@@ -123,14 +157,24 @@ describe('spliceSocket', () => {
   it('keeps the order when the peer has not granted credit yet: the rest waits in the Writable side', async () => {
     // Given a client connection spliced to an agent stream whose client end does not read yet
     const { agentStream, clientStream } = await streamPair();
-    const [clientApp, clientSide] = await halfOpenPair();
+    const [clientApp, clientSide] = await halfOpenPair(spliced('accepted'));
     spliceSocket(agentStream, clientSide);
     clientStream.pause();
     // When the client sends 3 MiB (twelve windows) in small and large pieces
     const data = randomBytes(3 * 1024 * 1024);
     const sending = writeInPieces(clientApp, data, 3);
-    // Then the agent stream runs out of credit and the client socket is paused, holding the rest
-    await until(() => agentStream.sendCredit === 0 && clientSide.isPaused(), 'the splice to pause the client socket');
+    // Then the agent stream runs out of credit and the client socket stops reading, holding the rest (what it read
+    // and could not send is at most one read: 64 KiB from Node, MAX_BUFFER of its own, plus the Writable side's bound)
+    await until(() => agentStream.sendCredit === 0, 'the sender to run out of credit');
+    for (let stable = 0, last = -1; stable < 10; ) {
+      await new Promise((r) => setTimeout(r, 10));
+      stable = clientSide.bytesRead === last ? stable + 1 : 0;
+      last = clientSide.bytesRead;
+    }
+    expect(clientSide.bytesRead).toBeLessThan(data.length);
+    expect(clientSide.bytesRead - agentStream.bytesSent).toBeLessThanOrEqual(
+      own ? MAX_BUFFER : MAX_DATA_FRAME + agentStream.writableHighWaterMark,
+    );
     // And once the client end reads, all bytes arrive, in order, followed by the end
     const parts: Buffer[] = [];
     clientStream.on('data', (d: Buffer) => parts.push(d));
@@ -140,10 +184,36 @@ describe('spliceSocket', () => {
     expect(sha(Buffer.concat(parts))).toBe(sha(data));
   });
 
+  it('carries 16 connections intact while the tunnel backs up and drains again', async () => {
+    // Given 16 local connections spliced to their streams, and a tunnel whose agent end stops reading for a while
+    // (what the connection has not written yet must not be read into again)
+    const { agentStreams, clientStreams, agentConn } = await streamPairs(16);
+    const apps: net.Socket[] = [];
+    for (const stream of clientStreams) {
+      const [localSide, localApp] = await halfOpenPair(spliced('connecting'));
+      spliceSocket(stream, localSide);
+      apps.push(localApp);
+    }
+    const received = agentStreams.map((stream) => {
+      const parts: Buffer[] = [];
+      stream.on('data', (d: Buffer) => parts.push(d));
+      return { bytes: () => Buffer.concat(parts), ended: nextEvent(stream, 'end') };
+    });
+    agentConn.pause();
+    // When each local command answers 2 MiB and ends, and the agent end reads again 200 ms later
+    const answers = apps.map(() => randomBytes(2 * 1024 * 1024));
+    const sending = Promise.all(apps.map((app, i) => writeInPieces(app, answers[i], 10 + i)));
+    await new Promise((r) => setTimeout(r, 200));
+    agentConn.resume();
+    await Promise.all([sending, ...received.map((r) => r.ended)]);
+    // Then every stream carried its own bytes, in order
+    for (const [i, r] of received.entries()) expect(sha(r.bytes())).toBe(sha(answers[i]));
+  });
+
   it("passes the peer's reset to the caller as an error, after the bytes that came before it", async () => {
     // Given a spliced agent stream that has delivered some bytes to its socket
     const { agentStream, clientStream } = await streamPair();
-    const [clientApp, clientSide] = await halfOpenPair();
+    const [clientApp, clientSide] = await halfOpenPair(spliced('accepted'));
     spliceSocket(agentStream, clientSide);
     const atClient = collect(clientApp);
     clientStream.write(Buffer.from('partial answer'));

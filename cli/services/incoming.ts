@@ -1,8 +1,9 @@
 // Incoming streams (a stolen or mirrored connection, or one filtered HTTP request, opened by the agent) are connected
 // to 127.0.0.1:<local port>; for mirror, the local command's answers are read and dropped (the pod answers the client).
-import { connect, type Socket } from 'node:net';
+import type { Socket } from 'node:net';
 import type { MuxStream } from '../../shared/mux.js';
 import type { TrafficEvent } from '../../shared/protocol.js';
+import { connectOwnReads, ownReads } from '../../shared/own-reads.js';
 import { spliceSocket } from '../../shared/splice.js';
 import type { ExchangeRecorder } from '../record/tap.js';
 import type { PortMapping } from './ports.js';
@@ -91,7 +92,7 @@ function connectLocal(
 ): void {
   // Half-open, as the client's own connection is: the client's end reaches the local command, and its answer still
   // goes back after that.
-  const socket: Socket = connect({ host, port: mapping.local, allowHalfOpen: true });
+  const socket: Socket = connectOwnReads({ host, port: mapping.local, allowHalfOpen: true });
   socket.setNoDelay(true);
   socket.on('error', (err: NodeJS.ErrnoException) => {
     onError?.(`local connection to ${host}:${mapping.local} failed: ${err.code ?? err.message}`);
@@ -101,8 +102,8 @@ function connectLocal(
   if (mode === 'mirror') {
     // The pod answers the client; the local answer is read (so the local command is not blocked) and dropped.
     stream.deliverTo(socket);
-    socket.resume();
     socket.on('end', () => stream.end());
+    ownReads(socket)?.start(() => 'released');
   } else {
     spliceSocket(stream, socket);
   }

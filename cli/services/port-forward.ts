@@ -2,6 +2,7 @@
 // targetless agent's own pod) to cluster names or IPs; runs until stopped or the tunnel goes.
 import { createServer, type Server, type Socket } from 'node:net';
 import { UserError } from '../../shared/errors.js';
+import { adoptOwnReads } from '../../shared/own-reads.js';
 import { FEATURES } from '../../shared/protocol.js';
 import { createMuxDialer } from '../outgoing/mux-dialer.js';
 import { describeDialError, parseAuthority } from '../outgoing/http-connect.js';
@@ -82,11 +83,12 @@ export async function startForwards(
   try {
     const ports: number[] = [];
     for (const forward of forwards) {
-      const server = createServer({ allowHalfOpen: true }, (client) => {
+      // Paused on connect: the connection reads into buffers of its own (own-reads.ts) once its stream is there.
+      const server = createServer({ allowHalfOpen: true, pauseOnConnect: true }, (accepted) => {
+        const client = adoptOwnReads(accepted, { allowHalfOpen: true });
         sockets.add(client);
         client.once('close', () => sockets.delete(client));
         client.on('error', () => client.destroy());
-        client.pause();
         const failed = (err: unknown): void => {
           const failure = toDialError(err, `connect ${forward.host}:${forward.port}`);
           reporter.emit({

@@ -1,0 +1,168 @@
+// Sockets with their own read buffers, over real loopback connections: the buffer grows to 1 MiB under bulk data and
+// back after a small read, is read into again only when released (kept chunks stay intact, lent ones stop the reads),
+// and an accepted connection taken over from a server reads the same way.
+import { createHash, randomBytes } from 'node:crypto';
+import net from 'node:net';
+import { afterEach, describe, expect, it } from 'vitest';
+import { adoptOwnReads, connectOwnReads, MAX_BUFFER, MIN_BUFFER, ownReads, type Taken } from './own-reads.js';
+import { nextEvent, until } from '../test/helpers/protocol-fixtures.js';
+
+const cleanups: Array<() => void> = [];
+afterEach(() => {
+  for (const fn of cleanups.splice(0)) fn();
+});
+
+const sha = (b: Buffer): string => createHash('sha256').update(b).digest('hex');
+
+/** A listening server (its connections handed to `onConnection`), closed after the test. */
+async function listen(options: net.ServerOpts, onConnection: (socket: net.Socket) => void): Promise<number> {
+  const server = net.createServer(options, onConnection);
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  cleanups.push(() => server.close());
+  return (server.address() as net.AddressInfo).port;
+}
+
+/** A connection whose client end reads into its own buffers; the server end sends `data`, then ends. */
+async function ownReadsFrom(data: Buffer): Promise<net.Socket> {
+  const port = await listen({}, (sender) => {
+    cleanups.push(() => sender.destroy());
+    sender.end(data);
+  });
+  const socket = connectOwnReads({ port, host: '127.0.0.1' });
+  cleanups.push(() => socket.destroy());
+  await nextEvent(socket, 'connect');
+  return socket;
+}
+
+/** Starts the socket's own reads with `take`; resolves at the end of the data. */
+function readAll(socket: net.Socket, take: (chunk: Buffer) => Taken): Promise<void> {
+  const ended = nextEvent(socket, 'end');
+  const reads = ownReads(socket);
+  if (!reads) throw new Error('the socket has no own reads');
+  reads.start(take);
+  return ended.then(() => undefined);
+}
+
+describe('own reads', () => {
+  it('grow the buffer to 1 MiB while reads fill it, and bring it back to 16 KiB after a small one', async () => {
+    // Given 24 MiB waiting in the kernel for a socket with its own reads (it reads nothing before start())
+    const data = randomBytes(24 * 1024 * 1024);
+    const socket = await ownReadsFrom(data);
+    await new Promise((r) => setTimeout(r, 50));
+    expect(socket.bytesRead).toBe(0);
+    // When it reads everything, copying each chunk and releasing the buffer
+    const sizes: number[] = [];
+    const buffers = new Set<ArrayBufferLike>();
+    const parts: Buffer[] = [];
+    await readAll(socket, (chunk) => {
+      sizes.push(chunk.length);
+      buffers.add(chunk.buffer);
+      parts.push(Buffer.from(chunk));
+      return 'released';
+    });
+    // Then the bytes are intact, the first read is at most 16 KiB, later ones reach 1 MiB, and a few buffers served
+    // every read (one per size, plus one after each small read)
+    expect(sha(Buffer.concat(parts))).toBe(sha(data));
+    expect(sizes[0]).toBeLessThanOrEqual(MIN_BUFFER);
+    expect(Math.max(...sizes)).toBe(MAX_BUFFER);
+    expect(buffers.size).toBeLessThan(sizes.length);
+  });
+
+  it('read into a released buffer again, and never into a kept one', async () => {
+    // Given two sockets each with 8 MiB to read
+    const data = randomBytes(8 * 1024 * 1024);
+    const [released, kept] = await Promise.all([ownReadsFrom(data), ownReadsFrom(data)]);
+    // When one reader keeps views of released buffers (a misuse) and the other keeps views it said it kept
+    const releasedViews: Buffer[] = [];
+    const keptViews: Buffer[] = [];
+    await Promise.all([
+      readAll(released, (chunk) => {
+        releasedViews.push(chunk);
+        return 'released';
+      }),
+      readAll(kept, (chunk) => {
+        keptViews.push(chunk);
+        return 'kept';
+      }),
+    ]);
+    // Then the kept views still hold the bytes as sent, and the released ones were overwritten by later reads (the
+    // buffer is reused: no new one per read)
+    expect(sha(Buffer.concat(keptViews))).toBe(sha(data));
+    expect(sha(Buffer.concat(releasedViews))).not.toBe(sha(data));
+  });
+
+  it('stop reading while a chunk is lent, and go on into the same buffer once resumed', async () => {
+    // Given a socket with 4 MiB to read whose reader lends every chunk and returns it 20 ms later
+    const data = randomBytes(4 * 1024 * 1024);
+    const socket = await ownReadsFrom(data);
+    const parts: Buffer[] = [];
+    let readWhileLent = 0;
+    let intactWhileLent = true;
+    const done = readAll(socket, (chunk) => {
+      const copy = Buffer.from(chunk);
+      const readBefore = socket.bytesRead;
+      setTimeout(() => {
+        // While lent, the socket read nothing and the chunk was not overwritten
+        readWhileLent += socket.bytesRead - readBefore;
+        intactWhileLent &&= chunk.equals(copy);
+        parts.push(copy);
+        socket.resume();
+      }, 20);
+      return 'lent';
+    });
+    // When everything was read
+    await done;
+    await until(() => Buffer.concat(parts).length === data.length, 'the last lent chunk to come back');
+    // Then the bytes are intact and nothing was read while a chunk was out
+    expect(readWhileLent).toBe(0);
+    expect(intactWhileLent).toBe(true);
+    expect(sha(Buffer.concat(parts))).toBe(sha(data));
+  });
+
+  it('take over a connection accepted with pauseOnConnect: it reads its own way, writes and half-closes', async () => {
+    // Given a server that pauses its connections, and adopts each with its own reads
+    const adopted: net.Socket[] = [];
+    const port = await listen({ pauseOnConnect: true, allowHalfOpen: true }, (accepted) => {
+      const socket = adoptOwnReads(accepted, { allowHalfOpen: true });
+      adopted.push(socket);
+      cleanups.push(() => socket.destroy());
+      const parts: Buffer[] = [];
+      socket.on('end', () => socket.end(createHash('sha256').update(Buffer.concat(parts)).digest()));
+      ownReads(socket)?.start((chunk) => {
+        parts.push(Buffer.from(chunk));
+        return 'released';
+      });
+    });
+    // When a client sends 16 MiB and half-closes
+    const data = randomBytes(16 * 1024 * 1024);
+    const client = net.connect({ port, host: '127.0.0.1', allowHalfOpen: true });
+    cleanups.push(() => client.destroy());
+    const answer: Buffer[] = [];
+    client.on('data', (d: Buffer) => answer.push(d));
+    const ended = nextEvent(client, 'end');
+    client.end(data);
+    await ended;
+    // Then the adopted socket had its own reads, read every byte, and its answer came back after the half-close
+    expect(adopted).toHaveLength(1);
+    expect(ownReads(adopted[0])).toBeDefined();
+    expect(Buffer.concat(answer).toString('hex')).toBe(sha(data));
+  });
+
+  it('leave a connection that was already read from as it is', async () => {
+    // Given an accepted connection whose first bytes were read by Node
+    let taken: net.Socket | undefined;
+    const port = await listen({}, (accepted) => {
+      accepted.once('data', () => {
+        taken = adoptOwnReads(accepted);
+      });
+    });
+    const client = net.connect({ port, host: '127.0.0.1' });
+    cleanups.push(() => client.destroy());
+    client.write('hello');
+    // When it is offered for adoption
+    await until(() => taken !== undefined, 'the adoption');
+    // Then it stays the socket Node reads
+    expect(ownReads(taken as net.Socket)).toBeUndefined();
+    expect((taken as net.Socket).destroyed).toBe(false);
+  });
+});
