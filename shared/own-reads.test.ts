@@ -119,6 +119,37 @@ describe('own reads', () => {
     expect(sha(Buffer.concat(parts))).toBe(sha(data));
   });
 
+  it("give a closed connection's buffers to the next ones, never one a reader kept", async () => {
+    // Given a connection that read 8 MiB releasing its buffers, and closed
+    const data = randomBytes(8 * 1024 * 1024);
+    const seen = async (take: (chunk: Buffer) => Taken): Promise<Set<ArrayBufferLike>> => {
+      const socket = await ownReadsFrom(data);
+      const buffers = new Set<ArrayBufferLike>();
+      await readAll(socket, (chunk) => {
+        buffers.add(chunk.buffer);
+        return take(chunk);
+      });
+      socket.destroy();
+      await nextEvent(socket, 'close');
+      return buffers;
+    };
+    const released = await seen(() => 'released');
+    // When another connection reads 8 MiB
+    const next = await seen(() => 'released');
+    // Then it read into buffers the first one left
+    expect([...next].some((b) => released.has(b))).toBe(true);
+    // And given a connection that kept every chunk and closed, the next one reads into none of those, whose bytes
+    // are still as sent
+    const keptViews: Buffer[] = [];
+    const kept = await seen((chunk) => {
+      keptViews.push(chunk);
+      return 'kept';
+    });
+    const after = await seen(() => 'released');
+    expect([...after].some((b) => kept.has(b))).toBe(false);
+    expect(sha(Buffer.concat(keptViews))).toBe(sha(data));
+  });
+
   it('take over a connection accepted with pauseOnConnect: it reads its own way, writes and half-closes', async () => {
     // Given a server that pauses its connections, and adopts each with its own reads
     const adopted: net.Socket[] = [];

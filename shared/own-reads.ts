@@ -40,9 +40,7 @@ export function connectOwnReads(options: NetConnectOpts): Socket {
   const socket = connect({ ...options, onread: reads.onread });
   // Held until start(): the connect completes meanwhile, the reading waits for the one who takes the bytes.
   socket.pause();
-  reads.socket = socket;
-  owned.set(socket, reads);
-  return socket;
+  return reads.attach(socket);
 }
 
 /**
@@ -66,14 +64,61 @@ export function adoptOwnReads(accepted: Socket, options: { allowHalfOpen?: boole
     onread: reads.onread,
     pauseOnCreate: true,
   } as ConstructorParameters<typeof Socket>[0]);
-  reads.socket = socket;
-  owned.set(socket, reads);
-  return socket;
+  return reads.attach(socket);
 }
 
+/**
+ * Free read buffers by size, shared by the process's connections: a connection that starts or changes size takes one
+ * that another left, instead of allocating. Allocating them was the cost of short connections: 64 connections of 2 MiB
+ * each spent a quarter of the CLI's CPU in major GCs, which V8 starts as new buffers add up (benchmarks.md). Bounded,
+ * and emptied once no connection took one for a while, so an idle CLI holds none.
+ */
+class BufferPool {
+  readonly #free = new Map<number, Buffer[]>();
+  #bytes = 0;
+  #idle: NodeJS.Timeout | undefined;
+
+  take(size: number): Buffer {
+    const reused = this.#free.get(size)?.pop();
+    if (!reused) return Buffer.allocUnsafe(size);
+    this.#bytes -= size;
+    this.#idle?.refresh();
+    return reused;
+  }
+
+  /** Takes back a buffer nothing refers to any more. */
+  give(buffer: Buffer): void {
+    if (this.#bytes + buffer.length > POOL_BYTES) return;
+    const list = this.#free.get(buffer.length);
+    if (list) list.push(buffer);
+    else this.#free.set(buffer.length, [buffer]);
+    this.#bytes += buffer.length;
+    if (!this.#idle) {
+      this.#idle = setTimeout(() => this.#clear(), POOL_IDLE_MS);
+      this.#idle.unref();
+    } else this.#idle.refresh();
+  }
+
+  #clear(): void {
+    this.#free.clear();
+    this.#bytes = 0;
+    this.#idle = undefined;
+  }
+}
+
+/** What the pool keeps at most: 64 connections' worth of 1 MiB buffers (the mux's window budget is as large). */
+const POOL_BYTES = 64 * 1024 * 1024;
+/** The pool is emptied after this long without a buffer taken or given back. */
+const POOL_IDLE_MS = 10_000;
+
+// One pool per process, as Node's own Buffer pool is: connections of every listener and session share it.
+const pool = new BufferPool();
+
 class BufferedReads implements OwnReads {
-  socket: Socket | undefined;
-  #buffer = Buffer.allocUnsafe(MIN_BUFFER);
+  #socket: Socket | undefined;
+  #buffer = pool.take(MIN_BUFFER);
+  /** True while the current buffer is lent to the reader (it goes back to the pool only when not). */
+  #lent = false;
   #take: ((chunk: Buffer) => Taken) | undefined;
 
   /** The `onread` option: the buffer for each read (called before every read), and the chunk read into it. */
@@ -83,14 +128,30 @@ class BufferedReads implements OwnReads {
       const size = buffer.length;
       const taken = this.#take ? this.#take(buffer.subarray(0, bytes)) : 'kept';
       const next = bytes === size ? Math.min(size * GROWTH, MAX_BUFFER) : bytes * 16 <= size ? MIN_BUFFER : size;
-      // A lent buffer is free again by the time the reader resumes: it is replaced only to change its size.
-      if (taken === 'kept' || next !== size) this.#buffer = Buffer.allocUnsafe(next);
+      if (taken === 'kept' || (taken === 'lent' && next !== size)) {
+        // The reader holds the chunk: the next read goes into another buffer (a lent one is kept only at its size).
+        this.#buffer = pool.take(next);
+      } else if (next !== size) {
+        pool.give(buffer);
+        this.#buffer = pool.take(next);
+      }
+      this.#lent = taken === 'lent' && this.#buffer === buffer;
       return taken !== 'lent';
     },
   };
 
+  /** Ties these reads to their socket: its buffer goes back to the pool when the socket closes. */
+  attach(socket: Socket): Socket {
+    this.#socket = socket;
+    owned.set(socket, this);
+    socket.once('close', () => {
+      if (!this.#lent) pool.give(this.#buffer);
+    });
+    return socket;
+  }
+
   start(take: (chunk: Buffer) => Taken): void {
     this.#take = take;
-    this.socket?.resume();
+    this.#socket?.resume();
   }
 }
