@@ -106,6 +106,16 @@ const load = (): string =>
     .map((l) => l.toFixed(2))
     .join(' ');
 
+/** The executable of `pid`, or '' for a process that exited since it was listed (the agent's short-lived helpers). */
+function exeOf(pid: number): string {
+  try {
+    return readlinkSync(`/proc/${pid}/exe`);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return '';
+    throw err;
+  }
+}
+
 /**
  * `root` and every process below it, from /proc (the agent's children: devop-nft, and devop-capture per mirrored port).
  */
@@ -219,7 +229,7 @@ async function main(): Promise<void> {
     const agentProc = await net.startAgent(agentEnv, { viaEntryPoint: !CPU_PROF });
     children.push(agentProc.child);
     if (!agentProc.nativePort) throw new Error('the agent did not start its native data path (devop-splice)');
-    const splice = processTree(agentProc.innerPid).find((pid) => readlinkSync(`/proc/${pid}/exe`).endsWith('splice'));
+    const splice = processTree(agentProc.innerPid).find((pid) => exeOf(pid).endsWith('splice'));
     if (splice === undefined) throw new Error('devop-splice is not among the agent processes');
     // As the CLI does: the agent's port and its native data path's, through one port-forward.
     const tunnelPorts = `${agentProc.port}:${agentProc.nativePort}`;
