@@ -1,6 +1,6 @@
-// Sockets with their own read buffers, over real loopback connections: the buffer grows to 1 MiB under bulk data and
-// back after a small read, is read into again only when released (kept chunks stay intact, lent ones stop the reads),
-// and an accepted connection taken over from a server reads the same way.
+// Sockets with their own read buffers, over real loopback connections: the buffer grows to 1 MiB under bulk data, is
+// read into again only when released (kept chunks stay intact, lent ones stop the reads), goes to the next connection
+// when its own closes, and an accepted connection taken over from a server reads the same way.
 import { createHash, randomBytes } from 'node:crypto';
 import net from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -44,7 +44,7 @@ function readAll(socket: net.Socket, take: (chunk: Buffer) => Taken): Promise<vo
 }
 
 describe('own reads', () => {
-  it('grow the buffer to 1 MiB while reads fill it, and bring it back to 16 KiB after a small one', async () => {
+  it('grow the buffer from 16 KiB to 1 MiB while reads fill it, reusing it from one read to the next', async () => {
     // Given 24 MiB waiting in the kernel for a socket with its own reads (it reads nothing before start())
     const data = randomBytes(24 * 1024 * 1024);
     const socket = await ownReadsFrom(data);
@@ -177,6 +177,55 @@ describe('own reads', () => {
     expect(adopted).toHaveLength(1);
     expect(ownReads(adopted[0])).toBeDefined();
     expect(Buffer.concat(answer).toString('hex')).toBe(sha(data));
+  });
+
+  it('return to a 16 KiB buffer after a read that fills a sixteenth of it, and grow again', async () => {
+    // Given a connection whose sender we drive, read with its own buffers
+    let sender: net.Socket | undefined;
+    const port = await listen({}, (s) => {
+      sender = s;
+      cleanups.push(() => s.destroy());
+    });
+    const socket = connectOwnReads({ port, host: '127.0.0.1' });
+    cleanups.push(() => socket.destroy());
+    await until(() => sender !== undefined, 'the connection');
+    const reads: Array<{ bytes: number; buffer: number }> = [];
+    let got = 0;
+    ownReads(socket)?.start((chunk) => {
+      reads.push({ bytes: chunk.length, buffer: chunk.buffer.byteLength });
+      got += chunk.length;
+      return 'released';
+    });
+    const send = async (data: Buffer): Promise<void> => {
+      const want = got + data.length;
+      sender?.write(data);
+      await until(() => got === want, 'the bytes to be read');
+    };
+    // When 8 MiB arrive while the reader is behind, then 100 bytes alone, then 8 MiB again
+    socket.pause();
+    await send(Buffer.alloc(0));
+    sender?.write(randomBytes(8 * 1024 * 1024));
+    await new Promise((r) => setTimeout(r, 100));
+    socket.resume();
+    await until(() => got === 8 * 1024 * 1024, 'the first 8 MiB');
+    const small = reads.length;
+    await send(randomBytes(100));
+    socket.pause();
+    sender?.write(randomBytes(8 * 1024 * 1024));
+    await new Promise((r) => setTimeout(r, 100));
+    socket.resume();
+    await until(() => got === 16 * 1024 * 1024 + 100, 'the second 8 MiB');
+    // Then every read went into the buffer the policy names — from 16 KiB, four times larger after a read that filled
+    // it, up to 1 MiB; back to 16 KiB after one that filled a sixteenth or less —, it reached 1 MiB, the read after the
+    // 100 bytes went into 16 KiB again, and the next ones grew back to 1 MiB
+    const policy = ({ bytes, buffer }: { bytes: number; buffer: number }): number =>
+      bytes === buffer ? Math.min(4 * buffer, MAX_BUFFER) : bytes * 16 <= buffer ? MIN_BUFFER : buffer;
+    expect(reads[0].buffer).toBe(MIN_BUFFER);
+    for (const [i, read] of reads.slice(1).entries()) expect(read.buffer).toBe(policy(reads[i]));
+    expect(Math.max(...reads.slice(0, small).map((r) => r.buffer))).toBe(MAX_BUFFER);
+    expect(reads[small].bytes).toBe(100);
+    expect(reads[small + 1].buffer).toBe(MIN_BUFFER);
+    expect(Math.max(...reads.slice(small + 1).map((r) => r.buffer))).toBe(MAX_BUFFER);
   });
 
   it('leave a connection that was already read from as it is', async () => {
