@@ -15,6 +15,7 @@ import {
   waitFor,
   type PodClient,
 } from '../test/e2e/harness.js';
+import { teardownOnInterrupt } from './lib/interrupt.js';
 
 /** Between two probe requests: requests overlap, so one lost at the switch-over moment does not delay the result. */
 const PROBE_EVERY_MS = 20;
@@ -115,8 +116,14 @@ async function main(): Promise<void> {
   console.log(
     `devop --help: ${help.help.toFixed(0)} ms, node -e 0: ${help.node.toFixed(0)} ms (medians of ${HELP_RUNS})`,
   );
-  const env = await startE2ECluster();
   let client: PodClient | undefined;
+  const starting = startE2ECluster();
+  // Interrupted while the stand-in starts, the teardown waits for it to be up, then stops it.
+  const teardown = teardownOnInterrupt(async () => {
+    client?.close();
+    await (await starting.catch(() => undefined))?.cluster.stop();
+  });
+  const env = await starting;
   try {
     // Requests come from another pod (the host is the node: its connections count as kubelet probes, never stolen).
     const [echo, podClient] = await Promise.all([deployEcho(env, 'echo'), startPodClient(env)]);
@@ -142,8 +149,7 @@ async function main(): Promise<void> {
         `help_vs_node=${ratio}`,
     );
   } finally {
-    client?.close();
-    await env.cluster.stop();
+    await teardown();
   }
 }
 

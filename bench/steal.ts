@@ -26,6 +26,7 @@ import { PodNet, waitFor, type Proc } from '../test/agent/netns.js';
 import { connectSession, startLocalCommand } from '../test/agent/session-client.js';
 import { AGENT_NODE_FLAGS } from '../shared/agent-contract.js';
 import { agentNode } from './lib/agent-node.js';
+import { teardownOnInterrupt } from './lib/interrupt.js';
 
 const execFileAsync = promisify(execFile);
 /** Requests per second in all, interleaved over the paths (one request every 3.3 ms: each takes ~1 ms or less). */
@@ -189,6 +190,15 @@ async function main(): Promise<void> {
   execFileSync(process.execPath, ['scripts/build.mjs'], { stdio: 'inherit' });
   const net = new PodNet();
   const children: ChildProcess[] = [];
+  const teardown = teardownOnInterrupt(async () => {
+    for (const c of children) if (c.exitCode === null) c.kill('SIGTERM');
+    if (CPU_PROF) {
+      // A profile is written when its process exits on its own (SIGTERM), not when teardown kills it.
+      const exited = (): boolean => children.every((c) => c.exitCode !== null || c.signalCode !== null);
+      await waitFor(exited, 'the profiled processes to exit', 20_000).catch(() => undefined);
+    }
+    await net.teardown();
+  });
   try {
     await net.setup();
     console.log(`load before: ${load()}`);
@@ -390,13 +400,7 @@ async function main(): Promise<void> {
         `mirror_overhead_p50=${r.mirror.toFixed(3)} agent_rss_mib_1000=${peak.rss.toFixed(1)}`,
     );
   } finally {
-    for (const c of children) if (c.exitCode === null) c.kill('SIGTERM');
-    if (CPU_PROF) {
-      // A profile is written when its process exits on its own (SIGTERM), not when teardown kills it.
-      const exited = (): boolean => children.every((c) => c.exitCode !== null || c.signalCode !== null);
-      await waitFor(exited, 'the profiled processes to exit', 20_000).catch(() => undefined);
-    }
-    await net.teardown();
+    await teardown();
   }
 }
 

@@ -26,6 +26,7 @@ import { build } from 'esbuild';
 import { banner, common } from '../scripts/build-options.mjs';
 import { AGENT_NODE_FLAGS } from '../shared/agent-contract.js';
 import { agentNode } from './lib/agent-node.js';
+import { teardownOnInterrupt } from './lib/interrupt.js';
 import { startTunPath, type TunPath } from './lib/tun-path.js';
 import { startSshForward, type SshForward } from './lib/ssh.js';
 
@@ -287,6 +288,19 @@ async function main(): Promise<void> {
   let ssh: SshForward | undefined;
   let path: TunPath | undefined;
   let warm: net.Socket | undefined;
+  const teardown = teardownOnInterrupt(async () => {
+    warm?.destroy();
+    await ssh?.stop();
+    await Promise.all(
+      children.map((child) => {
+        child.stdin?.end();
+        child.kill();
+        return child.exitCode === null && child.signalCode === null ? once(child, 'exit') : undefined;
+      }),
+    );
+    await path?.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
   try {
     // Bundled and run with plain node, as dist/cli.js and dist/agent.cjs run, not through a TypeScript loader.
     const helpers = ['sink', 'delay-line', 'tunnel-cli', 'tunnel-agent', 'node-pipe-relay'];
@@ -421,17 +435,7 @@ async function main(): Promise<void> {
         `multi_vs_raw=${ratio('multi', 'raw64')} rtt20_vs_raw=${ratio('relayRtt', 'rawRtt')}`,
     );
   } finally {
-    warm?.destroy();
-    await ssh?.stop();
-    await Promise.all(
-      children.map((child) => {
-        child.stdin?.end();
-        child.kill();
-        return child.exitCode === null && child.signalCode === null ? once(child, 'exit') : undefined;
-      }),
-    );
-    await path?.close();
-    rmSync(dir, { recursive: true, force: true });
+    await teardown();
   }
 }
 

@@ -286,8 +286,10 @@ export class OomWatch {
   }
 
   private subscribe(): void {
-    // Through a shell that ends the watch when this process's end closes its stdin: a killed kubelet leaves none.
-    const watch = `${ctrArgv(['events']).join(' ')} & cat >/dev/null; kill $!`;
+    // Through a shell that ends the watch when this process's end closes its stdin: a killed kubelet leaves none. The
+    // shell ignores SIGINT (so does the watch, started in the background): a Ctrl-C to the process group must not end
+    // the shell and leave the watch behind.
+    const watch = `trap '' INT; ${ctrArgv(['events']).join(' ')} & cat >/dev/null; kill $!`;
     const child = spawn('/bin/sh', ['-c', watch], { stdio: ['pipe', 'pipe', 'ignore'] });
     this.child = child;
     let buffered = '';
