@@ -91,7 +91,7 @@ describe('own reads', () => {
     expect(sha(Buffer.concat(releasedViews))).not.toBe(sha(data));
   });
 
-  it('stop reading while a chunk is lent, and go on into the same buffer once resumed', async () => {
+  it('stop reading while a chunk is lent, and go on into the same buffer once released', async () => {
     // Given a socket with 4 MiB to read whose reader lends every chunk and returns it 20 ms later
     const data = randomBytes(4 * 1024 * 1024);
     const socket = await ownReadsFrom(data);
@@ -106,7 +106,7 @@ describe('own reads', () => {
         readWhileLent += socket.bytesRead - readBefore;
         intactWhileLent &&= chunk.equals(copy);
         parts.push(copy);
-        socket.resume();
+        ownReads(socket)?.release();
       }, 20);
       return 'lent';
     });
@@ -148,6 +148,47 @@ describe('own reads', () => {
     const after = await seen(() => 'released');
     expect([...after].some((b) => kept.has(b))).toBe(false);
     expect(sha(Buffer.concat(keptViews))).toBe(sha(data));
+  });
+
+  it('give lent buffers to the next connections once released, never before', async () => {
+    // Given a connection that lends every chunk and releases it a turn later, its buffers growing to 1 MiB meanwhile
+    const data = randomBytes(8 * 1024 * 1024);
+    const lendAll = async (): Promise<ArrayBufferLike[]> => {
+      const socket = await ownReadsFrom(data);
+      const buffers: ArrayBufferLike[] = [];
+      await readAll(socket, (chunk) => {
+        if (!buffers.includes(chunk.buffer)) buffers.push(chunk.buffer);
+        setImmediate(() => ownReads(socket)?.release());
+        return 'lent';
+      });
+      socket.destroy();
+      await nextEvent(socket, 'close');
+      return buffers;
+    };
+    const lent = await lendAll();
+    expect(lent.map((b) => b.byteLength)).toEqual([MIN_BUFFER, 4 * MIN_BUFFER, 16 * MIN_BUFFER, MAX_BUFFER]);
+    // When the next connection reads
+    const next = await lendAll();
+    // Then it reads into the buffers the first one grew out of, not only into the last one
+    expect(next[0]).toBe(lent[0]);
+    // And given a connection that closes while its reader still holds a chunk
+    const held = await ownReadsFrom(Buffer.from('held'));
+    let heldChunk: Buffer | undefined;
+    ownReads(held)?.start((chunk) => {
+      heldChunk = chunk;
+      return 'lent';
+    });
+    await until(() => heldChunk !== undefined, 'the held chunk');
+    held.destroy();
+    await nextEvent(held, 'close');
+    // When another connection reads meanwhile, the held bytes stay as read, in a buffer the other does not read into
+    const meanwhile = await lendAll();
+    expect(meanwhile).not.toContain(heldChunk?.buffer);
+    expect(heldChunk?.toString()).toBe('held');
+    // And once the reader releases it, the next connection reads into it
+    ownReads(held)?.release();
+    const after = await lendAll();
+    expect(after[0]).toBe(heldChunk?.buffer);
   });
 
   it('take over a connection accepted with pauseOnConnect: it reads its own way, writes and half-closes', async () => {

@@ -7,14 +7,19 @@ import { connect, Socket, type NetConnectOpts } from 'node:net';
 
 /**
  * What a reader did with a chunk: let its buffer be read into again ('released'); kept a reference to it ('kept': the
- * next read goes into a new buffer); or holds it until it calls socket.resume() ('lent': reading stops until then,
- * and goes on into the same buffer).
+ * next read goes into a new buffer); or holds it until it calls release() ('lent': reading stops until then, and goes
+ * on into the same buffer).
  */
 export type Taken = 'released' | 'kept' | 'lent';
 
 /** A socket's own reads: nothing is read until start(); each chunk is handed to `take`. */
 export interface OwnReads {
   start(take: (chunk: Buffer) => Taken): void;
+  /**
+   * The reader is done with the chunk it lent: reading goes on, and the buffer goes back to the pool if the reads
+   * moved to another one meanwhile (they grew or shrank) or the socket closed.
+   */
+  release(): void;
 }
 
 /**
@@ -117,8 +122,9 @@ const pool = new BufferPool();
 class BufferedReads implements OwnReads {
   #socket: Socket | undefined;
   #buffer = pool.take(MIN_BUFFER);
-  /** True while the current buffer is lent to the reader (it goes back to the pool only when not). */
-  #lent = false;
+  /** The buffer the reader holds until release(), if any: it goes back to the pool then, unless still read into. */
+  #lent: Buffer | undefined;
+  #closed = false;
   #take: ((chunk: Buffer) => Taken) | undefined;
 
   /** The `onread` option: the buffer for each read (called before every read), and the chunk read into it. */
@@ -128,6 +134,7 @@ class BufferedReads implements OwnReads {
       const size = buffer.length;
       const taken = this.#take ? this.#take(buffer.subarray(0, bytes)) : 'kept';
       const next = bytes === size ? Math.min(size * GROWTH, MAX_BUFFER) : bytes * 16 <= size ? MIN_BUFFER : size;
+      if (taken === 'lent') this.#lent = buffer;
       if (taken === 'kept' || (taken === 'lent' && next !== size)) {
         // The reader holds the chunk: the next read goes into another buffer (a lent one is kept only at its size).
         this.#buffer = pool.take(next);
@@ -135,17 +142,17 @@ class BufferedReads implements OwnReads {
         pool.give(buffer);
         this.#buffer = pool.take(next);
       }
-      this.#lent = taken === 'lent' && this.#buffer === buffer;
       return taken !== 'lent';
     },
   };
 
-  /** Ties these reads to their socket: its buffer goes back to the pool when the socket closes. */
+  /** Ties these reads to their socket: its buffers go back to the pool when the socket closes (a lent one later). */
   attach(socket: Socket): Socket {
     this.#socket = socket;
     owned.set(socket, this);
     socket.once('close', () => {
-      if (!this.#lent) pool.give(this.#buffer);
+      this.#closed = true;
+      if (this.#buffer !== this.#lent) pool.give(this.#buffer);
     });
     return socket;
   }
@@ -153,5 +160,12 @@ class BufferedReads implements OwnReads {
   start(take: (chunk: Buffer) => Taken): void {
     this.#take = take;
     this.#socket?.resume();
+  }
+
+  release(): void {
+    const lent = this.#lent;
+    this.#lent = undefined;
+    if (lent && (lent !== this.#buffer || this.#closed)) pool.give(lent);
+    if (!this.#closed) this.#socket?.resume();
   }
 }

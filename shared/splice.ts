@@ -49,15 +49,15 @@ export function spliceSocket(stream: MuxStream, socket: Socket): void {
   if (reads) {
     // The socket reads into a buffer of its own, lent until the connection has written what was read into it: the
     // next read waits for that write (the connection's backlog bounds what is read meanwhile) and reuses the buffer.
-    const resume = (): void => {
-      socket.resume();
+    const release = (): void => {
+      reads.release();
     };
-    const resumeWhenWritten = (): void => stream.whenWritten(resume);
+    const releaseWhenWritten = (): void => stream.whenWritten(release);
     reads.start((chunk) => {
       // Out of credit, or bytes already queued: the Writable side sends it in order, as credit comes.
-      if (!stream.sendNow(chunk)) stream.write(chunk, resumeWhenWritten);
+      if (!stream.sendNow(chunk)) stream.write(chunk, releaseWhenWritten);
       else if (!stream.holdsPayloads) return 'released';
-      else stream.whenWritten(resume);
+      else stream.whenWritten(release);
       return 'lent';
     });
     return;
