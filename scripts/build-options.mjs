@@ -14,6 +14,11 @@ export const common = {
   // later deprecate with a warning on every run: bundle the userland package Node's own module was copied from.
   // node-fetch's and http-proxy's url.parse() prints a deprecation warning from Node 24 on, http-proxy's
   // util._extend() one from Node 22 on: scripts/shims/.
+  // ws masks what the CLI sends with bufferutil's native code when it can load it (an optional dependency: prebuilt
+  // for the common platforms; without it ws masks byte by byte in JavaScript, ~60 % of the CLI's CPU while it sends
+  // through a port-forward). Bundled, its loader would look for the native file beside the bundle: it stays in
+  // node_modules, and ws's require() of it, in a try, finds it there or goes on without it.
+  external: ['bufferutil'],
   alias: {
     'jsonc-parser': 'jsonc-parser/lib/esm/main.js',
     punycode: 'punycode/punycode.js',

@@ -17,7 +17,7 @@ import { banner, common } from './build-options.mjs';
  * Not bundled: the terminal UI's packages (loaded only with the TUI; ink resolves its own dependencies from
  * node_modules).
  */
-const CLI_EXTERNAL = ['ink', 'react', 'react/*'];
+const CLI_EXTERNAL = [...common.external, 'ink', 'react', 'react/*'];
 /** The agent's native helpers: source → program next to dist/agent.cjs (where the agent looks for them), and what
  * the agent run from the checkout does without it. */
 const NATIVE = {

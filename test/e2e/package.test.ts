@@ -118,6 +118,22 @@ describe('npm pack', () => {
     }
   });
 
+  it("the kube client's WebSocket loads bufferutil from the installed package: native masking", async () => {
+    // bufferutil is an optional dependency kept out of the bundle (scripts/build-options.mjs): ws require()s it from the
+    // chunk that holds ws, and masks what the CLI sends with its native code when it loads (prebuilt for linux-x64,
+    // darwin and win32; elsewhere npm may build it, or ws masks in JavaScript).
+    const chunks = join(prefix, 'lib', 'node_modules', 'devop', 'dist', 'chunks');
+    const ws = readdirSync(chunks).filter((f) => readFileSync(join(chunks, f), 'utf8').includes('require("bufferutil")'));
+    expect(ws).toHaveLength(1);
+    const load = `const m = require('node:module').createRequire(${JSON.stringify(join(chunks, ws[0]))})('bufferutil');
+      process.stdout.write(String(m.mask));`;
+    const mask = await ok(process.execPath, ['-e', load], dir);
+    const installed = join(prefix, 'lib', 'node_modules', 'devop', 'node_modules', 'bufferutil');
+    if (existsSync(join(installed, 'prebuilds', `${process.platform}-${process.arch}`))) {
+      expect(mask).toContain('[native code]');
+    }
+  });
+
   it('the terminal UI chunk loads ink and react from the installed package', async () => {
     // ink and react stay outside the bundle (scripts/build.mjs); the TUI imports them lazily, so load that chunk here.
     const chunks = join(prefix, 'lib', 'node_modules', 'devop', 'dist', 'chunks');
