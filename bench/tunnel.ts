@@ -14,7 +14,10 @@
 // with cc), copying every byte through user space and, in its splice mode, moving payload with splice(2) (zero-copy:
 // what framing in two processes costs without Node, and without copies). And the 20 ms line as it was measured before
 // the packet path: a relay that holds bytes (bench/lib/delay-line.ts), at which TCP ends, so raw TCP never waits a
-// round trip there and only devop's window does.
+// round trip there and only devop's window does. And the tunnel a cluster gives, one connection: the CLI side over its
+// pods/portforward WebSocket (client-node's ws) through the stand-in's port-forward relay (bench/lib/portforward-relay.ts,
+// one Node process) to devop-splice, with bufferutil masking what the CLI sends (as the installed CLI does) and with
+// ws's JavaScript masking (WS_NO_BUFFER_UTIL).
 // Last line: RESULT tunnel relay_vs_raw=… relay_vs_ssh=… multi_vs_raw=… rtt20_vs_raw=…
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
@@ -62,6 +65,8 @@ type Variant =
   | 'relayRtt'
   | 'rawSplit'
   | 'relaySplit'
+  | 'relayWs'
+  | 'relayWsJs'
   | Reference
   | `${Reference}64`;
 /** Relay pairs timed as references, next to devop's pair, not in the RESULT line. */
@@ -170,24 +175,25 @@ async function measure(
 }
 
 /**
- * Starts `node <bundle> args…` (or the executable itself) and resolves with the JSON object of its first line. `node`:
- * the node command (this process's node otherwise).
+ * Starts `node <bundle> args…` (or the executable itself) and resolves with the JSON object of its first line (after
+ * a word, if it starts with one). `node`: the node command (this process's node otherwise); `env`: its environment.
  */
 function startHelper<T>(
   children: ChildProcess[],
   bundle: string,
   args: string[],
   node: readonly string[] = [process.execPath],
+  env: NodeJS.ProcessEnv = process.env,
 ): Promise<T> {
   const [cmd, argv] = bundle.endsWith('.mjs') ? [node[0], [...node.slice(1), bundle, ...args]] : [bundle, args];
-  const child = spawn(cmd, argv, { stdio: ['pipe', 'pipe', 'inherit'] });
+  const child = spawn(cmd, argv, { stdio: ['pipe', 'pipe', 'inherit'], env });
   children.push(child);
   return new Promise((resolve, reject) => {
     let buf = '';
     child.stdout.on('data', (d: Buffer) => {
       buf += d.toString();
       const nl = buf.indexOf('\n');
-      if (nl >= 0) resolve(JSON.parse(buf.slice(0, nl)) as T);
+      if (nl >= 0) resolve(JSON.parse(buf.slice(buf.indexOf('{'), nl)) as T);
     });
     child.once('exit', (code) => reject(new Error(`${bundle} exited with ${code} before it was ready`)));
   });
@@ -241,7 +247,7 @@ async function startCPairs(
  * The sessions devop-splice lets join (the CLI sides' nativeJoin tokens): one per CLI process, as a join replaces the
  * session's earlier native connection.
  */
-const SPLICE_TOKENS = { loopback: 'bench', delayed: 'bench-rtt' };
+const SPLICE_TOKENS = { loopback: 'bench', delayed: 'bench-rtt', ws: 'bench-ws', wsJs: 'bench-ws-js' };
 
 /**
  * devop-splice as the agent runs it (dist/, built as the image builds it: see main), with the sessions allowed; `exec`
@@ -303,7 +309,7 @@ async function main(): Promise<void> {
   });
   try {
     // Bundled and run with plain node, as dist/cli.js and dist/agent.cjs run, not through a TypeScript loader.
-    const helpers = ['sink', 'delay-line', 'tunnel-cli', 'tunnel-agent', 'node-pipe-relay'];
+    const helpers = ['sink', 'delay-line', 'tunnel-cli', 'tunnel-agent', 'node-pipe-relay', 'portforward-relay'];
     const entryPoints = helpers.map((h) => resolve(import.meta.dirname, `lib/${h}.ts`));
     await build({ ...common, banner, entryPoints, outdir: dir, outExtension: { '.js': '.mjs' } });
     const bundle = (name: string): string => join(dir, `${name}.mjs`);
@@ -336,9 +342,14 @@ async function main(): Promise<void> {
     const lineArgs = [String(DELAY_MS), String(sink), String(agent)];
     const line = await startHelper<{ ports: [number, number] }>(children, bundle('delay-line'), lineArgs);
     const [sinkSplit, agentSplit] = line.ports;
-    const cliSide = async (agentAt: string, target: number, token?: string): Promise<number> => {
+    const cliSide = async (
+      agentAt: string,
+      target: number,
+      token?: string,
+      env: NodeJS.ProcessEnv = process.env,
+    ): Promise<number> => {
       const args = [agentAt, String(target), ...(token ? [token] : [])];
-      return (await startHelper<{ port: number }>(children, bundle('tunnel-cli'), args)).port;
+      return (await startHelper<{ port: number }>(children, bundle('tunnel-cli'), args, undefined, env)).port;
     };
     const relay = await cliSide(String(agent), sink, SPLICE_TOKENS.loopback);
     const inNode = await cliSide(String(inNodeAgent), sink);
@@ -346,6 +357,17 @@ async function main(): Promise<void> {
     // tunnel to the near one crosses the byte-holding line.
     const relayDelayed = await cliSide(`${path.far}:${farAgent}`, farSink, SPLICE_TOKENS.delayed);
     const relaySplit = await cliSide(String(agentSplit), sink, SPLICE_TOKENS.delayed);
+    // The tunnel a cluster gives: the CLI's pods/portforward WebSocket through the stand-in's port-forward (one Node
+    // process where a cluster has the API server and kubelet) to devop-splice. The bundles here live outside the
+    // checkout: NODE_PATH lets them load bufferutil from its node_modules, as the installed CLI loads its own (the
+    // relay unmasks with it, as a real API server unmasks in Go); beside it, a CLI side on ws's JavaScript masking.
+    const withModules = { ...process.env, NODE_PATH: resolve(import.meta.dirname, '../node_modules') };
+    const wsRelay = (
+      await startHelper<{ port: number }>(children, bundle('portforward-relay'), ['0'], undefined, withModules)
+    ).port;
+    const relayWs = await cliSide(`ws:${wsRelay}:${agent}`, sink, SPLICE_TOKENS.ws, withModules);
+    const jsMasking = { ...withModules, WS_NO_BUFFER_UTIL: '1' };
+    const relayWsJs = await cliSide(`ws:${wsRelay}:${agent}`, sink, SPLICE_TOKENS.wsJs, jsMasking);
     const nodePipe = await startNodePipePair(children, bundle('node-pipe-relay'), sink);
     const cPairs = await startCPairs(children, dir, sink);
     const chunk = Buffer.alloc(WRITE_SIZE, 0x5a);
@@ -364,6 +386,8 @@ async function main(): Promise<void> {
       relayRtt: (total) => measure(relayDelayed, 1, Math.round((total * RTT_TOTAL) / TOTAL), chunk),
       rawSplit: (total) => measure(sinkSplit, 1, Math.round((total * RTT_TOTAL) / TOTAL), chunk),
       relaySplit: (total) => measure(relaySplit, 1, Math.round((total * RTT_TOTAL) / TOTAL), chunk),
+      relayWs: (total) => measure(relayWs, 1, total, chunk),
+      relayWsJs: (total) => measure(relayWsJs, 1, total, chunk),
       inNode: (total) => measure(inNode, 1, total, chunk),
       inNode64: (total) => measure(inNode, PARALLEL, total, chunk),
       nodePipe: (total) => measure(nodePipe, 1, total, chunk),
@@ -423,6 +447,13 @@ async function main(): Promise<void> {
       const fresh = `${fmt(med.rawRttNew)}, devop ${ratio('relayRtt', 'rawRttNew')}× it`;
       console.log(
         `reference: raw TCP over the ${2 * DELAY_MS} ms path on a new connection per transfer moves ${fresh}`,
+      );
+    }
+    if (names.includes('relayWs') && names.includes('relayWsJs')) {
+      const ws = `devop ${fmt(med.relayWs)}, ${ratio('relayWs', 'raw')}× raw (${ratio('relayWs', 'relay')}× its pair over TCP)`;
+      const js = `${fmt(med.relayWsJs)} (bufferutil ${ratio('relayWs', 'relayWsJs')}× that)`;
+      console.log(
+        `reference: through the port-forward WebSocket and the stand-in's relay: ${ws}; with ws's JavaScript masking ${js}`,
       );
     }
     if (names.includes('relaySplit')) {

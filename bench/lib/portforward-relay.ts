@@ -1,11 +1,11 @@
 // The API server's part of the tunnel in bench/steal.ts: the stand-in's own pods/portforward WebSocket
 // (test/cluster/apiserver/streams.ts, v4.channel.k8s.io), each tunnel unwrapped onto a TCP connection to
 // 127.0.0.1:<port> in the netns it runs in, as kubelet dials the pod's port. One process, one hop: a cluster has more
-// (API server → kubelet → runtime), so this is the least a tunnel through the API server crosses. Prints LISTENING.
-//   node portforward-relay.mjs <listen port>   (on 127.0.0.1)
+// (API server → kubelet → runtime), so this is the least a tunnel through the API server crosses.
+//   node portforward-relay.mjs <listen port>   (on 127.0.0.1; 0: any)   prints LISTENING {"port":<port>}
 import { once } from 'node:events';
 import { createServer } from 'node:http';
-import { connect } from 'node:net';
+import { connect, type AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { createStreamServer, type NodeRuntime } from '../../test/cluster/index.js';
 
@@ -25,5 +25,7 @@ server.on('upgrade', (req, socket, head) => {
     socket.destroy();
   }
 });
-server.listen(Number(process.argv[2]), '127.0.0.1', () => process.stdout.write('LISTENING\n'));
+server.listen(Number(process.argv[2]), '127.0.0.1', () =>
+  process.stdout.write(`LISTENING ${JSON.stringify({ port: (server.address() as AddressInfo).port })}\n`),
+);
 process.on('SIGTERM', () => process.exit(0));

@@ -5,22 +5,42 @@
 // (bench/lib/tunnel-agent.ts). Bundled, run with plain node.
 //   node tunnel-cli.mjs <agent [host:]port> <target port> [<token>]   prints {"port":<local listener>} on stdout
 // (the agent on 127.0.0.1 unless a host is given; the target is the agent side's 127.0.0.1)
+//   node tunnel-cli.mjs ws:<relay port>:<agent port> <target port> <token>
+// the same, with the tunnel the CLI opens in a cluster: a pods/portforward WebSocket (cli/kube/tunnel.ts, client-node's
+// ws) to the stand-in's port-forward at 127.0.0.1:<relay port> (bench/lib/portforward-relay.ts), which dials the agent
+// port on 127.0.0.1.
 import { connect } from 'node:net';
 import { once } from 'node:events';
+import type { Duplex } from 'node:stream';
+import { KubeConfig } from '@kubernetes/client-node';
 import { createClientMux } from '../../shared/mux.js';
 import type { AgentMessage } from '../../shared/protocol.js';
 import { createMuxDialer } from '../../cli/outgoing/mux-dialer.js';
+import { openPortForward } from '../../cli/kube/tunnel.js';
 import { startForwards } from '../../cli/services/port-forward.js';
 import { NullReporter } from '../../cli/ui/null.js';
 
-const [agentHost, agentPort] = process.argv[2].includes(':')
-  ? process.argv[2].split(':')
-  : ['127.0.0.1', process.argv[2]];
+async function openTunnel(at: string): Promise<Duplex> {
+  if (at.startsWith('ws:')) {
+    const [relayPort, port] = at.slice(3).split(':').map(Number);
+    const kc = new KubeConfig();
+    kc.loadFromOptions({
+      clusters: [{ name: 'bench', server: `http://127.0.0.1:${relayPort}`, skipTLSVerify: true }],
+      users: [{ name: 'bench' }],
+      contexts: [{ name: 'bench', cluster: 'bench', user: 'bench' }],
+      currentContext: 'bench',
+    });
+    return openPortForward(kc, { namespace: 'bench', pod: 'bench', port });
+  }
+  const [host, port] = at.includes(':') ? at.split(':') : ['127.0.0.1', at];
+  const socket = connect({ host, port: Number(port) });
+  await once(socket, 'connect');
+  return socket;
+}
+
 const targetPort = Number(process.argv[3]);
 const token = process.argv[4];
-const socket = connect({ host: agentHost, port: Number(agentPort) });
-await once(socket, 'connect');
-const mux = createClientMux(socket);
+const mux = createClientMux(await openTunnel(process.argv[2]));
 mux.on('close', () => process.exit(0));
 if (token) {
   const answer = once(mux, 'message') as Promise<[AgentMessage]>;
