@@ -123,7 +123,9 @@ describe('npm pack', () => {
     // chunk that holds ws, and masks what the CLI sends with its native code when it loads (prebuilt for linux-x64,
     // darwin and win32; elsewhere npm may build it, or ws masks in JavaScript).
     const chunks = join(prefix, 'lib', 'node_modules', 'devop', 'dist', 'chunks');
-    const ws = readdirSync(chunks).filter((f) => readFileSync(join(chunks, f), 'utf8').includes('require("bufferutil")'));
+    const ws = readdirSync(chunks).filter((f) =>
+      readFileSync(join(chunks, f), 'utf8').includes('require("bufferutil")'),
+    );
     expect(ws).toHaveLength(1);
     const load = `const m = require('node:module').createRequire(${JSON.stringify(join(chunks, ws[0]))})('bufferutil');
       process.stdout.write(String(m.mask));`;
