@@ -210,6 +210,9 @@ async function main(): Promise<void> {
     execFileSync('cc', ['-O2', '-o', floorBinary, floorSource], { stdio: 'inherit' });
 
     await net.startPod({ port: Object.values(APP).join(','), env: { POD_QUIET: '1' } });
+    // The bundles live outside the checkout: NODE_PATH lets the session's ws (and the relays') load bufferutil from its
+    // node_modules, as the installed CLI loads its own (bench/tunnel.ts does the same).
+    process.env.NODE_PATH = resolve(import.meta.dirname, '../node_modules');
     const inPod = (cmd: string[], ready: string): Promise<Proc> => startIn(children, net.podNs, cmd, ready);
     const node = (bundle: string, ...args: string[]): string[] => [
       process.execPath,
