@@ -15,9 +15,9 @@
 // what framing in two processes costs without Node, and without copies). And the 20 ms line as it was measured before
 // the packet path: a relay that holds bytes (bench/lib/delay-line.ts), at which TCP ends, so raw TCP never waits a
 // round trip there and only devop's window does. And the tunnel a cluster gives, one connection: the CLI side over its
-// pods/portforward WebSocket (client-node's ws) through the stand-in's port-forward relay (bench/lib/portforward-relay.ts,
-// one Node process) to devop-splice, with bufferutil masking what the CLI sends (as the installed CLI does) and with
-// ws's JavaScript masking (WS_NO_BUFFER_UTIL).
+// pods/portforward WebSocket (client-node's ws) through the stand-in's port-forward relay
+// (bench/lib/portforward-relay.ts, one Node process) to devop-splice, with bufferutil masking what the CLI sends (as
+// the installed CLI does) and with ws's JavaScript masking (WS_NO_BUFFER_UTIL).
 // Last line: RESULT tunnel relay_vs_raw=… relay_vs_ssh=… multi_vs_raw=… rtt20_vs_raw=…
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
@@ -450,11 +450,11 @@ async function main(): Promise<void> {
       );
     }
     if (names.includes('relayWs') && names.includes('relayWsJs')) {
-      const ws = `devop ${fmt(med.relayWs)}, ${ratio('relayWs', 'raw')}× raw (${ratio('relayWs', 'relay')}× its pair over TCP)`;
+      const overTcp = `${ratio('relayWs', 'relay')}× its pair over TCP`;
+      const ws = `devop ${fmt(med.relayWs)}, ${ratio('relayWs', 'raw')}× raw (${overTcp})`;
       const js = `${fmt(med.relayWsJs)} (bufferutil ${ratio('relayWs', 'relayWsJs')}× that)`;
-      console.log(
-        `reference: through the port-forward WebSocket and the stand-in's relay: ${ws}; with ws's JavaScript masking ${js}`,
-      );
+      const where = "through the port-forward WebSocket and the stand-in's relay";
+      console.log(`reference: ${where}: ${ws}; with ws's JavaScript masking ${js}`);
     }
     if (names.includes('relaySplit')) {
       const split = `devop ${fmt(med.relaySplit)}, raw ${fmt(med.rawSplit)}, ${ratio('relaySplit', 'rawSplit')}× raw`;

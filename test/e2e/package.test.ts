@@ -119,9 +119,9 @@ describe('npm pack', () => {
   });
 
   it("the kube client's WebSocket loads bufferutil from the installed package: native masking", async () => {
-    // bufferutil is an optional dependency kept out of the bundle (scripts/build-options.mjs): ws require()s it from the
-    // chunk that holds ws, and masks what the CLI sends with its native code when it loads (prebuilt for linux-x64,
-    // darwin and win32; elsewhere npm may build it, or ws masks in JavaScript).
+    // bufferutil is an optional dependency kept out of the bundle (scripts/build-options.mjs): ws require()s it from
+    // the chunk that holds ws, and masks what the CLI sends with its native code when it loads (prebuilt for
+    // linux-x64, darwin and win32; elsewhere npm may build it, or ws masks in JavaScript).
     const chunks = join(prefix, 'lib', 'node_modules', 'devop', 'dist', 'chunks');
     const ws = readdirSync(chunks).filter((f) =>
       readFileSync(join(chunks, f), 'utf8').includes('require("bufferutil")'),
