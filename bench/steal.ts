@@ -14,7 +14,9 @@
 // cross WebSocket framing as in a cluster, with one hop where a cluster has several (API server, kubelet, runtime).
 // The floor (bench/lib/ws-framed-pair.c, built with cc here) takes the same path through a relay of its own: an agent
 // side and a session side in C that only frame, unframe and dial, so stolen ÷ floor is what devop's two processes cost
-// against the least two processes in their places cost on this machine now.
+// against the least two processes in their places cost on this machine now. On request (BENCH_PATTERN naming
+// node-floor), the floor with its session side in Node (bench/lib/ws-framed-session.ts: the CLI's WebSocket tunnel, the
+// floor's framing, no mux): a plain Node session in devop's place.
 import { execFile, execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { promisify } from 'node:util';
 import { readFileSync, readdirSync, readlinkSync } from 'node:fs';
@@ -54,6 +56,12 @@ const PATTERN = [
   'in-node',
   'in-node-new',
 ] as const;
+/**
+ * Paths timed only when BENCH_PATTERN names them. node-floor: the floor with its session side in Node; timed beside
+ * the others, its Node processes moved every path's figures (the stolen path's added p50 0.53 → 0.70–0.72 ms, the
+ * floor's 0.44 → 0.47–0.49, in the same hour), so it stays out of the RESULT run.
+ */
+const ON_REQUEST = ['node-floor'] as const;
 const CYCLES = Number(process.env.BENCH_CYCLES ?? 2000);
 const WARMUP_CYCLES = 40;
 const HELD_CONNECTIONS = 1000;
@@ -65,7 +73,7 @@ const HELD_MEASURE_MS = 6000;
 const CPU_PROF = process.env.BENCH_CPU_PROF;
 const PROF_FLAGS = CPU_PROF ? ['--cpu-prof', '--cpu-prof-interval=100', `--cpu-prof-dir=${CPU_PROF}`] : [];
 
-type Path = (typeof PATTERN)[number];
+type Path = (typeof PATTERN)[number] | (typeof ON_REQUEST)[number];
 /**
  * The pod's app listens on all five ports (the agent redirects stolen, held and inNode before the app sees them):
  * stolen and held by a session on the native path, inNode by a session without it (the agent splices it in Node).
@@ -78,6 +86,10 @@ const RELAY_STOLEN = 3008;
 const RELAY_FLOOR = 3009;
 /** The relay of the session without the native path. */
 const RELAY_IN_NODE = 3012;
+/** The floor's path with its session side in Node (bench/lib/ws-framed-session.ts): its own C agent side and relay. */
+const NODE_FLOOR = 3013;
+const NODE_FLOOR_TUNNEL = 3014;
+const RELAY_NODE_FLOOR = 3015;
 const PORTS: Record<Path, number> = {
   direct: APP.direct,
   'direct-new': APP.direct,
@@ -88,6 +100,7 @@ const PORTS: Record<Path, number> = {
   'in-node': APP.inNode,
   'in-node-new': APP.inNode,
   mirrored: APP.mirrored,
+  'node-floor': NODE_FLOOR,
 };
 const FRESH: Path[] = ['direct-new', 'stolen-new', 'floor-new', 'in-node-new'];
 /**
@@ -95,8 +108,9 @@ const FRESH: Path[] = ['direct-new', 'stolen-new', 'floor-new', 'in-node-new'];
  * connection costs each process); prints their latencies and CPU, not the RESULT line.
  */
 const PATTERN_USED = (process.env.BENCH_PATTERN?.split(',') ?? [...PATTERN]) as Path[];
-const unknownPath = PATTERN_USED.find((p) => !PATTERN.includes(p));
-if (unknownPath) throw new Error(`BENCH_PATTERN: no path ${unknownPath} (paths: ${[...new Set(PATTERN)].join(', ')})`);
+const ALL_PATHS: readonly Path[] = [...new Set(PATTERN), ...ON_REQUEST];
+const unknownPath = PATTERN_USED.find((p) => !ALL_PATHS.includes(p));
+if (unknownPath) throw new Error(`BENCH_PATTERN: no path ${unknownPath} (paths: ${ALL_PATHS.join(', ')})`);
 
 function percentile(sorted: number[], p: number): number {
   return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))];
@@ -203,7 +217,8 @@ async function main(): Promise<void> {
     await net.setup();
     console.log(`load before: ${load()}`);
     // Bundled and run with plain node, as the devop command runs (dist/cli.js), not through a TypeScript loader.
-    const entryPoints = ['session-proc', 'portforward-relay'].map((h) => resolve(import.meta.dirname, `lib/${h}.ts`));
+    const helpers = ['session-proc', 'portforward-relay', 'ws-framed-session'];
+    const entryPoints = helpers.map((h) => resolve(import.meta.dirname, `lib/${h}.ts`));
     await build({ ...common, banner, entryPoints, outdir: net.dir, outExtension: { '.js': '.mjs' } });
     const floorBinary = join(net.dir, 'ws-framed-pair');
     const floorSource = resolve(import.meta.dirname, 'lib/ws-framed-pair.c');
@@ -229,6 +244,16 @@ async function main(): Promise<void> {
     const floorAgent = await inPod([floorBinary, 'agent', String(FLOOR), String(FLOOR_TUNNEL)], 'LISTENING');
     const floorSessionArgs = [String(RELAY_FLOOR), String(FLOOR_TUNNEL), String(APP.direct)];
     const floorSession = await inPod([floorBinary, 'session', ...floorSessionArgs], 'READY');
+    const nodeFloor = PATTERN_USED.includes('node-floor')
+      ? {
+          agent: await inPod([floorBinary, 'agent', String(NODE_FLOOR), String(NODE_FLOOR_TUNNEL)], 'LISTENING'),
+          relay: await relay(RELAY_NODE_FLOOR),
+          session: await inPod(
+            node('ws-framed-session.mjs', String(RELAY_NODE_FLOOR), String(NODE_FLOOR_TUNNEL), String(APP.direct)),
+            'READY',
+          ),
+        }
+      : undefined;
 
     // The agent as the image runs it: on the image's node (the machine's may be another major), through agent/entry.sh,
     // which finds the target and execs the agent in the pod netns (one process). Node refuses --cpu-prof in
@@ -280,6 +305,11 @@ async function main(): Promise<void> {
       'in-node agent': agentProc.innerPid,
       'in-node relay': relays.inNode.pid,
       'in-node session': inNodeSession.pid,
+      ...(nodeFloor && {
+        'node-floor agent': nodeFloor.agent.pid,
+        'node-floor relay': nodeFloor.relay.pid,
+        'node-floor session': nodeFloor.session.pid,
+      }),
     };
     const cpuBefore = Object.fromEntries(Object.entries(measured).map(([name, pid]) => [name, cpuMs(pid)]));
     const started = Date.now();
@@ -290,7 +320,7 @@ async function main(): Promise<void> {
     const perPath = (p: string): number =>
       (WARMUP_CYCLES + CYCLES) * PATTERN_USED.filter((q) => q.startsWith(p)).length;
     const pathOf = (name: string): string =>
-      name.startsWith('floor') ? 'floor' : name.startsWith('in-node') ? 'in-node' : 'stolen';
+      ['floor', 'in-node', 'node-floor'].find((path) => name.startsWith(path)) ?? 'stolen';
     const cpu = Object.entries(measured).flatMap(([name, pid]) => {
       const [before, now] = [cpuBefore[name], cpuMs(pid)];
       const requests = perPath(pathOf(name));
