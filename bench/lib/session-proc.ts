@@ -9,21 +9,15 @@
 // connection per request the count goes 0 → 1 → 0 each time, and a line per connection would be a pipe write and a
 // wake-up of the bench that the CLI does not make).
 import { randomUUID } from 'node:crypto';
-import { KubeConfig } from '@kubernetes/client-node';
 import { FEATURES, type AgentMessage } from '../../shared/protocol.js';
 import { clientIdentity, connectAgent } from '../../cli/session/connect.js';
 import { incomingStreamHandler } from '../../cli/services/incoming.js';
+import { relayKubeConfig } from './relay-kubeconfig.js';
 
 const [relayPort, appPort] = [2, 5].map((i) => Number(process.argv[i]));
 const [agentPort, nativePort] = process.argv[3].split(':').map(Number);
 const stealPorts = process.argv[4].split(',').map(Number);
-const kc = new KubeConfig();
-kc.loadFromOptions({
-  clusters: [{ name: 'bench', server: `http://127.0.0.1:${relayPort}`, skipTLSVerify: true }],
-  users: [{ name: 'bench' }],
-  contexts: [{ name: 'bench', cluster: 'bench', user: 'bench' }],
-  currentContext: 'bench',
-});
+const kc = relayKubeConfig(relayPort);
 const token = process.env.DEVOP_AGENT_TOKEN ?? 'test-token';
 const agent = {
   mode: 'job' as const,

@@ -12,25 +12,18 @@
 import { connect } from 'node:net';
 import { once } from 'node:events';
 import type { Duplex } from 'node:stream';
-import { KubeConfig } from '@kubernetes/client-node';
 import { createClientMux } from '../../shared/mux.js';
 import type { AgentMessage } from '../../shared/protocol.js';
 import { createMuxDialer } from '../../cli/outgoing/mux-dialer.js';
 import { openPortForward } from '../../cli/kube/tunnel.js';
 import { startForwards } from '../../cli/services/port-forward.js';
 import { NullReporter } from '../../cli/ui/null.js';
+import { relayKubeConfig } from './relay-kubeconfig.js';
 
 async function openTunnel(at: string): Promise<Duplex> {
   if (at.startsWith('ws:')) {
     const [relayPort, port] = at.slice(3).split(':').map(Number);
-    const kc = new KubeConfig();
-    kc.loadFromOptions({
-      clusters: [{ name: 'bench', server: `http://127.0.0.1:${relayPort}`, skipTLSVerify: true }],
-      users: [{ name: 'bench' }],
-      contexts: [{ name: 'bench', cluster: 'bench', user: 'bench' }],
-      currentContext: 'bench',
-    });
-    return openPortForward(kc, { namespace: 'bench', pod: 'bench', port });
+    return openPortForward(relayKubeConfig(relayPort), { namespace: 'bench', pod: 'bench', port });
   }
   const [host, port] = at.includes(':') ? at.split(':') : ['127.0.0.1', at];
   const socket = connect({ host, port: Number(port) });

@@ -5,17 +5,11 @@
 // mux and its streams add. Bundled, run with plain node in the pod's netns; prints READY once the WebSocket is open.
 //   node ws-framed-session.mjs <relay port> <agent tunnel port> <app port>
 import { connect, type Socket } from 'node:net';
-import { KubeConfig } from '@kubernetes/client-node';
 import { openPortForward } from '../../cli/kube/tunnel.js';
+import { relayKubeConfig } from './relay-kubeconfig.js';
 
 const [relayPort, tunnelPort, appPort] = process.argv.slice(2, 5).map(Number);
-const kc = new KubeConfig();
-kc.loadFromOptions({
-  clusters: [{ name: 'bench', server: `http://127.0.0.1:${relayPort}`, skipTLSVerify: true }],
-  users: [{ name: 'bench' }],
-  contexts: [{ name: 'bench', cluster: 'bench', user: 'bench' }],
-  currentContext: 'bench',
-});
+const kc = relayKubeConfig(relayPort);
 const tunnel = await openPortForward(kc, { namespace: 'bench', pod: 'floor', port: tunnelPort });
 tunnel.on('error', (err) => {
   console.error(`ws-framed-session: ${err.message}`);
