@@ -362,6 +362,12 @@ async function main(): Promise<void> {
     // checkout: NODE_PATH lets them load bufferutil from its node_modules, as the installed CLI loads its own (the
     // relay unmasks with it, as a real API server unmasks in Go); beside it, a CLI side on ws's JavaScript masking.
     const withModules = { ...process.env, NODE_PATH: resolve(import.meta.dirname, '../node_modules') };
+    // What those bundles load, from where they run: without bufferutil both CLI sides mask in JavaScript.
+    const probe = "try { process.stdout.write(String(require('bufferutil').mask)) } catch { process.stdout.write('') }";
+    const mask = execFileSync(process.execPath, ['-e', probe], { cwd: dir, env: withModules, encoding: 'utf8' });
+    console.log(
+      `WebSocket line: bufferutil ${mask.includes('[native code]') ? 'native' : mask ? 'in JavaScript' : 'not found'}`,
+    );
     const wsRelay = (
       await startHelper<{ port: number }>(children, bundle('portforward-relay'), ['0'], undefined, withModules)
     ).port;
