@@ -15,8 +15,8 @@
 // The floor (bench/lib/ws-framed-pair.c, built with cc here) takes the same path through a relay of its own: an agent
 // side and a session side in C that only frame, unframe and dial, so stolen ÷ floor is what devop's two processes cost
 // against the least two processes in their places cost on this machine now. On request (BENCH_PATTERN naming
-// node-floor), the floor with its session side in Node (bench/lib/ws-framed-session.ts: the CLI's WebSocket tunnel, the
-// floor's framing, no mux): a plain Node session in devop's place.
+// node-floor or node-floor-new), the floor with its session side in Node (bench/lib/ws-framed-session.ts: the CLI's
+// WebSocket tunnel, the floor's framing, no mux): a plain Node session in devop's place, kept alive or new.
 import { execFile, execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { promisify } from 'node:util';
 import { readFileSync, readdirSync, readlinkSync } from 'node:fs';
@@ -57,11 +57,11 @@ const PATTERN = [
   'in-node-new',
 ] as const;
 /**
- * Paths timed only when BENCH_PATTERN names them. node-floor: the floor with its session side in Node; timed beside
- * the others, its Node processes moved every path's figures (the stolen path's added p50 0.53 → 0.70–0.72 ms, the
- * floor's 0.44 → 0.47–0.49, in the same hour), so it stays out of the RESULT run.
+ * Paths timed only when BENCH_PATTERN names them. node-floor (-new: a new connection per request): the floor with its
+ * session side in Node; timed beside the others, its Node processes moved every path's figures (the stolen path's
+ * added p50 0.53 → 0.70–0.72 ms, the floor's 0.44 → 0.47–0.49, in the same hour), so it stays out of the RESULT run.
  */
-const ON_REQUEST = ['node-floor'] as const;
+const ON_REQUEST = ['node-floor', 'node-floor-new'] as const;
 const CYCLES = Number(process.env.BENCH_CYCLES ?? 2000);
 const WARMUP_CYCLES = 40;
 const HELD_CONNECTIONS = 1000;
@@ -101,8 +101,9 @@ const PORTS: Record<Path, number> = {
   'in-node-new': APP.inNode,
   mirrored: APP.mirrored,
   'node-floor': NODE_FLOOR,
+  'node-floor-new': NODE_FLOOR,
 };
-const FRESH: Path[] = ['direct-new', 'stolen-new', 'floor-new', 'in-node-new'];
+const FRESH: Path[] = ['direct-new', 'stolen-new', 'floor-new', 'in-node-new', 'node-floor-new'];
 /**
  * BENCH_PATTERN=<path>,<path>…: only these paths, in this order (e.g. `stolen-new,direct-new` for the CPU a new
  * connection costs each process); prints their latencies and CPU, not the RESULT line.
@@ -244,7 +245,7 @@ async function main(): Promise<void> {
     const floorAgent = await inPod([floorBinary, 'agent', String(FLOOR), String(FLOOR_TUNNEL)], 'LISTENING');
     const floorSessionArgs = [String(RELAY_FLOOR), String(FLOOR_TUNNEL), String(APP.direct)];
     const floorSession = await inPod([floorBinary, 'session', ...floorSessionArgs], 'READY');
-    const nodeFloor = PATTERN_USED.includes('node-floor')
+    const nodeFloor = PATTERN_USED.some((p) => p.startsWith('node-floor'))
       ? {
           agent: await inPod([floorBinary, 'agent', String(NODE_FLOOR), String(NODE_FLOOR_TUNNEL)], 'LISTENING'),
           relay: await relay(RELAY_NODE_FLOOR),
