@@ -13,7 +13,7 @@ import {
   decodeJson,
   encodeFrame,
 } from './codec.js';
-import { AgentMessage, ClientMessage, StreamAccept, StreamOpen } from './protocol.js';
+import { AgentMessage, ClientMessage, StreamAccept, StreamOpen, incomingOpen } from './protocol.js';
 import { AGENT_SAMPLES, CLIENT_SAMPLES, STREAM_OPEN_SAMPLES, prng } from '../test/helpers/protocol-fixtures.js';
 
 interface Decoded {
@@ -252,7 +252,7 @@ describe('codec fuzz', () => {
   /** What the mux does with each frame's payload, so that validation errors are part of the fuzzed surface. */
   const validate = (kind: FrameKind, _id: number, payload: Buffer): void => {
     if (kind === FrameKind.CONTROL) decodeJson(payload, ClientMessage, 'control message');
-    else if (kind === FrameKind.OPEN) decodeJson(payload, StreamOpen, 'stream header');
+    else if (kind === FrameKind.OPEN) decodeJson(payload, StreamOpen, 'stream header', incomingOpen);
     else if (kind === FrameKind.ACCEPT) decodeJson(payload, StreamAccept, 'ACCEPT');
     else if (kind === FrameKind.CREDIT) decodeCredit(payload);
   };

@@ -196,14 +196,24 @@ function checkFrameShape(kind: FrameKind, streamId: number, length: number): voi
   }
 }
 
-/** Parses a JSON payload and validates it with `schema`; any failure is a ProtocolError naming `what`. */
-export function decodeJson<T>(payload: Buffer, schema: z.ZodMiniType<T>, what: string): T {
+/**
+ * Parses a JSON payload and validates it with `schema`; any failure is a ProtocolError naming `what`. `fast`, when
+ * given, decides the common case without the schema: what it returns is taken, undefined leaves the value to `schema`.
+ */
+export function decodeJson<T>(
+  payload: Buffer,
+  schema: z.ZodMiniType<T>,
+  what: string,
+  fast?: (value: unknown) => T | undefined,
+): T {
   let value: unknown;
   try {
     value = JSON.parse(payload.toString('utf8'));
   } catch {
     throw new ProtocolError(`malformed ${what}: not JSON`);
   }
+  const known = fast?.(value);
+  if (known !== undefined) return known;
   const parsed = schema.safeParse(value);
   if (!parsed.success) {
     const issue = parsed.error.issues[0];

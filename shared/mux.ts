@@ -15,7 +15,7 @@ import {
   encodeReason,
 } from './codec.js';
 import { BugError } from './errors.js';
-import { AgentMessage, ClientMessage, StreamAccept, StreamOpen } from './protocol.js';
+import { AgentMessage, ClientMessage, StreamAccept, StreamOpen, incomingOpen } from './protocol.js';
 import { MuxStream, type StreamSink } from './mux-stream.js';
 
 export { ProtocolError } from './codec.js';
@@ -379,7 +379,7 @@ export class Mux<S extends Side = Side> extends EventEmitter implements StreamSi
     if (id <= this.#lastPeerId)
       throw new ProtocolError(`malformed frame: stream id ${id} reused (last was ${this.#lastPeerId})`);
     this.#lastPeerId = id;
-    const open = decodeJson(payload, StreamOpen, 'stream header');
+    const open = decodeJson(payload, StreamOpen, 'stream header', incomingOpen);
     const stream = new MuxStream(this, id, open, this.window, INITIAL_WINDOW);
     this.#streams.set(id, stream);
     if (this.listenerCount('stream') === 0) {

@@ -251,6 +251,35 @@ export const StreamOpen = z.discriminatedUnion('kind', [
   z.object({ kind: z.literal('file'), path: z.string().check(z.minLength(1), z.maxLength(4096)) }),
 ]);
 export type StreamOpen = z.infer<typeof StreamOpen>;
+type IncomingOpen = Extract<StreamOpen, { kind: 'incoming' }>;
+
+/**
+ * What StreamOpen makes of the header every stolen or mirrored connection opens with (`incoming`, no `request`),
+ * decided without zod; undefined for anything else, which StreamOpen then decides. The CLI runs this once per new
+ * connection, after idle time, with its caches cold: there zod/mini's generic walk of the schema cost the stolen path
+ * 0.05–0.1 ms per new connection (docs/benchmarks.md), this a few µs. StreamOpen stays the definition:
+ * protocol.test.ts checks, on headers generated from StreamOpen's own fields, that this accepts nothing StreamOpen
+ * rejects and returns what StreamOpen returns. For JSON values only (JSON has no `undefined`).
+ */
+export function incomingOpen(value: unknown): IncomingOpen | undefined {
+  if (typeof value !== 'object' || value === null) return undefined;
+  const { kind, port, mode, remoteAddress, remotePort, subscriptionId, connId, request } = value as Record<
+    string,
+    unknown
+  >;
+  if (kind !== 'incoming' || request !== undefined || (mode !== 'steal' && mode !== 'mirror')) return undefined;
+  if (!isInt(port, 1, 65535) || !isInt(remotePort, 0, 65535) || typeof remoteAddress !== 'string') return undefined;
+  const open: IncomingOpen = { kind, port, mode, remoteAddress, remotePort };
+  if (typeof subscriptionId === 'string') open.subscriptionId = subscriptionId;
+  else if (subscriptionId !== undefined) return undefined;
+  if (typeof connId === 'string') open.connId = connId;
+  else if (connId !== undefined) return undefined;
+  return open;
+}
+
+function isInt(value: unknown, min: number, max: number): value is number {
+  return Number.isInteger(value) && (value as number) >= min && (value as number) <= max;
+}
 
 /** Optional details the accepting side sends with ACCEPT (all fields optional, so any kind may use it). */
 export const StreamAccept = z.object({
