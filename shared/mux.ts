@@ -114,7 +114,7 @@ export class Mux<S extends Side = Side> extends EventEmitter implements StreamSi
   /** Waiting for the flush that carries their payloads to be written (whenWritten). */
   #writtenWaiters: Array<{ flush: number; fn: () => void }> = [];
   #closed = false;
-  /** True when the connection turns corked writes into one writev (net.Socket does); else flushes are concatenated. */
+  /** True when the connection gathers corked writes (net.Socket, the port-forward stream); else flushes are joined. */
   readonly #gathers: boolean;
 
   constructor(conn: Duplex, options: MuxOptions<S>) {
@@ -292,7 +292,7 @@ export class Mux<S extends Side = Side> extends EventEmitter implements StreamSi
       this.#conn.uncork();
       ok = !this.#conn.writableNeedDrain;
     } else {
-      // A connection without writev (e.g. a WebSocket stream: one message per write) gets one buffer per flush.
+      // A connection without writev (one message per write) gets one buffer per flush.
       ok = this.#conn.write(Buffer.concat(chunks), this.#written);
     }
     if (!ok) this.#blocked = true;

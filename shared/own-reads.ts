@@ -4,6 +4,7 @@
 // moving 1 GiB through a Node relay took 1.0–1.1 s of CPU with socket.pipe() and 0.4–0.5 s reading into a 1 MiB buffer
 // of its own (docs/benchmarks.md). The reader hands each chunk on as a view of the buffer and says whether it kept it.
 import { connect, Socket, type NetConnectOpts } from 'node:net';
+import { pool } from './buffer-pool.js';
 
 /**
  * What a reader did with a chunk: let its buffer be read into again ('released'); kept a reference to it ('kept': the
@@ -71,53 +72,6 @@ export function adoptOwnReads(accepted: Socket, options: { allowHalfOpen?: boole
   } as ConstructorParameters<typeof Socket>[0]);
   return reads.attach(socket);
 }
-
-/**
- * Free read buffers by size, shared by the process's connections: a connection that starts or changes size takes one
- * that another left, instead of allocating. Allocating them was the cost of short connections: 64 connections of 2 MiB
- * each spent a quarter of the CLI's CPU in major GCs, which V8 starts as new buffers add up (benchmarks.md). Bounded,
- * and emptied once no connection took one for a while, so an idle CLI holds none.
- */
-class BufferPool {
-  readonly #free = new Map<number, Buffer[]>();
-  #bytes = 0;
-  #idle: NodeJS.Timeout | undefined;
-
-  take(size: number): Buffer {
-    const reused = this.#free.get(size)?.pop();
-    if (!reused) return Buffer.allocUnsafe(size);
-    this.#bytes -= size;
-    this.#idle?.refresh();
-    return reused;
-  }
-
-  /** Takes back a buffer nothing refers to any more. */
-  give(buffer: Buffer): void {
-    if (this.#bytes + buffer.length > POOL_BYTES) return;
-    const list = this.#free.get(buffer.length);
-    if (list) list.push(buffer);
-    else this.#free.set(buffer.length, [buffer]);
-    this.#bytes += buffer.length;
-    if (!this.#idle) {
-      this.#idle = setTimeout(() => this.#clear(), POOL_IDLE_MS);
-      this.#idle.unref();
-    } else this.#idle.refresh();
-  }
-
-  #clear(): void {
-    this.#free.clear();
-    this.#bytes = 0;
-    this.#idle = undefined;
-  }
-}
-
-/** What the pool keeps at most: 64 connections' worth of 1 MiB buffers (the mux's window budget is as large). */
-const POOL_BYTES = 64 * 1024 * 1024;
-/** The pool is emptied after this long without a buffer taken or given back. */
-const POOL_IDLE_MS = 10_000;
-
-// One pool per process, as Node's own Buffer pool is: connections of every listener and session share it.
-const pool = new BufferPool();
 
 class BufferedReads implements OwnReads {
   #socket: Socket | undefined;

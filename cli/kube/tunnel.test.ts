@@ -23,6 +23,8 @@ let cluster: ClusterHandle;
 let kc: KubeConfig;
 const servers: Server[] = [];
 const local = new Map<number, number>();
+/** The sizes of the messages the API server unwrapped onto each connection to a pod, in the order they were dialled. */
+const unwrapped: number[][] = [];
 /** The client side of each connection through the relay, in the order they were made. */
 const relayed: Socket[] = [];
 
@@ -79,7 +81,22 @@ beforeAll(async () => {
   local.set(ECHO_PORT, await listen((s) => s.pipe(s)));
   local.set(FLIP_PORT, await listen((s) => s.on('data', (d: Buffer) => s.write(flip(d)))));
   cluster = await startCluster({ kubelet: false });
-  cluster.controlPlane.attachNode(localRuntime((port) => local.get(port)));
+  const runtime = localRuntime((port) => local.get(port));
+  cluster.controlPlane.attachNode({
+    ...runtime,
+    async dialPod(namespace, pod, port) {
+      const socket = await runtime.dialPod(namespace, pod, port);
+      // The API server writes each message it unwraps to the pod's connection as it is: one write per message.
+      const sizes: number[] = [];
+      unwrapped.push(sizes);
+      const write = socket.write.bind(socket) as (chunk: Buffer, ...rest: unknown[]) => boolean;
+      socket.write = ((chunk: Buffer, ...rest: unknown[]) => {
+        sizes.push(chunk.length);
+        return write(chunk, ...rest);
+      }) as typeof socket.write;
+      return socket;
+    },
+  });
   const admin = new KubeConfig();
   admin.loadFromFile(cluster.kubeconfigPath);
   await admin.makeApiClient(CoreV1Api).createNamespacedPod({
@@ -198,6 +215,39 @@ describe('a tunnel to one port', () => {
     await closed;
     const webSocket = webSocketSince(from);
     await waitFor('the WebSocket to close', () => webSocket.destroyed, ROUND_TRIP_MS);
+  });
+
+  it('gathers corked writes into messages of at most 1 MiB (a larger write alone) and carries them exactly', async () => {
+    const dialled = unwrapped.length;
+    const stream = await openPortForward(kc, { namespace: 'default', pod: 'box', port: ECHO_PORT });
+    // Below, at and above the sizes the tunnel treats apart: a message from Node's pool (< 16 KiB), from the process's
+    // pool (16 KiB to 2 MiB, given back once written), cut at 1 MiB when gathered, and a buffer of its own (> 2 MiB).
+    const sizes = [
+      1,
+      100,
+      5000,
+      16_383,
+      16_384,
+      70_000,
+      1024 * 1024 - 1,
+      1024 * 1024,
+      1024 * 1024 + 5,
+      3 * 1024 * 1024,
+    ];
+    for (let round = 0; round < 3; round++) {
+      const parts = sizes.map((size) => randomBytes(size));
+      const sent = Buffer.concat(parts);
+      stream.cork();
+      const back = roundTrip(stream, parts[0], sent.length);
+      for (const part of parts.slice(1)) stream.write(part);
+      stream.uncork();
+
+      expect(sha(await back)).toBe(sha(sent));
+    }
+    // Each round: the small parts together, then each part of 1 MiB or more on its own (two never fit in one).
+    const round = [107_868, 1024 * 1024 - 1, 1024 * 1024, 1024 * 1024 + 5, 3 * 1024 * 1024];
+    expect(unwrapped.slice(dialled)).toEqual([[...round, ...round, ...round]]);
+    stream.destroy();
   });
 
   it('fails the stream with a PortForwardError when nothing listens, and lets the WebSocket go', async () => {

@@ -6,6 +6,7 @@ import type { KubeConfig } from '@kubernetes/client-node';
 // client-node's PortForward forwards one port only; its WebSocket connect (auth, TLS, proxy, timeout) serves several.
 import { WebSocketHandler } from '@kubernetes/client-node/dist/web-socket-handler.js';
 import type WebSocket from 'ws';
+import { pool } from '../../shared/buffer-pool.js';
 import { apiCall } from './errors.js';
 import { ApiTimeoutError, isHandshakeTimeout, requestTimeoutOf } from './request-timeout.js';
 
@@ -13,6 +14,24 @@ import { ApiTimeoutError, isHandshakeTimeout, requestTimeoutOf } from './request
  * How much the WebSocket may buffer before writes wait: enough to keep a fast link busy, small enough to bound memory.
  */
 const WS_HIGH_WATER_BYTES = 1024 * 1024;
+/**
+ * Gathered writes (_writev) are cut into messages of about this size: whoever unwraps a WebSocket message (API server,
+ * kubelet) holds it whole first. A single write goes as one message.
+ */
+const MESSAGE_BYTES = WS_HIGH_WATER_BYTES;
+/**
+ * Messages of this size and up are copied into buffers of the process's pool (shared/buffer-pool.ts), given back once
+ * written; smaller ones come from Node's own pool. With the writer's concatenation and a fresh buffer per message, the
+ * CLI spent twice the CPU per byte through the tunnel, much of it faulting in fresh pages (benchmarks.md).
+ */
+const POOLED_MIN_BYTES = 16 * 1024;
+/** Larger messages (a single write of more than 2 MiB) get a buffer of their own. */
+const POOLED_MAX_BYTES = 2 * 1024 * 1024;
+
+/** The pool's size class for a message of `size` bytes: the next power of two, so that bulk messages share buffers. */
+function pooledSize(size: number): number {
+  return 2 ** Math.ceil(Math.log2(size));
+}
 /** Port i has data channel 2i and error channel 2i+1; channel 255 means "close", so 127 ports at most. */
 const MAX_PORTS = 127;
 /** The first message on each channel starts with its port (uint16 little-endian), which is not stream data. */
@@ -44,19 +63,55 @@ class PortStream extends Duplex {
   }
 
   override _write(chunk: Buffer, _enc: BufferEncoding, cb: (err?: Error | null) => void): void {
+    this.#send([chunk], chunk.length, cb);
+  }
+
+  /**
+   * Corked writes (the mux corks each flush's frames) and writes queued behind a full WebSocket: gathered into one
+   * message (one copy) instead of being concatenated by the writer and copied again here.
+   */
+  override _writev(chunks: Array<{ chunk: Buffer }>, cb: (err?: Error | null) => void): void {
+    let group: Buffer[] = [];
+    let bytes = 0;
+    for (const { chunk } of chunks) {
+      if (bytes > 0 && bytes + chunk.length > MESSAGE_BYTES) {
+        // Only the last message's callback holds the writer back; a failed send destroys the stream anyway.
+        this.#send(group, bytes, (err) => err && this.destroy(err));
+        group = [];
+        bytes = 0;
+      }
+      group.push(chunk);
+      bytes += chunk.length;
+    }
+    this.#send(group, bytes, cb);
+  }
+
+  /** Sends `chunks` (`bytes` in all) as one message on this port's data channel; `cb` when the WebSocket takes more. */
+  #send(chunks: Buffer[], bytes: number, cb: (err?: Error | null) => void): void {
     const ws = this.socket.ws;
     if (!ws || ws.readyState !== ws.OPEN) {
       cb(new PortForwardError('the port-forward connection is closed'));
       return;
     }
-    const frame = Buffer.allocUnsafe(chunk.length + 1);
-    frame[0] = this.dataChannel;
-    chunk.copy(frame, 1);
+    const size = bytes + 1;
+    const pooled = size >= POOLED_MIN_BYTES && size <= POOLED_MAX_BYTES ? pool.take(pooledSize(size)) : undefined;
+    const message = pooled ? pooled.subarray(0, size) : Buffer.allocUnsafe(size);
+    message[0] = this.dataChannel;
+    let at = 1;
+    for (const chunk of chunks) at += chunk.copy(message, at);
+    // ws is done with the message once it has been written (or failed): only then can its buffer be taken again.
+    const sent = (err?: Error | null): Error | null => {
+      if (pooled) pool.give(pooled);
+      return err ?? null;
+    };
     if (ws.bufferedAmount < WS_HIGH_WATER_BYTES) {
-      ws.send(frame, (err) => err && this.destroy(err));
+      ws.send(message, (err) => {
+        const failed = sent(err);
+        if (failed) this.destroy(failed);
+      });
       cb();
     } else {
-      ws.send(frame, (err) => cb(err ?? null));
+      ws.send(message, (err) => cb(sent(err)));
     }
   }
 
