@@ -67,6 +67,8 @@ type Variant =
   | 'relaySplit'
   | 'relayWs'
   | 'relayWsJs'
+  | 'rawDown'
+  | 'relayWsDown'
   | Reference
   | `${Reference}64`;
 /** Relay pairs timed as references, next to devop's pair, not in the RESULT line. */
@@ -130,6 +132,42 @@ function measureWarm(sock: net.Socket, total: number, chunk: Buffer): Promise<nu
     sock.write(length);
     writeAll(sock, total, chunk);
   });
+}
+
+/**
+ * Bytes per second of a download of `total` bytes from the sink's source port through `port` (the connect is timed):
+ * the length asked for, then everything read until the source ends.
+ */
+async function measureDown(port: number, total: number): Promise<number> {
+  const t0 = process.hrtime.bigint();
+  const sock = await connect(port, '127.0.0.1');
+  try {
+    const length = Buffer.alloc(8);
+    length.writeBigUInt64BE(BigInt(total));
+    let got = 0;
+    await new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(
+        () => reject(new Error(`a download took over ${TRANSFER_DEADLINE_MS / 1000} s (${got} of ${total} bytes)`)),
+        TRANSFER_DEADLINE_MS,
+      );
+      sock.on('data', (chunk: Buffer) => {
+        got += chunk.length;
+      });
+      sock.on('end', () => {
+        clearTimeout(timer);
+        if (got === total) resolve();
+        else reject(new Error(`a download ended after ${got} of ${total} bytes`));
+      });
+      sock.on('error', (err) => {
+        clearTimeout(timer);
+        reject(err);
+      });
+      sock.write(length);
+    });
+  } finally {
+    sock.destroy();
+  }
+  return total / (Number(process.hrtime.bigint() - t0) / 1e9);
 }
 
 function connect(port: number, host: string): Promise<net.Socket> {
@@ -247,7 +285,13 @@ async function startCPairs(
  * The sessions devop-splice lets join (the CLI sides' nativeJoin tokens): one per CLI process, as a join replaces the
  * session's earlier native connection.
  */
-const SPLICE_TOKENS = { loopback: 'bench', delayed: 'bench-rtt', ws: 'bench-ws', wsJs: 'bench-ws-js' };
+const SPLICE_TOKENS = {
+  loopback: 'bench',
+  delayed: 'bench-rtt',
+  ws: 'bench-ws',
+  wsJs: 'bench-ws-js',
+  wsDown: 'bench-ws-down',
+};
 
 /**
  * devop-splice as the agent runs it (dist/, built as the image builds it: see main), with the sessions allowed; `exec`
@@ -313,7 +357,8 @@ async function main(): Promise<void> {
     const entryPoints = helpers.map((h) => resolve(import.meta.dirname, `lib/${h}.ts`));
     await build({ ...common, banner, entryPoints, outdir: dir, outExtension: { '.js': '.mjs' } });
     const bundle = (name: string): string => join(dir, `${name}.mjs`);
-    const sink = (await startHelper<{ port: number }>(children, bundle('sink'), [])).port;
+    const sinks = await startHelper<{ port: number; source: number }>(children, bundle('sink'), []);
+    const sink = sinks.port;
     // The agent side as the agent runs: on the agent image's node, with the agent's flags (lite mode: no optimizing
     // compiler; a small young generation), or DEVOP_TEST_AGENT_FLAGS (as the agent suites take them).
     const onNode = await agentNode(dir);
@@ -374,6 +419,8 @@ async function main(): Promise<void> {
     const relayWs = await cliSide(`ws:${wsRelay}:${agent}`, sink, SPLICE_TOKENS.ws, withModules);
     const jsMasking = { ...withModules, WS_NO_BUFFER_UTIL: '1' };
     const relayWsJs = await cliSide(`ws:${wsRelay}:${agent}`, sink, SPLICE_TOKENS.wsJs, jsMasking);
+    // The other way: the pod's side sends (a download through `devop port-forward`, a stolen request on its way in).
+    const relayWsDown = await cliSide(`ws:${wsRelay}:${agent}`, sinks.source, SPLICE_TOKENS.wsDown, withModules);
     const nodePipe = await startNodePipePair(children, bundle('node-pipe-relay'), sink);
     const cPairs = await startCPairs(children, dir, sink);
     const chunk = Buffer.alloc(WRITE_SIZE, 0x5a);
@@ -394,6 +441,8 @@ async function main(): Promise<void> {
       relaySplit: (total) => measure(relaySplit, 1, Math.round((total * RTT_TOTAL) / TOTAL), chunk),
       relayWs: (total) => measure(relayWs, 1, total, chunk),
       relayWsJs: (total) => measure(relayWsJs, 1, total, chunk),
+      rawDown: (total) => measureDown(sinks.source, total),
+      relayWsDown: (total) => measureDown(relayWsDown, total),
       inNode: (total) => measure(inNode, 1, total, chunk),
       inNode64: (total) => measure(inNode, PARALLEL, total, chunk),
       nodePipe: (total) => measure(nodePipe, 1, total, chunk),
@@ -461,6 +510,10 @@ async function main(): Promise<void> {
       const js = `${fmt(med.relayWsJs)} (bufferutil ${ratio('relayWs', 'relayWsJs')}× that)`;
       const where = "through the port-forward WebSocket and the stand-in's relay";
       console.log(`reference: ${where}: ${ws}; with ws's JavaScript masking ${js}`);
+    }
+    if (names.includes('relayWsDown') && names.includes('rawDown')) {
+      const down = `devop ${fmt(med.relayWsDown)}, raw ${fmt(med.rawDown)}, ${ratio('relayWsDown', 'rawDown')}× raw`;
+      console.log(`reference: the other way (the pod's side sends) through the same WebSocket line: ${down}`);
     }
     if (names.includes('relaySplit')) {
       const split = `devop ${fmt(med.relaySplit)}, raw ${fmt(med.rawSplit)}, ${ratio('relaySplit', 'rawSplit')}× raw`;

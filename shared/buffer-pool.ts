@@ -1,7 +1,7 @@
 // Free buffers by size, shared by the process: its connections' own reads (own-reads.ts) and the messages the
-// port-forward tunnel copies its writes into (cli/kube/tunnel.ts). A buffer of 16 KiB or more comes from malloc, and a
-// process that moves bulk data through fresh ones makes V8 start major GCs as they add up, and the C heap fault its
-// pages in again after each trim; taking one that was given back costs neither.
+// port-forward tunnel copies its writes into (cli/kube/tunnel.ts). A Buffer of 4 KiB or more comes from malloc (Node
+// pools only smaller ones), and a process that moves bulk data through fresh ones makes V8 start major GCs as they add
+// up, and the C heap fault its pages in again after each trim; taking one that was given back costs neither.
 
 /**
  * Free buffers by size: take() one that was given back, or a new one. Bounded, and emptied once none was taken for a
