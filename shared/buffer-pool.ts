@@ -8,7 +8,7 @@
  * while, so an idle process holds none. Allocating read buffers was the cost of short connections: 64 connections of
  * 2 MiB each spent a quarter of the CLI's CPU in major GCs (benchmarks.md).
  */
-export class BufferPool {
+class BufferPool {
   readonly #free = new Map<number, Buffer[]>();
   #bytes = 0;
   #idle: NodeJS.Timeout | undefined;
