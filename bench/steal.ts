@@ -28,6 +28,7 @@ import { PodNet, waitFor, type Proc } from '../test/agent/netns.js';
 import { connectSession, startLocalCommand } from '../test/agent/session-client.js';
 import { AGENT_NODE_FLAGS } from '../shared/agent-contract.js';
 import { agentNode } from './lib/agent-node.js';
+import { cpuMs } from './lib/proc-cpu.js';
 import { teardownOnInterrupt } from './lib/interrupt.js';
 
 const execFileAsync = promisify(execFile);
@@ -172,15 +173,6 @@ function treeRss(root: number): { rss: number; anon: number; procs: string[] } {
     }
   }
   return { rss, anon, procs };
-}
-
-const CLK_TCK = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }));
-
-/** CPU time (ms) a process has used so far, user and system, from /proc/PID/stat (fields 14 and 15). */
-function cpuMs(pid: number): { user: number; sys: number } {
-  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-  return { user: (Number(fields[11]) * 1000) / CLK_TCK, sys: (Number(fields[12]) * 1000) / CLK_TCK };
 }
 
 /** Starts a process inside `ns` that prints `ready` (a whole line) once it serves. */

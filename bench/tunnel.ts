@@ -29,6 +29,7 @@ import { build } from 'esbuild';
 import { banner, common } from '../scripts/build-options.mjs';
 import { AGENT_NODE_FLAGS } from '../shared/agent-contract.js';
 import { agentNode } from './lib/agent-node.js';
+import { cpuMs } from './lib/proc-cpu.js';
 import { teardownOnInterrupt } from './lib/interrupt.js';
 import { startTunPath, type TunPath } from './lib/tun-path.js';
 import { startSshForward, type SshForward } from './lib/ssh.js';
@@ -222,7 +223,7 @@ function startHelper<T>(
   args: string[],
   node: readonly string[] = [process.execPath],
   env: NodeJS.ProcessEnv = process.env,
-): Promise<T> {
+): Promise<T & { pid: number }> {
   const [cmd, argv] = bundle.endsWith('.mjs') ? [node[0], [...node.slice(1), bundle, ...args]] : [bundle, args];
   const child = spawn(cmd, argv, { stdio: ['pipe', 'pipe', 'inherit'], env });
   children.push(child);
@@ -231,7 +232,7 @@ function startHelper<T>(
     child.stdout.on('data', (d: Buffer) => {
       buf += d.toString();
       const nl = buf.indexOf('\n');
-      if (nl >= 0) resolve(JSON.parse(buf.slice(buf.indexOf('{'), nl)) as T);
+      if (nl >= 0) resolve({ ...(JSON.parse(buf.slice(buf.indexOf('{'), nl)) as T), pid: child.pid ?? -1 });
     });
     child.once('exit', (code) => reject(new Error(`${bundle} exited with ${code} before it was ready`)));
   });
@@ -387,6 +388,8 @@ async function main(): Promise<void> {
     const lineArgs = [String(DELAY_MS), String(sink), String(agent)];
     const line = await startHelper<{ ports: [number, number] }>(children, bundle('delay-line'), lineArgs);
     const [sinkSplit, agentSplit] = line.ports;
+    // The CLI-side process behind each of devop's local ports: its CPU per MiB moved is printed beside the results.
+    const cliPid = new Map<number, number>();
     const cliSide = async (
       agentAt: string,
       target: number,
@@ -394,7 +397,9 @@ async function main(): Promise<void> {
       env: NodeJS.ProcessEnv = process.env,
     ): Promise<number> => {
       const args = [agentAt, String(target), ...(token ? [token] : [])];
-      return (await startHelper<{ port: number }>(children, bundle('tunnel-cli'), args, undefined, env)).port;
+      const { port, pid } = await startHelper<{ port: number }>(children, bundle('tunnel-cli'), args, undefined, env);
+      cliPid.set(port, pid);
+      return port;
     };
     const relay = await cliSide(String(agent), sink, SPLICE_TOKENS.loopback);
     const inNode = await cliSide(String(inNodeAgent), sink);
@@ -453,6 +458,15 @@ async function main(): Promise<void> {
       cSplice64: (total) => measure(cPairs?.splicing ?? 0, PARALLEL, total, chunk),
     };
     const cVariants: Variant[] = ['cPair', 'cPair64', 'cSplice', 'cSplice64'];
+    const cliOf: Partial<Record<Variant, number>> = {
+      relay: cliPid.get(relay),
+      multi: cliPid.get(relay),
+      relayWs: cliPid.get(relayWs),
+      relayWsJs: cliPid.get(relayWsJs),
+      relayWsDown: cliPid.get(relayWsDown),
+      inNode: cliPid.get(inNode),
+      inNode64: cliPid.get(inNode),
+    };
     // DEVOP_BENCH_ONLY=rawRtt,relayRtt times those variants only (paired runs of one change); no RESULT line then.
     const only = process.env.DEVOP_BENCH_ONLY?.split(',');
     const names = (Object.keys(variants) as Variant[]).filter(
@@ -465,12 +479,21 @@ async function main(): Promise<void> {
     );
     for (const name of names) await variants[name](WARMUP);
     const results = Object.fromEntries(names.map((n) => [n, [] as number[]])) as Record<Variant, number[]>;
+    /** CPU (user + system ms) each CLI-side process used during its variant's timed transfers. */
+    const cliCpu: Partial<Record<Variant, number>> = {};
+    const cpuOf = (pid: number): number => {
+      const { user, sys } = cpuMs(pid);
+      return user + sys;
+    };
     for (let round = 1; round <= ROUNDS; round++) {
       // Rotate the order each round so that no variant always runs right after the same neighbour.
       const order = names.map((_, i) => names[(i + round) % names.length]);
       const out: string[] = [];
       for (const name of order) {
+        const pid = cliOf[name];
+        const before = pid === undefined ? 0 : cpuOf(pid);
         const bps = await variants[name](TOTAL);
+        if (pid !== undefined) cliCpu[name] = (cliCpu[name] ?? 0) + cpuOf(pid) - before;
         results[name].push(bps);
         out.push(`${name}=${fmt(bps)}`);
       }
@@ -480,6 +503,11 @@ async function main(): Promise<void> {
     // Ratios are taken within each round (neighbours in time see the same machine load), then the median across rounds.
     const ratio = (a: Variant, b: Variant): string => median(results[a].map((x, i) => x / results[b][i])).toFixed(2);
     console.log(`medians: ${names.map((n) => `${n} ${fmt(med[n])}`).join(', ')}`);
+    // Steadier than the rates between runs: what the CLI side spends per MiB does not wait on the other processes.
+    const perMiB = (Object.keys(cliCpu) as Variant[]).map(
+      (n) => `${n} ${((cliCpu[n] ?? 0) / ((ROUNDS * TOTAL) / MiB)).toFixed(2)} ms`,
+    );
+    if (perMiB.length > 0) console.log(`CLI side CPU per MiB moved (user + system): ${perMiB.join(', ')}`);
     // One line per reference pair: one connection against raw (devop's pair against it), then 64 against raw64.
     const references: [Reference, string][] = [
       ['inNode', "devop's CLI side with the agent's Node side (serveOutgoing)"],
