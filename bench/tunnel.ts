@@ -28,6 +28,7 @@ import { join, resolve } from 'node:path';
 import { build } from 'esbuild';
 import { banner, common } from '../scripts/build-options.mjs';
 import { AGENT_NODE_FLAGS } from '../shared/agent-contract.js';
+import { makeCerts } from '../test/cluster/certs.js';
 import { agentNode } from './lib/agent-node.js';
 import { cpuMs } from './lib/proc-cpu.js';
 import { teardownOnInterrupt } from './lib/interrupt.js';
@@ -70,6 +71,8 @@ type Variant =
   | 'relayWsJs'
   | 'rawDown'
   | 'relayWsDown'
+  | 'relayWss'
+  | 'relayWssDown'
   | Reference
   | `${Reference}64`;
 /** Relay pairs timed as references, next to devop's pair, not in the RESULT line. */
@@ -292,6 +295,8 @@ const SPLICE_TOKENS = {
   ws: 'bench-ws',
   wsJs: 'bench-ws-js',
   wsDown: 'bench-ws-down',
+  wss: 'bench-wss',
+  wssDown: 'bench-wss-down',
 };
 
 /**
@@ -426,6 +431,16 @@ async function main(): Promise<void> {
     const relayWsJs = await cliSide(`ws:${wsRelay}:${agent}`, sink, SPLICE_TOKENS.wsJs, jsMasking);
     // The other way: the pod's side sends (a download through `devop port-forward`, a stolen request on its way in).
     const relayWsDown = await cliSide(`ws:${wsRelay}:${agent}`, sinks.source, SPLICE_TOKENS.wsDown, withModules);
+    // Both ways again over HTTPS, as every cluster's API server is: the relay with a certificate of a CA of the bench's
+    // own (the stand-in's PKI), the CLI side verifying it as the CLI does.
+    const certs = await makeCerts(dir, ['IP:127.0.0.1']);
+    const tlsArgs = ['0', join(dir, 'apiserver.crt'), join(dir, 'apiserver.key')];
+    const wssRelay = (
+      await startHelper<{ port: number }>(children, bundle('portforward-relay'), tlsArgs, undefined, withModules)
+    ).port;
+    const wss = `wss:${wssRelay}:${agent}:${certs.caPath}`;
+    const relayWss = await cliSide(wss, sink, SPLICE_TOKENS.wss, withModules);
+    const relayWssDown = await cliSide(wss, sinks.source, SPLICE_TOKENS.wssDown, withModules);
     const nodePipe = await startNodePipePair(children, bundle('node-pipe-relay'), sink);
     const cPairs = await startCPairs(children, dir, sink);
     const chunk = Buffer.alloc(WRITE_SIZE, 0x5a);
@@ -448,6 +463,8 @@ async function main(): Promise<void> {
       relayWsJs: (total) => measure(relayWsJs, 1, total, chunk),
       rawDown: (total) => measureDown(sinks.source, total),
       relayWsDown: (total) => measureDown(relayWsDown, total),
+      relayWss: (total) => measure(relayWss, 1, total, chunk),
+      relayWssDown: (total) => measureDown(relayWssDown, total),
       inNode: (total) => measure(inNode, 1, total, chunk),
       inNode64: (total) => measure(inNode, PARALLEL, total, chunk),
       nodePipe: (total) => measure(nodePipe, 1, total, chunk),
@@ -464,6 +481,8 @@ async function main(): Promise<void> {
       relayWs: cliPid.get(relayWs),
       relayWsJs: cliPid.get(relayWsJs),
       relayWsDown: cliPid.get(relayWsDown),
+      relayWss: cliPid.get(relayWss),
+      relayWssDown: cliPid.get(relayWssDown),
       inNode: cliPid.get(inNode),
       inNode64: cliPid.get(inNode),
     };
@@ -542,6 +561,11 @@ async function main(): Promise<void> {
     if (names.includes('relayWsDown') && names.includes('rawDown')) {
       const down = `devop ${fmt(med.relayWsDown)}, raw ${fmt(med.rawDown)}, ${ratio('relayWsDown', 'rawDown')}× raw`;
       console.log(`reference: the other way (the pod's side sends) through the same WebSocket line: ${down}`);
+    }
+    if (names.includes('relayWss') && names.includes('relayWssDown')) {
+      const up = `devop ${fmt(med.relayWss)}, ${ratio('relayWss', 'raw')}× raw`;
+      const down = `the other way ${fmt(med.relayWssDown)}`;
+      console.log(`reference: the same WebSocket line over HTTPS, as to a cluster's API server: ${up}; ${down}`);
     }
     if (names.includes('relaySplit')) {
       const split = `devop ${fmt(med.relaySplit)}, raw ${fmt(med.rawSplit)}, ${ratio('relaySplit', 'rawSplit')}× raw`;

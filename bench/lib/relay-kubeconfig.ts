@@ -1,11 +1,15 @@
 // The kubeconfig of the bench helpers that reach the stand-in's port-forward relay (bench/lib/portforward-relay.ts) as
-// the CLI reaches an API server: plain HTTP on 127.0.0.1, no credentials (the relay asks for none).
+// the CLI reaches an API server: on 127.0.0.1, plain HTTP, or HTTPS verified against `caFile` (the relay's CA), no
+// credentials (the relay asks for none).
 import { KubeConfig } from '@kubernetes/client-node';
 
-export function relayKubeConfig(relayPort: number): KubeConfig {
+export function relayKubeConfig(relayPort: number, caFile?: string): KubeConfig {
   const kc = new KubeConfig();
+  const cluster = caFile
+    ? { name: 'bench', server: `https://127.0.0.1:${relayPort}`, caFile, skipTLSVerify: false }
+    : { name: 'bench', server: `http://127.0.0.1:${relayPort}`, skipTLSVerify: true };
   kc.loadFromOptions({
-    clusters: [{ name: 'bench', server: `http://127.0.0.1:${relayPort}`, skipTLSVerify: true }],
+    clusters: [cluster],
     users: [{ name: 'bench' }],
     contexts: [{ name: 'bench', cluster: 'bench', user: 'bench' }],
     currentContext: 'bench',

@@ -9,6 +9,8 @@
 // the same, with the tunnel the CLI opens in a cluster: a pods/portforward WebSocket (cli/kube/tunnel.ts, client-node's
 // ws) to the stand-in's port-forward at 127.0.0.1:<relay port> (bench/lib/portforward-relay.ts), which dials the agent
 // port on 127.0.0.1.
+//   node tunnel-cli.mjs wss:<relay port>:<agent port>:<CA file> <target port> <token>
+// the same over HTTPS, as to a cluster's API server: the relay serves TLS with a certificate of that CA.
 import { connect } from 'node:net';
 import { once } from 'node:events';
 import type { Duplex } from 'node:stream';
@@ -21,9 +23,10 @@ import { NullReporter } from '../../cli/ui/null.js';
 import { relayKubeConfig } from './relay-kubeconfig.js';
 
 async function openTunnel(at: string): Promise<Duplex> {
-  if (at.startsWith('ws:')) {
-    const [relayPort, port] = at.slice(3).split(':').map(Number);
-    return openPortForward(relayKubeConfig(relayPort), { namespace: 'bench', pod: 'bench', port });
+  if (at.startsWith('ws:') || at.startsWith('wss:')) {
+    const [relayPort, port, caFile] = at.slice(at.indexOf(':') + 1).split(':');
+    const kc = relayKubeConfig(Number(relayPort), caFile);
+    return openPortForward(kc, { namespace: 'bench', pod: 'bench', port: Number(port) });
   }
   const [host, port] = at.includes(':') ? at.split(':') : ['127.0.0.1', at];
   const socket = connect({ host, port: Number(port) });
