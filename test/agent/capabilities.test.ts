@@ -1,6 +1,6 @@
 // The agent with exactly the capabilities its manifest asks for (every feature works), and with one of them taken away
 // (the feature that needs it fails with one line naming the capability; the others keep working).
-import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
 import { AGENT_CAPABILITIES, type AgentCapability } from '../../shared/agent-contract.js';
 import { requireRoot } from '../helpers/root.js';
 import { httpGet } from './http.js';
@@ -24,6 +24,17 @@ function logged(agent: AgentProc, msg: string): Array<Record<string, unknown>> {
   });
 }
 
+/**
+ * The agent's last `subscribed` log line once it is about `mode`: the answer comes over the session's socket, the log
+ * line over the agent's stdout, and either can arrive first.
+ */
+function loggedSubscription(agent: AgentProc, mode: string): Promise<Record<string, unknown>> {
+  return waitFor(() => {
+    const last = logged(agent, 'subscribed').at(-1);
+    return last?.mode === mode ? last : undefined;
+  }, `the agent's log line for the ${mode} subscription`);
+}
+
 describe.runIf(run)('agent: the capabilities its manifest asks for', () => {
   const net = new PodNet();
   let client: string;
@@ -39,18 +50,35 @@ describe.runIf(run)('agent: the capabilities its manifest asks for', () => {
     await local?.close();
     await net.teardown();
   });
+  // A test that fails half-way leaves neither its agent nor the agent's rules to the next one.
+  const agents: AgentProc[] = [];
+  afterEach(async () => {
+    for (const agent of agents.splice(0)) {
+      try {
+        process.kill(agent.pid, 'SIGTERM');
+      } catch {
+        // Already gone: the test ended it.
+      }
+    }
+    await waitFor(async () => (await net.devopRules()).length === 0, "the agent's rules to go");
+  });
+  async function startAgent(...args: Parameters<PodNet['startAgent']>): Promise<AgentProc> {
+    const agent = await net.startAgent(...args);
+    agents.push(agent);
+    return agent;
+  }
 
   async function session(agent: AgentProc) {
     return connectSession(await net.relay(net.podNs, '127.0.0.1', agent.port), { local });
   }
 
   test('with exactly those: job mode enters the netns, steals, mirrors by capture, reads env and files', async () => {
-    const agent = await net.startAgent({}, { capabilities: AGENT_CAPABILITIES });
+    const agent = await startAgent({}, { capabilities: AGENT_CAPABILITIES });
     const s = await session(agent);
     expect((await s.subscribe(3000, 'steal')).type).toBe('subscribed');
     expect((await httpGet(client, '/stolen')).body).toBe('local: GET /stolen');
     expect((await s.subscribe(3000, 'mirror')).type).toBe('subscribed');
-    expect(logged(agent, 'subscribed').at(-1)).toMatchObject({ mode: 'mirror', via: 'capture' });
+    expect(await loggedSubscription(agent, 'mirror')).toMatchObject({ via: 'capture' });
     expect((await httpGet(client, '/mirrored')).body).toBe('pod: GET /mirrored');
     const env = await s.request({ type: 'envRead', id: 'e' }, ['env']);
     expect(env.vars.FROM_POD).toBe('yes');
@@ -69,7 +97,7 @@ describe.runIf(run)('agent: the capabilities its manifest asks for', () => {
   });
 
   test('without NET_ADMIN: stealing is refused with one line naming it; mirroring by capture still works', async () => {
-    const agent = await net.startAgent({}, { capabilities: without('NET_ADMIN') });
+    const agent = await startAgent({}, { capabilities: without('NET_ADMIN') });
     const s = await session(agent);
     const refused = await s.subscribe(3000, 'steal');
     expect(refused).toMatchObject({ type: 'refused' });
@@ -83,10 +111,10 @@ describe.runIf(run)('agent: the capabilities its manifest asks for', () => {
   });
 
   test('without NET_RAW: mirror copies come through the agent, and the log says which capability is missing', async () => {
-    const agent = await net.startAgent({}, { capabilities: without('NET_RAW') });
+    const agent = await startAgent({}, { capabilities: without('NET_RAW') });
     const s = await session(agent);
     expect((await s.subscribe(3000, 'mirror')).type).toBe('subscribed');
-    expect(logged(agent, 'subscribed').at(-1)).toMatchObject({ mode: 'mirror', via: 'redirect' });
+    expect(await loggedSubscription(agent, 'mirror')).toMatchObject({ via: 'redirect' });
     expect(String(logged(agent, 'mirror copies go through the agent')[0]?.why)).toMatch(
       /lacks CAP_NET_RAW, which a packet capture needs/,
     );
@@ -103,7 +131,7 @@ describe.runIf(run)('agent: the capabilities its manifest asks for', () => {
 
   test('without SYS_PTRACE: reading a file of the target is refused with one line naming it; stealing still works', async () => {
     // As an ephemeral container: already in the netns, so only the reads through the target's /proc entries need it.
-    const agent = await net.startAgent(
+    const agent = await startAgent(
       { DEVOP_AGENT_MODE: 'ephemeral' },
       { inPodNetns: true, capabilities: without('SYS_PTRACE') },
     );
