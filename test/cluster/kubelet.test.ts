@@ -536,6 +536,33 @@ describe('stand-in kubelet', () => {
     const cat = await runtime.exec({ namespace: 'default', pod: name, command: ['cat'], stdin: true, tty: false });
     cat.stdin!.end('through stdin');
     expect((await execOutput(cat)).stdout).toBe('through stdin');
+    // A short command's output arrives whole every time (ctr's FIFO copy lost it a few times in a hundred)
+    for (let i = 0; i < 20; i++) {
+      const short = await runtime.exec({
+        namespace: 'default',
+        pod: name,
+        command: ['echo', `${i}`],
+        stdin: false,
+        tty: false,
+      });
+      expect(await execOutput(short)).toEqual({ stdout: `${i}\n`, stderr: '', exitCode: 0 });
+    }
+    // Killing an exec ends the command in the container (it is not the kubelet's child), and nothing else of the pod
+    const [before] = await pidsOfContainer(containerID(pod));
+    const sleeper = await runtime.exec({
+      namespace: 'default',
+      pod: name,
+      command: ['sh', '-c', 'echo up; exec sleep 777'],
+      stdin: false,
+      tty: false,
+    });
+    await new Promise<void>((resolve) => sleeper.stdout.once('data', () => resolve()));
+    const during = await pidsOfContainer(containerID(pod));
+    expect(during.length).toBe(2);
+    sleeper.kill();
+    expect((await execOutput(sleeper)).exitCode).toBe(137);
+    await waitUntil('the exec’d sleep gone', async () => (await pidsOfContainer(containerID(pod))).length === 1, 5_000);
+    expect(await pidsOfContainer(containerID(pod))).toEqual([before]);
   });
 
   it('runs an ephemeral container in the target pod’s netns', async () => {

@@ -2,7 +2,7 @@
 // backends the API server calls. It knows nothing of the API: the kubelet (index.ts) feeds it pods and reports
 // statuses.
 import { mkdirSync, rmSync } from 'node:fs';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import type { Duplex, Readable } from 'node:stream';
 import type { V1Pod } from '@kubernetes/client-node';
 import { UserError } from '../../../shared/errors.js';
@@ -16,6 +16,7 @@ import {
   writeContainerLogger,
 } from './containerd.js';
 import type { EnvSources } from './env.js';
+import { buildExecReaper } from './exec.js';
 import { readContainerLog } from './logs.js';
 import { NodeNetwork, reserveSubnets, type NodeSubnets } from './network.js';
 import { boundingCapabilities } from './oci-spec.js';
@@ -51,6 +52,7 @@ export class KubeletNode implements NodeRuntime {
   private readonly boundingCapabilities = boundingCapabilities();
   private oomWatch!: OomWatch;
   private loggerPath = '';
+  private execReaperPath = '';
   private stopped = false;
 
   private constructor(
@@ -85,6 +87,7 @@ export class KubeletNode implements NodeRuntime {
       await importImages(opts.imagesDir);
       node.oomWatch = new OomWatch();
       node.loggerPath = writeContainerLogger(opts.instance);
+      node.execReaperPath = buildExecReaper(dirname(node.loggerPath));
       mkdirSync(stateDir, { recursive: true });
       await network.setUp();
     } catch (err) {
@@ -132,6 +135,7 @@ export class KubeletNode implements NodeRuntime {
       images: this.images,
       oomWatch: this.oomWatch,
       loggerPath: this.loggerPath,
+      execReaperPath: this.execReaperPath,
       boundingCapabilities: this.boundingCapabilities,
       envSources: this.opts.envSources,
       stateDir: this.stateDir,

@@ -41,6 +41,8 @@ export interface PodWorkerDeps {
   oomWatch: OomWatch;
   /** The executable containerd's shim runs as each container's logger. */
   loggerPath: string;
+  /** exec-reaper.c, built for pods/exec. */
+  execReaperPath: string;
   /** What the kubelet's own process may hand on to containers (privileged and ALL mean these). */
   boundingCapabilities: string[];
   envSources: EnvSources;
@@ -482,7 +484,7 @@ export class PodWorker {
   execProcess(rec: ContainerRecord, command: string[], stdin: boolean, tty: boolean) {
     const attempt = currentAttempt(rec);
     if (!attempt?.proc || !isRunning(rec)) throw new Error(`container ${rec.name} is not running`);
-    return execInContainer(attempt.id, command, stdin, tty);
+    return execInContainer(this.deps.execReaperPath, attempt.id, command, stdin, tty);
   }
 
   /**
