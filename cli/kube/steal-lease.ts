@@ -191,6 +191,8 @@ export class StealLeases {
   private readonly api: CoordinationV1Api;
   readonly identity: string;
   private readonly held = new Map<number, string>();
+  /** Each port's renewal in flight: a release waits for it, or the two would race (below). */
+  private readonly renewing = new Map<number, Promise<void>>();
   private timer: NodeJS.Timeout | undefined;
   private readonly now: () => number;
 
@@ -266,7 +268,13 @@ export class StealLeases {
 
   /** Renews every held lease once (the timer calls it; tests may too). */
   async renewAll(): Promise<void> {
-    await Promise.all([...this.held.keys()].map((port) => this.renew(port)));
+    await Promise.all(
+      [...this.held.keys()].map((port) => {
+        const renewal = this.renewing.get(port) ?? this.renew(port).finally(() => this.renewing.delete(port));
+        this.renewing.set(port, renewal);
+        return renewal;
+      }),
+    );
   }
 
   private async renew(port: number): Promise<void> {
@@ -275,6 +283,7 @@ export class StealLeases {
     const namespace = this.options.namespace;
     try {
       const lease = await this.api.readNamespacedLease({ name, namespace });
+      if (this.held.get(port) !== name) return; // released meanwhile: the release deletes it
       if (lease.spec?.holderIdentity !== this.identity) {
         this.held.delete(port);
         this.options.onLost?.(port, leaseHolder(lease));
@@ -287,7 +296,8 @@ export class StealLeases {
       });
     } catch (err) {
       if (apiErrorCode(err) === 404) {
-        // Deleted (e.g. by `devop clean`): take it again, we still steal.
+        // Deleted (e.g. by `devop clean`): take it again if we still steal (not if our own release deleted it).
+        if (this.held.get(port) !== name) return;
         this.held.delete(port);
         await this.take(port).catch((e: unknown) => this.options.onRenewError?.(port, e));
         return;
@@ -297,26 +307,42 @@ export class StealLeases {
     }
   }
 
-  /** Gives one port's lock back (deletes the Lease if it is still ours). */
+  /**
+   * Gives one port's lock back (deletes the Lease if it is still ours). A renewal in flight is waited for first: its
+   * write would otherwise make the delete's precondition fail (the Lease left held, renewed a moment ago), or find the
+   * Lease deleted and take it again.
+   */
   async release(port: number): Promise<void> {
     const name = this.held.get(port);
     if (!name) return;
+    this.unhold(port);
+    await this.renewing.get(port);
+    this.unhold(port); // a renewal that found the Lease gone may have taken it again
+    const namespace = this.options.namespace;
+    // A 409 means another write came between our read and delete (someone else's take-over, or an old renewal that
+    // was still on its way): read again; three tries, then it expires by itself.
+    for (let attempt = 0; attempt < 3; attempt++) {
+      try {
+        const lease = await this.api.readNamespacedLease({ name, namespace });
+        if (lease.spec?.holderIdentity !== this.identity) return;
+        await this.api.deleteNamespacedLease({
+          name,
+          namespace,
+          body: { preconditions: { resourceVersion: lease.metadata?.resourceVersion } },
+        });
+        return;
+      } catch (err) {
+        // Already gone, or the API is unreachable: it expires by itself.
+        if (apiErrorCode(err) !== 409) return;
+      }
+    }
+  }
+
+  private unhold(port: number): void {
     this.held.delete(port);
     if (this.held.size === 0 && this.timer) {
       clearInterval(this.timer);
       this.timer = undefined;
-    }
-    const namespace = this.options.namespace;
-    try {
-      const lease = await this.api.readNamespacedLease({ name, namespace });
-      if (lease.spec?.holderIdentity !== this.identity) return;
-      await this.api.deleteNamespacedLease({
-        name,
-        namespace,
-        body: { preconditions: { resourceVersion: lease.metadata?.resourceVersion } },
-      });
-    } catch {
-      // Already gone, or the API is unreachable: it expires by itself.
     }
   }
 
