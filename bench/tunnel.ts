@@ -17,7 +17,8 @@
 // round trip there and only devop's window does. And the tunnel a cluster gives, one connection: the CLI side over its
 // pods/portforward WebSocket (client-node's ws) through the stand-in's port-forward relay
 // (bench/lib/portforward-relay.ts, one Node process) to devop-splice, with bufferutil masking what the CLI sends (as
-// the installed CLI does) and with ws's JavaScript masking (WS_NO_BUFFER_UTIL).
+// the installed CLI does) and with ws's JavaScript masking (WS_NO_BUFFER_UTIL); over HTTPS both ways; and over HTTPS
+// with the relay (the API server) across the 20 ms path, as a user has it, against raw TCP over that path.
 // Last line: RESULT tunnel relay_vs_raw=… relay_vs_ssh=… multi_vs_raw=… rtt20_vs_raw=…
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
@@ -73,6 +74,7 @@ type Variant =
   | 'relayWsDown'
   | 'relayWss'
   | 'relayWssDown'
+  | 'relayWssRtt'
   | Reference
   | `${Reference}64`;
 /** Relay pairs timed as references, next to devop's pair, not in the RESULT line. */
@@ -297,6 +299,7 @@ const SPLICE_TOKENS = {
   wsDown: 'bench-ws-down',
   wss: 'bench-wss',
   wssDown: 'bench-wss-down',
+  wssRtt: 'bench-wss-rtt',
 };
 
 /**
@@ -433,7 +436,7 @@ async function main(): Promise<void> {
     const relayWsDown = await cliSide(`ws:${wsRelay}:${agent}`, sinks.source, SPLICE_TOKENS.wsDown, withModules);
     // Both ways again over HTTPS, as every cluster's API server is: the relay with a certificate of a CA of the bench's
     // own (the stand-in's PKI), the CLI side verifying it as the CLI does.
-    const certs = await makeCerts(dir, ['IP:127.0.0.1']);
+    const certs = await makeCerts(dir, ['IP:127.0.0.1', `IP:${path.far}`]);
     const tlsArgs = ['0', join(dir, 'apiserver.crt'), join(dir, 'apiserver.key')];
     const wssRelay = (
       await startHelper<{ port: number }>(children, bundle('portforward-relay'), tlsArgs, undefined, withModules)
@@ -441,6 +444,13 @@ async function main(): Promise<void> {
     const wss = `wss:${wssRelay}:${agent}:${certs.caPath}`;
     const relayWss = await cliSide(wss, sink, SPLICE_TOKENS.wss, withModules);
     const relayWssDown = await cliSide(wss, sinks.source, SPLICE_TOKENS.wssDown, withModules);
+    // And as a user has it: the API server 20 ms away, its relay (and the agent side and sink) at the path's far end.
+    const farRelay = (
+      await startHelper<{ port: number }>(children, bundle('portforward-relay'), tlsArgs, farNode, withModules)
+    ).port;
+    path.expose(farRelay);
+    const farWss = `wss:${path.far}/${farRelay}:${farAgent}:${certs.caPath}`;
+    const relayWssRtt = await cliSide(farWss, farSink, SPLICE_TOKENS.wssRtt, withModules);
     const nodePipe = await startNodePipePair(children, bundle('node-pipe-relay'), sink);
     const cPairs = await startCPairs(children, dir, sink);
     const chunk = Buffer.alloc(WRITE_SIZE, 0x5a);
@@ -465,6 +475,7 @@ async function main(): Promise<void> {
       relayWsDown: (total) => measureDown(relayWsDown, total),
       relayWss: (total) => measure(relayWss, 1, total, chunk),
       relayWssDown: (total) => measureDown(relayWssDown, total),
+      relayWssRtt: (total) => measure(relayWssRtt, 1, Math.round((total * RTT_TOTAL) / TOTAL), chunk),
       inNode: (total) => measure(inNode, 1, total, chunk),
       inNode64: (total) => measure(inNode, PARALLEL, total, chunk),
       nodePipe: (total) => measure(nodePipe, 1, total, chunk),
@@ -483,6 +494,7 @@ async function main(): Promise<void> {
       relayWsDown: cliPid.get(relayWsDown),
       relayWss: cliPid.get(relayWss),
       relayWssDown: cliPid.get(relayWssDown),
+      relayWssRtt: cliPid.get(relayWssRtt),
       inNode: cliPid.get(inNode),
       inNode64: cliPid.get(inNode),
     };
@@ -524,7 +536,7 @@ async function main(): Promise<void> {
     console.log(`medians: ${names.map((n) => `${n} ${fmt(med[n])}`).join(', ')}`);
     // Steadier than the rates between runs: what the CLI side spends per MiB does not wait on the other processes.
     const perMiB = (Object.keys(cliCpu) as Variant[]).map(
-      (n) => `${n} ${((cliCpu[n] ?? 0) / ((ROUNDS * TOTAL) / MiB)).toFixed(2)} ms`,
+      (n) => `${n} ${((cliCpu[n] ?? 0) / ((ROUNDS * (n === 'relayWssRtt' ? RTT_TOTAL : TOTAL)) / MiB)).toFixed(2)} ms`,
     );
     if (perMiB.length > 0) console.log(`CLI side CPU per MiB moved (user + system): ${perMiB.join(', ')}`);
     // One line per reference pair: one connection against raw (devop's pair against it), then 64 against raw64.
@@ -566,6 +578,13 @@ async function main(): Promise<void> {
       const up = `devop ${fmt(med.relayWss)}, ${ratio('relayWss', 'raw')}× raw`;
       const down = `the other way ${fmt(med.relayWssDown)}`;
       console.log(`reference: the same WebSocket line over HTTPS, as to a cluster's API server: ${up}; ${down}`);
+    }
+    if (names.includes('relayWssRtt') && names.includes('rawRtt')) {
+      const near = names.includes('relayWss')
+        ? ` (${ratio('relayWssRtt', 'relayWss')}× the same line with no delay)`
+        : '';
+      const far = `devop ${fmt(med.relayWssRtt)}, ${ratio('relayWssRtt', 'rawRtt')}× raw TCP over the same path${near}`;
+      console.log(`reference: the HTTPS WebSocket line with its API server ${2 * DELAY_MS} ms away: ${far}`);
     }
     if (names.includes('relaySplit')) {
       const split = `devop ${fmt(med.relaySplit)}, raw ${fmt(med.rawSplit)}, ${ratio('relaySplit', 'rawSplit')}× raw`;

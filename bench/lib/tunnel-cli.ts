@@ -10,7 +10,8 @@
 // ws) to the stand-in's port-forward at 127.0.0.1:<relay port> (bench/lib/portforward-relay.ts), which dials the agent
 // port on 127.0.0.1.
 //   node tunnel-cli.mjs wss:<relay port>:<agent port>:<CA file> <target port> <token>
-// the same over HTTPS, as to a cluster's API server: the relay serves TLS with a certificate of that CA.
+// the same over HTTPS, as to a cluster's API server: the relay serves TLS with a certificate of that CA. Either relay
+// port may be <host>/<port>: the relay at that address (across bench:tunnel's 20 ms path) instead of 127.0.0.1.
 import { connect } from 'node:net';
 import { once } from 'node:events';
 import type { Duplex } from 'node:stream';
@@ -24,8 +25,9 @@ import { relayKubeConfig } from './relay-kubeconfig.js';
 
 async function openTunnel(at: string): Promise<Duplex> {
   if (at.startsWith('ws:') || at.startsWith('wss:')) {
-    const [relayPort, port, caFile] = at.slice(at.indexOf(':') + 1).split(':');
-    const kc = relayKubeConfig(Number(relayPort), caFile);
+    const [relayAt, port, caFile] = at.slice(at.indexOf(':') + 1).split(':');
+    const [relayHost, relayPort] = relayAt.includes('/') ? relayAt.split('/') : [undefined, relayAt];
+    const kc = relayKubeConfig(Number(relayPort), caFile, relayHost);
     return openPortForward(kc, { namespace: 'bench', pod: 'bench', port: Number(port) });
   }
   const [host, port] = at.includes(':') ? at.split(':') : ['127.0.0.1', at];
