@@ -13,6 +13,7 @@ import {
   LEASE_LABEL,
   LEASE_RENEW_MS,
   leaseHolder,
+  releaseLease,
   takeLease,
   type LeaseHolder,
 } from './steal-lease.js';
@@ -43,6 +44,8 @@ export class ReplaceLease {
   private readonly api: CoordinationV1Api;
   readonly name: string;
   private timer: NodeJS.Timeout | undefined;
+  /** The renewal in flight: a release waits for it (its write would fail the delete's precondition). */
+  private renewal: Promise<void> | undefined;
 
   constructor(private readonly options: ReplaceLeaseOptions) {
     this.api = options.kc.makeApiClient(CoordinationV1Api);
@@ -63,7 +66,7 @@ export class ReplaceLease {
       newLease: (now) => this.newLease(now),
     });
     if ('holder' in taken) throw this.heldBy(taken.holder);
-    this.timer = setInterval(() => void this.renew(), LEASE_RENEW_MS);
+    this.timer = setInterval(() => void this.renewNow(), LEASE_RENEW_MS);
     this.timer.unref();
   }
 
@@ -97,10 +100,17 @@ export class ReplaceLease {
     };
   }
 
+  /** Renews the Lease once, or joins the renewal in flight (the timer calls it; tests may too). */
+  renewNow(): Promise<void> {
+    this.renewal ??= this.renew().finally(() => (this.renewal = undefined));
+    return this.renewal;
+  }
+
   private async renew(): Promise<void> {
     const { namespace, identity } = this.options;
     try {
       const lease = await this.api.readNamespacedLease({ name: this.name, namespace });
+      if (!this.timer) return; // released meanwhile: the release deletes it
       if (lease.spec?.holderIdentity !== identity) {
         const h = leaseHolder(lease);
         this.stop();
@@ -116,6 +126,7 @@ export class ReplaceLease {
       });
     } catch (err) {
       if (apiErrorCode(err) === 409) return; // raced with another writer: the next tick reads it again
+      if (!this.timer) return; // released meanwhile (deleted under us): no trouble
       this.options.onTrouble?.(
         `cannot renew the replace lock of ${this.what()} (${err instanceof Error ? err.message : String(err)}): ` +
           `the guard restores the workload ${LEASE_DURATION_SECONDS} s after the last renewal`,
@@ -128,20 +139,11 @@ export class ReplaceLease {
     this.timer = undefined;
   }
 
-  /** Stops renewing and deletes the Lease if it is still ours. */
+  /** Stops renewing and deletes the Lease if it is still ours (after a renewal in flight has ended). */
   async release(): Promise<void> {
     this.stop();
-    const { namespace, identity } = this.options;
-    try {
-      const lease = await this.api.readNamespacedLease({ name: this.name, namespace });
-      if (lease.spec?.holderIdentity !== identity) return;
-      await this.api.deleteNamespacedLease({
-        name: this.name,
-        namespace,
-        body: { preconditions: { resourceVersion: lease.metadata?.resourceVersion } },
-      });
-    } catch {
-      // Already gone, or the API is unreachable: it expires by itself, and the guard cleans up then.
-    }
+    await this.renewal;
+    // Gone or unreachable: it expires by itself, and the guard cleans up then.
+    await releaseLease(this.api, this.name, this.options.namespace, this.options.identity);
   }
 }

@@ -171,6 +171,33 @@ export async function takeLease(
   );
 }
 
+/**
+ * Deletes the named Lease if `identity` still holds it. A 409 means another write came between our read and delete
+ * (someone's take-over, or a renewal of ours still on its way): read again; three tries. Any other failure (already
+ * gone, the API unreachable) leaves it to expire by itself.
+ */
+export async function releaseLease(
+  api: CoordinationV1Api,
+  name: string,
+  namespace: string,
+  identity: string,
+): Promise<void> {
+  for (let attempt = 0; attempt < 3; attempt++) {
+    try {
+      const lease = await api.readNamespacedLease({ name, namespace });
+      if (lease.spec?.holderIdentity !== identity) return;
+      await api.deleteNamespacedLease({
+        name,
+        namespace,
+        body: { preconditions: { resourceVersion: lease.metadata?.resourceVersion } },
+      });
+      return;
+    } catch (err) {
+      if (apiErrorCode(err) !== 409) return;
+    }
+  }
+}
+
 export interface StealLeaseOptions {
   kc: KubeConfig;
   namespace: string;
@@ -318,24 +345,7 @@ export class StealLeases {
     this.unhold(port);
     await this.renewing.get(port);
     this.unhold(port); // a renewal that found the Lease gone may have taken it again
-    const namespace = this.options.namespace;
-    // A 409 means another write came between our read and delete (someone else's take-over, or an old renewal that
-    // was still on its way): read again; three tries, then it expires by itself.
-    for (let attempt = 0; attempt < 3; attempt++) {
-      try {
-        const lease = await this.api.readNamespacedLease({ name, namespace });
-        if (lease.spec?.holderIdentity !== this.identity) return;
-        await this.api.deleteNamespacedLease({
-          name,
-          namespace,
-          body: { preconditions: { resourceVersion: lease.metadata?.resourceVersion } },
-        });
-        return;
-      } catch (err) {
-        // Already gone, or the API is unreachable: it expires by itself.
-        if (apiErrorCode(err) !== 409) return;
-      }
-    }
+    await releaseLease(this.api, name, this.options.namespace, this.identity);
   }
 
   private unhold(port: number): void {
