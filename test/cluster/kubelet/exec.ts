@@ -7,7 +7,6 @@
 // terminal from script(1) and makes the command a pty of its own, copied to that terminal.
 import { execFileSync, spawn } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { UserError } from '../../../shared/errors.js';
@@ -48,7 +47,8 @@ export function execInContainer(
   if (!existsSync(join(RUNC_ROOT, containerID, 'state.json'))) {
     throw new Error(`container ${containerID} has no runc state under ${RUNC_ROOT}: is it running?`);
   }
-  const scratch = mkdtempSync(join(tmpdir(), 'devop-exec-'));
+  // Beside the reaper, in the instance's run directory: what a killed stand-in leaves, the next one's start removes.
+  const scratch = mkdtempSync(join(dirname(reaper), 'exec-'));
   const pidFile = join(scratch, 'pid');
   const runc = ['runc', '--root', RUNC_ROOT, 'exec', '--pid-file', pidFile];
   // exec: script(1) runs the line with $SHELL, and a non-interactive sh left in between would take the pty's signals.
