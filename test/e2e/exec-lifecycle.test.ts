@@ -97,7 +97,11 @@ describe('devop exec: the local command ends with devop', () => {
       // When devop gets the signal
       run.child.kill(signal);
       // Then no process of the command remains within 3 s, and the stop is a normal end
-      await waitFor(`no process with ${marker}\n${run.output}`, () => gone(marker), 3000);
+      await waitFor(
+        () => `no process with ${marker}\n${run.output}`,
+        () => gone(marker),
+        3000,
+      );
       expect((await run.exited).code, run.output).toBe(0);
     });
   }

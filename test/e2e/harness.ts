@@ -48,8 +48,10 @@ export async function startE2ETarget(suite: string): Promise<E2ETarget> {
   return { cluster, namespace: cluster.namespace, kc, core, apps };
 }
 
+/** Waits for `check` to give a value; `what` names it in the error (a function: read when the wait fails, so that
+ * output gathered meanwhile is in the message). */
 export async function waitFor<T>(
-  what: string,
+  what: string | (() => string),
   check: () => Promise<T | undefined> | T | undefined,
   timeoutMs = WAIT_MS,
 ): Promise<T> {
@@ -64,7 +66,8 @@ export async function waitFor<T>(
     }
     await new Promise((r) => setTimeout(r, 100));
   }
-  throw new Error(`timed out waiting for ${what}${lastError ? ` (last error: ${(lastError as Error).message})` : ''}`);
+  const named = typeof what === 'function' ? what() : what;
+  throw new Error(`timed out waiting for ${named}${lastError ? ` (last error: ${(lastError as Error).message})` : ''}`);
 }
 
 export interface EchoDeployment {

@@ -312,7 +312,7 @@ describe('outgoing traffic, DNS and remote files through the pod', { timeout: TE
         new DevopRun(['port-forward', '--kubeconfig', cluster.kubeconfigPath, '-L', `${FORWARD_PORT}:echo.default:80`]),
       );
       await waitFor(
-        `the forward to listen\n${run.output}`,
+        () => `the forward to listen\n${run.output}`,
         () => {
           if (run.child.exitCode !== null) throw new Error(`devop port-forward exited\n${run.output}`);
           return run.stdout.includes(`127.0.0.1:${FORWARD_PORT} -> echo.default:80`) ? true : undefined;
@@ -339,7 +339,7 @@ describe('outgoing traffic, DNS and remote files through the pod', { timeout: TE
       new DevopRun(['port-forward', '--kubeconfig', cluster.kubeconfigPath, '-t', 'deploy/client', '-L', `0:${to}`]),
     );
     const match = await waitFor(
-      `the forward to listen\n${run.output}`,
+      () => `the forward to listen\n${run.output}`,
       () => {
         if (run.child.exitCode !== null) throw new Error(`devop port-forward exited\n${run.output}`);
         return new RegExp(`127\\.0\\.0\\.1:(\\d+) -> ${to.replaceAll('.', '\\.')}`).exec(run.stdout) ?? undefined;
@@ -375,7 +375,7 @@ describe('outgoing traffic, DNS and remote files through the pod', { timeout: TE
       new DevopRun(['port-forward', '--kubeconfig', cluster.kubeconfigPath, '-t', 'deploy/client', '-L', '0:echo:80']),
     );
     const match = await waitFor(
-      `the forward to listen\n${run.output}`,
+      () => `the forward to listen\n${run.output}`,
       () => {
         if (run.child.exitCode !== null) throw new Error(`devop port-forward exited\n${run.output}`);
         return /127\.0\.0\.1:(\d+) -> echo:80/.exec(run.stdout) ?? undefined;

@@ -78,12 +78,15 @@ describe('all pods and steal leases', () => {
           { env: { LOCAL_PORT: String(local) } },
         ),
       );
-      await waitFor(`devop ready\n${run.output}`, () => events(run).some((e) => e.type === 'ready'));
+      await waitFor(
+        () => `devop ready\n${run.output}`,
+        () => events(run).some((e) => e.type === 'ready'),
+      );
       // Then: the two other pods join, and requests to each pod IP reach the local command.
       for (const pod of pods) {
         const ip = pod.status?.podIP ?? '';
         await waitFor(
-          `pod ${pod.metadata?.name} to be stolen\n${run.output}`,
+          () => `pod ${pod.metadata?.name} to be stolen\n${run.output}`,
           async () => (await client.who(ip, 8080, `/from-${pod.metadata?.name}`)) === 'local',
         );
       }
@@ -111,8 +114,9 @@ describe('all pods and steal leases', () => {
       );
       const addedName = added.metadata?.name ?? '';
       // Then the new pod is joined and stolen too, with the same local command.
-      await waitFor(`pod ${addedName} to join\n${run.output}`, () =>
-        events(run).some((e) => e.type === 'log' && e.message?.startsWith(`all pods: joined pod ${addedName}`)),
+      await waitFor(
+        () => `pod ${addedName} to join\n${run.output}`,
+        () => events(run).some((e) => e.type === 'log' && e.message?.startsWith(`all pods: joined pod ${addedName}`)),
       );
       await waitFor(
         `pod ${addedName} to be stolen`,

@@ -106,7 +106,10 @@ describe('devop exec output when piped', () => {
     const local = await freePort();
     const run = exec(['--output', 'json'], local);
     try {
-      await waitFor(`the ready event\n${run.output}`, () => (run.stdout.includes('"type":"ready"') ? true : undefined));
+      await waitFor(
+        () => `the ready event\n${run.output}`,
+        () => (run.stdout.includes('"type":"ready"') ? true : undefined),
+      );
       // When a request is stolen and devop stops
       expect(await client.who(echo.podIP, 8080, '/json'), run.output).toBe('local');
       await waitFor('a traffic event', () => (/"type":"(connection|request)"/.test(run.stdout) ? true : undefined));
@@ -183,7 +186,10 @@ describe('devop exec output when piped', () => {
     const ends = new RegExp(task.problemMatcher.background.endsPattern, 'm');
     try {
       // Then the begins pattern matches the first line devop prints, and the ends pattern the ready line
-      await waitFor(`the ends pattern in the task output\n${terminal}`, () => (ends.test(terminal) ? true : undefined));
+      await waitFor(
+        () => `the ends pattern in the task output\n${terminal}`,
+        () => (ends.test(terminal) ? true : undefined),
+      );
       const lines = terminal.split('\n');
       expect(lines.find((line) => line.startsWith('devop: '))).toMatch(begins);
       expect(lines.filter((line) => ends.test(line))).toEqual(['devop: ready']);
