@@ -1,6 +1,7 @@
 // The steal and replace locks against the stand-in's API server: a release that meets a renewal in flight still gives
 // the lock back (a devop that stops while its 5-second renewal runs must not leave the port locked, or the workload
-// replaced, for another 15 s). The renewal's read or write is held on its way until the release has started.
+// replaced, for another 15 s). The renewal's read or write is held on its way until the release has started. And a
+// stopping session's releaseAll waits for a take or release of a port still on its way.
 import { CoordinationV1Api, KubeConfig } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startCluster, type ClusterHandle } from '../../test/cluster/index.js';
@@ -21,7 +22,7 @@ afterAll(async () => {
   await cluster?.stop();
 });
 
-type Step = 'readNamespacedLease' | 'replaceNamespacedLease';
+type Step = 'readNamespacedLease' | 'replaceNamespacedLease' | 'createNamespacedLease';
 
 /** Holds the next call of `step` on the lock's own API client until `open()`; `reached` resolves once it is held. */
 function holdNext(lock: StealLeases | ReplaceLease, step: Step): { reached: Promise<void>; open(): void } {
@@ -47,7 +48,7 @@ async function leaseGone(name: string): Promise<boolean> {
 }
 
 const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-const steps: Step[] = ['readNamespacedLease', 'replaceNamespacedLease'];
+const steps: Exclude<Step, 'createNamespacedLease'>[] = ['readNamespacedLease', 'replaceNamespacedLease'];
 
 describe('lock release during a renewal', () => {
   it.each(steps)('steal lock: gives it back with the renewal’s %s on its way', async (step) => {
@@ -88,5 +89,49 @@ describe('lock release during a renewal', () => {
     const theirs = new ReplaceLease({ ...options, identity: 'bob@box#2' });
     await theirs.take();
     await theirs.release();
+  });
+});
+
+describe('a session that stops with a lock on its way', () => {
+  const leases = (name: string) =>
+    new StealLeases({ kc, namespace: 'default', workload: { kind: 'deployment', name }, user: 'alice', host: 'box' });
+
+  it('releaseAll waits for a release the session started without waiting (an unsubscribe)', async () => {
+    const mine = leases('unsubscribed');
+    expect(await mine.take(8080)).toEqual({ ok: true });
+    const hold = holdNext(mine, 'readNamespacedLease');
+    void mine.release(8080); // as the session's unsubscribe does
+    await hold.reached;
+    setTimeout(hold.open, 100);
+    // When devop stops, then exits as soon as releaseAll resolves
+    await mine.releaseAll();
+    // Then the Lease is already gone
+    expect(await leaseGone(mine.nameFor(8080))).toBe(true);
+  });
+
+  it('releaseAll waits for a take on its way and gives that lock back; no take after it', async () => {
+    const mine = leases('taking');
+    const hold = holdNext(mine, 'createNamespacedLease');
+    const taking = mine.take(8080);
+    await hold.reached;
+    setTimeout(hold.open, 100);
+    await mine.releaseAll();
+    expect(await taking).toEqual({ ok: true });
+    expect(await leaseGone(mine.nameFor(8080))).toBe(true);
+    expect(mine.heldPorts()).toEqual([]);
+    await expect(mine.take(8080)).rejects.toThrow(/devop is stopping/);
+    expect(await leaseGone(mine.nameFor(8080))).toBe(true);
+  });
+
+  it('a release that meets a take on its way gives back what the take got', async () => {
+    const mine = leases('retake');
+    const hold = holdNext(mine, 'createNamespacedLease');
+    const taking = mine.take(8080);
+    await hold.reached;
+    const release = mine.release(8080);
+    setTimeout(hold.open, 100);
+    await Promise.all([taking, release]);
+    expect(await leaseGone(mine.nameFor(8080))).toBe(true);
+    expect(mine.heldPorts()).toEqual([]);
   });
 });

@@ -172,30 +172,32 @@ export async function takeLease(
 }
 
 /**
- * Deletes the named Lease if `identity` still holds it. A 409 means another write came between our read and delete
- * (someone's take-over, or a renewal of ours still on its way): read again; three tries. Any other failure (already
- * gone, the API unreachable) leaves it to expire by itself.
+ * Deletes the named Lease if `identity` still holds it; resolves false when it could not (the Lease then expires by
+ * itself). A 409 means another write came between our read and delete (someone's take-over, or a renewal of ours still
+ * on its way): read again; three tries. Gone already, or someone else's, is done.
  */
 export async function releaseLease(
   api: CoordinationV1Api,
   name: string,
   namespace: string,
   identity: string,
-): Promise<void> {
+): Promise<boolean> {
   for (let attempt = 0; attempt < 3; attempt++) {
     try {
       const lease = await api.readNamespacedLease({ name, namespace });
-      if (lease.spec?.holderIdentity !== identity) return;
+      if (lease.spec?.holderIdentity !== identity) return true;
       await api.deleteNamespacedLease({
         name,
         namespace,
         body: { preconditions: { resourceVersion: lease.metadata?.resourceVersion } },
       });
-      return;
+      return true;
     } catch (err) {
-      if (apiErrorCode(err) !== 409) return;
+      if (apiErrorCode(err) === 404) return true;
+      if (apiErrorCode(err) !== 409) return false;
     }
   }
+  return false;
 }
 
 export interface StealLeaseOptions {
@@ -210,6 +212,8 @@ export interface StealLeaseOptions {
   onLost?: (port: number, holder: LeaseHolder) => void;
   /** Called when renewing fails for a reason other than losing it (e.g. the API server is unreachable). */
   onRenewError?: (port: number, err: unknown) => void;
+  /** Each lock taken and given back, for the debug log. */
+  log?: (message: string) => void;
   now?: () => number;
 }
 
@@ -220,6 +224,9 @@ export class StealLeases {
   private readonly held = new Map<number, string>();
   /** Each port's renewal in flight: a release waits for it, or the two would race (below). */
   private readonly renewing = new Map<number, Promise<void>>();
+  /** Each port's last take or release, still on its way: the next one runs after it, releaseAll waits for all. */
+  private readonly queued = new Map<number, Promise<unknown>>();
+  private closed = false;
   private timer: NodeJS.Timeout | undefined;
   private readonly now: () => number;
 
@@ -237,8 +244,32 @@ export class StealLeases {
     return [...this.held.keys()];
   }
 
-  /** Takes (or keeps) the lock of `port`; refused with the holder when another live run holds it. */
-  async take(port: number): Promise<TakeResult> {
+  /**
+   * Takes (or keeps) the lock of `port`; refused with the holder when another live run holds it. After releaseAll
+   * began it throws: a take completing then would hold a Lease nobody gives back.
+   */
+  take(port: number): Promise<TakeResult> {
+    return this.inTurn(port, () => {
+      if (this.closed) throw new UserError('devop is stopping: no steal lock is taken now', 'run devop again');
+      return this.takeNow(port);
+    });
+  }
+
+  /**
+   * Runs one take or release of `port` after the one before it: a release (the session unsubscribing, or stopping)
+   * that met a take on its way would find nothing held and leave the Lease the take then created.
+   */
+  private inTurn<T>(port: number, op: () => Promise<T>): Promise<T> {
+    const result = (this.queued.get(port) ?? Promise.resolve()).then(op);
+    const settled = result.catch(() => undefined);
+    this.queued.set(port, settled);
+    void settled.then(() => {
+      if (this.queued.get(port) === settled) this.queued.delete(port);
+    });
+    return result;
+  }
+
+  private async takeNow(port: number): Promise<TakeResult> {
     const name = this.nameFor(port);
     const taken = await takeLease(this.api, {
       name,
@@ -259,6 +290,7 @@ export class StealLeases {
       };
     }
     this.hold(port, name);
+    this.options.log?.(`took the steal lock of port ${port} (Lease ${name})`);
     return { ok: true };
   }
 
@@ -326,7 +358,7 @@ export class StealLeases {
         // Deleted (e.g. by `devop clean`): take it again if we still steal (not if our own release deleted it).
         if (this.held.get(port) !== name) return;
         this.held.delete(port);
-        await this.take(port).catch((e: unknown) => this.options.onRenewError?.(port, e));
+        await this.takeNow(port).catch((e: unknown) => this.options.onRenewError?.(port, e));
         return;
       }
       if (apiErrorCode(err) === 409) return; // raced with another writer: the next tick reads it again
@@ -337,15 +369,23 @@ export class StealLeases {
   /**
    * Gives one port's lock back (deletes the Lease if it is still ours). A renewal in flight is waited for first: its
    * write would otherwise make the delete's precondition fail (the Lease left held, renewed a moment ago), or find the
-   * Lease deleted and take it again.
+   * Lease deleted and take it again. A take of the port on its way is waited for too (inTurn).
    */
-  async release(port: number): Promise<void> {
-    const name = this.held.get(port);
-    if (!name) return;
-    this.unhold(port);
-    await this.renewing.get(port);
-    this.unhold(port); // a renewal that found the Lease gone may have taken it again
-    await releaseLease(this.api, name, this.options.namespace, this.identity);
+  release(port: number): Promise<void> {
+    return this.inTurn(port, async () => {
+      const name = this.held.get(port);
+      if (!name) return;
+      this.unhold(port);
+      await this.renewing.get(port);
+      this.unhold(port); // a renewal that found the Lease gone may have taken it again
+      const released = await releaseLease(this.api, name, this.options.namespace, this.identity);
+      this.options.log?.(
+        released
+          ? `gave back the steal lock of port ${port} (Lease ${name})`
+          : `could not give back the steal lock of port ${port}: Lease ${name} expires ${LEASE_DURATION_SECONDS} s ` +
+              'after its last renewal',
+      );
+    });
   }
 
   private unhold(port: number): void {
@@ -356,8 +396,14 @@ export class StealLeases {
     }
   }
 
+  /**
+   * Gives every lock back, once every take and release on its way has ended (a release the session started without
+   * waiting, as an unsubscribe does, must not be cut off by devop exiting). No take runs after it began.
+   */
   async releaseAll(): Promise<void> {
-    await Promise.all([...this.held.keys()].map((port) => this.release(port)));
+    this.closed = true;
+    const ports = new Set([...this.held.keys(), ...this.queued.keys()]);
+    await Promise.all([...ports].map((port) => this.release(port)));
     if (this.timer) clearInterval(this.timer);
     this.timer = undefined;
   }

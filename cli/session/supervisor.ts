@@ -134,6 +134,7 @@ class Supervisor {
             level: 'warn',
             message: `could not renew the steal lock of port ${port}: ${message(err)}`,
           }),
+        log: (text) => this.reporter.emit({ type: 'log', level: 'debug', message: text }),
       });
     }
     this.mux = new SessionMux(
