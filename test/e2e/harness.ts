@@ -170,6 +170,8 @@ export class DevopRun {
   stdout = '';
   stderr = '';
   readonly exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  /** devop has exited and all its output is read. */
+  private over = false;
 
   constructor(args: string[], options: { env?: NodeJS.ProcessEnv; cwd?: string } = {}) {
     this.child = spawn(process.execPath, [join(ROOT, 'bin', 'devop.js'), ...args], {
@@ -180,26 +182,41 @@ export class DevopRun {
     this.child.stdout?.setEncoding('utf8').on('data', (t: string) => (this.stdout += t));
     this.child.stderr?.setEncoding('utf8').on('data', (t: string) => (this.stderr += t));
     this.exited = exitAfterOutput(this.child);
+    void this.exited.then(() => (this.over = true));
   }
 
   get output(): string {
     return `--- stdout ---\n${this.stdout}\n--- stderr ---\n${this.stderr}`;
   }
 
-  async waitForStderr(pattern: RegExp, timeoutMs = WAIT_MS): Promise<RegExpMatchArray> {
-    return waitFor(
-      `devop to print ${pattern}\n${this.output}`,
-      () => {
-        const m = this.stderr.match(pattern);
-        if (m) return m;
-        if (this.child.exitCode !== null || this.child.signalCode !== null)
-          throw new Error(
-            `devop exited (${this.child.exitCode ?? this.child.signalCode}) before printing ${pattern}\n${this.output}`,
-          );
-        return undefined;
-      },
-      timeoutMs,
-    );
+  /** Waits for `pattern` on stderr; fails at once (with the output) if devop exits first. */
+  waitForStderr(pattern: RegExp, timeoutMs = WAIT_MS): Promise<RegExpMatchArray> {
+    return this.waitForText('stderr', pattern, timeoutMs);
+  }
+
+  /** Waits for `pattern` on stdout (`--output json`'s events); fails at once if devop exits first. */
+  waitForStdout(pattern: RegExp, timeoutMs = WAIT_MS): Promise<RegExpMatchArray> {
+    return this.waitForText('stdout', pattern, timeoutMs);
+  }
+
+  private async waitForText(
+    stream: 'stdout' | 'stderr',
+    pattern: RegExp,
+    timeoutMs: number,
+  ): Promise<RegExpMatchArray> {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const m = this[stream].match(pattern);
+      if (m) return m;
+      if (this.over)
+        throw new Error(
+          `devop exited (${this.child.exitCode ?? this.child.signalCode}) before printing ${pattern} on ${stream}\n` +
+            this.output,
+        );
+      if (Date.now() >= deadline)
+        throw new Error(`devop did not print ${pattern} on ${stream} within ${timeoutMs} ms\n${this.output}`);
+      await new Promise((r) => setTimeout(r, 50));
+    }
   }
 
   /** Waits for "devop: ready"; fails early (with the output) if devop exits first. */

@@ -106,10 +106,7 @@ describe('devop exec output when piped', () => {
     const local = await freePort();
     const run = exec(['--output', 'json'], local);
     try {
-      await waitFor(
-        () => `the ready event\n${run.output}`,
-        () => (run.stdout.includes('"type":"ready"') ? true : undefined),
-      );
+      await run.waitForStdout(/"type":"ready"/);
       // When a request is stolen and devop stops
       expect(await client.who(echo.podIP, 8080, '/json'), run.output).toBe('local');
       await waitFor('a traffic event', () => (/"type":"(connection|request)"/.test(run.stdout) ? true : undefined));
