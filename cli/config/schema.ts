@@ -169,23 +169,23 @@ export function parseConfig(obj: unknown, source: string): Config {
   throw configError(parsed.error.issues, obj, source);
 }
 
-/** Reads and validates a devop.json file. */
-export function loadConfigFile(path: string): Config {
-  let text: string;
+/** A devop.json's text; a missing or unreadable file is one line, `missingHint` the fix for a missing one. */
+export function readConfigText(path: string, missingHint: string): string {
   try {
-    text = readFileSync(path, 'utf8');
+    return readFileSync(path, 'utf8');
   } catch (err) {
-    const code = (err as NodeJS.ErrnoException).code;
-    if (code === 'ENOENT')
-      throw new UserError(
-        `config file ${path} does not exist`,
-        'create it (devop config init) or pass the right path with --config',
-      );
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT')
+      throw new UserError(`config file ${path} does not exist`, missingHint);
     throw new UserError(
       `cannot read config file ${path}: ${(err as Error).message}`,
       'check the path and its permissions',
     );
   }
+}
+
+/** Reads and validates a devop.json file. */
+export function loadConfigFile(path: string): Config {
+  const text = readConfigText(path, 'create it (devop config init) or pass the right path with --config');
   let obj: unknown;
   try {
     obj = JSON.parse(text);

@@ -3,7 +3,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { configProblems, formatConfigProblem } from '../config/schema.js';
+import { configProblems, formatConfigProblem, readConfigText } from '../config/schema.js';
 import { UserError } from '../../shared/errors.js';
 
 export const SCHEMA_FILE_NAME = 'devop.schema.json';
@@ -16,21 +16,7 @@ export interface ConfigValidation {
 
 /** Reads and checks a devop.json; a missing or unreadable file is a UserError (not a validation problem). */
 export function validateConfigFile(path: string): ConfigValidation {
-  let text: string;
-  try {
-    text = readFileSync(path, 'utf8');
-  } catch (err) {
-    const code = (err as NodeJS.ErrnoException).code;
-    if (code === 'ENOENT')
-      throw new UserError(
-        `config file ${path} does not exist`,
-        'pass the file with -f/--config, or run devop in the folder that holds devop.json',
-      );
-    throw new UserError(
-      `cannot read config file ${path}: ${(err as Error).message}`,
-      'check the path and its permissions',
-    );
-  }
+  const text = readConfigText(path, 'pass the file with -f/--config, or run devop in the folder that holds devop.json');
   return validateConfigText(text, path);
 }
 
