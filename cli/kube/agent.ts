@@ -8,6 +8,7 @@ import {
   type KubeConfig,
   type V1ContainerStatus,
   type V1EnvVar,
+  type V1Job,
   type V1Pod,
 } from '@kubernetes/client-node';
 import {
@@ -190,6 +191,8 @@ const IMAGE_REASONS = new Set([
   'RegistryUnavailable',
 ]);
 const CONFIG_REASONS = new Set(['CreateContainerConfigError', 'CreateContainerError', 'RunContainerError']);
+/** A terminated container's reasons for never having started (containerd/CRI-O, dockershim). */
+const START_REASONS = new Set(['StartError', 'ContainerCannotRun']);
 
 /** Judges the agent container's state: running, still starting (undefined), or failed and why. Pure. */
 export function judgeAgentPod(pod: V1Pod, status: V1ContainerStatus | undefined): Verdict | undefined {
@@ -200,12 +203,13 @@ export function judgeAgentPod(pod: V1Pod, status: V1ContainerStatus | undefined)
     return { fail: pod, why: 'config', detail: `${waiting.reason}${waiting.message ? `: ${waiting.message}` : ''}` };
   if (waiting?.reason === 'CrashLoopBackOff') return { fail: pod, why: 'crash', detail: 'CrashLoopBackOff' };
   const terminated = status?.state?.terminated;
-  if (terminated)
-    return {
-      fail: pod,
-      why: 'crash',
-      detail: `exited with code ${terminated.exitCode}${terminated.reason ? ` (${terminated.reason})` : ''}`,
-    };
+  if (terminated) {
+    const { exitCode, reason, message } = terminated;
+    const why = reason ? ` (${reason}${message ? `: ${message.trim()}` : ''})` : '';
+    // The runtime could not start it (no such executable, a mount it refused): nothing ran, so no log says why.
+    const started = !(reason && START_REASONS.has(reason));
+    return { fail: pod, why: started ? 'crash' : 'config', detail: `exited with code ${exitCode}${why}` };
+  }
   if (pod.status?.phase === 'Failed' || pod.status?.phase === 'Succeeded')
     return {
       fail: pod,
@@ -281,9 +285,28 @@ export async function createJobAgent(
   target: ResolvedTarget,
   options: AgentOptions,
 ): Promise<AgentEndpoint> {
-  const batch = kc.makeApiClient(BatchV1Api);
   const spec = agentSpecInput(target, options);
-  const job = buildAgentJob(spec);
+  const { agentId, port, token } = spec;
+  return runAgentJob(kc, buildAgentJob(spec), target.podName, options, {
+    agentId,
+    port,
+    nativePort: nativePortOf(port),
+    token,
+  });
+}
+
+/**
+ * Creates an agent Job (its pod labelled with `targetPod`) and waits until its container runs; deletes the Job again
+ * if it cannot start.
+ */
+async function runAgentJob(
+  kc: KubeConfig,
+  job: V1Job,
+  targetPod: string,
+  options: AgentOptions,
+  agent: Pick<AgentEndpoint, 'agentId' | 'port' | 'nativePort' | 'token'>,
+): Promise<AgentEndpoint> {
+  const batch = kc.makeApiClient(BatchV1Api);
   const name = job.metadata?.name ?? '';
   const ns = options.agentNamespace;
   await apiCall({ action: 'create the agent Job', verb: 'create', resource: 'jobs.batch', namespace: ns, name }, () =>
@@ -292,8 +315,8 @@ export async function createJobAgent(
   try {
     const pod = await waitForAgentPod(kc, {
       namespace: ns,
-      labelSelector: `${AGENT_LABELS.name}=${AGENT_LABELS.nameValue},${AGENT_LABELS.targetPod}=${target.podName}`,
-      match: (p) => p.metadata?.annotations?.[AGENT_ANNOTATIONS.agentId] === spec.agentId,
+      labelSelector: `${AGENT_LABELS.name}=${AGENT_LABELS.nameValue},${AGENT_LABELS.targetPod}=${targetPod}`,
+      match: (p) => p.metadata?.annotations?.[AGENT_ANNOTATIONS.agentId] === agent.agentId,
       status: (p) => p.status?.containerStatuses?.find((s) => s.name === AGENT_CONTAINER_NAME),
       container: AGENT_CONTAINER_NAME,
       what: `agent Job ${name}`,
@@ -305,10 +328,7 @@ export async function createJobAgent(
       agentPod: pod.metadata?.name ?? '',
       agentNamespace: ns,
       agentContainer: AGENT_CONTAINER_NAME,
-      port: spec.port,
-      nativePort: nativePortOf(spec.port),
-      token: spec.token,
-      agentId: spec.agentId,
+      ...agent,
       reused: false,
     };
   } catch (err) {
@@ -408,14 +428,12 @@ function agentSpecInput(target: ResolvedTarget, options: AgentOptions): AgentSpe
 
 /** Creates a targetless agent (outgoing connections and DNS only, in the agent namespace) and waits until it runs. */
 export async function createTargetlessAgent(kc: KubeConfig, options: AgentOptions): Promise<AgentEndpoint> {
-  const batch = kc.makeApiClient(BatchV1Api);
   const agentId = newAgentId();
   const port = pickAgentPort([]);
   const token = randomBytes(24).toString('hex');
-  const ns = options.agentNamespace;
   const job = buildTargetlessAgentJob({
     agentId,
-    namespace: ns,
+    namespace: options.agentNamespace,
     image: options.image,
     port,
     token,
@@ -424,38 +442,7 @@ export async function createTargetlessAgent(kc: KubeConfig, options: AgentOption
     owner: options.owner,
     logLevel: options.logLevel,
   });
-  const name = job.metadata?.name ?? '';
-  await apiCall({ action: 'create the agent Job', verb: 'create', resource: 'jobs.batch', namespace: ns, name }, () =>
-    batch.createNamespacedJob({ namespace: ns, body: job }),
-  );
-  try {
-    const pod = await waitForAgentPod(kc, {
-      namespace: ns,
-      labelSelector: [
-        `${AGENT_LABELS.name}=${AGENT_LABELS.nameValue}`,
-        `${AGENT_LABELS.targetPod}=${TARGETLESS_LABEL_VALUE}`,
-      ].join(','),
-      match: (p) => p.metadata?.annotations?.[AGENT_ANNOTATIONS.agentId] === agentId,
-      status: (p) => p.status?.containerStatuses?.find((s) => s.name === AGENT_CONTAINER_NAME),
-      container: AGENT_CONTAINER_NAME,
-      what: `agent Job ${name}`,
-      options,
-    });
-    return {
-      mode: 'job',
-      name,
-      agentPod: pod.metadata?.name ?? '',
-      agentNamespace: ns,
-      agentContainer: AGENT_CONTAINER_NAME,
-      port,
-      token,
-      agentId,
-      reused: false,
-    };
-  } catch (err) {
-    await deleteAgentJob(kc, ns, name);
-    throw err;
-  }
+  return runAgentJob(kc, job, TARGETLESS_LABEL_VALUE, options, { agentId, port, token });
 }
 
 async function waitForAgentPod(

@@ -128,6 +128,12 @@ describe('agent pod judgement', () => {
       why: 'crash',
       detail: 'exited with code 2 (Error)',
     });
+    // A container the runtime could not start: its message says why (there is no log)
+    const startError = { exitCode: 128, reason: 'StartError', message: 'exec: "node": not found\n' };
+    expect(judgeAgentPod(agentPod([]), status({ terminated: startError }))).toMatchObject({
+      why: 'config',
+      detail: 'exited with code 128 (StartError: exec: "node": not found)',
+    });
     expect(judgeAgentPod(agentPod([]), status({ waiting: { reason: 'CrashLoopBackOff' } }))).toMatchObject({
       why: 'crash',
     });
