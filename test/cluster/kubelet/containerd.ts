@@ -1,20 +1,29 @@
 // The machine's containerd, as on a node: one daemon (started on demand when its socket does not answer), containers in
-// namespace k8s.io, images imported once from the repo's OCI archives (dist/images/*.oci.tar, or $DEVOP_IMAGES_DIR).
+// a namespace of the checkout's own, images imported once from its OCI archives (dist/images/*.oci.tar, or
+// $DEVOP_IMAGES_DIR).
 // Every stand-in instance names its snapshots and labels its containers with its instance, and removes all of its own.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdirSync, openSync, readdirSync, readFileSync, rmdirSync, rmSync, writeFileSync } from 'node:fs';
 import { createHash } from 'node:crypto';
-import { dirname, join } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { UserError } from '../../../shared/errors.js';
-import { normalizeImageRef } from '../images.js';
+import { normalizeImageRef, repoRoot } from '../images.js';
 import { HostCommandError, run, runQuiet } from './host.js';
 
 export const CONTAINERD_ROOT = '/var/lib/devop-standin/containerd';
 const RUN_DIR = '/run/devop-standin';
 export const CONTAINERD_SOCKET = join(RUN_DIR, 'containerd.sock');
-/** The namespace a kubelet's CRI uses: `ctr -n k8s.io` shows the stand-in's containers as on a node. */
-export const K8S_NAMESPACE = 'k8s.io';
+/**
+ * The containerd namespace of this checkout's stand-ins, one per images directory (`k8s.io-<hash of its path>`): two
+ * checkouts hold different builds under one reference (`ghcr.io/devop/agent:0.1.0`), and in one namespace each import
+ * replaced the other's image — a pod then ran the other checkout's agent, or failed to start when containerd collected
+ * the snapshots of the image it was starting on. `ctr -a /run/devop-standin/containerd.sock namespaces ls` lists them.
+ */
+export const K8S_NAMESPACE = `k8s.io-${createHash('sha256')
+  .update(resolve(imagesDir(repoRoot())))
+  .digest('hex')
+  .slice(0, 10)}`;
 /** The label that names a container's stand-in instance (clean-up finds a dead instance's containers by it). */
 export const INSTANCE_LABEL = 'devop.standin/instance';
 /** How long containerd may take to answer after it was started (a loaded machine). */
@@ -28,7 +37,7 @@ const LOCK_WAIT_S = 300;
 const CTR_TIMEOUT_MS = 60_000;
 const IMPORT_TIMEOUT_MS = 600_000;
 
-/** Runs `ctr` against the stand-in's containerd, in namespace k8s.io. */
+/** Runs `ctr` against the stand-in's containerd, in this checkout's namespace. */
 export function ctr(args: string[], input?: string, timeoutMs = CTR_TIMEOUT_MS): Promise<string> {
   return run('ctr', ['-a', CONTAINERD_SOCKET, '-n', K8S_NAMESPACE, ...args], input, timeoutMs);
 }
@@ -150,7 +159,7 @@ interface ArchiveIndex {
   manifests?: Array<{ digest: string; annotations?: Record<string, string> }>;
 }
 
-/** Image name → manifest digest of what containerd holds in k8s.io. */
+/** Image name → manifest digest of what containerd holds in this checkout's namespace. */
 async function storedImages(): Promise<Map<string, string>> {
   const out = await ctr(['images', 'ls']);
   const images = new Map<string, string>();
