@@ -219,12 +219,12 @@ export class DevopRun {
     }
   }
 
-  /** Waits for "devop: ready"; fails early (with the output) if devop exits first. */
+  /** Waits for "devop: ready"; fails early (with all of its output) if devop exits first. */
   async ready(timeoutMs = WAIT_MS): Promise<void> {
     const deadline = Date.now() + timeoutMs;
     while (Date.now() < deadline) {
       if (/^devop: ready$/m.test(this.stderr)) return;
-      if (this.child.exitCode !== null || this.child.signalCode !== null)
+      if (this.over)
         throw new Error(
           `devop exited with ${this.child.exitCode ?? this.child.signalCode} before ready\n${this.output}`,
         );
