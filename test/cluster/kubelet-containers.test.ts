@@ -10,7 +10,10 @@ import { promisify } from 'node:util';
 import { CoreV1Api, KubeConfig, type V1Container, type V1PodSpec } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { requireRoot } from '../helpers/root.js';
+import { repoRoot } from './images.js';
 import { startCluster, type ClusterHandle } from './index.js';
+import { CONTAINERD_SOCKET, importImages, imagesDir, K8S_NAMESPACE, namespaceOf } from './kubelet/containerd.js';
+import { run } from './kubelet/host.js';
 import { buildImage } from './kubelet/image-build.js';
 import { ALL_CAPABILITIES, boundingCapabilities, DEFAULT_CAPABILITIES } from './kubelet/oci-spec.js';
 import { execOutput, readAll, removeImage, waitForPod } from './kubelet/testing.js';
@@ -306,6 +309,38 @@ describe('stand-in containers', () => {
       const reasons = events.items.filter((e) => e.involvedObject.name === name).map((e) => e.reason);
       expect(reasons).toContain('Started');
       expect(reasons).not.toContain('Failed');
+    }
+  });
+
+  it("removes a deleted checkout's containerd namespace at the next start, and no other", async () => {
+    // Given the namespaces of a checkout whose images directory is gone (with a container's rootfs snapshot left) and
+    // of one that exists, and an unlabelled one
+    const ctrIn = (ns: string, args: string[]) =>
+      run('ctr', ['-a', CONTAINERD_SOCKET, '-n', ns, ...args], undefined, 30_000);
+    const there = mkdtempSync(join(tmpdir(), 'devop-checkout-'));
+    const gonePath = join(there, 'gone');
+    const [gone, kept, unlabelled] = [gonePath, there, join(there, 'x')].map(namespaceOf);
+    for (const [ns, path] of [
+      [gone, gonePath],
+      [kept, there],
+    ]) {
+      await ctrIn(ns, ['namespaces', 'create', ns, `devop.standin/images-dir=${path}`]);
+      await ctrIn(ns, ['snapshots', 'prepare', `devop/test/${ns}`]);
+    }
+    await ctrIn(unlabelled, ['namespaces', 'create', unlabelled]);
+    try {
+      // When a stand-in starts (its node imports images)
+      await importImages(imagesDir(repoRoot()));
+      // Then only the gone checkout's namespace was removed, with its snapshot
+      const names = (await ctrIn(K8S_NAMESPACE, ['namespaces', 'ls', '-q'])).split('\n');
+      expect(names).not.toContain(gone);
+      expect(names).toEqual(expect.arrayContaining([kept, unlabelled, K8S_NAMESPACE]));
+    } finally {
+      for (const ns of [kept, unlabelled]) {
+        await ctrIn(ns, ['snapshots', 'rm', `devop/test/${ns}`]).catch(() => undefined);
+        await ctrIn(ns, ['namespaces', 'rm', ns]).catch(() => undefined);
+      }
+      rmSync(there, { recursive: true, force: true });
     }
   });
 

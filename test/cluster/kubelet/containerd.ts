@@ -20,10 +20,15 @@ export const CONTAINERD_SOCKET = join(RUN_DIR, 'containerd.sock');
  * replaced the other's image — a pod then ran the other checkout's agent, or failed to start when containerd collected
  * the snapshots of the image it was starting on. `ctr -a /run/devop-standin/containerd.sock namespaces ls` lists them.
  */
-export const K8S_NAMESPACE = `k8s.io-${createHash('sha256')
-  .update(resolve(imagesDir(repoRoot())))
-  .digest('hex')
-  .slice(0, 10)}`;
+export const K8S_NAMESPACE = namespaceOf(resolve(imagesDir(repoRoot())));
+
+/** The namespace of the images directory at `imagesPath`. */
+export function namespaceOf(imagesPath: string): string {
+  return `k8s.io-${createHash('sha256').update(imagesPath).digest('hex').slice(0, 10)}`;
+}
+
+/** Names the images directory a namespace belongs to: a namespace whose directory is gone is removed (importImages). */
+const IMAGES_DIR_LABEL = 'devop.standin/images-dir';
 /** The label that names a container's stand-in instance (clean-up finds a dead instance's containers by it). */
 export const INSTANCE_LABEL = 'devop.standin/instance';
 /** How long containerd may take to answer after it was started (a loaded machine). */
@@ -194,12 +199,57 @@ export async function importImages(dir: string): Promise<void> {
     }
     return missing;
   };
-  if ((await wanted(await storedImages())).length === 0) return;
+  const namespaces = await namespaceLabels();
+  // A label read whole (its namespace's name is its hash) of a directory that no longer exists.
+  const gone = [...namespaces].filter(
+    ([name, path]) => name !== K8S_NAMESPACE && name === namespaceOf(path) && !existsSync(path),
+  );
+  const ours = resolve(imagesDir(repoRoot()));
+  const labelled = namespaces.get(K8S_NAMESPACE) === ours;
+  if ((await wanted(await storedImages())).length === 0 && gone.length === 0 && labelled) return;
   await withLock(daemonFiles(MACHINE_DAEMON).lock, async () => {
+    for (const [name] of gone) await removeNamespace(name);
     for (const archive of await wanted(await storedImages())) {
       await ctr(['images', 'import', join(dir, archive)], undefined, IMPORT_TIMEOUT_MS);
     }
+    if (!labelled) await ctr(['namespaces', 'label', K8S_NAMESPACE, `${IMAGES_DIR_LABEL}=${ours}`]);
   });
+}
+
+/** The stand-in's namespaces (`k8s.io-<hash>`) → the images directory each belongs to ('' when not labelled). */
+async function namespaceLabels(): Promise<Map<string, string>> {
+  const out = await run('ctr', ['-a', CONTAINERD_SOCKET, 'namespaces', 'ls'], undefined, CTR_TIMEOUT_MS);
+  const namespaces = new Map<string, string>();
+  for (const line of out.split('\n').slice(1)) {
+    const [name, labels = ''] = line.trim().split(/\s+/);
+    if (!name || !/^k8s\.io-[0-9a-f]{10}$/.test(name)) continue;
+    const label = labels.split(',').find((l) => l.startsWith(`${IMAGES_DIR_LABEL}=`));
+    namespaces.set(name, label?.slice(IMAGES_DIR_LABEL.length + 1) ?? '');
+  }
+  return namespaces;
+}
+
+/**
+ * Removes the namespace of a checkout whose images directory is gone (a deleted clone): its containers, the rootfs
+ * snapshots they left, its images (their snapshots, ~0.7 GB, and content no other namespace holds go with them), then
+ * the namespace. What fails stays for the next start to try again.
+ */
+async function removeNamespace(ns: string): Promise<void> {
+  const inNs = (args: string[]): Promise<string> =>
+    run('ctr', ['-a', CONTAINERD_SOCKET, '-n', ns, ...args], undefined, CTR_TIMEOUT_MS);
+  const names = async (args: string[]): Promise<string[]> =>
+    (await inNs(args).catch(() => '')).split('\n').filter(Boolean);
+  for (const id of await names(['tasks', 'ls', '-q'])) await inNs(['tasks', 'rm', '-f', id]).catch(() => undefined);
+  const containers = await names(['containers', 'ls', '-q']);
+  if (containers.length > 0) await inNs(['containers', 'rm', ...containers]).catch(() => undefined);
+  const active = (await names(['snapshots', 'ls']))
+    .slice(1)
+    .map((line) => line.trim().split(/\s+/)) // KEY [PARENT] KIND
+    .filter((columns) => columns.at(-1) === 'Active');
+  for (const [key] of active) await inNs(['snapshots', 'rm', key]).catch(() => undefined);
+  const images = await names(['images', 'ls', '-q']);
+  if (images.length > 0) await inNs(['images', 'rm', '--sync', ...images]).catch(() => undefined);
+  await inNs(['namespaces', 'rm', ns]).catch(() => undefined);
 }
 
 /** What the kubelet needs of an image: its config (entrypoint, cmd, env, workingDir, user) and its rootfs chain. */
