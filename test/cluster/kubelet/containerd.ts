@@ -335,6 +335,9 @@ const EVENTS_RESUBSCRIBE_MS = 500;
  * The containers the kernel's OOM killer hit, from containerd's /tasks/oom events (its shim watches each container's
  * memory cgroup), as the CRI plugin learns of them: the kubelet reports such an exit as OOMKilled.
  */
+/** `ctr events`' line for an OOM kill in this checkout's namespace: `<time> <namespace> /tasks/oom {…}`. */
+const OOM_EVENT = new RegExp(` ${K8S_NAMESPACE.replaceAll('.', '\\.')} /tasks/oom (\\{.*\\})$`);
+
 export class OomWatch {
   private readonly killed = new Set<string>();
   private child: ChildProcess | undefined;
@@ -357,7 +360,7 @@ export class OomWatch {
       const lines = buffered.split('\n');
       buffered = lines.pop() ?? '';
       for (const line of lines) {
-        const m = / k8s\.io \/tasks\/oom (\{.*\})$/.exec(line);
+        const m = OOM_EVENT.exec(line);
         if (!m) continue;
         const id = (JSON.parse(m[1]) as { container_id?: string }).container_id;
         if (id) this.killed.add(id);
