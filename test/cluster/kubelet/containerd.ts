@@ -231,8 +231,8 @@ async function namespaceLabels(): Promise<Map<string, string>> {
 
 /**
  * Removes the namespace of a checkout whose images directory is gone (a deleted clone): its containers, the rootfs
- * snapshots they left, its images (their snapshots, ~0.7 GB, and content no other namespace holds go with them), then
- * the namespace. What fails stays for the next start to try again.
+ * snapshots they left, its leases and images (their snapshots, ~0.7 GB, and content no other namespace holds go with
+ * them), then the namespace. What fails stays for the next start to try again.
  */
 async function removeNamespace(ns: string): Promise<void> {
   const inNs = (args: string[]): Promise<string> =>
@@ -247,6 +247,9 @@ async function removeNamespace(ns: string): Promise<void> {
     .map((line) => line.trim().split(/\s+/)) // KEY [PARENT] KIND
     .filter((columns) => columns.at(-1) === 'Active');
   for (const [key] of active) await inNs(['snapshots', 'rm', key]).catch(() => undefined);
+  // A lease of an import cut short holds its content and snapshots for a day.
+  const leases = await names(['leases', 'ls', '-q']);
+  if (leases.length > 0) await inNs(['leases', 'rm', '--sync', ...leases]).catch(() => undefined);
   const images = await names(['images', 'ls', '-q']);
   if (images.length > 0) await inNs(['images', 'rm', '--sync', ...images]).catch(() => undefined);
   await inNs(['namespaces', 'rm', ns]).catch(() => undefined);
