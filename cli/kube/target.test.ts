@@ -149,14 +149,15 @@ describe('agent pod judgement', () => {
 });
 
 describe('webhook answer deadline', () => {
-  it('leaves the pod a second of the shortest timeout, or half of a shorter one', () => {
-    expect(answerDeadlineMs([{ name: 'a', timeoutSeconds: 10 }])).toBe(9000);
+  it('leaves the pod two seconds of the shortest timeout, or half of one under four', () => {
+    expect(answerDeadlineMs([{ name: 'a', timeoutSeconds: 10 }])).toBe(8000);
     expect(
       answerDeadlineMs([
         { name: 'a', timeoutSeconds: 10 },
         { name: 'b', timeoutSeconds: 5 },
       ]),
-    ).toBe(4000);
+    ).toBe(3000);
+    expect(answerDeadlineMs([{ name: 'a', timeoutSeconds: 3 }])).toBe(1500);
     expect(answerDeadlineMs([{ name: 'a', timeoutSeconds: 1 }])).toBe(500);
   });
 });

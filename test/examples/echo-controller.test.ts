@@ -511,7 +511,7 @@ describe('echo-controller walkthrough', () => {
             'spec.replicas: 6 is above the limit of 5',
         );
         expect(took).toBeLessThan(5000 + 2000);
-        expect(devop.stderr).toMatch(/connection \S+ → pod \S+ :8443: the local command did not answer in 4\.0 s/);
+        expect(devop.stderr).toMatch(/connection \S+ → pod \S+ :8443: the local command did not answer in 3\.0 s/);
       } finally {
         process.kill(pid, 'SIGCONT');
       }
