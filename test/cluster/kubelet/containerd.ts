@@ -14,13 +14,15 @@ import { HostCommandError, run, runQuiet } from './host.js';
 export const CONTAINERD_ROOT = '/var/lib/devop-standin/containerd';
 const RUN_DIR = '/run/devop-standin';
 export const CONTAINERD_SOCKET = join(RUN_DIR, 'containerd.sock');
+/** The images directory this checkout's namespace is named after, and labelled with. */
+const NAMESPACE_IMAGES_DIR = resolve(imagesDir(repoRoot()));
 /**
  * The containerd namespace of this checkout's stand-ins, one per images directory (`k8s.io-<hash of its path>`): two
  * checkouts hold different builds under one reference (`ghcr.io/devop/agent:0.1.0`), and in one namespace each import
  * replaced the other's image — a pod then ran the other checkout's agent, or failed to start when containerd collected
  * the snapshots of the image it was starting on. `ctr -a /run/devop-standin/containerd.sock namespaces ls` lists them.
  */
-export const K8S_NAMESPACE = namespaceOf(resolve(imagesDir(repoRoot())));
+export const K8S_NAMESPACE = namespaceOf(NAMESPACE_IMAGES_DIR);
 
 /** The namespace of the images directory at `imagesPath`. */
 export function namespaceOf(imagesPath: string): string {
@@ -204,15 +206,14 @@ export async function importImages(dir: string): Promise<void> {
   const gone = [...namespaces].filter(
     ([name, path]) => name !== K8S_NAMESPACE && name === namespaceOf(path) && !existsSync(path),
   );
-  const ours = resolve(imagesDir(repoRoot()));
-  const labelled = namespaces.get(K8S_NAMESPACE) === ours;
+  const labelled = namespaces.get(K8S_NAMESPACE) === NAMESPACE_IMAGES_DIR;
   if ((await wanted(await storedImages())).length === 0 && gone.length === 0 && labelled) return;
   await withLock(daemonFiles(MACHINE_DAEMON).lock, async () => {
     for (const [name] of gone) await removeNamespace(name);
     for (const archive of await wanted(await storedImages())) {
       await ctr(['images', 'import', join(dir, archive)], undefined, IMPORT_TIMEOUT_MS);
     }
-    if (!labelled) await ctr(['namespaces', 'label', K8S_NAMESPACE, `${IMAGES_DIR_LABEL}=${ours}`]);
+    if (!labelled) await ctr(['namespaces', 'label', K8S_NAMESPACE, `${IMAGES_DIR_LABEL}=${NAMESPACE_IMAGES_DIR}`]);
   });
 }
 
@@ -334,13 +335,13 @@ export function containerCgroup(instance: string, podUid: string, id: string): s
 /** How long a watch of containerd's events waits before it subscribes again when ctr ended (a daemon restart). */
 const EVENTS_RESUBSCRIBE_MS = 500;
 
+/** `ctr events`' line for an OOM kill in this checkout's namespace: `<time> <namespace> /tasks/oom {…}`. */
+const OOM_EVENT = new RegExp(` ${K8S_NAMESPACE.replaceAll('.', '\\.')} /tasks/oom (\\{.*\\})$`);
+
 /**
  * The containers the kernel's OOM killer hit, from containerd's /tasks/oom events (its shim watches each container's
  * memory cgroup), as the CRI plugin learns of them: the kubelet reports such an exit as OOMKilled.
  */
-/** `ctr events`' line for an OOM kill in this checkout's namespace: `<time> <namespace> /tasks/oom {…}`. */
-const OOM_EVENT = new RegExp(` ${K8S_NAMESPACE.replaceAll('.', '\\.')} /tasks/oom (\\{.*\\})$`);
-
 export class OomWatch {
   private readonly killed = new Set<string>();
   private child: ChildProcess | undefined;
