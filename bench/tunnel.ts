@@ -24,14 +24,14 @@ import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { mkdtempSync, rmSync } from 'node:fs';
 import net from 'node:net';
-import { tmpdir } from 'node:os';
+import { availableParallelism, tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { build } from 'esbuild';
 import { banner, common } from '../scripts/build-options.mjs';
 import { AGENT_NODE_FLAGS } from '../shared/agent-contract.js';
 import { makeCerts } from '../test/cluster/certs.js';
 import { agentNode } from './lib/agent-node.js';
-import { cpuMs } from './lib/proc-cpu.js';
+import { cpuMs, machineCpuMs } from './lib/proc-cpu.js';
 import { teardownOnInterrupt } from './lib/interrupt.js';
 import { startTunPath, type TunPath } from './lib/tun-path.js';
 import { startSshForward, type SshForward } from './lib/ssh.js';
@@ -516,6 +516,8 @@ async function main(): Promise<void> {
       const { user, sys } = cpuMs(pid);
       return user + sys;
     };
+    /** The machine's CPU (both cores, every process) while each variant's timed transfers ran. */
+    const machine: Partial<Record<Variant, { busy: number; all: number }>> = {};
     for (let round = 1; round <= ROUNDS; round++) {
       // Rotate the order each round so that no variant always runs right after the same neighbour.
       const order = names.map((_, i) => names[(i + round) % names.length]);
@@ -523,7 +525,13 @@ async function main(): Promise<void> {
       for (const name of order) {
         const pid = cliOf[name];
         const before = pid === undefined ? 0 : cpuOf(pid);
+        const machineBefore = machineCpuMs();
         const bps = await variants[name](TOTAL);
+        const machineAfter = machineCpuMs();
+        const used = machine[name] ?? { busy: 0, all: 0 };
+        used.busy += machineAfter.busy - machineBefore.busy;
+        used.all += machineAfter.all - machineBefore.all;
+        machine[name] = used;
         if (pid !== undefined) cliCpu[name] = (cliCpu[name] ?? 0) + cpuOf(pid) - before;
         results[name].push(bps);
         out.push(`${name}=${fmt(bps)}`);
@@ -539,6 +547,19 @@ async function main(): Promise<void> {
       (n) => `${n} ${((cliCpu[n] ?? 0) / ((ROUNDS * (n === 'relayWssRtt' ? RTT_TOTAL : TOTAL)) / MiB)).toFixed(2)} ms`,
     );
     if (perMiB.length > 0) console.log(`CLI side CPU per MiB moved (user + system): ${perMiB.join(', ')}`);
+    // What every process of a path costs together, and how busy the cores were: at a path's CPU per GiB, both cores
+    // fully used move at most cores ÷ that, whatever the processes are written in.
+    const loopback: Variant[] = ['raw', 'relay', 'cPair', 'cSplice', 'nodePipe', 'raw64', 'multi', 'cPair64'];
+    const cores = availableParallelism();
+    const perGiB = loopback
+      .filter((n) => names.includes(n) && machine[n])
+      .map((n) => {
+        const { busy, all } = machine[n] as { busy: number; all: number };
+        const seconds = busy / 1000 / ((ROUNDS * TOTAL) / (1024 * MiB));
+        return `${n} ${seconds.toFixed(2)} s (${Math.round((100 * busy) / all)} % busy)`;
+      });
+    const each = `${cores} cores, every process`;
+    if (perGiB.length > 0) console.log(`machine CPU per GiB moved (${each}): ${perGiB.join(', ')}`);
     // One line per reference pair: one connection against raw (devop's pair against it), then 64 against raw64.
     const references: [Reference, string][] = [
       ['inNode', "devop's CLI side with the agent's Node side (serveOutgoing)"],

@@ -10,3 +10,14 @@ export function cpuMs(pid: number): { user: number; sys: number } {
   const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
   return { user: (Number(fields[11]) * 1000) / CLK_TCK, sys: (Number(fields[12]) * 1000) / CLK_TCK };
 }
+
+/**
+ * The whole machine's CPU time so far (ms, summed over its cores, from /proc/stat's first line): `busy` is user, nice,
+ * system, irq, softirq and steal; `all` adds idle and iowait. Every process counts, the bench's own included.
+ */
+export function machineCpuMs(): { busy: number; all: number } {
+  const [, ...fields] = readFileSync('/proc/stat', 'utf8').split('\n', 1)[0].trim().split(/\s+/);
+  const [user, nice, system, idle, iowait, irq, softirq, steal] = fields.map((f) => (Number(f) * 1000) / CLK_TCK);
+  const busy = user + nice + system + irq + softirq + steal;
+  return { busy, all: busy + idle + iowait };
+}
