@@ -1,7 +1,11 @@
-// HTTP filters of filtered steals, compiled once per subscription: header / path regex and method, all-of or any-of.
+// HTTP filters of filtered steals, compiled once per subscription: header / path regex (RE2, matched in linear time:
+// shared/filter-regex.ts) and method, all-of or any-of. Loaded with the port's first filter (agent/ports.ts).
 import type { IncomingHttpHeaders } from 'node:http';
 import { UserError } from '../shared/errors.js';
+import { compileFilterRegex, type FilterRegex } from '../shared/filter-regex.js';
 import type { HttpFilter } from '../shared/protocol.js';
+
+export { describeFilter } from './subscription.js';
 
 export interface RequestHead {
   method: string;
@@ -11,15 +15,9 @@ export interface RequestHead {
 
 export type RequestMatcher = (req: RequestHead) => boolean;
 
-function compile(source: string, what: string): RegExp {
-  try {
-    return new RegExp(source);
-  } catch (err) {
-    throw new UserError(
-      `the ${what} filter "${source}" is not a valid regular expression (${(err as Error).message})`,
-      'fix the regex in --filter / devop.json',
-    );
-  }
+/** The CLI checked the pattern already; a subscribe from any client is checked again here (never trust the wire). */
+function compile(source: string, what: string): FilterRegex {
+  return compileFilterRegex(source, `the ${what} filter`);
 }
 
 /**
@@ -57,15 +55,4 @@ export function compileFilter(filter: HttpFilter): RequestMatcher {
       'give at least one of header, path or method, or steal the whole port',
     );
   return (filter.match ?? 'all') === 'any' ? (req) => tests.some((t) => t(req)) : (req) => tests.every((t) => t(req));
-}
-
-/** Human-readable form for logs and refusals. */
-export function describeFilter(filter: HttpFilter | undefined): string {
-  if (!filter) return 'the whole port';
-  const parts = [
-    filter.header && `header ${filter.header}`,
-    filter.path && `path ${filter.path}`,
-    filter.method && `method ${filter.method}`,
-  ].filter(Boolean);
-  return parts.join(filter.match === 'any' ? ' or ' : ' and ');
 }

@@ -20,6 +20,7 @@ import {
 } from './subscription.js';
 import type { AgentLog } from './log.js';
 import { joinBothWays } from '../shared/splice.js';
+import { MAX_REQUEST_HEAD_BYTES } from '../shared/filter-regex.js';
 
 export interface HttpRouting {
   port: number;
@@ -61,7 +62,8 @@ export class FilteredRequests {
   constructor(routing: Omit<HttpRouting, 'proxy'>) {
     const withProxy: HttpRouting = { ...routing, proxy: () => (this.pod ??= createPodProxy()) };
     // The HTTP server never listens: filtered connections are handed to it. Keep-alive requests are routed one by one.
-    this.server = createServer({ keepAliveTimeout: 65_000 });
+    // Its head limit bounds the text each filter is matched against (shared/filter-regex.ts).
+    this.server = createServer({ keepAliveTimeout: 65_000, maxHeaderSize: MAX_REQUEST_HEAD_BYTES });
     // Node's HTTP server ends a connection on the client's FIN and drops the answers still due; with httpAllowHalfOpen
     // (a property every http.Server has, set false by its constructor; not in the typings) it finishes them, then ends.
     Object.assign(this.server, { httpAllowHalfOpen: true });

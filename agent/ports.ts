@@ -6,13 +6,13 @@ import { AGENT_ENV, type AgentCapability } from '../shared/agent-contract.js';
 import { isUserError } from '../shared/errors.js';
 import { effectiveCapabilities, missingCapabilityError } from './capabilities.js';
 import type { ClientMessage } from '../shared/protocol.js';
-import { compileFilter, describeFilter } from './filter.js';
+import type { RequestMatcher } from './filter.js';
 import { flushConnections } from './flush.js';
 import { PortCapture } from './capture.js';
 import type { AgentLog } from './log.js';
 import type { NativeSplice } from './native-splice.js';
 import { PortRedirect } from './port-redirect.js';
-import type { IncomingTarget, PortSubscription } from './subscription.js';
+import { describeFilter, type IncomingTarget, type PortSubscription } from './subscription.js';
 
 type Subscribe = Extract<ClientMessage, { type: 'subscribe' }>;
 
@@ -144,9 +144,11 @@ export class PortTable {
         return { ok: false as const, reason: 'this agent runs targetless: it has no pod ports to steal or mirror' };
       const denied = this.capabilityProblem(msg);
       if (denied) return { ok: false as const, ...denied };
-      let match: ReturnType<typeof compileFilter> | undefined;
+      let match: RequestMatcher | undefined;
       try {
-        match = msg.filter ? compileFilter(msg.filter) : undefined;
+        // The filter module and its regex engine (re2js) load with the first filtered steal: a whole-port steal, the
+        // usual one, never pays their memory.
+        match = msg.filter ? (await import('./filter.js')).compileFilter(msg.filter) : undefined;
       } catch (err) {
         return isUserError(err)
           ? { ok: false as const, reason: err.message, hint: err.hint }

@@ -48,3 +48,14 @@ export function originOf(socket: Socket, port: number): { host: string; port: nu
   const local = socket.localAddress ?? '127.0.0.1';
   return { host: local.startsWith('::ffff:') ? local.slice(7) : local, port };
 }
+
+/** Human-readable form of a filter, for logs and refusals. */
+export function describeFilter(filter: HttpFilter | undefined): string {
+  if (!filter) return 'the whole port';
+  const parts = [
+    filter.header && `header ${filter.header}`,
+    filter.path && `path ${filter.path}`,
+    filter.method && `method ${filter.method}`,
+  ].filter(Boolean);
+  return parts.join(filter.match === 'any' ? ' or ' : ' and ');
+}

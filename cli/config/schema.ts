@@ -3,6 +3,7 @@
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
 import { UserError } from '../../shared/errors.js';
+import { filterRegexProblem } from '../../shared/filter-regex.js';
 import { TARGET_FORMS, parseTarget } from '../../shared/target.js';
 import { CONFIG_DOC, configSection, OPTIONS, type OptionSpec } from './options.js';
 import type { DevopConfig as Config, DevopConfigInput } from './types.js';
@@ -24,13 +25,9 @@ export function parsePortMapping(spec: string | number): { remote: number; local
   return ok(remote) && ok(local) ? { remote, local } : null;
 }
 
+/** A filter pattern the agent accepts: RE2 syntax, small enough (shared/filter-regex.ts). */
 function isRegex(source: string): boolean {
-  try {
-    new RegExp(source);
-    return true;
-  } catch {
-    return false;
-  }
+  return filterRegexProblem(source, 'the pattern') === undefined;
 }
 
 /** kubectl's --request-timeout syntax: seconds, or a sequence of number+unit. */
@@ -47,7 +44,9 @@ const PortMapping = z
   .describe(PORT_MAPPING_DOC);
 
 const Regex = (what: string) =>
-  z.string().refine(isRegex, { message: `expected a valid regular expression for ${what}` });
+  z.string().refine(isRegex, {
+    message: `expected a valid regular expression for ${what} (RE2: no backreferences or lookaround)`,
+  });
 
 const Toleration = z
   .strictObject({
@@ -87,7 +86,7 @@ function valueSchema(spec: OptionSpec): z.ZodType {
       return z.array(PortMapping);
     case 'headerFilter':
       return z.string().refine(isHeaderFilter, {
-        message: 'expected "Header-Name: value-regex", e.g. "x-devop-user: alice"',
+        message: 'expected "Header-Name: value-regex" (RE2), e.g. "x-devop-user: alice"',
       });
     case 'regex':
       return Regex('the path');

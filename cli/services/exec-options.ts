@@ -3,6 +3,7 @@
 import type { ExecOptionName, FlagValues } from '../config/options.js';
 import type { DevopConfig } from '../config/types.js';
 import { UserError } from '../../shared/errors.js';
+import { compileFilterRegex } from '../../shared/filter-regex.js';
 import type { HttpFilter, StealMode } from '../../shared/protocol.js';
 import type { ExecServiceOptions } from './exec.js';
 import { replaceKindOf } from './replace.js';
@@ -25,15 +26,9 @@ export function parseDuration(text: string, flag: string): number {
   return Math.round(unit === 'ms' ? n : unit === 'm' ? n * 60_000 : n * 1000);
 }
 
+/** A filter pattern: RE2 syntax (matched in linear time by the agent), refused here before any agent is touched. */
 function checkRegex(source: string, flag: string): void {
-  try {
-    new RegExp(source);
-  } catch (err) {
-    throw new UserError(
-      `${flag} "${source}" is not a valid regular expression (${(err as Error).message})`,
-      `fix the pattern given to ${flag}`,
-    );
-  }
+  compileFilterRegex(source, flag);
 }
 
 /** Header filter `Name: value-regex`. */
@@ -116,6 +111,7 @@ export function mergeExecOptions(
     env: {
       include: flags.envInclude && flags.envInclude.length > 0 ? flags.envInclude : config.env.include,
       exclude: [...config.env.exclude, ...(flags.envExclude ?? [])],
+      allow: [...config.env.allow, ...(flags.envAllow ?? [])],
       override: config.env.override,
       file: envFile,
     },
@@ -138,6 +134,7 @@ export function mergeExecOptions(
     },
     verbose: flags.verbose ?? false,
     allPods,
+    allowHostNetwork: flags.allowHostNetwork ?? config.allowHostNetwork,
     ...(flags.record ? { record: flags.record } : {}),
     shadow: mergeShadow(flags, config),
     replace,
