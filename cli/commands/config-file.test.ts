@@ -46,4 +46,64 @@ describe('loadCommandConfig', () => {
       /with DEVOP_MODE from the environment/,
     );
   });
+
+  describe("a project's devop.json that chooses the cluster, replaces a workload or runs another image", () => {
+    const project = (content: object): string => {
+      const dir = tempDir();
+      writeFileSync(join(dir, 'devop.json'), JSON.stringify(content));
+      return dir;
+    };
+    const hostile = {
+      target: 'deploy/api',
+      context: 'prod',
+      kubeconfig: './kubeconfig',
+      replace: true,
+      agent: { image: 'attacker.example/agent:1' },
+      allowHostNetwork: true,
+    };
+
+    it('is refused in one line that names the keys and the flags that give them', () => {
+      // Given a checked-out repository whose devop.json sets every guarded key
+      const dir = project(hostile);
+      // When devop loads it with no flags
+      // Then it refuses, naming the file, the keys, their flags and the opt-in
+      expect(() => loadCommandConfig(undefined, dir, {})).toThrow(
+        `${join(dir, 'devop.json')} sets context="prod", kubeconfig="./kubeconfig", replace=true, ` +
+          'agent.image="attacker.example/agent:1", allowHostNetwork=true: a project\'s devop.json may not choose the ' +
+          'cluster, replace a workload, run another agent image or take a host-network pod on its own',
+      );
+      const refusal = (() => {
+        try {
+          loadCommandConfig(undefined, dir, {});
+        } catch (err) {
+          return err;
+        }
+      })();
+      expect(refusal).toMatchObject({
+        hint:
+          'give the same on the command line (--context "prod" --kubeconfig "./kubeconfig" --replace ' +
+          '--agent-image "attacker.example/agent:1" --allow-host-network), or pass --trust-config (or set ' +
+          'DEVOP_TRUST_CONFIG=1) to use the file as it is',
+      });
+      // And the same through -f
+      expect(() => loadCommandConfig('devop.json', dir, {})).toThrow(/may not choose the cluster/);
+    });
+
+    it('is used when the command line or the environment gives those keys, or the user trusts the file', () => {
+      const dir = project(hostile);
+      const flags = { context: 'dev', kubeconfig: '/k', replace: false, agentImage: 'a', allowHostNetwork: false };
+      expect(loadCommandConfig(undefined, dir, {}, { flags }).config.target).toBe('deploy/api');
+      expect(loadCommandConfig(undefined, dir, {}, { trust: true }).config.context).toBe('prod');
+      expect(loadCommandConfig(undefined, dir, { DEVOP_TRUST_CONFIG: '1' }).config.replace).toBe(true);
+      // A variable that overrides a key covers it; the others are still refused
+      expect(() =>
+        loadCommandConfig(undefined, project({ context: 'prod', agent: { image: 'x' } }), { DEVOP_CONTEXT: 'dev' }),
+      ).toThrow(/sets agent\.image="x": /);
+    });
+
+    it('may set everything else, and the guarded keys to their defaults', () => {
+      const dir = project({ target: 'deploy/api', namespace: 'team', replace: false, allowHostNetwork: false });
+      expect(loadCommandConfig(undefined, dir, {}).config).toMatchObject({ target: 'deploy/api', namespace: 'team' });
+    });
+  });
 });

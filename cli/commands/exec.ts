@@ -40,7 +40,10 @@ export function registerExecCommand(program: Command, onExit: (code: number) => 
         import('../services/shadow.js'),
         import('../ui/index.js'),
       ]);
-      const { config, dir } = loadCommandConfig(flags.config);
+      const { config, dir } = loadCommandConfig(flags.config, undefined, undefined, {
+        flags,
+        trust: flags.trustConfig,
+      });
       const explicitFlush = cmd.getOptionValueSource('flush') === 'cli' ? flags.flush : undefined;
       const options = mergeExecOptions({ ...flags, flush: explicitFlush }, config, command, dir);
       options.childEnvHooks = [

@@ -17,7 +17,9 @@ const PORT_FORWARD_OPTIONS = [
   'agentImage',
   ['agentNamespace', 'where the agent runs (default: the namespace)'],
   ['startupTimeout', 'how long to wait for the agent'],
+  ['allowHostNetwork', "connect from a pod on its node's network (hostNetwork: true)"],
   'config',
+  'trustConfig',
   ['output', 'output: auto, plain or json'],
   'verbose',
 ] as const;
@@ -42,7 +44,7 @@ export function registerPortForwardCommand(program: Command): void {
           import('../ui/index.js'),
           import('./config-file.js'),
         ]);
-      const { config } = loadCommandConfig(flags.config);
+      const { config } = loadCommandConfig(flags.config, undefined, undefined, { flags, trust: flags.trustConfig });
       // Port-forward has no traffic table to show: plain lines (addresses to copy) unless JSON is asked for.
       const reporter: Reporter = createReporter({
         output: flags.output === 'json' ? 'json' : 'plain',
@@ -64,6 +66,7 @@ export function registerPortForwardCommand(program: Command): void {
             address: flags.address,
             agentImage: flags.agentImage ?? config.agent.image ?? SESSION_DEFAULTS.agentImage,
             agentNamespace: flags.agentNamespace ?? config.agent.namespace,
+            allowHostNetwork: flags.allowHostNetwork ?? config.allowHostNetwork,
             startupTimeoutMs:
               flags.startupTimeout !== undefined
                 ? parseDuration(flags.startupTimeout, '--startup-timeout')

@@ -242,6 +242,19 @@ export const OPTIONS = {
     doc: 'Names (with * wildcards) of pod env vars to leave out (applied after include).',
     group: 'env',
   },
+  envAllow: {
+    flags: '--env-allow <name>',
+    help: 'a pod env var that loads code (NODE_OPTIONS, LD_PRELOAD, …) to give the local command anyway, repeatable',
+    repeatable: true,
+    key: 'env.allow',
+    type: 'strings',
+    default: [],
+    doc:
+      'Exact names of pod env vars that make programs load code (NODE_OPTIONS, LD_PRELOAD, PYTHONPATH, ' +
+      'JAVA_TOOL_OPTIONS, … listed in docs/safety.md) to give the local process anyway. They are left out ' +
+      'otherwise; an exact name in env.include also keeps one.',
+    group: 'env',
+  },
   envOverride: {
     key: 'env.override',
     type: 'map',
@@ -404,6 +417,19 @@ export const OPTIONS = {
     doc: 'Steal/mirror on every pod of the target, not just one.',
     group: 'target',
   },
+  allowHostNetwork: {
+    flags: '--allow-host-network',
+    help: "take a pod on its node's network (hostNetwork: true): steal, mirror and flush then act node-wide",
+    key: 'allowHostNetwork',
+    type: 'boolean',
+    default: false,
+    doc:
+      "Take a target pod that uses its node's network (hostNetwork: true). Its netns is the node's: a steal or " +
+      "mirror takes the port's traffic for every pod on the node, a flush closes all of the node's connections on " +
+      'it. Off: such a pod is refused. A project devop.json cannot turn it on alone (see "Keys a project file cannot ' +
+      'set alone").',
+    group: 'target',
+  },
   record: {
     flags: '--record <file>',
     help: 'write every stolen HTTP exchange (request, answer, timing, pod) to FILE as HAR 1.2; see devop replay',
@@ -452,6 +478,14 @@ export const OPTIONS = {
     flags: '-f, --config <path>',
     help: 'devop.json to read (default: ./devop.json if present)',
     type: 'string',
+    group: 'output',
+  },
+  trustConfig: {
+    flags: '--trust-config',
+    help:
+      'use what devop.json sets for context, kubeconfig, replace, agent.image and allowHostNetwork (or set ' +
+      'DEVOP_TRUST_CONFIG=1); refused otherwise',
+    type: 'boolean',
     group: 'output',
   },
   output: {

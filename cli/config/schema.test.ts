@@ -35,7 +35,13 @@ const FULL = {
     flush: false,
     stealProbes: true,
   },
-  env: { include: ['*'], exclude: ['AWS_*'], override: { LOG_LEVEL: 'debug' }, file: '.env.devop' },
+  env: {
+    include: ['*'],
+    exclude: ['AWS_*'],
+    allow: ['NODE_OPTIONS'],
+    override: { LOG_LEVEL: 'debug' },
+    file: '.env.devop',
+  },
   agent: {
     image: 'ghcr.io/devop/agent:0.1.0',
     namespace: 'devop-system',
@@ -56,6 +62,7 @@ const FULL = {
   dns: { enabled: false },
   remoteFiles: ['/var/run/secrets/kubernetes.io/serviceaccount/token'],
   allPods: true,
+  allowHostNetwork: true,
   shadow: { enabled: true, inCluster: true },
   replace: true,
 };
@@ -70,7 +77,7 @@ describe('parseConfig', () => {
   it('fills every default for an empty config', () => {
     expect(parseConfig({}, 'devop.json')).toEqual({
       incoming: { mode: 'mirror', ports: [], flush: true, stealProbes: false },
-      env: { include: ['*'], exclude: [], override: {} },
+      env: { include: ['*'], exclude: [], allow: [], override: {} },
       agent: {
         ttlSeconds: 30,
         ephemeral: false,
@@ -83,6 +90,7 @@ describe('parseConfig', () => {
       dns: { enabled: true },
       remoteFiles: [],
       allPods: false,
+      allowHostNetwork: false,
       shadow: { enabled: false, inCluster: false },
       replace: false,
     });

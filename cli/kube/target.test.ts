@@ -2,7 +2,14 @@
 import type { V1Pod } from '@kubernetes/client-node';
 import { describe, expect, it } from 'vitest';
 import { judgeAgentPod } from './agent.js';
-import { chooseContainer, choosePod, podState, selectorToString } from './target.js';
+import {
+  checkHostNetwork,
+  chooseContainer,
+  choosePod,
+  hostNetworkWarning,
+  podState,
+  selectorToString,
+} from './target.js';
 import { answerDeadlineMs } from './targets/webhook.js';
 
 function pod(
@@ -94,6 +101,29 @@ describe('pod choice', () => {
         ],
       }),
     ).toBe('app=echo,tier=web,env in (a,b),!canary');
+  });
+});
+
+describe('a pod on its node\'s network', () => {
+  it('is refused in one line naming the node-wide effect and --allow-host-network, and taken with it', () => {
+    // Given a Ready pod of an ingress DaemonSet on the host network
+    const ingress = pod('ingress-abc');
+    ingress.spec = { ...ingress.spec!, hostNetwork: true, nodeName: 'node-1' };
+    // When devop checks it without the flag, then with it
+    // Then it is refused, naming the problem and the flag; the flag takes it
+    expect(() => checkHostNetwork(ingress, false)).toThrow(
+      "pod ingress-abc uses its node's network (hostNetwork: true): stealing, mirroring or flushing its ports would " +
+        'act on every connection to those ports on node node-1',
+    );
+    expect(() => checkHostNetwork(ingress, false)).toThrow(
+      expect.objectContaining({ hint: expect.stringContaining('pass --allow-host-network') }),
+    );
+    expect(() => checkHostNetwork(ingress, true)).not.toThrow();
+    expect(() => checkHostNetwork(pod('web'), false)).not.toThrow();
+    expect(hostNetworkWarning({ podName: 'ingress-abc', nodeName: 'node-1' })).toBe(
+      "pod ingress-abc uses its node's network (--allow-host-network): steal, mirror and flush act on every " +
+        'connection to its ports on node node-1, whichever pod it is for',
+    );
   });
 });
 

@@ -52,6 +52,8 @@ export interface ResolvedTarget {
   ports?: number[];
   /** For a webhook configuration: the webhooks whose requests reach these pods. */
   webhooks?: WebhookInfo[];
+  /** The pod is on the node's network (hostNetwork: true), taken only with --allow-host-network. */
+  hostNetwork?: boolean;
 }
 
 const DEFAULT_CONTAINER_ANNOTATION = 'kubectl.kubernetes.io/default-container';
@@ -190,10 +192,39 @@ export function namesClusterScoped(target: string): boolean {
   }
 }
 
-/** Resolves a target string in a namespace. The namespace check runs beside the lookup, so a typo'd one is named. */
+/**
+ * Whether a pod shares its node's network namespace. The agent joins the pod's netns, which is then the node's: a steal
+ * redirects the port for every pod on the node, a flush closes the node's connections on it, a mirror copies them all.
+ */
+export function usesHostNetwork(pod: V1Pod): boolean {
+  return pod.spec?.hostNetwork === true;
+}
+
+/** Refuses a pod on the node's network unless --allow-host-network was given. */
+export function checkHostNetwork(pod: V1Pod, allow: boolean | undefined): void {
+  if (!usesHostNetwork(pod) || allow) return;
+  throw new UserError(
+    `pod ${pod.metadata?.name} uses its node's network (hostNetwork: true): stealing, mirroring or flushing its ` +
+      `ports would act on every connection to those ports on node ${pod.spec?.nodeName ?? '(unscheduled)'}`,
+    'pick a target that is not on the host network, or pass --allow-host-network (allowHostNetwork) to take it anyway',
+  );
+}
+
+/** The warning a session on a host-network pod starts with (--allow-host-network). */
+export function hostNetworkWarning(target: Pick<ResolvedTarget, 'podName' | 'nodeName'>): string {
+  return (
+    `pod ${target.podName} uses its node's network (--allow-host-network): steal, mirror and flush act on every ` +
+    `connection to its ports on node ${target.nodeName}, whichever pod it is for`
+  );
+}
+
+/**
+ * Resolves a target string in a namespace. The namespace check runs beside the lookup, so a typo'd one is named. A pod
+ * on the node's network is refused unless allowHostNetwork.
+ */
 export async function resolveTarget(
   kc: KubeConfig,
-  input: { target: string; namespace: string },
+  input: { target: string; namespace: string; allowHostNetwork?: boolean },
 ): Promise<ResolvedTarget> {
   const parsed = parseTarget(input.target);
   if (parsed.kind === 'targetless')
@@ -247,6 +278,7 @@ export async function resolveTarget(
     chosen = choosePod(list.items, what);
   }
   const pod = chosen.pod;
+  checkHostNetwork(pod, input.allowHostNetwork);
   const targetPort = workload.kind === 'selector' ? workload.targetPort : undefined;
   const served = targetPort === undefined ? undefined : containerPort(pod, targetPort, ref);
   const { container, reason: containerReason } = served
@@ -277,6 +309,7 @@ export async function resolveTarget(
     ...(extension ? { extension } : {}),
     ports: served ? [served.port] : undefined,
     webhooks: workload.kind === 'selector' ? workload.webhooks : undefined,
+    ...(usesHostNetwork(pod) ? { hostNetwork: true } : {}),
   };
 }
 

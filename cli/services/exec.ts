@@ -11,7 +11,7 @@ import { apiServerSource } from '../kube/api-server-source.js';
 import { followAvailable } from '../kube/apiservice-status.js';
 import { formatAvailable } from '../ui/lines.js';
 import type { ExchangeRecorder } from '../record/tap.js';
-import { buildChildEnv, readEnvFile } from './child-env.js';
+import { buildChildEnv, readEnvFile, withheldLine } from './child-env.js';
 import type { ShadowSettings } from './shadow.js';
 import { incomingStreamHandler } from './incoming.js';
 import { answerDeadlineMs } from '../kube/targets/webhook.js';
@@ -31,7 +31,8 @@ export interface ExecServiceOptions extends SessionOptions {
   httpFilter?: HttpFilter;
   flush: boolean;
   stealProbes: boolean;
-  env: { include: string[]; exclude: string[]; override: Record<string, string>; file?: string };
+  /** allow: exact names of code-loading pod vars to give the command anyway (cli/services/child-env.ts). */
+  env: { include: string[]; exclude: string[]; allow?: string[]; override: Record<string, string>; file?: string };
   /** --shadow: the command's kubeconfig points at the shadow API proxy (services/shadow.ts; commands/exec.ts adds
    * its hook). */
   shadow?: ShadowSettings;
@@ -197,8 +198,10 @@ export async function runExec(options: ExecServiceOptions, reporter: Reporter): 
           remoteEnv,
           include: options.env.include,
           exclude: options.env.exclude,
+          allow: options.env.allow,
           override: options.env.override,
           envFile,
+          onWithheld: (names) => reporter.emit({ type: 'log', level: 'warn', message: withheldLine(names) }),
         });
         for (const hook of options.childEnvHooks ?? []) {
           const result = await hook(env, { session: s, reporter });

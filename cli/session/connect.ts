@@ -27,7 +27,7 @@ import {
   type AgentOptions,
 } from '../kube/agent.js';
 import type { AgentExtras } from '../kube/agent-manifest.js';
-import { namesClusterScoped, resolveTarget, type ResolvedTarget } from '../kube/target.js';
+import { hostNetworkWarning, namesClusterScoped, resolveTarget, type ResolvedTarget } from '../kube/target.js';
 
 /** Defaults shared by every command that starts a session (each is also a devop.json key / flag). */
 export const SESSION_DEFAULTS = {
@@ -65,6 +65,8 @@ export interface SessionOptions extends KubeAccessOptions {
   agentExtras?: AgentExtras;
   /** Steal/mirror on every Ready pod of a deploy/sts target (cli/session/supervisor.ts). */
   allPods?: boolean;
+  /** Take a pod on its node's network (hostNetwork: true), with a warning; refused otherwise. */
+  allowHostNetwork?: boolean;
   /** Skip the RBAC preflight (e.g. doctor runs its own). */
   skipPreflight?: boolean;
   /** Features this client announces in hello. */
@@ -211,7 +213,7 @@ export async function connectSession(options: SessionOptions, reporter: Reporter
         'target',
         `resolve target ${options.target}`,
         async () => {
-          const input = { target: options.target ?? '', namespace };
+          const input = { target: options.target ?? '', namespace, allowHostNetwork: options.allowHostNetwork };
           if (clusterScoped) {
             const resolved = await resolveTarget(kc, input);
             await preflight(resolved.namespace, options.agentNamespace ?? resolved.namespace, ephemeral);
@@ -231,6 +233,7 @@ export async function connectSession(options: SessionOptions, reporter: Reporter
           `pod ${t!.podName} (${t!.podReason}), container ${t!.container.name} (${t!.containerReason}), ` +
           `node ${t!.nodeName}${t!.webhooks ? `; ${formatWebhooks(t!.webhooks)}` : ''}`,
       );
+  if (target?.hostNetwork) reporter.emit({ type: 'log', level: 'warn', message: hostNetworkWarning(target) });
   const sessionNamespace = target?.namespace ?? namespace;
   const agentNamespace = options.agentNamespace ?? sessionNamespace;
   const agentOptions: AgentOptions = { ...agentOptionsFor(options, agentNamespace, identity), signal: options.signal };

@@ -447,7 +447,11 @@ class Supervisor {
 
   /** Resolves `target` (one pod), gets its agent and attaches a new member. */
   private async attachPod(target: string): Promise<Member | undefined> {
-    const resolved = await resolveTarget(this.first.kc, { target, namespace: this.firstTarget.namespace });
+    const resolved = await resolveTarget(this.first.kc, {
+      target,
+      namespace: this.firstTarget.namespace,
+      allowHostNetwork: this.options.allowHostNetwork,
+    });
     const existing = await findAgent(this.first.kc, resolved, this.agentOptions.agentNamespace);
     let agent = existing ?? (await this.startAgent(resolved));
     let link: Awaited<ReturnType<typeof connectAgent>>;
