@@ -104,7 +104,7 @@ describe('pod choice', () => {
   });
 });
 
-describe('a pod on its node\'s network', () => {
+describe("a pod on its node's network", () => {
   it('is refused in one line naming the node-wide effect and --allow-host-network, and taken with it', () => {
     // Given a Ready pod of an ingress DaemonSet on the host network
     const ingress = pod('ingress-abc');
