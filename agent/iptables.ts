@@ -126,6 +126,22 @@ export class AgentChain {
     await this.ipt(['-D', ...redirectRule(this.chain, port, listenerPort, skipSource)]);
   }
 
+  /**
+   * The owned table's guard of a listener port (agent/nft-owned.ts): only redirected connections reach it. The
+   * iptables fallback (kernels before 5.12) has none: resolves false.
+   */
+  async guardListener(listenerPort: number): Promise<boolean> {
+    if (this.backend !== 'nft-owned') return false;
+    await (await this.table()).guardListener(listenerPort);
+    return true;
+  }
+
+  async unguardListener(listenerPort: number): Promise<void> {
+    if (this.backend !== 'nft-owned') return;
+    const owned = await this.owned?.catch(() => undefined);
+    await owned?.unguardListener(listenerPort);
+  }
+
   /** Removes the jump and the chain, or the owned table (idempotent). */
   async remove(): Promise<void> {
     if (this.backend === 'nft-owned') {

@@ -1,9 +1,10 @@
 // The agent's redirect rules in an nftables table with `flags owner`: the kernel ties such a table to the netlink
 // socket of the process that created it and deletes it the moment that process dies — however it dies. One long-lived
 // child, devop-nft (agent/native/nft-owner.c; stdin: a pipe from the agent), creates the table and makes every change,
-// so the rules live exactly as long as the agent: the agent dies → devop-nft reads EOF (or gets its parent-death
-// signal) and exits → the kernel drops the table; the container's cgroup is killed → devop-nft dies too → the kernel
-// drops the table. No cleanup process is needed.
+// so the rules (redirects, and the guards that keep the agent's listeners to redirected connections) live exactly as
+// long as the agent: the agent dies → devop-nft reads EOF (or gets its parent-death signal) and exits → the kernel
+// drops the table; the container's cgroup is killed → devop-nft dies too → the kernel drops the table. No cleanup
+// process is needed.
 import { randomBytes } from 'node:crypto';
 import { dirname, join } from 'node:path';
 import { LineChild } from './line-child.js';
@@ -83,6 +84,8 @@ export class OwnedTable {
   readonly kind = 'nft-owned';
   readonly table: string;
   private readonly handles = new Map<string, string>();
+  /** Guard rules by listener port. */
+  private readonly guards = new Map<number, string>();
 
   private constructor(
     private readonly nft: NftOwner,
@@ -135,9 +138,28 @@ export class OwnedTable {
     await this.nft.request(`delete ${handle}`);
   }
 
+  /**
+   * Lets listener port `listenerPort` take only the connections a redirect rule sent there: one made to that port
+   * directly (from the pod network, or from a process of the pod) is reset. The listeners bind every address of the
+   * netns, since a redirect delivers to the primary address of the interface the connection came in on.
+   */
+  async guardListener(listenerPort: number): Promise<void> {
+    if (this.guards.has(listenerPort)) return;
+    this.guards.set(listenerPort, await this.nft.request(`guard ${listenerPort}`));
+  }
+
+  /** Removes the guard of a listener that closed (its port may be anyone's again). */
+  async unguardListener(listenerPort: number): Promise<void> {
+    const handle = this.guards.get(listenerPort);
+    if (handle === undefined) return;
+    this.guards.delete(listenerPort);
+    await this.nft.request(`unguard ${handle}`);
+  }
+
   /** Deletes the table and ends devop-nft (idempotent; with it gone the kernel has already dropped the table). */
   async remove(): Promise<void> {
     this.handles.clear();
+    this.guards.clear();
     if (this.nft.alive) {
       await this.nft.request('drop').catch((err: Error) => this.log.debug('nft table delete', { error: err.message }));
     }

@@ -48,6 +48,11 @@ export class PortRedirect {
     });
   }
 
+  /**
+   * Every address of the pod netns: a redirect in nat PREROUTING delivers to the primary address of the interface the
+   * connection came in on (a listener on 127.0.0.1 would get nothing). What keeps direct connections to this port out
+   * is the guard the port table adds before the rule (agent/ports.ts): only redirected connections get here.
+   */
   listen(): Promise<number> {
     return new Promise((resolve, reject) => {
       this.server.once('error', reject);

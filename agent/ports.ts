@@ -27,6 +27,13 @@ export type SubscribeResult =
 export interface RedirectRules {
   addRedirect(port: number, listenerPort: number, skipSource?: string): Promise<void>;
   removeRedirect(port: number, listenerPort: number, skipSource?: string): Promise<void>;
+  /**
+   * Lets a listener take only redirected connections (the listeners bind every address: a redirect delivers to the
+   * primary address of the interface a connection came in on). Resolves false where the rules cannot say it.
+   */
+  guardListener(listenerPort: number): Promise<boolean>;
+  /** Removes the guard of a listener that closed. */
+  unguardListener(listenerPort: number): Promise<void>;
   /** Removes every rule of the agent (idempotent). */
   remove(): Promise<void>;
 }
@@ -94,6 +101,8 @@ export class PortTable {
   native: NativeSplice | undefined;
   /** The agent is stopping and its rules are gone: nothing is routed any more. */
   private rulesRemoved = false;
+  /** The rules cannot guard listeners (the iptables fallback): said once in the log. */
+  private unguardedSaid = false;
 
   constructor(
     private readonly chain: RedirectRules | undefined,
@@ -277,9 +286,11 @@ export class PortTable {
       const listenerPort = await listener.listen();
       const skip = await skipSource();
       try {
+        await this.guard(listenerPort);
         await this.chain?.addRedirect(port, listenerPort, skip);
       } catch (err) {
         listener.close();
+        await this.unguard(listenerPort);
         return `cannot install the redirect rule for port ${port}: ${(err as Error).message}`;
       }
       entry.redirect = { listener, skipSource: skip };
@@ -378,7 +389,12 @@ export class PortTable {
     let next: NativeRoute | undefined;
     if (want && this.native) {
       try {
-        next = { sub: want, ...(await this.native.steal(want.session.sessionId, port, want.id)) };
+        const taken: NativeRoute = { sub: want, ...(await this.native.steal(want.session.sessionId, port, want.id)) };
+        await this.guard(taken.listenerPort).catch(async (err: Error) => {
+          await this.unsteal(taken, true);
+          throw err;
+        });
+        next = taken;
       } catch (err) {
         this.log.warn('the native path could not take the steal', { port, error: (err as Error).message });
         if (!now) return;
@@ -404,6 +420,24 @@ export class PortTable {
   private async unsteal(route: NativeRoute, ended: boolean): Promise<void> {
     const request = ended ? this.native?.drop(route.key) : this.native?.unsteal(route.key);
     await request?.catch((err: Error) => this.log.debug('unsteal', { error: err.message }));
+    await this.unguard(route.listenerPort);
+  }
+
+  /**
+   * Before a listener's port is the target of a rule: only redirected connections may reach it (a connection made to
+   * it directly would be taken as stolen from the app's port, past the rule's exception for probes, from a process of
+   * the pod or from any peer a NetworkPolicy admits on every port). Throws when the guard cannot be added.
+   */
+  private async guard(listenerPort: number): Promise<void> {
+    if (!this.chain || (await this.chain.guardListener(listenerPort)) || this.unguardedSaid) return;
+    this.unguardedSaid = true;
+    this.log.warn('the iptables fallback does not guard listener ports: they take direct connections too');
+  }
+
+  private async unguard(listenerPort: number): Promise<void> {
+    await this.chain
+      ?.unguardListener(listenerPort)
+      .catch((err: Error) => this.log.warn('could not remove a listener guard', { listenerPort, error: err.message }));
   }
 
   private async removeRule(port: number, listenerPort: number, skipSource: string | undefined): Promise<void> {
@@ -422,6 +456,7 @@ export class PortTable {
     await this.removeRule(port, redirect.native?.listenerPort ?? redirect.listener.listenerPort, redirect.skipSource);
     if (redirect.native) await this.unsteal(redirect.native, true);
     redirect.listener.close();
+    await this.unguard(redirect.listener.listenerPort);
   }
 
   /**

@@ -4,9 +4,13 @@
 // (4.9 MiB of RSS: libnftables, libgmp, libedit, a command parser) with one socket and the four messages the agent
 // needs (0.5 MiB, linked statically). Requests on stdin, one answer line each on stdout:
 //
-//   table NAME             → ok            creates `table ip NAME { flags owner; }` and its nat chain `pre`
+//   table NAME             → ok            creates `table ip NAME { flags owner; }`, its nat chain `pre` and its
+//                                          filter chain `in`
 //   add PORT TO [SKIP]     → ok HANDLE     `[ip saddr != SKIP] tcp dport PORT redirect to :TO comment "devop PORT"`
 //   delete HANDLE          → ok            deletes that rule
+//   guard TO               → ok HANDLE     in `in`: `tcp dport TO ct status & dnat == 0 reject with tcp reset`: the
+//                                          agent's listener TO takes only connections a redirect rule sent there
+//   unguard HANDLE         → ok            deletes that guard rule
 //   drop                   → ok            deletes the table
 //   anything that fails    → error WHY     (the process keeps serving requests)
 //
@@ -32,6 +36,12 @@
 #define CHAIN "pre"
 // The nat chain runs at dstnat - 1, before the pod's own nat rules (kube-proxy, CNI, sidecars) at dstnat.
 #define PRIORITY (-101)
+// The guards' chain: every packet delivered to a local socket of the netns (from the pod network and from loopback
+// alike), at the filter priority; the redirect has set the connection's dnat status long before.
+#define GUARD_CHAIN "in"
+#define GUARD_PRIORITY 0
+// The conntrack status bit a redirect (a destination NAT) sets (linux/netfilter/nf_conntrack_common.h: IPS_DST_NAT).
+#define STATUS_DST_NAT (1u << 5)
 // How long the kernel may take to answer one transaction (it answers in microseconds; this only bounds the wait).
 #define ANSWER_TIMEOUT_MS 5000
 // nftnl's user data type for a rule's comment (what `nft list` prints as `comment "…"`).
@@ -194,22 +204,54 @@ struct redirect {
   struct in_addr source;
 };
 
+// A rule of one of the table's chains, by handle (delete, unguard).
+struct rule_ref {
+  const char *chain;
+  uint64_t handle;
+};
+
+static void base_chain(struct msg *m, const char *name, uint32_t hook, int32_t priority, const char *type) {
+  begin(m, NFT(NFT_MSG_NEWCHAIN), NLM_F_CREATE | NLM_F_ACK, NFPROTO_IPV4, 0);
+  attr_str(m, NFTA_CHAIN_TABLE, table);
+  attr_str(m, NFTA_CHAIN_NAME, name);
+  nest(m, NFTA_CHAIN_HOOK);
+  attr_u32(m, NFTA_HOOK_HOOKNUM, hook);
+  attr_u32(m, NFTA_HOOK_PRIORITY, (uint32_t)priority);
+  unnest(m);
+  attr_u32(m, NFTA_CHAIN_POLICY, NF_ACCEPT);
+  attr_str(m, NFTA_CHAIN_TYPE, type);
+  end(m);
+}
+
+// `tcp dport PORT`: the meta l4proto dependency nft adds, then the port.
+static void tcp_dport(struct msg *m, uint16_t host_port) {
+  expr(m, "meta");
+  attr_u32(m, NFTA_META_DREG, NFT_REG_1);
+  attr_u32(m, NFTA_META_KEY, NFT_META_L4PROTO);
+  expr_end(m);
+  uint8_t tcp = IPPROTO_TCP;
+  cmp(m, NFT_CMP_EQ, &tcp, 1);
+  payload(m, NFT_PAYLOAD_TRANSPORT_HEADER, 2, 2);
+  uint16_t port = htons(host_port);
+  cmp(m, NFT_CMP_EQ, &port, 2);
+}
+
+static void comment(struct msg *m, const char *text) {
+  char data[2 + 32];
+  int len = snprintf(data + 2, sizeof data - 2, "%s", text) + 1;
+  data[0] = UDATA_RULE_COMMENT;
+  data[1] = (char)len;
+  attr(m, NFTA_RULE_USERDATA, data, 2 + (size_t)len);
+}
+
 static void build_table(struct msg *m, const void *unused) {
   (void)unused;
   begin(m, NFT(NFT_MSG_NEWTABLE), NLM_F_CREATE | NLM_F_ACK, NFPROTO_IPV4, 0);
   attr_str(m, NFTA_TABLE_NAME, table);
   attr_u32(m, NFTA_TABLE_FLAGS, NFT_TABLE_F_OWNER);
   end(m);
-  begin(m, NFT(NFT_MSG_NEWCHAIN), NLM_F_CREATE | NLM_F_ACK, NFPROTO_IPV4, 0);
-  attr_str(m, NFTA_CHAIN_TABLE, table);
-  attr_str(m, NFTA_CHAIN_NAME, CHAIN);
-  nest(m, NFTA_CHAIN_HOOK);
-  attr_u32(m, NFTA_HOOK_HOOKNUM, NF_INET_PRE_ROUTING);
-  attr_u32(m, NFTA_HOOK_PRIORITY, (uint32_t)PRIORITY);
-  unnest(m);
-  attr_u32(m, NFTA_CHAIN_POLICY, NF_ACCEPT);
-  attr_str(m, NFTA_CHAIN_TYPE, "nat");
-  end(m);
+  base_chain(m, CHAIN, NF_INET_PRE_ROUTING, PRIORITY, "nat");
+  base_chain(m, GUARD_CHAIN, NF_INET_LOCAL_IN, GUARD_PRIORITY, "filter");
 }
 
 static void build_redirect(struct msg *m, const void *arg) {
@@ -222,15 +264,8 @@ static void build_redirect(struct msg *m, const void *arg) {
     payload(m, NFT_PAYLOAD_NETWORK_HEADER, 12, 4); // ip saddr
     cmp(m, NFT_CMP_NEQ, &r->source, 4);
   }
-  expr(m, "meta"); // meta l4proto tcp: the dependency nft adds for `tcp dport`
-  attr_u32(m, NFTA_META_DREG, NFT_REG_1);
-  attr_u32(m, NFTA_META_KEY, NFT_META_L4PROTO);
-  expr_end(m);
-  uint8_t tcp = IPPROTO_TCP;
-  cmp(m, NFT_CMP_EQ, &tcp, 1);
-  payload(m, NFT_PAYLOAD_TRANSPORT_HEADER, 2, 2); // tcp dport
-  uint16_t port = htons(r->port), to = htons(r->to);
-  cmp(m, NFT_CMP_EQ, &port, 2);
+  tcp_dport(m, r->port);
+  uint16_t to = htons(r->to);
   expr(m, "immediate"); // redirect to :TO
   attr_u32(m, NFTA_IMMEDIATE_DREG, NFT_REG_1);
   nest(m, NFTA_IMMEDIATE_DATA);
@@ -241,19 +276,56 @@ static void build_redirect(struct msg *m, const void *arg) {
   attr_u32(m, NFTA_REDIR_REG_PROTO_MIN, NFT_REG_1);
   expr_end(m);
   unnest(m);
-  char comment[2 + 32];
-  int len = snprintf(comment + 2, sizeof comment - 2, "devop %u", r->port) + 1;
-  comment[0] = UDATA_RULE_COMMENT;
-  comment[1] = (char)len;
-  attr(m, NFTA_RULE_USERDATA, comment, 2 + (size_t)len);
+  char text[32];
+  snprintf(text, sizeof text, "devop %u", r->port);
+  comment(m, text);
+  end(m);
+}
+
+// The guard of listener port TO: a connection to it whose conntrack entry no redirect rule made (a client of the pod
+// network, or a process of the pod, that connects to the listener's port itself) is reset.
+static void build_guard(struct msg *m, const void *arg) {
+  uint16_t to = *(const uint16_t *)arg;
+  begin(m, NFT(NFT_MSG_NEWRULE), NLM_F_CREATE | NLM_F_APPEND | NLM_F_ACK | NLM_F_ECHO, NFPROTO_IPV4, 0);
+  attr_str(m, NFTA_RULE_TABLE, table);
+  attr_str(m, NFTA_RULE_CHAIN, GUARD_CHAIN);
+  nest(m, NFTA_RULE_EXPRESSIONS);
+  tcp_dport(m, to);
+  expr(m, "ct"); // ct status (host byte order), & dnat, == 0
+  attr_u32(m, NFTA_CT_DREG, NFT_REG_1);
+  attr_u32(m, NFTA_CT_KEY, NFT_CT_STATUS);
+  expr_end(m);
+  uint32_t mask = STATUS_DST_NAT, zero = 0;
+  expr(m, "bitwise");
+  attr_u32(m, NFTA_BITWISE_SREG, NFT_REG_1);
+  attr_u32(m, NFTA_BITWISE_DREG, NFT_REG_1);
+  attr_u32(m, NFTA_BITWISE_LEN, sizeof mask);
+  nest(m, NFTA_BITWISE_MASK);
+  attr(m, NFTA_DATA_VALUE, &mask, sizeof mask);
+  unnest(m);
+  nest(m, NFTA_BITWISE_XOR);
+  attr(m, NFTA_DATA_VALUE, &zero, sizeof zero);
+  unnest(m);
+  expr_end(m);
+  cmp(m, NFT_CMP_EQ, &zero, sizeof zero);
+  expr(m, "reject");
+  attr_u32(m, NFTA_REJECT_TYPE, NFT_REJECT_TCP_RST);
+  uint8_t code = 0;
+  attr(m, NFTA_REJECT_ICMP_CODE, &code, 1);
+  expr_end(m);
+  unnest(m);
+  char text[32];
+  snprintf(text, sizeof text, "devop listener %u", to);
+  comment(m, text);
   end(m);
 }
 
 static void build_delete(struct msg *m, const void *arg) {
+  const struct rule_ref *r = arg;
   begin(m, NFT(NFT_MSG_DELRULE), NLM_F_ACK, NFPROTO_IPV4, 0);
   attr_str(m, NFTA_RULE_TABLE, table);
-  attr_str(m, NFTA_RULE_CHAIN, CHAIN);
-  attr_u64(m, NFTA_RULE_HANDLE, *(const uint64_t *)arg);
+  attr_str(m, NFTA_RULE_CHAIN, r->chain);
+  attr_u64(m, NFTA_RULE_HANDLE, r->handle);
   end(m);
 }
 
@@ -340,9 +412,11 @@ int main(void) {
     for (char *w = strtok(line, " "); w && count < 5; w = strtok(NULL, " ")) words[count++] = w;
     const char *cmd = count ? words[0] : "";
     int known = (!strcmp(cmd, "table") && count == 2) || (!strcmp(cmd, "add") && (count == 3 || count == 4)) ||
-                (!strcmp(cmd, "delete") && count == 2) || (!strcmp(cmd, "drop") && count == 1);
+                (!strcmp(cmd, "delete") && count == 2) || (!strcmp(cmd, "drop") && count == 1) ||
+                (!strcmp(cmd, "guard") && count == 2) || (!strcmp(cmd, "unguard") && count == 2);
     if (!known) {
-      printf("error unknown request (table NAME | add PORT TO [SKIP_SOURCE] | delete HANDLE | drop)\n");
+      printf("error unknown request (table NAME | add PORT TO [SKIP_SOURCE] | delete HANDLE | guard TO | unguard "
+             "HANDLE | drop)\n");
     } else if (!strcmp(cmd, "table")) {
       if (table[0]) {
         printf("error this process owns table %s already\n", table);
@@ -376,14 +450,26 @@ int main(void) {
       if (err == 0 && handle == 0) printf("error the kernel did not echo the rule's handle\n");
       else if (err == 0) printf("ok %llu\n", (unsigned long long)handle);
       else answer(err, "add rule");
-    } else if (!strcmp(cmd, "delete")) {
+    } else if (!strcmp(cmd, "guard")) {
+      uint16_t to;
+      if (parse_port(words[1], &to)) {
+        printf("error ports must be 1-65535\n");
+        continue;
+      }
+      uint64_t handle = 0;
+      int err = batch(build_guard, &to, &handle);
+      if (err == 0 && handle == 0) printf("error the kernel did not echo the rule's handle\n");
+      else if (err == 0) printf("ok %llu\n", (unsigned long long)handle);
+      else answer(err, "add guard");
+    } else if (!strcmp(cmd, "delete") || !strcmp(cmd, "unguard")) {
       char *end;
-      uint64_t handle = strtoull(words[1], &end, 10);
-      if (*end || handle == 0) {
+      struct rule_ref rule = {.chain = !strcmp(cmd, "delete") ? CHAIN : GUARD_CHAIN,
+                              .handle = strtoull(words[1], &end, 10)};
+      if (*end || rule.handle == 0) {
         printf("error not a rule handle: %s\n", words[1]);
         continue;
       }
-      answer(batch(build_delete, &handle, NULL), "delete rule");
+      answer(batch(build_delete, &rule, NULL), !strcmp(cmd, "delete") ? "delete rule" : "delete guard");
     } else {
       int err = batch(build_drop, NULL, NULL);
       if (err == 0) table[0] = 0;
