@@ -32,6 +32,7 @@ export function registerExecCommand(program: Command, onExit: (code: number) => 
         { outgoingChildEnvHook },
         { shadowChildEnvHook },
         { createReporter },
+        { sweepSessionDirs },
       ] = await Promise.all([
         import('./config-file.js'),
         import('../services/exec-options.js'),
@@ -39,6 +40,7 @@ export function registerExecCommand(program: Command, onExit: (code: number) => 
         import('../outgoing/exec-hook.js'),
         import('../services/shadow.js'),
         import('../ui/index.js'),
+        import('../process/session-dirs.js'),
       ]);
       const { config, dir } = loadCommandConfig(flags.config, undefined, undefined, {
         flags,
@@ -53,6 +55,14 @@ export function registerExecCommand(program: Command, onExit: (code: number) => 
         ...(options.shadow ? [shadowChildEnvHook(options.shadow)] : []),
       ];
       const reporter = createReporter({ output: flags.output, verbose: Boolean(flags.verbose) });
+      // Directories of sessions whose devop was killed (kill -9 skips their cleanup): they may hold tokens.
+      for (const dir of await sweepSessionDirs())
+        if (dir.removed)
+          reporter.emit({
+            type: 'log',
+            level: 'info',
+            message: `removed ${dir.path}, left by devop ${dir.pid} (gone)`,
+          });
       onExit(await runWithReporter(reporter, flags.output === 'json', () => runExec(options, reporter)));
     });
 }

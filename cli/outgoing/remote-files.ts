@@ -1,9 +1,9 @@
 // Remote files: chosen paths of the target container read through the agent into a per-session directory (DEVOP_ROOT)
 // under the same relative paths, readable only by the user, and removed when the session ends.
-import { chmod, mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { mkdir, rm, writeFile } from 'node:fs/promises';
 import { dirname, join, posix } from 'node:path';
 import { UserError } from '../../shared/errors.js';
+import { makeSessionDir } from '../process/session-dirs.js';
 import { toDialError, type ClusterDialer } from './dialer.js';
 
 export interface RemoteFiles {
@@ -40,8 +40,8 @@ export async function fetchRemoteFiles(
   options: { parent?: string } = {},
 ): Promise<RemoteFiles> {
   const normalized = [...new Set(paths.map(normalizeRemotePath))];
-  const root = await mkdtemp(join(options.parent ?? tmpdir(), 'devop-root-'));
-  await chmod(root, 0o700);
+  // 0700, named after this devop's pid: a run after a kill -9 removes it (cli/process/session-dirs.ts).
+  const root = await makeSessionDir('root', options.parent);
   let removed = false;
   const remove = async (): Promise<void> => {
     if (removed) return;

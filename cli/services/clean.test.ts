@@ -142,6 +142,14 @@ describe('formatCleanReport', () => {
       "nothing of devop's found in any namespace\n",
     );
   });
+
+  it("names this machine's session directories whose devop is gone", () => {
+    const localDirs = [{ path: '/tmp/devop-root-4242-abcdef', pid: 4242, removed: true }];
+    expect(formatCleanReport({ namespace: 'ns', dryRun: false, items: [], localDirs })).toBe(
+      "removed local directory /tmp/devop-root-4242-abcdef: its devop (pid 4242) is gone\nnothing of devop's found " +
+        'in namespace ns\n',
+    );
+  });
 });
 
 describe('clean after --replace', () => {

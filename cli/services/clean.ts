@@ -14,6 +14,7 @@ import {
 } from '../kube/leftovers.js';
 import { REPLACE_ANNOTATIONS, REPLACE_LABELS } from '../../shared/replace-contract.js';
 import { LEASE_ANNOTATIONS, leaseHolder, leaseVerdict } from '../kube/steal-lease.js';
+import { sweepSessionDirs, type StaleSessionDir } from '../process/session-dirs.js';
 
 export interface CleanOptions extends KubeAccessOptions {
   namespace?: string;
@@ -44,6 +45,8 @@ export interface CleanReport {
   namespace: string | 'all';
   dryRun: boolean;
   items: Leftover[];
+  /** This machine's session directories whose devop is gone (cli/process/session-dirs.ts). */
+  localDirs?: StaleSessionDir[];
 }
 
 function finished(job: V1Job): string | undefined {
@@ -241,6 +244,7 @@ export function classifyReplaced(found: ReplaceObjects, now: number): Leftover[]
 }
 
 export async function runClean(options: CleanOptions): Promise<CleanReport> {
+  const localDirs = await sweepSessionDirs({ dryRun: options.dryRun });
   const loaded = loadKubeConfig(options);
   const namespace = options.allNamespaces ? undefined : (options.namespace ?? loaded.namespace);
   const now = (options.now ?? Date.now)();
@@ -267,7 +271,7 @@ export async function runClean(options: CleanOptions): Promise<CleanReport> {
       }
     }
   }
-  return { namespace: namespace ?? 'all', dryRun: options.dryRun ?? false, items };
+  return { namespace: namespace ?? 'all', dryRun: options.dryRun ?? false, items, localDirs };
 }
 
 const KIND_WORDS: Record<LeftoverKind, string> = {
@@ -280,7 +284,12 @@ const KIND_WORDS: Record<LeftoverKind, string> = {
 
 export function formatCleanReport(report: CleanReport): string {
   const where = report.namespace === 'all' ? 'any namespace' : `namespace ${report.namespace}`;
-  if (report.items.length === 0) return `nothing of devop's found in ${where}\n`;
+  const local = (report.localDirs ?? []).map(
+    (d) =>
+      `${report.dryRun ? 'would remove' : d.removed ? 'removed' : 'could not remove'} local directory ${d.path}: ` +
+      `its devop (pid ${d.pid}) is gone${d.error ? ` (${d.error})` : ''}\n`,
+  );
+  if (report.items.length === 0) return `${local.join('')}nothing of devop's found in ${where}\n`;
   const lines = report.items.map((i) => {
     // A workload's name is KIND/NAME already: "deployment ns/api".
     const what =
@@ -303,5 +312,5 @@ export function formatCleanReport(report: CleanReport): string {
       ? `devop clean --dry-run: ${n} to remove (run without --dry-run to remove them)`
       : `devop clean: ${report.items.filter((i) => i.removed).length} of ${n} removed`,
   );
-  return `${lines.join('\n')}\n`;
+  return `${local.join('')}${lines.join('\n')}\n`;
 }

@@ -1,10 +1,10 @@
 // `devop exec --shadow`: the local command's Kubernetes client talks to the shadow API proxy (cli/kube/shadow-proxy.ts)
 // through a kubeconfig of its own, so it runs beside the real controller and writes nothing; each write it tries is a
 // `write` event (the TUI's traffic list, plain lines, NDJSON with the object before and after).
-import { chmod, mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { chmod, mkdir, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
+import { makeSessionDir } from '../process/session-dirs.js';
 import type { ChildEnvHook } from '../session/connect.js';
 import { startShadowProxy, type ShadowProxy } from '../kube/shadow-proxy.js';
 
@@ -52,7 +52,7 @@ export function shadowChildEnvHook(settings: ShadowSettings): ChildEnvHook {
       onWrite: (write) => reporter.emit({ type: 'write', id: String(++writes), ...write }),
       onWarning: (message) => reporter.emit({ type: 'log', level: 'warn', message }),
     });
-    const dir = await mkdtemp(join(tmpdir(), 'devop-shadow-'));
+    const dir = await makeSessionDir('shadow'); // 0700, removed by a later run if this devop is killed
     const cleanup = async (): Promise<void> => {
       await proxy.close();
       await rm(dir, { recursive: true, force: true });
