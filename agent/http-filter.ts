@@ -9,8 +9,7 @@ import {
   type ServerResponse,
   type OutgoingHttpHeaders,
 } from 'node:http';
-import type { Socket } from 'node:net';
-import type httpProxy from 'http-proxy';
+import { connect, type Socket } from 'node:net';
 import {
   originOf,
   resetStream,
@@ -28,8 +27,12 @@ export interface HttpRouting {
   all(): IncomingTarget[];
   log: AgentLog;
   nextId(): string;
-  proxy(): Promise<PodProxy>;
+  /** Kept-alive connections to the pod's app, for the requests no filter matches. */
+  pod: Agent;
 }
+
+/** At most this many idle connections to the pod's app are kept per port (the rest close when their request ends). */
+const POD_IDLE_CONNECTIONS = 64;
 
 /** Hop-by-hop headers belong to one connection; each request to a session is its own connection (stream). */
 const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'upgrade']);
@@ -52,24 +55,30 @@ function pick(routing: HttpRouting, req: IncomingMessage): PortSubscription | un
 
 /**
  * A port's filtered steals: the HTTP server its redirect listener hands connections to while a filtered steal is
- * active, and the proxy (to the pod's app) of the requests no filter matches. Loaded with this module when the port's
- * first filtered steal comes: node:http (1.5 MiB of RSS, measured on its own) is never needed by a whole-port steal.
+ * active, and the forwarding (to the pod's app) of the requests no filter matches. Loaded with this module when the
+ * port's first filtered steal comes: node:http (1.5 MiB of RSS, measured on its own) is never needed by a whole-port
+ * steal.
  */
 export class FilteredRequests {
   private readonly server: Server;
-  private pod: Promise<PodProxy> | undefined;
+  private readonly pod = new Agent({ keepAlive: true, maxFreeSockets: POD_IDLE_CONNECTIONS });
 
-  constructor(routing: Omit<HttpRouting, 'proxy'>) {
-    const withProxy: HttpRouting = { ...routing, proxy: () => (this.pod ??= createPodProxy()) };
+  constructor(routing: Omit<HttpRouting, 'pod'>) {
+    const withPod: HttpRouting = { ...routing, pod: this.pod };
     // The HTTP server never listens: filtered connections are handed to it. Keep-alive requests are routed one by one.
     // Its head limit bounds the text each filter is matched against (shared/filter-regex.ts).
     this.server = createServer({ keepAliveTimeout: 65_000, maxHeaderSize: MAX_REQUEST_HEAD_BYTES });
     // Node's HTTP server ends a connection on the client's FIN and drops the answers still due; with httpAllowHalfOpen
     // (a property every http.Server has, set false by its constructor; not in the typings) it finishes them, then ends.
     Object.assign(this.server, { httpAllowHalfOpen: true });
-    this.server.on('request', (req, res) => handleFilteredRequest(withProxy, req, res));
-    this.server.on('upgrade', (req, socket, head) => handleFilteredUpgrade(withProxy, req, socket as Socket, head));
-    this.server.on('clientError', (_err, socket) => socket.destroy());
+    this.server.on('request', (req, res) => handleFilteredRequest(withPod, req, res));
+    this.server.on('upgrade', (req, socket, head) => handleFilteredUpgrade(withPod, req, socket as Socket, head));
+    this.server.on('clientError', (err: NodeJS.ErrnoException, socket: Socket) => {
+      // A head over the limit gets the answer Node's server gives by default; anything else unparsable is cut.
+      if (err.code === 'HPE_HEADER_OVERFLOW' && socket.writable)
+        socket.end('HTTP/1.1 431 Request Header Fields Too Large\r\nConnection: close\r\n\r\n');
+      else socket.destroy();
+    });
   }
 
   /** Routes the requests of a connection the redirect listener accepted. */
@@ -79,35 +88,8 @@ export class FilteredRequests {
 
   close(): void {
     this.server.close();
-    void this.pod?.then((pod) => {
-      pod.proxy.close();
-      pod.agent.destroy();
-    });
+    this.pod.destroy();
   }
-}
-
-export interface PodProxy {
-  proxy: httpProxy;
-  agent: Agent;
-}
-
-/**
- * The proxy for unmatched requests: keep-alive connections to the original app, a 502 when it does not answer.
- * http-proxy is loaded on first use: it pulls in https/tls, whose set-up costs ~4 MiB of RSS that a whole-port steal
- * never needs.
- */
-export async function createPodProxy(): Promise<PodProxy> {
-  const { default: httpProxy } = await import('http-proxy');
-  const agent = new Agent({ keepAlive: true, maxFreeSockets: 64 });
-  const proxy = httpProxy.createProxyServer({ xfwd: false, agent });
-  proxy.on('error', (_err, _req, res) => {
-    const r = res as ServerResponse | Socket;
-    if ('writeHead' in r && !r.headersSent) {
-      r.writeHead(502, { 'content-type': 'text/plain' });
-      r.end('devop agent: the original app did not answer\n');
-    } else r.destroy();
-  });
-  return { proxy, agent };
 }
 
 export function handleFilteredRequest(routing: HttpRouting, req: IncomingMessage, res: ServerResponse): void {
@@ -140,9 +122,53 @@ export function handleFilteredRequest(routing: HttpRouting, req: IncomingMessage
       });
   });
   const origin = originOf(req.socket, routing.port);
-  if (!sub || !sendToSession(routing, sub, req, res)) {
-    void routing.proxy().then((pod) => pod.proxy.web(req, res, { target: { host: origin.host, port: origin.port } }));
-  }
+  if (!sub || !sendToSession(routing, sub, req, res)) sendToPod(routing, origin, req, res);
+}
+
+/**
+ * Forwards a request no session takes to the pod's app, on a kept-alive connection of the port's own, and its answer
+ * back: as the app would have seen it (its Host and every end-to-end header; no X-Forwarded-*), a 502 when the app does
+ * not answer.
+ */
+function sendToPod(
+  routing: HttpRouting,
+  origin: { host: string; port: number },
+  req: IncomingMessage,
+  res: ServerResponse,
+): void {
+  const out = httpRequest({
+    host: origin.host,
+    port: origin.port,
+    method: req.method,
+    path: req.url,
+    headers: headersFromRaw(req.rawHeaders, HOP_BY_HOP),
+    agent: routing.pod,
+  });
+  out.on('response', (answer) => {
+    res.writeHead(answer.statusCode ?? 502, answer.statusMessage, headersFromRaw(answer.rawHeaders, HOP_BY_HOP));
+    answer.on('error', () => res.destroy());
+    answer.pipe(res);
+  });
+  out.on('error', (err) => {
+    routing.log.debug('request to the pod failed', { port: routing.port, error: err.message });
+    if (!res.headersSent) {
+      res.writeHead(502, { 'content-type': 'text/plain' });
+      res.end('devop agent: the original app did not answer\n');
+    } else res.destroy();
+  });
+  // A client that went away mid-answer takes the request to the app down with it (and its connection: it is not
+  // reused half-read).
+  res.once('close', () => {
+    if (!res.writableFinished) out.destroy();
+  });
+  req.pipe(out);
+}
+
+/** The request line and headers of an upgrade request as the client sent them, to start the raw stream with. */
+function requestHead(req: IncomingMessage, head: Buffer): Buffer {
+  let text = `${req.method} ${req.url} HTTP/${req.httpVersion}\r\n`;
+  for (let i = 0; i + 1 < req.rawHeaders.length; i += 2) text += `${req.rawHeaders[i]}: ${req.rawHeaders[i + 1]}\r\n`;
+  return Buffer.concat([Buffer.from(`${text}\r\n`), head]);
 }
 
 /** Sends one request to the session over a stream of its own and copies the local command's answer back. */
@@ -217,10 +243,7 @@ export function handleFilteredUpgrade(routing: HttpRouting, req: IncomingMessage
           headers: req.headers as Record<string, string | string[]>,
         },
       });
-      let text = `${req.method} ${req.url} HTTP/${req.httpVersion}\r\n`;
-      for (let i = 0; i + 1 < req.rawHeaders.length; i += 2)
-        text += `${req.rawHeaders[i]}: ${req.rawHeaders[i + 1]}\r\n`;
-      stream.write(Buffer.concat([Buffer.from(`${text}\r\n`), head]));
+      stream.write(requestHead(req, head));
       joinBothWays(socket, stream);
       socket.on('error', () => resetStream(stream, 'client connection error'));
       stream.on('error', () => socket.destroy());
@@ -229,7 +252,11 @@ export function handleFilteredUpgrade(routing: HttpRouting, req: IncomingMessage
       // the session's tunnel is down: the pod answers
     }
   }
-  void routing
-    .proxy()
-    .then((pod) => pod.proxy.ws(req, socket, head, { target: { host: origin.host, port: origin.port } }));
+  // To the pod: the same head on a connection of its own, then bytes both ways (the app's 101 answer among them).
+  const upstream = connect({ host: origin.host, port: origin.port, noDelay: true });
+  upstream.write(requestHead(req, head));
+  joinBothWays(socket, upstream);
+  upstream.on('error', () => socket.destroy());
+  socket.on('error', () => upstream.destroy());
+  socket.once('close', () => upstream.destroy());
 }

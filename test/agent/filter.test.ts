@@ -96,6 +96,25 @@ describe.runIf(run)('agent: HTTP-filtered steal', () => {
     expect(forNobody).toEqual({ body: 'pod: GET /half-nobody' });
   });
 
+  test('an unmatched request reaches the pod with its chunked body; a head over 16 KiB is answered 431', async () => {
+    // Given alice's and bob's filters on the port (from the tests above)
+    // When a client sends a chunked POST that no filter matches
+    const posted = await httpGet(client, '/chunked', {
+      method: 'POST',
+      headers: { 'transfer-encoding': 'chunked', 'x-user': 'carol' },
+      body: 'hello-world',
+    });
+    // Then the pod's app got the request and its body, and its answer came back with its headers
+    expect(posted).toMatchObject({ status: 200, body: 'pod: POST /chunked body=hello-world', servedBy: 'pod' });
+    // When a request's head is over the agent's limit (the most text a filter is matched against)
+    const tooBig = await httpGet(client, '/big', { headers: { 'x-big': 'a'.repeat(17 * 1024) } });
+    // Then the agent answers 431 itself, and the next request is routed as usual
+    expect(tooBig.status).toBe(431);
+    expect((await httpGet(client, '/after-big', { headers: { 'x-user': 'alice' } })).body).toBe(
+      'local-alice: GET /after-big',
+    );
+  });
+
   test('a POST body reaches the session intact; path and method filters work with any-of', async () => {
     const carolLocal = await startLocalCommand('local-carol');
     locals.push(carolLocal);
