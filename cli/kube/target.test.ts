@@ -4,6 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { judgeAgentPod } from './agent.js';
 import {
   checkHostNetwork,
+  checkTemplateHostNetwork,
   chooseContainer,
   choosePod,
   hostNetworkWarning,
@@ -119,6 +120,10 @@ describe("a pod on its node's network", () => {
       expect.objectContaining({ hint: expect.stringContaining('pass --allow-host-network') }),
     );
     expect(() => checkHostNetwork(ingress, true)).not.toThrow();
+    expect(() => checkTemplateHostNetwork('deployment/ingress', ingress.spec, false)).toThrow(
+      /^deployment\/ingress runs its pods on their node's network \(hostNetwork: true\), and so would its copy/,
+    );
+    expect(() => checkTemplateHostNetwork('deployment/ingress', ingress.spec, true)).not.toThrow();
     expect(() => checkHostNetwork(pod('web'), false)).not.toThrow();
     expect(hostNetworkWarning({ podName: 'ingress-abc', nodeName: 'node-1' })).toBe(
       "pod ingress-abc uses its node's network (--allow-host-network): steal, mirror and flush act on every " +

@@ -1,7 +1,7 @@
 // Target resolution: `pod/`, `deploy/`, `sts/`, `rollout/`, `apiservice/` (+ `/container/NAME`) → the pod and container
 // a session uses, with the reason that pod was chosen; unknown targets are answered with what exists of that kind. What
 // differs per kind lives in targets/<kind>.ts behind one KindResolver.
-import type { KubeConfig, V1Container, V1LabelSelector, V1Pod } from '@kubernetes/client-node';
+import type { KubeConfig, V1Container, V1LabelSelector, V1Pod, V1PodSpec } from '@kubernetes/client-node';
 import { UserError } from '../../shared/errors.js';
 import { apiCall, apiErrorCode, mapApiError } from './errors.js';
 import { parseTarget, type Target, type TargetKind } from '../../shared/target.js';
@@ -207,6 +207,17 @@ export function checkHostNetwork(pod: V1Pod, allow: boolean | undefined): void {
     `pod ${pod.metadata?.name} uses its node's network (hostNetwork: true): stealing, mirroring or flushing its ` +
       `ports would act on every connection to those ports on node ${pod.spec?.nodeName ?? '(unscheduled)'}`,
     'pick a target that is not on the host network, or pass --allow-host-network (allowHostNetwork) to take it anyway',
+  );
+}
+
+/** Refuses to replace a workload whose pod template is on the node's network (its copy would be) unless allowed. */
+export function checkTemplateHostNetwork(what: string, spec: V1PodSpec | undefined, allow: boolean | undefined): void {
+  if (spec?.hostNetwork !== true || allow) return;
+  throw new UserError(
+    `${what} runs its pods on their node's network (hostNetwork: true), and so would its copy: stealing, mirroring ` +
+      "or flushing the copy's ports would act on every connection to those ports on its node",
+    'pick a workload that is not on the host network, or pass --allow-host-network (allowHostNetwork) to replace it ' +
+      'anyway',
   );
 }
 

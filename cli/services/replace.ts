@@ -5,7 +5,9 @@ import { parseTarget } from '../../shared/target.js';
 import type { ReplaceKind } from '../../shared/replace-contract.js';
 import type { Reporter } from '../reporter.js';
 import { loadKubeConfig } from '../kube/config.js';
-import { startReplace, type Replacement } from '../kube/replace.js';
+import { CustomObjectsApi, type KubeConfig, type V1PodTemplateSpec } from '@kubernetes/client-node';
+import { REPLACE_KINDS, startReplace, type Replacement } from '../kube/replace.js';
+import { checkTemplateHostNetwork } from '../kube/target.js';
 import { clientIdentity, SESSION_DEFAULTS, step, type SessionOptions } from '../session/connect.js';
 import type { StealMode } from '../../shared/protocol.js';
 
@@ -39,6 +41,26 @@ export function replaceKindOf(options: { target?: string; allPods?: boolean }): 
   return target.kind;
 }
 
+/** Reads the workload's pod template and refuses one on the host network; any other failure is startReplace's. */
+async function refuseHostNetworkTemplate(
+  kc: KubeConfig,
+  kind: ReplaceKind,
+  name: string,
+  namespace: string,
+  what: string,
+): Promise<void> {
+  const { group, version, plural } = REPLACE_KINDS[kind];
+  let workload: { spec?: { template?: V1PodTemplateSpec } };
+  try {
+    workload = await kc
+      .makeApiClient(CustomObjectsApi)
+      .getNamespacedCustomObject({ group, version, namespace, plural, name });
+  } catch {
+    return; // not found, denied, …: startReplace reads it again and says so in its own words
+  }
+  checkTemplateHostNetwork(what, workload.spec?.template?.spec, false);
+}
+
 export interface ReplaceStep {
   /** What the session connects to instead of the workload: the copy pod. */
   session: Pick<SessionOptions, 'kc' | 'namespace' | 'target' | 'allPods'>;
@@ -61,8 +83,10 @@ export async function startReplaceStep(
     reporter,
     'replace',
     `replace ${what}`,
-    () =>
-      startReplace({
+    async () => {
+      // Before anything is scaled: a workload on the host network is refused like its pods would be.
+      if (!options.allowHostNetwork) await refuseHostNetworkTemplate(kc, kind, target.name, namespace, what);
+      return startReplace({
         kc,
         namespace,
         kind,
@@ -74,7 +98,8 @@ export async function startReplaceStep(
         host,
         startupTimeoutMs: options.startupTimeoutMs ?? SESSION_DEFAULTS.startupTimeoutMs,
         onWarning: (message) => reporter.emit({ type: 'log', level: 'warn', message }),
-      }),
+      });
+    },
     (r) =>
       `scaled to 0 (was ${r.originalReplicas}); copy pod ${r.copyPod}` +
       (options.mode === 'steal' ? " with the workload's labels" : ''),

@@ -99,6 +99,21 @@ describe('devop exec on a shared cluster', () => {
     expect(allowed.stderr).toMatch(/uses its node's network \(--allow-host-network\): steal, mirror and flush act on/);
   });
 
+  it('refuses to replace a hostNetwork workload before anything is scaled', async () => {
+    // Given the same deployment on the host network
+    // When devop exec --replace targets it
+    const run = track(devopExec(cluster, ['-t', 'deploy/hostnet', '--replace'], ['true']));
+    // Then it is refused in one line, and the workload keeps its replica and gets no copy
+    expect((await run.exited).code, run.output).toBe(1);
+    expect(lastLine(run)).toMatch(
+      /^devop: deployment\/hostnet runs its pods on their node's network \(hostNetwork: true\), .*--allow-host-network/,
+    );
+    const deployment = await env.apps.readNamespacedDeployment({ name: 'hostnet', namespace: env.namespace });
+    expect(deployment.spec?.replicas).toBe(1);
+    const pods = (await env.core.listNamespacedPod({ namespace: env.namespace })).items;
+    expect(pods.filter((p) => p.metadata?.name?.includes('devop-replace')).map((p) => p.metadata?.name)).toEqual([]);
+  });
+
   it("keeps the pod's NODE_OPTIONS, LD_PRELOAD, PYTHONPATH from the local command unless named", async () => {
     const print = [
       process.execPath,
