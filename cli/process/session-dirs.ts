@@ -1,6 +1,6 @@
 // devop's per-session directories in the temp dir (DEVOP_ROOT's remote files, the shadow kubeconfig): made 0700 with
-// the owning devop's pid in the name, so that a later run and `devop clean` remove the ones whose devop is gone (kill -9
-// leaves them behind, holding tokens) and keep those of sessions still running.
+// the owning devop's pid in the name, so that a later run and `devop clean` remove the ones whose devop is gone
+// (kill -9 leaves them behind, holding tokens) and keep those of sessions still running.
 import { chmod, lstat, mkdtemp, readdir, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
