@@ -2,7 +2,7 @@
 // shared/filter-regex.ts) and method, all-of or any-of. Loaded with the port's first filter (agent/ports.ts).
 import type { IncomingHttpHeaders } from 'node:http';
 import { UserError } from '../shared/errors.js';
-import { compileFilterRegex, type FilterRegex } from '../shared/filter-regex.js';
+import { compileFilterRegex, compileHeaderFilter, type FilterRegex } from '../shared/filter-regex.js';
 import type { HttpFilter } from '../shared/protocol.js';
 
 export { describeFilter } from './subscription.js';
@@ -27,14 +27,7 @@ function compile(source: string, what: string): FilterRegex {
 export function compileFilter(filter: HttpFilter): RequestMatcher {
   const tests: RequestMatcher[] = [];
   if (filter.header !== undefined) {
-    const colon = filter.header.indexOf(':');
-    if (colon <= 0)
-      throw new UserError(
-        `the header filter "${filter.header}" has no "name: value-regex" form`,
-        'write it as e.g. "x-devop-user: alice"',
-      );
-    const name = filter.header.slice(0, colon).trim().toLowerCase();
-    const value = compile(filter.header.slice(colon + 1).trim(), 'header');
+    const { name, value } = compileHeaderFilter(filter.header, 'the header filter');
     tests.push((req) => {
       const v = req.headers[name];
       if (v === undefined) return false;

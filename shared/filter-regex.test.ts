@@ -2,7 +2,12 @@
 // the bounds on the pattern's size and on the text matched.
 import { describe, expect, it } from 'vitest';
 import type { UserError } from './errors.js';
-import { compileFilterRegex, MAX_FILTER_INSTRUCTIONS, MAX_REQUEST_HEAD_BYTES } from './filter-regex.js';
+import {
+  compileFilterRegex,
+  compileHeaderFilter,
+  MAX_FILTER_INSTRUCTIONS,
+  MAX_REQUEST_HEAD_BYTES,
+} from './filter-regex.js';
 
 function refusal(source: string): UserError {
   try {
@@ -51,5 +56,17 @@ describe('filter patterns', () => {
     const re = compileFilterRegex('^a', 'p');
     expect(re.test('a'.repeat(MAX_REQUEST_HEAD_BYTES))).toBe(true);
     expect(re.test('a'.repeat(MAX_REQUEST_HEAD_BYTES + 1))).toBe(false);
+  });
+
+  it('split a header filter into its lower-case name and value pattern, and name what is wrong', () => {
+    const { name, value } = compileHeaderFilter('X-User: ^alice$', 'the header filter');
+    expect(name).toBe('x-user');
+    expect([value.test('alice'), value.test('bob')]).toEqual([true, false]);
+    expect(() => compileHeaderFilter('x-user', 'the header filter')).toThrow(
+      'the header filter "x-user" is not of the form "name: value-regex"',
+    );
+    expect(() => compileHeaderFilter('x-user: (a)\\1', 'the header filter')).toThrow(
+      'the header filter "(a)\\1" uses a backreference',
+    );
   });
 });

@@ -70,6 +70,20 @@ export function compileFilterRegex(source: string, what: string): FilterRegex {
   };
 }
 
+/**
+ * A header filter `name: value-regex`: the header's name (lower case; names are case-insensitive) and its value's
+ * compiled pattern. `what` names it in a refusal.
+ */
+export function compileHeaderFilter(text: string, what: string): { name: string; value: FilterRegex } {
+  const colon = text.indexOf(':');
+  if (colon <= 0)
+    throw new UserError(`${what} "${text}" is not of the form "name: value-regex"`, 'write it as e.g. "x-user: alice"');
+  return {
+    name: text.slice(0, colon).trim().toLowerCase(),
+    value: compileFilterRegex(text.slice(colon + 1).trim(), what),
+  };
+}
+
 /** Why `source` cannot be a filter pattern (the refusal's message and fix, one line), or undefined when it can. */
 export function filterRegexProblem(source: string, what: string): string | undefined {
   try {

@@ -1,6 +1,7 @@
 // `devop exec`: connect a session, start the local command with the pod's env, and — once it listens — steal or mirror
 // the pod's ports to it; stop cleanly on Ctrl-C, the command's exit or an error. Returns the command's exit code.
 import { UserError, isUserError } from '../../shared/errors.js';
+import { compileHeaderFilter } from '../../shared/filter-regex.js';
 import type { HttpFilter, StealMode } from '../../shared/protocol.js';
 import { FEATURES } from '../../shared/protocol.js';
 import type { PortState, Reporter, SessionInfo } from '../reporter.js';
@@ -507,6 +508,8 @@ class TrafficControl {
         await this.resubscribe();
       },
       setHeaderFilter: async (header) => {
+        // Checked before the resubscribe below lets the ports go: a pattern the agent would refuse is refused here.
+        if (header) compileHeaderFilter(header, 'the header filter');
         const rest = { ...(this.filter ?? { match: 'all' as const }) };
         delete rest.header;
         this.filter = header ? { ...rest, header } : rest.path || rest.method ? rest : undefined;
