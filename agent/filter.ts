@@ -1,19 +1,11 @@
 // HTTP filters of filtered steals, compiled once per subscription: header / path regex (RE2, matched in linear time:
 // shared/filter-regex.ts) and method, all-of or any-of. Loaded with the port's first filter (agent/ports.ts).
-import type { IncomingHttpHeaders } from 'node:http';
 import { UserError } from '../shared/errors.js';
 import { compileFilterRegex, compileHeaderFilter, type FilterRegex } from '../shared/filter-regex.js';
 import type { HttpFilter } from '../shared/protocol.js';
+import type { RequestMatcher } from './subscription.js';
 
-export { describeFilter } from './subscription.js';
-
-export interface RequestHead {
-  method: string;
-  url: string;
-  headers: IncomingHttpHeaders;
-}
-
-export type RequestMatcher = (req: RequestHead) => boolean;
+export { describeFilter, type RequestHead, type RequestMatcher } from './subscription.js';
 
 /** The CLI checked the pattern already; a subscribe from any client is checked again here (never trust the wire). */
 function compile(source: string, what: string): FilterRegex {

@@ -6,13 +6,12 @@ import { AGENT_ENV, type AgentCapability } from '../shared/agent-contract.js';
 import { isUserError } from '../shared/errors.js';
 import { effectiveCapabilities, missingCapabilityError } from './capabilities.js';
 import type { ClientMessage } from '../shared/protocol.js';
-import type { RequestMatcher } from './filter.js';
 import { flushConnections } from './flush.js';
 import { PortCapture } from './capture.js';
 import type { AgentLog } from './log.js';
 import type { NativeSplice } from './native-splice.js';
 import { PortRedirect } from './port-redirect.js';
-import { describeFilter, type IncomingTarget, type PortSubscription } from './subscription.js';
+import { describeFilter, type IncomingTarget, type PortSubscription, type RequestMatcher } from './subscription.js';
 
 type Subscribe = Extract<ClientMessage, { type: 'subscribe' }>;
 

@@ -1,9 +1,19 @@
 // What a redirect listener and its helpers (HTTP filter, mirror copies, capture) share: a port's subscriptions, the
 // session they belong to as the listeners see it, and the incoming streams opened to it.
+import type { IncomingHttpHeaders } from 'node:http';
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { HttpFilter, StealMode, StreamOpen, TrafficEvent } from '../shared/protocol.js';
-import type { RequestMatcher } from './filter.js';
+
+/** What a filter looks at in a request. */
+export interface RequestHead {
+  method: string;
+  url: string;
+  headers: IncomingHttpHeaders;
+}
+
+/** A compiled filter (agent/filter.ts). */
+export type RequestMatcher = (req: RequestHead) => boolean;
 
 export type IncomingOpen = Extract<StreamOpen, { kind: 'incoming' }>;
 export type IncomingStream = Duplex & { reset?: (reason: string) => void };
