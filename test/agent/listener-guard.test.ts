@@ -6,8 +6,9 @@ import { execFile } from 'node:child_process';
 import { connect } from 'node:net';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { FEATURES } from '../../shared/protocol.js';
 import { requireRoot } from '../helpers/root.js';
-import { PodNet, type AgentProc } from './netns.js';
+import { PodNet, sh, waitFor, type AgentProc } from './netns.js';
 import { connectSession, startLocalCommand, type LocalCommand, type TestSession } from './session-client.js';
 import { httpGet } from './http.js';
 
@@ -108,5 +109,47 @@ describe.runIf(run)('agent: redirect listeners take only redirected connections'
     expect(direct).toBe('ECONNREFUSED');
     expect((await httpGet(client, '/mine', { headers: { 'x-user': 'alice' } })).body).toBe('local-alice: GET /mine');
     expect((await httpGet(client, '/theirs')).body).toBe('pod: GET /theirs');
+  });
+});
+
+describe.runIf(run)("agent: the native data path's listeners take only redirected connections", () => {
+  const net = new PodNet();
+  let local: LocalCommand;
+  let session: TestSession;
+  let client: string;
+
+  beforeAll(async () => {
+    await net.setup();
+    await net.startPod({ port: 3000 });
+    const agent = await net.startAgent({ DEVOP_AGENT_NATIVE_PORT: '0' });
+    const control = await net.relay(net.podNs, '127.0.0.1', agent.port);
+    const nativeRelay = await net.relay(net.podNs, '127.0.0.1', agent.nativePort ?? 0);
+    client = await net.relay(net.clientNs, net.podIP, 3000);
+    local = await startLocalCommand('local');
+    const features = [FEATURES.traffic, FEATURES.streamEvents, FEATURES.nativeSplice];
+    session = await connectSession(control, { local, features });
+    await session.joinNative(nativeRelay);
+  });
+  afterAll(async () => {
+    session?.mux.close('test over');
+    await local?.close();
+    await net.teardown();
+  });
+
+  test("devop-splice's listener and the agent's own behind it both reset direct connections", async () => {
+    // Given a whole steal of :3000 that devop-splice serves (the rule points at its listener)
+    expect((await session.subscribe(3000, 'steal')).type).toBe('subscribed');
+    await waitFor(async () => {
+      await httpGet(client, '/warm');
+      return session.incoming.some((i) => i.native);
+    }, 'the port to move to devop-splice');
+    // When a client of the pod network connects to every port the pod netns listens on at every address, but the app's
+    const listening = await sh(`ip netns exec ${net.podNs} ss -Htln`);
+    const ports = [...listening.matchAll(/0\.0\.0\.0:(\d+)\s/g)].map((m) => Number(m[1])).filter((p) => p !== 3000);
+    expect(ports.length).toBeGreaterThanOrEqual(2); // the agent's listener and devop-splice's
+    const dials = await Promise.all(ports.map((port) => dialFrom(net.clientNs, net.podIP, port)));
+    // Then each is reset, and the app's port is still stolen through devop-splice
+    expect(dials).toEqual(ports.map(() => 'ECONNREFUSED'));
+    expect((await httpGet(client, '/stolen')).body).toBe('local: GET /stolen');
   });
 });
