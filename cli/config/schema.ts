@@ -86,7 +86,9 @@ function valueSchema(spec: OptionSpec): z.ZodType {
       return z.array(PortMapping);
     case 'headerFilter':
       return z.string().refine(isHeaderFilter, {
-        message: 'expected "Header-Name: value-regex" (RE2), e.g. "x-devop-user: alice"',
+        message:
+          'expected "Header-Name: value-regex", the regex RE2 (no backreferences or lookaround), e.g. ' +
+          '"x-devop-user: alice"',
       });
     case 'regex':
       return Regex('the path');
