@@ -75,6 +75,9 @@ async function main(): Promise<number> {
     return 0;
   }
   if (entering) return reenterNetns(pid, log);
+  // kubelet put the token (from the agent's Secret) in the env: the tools the agent runs (iptables, ss, conntrack, its
+  // native helpers) have no use for it.
+  delete process.env[AGENT_ENV.token];
 
   const agent = await startAgent({ config, pid, log });
   for (const signal of ['SIGTERM', 'SIGINT'] as const) process.on(signal, () => void agent.stop(`${signal} received`));

@@ -26,12 +26,16 @@ import { findContainerPid, readTargetEnv, targetPath } from './target.js';
 
 describe('agent contract', () => {
   test('env round-trips through agentEnv and parseAgentEnv, with defaults', () => {
-    const env = Object.fromEntries(
-      agentEnv({ mode: 'job', port: 4000, token: 't', containerId: 'containerd://abc', idleSeconds: 30 }).map((e) => [
-        e.name,
-        e.value,
-      ]),
-    );
+    // (the token comes from the agent's Secret through kubelet: here it is set as kubelet would)
+    const env = {
+      ...Object.fromEntries(
+        agentEnv({ mode: 'job', port: 4000, containerId: 'containerd://abc', idleSeconds: 30 }).map((e) => [
+          e.name,
+          'value' in e ? e.value : '',
+        ]),
+      ),
+      DEVOP_AGENT_TOKEN: 't',
+    };
     expect(env).toEqual({
       DEVOP_AGENT_MODE: 'job',
       DEVOP_AGENT_PORT: '4000',

@@ -61,6 +61,19 @@ export const AGENT_CAPABILITY_USES = {
 export type AgentCapability = keyof typeof AGENT_CAPABILITY_USES;
 export const AGENT_CAPABILITIES = Object.keys(AGENT_CAPABILITY_USES) as readonly AgentCapability[];
 
+/**
+ * The capabilities an agent is given, per mode (docs/safety.md has the table): an ephemeral container is already in
+ * the target's netns (no setns, so no SYS_ADMIN); the packet capture that mirrors a port is the only user of NET_RAW,
+ * so a session that does not mirror goes without it (a later mirror on that agent proxies instead of capturing). A
+ * targetless agent only opens connections: none.
+ */
+export function agentCapabilities(mode: AgentMode, mirror: boolean): AgentCapability[] {
+  if (mode === 'targetless') return [];
+  return AGENT_CAPABILITIES.filter(
+    (c) => (c !== 'SYS_ADMIN' || mode === 'job') && (c !== 'NET_RAW' || mirror),
+  ) as AgentCapability[];
+}
+
 /** Labels and annotations the CLI puts on agent pods/Jobs and uses to find them again (`devop clean`, reuse). */
 export const AGENT_LABELS = {
   name: 'app.kubernetes.io/name',
@@ -77,7 +90,21 @@ export const AGENT_ANNOTATIONS = {
   owner: 'devop.dev/owner',
   /** The agent's id (its nft table is devop_<id>; with the iptables fallback, its chain is DEVOP-<id>). */
   agentId: 'devop.dev/agent-id',
+  /**
+   * The cluster user who created the agent (from a SelfSubjectReview, else the kubeconfig's user): an agent created by
+   * someone else is not reused unless asked for by name.
+   */
+  createdBy: 'devop.dev/created-by',
 } as const;
+
+/**
+ * The agent's token lives in a Secret of this name (one per agent, owned by the agent Job so that garbage collection
+ * removes it; by the target pod in ephemeral mode), under AGENT_SECRET_KEY; the pod spec only refers to it.
+ */
+export function agentSecretName(agentId: string): string {
+  return `devop-agent-${agentId}`;
+}
+export const AGENT_SECRET_KEY = 'token';
 
 /** Environment variable names read by the agent (each one's meaning is in AGENT_ENV_DOC). */
 export const AGENT_ENV = {
@@ -183,12 +210,26 @@ export function parseAgentEnv(env: Record<string, string | undefined>): AgentCon
   return AgentConfig.parse(raw);
 }
 
-/** The env list for the agent's container spec (what the CLI's pod-spec builder writes). */
+/** An agent container's env entry: a plain value, or the token, read by kubelet from the agent's Secret. */
+export type AgentEnvVar =
+  | { name: string; value: string }
+  | { name: string; valueFrom: { secretKeyRef: { name: string; key: string } } };
+
+/**
+ * The env list for the agent's container spec (what the CLI's pod-spec builder writes). The token is never a value
+ * here: with `tokenSecret`, DEVOP_AGENT_TOKEN refers to that Secret (secretKeyRef), so whoever reads pods or Jobs (or
+ * the audit log of their creation) does not learn it.
+ */
 export function agentEnv(
-  config: Partial<Record<keyof typeof AGENT_ENV, string | number | boolean>>,
-): { name: string; value: string }[] {
-  const out: { name: string; value: string }[] = [];
+  config: Partial<Record<Exclude<keyof typeof AGENT_ENV, 'token'>, string | number | boolean>>,
+  tokenSecret?: string,
+): AgentEnvVar[] {
+  const out: AgentEnvVar[] = [];
   for (const [key, name] of Object.entries(AGENT_ENV) as [keyof typeof AGENT_ENV, string][]) {
+    if (key === 'token') {
+      if (tokenSecret) out.push({ name, valueFrom: { secretKeyRef: { name: tokenSecret, key: AGENT_SECRET_KEY } } });
+      continue;
+    }
     const value = config[key];
     if (value !== undefined) out.push({ name, value: String(value) });
   }

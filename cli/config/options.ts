@@ -295,6 +295,14 @@ export const OPTIONS = {
     type: 'boolean',
     group: 'cluster',
   },
+  reuseAgent: {
+    flags: '--reuse-agent <name>',
+    help:
+      'reuse this running agent (its Job or ephemeral container name) even if another user started it; without it, ' +
+      'only agents you started are reused',
+    type: 'string',
+    group: 'cluster',
+  },
   ephemeral: {
     flags: '--ephemeral',
     help: 'run the agent as an ephemeral container in the target pod instead of a Job',
@@ -434,6 +442,22 @@ export const OPTIONS = {
     flags: '--record <file>',
     help: 'write every stolen HTTP exchange (request, answer, timing, pod) to FILE as HAR 1.2; see devop replay',
     type: 'string',
+    group: 'incoming',
+  },
+  recordSecrets: {
+    flags: '--record-secrets',
+    help:
+      'keep credentials in the --record HAR (Authorization, cookies, X-Remote-* headers, Secret values); by default ' +
+      'they are redacted',
+    key: 'recordSecrets',
+    env: 'DEVOP_RECORD_SECRETS',
+    type: 'boolean',
+    default: false,
+    doc:
+      'Keep credentials in the HAR that --record writes: Authorization, Proxy-Authorization, Cookie, Set-Cookie and ' +
+      "the aggregator's X-Remote-* headers, and the values of Secrets (an AdmissionReview's object and oldObject) " +
+      'and minted tokens in JSON bodies. Off: each is replaced by a marker. The file is 0600 either way; devop ' +
+      'prints one warning line when it keeps them.',
     group: 'incoming',
   },
   shadow: {

@@ -18,7 +18,11 @@ export function describeCheck(check: AccessCheck): string {
   return `${check.verb} ${check.group ? `${resource}.${check.group}` : resource}`;
 }
 
-/** What a session needs: target lookup, the tunnel, and the agent (a Job, or an ephemeral container). */
+/**
+ * What a session needs: target lookup, the tunnel, and the agent (a Job, or an ephemeral container) with its token in
+ * a Secret (created; read to reuse an agent; an ephemeral agent's deleted when the session ends — a Job's goes with the
+ * Job).
+ */
 export function sessionAccessChecks(input: {
   namespace: string;
   agentNamespace: string;
@@ -31,12 +35,19 @@ export function sessionAccessChecks(input: {
     { verb: 'create', group: '', resource: 'pods', subresource: 'portforward', namespace },
   ];
   if (input.ephemeral) {
-    checks.push({ verb: 'patch', group: '', resource: 'pods', subresource: 'ephemeralcontainers', namespace });
+    checks.push(
+      { verb: 'patch', group: '', resource: 'pods', subresource: 'ephemeralcontainers', namespace },
+      { verb: 'create', group: '', resource: 'secrets', namespace },
+      { verb: 'get', group: '', resource: 'secrets', namespace },
+      { verb: 'delete', group: '', resource: 'secrets', namespace },
+    );
   } else {
     checks.push(
       { verb: 'create', group: 'batch', resource: 'jobs', namespace: agentNamespace },
       { verb: 'get', group: 'batch', resource: 'jobs', namespace: agentNamespace },
       { verb: 'delete', group: 'batch', resource: 'jobs', namespace: agentNamespace },
+      { verb: 'create', group: '', resource: 'secrets', namespace: agentNamespace },
+      { verb: 'get', group: '', resource: 'secrets', namespace: agentNamespace },
     );
     if (agentNamespace !== namespace)
       checks.push({ verb: 'list', group: '', resource: 'pods', namespace: agentNamespace });

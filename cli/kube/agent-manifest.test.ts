@@ -4,16 +4,22 @@ import { describe, expect, it } from 'vitest';
 import {
   buildAgentEphemeralContainer,
   buildAgentJob,
+  buildAgentSecret,
   buildTargetlessAgentJob,
   type AgentSpecInput,
 } from './agent-manifest.js';
+
+/** How every agent spec gets its token: by reference to the agent's own Secret, never as a value. */
+const TOKEN_FROM_SECRET = {
+  name: 'DEVOP_AGENT_TOKEN',
+  valueFrom: { secretKeyRef: { name: 'devop-agent-ab12cd34ef', key: 'token' } },
+};
 
 const input: AgentSpecInput = {
   agentId: 'ab12cd34ef',
   namespace: 'shop',
   image: 'ghcr.io/devop/agent:0.1.0',
   port: 24567,
-  token: 'secret-token',
   target: {
     pod: 'api-7d9f-abcde',
     uid: 'uid-123',
@@ -25,13 +31,15 @@ const input: AgentSpecInput = {
   idleSeconds: 10,
   ttlSeconds: 60,
   owner: 'alice@laptop',
+  createdBy: 'alice',
   flush: true,
   privileged: false,
+  mirror: false,
 };
 
 describe('agent manifests', () => {
-  it('builds the agent Job pinned to the target node with the contract env, labels and capabilities', () => {
-    // Given a resolved target and the session's agent settings
+  it('builds the agent Job pinned to the target node: token by Secret reference, least capabilities, read-only', () => {
+    // Given a resolved target and the settings of a session that steals
     // When the Job is built
     const job = buildAgentJob(input);
     // Then it is exactly this manifest
@@ -51,10 +59,12 @@ describe('agent manifests', () => {
           'devop.dev/agent-port': '24567',
           'devop.dev/owner': 'alice@laptop',
           'devop.dev/agent-id': 'ab12cd34ef',
+          'devop.dev/created-by': 'alice',
         },
       },
       spec: {
         backoffLimit: 0,
+        activeDeadlineSeconds: 86400,
         ttlSecondsAfterFinished: 60,
         template: {
           metadata: {
@@ -68,6 +78,7 @@ describe('agent manifests', () => {
               'devop.dev/agent-port': '24567',
               'devop.dev/owner': 'alice@laptop',
               'devop.dev/agent-id': 'ab12cd34ef',
+              'devop.dev/created-by': 'alice',
               'sidecar.istio.io/inject': 'false',
               'linkerd.io/inject': 'disabled',
             },
@@ -79,6 +90,7 @@ describe('agent manifests', () => {
             terminationGracePeriodSeconds: 2,
             automountServiceAccountToken: false,
             tolerations: [{ operator: 'Exists' }],
+            volumes: [{ name: 'run', emptyDir: { medium: 'Memory', sizeLimit: '1Mi' } }],
             containers: [
               {
                 name: 'devop-agent',
@@ -88,7 +100,7 @@ describe('agent manifests', () => {
                   { name: 'DEVOP_AGENT_MODE', value: 'job' },
                   { name: 'DEVOP_AGENT_PORT', value: '24567' },
                   { name: 'DEVOP_AGENT_NATIVE_PORT', value: '24568' },
-                  { name: 'DEVOP_AGENT_TOKEN', value: 'secret-token' },
+                  TOKEN_FROM_SECRET,
                   { name: 'DEVOP_AGENT_CONTAINER_ID', value: 'containerd://0123abcd' },
                   { name: 'DEVOP_AGENT_IDLE_SECONDS', value: '10' },
                   { name: 'DEVOP_AGENT_FLUSH_CONNECTIONS', value: 'true' },
@@ -97,12 +109,12 @@ describe('agent manifests', () => {
                 securityContext: {
                   privileged: false,
                   runAsUser: 0,
-                  capabilities: {
-                    drop: ['ALL'],
-                    add: ['NET_ADMIN', 'NET_RAW', 'SYS_ADMIN', 'SYS_PTRACE', 'DAC_READ_SEARCH'],
-                  },
+                  readOnlyRootFilesystem: true,
+                  seccompProfile: { type: 'RuntimeDefault' },
+                  capabilities: { drop: ['ALL'], add: ['NET_ADMIN', 'SYS_ADMIN', 'SYS_PTRACE', 'DAC_READ_SEARCH'] },
                 },
                 resources: { requests: { cpu: '10m', memory: '48Mi' }, limits: { cpu: '1', memory: '256Mi' } },
+                volumeMounts: [{ name: 'run', mountPath: '/run' }],
               },
             ],
           },
@@ -128,14 +140,29 @@ describe('agent manifests', () => {
     expect(job.spec?.template.metadata?.labels?.team).toBe('a');
     expect(job.spec?.template.metadata?.annotations?.note).toBe('x');
     expect(job.spec?.template.spec?.tolerations).toEqual([{ key: 'gpu', operator: 'Exists', effect: 'NoSchedule' }]);
-    expect(job.spec?.template.spec?.containers[0].securityContext?.privileged).toBe(true);
+    expect(job.spec?.template.spec?.containers[0].securityContext).toEqual({
+      privileged: true,
+      runAsUser: 0,
+      capabilities: { drop: ['ALL'], add: ['NET_ADMIN', 'SYS_ADMIN', 'SYS_PTRACE', 'DAC_READ_SEARCH'] },
+    });
     expect(job.spec?.template.spec?.containers[0].env).toContainEqual({
       name: 'DEVOP_AGENT_LOG_LEVEL',
       value: 'debug',
     });
   });
 
-  it('builds the ephemeral agent container targeting the chosen container', () => {
+  it('gives NET_RAW (the packet capture) to the agent of a session that mirrors, and to no other', () => {
+    const mirroring = buildAgentJob({ ...input, mirror: true }).spec?.template.spec?.containers[0];
+    expect(mirroring?.securityContext?.capabilities?.add).toEqual([
+      'NET_ADMIN',
+      'NET_RAW',
+      'SYS_ADMIN',
+      'SYS_PTRACE',
+      'DAC_READ_SEARCH',
+    ]);
+  });
+
+  it('builds the ephemeral agent container: no SYS_ADMIN (already in the netns), no privilege escalation', () => {
     expect(buildAgentEphemeralContainer(input)).toEqual({
       name: 'devop-agent-ab12cd34ef',
       image: 'ghcr.io/devop/agent:0.1.0',
@@ -145,20 +172,45 @@ describe('agent manifests', () => {
         { name: 'DEVOP_AGENT_MODE', value: 'ephemeral' },
         { name: 'DEVOP_AGENT_PORT', value: '24567' },
         { name: 'DEVOP_AGENT_NATIVE_PORT', value: '24568' },
-        { name: 'DEVOP_AGENT_TOKEN', value: 'secret-token' },
+        TOKEN_FROM_SECRET,
         { name: 'DEVOP_AGENT_CONTAINER_ID', value: 'containerd://0123abcd' },
         { name: 'DEVOP_AGENT_IDLE_SECONDS', value: '10' },
         { name: 'DEVOP_AGENT_FLUSH_CONNECTIONS', value: 'true' },
         { name: 'DEVOP_AGENT_ID', value: 'ab12cd34ef' },
+        { name: 'XTABLES_LOCKFILE', value: '/dev/xtables.lock' },
       ],
       securityContext: {
         privileged: false,
         runAsUser: 0,
-        capabilities: {
-          drop: ['ALL'],
-          add: ['NET_ADMIN', 'NET_RAW', 'SYS_ADMIN', 'SYS_PTRACE', 'DAC_READ_SEARCH'],
-        },
+        allowPrivilegeEscalation: false,
+        readOnlyRootFilesystem: true,
+        seccompProfile: { type: 'RuntimeDefault' },
+        capabilities: { drop: ['ALL'], add: ['NET_ADMIN', 'SYS_PTRACE', 'DAC_READ_SEARCH'] },
       },
+    });
+  });
+
+  it("builds the token's Secret, owned by the agent Job so that garbage collection removes it", () => {
+    const secret = buildAgentSecret({
+      agentId: 'ab12cd34ef',
+      namespace: 'shop',
+      token: 'secret-token',
+      owner: { apiVersion: 'batch/v1', kind: 'Job', name: 'devop-agent-ab12cd34ef', uid: 'job-uid' },
+      createdBy: 'alice',
+    });
+    expect(secret).toEqual({
+      apiVersion: 'v1',
+      kind: 'Secret',
+      metadata: {
+        name: 'devop-agent-ab12cd34ef',
+        namespace: 'shop',
+        labels: { 'app.kubernetes.io/name': 'devop-agent', 'app.kubernetes.io/managed-by': 'devop' },
+        annotations: { 'devop.dev/agent-id': 'ab12cd34ef', 'devop.dev/created-by': 'alice' },
+        ownerReferences: [{ apiVersion: 'batch/v1', kind: 'Job', name: 'devop-agent-ab12cd34ef', uid: 'job-uid' }],
+      },
+      type: 'Opaque',
+      immutable: true,
+      data: { token: 'c2VjcmV0LXRva2Vu' },
     });
   });
 
@@ -168,10 +220,10 @@ describe('agent manifests', () => {
       namespace: 'default',
       image: 'img',
       port: 21000,
-      token: 't',
       idleSeconds: 10,
       ttlSeconds: 30,
       owner: 'bob@h',
+      createdBy: 'bob',
     });
     const pod = job.spec?.template.spec;
     expect(pod?.hostPID).toBeUndefined();
@@ -180,13 +232,15 @@ describe('agent manifests', () => {
       runAsNonRoot: true,
       runAsUser: 65534,
       allowPrivilegeEscalation: false,
+      readOnlyRootFilesystem: true,
       capabilities: { drop: ['ALL'] },
       seccompProfile: { type: 'RuntimeDefault' },
     });
+    expect(job.spec?.activeDeadlineSeconds).toBe(86400);
     expect(pod?.containers[0].env).toEqual([
       { name: 'DEVOP_AGENT_MODE', value: 'targetless' },
       { name: 'DEVOP_AGENT_PORT', value: '21000' },
-      { name: 'DEVOP_AGENT_TOKEN', value: 't' },
+      { name: 'DEVOP_AGENT_TOKEN', valueFrom: { secretKeyRef: { name: 'devop-agent-zz', key: 'token' } } },
       { name: 'DEVOP_AGENT_IDLE_SECONDS', value: '10' },
       { name: 'DEVOP_AGENT_ID', value: 'zz' },
     ]);

@@ -1,22 +1,28 @@
-// The agent of a session: reuse a running devop agent that already serves the target pod, or start one (a Job pinned to
-// the pod's node, or an ephemeral container) and wait for it by watching its pod, failing clearly on image pull errors,
-// an unschedulable pod, a crash (with its last log lines) or the start-up timeout (with the pod's events).
+// The agent of a session: reuse a running devop agent that already serves the target pod (one this user started, or
+// the one asked for by name), or start one (a Job pinned to the pod's node, or an ephemeral container) with its token
+// in a Secret of its own, and wait for it by watching its pod, failing clearly on image pull errors, an unschedulable
+// pod, a crash (with its last log lines) or the start-up timeout (with the pod's events).
 import { randomBytes } from 'node:crypto';
 import {
+  AuthenticationV1Api,
   BatchV1Api,
   CoreV1Api,
   type KubeConfig,
   type V1ContainerStatus,
   type V1EnvVar,
+  type V1EphemeralContainer,
   type V1Job,
   type V1Pod,
+  type V1Secret,
 } from '@kubernetes/client-node';
 import {
   AGENT_ANNOTATIONS,
-  AGENT_CAPABILITIES,
   AGENT_CONTAINER_NAME,
   AGENT_ENV,
   AGENT_LABELS,
+  AGENT_SECRET_KEY,
+  agentCapabilities,
+  agentSecretName,
   nativePortOf,
 } from '../../shared/agent-contract.js';
 import { UserError } from '../../shared/errors.js';
@@ -26,10 +32,12 @@ import {
   agentJobName,
   buildAgentEphemeralContainer,
   buildAgentJob,
+  buildAgentSecret,
   buildTargetlessAgentJob,
   TARGETLESS_LABEL_VALUE,
   type AgentExtras,
   type AgentSpecInput,
+  type SecretOwner,
 } from './agent-manifest.js';
 import type { ResolvedTarget } from './target.js';
 
@@ -47,6 +55,8 @@ export interface AgentEndpoint {
   token: string;
   agentId: string;
   reused: boolean;
+  /** The Secret of an ephemeral agent this session created: deleted when the session ends (releaseAgent). */
+  secret?: { namespace: string; name: string };
 }
 
 export interface AgentOptions {
@@ -58,10 +68,35 @@ export interface AgentOptions {
   startupTimeoutMs: number;
   flush: boolean;
   privileged: boolean;
+  /** The session mirrors: the agent it starts gets NET_RAW for the packet capture. */
+  mirror?: boolean;
   owner: string;
+  /** The cluster user (clusterUser); looked up when missing. */
+  createdBy?: string;
+  /** --reuse-agent: the one agent (Job or ephemeral container name) reused even if someone else started it. */
+  reuseAgent?: string;
+  /** Hears about a running agent of the target that is not reused, and why. */
+  onSkip?: (agent: string, why: string) => void;
   logLevel?: 'debug' | 'info' | 'warn';
   extras?: AgentExtras;
   signal?: AbortSignal;
+}
+
+/**
+ * Who the cluster says the current user is (authentication.k8s.io/v1 SelfSubjectReview, Kubernetes 1.28+): recorded on
+ * the agents devop starts, and compared before reusing one. Older clusters: the kubeconfig's user name, marked so.
+ */
+export async function clusterUser(kc: KubeConfig): Promise<string> {
+  try {
+    const review = await kc.makeApiClient(AuthenticationV1Api).createSelfSubjectReview({
+      body: { apiVersion: 'authentication.k8s.io/v1', kind: 'SelfSubjectReview' },
+    });
+    const name = review.status?.userInfo?.username;
+    if (name) return name;
+  } catch {
+    // Not served (before 1.28) or not allowed: the kubeconfig's name is the best there is.
+  }
+  return `kubeconfig:${kc.getCurrentUser()?.name ?? 'unknown'}`;
 }
 
 /**
@@ -93,6 +128,57 @@ function envValue(env: V1EnvVar[] | undefined, name: string): string | undefined
   return env?.find((e) => e.name === name)?.value;
 }
 
+/** The Secret an agent container's token comes from (secretKeyRef), if that is where it comes from. */
+function tokenSecretOf(env: V1EnvVar[] | undefined): string | undefined {
+  const ref = env?.find((e) => e.name === AGENT_ENV.token)?.valueFrom?.secretKeyRef;
+  return ref?.key === AGENT_SECRET_KEY ? ref.name : undefined;
+}
+
+/** Why a running agent may not be reused, or its token when it may. */
+type Vetting = { token: string } | { skip: string };
+
+/**
+ * Reads an agent's token from its Secret, after checking that the Secret is the one devop made for that agent (its
+ * name, owned by `owner`) and that the agent was started by this user, or asked for by name.
+ */
+async function vetAgent(
+  kc: KubeConfig,
+  input: { namespace: string; agentId: string; name: string; env: V1EnvVar[] | undefined; ownerUid: string },
+  me: string,
+  reuseAgent: string | undefined,
+): Promise<Vetting> {
+  const secretName = agentSecretName(input.agentId);
+  if (tokenSecretOf(input.env) !== secretName) return { skip: 'its token is not in its own Secret' };
+  let secret: V1Secret;
+  try {
+    secret = await kc.makeApiClient(CoreV1Api).readNamespacedSecret({ name: secretName, namespace: input.namespace });
+  } catch (err) {
+    return { skip: `its Secret cannot be read (${apiErrorCode(err) ?? (err as Error).message})` };
+  }
+  if (!secret.metadata?.ownerReferences?.some((o) => o.uid === input.ownerUid))
+    return { skip: 'its Secret is not owned by it' };
+  const creator = secret.metadata?.annotations?.[AGENT_ANNOTATIONS.createdBy];
+  if (creator !== me && input.name !== reuseAgent)
+    return { skip: `started by ${creator ?? 'an unknown user'} (reuse it by name: --reuse-agent ${input.name})` };
+  const data = secret.data?.[AGENT_SECRET_KEY];
+  return data ? { token: Buffer.from(data, 'base64').toString('utf8') } : { skip: 'its Secret holds no token' };
+}
+
+/** Checks that an agent pod belongs to the agent Job devop made for it (controller owner, same uid). */
+async function jobOfPod(kc: KubeConfig, pod: V1Pod, agentId: string): Promise<V1Job | { skip: string }> {
+  const name = agentJobName(agentId);
+  const owner = pod.metadata?.ownerReferences?.find((o) => o.controller && o.kind === 'Job');
+  if (!owner || owner.name !== name) return { skip: `it is not the pod of Job ${name}` };
+  try {
+    const job = await kc
+      .makeApiClient(BatchV1Api)
+      .readNamespacedJob({ name, namespace: pod.metadata?.namespace ?? '' });
+    return job.metadata?.uid === owner.uid ? job : { skip: `it is not the pod of Job ${name}` };
+  } catch (err) {
+    return { skip: `its Job cannot be read (${apiErrorCode(err) ?? (err as Error).message})` };
+  }
+}
+
 function isRunning(status: V1ContainerStatus | undefined): boolean {
   return Boolean(status?.state?.running);
 }
@@ -111,34 +197,56 @@ export async function listAgentPods(kc: KubeConfig, agentNamespace: string): Pro
   return list.items;
 }
 
-/** A running agent (Job pod or ephemeral container) already serving this pod, if any. */
+/**
+ * A running agent (Job pod or ephemeral container) already serving this pod that this user may reuse, if any: one it
+ * started (the creator recorded on the agent's Secret), or the one named by --reuse-agent; a Job pod only if owned by
+ * the agent Job of its id, and the token only from that agent's own Secret (owned by the Job, or by the target pod). A
+ * pod that merely carries the labels is never trusted.
+ */
 export async function findAgent(
   kc: KubeConfig,
   target: ResolvedTarget,
-  agentNamespace: string,
+  options: Pick<AgentOptions, 'agentNamespace' | 'createdBy' | 'reuseAgent' | 'onSkip'>,
   agentPods?: Promise<V1Pod[]>,
 ): Promise<AgentEndpoint | undefined> {
+  const { agentNamespace, reuseAgent } = options;
+  const me = options.createdBy ?? (await clusterUser(kc));
+  const skip = (name: string, why: string): undefined => {
+    options.onSkip?.(name, why);
+    return undefined;
+  };
   const ephemeral = (target.pod.spec?.ephemeralContainers ?? []).filter((c) =>
     c.name.startsWith(`${AGENT_CONTAINER_NAME}-`),
   );
-  for (const c of ephemeral.reverse()) {
+  // Newest first; the one asked for by name before any other.
+  const named = (name: string): number => (name === reuseAgent ? 0 : 1);
+  for (const c of ephemeral.reverse().sort((a, b) => named(a.name) - named(b.name))) {
     const status = target.pod.status?.ephemeralContainerStatuses?.find((s) => s.name === c.name);
     const port = Number(envValue(c.env, AGENT_ENV.port));
-    const token = envValue(c.env, AGENT_ENV.token);
-    if (isRunning(status) && port > 0 && token) {
-      return {
-        mode: 'ephemeral',
-        name: c.name,
-        agentPod: target.podName,
-        agentNamespace: target.namespace,
-        agentContainer: c.name,
-        port,
-        ...nativePortIn(c.env),
-        token,
-        agentId: envValue(c.env, AGENT_ENV.agentId) ?? '',
-        reused: true,
-      };
+    const agentId = envValue(c.env, AGENT_ENV.agentId) ?? '';
+    if (!isRunning(status) || !(port > 0) || !agentId) continue;
+    const vetting = await vetAgent(
+      kc,
+      { namespace: target.namespace, agentId, name: c.name, env: c.env, ownerUid: target.podUid },
+      me,
+      reuseAgent,
+    );
+    if ('skip' in vetting) {
+      skip(c.name, vetting.skip);
+      continue;
     }
+    return {
+      mode: 'ephemeral',
+      name: c.name,
+      agentPod: target.podName,
+      agentNamespace: target.namespace,
+      agentContainer: c.name,
+      port,
+      ...nativePortIn(c.env),
+      token: vetting.token,
+      agentId,
+      reused: true,
+    };
   }
   const pods = await (agentPods ?? listAgentPods(kc, agentNamespace));
   const candidates = pods
@@ -153,30 +261,47 @@ export async function findAgent(
         p.status?.phase === 'Running' &&
         isRunning(p.status?.containerStatuses?.find((s) => s.name === AGENT_CONTAINER_NAME)),
     )
-    .sort((a, b) =>
-      String(b.metadata?.creationTimestamp ?? '').localeCompare(String(a.metadata?.creationTimestamp ?? '')),
+    .sort(
+      (a, b) =>
+        named(agentJobName(a.metadata?.annotations?.[AGENT_ANNOTATIONS.agentId] ?? '')) -
+          named(agentJobName(b.metadata?.annotations?.[AGENT_ANNOTATIONS.agentId] ?? '')) ||
+        String(b.metadata?.creationTimestamp ?? '').localeCompare(String(a.metadata?.creationTimestamp ?? '')),
     );
   for (const pod of candidates) {
     const container = pod.spec?.containers.find((c) => c.name === AGENT_CONTAINER_NAME);
     const port = Number(
       envValue(container?.env, AGENT_ENV.port) ?? pod.metadata?.annotations?.[AGENT_ANNOTATIONS.port],
     );
-    const token = envValue(container?.env, AGENT_ENV.token);
-    if (port > 0 && token) {
-      const agentId = pod.metadata?.annotations?.[AGENT_ANNOTATIONS.agentId] ?? '';
-      return {
-        mode: 'job',
-        name: agentJobName(agentId),
-        agentPod: pod.metadata?.name ?? '',
-        agentNamespace,
-        agentContainer: AGENT_CONTAINER_NAME,
-        port,
-        ...nativePortIn(container?.env),
-        token,
-        agentId,
-        reused: true,
-      };
+    const agentId = pod.metadata?.annotations?.[AGENT_ANNOTATIONS.agentId] ?? '';
+    if (!(port > 0) || !agentId) continue;
+    const name = agentJobName(agentId);
+    const job = await jobOfPod(kc, pod, agentId);
+    if ('skip' in job) {
+      skip(pod.metadata?.name ?? name, job.skip);
+      continue;
     }
+    const vetting = await vetAgent(
+      kc,
+      { namespace: agentNamespace, agentId, name, env: container?.env, ownerUid: job.metadata?.uid ?? '' },
+      me,
+      reuseAgent,
+    );
+    if ('skip' in vetting) {
+      skip(name, vetting.skip);
+      continue;
+    }
+    return {
+      mode: 'job',
+      name,
+      agentPod: pod.metadata?.name ?? '',
+      agentNamespace,
+      agentContainer: AGENT_CONTAINER_NAME,
+      port,
+      ...nativePortIn(container?.env),
+      token: vetting.token,
+      agentId,
+      reused: true,
+    };
   }
   return undefined;
 }
@@ -194,9 +319,25 @@ const CONFIG_REASONS = new Set(['CreateContainerConfigError', 'CreateContainerEr
 /** A terminated container's reasons for never having started (containerd/CRI-O, dockershim). */
 const START_REASONS = new Set(['StartError', 'ContainerCannotRun']);
 
-/** Judges the agent container's state: running, still starting (undefined), or failed and why. Pure. */
-export function judgeAgentPod(pod: V1Pod, status: V1ContainerStatus | undefined): Verdict | undefined {
+/**
+ * Judges the agent container's state: running, still starting (undefined), or failed and why. Pure. `tokenSecret`: the
+ * agent's Secret, made just after its Job (it needs the Job's uid): until kubelet sees it, kubelet reports
+ * CreateContainerConfigError naming it and tries again (pkg/kubelet/kubelet_pods.go makeEnvironmentVariables), so
+ * that one is still starting.
+ */
+export function judgeAgentPod(
+  pod: V1Pod,
+  status: V1ContainerStatus | undefined,
+  tokenSecret?: string,
+): Verdict | undefined {
   const waiting = status?.state?.waiting;
+  if (
+    tokenSecret &&
+    waiting?.reason === 'CreateContainerConfigError' &&
+    waiting.message?.includes(`"${tokenSecret}"`) &&
+    / not found/.test(waiting.message)
+  )
+    return undefined;
   if (waiting?.reason && IMAGE_REASONS.has(waiting.reason))
     return { fail: pod, why: 'image', detail: `${waiting.reason}${waiting.message ? `: ${waiting.message}` : ''}` };
   if (waiting?.reason && CONFIG_REASONS.has(waiting.reason))
@@ -273,7 +414,7 @@ async function failureError(
     case 'crash':
       return new UserError(
         `the agent crashed: ${v.detail}${await lastLogLines(kc, ns, pod, container)}`,
-        `check the agent's permissions on the node (${AGENT_CAPABILITIES.join(', ')}, hostPID; try ` +
+        `check the agent's permissions on the node (${agentCapabilities('job', true).join(', ')}, hostPID; try ` +
           `--agent-privileged) and its logs: kubectl logs -n ${ns} ${pod}`,
       );
   }
@@ -285,14 +426,41 @@ export async function createJobAgent(
   target: ResolvedTarget,
   options: AgentOptions,
 ): Promise<AgentEndpoint> {
-  const spec = agentSpecInput(target, options);
-  const { agentId, port, token } = spec;
+  const spec = await agentSpecInput(kc, target, options);
+  const { agentId, port } = spec;
   return runAgentJob(kc, buildAgentJob(spec), target.podName, options, {
     agentId,
     port,
     nativePort: nativePortOf(port),
-    token,
+    token: newToken(),
   });
+}
+
+/** The per-agent token every session presents in its hello: 192 random bits. */
+function newToken(): string {
+  return randomBytes(24).toString('hex');
+}
+
+/** Creates the Secret that holds an agent's token, owned by `owner`. */
+async function createAgentSecret(
+  kc: KubeConfig,
+  input: { namespace: string; agentId: string; token: string; owner: SecretOwner; createdBy: string },
+): Promise<void> {
+  const body = buildAgentSecret(input);
+  const name = body.metadata?.name ?? '';
+  await apiCall(
+    { action: "store the agent's token", verb: 'create', resource: 'secrets', namespace: input.namespace, name },
+    () => kc.makeApiClient(CoreV1Api).createNamespacedSecret({ namespace: input.namespace, body }),
+  );
+}
+
+/** Ends what a session holds of its agent: the Secret of an ephemeral agent it created (a Job's goes with the Job). */
+export async function releaseAgent(kc: KubeConfig, agent: AgentEndpoint): Promise<void> {
+  if (!agent.secret) return;
+  await kc
+    .makeApiClient(CoreV1Api)
+    .deleteNamespacedSecret({ name: agent.secret.name, namespace: agent.secret.namespace })
+    .catch(() => undefined); // gone already, or the API is down: the target pod's deletion removes it (owner)
 }
 
 /**
@@ -309,16 +477,26 @@ async function runAgentJob(
   const batch = kc.makeApiClient(BatchV1Api);
   const name = job.metadata?.name ?? '';
   const ns = options.agentNamespace;
-  await apiCall({ action: 'create the agent Job', verb: 'create', resource: 'jobs.batch', namespace: ns, name }, () =>
-    batch.createNamespacedJob({ namespace: ns, body: job }),
+  const created = await apiCall(
+    { action: 'create the agent Job', verb: 'create', resource: 'jobs.batch', namespace: ns, name },
+    () => batch.createNamespacedJob({ namespace: ns, body: job }),
   );
   try {
+    // Owned by the Job (its uid is known only now): garbage collection removes it with the Job.
+    await createAgentSecret(kc, {
+      namespace: ns,
+      agentId: agent.agentId,
+      token: agent.token,
+      owner: { apiVersion: 'batch/v1', kind: 'Job', name, uid: created.metadata?.uid ?? '' },
+      createdBy: job.metadata?.annotations?.[AGENT_ANNOTATIONS.createdBy] ?? '',
+    });
     const pod = await waitForAgentPod(kc, {
       namespace: ns,
       labelSelector: `${AGENT_LABELS.name}=${AGENT_LABELS.nameValue},${AGENT_LABELS.targetPod}=${targetPod}`,
       match: (p) => p.metadata?.annotations?.[AGENT_ANNOTATIONS.agentId] === agent.agentId,
       status: (p) => p.status?.containerStatuses?.find((s) => s.name === AGENT_CONTAINER_NAME),
       container: AGENT_CONTAINER_NAME,
+      tokenSecret: agentSecretName(agent.agentId),
       what: `agent Job ${name}`,
       options,
     });
@@ -348,9 +526,48 @@ export async function createEphemeralAgent(
   target: ResolvedTarget,
   options: AgentOptions,
 ): Promise<AgentEndpoint> {
-  const core = kc.makeApiClient(CoreV1Api);
-  const spec = agentSpecInput(target, options);
+  const spec = await agentSpecInput(kc, target, options);
   const container = buildAgentEphemeralContainer(spec);
+  const token = newToken();
+  // An ephemeral container is no object of its own: the target pod owns the Secret (removed with it), and the session
+  // deletes it when it ends (releaseAgent).
+  const secret = { namespace: target.namespace, name: agentSecretName(spec.agentId) };
+  await createAgentSecret(kc, {
+    namespace: target.namespace,
+    agentId: spec.agentId,
+    token,
+    owner: { apiVersion: 'v1', kind: 'Pod', name: target.podName, uid: target.podUid },
+    createdBy: spec.createdBy,
+  });
+  try {
+    await addEphemeralContainer(kc, target, container, options);
+  } catch (err) {
+    await releaseAgent(kc, { secret } as AgentEndpoint);
+    throw err;
+  }
+  return {
+    mode: 'ephemeral',
+    name: container.name,
+    agentPod: target.podName,
+    agentNamespace: target.namespace,
+    agentContainer: container.name,
+    port: spec.port,
+    nativePort: nativePortOf(spec.port),
+    token,
+    agentId: spec.agentId,
+    reused: false,
+    secret,
+  };
+}
+
+/** Adds the agent's ephemeral container to the target pod and waits until it runs. */
+async function addEphemeralContainer(
+  kc: KubeConfig,
+  target: ResolvedTarget,
+  container: V1EphemeralContainer,
+  options: AgentOptions,
+): Promise<void> {
+  const core = kc.makeApiClient(CoreV1Api);
   const ctx = {
     action: 'add the agent as an ephemeral container',
     verb: 'patch',
@@ -385,21 +602,9 @@ export async function createEphemeralAgent(
     what: `ephemeral agent container ${container.name}`,
     options,
   });
-  return {
-    mode: 'ephemeral',
-    name: container.name,
-    agentPod: target.podName,
-    agentNamespace: target.namespace,
-    agentContainer: container.name,
-    port: spec.port,
-    nativePort: nativePortOf(spec.port),
-    token: spec.token,
-    agentId: spec.agentId,
-    reused: false,
-  };
 }
 
-function agentSpecInput(target: ResolvedTarget, options: AgentOptions): AgentSpecInput {
+async function agentSpecInput(kc: KubeConfig, target: ResolvedTarget, options: AgentOptions): Promise<AgentSpecInput> {
   const agentId = newAgentId();
   const taken = (target.pod.spec?.containers ?? []).flatMap((c) => (c.ports ?? []).map((p) => p.containerPort));
   return {
@@ -407,7 +612,6 @@ function agentSpecInput(target: ResolvedTarget, options: AgentOptions): AgentSpe
     namespace: options.agentNamespace,
     image: options.image,
     port: pickAgentPort(taken),
-    token: randomBytes(24).toString('hex'),
     target: {
       pod: target.podName,
       uid: target.podUid,
@@ -419,8 +623,10 @@ function agentSpecInput(target: ResolvedTarget, options: AgentOptions): AgentSpe
     idleSeconds: options.idleSeconds,
     ttlSeconds: options.ttlSeconds,
     owner: options.owner,
+    createdBy: options.createdBy ?? (await clusterUser(kc)),
     flush: options.flush,
     privileged: options.privileged,
+    mirror: options.mirror ?? false,
     logLevel: options.logLevel,
     extras: options.extras,
   };
@@ -430,19 +636,18 @@ function agentSpecInput(target: ResolvedTarget, options: AgentOptions): AgentSpe
 export async function createTargetlessAgent(kc: KubeConfig, options: AgentOptions): Promise<AgentEndpoint> {
   const agentId = newAgentId();
   const port = pickAgentPort([]);
-  const token = randomBytes(24).toString('hex');
   const job = buildTargetlessAgentJob({
     agentId,
     namespace: options.agentNamespace,
     image: options.image,
     port,
-    token,
     idleSeconds: options.idleSeconds,
     ttlSeconds: options.ttlSeconds,
     owner: options.owner,
+    createdBy: options.createdBy ?? (await clusterUser(kc)),
     logLevel: options.logLevel,
   });
-  return runAgentJob(kc, job, TARGETLESS_LABEL_VALUE, options, { agentId, port, token });
+  return runAgentJob(kc, job, TARGETLESS_LABEL_VALUE, options, { agentId, port, token: newToken() });
 }
 
 async function waitForAgentPod(
@@ -454,6 +659,8 @@ async function waitForAgentPod(
     match: (p: V1Pod) => boolean;
     status: (p: V1Pod) => V1ContainerStatus | undefined;
     container: string;
+    /** The agent's Secret when it may appear after the pod (judgeAgentPod). */
+    tokenSecret?: string;
     what: string;
     options: AgentOptions;
   },
@@ -467,7 +674,7 @@ async function waitForAgentPod(
       const pod = pods.find(input.match);
       if (!pod) return undefined;
       lastPod = pod;
-      return judgeAgentPod(pod, input.status(pod));
+      return judgeAgentPod(pod, input.status(pod), input.tokenSecret);
     },
     {
       timeoutMs: options.startupTimeoutMs,

@@ -63,6 +63,9 @@ export function neededPermissions(namespace: string, agentNamespace: string): Ne
     p('get', 'batch', 'jobs', 'check on the agent Job', { namespace: agentNamespace }),
     p('list', 'batch', 'jobs', 'find leftover agents (devop clean)', { namespace: agentNamespace }),
     p('delete', 'batch', 'jobs', 'remove the agent Job', { namespace: agentNamespace }),
+    p('create', '', 'secrets', "keep the agent's token in a Secret of its own", { namespace: agentNamespace }),
+    p('get', '', 'secrets', "read a running agent's token to reuse it", { namespace: agentNamespace }),
+    p('delete', '', 'secrets', "remove an ephemeral agent's Secret (--ephemeral only)", { optional: true }),
     p('patch', '', 'pods', 'run the agent as an ephemeral container (--ephemeral only)', {
       subresource: 'ephemeralcontainers',
       optional: true,

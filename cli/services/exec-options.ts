@@ -118,6 +118,7 @@ export function mergeExecOptions(
     agentImage: flags.agentImage ?? config.agent.image ?? SESSION_DEFAULTS.agentImage,
     agentNamespace: flags.agentNamespace ?? config.agent.namespace,
     agentPrivileged: flags.agentPrivileged ?? false,
+    ...(flags.reuseAgent ? { reuseAgent: flags.reuseAgent } : {}),
     ephemeral: flags.ephemeral ?? config.agent.ephemeral,
     agentTtlSeconds:
       flags.agentTtl !== undefined
@@ -136,9 +137,20 @@ export function mergeExecOptions(
     allPods,
     allowHostNetwork: flags.allowHostNetwork ?? config.allowHostNetwork,
     ...(flags.record ? { record: flags.record } : {}),
+    ...(flags.record ? { recordSecrets: recordSecrets(flags, config) } : {}),
     shadow: mergeShadow(flags, config),
     replace,
   };
+}
+
+/** --record-secrets (or recordSecrets in devop.json / DEVOP_RECORD_SECRETS); the flag alone means nothing. */
+function recordSecrets(flags: ExecFlags, config: DevopConfig): boolean {
+  return flags.recordSecrets ?? config.recordSecrets;
+}
+
+function refuseLoneRecordSecrets(flags: ExecFlags): void {
+  if (flags.recordSecrets && !flags.record)
+    throw new UserError('--record-secrets only applies to --record FILE', 'add --record FILE, or drop --record-secrets');
 }
 
 function mergeShadow(flags: ExecFlags, config: DevopConfig): ExecServiceOptions['shadow'] {

@@ -18,11 +18,13 @@ import { openPortForwards, PortForwardError } from '../kube/tunnel.js';
 import { apiErrorCode } from '../kube/errors.js';
 import type { SessionTunnel } from './tunnel.js';
 import {
+  clusterUser,
   createEphemeralAgent,
   createJobAgent,
   createTargetlessAgent,
   findAgent,
   listAgentPods,
+  releaseAgent,
   type AgentEndpoint,
   type AgentOptions,
 } from '../kube/agent.js';
@@ -61,6 +63,10 @@ export interface SessionOptions extends KubeAccessOptions {
   startupTimeoutMs?: number;
   flush?: boolean;
   agentPrivileged?: boolean;
+  /** steal or mirror: a mirroring session's agent gets NET_RAW for its packet capture. */
+  mode?: 'steal' | 'mirror';
+  /** --reuse-agent: the agent (Job or ephemeral container name) reused even if another user started it. */
+  reuseAgent?: string;
   /** devop.json agent.labels / annotations / tolerations. */
   agentExtras?: AgentExtras;
   /** Steal/mirror on every Ready pod of a deploy/sts target (cli/session/supervisor.ts). */
@@ -163,6 +169,8 @@ export function agentOptionsFor(
     startupTimeoutMs: options.startupTimeoutMs ?? SESSION_DEFAULTS.startupTimeoutMs,
     flush: options.flush ?? true,
     privileged: options.agentPrivileged ?? false,
+    mirror: options.mode === 'mirror',
+    reuseAgent: options.reuseAgent,
     owner: `${identity.user}@${identity.host}`,
     logLevel: options.verbose ? 'debug' : undefined,
     extras: options.agentExtras,
@@ -181,6 +189,8 @@ export async function connectSession(options: SessionOptions, reporter: Reporter
   const ephemeral = options.ephemeral ?? false;
   const identity = clientIdentity();
   const user = kc.getCurrentUser()?.name ?? 'the current user';
+  // Who the cluster says we are: recorded on the agent devop starts, and compared before reusing one.
+  const creator = clusterUser(kc);
   const preflight = (ns: string, agentNs: string, asEphemeral: boolean): Promise<void> =>
     options.skipPreflight
       ? Promise.resolve()
@@ -236,7 +246,12 @@ export async function connectSession(options: SessionOptions, reporter: Reporter
   if (target?.hostNetwork) reporter.emit({ type: 'log', level: 'warn', message: hostNetworkWarning(target) });
   const sessionNamespace = target?.namespace ?? namespace;
   const agentNamespace = options.agentNamespace ?? sessionNamespace;
-  const agentOptions: AgentOptions = { ...agentOptionsFor(options, agentNamespace, identity), signal: options.signal };
+  const agentOptions: AgentOptions = {
+    ...agentOptionsFor(options, agentNamespace, identity),
+    createdBy: await creator,
+    onSkip: (name, why) => reporter.emit({ type: 'log', level: 'info', message: `agent ${name} not reused: ${why}` }),
+    signal: options.signal,
+  };
   const agentPods = earlyAgentPods ?? (target && !ephemeral ? listAgents(agentNamespace) : undefined);
 
   const { agent, mux, hello, native } = await step(
@@ -245,7 +260,7 @@ export async function connectSession(options: SessionOptions, reporter: Reporter
     target ? `agent for pod ${target.podName}` : 'targetless agent',
     async () => {
       if (target) {
-        const existing = await findAgent(kc, target, agentNamespace, agentPods);
+        const existing = await findAgent(kc, target, agentOptions, agentPods);
         if (existing) {
           try {
             const link = await connectAgent(kc, existing, target, {
@@ -303,6 +318,7 @@ export async function connectSession(options: SessionOptions, reporter: Reporter
         await waitClosed(mux, 1000);
         mux.close(reason);
       }
+      await releaseAgent(kc, agent);
     },
   };
 }

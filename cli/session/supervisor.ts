@@ -9,6 +9,7 @@ import {
   createEphemeralAgent,
   createJobAgent,
   findAgent,
+  releaseAgent,
   type AgentEndpoint,
   type AgentOptions,
 } from '../kube/agent.js';
@@ -291,9 +292,7 @@ class Supervisor {
       try {
         if (failures >= 3 || (await this.agentState(member)) === 'dead') {
           // The agent may be dead (killed, its pod deleted): reuse another live one, or start a new one.
-          const found = await findAgent(this.first.kc, member.target, this.agentOptions.agentNamespace).catch(
-            () => undefined,
-          );
+          const found = await findAgent(this.first.kc, member.target, this.agentOptions).catch(() => undefined);
           if (!found || found.name !== member.agent.name) {
             member.agent = found ?? (await this.startAgent(member.target));
             this.reporter.emit({
@@ -452,7 +451,7 @@ class Supervisor {
       namespace: this.firstTarget.namespace,
       allowHostNetwork: this.options.allowHostNetwork,
     });
-    const existing = await findAgent(this.first.kc, resolved, this.agentOptions.agentNamespace);
+    const existing = await findAgent(this.first.kc, resolved, this.agentOptions);
     let agent = existing ?? (await this.startAgent(resolved));
     let link: Awaited<ReturnType<typeof connectAgent>>;
     try {
@@ -587,6 +586,8 @@ class Supervisor {
     for (const m of this.members) m.stopLiveness?.();
     await Promise.all(live.map((m) => byeAndWait(m.link.mux, reason)));
     this.mux.end();
+    // The Secrets of the ephemeral agents this session started (a Job's goes with its Job).
+    await Promise.all([...this.members].map((m) => releaseAgent(this.first.kc, m.agent)));
     await this.leases?.releaseAll();
   }
 }

@@ -3,11 +3,11 @@
 // one line naming it.
 import { existsSync, readFileSync, readlinkSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
-import { BatchV1Api, type V1Pod } from '@kubernetes/client-node';
+import { BatchV1Api, CoreV1Api, type V1Pod } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CAPABILITY_BITS } from '../../agent/capabilities.js';
-import { buildAgentJob } from '../../cli/kube/agent-manifest.js';
-import { AGENT_BUNDLE_PATH, AGENT_CAPABILITIES, AGENT_IMAGE, AGENT_LABELS } from '../../shared/agent-contract.js';
+import { agentJobName, buildAgentJob, buildAgentSecret } from '../../cli/kube/agent-manifest.js';
+import { AGENT_BUNDLE_PATH, AGENT_IMAGE, AGENT_LABELS, agentCapabilities } from '../../shared/agent-contract.js';
 import { pidsOfContainer } from '../cluster/kubelet/testing.js';
 import { requireRoot } from '../helpers/root.js';
 import { standinOnly, type TargetCluster } from '../helpers/target-cluster.js';
@@ -26,9 +26,9 @@ import {
 
 requireRoot('e2e agent container');
 
-/** The CapEff mask of exactly the agent's capabilities. */
+/** The CapEff mask of exactly the capabilities of a job-mode agent that steals (no NET_RAW: it does not mirror). */
 function agentCapabilityMask(): bigint {
-  return AGENT_CAPABILITIES.reduce((mask, cap) => mask | (1n << BigInt(CAPABILITY_BITS[cap])), 0n);
+  return agentCapabilities('job', false).reduce((mask, cap) => mask | (1n << BigInt(CAPABILITY_BITS[cap])), 0n);
 }
 
 function capEff(pid: number): bigint {
@@ -111,12 +111,12 @@ describe('the agent in its real container', () => {
     // Given an agent for the pod that a policy started without NET_ADMIN (devop reuses a running agent of the pod)
     const echo = await deployEcho(env, 'echo-nocap');
     const target = await env.core.readNamespacedPod({ name: echo.podName, namespace: env.namespace });
+    const agentId = randomBytes(5).toString('hex');
     const job = buildAgentJob({
-      agentId: randomBytes(5).toString('hex'),
+      agentId,
       namespace: env.namespace,
       image: AGENT_IMAGE,
       port: 20000 + Math.floor(Math.random() * 10000),
-      token: randomBytes(24).toString('hex'),
       target: {
         pod: echo.podName,
         uid: target.metadata?.uid ?? '',
@@ -128,19 +128,27 @@ describe('the agent in its real container', () => {
       idleSeconds: 60,
       ttlSeconds: 30,
       owner: 'policy@test',
+      createdBy: 'policy',
       flush: true,
       privileged: false,
+      mirror: false,
     });
     const context = job.spec!.template.spec!.containers[0].securityContext!;
     context.capabilities!.add = context.capabilities!.add!.filter((c) => c !== 'NET_ADMIN');
-    await env.kc.makeApiClient(BatchV1Api).createNamespacedJob({ namespace: env.namespace, body: job });
+    const created = await env.kc.makeApiClient(BatchV1Api).createNamespacedJob({ namespace: env.namespace, body: job });
+    const owner = { apiVersion: 'batch/v1', kind: 'Job', name: agentJobName(agentId), uid: created.metadata!.uid! };
+    const secret = buildAgentSecret({ agentId, namespace: env.namespace, token: 'tok', owner, createdBy: 'policy' });
+    await env.kc.makeApiClient(CoreV1Api).createNamespacedSecret({ namespace: env.namespace, body: secret });
     await agentPodOf(env, echo.podName);
-    // When devop is asked to steal its port
+    // When devop is asked to steal its port (that agent named: another user started it)
     const local = await freePort();
     const run = track(
-      devopExec(cluster, ['-t', 'deploy/echo-nocap', '--steal', '-p', `8080:${local}`], [...LOCAL_SERVER_COMMAND], {
-        env: { LOCAL_PORT: String(local) },
-      }),
+      devopExec(
+        cluster,
+        ['-t', 'deploy/echo-nocap', '--steal', '-p', `8080:${local}`, '--reuse-agent', agentJobName(agentId)],
+        [...LOCAL_SERVER_COMMAND],
+        { env: { LOCAL_PORT: String(local) } },
+      ),
     );
     const exit = await run.exited;
     // Then it fails with one line that names the capability and the fix; the pod still answers its own traffic
