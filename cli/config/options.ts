@@ -553,7 +553,9 @@ export const OPTIONS = {
   },
   to: {
     flags: '--to <port>',
-    help: "the local command's port (default: the port each request reached when it was recorded)",
+    help:
+      "the local command's port (default: the ports the HAR names, only when your devop recorded it on this " +
+      'machine)',
     type: 'string',
   },
   filter: {

@@ -63,6 +63,7 @@ const FULL = {
   remoteFiles: ['/var/run/secrets/kubernetes.io/serviceaccount/token'],
   allPods: true,
   allowHostNetwork: true,
+  recordSecrets: true,
   shadow: { enabled: true, inCluster: true },
   replace: true,
 };
@@ -91,6 +92,7 @@ describe('parseConfig', () => {
       remoteFiles: [],
       allPods: false,
       allowHostNetwork: false,
+      recordSecrets: false,
       shadow: { enabled: false, inCluster: false },
       replace: false,
     });

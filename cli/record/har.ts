@@ -1,7 +1,13 @@
 // HAR 1.2 (http://www.softwareishard.com/blog/har-12-spec/) as `devop exec --record` writes it and `devop replay`
-// reads it: one entry per stolen HTTP exchange, with devop's own fields `_pod`, `_port` and `_localPort`.
-import { readFile, rename, writeFile } from 'node:fs/promises';
+// reads it: one entry per stolen HTTP exchange, with devop's own fields `_pod`, `_port`, `_localPort` and `_redacted`.
+// The file is private (0600, written through an exclusively created temporary file) and holds no credential unless
+// asked (--record-secrets).
+import { randomBytes } from 'node:crypto';
+import { open, readFile, rename, unlink } from 'node:fs/promises';
+import { basename, dirname, join } from 'node:path';
 import { UserError } from '../../shared/errors.js';
+import { redactEntry } from './redact.js';
+import { sealKey, sealPorts } from './seal.js';
 
 /**
  * How much of each body a HAR keeps. Kubernetes answers (lists, AdmissionReviews) fit well below it; a body above it is
@@ -57,10 +63,26 @@ export interface HarEntry {
   _port: number;
   /** The local command's port that answered (replay's default destination). */
   _localPort: number;
+  /** What was left out (`request header authorization`, `response body Secret values`); absent: nothing. */
+  _redacted?: string[];
+}
+
+/** devop's own fields of a HAR's log. */
+export interface HarDevopLog {
+  /** Credentials were redacted (false: written with --record-secrets). */
+  redacted: boolean;
+  /** The local ports the entries name, sealed by this user's key (seal.ts): what replay may send to without --to. */
+  localPorts: number[];
+  seal: string;
 }
 
 export interface Har {
-  log: { version: '1.2'; creator: { name: string; version: string }; entries: HarEntry[] };
+  log: {
+    version: '1.2';
+    creator: { name: string; version: string };
+    entries: HarEntry[];
+    _devop?: HarDevopLog;
+  };
 }
 
 /** A body kept for a HAR: as text when it is valid UTF-8, else base64; cut at `limit`. */
@@ -118,25 +140,63 @@ export function queryString(url: URL): HarHeader[] {
 
 /** Rewrites the file at most once per WRITE_DELAY_MS, through a temporary file, so it is always a whole HAR. */
 const WRITE_DELAY_MS = 300;
+/** Only the user may read a HAR: it holds requests and answers (and, with --record-secrets, credentials). */
+const HAR_FILE_MODE = 0o600;
+
+/**
+ * Writes `text` to `path` as a new 0600 file: a temporary file with a random name beside it is created exclusively
+ * (O_EXCL: a file or symlink already there is an error, never followed) and renamed over `path` (which replaces a
+ * symlink at `path` rather than writing through it).
+ */
+export async function writePrivateFile(path: string, text: string): Promise<void> {
+  const tmp = join(dirname(path), `.${basename(path)}.${randomBytes(8).toString('hex')}.tmp`);
+  const file = await open(tmp, 'wx', HAR_FILE_MODE);
+  try {
+    await file.writeFile(text);
+    // The mode given to open is masked by the umask; the file must be 0600 whatever the umask.
+    await file.chmod(HAR_FILE_MODE);
+  } catch (err) {
+    await file.close();
+    await unlink(tmp).catch(() => undefined); // already failing: the write's error is the one to report
+    throw err;
+  }
+  await file.close();
+  try {
+    await rename(tmp, path);
+  } catch (err) {
+    await unlink(tmp).catch(() => undefined); // already failing: the rename's error is the one to report
+    throw err;
+  }
+}
+
+export interface HarRecorderOptions {
+  /** --record-secrets: keep credentials (headers, Secret values) as they were sent. */
+  keepSecrets?: boolean;
+  /** Where this user's seal key is looked up (tests). */
+  env?: NodeJS.ProcessEnv;
+}
 
 /** The HAR of a session: entries are added as exchanges end; the file is rewritten shortly after each. */
 export class HarRecorder {
   private readonly entries: HarEntry[] = [];
   private timer: NodeJS.Timeout | undefined;
   private writing: Promise<void> = Promise.resolve();
+  private key: Buffer | undefined;
 
   constructor(
     readonly path: string,
     private readonly version: string,
     private readonly onError: (message: string) => void = () => undefined,
+    private readonly options: HarRecorderOptions = {},
   ) {}
 
   get size(): number {
     return this.entries.length;
   }
 
+  /** Adds an exchange; its credentials are redacted here, so they are not even held in memory. */
   add(entry: HarEntry): void {
-    this.entries.push(entry);
+    this.entries.push(this.options.keepSecrets ? entry : redactEntry(entry));
     this.timer ??= setTimeout(() => {
       this.timer = undefined;
       void this.flush();
@@ -146,7 +206,13 @@ export class HarRecorder {
   /** Writes the empty HAR: a path devop cannot write is one line before anything runs. */
   async start(): Promise<void> {
     try {
-      await writeFile(this.path, `${JSON.stringify(this.har(), null, 2)}\n`);
+      this.key = sealKey(this.options.env);
+    } catch {
+      // No key (an unwritable home): the HAR is written unsealed, and replaying it asks for --to.
+      this.key = undefined;
+    }
+    try {
+      await writePrivateFile(this.path, `${JSON.stringify(this.har(), null, 2)}\n`);
     } catch (err) {
       const code = (err as NodeJS.ErrnoException).code ?? (err as Error).message;
       throw new UserError(`--record ${this.path}: cannot write the file (${code})`, 'pass a path in a writable folder');
@@ -154,19 +220,27 @@ export class HarRecorder {
   }
 
   private har(): Har {
-    return { log: { version: '1.2', creator: { name: 'devop', version: this.version }, entries: [...this.entries] } };
+    const localPorts = [...new Set(this.entries.map((e) => e._localPort))].sort((a, b) => a - b);
+    return {
+      log: {
+        version: '1.2',
+        creator: { name: 'devop', version: this.version },
+        entries: [...this.entries],
+        ...(this.key
+          ? { _devop: { redacted: !this.options.keepSecrets, localPorts, seal: sealPorts(this.key, localPorts) } }
+          : {}),
+      },
+    };
   }
 
   /** Writes the file now (also when there is no entry: the file then says nothing was recorded). */
   flush(): Promise<void> {
     if (this.timer) clearTimeout(this.timer);
     this.timer = undefined;
-    const har = this.har();
+    const text = `${JSON.stringify(this.har(), null, 2)}\n`;
     this.writing = this.writing.then(async () => {
-      const tmp = `${this.path}.tmp-${process.pid}`;
       try {
-        await writeFile(tmp, `${JSON.stringify(har, null, 2)}\n`);
-        await rename(tmp, this.path);
+        await writePrivateFile(this.path, text);
       } catch (err) {
         this.onError(`could not write ${this.path}: ${(err as Error).message}`);
       }
@@ -182,8 +256,13 @@ function badFile(path: string, why: string): UserError {
   );
 }
 
-/** Reads a HAR file; anything unusable is one line naming the file and what is wrong with it. */
+/** Reads a HAR file's entries; anything unusable is one line naming the file and what is wrong with it. */
 export async function readHar(path: string): Promise<HarEntry[]> {
+  return (await readHarLog(path)).entries;
+}
+
+/** Reads a HAR file: its entries and devop's own log fields (undefined when another tool wrote it). */
+export async function readHarLog(path: string): Promise<{ entries: HarEntry[]; devop?: HarDevopLog }> {
   let text: string;
   try {
     text = await readFile(path, 'utf8');
@@ -215,5 +294,9 @@ export async function readHar(path: string): Promise<HarEntry[]> {
     if (typeof entry.response?.status !== 'number') throw badFile(path, `${where} has no response.status`);
     if (!Array.isArray(entry.request.headers)) throw badFile(path, `${where} has no request.headers list`);
   });
-  return entries as HarEntry[];
+  const devop = (har as { log: { _devop?: unknown } }).log._devop;
+  return {
+    entries: entries as HarEntry[],
+    ...(typeof devop === 'object' && devop !== null ? { devop: devop as HarDevopLog } : {}),
+  };
 }

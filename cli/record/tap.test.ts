@@ -13,6 +13,7 @@ import { socketPair } from '../../test/helpers/protocol-fixtures.js';
 import { incomingStreamHandler } from '../services/incoming.js';
 import { makeSessionCert } from '../session/cert.js';
 import { BODY_LIMIT_BYTES, HarRecorder, readHar, type Har } from './har.js';
+import { REDACTED } from './redact.js';
 import { ExchangeRecorder, sniff } from './tap.js';
 
 const cleanups: (() => void)[] = [];
@@ -36,13 +37,16 @@ function answer(req: IncomingMessage, res: import('node:http').ServerResponse): 
   });
 }
 
-async function setup(localPort: number): Promise<{ agent: AgentMux; har: HarRecorder; file: string }> {
+async function setup(
+  localPort: number,
+  options: { keepSecrets?: boolean } = {},
+): Promise<{ agent: AgentMux; har: HarRecorder; file: string }> {
   const dir = mkdtempSync(join(tmpdir(), 'devop-record-'));
   const file = join(dir, 'session.har');
   const [a, b] = await socketPair(cleanups);
   const agent = createAgentMux(a);
   const client = createClientMux(b);
-  const har = new HarRecorder(file, '0.0.0-test');
+  const har = new HarRecorder(file, '0.0.0-test', undefined, { ...options, env: { XDG_CONFIG_HOME: dir } });
   await har.start();
   const handler = incomingStreamHandler({
     ports: [{ remote: 8443, local: localPort }],
@@ -70,7 +74,7 @@ function stolen(agent: AgentMux): MuxStream {
 function send(
   tls: boolean,
   stream: MuxStream,
-  options: { method: string; path: string; body?: string },
+  options: { method: string; path: string; body?: string; headers?: Record<string, string> },
 ): Promise<{ status: number; body: string }> {
   return new Promise((resolve, reject) => {
     const request = tls ? httpsRequest : httpRequest;
@@ -78,7 +82,12 @@ function send(
       {
         method: options.method,
         path: options.path,
-        headers: { host: 'farm.default.svc', 'content-type': 'application/json', connection: 'close' },
+        headers: {
+          host: 'farm.default.svc',
+          'content-type': 'application/json',
+          connection: 'close',
+          ...options.headers,
+        },
         createConnection: (() =>
           tls
             ? tlsConnect({ socket: stream, rejectUnauthorized: false, servername: 'farm.default.svc' })
@@ -194,6 +203,91 @@ describe('--record', () => {
     await har.flush();
     const [entry] = (JSON.parse(readFileSync(file, 'utf8')) as Har).log.entries;
     expect(entry.request.url).toBe('http://127.0.0.1:8443/%2Fx');
+  });
+
+  describe('credentials', () => {
+    /** An AdmissionReview as kube-apiserver sends it for an UPDATE of a Secret (whole objects, base64 data). */
+    const review = {
+      apiVersion: 'admission.k8s.io/v1',
+      kind: 'AdmissionReview',
+      request: {
+        uid: 'u1',
+        kind: { group: '', version: 'v1', kind: 'Secret' },
+        operation: 'UPDATE',
+        object: { kind: 'Secret', apiVersion: 'v1', metadata: { name: 'db' }, data: { password: 'bmV3LXB3' } },
+        oldObject: { kind: 'Secret', apiVersion: 'v1', metadata: { name: 'db' }, data: { password: 'b2xkLXB3' } },
+      },
+    };
+    const credentialHeaders = {
+      authorization: 'Bearer sa-token-123',
+      cookie: 'session=cookie-456',
+      'x-remote-user': 'alice',
+      'x-remote-group': 'system:masters',
+      'x-remote-extra-scopes': 'scope-789',
+    };
+    /** The local command answers with a Secret and sets a cookie. */
+    const secretServer = () =>
+      createHttpServer((req, res) => {
+        req.resume();
+        req.on('end', () => {
+          res.writeHead(200, { 'content-type': 'application/json', 'set-cookie': 'session=answer-cookie' });
+          res.end(
+            JSON.stringify({ kind: 'Secret', metadata: { name: 'db' }, data: { token: 'c2VjcmV0LWFuc3dlcg==' } }),
+          );
+        });
+      });
+    const recorded = async (keepSecrets: boolean): Promise<string> => {
+      const { agent, har, file } = await setup(await listening(secretServer()), { keepSecrets });
+      await send(false, stolen(agent), {
+        method: 'POST',
+        path: '/validate',
+        body: JSON.stringify(review),
+        headers: credentialHeaders,
+      });
+      await har.flush();
+      return readFileSync(file, 'utf8');
+    };
+    const secrets = [
+      'sa-token-123',
+      'cookie-456',
+      'alice',
+      'system:masters',
+      'scope-789',
+      'bmV3LXB3',
+      'b2xkLXB3',
+      'answer-cookie',
+      'c2VjcmV0LWFuc3dlcg==',
+    ];
+
+    it('are left out of the HAR, and the entry says what was left out', async () => {
+      // Given a recording without --record-secrets
+      // When a webhook call with credential headers and a Secret in its AdmissionReview is stolen
+      const text = await recorded(false);
+      // Then no credential and no Secret value is in the file, while the rest of the exchange is
+      for (const secret of secrets) expect(text).not.toContain(secret);
+      const [entry] = (JSON.parse(text) as Har).log.entries;
+      expect(entry.request.headers).toContainEqual({ name: 'authorization', value: REDACTED });
+      expect(entry.response.headers).toContainEqual({ name: 'set-cookie', value: REDACTED });
+      const body = JSON.parse(entry.request.postData?.text ?? '') as typeof review;
+      expect(body.request.object).toMatchObject({ metadata: { name: 'db' }, data: { password: REDACTED } });
+      expect(body.request.oldObject.data.password).toBe(REDACTED);
+      expect(entry._redacted).toEqual(
+        expect.arrayContaining([
+          'request header authorization',
+          'request header x-remote-extra-scopes',
+          'response header set-cookie',
+          'request body Secret values',
+          'response body Secret values',
+        ]),
+      );
+      expect((JSON.parse(text) as Har).log._devop?.redacted).toBe(true);
+    });
+
+    it('are kept with --record-secrets', async () => {
+      const text = await recorded(true);
+      for (const secret of secrets) expect(text).toContain(secret);
+      expect((JSON.parse(text) as Har).log._devop?.redacted).toBe(false);
+    });
   });
 
   it('tells TLS, HTTP and anything else apart by the first bytes', () => {

@@ -59,6 +59,7 @@ export function mergeExecOptions(
   if (flags.steal && flags.mirror)
     throw new UserError('--steal and --mirror were both given', 'pass one of them (the default is --mirror)');
   const mode: StealMode = flags.steal ? 'steal' : flags.mirror ? 'mirror' : config.incoming.mode;
+  refuseLoneRecordSecrets(flags);
 
   const fileFilter = config.incoming.httpFilter;
   const anyFilterFlag =
@@ -150,7 +151,10 @@ function recordSecrets(flags: ExecFlags, config: DevopConfig): boolean {
 
 function refuseLoneRecordSecrets(flags: ExecFlags): void {
   if (flags.recordSecrets && !flags.record)
-    throw new UserError('--record-secrets only applies to --record FILE', 'add --record FILE, or drop --record-secrets');
+    throw new UserError(
+      '--record-secrets only applies to --record FILE',
+      'add --record FILE, or drop --record-secrets',
+    );
 }
 
 function mergeShadow(flags: ExecFlags, config: DevopConfig): ExecServiceOptions['shadow'] {

@@ -42,6 +42,8 @@ export interface ExecServiceOptions extends SessionOptions {
   cwd?: string;
   /** `--record FILE`: every stolen HTTP exchange is written there as HAR 1.2. */
   record?: string;
+  /** `--record-secrets`: the HAR keeps credentials (redacted otherwise). */
+  recordSecrets?: boolean;
   /** Run in place of the target workload (cli/services/replace.ts). */
   replace?: boolean;
 }
@@ -67,14 +69,16 @@ async function startRecording(
   path: string,
   mode: StealMode,
   reporter: Reporter,
+  keepSecrets = false,
 ): Promise<{ recorder: ExchangeRecorder; stop(): Promise<void> }> {
   const [{ HarRecorder }, { ExchangeRecorder }] = await Promise.all([
     import('../record/har.js'),
     import('../record/tap.js'),
   ]);
   const warn = (message: string): void => reporter.emit({ type: 'log', level: 'warn', message });
-  const har = new HarRecorder(path, AGENT_VERSION, warn);
+  const har = new HarRecorder(path, AGENT_VERSION, warn, { keepSecrets });
   await har.start();
+  if (keepSecrets) warn(`--record-secrets: ${path} keeps credentials and Secret values in clear (the file is 0600)`);
   if (mode !== 'steal')
     warn(`--record writes stolen exchanges only: with --mirror, ${path} stays empty until you switch to steal`);
   return {
@@ -215,7 +219,9 @@ export async function runExec(options: ExecServiceOptions, reporter: Reporter): 
     );
     abort.signal.throwIfAborted();
 
-    const recording = options.record ? await startRecording(options.record, options.mode, reporter) : undefined;
+    const recording = options.record
+      ? await startRecording(options.record, options.mode, reporter, options.recordSecrets)
+      : undefined;
     if (recording) cleanups.push(() => recording.stop());
     s.tunnel.on(
       'stream',

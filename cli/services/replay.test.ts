@@ -5,11 +5,13 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { isUserError } from '../../shared/errors.js';
 import { compareAnswer, jsonDifferences } from '../record/compare.js';
 import type { Har, HarEntry } from '../record/har.js';
-import { formatReplayReport, replayOptions, runReplay } from './replay.js';
+import { REDACTED } from '../record/redact.js';
+import { sealKey, sealPorts } from '../record/seal.js';
+import { formatReplayReport, replayOptions, runReplay, type ReplayOptions } from './replay.js';
 
 const cleanups: (() => void)[] = [];
 afterEach(() => {
@@ -75,11 +77,32 @@ function entry(
   };
 }
 
-function writeHar(entries: HarEntry[]): string {
+/** This user's seal key lives here in these tests (XDG_CONFIG_HOME), not in the real home. */
+const keyHome = mkdtempSync(join(tmpdir(), 'devop-replay-key-'));
+const env = { XDG_CONFIG_HOME: keyHome };
+afterAll(() => rmSync(keyHome, { recursive: true, force: true }));
+
+/** A HAR as another tool (or person) writes it: no seal. With `sealed`, as this user's devop writes it. */
+function writeHar(entries: HarEntry[], sealed?: { redacted: boolean; ports?: number[] }): string {
   const file = join(tempDir(), 'session.har');
-  const har: Har = { log: { version: '1.2', creator: { name: 'devop', version: 'test' }, entries } };
+  const localPorts = sealed?.ports ?? [...new Set(entries.map((e) => e._localPort))];
+  const har: Har = {
+    log: {
+      version: '1.2',
+      creator: { name: 'devop', version: 'test' },
+      entries,
+      ...(sealed
+        ? { _devop: { redacted: sealed.redacted, localPorts, seal: sealPorts(sealKey(env), localPorts) } }
+        : {}),
+    },
+  };
   writeFileSync(file, JSON.stringify(har));
   return file;
+}
+
+function replay(file: string, flags: Parameters<typeof replayOptions>[1] = {}): ReturnType<typeof runReplay> {
+  const options: ReplayOptions = { ...replayOptions(file, flags), env };
+  return runReplay(options);
 }
 
 const dolly = (weight: number, createdAt: string) => ({
@@ -130,18 +153,21 @@ describe('devop replay', () => {
       kind: 'AdmissionReview',
       request: { uid: 'u1', operation: 'CREATE', kind: { kind: 'Deployment' }, namespace: 'default', name: 'web' },
     };
-    const file = writeHar([
-      entry(
-        'POST',
-        '/validate',
-        200,
-        { kind: 'AdmissionReview', response: { uid: 'u1', allowed: false } },
-        port,
-        review,
-      ),
-    ]);
+    const file = writeHar(
+      [
+        entry(
+          'POST',
+          '/validate',
+          200,
+          { kind: 'AdmissionReview', response: { uid: 'u1', allowed: false } },
+          port,
+          review,
+        ),
+      ],
+      { redacted: true },
+    );
     // When it is replayed without --to
-    const report = await runReplay(replayOptions(file, {}));
+    const report = await replay(file);
     // Then the same body reached it, and the line names the review and the changed decision
     expect(seen).toEqual([`POST /validate ${JSON.stringify(review)}`]);
     expect(report.results[0]).toMatchObject({
@@ -153,9 +179,68 @@ describe('devop replay', () => {
 
   it('replays only what --filter matches', async () => {
     const port = await serve((_req, _body, res) => res.end('{}'));
-    const file = writeHar([entry('GET', '/a', 200, {}, port), entry('GET', '/b/farmpods', 200, {}, port)]);
-    const report = await runReplay(replayOptions(file, { filter: 'farmpods' }));
+    const file = writeHar([entry('GET', '/a', 200, {}, port), entry('GET', '/b/farmpods', 200, {}, port)], {
+      redacted: true,
+    });
+    const report = await replay(file, { filter: 'farmpods' });
     expect(report.results.map((r) => r.request)).toEqual(['GET /b/farmpods']);
+  });
+
+  it("does not send a HAR's requests to the local ports it names unless this user's devop sealed them", async () => {
+    // Given a local service that is not the user's command (say, kubectl proxy), and a HAR from someone else that
+    // names its port
+    const seen: string[] = [];
+    const port = await serve((req, _body, res) => {
+      seen.push(`${req.method} ${req.url}`);
+      res.end('{}');
+    });
+    const foreign = writeHar([entry('DELETE', '/api/v1/namespaces/prod', 200, {}, port)]);
+    // And a HAR of this user's devop whose port was changed afterwards
+    const edited = writeHar([entry('GET', '/llamas', 200, {}, port)], { redacted: true, ports: [port + 1] });
+    for (const file of [foreign, edited]) {
+      // When either is replayed without --to
+      const err = await replay(file).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      // Then devop refuses in one line naming the port and --to, and nothing reached the port
+      expect(isUserError(err), String(err)).toBe(true);
+      expect((err as Error).message).toMatch(
+        new RegExp(`was not recorded by your devop on this machine .*local port it names \\(${port}\\)`),
+      );
+      expect((err as Error).message).not.toContain('\n');
+      expect((err as { hint: string }).hint).toContain('--to PORT');
+    }
+    expect(seen).toEqual([]);
+    // And with --to naming the port, the user's choice, the request is sent
+    const report = await replay(foreign, { to: String(port) });
+    expect(report.summary.same).toBe(1);
+    expect(seen).toEqual(['DELETE /api/v1/namespaces/prod']);
+  });
+
+  it('replays a redacted HAR: redacted headers are not sent (and named), Secret values compare equal', async () => {
+    // Given a local command that answers a Secret, and a redacted recording of a call to it with a bearer token
+    const got: Array<string | undefined> = [];
+    const port = await serve((req, _body, res) => {
+      got.push(req.headers.authorization);
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ kind: 'Secret', metadata: { name: 'db' }, data: { password: 'c2VjcmV0' } }));
+    });
+    const recorded = entry(
+      'GET',
+      '/secrets/db',
+      200,
+      { kind: 'Secret', metadata: { name: 'db' }, data: { password: REDACTED } },
+      port,
+    );
+    recorded.request.headers.push({ name: 'Authorization', value: REDACTED });
+    const file = writeHar([recorded], { redacted: true });
+    // When it is replayed
+    const report = await replay(file);
+    // Then the request went without the marker as a credential, the answer is the same, and the line says so
+    expect(got).toEqual([undefined]);
+    expect(report.results[0]).toMatchObject({ outcome: 'same', withoutHeaders: ['authorization'] });
+    expect(formatReplayReport(report)).toContain('sent without authorization (redacted when recorded)');
   });
 
   it('bad input is one line naming the problem and the fix', async () => {
@@ -167,7 +252,7 @@ describe('devop replay', () => {
     const badUrl = writeHar([
       { ...entry('GET', '/', 200, {}, 1), request: { ...entry('GET', '/', 200, {}, 1).request, url: 'x' } },
     ]);
-    const silent = writeHar([entry('GET', '/', 200, {}, 1)]);
+    const silent = writeHar([entry('GET', '/', 200, {}, 1)], { redacted: true });
     const silentPort = await closedPort();
     const cases: Array<[() => Promise<unknown>, RegExp]> = [
       [() => runReplay(replayOptions(join(dir, 'missing.har'), {})), /^cannot read .*missing\.har: no such file$/],
@@ -177,7 +262,7 @@ describe('devop replay', () => {
         /y\.har is not a HAR file devop can replay: it has no log\.entries list/,
       ],
       [() => runReplay(replayOptions(badUrl, {})), /entry 1 has request\.url "x", which is not a URL/],
-      [() => runReplay(replayOptions(silent, { filter: 'nothing-like-this' })), /no request of .* matches --filter/],
+      [() => replay(silent, { filter: 'nothing-like-this' }), /no request of .* matches --filter/],
       [() => runReplay(replayOptions(silent, { to: String(silentPort) })), /^nothing listens on 127\.0\.0\.1:\d+/],
       [async () => replayOptions(silent, { to: 'abc' }), /--to abc is not a port/],
       [async () => replayOptions(silent, { filter: '(' }), /--filter "\(" is not a valid regular/],

@@ -1,10 +1,13 @@
 // `devop replay FILE`: sends the requests a `devop exec --record` session wrote to the local command again, in their
-// recorded order, and compares each answer with the recorded one (status; body field by field for JSON).
+// recorded order, and compares each answer with the recorded one (status; body field by field for JSON). It sends only
+// to 127.0.0.1: to the port --to names, or else to the local ports the HAR names when this user's devop sealed them.
 import { request as httpRequest, type IncomingMessage, type OutgoingHttpHeaders } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import { UserError } from '../../shared/errors.js';
 import { ALWAYS_IGNORED, compareAnswer, describeRequest } from '../record/compare.js';
-import { bodyBytes, readHar, type HarEntry } from '../record/har.js';
+import { bodyBytes, readHarLog, type HarDevopLog, type HarEntry } from '../record/har.js';
+import { REDACTED, redactBody } from '../record/redact.js';
+import { portsSealed } from '../record/seal.js';
 
 export interface ReplayOptions {
   file: string;
@@ -14,6 +17,8 @@ export interface ReplayOptions {
   filter?: RegExp;
   /** JSON fields whose values may differ (besides ALWAYS_IGNORED). */
   ignore?: string[];
+  /** Where this user's HAR seal key is looked up (tests). */
+  env?: NodeJS.ProcessEnv;
 }
 
 export type ReplayResult = {
@@ -23,7 +28,15 @@ export type ReplayResult = {
   pod?: string;
   recordedStatus: number;
 } & (
-  | { outcome: 'same' | 'different'; status: number; ms: number; differences: string[]; partial?: boolean }
+  | {
+      outcome: 'same' | 'different';
+      status: number;
+      ms: number;
+      differences: string[];
+      partial?: boolean;
+      /** Headers redacted when recorded, sent without them. */
+      withoutHeaders?: string[];
+    }
   | { outcome: 'failed'; error: string }
   | { outcome: 'skipped'; reason: string }
 );
@@ -83,11 +96,16 @@ interface Sent {
   ms: number;
 }
 
+/** The headers of a recorded request that were redacted (they are not sent: the marker is no credential). */
+function redactedHeaders(entry: HarEntry): string[] {
+  return [...new Set(entry.request.headers.filter((h) => h.value === REDACTED).map((h) => h.name.toLowerCase()))];
+}
+
 function send(entry: HarEntry, port: number): Promise<Sent> {
   const url = new URL(entry.request.url);
   const headers: OutgoingHttpHeaders = {};
   for (const { name, value } of entry.request.headers) {
-    if (NOT_SENT.has(name.toLowerCase())) continue;
+    if (NOT_SENT.has(name.toLowerCase()) || value === REDACTED) continue;
     const prev = headers[name];
     headers[name] = prev === undefined ? value : Array.isArray(prev) ? [...prev, value] : [String(prev), value];
   }
@@ -129,8 +147,33 @@ function send(entry: HarEntry, port: number): Promise<Sent> {
   });
 }
 
+/**
+ * Without --to, the local ports a HAR names are trusted only when this user's devop sealed them (seal.ts): a HAR from
+ * anyone else could name any port of this machine (kubectl proxy, a Docker socket on TCP, a database) and have devop
+ * send it the requests the file holds.
+ */
+function refuseUnsealedPorts(
+  file: string,
+  entries: readonly HarEntry[],
+  devop: HarDevopLog | undefined,
+  env?: NodeJS.ProcessEnv,
+): void {
+  const named = [...new Set(entries.map((e) => e._localPort))].sort((a, b) => a - b);
+  const sealed =
+    devop !== undefined &&
+    Array.isArray(devop.localPorts) &&
+    portsSealed(devop.localPorts, devop.seal, env) &&
+    named.every((port) => devop.localPorts.includes(port));
+  if (sealed) return;
+  throw new UserError(
+    `${file} was not recorded by your devop on this machine (or was changed since): devop does not send its ` +
+      `requests to the local port${named.length === 1 ? '' : 's'} it names (${named.join(', ')}) on its own`,
+    "name the local command's port with --to PORT",
+  );
+}
+
 export async function runReplay(options: ReplayOptions): Promise<ReplayReport> {
-  const entries = await readHar(options.file);
+  const { entries, devop } = await readHarLog(options.file);
   const ignore = [...ALWAYS_IGNORED, ...(options.ignore ?? [])];
   const chosen = entries
     .map((entry, i) => ({ entry, number: i + 1 }))
@@ -153,6 +196,13 @@ export async function runReplay(options: ReplayOptions): Promise<ReplayReport> {
       `${options.file} does not say which local port answered (it was not written by devop exec --record)`,
       "pass the local command's port with --to PORT",
     );
+  if (options.to === undefined)
+    refuseUnsealedPorts(
+      options.file,
+      chosen.map(({ entry }) => entry),
+      devop,
+      options.env,
+    );
   const results: ReplayResult[] = [];
   for (const { entry, number } of chosen) {
     const base = {
@@ -166,9 +216,12 @@ export async function runReplay(options: ReplayOptions): Promise<ReplayReport> {
       continue;
     }
     const port = options.to ?? entry._localPort;
+    const withoutHeaders = redactedHeaders(entry);
     try {
       const got = await send(entry, port);
-      const c = compareAnswer(entry, got, ignore);
+      // Secret values were redacted when recorded: the new answer's are too, so that they compare equal.
+      const answer = devop?.redacted ? redactAnswer(got) : got;
+      const c = compareAnswer(entry, answer, ignore);
       results.push({
         ...base,
         outcome: c.same ? 'same' : 'different',
@@ -176,6 +229,7 @@ export async function runReplay(options: ReplayOptions): Promise<ReplayReport> {
         ms: got.ms,
         differences: c.differences,
         ...(c.partial ? { partial: true } : {}),
+        ...(withoutHeaders.length > 0 ? { withoutHeaders } : {}),
       });
     } catch (err) {
       const e = err as NodeJS.ErrnoException;
@@ -197,8 +251,21 @@ export async function runReplay(options: ReplayOptions): Promise<ReplayReport> {
   };
 }
 
+function redactAnswer(got: Sent): Sent {
+  const text = got.body.toString('utf8');
+  // A body that is not UTF-8 is redacted as bytes (protobuf naming a Secret becomes the marker).
+  const utf8 = Buffer.from(text, 'utf8').equals(got.body);
+  const body = utf8 ? redactBody(text, undefined) : redactBody(got.body.toString('base64'), 'base64');
+  return body.redacted ? { ...got, body: Buffer.from(body.text, 'utf8') } : got;
+}
+
 /** Said of a request whose recorded answer was cut at the HAR bound. */
 const PARTIAL_NOTE = ', recorded body was cut: compared its start';
+
+/** Names the headers a request was sent without because they were redacted when recorded. */
+function without(r: { withoutHeaders?: string[] }): string {
+  return r.withoutHeaders ? `, sent without ${r.withoutHeaders.join(', ')} (redacted when recorded)` : '';
+}
 
 /** The plain report: one line per request (✓ same, ✗ different, ! failed, - skipped), its differences, a summary. */
 export function formatReplayReport(report: ReplayReport): string {
@@ -207,10 +274,10 @@ export function formatReplayReport(report: ReplayReport): string {
     const pod = r.pod ? ` [${r.pod}]` : '';
     switch (r.outcome) {
       case 'same':
-        lines.push(`✓ ${r.request} ${r.status} (${r.ms} ms)${r.partial ? PARTIAL_NOTE : ''}${pod}`);
+        lines.push(`✓ ${r.request} ${r.status} (${r.ms} ms)${r.partial ? PARTIAL_NOTE : ''}${pod}${without(r)}`);
         break;
       case 'different':
-        lines.push(`✗ ${r.request} ${r.recordedStatus} → ${r.status} (${r.ms} ms)${pod}`);
+        lines.push(`✗ ${r.request} ${r.recordedStatus} → ${r.status} (${r.ms} ms)${pod}${without(r)}`);
         for (const d of r.differences) lines.push(`    ${d}`);
         break;
       case 'failed':
