@@ -1,7 +1,7 @@
 // The agent with exactly the capabilities its manifest asks for (every feature works), and with one of them taken away
 // (the feature that needs it fails with one line naming the capability; the others keep working).
 import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
-import { AGENT_CAPABILITIES, type AgentCapability } from '../../shared/agent-contract.js';
+import { AGENT_CAPABILITIES, agentCapabilities, type AgentCapability } from '../../shared/agent-contract.js';
 import { requireRoot } from '../helpers/root.js';
 import { httpGet } from './http.js';
 import { PodNet, waitFor, type AgentProc } from './netns.js';
@@ -75,6 +75,35 @@ describe.runIf(run)('agent: the capabilities its manifest asks for', () => {
   test('with exactly those: job mode enters the netns, steals, mirrors by capture, reads env and files', async () => {
     const agent = await startAgent({}, { capabilities: AGENT_CAPABILITIES });
     const s = await session(agent);
+    expect((await s.subscribe(3000, 'steal')).type).toBe('subscribed');
+    expect((await httpGet(client, '/stolen')).body).toBe('local: GET /stolen');
+    expect((await s.subscribe(3000, 'mirror')).type).toBe('subscribed');
+    expect(await loggedSubscription(agent, 'mirror')).toMatchObject({ via: 'capture' });
+    expect((await httpGet(client, '/mirrored')).body).toBe('pod: GET /mirrored');
+    const env = await s.request({ type: 'envRead', id: 'e' }, ['env']);
+    expect(env.vars.FROM_POD).toBe('yes');
+    const file = s.mux.openStream({ kind: 'file', path: '/etc/hosts' });
+    file.end();
+    const chunks: Buffer[] = [];
+    await new Promise((resolve, reject) =>
+      file
+        .on('error', reject)
+        .on('end', resolve)
+        .on('data', (c: Buffer) => chunks.push(c)),
+    );
+    expect(Buffer.concat(chunks).toString()).toContain(`${net.podIP} pod`);
+    process.kill(agent.pid, 'SIGTERM');
+    await waitFor(async () => (await net.devopRules()).length === 0, "the agent's rules to go");
+  });
+
+  test("with an ephemeral container's set (no SYS_ADMIN): steals, mirrors by capture, reads env and files", async () => {
+    // Given the capabilities the manifest gives an ephemeral agent of a mirroring session: no SYS_ADMIN, which only
+    // entering the netns needs (an ephemeral container is in it already)
+    const capabilities = agentCapabilities('ephemeral', true);
+    expect(capabilities).not.toContain('SYS_ADMIN');
+    const agent = await startAgent({ DEVOP_AGENT_MODE: 'ephemeral' }, { inPodNetns: true, capabilities });
+    const s = await session(agent);
+    // Then every feature works
     expect((await s.subscribe(3000, 'steal')).type).toBe('subscribed');
     expect((await httpGet(client, '/stolen')).body).toBe('local: GET /stolen');
     expect((await s.subscribe(3000, 'mirror')).type).toBe('subscribed');

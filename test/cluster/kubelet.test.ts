@@ -219,6 +219,40 @@ describe('stand-in kubelet', () => {
     await waitForPod(core, name, 'Running', (p) => p.status?.phase === 'Running');
   });
 
+  // kubelet's makeEnvironmentVariables (kubernetes/kubernetes pkg/kubelet/kubelet_pods.go) returns the secret
+  // manager's NotFound for a missing, non-optional secretKeyRef (pkg/kubelet/secret/secret_manager.go: group resource
+  // "secret", hence `secret "x" not found`); the sync fails with CreateContainerConfigError and the pod worker tries
+  // again. devop's agent Job starts before the Secret that holds its token (owned by the Job,
+  // whose uid it needs): it relies on exactly this.
+  it('reports a missing secret as CreateContainerConfigError, then starts once it exists', async () => {
+    const name = podName('secwait');
+    await createPod({
+      metadata: { name },
+      spec: {
+        containers: [
+          {
+            name: 'main',
+            image: 'busybox',
+            command: ['sleep', '3600'],
+            env: [{ name: 'TOKEN', valueFrom: { secretKeyRef: { name: `${name}-secret`, key: 'token' } } }],
+          },
+        ],
+      },
+    });
+    const waiting = await waitForPod(
+      core,
+      name,
+      'CreateContainerConfigError',
+      (p) => p.status?.containerStatuses?.[0]?.state?.waiting?.reason === 'CreateContainerConfigError',
+    );
+    expect(waiting.status!.containerStatuses![0].state!.waiting!.message).toBe(`secret "${name}-secret" not found`);
+    await core.createNamespacedSecret({
+      namespace: 'default',
+      body: { metadata: { name: `${name}-secret` }, data: { token: Buffer.from('t').toString('base64') } },
+    });
+    await waitForPod(core, name, 'Running', (p) => p.status?.phase === 'Running');
+  });
+
   it('dials 127.0.0.1 inside the pod: a loopback-only listener carries 10 MiB byte-exact', async () => {
     // Given a pod whose process echoes bytes on 127.0.0.1:7000 only
     const name = podName('loop');
