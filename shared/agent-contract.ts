@@ -139,8 +139,8 @@ export const AGENT_ENV_DOC: Record<keyof typeof AGENT_ENV, string> = {
     'TCP port on 127.0.0.1 of the native data path (devop-splice), which whole steals use when the session joins it; ' +
     '0 picks a free one, unset runs without it (every stolen connection goes through the agent itself).',
   token:
-    'Secret every session must present in its Hello. The CLI puts it in a Secret of its own (agentSecretName) and the ' +
-    'pod spec refers to it (secretKeyRef): kubelet sets it, the spec never holds it.',
+    'Secret every session must present in its Hello. The CLI puts it in a Secret of its own (agentSecretName) and ' +
+    'the pod spec refers to it (secretKeyRef): kubelet sets it, the spec never holds it.',
   containerId: 'Target container ID as in pod status (containerd://…, cri-o://…, docker://… or bare hex).',
   targetPid: 'Target PID when already known (tests, ephemeral mode); skips the /proc/*/cgroup scan.',
   idleSeconds: 'Exit after this many seconds without any connected session (never while one is connected).',

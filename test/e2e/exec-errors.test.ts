@@ -179,8 +179,8 @@ describe('devop exec: exit codes and errors', () => {
     expect(failure(run)).toMatch(
       new RegExp(
         /^devop: RBAC: .+ may not create pods\/portforward, create jobs\.batch, get jobs\.batch, delete /.source +
-          /jobs\.batch, create secrets, get secrets in namespace default — fix: ask a cluster admin for a Role /.source +
-          /granting/.source,
+          /jobs\.batch, create secrets, get secrets in namespace default — fix: ask a cluster admin /.source +
+          /for a Role granting/.source,
       ),
     );
   });
