@@ -1,5 +1,5 @@
 // What devop may have left in the cluster, as the API serves it: agent Jobs and pods, the pods they serve (for
-// ephemeral agent containers and gone targets), steal Leases, what --replace sessions left (replaced workloads, copy
+// ephemeral agent containers and gone targets), agents' token Secrets, steal Leases, what --replace sessions left (replaced workloads, copy
 // pods, guard Jobs, replace Leases) — listed in one namespace or all, and removed (a workload: restored) one by one.
 import {
   BatchV1Api,
@@ -10,6 +10,7 @@ import {
   type V1Job,
   type V1Lease,
   type V1Pod,
+  type V1Secret,
 } from '@kubernetes/client-node';
 import { AGENT_LABELS } from '../../shared/agent-contract.js';
 import { apiCall, apiErrorCode } from './errors.js';
@@ -19,7 +20,7 @@ import { REPLACE_KINDS, restoreReplicas } from './replace.js';
 import { REPLACE_LEASE_LABEL_VALUE } from './replace-lease.js';
 
 /** workload: a replaced workload whose replicas `devop clean` restores. */
-export type LeftoverKind = 'job' | 'pod' | 'ephemeral' | 'lease' | 'workload';
+export type LeftoverKind = 'job' | 'pod' | 'ephemeral' | 'lease' | 'workload' | 'secret';
 
 export interface DevopObjects {
   jobs: V1Job[];
@@ -27,6 +28,8 @@ export interface DevopObjects {
   /** Every pod (the targets of agents, and the pods that hold ephemeral agent containers). */
   pods: V1Pod[];
   leases: V1Lease[];
+  /** Agents' token Secrets (a Job's goes with its Job; an ephemeral agent's with its session or its pod). */
+  secrets: V1Secret[];
 }
 
 const AGENT_SELECTOR = `${AGENT_LABELS.name}=${AGENT_LABELS.nameValue}`;
@@ -44,7 +47,7 @@ export async function listDevopObjects(kc: KubeConfig, namespace: string | undef
     namespace,
   });
   const leaseSelector = `${LEASE_LABEL}=${LEASE_LABEL_VALUE}`;
-  const [jobs, agentPods, pods, leases] = await Promise.all([
+  const [jobs, agentPods, pods, leases, secrets] = await Promise.all([
     apiCall(ctx('list', 'jobs.batch'), () =>
       namespace
         ? batch.listNamespacedJob({ namespace, labelSelector: AGENT_SELECTOR })
@@ -66,8 +69,22 @@ export async function listDevopObjects(kc: KubeConfig, namespace: string | undef
       if (apiErrorCode(err) === 403 || apiErrorCode(err) === 404) return { items: [] as V1Lease[] };
       return apiCall(ctx('list', 'leases.coordination.k8s.io'), () => Promise.reject(err));
     }),
+    (namespace
+      ? core.listNamespacedSecret({ namespace, labelSelector: AGENT_SELECTOR })
+      : core.listSecretForAllNamespaces({ labelSelector: AGENT_SELECTOR })
+    ).catch((err: unknown) => {
+      // Without permission to list secrets: garbage collection still removes each with its Job or pod.
+      if (apiErrorCode(err) === 403) return { items: [] as V1Secret[] };
+      return apiCall(ctx('list', 'secrets'), () => Promise.reject(err));
+    }),
   ]);
-  return { jobs: jobs.items, agentPods: agentPods.items, pods: pods.items, leases: leases.items };
+  return {
+    jobs: jobs.items,
+    agentPods: agentPods.items,
+    pods: pods.items,
+    leases: leases.items,
+    secrets: secrets.items,
+  };
 }
 
 /** A workload that carries the replace annotations. */
@@ -91,6 +108,7 @@ const RESOURCES: Record<LeftoverKind, string> = {
   lease: 'leases.coordination.k8s.io',
   ephemeral: 'pods',
   workload: 'deployments.apps',
+  secret: 'secrets',
 };
 
 /**
@@ -184,6 +202,9 @@ export async function deleteLeftover(
         return;
       case 'lease':
         await kc.makeApiClient(CoordinationV1Api).deleteNamespacedLease({ name, namespace }).catch(ignoreGone);
+        return;
+      case 'secret':
+        await kc.makeApiClient(CoreV1Api).deleteNamespacedSecret({ name, namespace }).catch(ignoreGone);
         return;
       case 'ephemeral':
         return;

@@ -1,9 +1,10 @@
 // Unit tests of clean's classification: which agent Jobs/pods, ephemeral agents and Leases are leftovers, and the
 // lines.
-import type { V1Job, V1Lease, V1Pod } from '@kubernetes/client-node';
+import type { V1Job, V1Lease, V1Pod, V1Secret } from '@kubernetes/client-node';
 import { describe, expect, it } from 'vitest';
 import {
   classifyAgentJobs,
+  classifyAgentSecrets,
   classifyEphemeralAgents,
   classifyLeases,
   classifyReplaced,
@@ -96,6 +97,47 @@ describe('classifyEphemeralAgents', () => {
     expect(items).toHaveLength(1);
     expect(items[0]).toMatchObject({ kind: 'ephemeral', name: 'web-1/devop-agent-aa', action: 'manual' });
     expect(items[0].fix).toContain('kubectl delete pod -n ns web-1');
+  });
+});
+
+describe('classifyAgentSecrets', () => {
+  const secret = (name: string, kind: string, uid: string): V1Secret => ({
+    metadata: { name, namespace: 'ns', ownerReferences: [{ apiVersion: 'v1', kind, name: 'owner', uid }] },
+  });
+  it("removes an ended ephemeral agent's token and one whose Job is gone; keeps a running agent's", () => {
+    // Given the pod of two ephemeral agents (one running, one ended) and one live agent Job
+    const pod: V1Pod = {
+      metadata: { name: 'web-1', namespace: 'ns', uid: 'pod-uid' },
+      status: {
+        ephemeralContainerStatuses: [
+          { name: 'devop-agent-aa', image: 'i', imageID: '', ready: false, restartCount: 0, state: { running: {} } },
+          {
+            name: 'devop-agent-bb',
+            image: 'i',
+            imageID: '',
+            ready: false,
+            restartCount: 0,
+            state: { terminated: { exitCode: 0 } },
+          },
+        ],
+      },
+    };
+    const items = classifyAgentSecrets(
+      [
+        secret('devop-agent-aa', 'Pod', 'pod-uid'),
+        secret('devop-agent-bb', 'Pod', 'pod-uid'),
+        secret('devop-agent-cc', 'Job', 'uid-devop-agent-cc'),
+        secret('devop-agent-dd', 'Job', 'uid-gone'),
+      ],
+      [pod],
+      [job('devop-agent-cc', 'x')],
+    );
+    // Then the running agent's token stays, the ended one's and the orphan's go, the live Job's is left to its Job
+    expect(items.map((i) => [i.name, i.action])).toEqual([
+      ['devop-agent-aa', 'keep'],
+      ['devop-agent-bb', 'remove'],
+      ['devop-agent-dd', 'remove'],
+    ]);
   });
 });
 

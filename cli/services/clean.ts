@@ -1,7 +1,7 @@
 // `devop clean`: decides which of devop's objects in the cluster are leftovers — agent Jobs and pods whose session is
 // over, ephemeral agent containers still running, expired steal Leases — and removes what can be removed (or only lists
 // it with --dry-run). Listing and deleting them is cli/kube/leftovers.ts.
-import type { V1Job, V1Lease, V1Pod } from '@kubernetes/client-node';
+import type { V1Job, V1Lease, V1Pod, V1Secret } from '@kubernetes/client-node';
 import { AGENT_ANNOTATIONS, AGENT_CONTAINER_NAME, AGENT_LABELS } from '../../shared/agent-contract.js';
 import { loadKubeConfig, type KubeAccessOptions } from '../kube/config.js';
 import { TARGETLESS_LABEL_VALUE } from '../kube/agent-manifest.js';
@@ -162,6 +162,29 @@ export function classifyEphemeralAgents(pods: V1Pod[]): Leftover[] {
   return out;
 }
 
+/**
+ * Agents' token Secrets whose agent is over: an ephemeral agent's (owned by its target pod) once its container stopped
+ * (its session was killed before deleting it), or one whose owning Job is gone. Pure.
+ */
+export function classifyAgentSecrets(secrets: V1Secret[], pods: V1Pod[], jobs: V1Job[]): Leftover[] {
+  const out: Leftover[] = [];
+  for (const secret of secrets) {
+    const ns = secret.metadata?.namespace ?? '';
+    const name = secret.metadata?.name ?? '';
+    const owner = secret.metadata?.ownerReferences?.[0];
+    const base = { kind: 'secret' as const, namespace: ns, name };
+    if (owner?.kind === 'Pod') {
+      const pod = pods.find((p) => p.metadata?.uid === owner.uid);
+      // The agent's ephemeral container and its Secret share the name devop-agent-<id>.
+      const running = pod?.status?.ephemeralContainerStatuses?.some((c) => c.name === name && c.state?.running);
+      if (running) out.push({ ...base, reason: `token of a running ephemeral agent in ${owner.name}`, action: 'keep' });
+      else out.push({ ...base, reason: 'token of an ephemeral agent that has ended', action: 'remove' });
+    } else if (!jobs.some((j) => j.metadata?.uid === owner?.uid))
+      out.push({ ...base, reason: 'token of an agent whose Job is gone', action: 'remove' });
+  }
+  return out;
+}
+
 /** Steal Leases whose holder stopped renewing (devop was killed): removable; live ones are listed as held. Pure. */
 export function classifyLeases(leases: V1Lease[], now: number): Leftover[] {
   return leases.map((lease): Leftover => {
@@ -258,6 +281,7 @@ export async function runClean(options: CleanOptions): Promise<CleanReport> {
     ...classifyReplaced(replaced, now),
     ...classifyAgentJobs(found.jobs, found.agentPods, liveUids, options.force ?? false),
     ...classifyEphemeralAgents(found.pods),
+    ...classifyAgentSecrets(found.secrets, found.pods, found.jobs),
     ...classifyLeases(found.leases, now),
   ];
   if (!options.dryRun) {
@@ -280,6 +304,7 @@ const KIND_WORDS: Record<LeftoverKind, string> = {
   ephemeral: 'ephemeral container',
   lease: 'lease',
   workload: '',
+  secret: 'secret',
 };
 
 export function formatCleanReport(report: CleanReport): string {
