@@ -1,6 +1,7 @@
 // What devop may have left in the cluster, as the API serves it: agent Jobs and pods, the pods they serve (for
-// ephemeral agent containers and gone targets), agents' token Secrets, steal Leases, what --replace sessions left (replaced workloads, copy
-// pods, guard Jobs, replace Leases) — listed in one namespace or all, and removed (a workload: restored) one by one.
+// ephemeral agent containers and gone targets), agents' token Secrets, steal Leases, what --replace sessions left
+// (replaced workloads, copy pods, guard Jobs, replace Leases) — listed in one namespace or all, and removed (a
+// workload: restored) one by one.
 import {
   BatchV1Api,
   CoordinationV1Api,
