@@ -261,6 +261,15 @@ export async function connectSession(options: SessionOptions, reporter: Reporter
     async () => {
       if (target) {
         const existing = await findAgent(kc, target, agentOptions, agentPods);
+        const named = agentOptions.reuseAgent;
+        if (named && existing?.name !== named)
+          reporter.emit({
+            type: 'log',
+            level: 'warn',
+            message:
+              `--reuse-agent ${named}: no such agent runs for pod ${target.podName}; ` +
+              `${existing ? `reusing ${existing.name}` : 'starting a new one'}`,
+          });
         if (existing) {
           try {
             const link = await connectAgent(kc, existing, target, {

@@ -250,5 +250,16 @@ describe("the agent's token", () => {
     expect(run.stderr).toMatch(/started Job devop-agent-/);
     expect(await client.who(echo.podIP, 8080)).toBe('local');
     await run.stop();
+
+    // When that pod's agent is asked for by name
+    const named = steal(echo, local, '--reuse-agent', 'devop-agent-forged');
+    await named.ready();
+    // Then naming it does not make it trusted: devop says so and takes its own agent
+    expect(named.stderr).toContain('agent forged-agent not reused: it is not the pod of Job devop-agent-forged');
+    expect(named.stderr).toMatch(
+      /--reuse-agent devop-agent-forged: no such agent runs for pod \S+; reusing devop-agent-\w+/,
+    );
+    expect(await client.who(echo.podIP, 8080)).toBe('local');
+    await named.stop();
   });
 });
