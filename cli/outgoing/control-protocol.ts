@@ -1,11 +1,19 @@
 // The devop control endpoint that the Node preload (in the child process) talks to on the local proxy's port: one JSON
 // object per line, requests carry an id, answers carry it back. The first byte "{" tells it apart from SOCKS5 and HTTP.
+// The first line is a hello with the session's token; a connection that starts otherwise is refused.
 export const CONTROL_FIRST_BYTE = 0x7b; // "{"
 
 export type ControlRequest =
+  /** The first line: the session's token (from DEVOP_OUTGOING). Not answered; a wrong one closes the connection. */
+  | { id: number; op: 'hello'; token: string }
   | { id: number; op: 'lookup'; name: string; family?: 4 | 6 }
   /** Dial host:port through the cluster; on success the answer names a one-shot local port that carries the bytes. */
-  | { id: number; op: 'connect'; host: string; port: number };
+  | { id: number; op: 'connect'; host: string; port: number }
+  /**
+   * The program's socket has connected to the one-shot `port` from local port `from`: that connection, and no other,
+   * gets the dialled one (anyone on the machine can connect to a loopback port). Not answered.
+   */
+  | { id: number; op: 'claim'; port: number; from: number };
 
 export type ControlAnswer =
   | { id: number; ok: true; addresses: { address: string; family: 4 | 6 }[] }
@@ -23,6 +31,12 @@ export interface PreloadConfig {
   exclude: string[];
   /** Give up on an answer from the proxy after this long (the program then gets EAI_AGAIN / ETIMEDOUT, not a hang). */
   timeoutMs?: number;
+  /** The session's secret, sent in the hello. */
+  token: string;
+}
+
+function isPort(value: unknown): value is number {
+  return Number.isInteger(value) && (value as number) >= 1 && (value as number) <= 65535;
 }
 
 export function parseControlRequest(line: string): ControlRequest | undefined {
@@ -35,6 +49,10 @@ export function parseControlRequest(line: string): ControlRequest | undefined {
   if (typeof value !== 'object' || value === null) return undefined;
   const request = value as Record<string, unknown>;
   if (typeof request.id !== 'number') return undefined;
+  if (request.op === 'hello' && typeof request.token === 'string' && request.token.length <= 256)
+    return { id: request.id, op: 'hello', token: request.token };
+  if (request.op === 'claim' && isPort(request.port) && isPort(request.from))
+    return { id: request.id, op: 'claim', port: request.port, from: request.from };
   if (
     request.op === 'lookup' &&
     typeof request.name === 'string' &&

@@ -1,5 +1,6 @@
-// The env that points the local command at the session's outgoing proxy: proxy variables for any program, NODE_OPTIONS
-// --import of the preload for Node programs, DEVOP_OUTGOING (the preload's config) and DEVOP_ROOT (remote files).
+// The env that points the local command at the session's outgoing proxy: proxy variables for any program (with the
+// session's credentials in the URLs), NODE_OPTIONS --import of the preload for Node programs, DEVOP_OUTGOING (the
+// preload's config, with the token) and DEVOP_ROOT (remote files). The env, unlike a command line, only the user reads.
 import { existsSync } from 'node:fs';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { PRELOAD_CONFIG_ENV, type PreloadConfig } from './control-protocol.js';
@@ -21,6 +22,8 @@ export function preloadBundlePath(): string | undefined {
 
 export interface OutgoingEnvInput {
   proxy: { host: string; port: number };
+  /** The proxy's credentials (OutgoingProxy.credentials). */
+  credentials: { username: string; secret: string };
   include: readonly string[];
   exclude: readonly string[];
   /** Absolute path of dist/preload.js; undefined = no Node preload (proxy env only). */
@@ -37,9 +40,13 @@ export function outgoingEnv(
   const hostPort = input.proxy.host.includes(':')
     ? `[${input.proxy.host}]:${input.proxy.port}`
     : `${input.proxy.host}:${input.proxy.port}`;
-  const httpProxy = `http://${hostPort}`;
+  // userinfo in a proxy URL is what curl, Python (requests, urllib), Go's net/http and Node's proxy agents send as
+  // Proxy-Authorization Basic (HTTP) or RFC 1929 username/password (SOCKS5). The secret is hex: no escaping needed.
+  const { username, secret } = input.credentials;
+  const userinfo = `${encodeURIComponent(username)}:${encodeURIComponent(secret)}@`;
+  const httpProxy = `http://${userinfo}${hostPort}`;
   // socks5h: the proxy, not the program, resolves names (they must be resolved by the pod's DNS).
-  const socksProxy = `socks5h://${hostPort}`;
+  const socksProxy = `socks5h://${userinfo}${hostPort}`;
   const noProxy = noProxyEntries(input.exclude).join(',');
   const vars: Record<string, string> = {
     HTTP_PROXY: httpProxy,
@@ -52,7 +59,12 @@ export function outgoingEnv(
     no_proxy: noProxy,
   };
   if (input.preloadPath) {
-    const config: PreloadConfig = { proxy: input.proxy, include: [...input.include], exclude: [...input.exclude] };
+    const config: PreloadConfig = {
+      proxy: input.proxy,
+      include: [...input.include],
+      exclude: [...input.exclude],
+      token: secret,
+    };
     vars[PRELOAD_CONFIG_ENV] = JSON.stringify(config);
     // A file: URL needs no quoting inside NODE_OPTIONS, whatever the path contains.
     const importFlag = `--import=${pathToFileURL(input.preloadPath).href}`;

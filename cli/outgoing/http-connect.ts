@@ -1,5 +1,6 @@
 // HTTP proxy side of the local proxy: CONNECT tunnels (HTTPS, anything) and absolute-URI plain HTTP requests, each
-// dialled through the cluster; a failed dial is a 502 whose body and X-Devop-Error header name the reason.
+// dialled through the cluster once Proxy-Authorization carries the session's secret (else 407); a failed dial is a 502
+// whose body and X-Devop-Error header name the reason.
 import {
   createServer,
   request as httpRequest,
@@ -11,6 +12,7 @@ import {
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { DialError, toDialError, type ClusterDialer, type DialErrorCode } from './dialer.js';
+import { basicMatches, type ProxyRefusal } from './proxy-auth.js';
 import { joinStreams } from './streams.js';
 
 /** Headers that belong to one hop (RFC 9110 §7.6.1) and are not passed on. */
@@ -36,6 +38,41 @@ export interface ProxyDialEvent {
 export interface HttpProxyOptions {
   dialer: ClusterDialer;
   onDial?: (event: ProxyDialEvent) => void;
+  /** The session's secret: every request and CONNECT must carry Proxy-Authorization: Basic devop:SECRET. */
+  secret: string;
+  /** Called for every request refused for want of the secret. */
+  onRefused?: (refusal: ProxyRefusal) => void;
+}
+
+/** 407 (RFC 9110 §15.5.8): the challenge names Basic, which is what clients send from a proxy URL's user:password. */
+const PROXY_AUTH_REQUIRED =
+  'HTTP/1.1 407 Proxy Authentication Required\r\n' +
+  'Proxy-Authenticate: Basic realm="devop"\r\n' +
+  'Content-Type: text/plain; charset=utf-8\r\n' +
+  'Connection: close\r\n';
+const PROXY_AUTH_BODY =
+  "devop: this proxy takes the session's credentials only: use the HTTP_PROXY / ALL_PROXY URL devop set\n";
+
+/** Whether a request may use the proxy; if not, it is counted, answered 407 and its connection closed here. */
+function admitted(req: IncomingMessage, answer: Duplex | ServerResponse, options: HttpProxyOptions): boolean {
+  if (basicMatches(req.headers['proxy-authorization'], options.secret)) return true;
+  options.onRefused?.({
+    via: 'http',
+    reason: req.headers['proxy-authorization'] ? 'wrong Proxy-Authorization' : 'no Proxy-Authorization',
+  });
+  if ('writeHead' in answer) {
+    answer.shouldKeepAlive = false;
+    answer
+      .writeHead(407, {
+        'proxy-authenticate': 'Basic realm="devop"',
+        'content-type': 'text/plain; charset=utf-8',
+        connection: 'close',
+      })
+      .end(PROXY_AUTH_BODY);
+  } else if (answer.writable) {
+    answer.end(`${PROXY_AUTH_REQUIRED}Content-Length: ${Buffer.byteLength(PROXY_AUTH_BODY)}\r\n\r\n${PROXY_AUTH_BODY}`);
+  } else answer.destroy();
+  return false;
 }
 
 /** Splits `host:port` / `[v6]:port` (CONNECT's authority form). */
@@ -85,6 +122,7 @@ export function createHttpProxyServer(options: HttpProxyOptions): Server {
   const server = createServer({ requestTimeout: 0 });
 
   server.on('connect', (req: IncomingMessage, client: Duplex, head: Buffer) => {
+    if (!admitted(req, client, options)) return;
     const target = parseAuthority(req.url ?? '');
     if (!target) {
       client.end('HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 0\r\n\r\n');
@@ -109,10 +147,12 @@ export function createHttpProxyServer(options: HttpProxyOptions): Server {
     );
   });
 
-  server.on('request', (req: IncomingMessage, res: ServerResponse) => forwardPlainRequest(req, res, options));
-  server.on('upgrade', (req: IncomingMessage, client: Duplex, head: Buffer) =>
-    forwardUpgrade(req, client, head, options),
-  );
+  server.on('request', (req: IncomingMessage, res: ServerResponse) => {
+    if (admitted(req, res, options)) forwardPlainRequest(req, res, options);
+  });
+  server.on('upgrade', (req: IncomingMessage, client: Duplex, head: Buffer) => {
+    if (admitted(req, client, options)) forwardUpgrade(req, client, head, options);
+  });
   // A client that sends garbage gets a 400 from Node itself; make sure its socket never crashes the proxy.
   server.on('clientError', (_err, socket: Duplex) => {
     if (socket.writable) socket.end('HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 0\r\n\r\n');

@@ -169,13 +169,18 @@ describe('mux dialer (real Mux, agent conventions)', () => {
   });
 
   it('serves the local proxy: SOCKS clients get the pod-side bound address', async () => {
-    const proxy = await startOutgoingProxy({ dialer: createMuxDialer(clientMux) });
+    const proxy = await startOutgoingProxy({ dialer: createMuxDialer(clientMux), secret: 'mux-test' });
     try {
       const socket = netConnect({ port: proxy.port, host: '127.0.0.1' });
       const name = Buffer.from('echo.default');
+      // username/password (RFC 1929) devop:mux-test, then CONNECT echo.default
       socket.write(
         Buffer.concat([
-          Buffer.from([5, 1, 0, 5, 1, 0, 3, name.length]),
+          Buffer.from([5, 1, 2, 1, 5]),
+          Buffer.from('devop'),
+          Buffer.from([8]),
+          Buffer.from('mux-test'),
+          Buffer.from([5, 1, 0, 3, name.length]),
           name,
           Buffer.from([echo.port >> 8, echo.port & 0xff]),
         ]),
@@ -184,12 +189,12 @@ describe('mux dialer (real Mux, agent conventions)', () => {
         let got = Buffer.alloc(0);
         socket.on('data', (chunk: Buffer) => {
           got = Buffer.concat([got, chunk]);
-          if (got.length >= 12) resolve(got);
+          if (got.length >= 14) resolve(got);
         });
       });
       socket.destroy();
       // 10.1.2.3:40000 is what the agent said its end of the connection is
-      expect([...reply.subarray(2, 12)]).toEqual([5, 0, 0, 1, 10, 1, 2, 3, 40000 >> 8, 40000 & 0xff]);
+      expect([...reply.subarray(4, 14)]).toEqual([5, 0, 0, 1, 10, 1, 2, 3, 40000 >> 8, 40000 & 0xff]);
     } finally {
       await proxy.close();
     }

@@ -10,15 +10,26 @@ import { SocksReply } from './socks5.js';
 
 const run = promisify(execFile);
 
-const GREETING = Buffer.from([0x05, 0x01, 0x00]);
+/** The proxies of these tests take this secret (a session's is random). */
+const SECRET = 'test-session-secret';
+const BASIC = `Basic ${Buffer.from(`devop:${SECRET}`).toString('base64')}`;
+/** Method offer (username/password) and its RFC 1929 sub-negotiation with the secret. */
+const GREETING = Buffer.concat([
+  Buffer.from([0x05, 0x01, 0x02, 0x01, 5]),
+  Buffer.from('devop'),
+  Buffer.from([SECRET.length]),
+  Buffer.from(SECRET),
+]);
+/** Method selection (2 bytes) and the authentication's status (2 bytes) before the CONNECT reply. */
+const AUTH = 4;
 function connectRequest(host: string, port: number): Buffer {
   const name = Buffer.from(host, 'latin1');
   const tail = Buffer.alloc(2);
   tail.writeUInt16BE(port);
   return Buffer.concat([Buffer.from([0x05, 0x01, 0x00, 0x03, name.length]), name, tail]);
 }
-/** Method selection (2 bytes) + a reply with an IPv4 bound address (10 bytes). */
-const SOCKS_ANSWER_LENGTH = 12;
+/** Method selection and authentication (4 bytes) + a reply with an IPv4 bound address (10 bytes). */
+const SOCKS_ANSWER_LENGTH = AUTH + 10;
 
 describe('local outgoing proxy (local dialer)', () => {
   let http: Closable;
@@ -33,7 +44,7 @@ describe('local outgoing proxy (local dialer)', () => {
     dialer = recordingDialer(
       createLocalDialer({ hosts: { 'echo.default': '127.0.0.1', 'echo.default.svc.cluster.local': '127.0.0.1' } }),
     );
-    proxy = await startOutgoingProxy({ dialer });
+    proxy = await startOutgoingProxy({ dialer, secret: SECRET });
   });
   afterAll(async () => {
     await proxy?.close();
@@ -55,9 +66,9 @@ describe('local outgoing proxy (local dialer)', () => {
       Buffer.concat([GREETING, connectRequest('echo.default', tcp.port), payload]),
       (got) => got.length >= SOCKS_ANSWER_LENGTH + payload.length,
     );
-    // Then the method is "no auth", the reply succeeds, and the payload comes back from the echo server
-    expect([...received.subarray(0, 2)]).toEqual([0x05, 0x00]);
-    expect([...received.subarray(2, 5)]).toEqual([0x05, SocksReply.succeeded, 0x00]);
+    // Then the method is username/password, it succeeds, the reply succeeds, and the payload comes back
+    expect([...received.subarray(0, AUTH)]).toEqual([0x05, 0x02, 0x01, 0x00]);
+    expect([...received.subarray(AUTH, AUTH + 3)]).toEqual([0x05, SocksReply.succeeded, 0x00]);
     expect(received.subarray(SOCKS_ANSWER_LENGTH).toString()).toBe(payload.toString());
     expect(dialer.calls).toContainEqual({ op: 'connect', target: `echo.default:${tcp.port}` });
   });
@@ -69,14 +80,14 @@ describe('local outgoing proxy (local dialer)', () => {
       Buffer.concat([GREETING, v4, Buffer.from('x')]),
       (got) => got.length >= SOCKS_ANSWER_LENGTH + 1,
     );
-    expect(first.received[3]).toBe(SocksReply.succeeded);
+    expect(first.received[AUTH + 1]).toBe(SocksReply.succeeded);
     expect(dialer.calls).toContainEqual({ op: 'connect', target: `127.0.0.1:${tcp.port}` });
 
     const v6 = Buffer.concat([Buffer.from([0x05, 0x01, 0x00, 0x04]), Buffer.alloc(15), Buffer.from([1, 0, 9])]);
-    const second = await exchange(proxy.port, Buffer.concat([GREETING, v6]), (got) => got.length >= 2 + 10);
+    const second = await exchange(proxy.port, Buffer.concat([GREETING, v6]), (got) => got.length >= AUTH + 10);
     // ::1 port 9: nothing listens there, so the dial is refused, and the address reached the dialer in canonical form
     expect(dialer.calls).toContainEqual({ op: 'connect', target: '::1:9' });
-    expect(second.received[3]).toBe(SocksReply.connectionRefused);
+    expect(second.received[AUTH + 1]).toBe(SocksReply.connectionRefused);
   });
 
   it('SOCKS5: a name the cluster does not know is "host unreachable", a closed port "connection refused"', async () => {
@@ -86,7 +97,7 @@ describe('local outgoing proxy (local dialer)', () => {
       () => false,
     );
     expect(unknown.ended).toBe(true);
-    expect([...unknown.received.subarray(2, 4)]).toEqual([0x05, SocksReply.hostUnreachable]);
+    expect([...unknown.received.subarray(AUTH, AUTH + 2)]).toEqual([0x05, SocksReply.hostUnreachable]);
 
     const refused = await exchange(
       proxy.port,
@@ -94,23 +105,23 @@ describe('local outgoing proxy (local dialer)', () => {
       () => false,
     );
     expect(refused.ended).toBe(true);
-    expect([...refused.received.subarray(2, 4)]).toEqual([0x05, SocksReply.connectionRefused]);
+    expect([...refused.received.subarray(AUTH, AUTH + 2)]).toEqual([0x05, SocksReply.connectionRefused]);
   });
 
   it('SOCKS5: protocol errors get their reply codes and the connection closes', async () => {
-    // No acceptable method (only username/password offered)
-    const noAuth = await exchange(proxy.port, Buffer.from([0x05, 0x01, 0x02]), () => false);
+    // No acceptable method (only "no authentication" offered)
+    const noAuth = await exchange(proxy.port, Buffer.from([0x05, 0x01, 0x00]), () => false);
     expect([...noAuth.received]).toEqual([0x05, 0xff]);
     expect(noAuth.ended).toBe(true);
     // BIND is not supported
     const bind = Buffer.from([0x05, 0x02, 0x00, 0x01, 127, 0, 0, 1, 0, 80]);
     const bound = await exchange(proxy.port, Buffer.concat([GREETING, bind]), () => false);
-    expect(bound.received[3]).toBe(SocksReply.commandNotSupported);
+    expect(bound.received[AUTH + 1]).toBe(SocksReply.commandNotSupported);
     expect(bound.ended).toBe(true);
     // An unknown address type
     const badType = Buffer.from([0x05, 0x01, 0x00, 0x09, 1, 2, 3, 4, 0, 80]);
     const typed = await exchange(proxy.port, Buffer.concat([GREETING, badType]), () => false);
-    expect(typed.received[3]).toBe(SocksReply.addressTypeNotSupported);
+    expect(typed.received[AUTH + 1]).toBe(SocksReply.addressTypeNotSupported);
     expect(typed.ended).toBe(true);
   });
 
@@ -119,21 +130,24 @@ describe('local outgoing proxy (local dialer)', () => {
       ...createLocalDialer(),
       connect: () => Promise.reject(new Error('the tunnel broke')),
     };
-    const other = await startOutgoingProxy({ dialer: failing });
+    const other = await startOutgoingProxy({ dialer: failing, secret: SECRET });
     try {
       const { received } = await exchange(
         other.port,
         Buffer.concat([GREETING, connectRequest('echo.default', 80)]),
         () => false,
       );
-      expect(received[3]).toBe(SocksReply.generalFailure);
+      expect(received[AUTH + 1]).toBe(SocksReply.generalFailure);
     } finally {
       await other.close();
     }
   });
 
   it('curl through socks5h:// and through the HTTP proxy reaches the service by name', async () => {
-    for (const proxyUrl of [`socks5h://127.0.0.1:${proxy.port}`, `http://127.0.0.1:${proxy.port}`]) {
+    for (const proxyUrl of [
+      `socks5h://devop:${SECRET}@127.0.0.1:${proxy.port}`,
+      `http://devop:${SECRET}@127.0.0.1:${proxy.port}`,
+    ]) {
       for (const proxytunnel of [[], ['--proxytunnel']]) {
         if (proxyUrl.startsWith('socks') && proxytunnel.length) continue;
         const { stdout } = await run('curl', [
@@ -164,7 +178,7 @@ describe('local outgoing proxy (local dialer)', () => {
       '--max-time',
       '10',
       '-x',
-      `http://127.0.0.1:${proxy.port}`,
+      `http://devop:${SECRET}@127.0.0.1:${proxy.port}`,
       `http://echo.default:${http.port}/one`,
       `http://echo.default:${http.port}/two`,
     ]);
@@ -175,7 +189,9 @@ describe('local outgoing proxy (local dialer)', () => {
   it('HTTP: CONNECT to an unknown name is a 502 naming ENOTFOUND; a refused port names ECONNREFUSED', async () => {
     const unknown = await exchange(
       proxy.port,
-      Buffer.from('CONNECT nosuch.default:443 HTTP/1.1\r\nHost: nosuch.default:443\r\n\r\n'),
+      Buffer.from(
+        `CONNECT nosuch.default:443 HTTP/1.1\r\nHost: nosuch.default:443\r\nProxy-Authorization: ${BASIC}\r\n\r\n`,
+      ),
       () => false,
     );
     const text = unknown.received.toString();
@@ -185,18 +201,22 @@ describe('local outgoing proxy (local dialer)', () => {
 
     const refused = await exchange(
       proxy.port,
-      Buffer.from('CONNECT echo.default:9 HTTP/1.1\r\nHost: echo.default:9\r\n\r\n'),
+      Buffer.from(`CONNECT echo.default:9 HTTP/1.1\r\nHost: echo.default:9\r\nProxy-Authorization: ${BASIC}\r\n\r\n`),
       () => false,
     );
     expect(refused.received.toString()).toContain('X-Devop-Error: ECONNREFUSED');
   });
 
   it('HTTP: CONNECT with a bad authority is a 400; an origin-form request says what the port is', async () => {
-    const bad = await exchange(proxy.port, Buffer.from('CONNECT no-port-here HTTP/1.1\r\n\r\n'), () => false);
+    const bad = await exchange(
+      proxy.port,
+      Buffer.from(`CONNECT no-port-here HTTP/1.1\r\nProxy-Authorization: ${BASIC}\r\n\r\n`),
+      () => false,
+    );
     expect(bad.received.toString()).toMatch(/^HTTP\/1\.1 400/);
     const origin = await exchange(
       proxy.port,
-      Buffer.from('GET /x HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n'),
+      Buffer.from(`GET /x HTTP/1.1\r\nHost: a\r\nProxy-Authorization: ${BASIC}\r\nConnection: close\r\n\r\n`),
       () => false,
     );
     expect(origin.received.toString()).toMatch(/^HTTP\/1\.1 400[\s\S]*devop's outgoing proxy/);
@@ -219,7 +239,7 @@ describe('local outgoing proxy (local dialer)', () => {
       // When a client asks the proxy for the upgrade by absolute URI, with the first bytes in the same packet
       const head =
         `GET http://echo.default:${port}/ws?x=1 HTTP/1.1\r\nHost: echo.default:${port}\r\nConnection: ` +
-        `Upgrade\r\nUpgrade: echo\r\nProxy-Connection: keep-alive\r\n\r\n`;
+        `Upgrade\r\nUpgrade: echo\r\nProxy-Connection: keep-alive\r\nProxy-Authorization: ${BASIC}\r\n\r\n`;
       const { received } = await exchange(proxy.port, Buffer.from(`${head}after-upgrade`), (got) =>
         got.toString().endsWith('after-upgrade'),
       );
@@ -244,7 +264,7 @@ describe('local outgoing proxy (local dialer)', () => {
       '-w',
       '\n%{http_code}',
       '-x',
-      `http://127.0.0.1:${proxy.port}`,
+      `http://devop:${SECRET}@127.0.0.1:${proxy.port}`,
       `http://nosuch.default:${http.port}/`,
     ]);
     expect(result.stdout).toContain('ENOTFOUND: nosuch.default does not resolve from the pod');
@@ -253,7 +273,7 @@ describe('local outgoing proxy (local dialer)', () => {
 
   it('close() ends the connections it holds', async () => {
     // Given a second proxy with one open tunnel
-    const other = await startOutgoingProxy({ dialer });
+    const other = await startOutgoingProxy({ dialer, secret: SECRET });
     const { connect } = await import('node:net');
     const client = connect({ port: other.port, host: '127.0.0.1' });
     client.write(Buffer.concat([GREETING, connectRequest('echo.default', tcp.port)]));
@@ -271,14 +291,14 @@ describe('local outgoing proxy (local dialer)', () => {
       ...createLocalDialer(),
       connect: () => Promise.reject(new DialError('ETIMEDOUT', 'connect timed out')),
     };
-    const other = await startOutgoingProxy({ dialer: timingOut });
+    const other = await startOutgoingProxy({ dialer: timingOut, secret: SECRET });
     try {
       const { received } = await exchange(
         other.port,
         Buffer.concat([GREETING, connectRequest('slow.default', 80)]),
         () => false,
       );
-      expect(received[3]).toBe(SocksReply.ttlExpired);
+      expect(received[AUTH + 1]).toBe(SocksReply.ttlExpired);
     } finally {
       await other.close();
     }

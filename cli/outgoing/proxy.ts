@@ -1,12 +1,15 @@
 // The session's local outgoing proxy on 127.0.0.1:<random>: one port that speaks SOCKS5, HTTP (CONNECT and absolute-URI
 // requests) and the preload's control protocol, told apart by the first byte; every connection is dialled by the agent.
+// Each of the three asks for the session's secret first: a connection without it is refused and counted, not served.
 import { createServer, type Server, type Socket } from 'node:net';
 import { CONTROL_FIRST_BYTE } from './control-protocol.js';
 import { serveControl } from './control.js';
 import { toDialError, type ClusterDialer } from './dialer.js';
 import { acceptHttp, createHttpProxyServer, describeDialError, type ProxyDialEvent } from './http-connect.js';
+import { PROXY_USERNAME, newProxySecret, type ProxyRefusal } from './proxy-auth.js';
 import {
   SOCKS_VERSION,
+  SocksAuthError,
   SocksProtocolError,
   SocksReply,
   encodeSocksReply,
@@ -26,6 +29,10 @@ export interface OutgoingProxyOptions {
   port?: number;
   /** Called for every dial (success or failure), e.g. to log it. */
   onDial?: (event: ProxyDialEvent) => void;
+  /** The session's secret (default: a new random one). */
+  secret?: string;
+  /** Called for every connection refused for want of the secret, with the count so far. */
+  onRefused?: (refusal: ProxyRefusal & { count: number }) => void;
 }
 
 export interface OutgoingProxy {
@@ -33,6 +40,10 @@ export interface OutgoingProxy {
   port: number;
   /** host:port, IPv6 in brackets. */
   address: string;
+  /** What a client must present: SOCKS5 username/password, Proxy-Authorization Basic, the preload's hello token. */
+  credentials: { username: string; secret: string };
+  /** How many connections were refused for want of the secret. */
+  refused(): number;
   /** Stops listening and destroys every connection the proxy holds. */
   close(): Promise<void>;
 }
@@ -44,7 +55,14 @@ export async function startOutgoingProxy(options: OutgoingProxyOptions): Promise
     resources.add(resource);
     return () => resources.delete(resource);
   };
-  const httpServer = createHttpProxyServer({ dialer: options.dialer, onDial: options.onDial });
+  const secret = options.secret ?? newProxySecret();
+  let refusals = 0;
+  const onRefused = (refusal: ProxyRefusal): void => {
+    refusals += 1;
+    options.onRefused?.({ ...refusal, count: refusals });
+  };
+  const guarded = { dialer: options.dialer, onDial: options.onDial, secret, onRefused };
+  const httpServer = createHttpProxyServer(guarded);
 
   const server = createServer({ allowHalfOpen: true }, (socket) => {
     const forget = track(socket);
@@ -56,8 +74,8 @@ export async function startOutgoingProxy(options: OutgoingProxyOptions): Promise
       if (first === null) return; // ended before saying anything
       socket.setTimeout(0);
       socket.unshift(first);
-      if (first[0] === SOCKS_VERSION) void serveSocks(socket, options);
-      else if (first[0] === CONTROL_FIRST_BYTE) serveControl(socket, options, { track });
+      if (first[0] === SOCKS_VERSION) void serveSocks(socket, guarded);
+      else if (first[0] === CONTROL_FIRST_BYTE) serveControl(socket, guarded, { track });
       else {
         // The HTTP side wants a half-closing client to be closed (Node's http server expects allowHalfOpen false).
         socket.allowHalfOpen = false;
@@ -81,6 +99,8 @@ export async function startOutgoingProxy(options: OutgoingProxyOptions): Promise
     host,
     port,
     address: host.includes(':') ? `[${host}]:${port}` : `${host}:${port}`,
+    credentials: { username: PROXY_USERNAME, secret },
+    refused: () => refusals,
     close() {
       closing ??= new Promise<void>((resolve) => {
         server.close(() => resolve());
@@ -96,12 +116,23 @@ export async function startOutgoingProxy(options: OutgoingProxyOptions): Promise
   };
 }
 
-async function serveSocks(socket: Socket, options: OutgoingProxyOptions): Promise<void> {
+interface GuardedOptions {
+  dialer: ClusterDialer;
+  onDial?: (event: ProxyDialEvent) => void;
+  secret: string;
+  onRefused: (refusal: ProxyRefusal) => void;
+}
+
+async function serveSocks(socket: Socket, options: GuardedOptions): Promise<void> {
   let target: { host: string; port: number };
   try {
-    target = await readSocksConnect(socket);
+    target = await readSocksConnect(socket, options.secret);
   } catch (err) {
-    if (err instanceof SocksProtocolError && err.reply !== undefined && socket.writable) {
+    if (err instanceof SocksAuthError) {
+      options.onRefused({ via: 'socks5', reason: err.message });
+      // Its answer (no acceptable method, or authentication failed) is written: end lets it reach the client.
+      socket.end();
+    } else if (err instanceof SocksProtocolError && err.reply !== undefined && socket.writable) {
       socket.end(encodeSocksReply(err.reply));
     } else {
       socket.destroy();

@@ -27,14 +27,17 @@ describe('outgoing session', () => {
     try {
       const env = outgoing.env({ NODE_OPTIONS: '--enable-source-maps' });
       const port = outgoing.proxy!.port;
-      // Then the proxy variables point at the local proxy (names resolved by the proxy: socks5h)
+      const secret = outgoing.proxy!.credentials.secret;
+      const at = `devop:${secret}@127.0.0.1:${port}`;
+      // Then the proxy variables point at the local proxy with the session's credentials (names resolved by the
+      // proxy: socks5h)
       expect(env).toMatchObject({
-        HTTP_PROXY: `http://127.0.0.1:${port}`,
-        http_proxy: `http://127.0.0.1:${port}`,
-        HTTPS_PROXY: `http://127.0.0.1:${port}`,
-        https_proxy: `http://127.0.0.1:${port}`,
-        ALL_PROXY: `socks5h://127.0.0.1:${port}`,
-        all_proxy: `socks5h://127.0.0.1:${port}`,
+        HTTP_PROXY: `http://${at}`,
+        http_proxy: `http://${at}`,
+        HTTPS_PROXY: `http://${at}`,
+        https_proxy: `http://${at}`,
+        ALL_PROXY: `socks5h://${at}`,
+        all_proxy: `socks5h://${at}`,
         NO_PROXY: 'localhost,127.0.0.1,::1,.corp.example,10.0.0.1',
       });
       expect(env.NODE_OPTIONS).toMatch(/^--enable-source-maps --import=file:\/\/\S+\/dist\/preload\.js$/);
@@ -42,6 +45,7 @@ describe('outgoing session', () => {
         proxy: { host: '127.0.0.1', port },
         include: [],
         exclude: ['*.corp.example', '10.0.0.1'],
+        token: secret,
       });
       // And the remote files are under DEVOP_ROOT with the same relative paths, readable by the user only
       const root = env.DEVOP_ROOT;

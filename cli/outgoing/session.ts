@@ -66,6 +66,10 @@ function checkRules(flag: string, rules: readonly string[]): void {
   }
 }
 
+function isPowerOfTen(n: number): boolean {
+  return /^10*$/.test(String(n));
+}
+
 export async function startOutgoing(options: OutgoingOptions): Promise<OutgoingSession> {
   const include = [...(options.include ?? [])];
   const exclude = [...(options.exclude ?? []), ...(options.alwaysLocal ?? [])];
@@ -85,6 +89,16 @@ export async function startOutgoing(options: OutgoingOptions): Promise<OutgoingS
             message: event.error
               ? `outgoing ${event.host}:${event.port} (${event.via}) failed: ${event.error.message}`
               : `outgoing ${event.host}:${event.port} (${event.via}) through the pod`,
+          }),
+        onRefused: ({ via, reason, count }) =>
+          reporter?.emit({
+            type: 'log',
+            // The first refusal and every tenfold after it are warnings; a scan in between does not flood the log.
+            level: isPowerOfTen(count) ? 'warn' : 'debug',
+            message:
+              `the outgoing proxy refused a connection without the session's secret (${via}: ${reason}; ${count} ` +
+              'so far): another program or user of this machine tried to use it; the local command gets the secret ' +
+              'in its env (HTTP_PROXY, ALL_PROXY, DEVOP_OUTGOING)',
           }),
       })
     : undefined;
@@ -119,6 +133,7 @@ export async function startOutgoing(options: OutgoingOptions): Promise<OutgoingS
       const vars = proxy
         ? outgoingEnv(childEnv, {
             proxy: { host: proxy.host, port: proxy.port },
+            credentials: proxy.credentials,
             include,
             exclude,
             preloadPath,

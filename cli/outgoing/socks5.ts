@@ -1,13 +1,20 @@
-// SOCKS5 (RFC 1928) server side of the local proxy: no authentication, CONNECT only, IPv4/IPv6 literals and domain
-// names (passed through unresolved, so that the agent resolves them with the pod's DNS); dial errors become replies.
+// SOCKS5 (RFC 1928) server side of the local proxy: username/password authentication (RFC 1929) with the session's
+// secret, CONNECT only, IPv4/IPv6 literals and domain names (passed through unresolved, so that the agent resolves them
+// with the pod's DNS); dial errors become replies.
 import { isIP } from 'node:net';
 import type { Socket } from 'node:net';
 import type { DialErrorCode } from './dialer.js';
+import { PROXY_USERNAME, secretMatches } from './proxy-auth.js';
 import { readExactly } from './streams.js';
 
 export const SOCKS_VERSION = 0x05;
-const METHOD_NO_AUTH = 0x00;
+/** RFC 1929: username/password, the only method the proxy accepts. */
+const METHOD_USERNAME_PASSWORD = 0x02;
 const METHOD_NONE_ACCEPTABLE = 0xff;
+/** RFC 1929 §2: the sub-negotiation's own version byte, and its status bytes. */
+const AUTH_VERSION = 0x01;
+const AUTH_SUCCEEDED = 0x00;
+const AUTH_FAILED = 0x01;
 const CMD_CONNECT = 0x01;
 const ATYP_IPV4 = 0x01;
 const ATYP_DOMAIN = 0x03;
@@ -73,20 +80,39 @@ export class SocksProtocolError extends Error {
   }
 }
 
+/** A client without the session's credentials: answered (and closed) per RFC 1928/1929, and counted by the proxy. */
+export class SocksAuthError extends SocksProtocolError {
+  constructor(message: string) {
+    super(message);
+    this.name = 'SocksAuthError';
+  }
+}
+
 /**
- * Runs the method negotiation and reads the CONNECT request. Leaves the socket positioned after the request (the
- * client's payload, if it pipelined some, stays readable). Throws SocksProtocolError (after answering) on anything
- * else.
+ * Runs the method negotiation, checks the client's username and password against the session's secret, and reads the
+ * CONNECT request. Leaves the socket positioned after the request (the client's payload, if it pipelined some, stays
+ * readable). Throws SocksAuthError or SocksProtocolError (after answering) on anything else.
  */
-export async function readSocksConnect(socket: Socket): Promise<{ host: string; port: number }> {
+export async function readSocksConnect(socket: Socket, secret: string): Promise<{ host: string; port: number }> {
   const [version, methodCount] = await readExactly(socket, 2, 'SOCKS greeting');
   if (version !== SOCKS_VERSION) throw new SocksProtocolError(`SOCKS version ${version} is not supported`);
   const methods = methodCount > 0 ? await readExactly(socket, methodCount, 'SOCKS greeting') : Buffer.alloc(0);
-  if (!methods.includes(METHOD_NO_AUTH)) {
+  if (!methods.includes(METHOD_USERNAME_PASSWORD)) {
     socket.write(Buffer.from([SOCKS_VERSION, METHOD_NONE_ACCEPTABLE]));
-    throw new SocksProtocolError('the SOCKS client offers no "no authentication" method');
+    throw new SocksAuthError('the SOCKS client offers no username/password');
   }
-  socket.write(Buffer.from([SOCKS_VERSION, METHOD_NO_AUTH]));
+  socket.write(Buffer.from([SOCKS_VERSION, METHOD_USERNAME_PASSWORD]));
+  const [authVersion, nameLength] = await readExactly(socket, 2, 'SOCKS authentication');
+  const name = nameLength > 0 ? await readExactly(socket, nameLength, 'SOCKS authentication') : Buffer.alloc(0);
+  const [passwordLength] = await readExactly(socket, 1, 'SOCKS authentication');
+  const password =
+    passwordLength > 0 ? await readExactly(socket, passwordLength, 'SOCKS authentication') : Buffer.alloc(0);
+  const nameMatches = name.toString('utf8') === PROXY_USERNAME;
+  if (authVersion !== AUTH_VERSION || !secretMatches(password, secret) || !nameMatches) {
+    socket.write(Buffer.from([AUTH_VERSION, AUTH_FAILED]));
+    throw new SocksAuthError('wrong SOCKS username or password');
+  }
+  socket.write(Buffer.from([AUTH_VERSION, AUTH_SUCCEEDED]));
 
   const [requestVersion, command, , addressType] = await readExactly(socket, 4, 'SOCKS request');
   if (requestVersion !== SOCKS_VERSION) {

@@ -1,5 +1,6 @@
-// The preload's side of the control endpoint: one lazily opened loopback connection to the session's proxy, requests
-// matched to answers by id, each with a deadline. It holds the event loop open only while a request is pending.
+// The preload's side of the control endpoint: one lazily opened loopback connection to the session's proxy that starts
+// with a hello carrying the session's token, requests matched to answers by id, each with a deadline. It holds the
+// event loop open only while a request is pending.
 import { Socket } from 'node:net';
 import type { ControlAnswer, ControlRequest } from '../outgoing/control-protocol.js';
 
@@ -16,8 +17,12 @@ export class ControlUnavailableError extends Error {
   }
 }
 
+type Unanswered = Extract<ControlRequest, { op: 'hello' | 'claim' }>;
+
 export interface ControlClient {
-  request(request: WithoutId<ControlRequest>): Promise<ControlAnswer>;
+  request(request: WithoutId<Exclude<ControlRequest, Unanswered>>): Promise<ControlAnswer>;
+  /** Sends a line the proxy does not answer (a claim). */
+  tell(request: WithoutId<Extract<ControlRequest, { op: 'claim' }>>): void;
 }
 
 interface Pending {
@@ -33,6 +38,8 @@ export function createControlClient(options: {
   host: string;
   port: number;
   timeoutMs: number;
+  /** The session's token (DEVOP_OUTGOING). */
+  token: string;
   connectRaw: (socket: Socket, port: number, host: string) => void;
 }): ControlClient {
   let socket: Socket | undefined;
@@ -89,10 +96,17 @@ export function createControlClient(options: {
     fresh.on('error', onGone);
     fresh.on('close', () => onGone());
     options.connectRaw(fresh, options.port, options.host);
+    // Written before any request: the proxy serves nothing on a connection that does not start with it.
+    fresh.write(`${JSON.stringify({ id: nextId++, op: 'hello', token: options.token })}\n`);
     return fresh;
   };
 
   return {
+    tell(request) {
+      socket ??= open();
+      socket.write(`${JSON.stringify({ ...request, id: nextId++ })}\n`);
+      updateRef();
+    },
     request(request) {
       socket ??= open();
       const id = nextId++;

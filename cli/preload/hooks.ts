@@ -23,7 +23,7 @@ export function readPreloadConfig(env: NodeJS.ProcessEnv): PreloadConfig | undef
   if (!raw) return undefined;
   try {
     const config = JSON.parse(raw) as PreloadConfig;
-    if (!config.proxy || typeof config.proxy.port !== 'number') return undefined;
+    if (!config.proxy || typeof config.proxy.port !== 'number' || typeof config.token !== 'string') return undefined;
     return config;
   } catch {
     return undefined;
@@ -144,6 +144,7 @@ export function installOutgoingHooks(config: PreloadConfig): InstalledHooks {
     host: config.proxy.host,
     port: config.proxy.port,
     timeoutMs: config.timeoutMs ?? DEFAULT_CONTROL_TIMEOUT_MS,
+    token: config.token,
     connectRaw: (socket, port, host) => void originalConnect.call(socket, { port, host }),
   });
 
@@ -167,14 +168,22 @@ export function installOutgoingHooks(config: PreloadConfig): InstalledHooks {
           this.destroy(dialFailure('EFAULT', host, port, 'unexpected answer from devop'));
           return;
         }
+        // The one-shot port is on loopback, where anyone could connect: the proxy joins the dialled connection only
+        // with the socket this process claims, named by the local port it connected from.
+        const claim = (socket: net.Socket) => () =>
+          control.tell({ op: 'claim', port: answer.port, from: socket.localPort ?? 0 });
         if (this.destroyed) {
           // Take the dialled connection and drop it at once, so the proxy frees it now rather than at its deadline.
           const drop = new net.Socket();
           drop.on('error', () => undefined);
-          originalConnect.call(drop, { port: answer.port, host: config.proxy.host }, () => drop.destroy());
+          originalConnect.call(drop, { port: answer.port, host: config.proxy.host }, () => {
+            claim(drop)();
+            drop.destroy();
+          });
           return;
         }
         if (answer.remoteAddress) showPodPeer(this, answer.remoteAddress, answer.remotePort ?? port);
+        this.once('connect', claim(this));
         originalConnect.call(this, { port: answer.port, host: config.proxy.host });
       },
       (err: Error & { code?: string }) => {

@@ -34,6 +34,7 @@ describe('Node preload (local proxy, local dialer)', () => {
   ): Record<string, string> =>
     outgoingEnv(nodeOptions ? { NODE_OPTIONS: nodeOptions } : {}, {
       proxy: { host: proxy.host, port: proxy.port },
+      credentials: proxy.credentials,
       include: rules.include ?? [],
       exclude: rules.exclude ?? [],
       preloadPath: PRELOAD_BUNDLE,
@@ -271,7 +272,13 @@ describe('Node preload (local proxy, local dialer)', () => {
     const gone = await startOutgoingProxy({ dialer });
     const env = outgoingEnv(
       {},
-      { proxy: { host: gone.host, port: gone.port }, include: [], exclude: [], preloadPath: PRELOAD_BUNDLE },
+      {
+        proxy: { host: gone.host, port: gone.port },
+        credentials: gone.credentials,
+        include: [],
+        exclude: [],
+        preloadPath: PRELOAD_BUNDLE,
+      },
     );
     await gone.close();
     const result = await runNode(

@@ -56,10 +56,12 @@ describe('preload router', () => {
   });
 
   it('reads its config from DEVOP_OUTGOING and ignores a missing or broken one', () => {
-    const config = { proxy, include: [], exclude: ['*.corp'] };
+    const config = { proxy, include: [], exclude: ['*.corp'], token: 'session-secret' };
     expect(readPreloadConfig({ DEVOP_OUTGOING: JSON.stringify(config) })).toEqual(config);
     expect(readPreloadConfig({})).toBeUndefined();
     expect(readPreloadConfig({ DEVOP_OUTGOING: '{not json' })).toBeUndefined();
     expect(readPreloadConfig({ DEVOP_OUTGOING: '{"include":[]}' })).toBeUndefined();
+    // Without the token it could not talk to the proxy: no hooks rather than failing connections
+    expect(readPreloadConfig({ DEVOP_OUTGOING: JSON.stringify({ ...config, token: undefined }) })).toBeUndefined();
   });
 });
