@@ -17,13 +17,11 @@ import { ApiTimeoutError } from '../kube/request-timeout.js';
 import { openPortForwards, PortForwardError } from '../kube/tunnel.js';
 import { apiErrorCode } from '../kube/errors.js';
 import type { SessionTunnel } from './tunnel.js';
+import { clusterUser, findAgent, listAgentPods } from '../kube/agent-reuse.js';
 import {
-  clusterUser,
   createEphemeralAgent,
   createJobAgent,
   createTargetlessAgent,
-  findAgent,
-  listAgentPods,
   releaseAgent,
   type AgentEndpoint,
   type AgentOptions,

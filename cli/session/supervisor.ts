@@ -8,11 +8,11 @@ import { formatTarget } from '../../shared/target.js';
 import {
   createEphemeralAgent,
   createJobAgent,
-  findAgent,
   releaseAgent,
   type AgentEndpoint,
   type AgentOptions,
 } from '../kube/agent.js';
+import { findAgent } from '../kube/agent-reuse.js';
 import { apiErrorCode } from '../kube/errors.js';
 import { informPods, type PodInformer } from '../kube/pod-informer.js';
 import { StealLeases, workloadOfPod } from '../kube/steal-lease.js';

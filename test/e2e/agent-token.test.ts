@@ -4,7 +4,7 @@
 import { randomBytes } from 'node:crypto';
 import { BatchV1Api, CoreV1Api, type V1Job, type V1Secret } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { clusterUser } from '../../cli/kube/agent.js';
+import { clusterUser } from '../../cli/kube/agent-reuse.js';
 import { agentJobName, buildAgentJob, buildAgentSecret } from '../../cli/kube/agent-manifest.js';
 import { AGENT_ANNOTATIONS, AGENT_IMAGE, AGENT_LABELS, agentSecretName } from '../../shared/agent-contract.js';
 import { requireRoot } from '../helpers/root.js';
