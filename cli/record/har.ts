@@ -73,7 +73,8 @@ export interface HarDevopLog {
   redacted: boolean;
   /** The local ports the entries name, sealed by this user's key (seal.ts): what replay may send to without --to. */
   localPorts: number[];
-  seal: string;
+  /** Absent when devop could not make its key (an unwritable home): replay then needs --to. */
+  seal?: string;
 }
 
 export interface Har {
@@ -226,9 +227,11 @@ export class HarRecorder {
         version: '1.2',
         creator: { name: 'devop', version: this.version },
         entries: [...this.entries],
-        ...(this.key
-          ? { _devop: { redacted: !this.options.keepSecrets, localPorts, seal: sealPorts(this.key, localPorts) } }
-          : {}),
+        _devop: {
+          redacted: !this.options.keepSecrets,
+          localPorts,
+          ...(this.key ? { seal: sealPorts(this.key, localPorts) } : {}),
+        },
       },
     };
   }

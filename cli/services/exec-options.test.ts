@@ -112,4 +112,17 @@ describe('exec options', () => {
     expect(mergeExecOptions({}, file, ['ctl']).shadow).toEqual({ inCluster: true });
     expect(() => mergeExecOptions({ inCluster: true }, none, ['ctl'])).toThrow(/--in-cluster only applies to --shadow/);
   });
+
+  it('--record-secrets from the flag or devop.json, only with --record', () => {
+    const none = parseConfig({}, 'devop.json');
+    expect(mergeExecOptions({ record: 'a.har' }, none, ['ctl']).recordSecrets).toBe(false);
+    expect(mergeExecOptions({ record: 'a.har', recordSecrets: true }, none, ['ctl']).recordSecrets).toBe(true);
+    const file = parseConfig({ recordSecrets: true }, 'devop.json');
+    expect(mergeExecOptions({ record: 'a.har' }, file, ['ctl']).recordSecrets).toBe(true);
+    // A devop.json that sets it without --record changes nothing; the flag alone is a mistake
+    expect(mergeExecOptions({}, file, ['ctl']).recordSecrets).toBeUndefined();
+    expect(() => mergeExecOptions({ recordSecrets: true }, none, ['ctl'])).toThrow(
+      /^--record-secrets only applies to --record FILE$/,
+    );
+  });
 });
