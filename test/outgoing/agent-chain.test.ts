@@ -92,8 +92,8 @@ describe.runIf(run)('outgoing chain: proxy, preload, remote files and forwards o
 
   it('curl through the proxy env reaches the pod app by short name and by full name, from the pod', async () => {
     // (Without the proxy env curl would ask this machine's resolver: check it first.)
-    expect(env.http_proxy).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
-    expect(env.ALL_PROXY).toMatch(/^socks5h:\/\/127\.0\.0\.1:\d+$/);
+    expect(env.http_proxy).toMatch(/^http:\/\/devop:[0-9a-f]{48}@127\.0\.0\.1:\d+$/);
+    expect(env.ALL_PROXY).toMatch(/^socks5h:\/\/devop:[0-9a-f]{48}@127\.0\.0\.1:\d+$/);
     for (const url of ['http://api:3000/curl-short', 'http://api.team.svc.cluster.local:3000/curl-full']) {
       const { stdout } = await exec('curl', ['-sS', '--max-time', '20', url], {
         env: { ...env, PATH: process.env.PATH },

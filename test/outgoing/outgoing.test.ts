@@ -213,6 +213,29 @@ describe('outgoing traffic, DNS and remote files through the pod', { timeout: TE
     }
   });
 
+  it("the local proxy serves only the session's secret: curl without it is refused; the secret is in no log line", async () => {
+    // When the local command shows the secret devop gave it (in the proxy URL), then uses the proxy as another user
+    // of this machine would: knowing the port (it is on loopback), not the secret
+    const script = [
+      'printf "url %s\\n" "$http_proxy"',
+      'curl -sS -o /dev/null -w "no-secret-http %{http_code}\\n" -x "http://${http_proxy#*@}" http://echo.default/x',
+      '(curl -sS -x "socks5h://${http_proxy#*@}" http://echo.default/x || echo no-secret-socks refused)',
+      'curl -sS http://echo.default/with-secret',
+      'echo',
+    ].join(' && ');
+    const run = track(devopExec(cluster, ['-t', 'deploy/client', '--verbose'], ['sh', '-c', script]));
+    expect(await finished(run, 'devop exec curl without the secret'), run.output).toBe(0);
+    const secret = /^url http:\/\/devop:([0-9a-f]{48})@127\.0\.0\.1:\d+$/m.exec(run.stdout)?.[1];
+    expect(secret, run.output).toBeDefined();
+    // Then without the secret HTTP is 407 and SOCKS5 is refused, with it the service answers
+    expect(run.stdout).toContain('no-secret-http 407');
+    expect(run.stdout).toContain('no-secret-socks refused');
+    expect(jsonLines<EchoAnswer>(run.stdout).map((a) => a.path)).toEqual(['/with-secret']);
+    // And devop said so, without the secret in any of its lines
+    expect(run.stderr).toMatch(/the outgoing proxy refused a connection without the session's secret/);
+    expect(run.stderr).not.toContain(secret);
+  });
+
   it('a local Node program with plain fetch reaches the service by name; an unknown name is ENOTFOUND', async () => {
     const run = track(
       devopExec(
