@@ -21,6 +21,8 @@ const MAX_LINE = 8 * 1024;
  * raced it); more are refused at once.
  */
 const MAX_UNCLAIMED = 4;
+/** The preload writes its hello as soon as it connects: a connection that has not within this long is dropped. */
+const HELLO_TIMEOUT_MS = 10_000;
 
 export interface ControlResources {
   /** Registers a socket or listener so that closing the proxy closes it too; returns a function that forgets it. */
@@ -62,6 +64,10 @@ export function serveControl(socket: Socket, options: ControlOptions, resources:
     });
     socket.end();
   };
+  socket.setTimeout(HELLO_TIMEOUT_MS, () => {
+    options.onRefused?.({ via: 'control', reason: 'no hello' });
+    socket.destroy();
+  });
   socket.on('data', (chunk: string) => {
     buffered += chunk;
     let newline = buffered.indexOf('\n');
@@ -83,6 +89,7 @@ export function serveControl(socket: Socket, options: ControlOptions, resources:
             return;
           }
           authenticated = true;
+          socket.setTimeout(0);
         } else if (request.op === 'claim') {
           handovers.get(request.port)?.claim(request.from);
           handovers.delete(request.port);
@@ -92,7 +99,10 @@ export function serveControl(socket: Socket, options: ControlOptions, resources:
       }
       newline = buffered.indexOf('\n');
     }
-    if (buffered.length > MAX_LINE) socket.destroy();
+    if (buffered.length > MAX_LINE) {
+      if (!authenticated) options.onRefused?.({ via: 'control', reason: 'a line too long for a hello' });
+      socket.destroy();
+    }
   });
   socket.on('error', () => socket.destroy());
 }
