@@ -53,7 +53,10 @@ export const TARGET_PID_ARG = '--target-pid';
 export const AGENT_CAPABILITY_USES = {
   NET_ADMIN:
     'the redirect rules of stolen ports (nftables/iptables) and moving existing connections (ss -K, conntrack)',
-  NET_RAW: 'the packet capture that mirrors a port (devop-capture: a packet socket)',
+  NET_RAW:
+    'the packet capture that mirrors a port (devop-capture: a packet socket); also the raw socket of ' +
+    'iptables-legacy, whose rules an agent without it can neither read nor make (it then uses nftables: its owned ' +
+    'table, or iptables-nft)',
   SYS_ADMIN: "entering the target pod's network namespace (setns)",
   SYS_PTRACE: "opening another process's /proc entries: the target's network namespace and its files (/proc/PID/root)",
   DAC_READ_SEARCH: 'reading the environment (/proc/PID/environ) and files of a target that runs as another user',

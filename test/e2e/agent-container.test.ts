@@ -3,10 +3,16 @@
 // one line naming it.
 import { existsSync, readFileSync, readlinkSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
-import { BatchV1Api, CoreV1Api, type V1Pod } from '@kubernetes/client-node';
+import { BatchV1Api, CoreV1Api, type V1Container, type V1Pod, type V1PodSpec } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CAPABILITY_BITS } from '../../agent/capabilities.js';
-import { agentJobName, buildAgentJob, buildAgentSecret } from '../../cli/kube/agent-manifest.js';
+import {
+  agentJobName,
+  buildAgentEphemeralContainer,
+  buildAgentJob,
+  buildAgentSecret,
+  type AgentSpecInput,
+} from '../../cli/kube/agent-manifest.js';
 import { AGENT_BUNDLE_PATH, AGENT_IMAGE, AGENT_LABELS, agentCapabilities } from '../../shared/agent-contract.js';
 import { pidsOfContainer } from '../cluster/kubelet/testing.js';
 import { requireRoot } from '../helpers/root.js';
@@ -106,6 +112,59 @@ describe('the agent in its real container', () => {
       await run.stop();
     },
   );
+
+  it("the agent's read-only root leaves iptables' legacy backend its lock file, in job and ephemeral mode", async () => {
+    // Given the agent's container as the manifests build it for a mirroring session (its command replaced by a call of
+    // the legacy iptables, which opens /run/xtables.lock, or XTABLES_LOCKFILE, for writing before anything else; it
+    // needs NET_RAW too, for libiptc's raw socket, which only a mirroring session's agent has), with no token env
+    const input: AgentSpecInput = {
+      agentId: 'rootfs',
+      namespace: env.namespace,
+      image: AGENT_IMAGE,
+      port: 21000,
+      target: { pod: 'p', uid: 'u', namespace: env.namespace, nodeName: '', containerId: 'c', container: 'c' },
+      idleSeconds: 10,
+      ttlSeconds: 30,
+      owner: 'test',
+      createdBy: 'test',
+      flush: true,
+      privileged: false,
+      mirror: true,
+    };
+    const probe = ['/bin/sh', '-c', 'iptables-legacy -S >/dev/null && echo lock-ok'];
+    const jobSpec = buildAgentJob(input).spec!.template.spec!;
+    const ephemeral = buildAgentEphemeralContainer(input);
+    const lockEnv = (ephemeral.env ?? []).filter((e) => e.name === 'XTABLES_LOCKFILE');
+    const asRegular = (env: V1Container['env']): V1Container => ({
+      name: 'agent',
+      image: AGENT_IMAGE,
+      command: probe,
+      env,
+      securityContext: ephemeral.securityContext,
+    });
+    const pods: Record<string, V1PodSpec> = {
+      'rootfs-job': { volumes: jobSpec.volumes, containers: [{ ...jobSpec.containers[0], command: probe, env: [] }] },
+      'rootfs-ephemeral': { containers: [asRegular(lockEnv)] },
+      // Without the lock file's place: what the two above are there for
+      'rootfs-bare': { containers: [asRegular([])] },
+    };
+    // When each runs
+    for (const [name, spec] of Object.entries(pods))
+      await env.core.createNamespacedPod({
+        namespace: env.namespace,
+        body: { metadata: { name }, spec: { ...spec, restartPolicy: 'Never' } },
+      });
+    const logOf = (name: string): Promise<string> =>
+      waitFor(`pod ${name} to finish`, async () => {
+        const pod = await env.core.readNamespacedPod({ name, namespace: env.namespace });
+        if (pod.status?.phase !== 'Succeeded' && pod.status?.phase !== 'Failed') return undefined;
+        return String(await env.core.readNamespacedPodLog({ name, namespace: env.namespace }));
+      });
+    // Then iptables takes its lock in both modes; on the bare read-only root it cannot
+    expect(await logOf('rootfs-job')).toContain('lock-ok');
+    expect(await logOf('rootfs-ephemeral')).toContain('lock-ok');
+    expect(await logOf('rootfs-bare')).toContain("can't open lock file /run/xtables.lock: Read-only file system");
+  });
 
   it('an agent whose container lost NET_ADMIN: stealing fails with one line naming it', async () => {
     // Given an agent for the pod that a policy started without NET_ADMIN (devop reuses a running agent of the pod)
