@@ -3,8 +3,18 @@
 // with the iptables fallback: a runtime that kills the agent's whole cgroup kills the guard too (docs/safety.md).
 import { spawn } from 'node:child_process';
 import type { Writable } from 'node:stream';
-import { cleanupScript, type IptablesBackend } from './iptables.js';
+import { iptablesBinary, isOwnChain, JUMP_WORDS, type IptablesBackend } from './iptables.js';
 import type { AgentLog } from './log.js';
+
+/**
+ * The guard's script, a constant: the iptables program and the chain reach it as its positional parameters ($1, $2),
+ * which sh expands as words and never parses as code. -D removes one copy per call: loop until none is left (at most
+ * 64, as agent/iptables.ts's removeChain), then empty and delete the chain.
+ */
+export const GUARD_SCRIPT =
+  `trap '' INT TERM HUP; cat >/dev/null; n=0; ` +
+  `while [ $n -lt 64 ] && "$1" -w -t nat -D ${JUMP_WORDS.join(' ')} "$2" 2>/dev/null; do n=$((n+1)); done; ` +
+  `"$1" -w -t nat -F "$2" 2>/dev/null; "$1" -w -t nat -X "$2" 2>/dev/null; true`;
 
 export interface Guard {
   pid: number;
@@ -20,8 +30,10 @@ export interface Guard {
 export function startGuard(backend: IptablesBackend, chain: string, log: AgentLog): Guard {
   // An owned nft table needs no guard: the kernel removes it when the agent's devop-nft dies.
   if (backend === 'nft-owned') return { pid: -1, release: () => undefined };
-  const script = `trap '' INT TERM HUP; cat >/dev/null; ${cleanupScript(backend, chain)}`;
-  const child = spawn('sh', ['-c', script], { detached: true, stdio: ['pipe', 'ignore', 'ignore'] });
+  if (!isOwnChain(chain)) throw new Error(`refusing to guard "${chain}": not a devop chain name`);
+  // GUARD_SCRIPT is a constant; "devop-guard" is its $0 (the name ps shows).
+  const args = ['-c', GUARD_SCRIPT, 'devop-guard', iptablesBinary(backend), chain];
+  const child = spawn('sh', args, { detached: true, stdio: ['pipe', 'ignore', 'ignore'] });
   const stdin = child.stdin as Writable & { unref?: () => void };
   stdin.on('error', () => undefined); // the guard died first: nothing more to do here
   child.on('error', (err) =>

@@ -3,7 +3,7 @@
 // per stolen port, and the removal of stale chains whose agent is gone.
 import { connect } from 'node:net';
 import { CHAIN_PREFIX, chainName } from '../shared/agent-contract.js';
-import { run, runOk } from './exec.js';
+import { run, runOk, type RunResult } from './exec.js';
 import { createLog, type AgentLog } from './log.js';
 import { OwnedTable, probeOwnedTables } from './nft-owned.js';
 
@@ -53,9 +53,12 @@ export function livenessSocket(agentId: string): string {
   return `\0devop-agent-${agentId}`;
 }
 
+/** The jump from PREROUTING to an agent's chain, but the chain (constant words: agent/guard.ts's script holds them). */
+export const JUMP_WORDS = ['PREROUTING', '-p', 'tcp', '-m', 'comment', '--comment', 'devop', '-j'] as const;
+
 /** The jump from PREROUTING to the agent's chain, as iptables arguments (same words for -I and -D). */
 export function jumpRule(chain: string): string[] {
-  return ['PREROUTING', '-p', 'tcp', '-m', 'comment', '--comment', 'devop', '-j', chain];
+  return [...JUMP_WORDS, chain];
 }
 
 /** One stolen port: REDIRECT to the agent's listener, skipping the node's IP (kubelet probes) unless asked. */
@@ -66,15 +69,48 @@ export function redirectRule(chain: string, port: number, listenerPort: number, 
   return rule;
 }
 
-/** The shell commands that remove an agent's chain and jump; the guard runs them when the agent dies. */
-export function cleanupScript(backend: ChainBackend, chain: string): string {
-  const ipt = `${iptablesBinary(backend)} -w -t nat`;
-  const jump = jumpRule(chain).join(' ');
-  // -D removes one copy per call: loop until none is left, then empty and delete the chain.
-  return (
-    `while ${ipt} -D ${jump} 2>/dev/null; do :; done; ${ipt} -F ${chain} 2>/dev/null; ${ipt} -X ${chain} ` +
-    `2>/dev/null; true`
-  );
+/** A chain of ours: the prefix and an agent id's letters and digits, within iptables' 28-character limit. */
+const OWN_CHAIN = new RegExp(`^${CHAIN_PREFIX}[a-z0-9]{1,${28 - CHAIN_PREFIX.length}}$`);
+
+export function isOwnChain(name: string): boolean {
+  return OWN_CHAIN.test(name);
+}
+
+/**
+ * Bound on the deletions of one chain's jumps: -D removes one copy per call, and a netns may hold several copies
+ * (agents of other versions); a bound, so that rules added as fast as they are removed cannot keep an agent here.
+ */
+const MAX_JUMP_DELETIONS = 64;
+
+/**
+ * Removes an agent's chain and every PREROUTING rule that jumps to it, with iptables run directly (no shell): rule
+ * numbers, read from `iptables -S PREROUTING`, are the only thing taken from the netns, so no text a pod could write
+ * (a rule's comment, an interface name) ever becomes a command or an argument.
+ */
+export async function removeChain(backend: ChainBackend, chain: string): Promise<void> {
+  if (!isOwnChain(chain)) throw new Error(`refusing to remove "${chain}": not a devop chain name`);
+  const ipt = (args: readonly string[]): Promise<RunResult> =>
+    run(iptablesBinary(backend), ['-w', '-t', 'nat', ...args]);
+  for (let i = 0; i < MAX_JUMP_DELETIONS; i++) {
+    const listed = await ipt(['-S', 'PREROUTING']);
+    if (listed.code !== 0) break;
+    const number = jumpRuleNumber(listed.stdout, chain);
+    if (number === undefined) break;
+    if ((await ipt(['-D', 'PREROUTING', String(number)])).code !== 0) break;
+  }
+  await ipt(['-F', chain]);
+  await ipt(['-X', chain]);
+}
+
+/**
+ * The number of the last PREROUTING rule that jumps to `chain`, in `iptables -S PREROUTING` output (whose rule lines
+ * are in rule order, after the policy line). A rule's own text can only make a rule of its own look like a jump (its
+ * comment is quoted, so a line whose comment ends with the chain ends with a quote): such a rule is removed too.
+ */
+export function jumpRuleNumber(listing: string, chain: string): number | undefined {
+  const rules = listing.split('\n').filter((line) => line.startsWith('-A PREROUTING '));
+  for (let i = rules.length - 1; i >= 0; i--) if (rules[i].endsWith(` -j ${chain}`)) return i + 1;
+  return undefined;
 }
 
 export class AgentChain {
@@ -150,7 +186,7 @@ export class AgentChain {
       await (await owned?.catch(() => undefined))?.remove();
       return;
     }
-    await run('sh', ['-c', cleanupScript(this.backend, this.chain)]);
+    await removeChain(this.backend, this.chain);
     this.created = false;
   }
 }
@@ -182,13 +218,9 @@ export async function removeStaleChains(log: AgentLog, ownAgentId: string): Prom
     for (const [, chain, id] of chains) {
       // Our own id cannot have a chain yet: one that exists was left by an earlier agent with the same id.
       if (id !== ownAgentId && (await isAlive(id))) continue;
-      // Jumps may have been written by another devop version: delete every PREROUTING rule that targets the chain.
-      for (const line of saved.split('\n')) {
-        if (line.startsWith('-A PREROUTING ') && line.endsWith(`-j ${chain}`)) {
-          await run('sh', ['-c', `${iptablesBinary(backend)} -w -t nat -D ${line.slice(3)}`]);
-        }
-      }
-      await run('sh', ['-c', cleanupScript(backend, chain)]);
+      // Jumps may have been written by another devop version: removeChain deletes every PREROUTING rule that targets
+      // the chain, whatever its matches.
+      await removeChain(backend, chain);
       log.info('removed stale chain', { chain, backend });
       removed.push(`${backend}:${chain}`);
     }

@@ -21,7 +21,7 @@ import {
 } from '../shared/agent-contract.js';
 import { compileFilter, describeFilter } from './filter.js';
 import { candidates, parseHosts, parseResolvConf } from './dns.js';
-import { cleanupScript, jumpRule, redirectRule } from './iptables.js';
+import { isOwnChain, jumpRule, redirectRule } from './iptables.js';
 import { findContainerPid, readTargetEnv, targetPath } from './target.js';
 
 describe('agent contract', () => {
@@ -173,9 +173,8 @@ describe('iptables rules', () => {
       '40000',
     ]);
     expect(redirectRule('DEVOP-x', 3000, 40000)).not.toContain('!');
-    const script = cleanupScript('legacy', 'DEVOP-x');
-    expect(script).toContain('iptables-legacy -w -t nat -D PREROUTING -p tcp -m comment --comment devop -j DEVOP-x');
-    expect(script).toContain('-X DEVOP-x');
+    expect(isOwnChain('DEVOP-x')).toBe(true);
+    expect(isOwnChain('DEVOP-x;reboot')).toBe(false);
   });
 });
 

@@ -1,0 +1,145 @@
+// The cleanup of stale DEVOP chains and the iptables guard, in a netns of the test's own with both iptables backends:
+// what another process with NET_ADMIN in the pod's netns wrote into a rule never runs as a command in the agent.
+import { execFile } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { existsSync, rmSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { promisify } from 'node:util';
+import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { jumpRuleNumber } from '../../agent/iptables.js';
+import { GUARD_SCRIPT } from '../../agent/guard.js';
+import { requireRoot } from '../helpers/root.js';
+import { sh, waitFor } from './netns.js';
+
+const exec = promisify(execFile);
+const FIXTURE = resolve(import.meta.dirname, 'fixtures/remove-stale-chains.ts');
+const TSX = resolve(import.meta.dirname, '../../node_modules/.bin/tsx');
+
+describe('stale chains: what is read from the netns', () => {
+  test('only rule numbers come out of a listing; a quoted comment that names the chain is no jump', () => {
+    // Given a PREROUTING listing with a jump to DEVOP-a1, a rule whose comment ends with it, and one to DEVOP-a10
+    const listing = [
+      '-P PREROUTING ACCEPT',
+      '-A PREROUTING -p tcp -m comment --comment devop -j DEVOP-a1',
+      '-A PREROUTING -m comment --comment "x -j DEVOP-a1"',
+      '-A PREROUTING -p tcp -j DEVOP-a10',
+      '-A PREROUTING -p tcp -m comment --comment "$(touch /tmp/x)" -j DEVOP-a1',
+      '',
+    ].join('\n');
+    // Then the last jump to DEVOP-a1 is rule 4, and there is none to DEVOP-b
+    expect(jumpRuleNumber(listing, 'DEVOP-a1')).toBe(4);
+    expect(jumpRuleNumber(listing, 'DEVOP-a10')).toBe(3);
+    expect(jumpRuleNumber(listing, 'DEVOP-b')).toBeUndefined();
+  });
+
+  test("the guard's script is a constant: the chain reaches it only as a positional parameter", () => {
+    expect(GUARD_SCRIPT).not.toMatch(/DEVOP-/);
+    expect(GUARD_SCRIPT).toContain('"$1" -w -t nat -D PREROUTING -p tcp -m comment --comment devop -j "$2"');
+  });
+});
+
+const run = requireRoot('agent stale chains');
+
+describe.runIf(run)('stale chains: a planted comment never runs', () => {
+  const ns = `dvst${randomBytes(3).toString('hex')}`;
+  const marker = `/tmp/devop-pwned-${randomBytes(6).toString('hex')}`;
+  /** iptables in the netns, by argv (the test itself must not run the planted text either). */
+  const ipt = (binary: string, args: string[]): Promise<unknown> =>
+    exec('ip', ['netns', 'exec', ns, binary, '-w', '-t', 'nat', ...args]);
+  const saved = (): Promise<string> =>
+    sh(`ip netns exec ${ns} sh -c 'iptables-nft-save -t nat; iptables-legacy-save -t nat'`);
+  const inNetns = async (args: string[]): Promise<string> =>
+    (await exec('ip', ['netns', 'exec', ns, TSX, FIXTURE, ...args], { encoding: 'utf8' })).stdout;
+
+  beforeAll(async () => {
+    await sh(`ip netns add ${ns}`);
+  });
+  afterAll(async () => {
+    await sh(`ip netns pids ${ns} | xargs -r kill -9; ip netns del ${ns}`);
+    for (const suffix of ['', '-bt', '-g']) rmSync(`${marker}${suffix}`, { force: true });
+  });
+
+  test('a stale chain whose jumps carry $(…) and `…` in their comments is removed, and nothing runs', async () => {
+    // Given, in both backends, a stale chain of a dead agent jumped to by rules whose comments hold command
+    // substitutions, beside a rule of the pod's own
+    for (const binary of ['iptables-nft', 'iptables-legacy']) {
+      await ipt(binary, ['-N', 'DEVOP-dead1']);
+      await ipt(binary, ['-A', 'DEVOP-dead1', '-p', 'tcp', '--dport', '3000', '-j', 'REDIRECT', '--to-ports', '4000']);
+      for (const comment of [`$(touch ${marker})`, `\`touch ${marker}-bt\``]) {
+        await ipt(binary, [
+          '-A',
+          'PREROUTING',
+          '-p',
+          'tcp',
+          '-m',
+          'comment',
+          '--comment',
+          comment,
+          '-j',
+          'DEVOP-dead1',
+        ]);
+      }
+      await ipt(binary, ['-A', 'PREROUTING', '-p', 'udp', '-m', 'comment', '--comment', 'the pod', '-j', 'ACCEPT']);
+      await ipt(binary, [
+        '-I',
+        'PREROUTING',
+        '1',
+        '-p',
+        'tcp',
+        '-m',
+        'comment',
+        '--comment',
+        'devop',
+        '-j',
+        'DEVOP-dead1',
+      ]);
+    }
+    expect((await saved()).match(/touch/g)).toHaveLength(4);
+
+    // When a new agent cleans stale chains in that netns
+    const removed = JSON.parse(await inNetns(['newagent']));
+
+    // Then both chains and every jump are gone, the pod's rules stay, and no planted command ran
+    expect(removed).toEqual(['nft:DEVOP-dead1', 'legacy:DEVOP-dead1']);
+    const after = await saved();
+    expect(after).not.toContain('DEVOP');
+    expect(after.match(/the pod/g)).toHaveLength(2);
+    expect(existsSync(marker)).toBe(false);
+    expect(existsSync(`${marker}-bt`)).toBe(false);
+  });
+
+  test("the guard removes its chain's jumps and the chain when released", async () => {
+    // Given an agent's chain and its jump in the nft backend
+    await ipt('iptables-nft', ['-N', 'DEVOP-guarded1']);
+    await ipt('iptables-nft', [
+      '-I',
+      'PREROUTING',
+      '1',
+      '-p',
+      'tcp',
+      '-m',
+      'comment',
+      '--comment',
+      'devop',
+      '-j',
+      'DEVOP-guarded1',
+    ]);
+    await ipt('iptables-nft', [
+      '-I',
+      'PREROUTING',
+      '1',
+      '-p',
+      'tcp',
+      '-m',
+      'comment',
+      '--comment',
+      'devop',
+      '-j',
+      'DEVOP-guarded1',
+    ]);
+    // When its guard starts and the agent's end of the pipe closes
+    await inNetns(['guard', 'nft', 'DEVOP-guarded1']);
+    // Then the guard removes both jumps and the chain
+    await waitFor(async () => !(await saved()).includes('DEVOP-guarded1'), 'the guard to remove DEVOP-guarded1');
+  });
+});
