@@ -26,7 +26,7 @@ import { startRoutedApiServer } from '../../test/helpers/stalled-api.js';
 import { expectStatus, waitFor } from '../../test/cluster/apiserver/testing.js';
 import { shadowKubeconfig } from '../services/shadow.js';
 import { makeSessionCert } from '../session/cert.js';
-import { isReview, startShadowProxy, parseApiPath, type ShadowProxy, type ShadowWrite } from './shadow-proxy.js';
+import { startShadowProxy, type ShadowProxy, type ShadowWrite } from './shadow-proxy.js';
 
 const run = promisify(execFile);
 /** The newest kubectl installed beside the one on the PATH (docs/testing.md). */
@@ -68,29 +68,6 @@ afterAll(async () => {
 });
 
 describe('shadow API proxy', () => {
-  it('parses resource paths: namespaced, cluster-scoped, subresources, a namespace and its status', () => {
-    expect(parseApiPath('/apis/apps/v1/namespaces/ns/deployments/web/scale')).toEqual({
-      group: 'apps',
-      version: 'v1',
-      namespace: 'ns',
-      resource: 'deployments',
-      name: 'web',
-      subresource: 'scale',
-    });
-    expect(parseApiPath('/api/v1/nodes/n1')).toMatchObject({ group: '', resource: 'nodes', name: 'n1' });
-    expect(parseApiPath('/api/v1/namespaces/ns')).toMatchObject({ resource: 'namespaces', name: 'ns' });
-    expect(parseApiPath('/api/v1/namespaces/ns/status')).toMatchObject({
-      resource: 'namespaces',
-      name: 'ns',
-      subresource: 'status',
-    });
-    expect(parseApiPath('/version')).toBeUndefined();
-    // Only the built-in review kinds pass without dryRun; a custom resource named *reviews is stored, so it is not one
-    expect(isReview(parseApiPath('/apis/authorization.k8s.io/v1/selfsubjectaccessreviews'))).toBe(true);
-    expect(isReview(parseApiPath('/apis/authentication.k8s.io/v1/tokenreviews'))).toBe(true);
-    expect(isReview(parseApiPath('/apis/example.com/v1/namespaces/ns/codereviews'))).toBe(false);
-  });
-
   it('lets only the holder of its token in', async () => {
     const status = (headers: Record<string, string>) =>
       new Promise<number | undefined>((resolve, reject) => {
@@ -344,7 +321,7 @@ describe('shadow API proxy', () => {
     }
   });
 
-  it('carries WebSocket upgrades (port-forward) with the user credentials, and says no to SPDY', async () => {
+  it('carries WebSocket watches with the user credentials, and says no to SPDY and to port-forward', async () => {
     // Given an API server that answers WebSockets by echoing, and sees the credentials
     const cert = makeSessionCert('devop shadow API proxy');
     const upstream = createServer(cert);
@@ -362,8 +339,8 @@ describe('shadow API proxy', () => {
     );
     const front = await startShadowProxy({ kc, onWrite: () => undefined });
     try {
-      // When a client opens a WebSocket through the proxy
-      const path = `/api/v1/namespaces/${namespace}/pods/p/portforward?ports=80`;
+      // When a client opens a WebSocket watch through the proxy
+      const path = `/api/v1/namespaces/${namespace}/configmaps?watch=true`;
       const client = new WebSocket(`wss://127.0.0.1:${front.port}${path}`, {
         ca: front.caPem,
         headers: { authorization: `Bearer ${front.token}` },
@@ -389,6 +366,19 @@ describe('shadow API proxy', () => {
         req.end();
       });
       expect(spdy).toBe(400);
+      // And a port-forward WebSocket is refused: it would reach the pod's ports, whose writes no dry run covers
+      const forward = new WebSocket(`wss://127.0.0.1:${front.port}/api/v1/namespaces/${namespace}/pods/p/portforward`, {
+        ca: front.caPem,
+        headers: { authorization: `Bearer ${front.token}` },
+      });
+      const refused = await new Promise<number | undefined>((resolve) => {
+        forward.on('unexpected-response', (_req, res) => resolve(res.statusCode));
+        forward.on('open', () => resolve(101));
+        forward.on('error', () => undefined);
+      });
+      forward.terminate();
+      expect(refused).toBe(403);
+      expect(seen).toEqual(['Bearer upstream-token']);
     } finally {
       await front.close();
       sockets.close();
@@ -441,4 +431,217 @@ describe('shadow API proxy', () => {
       kubectlProxy.kill('SIGTERM');
     }
   }, 60_000);
+});
+
+interface Reply {
+  status?: number;
+  body: string;
+}
+
+/** One raw request to a shadow proxy, as a client other than client-node could send it. */
+function ask(
+  front: Pick<ShadowProxy, 'url' | 'caPem' | 'token'>,
+  path: string,
+  options: { method?: string; headers?: Record<string, string>; body?: string } = {},
+): Promise<Reply> {
+  return new Promise((resolve, reject) => {
+    const headers: Record<string, string> = { authorization: `Bearer ${front.token}`, ...options.headers };
+    if (options.body !== undefined) headers['content-length'] = String(Buffer.byteLength(options.body));
+    const req = request(`${front.url}${path}`, { method: options.method ?? 'GET', ca: front.caPem, headers }, (res) => {
+      let body = '';
+      res.on('data', (d: Buffer) => (body += d.toString()));
+      res.on('end', () => resolve({ status: res.statusCode, body }));
+    });
+    req.on('error', reject);
+    req.end(options.body);
+  });
+}
+
+/** What an API server received: method, target and body as they reached it. */
+interface Received {
+  method?: string;
+  url?: string;
+  headers: Record<string, string | string[] | undefined>;
+  body: string;
+}
+
+/** A shadow proxy in front of an API server that records every request and answers each with a success Status. */
+async function recordingProxy(): Promise<{ front: ShadowProxy; received: Received[]; close(): Promise<void> }> {
+  const received: Received[] = [];
+  const api = await startRoutedApiServer((req, res) => {
+    let body = '';
+    req.on('data', (d: Buffer) => (body += d.toString()));
+    req.on('end', () => {
+      received.push({ method: req.method, url: req.url, headers: req.headers, body });
+      const text = JSON.stringify({ kind: 'Status', apiVersion: 'v1', status: 'Success', code: 200 });
+      res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });
+      res.end(text);
+    });
+  });
+  const kc = new KubeConfig();
+  kc.loadFromFile(api.kubeconfigPath);
+  const front = await startShadowProxy({ kc, onWrite: () => undefined });
+  return {
+    front,
+    received,
+    close: async () => {
+      await front.close();
+      await api.close();
+    },
+  };
+}
+
+describe('shadow API proxy: deletes are dry runs, and what no dry run covers is refused', () => {
+  const kubectl = (...args: string[]) =>
+    run(KUBECTL, args, { env: { ...process.env, KUBECONFIG: shadowConfigPath, HOME: dir }, timeout: 60_000 });
+
+  it('kubectl delete (DeleteOptions in the body) gets a dry-run answer and the object stays', async () => {
+    // Given a ConfigMap in the cluster
+    await real.createNamespacedConfigMap({ namespace, body: { metadata: { name: 'kubectl-deletes' } } });
+    const version = await storeVersion();
+    writes.length = 0;
+    // When kubectl deletes it through the shadow kubeconfig (--wait=false: kubectl otherwise waits for the object to
+    // go, which a dry run never makes it do)
+    const deleted = await kubectl('delete', 'configmap', 'kubectl-deletes', '-n', namespace, '--wait=false');
+    // Then kubectl was told it was deleted, and the cluster still has it, its store unmoved
+    expect(deleted.stdout).toContain('configmap "kubectl-deletes" deleted');
+    expect((await real.readNamespacedConfigMap({ name: 'kubectl-deletes', namespace })).metadata?.name).toBe(
+      'kubectl-deletes',
+    );
+    expect(await storeVersion()).toBe(version);
+    expect(writes).toMatchObject([{ verb: 'delete', kind: 'ConfigMap', name: 'kubectl-deletes', result: 'dry-run' }]);
+  }, 120_000);
+
+  it('client-node deletes, with DeleteOptions or a dryRun of its own, are dry runs and the object stays', async () => {
+    // Given a ConfigMap in the cluster
+    await real.createNamespacedConfigMap({ namespace, body: { metadata: { name: 'node-deletes' } } });
+    const version = await storeVersion();
+    // When client-node deletes it as a controller does (options in the body), without options, and with a dryRun
+    // value kube-apiserver would refuse (it must not turn into a real delete on the way)
+    await shadow.deleteNamespacedConfigMap({
+      name: 'node-deletes',
+      namespace,
+      body: { propagationPolicy: 'Foreground', gracePeriodSeconds: 0 },
+    });
+    await shadow.deleteNamespacedConfigMap({ name: 'node-deletes', namespace });
+    await shadow.deleteNamespacedConfigMap({ name: 'node-deletes', namespace, body: { dryRun: ['Bogus'] } });
+    await shadow.deleteNamespacedConfigMap({ name: 'node-deletes', namespace, dryRun: 'Bogus' });
+    await shadow.deleteCollectionNamespacedConfigMap({ namespace, body: { propagationPolicy: 'Background' } });
+    // Then the ConfigMap is still there and nothing was stored
+    expect((await real.readNamespacedConfigMap({ name: 'node-deletes', namespace })).metadata?.name).toBe(
+      'node-deletes',
+    );
+    expect(await storeVersion()).toBe(version);
+  });
+
+  it('a create with dryRun=Bogus from the client is a dry run all the same', async () => {
+    const version = await storeVersion();
+    const answer = await ask(proxy, `/api/v1/namespaces/${namespace}/configmaps?dryRun=Bogus`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ metadata: { name: 'bogus-dry-run' } }),
+    });
+    expect(answer.status).toBe(201);
+    expect((await expectStatus(real.readNamespacedConfigMap({ name: 'bogus-dry-run', namespace }))).code).toBe(404);
+    expect(await storeVersion()).toBe(version);
+  });
+
+  it('sends dryRun All in the DELETE body (where kube-apiserver reads it), announced, and in the query', async () => {
+    // Given a proxy in front of an API server that records what reaches it (handlers/delete.go reads DeleteOptions
+    // from the body when there is one and ignores the query then: a dry run only in the query would be real)
+    const { front, received, close } = await recordingProxy();
+    try {
+      // When a client deletes with options in the body, and deletes a collection with options in the query only
+      await ask(front, `/api/v1/namespaces/${namespace}/configmaps/c?dryRun=Bogus`, {
+        method: 'DELETE',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ kind: 'DeleteOptions', apiVersion: 'v1', propagationPolicy: 'Foreground' }),
+      });
+      await ask(front, `/api/v1/namespaces/${namespace}/configmaps?labelSelector=a%3Db&propagationPolicy=Orphan`, {
+        method: 'DELETE',
+      });
+      // Then each DELETE upstream has a JSON body with the client's options and dryRun All, with its Content-Length
+      const deletes = received.filter((r) => r.method === 'DELETE');
+      expect(deletes.map((r) => JSON.parse(r.body))).toEqual([
+        { kind: 'DeleteOptions', apiVersion: 'v1', propagationPolicy: 'Foreground', dryRun: ['All'] },
+        { propagationPolicy: 'Orphan', dryRun: ['All'] },
+      ]);
+      for (const r of deletes) {
+        expect(r.headers['content-length']).toBe(String(Buffer.byteLength(r.body)));
+        expect(r.headers['content-type']).toBe('application/json');
+        expect(new URL(r.url ?? '', 'https://x').searchParams.getAll('dryRun')).toEqual(['All']);
+      }
+      expect(new URL(deletes[1].url ?? '', 'https://x').searchParams.get('labelSelector')).toBe('a=b');
+    } finally {
+      await close();
+    }
+  });
+
+  it('refuses a protobuf DELETE body with 415 and one line, and sends nothing upstream', async () => {
+    const { front, received, close } = await recordingProxy();
+    try {
+      const answer = await ask(front, `/api/v1/namespaces/${namespace}/configmaps/c`, {
+        method: 'DELETE',
+        headers: { 'content-type': 'application/vnd.kubernetes.protobuf' },
+        body: 'k8s\u0000\n\u0015\n\u0002v1\u0012\rDeleteOptions',
+      });
+      expect(answer.status).toBe(415);
+      expect(JSON.parse(answer.body).message).toMatch(/^devop --shadow [^\n]*application\/json[^\n]*$/);
+      expect(received.filter((r) => r.method === 'DELETE')).toEqual([]);
+    } finally {
+      await close();
+    }
+  });
+
+  it.each([
+    ['a service-account token', 'POST', '/api/v1/namespaces/default/serviceaccounts/default/token', {}],
+    ['a non-resource write', 'PUT', '/debug/flags/v', {}],
+    ['a pod proxy read', 'GET', '/api/v1/namespaces/default/pods/p/proxy/', {}],
+    ['a service proxy write', 'POST', '/api/v1/namespaces/default/services/s/proxy/orders', {}],
+    ['a node proxy (the kubelet API)', 'GET', '/api/v1/nodes/n/proxy/pods', {}],
+    ['pods/x%2Fexec (exec once decoded)', 'POST', '/api/v1/namespaces/default/pods/x%2Fexec?command=id', {}],
+    ['pods/x%2Fproxy on a read', 'GET', '/api/v1/namespaces/default/pods/x%2Fproxy', {}],
+    ['an impersonating read', 'GET', '/api/v1/namespaces/default/secrets', { 'impersonate-user': 'admin' }],
+    ['an impersonating write', 'POST', '/api/v1/namespaces/default/configmaps', { 'Impersonate-Group': 'x' }],
+    ['a write the proxy cannot parse', 'POST', '/apis/apps/v1', {}],
+    ['pods/attach', 'POST', '/api/v1/namespaces/default/pods/p/attach', {}],
+    ['pods/portforward', 'POST', '/api/v1/namespaces/default/pods/p/portforward', {}],
+  ])('refuses %s with a 403 that says why, and sends nothing upstream', async (_what, method, path, headers) => {
+    const { front, received, close } = await recordingProxy();
+    try {
+      const answer = await ask(front, path, { method, headers, ...(method === 'GET' ? {} : { body: '{}' }) });
+      expect(answer.status).toBe(403);
+      expect(JSON.parse(answer.body)).toMatchObject({ kind: 'Status', code: 403, reason: 'Forbidden' });
+      expect(JSON.parse(answer.body).message).toMatch(/^devop --shadow [^\n]+$/);
+      expect(received).toEqual([]);
+    } finally {
+      await close();
+    }
+  });
+
+  it('refuses WebSocket upgrades to proxy and exec subresources before they reach the server', async () => {
+    const { front, received, close } = await recordingProxy();
+    try {
+      for (const path of [
+        `/api/v1/namespaces/${namespace}/pods/p/proxy/ws`,
+        `/api/v1/nodes/n/proxy/exec/default/p/c?command=id`,
+        `/api/v1/namespaces/${namespace}/pods/x%2Fexec?command=id`,
+      ]) {
+        const socket = new WebSocket(`wss://127.0.0.1:${front.port}${path}`, {
+          ca: front.caPem,
+          headers: { authorization: `Bearer ${front.token}` },
+        });
+        const status = await new Promise<number | undefined>((resolve) => {
+          socket.on('unexpected-response', (_req, res) => resolve(res.statusCode));
+          socket.on('open', () => resolve(101));
+          socket.on('error', () => undefined);
+        });
+        socket.terminate();
+        expect(status, path).toBe(403);
+      }
+      expect(received).toEqual([]);
+    } finally {
+      await close();
+    }
+  });
 });

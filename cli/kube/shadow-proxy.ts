@@ -1,7 +1,8 @@
 // The shadow API proxy of `devop exec --shadow`: a local HTTP server that the local command's kubeconfig points at.
 // Reads and watches pass through to the real API server with the user's credentials (streamed by http-proxy, which
-// also carries WebSocket upgrades); every write goes out with dryRun=All, so the cluster validates, defaults and
-// admits it and stores nothing; Leases are answered from memory (shadow-leases.ts). Each write is reported.
+// also carries WebSocket watches); every write goes out as a dry run (dryRun=All in the query, and in the DeleteOptions
+// body of a DELETE), so the cluster validates, defaults and admits it and stores nothing; Leases are answered from
+// memory (shadow-leases.ts); a request that no dry run covers is refused (shadow-policy.ts). Each write is reported.
 import { randomBytes, timingSafeEqual } from 'node:crypto';
 import { Agent as HttpAgent, request as httpRequest, type IncomingMessage, type ServerResponse } from 'node:http';
 import { Agent, createServer, request as httpsRequest, type AgentOptions } from 'node:https';
@@ -10,6 +11,9 @@ import type { KubeConfig } from '@kubernetes/client-node';
 import httpProxy from 'http-proxy';
 import { makeSessionCert } from '../session/cert.js';
 import { LeaseMemory, statusBody, type KubeObject } from './shadow-leases.js';
+import { dryRunDeleteBody, routeRequest, WRITE_VERBS, type ApiPath, type ShadowRoute } from './shadow-policy.js';
+
+export { isReview, parseApiPath, type ApiPath } from './shadow-policy.js';
 
 /** One write of the local command, as the proxy handled it. */
 export interface ShadowWrite {
@@ -50,49 +54,12 @@ export interface ShadowProxy {
   close(): Promise<void>;
 }
 
-/** A parsed Kubernetes resource path: /api/v1/… or /apis/GROUP/VERSION/… */
-export interface ApiPath {
-  group: string;
-  version: string;
-  namespace?: string;
-  resource: string;
-  name?: string;
-  subresource?: string;
-}
-
 /** kube-apiserver's own limit on a request (--request-timeout's default): a write still unanswered then has failed. */
 const WRITE_TIMEOUT_MS = 60_000;
 /** Largest write body the proxy reads (kube-apiserver's own limit is 3 MiB). */
 const MAX_WRITE_BODY = 3 * 1024 * 1024;
-/** The groups of the kinds whose create only answers (access and token reviews): they store nothing. */
-const REVIEW_GROUPS = new Set(['authorization.k8s.io', 'authentication.k8s.io']);
-/** Subresources that run something in a container: a write the API server cannot dry-run, so refused. */
-const EXEC_SUBRESOURCES = new Set(['exec', 'attach']);
-const WRITE_VERBS: Record<string, string> = { POST: 'create', PUT: 'update', PATCH: 'patch', DELETE: 'delete' };
 /** Headers of the local command's request that go with a write (the rest are the proxy's business). */
 const FORWARDED_HEADERS = ['content-type', 'accept', 'user-agent', 'accept-encoding'];
-
-export function parseApiPath(pathname: string): ApiPath | undefined {
-  const parts = pathname.split('/').filter(Boolean).map(decodeURIComponent);
-  let group: string;
-  let version: string;
-  let rest: string[];
-  if (parts[0] === 'api' && parts.length >= 3) [group, version, rest] = ['', parts[1], parts.slice(2)];
-  else if (parts[0] === 'apis' && parts.length >= 4) [group, version, rest] = [parts[1], parts[2], parts.slice(3)];
-  else return undefined;
-  // namespaces/NS/RESOURCE/…, except a namespace's own subresources (namespaces/NS/status, …/finalize).
-  if (rest[0] === 'namespaces' && rest.length >= 3 && !(rest.length === 3 && ['status', 'finalize'].includes(rest[2])))
-    return { group, version, namespace: rest[1], resource: rest[2], name: rest[3], subresource: rest[4] };
-  return { group, version, resource: rest[0], name: rest[1], subresource: rest[2] };
-}
-
-/**
- * An access or token review: passes as it is (it stores nothing). Only the built-in groups: a custom resource whose
- * name ends in "reviews" is stored like any other, so it is a dry run.
- */
-export function isReview(path: ApiPath | undefined): boolean {
-  return Boolean(path && REVIEW_GROUPS.has(path.group) && path.resource.endsWith('reviews') && !path.name);
-}
 
 export async function startShadowProxy(options: ShadowProxyOptions): Promise<ShadowProxy> {
   const { kc } = options;
@@ -163,6 +130,8 @@ export async function startShadowProxy(options: ShadowProxyOptions): Promise<Sha
     if (opts.auth) headers.Authorization = `Basic ${Buffer.from(opts.auth).toString('base64')}`;
     return headers;
   };
+  const routeOf = (req: IncomingMessage): ShadowRoute =>
+    routeRequest(req.method ?? 'GET', (req.url ?? '/').split('?')[0], req.headers);
   const authorized = (req: IncomingMessage): boolean => {
     const given = Buffer.from(req.headers.authorization ?? '');
     const wanted = Buffer.from(`Bearer ${token}`);
@@ -176,20 +145,27 @@ export async function startShadowProxy(options: ShadowProxyOptions): Promise<Sha
 
   const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     if (!authorized(req)) return sendJson(res, 401, statusBody(401, 'Unauthorized', 'Unauthorized'));
-    const url = new URL(req.url ?? '/', 'http://shadow');
-    const path = parseApiPath(url.pathname);
-    const method = req.method ?? 'GET';
-    if (path?.group === 'coordination.k8s.io' && path.resource === 'leases' && path.namespace && !path.subresource) {
-      if (path.name || method === 'POST') return answerLease(req, res, path, leases, options);
+    const route = routeOf(req);
+    switch (route.kind) {
+      case 'refuse':
+        req.resume();
+        warn(route.message);
+        return sendJson(res, route.code, statusBody(route.code, route.reason, route.message));
+      case 'lease':
+        return answerLease(req, res, route.path, leases, options);
+      case 'write':
+        return forwardWrite(req, res, {
+          target: req.url ?? '/',
+          route,
+          upstream,
+          agent,
+          headers: await userHeaders(),
+          options,
+        });
+      default:
+        await asUser(req);
+        proxy.web(req, res);
     }
-    const verb = WRITE_VERBS[method];
-    if (verb && !isReview(path)) {
-      if (path?.subresource && EXEC_SUBRESOURCES.has(path.subresource))
-        return sendJson(res, 403, statusBody(403, 'Forbidden', shadowRefusal(`pods/${path.subresource}`)));
-      return forwardWrite(req, res, { url, path, verb, upstream, agent, headers: await userHeaders(), options });
-    }
-    await asUser(req);
-    proxy.web(req, res);
   };
 
   const cert = makeSessionCert('devop shadow API proxy');
@@ -202,17 +178,22 @@ export async function startShadowProxy(options: ShadowProxyOptions): Promise<Sha
     });
   });
   server.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => {
-    const path = parseApiPath(new URL(req.url ?? '/', 'http://shadow').pathname);
+    const route = routeOf(req);
     // http-proxy carries WebSocket upgrades only; SPDY clients (older kubectl) fall back to WebSocket or stop here.
+    // A WebSocket is a read (a watch) or it is refused: exec, attach, portforward and proxy are refused by route.
     const notWebSocket = `devop --shadow forwards WebSocket upgrades only, not ${req.headers.upgrade}`;
+    const notRead = `devop --shadow forwards WebSocket watches only (GET), not ${req.method}`;
     const refusal = !authorized(req)
       ? statusBody(401, 'Unauthorized', 'Unauthorized')
-      : path?.subresource && EXEC_SUBRESOURCES.has(path.subresource)
-        ? statusBody(403, 'Forbidden', shadowRefusal(`pods/${path.subresource}`))
+      : route.kind === 'refuse'
+        ? statusBody(route.code, route.reason, route.message)
         : req.headers.upgrade?.toLowerCase() !== 'websocket'
           ? statusBody(400, 'BadRequest', notWebSocket)
-          : undefined;
+          : route.kind !== 'read' || req.method !== 'GET'
+            ? statusBody(403, 'Forbidden', notRead)
+            : undefined;
     if (refusal) {
+      if (route.kind === 'refuse') warn(route.message);
       const text = JSON.stringify(refusal);
       const reason = { 400: 'Bad Request', 401: 'Unauthorized', 403: 'Forbidden' }[refusal.code as number];
       socket.end(
@@ -269,31 +250,51 @@ async function forwardWrite(
   req: IncomingMessage,
   res: ServerResponse,
   w: {
-    url: URL;
-    path: ApiPath | undefined;
-    verb: string;
+    /** The request target as the client sent it (the path was checked by routeRequest as it is). */
+    target: string;
+    route: { verb: string; path: ApiPath };
     upstream: URL;
     agent: HttpAgent;
     headers: Record<string, string>;
     options: ShadowProxyOptions;
   },
 ): Promise<void> {
-  const body = await readBody(req);
-  if (body === undefined)
+  const given = await readBody(req);
+  if (given === undefined)
     return sendJson(res, 413, statusBody(413, 'RequestEntityTooLarge', 'Request entity too large: limit is 3145728'));
-  const target = upstreamUrl(w.upstream, w.url.pathname + w.url.search);
-  target.searchParams.delete('dryRun');
-  target.searchParams.append('dryRun', 'All');
+  const [rawPath, ...rawQuery] = w.target.split('?');
+  // Every write carries dryRun=All in the query (create, update and patch read their options only there:
+  // handlers/create.go, update.go, patch.go), whatever the client put there (dryRun=Bogus is not a real write).
+  const query = new URLSearchParams(rawQuery.join('?'));
+  query.delete('dryRun');
+  query.append('dryRun', 'All');
+  const target = upstreamUrl(w.upstream, `${rawPath}?${query}`);
   const headers: Record<string, string> = { ...w.headers };
   for (const name of FORWARDED_HEADERS) {
     const value = req.headers[name];
     if (typeof value === 'string') headers[name] = value;
   }
   delete headers['accept-encoding'];
-  const named = w.path?.name !== undefined;
+  let body = given;
+  if (req.method === 'DELETE') {
+    // A DELETE's options come from its body when it has one (handlers/delete.go): the dry run goes there, always.
+    const rewritten = dryRunDeleteBody(req.headers['content-type'], given, query);
+    if (!('body' in rewritten)) {
+      w.options.onWarning?.(rewritten.message);
+      return sendJson(res, rewritten.code, statusBody(rewritten.code, rewritten.reason, rewritten.message));
+    }
+    body = rewritten.body;
+    headers['content-type'] = 'application/json';
+  }
+  const path = w.route.path;
+  const named = path.name !== undefined;
   // The object before the write: what the diff is made against (the object itself, not its subresource).
-  const objectPath =
-    w.path && named ? w.url.pathname.split('/').slice(0, subresourceCut(w.url.pathname)).join('/') : '';
+  const objectPath = named
+    ? rawPath
+        .split('/')
+        .slice(0, path.subresource ? -1 : undefined)
+        .join('/')
+    : '';
   const [before, answer] = await Promise.all([
     named
       ? send(upstreamUrl(w.upstream, objectPath), 'GET', { ...w.headers, accept: 'application/json' }, w.agent)
@@ -307,15 +308,16 @@ async function forwardWrite(
   const answerObject = parseJson(answer);
   const ok = answer.status < 400;
   const isStatus = (answerObject as KubeObject | undefined)?.kind === 'Status';
-  const verb = w.verb === 'delete' && !named ? 'deletecollection' : w.verb;
+  const verb = w.route.verb;
   const after = !ok ? undefined : verb === 'delete' && isStatus ? null : answerObject;
+  const name = nameOf(path, after, given);
   w.options.onWrite({
     verb,
-    kind: kindOf(after) ?? kindOf(beforeObject) ?? w.path?.resource ?? w.url.pathname,
-    resource: w.path?.resource ?? w.url.pathname,
-    ...(w.path?.subresource ? { subresource: w.path.subresource } : {}),
-    ...(w.path?.namespace ? { namespace: w.path.namespace } : {}),
-    ...(nameOf(w.path, after, body) ? { name: nameOf(w.path, after, body) } : {}),
+    kind: kindOf(after) ?? kindOf(beforeObject) ?? path.resource,
+    resource: path.resource,
+    ...(path.subresource ? { subresource: path.subresource } : {}),
+    ...(path.namespace ? { namespace: path.namespace } : {}),
+    ...(name ? { name } : {}),
     status: answer.status,
     result: ok ? 'dry-run' : 'refused',
     ...(!ok ? { message: (answerObject as { message?: string } | undefined)?.message ?? `HTTP ${answer.status}` } : {}),
@@ -377,13 +379,6 @@ function upstreamUrl(upstream: URL, path: string): URL {
   return new URL(`${upstream.origin}${upstream.pathname.replace(/\/$/, '')}${path}`);
 }
 
-/** The index where a named object's path ends (its subresource, if any, follows). */
-function subresourceCut(pathname: string): number {
-  const parts = pathname.split('/');
-  const path = parseApiPath(pathname);
-  return path?.subresource ? parts.length - 1 : parts.length;
-}
-
 interface Answer {
   status: number;
   headers: Record<string, string | string[] | undefined>;
@@ -399,7 +394,10 @@ function send(
 ): Promise<Answer> {
   return new Promise((resolve, reject) => {
     const request = url.protocol === 'http:' ? httpRequest : httpsRequest;
-    const req = request(url, { method, headers, agent }, (res) => {
+    // The body is announced: Node sends a DELETE's body with neither Content-Length nor chunked encoding otherwise,
+    // and the server reads its bytes as the next request.
+    const announced = body ? { ...headers, 'content-length': String(body.length) } : headers;
+    const req = request(url, { method, headers: announced, agent }, (res) => {
       const chunks: Buffer[] = [];
       res.on('data', (chunk: Buffer) => chunks.push(chunk));
       res.on('end', () =>
@@ -444,7 +442,7 @@ function kindOf(o: unknown): string | undefined {
   return kind && kind !== 'Status' ? kind : undefined;
 }
 
-function nameOf(path: ApiPath | undefined, after: unknown, body: Buffer): string | undefined {
+function nameOf(path: ApiPath, after: unknown, body: Buffer): string | undefined {
   if (path?.name) return path.name;
   const fromAfter = (after as KubeObject | null | undefined)?.metadata?.name;
   if (fromAfter) return fromAfter;
@@ -454,10 +452,6 @@ function nameOf(path: ApiPath | undefined, after: unknown, body: Buffer): string
     // A body that is not JSON (protobuf, YAML) names nothing we can read; the row shows the resource only.
     return undefined;
   }
-}
-
-function shadowRefusal(what: string): string {
-  return `devop --shadow does not forward ${what}: it would run a command in the cluster's container`;
 }
 
 function sendJson(res: ServerResponse, status: number, body: unknown): void {
