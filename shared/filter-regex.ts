@@ -25,7 +25,7 @@ export const MAX_FILTER_INSTRUCTIONS = 500;
  */
 export const MAX_REQUEST_HEAD_BYTES = 16 * 1024;
 
-/** Syntax JavaScript accepts and RE2 does not (backreferences and lookaround need backtracking), named for a refusal. */
+/** Syntax JavaScript accepts and RE2 does not (backreferences and lookaround need backtracking), for a refusal. */
 const JS_ONLY_SYNTAX: Array<[RegExp, string]> = [
   [/\\[1-9]|\\k</, 'a backreference'],
   [/\(\?<[=!]/, 'a lookbehind'],
