@@ -70,7 +70,8 @@ describe('loadCommandConfig', () => {
       expect(() => loadCommandConfig(undefined, dir, {})).toThrow(
         `${join(dir, 'devop.json')} sets context="prod", kubeconfig="./kubeconfig", replace=true, ` +
           'agent.image="attacker.example/agent:1", allowHostNetwork=true: a project\'s devop.json may not choose the ' +
-          'cluster, replace a workload, run another agent image or take a host-network pod on its own',
+          'cluster, replace a workload, run another agent image, take a host-network pod or keep credentials in a HAR ' +
+          'on its own',
       );
       const refusal = (() => {
         try {
@@ -99,6 +100,12 @@ describe('loadCommandConfig', () => {
       expect(() =>
         loadCommandConfig(undefined, project({ context: 'prod', agent: { image: 'x' } }), { DEVOP_CONTEXT: 'dev' }),
       ).toThrow(/sets agent\.image="x": /);
+    });
+
+    it('refuses a file that keeps credentials in HAR files (recordSecrets) unless the flag gives it', () => {
+      const dir = project({ target: 'deploy/api', recordSecrets: true });
+      expect(() => loadCommandConfig(undefined, dir, {})).toThrow(/sets recordSecrets=true: /);
+      expect(loadCommandConfig(undefined, dir, {}, { flags: { recordSecrets: true } }).config.recordSecrets).toBe(true);
     });
 
     it('may set everything else, and the guarded keys to their defaults', () => {

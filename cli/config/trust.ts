@@ -1,6 +1,7 @@
 // The devop.json keys a project file may not set on its own: the ones that choose the cluster (context, kubeconfig,
-// whose exec plugin is a command), replace a workload, run another agent image, or take a node-wide pod. A file that
-// sets one is refused, in one line, unless the same is given as a flag or DEVOP_* variable, or the user trusts it.
+// whose exec plugin is a command), replace a workload, run another agent image, take a node-wide pod, or keep
+// credentials in a HAR file. A file that sets one is refused, in one line, unless the same is given as a flag or
+// DEVOP_* variable, or the user trusts it.
 import { UserError } from '../../shared/errors.js';
 import { OPTIONS, type OptionName } from './options.js';
 import type { DevopConfig } from './types.js';
@@ -15,6 +16,7 @@ export const GUARDED_OPTIONS = [
   'replace',
   'agentImage',
   'allowHostNetwork',
+  'recordSecrets',
 ] as const satisfies readonly OptionName[];
 type GuardedOption = (typeof GUARDED_OPTIONS)[number];
 
@@ -65,7 +67,7 @@ export function checkConfigTrust(input: ConfigTrustInput): void {
   const settings = found.map((s) => `${s.key}=${JSON.stringify(s.value)}`).join(', ');
   throw new UserError(
     `${input.path} sets ${settings}: a project's devop.json may not choose the cluster, replace a workload, run ` +
-      'another agent image or take a host-network pod on its own',
+      'another agent image, take a host-network pod or keep credentials in a HAR on its own',
     `give the same on the command line (${found.map((s) => asFlag(s.name, s.value)).join(' ')}), or pass ` +
       `--trust-config (or set ${TRUST_CONFIG_ENV}=1) to use the file as it is`,
   );
