@@ -1,8 +1,8 @@
 // DNS as the target pod sees it: its resolv.conf (nameservers, search domains, ndots) and /etc/hosts, read from the
-// target container's filesystem (/proc/PID/root) and queried from the pod's netns.
+// target container's filesystem (inside its root: agent/target.ts) and queried from the pod's netns.
 import { isIP } from 'node:net';
 import { readFile } from './files.js';
-import { targetPath } from './target.js';
+import { readTargetFile } from './target.js';
 
 export interface ResolvConf {
   nameservers: string[];
@@ -66,21 +66,45 @@ export function candidates(name: string, conf: ResolvConf): string[] {
   return dots >= conf.ndots ? [name, ...searched] : [...searched, name];
 }
 
-async function readOptional(path: string): Promise<string> {
+/**
+ * A file of the target (inside its root, by devop-open), or the agent's own when it runs targetless (then its own pod
+ * is the pod); empty when missing or unreadable.
+ */
+async function readOptional(pid: number | undefined, path: string): Promise<string> {
   try {
-    return await readFile(path, 'utf8');
+    return pid === undefined ? await readFile(path, 'utf8') : await readTargetFile(pid, path);
   } catch {
     return '';
   }
 }
 
-/** Resolves a name for a session; read the files on every call so that a changed resolv.conf is picked up. */
+/**
+ * How long the pod's resolv.conf and hosts, once read, answer lookups: each read of the target's files starts
+ * devop-open (a process: 8-15 ms measured on a loaded 2-core node, where a lookup waits for it), and a changed
+ * resolv.conf is still seen within this.
+ */
+const POD_FILES_TTL_MS = 2000;
+
+/**
+ * The last read of the pod's DNS files. Module state, bounded: an agent serves one target for its whole life, so this
+ * holds one entry; concurrent lookups share one read.
+ */
+const podFiles = new Map<number | undefined, { at: number; files: Promise<[string, string]> }>();
+
+function readPodFiles(pid: number | undefined): Promise<[string, string]> {
+  const cached = podFiles.get(pid);
+  if (cached && Date.now() - cached.at < POD_FILES_TTL_MS) return cached.files;
+  podFiles.clear();
+  const files = Promise.all([readOptional(pid, '/etc/resolv.conf'), readOptional(pid, '/etc/hosts')]);
+  podFiles.set(pid, { at: Date.now(), files });
+  return files;
+}
+
+/** Resolves a name for a session, with the pod's resolv.conf and hosts as read at most POD_FILES_TTL_MS ago. */
 export async function resolveInPod(pid: number | undefined, name: string, family?: 4 | 6): Promise<ResolvedAddress[]> {
   const literal = isIP(name);
   if (literal !== 0) return [{ address: name, family: literal as 4 | 6 }];
-  const [confText, hostsText] = await Promise.all(
-    ['/etc/resolv.conf', '/etc/hosts'].map((file) => targetPath(pid, file).then(readOptional)),
-  );
+  const [confText, hostsText] = await readPodFiles(pid);
   const conf = parseResolvConf(confText);
   const hosts = parseHosts(hostsText);
   const fromHosts = (hosts.get(name.toLowerCase().replace(/\.$/, '')) ?? []).filter(

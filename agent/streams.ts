@@ -1,13 +1,11 @@
 // Streams a session opens: outgoing TCP connections from the pod's netns, and reads of files in the target's
 // filesystem.
 import { connect } from 'node:net';
-import { createReadStream } from 'node:fs';
-import { stat } from './files.js';
 import type { MuxStream } from '../shared/mux.js';
 import { spliceSocket } from '../shared/splice.js';
 import { resolveInPod } from './dns.js';
 import { deniedByCapabilities } from './capabilities.js';
-import { targetPath } from './target.js';
+import { openInTarget, type TargetFile } from './target.js';
 import type { AgentLog } from './log.js';
 
 /** Bound on the connect: the caller is a local command waiting in connect(), and pods' DNS may be slow. */
@@ -55,25 +53,25 @@ export async function serveOutgoing(
   stream.on('error', () => socket.destroy());
 }
 
-export async function serveFile(stream: MuxStream, path: string, pid: number | undefined): Promise<void> {
+export async function serveFile(stream: MuxStream, path: string, pid: number): Promise<void> {
   stream.on('error', () => undefined);
   stream.resume(); // nothing to read from the CLI on a file stream
-  let full: string;
+  let file: TargetFile;
   try {
-    full = await targetPath(pid, path);
-    const info = await stat(full);
-    if (!info.isFile()) {
-      stream.reset(`EISDIR: ${path} is not a regular file`);
+    file = await openInTarget(pid, path);
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code ?? 'EINVAL';
+    if (code === 'EISDIR' || code === 'EPERM') {
+      stream.reset(`${code}: ${path} is not a regular file`);
       return;
     }
-    stream.accept({ size: info.size });
-  } catch (err) {
     const denied = deniedByCapabilities(err, `reading ${path} in the target container`);
     const detail = denied ? `${denied.message} (${denied.hint})` : (err as Error).message;
-    stream.reset(`${(err as NodeJS.ErrnoException).code ?? 'EINVAL'}: ${path}: ${detail}`);
+    stream.reset(`${code}: ${path}: ${detail}`);
     return;
   }
-  const file = createReadStream(full);
-  file.once('error', (err: NodeJS.ErrnoException) => stream.reset(`${err.code ?? 'EIO'}: ${path}`));
-  file.pipe(stream);
+  stream.accept({ size: file.size });
+  stream.on('error', () => file.close());
+  file.content.once('error', (err: NodeJS.ErrnoException) => stream.reset(`${err.code ?? 'EIO'}: ${path}`));
+  file.content.pipe(stream);
 }

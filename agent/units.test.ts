@@ -1,6 +1,6 @@
 // Unit tests of the agent's pure parts: the env contract, filters, resolv.conf/hosts/search order, iptables rule words,
 // and the container-ID PID lookup against a fake /proc in a temp dir.
-import { mkdtempSync, mkdirSync, writeFileSync, rmSync, readFileSync, symlinkSync } from 'node:fs';
+import { mkdtempSync, mkdirSync, writeFileSync, rmSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, test } from 'vitest';
@@ -22,7 +22,7 @@ import {
 import { compileFilter, describeFilter } from './filter.js';
 import { candidates, parseHosts, parseResolvConf } from './dns.js';
 import { isOwnChain, jumpRule, redirectRule } from './iptables.js';
-import { findContainerPid, readTargetEnv, targetPath } from './target.js';
+import { findContainerPid, readTargetEnv } from './target.js';
 
 describe('agent contract', () => {
   test('env round-trips through agentEnv and parseAgentEnv, with defaults', () => {
@@ -179,7 +179,7 @@ describe('iptables rules', () => {
 });
 
 describe('target lookup', () => {
-  test('finds the lowest PID whose cgroup names the container; reads its environ; maps paths into its root', async () => {
+  test('finds the lowest PID whose cgroup names the container; reads its environ', async () => {
     const proc = mkdtempSync(join(tmpdir(), 'devop-fakeproc-'));
     try {
       const id = 'ab'.repeat(32);
@@ -198,23 +198,6 @@ describe('target lookup', () => {
       );
       await expect(findContainerPid('containerd://not-hex', proc)).rejects.toThrow(/not a runtime/);
       expect(await readTargetEnv(42, proc)).toEqual({ A: '1', B: 'x=y' });
-      expect(await targetPath(42, '/etc/../../etc/hosts', proc)).toBe(join(proc, '42', 'root', 'etc', 'hosts'));
-      await expect(targetPath(42, 'relative')).rejects.toThrow(/absolute/);
-      // Symlinks resolve inside the container's root: an absolute one (/var/run -> /run, as in most images), a relative
-      // one (the service-account volume's token -> ..data/token), and ".." in a link stops at the root
-      const root = join(proc, '42', 'root');
-      mkdirSync(join(root, 'var'), { recursive: true });
-      mkdirSync(join(root, 'run', 'secrets', '..data'), { recursive: true });
-      symlinkSync('/run', join(root, 'var', 'run'));
-      symlinkSync('..data/token', join(root, 'run', 'secrets', 'token'));
-      symlinkSync('../../../../../etc', join(root, 'run', 'up'));
-      expect(await targetPath(42, '/var/run/secrets/token', proc)).toBe(
-        join(root, 'run', 'secrets', '..data', 'token'),
-      );
-      expect(await targetPath(42, '/run/up/passwd', proc)).toBe(join(root, 'etc', 'passwd'));
-      symlinkSync('loop-b', join(root, 'loop-a'));
-      symlinkSync('loop-a', join(root, 'loop-b'));
-      await expect(targetPath(42, '/loop-a/x', proc)).rejects.toThrow(/too many symbolic links/);
     } finally {
       rmSync(proc, { recursive: true, force: true });
     }

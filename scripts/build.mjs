@@ -1,7 +1,8 @@
 // Builds dist/cli.js (the devop command) and dist/agent.cjs (one self-contained file that the agent image runs with
-// nothing but Node, as /opt/devop/agent.js) with esbuild, and the agent's three native helpers with cc:
+// nothing but Node, as /opt/devop/agent.js) with esbuild, and the agent's native helpers with cc:
 // dist/devop-capture (the packet capture, agent/native/capture.c), dist/devop-nft (the owner of its nftables table,
-// agent/native/nft-owner.c) and dist/devop-splice (the data path of whole steals, agent/native/splice.c).
+// agent/native/nft-owner.c), dist/devop-splice (the data path of whole steals, agent/native/splice.c) and
+// dist/devop-open (reads the target's files inside its root, agent/native/open-in-root.c).
 // Type checking is `npm run typecheck`.
 // The CLI bundles its npm packages too: loading one file instead of hundreds of node_modules files is most of devop's
 // start-up time. ink and react stay external and load lazily (cli/ui/lazy-ink.ts, in a chunk of its own under
@@ -24,6 +25,7 @@ const NATIVE = {
   'agent/native/capture.c': ['dist/devop-capture', 'cannot mirror by capture'],
   'agent/native/nft-owner.c': ['dist/devop-nft', 'steals with the iptables fallback'],
   'agent/native/splice.c': ['dist/devop-splice', 'moves whole steals through Node'],
+  'agent/native/open-in-root.c': ['dist/devop-open', 'cannot read files of the target'],
 };
 /**
  * As Dockerfile.agent compiles them. Static: devop-capture takes 0.7 MiB RSS where linked to glibc it takes 1.4

@@ -23,6 +23,7 @@ const AGENT_TOOLS = [
   'opt/devop/devop-capture',
   'opt/devop/devop-nft',
   'opt/devop/devop-splice',
+  'opt/devop/devop-open',
   'usr/bin/nsenter',
   'usr/bin/sh',
   'usr/bin/cat',
