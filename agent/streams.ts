@@ -61,8 +61,8 @@ export async function serveFile(stream: MuxStream, path: string, pid: number): P
     file = await openInTarget(pid, path);
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code ?? 'EINVAL';
-    if (code === 'EISDIR' || code === 'EPERM') {
-      stream.reset(`${code}: ${path} is not a regular file`);
+    if (code === 'EISDIR') {
+      stream.reset(`EISDIR: ${path} is a directory`);
       return;
     }
     const denied = deniedByCapabilities(err, `reading ${path} in the target container`);

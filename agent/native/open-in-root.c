@@ -40,6 +40,7 @@ static int fail(int err, const char *why) {
                      : err == EAGAIN  ? "EAGAIN"
                      : err == ENOSYS  ? "ENOSYS"
                      : err == EPERM   ? "EPERM"
+                     : err == EINVAL  ? "EINVAL"
                                       : "EIO";
   printf("error %s %s: %s\n", code, why, strerror(err));
   fflush(stdout);
@@ -70,7 +71,7 @@ int main(int argc, char **argv) {
   }
   struct stat resolved;
   if (fstat(found, &resolved) != 0) return fail(errno, "fstat");
-  if (!S_ISREG(resolved.st_mode)) return fail(S_ISDIR(resolved.st_mode) ? EISDIR : EPERM, "not a regular file");
+  if (!S_ISREG(resolved.st_mode)) return fail(S_ISDIR(resolved.st_mode) ? EISDIR : EINVAL, "not a regular file");
 
   char self[64];
   snprintf(self, sizeof self, "/proc/self/fd/%d", found);

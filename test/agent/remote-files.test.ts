@@ -2,7 +2,7 @@
 // that directory, as a container's is its image), read as the agent reads files, through devop-open
 // (agent/native/open-in-root.c, built to dist/). Whatever the target does to its own tree — symlinks, absolute or
 // climbing with "..", or a directory swapped for a symlink to / while files are read — no read returns a host file.
-import { type ChildProcess, spawn } from 'node:child_process';
+import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdirSync, mkdtempSync, readlinkSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -35,6 +35,7 @@ describe.runIf(run)('remote files: read inside the target root, never the host',
     for (const dir of ['etc', 'usr', 'a/b', `.${hostDir}`, `d/.${hostDir}`])
       mkdirSync(join(root, dir), { recursive: true });
     writeFileSync(join(root, 'etc/hostname'), 'target\n');
+    execFileSync('mkfifo', [join(root, 'etc/fifo')]);
     writeFileSync(join(root, `.${hostFile}`), 'target-copy');
     writeFileSync(join(root, `d/.${hostFile}`), 'target-d');
     // an absolute symlink to the host file's path, one that climbs with "..", and one through its own dirs
@@ -74,6 +75,8 @@ describe.runIf(run)('remote files: read inside the target root, never the host',
   test('what is not a regular file is refused, by its errno name', async () => {
     await expect(read('/etc')).rejects.toMatchObject({ code: 'EISDIR' });
     await expect(read('/etc/missing')).rejects.toMatchObject({ code: 'ENOENT' });
+    // a FIFO nobody writes to: refused at once, never opened (an open for reading would wait for a writer)
+    await expect(read('/etc/fifo')).rejects.toMatchObject({ code: 'EINVAL' });
     await expect(read('etc/hostname')).rejects.toThrow(/not absolute/);
   });
 
