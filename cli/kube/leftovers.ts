@@ -1,12 +1,13 @@
 // What devop may have left in the cluster, as the API serves it: agent Jobs and pods, the pods they serve (for
 // ephemeral agent containers and gone targets), agents' token Secrets, steal Leases, what --replace sessions left
-// (replaced workloads, copy pods, guard Jobs, replace Leases) — listed in one namespace or all, and removed (a
-// workload: restored) one by one.
+// (replaced workloads, copy pods, guard Jobs and their ServiceAccounts, Roles and RoleBindings, replace Leases) —
+// listed in one namespace or all, and removed (a workload: restored) one by one.
 import {
   BatchV1Api,
   CoordinationV1Api,
   CoreV1Api,
   CustomObjectsApi,
+  RbacAuthorizationV1Api,
   type KubeConfig,
   type V1Job,
   type V1Lease,
@@ -21,7 +22,16 @@ import { REPLACE_KINDS, restoreReplicas } from './replace.js';
 import { REPLACE_LEASE_LABEL_VALUE } from './replace-lease.js';
 
 /** workload: a replaced workload whose replicas `devop clean` restores. */
-export type LeftoverKind = 'job' | 'pod' | 'ephemeral' | 'lease' | 'workload' | 'secret';
+export type LeftoverKind =
+  | 'job'
+  | 'pod'
+  | 'ephemeral'
+  | 'lease'
+  | 'workload'
+  | 'secret'
+  | 'serviceaccount'
+  | 'role'
+  | 'rolebinding';
 
 export interface DevopObjects {
   jobs: V1Job[];
@@ -96,11 +106,21 @@ export interface ReplacedWorkloadItem {
   annotations: Record<string, string>;
 }
 
+/** A ServiceAccount, Role or RoleBinding that devop made for a replace guard (labelled managed-by devop). */
+export interface GuardAccessItem {
+  kind: 'serviceaccount' | 'role' | 'rolebinding';
+  namespace: string;
+  name: string;
+  labels: Record<string, string>;
+}
+
 export interface ReplaceObjects {
   workloads: ReplacedWorkloadItem[];
   leases: V1Lease[];
   copies: V1Pod[];
   guards: V1Job[];
+  /** Guards' ServiceAccounts, Roles and RoleBindings (every one labelled managed-by devop: clean.ts picks). */
+  access: GuardAccessItem[];
 }
 
 const RESOURCES: Record<LeftoverKind, string> = {
@@ -110,6 +130,9 @@ const RESOURCES: Record<LeftoverKind, string> = {
   ephemeral: 'pods',
   workload: 'deployments.apps',
   secret: 'secrets',
+  serviceaccount: 'serviceaccounts',
+  role: 'roles.rbac.authorization.k8s.io',
+  rolebinding: 'rolebindings.rbac.authorization.k8s.io',
 };
 
 /**
@@ -150,7 +173,9 @@ export async function listReplaceObjects(kc: KubeConfig, namespace: string | und
   );
   const role = (r: string) => `${REPLACE_LABELS.role}=${r}`;
   const leaseSelector = `${LEASE_LABEL}=${REPLACE_LEASE_LABEL_VALUE}`;
-  const [leases, copies, guards] = await Promise.all([
+  const rbac = kc.makeApiClient(RbacAuthorizationV1Api);
+  const managed = `${AGENT_LABELS.managedBy}=${AGENT_LABELS.managedByValue}`;
+  const [leases, copies, guards, accounts, roles, bindings] = await Promise.all([
     (namespace
       ? coordination.listNamespacedLease({ namespace, labelSelector: leaseSelector })
       : coordination.listLeaseForAllNamespaces({ labelSelector: leaseSelector })
@@ -161,12 +186,37 @@ export async function listReplaceObjects(kc: KubeConfig, namespace: string | und
     namespace
       ? batch.listNamespacedJob({ namespace, labelSelector: role('guard') })
       : batch.listJobForAllNamespaces({ labelSelector: role('guard') }),
+    (namespace
+      ? core.listNamespacedServiceAccount({ namespace, labelSelector: managed })
+      : core.listServiceAccountForAllNamespaces({ labelSelector: managed })
+    ).catch(none),
+    (namespace
+      ? rbac.listNamespacedRole({ namespace, labelSelector: managed })
+      : rbac.listRoleForAllNamespaces({ labelSelector: managed })
+    ).catch(none),
+    (namespace
+      ? rbac.listNamespacedRoleBinding({ namespace, labelSelector: managed })
+      : rbac.listRoleBindingForAllNamespaces({ labelSelector: managed })
+    ).catch(none),
   ]);
+  type Meta = { metadata?: { name?: string; namespace?: string; labels?: Record<string, string> } };
+  const items = (kind: GuardAccessItem['kind'], list: { items?: Meta[] }): GuardAccessItem[] =>
+    (list.items ?? []).map((o) => ({
+      kind,
+      namespace: o.metadata?.namespace ?? '',
+      name: o.metadata?.name ?? '',
+      labels: o.metadata?.labels ?? {},
+    }));
   return {
     workloads: workloads.flat(),
     leases: leases.items as V1Lease[],
     copies: copies.items.filter((p) => !p.metadata?.deletionTimestamp),
     guards: guards.items,
+    access: [
+      ...items('rolebinding', bindings as { items?: Meta[] }),
+      ...items('role', roles as { items?: Meta[] }),
+      ...items('serviceaccount', accounts as { items?: Meta[] }),
+    ],
   };
 }
 
@@ -206,6 +256,18 @@ export async function deleteLeftover(
         return;
       case 'secret':
         await kc.makeApiClient(CoreV1Api).deleteNamespacedSecret({ name, namespace }).catch(ignoreGone);
+        return;
+      case 'serviceaccount':
+        await kc.makeApiClient(CoreV1Api).deleteNamespacedServiceAccount({ name, namespace }).catch(ignoreGone);
+        return;
+      case 'role':
+        await kc.makeApiClient(RbacAuthorizationV1Api).deleteNamespacedRole({ name, namespace }).catch(ignoreGone);
+        return;
+      case 'rolebinding':
+        await kc
+          .makeApiClient(RbacAuthorizationV1Api)
+          .deleteNamespacedRoleBinding({ name, namespace })
+          .catch(ignoreGone);
         return;
       case 'ephemeral':
         return;

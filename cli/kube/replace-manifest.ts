@@ -1,6 +1,6 @@
 // What `--replace` creates, as pure functions: the copy of the workload's pod (its template, the chosen container's
 // command replaced by a waiter from the agent image), the guard Job that restores the workload if devop dies, and the
-// service account and Role that let the guard do exactly that.
+// per-session service account, Role and RoleBinding that let the guard do exactly that, owned by the guard Job.
 import type {
   V1Container,
   V1Job,
@@ -39,8 +39,15 @@ const WAITER_SECURITY = {
   capabilities: { drop: ['ALL'] },
   seccompProfile: { type: 'RuntimeDefault' },
 };
-/** The guard's service account and Role (one per namespace, shared by every session there). */
-export const GUARD_ACCOUNT = 'devop-replace-guard';
+/**
+ * On the guard's ServiceAccount, Role and RoleBinding: `devop clean` finds them by these labels (with the managed-by
+ * one), and a 409 on create is trusted only when the object carries this session's values.
+ */
+export const GUARD_ACCESS_LABELS = {
+  /** The random run id of the session (its guard Job, copy pod and access objects carry it in their names too). */
+  session: 'devop.dev/replace-session',
+  roleValue: 'guard-access',
+} as const;
 /** Labels controllers put on a workload's pods: the copy must not carry them, or it would be adopted and deleted. */
 const CONTROLLER_LABELS = [
   'pod-template-hash',
@@ -124,6 +131,7 @@ export function buildCopyPod(input: CopyPodInput): V1Pod {
 }
 
 export interface GuardJobInput {
+  /** The Job's name, which its ServiceAccount, Role and RoleBinding share. */
   name: string;
   namespace: string;
   workload: { kind: ReplaceKind; name: string; path: string };
@@ -136,7 +144,8 @@ export interface GuardJobInput {
 
 /**
  * The guard Job: the agent image in `guard` mode. It restarts on failure (it is what restores the workload) and
- * deletes itself once it has restored.
+ * deletes itself once it has restored. It is created suspended: its ServiceAccount, Role and RoleBinding are owned by
+ * it (they need its uid), and its pod may only start once they exist.
  */
 export function buildGuardJob(input: GuardJobInput): V1Job {
   const labels = {
@@ -165,11 +174,12 @@ export function buildGuardJob(input: GuardJobInput): V1Job {
       },
     },
     spec: {
+      suspend: true,
       backoffLimit: 20,
       template: {
         metadata: { labels },
         spec: {
-          serviceAccountName: GUARD_ACCOUNT,
+          serviceAccountName: input.name,
           restartPolicy: 'OnFailure',
           containers: [
             {
@@ -191,16 +201,42 @@ export function buildGuardJob(input: GuardJobInput): V1Job {
   };
 }
 
-/** The guard's service account, Role (what a restore needs, nothing else) and RoleBinding in one namespace. */
-export function buildGuardAccess(namespace: string): {
+export interface GuardAccessInput {
+  /** The guard Job's name: the ServiceAccount, Role and RoleBinding share it. */
+  name: string;
+  namespace: string;
+  /** The session's run id (GUARD_ACCESS_LABELS.session). */
+  session: string;
+  /** The one workload the guard restores: its API group, resource (plural) and name. */
+  workload: { group: string; resource: string; name: string };
+  copyPod: string;
+  lease: string;
+  /** The guard Job, once created: the owner whose deletion (by the guard, devop or a user) removes all three. */
+  jobUid: string;
+}
+
+export interface GuardAccess {
   account: V1ServiceAccount;
   role: V1Role;
   binding: V1RoleBinding;
-} {
+}
+
+/**
+ * The guard's ServiceAccount, Role and RoleBinding for one session. The Role holds what agent/replace-guard.ts calls,
+ * each on the one object by name (docs/safety.md says why each rule is there); no create, list or watch (resourceNames
+ * cannot narrow those). Owned by the guard Job, so garbage collection removes them with it. Pure.
+ */
+export function buildGuardAccess(input: GuardAccessInput): GuardAccess {
   const metadata = {
-    name: GUARD_ACCOUNT,
-    namespace,
-    labels: { [AGENT_LABELS.managedBy]: AGENT_LABELS.managedByValue },
+    name: input.name,
+    namespace: input.namespace,
+    labels: {
+      [AGENT_LABELS.managedBy]: AGENT_LABELS.managedByValue,
+      [REPLACE_LABELS.of]: input.workload.name,
+      [REPLACE_LABELS.role]: GUARD_ACCESS_LABELS.roleValue,
+      [GUARD_ACCESS_LABELS.session]: input.session,
+    },
+    ownerReferences: [{ apiVersion: 'batch/v1', kind: 'Job', name: input.name, uid: input.jobUid }],
   };
   return {
     account: { apiVersion: 'v1', kind: 'ServiceAccount', metadata },
@@ -209,19 +245,64 @@ export function buildGuardAccess(namespace: string): {
       kind: 'Role',
       metadata,
       rules: [
-        { apiGroups: ['coordination.k8s.io'], resources: ['leases'], verbs: ['get', 'delete'] },
-        { apiGroups: ['apps'], resources: ['deployments', 'statefulsets'], verbs: ['get', 'patch'] },
-        { apiGroups: ['argoproj.io'], resources: ['rollouts'], verbs: ['get', 'patch'] },
-        { apiGroups: [''], resources: ['pods'], verbs: ['delete'] },
-        { apiGroups: ['batch'], resources: ['jobs'], verbs: ['delete'] },
+        {
+          apiGroups: [input.workload.group],
+          resources: [input.workload.resource],
+          resourceNames: [input.workload.name],
+          verbs: ['get', 'patch'],
+        },
+        { apiGroups: [''], resources: ['pods'], resourceNames: [input.copyPod], verbs: ['delete'] },
+        {
+          apiGroups: ['coordination.k8s.io'],
+          resources: ['leases'],
+          resourceNames: [input.lease],
+          verbs: ['get', 'delete'],
+        },
+        { apiGroups: ['batch'], resources: ['jobs'], resourceNames: [input.name], verbs: ['delete'] },
       ],
     },
     binding: {
       apiVersion: 'rbac.authorization.k8s.io/v1',
       kind: 'RoleBinding',
       metadata,
-      roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name: GUARD_ACCOUNT },
-      subjects: [{ kind: 'ServiceAccount', name: GUARD_ACCOUNT, namespace }],
+      roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name: input.name },
+      subjects: [{ kind: 'ServiceAccount', name: input.name, namespace: input.namespace }],
     },
   };
+}
+
+/**
+ * A value as JSON with object keys sorted and empty values dropped: the API server answers in its own field order and
+ * omits what is empty.
+ */
+function canonical(value: unknown): string {
+  return JSON.stringify(value, (_key, v: unknown) => {
+    if (v === null || (Array.isArray(v) && v.length === 0)) return undefined;
+    if (typeof v !== 'object' || Array.isArray(v)) return v;
+    return Object.fromEntries(Object.entries(v as object).sort(([a], [b]) => a.localeCompare(b)));
+  });
+}
+
+/**
+ * Whether an object found under one of the guard's names (a 409 on create) is this session's: same labels, owned by
+ * this session's guard Job, and for the Role the same rules, for the RoleBinding the same Role and subjects. Anything
+ * else may have been put there to widen what the guard's account can do, or to borrow it. Pure.
+ */
+export function isOurGuardAccess(
+  expected: V1ServiceAccount | V1Role | V1RoleBinding,
+  found: V1ServiceAccount | V1Role | V1RoleBinding,
+): boolean {
+  const labelsEqual = canonical(found.metadata?.labels ?? {}) === canonical(expected.metadata?.labels ?? {});
+  const uid = expected.metadata?.ownerReferences?.[0]?.uid;
+  const owned = (found.metadata?.ownerReferences ?? []).some((o) => o.kind === 'Job' && o.uid === uid);
+  if (!labelsEqual || !owned) return false;
+  if ('rules' in expected) return canonical((found as V1Role).rules) === canonical(expected.rules);
+  if ('roleRef' in expected) {
+    const binding = found as V1RoleBinding;
+    return (
+      canonical(binding.roleRef) === canonical(expected.roleRef) &&
+      canonical(binding.subjects) === canonical(expected.subjects)
+    );
+  }
+  return true;
 }

@@ -14,7 +14,7 @@ import {
 } from '../../shared/replace-contract.js';
 import { parseConfig } from '../config/schema.js';
 import { mergeExecOptions } from '../services/exec-options.js';
-import { GUARD_ACCOUNT, WAITER_COMMAND, buildCopyPod, buildGuardJob } from './replace-manifest.js';
+import { WAITER_COMMAND, buildCopyPod, buildGuardAccess, buildGuardJob, isOurGuardAccess } from './replace-manifest.js';
 import { gitOpsOwner, scalingHpa } from './replace.js';
 import { replaceLeaseName } from './replace-lease.js';
 
@@ -96,7 +96,7 @@ describe('the copy pod', () => {
 });
 
 describe('the guard Job', () => {
-  it('runs the agent image in guard mode with the session in its env, as the guard service account', () => {
+  it("runs the agent image in guard mode with the session in its env, as the session's own service account", () => {
     const job = buildGuardJob({
       name: 'devop-replace-guard-1234',
       namespace: 'ns',
@@ -108,7 +108,8 @@ describe('the guard Job', () => {
       owner: 'ada@laptop',
     });
     const pod = job.spec!.template.spec!;
-    expect(pod.serviceAccountName).toBe(GUARD_ACCOUNT);
+    expect(pod.serviceAccountName).toBe('devop-replace-guard-1234');
+    expect(job.spec?.suspend, 'its pod waits until its account and Role exist').toBe(true);
     expect(pod.restartPolicy).toBe('OnFailure');
     expect(pod.containers[0]).toMatchObject({
       image: 'ghcr.io/devop/agent:1',
@@ -124,6 +125,99 @@ describe('the guard Job', () => {
       [GUARD_ENV.copyPod]: 'api-devop-replace-1234',
       [GUARD_ENV.job]: 'devop-replace-guard-1234',
     });
+  });
+});
+
+describe("the guard's account", () => {
+  const input = {
+    name: 'devop-replace-guard-1234',
+    namespace: 'ns',
+    session: '1234',
+    workload: { group: 'apps', resource: 'deployments', name: 'api' },
+    copyPod: 'api-devop-replace-1234',
+    lease: 'devop-replace-deployment-api-0123456789',
+    jobUid: 'uid-of-the-guard-job',
+  };
+  const metadata = {
+    name: 'devop-replace-guard-1234',
+    namespace: 'ns',
+    labels: {
+      'app.kubernetes.io/managed-by': 'devop',
+      'devop.dev/replace-of': 'api',
+      'devop.dev/replace-role': 'guard-access',
+      'devop.dev/replace-session': '1234',
+    },
+    ownerReferences: [
+      { apiVersion: 'batch/v1', kind: 'Job', name: 'devop-replace-guard-1234', uid: 'uid-of-the-guard-job' },
+    ],
+  };
+
+  it("is one session's, owned by its guard Job, and may touch only the objects the guard restores, by name", () => {
+    // Given one session's workload, copy pod, Lease and guard Job; When the account is built; Then it is exactly this
+    // (what agent/replace-guard.ts calls: GET+PATCH the workload, DELETE the copy, GET+DELETE the Lease, DELETE the
+    // Job)
+    expect(buildGuardAccess(input)).toEqual({
+      account: { apiVersion: 'v1', kind: 'ServiceAccount', metadata },
+      role: {
+        apiVersion: 'rbac.authorization.k8s.io/v1',
+        kind: 'Role',
+        metadata,
+        rules: [
+          { apiGroups: ['apps'], resources: ['deployments'], resourceNames: ['api'], verbs: ['get', 'patch'] },
+          { apiGroups: [''], resources: ['pods'], resourceNames: ['api-devop-replace-1234'], verbs: ['delete'] },
+          {
+            apiGroups: ['coordination.k8s.io'],
+            resources: ['leases'],
+            resourceNames: ['devop-replace-deployment-api-0123456789'],
+            verbs: ['get', 'delete'],
+          },
+          { apiGroups: ['batch'], resources: ['jobs'], resourceNames: ['devop-replace-guard-1234'], verbs: ['delete'] },
+        ],
+      },
+      binding: {
+        apiVersion: 'rbac.authorization.k8s.io/v1',
+        kind: 'RoleBinding',
+        metadata,
+        roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name: 'devop-replace-guard-1234' },
+        subjects: [{ kind: 'ServiceAccount', name: 'devop-replace-guard-1234', namespace: 'ns' }],
+      },
+    });
+  });
+
+  it('has no rule without resourceNames and no verb that resourceNames cannot narrow (create, list, watch)', () => {
+    // RBAC matches resourceNames against the request's name: a create or a list has none, so such a rule would be
+    // namespace-wide (kubernetes plugin/pkg/auth/authorizer/rbac/rbac.go, ResourceNameMatches)
+    for (const rule of buildGuardAccess(input).role.rules ?? []) {
+      expect(rule.resourceNames?.length, JSON.stringify(rule)).toBeGreaterThan(0);
+      expect(rule.verbs.filter((v) => ['create', 'list', 'watch', 'deletecollection', '*'].includes(v))).toEqual([]);
+    }
+  });
+
+  it("trusts an object found under its name (a 409) only when it is this session's", () => {
+    const { account, role, binding } = buildGuardAccess(input);
+    // Given what the API server answers for ours (its own field order, server-set fields)
+    const served = {
+      ...role,
+      metadata: { ...role.metadata, uid: 'r1', resourceVersion: '7' },
+      rules: role.rules?.map(({ verbs, apiGroups, resources, resourceNames }) => ({
+        verbs,
+        resourceNames,
+        resources,
+        apiGroups,
+      })),
+    };
+    expect(isOurGuardAccess(role, served)).toBe(true);
+    expect(isOurGuardAccess(account, { ...account, secrets: [] })).toBe(true);
+    // Then a Role with a wider rule, other labels or another owner, and a binding to someone else, are not
+    const wider = { ...role, rules: [{ apiGroups: ['*'], resources: ['*'], verbs: ['*'] }] };
+    expect(isOurGuardAccess(role, wider)).toBe(false);
+    expect(isOurGuardAccess(role, { ...role, metadata: { ...role.metadata, labels: { a: 'b' } } })).toBe(false);
+    const otherOwner = [{ apiVersion: 'batch/v1', kind: 'Job', name: input.name, uid: 'another-uid' }];
+    expect(isOurGuardAccess(role, { ...role, metadata: { ...role.metadata, ownerReferences: otherOwner } })).toBe(
+      false,
+    );
+    const borrowed = { ...binding, subjects: [{ kind: 'ServiceAccount', name: 'mallory', namespace: 'ns' }] };
+    expect(isOurGuardAccess(binding, borrowed)).toBe(false);
   });
 });
 

@@ -1,5 +1,6 @@
 // `--replace` in the cluster: refuse what cannot be replaced (an HPA, a GitOps owner), take the workload's Lease, start
-// the guard, scale the workload to 0 with its count recorded on it, run the copy pod — and restore it all afterwards.
+// the guard (with its own per-session account), scale the workload to 0 with its count recorded on it, run the copy
+// pod — and restore it all afterwards.
 import { randomBytes } from 'node:crypto';
 import {
   BatchV1Api,
@@ -11,6 +12,10 @@ import {
   type KubeConfig,
   type V1Pod,
   type V1PodTemplateSpec,
+  type V1DeleteOptions,
+  type V1Role,
+  type V1RoleBinding,
+  type V1ServiceAccount,
 } from '@kubernetes/client-node';
 import { UserError } from '../../shared/errors.js';
 import {
@@ -24,7 +29,13 @@ import {
 } from '../../shared/replace-contract.js';
 import { assertAccess, type AccessCheck } from './access.js';
 import { apiCall, apiErrorCode, mapApiError } from './errors.js';
-import { buildCopyPod, buildGuardAccess, buildGuardJob } from './replace-manifest.js';
+import {
+  buildCopyPod,
+  buildGuardAccess,
+  buildGuardJob,
+  isOurGuardAccess,
+  type GuardAccess,
+} from './replace-manifest.js';
 import { ReplaceLease } from './replace-lease.js';
 import { chooseContainer, isPodReady, podState } from './target.js';
 
@@ -81,6 +92,9 @@ export function replaceAccessChecks(namespace: string, kind: ReplaceKind): Acces
     check('create', 'coordination.k8s.io', 'leases'),
     check('update', 'coordination.k8s.io', 'leases'),
     check('create', 'batch', 'jobs'),
+    // The guard Job starts suspended and is resumed once its account exists; a restore deletes it.
+    check('patch', 'batch', 'jobs'),
+    check('delete', 'batch', 'jobs'),
     check('create', '', 'serviceaccounts'),
     check('create', 'rbac.authorization.k8s.io', 'roles'),
     check('create', 'rbac.authorization.k8s.io', 'rolebindings'),
@@ -176,6 +190,8 @@ export async function startReplace(input: ReplaceInput): Promise<Replacement> {
 
   const core = kc.makeApiClient(CoreV1Api);
   const batch = kc.makeApiClient(BatchV1Api);
+  /** The guard's access objects that are this session's, RoleBinding first (the order of their deletion). */
+  const accessUids: GuardAccessObject[] = [];
   let restored = false;
   let originalReplicas = 0;
   const restore = async (): Promise<void> => {
@@ -188,6 +204,12 @@ export async function startReplace(input: ReplaceInput): Promise<Replacement> {
         `delete the guard Job ${guardJob}`,
         () => batch.deleteNamespacedJob({ name: guardJob, namespace, propagationPolicy: 'Background' }),
       ],
+      // Owned by the Job, so garbage collection removes them too; deleted here so that none waits for it. Only what
+      // this session created or confirmed as its own (by uid): a foreign object under the same name is not touched.
+      ...accessUids.map(({ kind: k, name: n, uid, remove }): [string, () => Promise<unknown>] => [
+        `delete the guard's ${k} ${n}`,
+        () => remove({ preconditions: { uid } }),
+      ]),
     ];
     for (const [action, call] of steps) {
       await call().catch((err: unknown) => {
@@ -202,7 +224,6 @@ export async function startReplace(input: ReplaceInput): Promise<Replacement> {
   };
 
   try {
-    await ensureGuardAccess(kc, namespace);
     const job = buildGuardJob({
       name: guardJob,
       namespace,
@@ -213,9 +234,28 @@ export async function startReplace(input: ReplaceInput): Promise<Replacement> {
       agentImage: input.agentImage,
       owner,
     });
-    await apiCall(
+    const created = await apiCall(
       { action: 'create the guard Job', verb: 'create', resource: 'jobs.batch', namespace, name: guardJob },
       () => batch.createNamespacedJob({ namespace, body: job }),
+    );
+    const access = buildGuardAccess({
+      name: guardJob,
+      namespace,
+      session: run,
+      workload: { group: ref.group, resource: ref.plural, name },
+      copyPod,
+      lease: lease.name,
+      jobUid: created.metadata?.uid ?? '',
+    });
+    await ensureGuardAccess(kc, namespace, access, (o) => accessUids.unshift(o));
+    // Suspended until now: its pod runs as an account that exists, with its Role bound.
+    await apiCall(
+      { action: 'start the guard Job', verb: 'patch', resource: 'jobs.batch', namespace, name: guardJob },
+      () =>
+        batch.patchNamespacedJob(
+          { name: guardJob, namespace, body: { spec: { suspend: false } } },
+          setHeaderOptions('Content-Type', PatchStrategy.MergePatch),
+        ),
     );
     const body = buildCopyPod({
       name: copyPod,
@@ -309,23 +349,80 @@ export async function restoreReplicas(
   throw new Error(`${ref.plural}/${ref.name} kept changing while devop restored it`);
 }
 
-/** The guard's service account, Role and RoleBinding; already there is fine (shared by the namespace's sessions). */
-async function ensureGuardAccess(kc: KubeConfig, namespace: string): Promise<void> {
+/** One of the guard's access objects that is this session's, and how to delete it (with a uid precondition). */
+export interface GuardAccessObject {
+  kind: string;
+  name: string;
+  uid: string;
+  remove: (options: V1DeleteOptions) => Promise<unknown>;
+}
+
+/**
+ * Creates the guard's ServiceAccount, Role and RoleBinding. An object already there under one of these per-session
+ * names is used only when it is this session's (isOurGuardAccess): anything else is refused, never trusted.
+ */
+export async function ensureGuardAccess(
+  kc: KubeConfig,
+  namespace: string,
+  access: GuardAccess,
+  onOurs: (object: GuardAccessObject) => void,
+): Promise<void> {
   const core = kc.makeApiClient(CoreV1Api);
   const rbac = kc.makeApiClient(RbacAuthorizationV1Api);
-  const { account, role, binding } = buildGuardAccess(namespace);
-  const create = async (resource: string, call: () => Promise<unknown>): Promise<void> => {
+  type AccessObject = V1ServiceAccount | V1Role | V1RoleBinding;
+  const create = async (
+    expected: AccessObject,
+    resource: string,
+    call: () => Promise<AccessObject>,
+    read: () => Promise<AccessObject>,
+    remove: GuardAccessObject['remove'],
+  ): Promise<void> => {
+    const name = expected.metadata?.name ?? '';
+    const ours = (o: AccessObject) => onOurs({ kind: expected.kind ?? '', name, uid: o.metadata?.uid ?? '', remove });
     try {
-      await call();
+      ours(await call());
+      return;
     } catch (err) {
-      if (apiErrorCode(err) === 409) return;
-      throw mapApiError(err, { action: `create the guard's ${resource}`, verb: 'create', resource, namespace });
+      if (apiErrorCode(err) !== 409)
+        throw mapApiError(err, { action: `create the guard's ${resource}`, verb: 'create', resource, namespace });
     }
+    const found = await apiCall(
+      { action: `read the guard's ${resource} ${name}`, verb: 'get', resource, namespace, name },
+      read,
+    );
+    if (isOurGuardAccess(expected, found)) {
+      ours(found);
+      return;
+    }
+    throw new UserError(
+      `a ${expected.kind} ${namespace}/${name} is already there and is not this session's ` +
+        "(other labels, owner, rules or subjects): the guard's account would not be devop's alone",
+      `run \`devop clean -n ${namespace}\` (it removes devop's leftovers), or delete it if it is not devop's ` +
+        `(kubectl delete ${expected.kind?.toLowerCase()} -n ${namespace} ${name}), then run again`,
+    );
   };
-  await create('serviceaccounts', () => core.createNamespacedServiceAccount({ namespace, body: account }));
-  await create('roles.rbac.authorization.k8s.io', () => rbac.createNamespacedRole({ namespace, body: role }));
-  await create('rolebindings.rbac.authorization.k8s.io', () =>
-    rbac.createNamespacedRoleBinding({ namespace, body: binding }),
+  const { account, role, binding } = access;
+  const name = account.metadata?.name ?? '';
+  await create(
+    account,
+    'serviceaccounts',
+    () => core.createNamespacedServiceAccount({ namespace, body: account }),
+    () => core.readNamespacedServiceAccount({ namespace, name }),
+    (body) => core.deleteNamespacedServiceAccount({ namespace, name, body }),
+  );
+  await create(
+    role,
+    'roles.rbac.authorization.k8s.io',
+    () => rbac.createNamespacedRole({ namespace, body: role }),
+    () => rbac.readNamespacedRole({ namespace, name }),
+    (body) => rbac.deleteNamespacedRole({ namespace, name, body }),
+  );
+  await create(
+    binding,
+    'rolebindings.rbac.authorization.k8s.io',
+    () => rbac.createNamespacedRoleBinding({ namespace, body: binding }),
+    () => rbac.readNamespacedRoleBinding({ namespace, name }),
+    (body) => rbac.deleteNamespacedRoleBinding({ namespace, name, body }),
   );
 }
 

@@ -10,6 +10,7 @@ import {
   classifyReplaced,
   formatCleanReport,
 } from './clean.js';
+import type { GuardAccessItem } from '../kube/leftovers.js';
 
 const job = (name: string, targetUid: string, extra: Partial<V1Job['status']> = {}): V1Job => ({
   metadata: {
@@ -220,6 +221,7 @@ describe('clean after --replace', () => {
         ],
         copies: [labelled('gone-copy', 'gone', 'copy'), labelled('live-copy', 'live', 'copy')] as V1Pod[],
         guards: [labelled('gone-guard', 'gone', 'guard')] as V1Job[],
+        access: [],
       },
       now,
     );
@@ -235,5 +237,59 @@ describe('clean after --replace', () => {
     expect(
       formatCleanReport({ namespace: 'ns', dryRun: false, items: [{ ...items[0], removed: true }] }).split('\n')[0],
     ).toBe('restored deployment ns/gone: replaced by ada@laptop, whose session ended: back to 2 replicas');
+  });
+
+  it("removes the guard's ServiceAccount, Role and RoleBinding once its session is over, keeps a live one's", () => {
+    // Given the guard accounts of an ended session and of a live one, and another object that carries devop's label
+    const access = (kind: GuardAccessItem['kind'], name: string, of: string): GuardAccessItem => ({
+      kind,
+      namespace: 'ns',
+      name,
+      labels: {
+        'app.kubernetes.io/managed-by': 'devop',
+        'devop.dev/replace-of': of,
+        'devop.dev/replace-role': 'guard-access',
+        'devop.dev/replace-session': name,
+      },
+    });
+    const items = classifyReplaced(
+      {
+        workloads: [],
+        leases: [replaceLease('l-live', 'deployment/live', '2026-01-01T00:09:55Z')],
+        copies: [],
+        guards: [],
+        access: [
+          access('rolebinding', 'g-gone', 'gone'),
+          access('role', 'g-gone', 'gone'),
+          access('serviceaccount', 'g-gone', 'gone'),
+          access('role', 'g-live', 'live'),
+          { kind: 'role', namespace: 'ns', name: 'someone-else', labels: { 'app.kubernetes.io/managed-by': 'devop' } },
+        ],
+      },
+      now,
+    );
+    // Then the ended session's three go, the live one's stays, the other object is not touched
+    expect(items.map((i) => `${i.action} ${i.kind} ${i.name}`)).toEqual([
+      'remove rolebinding g-gone',
+      'remove role g-gone',
+      'remove serviceaccount g-gone',
+      'keep role g-live',
+    ]);
+    expect(formatCleanReport({ namespace: 'ns', dryRun: true, items: items.slice(0, 1) }).split('\n')[0]).toBe(
+      "would remove role binding ns/g-gone: replace guard's account of gone, whose session ended",
+    );
+  });
+
+  it("removes an older devop's namespace-wide guard account once no replace session is live in its namespace", () => {
+    const shared: GuardAccessItem = {
+      kind: 'role',
+      namespace: 'ns',
+      name: 'devop-replace-guard',
+      labels: { 'app.kubernetes.io/managed-by': 'devop' },
+    };
+    const objects = { workloads: [], copies: [], guards: [], access: [shared] };
+    expect(classifyReplaced({ ...objects, leases: [] }, now).map((i) => i.action)).toEqual(['remove']);
+    const live = replaceLease('l-live', 'deployment/live', '2026-01-01T00:09:55Z');
+    expect(classifyReplaced({ ...objects, leases: [live] }, now).map((i) => i.action)).toEqual(['keep']);
   });
 });

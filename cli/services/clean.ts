@@ -1,14 +1,17 @@
 // `devop clean`: decides which of devop's objects in the cluster are leftovers — agent Jobs and pods whose session is
-// over, ephemeral agent containers still running, expired steal Leases — and removes what can be removed (or only lists
-// it with --dry-run). Listing and deleting them is cli/kube/leftovers.ts.
+// over, ephemeral agent containers still running, expired steal Leases, what `--replace` left (workloads to restore,
+// copies, guards and their accounts) — and removes what can be removed (or only lists it with --dry-run). Listing
+// and deleting them is cli/kube/leftovers.ts.
 import type { V1Job, V1Lease, V1Pod, V1Secret } from '@kubernetes/client-node';
 import { AGENT_ANNOTATIONS, AGENT_CONTAINER_NAME, AGENT_LABELS } from '../../shared/agent-contract.js';
 import { loadKubeConfig, type KubeAccessOptions } from '../kube/config.js';
 import { TARGETLESS_LABEL_VALUE } from '../kube/agent-manifest.js';
+import { GUARD_ACCESS_LABELS } from '../kube/replace-manifest.js';
 import {
   deleteLeftover,
   listDevopObjects,
   listReplaceObjects,
+  type GuardAccessItem,
   type LeftoverKind,
   type ReplaceObjects,
 } from '../kube/leftovers.js';
@@ -252,6 +255,7 @@ export function classifyReplaced(found: ReplaceObjects, now: number): Leftover[]
     if (liveFor(namespace, of)) out.push({ ...base, reason: `${what} of ${of} (a session is live)`, action: 'keep' });
     else out.push({ ...base, reason: `${what} of ${of}, whose session ended`, action: 'remove' });
   }
+  out.push(...classifyGuardAccess(found.access, (namespace, of) => Boolean(liveFor(namespace, of)), live));
   for (const lease of found.leases) {
     if (live.includes(lease)) continue;
     const h = leaseHolder(lease);
@@ -262,6 +266,47 @@ export function classifyReplaced(found: ReplaceObjects, now: number): Leftover[]
       reason: `expired replace lock of ${h.user}@${h.host}`,
       action: 'remove',
     });
+  }
+  return out;
+}
+
+/** The one namespace-wide guard account (and Role, RoleBinding) an older devop shared between sessions. */
+const SHARED_GUARD_ACCOUNT = 'devop-replace-guard';
+
+/**
+ * Guards' ServiceAccounts, Roles and RoleBindings: one session's go once that session is over (their guard Job owns
+ * them, but a cluster without garbage collection, or an orphaning delete, leaves them); the namespace-wide one of an
+ * older devop goes once no replace session is live in its namespace. Other objects with devop's label are not these.
+ * Pure.
+ */
+export function classifyGuardAccess(
+  access: GuardAccessItem[],
+  liveFor: (namespace: string, workload: string) => boolean,
+  liveLeases: V1Lease[],
+): Leftover[] {
+  const out: Leftover[] = [];
+  for (const item of access) {
+    const base = { kind: item.kind, namespace: item.namespace, name: item.name };
+    const of = item.labels[REPLACE_LABELS.of];
+    if (item.labels[REPLACE_LABELS.role] === GUARD_ACCESS_LABELS.roleValue && of) {
+      if (liveFor(item.namespace, of))
+        out.push({ ...base, reason: `replace guard's account of ${of} (a session is live)`, action: 'keep' });
+      else out.push({ ...base, reason: `replace guard's account of ${of}, whose session ended`, action: 'remove' });
+    } else if (item.name === SHARED_GUARD_ACCOUNT) {
+      const live = liveLeases.some((l) => l.metadata?.namespace === item.namespace);
+      if (live)
+        out.push({
+          ...base,
+          reason: 'namespace-wide replace guard account of an older devop (a replace session is live here)',
+          action: 'keep',
+        });
+      else
+        out.push({
+          ...base,
+          reason: 'namespace-wide replace guard account of an older devop: no session uses it',
+          action: 'remove',
+        });
+    }
   }
   return out;
 }
@@ -305,6 +350,9 @@ const KIND_WORDS: Record<LeftoverKind, string> = {
   lease: 'lease',
   workload: '',
   secret: 'secret',
+  serviceaccount: 'service account',
+  role: 'role',
+  rolebinding: 'role binding',
 };
 
 export function formatCleanReport(report: CleanReport): string {

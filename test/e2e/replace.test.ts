@@ -1,11 +1,16 @@
 // `devop exec --replace` end to end on the stand-in: the Deployment goes to 0 while a copy of its pod (a waiter in
 // place of its command) carries the agent and gives the local command its env; the replicas come back when devop
 // stops, through the in-cluster guard when devop is killed with SIGKILL, and through `devop clean` when both are gone;
-// a second replace of the same workload, and bad input (a pod target, targetless, a workload an HPA scales), are
-// refused with one line.
-import { BatchV1Api, CustomObjectsApi } from '@kubernetes/client-node';
+// the guard's per-session ServiceAccount, Role and RoleBinding go each time, and an object under their name that is not
+// the session's is refused; a second replace of the same workload, and bad input (a pod target, targetless, a
+// workload an HPA scales), are refused with one line.
+import { BatchV1Api, CustomObjectsApi, RbacAuthorizationV1Api } from '@kubernetes/client-node';
+import { AGENT_LABELS } from '../../shared/agent-contract.js';
+import { isUserError } from '../../shared/errors.js';
+import { ensureGuardAccess } from '../../cli/kube/replace.js';
+import { buildGuardAccess, buildGuardJob } from '../../cli/kube/replace-manifest.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { REPLACE_ANNOTATIONS, REPLACE_LABELS } from '../../shared/replace-contract.js';
+import { REPLACE_ANNOTATIONS, REPLACE_LABELS, workloadApiPath } from '../../shared/replace-contract.js';
 import { LEASE_DURATION_SECONDS } from '../../cli/kube/steal-lease.js';
 import { requireRoot } from '../helpers/root.js';
 import { standinOnly, type TargetCluster } from '../helpers/target-cluster.js';
@@ -62,6 +67,25 @@ describe('devop exec --replace', () => {
       })
     ).items.filter((j) => !j.metadata?.deletionTimestamp);
 
+  /** Every ServiceAccount, Role and RoleBinding with devop's label in the namespace, as `kind/name`. */
+  const guardAccess = async () => {
+    const rbac = env.kc.makeApiClient(RbacAuthorizationV1Api);
+    const request = {
+      namespace: env.namespace,
+      labelSelector: `${AGENT_LABELS.managedBy}=${AGENT_LABELS.managedByValue}`,
+    };
+    const [accounts, roles, bindings] = await Promise.all([
+      env.core.listNamespacedServiceAccount(request),
+      rbac.listNamespacedRole(request),
+      rbac.listNamespacedRoleBinding(request),
+    ]);
+    return [
+      ...accounts.items.map((o) => `serviceaccount/${o.metadata?.name}`),
+      ...roles.items.map((o) => `role/${o.metadata?.name}`),
+      ...bindings.items.map((o) => `rolebinding/${o.metadata?.name}`),
+    ];
+  };
+
   beforeAll(async () => {
     env = await startE2ETarget('e2e-replace');
     cluster = env.cluster;
@@ -88,6 +112,23 @@ describe('devop exec --replace', () => {
     expect(run.stderr).toMatch(/replace deployment\/echo.*scaled to 0 \(was 1\)/);
     const [copy] = await copies('echo');
     expect(copy?.metadata?.labels?.app, 'without --steal the copy has none of the workload labels').toBeUndefined();
+    // And the guard runs as an account of its own whose Role names each object it may touch
+    const [guardJob] = await guards('echo');
+    const session = guardJob.metadata!.name!;
+    expect((await guardAccess()).sort()).toEqual([
+      `role/${session}`,
+      `rolebinding/${session}`,
+      `serviceaccount/${session}`,
+    ]);
+    const role = await env.kc
+      .makeApiClient(RbacAuthorizationV1Api)
+      .readNamespacedRole({ name: session, namespace: env.namespace });
+    expect(role.rules?.map((r) => r.resourceNames)).toEqual([
+      ['echo'],
+      [copy.metadata!.name!],
+      [expect.stringMatching(/^devop-replace-deployment-echo-/)],
+      [session],
+    ]);
     await waitFor('the original pod to go', async () =>
       (await env.core.listNamespacedPod({ namespace: env.namespace, labelSelector: 'app=echo' })).items.length === 0
         ? true
@@ -107,6 +148,8 @@ describe('devop exec --replace', () => {
     expect(after.annotations[REPLACE_ANNOTATIONS.replicas]).toBeUndefined();
     expect(await copies('echo')).toEqual([]);
     expect(await guards('echo')).toEqual([]);
+    // And no guard ServiceAccount, Role or RoleBinding is left
+    expect(await guardAccess()).toEqual([]);
   }, 240_000);
 
   it('kill -9 of devop: the guard restores the replicas within Lease expiry + 10 s, the copy goes', async () => {
@@ -153,6 +196,8 @@ describe('devop exec --replace', () => {
     await waitFor('the copy pod gone', async () => ((await copies('echo')).length === 0 ? true : undefined), 10_000);
     expect((await replicas('echo')).annotations[REPLACE_ANNOTATIONS.replicas]).toBeUndefined();
     await waitFor('the guard Job gone', async () => ((await guards('echo')).length === 0 ? true : undefined), 10_000);
+    // And its ServiceAccount, Role and RoleBinding go with it (owned by the Job: garbage collection)
+    await waitFor('no guard account left', async () => ((await guardAccess()).length === 0 ? true : undefined), 10_000);
     console.log(`replicas restored ${restoredMs} ms after SIGKILL (Lease ${LEASE_DURATION_SECONDS} s)`);
   }, 240_000);
 
@@ -184,8 +229,27 @@ describe('devop exec --replace', () => {
     const early = track(new DevopRun(['clean', '--kubeconfig', cluster.kubeconfigPath]));
     expect((await early.exited).code, early.output).toBe(0);
     expect(early.stdout).toMatch(/kept deployment \S+\/echo: replaced by \S+ \(a session is live\)/);
-    // And once the Lease has expired, devop clean restores the recorded count and removes the copy
+    // And once the Lease has expired, with a guard account left behind (an orphaning delete, or a cluster that does not
+    // collect garbage), devop clean restores the recorded count and removes the copy and the account
     await new Promise((r) => setTimeout(r, (LEASE_DURATION_SECONDS + 1) * 1000));
+    const planted = buildGuardAccess({
+      name: 'devop-replace-guard-left',
+      namespace: env.namespace,
+      session: 'left',
+      workload: { group: 'apps', resource: 'deployments', name: 'echo' },
+      copyPod: 'echo-devop-replace-left',
+      lease: 'devop-replace-deployment-echo-left',
+      jobUid: 'a-guard-job-long-gone',
+    });
+    const withoutOwner = <T extends { metadata?: object }>(o: T): T => ({
+      ...o,
+      metadata: { ...o.metadata, ownerReferences: undefined },
+    });
+    const rbac = env.kc.makeApiClient(RbacAuthorizationV1Api);
+    await env.core.createNamespacedServiceAccount({ namespace: env.namespace, body: withoutOwner(planted.account) });
+    await rbac.createNamespacedRole({ namespace: env.namespace, body: withoutOwner(planted.role) });
+    await rbac.createNamespacedRoleBinding({ namespace: env.namespace, body: withoutOwner(planted.binding) });
+    expect(await guardAccess()).toHaveLength(3);
     const clean = track(new DevopRun(['clean', '--kubeconfig', cluster.kubeconfigPath]));
     expect((await clean.exited).code, clean.output).toBe(0);
     expect(clean.stdout).toMatch(
@@ -194,7 +258,69 @@ describe('devop exec --replace', () => {
     expect((await replicas('echo')).spec).toBe(1);
     expect((await replicas('echo')).annotations[REPLACE_ANNOTATIONS.replicas]).toBeUndefined();
     await waitFor('the copy pod gone', async () => ((await copies('echo')).length === 0 ? true : undefined), 10_000);
+    expect(clean.stdout).toMatch(/removed role \S+\/devop-replace-guard-left: replace guard's account of echo/);
+    expect(await guardAccess()).toEqual([]);
   }, 240_000);
+
+  it("refuses a Role already under the guard's name that is not the session's, and leaves it alone", async () => {
+    // Given a session's guard Job (suspended, as devop creates it) and someone's Role under the name its guard account
+    // will have, with wider rules
+    const rbac = env.kc.makeApiClient(RbacAuthorizationV1Api);
+    const batch = env.kc.makeApiClient(BatchV1Api);
+    const name = 'devop-replace-guard-race';
+    const job = await batch.createNamespacedJob({
+      namespace: env.namespace,
+      body: buildGuardJob({
+        name,
+        namespace: env.namespace,
+        workload: { kind: 'deployment', name: 'echo', path: workloadApiPath('deployment', env.namespace, 'echo') },
+        lease: 'devop-replace-deployment-echo-race',
+        holder: 'ada@laptop#race',
+        copyPod: 'echo-devop-replace-race',
+        agentImage: 'devop-agent:never-started',
+        owner: 'ada@laptop',
+      }),
+    });
+    const access = buildGuardAccess({
+      name,
+      namespace: env.namespace,
+      session: 'race',
+      workload: { group: 'apps', resource: 'deployments', name: 'echo' },
+      copyPod: 'echo-devop-replace-race',
+      lease: 'devop-replace-deployment-echo-race',
+      jobUid: job.metadata!.uid!,
+    });
+    const foreign = {
+      ...access.role,
+      metadata: { ...access.role.metadata, ownerReferences: undefined },
+      rules: [{ apiGroups: ['*'], resources: ['*'], verbs: ['*'] }],
+    };
+    await rbac.createNamespacedRole({ namespace: env.namespace, body: foreign });
+    // When the session creates its guard account
+    const ours: string[] = [];
+    const refused = await ensureGuardAccess(env.kc, env.namespace, access, (o) => ours.push(o.kind)).then(
+      () => undefined,
+      (err: unknown) => err,
+    );
+    // Then it is refused in one line that names `devop clean`, and the foreign Role is neither used nor deleted
+    expect(isUserError(refused), String(refused)).toBe(true);
+    expect(String((refused as Error).message)).toMatch(
+      /Role \S+\/devop-replace-guard-race is already there and is not/,
+    );
+    expect(String((refused as { hint?: string }).hint)).toMatch(/devop clean/);
+    expect(ours).toEqual(['ServiceAccount']);
+    const still = await rbac.readNamespacedRole({ name, namespace: env.namespace });
+    expect(still.rules?.[0].verbs).toEqual(['*']);
+    // And the session's own objects found again (a retried create) are used
+    await rbac.deleteNamespacedRole({ name, namespace: env.namespace });
+    await ensureGuardAccess(env.kc, env.namespace, access, () => undefined);
+    const again: string[] = [];
+    await ensureGuardAccess(env.kc, env.namespace, access, (o) => again.push(o.kind));
+    expect(again).toEqual(['ServiceAccount', 'Role', 'RoleBinding']);
+    // And deleting the guard Job removes all three (garbage collection)
+    await batch.deleteNamespacedJob({ name, namespace: env.namespace, propagationPolicy: 'Background' });
+    await waitFor('no guard account left', async () => ((await guardAccess()).length === 0 ? true : undefined), 10_000);
+  }, 60_000);
 
   it('bad input: a pod target, targetless, an APIService, or a workload scaled by an HPA — one line each', async () => {
     const pod = track(devopExec(cluster, ['-t', 'pod/some-pod', '--replace'], ['true']));
