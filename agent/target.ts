@@ -60,6 +60,12 @@ export function openProgram(): string {
   return join(dirname(process.argv[1] ?? '.'), 'devop-open');
 }
 
+/**
+ * Bound on devop-open's answer (it resolves and opens in microseconds; a file system that hangs, a dead NFS server in
+ * the container, must not hang a session's read or every DNS lookup).
+ */
+const OPEN_TIMEOUT_MS = 10_000;
+
 /** Bound on devop-open's first line (`ok SIZE` or `error CODE WHY`): anything longer is not devop-open speaking. */
 const MAX_HEADER_BYTES = 4096;
 
@@ -96,6 +102,12 @@ export function openInTarget(pid: number, path: string, opts: OpenOptions = {}):
   return new Promise<TargetFile>((resolve, reject) => {
     let header = Buffer.alloc(0);
     let opened = false;
+    const timer = setTimeout(() => {
+      reject(
+        Object.assign(new Error(`no answer within ${OPEN_TIMEOUT_MS / 1000} s opening ${path}`), { code: 'ETIMEDOUT' }),
+      );
+      child.kill('SIGKILL');
+    }, OPEN_TIMEOUT_MS);
     const onData = (chunk: Buffer): void => {
       header = Buffer.concat([header, chunk]);
       const eol = header.indexOf(10);
@@ -104,6 +116,7 @@ export function openInTarget(pid: number, path: string, opts: OpenOptions = {}):
         return;
       }
       child.stdout.off('data', onData);
+      clearTimeout(timer);
       const line = header.subarray(0, eol).toString();
       const ok = /^ok (\d+)$/.exec(line);
       if (!ok) {
@@ -130,6 +143,7 @@ export function openInTarget(pid: number, path: string, opts: OpenOptions = {}):
     // 'close': the exit status and the whole of stdout are in. Only a clean exit ends the content: a read that failed
     // part way must not look like a short file.
     child.once('close', (code, signal) => {
+      clearTimeout(timer);
       if (!opened)
         reject(Object.assign(new Error(`devop-open ended (${signal ?? code}) before it answered`), { code: 'EIO' }));
       else if (code === 0) content.end();
