@@ -1,6 +1,6 @@
 // The shadow API proxy of `devop exec --shadow`: a local HTTP server that the local command's kubeconfig points at.
-// Reads and watches pass through to the real API server with the user's credentials (streamed by http-proxy, which
-// also carries WebSocket watches); every write goes out as a dry run (dryRun=All in the query, and in the DeleteOptions
+// Reads and watches pass through to the real API server with the user's credentials, streamed (shadow-forward.ts,
+// WebSocket watches too); every write goes out as a dry run (dryRun=All in the query, and in the DeleteOptions
 // body of a DELETE), so the cluster validates, defaults and admits it and stores nothing; Leases are answered from
 // memory (shadow-leases.ts); a request that no dry run covers is refused (shadow-policy.ts). Each write is reported.
 import { randomBytes, timingSafeEqual } from 'node:crypto';
@@ -8,8 +8,8 @@ import { Agent as HttpAgent, request as httpRequest, type IncomingMessage, type 
 import { Agent, createServer, request as httpsRequest, type AgentOptions } from 'node:https';
 import type { AddressInfo, Socket } from 'node:net';
 import type { KubeConfig } from '@kubernetes/client-node';
-import httpProxy from 'http-proxy';
 import { makeSessionCert } from '../session/cert.js';
+import { forwardRead, forwardUpgrade } from './shadow-forward.js';
 import { LeaseMemory, statusBody, type KubeObject } from './shadow-leases.js';
 import { dryRunDeleteBody, routeRequest, WRITE_VERBS, type ApiPath, type ShadowRoute } from './shadow-policy.js';
 
@@ -87,41 +87,12 @@ export async function startShadowProxy(options: ShadowProxyOptions): Promise<Sha
         });
   const token = randomBytes(24).toString('hex');
   const leases = new LeaseMemory();
-  const proxy = httpProxy.createProxyServer({
-    // The server's own path (a gateway's /k8s/clusters/ID) is kept: http-proxy prepends it to each request's path.
-    target: cluster.server,
-    agent,
-    changeOrigin: true,
-    secure: tls.rejectUnauthorized !== false,
-    ws: true,
-  });
   const warned = new Set<string>();
   const warn = (message: string): void => {
     if (warned.has(message)) return;
     warned.add(message);
     options.onWarning?.(message);
   };
-  proxy.on('proxyReq', (proxyReq, _req, res) => {
-    // A watch whose client went away must end upstream too: http-proxy only listens for 'aborted', which a request
-    // that has been read to its end (every GET) never emits.
-    res.on('close', () => {
-      if (!res.writableFinished) proxyReq.destroy();
-    });
-  });
-  proxy.on('proxyRes', (_proxyRes, _req, res) => {
-    // Node sends the head with the first byte of the body; a watch's first event may be minutes away, and a client
-    // waits for the head before it counts the watch as started. The head goes at once (http-proxy sets it up after
-    // this event, in the same turn).
-    process.nextTick(() => {
-      if (!res.headersSent && !res.destroyed) res.flushHeaders();
-    });
-  });
-  proxy.on('error', (err, _req, res) => {
-    warn(`shadow API proxy: ${err.message}`);
-    if ('writeHead' in res && !res.headersSent) sendJson(res, 502, statusBody(502, 'BadGateway', err.message));
-    else res.destroy();
-  });
-
   /** The user's credentials for one upstream request (exec plugins may refresh a token between requests). */
   const userHeaders = async (): Promise<Record<string, string>> => {
     const opts: { headers?: Record<string, string>; auth?: string } = {};
@@ -137,11 +108,13 @@ export async function startShadowProxy(options: ShadowProxyOptions): Promise<Sha
     const wanted = Buffer.from(`Bearer ${token}`);
     return given.length === wanted.length && timingSafeEqual(given, wanted);
   };
-  /** The client's headers without its proxy token, with the user's credentials instead. */
-  const asUser = async (req: IncomingMessage): Promise<void> => {
-    delete req.headers.authorization;
-    Object.assign(req.headers, lowerKeys(await userHeaders()));
-  };
+  /** Where a read goes: the same path and query under the server's URL (which may have a path of its own). */
+  const readUpstream = async (req: IncomingMessage) => ({
+    url: upstreamUrl(upstream, req.url ?? '/'),
+    agent,
+    credentials: await userHeaders(),
+  });
+  const upstreamError = (err: Error): void => warn(`shadow API proxy: ${err.message}`);
 
   const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     if (!authorized(req)) return sendJson(res, 401, statusBody(401, 'Unauthorized', 'Unauthorized'));
@@ -162,9 +135,14 @@ export async function startShadowProxy(options: ShadowProxyOptions): Promise<Sha
           headers: await userHeaders(),
           options,
         });
+      case 'review':
+        return forwardReview(req, res, upstreamUrl(upstream, req.url ?? '/'), agent, await userHeaders());
       default:
-        await asUser(req);
-        proxy.web(req, res);
+        forwardRead(req, res, await readUpstream(req), (err) => {
+          upstreamError(err);
+          if (!res.headersSent) sendJson(res, 502, statusBody(502, 'BadGateway', err.message));
+          else res.destroy();
+        });
     }
   };
 
@@ -179,7 +157,7 @@ export async function startShadowProxy(options: ShadowProxyOptions): Promise<Sha
   });
   server.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => {
     const route = routeOf(req);
-    // http-proxy carries WebSocket upgrades only; SPDY clients (older kubectl) fall back to WebSocket or stop here.
+    // WebSocket upgrades only; SPDY clients (older kubectl) fall back to WebSocket or stop here.
     // A WebSocket is a read (a watch) or it is refused: exec, attach, portforward and proxy are refused by route.
     const notWebSocket = `devop --shadow forwards WebSocket upgrades only, not ${req.headers.upgrade}`;
     const notRead = `devop --shadow forwards WebSocket watches only (GET), not ${req.method}`;
@@ -202,8 +180,8 @@ export async function startShadowProxy(options: ShadowProxyOptions): Promise<Sha
       );
       return;
     }
-    asUser(req).then(
-      () => proxy.ws(req, socket, head),
+    readUpstream(req).then(
+      (to) => forwardUpgrade(req, socket, head, to, upstreamError),
       () => socket.destroy(),
     );
   });
@@ -227,7 +205,6 @@ export async function startShadowProxy(options: ShadowProxyOptions): Promise<Sha
       const closed = new Promise<void>((resolve) => server.close(() => resolve()));
       for (const socket of sockets) socket.destroy();
       await closed;
-      proxy.close();
       agent.destroy();
     },
   };
@@ -324,6 +301,27 @@ async function forwardWrite(
     ...(before ? { before: beforeObject } : { before: verb === 'create' ? null : undefined }),
     ...(after !== undefined ? { after } : {}),
   });
+}
+
+/** An access or token review goes as it is (it only answers), its body announced; the answer comes back. */
+async function forwardReview(
+  req: IncomingMessage,
+  res: ServerResponse,
+  target: URL,
+  agent: HttpAgent,
+  credentials: Record<string, string>,
+): Promise<void> {
+  const body = await readBody(req);
+  if (body === undefined)
+    return sendJson(res, 413, statusBody(413, 'RequestEntityTooLarge', 'Request entity too large: limit is 3145728'));
+  const headers: Record<string, string> = { ...credentials };
+  for (const name of FORWARDED_HEADERS) {
+    const value = req.headers[name];
+    if (typeof value === 'string' && name !== 'accept-encoding') headers[name] = value;
+  }
+  const answer = await send(target, 'POST', headers, agent, body);
+  res.writeHead(answer.status, pickHeaders(answer.headers, ['content-type', 'warning']));
+  res.end(answer.body);
 }
 
 async function answerLease(
@@ -466,8 +464,4 @@ function pick(from: Record<string, unknown>, keys: string[]): Record<string, unk
 
 function pickHeaders(from: Answer['headers'], keys: string[]): Record<string, string | string[]> {
   return Object.fromEntries(keys.filter((k) => from[k] !== undefined).map((k) => [k, from[k] as string | string[]]));
-}
-
-function lowerKeys(headers: Record<string, string>): Record<string, string> {
-  return Object.fromEntries(Object.entries(headers).map(([k, v]) => [k.toLowerCase(), v]));
 }
