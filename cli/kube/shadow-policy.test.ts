@@ -70,6 +70,7 @@ describe('shadow request routing', () => {
     ['a write under a path verb', 'POST', '/api/v1/watch/namespaces/ns/configmaps'],
     ['a write with segments after the subresource', 'PUT', '/api/v1/namespaces/ns/configmaps/c/status/x'],
     ['a method that is neither a read nor a write', 'TRACE', '/api/v1/namespaces/ns/configmaps'],
+    ['a method named like an object property', 'constructor', '/api/v1/namespaces/ns/configmaps'],
   ])('refuses %s with a 403 that names it', (_what, method, path) => {
     const answer = route(method, path);
     expect(answer).toMatchObject({ kind: 'refuse', code: 403 });

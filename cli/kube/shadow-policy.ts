@@ -123,7 +123,10 @@ export function routeRequest(method: string, rawPath: string, headers: Record<st
         'send the path without encoded slashes or dot segments',
     );
   const path = parseSegments(segments);
-  const connect = path?.pathVerb === 'proxy' ? 'proxy' : path?.subresource && path.subresource in CONNECT_SUBRESOURCES;
+  const connect =
+    path?.pathVerb === 'proxy'
+      ? 'proxy'
+      : path?.subresource !== undefined && Object.hasOwn(CONNECT_SUBRESOURCES, path.subresource);
   if (path && connect) {
     const sub = path.pathVerb === 'proxy' ? 'proxy' : (path.subresource as string);
     return forbidden(
@@ -138,10 +141,10 @@ export function routeRequest(method: string, rawPath: string, headers: Record<st
     );
   // A Lease by name, or a new one: leader election, answered from memory (shadow-leases.ts).
   const lease = path?.group === 'coordination.k8s.io' && path.resource === 'leases' && path.namespace;
-  const leaseRequest = path?.name ? method === 'GET' || method in WRITE_VERBS : method === 'POST';
+  const leaseRequest = path?.name ? method === 'GET' || Object.hasOwn(WRITE_VERBS, method) : method === 'POST';
   if (path && lease && leaseRequest && !path.subresource && !path.pathVerb) return { kind: 'lease', path };
   if (READ_METHODS.has(method)) return { kind: 'read' };
-  const verb = WRITE_VERBS[method];
+  const verb = Object.hasOwn(WRITE_VERBS, method) ? WRITE_VERBS[method] : undefined;
   if (!verb)
     return forbidden(`devop --shadow forwards reads and create/update/patch/delete only, not ${method}: use those`);
   if (!path)
