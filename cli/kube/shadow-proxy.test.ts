@@ -619,6 +619,27 @@ describe('shadow API proxy: deletes are dry runs, and what no dry run covers is 
     }
   });
 
+  it('kubectl create token and kubectl exec through the shadow get one line naming the refusal', async () => {
+    const failure = async (...args: string[]) => {
+      const failed = await kubectl(...args).then(
+        () => undefined,
+        (err: { stderr: string }) => err,
+      );
+      expect(failed, `kubectl ${args.join(' ')} succeeded`).toBeDefined();
+      return failed?.stderr ?? '';
+    };
+    expect(await failure('create', 'token', 'default', '-n', namespace)).toMatch(
+      /^error: failed to create token: devop --shadow does not forward serviceaccounts\/token: [^\n]+\n$/,
+    );
+    await real.createNamespacedPod({
+      namespace,
+      body: { metadata: { name: 'exec-target' }, spec: { containers: [{ name: 'c', image: 'devop.test/shell' }] } },
+    });
+    expect(await failure('exec', 'exec-target', '-n', namespace, '--', 'id')).toContain(
+      'devop --shadow does not forward pods/exec',
+    );
+  }, 120_000);
+
   it('refuses WebSocket upgrades to proxy and exec subresources before they reach the server', async () => {
     const { front, received, close } = await recordingProxy();
     try {
