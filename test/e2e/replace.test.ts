@@ -249,7 +249,9 @@ describe('devop exec --replace', () => {
     await env.core.createNamespacedServiceAccount({ namespace: env.namespace, body: withoutOwner(planted.account) });
     await rbac.createNamespacedRole({ namespace: env.namespace, body: withoutOwner(planted.role) });
     await rbac.createNamespacedRoleBinding({ namespace: env.namespace, body: withoutOwner(planted.binding) });
-    expect(await guardAccess()).toHaveLength(3);
+    expect(await guardAccess()).toEqual(
+      expect.arrayContaining(['serviceaccount', 'role', 'rolebinding'].map((k) => `${k}/devop-replace-guard-left`)),
+    );
     const clean = track(new DevopRun(['clean', '--kubeconfig', cluster.kubeconfigPath]));
     expect((await clean.exited).code, clean.output).toBe(0);
     expect(clean.stdout).toMatch(
