@@ -70,8 +70,8 @@ describe('loadCommandConfig', () => {
       expect(() => loadCommandConfig(undefined, dir, {})).toThrow(
         `${join(dir, 'devop.json')} sets context="prod", kubeconfig="./kubeconfig", replace=true, ` +
           'agent.image="attacker.example/agent:1", allowHostNetwork=true: a project\'s devop.json may not choose the ' +
-          'cluster, replace a workload, run another agent image, take a host-network pod or keep credentials in a HAR ' +
-          'on its own',
+          'cluster, replace a workload, run another agent image, take a host-network pod or keep credentials in a ' +
+          'HAR on its own',
       );
       const refusal = (() => {
         try {
