@@ -92,7 +92,8 @@ function apiClient(env: NodeJS.ProcessEnv) {
     });
 }
 
-type Api = ReturnType<typeof apiClient>;
+export type GuardApi = ReturnType<typeof apiClient>;
+type Api = GuardApi;
 
 interface LeaseView {
   spec?: { holderIdentity?: string; renewTime?: string; leaseDurationSeconds?: number };
@@ -155,6 +156,11 @@ export async function restoreWorkload(api: Api, config: GuardConfig, log: AgentL
   }
 }
 
+/** The guard's last call: its Job goes, and with it (garbage collection) its pod, ServiceAccount, Role and binding. */
+export async function deleteOwnJob(api: Api, config: GuardConfig): Promise<void> {
+  await api('DELETE', `/apis/batch/v1/namespaces/${config.namespace}/jobs/${config.job}?propagationPolicy=Background`);
+}
+
 /** Runs the guard until the session has ended and everything is restored; resolves when its Job is being deleted. */
 export async function runReplaceGuard(env: NodeJS.ProcessEnv, log: AgentLog): Promise<void> {
   const config = guardConfigFromEnv(env);
@@ -166,8 +172,7 @@ export async function runReplaceGuard(env: NodeJS.ProcessEnv, log: AgentLog): Pr
       if (watch.observe(await readLease(api, config), config.holder, Date.now()) === 'ended') {
         log.info('session ended: restoring', { lease: config.lease });
         await restoreWorkload(api, config, log);
-        const job = `/apis/batch/v1/namespaces/${config.namespace}/jobs/${config.job}`;
-        await api('DELETE', `${job}?propagationPolicy=Background`);
+        await deleteOwnJob(api, config);
         return;
       }
     } catch (err) {

@@ -1,9 +1,10 @@
 // --replace, the pure parts: the copy pod and guard Job built from a workload, the patches that scale it to 0 and back
 // (the recorded count survives a second session, a restore is idempotent), the guard's expiry by its own clock, and
 // the one-line refusals (HPA, GitOps owner, a pod or targetless target, --all-pods).
-import type { V1PodTemplateSpec } from '@kubernetes/client-node';
+import type { V1PodTemplateSpec, V1PolicyRule } from '@kubernetes/client-node';
 import { describe, expect, it } from 'vitest';
-import { LeaseWatch } from '../../agent/replace-guard.js';
+import { createLog } from '../../agent/log.js';
+import { LeaseWatch, deleteOwnJob, restoreWorkload, type GuardApi } from '../../agent/replace-guard.js';
 import { isUserError } from '../../shared/errors.js';
 import {
   GUARD_ENV,
@@ -218,6 +219,89 @@ describe("the guard's account", () => {
     );
     const borrowed = { ...binding, subjects: [{ kind: 'ServiceAccount', name: 'mallory', namespace: 'ns' }] };
     expect(isOurGuardAccess(binding, borrowed)).toBe(false);
+  });
+});
+
+describe("the guard's Role against the guard's own calls", () => {
+  // RBAC as kube-apiserver evaluates one rule (kubernetes plugin/pkg/auth/authorizer/rbac/rbac.go RuleAllows and
+  // pkg/apis/rbac/v1/evaluation_helpers.go): verb, API group, resource, and the request's name among resourceNames.
+  const allows = (rule: V1PolicyRule, call: { verb: string; group: string; resource: string; name: string }) =>
+    rule.verbs.includes(call.verb) &&
+    (rule.apiGroups ?? []).includes(call.group) &&
+    (rule.resources ?? []).includes(call.resource) &&
+    (!rule.resourceNames?.length || rule.resourceNames.includes(call.name));
+  const VERBS: Record<string, string> = { GET: 'get', PATCH: 'patch', DELETE: 'delete' };
+  /** A request path as RBAC sees it: /api/v1/namespaces/NS/RES/NAME or /apis/GROUP/VERSION/namespaces/NS/RES/NAME. */
+  const attributes = (method: string, path: string) => {
+    const parts = path.split('?')[0].split('/').filter(Boolean);
+    const group = parts[0] === 'api' ? '' : parts[1];
+    const [resource, name] = parts.slice(parts.indexOf('namespaces') + 2);
+    return { verb: VERBS[method] ?? method, group, resource, name };
+  };
+
+  it("allows every call of a restore and of the guard's end, and holds no rule those calls do not use", async () => {
+    // Given a session's guard and its Role
+    const config = {
+      namespace: 'ns',
+      workloadPath: workloadApiPath('deployment', 'ns', 'api'),
+      lease: 'devop-replace-deployment-api-0123456789',
+      holder: 'ada@laptop#1234',
+      copyPod: 'api-devop-replace-1234',
+      job: 'devop-replace-guard-1234',
+    };
+    const { role } = buildGuardAccess({
+      name: config.job,
+      namespace: 'ns',
+      session: '1234',
+      workload: { group: 'apps', resource: 'deployments', name: 'api' },
+      copyPod: config.copyPod,
+      lease: config.lease,
+      jobUid: 'uid',
+    });
+    const calls: { method: string; path: string }[] = [];
+    const api: GuardApi = async (method, path) => {
+      calls.push({ method, path });
+      if (method === 'GET' && path.includes('/leases/'))
+        return { status: 200, body: { spec: { holderIdentity: config.holder }, metadata: { resourceVersion: '3' } } };
+      if (method === 'GET')
+        return {
+          status: 200,
+          body: {
+            metadata: {
+              annotations: { [REPLACE_ANNOTATIONS.replicas]: '2', [REPLACE_ANNOTATIONS.holder]: config.holder },
+            },
+          },
+        };
+      return { status: 200, body: {} };
+    };
+    // When the guard restores the workload and ends
+    await restoreWorkload(
+      api,
+      config,
+      createLog('warn', () => undefined),
+    );
+    await deleteOwnJob(api, config);
+    // Then each of its calls is allowed by a rule of the Role, and each rule's verbs are all used
+    const requests = calls.map((c) => attributes(c.method, c.path));
+    expect(requests.map((r) => `${r.verb} ${r.resource}/${r.name}`)).toEqual([
+      'get deployments/api',
+      'patch deployments/api',
+      'delete pods/api-devop-replace-1234',
+      'get leases/devop-replace-deployment-api-0123456789',
+      'delete leases/devop-replace-deployment-api-0123456789',
+      'delete jobs/devop-replace-guard-1234',
+    ]);
+    for (const r of requests)
+      expect(
+        role.rules?.some((rule) => allows(rule, r)),
+        JSON.stringify(r),
+      ).toBe(true);
+    for (const rule of role.rules ?? [])
+      for (const verb of rule.verbs)
+        expect(
+          requests.some((r) => allows({ ...rule, verbs: [verb] }, r)),
+          `${verb} ${rule.resources}`,
+        ).toBe(true);
   });
 });
 
