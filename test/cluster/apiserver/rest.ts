@@ -2,7 +2,7 @@
 // finalize) plus the review kinds (SelfSubjectAccessReview, SelfSubjectRulesReview, SelfSubjectReview).
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { parse as parseYaml } from 'yaml';
-import { ApiError, badRequest, methodNotAllowed, statusSuccess, type K8sObject } from './errors.js';
+import { ApiError, badRequest, invalid, methodNotAllowed, statusSuccess, type K8sObject } from './errors.js';
 import type { Admission, Operation } from './admission.js';
 import type { Authenticator, Identity } from './auth.js';
 import type { DeleteOptions, Objects } from './objects.js';
@@ -69,25 +69,71 @@ function stripForList(t: ResourceType, o: K8sObject): K8sObject {
   return rest;
 }
 
+/**
+ * A DELETE's options as kube-apiserver reads them (k8s.io/apiserver pkg/endpoints/handlers/delete.go): from the body
+ * when there is one — the query is then not read at all — and only otherwise from the query.
+ */
 function deleteOptions(q: URLSearchParams, body: K8sObject | undefined): DeleteOptions {
+  return body === undefined ? deleteOptionsFrom(queryOptions(q)) : deleteOptionsFrom(body);
+}
+
+/** The query's DeleteOptions parameters as the body's fields (dryRun may repeat). */
+function queryOptions(q: URLSearchParams): K8sObject {
+  const o: K8sObject = {};
+  for (const key of ['propagationPolicy', 'gracePeriodSeconds', 'orphanDependents']) {
+    const value = q.get(key);
+    if (value !== null) o[key] = value;
+  }
+  if (q.has('dryRun')) o.dryRun = q.getAll('dryRun');
+  return o;
+}
+
+function deleteOptionsFrom(o: K8sObject): DeleteOptions {
+  if (o.kind !== undefined && o.kind !== 'DeleteOptions')
+    throw badRequest('decoded object cannot be converted to DeleteOptions');
   const d: DeleteOptions = {};
-  const pp = body?.propagationPolicy ?? q.get('propagationPolicy') ?? undefined;
+  const pp = o.propagationPolicy ?? undefined;
   if (pp) {
     if (!['Orphan', 'Background', 'Foreground'].includes(pp))
       throw badRequest(`propagationPolicy: Unsupported value: "${pp}"`);
     d.propagationPolicy = pp;
   }
-  const g = body?.gracePeriodSeconds ?? q.get('gracePeriodSeconds') ?? undefined;
+  const g = o.gracePeriodSeconds ?? undefined;
   if (g !== undefined && g !== null) d.gracePeriodSeconds = Number(g);
-  const od = body?.orphanDependents ?? q.get('orphanDependents') ?? undefined;
+  const od = o.orphanDependents ?? undefined;
   if (od !== undefined && od !== null) d.orphanDependents = od === true || od === 'true';
-  if (body?.preconditions) d.preconditions = body.preconditions;
-  d.dryRun = isDryRun(q, body);
+  if (o.preconditions) d.preconditions = o.preconditions;
+  d.dryRun = dryRunOf(o.dryRun, 'DeleteOptions');
   return d;
 }
 
-function isDryRun(q: URLSearchParams, body?: K8sObject): boolean {
-  return q.getAll('dryRun').includes('All') || (Array.isArray(body?.dryRun) && body.dryRun.includes('All'));
+/**
+ * dryRun as kube-apiserver validates it before anything else happens (apimachinery pkg/apis/meta/v1/validation
+ * ValidateDryRun, called by every write handler: create.go, update.go, patch.go, delete.go): "All" or nothing; any
+ * other value is refused with 422, never taken as a real write.
+ */
+const SUPPORTED = 'supported values: "All"';
+
+function dryRunOf(values: unknown, optionsKind: string): boolean {
+  const list = values === undefined || values === null ? [] : Array.isArray(values) ? values : [values];
+  const unsupported = list.filter((v) => v !== 'All');
+  if (unsupported.length > 0)
+    throw invalid(optionsKind, 'meta.k8s.io', '', [
+      {
+        field: 'dryRun',
+        reason: 'FieldValueNotSupported',
+        message: `Unsupported value: []string{${list.map((v) => JSON.stringify(String(v))).join(', ')}}: ${SUPPORTED}`,
+      },
+    ]);
+  return list.length > 0;
+}
+
+/** The options kind of each write whose options come from the query (upstream's create.go, update.go, patch.go). */
+const WRITE_OPTIONS: Record<string, string> = { POST: 'CreateOptions', PUT: 'UpdateOptions', PATCH: 'PatchOptions' };
+
+/** The query's dryRun of a create, update or patch (their options come from the query only, upstream). */
+function isDryRun(q: URLSearchParams, optionsKind = 'CreateOptions'): boolean {
+  return dryRunOf(q.getAll('dryRun'), optionsKind);
 }
 
 function scaleOf(o: K8sObject): K8sObject {
@@ -159,7 +205,8 @@ export async function handleResource(
   const { objects } = ctx;
   const { t, ns, name, sub, query: q } = r;
   const accept = req.headers.accept;
-  const dryRun = isDryRun(q);
+  // A DELETE's dryRun is read with its other options (deleteOptions: the body, else the query).
+  const dryRun = WRITE_OPTIONS[r.method] ? isDryRun(q, WRITE_OPTIONS[r.method]) : false;
   if (sub === 'scale') {
     if (!name) throw methodNotAllowed();
     if (r.method === 'GET') return sendJson(res, 200, scaleOf(objects.get(t, ns, name)));
@@ -199,7 +246,9 @@ export async function handleResource(
         );
       objects.update(t, ns, name, { ...pod, spec: { ...pod.spec, nodeName: body.target?.name } }, { dryRun });
     } else {
-      objects.delete(t, ns, name, deleteOptions(q, body.deleteOptions));
+      // The Eviction's own DeleteOptions; the eviction is a create, so its query's dryRun makes the delete one too.
+      const d = deleteOptionsFrom(body.deleteOptions ?? {});
+      objects.delete(t, ns, name, { ...d, dryRun: d.dryRun || dryRun });
     }
     return sendJson(res, 201, statusSuccess());
   }
@@ -323,7 +372,7 @@ export async function handleResource(
       const body = await readBody(req);
       const d = deleteOptions(q, body);
       if (name) {
-        if (ctx.admission.active(t)) await admit(ctx, r, 'DELETE', undefined, objects.get(t, ns, name));
+        if (ctx.admission.active(t)) await admit(ctx, r, 'DELETE', undefined, objects.get(t, ns, name), d.dryRun);
         const result = objects.delete(t, ns, name, d);
         return sendJson(res, result.deleted ? 200 : 202, objects.deleteResponse(t, result));
       }
@@ -332,7 +381,14 @@ export async function handleResource(
       const victims = objects.list(t, t.namespaced ? ns : undefined).filter((o) => l(o) && f(o));
       if (ctx.admission.active(t))
         for (const o of victims)
-          await admit(ctx, { ...r, name: o.metadata.name, ns: o.metadata.namespace ?? '' }, 'DELETE', undefined, o);
+          await admit(
+            ctx,
+            { ...r, name: o.metadata.name, ns: o.metadata.namespace ?? '' },
+            'DELETE',
+            undefined,
+            o,
+            d.dryRun,
+          );
       const out = victims.map((o) => objects.delete(t, o.metadata.namespace ?? '', o.metadata.name, d).object);
       return sendJson(res, 200, {
         kind: t.listKind,
@@ -353,6 +409,7 @@ async function admit(
   operation: Operation,
   object: K8sObject | undefined,
   oldObject: K8sObject | undefined,
+  dryRun = operation === 'DELETE' ? false : isDryRun(r.query, WRITE_OPTIONS[r.method]),
 ): Promise<K8sObject> {
   // Copies: the store hands out its own objects, and the webhooks' patches must not reach them before the write.
   const admitted = await ctx.admission.admit({
@@ -364,7 +421,7 @@ async function admit(
     identity: r.identity,
     object: object && structuredClone(object),
     oldObject: oldObject && structuredClone(oldObject),
-    dryRun: isDryRun(r.query),
+    dryRun,
   });
   return admitted ?? {};
 }
