@@ -20,7 +20,7 @@ import {
   AGENT_SECRET_KEY,
   agentSecretName,
 } from '../../shared/agent-contract.js';
-import type { AgentEndpoint, AgentOptions } from './agent.js';
+import type { AgentEndpoint, AgentOptions } from './agent-types.js';
 import { agentJobName } from './agent-manifest.js';
 import { apiCall, apiErrorCode } from './errors.js';
 import type { ResolvedTarget } from './target.js';

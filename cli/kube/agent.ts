@@ -30,52 +30,13 @@ import {
   buildAgentSecret,
   buildTargetlessAgentJob,
   TARGETLESS_LABEL_VALUE,
-  type AgentExtras,
   type AgentSpecInput,
   type SecretOwner,
 } from './agent-manifest.js';
+import type { AgentEndpoint, AgentOptions } from './agent-types.js';
 import type { ResolvedTarget } from './target.js';
 
-export interface AgentEndpoint {
-  mode: 'job' | 'ephemeral';
-  /** Job name, or the ephemeral container's name. */
-  name: string;
-  /** The pod the agent process runs in (the Job's pod; the target pod for an ephemeral container). */
-  agentPod: string;
-  agentNamespace: string;
-  agentContainer: string;
-  port: number;
-  /** The native data path's port, for agents that run it (set in their env; older agents do not). */
-  nativePort?: number;
-  token: string;
-  agentId: string;
-  reused: boolean;
-  /** The Secret of an ephemeral agent this session created: deleted when the session ends (releaseAgent). */
-  secret?: { namespace: string; name: string };
-}
-
-export interface AgentOptions {
-  image: string;
-  agentNamespace: string;
-  ephemeral: boolean;
-  ttlSeconds: number;
-  idleSeconds: number;
-  startupTimeoutMs: number;
-  flush: boolean;
-  privileged: boolean;
-  /** The session mirrors: the agent it starts gets NET_RAW for the packet capture. */
-  mirror?: boolean;
-  owner: string;
-  /** The cluster user (clusterUser); looked up when missing. */
-  createdBy?: string;
-  /** --reuse-agent: the one agent (Job or ephemeral container name) reused even if someone else started it. */
-  reuseAgent?: string;
-  /** Hears about a running agent of the target that is not reused, and why. */
-  onSkip?: (agent: string, why: string) => void;
-  logLevel?: 'debug' | 'info' | 'warn';
-  extras?: AgentExtras;
-  signal?: AbortSignal;
-}
+export type { AgentEndpoint, AgentOptions } from './agent-types.js';
 
 /**
  * The agent's control port is chosen by the CLI (so no log needs reading to learn it), below Linux's ephemeral port

@@ -104,7 +104,8 @@ export function forwardUpgrade(
     socket.on('close', () => upstreamSocket.destroy());
     upstreamSocket.pipe(socket).pipe(upstreamSocket);
   });
-  // The API server said no to the upgrade: its answer goes back (its body as Node decoded it), then the connection ends.
+  // The API server said no to the upgrade: its answer goes back (its body as Node decoded it), then the connection
+  // ends.
   out.on('response', (answer) => {
     let lines = `HTTP/1.1 ${answer.statusCode} ${answer.statusMessage}\r\n`;
     for (const [name, value] of Object.entries(answerHeaders(answer)))

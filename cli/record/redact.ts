@@ -1,7 +1,7 @@
 // What `devop exec --record` leaves out of a HAR unless --record-secrets is given: credential headers (Authorization,
 // cookies, the aggregator's X-Remote-* identity) and the values of Secrets (and minted tokens) in JSON bodies, such as
 // the whole Secret an AdmissionReview carries in request.object and request.oldObject.
-import type { HarEntry, HarHeader } from './har.js';
+import type { HarEntry, HarHeader } from './har-entry.js';
 
 /** What a redacted value becomes: it says what happened and which flag keeps it. */
 export const REDACTED = '<redacted by devop; --record-secrets keeps it>';

@@ -1,8 +1,8 @@
 // Where a DELETE's options come from, and which dryRun values are accepted, as kube-apiserver does it:
-// k8s.io/apiserver pkg/endpoints/handlers/delete.go (DeleteResource and DeleteCollection) decodes DeleteOptions from the
-// body when the request has one and reads the query only when it has none; every write handler (create.go, update.go,
-// patch.go, delete.go) refuses a dryRun other than "All" through apimachinery's ValidateDryRun (422). Checked with
-// clients nobody here wrote: kubectl 1.33 and Debian's python3-kubernetes.
+// k8s.io/apiserver pkg/endpoints/handlers/delete.go (DeleteResource and DeleteCollection) decodes DeleteOptions from
+// the body when the request has one and reads the query only when it has none; every write handler (create.go,
+// update.go, patch.go, delete.go) refuses a dryRun other than "All" through apimachinery's ValidateDryRun (422).
+// Checked with clients nobody here wrote: kubectl 1.33 and Debian's python3-kubernetes.
 import { execFile } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { request } from 'node:https';
