@@ -67,7 +67,7 @@ int main(int argc, char **argv) {
   }
   if (found < 0) {
     if (errno == ENOSYS) return fail(ENOSYS, "openat2 (Linux 5.6 or later on the node)");
-    return fail(errno, "resolving the path");
+    return fail(errno, "walking the path");
   }
   struct stat resolved;
   if (fstat(found, &resolved) != 0) return fail(errno, "fstat");
