@@ -1,8 +1,11 @@
 // Where a DELETE's options come from, and which dryRun values are accepted, as kube-apiserver does it:
 // k8s.io/apiserver pkg/endpoints/handlers/delete.go (DeleteResource and DeleteCollection) decodes DeleteOptions from
-// the body when the request has one and reads the query only when it has none; every write handler (create.go,
-// update.go, patch.go, delete.go) refuses a dryRun other than "All" through apimachinery's ValidateDryRun (422).
-// Checked with clients nobody here wrote: kubectl 1.33 and Debian's python3-kubernetes.
+// the body when the request has any body bytes and reads the query only when it has none; the body decodes under any
+// apiVersion (apimachinery pkg/apis/meta/internalversion/register.go registers DeleteOptions unversioned), a field of
+// the wrong type or bytes that do not decode are a 400; preconditions exist only in the body (the query conversion in
+// pkg/apis/meta/v1/zz_generated.conversion.go opts them out). Every write handler (create.go, update.go, patch.go,
+// delete.go) refuses a dryRun other than "All" through apimachinery pkg/apis/meta/v1/validation ValidateDryRun with
+// errors.NewInvalid: a 422, not a 400. Checked with clients nobody here wrote: kubectl 1.33 and python3-kubernetes.
 import { execFile } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { request } from 'node:https';
@@ -36,7 +39,11 @@ interface Answer {
 
 /** One request as the admin, with exactly the body given (a DELETE with a body announces its length). */
 function send(method: string, path: string, body?: unknown): Promise<Answer> {
-  const text = body === undefined ? undefined : JSON.stringify(body);
+  return sendText(method, path, body === undefined ? undefined : JSON.stringify(body));
+}
+
+/** One request as the admin with these exact body bytes (JSON content type). */
+function sendText(method: string, path: string, text: string | undefined): Promise<Answer> {
   return new Promise((resolve, reject) => {
     const req = request(
       `${cluster.server}${path}`,
@@ -127,6 +134,85 @@ describe('stand-in API: DELETE options come from the body when there is one (han
     const answer = await send('DELETE', `${configMaps}/wrong-kind`, { kind: 'ConfigMap', apiVersion: 'v1' });
     expect(answer.status).toBe(400);
     expect(await exists('wrong-kind')).toBe(true);
+  });
+});
+
+describe('stand-in API: a DELETE body is decoded and validated as DeleteOptions (handlers/delete.go)', () => {
+  it('preconditions come from the body: a uid or resourceVersion that differs is a 409 and nothing is deleted', async () => {
+    // Given a ConfigMap
+    await makeConfigMap('preconditioned');
+    const stored = await core.readNamespacedConfigMap({ name: 'preconditioned', namespace });
+    // When it is deleted with preconditions that do not match
+    const byUid = await send('DELETE', `${configMaps}/preconditioned`, {
+      kind: 'DeleteOptions',
+      apiVersion: 'v1',
+      preconditions: { uid: 'not-its-uid' },
+    });
+    const byVersion = await send('DELETE', `${configMaps}/preconditioned`, {
+      kind: 'DeleteOptions',
+      preconditions: { resourceVersion: '1' },
+    });
+    // Then both are conflicts and the object stays
+    expect([byUid.status, byUid.body.reason]).toEqual([409, 'Conflict']);
+    expect(byUid.body.message).toMatch(/Precondition failed: UID in precondition: not-its-uid/);
+    expect([byVersion.status, byVersion.body.reason]).toEqual([409, 'Conflict']);
+    expect(await exists('preconditioned')).toBe(true);
+    // And with the object's own uid the delete happens
+    const matching = await send('DELETE', `${configMaps}/preconditioned`, {
+      kind: 'DeleteOptions',
+      preconditions: { uid: stored.metadata?.uid },
+    });
+    expect(matching.status).toBe(200);
+    expect(await exists('preconditioned')).toBe(false);
+  });
+
+  it('with a body the query is not read at all: a bad query value beside a good body is not seen', async () => {
+    await makeConfigMap('query-unread');
+    const answer = await send(
+      'DELETE',
+      `${configMaps}/query-unread?dryRun=Bogus&propagationPolicy=Sideways&gracePeriodSeconds=soon`,
+      { kind: 'DeleteOptions', dryRun: ['All'] },
+    );
+    expect(answer.status).toBe(200);
+    expect(await exists('query-unread')).toBe(true);
+  });
+
+  it('a body of whitespace or broken JSON is a 400, not "no body": the query dryRun is not taken', async () => {
+    // Given a ConfigMap
+    await makeConfigMap('blank-body');
+    // When it is deleted with dryRun=All in the query and a body that is not empty but does not decode
+    const blank = await sendText('DELETE', `${configMaps}/blank-body?dryRun=All`, '  ');
+    const broken = await sendText('DELETE', `${configMaps}/blank-body?dryRun=All`, '{"dryRun": ["All"]');
+    const list = await sendText('DELETE', `${configMaps}/blank-body?dryRun=All`, '["All"]');
+    // Then each is refused as a bad request, and nothing is deleted
+    for (const answer of [blank, broken, list])
+      expect([answer.status, answer.body.reason]).toEqual([400, 'BadRequest']);
+    expect(await exists('blank-body')).toBe(true);
+  });
+
+  it('a JSON null body is empty DeleteOptions: a real delete even with dryRun=All in the query', async () => {
+    await makeConfigMap('null-body');
+    const answer = await sendText('DELETE', `${configMaps}/null-body?dryRun=All`, 'null');
+    expect(answer.status).toBe(200);
+    expect(await exists('null-body')).toBe(false);
+  });
+
+  it('fields of the wrong type are a 400 (dryRun must be a list), bad values a 422', async () => {
+    await makeConfigMap('typed-body');
+    const dryString = await send('DELETE', `${configMaps}/typed-body`, { kind: 'DeleteOptions', dryRun: 'All' });
+    const graceString = await send('DELETE', `${configMaps}/typed-body`, { gracePeriodSeconds: '0' });
+    const policy = await send('DELETE', `${configMaps}/typed-body`, { propagationPolicy: 'Sideways' });
+    const both = await send('DELETE', `${configMaps}/typed-body`, {
+      propagationPolicy: 'Orphan',
+      orphanDependents: true,
+    });
+    const queryPolicy = await send('DELETE', `${configMaps}/typed-body?propagationPolicy=Sideways`);
+    const queryGrace = await send('DELETE', `${configMaps}/typed-body?gracePeriodSeconds=soon`);
+    expect([dryString.status, graceString.status, queryGrace.status]).toEqual([400, 400, 400]);
+    expect([policy.status, both.status, queryPolicy.status]).toEqual([422, 422, 422]);
+    expect(policy.body.message).toMatch(/propagationPolicy: Unsupported value: "Sideways"/);
+    expect(both.body.message).toMatch(/orphanDependents and deletionPropagation cannot be both set/);
+    expect(await exists('typed-body')).toBe(true);
   });
 });
 

@@ -2,16 +2,24 @@
 // finalize) plus the review kinds (SelfSubjectAccessReview, SelfSubjectRulesReview, SelfSubjectReview).
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { parse as parseYaml } from 'yaml';
-import { ApiError, badRequest, invalid, methodNotAllowed, statusSuccess, type K8sObject } from './errors.js';
+import { ApiError, badRequest, methodNotAllowed, statusSuccess, type K8sObject } from './errors.js';
 import type { Admission, Operation } from './admission.js';
 import type { Authenticator, Identity } from './auth.js';
-import type { DeleteOptions, Objects } from './objects.js';
+import type { Objects } from './objects.js';
 import { applyPatch, patchKindOf } from './patch.js';
 import { decodeProtobuf, PROTOBUF_CONTENT_TYPE } from './protobuf.js';
 import { apiVersionOf, type ResourceType } from './resources.js';
 import { parseFieldSelector, parseLabelSelector } from './selectors.js';
 import { toTable, wantsTable } from './table.js';
 import { serveWatch } from './watch.js';
+import {
+  deleteOptions,
+  deleteOptionsFromBody,
+  isDryRun,
+  readDeleteBody,
+  readRawBody,
+  WRITE_OPTIONS,
+} from './write-options.js';
 
 export interface ResourceRequest {
   method: string;
@@ -31,17 +39,8 @@ export interface RestContext {
   admission: Admission;
 }
 
-const MAX_BODY = 3 * 1024 * 1024;
-
 export async function readBody(req: IncomingMessage): Promise<K8sObject | undefined> {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const c of req) {
-    size += (c as Buffer).length;
-    if (size > MAX_BODY) throw new ApiError(413, 'RequestEntityTooLarge', 'Request entity too large: limit is 3145728');
-    chunks.push(c as Buffer);
-  }
-  const raw = Buffer.concat(chunks);
+  const raw = await readRawBody(req);
   const ct = req.headers['content-type'] ?? '';
   if (ct.startsWith(PROTOBUF_CONTENT_TYPE)) return raw.length ? decodeProtobuf(raw) : undefined;
   const text = raw.toString('utf8');
@@ -67,73 +66,6 @@ function stripForList(t: ResourceType, o: K8sObject): K8sObject {
   if (t.custom) return o;
   const { kind: _k, apiVersion: _a, ...rest } = o;
   return rest;
-}
-
-/**
- * A DELETE's options as kube-apiserver reads them (k8s.io/apiserver pkg/endpoints/handlers/delete.go): from the body
- * when there is one — the query is then not read at all — and only otherwise from the query.
- */
-function deleteOptions(q: URLSearchParams, body: K8sObject | undefined): DeleteOptions {
-  return body === undefined ? deleteOptionsFrom(queryOptions(q)) : deleteOptionsFrom(body);
-}
-
-/** The query's DeleteOptions parameters as the body's fields (dryRun may repeat). */
-function queryOptions(q: URLSearchParams): K8sObject {
-  const o: K8sObject = {};
-  for (const key of ['propagationPolicy', 'gracePeriodSeconds', 'orphanDependents']) {
-    const value = q.get(key);
-    if (value !== null) o[key] = value;
-  }
-  if (q.has('dryRun')) o.dryRun = q.getAll('dryRun');
-  return o;
-}
-
-function deleteOptionsFrom(o: K8sObject): DeleteOptions {
-  if (o.kind !== undefined && o.kind !== 'DeleteOptions')
-    throw badRequest('decoded object cannot be converted to DeleteOptions');
-  const d: DeleteOptions = {};
-  const pp = o.propagationPolicy ?? undefined;
-  if (pp) {
-    if (!['Orphan', 'Background', 'Foreground'].includes(pp))
-      throw badRequest(`propagationPolicy: Unsupported value: "${pp}"`);
-    d.propagationPolicy = pp;
-  }
-  const g = o.gracePeriodSeconds ?? undefined;
-  if (g !== undefined && g !== null) d.gracePeriodSeconds = Number(g);
-  const od = o.orphanDependents ?? undefined;
-  if (od !== undefined && od !== null) d.orphanDependents = od === true || od === 'true';
-  if (o.preconditions) d.preconditions = o.preconditions;
-  d.dryRun = dryRunOf(o.dryRun, 'DeleteOptions');
-  return d;
-}
-
-/**
- * dryRun as kube-apiserver validates it before anything else happens (apimachinery pkg/apis/meta/v1/validation
- * ValidateDryRun, called by every write handler: create.go, update.go, patch.go, delete.go): "All" or nothing; any
- * other value is refused with 422, never taken as a real write.
- */
-const SUPPORTED = 'supported values: "All"';
-
-function dryRunOf(values: unknown, optionsKind: string): boolean {
-  const list = values === undefined || values === null ? [] : Array.isArray(values) ? values : [values];
-  const unsupported = list.filter((v) => v !== 'All');
-  if (unsupported.length > 0)
-    throw invalid(optionsKind, 'meta.k8s.io', '', [
-      {
-        field: 'dryRun',
-        reason: 'FieldValueNotSupported',
-        message: `Unsupported value: []string{${list.map((v) => JSON.stringify(String(v))).join(', ')}}: ${SUPPORTED}`,
-      },
-    ]);
-  return list.length > 0;
-}
-
-/** The options kind of each write whose options come from the query (upstream's create.go, update.go, patch.go). */
-const WRITE_OPTIONS: Record<string, string> = { POST: 'CreateOptions', PUT: 'UpdateOptions', PATCH: 'PatchOptions' };
-
-/** The query's dryRun of a create, update or patch (their options come from the query only, upstream). */
-function isDryRun(q: URLSearchParams, optionsKind = 'CreateOptions'): boolean {
-  return dryRunOf(q.getAll('dryRun'), optionsKind);
 }
 
 function scaleOf(o: K8sObject): K8sObject {
@@ -247,7 +179,7 @@ export async function handleResource(
       objects.update(t, ns, name, { ...pod, spec: { ...pod.spec, nodeName: body.target?.name } }, { dryRun });
     } else {
       // The Eviction's own DeleteOptions; the eviction is a create, so its query's dryRun makes the delete one too.
-      const d = deleteOptionsFrom(body.deleteOptions ?? {});
+      const d = deleteOptionsFromBody(body.deleteOptions ?? {});
       objects.delete(t, ns, name, { ...d, dryRun: d.dryRun || dryRun });
     }
     return sendJson(res, 201, statusSuccess());
@@ -369,7 +301,7 @@ export async function handleResource(
       return sendJson(res, 200, objects.update(t, ns, name, keepVersion(versioned, admitted), w));
     }
     case 'DELETE': {
-      const body = await readBody(req);
+      const body = await readDeleteBody(req);
       const d = deleteOptions(q, body);
       if (name) {
         if (ctx.admission.active(t)) await admit(ctx, r, 'DELETE', undefined, objects.get(t, ns, name), d.dryRun);
