@@ -10,7 +10,7 @@ import {
 } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startCluster, type ClusterHandle } from './index.js';
-import { expectStatus } from './apiserver/testing.js';
+import { expectStatus, rawRequest } from './apiserver/testing.js';
 
 let cluster: ClusterHandle;
 let core: CoreV1Api;
@@ -149,5 +149,147 @@ describe('stand-in API: dryRun=All', () => {
       expect(answer.spec?.strategy).toEqual(created.spec?.strategy);
       expect(answer.spec?.template).toEqual(created.spec?.template);
     }
+  });
+});
+
+/** The store's resourceVersion once the controllers have stopped writing (it moves on every stored write, only then). */
+async function settledVersion(): Promise<number> {
+  const store = cluster.controlPlane.objects.store;
+  let last = store.currentRV();
+  for (;;) {
+    await new Promise((r) => setTimeout(r, 400));
+    if (store.currentRV() === last) return last;
+    last = store.currentRV();
+  }
+}
+
+const ns = `/api/v1/namespaces/${namespace}`;
+const deployments = `/apis/apps/v1/namespaces/${namespace}/deployments`;
+const MERGE = { 'content-type': 'application/merge-patch+json' };
+
+/** Every write the stand-in serves on a subresource or with a side effect, with `dryRun` in its query (or body). */
+function subresourceWrites(dryRunValue: string): [string, string, string, object, Record<string, string>?][] {
+  const q = `dryRun=${dryRunValue}`;
+  return [
+    [
+      'PUT',
+      `${deployments}/sub-deploy/scale?${q}`,
+      'scale',
+      { metadata: { name: 'sub-deploy' }, spec: { replicas: 5 } },
+    ],
+    ['PATCH', `${deployments}/sub-deploy/scale?${q}`, 'scale patch', { spec: { replicas: 6 } }, MERGE],
+    ['PATCH', `${deployments}/sub-deploy/status?${q}`, 'status', { status: { observedGeneration: 42 } }, MERGE],
+    ['PATCH', `${ns}/pods/sub-pod/status?${q}`, 'pod status', { status: { phase: 'Failed' } }, MERGE],
+    [
+      'PATCH',
+      `${ns}/pods/sub-pod/ephemeralcontainers?${q}`,
+      'ephemeralcontainers',
+      { spec: { ephemeralContainers: [{ name: 'debug', image: 'busybox' }] } },
+      MERGE,
+    ],
+    ['POST', `${ns}/pods/sub-pod/binding?${q}`, 'binding', { metadata: { name: 'sub-pod' }, target: { name: 'n1' } }],
+    [
+      'POST',
+      `${ns}/pods/sub-pod/eviction?${q}`,
+      'eviction',
+      { apiVersion: 'policy/v1', kind: 'Eviction', metadata: { name: 'sub-pod' } },
+    ],
+    ['PUT', `/api/v1/namespaces/sub-ns/finalize?${q}`, 'finalize', { metadata: { name: 'sub-ns' }, spec: {} }],
+    ['DELETE', `/api/v1/namespaces/sub-ns?${q}`, 'namespace delete', { kind: 'DeleteOptions', dryRun: [dryRunValue] }],
+    ['DELETE', `${ns}/configmaps?labelSelector=set%3Dsub&${q}`, 'deletecollection (query)', undefined as never],
+    [
+      'DELETE',
+      `${ns}/configmaps/sub-owner`,
+      'cascading delete (body)',
+      { kind: 'DeleteOptions', propagationPolicy: 'Foreground', dryRun: [dryRunValue] },
+    ],
+    ['DELETE', `${ns}/pods/sub-pod?gracePeriodSeconds=0&${q}`, 'pod delete', undefined as never],
+    ['PATCH', `${deployments}/sub-applied?${q}&fieldManager=t`, 'apply create', applied(), { 'content-type': APPLY }],
+  ];
+}
+
+const APPLY = 'application/apply-patch+yaml';
+const applied = () => ({
+  apiVersion: 'apps/v1',
+  kind: 'Deployment',
+  metadata: { name: 'sub-applied' },
+  spec: {
+    selector: { matchLabels: { app: 'applied' } },
+    template: { metadata: { labels: { app: 'applied' } }, spec: { containers: [{ name: 'c', image: 'busybox' }] } },
+  },
+});
+
+describe('stand-in API: dryRun on every write subresource (create.go, update.go, patch.go, delete.go)', () => {
+  // kube-apiserver runs every subresource write through the same handlers: the query's options are validated
+  // (ValidateDryRun) and a dry run reaches the registry with DryRun set, which stores nothing
+  // (k8s.io/apiserver pkg/registry/generic/registry/dryrun.go); an Eviction takes the query's dryRun into its
+  // DeleteOptions (kubernetes pkg/registry/core/pod/storage/eviction.go propagateDryRun).
+  beforeAll(async () => {
+    const admin = cluster.adminToken;
+    await apps.createNamespacedDeployment({
+      namespace,
+      body: {
+        metadata: { name: 'sub-deploy' },
+        spec: {
+          replicas: 1,
+          selector: { matchLabels: { app: 'sub' } },
+          template: { metadata: { labels: { app: 'sub' } }, spec: { containers: [{ name: 'c', image: 'busybox' }] } },
+        },
+      },
+    });
+    await core.createNamespacedPod({
+      namespace,
+      // A pod for a scheduler that does not run here stays unbound, so that its binding can be written.
+      body: {
+        metadata: { name: 'sub-pod' },
+        spec: { schedulerName: 'elsewhere', containers: [{ name: 'c', image: 'busybox' }] },
+      },
+    });
+    await core.createNamespace({ body: { metadata: { name: 'sub-ns' } } });
+    const owner = await core.createNamespacedConfigMap({ namespace, body: { metadata: { name: 'sub-owner' } } });
+    const ownerReferences = [{ apiVersion: 'v1', kind: 'ConfigMap', name: 'sub-owner', uid: owner.metadata!.uid! }];
+    await core.createNamespacedConfigMap({
+      namespace,
+      body: { metadata: { name: 'sub-dependent', labels: { set: 'sub' }, ownerReferences } },
+    });
+    expect((await rawRequest(cluster, admin, 'GET', `${ns}/configmaps/sub-dependent`)).status).toBe(200);
+  });
+
+  it('dryRun=All: each answers as the write would, and nothing is stored, cascaded or killed', async () => {
+    // Given the objects above, once the controllers are done with them
+    const before = await settledVersion();
+    const pod = await core.readNamespacedPod({ name: 'sub-pod', namespace });
+    // When each subresource write is sent with dryRun=All
+    for (const [method, path, what, body, headers] of subresourceWrites('All')) {
+      const answer = await rawRequest(cluster, cluster.adminToken, method, path, body, headers);
+      // Then it is answered as a success
+      expect([what, answer.status < 300], answer.text).toEqual([what, true]);
+    }
+    // And nothing was stored: the store's resourceVersion has not moved, even after the controllers had time to react
+    expect(await settledVersion()).toBe(before);
+    // And the objects are as they were: no scale, no binding, no deletion, no cascade, no new object
+    const deploy = await apps.readNamespacedDeployment({ name: 'sub-deploy', namespace });
+    expect(deploy.spec?.replicas).toBe(1);
+    const podNow = await core.readNamespacedPod({ name: 'sub-pod', namespace });
+    expect(podNow.metadata?.resourceVersion).toBe(pod.metadata?.resourceVersion);
+    expect(podNow.metadata?.deletionTimestamp).toBeUndefined();
+    expect(podNow.spec?.ephemeralContainers).toBeUndefined();
+    expect((await core.readNamespace({ name: 'sub-ns' })).status?.phase).toBe('Active');
+    for (const name of ['sub-owner', 'sub-dependent'])
+      expect((await rawRequest(cluster, cluster.adminToken, 'GET', `${ns}/configmaps/${name}`)).status).toBe(200);
+    expect((await rawRequest(cluster, cluster.adminToken, 'GET', `${deployments}/sub-applied`)).status).toBe(404);
+  });
+
+  it('dryRun=Bogus on each of them is a 422 that names the field, and nothing is written', async () => {
+    const before = await settledVersion();
+    for (const [method, path, what, body, headers] of subresourceWrites('Bogus')) {
+      const answer = await rawRequest(cluster, cluster.adminToken, method, path, body, headers);
+      expect([what, answer.status, answer.body?.message], answer.text).toEqual([
+        what,
+        422,
+        expect.stringMatching(/dryRun: Unsupported value: .*"Bogus".*supported values: "All"/),
+      ]);
+    }
+    expect(await settledVersion()).toBe(before);
   });
 });

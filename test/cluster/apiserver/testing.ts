@@ -1,4 +1,8 @@
-// Helpers for the stand-in's own suites: poll a condition with a generous deadline, read a client-node API error.
+// Helpers for the stand-in's own suites: poll a condition with a generous deadline, read a client-node API error, send
+// one raw HTTPS request.
+import { readFileSync } from 'node:fs';
+import { request as httpsRequest } from 'node:https';
+
 export async function waitFor<T>(
   what: string,
   fn: () => Promise<T | undefined | false> | T | undefined | false,
@@ -35,4 +39,60 @@ export async function expectStatus(
     return statusOf(e);
   }
   throw new Error('expected the call to fail');
+}
+
+export interface RawAnswer {
+  status: number;
+  headers: Record<string, string | string[] | undefined>;
+  text: string;
+  /** The body as JSON (a Status or an object), or undefined when it is not JSON. */
+  body: any;
+}
+
+/**
+ * One HTTPS request to the stand-in with exactly these bytes: a body is announced with its length; `headers` add to or
+ * replace the bearer token and JSON content type.
+ */
+export function rawRequest(
+  api: { server: string; caPath: string },
+  token: string,
+  method: string,
+  path: string,
+  body?: string | object,
+  headers: Record<string, string | string[]> = {},
+): Promise<RawAnswer> {
+  const text = body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body);
+  return new Promise((resolve, reject) => {
+    const req = httpsRequest(
+      `${api.server}${path}`,
+      {
+        method,
+        ca: readFileSync(api.caPath),
+        headers: {
+          authorization: `Bearer ${token}`,
+          accept: 'application/json',
+          ...(text === undefined
+            ? {}
+            : { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) }),
+          ...headers,
+        },
+      },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () => {
+          const answer = Buffer.concat(chunks).toString();
+          let json: unknown;
+          try {
+            json = JSON.parse(answer);
+          } catch {
+            // Not JSON (plain text or HTML answers): the text is the answer.
+          }
+          resolve({ status: res.statusCode ?? 0, headers: res.headers, text: answer, body: json });
+        });
+      },
+    );
+    req.on('error', reject);
+    req.end(text);
+  });
 }

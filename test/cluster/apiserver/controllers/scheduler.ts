@@ -4,6 +4,8 @@ import { nowTime, type Objects } from '../objects.js';
 import { recordEvent } from './events.js';
 import type { Controller } from './loop.js';
 
+const DEFAULT_SCHEDULER = 'default-scheduler';
+
 export function scheduler(nodeName: string): Controller {
   return {
     name: 'scheduler',
@@ -13,6 +15,8 @@ export function scheduler(nodeName: string): Controller {
       const podType = objects.type('/pods');
       for (const pod of objects.store.list('/pods')) {
         if (pod.spec?.nodeName || pod.metadata.deletionTimestamp) continue;
+        // kube-scheduler takes only the pods that name it; a pod for another scheduler waits for its binding.
+        if ((pod.spec?.schedulerName ?? DEFAULT_SCHEDULER) !== DEFAULT_SCHEDULER) continue;
         const ns = pod.metadata.namespace;
         const bound = objects.update(podType, ns, pod.metadata.name, { ...pod, spec: { ...pod.spec, nodeName } });
         const conditions = [
@@ -32,7 +36,7 @@ export function scheduler(nodeName: string): Controller {
           'Normal',
           'Scheduled',
           `Successfully assigned ${ns}/${pod.metadata.name} to ${nodeName}`,
-          'default-scheduler',
+          DEFAULT_SCHEDULER,
         );
       }
     },
