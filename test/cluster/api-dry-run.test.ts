@@ -152,7 +152,7 @@ describe('stand-in API: dryRun=All', () => {
   });
 });
 
-/** The store's resourceVersion once the controllers have stopped writing (it moves on every stored write, only then). */
+/** The store's resourceVersion once the controllers stopped writing (it moves on every stored write, only then). */
 async function settledVersion(): Promise<number> {
   const store = cluster.controlPlane.objects.store;
   let last = store.currentRV();

@@ -131,7 +131,9 @@ function validated(raw: RawDeleteOptions): DeleteOptions {
     causes.push({
       field: 'propagationPolicy',
       reason: 'FieldValueNotSupported',
-      message: `Unsupported value: "${raw.propagationPolicy}": supported values: "Foreground", "Background", "Orphan", "nil"`,
+      message:
+        `Unsupported value: "${raw.propagationPolicy}": ` +
+        'supported values: "Foreground", "Background", "Orphan", "nil"',
     });
   causes.push(...dryRunCauses(raw.dryRun));
   if (causes.length > 0) throw invalid('DeleteOptions', 'meta.k8s.io', '', causes);
