@@ -16,6 +16,8 @@ export interface Identity {
   uid: string;
   groups: string[];
   rules: PolicyRule[];
+  /** When the token stops authenticating (ms since the epoch); none: never. */
+  expiresAt?: number;
 }
 
 export interface RequestAttributes {
@@ -69,16 +71,17 @@ export class Authenticator {
   }
 
   /** Registers a new token for an identity and returns it. */
-  issue(name: string, groups: string[], rules: PolicyRule[]): string {
+  issue(name: string, groups: string[], rules: PolicyRule[], o: { uid?: string; expiresAt?: number } = {}): string {
     const token = randomBytes(24).toString('hex');
-    this.tokens.set(token, { name, uid: randomUUID(), groups, rules });
+    this.tokens.set(token, { name, uid: o.uid ?? randomUUID(), groups, rules, expiresAt: o.expiresAt });
     return token;
   }
 
   authenticate(authorization: string | undefined): Identity {
     const m = /^Bearer\s+(\S+)$/i.exec(authorization ?? '');
     const id = m ? this.tokens.get(m[1]) : undefined;
-    if (!id) throw new ApiError(401, 'Unauthorized', 'Unauthorized');
+    if (!id || (id.expiresAt !== undefined && Date.now() >= id.expiresAt))
+      throw new ApiError(401, 'Unauthorized', 'Unauthorized');
     return id;
   }
 

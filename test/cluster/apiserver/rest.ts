@@ -11,6 +11,7 @@ import { decodeProtobuf, PROTOBUF_CONTENT_TYPE } from './protobuf.js';
 import { apiVersionOf, type ResourceType } from './resources.js';
 import { parseFieldSelector, parseLabelSelector } from './selectors.js';
 import { toTable, wantsTable } from './table.js';
+import { tokenRequest } from './token-request.js';
 import { serveWatch } from './watch.js';
 import {
   deleteOptions,
@@ -186,28 +187,8 @@ export async function handleResource(
   }
   if (sub === 'token') {
     if (r.method !== 'POST' || !name) throw methodNotAllowed();
-    objects.get(t, ns, name);
-    const body = (await readBody(req)) ?? {};
-    const seconds = Number(body.spec?.expirationSeconds ?? 3600);
-    const token = ctx.auth.issue(
-      `system:serviceaccount:${ns}:${name}`,
-      ['system:serviceaccounts', `system:serviceaccounts:${ns}`, 'system:authenticated'],
-      [{ verbs: ['*'], apiGroups: ['*'], resources: ['*'] }],
-    );
-    return sendJson(res, 201, {
-      kind: 'TokenRequest',
-      apiVersion: 'authentication.k8s.io/v1',
-      metadata: { name, namespace: ns, creationTimestamp: null },
-      spec: {
-        audiences: body.spec?.audiences ?? ['https://kubernetes.default.svc.cluster.local'],
-        expirationSeconds: seconds,
-        boundObjectRef: body.spec?.boundObjectRef ?? null,
-      },
-      status: {
-        token,
-        expirationTimestamp: new Date(Date.now() + seconds * 1000).toISOString().replace(/\.\d+Z$/, 'Z'),
-      },
-    });
+    const account = objects.get(t, ns, name);
+    return sendJson(res, 201, tokenRequest(ctx.auth, account, (await readBody(req)) ?? {}));
   }
   if (sub && !['status', 'ephemeralcontainers', 'finalize'].includes(sub))
     throw new ApiError(404, 'NotFound', 'the server could not find the requested resource');

@@ -1,0 +1,83 @@
+// Write classes that a dry run does not cover, served by the stand-in as kube-apiserver serves them: the TokenRequest
+// subresource (mints under dryRun=All), paths split after decoding (%2F), the /debug/flags/v non-resource write, and
+// Impersonate-* headers. Each case cites the upstream file it follows.
+import { CoreV1Api, KubeConfig } from '@kubernetes/client-node';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startCluster, type ClusterHandle } from './index.js';
+import { rawRequest } from './apiserver/testing.js';
+
+let cluster: ClusterHandle;
+let core: CoreV1Api;
+const namespace = 'default';
+const ns = `/api/v1/namespaces/${namespace}`;
+
+beforeAll(async () => {
+  cluster = await startCluster({ kubelet: false });
+  const kc = new KubeConfig();
+  kc.loadFromFile(cluster.kubeconfigPath);
+  core = kc.makeApiClient(CoreV1Api);
+});
+
+afterAll(async () => {
+  await cluster?.stop();
+});
+
+const admin = (method: string, path: string, body?: string | object, headers?: Record<string, string | string[]>) =>
+  rawRequest(cluster, cluster.adminToken, method, path, body, headers);
+
+/** Who the API server takes the bearer of `token` for (SelfSubjectReview). */
+async function whoIs(token: string): Promise<{ status: number; username?: string; uid?: string; groups?: string[] }> {
+  const answer = await rawRequest(cluster, token, 'POST', '/apis/authentication.k8s.io/v1/selfsubjectreviews', {
+    apiVersion: 'authentication.k8s.io/v1',
+    kind: 'SelfSubjectReview',
+  });
+  return { status: answer.status, ...(answer.body?.status?.userInfo ?? {}) };
+}
+
+describe('serviceaccounts/NAME/token (kubernetes pkg/registry/core/serviceaccount/storage/token.go)', () => {
+  it('dryRun=All still mints a real token, which authenticates as the service account', async () => {
+    // Given a service account
+    const account = await core.createNamespacedServiceAccount({ namespace, body: { metadata: { name: 'minted' } } });
+    // When a token is requested with dryRun=All (token.go never reads the CreateOptions' dryRun)
+    const answer = await admin('POST', `${ns}/serviceaccounts/minted/token?dryRun=All`, {
+      apiVersion: 'authentication.k8s.io/v1',
+      kind: 'TokenRequest',
+      spec: { expirationSeconds: 600 },
+    });
+    // Then the answer carries a token bound to the account
+    expect(answer.status).toBe(201);
+    expect(answer.body.kind).toBe('TokenRequest');
+    expect(answer.body.metadata).toMatchObject({ name: 'minted', namespace, uid: account.metadata?.uid });
+    expect(answer.body.spec.audiences).toEqual(['https://kubernetes.default.svc.cluster.local']);
+    const token: string = answer.body.status.token;
+    expect(token).toBeTruthy();
+    // And the API server takes that token for the service account: the dry run handed out a working credential
+    expect(await whoIs(token)).toMatchObject({
+      status: 201,
+      username: 'system:serviceaccount:default:minted',
+      uid: account.metadata?.uid,
+      groups: expect.arrayContaining(['system:serviceaccounts', 'system:serviceaccounts:default']),
+    });
+  });
+
+  it('is validated as ValidateTokenRequest does (422), refused without the create verb (403)', async () => {
+    await core.createNamespacedServiceAccount({ namespace, body: { metadata: { name: 'checked' } } });
+    const short = await admin('POST', `${ns}/serviceaccounts/checked/token`, { spec: { expirationSeconds: 60 } });
+    expect([short.status, short.body.message]).toEqual([422, expect.stringMatching(/less than 10 minutes/)]);
+    const otherName = await admin('POST', `${ns}/serviceaccounts/checked/token`, { metadata: { name: 'someone' } });
+    expect([otherName.status, otherName.body.message]).toEqual([422, expect.stringMatching(/must match the service/)]);
+    const restricted = await rawRequest(
+      cluster,
+      cluster.restrictedToken,
+      'POST',
+      `${ns}/serviceaccounts/checked/token`,
+      {
+        spec: {},
+      },
+    );
+    expect(restricted.status).toBe(403);
+    expect(restricted.body.message).toMatch(/cannot create resource "serviceaccounts\/token"/);
+    const missing = await admin('POST', `${ns}/serviceaccounts/nobody/token`, { spec: {} });
+    expect(missing.status).toBe(404);
+  });
+});
