@@ -81,3 +81,27 @@ describe('serviceaccounts/NAME/token (kubernetes pkg/registry/core/serviceaccoun
     expect(missing.status).toBe(404);
   });
 });
+
+describe('paths are split after decoding (k8s.io/apiserver pkg/endpoints/request/requestinfo.go splits URL.Path)', () => {
+  it('pods/p%2Fexec is the exec subresource of pod p, authorized as pods/exec', async () => {
+    // Given a pod, and a user who may read pods but not exec into them
+    await core.createNamespacedPod({
+      namespace,
+      body: { metadata: { name: 'p' }, spec: { containers: [{ name: 'c', image: 'busybox' }] } },
+    });
+    // When the subresource's slash is sent encoded
+    const exec = await admin('POST', `${ns}/pods/p%2Fexec?command=true&stdout=true`);
+    const status = await admin('GET', `${ns}/pods/p%2Fstatus`);
+    const restricted = await rawRequest(cluster, cluster.restrictedToken, 'GET', `${ns}/pods/p%2Fexec?command=true`);
+    // Then the API server took it as the subresource: exec wants an upgrade, status answers the pod
+    expect([exec.status, exec.body.message]).toEqual([400, 'Upgrade request required']);
+    expect([status.status, status.body.metadata?.name]).toEqual([200, 'p']);
+    // And authorization saw pods/exec, which the restricted user may not use, rather than a pod named "p/exec"
+    expect(restricted.status).toBe(403);
+    expect(restricted.body.message).toMatch(/cannot (get|create) resource "pods\/exec"/);
+  });
+
+  it('a broken escape is a bad request', async () => {
+    expect((await admin('GET', `${ns}/pods/p%zz`)).status).toBe(400);
+  });
+});

@@ -4,7 +4,7 @@ import { createServer, type Server } from 'node:https';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
-import { ApiError, toApiError, type K8sObject } from './errors.js';
+import { ApiError, badRequest, toApiError, type K8sObject } from './errors.js';
 import type { Authenticator, Identity } from './auth.js';
 import type { Catalog } from './catalog.js';
 import { apiGroup, apiGroupList, apiResourceList, apiVersions, openapiV3, SERVER_VERSION } from './discovery.js';
@@ -46,12 +46,21 @@ interface Route {
   sub?: string;
 }
 
-/** Splits /api/v1/... and /apis/<g>/<v>/... into group, version, namespace, resource, name, subresource. */
+/**
+ * The URL's path as Go's net/url gives it to kube-apiserver (URL.Path is decoded; k8s.io/apiserver pkg/endpoints/
+ * request/requestinfo.go splits that): `pods/x%2Fexec` is the exec subresource of pod x, not a pod named "x/exec".
+ */
+export function decodedPath(rawPath: string): string {
+  try {
+    return decodeURIComponent(rawPath);
+  } catch {
+    throw badRequest(`invalid URL escape in the path "${rawPath}"`);
+  }
+}
+
+/** Splits a decoded /api/v1/... or /apis/<g>/<v>/... into group, version, namespace, resource, name, subresource. */
 export function parseResourcePath(path: string): Route | undefined {
-  const seg = path
-    .split('/')
-    .filter((s) => s !== '')
-    .map(decodeURIComponent);
+  const seg = path.split('/').filter((s) => s !== '');
   let group: string;
   let version: string;
   let rest: string[];
@@ -127,7 +136,7 @@ export async function startApiServer(o: ApiServerOptions): Promise<ApiServer> {
 
   const handle = async (req: IncomingMessage, res: ServerResponse) => {
     const url = new URL(req.url ?? '/', 'https://stand-in');
-    const path = url.pathname.replace(/\/+$/, '') || '/';
+    const path = decodedPath(url.pathname).replace(/\/+$/, '') || '/';
     const q = url.searchParams;
     const method = req.method ?? 'GET';
     if (path === '/healthz' || path === '/livez' || path === '/readyz') {
@@ -202,7 +211,7 @@ export async function startApiServer(o: ApiServerOptions): Promise<ApiServer> {
       const url = new URL(req.url ?? '/', 'https://stand-in');
       const q = url.searchParams;
       const id = o.auth.authenticate(req.headers.authorization);
-      const route = parseResourcePath(url.pathname);
+      const route = parseResourcePath(decodedPath(url.pathname));
       if (route?.group && o.aggregator.handles(route.group, route.version))
         throw new ApiError(400, 'BadRequest', 'upgrades are not proxied to aggregated APIs by the stand-in');
       if (!route) throw new ApiError(404, 'NotFound', 'the server could not find the requested resource');
