@@ -1,11 +1,16 @@
 // Write classes that a dry run does not cover, served by the stand-in as kube-apiserver serves them: the TokenRequest
 // subresource (mints under dryRun=All), paths split after decoding (%2F), the /debug/flags/v non-resource write, and
 // Impersonate-* headers. Each case cites the upstream file it follows.
+import { execFile } from 'node:child_process';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
 import { CoreV1Api, KubeConfig } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startCluster, type ClusterHandle } from './index.js';
 import { rawRequest } from './apiserver/testing.js';
 
+const run = promisify(execFile);
 let cluster: ClusterHandle;
 let core: CoreV1Api;
 const namespace = 'default';
@@ -103,5 +108,49 @@ describe('paths are split after decoding (k8s.io/apiserver pkg/endpoints/request
 
   it('a broken escape is a bad request', async () => {
     expect((await admin('GET', `${ns}/pods/p%zz`)).status).toBe(400);
+  });
+});
+
+describe('PUT /debug/flags/v (k8s.io/apiserver pkg/server/routes/flags.go, installed with --profiling)', () => {
+  const restricted = (method: string, path: string, body?: string) =>
+    rawRequest(cluster, cluster.restrictedToken, method, path, body, { 'content-type': 'text/plain' });
+
+  it('an authorized user sets the log verbosity; a user without the non-resource verb gets 403', async () => {
+    // When the admin puts a new level (the body is the value, as StringFlagPutHandler reads it)
+    const set = await admin('PUT', '/debug/flags/v', '4', { 'content-type': 'text/plain' });
+    // Then the level changed and the answer is klog's line in plain text
+    expect([set.status, set.text]).toEqual([200, 'successfully set klog.logging.verbosity to 4\n']);
+    expect(cluster.controlPlane.api.logVerbosity()).toBe('4');
+    // And a user whose RBAC has no "put" on that path is refused before anything changes
+    const denied = await restricted('PUT', '/debug/flags/v', '9');
+    expect([denied.status, denied.body?.message]).toEqual([
+      403,
+      'forbidden: User "devop-restricted" cannot put path "/debug/flags/v"',
+    ]);
+    expect(cluster.controlPlane.api.logVerbosity()).toBe('4');
+  });
+
+  it('only PUT sets it (406 otherwise), and a value klog cannot parse is a 400', async () => {
+    const get = await admin('GET', '/debug/flags/v');
+    expect([get.status, get.text]).toEqual([406, 'unsupported http method\n']);
+    const bad = await admin('PUT', '/debug/flags/v', 'loud', { 'content-type': 'text/plain' });
+    expect(bad.status).toBe(400);
+    expect(bad.text).toMatch(/failed set klog.logging.verbosity loud: strconv.ParseInt/);
+  });
+
+  it('kubectl 1.33 replace --raw /debug/flags/v sets it, as on a real cluster', async () => {
+    const file = join(cluster.caPath, '..', 'verbosity');
+    writeFileSync(file, '6');
+    const { stdout } = await run('kubectl', [
+      '--kubeconfig',
+      cluster.kubeconfigPath,
+      'replace',
+      '--raw',
+      '/debug/flags/v',
+      '-f',
+      file,
+    ]);
+    expect(stdout).toMatch(/successfully set klog.logging.verbosity to 6/);
+    expect(cluster.controlPlane.api.logVerbosity()).toBe('6');
   });
 });

@@ -50,6 +50,19 @@ const BASIC_RULES: PolicyRule[] = [
   { verbs: ['create'], apiGroups: ['authentication.k8s.io'], resources: ['selfsubjectreviews'] },
 ];
 
+/** What system:discovery and system:public-info-viewer let every user get. */
+const DISCOVERY_PATHS = [
+  '/api',
+  '/api/*',
+  '/apis',
+  '/apis/*',
+  '/version',
+  '/openapi/*',
+  '/healthz',
+  '/livez',
+  '/readyz',
+];
+
 const matches = (list: string[], v: string) => list.includes('*') || list.includes(v);
 
 export function ruleAllows(rule: PolicyRule, a: RequestAttributes): boolean {
@@ -107,6 +120,21 @@ export class Authenticator {
         kind: a.resource,
       },
     );
+  }
+
+  /**
+   * A non-resource request (a path, verb = the lowercased method), as RBAC decides it: every user may get the discovery
+   * paths (system:discovery, system:public-info-viewer); cluster-admin's ClusterRole has nonResourceURLs ["*"], which
+   * the stand-in grants to identities whose rules allow every verb on every resource everywhere.
+   */
+  authorizeNonResource(id: Identity, verb: string, path: string): void {
+    const everything = id.rules.some(
+      (r) => !r.namespaces && r.verbs.includes('*') && r.apiGroups.includes('*') && r.resources.includes('*'),
+    );
+    const discovery =
+      verb === 'get' && DISCOVERY_PATHS.some((p) => (p.endsWith('*') ? path.startsWith(p.slice(0, -1)) : path === p));
+    if (everything || discovery) return;
+    throw new ApiError(403, 'Forbidden', `forbidden: User "${id.name}" cannot ${verb} path "${path}"`);
   }
 
   /** SelfSubjectRulesReview status for one namespace. */

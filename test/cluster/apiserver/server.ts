@@ -13,6 +13,7 @@ import { VIRTUAL_RESOURCES, type ResourceType } from './resources.js';
 import { handleResource, handleReview, sendJson, type ResourceRequest } from './rest.js';
 import { createStreamServer, serveLogs } from './streams.js';
 import { Admission } from './admission.js';
+import { debugFlags } from './debug-flags.js';
 import type { Aggregator } from './aggregator.js';
 import type { NodeRuntime } from '../node-runtime.js';
 
@@ -32,6 +33,8 @@ export interface ApiServer {
   url: string;
   port: number;
   dropPortForwards(): void;
+  /** The log verbosity last set through PUT /debug/flags/v. */
+  logVerbosity(): string;
   /** Ends every open watch response (clients then resume from their last resourceVersion). */
   endWatches(): void;
   close(): Promise<void>;
@@ -108,6 +111,7 @@ export async function startApiServer(o: ApiServerOptions): Promise<ApiServer> {
   };
   const restCtx = { objects: o.objects, auth: o.auth, track, admission: new Admission(o.objects) };
   let address = '';
+  const debug = debugFlags();
 
   const resolve = (r: Route): { t: ResourceType; name?: string; sub?: string; ns: string } => {
     if (!r.resource) throw new ApiError(404, 'NotFound', 'the server could not find the requested resource');
@@ -153,6 +157,10 @@ export async function startApiServer(o: ApiServerOptions): Promise<ApiServer> {
       const doc = docs.get(path.slice('/openapi/v3/'.length));
       if (!doc) throw new ApiError(404, 'NotFound', 'the server could not find the requested resource');
       return sendJson(res, 200, doc);
+    }
+    if (path === '/debug/flags' || path.startsWith('/debug/flags/')) {
+      o.auth.authorizeNonResource(id, method.toLowerCase(), path);
+      return debug.serve(req, res, path);
     }
     if (path === '/openapi/v2') throw new ApiError(404, 'NotFound', 'the server could not find the requested resource');
     const groupOnly = /^\/apis\/([^/]+)$/.exec(path);
@@ -248,6 +256,7 @@ export async function startApiServer(o: ApiServerOptions): Promise<ApiServer> {
     url: `https://${host}:${port}`,
     port,
     dropPortForwards: () => streams.dropPortForwards(),
+    logVerbosity: () => debug.verbosity(),
     endWatches: () => {
       for (const stop of [...watchStops]) stop();
     },
