@@ -154,3 +154,71 @@ describe('PUT /debug/flags/v (k8s.io/apiserver pkg/server/routes/flags.go, insta
     expect(cluster.controlPlane.api.logVerbosity()).toBe('6');
   });
 });
+
+describe('Impersonate-* headers (k8s.io/apiserver pkg/endpoints/filters/impersonation/impersonation.go)', () => {
+  const as = (
+    token: string,
+    headers: Record<string, string | string[]>,
+    method = 'POST',
+    path?: string,
+    body?: object,
+  ) =>
+    rawRequest(
+      cluster,
+      token,
+      method,
+      path ?? '/apis/authentication.k8s.io/v1/selfsubjectreviews',
+      body ?? { apiVersion: 'authentication.k8s.io/v1', kind: 'SelfSubjectReview' },
+      headers,
+    );
+
+  it('the admin may impersonate: the request then acts as that user, with that user’s permissions', async () => {
+    // When the admin impersonates the restricted user
+    const who = await as(cluster.adminToken, { 'impersonate-user': 'devop-restricted' });
+    // Then the API server takes the request for that user
+    expect(who.body.status.userInfo).toMatchObject({ username: 'devop-restricted', groups: ['system:authenticated'] });
+    // And a write is decided by that user's permissions, not the admin's
+    const write = await as(cluster.adminToken, { 'impersonate-user': 'devop-restricted' }, 'POST', `${ns}/configmaps`, {
+      metadata: { name: 'as-restricted' },
+    });
+    expect([write.status, write.body.message]).toEqual([
+      403,
+      expect.stringMatching(/User "devop-restricted" cannot create resource "configmaps"/),
+    ]);
+    // And groups are taken as given, with system:authenticated added
+    const withGroups = await as(cluster.adminToken, {
+      'impersonate-user': 'alice',
+      'impersonate-group': ['system:masters', 'team-a'],
+    });
+    expect(withGroups.body.status.userInfo).toMatchObject({
+      username: 'alice',
+      groups: ['system:masters', 'team-a', 'system:authenticated'],
+    });
+    // And a service account gets its namespace's groups
+    const account = await as(cluster.adminToken, { 'impersonate-user': 'system:serviceaccount:default:builder' });
+    expect(account.body.status.userInfo.groups).toEqual([
+      'system:serviceaccounts',
+      'system:serviceaccounts:default',
+      'system:authenticated',
+    ]);
+  });
+
+  it('a user without the impersonate verb is refused (403), groups without a user are a 400', async () => {
+    const denied = await as(cluster.restrictedToken, { 'impersonate-user': 'kubernetes-admin' });
+    expect([denied.status, denied.body.message]).toEqual([
+      403,
+      'users "kubernetes-admin" is forbidden: User "devop-restricted" cannot impersonate resource "users" in API ' +
+        'group "" at the cluster scope',
+    ]);
+    const groupOnly = await as(cluster.adminToken, { 'impersonate-group': 'system:masters' });
+    expect(groupOnly.status).toBe(400);
+  });
+
+  it('kubectl 1.33 --as and --as-group send the headers the same way', async () => {
+    const kubectl = (...args: string[]) => run('kubectl', ['--kubeconfig', cluster.kubeconfigPath, ...args]);
+    const refused = await kubectl('--as', 'devop-restricted', 'create', 'configmap', 'kubectl-as').catch((e) => e);
+    expect(String(refused.stderr)).toMatch(/User "devop-restricted" cannot create resource "configmaps"/);
+    const { stdout } = await kubectl('--as', 'alice', '--as-group', 'system:masters', 'auth', 'whoami', '-o', 'json');
+    expect(JSON.parse(stdout).status.userInfo).toMatchObject({ username: 'alice' });
+  });
+});

@@ -40,6 +40,15 @@ export const RESTRICTED_RULES: PolicyRule[] = [
   { verbs: ['get', 'list', 'watch'], apiGroups: [''], resources: ['pods', 'pods/log'], namespaces: ['default'] },
 ];
 
+/** The stand-in has no RBAC for service accounts: a pod's account may do what the admin may. */
+export const SERVICE_ACCOUNT_RULES: PolicyRule[] = ADMIN_RULES;
+
+/** serviceaccount.MakeGroupNames: the groups every service account of a namespace is in. */
+export const SERVICE_ACCOUNT_GROUPS = (namespace: string): string[] => [
+  'system:serviceaccounts',
+  `system:serviceaccounts:${namespace}`,
+];
+
 /** What every authenticated user may do (system:basic-user / system:discovery in kube-apiserver). */
 const BASIC_RULES: PolicyRule[] = [
   {
@@ -96,6 +105,68 @@ export class Authenticator {
     if (!id || (id.expiresAt !== undefined && Date.now() >= id.expiresAt))
       throw new ApiError(401, 'Unauthorized', 'Unauthorized');
     return id;
+  }
+
+  /**
+   * The identity a request acts as, after its Impersonate-* headers, as k8s.io/apiserver pkg/endpoints/filters/
+   * impersonation/impersonation.go decides it: each requested user, group, uid and extra needs the verb "impersonate"
+   * on users / groups / serviceaccounts / uids / userextras; groups, uid or extras without a user are a 400. The
+   * impersonated identity then has its own permissions (the stand-in's per-user policy), not the requestor's.
+   */
+  impersonate(requestor: Identity, headers: NodeJS.Dict<string[]>): Identity {
+    const user = headers['impersonate-user']?.[0] ?? '';
+    const groups = headers['impersonate-group'] ?? [];
+    const uid = headers['impersonate-uid']?.[0] ?? '';
+    const extras = Object.keys(headers).filter((h) => h.startsWith('impersonate-extra-'));
+    if (!user) {
+      if (groups.length > 0 || uid || extras.length > 0)
+        throw new ApiError(
+          400,
+          'BadRequest',
+          'requested impersonation of groups, uid or extras without impersonating a user',
+        );
+      return requestor;
+    }
+    const sa = /^system:serviceaccount:([^:]+):([^:]+)$/.exec(user);
+    if (sa)
+      this.authorize(requestor, {
+        verb: 'impersonate',
+        apiGroup: '',
+        resource: 'serviceaccounts',
+        namespace: sa[1],
+        name: sa[2],
+      });
+    else this.authorize(requestor, { verb: 'impersonate', apiGroup: '', resource: 'users', name: user });
+    for (const g of groups)
+      this.authorize(requestor, { verb: 'impersonate', apiGroup: '', resource: 'groups', name: g });
+    for (const h of extras)
+      for (const value of headers[h] ?? [])
+        this.authorize(requestor, {
+          verb: 'impersonate',
+          apiGroup: 'authentication.k8s.io',
+          resource: 'userextras',
+          subresource: decodeURIComponent(h.slice('impersonate-extra-'.length)),
+          name: value,
+        });
+    if (uid)
+      this.authorize(requestor, {
+        verb: 'impersonate',
+        apiGroup: 'authentication.k8s.io',
+        resource: 'uids',
+        name: uid,
+      });
+    const asGroups = [...(sa && groups.length === 0 ? SERVICE_ACCOUNT_GROUPS(sa[1]) : groups)];
+    if (!asGroups.includes('system:authenticated') && !asGroups.includes('system:unauthenticated'))
+      asGroups.push('system:authenticated');
+    return { name: user, uid, groups: asGroups, rules: this.rulesOf(user, asGroups) };
+  }
+
+  /** What RBAC grants a user the stand-in knows by name or group (cluster-admin for system:masters, as kubeadm binds). */
+  private rulesOf(name: string, groups: string[]): PolicyRule[] {
+    if (groups.includes('system:masters') || name === ADMIN_USER) return ADMIN_RULES;
+    if (name.startsWith('system:serviceaccount:')) return SERVICE_ACCOUNT_RULES;
+    if (name === RESTRICTED_USER) return RESTRICTED_RULES;
+    return [];
   }
 
   allowed(id: Identity, a: RequestAttributes): boolean {

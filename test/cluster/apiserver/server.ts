@@ -113,6 +113,13 @@ export async function startApiServer(o: ApiServerOptions): Promise<ApiServer> {
   let address = '';
   const debug = debugFlags();
 
+  /** The request's identity: its bearer token, then its Impersonate-* headers (which are not passed on). */
+  const actingAs = (req: IncomingMessage): Identity => {
+    const id = o.auth.impersonate(o.auth.authenticate(req.headers.authorization), req.headersDistinct);
+    for (const h of Object.keys(req.headers)) if (h.startsWith('impersonate-')) delete req.headers[h];
+    return id;
+  };
+
   const resolve = (r: Route): { t: ResourceType; name?: string; sub?: string; ns: string } => {
     if (!r.resource) throw new ApiError(404, 'NotFound', 'the server could not find the requested resource');
     const t = o.catalog.find(r.group, r.version, r.resource);
@@ -147,7 +154,7 @@ export async function startApiServer(o: ApiServerOptions): Promise<ApiServer> {
       res.writeHead(200, { 'Content-Type': 'text/plain' });
       return res.end('ok');
     }
-    const id = o.auth.authenticate(req.headers.authorization);
+    const id = actingAs(req);
     if (path === '/version') return sendJson(res, 200, SERVER_VERSION);
     if (path === '/api') return sendJson(res, 200, apiVersions(address));
     if (path === '/apis') return sendJson(res, 200, apiGroupList(o.catalog, o.aggregator.groups()));
@@ -218,7 +225,7 @@ export async function startApiServer(o: ApiServerOptions): Promise<ApiServer> {
     try {
       const url = new URL(req.url ?? '/', 'https://stand-in');
       const q = url.searchParams;
-      const id = o.auth.authenticate(req.headers.authorization);
+      const id = actingAs(req);
       const route = parseResourcePath(decodedPath(url.pathname));
       if (route?.group && o.aggregator.handles(route.group, route.version))
         throw new ApiError(400, 'BadRequest', 'upgrades are not proxied to aggregated APIs by the stand-in');

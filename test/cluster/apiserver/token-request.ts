@@ -1,6 +1,6 @@
 // serviceaccounts/NAME/token (TokenRequest, authentication.k8s.io/v1) as kubernetes pkg/registry/core/serviceaccount/
 // storage/token.go serves it: validated, bound to the account, and minted whatever the request's dryRun says.
-import type { Authenticator } from './auth.js';
+import { type Authenticator, SERVICE_ACCOUNT_GROUPS, SERVICE_ACCOUNT_RULES } from './auth.js';
 import { invalid, type K8sObject } from './errors.js';
 import { nowTime } from './objects.js';
 
@@ -35,9 +35,8 @@ export function tokenRequest(auth: Authenticator, account: K8sObject, body: K8sO
   const expires = new Date(Date.now() + seconds * 1000);
   const token = auth.issue(
     `system:serviceaccount:${namespace}:${name}`,
-    ['system:serviceaccounts', `system:serviceaccounts:${namespace}`, 'system:authenticated'],
-    // The stand-in has no RBAC for service accounts: a pod's account may do what the admin may.
-    [{ verbs: ['*'], apiGroups: ['*'], resources: ['*'] }],
+    [...SERVICE_ACCOUNT_GROUPS(namespace), 'system:authenticated'],
+    SERVICE_ACCOUNT_RULES,
     { uid, expiresAt: expires.getTime() },
   );
   const audiences: string[] = body.spec?.audiences?.length ? body.spec.audiences : [API_AUDIENCE];
