@@ -161,7 +161,7 @@ export class Authenticator {
     return { name: user, uid, groups: asGroups, rules: this.rulesOf(user, asGroups) };
   }
 
-  /** What RBAC grants a user the stand-in knows by name or group (cluster-admin for system:masters, as kubeadm binds). */
+  /** What RBAC grants a user the stand-in knows by name or group (system:masters: cluster-admin, as kubeadm binds). */
   private rulesOf(name: string, groups: string[]): PolicyRule[] {
     if (groups.includes('system:masters') || name === ADMIN_USER) return ADMIN_RULES;
     if (name.startsWith('system:serviceaccount:')) return SERVICE_ACCOUNT_RULES;
