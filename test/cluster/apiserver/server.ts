@@ -14,6 +14,7 @@ import { handleResource, handleReview, sendJson, type ResourceRequest } from './
 import { createStreamServer, serveLogs } from './streams.js';
 import { Admission } from './admission.js';
 import { debugFlags } from './debug-flags.js';
+import { type ProxyRequest, serveProxy, upgradeProxy } from './proxy.js';
 import type { Aggregator } from './aggregator.js';
 import type { NodeRuntime } from '../node-runtime.js';
 
@@ -120,6 +121,16 @@ export async function startApiServer(o: ApiServerOptions): Promise<ApiServer> {
     return id;
   };
 
+  /** A pods/…/proxy or services/…/proxy request (nodes/…/proxy has no kubelet server to reach here: 404). */
+  const proxyRequest = (
+    r: { t: ResourceType; ns: string; name?: string; sub?: string },
+    rawPath: string,
+  ): ProxyRequest | undefined => {
+    if (r.sub !== 'proxy' || r.t.group !== '' || !r.name) return undefined;
+    if (r.t.resource !== 'pods' && r.t.resource !== 'services') return undefined;
+    return { resource: r.t.resource, ns: r.ns, id: r.name, decodedPath: decodedPath(rawPath) };
+  };
+
   const resolve = (r: Route): { t: ResourceType; name?: string; sub?: string; ns: string } => {
     if (!r.resource) throw new ApiError(404, 'NotFound', 'the server could not find the requested resource');
     const t = o.catalog.find(r.group, r.version, r.resource);
@@ -196,6 +207,8 @@ export async function startApiServer(o: ApiServerOptions): Promise<ApiServer> {
       const pod = o.objects.get(r.t, r.ns, r.name ?? '');
       return serveLogs(o.runtime(), pod, q, res);
     }
+    const proxied = proxyRequest(r, url.pathname);
+    if (proxied) return serveProxy(o.objects, req, res, proxied);
     if (r.t.group === '' && r.t.resource === 'pods' && ['exec', 'portforward', 'attach'].includes(r.sub ?? '')) {
       throw new ApiError(400, 'BadRequest', 'Upgrade request required');
     }
@@ -231,6 +244,11 @@ export async function startApiServer(o: ApiServerOptions): Promise<ApiServer> {
         throw new ApiError(400, 'BadRequest', 'upgrades are not proxied to aggregated APIs by the stand-in');
       if (!route) throw new ApiError(404, 'NotFound', 'the server could not find the requested resource');
       const r = resolve(route);
+      const proxied = proxyRequest(r, url.pathname);
+      if (proxied) {
+        authorize(id, req.method ?? 'GET', r, q);
+        return upgradeProxy(o.objects, req, socket, head, proxied);
+      }
       if (
         !(
           r.t.group === '' &&
