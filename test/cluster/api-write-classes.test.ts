@@ -222,3 +222,13 @@ describe('Impersonate-* headers (k8s.io/apiserver pkg/endpoints/filters/imperson
     expect(JSON.parse(stdout).status.userInfo).toMatchObject({ username: 'alice' });
   });
 });
+
+describe('nodes/NAME/proxy (kube-apiserver dials the kubelet: kubernetes pkg/registry/core/node/rest/proxy.go)', () => {
+  it('is not served by the stand-in, whose kubelet has no HTTPS port: a 503 that says so, never a 404', async () => {
+    const answer = await admin('POST', `/api/v1/nodes/${cluster.nodeName}/proxy/run/default/p/c?cmd=id`);
+    expect([answer.status, answer.body.message]).toEqual([
+      503,
+      expect.stringMatching(/nodes\/NAME\/proxy is not served/),
+    ]);
+  });
+});

@@ -121,12 +121,19 @@ export async function startApiServer(o: ApiServerOptions): Promise<ApiServer> {
     return id;
   };
 
-  /** A pods/…/proxy or services/…/proxy request (nodes/…/proxy has no kubelet server to reach here: 404). */
+  /** A pods/…/proxy or services/…/proxy request. */
   const proxyRequest = (
     r: { t: ResourceType; ns: string; name?: string; sub?: string },
     rawPath: string,
   ): ProxyRequest | undefined => {
     if (r.sub !== 'proxy' || r.t.group !== '' || !r.name) return undefined;
+    // kube-apiserver would dial the kubelet's server (nodeIP:10250); the stand-in's kubelet has none, so say so.
+    if (r.t.resource === 'nodes')
+      throw new ApiError(
+        503,
+        'ServiceUnavailable',
+        'error trying to reach service: the stand-in kubelet serves no HTTPS port (nodes/NAME/proxy is not served)',
+      );
     if (r.t.resource !== 'pods' && r.t.resource !== 'services') return undefined;
     return { resource: r.t.resource, ns: r.ns, id: r.name, decodedPath: decodedPath(rawPath) };
   };
@@ -244,11 +251,9 @@ export async function startApiServer(o: ApiServerOptions): Promise<ApiServer> {
         throw new ApiError(400, 'BadRequest', 'upgrades are not proxied to aggregated APIs by the stand-in');
       if (!route) throw new ApiError(404, 'NotFound', 'the server could not find the requested resource');
       const r = resolve(route);
+      if (r.sub === 'proxy') authorize(id, req.method ?? 'GET', r, q);
       const proxied = proxyRequest(r, url.pathname);
-      if (proxied) {
-        authorize(id, req.method ?? 'GET', r, q);
-        return upgradeProxy(o.objects, req, socket, head, proxied);
-      }
+      if (proxied) return upgradeProxy(o.objects, req, socket, head, proxied);
       if (
         !(
           r.t.group === '' &&
