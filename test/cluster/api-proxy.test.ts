@@ -133,8 +133,8 @@ describe('pods/NAME[:PORT]/proxy and services/NAME[:PORT]/proxy', () => {
     const socket = connect({ host: url.hostname, port: Number(url.port), ca: readFileSync(cluster.caPath) });
     await new Promise((r) => socket.once('secureConnect', r));
     socket.write(
-      `GET ${ns}/pods/echo:9090/proxy/ws HTTP/1.1\r\nHost: ${url.host}\r\nAuthorization: Bearer ${cluster.adminToken}\r\n` +
-        'Connection: Upgrade\r\nUpgrade: websocket\r\n\r\n',
+      `GET ${ns}/pods/echo:9090/proxy/ws HTTP/1.1\r\nHost: ${url.host}\r\n` +
+        `Authorization: Bearer ${cluster.adminToken}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n`,
     );
     let got = '';
     socket.on('data', (c: Buffer) => {
