@@ -16,8 +16,6 @@ export interface AgentEndpoint {
   token: string;
   agentId: string;
   reused: boolean;
-  /** The Secret of an ephemeral agent this session created: deleted when the session ends (releaseAgent). */
-  secret?: { namespace: string; name: string };
 }
 
 export interface AgentOptions {

@@ -209,12 +209,11 @@ async function createAgentSecret(
   );
 }
 
-/** Ends what a session holds of its agent: the Secret of an ephemeral agent it created (a Job's goes with the Job). */
-export async function releaseAgent(kc: KubeConfig, agent: AgentEndpoint): Promise<void> {
-  if (!agent.secret) return;
+/** Deletes an agent's Secret whose agent never started. */
+async function deleteAgentSecret(kc: KubeConfig, namespace: string, name: string): Promise<void> {
   await kc
     .makeApiClient(CoreV1Api)
-    .deleteNamespacedSecret({ name: agent.secret.name, namespace: agent.secret.namespace })
+    .deleteNamespacedSecret({ name, namespace })
     .catch(() => undefined); // gone already, or the API is down: the target pod's deletion removes it (owner)
 }
 
@@ -284,9 +283,10 @@ export async function createEphemeralAgent(
   const spec = await agentSpecInput(kc, target, options);
   const container = buildAgentEphemeralContainer(spec);
   const token = newToken();
-  // An ephemeral container is no object of its own: the target pod owns the Secret (removed with it), and the session
-  // deletes it when it ends (releaseAgent).
-  const secret = { namespace: target.namespace, name: agentSecretName(spec.agentId) };
+  // An ephemeral container is no object of its own: the target pod owns the Secret (removed with it). The Secret lives
+  // as long as the agent may (a later session reuses a running agent with its token); `devop clean` removes it once
+  // the agent's container has ended.
+  const secretName = agentSecretName(spec.agentId);
   await createAgentSecret(kc, {
     namespace: target.namespace,
     agentId: spec.agentId,
@@ -297,7 +297,7 @@ export async function createEphemeralAgent(
   try {
     await addEphemeralContainer(kc, target, container, options);
   } catch (err) {
-    await releaseAgent(kc, { secret } as AgentEndpoint);
+    await deleteAgentSecret(kc, target.namespace, secretName);
     throw err;
   }
   return {
@@ -311,7 +311,6 @@ export async function createEphemeralAgent(
     token,
     agentId: spec.agentId,
     reused: false,
-    secret,
   };
 }
 

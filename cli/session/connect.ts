@@ -22,7 +22,6 @@ import {
   createEphemeralAgent,
   createJobAgent,
   createTargetlessAgent,
-  releaseAgent,
   type AgentEndpoint,
   type AgentOptions,
 } from '../kube/agent.js';
@@ -325,7 +324,6 @@ export async function connectSession(options: SessionOptions, reporter: Reporter
         await waitClosed(mux, 1000);
         mux.close(reason);
       }
-      await releaseAgent(kc, agent);
     },
   };
 }

@@ -5,13 +5,7 @@ import { CoreV1Api, type V1Pod } from '@kubernetes/client-node';
 import { UserError, isUserError } from '../../shared/errors.js';
 import type { AgentMessage, ClientMessage } from '../../shared/protocol.js';
 import { formatTarget } from '../../shared/target.js';
-import {
-  createEphemeralAgent,
-  createJobAgent,
-  releaseAgent,
-  type AgentEndpoint,
-  type AgentOptions,
-} from '../kube/agent.js';
+import { createEphemeralAgent, createJobAgent, type AgentEndpoint, type AgentOptions } from '../kube/agent.js';
 import { findAgent } from '../kube/agent-reuse.js';
 import { apiErrorCode } from '../kube/errors.js';
 import { informPods, type PodInformer } from '../kube/pod-informer.js';
@@ -586,8 +580,6 @@ class Supervisor {
     for (const m of this.members) m.stopLiveness?.();
     await Promise.all(live.map((m) => byeAndWait(m.link.mux, reason)));
     this.mux.end();
-    // The Secrets of the ephemeral agents this session started (a Job's goes with its Job).
-    await Promise.all([...this.members].map((m) => releaseAgent(this.first.kc, m.agent)));
     await this.leases?.releaseAll();
   }
 }

@@ -1,6 +1,7 @@
 // The agent's token end to end: it lives in a Secret owned by the agent Job (nothing secret in the Job, its pod or
-// devop's output), the Secret goes with the Job, an ephemeral agent's Secret goes when its session ends, and an agent
-// that someone else started (or a pod that only carries an agent's labels) is not reused unless asked for by name.
+// devop's output), the Secret goes with the Job, an ephemeral agent's Secret stays while that agent runs (a later
+// session reuses it) and `devop clean` removes it once the agent has ended, and an agent that someone else started (or
+// a pod that only carries an agent's labels) is not reused unless asked for by name.
 import { randomBytes } from 'node:crypto';
 import { BatchV1Api, CoreV1Api, type V1Job, type V1Secret } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -10,7 +11,7 @@ import { AGENT_ANNOTATIONS, AGENT_IMAGE, AGENT_LABELS, agentSecretName } from '.
 import { requireRoot } from '../helpers/root.js';
 import type { TargetCluster } from '../helpers/target-cluster.js';
 import {
-  type DevopRun,
+  DevopRun,
   LOCAL_SERVER_COMMAND,
   deployEcho,
   devopExec,
@@ -117,7 +118,7 @@ describe("the agent's token", () => {
     );
   });
 
-  it('works as an ephemeral container, whose Secret (owned by the target pod) goes when the session ends', async () => {
+  it('works as an ephemeral container, whose Secret (owned by the target pod) stays while it runs; clean removes it after', async () => {
     // Given a session whose agent is an ephemeral container of the target pod
     const echo = await deployEcho(env, 'echo-token-eph');
     const local = await freePort();
@@ -125,16 +126,35 @@ describe("the agent's token", () => {
     await run.ready();
     expect(await client.who(echo.podIP, 8080)).toBe('local');
     const pod = await env.core.readNamespacedPod({ name: echo.podName, namespace: env.namespace });
-    const agentId = /^devop-agent-(\w+)$/.exec(pod.spec?.ephemeralContainers?.at(-1)?.name ?? '')?.[1] ?? '';
+    const agentName = pod.spec?.ephemeralContainers?.at(-1)?.name ?? '';
+    const agentId = /^devop-agent-(\w+)$/.exec(agentName)?.[1] ?? '';
     const secret = await readSecret(agentSecretName(agentId));
     expect(secret?.metadata?.ownerReferences).toEqual([
       { apiVersion: 'v1', kind: 'Pod', name: echo.podName, uid: pod.metadata?.uid },
     ]);
-    // When the session ends
+    // When the session ends, its Secret stays: the agent still runs (ephemeral containers cannot be removed) and a
+    // later session reuses it with that token
     await run.stop();
-    // Then its Secret is gone at once (the container stays in the pod spec: ephemeral containers cannot be removed)
+    expect(await readSecret(agentSecretName(agentId))).toBeDefined();
+    const clean = (): DevopRun => track(new DevopRun(['clean', '--kubeconfig', cluster.kubeconfigPath]));
+    const early = clean();
+    expect((await early.exited).code, early.output).toBe(0);
+    expect(early.stdout).toMatch(new RegExp(`kept secret \\S+/${agentSecretName(agentId)}: token of a running`));
+    // And once the agent has exited (idle, no session), devop clean removes the Secret
+    await waitFor(
+      `the ephemeral agent ${agentName} exited on idle`,
+      async () => {
+        const now = await env.core.readNamespacedPod({ name: echo.podName, namespace: env.namespace });
+        const status = now.status?.ephemeralContainerStatuses?.find((c) => c.name === agentName);
+        return status?.state?.terminated ? true : undefined;
+      },
+      GONE_MS,
+    );
+    const late = clean();
+    expect((await late.exited).code, late.output).toBe(0);
+    expect(late.stdout).toMatch(new RegExp(`removed secret \\S+/${agentSecretName(agentId)}: token of an ephemeral`));
     expect(await readSecret(agentSecretName(agentId))).toBeUndefined();
-  });
+  }, 180_000);
 
   it('an agent another user started is not reused unless named with --reuse-agent', async () => {
     // Given a running agent for the pod that another user started (its Secret records them as its creator)
