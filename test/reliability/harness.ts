@@ -127,7 +127,8 @@ export async function rssBytes(pid: number): Promise<number> {
 
 /**
  * Polls `who()` until it answers `expected`, as fast as a request round trip allows; returns the milliseconds since
- * `since`. Failed requests count as not recovered.
+ * `since`. Failed requests count as not recovered. Past the recovery budget it prints each probe (when it started
+ * after `since`, how long it took, what answered or why it failed), so a slow recovery shows where the time went.
  */
 export async function recoveredAfter(
   since: number,
@@ -136,15 +137,22 @@ export async function recoveredAfter(
   timeoutMs = 15_000,
 ): Promise<number> {
   let at = 0;
-  await waitFor(
-    `"${expected}" to answer`,
-    async () => {
-      const answer = await who().catch(() => 'error');
-      if (answer !== expected) return undefined;
-      at = Date.now();
-      return true;
-    },
-    timeoutMs,
-  );
+  const probes: string[] = [];
+  try {
+    await waitFor(
+      `"${expected}" to answer`,
+      async () => {
+        const started = Date.now();
+        const answer = await who().catch((err: Error) => `error: ${err.message}`);
+        probes.push(`+${started - since} ms, ${Date.now() - started} ms: ${answer}`);
+        if (answer !== expected) return undefined;
+        at = Date.now();
+        return true;
+      },
+      timeoutMs,
+    );
+  } finally {
+    if (!at || at - since > RECOVERY_BUDGET_MS) console.log(`probes after the fault:\n  ${probes.join('\n  ')}`);
+  }
   return at - since;
 }
