@@ -15,6 +15,9 @@ import { NativeSplice, type NativeEvents } from './native-splice.js';
 import { defaultGateway, PortTable } from './ports.js';
 import { Session } from './session.js';
 
+/** How long shutdown waits for devop-splice to exit (it exits at once; this bounds it on a starved node). */
+const NATIVE_EXIT_WAIT_MS = 1000;
+
 /** Features that need a target container (a targetless agent does not announce them). */
 const TARGET_FEATURES: string[] = [FEATURES.steal, FEATURES.mirror, FEATURES.httpFilter, FEATURES.env, FEATURES.files];
 
@@ -171,9 +174,11 @@ export async function startAgent({ config, pid, log }: AgentOptions): Promise<Ru
       log.info('agent stopping', { reason });
       control.close();
       await ports.removeRules();
+      // The connections already redirected end before the rules' table goes (ports.removeRules says why): the
+      // sessions' and devop-splice's, then what the listeners still hold (closeAll).
       await Promise.all([...sessions.values()].map((s) => s.end(`agent stopping: ${reason}`)));
+      await native?.close(NATIVE_EXIT_WAIT_MS);
       await ports.closeAll();
-      native?.close();
       guard?.release();
       liveness.close();
       resolveStopped(reason);

@@ -125,9 +125,18 @@ export class LineChild {
     return next;
   }
 
-  /** Closes the helper's stdin: it exits. */
-  close(): void {
+  /** Closes the helper's stdin: it exits. Resolves when it has, or after `waitMs` (then it still runs: a busy node). */
+  close(waitMs = 0): Promise<void> {
     this.closed = true;
     this.child.stdin.end();
+    if (waitMs <= 0 || this.exitError || this.child.exitCode !== null || this.child.signalCode !== null)
+      return Promise.resolve();
+    return new Promise((resolve) => {
+      const timer = setTimeout(resolve, waitMs);
+      this.child.once('exit', () => {
+        clearTimeout(timer);
+        resolve();
+      });
+    });
   }
 }

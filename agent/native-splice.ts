@@ -106,8 +106,11 @@ export class NativeSplice {
     return this.helper.request(`drop ${key}`).then(() => undefined);
   }
 
-  /** Ends devop-splice (the agent's end): its connections close with it. */
-  close(): void {
-    this.helper.close();
+  /**
+   * Ends devop-splice (the agent's end): its connections close with it. Resolves once it has exited, or after
+   * `waitMs`: the agent's shutdown waits for it so those connections end while their redirect's NAT still applies.
+   */
+  close(waitMs = 0): Promise<void> {
+    return this.helper.close(waitMs);
   }
 }

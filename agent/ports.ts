@@ -459,13 +459,20 @@ export class PortTable {
   }
 
   /**
-   * Removes the chain and its jump first (agent shutdown): new connections go straight to the app, none meets a closed
-   * listener.
+   * Agent shutdown, first step: removes every redirect rule, so new connections go straight to the app and none meets
+   * a closed listener. The table (or chain) itself stays until closeAll(), after the connections already redirected
+   * have ended: in a netns whose only nat chain is the agent's owned table, deleting the table unhooks NAT there, and
+   * those connections' ends (FIN or RST) would leave from the listener's port, unknown to the client, which would
+   * then wait for an answer until its own timeout.
    */
   async removeRules(): Promise<void> {
     await this.serial(async () => {
       this.rulesRemoved = true;
-      await this.chain?.remove();
+      for (const [port, { redirect }] of this.ports) {
+        if (!redirect) continue;
+        const listenerPort = redirect.native?.listenerPort ?? redirect.listener.listenerPort;
+        await this.removeRule(port, listenerPort, redirect.skipSource);
+      }
     });
   }
 
