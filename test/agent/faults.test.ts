@@ -1,7 +1,8 @@
 // Faults: kill -9 of the agent (or of its parent), SIGTERM, a dropped session (fallback, then resume), bad frames from
 // one session, stale chains of dead agents, and the idle exit. The pod's port must work again within 2 s, rule-free.
 import { copyFileSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { connect } from 'node:net';
+import { connect, type AddressInfo } from 'node:net';
+import { createServer } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
@@ -113,6 +114,37 @@ describe.runIf(run)('agent: faults', () => {
       await waitFor(async () => (await agentHelpers(agent.agentId)).length === 0, "the agent's devop-nft to exit");
     },
   );
+
+  test('SIGTERM while a stolen request waits for its answer: the client learns at once that its connection ended', async () => {
+    // Given a steal whose local command takes requests and never answers
+    const held: string[] = [];
+    const silent = createServer((req) => held.push(req.url ?? ''));
+    await new Promise<void>((r) => silent.listen(0, '127.0.0.1', r));
+    const agent = await net.startAgent();
+    const control = await net.relay(net.podNs, '127.0.0.1', agent.port);
+    const session = await connectSession(control, { local: { port: (silent.address() as AddressInfo).port } });
+    expect((await session.subscribe(3000, 'steal')).type).toBe('subscribed');
+    try {
+      // And a client's request in flight, held by the local command
+      const answer = httpGet(client, '/held', { timeoutMs: 10_000 }).then(
+        (a) => `answered: ${a.body}`,
+        (err: Error) => `ended: ${err.message}`,
+      );
+      await waitFor(() => held.includes('/held'), 'the local command to hold the request');
+      // When the agent is told to stop (a deleted agent pod: the kubelet's SIGTERM)
+      const stoppedAt = Date.now();
+      process.kill(agent.pid, 'SIGTERM');
+      // Then the client's connection ends at once (its end reaches the client through the redirect's NAT: the
+      // agent's table goes only after its redirected connections have closed), not at the client's own timeout
+      expect(await answer).toMatch(/^ended: /);
+      expect(Date.now() - stoppedAt).toBeLessThan(RECOVERY_MS);
+      // And the pod answers new connections
+      expect((await httpGet(client, '/after-term')).body).toBe('pod: GET /after-term');
+    } finally {
+      silent.closeAllConnections();
+      silent.close();
+    }
+  });
 
   test(
     "the agent's whole container is killed (cgroup.kill, as the runtime does): the pod answers within 2 s, no " +
