@@ -29,7 +29,7 @@ import { join, resolve } from 'node:path';
 import { build } from 'esbuild';
 import { banner, common } from '../scripts/build-options.mjs';
 import { AGENT_NODE_FLAGS } from '../shared/agent-contract.js';
-import { makeCerts } from '../test/cluster/certs.js';
+import { makeCerts } from '../standin/certs.js';
 import { agentNode } from './lib/agent-node.js';
 import { cpuMs, machineCpuMs } from './lib/proc-cpu.js';
 import { teardownOnInterrupt } from './lib/interrupt.js';

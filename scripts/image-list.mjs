@@ -19,11 +19,11 @@ export const IMAGES = [
   { name: 'node-base', refs: [NODE_BASE_REF] },
   {
     name: 'shell',
-    dockerfile: 'test/cluster/images/shell.Dockerfile',
+    dockerfile: 'standin/images/shell.Dockerfile',
     refs: ['docker.io/library/busybox:latest', 'devop.test/shell:latest'],
   },
-  { name: 'http-echo', dockerfile: 'test/cluster/images/http-echo.Dockerfile', refs: ['devop.test/http-echo:latest'] },
-  { name: 'python3', dockerfile: 'test/cluster/images/python3.Dockerfile', refs: ['devop.test/python3:latest'] },
+  { name: 'http-echo', dockerfile: 'standin/images/http-echo.Dockerfile', refs: ['devop.test/http-echo:latest'] },
+  { name: 'python3', dockerfile: 'standin/images/python3.Dockerfile', refs: ['devop.test/python3:latest'] },
   { name: 'agent', dockerfile: 'Dockerfile.agent', refs: [`ghcr.io/devop/agent:${version}`] },
   ...[1, 2, 3].map((step) => ({
     name: `farm-operator-step${step}`,

@@ -1,5 +1,5 @@
 // The API server's part of the tunnel in bench/steal.ts: the stand-in's own pods/portforward WebSocket
-// (test/cluster/apiserver/streams.ts, v4.channel.k8s.io), each tunnel unwrapped onto a TCP connection to
+// (standin/apiserver/streams.ts, v4.channel.k8s.io), each tunnel unwrapped onto a TCP connection to
 // 127.0.0.1:<port> in the netns it runs in, as kubelet dials the pod's port. One process, one hop: a cluster has more
 // (API server → kubelet → runtime), so this is the least a tunnel through the API server crosses.
 //   node portforward-relay.mjs <listen port> [<cert file> <key file>]   (on 127.0.0.1; 0: any; with a certificate it
@@ -10,7 +10,7 @@ import { createServer } from 'node:http';
 import { createServer as createTlsServer } from 'node:https';
 import { connect, type AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
-import { createStreamServer, type NodeRuntime } from '../../test/cluster/index.js';
+import { createStreamServer, type NodeRuntime } from '../../standin/index.js';
 
 const dialPod = async (_namespace: string, _pod: string, port: number): Promise<Duplex> => {
   const socket = connect({ host: '127.0.0.1', port, noDelay: true });

@@ -21,9 +21,9 @@ import {
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket, { WebSocketServer } from 'ws';
 import { becomeLeader } from '../../examples/echo-controller/src/leader.js';
-import { startCluster, type ClusterHandle } from '../../test/cluster/index.js';
+import { startCluster, type ClusterHandle } from '../../standin/index.js';
 import { startRoutedApiServer } from '../../test/helpers/stalled-api.js';
-import { expectStatus, waitFor } from '../../test/cluster/apiserver/testing.js';
+import { expectStatus, waitFor } from '../../standin/apiserver/testing.js';
 import { shadowKubeconfig } from '../services/shadow.js';
 import { makeSessionCert } from '../session/cert.js';
 import { startShadowProxy, type ShadowProxy, type ShadowWrite } from './shadow-proxy.js';

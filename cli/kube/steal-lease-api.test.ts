@@ -4,7 +4,7 @@
 // stopping session's releaseAll waits for a take or release of a port still on its way.
 import { CoordinationV1Api, KubeConfig } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startCluster, type ClusterHandle } from '../../test/cluster/index.js';
+import { startCluster, type ClusterHandle } from '../../standin/index.js';
 import { apiErrorCode } from './errors.js';
 import { ReplaceLease } from './replace-lease.js';
 import { StealLeases } from './steal-lease.js';

@@ -7,9 +7,9 @@ import { connect, createServer, type Server, type Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { CoreV1Api, KubeConfig } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startCluster, type ClusterHandle } from '../../test/cluster/index.js';
-import { localRuntime } from '../../test/cluster/local-runtime.js';
-import { waitFor } from '../../test/cluster/apiserver/testing.js';
+import { startCluster, type ClusterHandle } from '../../standin/index.js';
+import { localRuntime } from '../../standin/local-runtime.js';
+import { waitFor } from '../../standin/apiserver/testing.js';
 import { UserError } from '../../shared/errors.js';
 import { openPortForward, openPortForwards, PortForwardError } from './tunnel.js';
 

@@ -14,7 +14,7 @@ import {
   type AgentSpecInput,
 } from '../../cli/kube/agent-manifest.js';
 import { AGENT_BUNDLE_PATH, AGENT_IMAGE, AGENT_LABELS, agentCapabilities } from '../../shared/agent-contract.js';
-import { pidsOfContainer } from '../cluster/kubelet/testing.js';
+import { pidsOfContainer } from '../../standin/kubelet/testing.js';
 import { requireRoot } from '../helpers/root.js';
 import { standinOnly, type TargetCluster } from '../helpers/target-cluster.js';
 import {

@@ -6,10 +6,10 @@ import { request } from 'node:http';
 import { join, resolve } from 'node:path';
 import { readFileSync } from 'node:fs';
 import { AppsV1Api, CoreV1Api, KubeConfig, type V1Pod } from '@kubernetes/client-node';
-import { startCluster } from '../cluster/index.js';
+import { startCluster } from '../../standin/index.js';
 import { exitAfterOutput } from '../helpers/exit-after-output.js';
 import { agentImageEnv, startTargetCluster, type TargetCluster } from '../helpers/target-cluster.js';
-import { pidsOfContainer } from '../cluster/kubelet/testing.js';
+import { pidsOfContainer } from '../../standin/kubelet/testing.js';
 
 export type Cluster = Awaited<ReturnType<typeof startCluster>>;
 

@@ -13,8 +13,8 @@ import {
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { resolveTarget } from '../../cli/kube/target.js';
 import { UserError } from '../../shared/errors.js';
-import { startCluster, type ClusterHandle } from '../cluster/index.js';
-import { writeKubeconfig } from '../cluster/kubeconfig.js';
+import { startCluster, type ClusterHandle } from '../../standin/index.js';
+import { writeKubeconfig } from '../../standin/kubeconfig.js';
 import { DevopRun, devopExec } from './harness.js';
 
 let cluster: ClusterHandle;

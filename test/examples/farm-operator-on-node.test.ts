@@ -7,7 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect } from 'vitest';
 import type { Har } from '../../cli/record/har.js';
-import { startCluster, type ClusterHandle } from '../cluster/index.js';
+import { startCluster, type ClusterHandle } from '../../standin/index.js';
 import { requireRoot } from '../helpers/root.js';
 import { externalTarget, standinOnly } from '../helpers/target-cluster.js';
 import { Kubectl, type LocalProcess, devopFarmStep3, eventually, freePort } from './harness.js';

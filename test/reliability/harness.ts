@@ -5,7 +5,7 @@ import { readFile } from 'node:fs/promises';
 import { promisify } from 'node:util';
 import type { AppsV1Api, CoreV1Api, V1Pod } from '@kubernetes/client-node';
 import { AGENT_LABELS } from '../../shared/agent-contract.js';
-import { pidsOfContainer } from '../cluster/kubelet/testing.js';
+import { pidsOfContainer } from '../../standin/kubelet/testing.js';
 import { waitFor, type Cluster } from '../e2e/harness.js';
 
 const run = promisify(execFile);

@@ -1,0 +1,287 @@
+// Admission webhooks: writes of matching resources reach Validating/MutatingWebhookConfiguration webhooks over TLS
+// (Service with caBundle, or url) as AdmissionReview v1 — mutating first, then validating — with timeoutSeconds and
+// failurePolicy applied and kube-apiserver's messages, checked with client-node and kubectl.
+import { execFile } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer, type Server } from 'node:https';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { AdmissionregistrationV1Api, CoreV1Api, KubeConfig, type V1ValidatingWebhook } from '@kubernetes/client-node';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { makeCerts } from '../../standin/certs.js';
+import { startCluster, type ClusterHandle } from '../../standin/index.js';
+import { expectStatus } from '../../standin/apiserver/testing.js';
+
+const runFile = promisify(execFile);
+let cluster: ClusterHandle;
+let kc: KubeConfig;
+let core: CoreV1Api;
+let admission: AdmissionregistrationV1Api;
+let hookServer: Server;
+let hookPort: number;
+let caBundle: string;
+let dir: string;
+/** Every AdmissionReview request the webhook server received, with the path it came on. */
+const seen: { path: string; request: any }[] = [];
+
+/** The webhook server: the path says what it answers (allow, deny, add a label, never answer). */
+function answer(path: string, request: any): any {
+  const base = { uid: request.uid, allowed: true };
+  if (path === '/deny' && request.object?.data?.size === 'big')
+    return { ...base, allowed: false, status: { code: 403, message: 'size must not be "big"' } };
+  if (path === '/deny-delete') return { ...base, allowed: false, status: { message: 'keep it' } };
+  if (path === '/mutate') {
+    // As with kube-apiserver, a JSON patch cannot add a key to a map that is not there.
+    const op = request.object?.metadata?.labels
+      ? { op: 'add', path: '/metadata/labels/mutated', value: 'yes' }
+      : { op: 'add', path: '/metadata/labels', value: { mutated: 'yes' } };
+    return { ...base, patchType: 'JSONPatch', patch: Buffer.from(JSON.stringify([op])).toString('base64') };
+  }
+  if (path === '/require-mutated' && request.object?.metadata?.labels?.mutated !== 'yes')
+    return { ...base, allowed: false, status: { message: 'not mutated first' } };
+  return base;
+}
+
+beforeAll(async () => {
+  dir = mkdtempSync(join(tmpdir(), 'devop-admission-'));
+  const certs = await makeCerts(dir, ['DNS:hooks.default.svc', 'IP:127.0.0.1']);
+  caBundle = Buffer.from(certs.caPem).toString('base64');
+  hookServer = createServer({ cert: certs.certPem, key: certs.keyPem }, (req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => {
+      const review = JSON.parse(Buffer.concat(chunks).toString('utf8'));
+      const path = (req.url ?? '').split('?')[0];
+      seen.push({ path: req.url ?? '', request: review.request });
+      if (path === '/hang') return; // answers never: the API server's timeout decides
+      res.setHeader('Content-Type', 'application/json');
+      res.end(
+        JSON.stringify({
+          apiVersion: 'admission.k8s.io/v1',
+          kind: 'AdmissionReview',
+          response: answer(path, review.request),
+        }),
+      );
+    });
+  });
+  await new Promise<void>((r) => hookServer.listen(0, '127.0.0.1', () => r()));
+  hookPort = (hookServer.address() as { port: number }).port;
+  cluster = await startCluster({ kubelet: false });
+  kc = new KubeConfig();
+  kc.loadFromFile(cluster.kubeconfigPath);
+  core = kc.makeApiClient(CoreV1Api);
+  admission = kc.makeApiClient(AdmissionregistrationV1Api);
+  await core.createNamespacedService({
+    namespace: 'default',
+    body: { metadata: { name: 'hooks' }, spec: { ports: [{ name: 'https', port: 443, targetPort: hookPort }] } },
+  });
+  await core.createNamespacedEndpoints({
+    namespace: 'default',
+    body: {
+      metadata: { name: 'hooks' },
+      subsets: [{ addresses: [{ ip: '127.0.0.1' }], ports: [{ name: 'https', port: hookPort }] }],
+    },
+  });
+  await core.createNamespace({ body: { metadata: { name: 'watched', labels: { hooks: 'on' } } } });
+});
+
+afterEach(async () => {
+  seen.length = 0;
+  for (const c of (await admission.listValidatingWebhookConfiguration()).items)
+    await admission.deleteValidatingWebhookConfiguration({ name: c.metadata?.name ?? '' });
+  for (const c of (await admission.listMutatingWebhookConfiguration()).items)
+    await admission.deleteMutatingWebhookConfiguration({ name: c.metadata?.name ?? '' });
+});
+
+afterAll(async () => {
+  await cluster?.stop();
+  hookServer?.close();
+  if (dir) rmSync(dir, { recursive: true, force: true });
+});
+
+/** A webhook on configmaps in namespaces labelled hooks=on, reached through the `hooks` Service at `path`. */
+function hook(name: string, path: string, more: Partial<V1ValidatingWebhook> = {}): V1ValidatingWebhook {
+  return {
+    name,
+    admissionReviewVersions: ['v1'],
+    sideEffects: 'None',
+    clientConfig: { service: { namespace: 'default', name: 'hooks', path }, caBundle },
+    rules: [{ operations: ['CREATE', 'UPDATE'], apiGroups: [''], apiVersions: ['v1'], resources: ['configmaps'] }],
+    namespaceSelector: { matchLabels: { hooks: 'on' } },
+    ...more,
+  };
+}
+
+async function validating(...webhooks: V1ValidatingWebhook[]): Promise<void> {
+  await admission.createValidatingWebhookConfiguration({ body: { metadata: { name: 'checks' }, webhooks } });
+}
+
+const configMap = (name: string, data: Record<string, string>, labels?: Record<string, string>) => ({
+  metadata: { name, labels },
+  data,
+});
+
+describe('admission webhooks', () => {
+  it('a validating webhook refuses a write with its message and lets others through', async () => {
+    await validating(hook('size.example.com', '/deny'));
+    const refused = await expectStatus(
+      core.createNamespacedConfigMap({ namespace: 'watched', body: configMap('big', { size: 'big' }) }),
+    );
+    expect(refused).toMatchObject({
+      code: 403,
+      message: 'admission webhook "size.example.com" denied the request: size must not be "big"',
+    });
+    await core.createNamespacedConfigMap({ namespace: 'watched', body: configMap('small', { size: 'small' }) });
+    const review = seen.find((s) => s.request.name === 'small')?.request;
+    expect(seen[0].path).toBe('/deny?timeout=10s');
+    expect(review).toMatchObject({
+      operation: 'CREATE',
+      namespace: 'watched',
+      kind: { group: '', version: 'v1', kind: 'ConfigMap' },
+      resource: { group: '', version: 'v1', resource: 'configmaps' },
+      userInfo: { username: 'kubernetes-admin' },
+      object: { metadata: { name: 'small', namespace: 'watched' }, data: { size: 'small' } },
+      oldObject: null,
+      dryRun: false,
+    });
+    await expectStatus(
+      core.replaceNamespacedConfigMap({
+        namespace: 'watched',
+        name: 'small',
+        body: configMap('small', { size: 'big' }),
+      }),
+    );
+    expect(seen.at(-1)?.request).toMatchObject({ operation: 'UPDATE', oldObject: { data: { size: 'small' } } });
+    expect((await core.readNamespacedConfigMap({ namespace: 'watched', name: 'small' })).data).toEqual({
+      size: 'small',
+    });
+  });
+
+  it('applies the defaults kube-apiserver applies to a webhook configuration', async () => {
+    await validating(hook('size.example.com', '/deny'));
+    const [w] = (await admission.readValidatingWebhookConfiguration({ name: 'checks' })).webhooks ?? [];
+    expect(w).toMatchObject({
+      timeoutSeconds: 10,
+      failurePolicy: 'Fail',
+      matchPolicy: 'Equivalent',
+      objectSelector: {},
+    });
+    expect(w.clientConfig.service?.port).toBe(443);
+    expect(w.rules?.[0].scope).toBe('*');
+  });
+
+  it('leaves writes alone that the rules, namespaceSelector or objectSelector do not match', async () => {
+    await validating(
+      hook('size.example.com', '/deny', { objectSelector: { matchLabels: { checked: 'yes' } } }),
+      hook('delete.example.com', '/deny-delete', {
+        rules: [{ operations: ['DELETE'], apiGroups: [''], apiVersions: ['v1'], resources: ['secrets'] }],
+      }),
+    );
+    await core.createNamespacedConfigMap({
+      namespace: 'default',
+      body: configMap('big', { size: 'big' }, { checked: 'yes' }),
+    });
+    await core.createNamespacedConfigMap({ namespace: 'watched', body: configMap('big', { size: 'big' }) });
+    expect(seen).toEqual([]);
+    await expectStatus(
+      core.createNamespacedConfigMap({
+        namespace: 'watched',
+        body: configMap('big2', { size: 'big' }, { checked: 'yes' }),
+      }),
+    );
+    await core.createNamespacedSecret({ namespace: 'watched', body: { metadata: { name: 's' } } });
+    const refused = await expectStatus(core.deleteNamespacedSecret({ namespace: 'watched', name: 's' }));
+    expect(refused).toMatchObject({
+      code: 400,
+      message: 'admission webhook "delete.example.com" denied the request: keep it',
+    });
+    expect(seen.at(-1)?.request).toMatchObject({
+      operation: 'DELETE',
+      object: null,
+      oldObject: { metadata: { name: 's' } },
+    });
+  });
+
+  it('runs mutating webhooks first, stores their JSON patch and shows the result to validating webhooks', async () => {
+    await admission.createMutatingWebhookConfiguration({
+      body: { metadata: { name: 'labeller' }, webhooks: [hook('label.example.com', '/mutate')] },
+    });
+    await validating(hook('mutated.example.com', '/require-mutated'));
+    await core.createNamespacedConfigMap({ namespace: 'watched', body: configMap('m', { a: '1' }) });
+    expect(seen.map((s) => s.path.split('?')[0])).toEqual(['/mutate', '/require-mutated']);
+    const stored = await core.readNamespacedConfigMap({ namespace: 'watched', name: 'm' });
+    expect(stored.metadata?.labels).toEqual({ mutated: 'yes' });
+  });
+
+  it('a webhook that does not answer in timeoutSeconds fails the write (Fail) or is skipped (Ignore)', async () => {
+    await validating(hook('slow.example.com', '/hang', { timeoutSeconds: 1 }));
+    const started = Date.now();
+    const failed = await expectStatus(
+      core.createNamespacedConfigMap({ namespace: 'watched', body: configMap('x', {}) }),
+    );
+    expect(Date.now() - started).toBeGreaterThanOrEqual(950);
+    expect(Date.now() - started).toBeLessThan(3000);
+    expect(failed).toMatchObject({
+      code: 500,
+      reason: 'InternalError',
+      message:
+        'Internal error occurred: failed calling webhook "slow.example.com": failed to call webhook: ' +
+        'Post "https://hooks.default.svc:443/hang?timeout=1s": context deadline exceeded',
+    });
+    await admission.deleteValidatingWebhookConfiguration({ name: 'checks' });
+    await validating(hook('slow.example.com', '/hang', { timeoutSeconds: 1, failurePolicy: 'Ignore' }));
+    await core.createNamespacedConfigMap({ namespace: 'watched', body: configMap('x', {}) });
+  });
+
+  it('reaches a webhook by url, and fails closed on a CA it cannot verify', async () => {
+    await validating(
+      hook('url.example.com', '/deny', { clientConfig: { url: `https://127.0.0.1:${hookPort}/deny`, caBundle } }),
+    );
+    const refused = await expectStatus(
+      core.createNamespacedConfigMap({ namespace: 'watched', body: configMap('big-url', { size: 'big' }) }),
+    );
+    expect(refused.message).toBe('admission webhook "url.example.com" denied the request: size must not be "big"');
+    expect(seen[0].path).toBe('/deny?timeout=10s');
+    await admission.deleteValidatingWebhookConfiguration({ name: 'checks' });
+    await validating(
+      hook('untrusted.example.com', '/deny', { clientConfig: { service: { namespace: 'default', name: 'hooks' } } }),
+    );
+    const failed = await expectStatus(
+      core.createNamespacedConfigMap({ namespace: 'watched', body: configMap('y', {}) }),
+    );
+    expect(failed.message).toMatch(
+      new RegExp(
+        /^Internal error occurred: failed calling webhook "untrusted.example.com": failed to call webhook: /.source +
+          /Post "https:\/\/hooks.default.svc:443\/\?timeout=10s": /.source,
+      ),
+    );
+  });
+
+  for (const v of ['1.31', '1.32', '1.33']) {
+    it(`kubectl ${v} apply shows the webhook's refusal`, async () => {
+      await validating(hook('size.example.com', '/deny'));
+      const env = { ...process.env, KUBECONFIG: cluster.kubeconfigPath, HOME: dir };
+      const file = join(dir, `big-${v}.yaml`);
+      writeFileSync(
+        file,
+        'apiVersion: v1\nkind: ConfigMap\nmetadata: {name: kubectl-big, namespace: watched}\ndata: {size: big}\n',
+      );
+      const k = `/usr/lib/google-cloud-sdk/bin/kubectl.${v}`;
+      const out = await runFile(k, ['apply', '-f', file], { env }).then(
+        () => '',
+        (e: { stderr: string }) => e.stderr,
+      );
+      expect(out).toContain('admission webhook "size.example.com" denied the request: size must not be "big"');
+      const small = join(dir, `small-${v}.yaml`);
+      writeFileSync(
+        small,
+        'apiVersion: v1\nkind: ConfigMap\nmetadata: {name: kubectl-small, namespace: watched}\ndata: {size: small}\n',
+      );
+      const ok = await runFile(k, ['apply', '-f', small], { env });
+      expect(ok.stdout).toMatch(/configmap\/kubectl-small (created|unchanged|configured)/);
+      const listed = await runFile(k, ['get', 'validatingwebhookconfigurations'], { env });
+      expect(listed.stdout).toMatch(/^NAME\s+.*\nchecks\s+/);
+    });
+  }
+});

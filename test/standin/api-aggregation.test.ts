@@ -1,0 +1,139 @@
+// APIService aggregation: discovery and requests for an aggregated group reach the Service's endpoint over TLS with the
+// caller's identity (X-Remote-User), and the APIService reports Available — checked with client-node and kubectl.
+import { execFile } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { createServer, type Server } from 'node:https';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { ApiregistrationV1Api, CoreV1Api, CustomObjectsApi, KubeConfig } from '@kubernetes/client-node';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { makeCerts } from '../../standin/certs.js';
+import { startCluster, type ClusterHandle } from '../../standin/index.js';
+import { waitFor } from '../../standin/apiserver/testing.js';
+
+const runFile = promisify(execFile);
+let cluster: ClusterHandle;
+let kc: KubeConfig;
+let backend: Server;
+let dir: string;
+const seenUsers: string[] = [];
+
+const resourceList = {
+  kind: 'APIResourceList',
+  apiVersion: 'v1',
+  groupVersion: 'farm.example.com/v1alpha',
+  resources: [{ name: 'llamas', singularName: 'llama', namespaced: true, kind: 'Llama', verbs: ['get', 'list'] }],
+};
+
+beforeAll(async () => {
+  dir = mkdtempSync(join(tmpdir(), 'devop-agg-'));
+  const certs = await makeCerts(dir, ['IP:127.0.0.1']);
+  backend = createServer({ cert: certs.certPem, key: certs.keyPem }, (req, res) => {
+    seenUsers.push(String(req.headers['x-remote-user']));
+    res.setHeader('Content-Type', 'application/json');
+    const path = (req.url ?? '').split('?')[0];
+    if (path === '/apis/farm.example.com/v1alpha') return res.end(JSON.stringify(resourceList));
+    if (path === '/apis/farm.example.com/v1alpha/namespaces/default/llamas') {
+      return res.end(
+        JSON.stringify({
+          kind: 'LlamaList',
+          apiVersion: 'farm.example.com/v1alpha',
+          metadata: {},
+          items: [
+            {
+              apiVersion: 'farm.example.com/v1alpha',
+              kind: 'Llama',
+              metadata: { name: 'dolly', namespace: 'default', creationTimestamp: new Date().toISOString() },
+              spec: { weight: 130 },
+            },
+          ],
+        }),
+      );
+    }
+    res.statusCode = 404;
+    res.end(
+      JSON.stringify({
+        kind: 'Status',
+        apiVersion: 'v1',
+        metadata: {},
+        status: 'Failure',
+        reason: 'NotFound',
+        code: 404,
+        message: 'not found',
+      }),
+    );
+  });
+  await new Promise<void>((r) => backend.listen(0, '127.0.0.1', () => r()));
+  const port = (backend.address() as { port: number }).port;
+  cluster = await startCluster({ kubelet: false });
+  kc = new KubeConfig();
+  kc.loadFromFile(cluster.kubeconfigPath);
+  const core = kc.makeApiClient(CoreV1Api);
+  await core.createNamespacedService({
+    namespace: 'default',
+    body: { metadata: { name: 'farm' }, spec: { ports: [{ name: 'https', port: 443, targetPort: port }] } },
+  });
+  await core.createNamespacedEndpoints({
+    namespace: 'default',
+    body: {
+      metadata: { name: 'farm' },
+      subsets: [{ addresses: [{ ip: '127.0.0.1' }], ports: [{ name: 'https', port }] }],
+    },
+  });
+  await kc.makeApiClient(ApiregistrationV1Api).createAPIService({
+    body: {
+      metadata: { name: 'v1alpha.farm.example.com' },
+      spec: {
+        group: 'farm.example.com',
+        version: 'v1alpha',
+        groupPriorityMinimum: 1000,
+        versionPriority: 15,
+        insecureSkipTLSVerify: true,
+        service: { name: 'farm', namespace: 'default', port: 443 },
+      },
+    },
+  });
+});
+
+afterAll(async () => {
+  await cluster?.stop();
+  backend?.close();
+  if (dir) rmSync(dir, { recursive: true, force: true });
+});
+
+describe('APIService aggregation', () => {
+  it('marks the APIService Available and proxies discovery and requests with the caller identity', async () => {
+    const reg = kc.makeApiClient(ApiregistrationV1Api);
+    await waitFor(
+      'Available=True',
+      async () =>
+        (await reg.readAPIService({ name: 'v1alpha.farm.example.com' })).status?.conditions?.find(
+          (c) => c.type === 'Available',
+        )?.status === 'True',
+    );
+    const list: any = await kc.makeApiClient(CustomObjectsApi).listNamespacedCustomObject({
+      group: 'farm.example.com',
+      version: 'v1alpha',
+      namespace: 'default',
+      plural: 'llamas',
+    });
+    expect(list.items.map((i: any) => i.metadata.name)).toEqual(['dolly']);
+    expect(seenUsers).toContain('kubernetes-admin');
+  });
+
+  for (const v of ['1.31', '1.32', '1.33']) {
+    it(`kubectl ${v} discovers the aggregated group and lists llamas`, async () => {
+      const env = { ...process.env, KUBECONFIG: cluster.kubeconfigPath, HOME: dir };
+      const k = `/usr/lib/google-cloud-sdk/bin/kubectl.${v}`;
+      const res = await runFile(k, ['api-resources', '--api-group=farm.example.com'], { env });
+      expect(res.stdout).toMatch(/llamas\s+farm\.example\.com\/v1alpha\s+true\s+Llama/);
+      const got = await runFile(k, ['get', 'llamas', '-n', 'default', '-o', 'json'], { env });
+      expect(JSON.parse(got.stdout).items[0].metadata.name).toBe('dolly');
+      const table = await runFile(k, ['get', 'llamas', '-n', 'default'], { env });
+      expect(table.stdout).toMatch(/^NAME\s+AGE\ndolly\s+/);
+      const svc = await runFile(k, ['get', 'apiservice', 'v1alpha.farm.example.com'], { env });
+      expect(svc.stdout).toMatch(/v1alpha\.farm\.example\.com\s+default\/farm\s+True\s+/);
+    });
+  }
+});

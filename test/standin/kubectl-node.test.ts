@@ -1,0 +1,128 @@
+// kubectl 1.31, 1.32 and 1.33 against the stand-in with its kubelet: logs, exec, debug with an ephemeral container,
+// and delete of a Deployment cascading to pods that really stop.
+import { execFile } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { AppsV1Api, CoreV1Api, KubeConfig } from '@kubernetes/client-node';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { requireRoot } from '../helpers/root.js';
+import { startCluster, type ClusterHandle } from '../../standin/index.js';
+import { waitFor } from '../../standin/apiserver/testing.js';
+
+const runFile = promisify(execFile);
+/** Pods start as real processes on a shared, loaded machine: give each version's round room. */
+const SYSTEM_TEST_TIMEOUT_MS = 180_000;
+const run = requireRoot('stand-in cluster: kubectl with the kubelet');
+let cluster: ClusterHandle;
+let kc: KubeConfig;
+let dir: string;
+
+async function kubectl(v: string, args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  try {
+    const r = await runFile(`/usr/lib/google-cloud-sdk/bin/kubectl.${v}`, args, {
+      env: { ...process.env, KUBECONFIG: cluster.kubeconfigPath, HOME: dir },
+      timeout: 60_000,
+    });
+    return { code: 0, ...r };
+  } catch (e) {
+    const err = e as { code?: number; stdout?: string; stderr?: string };
+    return { code: typeof err.code === 'number' ? err.code : -1, stdout: err.stdout ?? '', stderr: err.stderr ?? '' };
+  }
+}
+
+beforeAll(async () => {
+  if (!run) return;
+  dir = mkdtempSync(join(tmpdir(), 'devop-kubectl-node-'));
+  cluster = await startCluster();
+  kc = new KubeConfig();
+  kc.loadFromFile(cluster.kubeconfigPath);
+});
+
+afterAll(async () => {
+  await cluster?.stop();
+  if (dir) rmSync(dir, { recursive: true, force: true });
+});
+
+describe.runIf(run)('kubectl with the kubelet', () => {
+  for (const v of ['1.31', '1.32', '1.33']) {
+    it(
+      `kubectl ${v}: logs, exec, debug --target, delete deploy cascading`,
+      async () => {
+        const name = `web${v.replace('.', '')}`;
+        const apps = kc.makeApiClient(AppsV1Api);
+        const core = kc.makeApiClient(CoreV1Api);
+        await apps.createNamespacedDeployment({
+          namespace: 'default',
+          body: {
+            metadata: { name },
+            spec: {
+              replicas: 1,
+              selector: { matchLabels: { app: name } },
+              template: {
+                metadata: { labels: { app: name } },
+                spec: {
+                  terminationGracePeriodSeconds: 5,
+                  containers: [
+                    {
+                      name: 'web',
+                      image: 'devop.test/http-echo',
+                      env: [
+                        { name: 'PORT', value: '8080' },
+                        { name: 'MARK', value: `mark-${v}` },
+                      ],
+                    },
+                  ],
+                },
+              },
+            },
+          },
+        });
+        const rollout = await kubectl(v, ['rollout', 'status', `deployment/${name}`, '--timeout=90s']);
+        expect(rollout.stdout).toContain('successfully rolled out');
+        const pod = (await core.listNamespacedPod({ namespace: 'default', labelSelector: `app=${name}` })).items[0]
+          .metadata!.name!;
+
+        const logs = await waitFor('the echo server logged its start', async () => {
+          const r = await kubectl(v, ['logs', pod]);
+          return r.stdout.includes('8080') ? r : undefined;
+        });
+        expect(logs.code).toBe(0);
+
+        const ex = await kubectl(v, ['exec', pod, '--', 'sh', '-c', 'echo $MARK; exit 5']);
+        expect(ex.stdout).toBe(`mark-${v}\n`);
+        expect(ex.code).toBe(5);
+
+        const dbg = await kubectl(v, [
+          'debug',
+          pod,
+          '--target=web',
+          '--image=devop.test/shell',
+          '--',
+          'sh',
+          '-c',
+          'echo debug-from-ephemeral',
+        ]);
+        expect(dbg.code).toBe(0);
+        const debugger_ = /Defaulting debug container name to (debugger-[a-z0-9]+)/.exec(dbg.stderr + dbg.stdout)?.[1];
+        expect(debugger_).toBeTruthy();
+        const dlogs = await waitFor('the ephemeral container ran', async () => {
+          const r = await kubectl(v, ['logs', pod, '-c', debugger_!]);
+          return r.stdout.includes('debug-from-ephemeral') ? r : undefined;
+        });
+        expect(dlogs.stdout).toBe('debug-from-ephemeral\n');
+
+        const del = await kubectl(v, ['delete', 'deploy', name]);
+        expect(del.stdout).toContain(`deployment.apps "${name}" deleted`);
+        await waitFor(
+          'pods gone',
+          async () =>
+            (await core.listNamespacedPod({ namespace: 'default', labelSelector: `app=${name}` })).items.length === 0,
+          60_000,
+        );
+      },
+      SYSTEM_TEST_TIMEOUT_MS,
+    );
+  }
+});

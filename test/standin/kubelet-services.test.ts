@@ -1,0 +1,261 @@
+// ClusterIP Services on the stand-in node: the host and pods reach a Service's ready endpoints through the ClusterIP
+// (iptables DNAT, random balancing), a pod reaches itself through its Service, and a Service without endpoints refuses.
+import { randomBytes } from 'node:crypto';
+import { get } from 'node:http';
+import { connect } from 'node:net';
+import { Resolver } from 'node:dns/promises';
+import { CoreV1Api, KubeConfig } from '@kubernetes/client-node';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { requireRoot } from '../helpers/root.js';
+import { startCluster, type ClusterHandle } from '../../standin/index.js';
+import { execOutput, isReady, waitForPod, waitUntil } from '../../standin/kubelet/testing.js';
+
+requireRoot('stand-in kubelet services');
+
+let cluster: ClusterHandle;
+let core: CoreV1Api;
+/** node inside the images (busybox here is devop.test/shell, which has it). */
+const NODE = '/usr/local/bin/node';
+
+beforeAll(async () => {
+  cluster = await startCluster();
+  const kc = new KubeConfig();
+  kc.loadFromFile(cluster.kubeconfigPath);
+  core = kc.makeApiClient(CoreV1Api);
+});
+
+afterAll(async () => {
+  await cluster?.stop();
+});
+
+async function echoPod(name: string, app: string): Promise<void> {
+  await core.createNamespacedPod({
+    namespace: 'default',
+    body: {
+      metadata: { name, labels: { app } },
+      spec: {
+        containers: [
+          {
+            name: 'echo',
+            image: 'devop.test/http-echo',
+            ports: [{ name: 'http', containerPort: 8080 }],
+            readinessProbe: { tcpSocket: { port: 8080 }, periodSeconds: 1 },
+          },
+        ],
+      },
+    },
+  });
+}
+
+/** One request on a new connection (fetch would keep one connection alive, so always reach the same endpoint). */
+function getPod(url: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const req = get(url, { agent: false, timeout: 5000 }, (res) => {
+      let body = '';
+      res.on('data', (c: Buffer) => (body += c.toString()));
+      res.on('end', () => resolve((JSON.parse(body) as { pod: string }).pod));
+    });
+    req.on('timeout', () => req.destroy(new Error('timeout')));
+    req.on('error', reject);
+  });
+}
+
+/** Runs a fetch from inside a pod (exec) and returns the JSON the echo server answered, or the error code. */
+async function fetchFromPod(
+  pod: string,
+  url: string,
+): Promise<{ pod?: string; remoteAddress?: string; error?: string }> {
+  const script =
+    `fetch(${JSON.stringify(url)}, { signal: AbortSignal.timeout(5000) }).then((r) => ` +
+    `r.text()).then((t) => console.log(t), (e) => console.log(JSON.stringify({ error: e.cause?.code ?? e.name })))`;
+  const out = await execOutput(
+    await cluster.runtime!.exec({ namespace: 'default', pod, command: [NODE, '-e', script], stdin: false, tty: false }),
+  );
+  return JSON.parse(out.stdout);
+}
+
+describe('stand-in ClusterIP services', () => {
+  it('balances the host’s and pods’ connections to a ClusterIP over the ready endpoints', async () => {
+    // Given two ready echo pods behind a Service, and a client pod
+    const app = `web-${randomBytes(2).toString('hex')}`;
+    await echoPod(`${app}-a`, app);
+    await echoPod(`${app}-b`, app);
+    await echoPod(`${app}-client`, 'client');
+    const svc = await core.createNamespacedService({
+      namespace: 'default',
+      body: {
+        metadata: { name: app },
+        spec: { selector: { app }, ports: [{ name: 'http', port: 80, targetPort: 'http' }] },
+      },
+    });
+    const ip = svc.spec!.clusterIP!;
+    expect(
+      cluster.runtime &&
+        ip.startsWith((cluster.runtime as { serviceCIDR?: string }).serviceCIDR!.split('.').slice(0, 3).join('.')),
+    ).toBe(true);
+    for (const p of ['a', 'b', 'client']) await waitForPod(core, `${app}-${p}`, 'Ready', isReady);
+    // When the host calls the ClusterIP many times
+    const seen = new Set<string>();
+    await waitUntil('both endpoints answer', async () => {
+      seen.add(await getPod(`http://${ip}/`));
+      return seen.size === 2;
+    });
+    // Then both endpoints answered
+    expect([...seen].sort()).toEqual([`${app}-a`, `${app}-b`]);
+    // And a pod reaches it too, seen from the endpoint with its own pod IP (not masqueraded)
+    const client = await core.readNamespacedPod({ namespace: 'default', name: `${app}-client` });
+    const fromPod = await fetchFromPod(`${app}-client`, `http://${ip}/`);
+    expect([`${app}-a`, `${app}-b`]).toContain(fromPod.pod);
+    expect(fromPod.remoteAddress).toBe(client.status!.podIP);
+    // And an endpoint reaches itself through its own Service (hairpin)
+    const hairpin = new Set<string>();
+    await waitUntil('hairpin to itself', async () => {
+      const r = await fetchFromPod(`${app}-a`, `http://${ip}/`);
+      if (r.pod) hairpin.add(r.pod);
+      return hairpin.has(`${app}-a`);
+    });
+    // When one endpoint goes away, only the other answers
+    await core.deleteNamespacedPod({ namespace: 'default', name: `${app}-a` });
+    await waitUntil('endpoint a removed', async () => {
+      const eps = await core.readNamespacedEndpoints({ namespace: 'default', name: app });
+      return (eps.subsets ?? []).flatMap((s) => s.addresses ?? []).length === 1;
+    });
+    await waitUntil('rules follow the endpoints', async () => {
+      for (let i = 0; i < 10; i++) {
+        if ((await getPod(`http://${ip}/`)) !== `${app}-b`) return false;
+      }
+      return true;
+    });
+  });
+
+  it('refuses a ClusterIP port without endpoints at once, and serves the kubernetes Service to pods', async () => {
+    const name = `lonely-${randomBytes(2).toString('hex')}`;
+    const svc = await core.createNamespacedService({
+      namespace: 'default',
+      body: { metadata: { name }, spec: { selector: { app: name }, ports: [{ port: 81, targetPort: 8080 }] } },
+    });
+    const code = await waitUntil('refused', async () => {
+      const c = await fetch(`http://${svc.spec!.clusterIP}:81/`, { signal: AbortSignal.timeout(3000) }).then(
+        () => 'connected',
+        (e: Error & { cause?: { code?: string } }) => e.cause?.code ?? e.name,
+      );
+      return c === 'ECONNREFUSED' ? c : undefined;
+    });
+    expect(code).toBe('ECONNREFUSED');
+    // A pod calls the API server through KUBERNETES_SERVICE_HOST:KUBERNETES_SERVICE_PORT
+    const pod = `api-client-${randomBytes(2).toString('hex')}`;
+    await core.createNamespacedPod({
+      namespace: 'default',
+      body: {
+        metadata: { name: pod },
+        spec: { containers: [{ name: 'main', image: 'busybox', command: ['sleep', '3600'] }] },
+      },
+    });
+    await waitForPod(core, pod, 'Running', (p) => p.status?.phase === 'Running');
+    const script =
+      'const { KUBERNETES_SERVICE_HOST: host, KUBERNETES_SERVICE_PORT: port } = process.env;' +
+      'fetch(`https://${host}:${port}/version`)' +
+      '.then((r) => console.log(r.status), (e) => console.log(e.cause?.code ?? e.message))';
+    const out = await execOutput(
+      await cluster.runtime!.exec({
+        namespace: 'default',
+        pod,
+        command: ['env', 'NODE_TLS_REJECT_UNAUTHORIZED=0', NODE, '-e', script],
+        stdin: false,
+        tty: false,
+      }),
+    );
+    expect(out.stdout.trim()).toMatch(/^(200|401|403)$/);
+  });
+
+  it('answers cluster DNS: Service names with the search path from pods, pod names, NXDOMAIN for the rest', async () => {
+    // Given a Service and a pod
+    const name = `dns-${randomBytes(2).toString('hex')}`;
+    const svc = await core.createNamespacedService({
+      namespace: 'default',
+      body: { metadata: { name }, spec: { selector: { app: name }, ports: [{ name: 'http', port: 80 }] } },
+    });
+    const ip = svc.spec!.clusterIP!;
+    const pod = `${name}-client`;
+    await core.createNamespacedPod({
+      namespace: 'default',
+      body: {
+        metadata: { name: pod },
+        spec: { containers: [{ name: 'main', image: 'busybox', command: ['sleep', '3600'] }] },
+      },
+    });
+    const podIP = (await waitForPod(core, pod, 'Running', (p) => p.status?.phase === 'Running')).status!.podIP!;
+    // When a pod resolves the short, namespaced and full names (glibc, its resolv.conf search path, ndots:5)
+    const lookup = async (host: string) =>
+      execOutput(
+        await cluster.runtime!.exec({
+          namespace: 'default',
+          pod,
+          command: ['getent', 'hosts', host],
+          stdin: false,
+          tty: false,
+        }),
+      );
+    for (const host of [name, `${name}.default`, `${name}.default.svc`, `${name}.default.svc.cluster.local`]) {
+      const out = await lookup(host);
+      expect(out.stdout.split(/\s+/)[0], host).toBe(ip);
+    }
+    // Then unknown names fail (no upstream), at once
+    const unknown = await lookup('no-such-service.default');
+    expect(unknown.exitCode).toBe(2);
+    expect((await lookup('example.com')).exitCode).toBe(2);
+    // And from the host, over UDP and TCP, the DNS server answers Services, pods (dashed IP) and SRV records
+    const resolver = new Resolver({ timeout: 2000, tries: 2 });
+    resolver.setServers([cluster.nodeIP]);
+    expect(await resolver.resolve4(`${name}.default.svc.cluster.local`)).toEqual([ip]);
+    expect(await resolver.resolve4(`${podIP.replace(/\./g, '-')}.default.pod.cluster.local`)).toEqual([podIP]);
+    // (Node 24 adds type: 'SRV' to each record; Node 20 does not.)
+    expect(await resolver.resolveSrv(`_http._tcp.${name}.default.svc.cluster.local`)).toEqual([
+      expect.objectContaining({ name: `${name}.default.svc.cluster.local`, port: 80, priority: 0, weight: 100 }),
+    ]);
+    await expect(resolver.resolve4(`missing.default.svc.cluster.local`)).rejects.toMatchObject({ code: 'ENOTFOUND' });
+    expect(await resolver.resolve6(`${name}.default.svc.cluster.local`).catch((e: { code: string }) => e.code)).toBe(
+      'ENODATA',
+    );
+    const nodeLookup = await execOutput(
+      await cluster.runtime!.exec({
+        namespace: 'default',
+        pod,
+        command: [NODE, '-e', `require('dns').lookup('${name}', (e, a) => console.log(e ? e.code : a))`],
+        stdin: false,
+        tty: false,
+      }),
+    );
+    expect(nodeLookup.stdout.trim()).toBe(ip);
+    // Over TCP (length-prefixed messages), as resolvers do for large answers
+    const qname = Buffer.concat([
+      ...`${name}.default.svc.cluster.local`
+        .split('.')
+        .map((l) => Buffer.concat([Buffer.from([l.length]), Buffer.from(l)])),
+      Buffer.from([0]),
+    ]);
+    const query = Buffer.concat([
+      Buffer.from([0xab, 0xcd, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0]),
+      qname,
+      Buffer.from([0, 1, 0, 1]),
+    ]);
+    const reply = await new Promise<Buffer>((resolve, reject) => {
+      const sock = connect(53, cluster.nodeIP, () =>
+        sock.write(Buffer.concat([Buffer.from([query.length >> 8, query.length & 0xff]), query])),
+      );
+      let buf = Buffer.alloc(0);
+      sock.on('data', (c: Buffer) => {
+        buf = Buffer.concat([buf, c]);
+        if (buf.length >= 2 && buf.length >= 2 + buf.readUInt16BE(0)) {
+          sock.destroy();
+          resolve(buf.subarray(2));
+        }
+      });
+      sock.on('error', reject);
+    });
+    expect(reply.readUInt16BE(0)).toBe(0xabcd);
+    expect(reply.readUInt16BE(2) & 0x000f).toBe(0);
+    expect(reply.readUInt16BE(6)).toBe(1);
+    expect([...reply.subarray(reply.length - 4)].join('.')).toBe(ip);
+  });
+});
