@@ -175,7 +175,7 @@ export class PortCapture {
   }
 
   private open(address: string, port: number): CapturedConnection | undefined {
-    const mirrors = this.subs.filter((s) => s.mode === 'mirror' && s.session.connected && !s.paused);
+    const mirrors = this.subs.filter((s) => s.mode === 'mirror' && s.session.takesTraffic && !s.paused);
     if (mirrors.length === 0) return undefined;
     const mirrored = new MirroredConnection(
       mirrors,

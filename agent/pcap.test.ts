@@ -368,7 +368,7 @@ describe('mirror copies', () => {
       stream.on('data', (chunk: Buffer) => written.push(chunk));
       const session = {
         sessionId: 's1',
-        connected: true,
+        takesTraffic: true,
         reportsStreams: false,
         native: false,
         openIncoming: (open: IncomingOpen) => {

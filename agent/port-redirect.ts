@@ -83,7 +83,7 @@ export class PortRedirect {
 
   /** Subscriptions whose session is connected and not paused: only those receive traffic. */
   private active(): PortSubscription[] {
-    return this.subs.filter((s) => s.session.connected && !s.paused);
+    return this.subs.filter((s) => s.session.takesTraffic && !s.paused);
   }
 
   private connId(): string {

@@ -69,7 +69,7 @@ const NATIVE_SUBSCRIPTION_ID = /^[\w.:-]{1,200}$/;
  * PortRedirect chooses), of a session on the native path that reports connections itself, with no answer fallback.
  */
 function nativeSteal(subs: PortSubscription[]): PortSubscription | undefined {
-  const whole = subs.find((s) => s.session.connected && !s.paused && s.mode === 'steal' && !s.match);
+  const whole = subs.find((s) => s.session.takesTraffic && !s.paused && s.mode === 'steal' && !s.match);
   const fits = whole?.session.native && whole.session.reportsStreams && !whole.answerWithinMs;
   return fits && NATIVE_SUBSCRIPTION_ID.test(whole.id) ? whole : undefined;
 }

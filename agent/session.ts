@@ -12,12 +12,20 @@ import { deniedByCapabilities } from './capabilities.js';
 import { readTargetEnv } from './target.js';
 import type { NativeSplice } from './native-splice.js';
 
-/** The agent pings each session this often (the CLI answers, and pings on its own too). */
-const PING_INTERVAL_MS = 2000;
 /**
- * A tunnel that carried nothing for this long is taken for stalled (a port-forward can hang without closing): the
- * session is then treated as disconnected, so its stolen traffic goes back to the pod. Generous, because control frames
- * queue behind data on a busy tunnel.
+ * The agent looks at each session's tunnel this often, and pings it when it has read nothing for as long (the CLI
+ * answers; a tunnel busy with data is not pinged).
+ */
+const CHECK_INTERVAL_MS = 250;
+/**
+ * A tunnel that carried nothing for this long leaves its session unsure (a port-forward can hang without closing):
+ * the new connections of its ports go to the pod until the tunnel speaks again, so a stall gives the pod its traffic
+ * back within the failure rule's 2 s, and a short one costs the session nothing. Connections already taken stay.
+ */
+export const TUNNEL_UNSURE_MS = 1000;
+/**
+ * A tunnel that carried nothing for this long is taken for stalled: the session is treated as disconnected (closed,
+ * then resumed or ended as any disconnected session).
  */
 export const TUNNEL_STALL_MS = 10_000;
 /** Reasons carry user input (a filter's regex): keep them within the protocol's limit. */
@@ -42,6 +50,8 @@ export class Session implements IncomingTarget {
   private nativeJoined = false;
   private graceTimer: NodeJS.Timeout | undefined;
   private over = false;
+  /** The tunnel has been silent for TUNNEL_UNSURE_MS (see takesTraffic). */
+  private unsure = false;
 
   constructor(
     readonly client: ClientIdentity,
@@ -52,12 +62,17 @@ export class Session implements IncomingTarget {
     return this.mux !== undefined && !this.mux.closed;
   }
 
+  /** Connected, and its tunnel not silent (TUNNEL_UNSURE_MS): only then do new connections come to the session. */
+  get takesTraffic(): boolean {
+    return this.connected && !this.unsure;
+  }
+
   get ended(): boolean {
     return this.over;
   }
 
   get native(): boolean {
-    return this.nativeJoined && this.connected;
+    return this.nativeJoined && this.takesTraffic;
   }
 
   /** devop-splice says the session's native connection joined, or ended. */
@@ -82,21 +97,20 @@ export class Session implements IncomingTarget {
     const heard = { at: Date.now(), any: false };
     let pingId = 0;
     const liveness = setInterval(() => {
-      if (heard.any && Date.now() - heard.at > TUNNEL_STALL_MS) {
-        this.ctx.log.warn('tunnel stalled', {
-          session: this.sessionId,
-          user: this.who,
-          silentMs: Date.now() - heard.at,
-        });
+      const silentMs = Date.now() - Math.max(heard.at, mux.lastReadAt);
+      if (heard.any && silentMs > TUNNEL_STALL_MS) {
+        this.ctx.log.warn('tunnel stalled', { session: this.sessionId, user: this.who, silentMs });
         mux.close(`tunnel stalled: nothing heard for ${TUNNEL_STALL_MS / 1000} s`);
         return;
       }
-      mux.send({ type: 'ping', id: ++pingId, sentAt: Date.now() });
-    }, PING_INTERVAL_MS);
+      this.setUnsure(heard.any && silentMs > TUNNEL_UNSURE_MS, silentMs);
+      if (silentMs >= CHECK_INTERVAL_MS) mux.send({ type: 'ping', id: ++pingId, sentAt: Date.now() });
+    }, CHECK_INTERVAL_MS);
     liveness.unref();
     mux.on('message', (msg) => {
       heard.at = Date.now();
       heard.any = true;
+      this.setUnsure(false, 0);
       this.onMessage(mux, msg);
     });
     mux.on('stream', (stream) => this.onStream(stream));
@@ -152,9 +166,20 @@ export class Session implements IncomingTarget {
     );
   }
 
+  /** Enters or leaves the unsure state (takesTraffic): the session's ports are routed again either way. */
+  private setUnsure(unsure: boolean, silentMs: number): void {
+    if (unsure === this.unsure) return;
+    this.unsure = unsure;
+    const about = { session: this.sessionId, user: this.who, silentMs };
+    if (unsure) this.ctx.log.warn('tunnel silent: new connections go to the pod until it speaks again', about);
+    else this.ctx.log.info('tunnel speaks again: new connections come to the session', about);
+    void this.ctx.ports.reroute(this.sessionId);
+  }
+
   private onClose(mux: AgentMux, err: Error | undefined): void {
     if (this.mux !== mux || this.over) return;
     this.mux = undefined;
+    this.unsure = false;
     // Its ports go back to the agent's listener (which sends their traffic to the pod meanwhile), then its native
     // connection ends (a resume joins again).
     if (this.nativeJoined) {

@@ -21,7 +21,8 @@ export type IncomingStream = Duplex & { reset?: (reason: string) => void };
 /** A session as the listeners see it. `openIncoming` throws when the session's tunnel is down. */
 export interface IncomingTarget {
   readonly sessionId: string;
-  readonly connected: boolean;
+  /** Its tunnel is up and not silent: new connections may come to it. */
+  readonly takesTraffic: boolean;
   /** The client makes a whole connection's traffic events from its stream (stream-events): none are sent for it. */
   readonly reportsStreams: boolean;
   /** Its native connection (native-splice) has joined devop-splice, which can take its whole steals. */

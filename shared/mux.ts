@@ -114,6 +114,8 @@ export class Mux<S extends Side = Side> extends EventEmitter implements StreamSi
   /** Waiting for the flush that carries their payloads to be written (whenWritten). */
   #writtenWaiters: Array<{ flush: number; fn: () => void }> = [];
   #closed = false;
+  /** When the connection last gave us bytes (Date.now()): a tunnel busy with data is alive though no message came. */
+  #lastReadAt = Date.now();
   /** True when the connection gathers corked writes (net.Socket, the port-forward stream); else flushes are joined. */
   readonly #gathers: boolean;
 
@@ -145,6 +147,11 @@ export class Mux<S extends Side = Side> extends EventEmitter implements StreamSi
     conn.on('error', this.#onError);
     conn.on('close', this.#onConnClose);
     conn.on('drain', this.#onDrain);
+  }
+
+  /** When the connection last gave us bytes (Date.now()). */
+  get lastReadAt(): number {
+    return this.#lastReadAt;
   }
 
   get closed(): boolean {
@@ -316,6 +323,7 @@ export class Mux<S extends Side = Side> extends EventEmitter implements StreamSi
 
   readonly #onData = (chunk: Buffer | string): void => {
     if (this.#closed) return;
+    this.#lastReadAt = Date.now();
     this.#holding = true;
     try {
       this.#decoder.push(typeof chunk === 'string' ? Buffer.from(chunk) : chunk);
