@@ -10,12 +10,7 @@ import { applyPatch } from './patch.js';
 import { storeKey, type ResourceType } from './resources.js';
 import { labelSelectorMatcher } from './selectors.js';
 import { serviceEndpoint } from './service-endpoint.js';
-
-export const VALIDATING_WEBHOOKS = 'admissionregistration.k8s.io/validatingwebhookconfigurations';
-export const MUTATING_WEBHOOKS = 'admissionregistration.k8s.io/mutatingwebhookconfigurations';
-
-/** kube-apiserver's default timeoutSeconds for a v1 webhook. */
-export const DEFAULT_TIMEOUT_SECONDS = 10;
+import { DEFAULT_TIMEOUT_SECONDS, MUTATING_WEBHOOKS, VALIDATING_WEBHOOKS } from './webhook-config.js';
 
 export type Operation = 'CREATE' | 'UPDATE' | 'DELETE';
 
@@ -35,20 +30,6 @@ export interface AdmissionAttributes {
 
 /** A webhook's call failed (not a denial): failurePolicy decides what happens. */
 class CallingWebhookError extends Error {}
-
-/** Fills what kube-apiserver defaults in a v1 webhook configuration, so clients read the values that apply. */
-export function defaultWebhookConfiguration(obj: K8sObject, mutating: boolean): void {
-  for (const w of obj.webhooks ?? []) {
-    w.failurePolicy ??= 'Fail';
-    w.matchPolicy ??= 'Equivalent';
-    w.namespaceSelector ??= {};
-    w.objectSelector ??= {};
-    w.timeoutSeconds ??= DEFAULT_TIMEOUT_SECONDS;
-    if (mutating) w.reinvocationPolicy ??= 'Never';
-    for (const r of w.rules ?? []) r.scope ??= '*';
-    if (w.clientConfig?.service) w.clientConfig.service.port ??= 443;
-  }
-}
 
 /** Rule matching as the admission plugin's rules.Matcher does it (`*`, `pods/*`, `*\/status`, scope). */
 function ruleMatches(rule: K8sObject, a: AdmissionAttributes): boolean {

@@ -1,7 +1,7 @@
 // Per-kind defaulting and validation on create/update, as kube-apiserver's strategies do for the fields clients rely
 // on.
 import { randomUUID } from 'node:crypto';
-import { defaultWebhookConfiguration, MUTATING_WEBHOOKS, VALIDATING_WEBHOOKS } from './admission.js';
+import { defaultWebhookConfiguration, MUTATING_WEBHOOKS, VALIDATING_WEBHOOKS } from './webhook-config.js';
 import { invalid, type K8sObject } from './errors.js';
 import type { ResourceType } from './resources.js';
 import { labelSelectorMatcher } from './selectors.js';

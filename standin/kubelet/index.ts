@@ -27,7 +27,8 @@ import { ServiceProxy } from './service-proxy.js';
 import { podStatus } from './status.js';
 
 export { KubeletNode, NodeLookupError } from './node.js';
-export { reserveSubnets, type NodeSubnets } from './network.js';
+export type { NodeSubnets } from './network.js';
+export { reserveSubnets } from './subnets.js';
 
 export interface KubeletOptions {
   kubeconfigPath: string;
@@ -37,7 +38,7 @@ export interface KubeletOptions {
   /** Directory of the image archives: default $DEVOP_IMAGES_DIR, else <repo>/dist/images. */
   imagesDir?: string;
   clusterDomain?: string;
-  /** Pod and Service subnets reserved with reserveSubnets (network.ts); reserved here when absent. */
+  /** Pod and Service subnets reserved with reserveSubnets (subnets.ts); reserved here when absent. */
   subnets?: NodeSubnets;
   /** The cluster CA (PEM file) for the service-account volume's ca.crt. */
   caPath?: string;

@@ -18,7 +18,8 @@ import {
 import type { EnvSources } from './env.js';
 import { buildExecReaper } from './exec.js';
 import { readContainerLog } from './logs.js';
-import { NodeNetwork, reserveSubnets, type NodeSubnets } from './network.js';
+import { NodeNetwork, type NodeSubnets } from './network.js';
+import { reserveSubnets } from './subnets.js';
 import { boundingCapabilities } from './oci-spec.js';
 import { PodWorker } from './pod-worker.js';
 import { currentAttempt, isRunning, type ContainerRecord } from './records.js';
