@@ -22,6 +22,7 @@ const TYPE_NAMES: Record<OptionSpec['type'], string> = {
   string: 'string',
   boolean: 'boolean',
   integer: 'integer',
+  number: 'number',
   enum: 'string',
   strings: 'list of string',
   paths: 'list of string',
@@ -44,7 +45,8 @@ function longFlag(spec: OptionSpec): string | undefined {
 }
 
 function defaultOf(spec: OptionSpec): string {
-  return spec.default !== undefined ? code(JSON.stringify(spec.default)) : (spec.defaultText ?? '—');
+  const value = spec.default ?? spec.unsetDefault;
+  return value !== undefined ? code(JSON.stringify(value)) : (spec.defaultText ?? '—');
 }
 
 function keyRow(spec: OptionSpec & { key: string }): string {

@@ -9,6 +9,7 @@ export type ValueType =
   | 'string'
   | 'boolean'
   | 'integer'
+  | 'number'
   | 'enum'
   | 'strings'
   | 'paths'
@@ -44,8 +45,12 @@ export interface OptionSpec {
   readonly choices?: readonly string[];
   /** The devop.json key path (`agent.ttlSeconds`); none: a flag only. */
   readonly key?: string;
-  /** For a flag without a key of its own: the key it sets (--steal and --mirror set incoming.mode). */
+  /** For a flag without a key of its own: the key it sets to the entry's name (--steal sets incoming.mode "steal"). */
   readonly sets?: string;
+  /** The flag takes a duration (cli/config/duration.ts: 90, 90s, 1500ms, 2m); the key holds it in seconds. */
+  readonly flagDuration?: boolean;
+  /** A repeatable flag whose values join the key's list from devop.json (each once) instead of replacing it. */
+  readonly flagAdds?: boolean;
   /** The environment variable that overrides the key (devop.json < environment < flags). */
   readonly env?: string;
   readonly type: ValueType;
@@ -55,6 +60,11 @@ export interface OptionSpec {
   readonly max?: number;
   /** The key's default; for a flag without a key, the flag's default. */
   readonly default?: unknown;
+  /**
+   * The value used when nothing sets a key that a parsed devop.json leaves unset (no default in the schema): the
+   * commands that read no devop.json (devop ls) then use the same one.
+   */
+  readonly unsetDefault?: string;
   /** What docs/config.md shows as the default when it is decided at run time (none in the schema). */
   readonly defaultText?: string;
   /** The key's sentence in devop.schema.json and docs/config.md. */
@@ -64,6 +74,12 @@ export interface OptionSpec {
 }
 
 const OUTPUT_MODES = ['auto', 'plain', 'json'] as const;
+
+/**
+ * A request that gets no answer fails after this long: long enough for a slow API server under load (kubectl's own
+ * discovery gives up after 32 s), short enough that a dead one is reported before the user gives up.
+ */
+const REQUEST_TIMEOUT = '30s';
 
 /**
  * The table. The key of each entry is the name commander gives the flag's value (`--agent-ttl` → agentTtl); keys appear
@@ -119,14 +135,16 @@ export const OPTIONS = {
   },
   requestTimeout: {
     flags: '--request-timeout <duration>',
-    help: 'how long to wait for the API server to answer one request: 10s, 1m, seconds; 0 = no limit (default: 30s)',
+    help:
+      'how long to wait for the API server to answer one request: 10s, 1m, seconds; 0 = no limit ' +
+      `(default: ${REQUEST_TIMEOUT})`,
     key: 'requestTimeout',
     env: 'DEVOP_REQUEST_TIMEOUT',
     type: 'kubeDuration',
-    defaultText: '"30s"',
+    unsetDefault: REQUEST_TIMEOUT,
     doc:
       'How long devop waits for the API server to answer one request (kubectl --request-timeout syntax: "10s", ' +
-      '"1m", a number of seconds; "0": no limit). Default: "30s".',
+      `"1m", a number of seconds; "0": no limit). Default: "${REQUEST_TIMEOUT}".`,
     group: 'cluster',
   },
   steal: {
@@ -236,6 +254,7 @@ export const OPTIONS = {
     flags: '--env-exclude <glob>',
     help: 'pod env vars to leave out, repeatable',
     repeatable: true,
+    flagAdds: true,
     key: 'env.exclude',
     type: 'strings',
     default: [],
@@ -246,6 +265,7 @@ export const OPTIONS = {
     flags: '--env-allow <name>',
     help: 'a pod env var that loads code (NODE_OPTIONS, LD_PRELOAD, …) to give the local command anyway, repeatable',
     repeatable: true,
+    flagAdds: true,
     key: 'env.allow',
     type: 'strings',
     default: [],
@@ -317,6 +337,7 @@ export const OPTIONS = {
     flags: '--agent-ttl <seconds>',
     help: 'ttlSecondsAfterFinished of the agent Job',
     key: 'agent.ttlSeconds',
+    flagDuration: true,
     type: 'integer',
     min: 0,
     max: 86400,
@@ -328,13 +349,15 @@ export const OPTIONS = {
   },
   startupTimeout: {
     flags: '--startup-timeout <seconds>',
-    help: 'how long to wait for the agent, and for the local command to listen',
+    help: 'how long to wait for the agent, and for the local command to listen on its ports',
     key: 'agent.startupTimeoutSeconds',
-    type: 'integer',
+    flagDuration: true,
+    // Seconds with a fraction: the flag takes 1500ms.
+    type: 'number',
     min: 1,
     max: 3600,
     default: 60,
-    doc: 'How long to wait for the agent to become ready (seconds).',
+    doc: 'How long to wait for the agent, and for the local command to listen on its ports (seconds).',
     group: 'cluster',
   },
   agentLabels: { key: 'agent.labels', type: 'map', default: {}, doc: 'Extra labels on the agent pod.' },
@@ -349,6 +372,7 @@ export const OPTIONS = {
     flags: '--remote-file <path>',
     help: 'file of the target container to copy under $DEVOP_ROOT (same path), repeatable',
     repeatable: true,
+    flagAdds: true,
     key: 'remoteFiles',
     type: 'paths',
     default: [],
@@ -373,6 +397,7 @@ export const OPTIONS = {
     flags: '--outgoing-exclude <rule>',
     help: 'destinations that stay local (same forms), repeatable; loopback always does',
     repeatable: true,
+    flagAdds: true,
     key: 'outgoing.exclude',
     type: 'strings',
     default: [],
@@ -580,24 +605,34 @@ export const OPTIONS = {
 
 export type OptionName = keyof typeof OPTIONS;
 
-/** The objects of devop.json: their doc sentence; `optional` ones are absent unless written (no defaults inside). */
+/** An object of devop.json: its doc sentence; `optional`: absent unless written (no defaults inside). */
+export interface ConfigSection {
+  readonly doc: string;
+  readonly optional?: boolean;
+  /** A flag for one of its keys drops the file's values of every key that has a flag (flags.ts). */
+  readonly flagsReplace?: boolean;
+}
+
+/** The objects of devop.json, in the order docs/config.md shows them. */
 export const CONFIG_SECTIONS = {
   incoming: { doc: 'Traffic that reaches the pod.' },
   'incoming.httpFilter': {
     doc: 'HTTP filter: only matching requests go to the local process, all others still reach the pod (steal mode).',
     optional: true,
+    // One filter is one rule: a flag for any criterion replaces the file's criteria (its match stays).
+    flagsReplace: true,
   },
   env: { doc: "The pod's environment for the local process." },
   agent: { doc: 'The in-cluster agent.' },
   outgoing: { doc: "The local process's outgoing connections." },
   dns: { doc: 'Name resolution for the local process.' },
   shadow: { doc: "Shadow mode: the local process's Kubernetes API requests go through a proxy that writes nothing." },
-} as const satisfies Readonly<Record<string, { doc: string; optional?: boolean }>>;
+} as const satisfies Readonly<Record<string, ConfigSection>>;
 export const CONFIG_DOC = 'devop configuration (devop.json).';
 
 /** The section at a key path (`incoming.httpFilter`), if there is one. */
-export function configSection(path: string): { doc: string; optional?: boolean } | undefined {
-  return (CONFIG_SECTIONS as Readonly<Record<string, { doc: string; optional?: boolean }>>)[path];
+export function configSection(path: string): ConfigSection | undefined {
+  return (CONFIG_SECTIONS as Readonly<Record<string, ConfigSection>>)[path];
 }
 
 /** The flags of every command that talks to the cluster (kubectl's names and syntax), spread into each. */

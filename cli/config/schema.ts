@@ -5,6 +5,7 @@ import { z } from 'zod';
 import { UserError } from '../../shared/errors.js';
 import { filterRegexProblem } from '../../shared/filter-regex.js';
 import { TARGET_FORMS, parseTarget } from '../../shared/target.js';
+import { DURATION } from './duration.js';
 import { CONFIG_DOC, configSection, OPTIONS, type OptionSpec } from './options.js';
 import type { DevopConfig as Config, DevopConfigInput } from './types.js';
 
@@ -29,9 +30,6 @@ export function parsePortMapping(spec: string | number): { remote: number; local
 function isRegex(source: string): boolean {
   return filterRegexProblem(source, 'the pattern') === undefined;
 }
-
-/** kubectl's --request-timeout syntax: seconds, or a sequence of number+unit. */
-const KUBE_DURATION = /^(\d+|(\d+(\.\d+)?(ms|s|m|h))+)$/;
 
 function isHeaderFilter(v: string): boolean {
   return /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+:\s*/.test(v) && isRegex(v.slice(v.indexOf(':') + 1).trim());
@@ -65,8 +63,9 @@ function valueSchema(spec: OptionSpec): z.ZodType {
       return z.string();
     case 'boolean':
       return z.boolean();
-    case 'integer': {
-      let n = z.number().int();
+    case 'integer':
+    case 'number': {
+      let n = spec.type === 'integer' ? z.number().int() : z.number();
       if (spec.min !== undefined) n = n.min(spec.min);
       return spec.max !== undefined ? n.max(spec.max) : n;
     }
@@ -81,7 +80,7 @@ function valueSchema(spec: OptionSpec): z.ZodType {
     case 'target':
       return z.string().refine((v) => safeTarget(v), { message: `expected a target: ${TARGET_FORMS}` });
     case 'kubeDuration':
-      return z.string().regex(KUBE_DURATION, 'expected seconds or a duration such as "10s", "1m", "1m30s", or "0"');
+      return z.string().regex(DURATION, 'expected seconds or a duration such as "10s", "1m", "1m30s", or "0"');
     case 'portMappings':
       return z.array(PortMapping);
     case 'headerFilter':

@@ -18,7 +18,7 @@ type ByKey = { [S in KeyedSpec as S['key']]: S };
 
 type ValueOf<S> = S extends { type: 'boolean' }
   ? boolean
-  : S extends { type: 'integer' }
+  : S extends { type: 'integer' | 'number' }
     ? number
     : S extends { type: 'enum'; values: readonly (infer V)[] }
       ? V

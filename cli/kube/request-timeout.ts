@@ -16,31 +16,14 @@ import {
   type RequestContext,
 } from '@kubernetes/client-node';
 import { UserError } from '../../shared/errors.js';
+import { parseRequestTimeout } from '../config/duration.js';
+import { OPTIONS } from '../config/options.js';
 
-/**
- * Without a flag, a request that gets no answer fails after 30 s: long enough for a slow API server under load
- * (kubectl's own discovery gives up after 32 s), short enough that a dead one is reported before the user gives up.
- */
-export const DEFAULT_REQUEST_TIMEOUT_MS = 30_000;
+// Read with the one duration parser (cli/config/duration.ts); the API callers take it from here.
+export { parseRequestTimeout };
 
-const UNIT_MS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 };
-
-/**
- * Parses a --request-timeout value as kubectl does: a whole number of seconds ("10"), or a duration with units
- * ("10s", "1m", "1m30s", "500ms"); 0 means no timeout. Returns milliseconds.
- */
-export function parseRequestTimeout(value: string | number, source = '--request-timeout'): number {
-  const text = String(value).trim();
-  if (/^\d+$/.test(text)) return Number(text) * 1000;
-  const parts = /^(?:\d+(?:\.\d+)?(?:ms|s|m|h))+$/.test(text) ? [...text.matchAll(/(\d+(?:\.\d+)?)(ms|s|m|h)/g)] : [];
-  if (parts.length === 0) {
-    throw new UserError(
-      `invalid ${source} "${text}": not a number of seconds or a duration`,
-      `pass a whole number of seconds or a number with a unit (e.g. 10s, 1m, 1m30s, 500ms), or 0 for no timeout`,
-    );
-  }
-  return Math.round(parts.reduce((ms, [, n, unit]) => ms + Number(n) * UNIT_MS[unit], 0));
-}
+/** For callers without a config (devop ls): the table's requestTimeout default (why that long: options.ts). */
+export const DEFAULT_REQUEST_TIMEOUT_MS = parseRequestTimeout(OPTIONS.requestTimeout.unsetDefault, 'requestTimeout');
 
 /** "2 s", "1.5 s", "500 ms", "2 m": how a timeout reads in a message. */
 export function formatTimeout(ms: number): string {

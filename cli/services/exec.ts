@@ -17,7 +17,14 @@ import type { ShadowSettings } from './shadow.js';
 import { incomingStreamHandler } from './incoming.js';
 import { answerDeadlineMs } from '../kube/targets/webhook.js';
 import { resolvePorts, type PortMapping } from './ports.js';
-import { step, type ChildEnvHook, type Retarget, type Session, type SessionOptions } from '../session/connect.js';
+import {
+  SESSION_DEFAULTS,
+  step,
+  type ChildEnvHook,
+  type Retarget,
+  type Session,
+  type SessionOptions,
+} from '../session/connect.js';
 import { connectSupervisedSession } from '../session/supervisor.js';
 import { trafficToEvent } from '../session/traffic.js';
 import { agentRequest } from '../session/tunnel.js';
@@ -380,12 +387,15 @@ async function startTraffic(
   await step(reporter, 'listen', `waiting for the local command to listen on ${list}`, async () => {
     const results = await Promise.all(
       ports.map((p) =>
-        waitForListen(p.local, { timeoutMs: options.startupTimeoutMs ?? 60_000, stopped: child.exited }),
+        waitForListen(p.local, {
+          timeoutMs: options.startupTimeoutMs ?? SESSION_DEFAULTS.startupTimeoutMs,
+          stopped: child.exited,
+        }),
       ),
     );
     let missing = ports.filter((_, i) => !results[i]);
     if (missing.length > 0 && child.child.exitCode === null && child.child.signalCode === null) {
-      const ms = options.startupTimeoutMs ?? 60_000;
+      const ms = options.startupTimeoutMs ?? SESSION_DEFAULTS.startupTimeoutMs;
       reporter.emit({
         type: 'error',
         step: 'listen',
