@@ -1,12 +1,11 @@
-// `devop exec [options] -- <command> [args...]`: parses and merges the flags over devop.json, then runs the exec
-// service.
+// `devop exec [options] -- <command> [args...]`: reads devop.json with the flags over it, then runs the exec service.
 import type { Command } from 'commander';
 import { isUserError } from '../../shared/errors.js';
-import { addExecOptions } from '../config/commander.js';
+import { addExecOptions, givenFlags } from '../config/commander.js';
 import type { Reporter } from '../reporter.js';
 import type { OutputMode } from '../ui/output-modes.js';
 import type { ExecFlags } from '../services/exec-options.js';
-import { outgoingSettingsFrom } from '../outgoing/options.js';
+import { outgoingSettings } from '../outgoing/options.js';
 
 type ExecCommandFlags = Omit<ExecFlags, 'output'> & { output: OutputMode };
 
@@ -27,7 +26,7 @@ export function registerExecCommand(program: Command, onExit: (code: number) => 
       // What the run needs (the Kubernetes client among it) is loaded only when the command runs: help stays fast.
       const [
         { loadCommandConfig },
-        { mergeExecOptions },
+        { execOptionsFrom, requireLocalCommand, resolveExecConfig },
         { runExec },
         { outgoingChildEnvHook },
         { shadowChildEnvHook },
@@ -38,7 +37,7 @@ export function registerExecCommand(program: Command, onExit: (code: number) => 
         import('../services/exec-options.js'),
         import('../services/exec.js'),
         import('../outgoing/exec-hook.js'),
-        import('../services/shadow.js'),
+        import('../shadow/kubeconfig.js'),
         import('../ui/index.js'),
         import('../process/session-dirs.js'),
       ]);
@@ -46,11 +45,13 @@ export function registerExecCommand(program: Command, onExit: (code: number) => 
         flags,
         trust: flags.trustConfig,
       });
-      const explicitFlush = cmd.getOptionValueSource('flush') === 'cli' ? flags.flush : undefined;
-      const options = mergeExecOptions({ ...flags, flush: explicitFlush }, config, command, dir);
+      requireLocalCommand(command);
+      const given = givenFlags<ExecCommandFlags>(cmd);
+      const resolved = resolveExecConfig(given, config, dir);
+      const options = execOptionsFrom(given, resolved, command);
       options.childEnvHooks = [
         ...(options.childEnvHooks ?? []),
-        outgoingChildEnvHook(outgoingSettingsFrom(cmd, config)),
+        outgoingChildEnvHook(outgoingSettings(resolved)),
         // After the outgoing hook: --in-cluster writes its service-account files into the DEVOP_ROOT that one made.
         ...(options.shadow ? [shadowChildEnvHook(options.shadow)] : []),
       ];

@@ -1,7 +1,7 @@
 // `devop port-forward -L [LOCAL:]HOST:PORT ...`: forwards local ports to cluster names or IPs through an agent
 // (targetless, or the target's with -t); prints the local addresses on stdout and runs until Ctrl-C.
 import type { Command } from 'commander';
-import { addOptions, type NamesOf } from '../config/commander.js';
+import { addOptions, givenFlags, type NamesOf } from '../config/commander.js';
 import { CONNECTION_OPTIONS, type FlagValues } from '../config/options.js';
 import type { Reporter } from '../reporter.js';
 import type { OutputMode } from '../ui/output-modes.js';
@@ -34,17 +34,20 @@ export function registerPortForwardCommand(program: Command): void {
     .description(
       "forward local ports to cluster names or IPs, connected from a pod (a targetless agent, or the target's)",
     )
-    .action(async (flags: PortForwardFlags) => {
+    .action(async (_flags: PortForwardFlags, cmd: Command) => {
+      const flags = givenFlags<PortForwardFlags>(cmd);
       // What the run needs (the Kubernetes client among it) is loaded only when the command runs: help stays fast.
-      const [{ runPortForward }, { SESSION_DEFAULTS }, { parseDuration }, { createReporter }, { loadCommandConfig }] =
+      const [{ runPortForward }, { SESSION_DEFAULTS }, { withFlags }, { createReporter }, { loadCommandConfig }] =
         await Promise.all([
           import('../services/port-forward.js'),
           import('../session/connect.js'),
-          import('../services/exec-options.js'),
+          import('../config/flags.js'),
           import('../ui/index.js'),
           import('./config-file.js'),
         ]);
-      const { config } = loadCommandConfig(flags.config, undefined, undefined, { flags, trust: flags.trustConfig });
+      const file = loadCommandConfig(flags.config, undefined, undefined, { flags, trust: flags.trustConfig });
+      // The flags over devop.json; -t only from the flag (devop.json's target is exec's): targetless unless asked.
+      const config = withFlags({ ...file.config, target: undefined }, flags);
       // Port-forward has no traffic table to show: plain lines (addresses to copy) unless JSON is asked for.
       const reporter: Reporter = createReporter({
         output: flags.output === 'json' ? 'json' : 'plain',
@@ -57,20 +60,16 @@ export function registerPortForwardCommand(program: Command): void {
         await runPortForward(
           {
             forwards: flags.local ?? [],
-            // Only -t: devop.json's target is exec's; port-forward is targetless unless asked.
-            target: flags.target,
-            namespace: flags.namespace ?? config.namespace,
-            context: flags.context ?? config.context,
-            kubeconfig: flags.kubeconfig ?? config.kubeconfig,
-            requestTimeout: flags.requestTimeout ?? config.requestTimeout,
+            target: config.target,
+            namespace: config.namespace,
+            context: config.context,
+            kubeconfig: config.kubeconfig,
+            requestTimeout: config.requestTimeout,
             address: flags.address,
-            agentImage: flags.agentImage ?? config.agent.image ?? SESSION_DEFAULTS.agentImage,
-            agentNamespace: flags.agentNamespace ?? config.agent.namespace,
-            allowHostNetwork: flags.allowHostNetwork ?? config.allowHostNetwork,
-            startupTimeoutMs:
-              flags.startupTimeout !== undefined
-                ? parseDuration(flags.startupTimeout, '--startup-timeout')
-                : config.agent.startupTimeoutSeconds * 1000,
+            agentImage: config.agent.image ?? SESSION_DEFAULTS.agentImage,
+            agentNamespace: config.agent.namespace,
+            allowHostNetwork: config.allowHostNetwork,
+            startupTimeoutMs: Math.round(config.agent.startupTimeoutSeconds * 1000),
             verbose: Boolean(flags.verbose),
             signal: abort.signal,
             onListening: (listening) => {

@@ -40,3 +40,16 @@ export function addExecOptions(command: Command): Command {
   }
   return command;
 }
+
+/**
+ * The command's flag values, a keyed flag's only when typed on the command line: commander gives `--no-flush` a
+ * default of true, which would otherwise win over devop.json's `incoming.flush: false`.
+ */
+export function givenFlags<T extends object>(command: Command): T {
+  const values: Record<string, unknown> = { ...command.opts() };
+  for (const name of Object.keys(values)) {
+    const spec: OptionSpec | undefined = (OPTIONS as Readonly<Record<string, OptionSpec>>)[name];
+    if ((spec?.key ?? spec?.sets) !== undefined && command.getOptionValueSource(name) !== 'cli') delete values[name];
+  }
+  return values as T;
+}

@@ -1,7 +1,8 @@
-// The outgoing flags of `devop exec` (defined in cli/config/options.ts) merged over devop.json — apart from the proxy
-// and the session they set up (exec-hook.ts).
+// What `devop exec` does with outgoing traffic, read off devop.json with the flags over it — apart from the proxy and
+// the session they set up (exec-hook.ts).
 import type { Command } from 'commander';
-import type { FlagValues } from '../config/options.js';
+import { givenFlags } from '../config/commander.js';
+import { withFlags } from '../config/flags.js';
 import type { DevopConfig } from '../config/types.js';
 
 /** What the exec session does with outgoing traffic (flags merged over devop.json). */
@@ -16,18 +17,20 @@ export interface OutgoingSettings {
   clusterDns: boolean;
 }
 
-/** Flags win over devop.json; a negated flag counts only when it was given on the command line. */
+/** Flags win over devop.json (the flags layer, cli/config/flags.ts); a negated flag counts only when it was given. */
 export function outgoingSettingsFrom(command: Command, config: DevopConfig): OutgoingSettings {
-  const opts = command.opts<FlagValues<'remoteFile' | 'outgoingInclude' | 'outgoingExclude'>>();
-  const given = (name: string): boolean | undefined =>
-    command.getOptionValueSource(name) === 'cli' ? Boolean(command.getOptionValue(name)) : undefined;
+  return outgoingSettings(withFlags(config, givenFlags(command)));
+}
+
+/** The outgoing settings of a resolved config (devop.json with the flags over it). */
+export function outgoingSettings(config: DevopConfig): OutgoingSettings {
   return {
-    enabled: given('outgoing') ?? config.outgoing.enabled,
-    proxyEnv: given('proxyEnv') ?? config.outgoing.proxy,
-    nodePreload: given('nodePreload') ?? config.outgoing.nodePreload,
-    include: opts.outgoingInclude && opts.outgoingInclude.length > 0 ? opts.outgoingInclude : config.outgoing.include,
-    exclude: [...config.outgoing.exclude, ...(opts.outgoingExclude ?? [])],
-    remoteFiles: [...new Set([...config.remoteFiles, ...(opts.remoteFile ?? [])])],
+    enabled: config.outgoing.enabled,
+    proxyEnv: config.outgoing.proxy,
+    nodePreload: config.outgoing.nodePreload,
+    include: config.outgoing.include,
+    exclude: config.outgoing.exclude,
+    remoteFiles: [...new Set(config.remoteFiles)],
     clusterDns: config.dns.enabled,
   };
 }
