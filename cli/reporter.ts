@@ -1,6 +1,5 @@
 // The Reporter: how services tell the user what happens. Services call it; cli/ui/ implements it (Ink, Plain, JSON,
 // Null). Services never import ink or react: they only see this interface.
-import type { ShadowWrite } from './kube/shadow-proxy.js';
 
 export type StepId = 'target' | 'agent' | 'tunnel' | 'env' | 'listen' | 'traffic' | (string & {});
 
@@ -43,13 +42,34 @@ export interface ExtensionState {
   stealsNodeConnections: boolean;
 }
 
-/** One event per line of the NDJSON output; `type` is the stable discriminator documented in docs/ui.md. */
+/** --shadow: one write of the local command, as the shadow API proxy (cli/shadow/proxy.ts) handled it. */
+export interface ShadowWrite {
+  /** create | update | patch | delete | deletecollection, as kube-apiserver names the verbs. */
+  verb: string;
+  /** The object's kind when known (from the answer or the object before), else the resource (`deployments`). */
+  kind: string;
+  resource: string;
+  subresource?: string;
+  namespace?: string;
+  name?: string;
+  /** The HTTP status the local command got. */
+  status: number;
+  /** dry-run: the API server accepted it and stored nothing; in memory: a Lease; refused: the API server said no. */
+  result: 'dry-run' | 'in memory' | 'refused';
+  /** The Status message of a refused write. */
+  message?: string;
+  /** The object before (null: it did not exist; absent: unknown) and as the write would leave it (null: deleted). */
+  before?: unknown;
+  after?: unknown;
+}
+
 /** `webhook replicas.echoes.example.com (timeout 5 s)`, several joined by commas. */
 export function formatWebhooks(webhooks: readonly { name: string; timeoutSeconds: number }[]): string {
   const list = webhooks.map((w) => `${w.name} (timeout ${w.timeoutSeconds} s)`).join(', ');
   return `${webhooks.length === 1 ? 'webhook' : 'webhooks'} ${list}`;
 }
 
+/** One event per line of the NDJSON output; `type` is the stable discriminator documented in docs/ui.md. */
 export type ReportEvent =
   /** `hint`: on a failed step, the fix (a UserError's hint), so every reporter can show why and how to fix it. */
   | {

@@ -15,7 +15,7 @@ import { connect as netConnect, type Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { connect as tlsConnect, createSecureContext, TLSSocket } from 'node:tls';
 import { BodyTap, harBody, harHeaders, queryString, type HarRecorder } from './har.js';
-import { makeSessionCert } from '../session/cert.js';
+import { makeSessionCert } from '../process/session-cert.js';
 
 /** Where a recorded connection came from and goes to. */
 export interface RecordedConnection {

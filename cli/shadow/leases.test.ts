@@ -1,7 +1,7 @@
 // The shadow proxy's in-memory Leases as client-go's LeaseLock uses them: GET 404, POST create, PUT with the
 // resourceVersion it read (a stale one conflicts), and a merge patch.
 import { describe, expect, it } from 'vitest';
-import { LeaseMemory, mergePatch } from './shadow-leases.js';
+import { LeaseMemory, mergePatch } from './leases.js';
 
 const at = { apiVersion: 'coordination.k8s.io/v1', namespace: 'ns' };
 

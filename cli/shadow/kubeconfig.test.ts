@@ -10,7 +10,7 @@ import { startCluster, type ClusterHandle } from '../../standin/index.js';
 import { expectStatus } from '../../standin/apiserver/testing.js';
 import type { Reporter, ReportEvent } from '../reporter.js';
 import type { Session } from '../session/connect.js';
-import { SERVICE_ACCOUNT_DIR, shadowChildEnvHook } from './shadow.js';
+import { SERVICE_ACCOUNT_DIR, shadowChildEnvHook } from './kubeconfig.js';
 
 const run = promisify(execFile);
 const namespace = 'default';

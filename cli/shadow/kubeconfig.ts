@@ -1,4 +1,4 @@
-// `devop exec --shadow`: the local command's Kubernetes client talks to the shadow API proxy (cli/kube/shadow-proxy.ts)
+// `devop exec --shadow`: the local command's Kubernetes client talks to the shadow API proxy (cli/shadow/proxy.ts)
 // through a kubeconfig of its own, so it runs beside the real controller and writes nothing; each write it tries is a
 // `write` event (the TUI's traffic list, plain lines, NDJSON with the object before and after).
 import { chmod, mkdir, rm, writeFile } from 'node:fs/promises';
@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { stringify } from 'yaml';
 import { makeSessionDir } from '../process/session-dirs.js';
 import type { ChildEnvHook } from '../session/connect.js';
-import { startShadowProxy, type ShadowProxy } from '../kube/shadow-proxy.js';
+import { startShadowProxy, type ShadowProxy } from './proxy.js';
 
 /** The context, cluster and user name in the kubeconfig the local command gets. */
 const SHADOW_CONTEXT = 'devop-shadow';

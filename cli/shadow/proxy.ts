@@ -1,40 +1,20 @@
 // The shadow API proxy of `devop exec --shadow`: a local HTTP server that the local command's kubeconfig points at.
-// Reads and watches pass through to the real API server with the user's credentials, streamed (shadow-forward.ts,
+// Reads and watches pass through to the real API server with the user's credentials, streamed (forward.ts,
 // WebSocket watches too); every write goes out as a dry run (dryRun=All in the query, and in the DeleteOptions
 // body of a DELETE), so the cluster validates, defaults and admits it and stores nothing; Leases are answered from
-// memory (shadow-leases.ts); a request that no dry run covers is refused (shadow-policy.ts). Each write is reported.
+// memory (leases.ts); a request that no dry run covers is refused (policy.ts). Each write is reported.
 import { randomBytes, timingSafeEqual } from 'node:crypto';
 import { Agent as HttpAgent, request as httpRequest, type IncomingMessage, type ServerResponse } from 'node:http';
 import { Agent, createServer, request as httpsRequest, type AgentOptions } from 'node:https';
 import type { AddressInfo, Socket } from 'node:net';
 import type { KubeConfig } from '@kubernetes/client-node';
-import { makeSessionCert } from '../session/cert.js';
-import { forwardRead, forwardUpgrade } from './shadow-forward.js';
-import { LeaseMemory, statusBody, type KubeObject } from './shadow-leases.js';
-import { dryRunDeleteBody, routeRequest, WRITE_VERBS, type ApiPath, type ShadowRoute } from './shadow-policy.js';
+import { makeSessionCert } from '../process/session-cert.js';
+import type { ShadowWrite } from '../reporter.js';
+import { forwardRead, forwardUpgrade } from './forward.js';
+import { LeaseMemory, statusBody, type KubeObject } from './leases.js';
+import { dryRunDeleteBody, routeRequest, WRITE_VERBS, type ApiPath, type ShadowRoute } from './policy.js';
 
-export { isReview, parseApiPath, type ApiPath } from './shadow-policy.js';
-
-/** One write of the local command, as the proxy handled it. */
-export interface ShadowWrite {
-  /** create | update | patch | delete | deletecollection, as kube-apiserver names the verbs. */
-  verb: string;
-  /** The object's kind when known (from the answer or the object before), else the resource (`deployments`). */
-  kind: string;
-  resource: string;
-  subresource?: string;
-  namespace?: string;
-  name?: string;
-  /** The HTTP status the local command got. */
-  status: number;
-  /** dry-run: the API server accepted it and stored nothing; in memory: a Lease; refused: the API server said no. */
-  result: 'dry-run' | 'in memory' | 'refused';
-  /** The Status message of a refused write. */
-  message?: string;
-  /** The object before (null: it did not exist; absent: unknown) and as the write would leave it (null: deleted). */
-  before?: unknown;
-  after?: unknown;
-}
+export { isReview, parseApiPath, type ApiPath } from './policy.js';
 
 export interface ShadowProxyOptions {
   kc: KubeConfig;

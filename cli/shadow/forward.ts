@@ -1,6 +1,6 @@
 // How the shadow API proxy passes a read or a WebSocket watch to the API server with Node's own http/https: the answer
 // streams back as it comes (a watch's head at once, its events as they happen), and either side going away ends the
-// other. Writes never come here (shadow-proxy.ts sends them as dry runs).
+// other. Writes never come here (proxy.ts sends them as dry runs).
 import { request as httpRequest, type Agent, type IncomingMessage, type ServerResponse } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import type { Duplex } from 'node:stream';

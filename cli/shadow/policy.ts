@@ -139,7 +139,7 @@ export function routeRequest(method: string, rawPath: string, headers: Record<st
       'devop --shadow does not forward serviceaccounts/token: the API server mints a real token even in a dry run ' +
         '(pkg/registry/core/serviceaccount/storage/token.go); run the command without --shadow to get one',
     );
-  // A Lease by name, or a new one: leader election, answered from memory (shadow-leases.ts).
+  // A Lease by name, or a new one: leader election, answered from memory (leases.ts).
   const lease = path?.group === 'coordination.k8s.io' && path.resource === 'leases' && path.namespace;
   const leaseRequest = path?.name ? method === 'GET' || Object.hasOwn(WRITE_VERBS, method) : method === 'POST';
   if (path && lease && leaseRequest && !path.subresource && !path.pathVerb) return { kind: 'lease', path };

@@ -24,9 +24,10 @@ import { becomeLeader } from '../../examples/echo-controller/src/leader.js';
 import { startCluster, type ClusterHandle } from '../../standin/index.js';
 import { startRoutedApiServer } from '../../test/helpers/stalled-api.js';
 import { expectStatus, waitFor } from '../../standin/apiserver/testing.js';
-import { shadowKubeconfig } from '../services/shadow.js';
-import { makeSessionCert } from '../session/cert.js';
-import { startShadowProxy, type ShadowProxy, type ShadowWrite } from './shadow-proxy.js';
+import { shadowKubeconfig } from './kubeconfig.js';
+import { makeSessionCert } from '../process/session-cert.js';
+import type { ShadowWrite } from '../reporter.js';
+import { startShadowProxy, type ShadowProxy } from './proxy.js';
 
 const run = promisify(execFile);
 /** The newest kubectl installed beside the one on the PATH (docs/testing.md). */

@@ -2,7 +2,7 @@
 // (k8s.io/apiserver pkg/endpoints/request/requestinfo.go), and the DeleteOptions body a DELETE carries upstream
 // (pkg/endpoints/handlers/delete.go reads the body when there is one, the query otherwise).
 import { describe, expect, it } from 'vitest';
-import { dryRunDeleteBody, isReview, parseApiPath, routeRequest } from './shadow-policy.js';
+import { dryRunDeleteBody, isReview, parseApiPath, routeRequest } from './policy.js';
 
 const route = (method: string, path: string, headers: Record<string, string> = {}) =>
   routeRequest(method, path, headers);
