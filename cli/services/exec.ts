@@ -13,7 +13,7 @@ import { followAvailable } from '../kube/apiservice-status.js';
 import { formatAvailable } from '../ui/lines.js';
 import type { ExchangeRecorder } from '../record/tap.js';
 import { buildChildEnv, readEnvFile, withheldLine } from './child-env.js';
-import type { ShadowSettings } from './shadow.js';
+import type { ShadowSettings } from '../shadow/kubeconfig.js';
 import { incomingStreamHandler } from './incoming.js';
 import { answerDeadlineMs } from '../kube/targets/webhook.js';
 import { resolvePorts, type PortMapping } from './ports.js';
@@ -41,7 +41,7 @@ export interface ExecServiceOptions extends SessionOptions {
   stealProbes: boolean;
   /** allow: exact names of code-loading pod vars to give the command anyway (cli/services/child-env.ts). */
   env: { include: string[]; exclude: string[]; allow?: string[]; override: Record<string, string>; file?: string };
-  /** --shadow: the command's kubeconfig points at the shadow API proxy (services/shadow.ts; commands/exec.ts adds
+  /** --shadow: the command's kubeconfig points at the shadow API proxy (cli/shadow/kubeconfig.ts; commands/exec.ts adds
    * its hook). */
   shadow?: ShadowSettings;
   /** Hooks that add to the child env once the session is up (e.g. the outgoing proxy); each may return a cleanup. */
