@@ -4,6 +4,7 @@ import { createServer, type Server, type Socket } from 'node:net';
 import { UserError } from '../../shared/errors.js';
 import { adoptOwnReads } from '../../shared/own-reads.js';
 import { FEATURES } from '../../shared/protocol.js';
+import { OPTIONS } from '../config/options.js';
 import { createMuxDialer } from '../outgoing/mux-dialer.js';
 import { describeDialError, parseAuthority } from '../outgoing/http-connect.js';
 import { toDialError, type ClusterDialer } from '../outgoing/dialer.js';
@@ -23,7 +24,7 @@ export interface Forward {
 export interface PortForwardOptions extends SessionOptions {
   /** `[LOCAL:]HOST:PORT` specs (HOST may be `[v6]`). */
   forwards: string[];
-  /** Local address to listen on (default 127.0.0.1). */
+  /** Local address to listen on (default: --address's, in the options table). */
   address?: string;
   /** Stops the forwarding (Ctrl-C). */
   signal: AbortSignal;
@@ -121,7 +122,7 @@ export async function runPortForward(options: PortForwardOptions, reporter: Repo
     throw new UserError('no forward given', 'pass at least one -L [LOCAL:]HOST:PORT, e.g. -L 18080:echo.default:80');
   }
   const forwards = options.forwards.map(parseForward);
-  const address = options.address ?? '127.0.0.1';
+  const address = options.address ?? OPTIONS.address.default;
   let session: Session | undefined;
   let forwarding: Awaited<ReturnType<typeof startForwards>> | undefined;
   try {
