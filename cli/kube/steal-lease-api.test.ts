@@ -6,7 +6,7 @@ import { CoordinationV1Api, KubeConfig } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startCluster, type ClusterHandle } from '../../standin/index.js';
 import { apiErrorCode } from './errors.js';
-import { ReplaceLease } from './replace-lease.js';
+import { ReplaceLease } from '../replace/lease.js';
 import { StealLeases } from './steal-lease.js';
 
 let cluster: ClusterHandle;

@@ -10,7 +10,7 @@ import {
   classifyReplaced,
   formatCleanReport,
 } from './clean.js';
-import type { GuardAccessItem } from '../kube/leftovers.js';
+import type { GuardAccessItem } from './leftovers.js';
 
 const job = (name: string, targetUid: string, extra: Partial<V1Job['status']> = {}): V1Job => ({
   metadata: {

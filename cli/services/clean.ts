@@ -1,12 +1,12 @@
 // `devop clean`: decides which of devop's objects in the cluster are leftovers — agent Jobs and pods whose session is
 // over, ephemeral agent containers still running, expired steal Leases, what `--replace` left (workloads to restore,
 // copies, guards and their accounts) — and removes what can be removed (or only lists it with --dry-run). Listing
-// and deleting them is cli/kube/leftovers.ts.
+// and deleting them is leftovers.ts beside it.
 import type { V1Job, V1Lease, V1Pod, V1Secret } from '@kubernetes/client-node';
 import { AGENT_ANNOTATIONS, AGENT_CONTAINER_NAME, AGENT_LABELS } from '../../shared/agent-contract.js';
 import { loadKubeConfig, type KubeAccessOptions } from '../kube/config.js';
 import { TARGETLESS_LABEL_VALUE } from '../kube/agent-manifest.js';
-import { GUARD_ACCESS_LABELS } from '../kube/replace-manifest.js';
+import { GUARD_ACCESS_LABELS } from '../replace/manifest.js';
 import {
   deleteLeftover,
   listDevopObjects,
@@ -14,7 +14,7 @@ import {
   type GuardAccessItem,
   type LeftoverKind,
   type ReplaceObjects,
-} from '../kube/leftovers.js';
+} from './leftovers.js';
 import { REPLACE_ANNOTATIONS, REPLACE_LABELS } from '../../shared/replace-contract.js';
 import { LEASE_ANNOTATIONS, leaseHolder, leaseVerdict } from '../kube/steal-lease.js';
 import { sweepSessionDirs, type StaleSessionDir } from '../process/session-dirs.js';

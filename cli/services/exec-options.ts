@@ -7,7 +7,7 @@ import { UserError } from '../../shared/errors.js';
 import { compileFilterRegex } from '../../shared/filter-regex.js';
 import type { HttpFilter } from '../../shared/protocol.js';
 import type { ExecServiceOptions } from './exec.js';
-import { replaceKindOf } from './replace.js';
+import { replaceKindOf } from '../replace/stage.js';
 import { parsePortSpec } from './ports.js';
 import { SESSION_DEFAULTS } from '../session/connect.js';
 

@@ -28,7 +28,7 @@ import {
 import { connectSupervisedSession } from '../session/supervisor.js';
 import { trafficToEvent } from '../session/traffic.js';
 import { agentRequest } from '../session/tunnel.js';
-import { startReplaceStep, type ReplaceStep } from './replace.js';
+import { startReplaceStep, type ReplaceStep } from '../replace/stage.js';
 
 export interface ExecServiceOptions extends SessionOptions {
   command: string;
@@ -51,7 +51,7 @@ export interface ExecServiceOptions extends SessionOptions {
   record?: string;
   /** `--record-secrets`: the HAR keeps credentials (redacted otherwise). */
   recordSecrets?: boolean;
-  /** Run in place of the target workload (cli/services/replace.ts). */
+  /** Run in place of the target workload (cli/replace/stage.ts). */
   replace?: boolean;
 }
 

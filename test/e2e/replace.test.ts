@@ -7,8 +7,8 @@
 import { BatchV1Api, CustomObjectsApi, RbacAuthorizationV1Api } from '@kubernetes/client-node';
 import { AGENT_LABELS } from '../../shared/agent-contract.js';
 import { isUserError } from '../../shared/errors.js';
-import { ensureGuardAccess } from '../../cli/kube/replace.js';
-import { buildGuardAccess, buildGuardJob } from '../../cli/kube/replace-manifest.js';
+import { ensureGuardAccess } from '../../cli/replace/cluster.js';
+import { buildGuardAccess, buildGuardJob } from '../../cli/replace/manifest.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { REPLACE_ANNOTATIONS, REPLACE_LABELS, workloadApiPath } from '../../shared/replace-contract.js';
 import { LEASE_DURATION_SECONDS } from '../../cli/kube/steal-lease.js';

@@ -1,12 +1,12 @@
 // The lock of a `--replace` session: one coordination.k8s.io Lease per workload, in the style of the steal Leases
-// (steal-lease.ts), renewed while devop runs. A second developer is refused by name; the guard restores the workload
-// once it expires.
+// (cli/kube/steal-lease.ts), renewed while devop runs. A second developer is refused by name; the guard restores
+// the workload once it expires.
 import { createHash } from 'node:crypto';
 import { CoordinationV1Api, V1MicroTime, type KubeConfig, type V1Lease } from '@kubernetes/client-node';
 import { AGENT_LABELS } from '../../shared/agent-contract.js';
 import { UserError } from '../../shared/errors.js';
 import type { ReplaceKind } from '../../shared/replace-contract.js';
-import { apiErrorCode } from './errors.js';
+import { apiErrorCode } from '../kube/errors.js';
 import {
   LEASE_ANNOTATIONS,
   LEASE_DURATION_SECONDS,
@@ -16,7 +16,7 @@ import {
   releaseLease,
   takeLease,
   type LeaseHolder,
-} from './steal-lease.js';
+} from '../kube/steal-lease.js';
 
 export const REPLACE_LEASE_LABEL_VALUE = 'replace';
 

@@ -27,17 +27,11 @@ import {
   type ReplaceKind,
   type ReplacedWorkload,
 } from '../../shared/replace-contract.js';
-import { assertAccess, type AccessCheck } from './access.js';
-import { apiCall, apiErrorCode, mapApiError } from './errors.js';
-import {
-  buildCopyPod,
-  buildGuardAccess,
-  buildGuardJob,
-  isOurGuardAccess,
-  type GuardAccess,
-} from './replace-manifest.js';
-import { ReplaceLease } from './replace-lease.js';
-import { chooseContainer, isPodReady, podState } from './target.js';
+import { assertAccess, type AccessCheck } from '../kube/access.js';
+import { apiCall, apiErrorCode, mapApiError } from '../kube/errors.js';
+import { buildCopyPod, buildGuardAccess, buildGuardJob, isOurGuardAccess, type GuardAccess } from './manifest.js';
+import { ReplaceLease } from './lease.js';
+import { chooseContainer, isPodReady, podState } from '../kube/target.js';
 
 export const REPLACE_KINDS: Record<ReplaceKind, { group: string; version: string; plural: string; kind: string }> = {
   deployment: { group: 'apps', version: 'v1', plural: 'deployments', kind: 'Deployment' },

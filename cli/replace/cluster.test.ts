@@ -15,9 +15,9 @@ import {
 } from '../../shared/replace-contract.js';
 import { parseConfig } from '../config/schema.js';
 import { mergeExecOptions } from '../services/exec-options.js';
-import { WAITER_COMMAND, buildCopyPod, buildGuardAccess, buildGuardJob, isOurGuardAccess } from './replace-manifest.js';
-import { gitOpsOwner, scalingHpa } from './replace.js';
-import { replaceLeaseName } from './replace-lease.js';
+import { WAITER_COMMAND, buildCopyPod, buildGuardAccess, buildGuardJob, isOurGuardAccess } from './manifest.js';
+import { gitOpsOwner, scalingHpa } from './cluster.js';
+import { replaceLeaseName } from './lease.js';
 
 const template: V1PodTemplateSpec = {
   metadata: { labels: { app: 'api', 'pod-template-hash': '5d8f' }, annotations: { team: 'core' } },

@@ -15,11 +15,11 @@ import {
   type V1Secret,
 } from '@kubernetes/client-node';
 import { AGENT_LABELS } from '../../shared/agent-contract.js';
-import { apiCall, apiErrorCode } from './errors.js';
-import { LEASE_LABEL, LEASE_LABEL_VALUE } from './steal-lease.js';
+import { apiCall, apiErrorCode } from '../kube/errors.js';
+import { LEASE_LABEL, LEASE_LABEL_VALUE } from '../kube/steal-lease.js';
 import { REPLACE_ANNOTATIONS, REPLACE_LABELS, type ReplaceKind } from '../../shared/replace-contract.js';
-import { REPLACE_KINDS, restoreReplicas } from './replace.js';
-import { REPLACE_LEASE_LABEL_VALUE } from './replace-lease.js';
+import { REPLACE_KINDS, restoreReplicas } from '../replace/cluster.js';
+import { REPLACE_LEASE_LABEL_VALUE } from '../replace/lease.js';
 
 /** workload: a replaced workload whose replicas `devop clean` restores. */
 export type LeftoverKind =

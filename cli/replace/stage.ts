@@ -1,12 +1,12 @@
 // `devop exec --replace`: which targets can be replaced (checked before any API call), and the start-up / restore steps
-// around the session, which then runs on the copy pod (cli/kube/replace.ts does the cluster side).
+// around the session, which then runs on the copy pod (cluster.ts does the cluster side).
 import { UserError } from '../../shared/errors.js';
 import { parseTarget } from '../../shared/target.js';
 import type { ReplaceKind } from '../../shared/replace-contract.js';
 import type { Reporter } from '../reporter.js';
 import { loadKubeConfig } from '../kube/config.js';
 import { CustomObjectsApi, type KubeConfig, type V1PodTemplateSpec } from '@kubernetes/client-node';
-import { REPLACE_KINDS, startReplace, type Replacement } from '../kube/replace.js';
+import { REPLACE_KINDS, startReplace, type Replacement } from './cluster.js';
 import { checkTemplateHostNetwork } from '../kube/target.js';
 import { clientIdentity, SESSION_DEFAULTS, step, type SessionOptions } from '../session/connect.js';
 import type { StealMode } from '../../shared/protocol.js';
