@@ -1,7 +1,7 @@
 // Finds and loads devop.json for a command: -f/--config, else ./devop.json when present, else the defaults; then the
-// DEVOP_* environment variables (ENV_OVERRIDES) over it. Flags win over both (the commands merge them last). A file
-// that sets a key it may not set alone (cli/config/trust.ts) is refused unless a flag, a variable or --trust-config
-// covers it.
+// DEVOP_* environment variables (ENV_OVERRIDES) over it. Flags win over both (the commands put them last with
+// cli/config/flags.ts). A file that sets a key it may not set alone (cli/config/trust.ts) is refused unless a flag, a
+// variable or --trust-config covers it.
 import { existsSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { ENV_OVERRIDES, envOverrides } from '../config/env.js';
