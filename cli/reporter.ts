@@ -1,5 +1,6 @@
 // The Reporter: how services tell the user what happens. Services call it; cli/ui/ implements it (Ink, Plain, JSON,
-// Null). Services never import ink or react: they only see this interface.
+// Null). Services never import ink or react: they only see this interface, and the helpers below that emit through it.
+import { ApiTimeoutError } from './kube/request-timeout.js';
 
 export type StepId = 'target' | 'agent' | 'tunnel' | 'env' | 'listen' | 'traffic' | (string & {});
 
@@ -131,4 +132,31 @@ export interface Reporter {
   /** Whether the local command's stdio should be piped through the reporter (Ink) instead of inherited. */
   readonly capturesChildOutput: boolean;
   close(): Promise<void>;
+}
+
+/** Runs one start-up step, reporting start / done (with ms) / fail. */
+export async function step<T>(
+  reporter: Reporter,
+  id: StepId,
+  title: string,
+  run: () => Promise<T>,
+  detail?: (value: T) => string | undefined,
+): Promise<T> {
+  const started = Date.now();
+  reporter.emit({ type: 'step', id, status: 'start', title });
+  try {
+    const value = await run();
+    reporter.emit({ type: 'step', id, status: 'done', title, detail: detail?.(value), ms: Date.now() - started });
+    return value;
+  } catch (err) {
+    reporter.emit({
+      type: 'step',
+      id,
+      status: 'fail',
+      title,
+      detail: err instanceof Error ? err.message : String(err),
+      ms: Date.now() - started,
+    });
+    throw err instanceof ApiTimeoutError ? err.inStep(title) : err;
+  }
 }

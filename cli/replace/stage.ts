@@ -3,12 +3,12 @@
 import { UserError } from '../../shared/errors.js';
 import { parseTarget } from '../../shared/target.js';
 import type { ReplaceKind } from '../../shared/replace-contract.js';
-import type { Reporter } from '../reporter.js';
 import { loadKubeConfig } from '../kube/config.js';
 import { CustomObjectsApi, type KubeConfig, type V1PodTemplateSpec } from '@kubernetes/client-node';
 import { REPLACE_KINDS, startReplace, type Replacement } from './cluster.js';
 import { checkTemplateHostNetwork } from '../kube/target.js';
-import { clientIdentity, SESSION_DEFAULTS, step, type SessionOptions } from '../session/connect.js';
+import { step, type Reporter } from '../reporter.js';
+import { clientIdentity, SESSION_DEFAULTS, type SessionOptions } from '../session/connect.js';
 import type { StealMode } from '../../shared/protocol.js';
 
 /** Bad --replace input, one line each; the kind it replaces otherwise. Pure. */

@@ -4,7 +4,7 @@ import { UserError, isUserError } from '../../shared/errors.js';
 import { compileHeaderFilter } from '../../shared/filter-regex.js';
 import type { HttpFilter, StealMode } from '../../shared/protocol.js';
 import { FEATURES } from '../../shared/protocol.js';
-import type { PortState, Reporter, SessionInfo } from '../reporter.js';
+import { step, type PortState, type Reporter, type SessionInfo } from '../reporter.js';
 import { startLocalCommand, type LocalCommand } from '../process/child.js';
 import { canConnect, waitForListen } from '../process/listen.js';
 import { AGENT_VERSION } from '../../shared/version.js';
@@ -19,7 +19,6 @@ import { answerDeadlineMs } from '../kube/targets/webhook.js';
 import { resolvePorts, type PortMapping } from './ports.js';
 import {
   SESSION_DEFAULTS,
-  step,
   type ChildEnvHook,
   type Retarget,
   type Session,

@@ -9,8 +9,8 @@ import { createMuxDialer } from '../outgoing/mux-dialer.js';
 import { describeDialError, parseAuthority } from '../outgoing/http-connect.js';
 import { toDialError, type ClusterDialer } from '../outgoing/dialer.js';
 import { joinStreams } from '../outgoing/streams.js';
-import type { Reporter } from '../reporter.js';
-import { connectSession, step, type Session, type SessionOptions } from '../session/connect.js';
+import { step, type Reporter } from '../reporter.js';
+import { connectSession, type Session, type SessionOptions } from '../session/connect.js';
 
 export interface Forward {
   /** Local port (0 = any free one). */

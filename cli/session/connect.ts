@@ -10,10 +10,9 @@ import { clientHello } from '../../shared/handshake.js';
 import { createClientMux, type ClientMux } from '../../shared/mux.js';
 import { FEATURES, type HelloOk } from '../../shared/protocol.js';
 import { parseTarget } from '../../shared/target.js';
-import { formatWebhooks, type Reporter, type StepId } from '../reporter.js';
+import { formatWebhooks, step, type Reporter } from '../reporter.js';
 import { assertAccess, sessionAccessChecks } from '../kube/access.js';
 import { loadKubeConfig, type KubeAccessOptions } from '../kube/config.js';
-import { ApiTimeoutError } from '../kube/request-timeout.js';
 import { openPortForwards, PortForwardError } from '../kube/tunnel.js';
 import { apiErrorCode } from '../kube/errors.js';
 import type { SessionTunnel } from './tunnel.js';
@@ -122,33 +121,6 @@ export function clientIdentity(): { user: string; host: string; pid: number; dev
     // no passwd entry (containers): keep $USER
   }
   return { user, host: hostname(), pid: process.pid, devopVersion: AGENT_VERSION };
-}
-
-/** Runs one start-up step, reporting start / done (with ms) / fail. */
-export async function step<T>(
-  reporter: Reporter,
-  id: StepId,
-  title: string,
-  run: () => Promise<T>,
-  detail?: (value: T) => string | undefined,
-): Promise<T> {
-  const started = Date.now();
-  reporter.emit({ type: 'step', id, status: 'start', title });
-  try {
-    const value = await run();
-    reporter.emit({ type: 'step', id, status: 'done', title, detail: detail?.(value), ms: Date.now() - started });
-    return value;
-  } catch (err) {
-    reporter.emit({
-      type: 'step',
-      id,
-      status: 'fail',
-      title,
-      detail: err instanceof Error ? err.message : String(err),
-      ms: Date.now() - started,
-    });
-    throw err instanceof ApiTimeoutError ? err.inStep(title) : err;
-  }
 }
 
 /** How this session's agents run: the options with their defaults, owned by user@host. */
