@@ -1,5 +1,6 @@
 // The Reporter: how services tell the user what happens. Services call it; cli/ui/ implements it (Ink, Plain, JSON,
 // Null). Services never import ink or react: they only see this interface, and the helpers below that emit through it.
+import { errorMessage } from '../shared/errors.js';
 import { ApiTimeoutError } from './kube/request-timeout.js';
 
 export type StepId = 'target' | 'agent' | 'tunnel' | 'env' | 'listen' | 'traffic' | (string & {});
@@ -154,9 +155,24 @@ export async function step<T>(
       id,
       status: 'fail',
       title,
-      detail: err instanceof Error ? err.message : String(err),
+      detail: errorMessage(err),
       ms: Date.now() - started,
     });
     throw err instanceof ApiTimeoutError ? err.inStep(title) : err;
   }
+}
+
+/** A line of devop's own log the user should act on (every reporter shows warnings). */
+export function warn(reporter: Reporter, message: string): void {
+  reporter.emit({ type: 'log', level: 'warn', message });
+}
+
+/** A line of devop's own log saying what it did. */
+export function info(reporter: Reporter, message: string): void {
+  reporter.emit({ type: 'log', level: 'info', message });
+}
+
+/** A line of devop's own log shown with --verbose only. */
+export function debug(reporter: Reporter, message: string): void {
+  reporter.emit({ type: 'log', level: 'debug', message });
 }

@@ -1,6 +1,11 @@
 // The two kinds of failure devop reports — UserError (the user can fix it: message + hint) and BugError (ours) — and
 // the one formatter the top-level handlers of the CLI and the agent use.
 
+/** What a failure says, whatever was thrown: an Error's message, anything else as its String(). */
+export function errorMessage(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}
+
 /**
  * A problem the user can fix. `message` names the problem, `hint` names the fix; printed as one line, never a stack.
  */
@@ -44,7 +49,7 @@ export function formatError(err: unknown, verbose = false): string {
     const line = err.hint ? `devop: ${message} — fix: ${oneLine(err.hint)}` : `devop: ${message}`;
     return verbose && err.cause !== undefined ? `${line}\n${formatCause(err.cause)}` : line;
   }
-  const message = err instanceof Error ? err.message : String(err);
+  const message = errorMessage(err);
   if (!verbose) return `devop: internal error: ${oneLine(message)} — run with -v for the stack`;
   const stack = err instanceof Error && err.stack ? err.stack : message;
   const cause = err instanceof Error && err.cause !== undefined ? `\n${formatCause(err.cause)}` : '';

@@ -1,8 +1,8 @@
 // `devop exec [options] -- <command> [args...]`: reads devop.json with the flags over it, then runs the exec service.
 import type { Command } from 'commander';
-import { isUserError } from '../../shared/errors.js';
+import { errorMessage, isUserError } from '../../shared/errors.js';
 import { addExecOptions, givenFlags } from '../config/commander.js';
-import type { Reporter } from '../reporter.js';
+import { info, type Reporter } from '../reporter.js';
 import type { OutputMode } from '../ui/output-modes.js';
 import type { ExecFlags } from '../services/exec-options.js';
 import { outgoingSettings } from '../outgoing/options.js';
@@ -58,12 +58,7 @@ export function registerExecCommand(program: Command, onExit: (code: number) => 
       const reporter = createReporter({ output: flags.output, verbose: Boolean(flags.verbose) });
       // Directories of sessions whose devop was killed (kill -9 skips their cleanup): they may hold tokens.
       for (const dir of await sweepSessionDirs())
-        if (dir.removed)
-          reporter.emit({
-            type: 'log',
-            level: 'info',
-            message: `removed ${dir.path}, left by devop ${dir.pid} (gone)`,
-          });
+        if (dir.removed) info(reporter, `removed ${dir.path}, left by devop ${dir.pid} (gone)`);
       onExit(await runWithReporter(reporter, flags.output === 'json', () => runExec(options, reporter)));
     });
 }
@@ -79,7 +74,7 @@ export async function runWithReporter(reporter: Reporter, json: boolean, run: ()
     if (json)
       reporter.emit({
         type: 'error',
-        message: err instanceof Error ? err.message : String(err),
+        message: errorMessage(err),
         ...(isUserError(err) ? { hint: err.hint } : {}),
       });
     throw err;

@@ -3,7 +3,7 @@
 import type { Command } from 'commander';
 import { addOptions, givenFlags, type NamesOf } from '../config/commander.js';
 import { CONNECTION_OPTIONS, type FlagValues } from '../config/options.js';
-import type { Reporter } from '../reporter.js';
+import { info, type Reporter } from '../reporter.js';
 import type { OutputMode } from '../ui/output-modes.js';
 
 const STOP_SIGNALS = ['SIGINT', 'SIGTERM', 'SIGHUP'] as const;
@@ -74,11 +74,7 @@ export function registerPortForwardCommand(program: Command): void {
             signal: abort.signal,
             onListening: (listening) => {
               for (const { local, forward } of listening) {
-                reporter.emit({
-                  type: 'log',
-                  level: 'info',
-                  message: `forwarding ${local} -> ${forward.host}:${forward.port}`,
-                });
+                info(reporter, `forwarding ${local} -> ${forward.host}:${forward.port}`);
                 // The addresses are this command's result: on stdout, unless stdout is the NDJSON stream.
                 if (flags.output !== 'json') process.stdout.write(`${local} -> ${forward.host}:${forward.port}\n`);
               }

@@ -5,6 +5,7 @@ import { lookup as dnsLookup } from 'node:dns/promises';
 import { readFile } from 'node:fs/promises';
 import { isIP, connect as netConnect } from 'node:net';
 import type { Duplex } from 'node:stream';
+import { errorMessage } from '../../shared/errors.js';
 
 export interface ResolvedAddress {
   address: string;
@@ -116,7 +117,7 @@ export function dialErrorCode(reasonOrError: unknown): DialErrorCode {
 export function toDialError(err: unknown, what: string): DialError {
   if (err instanceof DialError) return err;
   const code = dialErrorCode(err);
-  const detail = err instanceof Error ? err.message : String(err);
+  const detail = errorMessage(err);
   return new DialError(code, `${what}: ${detail}`, { cause: err });
 }
 

@@ -6,6 +6,7 @@ import type { ChildEnvHook } from '../session/connect.js';
 import { createMuxDialer } from './mux-dialer.js';
 import type { OutgoingSettings } from './options.js';
 import { apiServerRule, startOutgoing } from './session.js';
+import { info, warn } from '../reporter.js';
 
 /** This machine's own addresses (a local program connecting to them means this machine, not something in the pod). */
 export function thisMachineAddresses(): string[] {
@@ -21,11 +22,7 @@ export function outgoingChildEnvHook(settings: OutgoingSettings): ChildEnvHook {
     const features = session.hello.features;
     const canDial = features.includes(FEATURES.outgoing);
     if (settings.enabled && !canDial) {
-      reporter.emit({
-        type: 'log',
-        level: 'warn',
-        message: "this agent does not offer outgoing connections: the local command's traffic stays local",
-      });
+      warn(reporter, "this agent does not offer outgoing connections: the local command's traffic stays local");
     }
     const outgoing = await startOutgoing({
       dialer: createMuxDialer(session.tunnel),
@@ -42,11 +39,10 @@ export function outgoingChildEnvHook(settings: OutgoingSettings): ChildEnvHook {
       reporter,
     });
     if (outgoing.proxy) {
-      reporter.emit({
-        type: 'log',
-        level: 'info',
-        message: `outgoing proxy on ${outgoing.proxy.address} (SOCKS5 + HTTP): connections and DNS go through the pod`,
-      });
+      info(
+        reporter,
+        `outgoing proxy on ${outgoing.proxy.address} (SOCKS5 + HTTP): connections and DNS go through the pod`,
+      );
     }
     return { env: { ...env, ...outgoing.env(env) }, cleanup: () => outgoing.close() };
   };

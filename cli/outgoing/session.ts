@@ -1,7 +1,7 @@
 // The outgoing side of one session, as `devop exec` uses it: start the local proxy over the session's dialer, fetch the
 // remote files, and say which env the local command gets; close() undoes all of it.
 import { UserError } from '../../shared/errors.js';
-import type { Reporter } from '../reporter.js';
+import { info, type Reporter, warn } from '../reporter.js';
 import { withLocalNames, type ClusterDialer } from './dialer.js';
 import { DEVOP_ROOT_ENV, outgoingEnv, preloadBundlePath } from './env.js';
 import { FilterSyntaxError, parseOutgoingRule } from './filters.js';
@@ -106,11 +106,7 @@ export async function startOutgoing(options: OutgoingOptions): Promise<OutgoingS
   try {
     if (options.remoteFiles && options.remoteFiles.length > 0) {
       remoteFiles = await fetchRemoteFiles(options.dialer, options.remoteFiles);
-      reporter?.emit({
-        type: 'log',
-        level: 'info',
-        message: `remote files in DEVOP_ROOT=${remoteFiles.root}: ${remoteFiles.paths.join(', ')}`,
-      });
+      if (reporter) info(reporter, `remote files in DEVOP_ROOT=${remoteFiles.root}: ${remoteFiles.paths.join(', ')}`);
     }
   } catch (err) {
     await proxy?.close();
@@ -118,12 +114,8 @@ export async function startOutgoing(options: OutgoingOptions): Promise<OutgoingS
   }
 
   const preloadPath = options.nodePreload === false ? undefined : preloadBundlePath();
-  if (proxy && options.nodePreload !== false && !preloadPath) {
-    reporter?.emit({
-      type: 'log',
-      level: 'warn',
-      message: 'dist/preload.js is missing (run `npm run build`): Node programs get the proxy env only',
-    });
+  if (proxy && options.nodePreload !== false && !preloadPath && reporter) {
+    warn(reporter, 'dist/preload.js is missing (run `npm run build`): Node programs get the proxy env only');
   }
   let closed = false;
   return {

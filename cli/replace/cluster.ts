@@ -17,7 +17,7 @@ import {
   type V1RoleBinding,
   type V1ServiceAccount,
 } from '@kubernetes/client-node';
-import { UserError } from '../../shared/errors.js';
+import { errorMessage, UserError } from '../../shared/errors.js';
 import {
   REPLACE_ANNOTATIONS,
   REPLACE_LABELS,
@@ -209,7 +209,7 @@ export async function startReplace(input: ReplaceInput): Promise<Replacement> {
       await call().catch((err: unknown) => {
         if (apiErrorCode(err) === 404) return;
         input.onWarning(
-          `could not ${action} (${err instanceof Error ? err.message : String(err)}): ` +
+          `could not ${action} (${errorMessage(err)}): ` +
             'the guard does it once the replace lock expires, or run `devop clean`',
         );
       });

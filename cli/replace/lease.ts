@@ -4,7 +4,7 @@
 import { createHash } from 'node:crypto';
 import { CoordinationV1Api, V1MicroTime, type KubeConfig, type V1Lease } from '@kubernetes/client-node';
 import { AGENT_LABELS } from '../../shared/agent-contract.js';
-import { UserError } from '../../shared/errors.js';
+import { errorMessage, UserError } from '../../shared/errors.js';
 import type { ReplaceKind } from '../../shared/replace-contract.js';
 import { apiErrorCode } from '../kube/errors.js';
 import {
@@ -128,7 +128,7 @@ export class ReplaceLease {
       if (apiErrorCode(err) === 409) return; // raced with another writer: the next tick reads it again
       if (!this.timer) return; // released meanwhile (deleted under us): no trouble
       this.options.onTrouble?.(
-        `cannot renew the replace lock of ${this.what()} (${err instanceof Error ? err.message : String(err)}): ` +
+        `cannot renew the replace lock of ${this.what()} (${errorMessage(err)}): ` +
           `the guard restores the workload ${LEASE_DURATION_SECONDS} s after the last renewal`,
       );
     }

@@ -7,7 +7,7 @@ import { loadKubeConfig } from '../kube/config.js';
 import { CustomObjectsApi, type KubeConfig, type V1PodTemplateSpec } from '@kubernetes/client-node';
 import { REPLACE_KINDS, startReplace, type Replacement } from './cluster.js';
 import { checkTemplateHostNetwork } from '../kube/target.js';
-import { step, type Reporter } from '../reporter.js';
+import { type Reporter, step, warn } from '../reporter.js';
 import { clientIdentity, SESSION_DEFAULTS, type SessionOptions } from '../session/connect.js';
 import type { StealMode } from '../../shared/protocol.js';
 
@@ -97,7 +97,7 @@ export async function startReplaceStep(
         user,
         host,
         startupTimeoutMs: options.startupTimeoutMs ?? SESSION_DEFAULTS.startupTimeoutMs,
-        onWarning: (message) => reporter.emit({ type: 'log', level: 'warn', message }),
+        onWarning: (message) => warn(reporter, message),
       });
     },
     (r) =>

@@ -3,6 +3,7 @@
 // copies, guards and their accounts) — and removes what can be removed (or only lists it with --dry-run). Listing
 // and deleting them is leftovers.ts beside it.
 import type { V1Job, V1Lease, V1Pod, V1Secret } from '@kubernetes/client-node';
+import { errorMessage } from '../../shared/errors.js';
 import { AGENT_ANNOTATIONS, AGENT_CONTAINER_NAME, AGENT_LABELS } from '../../shared/agent-contract.js';
 import { loadKubeConfig, type KubeAccessOptions } from '../kube/config.js';
 import { TARGETLESS_LABEL_VALUE } from '../kube/agent-manifest.js';
@@ -336,7 +337,7 @@ export async function runClean(options: CleanOptions): Promise<CleanReport> {
         item.removed = true;
       } catch (err) {
         item.removed = false;
-        item.error = err instanceof Error ? err.message : String(err);
+        item.error = errorMessage(err);
       }
     }
   }

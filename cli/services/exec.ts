@@ -1,10 +1,10 @@
 // `devop exec`: connect a session, start the local command with the pod's env, and — once it listens — steal or mirror
 // the pod's ports to it; stop cleanly on Ctrl-C, the command's exit or an error. Returns the command's exit code.
-import { UserError, isUserError } from '../../shared/errors.js';
+import { errorMessage, isUserError, UserError } from '../../shared/errors.js';
 import { compileHeaderFilter } from '../../shared/filter-regex.js';
 import type { HttpFilter, StealMode } from '../../shared/protocol.js';
 import { FEATURES } from '../../shared/protocol.js';
-import { step, type PortState, type Reporter, type SessionInfo } from '../reporter.js';
+import { info, type PortState, type Reporter, type SessionInfo, step, warn } from '../reporter.js';
 import { startLocalCommand, type LocalCommand } from '../process/child.js';
 import { canConnect, waitForListen } from '../process/listen.js';
 import { AGENT_VERSION } from '../../shared/version.js';
@@ -81,21 +81,23 @@ async function startRecording(
     import('../record/har.js'),
     import('../record/tap.js'),
   ]);
-  const warn = (message: string): void => reporter.emit({ type: 'log', level: 'warn', message });
-  const har = new HarRecorder(path, AGENT_VERSION, warn, { keepSecrets });
+  const recordWarning = (message: string): void => warn(reporter, message);
+  const har = new HarRecorder(path, AGENT_VERSION, recordWarning, { keepSecrets });
   await har.start();
-  if (keepSecrets) warn(`--record-secrets: ${path} keeps credentials and Secret values in clear (the file is 0600)`);
+  if (keepSecrets)
+    recordWarning(`--record-secrets: ${path} keeps credentials and Secret values in clear (the file is 0600)`);
   if (mode !== 'steal')
-    warn(`--record writes stolen exchanges only: with --mirror, ${path} stays empty until you switch to steal`);
+    recordWarning(
+      `--record writes stolen exchanges only: with --mirror, ${path} stays empty until you switch to steal`,
+    );
   return {
-    recorder: new ExchangeRecorder(har, warn),
+    recorder: new ExchangeRecorder(har, recordWarning),
     async stop() {
       await har.flush();
-      reporter.emit({
-        type: 'log',
-        level: 'info',
-        message: `recorded ${har.size} HTTP exchange${har.size === 1 ? '' : 's'} to ${path} (devop replay ${path})`,
-      });
+      info(
+        reporter,
+        `recorded ${har.size} HTTP exchange${har.size === 1 ? '' : 's'} to ${path} (devop replay ${path})`,
+      );
     },
   };
 }
@@ -119,24 +121,21 @@ async function extensionStealsNode(
   if (!target || !what || options.mode !== 'steal') return false;
   const source = await apiServerSource(session.kc, target.pod);
   if (!source.known) {
-    reporter.emit({
-      type: 'log',
-      level: 'warn',
-      message:
-        `${what}: cannot tell where the API server connects from (${source.why}); connections from the node stay ` +
+    warn(
+      reporter,
+      `${what}: cannot tell where the API server connects from (${source.why}); connections from the node stay ` +
         "with the pod: add --steal-probes if the API server runs on the pod's node",
-    });
+    );
     return false;
   }
-  reporter.emit({
-    type: 'log',
-    level: 'info',
-    message: source.onPodNode
+  info(
+    reporter,
+    source.onPodNode
       ? `${what}: the API server connects from the node's address ${source.nodeIP}: connections from the node are ` +
-        'taken too (kubelet probes with them: the local command answers them)'
+          'taken too (kubelet probes with them: the local command answers them)'
       : `${what}: the API server connects from ${source.addresses.join(', ')}, not the node's address: ` +
-        'kubelet probes stay with the pod',
-  });
+          'kubelet probes stay with the pod',
+  );
   return source.onPodNode;
 }
 
@@ -212,7 +211,7 @@ export async function runExec(options: ExecServiceOptions, reporter: Reporter): 
           allow: options.env.allow,
           override: options.env.override,
           envFile,
-          onWithheld: (names) => reporter.emit({ type: 'log', level: 'warn', message: withheldLine(names) }),
+          onWithheld: (names) => warn(reporter, withheldLine(names)),
         });
         for (const hook of options.childEnvHooks ?? []) {
           const result = await hook(env, { session: s, reporter });
@@ -233,7 +232,7 @@ export async function runExec(options: ExecServiceOptions, reporter: Reporter): 
       'stream',
       incomingStreamHandler({
         ports,
-        onError: (message) => reporter.emit({ type: 'log', level: 'warn', message }),
+        onError: (message) => warn(reporter, message),
         recorder: recording?.recorder,
         onConnection: (connection, pod) => {
           const event = trafficToEvent(connection, pod ?? target?.podName);
@@ -260,13 +259,11 @@ export async function runExec(options: ExecServiceOptions, reporter: Reporter): 
     const busy = await Promise.all(ports.map(async (p) => ((await canConnect(p.local)) ? p.local : undefined)));
     for (const port of busy) {
       if (port !== undefined)
-        reporter.emit({
-          type: 'log',
-          level: 'warn',
-          message:
-            `127.0.0.1:${port} already accepts connections before the local command started: that process ` +
+        warn(
+          reporter,
+          `127.0.0.1:${port} already accepts connections before the local command started: that process ` +
             `will get the traffic (map another local port with -p REMOTE:LOCAL)`,
-        });
+        );
     }
 
     child = await startLocalCommand({
@@ -310,13 +307,11 @@ export async function runExec(options: ExecServiceOptions, reporter: Reporter): 
         : {}),
     };
     if (info.answerWithinMs && !s.hello.features.includes(FEATURES.answerFallback))
-      reporter.emit({
-        type: 'log',
-        level: 'warn',
-        message:
-          `agent ${s.hello.agentVersion} does not hand unanswered webhook requests to the pod: ` +
+      warn(
+        reporter,
+        `agent ${s.hello.agentVersion} does not hand unanswered webhook requests to the pod: ` +
           'a paused local command makes them time out (use the agent image of this devop version)',
-      });
+      );
     const traffic = new TrafficControl(s, info, { ...options, stealProbes }, reporter);
     s.onRetarget?.((change) => traffic.retarget(change));
 
@@ -377,7 +372,7 @@ async function startTraffic(
       : options.target && options.target !== 'targetless'
         ? 'no ports to steal or mirror (the container declares none; pass -p REMOTE[:LOCAL]): only the env is applied'
         : 'targetless: no incoming traffic; outgoing connections go through the cluster';
-    reporter.emit({ type: 'log', level: 'info', message: why });
+    info(reporter, why);
     traffic.markReady();
     return;
   }
@@ -549,7 +544,7 @@ class TrafficControl {
     await this.subscribeAll().catch((err: unknown) => {
       this.reporter.emit({
         type: 'error',
-        message: err instanceof Error ? err.message : String(err),
+        message: errorMessage(err),
         hint: isUserError(err) ? err.hint : undefined,
       });
     });

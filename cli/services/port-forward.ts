@@ -9,7 +9,7 @@ import { createMuxDialer } from '../outgoing/mux-dialer.js';
 import { describeDialError, parseAuthority } from '../outgoing/http-connect.js';
 import { toDialError, type ClusterDialer } from '../outgoing/dialer.js';
 import { joinStreams } from '../outgoing/streams.js';
-import { step, type Reporter } from '../reporter.js';
+import { type Reporter, step, warn } from '../reporter.js';
 import { connectSession, type Session, type SessionOptions } from '../session/connect.js';
 
 export interface Forward {
@@ -92,11 +92,7 @@ export async function startForwards(
         client.on('error', () => client.destroy());
         const failed = (err: unknown): void => {
           const failure = toDialError(err, `connect ${forward.host}:${forward.port}`);
-          reporter.emit({
-            type: 'log',
-            level: 'warn',
-            message: `-L ${forward.spec}: ${describeDialError(failure, forward.host, forward.port)}`,
-          });
+          warn(reporter, `-L ${forward.spec}: ${describeDialError(failure, forward.host, forward.port)}`);
           // A reset, not an end: the client must not take the failed dial for an empty answer.
           if (!client.destroyed) client.resetAndDestroy();
         };

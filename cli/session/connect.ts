@@ -5,12 +5,12 @@ import type { Duplex } from 'node:stream';
 import type { KubeConfig, V1Pod } from '@kubernetes/client-node';
 import { OPTIONS } from '../config/options.js';
 import { AGENT_IMAGE, AGENT_VERSION } from '../../shared/agent-contract.js';
-import { UserError, isUserError } from '../../shared/errors.js';
+import { errorMessage, isUserError, UserError } from '../../shared/errors.js';
 import { clientHello } from '../../shared/handshake.js';
 import { createClientMux, type ClientMux } from '../../shared/mux.js';
 import { FEATURES, type HelloOk } from '../../shared/protocol.js';
 import { parseTarget } from '../../shared/target.js';
-import { formatWebhooks, step, type Reporter } from '../reporter.js';
+import { debug, formatWebhooks, info, type Reporter, step, warn } from '../reporter.js';
 import { assertAccess, sessionAccessChecks } from '../kube/access.js';
 import { loadKubeConfig, type KubeAccessOptions } from '../kube/config.js';
 import { openPortForwards, PortForwardError } from '../kube/tunnel.js';
@@ -212,13 +212,13 @@ export async function connectSession(options: SessionOptions, reporter: Reporter
           `pod ${t!.podName} (${t!.podReason}), container ${t!.container.name} (${t!.containerReason}), ` +
           `node ${t!.nodeName}${t!.webhooks ? `; ${formatWebhooks(t!.webhooks)}` : ''}`,
       );
-  if (target?.hostNetwork) reporter.emit({ type: 'log', level: 'warn', message: hostNetworkWarning(target) });
+  if (target?.hostNetwork) warn(reporter, hostNetworkWarning(target));
   const sessionNamespace = target?.namespace ?? namespace;
   const agentNamespace = options.agentNamespace ?? sessionNamespace;
   const agentOptions: AgentOptions = {
     ...agentOptionsFor(options, agentNamespace, identity),
     createdBy: await creator,
-    onSkip: (name, why) => reporter.emit({ type: 'log', level: 'info', message: `agent ${name} not reused: ${why}` }),
+    onSkip: (name, why) => info(reporter, `agent ${name} not reused: ${why}`),
     signal: options.signal,
   };
   const agentPods = earlyAgentPods ?? (target && !ephemeral ? listAgents(agentNamespace) : undefined);
@@ -232,13 +232,11 @@ export async function connectSession(options: SessionOptions, reporter: Reporter
         const existing = await findAgent(kc, target, agentOptions, agentPods);
         const named = agentOptions.reuseAgent;
         if (named && existing?.name !== named)
-          reporter.emit({
-            type: 'log',
-            level: 'warn',
-            message:
-              `--reuse-agent ${named}: no such agent runs for pod ${target.podName}; ` +
+          warn(
+            reporter,
+            `--reuse-agent ${named}: no such agent runs for pod ${target.podName}; ` +
               `${existing ? `reusing ${existing.name}` : 'starting a new one'}`,
-          });
+          );
         if (existing) {
           try {
             const link = await connectAgent(kc, existing, target, {
@@ -249,13 +247,10 @@ export async function connectSession(options: SessionOptions, reporter: Reporter
             return { agent: existing, ...link };
           } catch (err) {
             if (isUserError(err) && /protocol version|token/.test(err.message)) throw err;
-            reporter.emit({
-              type: 'log',
-              level: 'debug',
-              message:
-                `agent ${existing.name} did not accept the session (${(err as Error).message}); starting a ` +
-                `new one`,
-            });
+            debug(
+              reporter,
+              `agent ${existing.name} did not accept the session (${(err as Error).message}); starting a new one`,
+            );
           }
         }
       }
@@ -445,7 +440,7 @@ export async function connectAgent(
   }
   throw new UserError(
     `the agent ${agent.name} did not accept the tunnel to ${where.pod}:${agent.port} in time ` +
-      `(${lastError instanceof Error ? lastError.message : String(lastError)})`,
+      `(${errorMessage(lastError)})`,
     `check the agent's logs (kubectl logs -n ${agent.agentNamespace} ` +
       `${agent.agentPod}${agent.mode === 'ephemeral' ? ` -c ${agent.agentContainer}` : ''}) or raise --startup-timeout`,
   );

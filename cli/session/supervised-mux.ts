@@ -2,9 +2,10 @@
 // (reconnects, a followed pod, every replica with --all-pods). It routes requests, merges answers, and replays the
 // session's subscriptions on every (re)attached tunnel, so the exec service never sees a tunnel change.
 import { EventEmitter } from 'node:events';
+import { errorMessage } from '../../shared/errors.js';
 import type { MuxStream } from '../../shared/mux.js';
 import type { AgentMessage, ClientMessage, StreamOpen } from '../../shared/protocol.js';
-import type { Reporter } from '../reporter.js';
+import { type Reporter, warn } from '../reporter.js';
 import { trafficToEvent } from './traffic.js';
 import { nativeTakes, type SessionTunnel } from './tunnel.js';
 
@@ -181,7 +182,7 @@ export class SessionMux extends EventEmitter implements SessionTunnel {
         type: 'error',
         id: msg.id,
         code: 'internal',
-        message: err instanceof Error ? err.message : String(err),
+        message: errorMessage(err),
       });
       return;
     }
@@ -274,11 +275,10 @@ export class SessionMux extends EventEmitter implements SessionTunnel {
         if (msg.type === 'refused' || (msg.type === 'error' && msg.id !== undefined)) {
           // The answer to a replayed subscription: nobody waits for it, but the user must know.
           const why = msg.type === 'refused' ? msg.reason : msg.message;
-          this.reporter.emit({
-            type: 'log',
-            level: 'warn',
-            message: `pod ${link.pod}: could not restore port ${msg.type === 'refused' ? msg.port : ''}: ${why}`,
-          });
+          warn(
+            this.reporter,
+            `pod ${link.pod}: could not restore port ${msg.type === 'refused' ? msg.port : ''}: ${why}`,
+          );
           return;
         }
         if (msg.type === 'error') this.emit('message', msg);

@@ -2,7 +2,7 @@
 // (resuming the agent's session), follows the target to its new pod, replaces a dead agent, joins every replica with
 // --all-pods — and holds the cluster-wide steal locks. The local command never notices; the user sees events.
 import { CoreV1Api, type V1Pod } from '@kubernetes/client-node';
-import { UserError, isUserError } from '../../shared/errors.js';
+import { errorMessage, isUserError, UserError } from '../../shared/errors.js';
 import type { AgentMessage, ClientMessage } from '../../shared/protocol.js';
 import { formatTarget } from '../../shared/target.js';
 import { createEphemeralAgent, createJobAgent, type AgentEndpoint, type AgentOptions } from '../kube/agent.js';
@@ -12,7 +12,7 @@ import { informPods, type PodInformer } from '../kube/pod-informer.js';
 import { StealLeases, workloadOfPod } from '../kube/steal-lease.js';
 import { isPodReady, KIND_RESOLVERS, resolveTarget, selectorToString, type ResolvedTarget } from '../kube/target.js';
 import { kindClients } from '../kube/targets/resolver.js';
-import type { Reporter } from '../reporter.js';
+import { debug, info, type Reporter, warn } from '../reporter.js';
 import {
   agentOptionsFor,
   clientIdentity,
@@ -83,10 +83,6 @@ function delay(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
 }
 
-function message(err: unknown): string {
-  return err instanceof Error ? err.message : String(err);
-}
-
 class Supervisor {
   private readonly members = new Set<Member>();
   private readonly joining = new Set<string>();
@@ -124,12 +120,8 @@ class Supervisor {
             hint: 'run devop again once the other session ends',
           }),
         onRenewError: (port, err) =>
-          this.reporter.emit({
-            type: 'log',
-            level: 'warn',
-            message: `could not renew the steal lock of port ${port}: ${message(err)}`,
-          }),
-        log: (text) => this.reporter.emit({ type: 'log', level: 'debug', message: text }),
+          warn(this.reporter, `could not renew the steal lock of port ${port}: ${errorMessage(err)}`),
+        log: (text) => debug(this.reporter, text),
       });
     }
     this.mux = new SessionMux(
@@ -153,11 +145,7 @@ class Supervisor {
     this.adopt(member, true);
     const allPods = this.allPods();
     if (this.options.allPods && !allPods)
-      this.reporter.emit({
-        type: 'log',
-        level: 'warn',
-        message: '--all-pods needs a deploy/, sts/ or rollout/ target: only this pod is used',
-      });
+      warn(this.reporter, '--all-pods needs a deploy/, sts/ or rollout/ target: only this pod is used');
     const query = await this.podQuery(allPods);
     if (allPods) {
       // Join the replicas that are Ready now before the session is handed over, so "ready" means every pod.
@@ -213,12 +201,11 @@ class Supervisor {
       return { type: 'refused', id: msg.id, port: msg.port, reason: result.reason, holder: result.holder };
     } catch (err) {
       // No right to use Leases (or no Lease API): steal without the cluster-wide lock, and say so.
-      this.reporter.emit({
-        type: 'log',
-        level: 'warn',
-        message:
-          `no cluster-wide steal lock for port ${msg.port} (${message(err)}); ` + "only this agent's own lock applies",
-      });
+      warn(
+        this.reporter,
+        `no cluster-wide steal lock for port ${msg.port} (${errorMessage(err)}); ` +
+          "only this agent's own lock applies",
+      );
       return undefined;
     }
   }
@@ -232,11 +219,7 @@ class Supervisor {
         if (!member.original && member.link === this.primaryLink()) this.reporter.emit({ type: 'rtt', ms });
       },
       onStall: (silent) =>
-        this.reporter.emit({
-          type: 'log',
-          level: 'warn',
-          message: `tunnel to pod ${member.link.pod} stalled (no answer for ${Math.round(silent / 1000)} s)`,
-        }),
+        warn(this.reporter, `tunnel to pod ${member.link.pod} stalled (no answer for ${Math.round(silent / 1000)} s)`),
     });
     member.link.mux.once('close', (err) => this.onLost(member, err));
   }
@@ -250,13 +233,11 @@ class Supervisor {
     this.mux.detach(member.link);
     if (this.over || member.state !== 'up') return;
     member.state = 'reconnecting';
-    this.reporter.emit({
-      type: 'log',
-      level: 'warn',
-      message:
-        `tunnel to pod ${member.link.pod} lost${err ? ` (${err.message})` : ''}: reconnecting… (the pod ` +
+    warn(
+      this.reporter,
+      `tunnel to pod ${member.link.pod} lost${err ? ` (${err.message})` : ''}: reconnecting… (the pod ` +
         `serves its own traffic meanwhile)`,
-    });
+    );
     void this.reconnect(member).catch((e: unknown) => this.giveUp(member, e));
   }
 
@@ -289,13 +270,11 @@ class Supervisor {
           const found = await findAgent(this.first.kc, member.target, this.agentOptions).catch(() => undefined);
           if (!found || found.name !== member.agent.name) {
             member.agent = found ?? (await this.startAgent(member.target));
-            this.reporter.emit({
-              type: 'log',
-              level: 'info',
-              message:
-                `pod ${member.link.pod}: ` +
+            info(
+              this.reporter,
+              `pod ${member.link.pod}: ` +
                 `${found ? `using agent ${found.name}` : `started a new agent ${member.agent.name}`}`,
-            });
+            );
             failures = 0;
           }
         }
@@ -324,22 +303,16 @@ class Supervisor {
         if (!resumed) member.sent = new Map();
         this.adopt(member, false);
         const subs = member.sent.size;
-        this.reporter.emit({
-          type: 'log',
-          level: 'info',
-          message:
-            `reconnected to pod ${member.link.pod} after ${((Date.now() - started) / 1000).toFixed(1)} s ` +
+        info(
+          this.reporter,
+          `reconnected to pod ${member.link.pod} after ${((Date.now() - started) / 1000).toFixed(1)} s ` +
             `(${resumed ? 'session resumed' : `new session, ${subs} subscription${subs === 1 ? '' : 's'} restored`})`,
-        });
+        );
         return;
       } catch (err) {
         failures++;
         if (isUserError(err) && /protocol version/.test(err.message)) throw err;
-        this.reporter.emit({
-          type: 'log',
-          level: 'debug',
-          message: `reconnect to pod ${member.link.pod} failed: ${message(err)}`,
-        });
+        debug(this.reporter, `reconnect to pod ${member.link.pod} failed: ${errorMessage(err)}`);
       }
       await delay(backoffDelay(attempt++));
     }
@@ -384,11 +357,10 @@ class Supervisor {
     member.state = 'gone';
     this.members.delete(member);
     if (this.allPods()) {
-      this.reporter.emit({
-        type: 'log',
-        level: 'info',
-        message: `pod ${member.link.pod} is gone: dropped (${this.mux.size} pod${this.mux.size === 1 ? '' : 's'} left)`,
-      });
+      info(
+        this.reporter,
+        `pod ${member.link.pod} is gone: dropped (${this.mux.size} pod${this.mux.size === 1 ? '' : 's'} left)`,
+      );
       return;
     }
     await this.follow(member);
@@ -398,11 +370,7 @@ class Supervisor {
     if (this.following) return;
     this.following = true;
     const target = formatTarget(this.firstTarget.ref);
-    this.reporter.emit({
-      type: 'log',
-      level: 'warn',
-      message: `target pod ${previous.link.pod} is gone: following ${target}…`,
-    });
+    warn(this.reporter, `target pod ${previous.link.pod} is gone: following ${target}…`);
     const started = Date.now();
     try {
       for (let attempt = 0; !this.over; attempt++) {
@@ -414,13 +382,11 @@ class Supervisor {
         try {
           const member = await this.attachPod(target);
           if (!member) return;
-          this.reporter.emit({
-            type: 'log',
-            level: 'info',
-            message:
-              `following ${target}: now pod ${member.link.pod} (agent ` +
+          info(
+            this.reporter,
+            `following ${target}: now pod ${member.link.pod} (agent ` +
               `${member.agent.name}${member.agent.reused ? ', reused' : ''})`,
-          });
+          );
           for (const listener of this.retargeted)
             listener({ target: member.target, agent: member.agent, agentVersion: member.agentVersion });
           this.watchPods(
@@ -429,7 +395,7 @@ class Supervisor {
           );
           return;
         } catch (err) {
-          this.reporter.emit({ type: 'log', level: 'debug', message: `following ${target}: ${message(err)}` });
+          debug(this.reporter, `following ${target}: ${errorMessage(err)}`);
         }
         await delay(backoffDelay(attempt));
       }
@@ -508,11 +474,7 @@ class Supervisor {
         if (m.state !== 'up') continue;
         const pod = byName.get(m.target.podName);
         if (podFate(pod, m.target.podUid) === 'gone') {
-          this.reporter.emit({
-            type: 'log',
-            level: 'info',
-            message: `pod ${m.link.pod} is ${pod ? 'terminating' : 'deleted'}`,
-          });
+          info(this.reporter, `pod ${m.link.pod} is ${pod ? 'terminating' : 'deleted'}`);
           m.link.mux.send({ type: 'bye', reason: 'the target pod is going away' });
           m.link.mux.close('target pod going away');
         }
@@ -528,13 +490,11 @@ class Supervisor {
     this.podInformer?.stop();
     this.podInformer = informPods(this.first.kc, query, onPods, (err) => {
       if (!this.over)
-        this.reporter.emit({
-          type: 'log',
-          level: 'warn',
-          message:
-            `stopped watching the target's pods: ${message(err)} (devop still reconnects, but will not notice ` +
+        warn(
+          this.reporter,
+          `stopped watching the target's pods: ${errorMessage(err)} (devop still reconnects, but will not notice ` +
             `new pods)`,
-        });
+        );
     });
   }
 
@@ -544,17 +504,9 @@ class Supervisor {
     try {
       const member = await this.attachPod(`pod/${podName}/container/${container}`);
       if (member)
-        this.reporter.emit({
-          type: 'log',
-          level: 'info',
-          message: `all pods: joined pod ${podName} (agent ${member.agent.name}; ${this.mux.size} pods)`,
-        });
+        info(this.reporter, `all pods: joined pod ${podName} (agent ${member.agent.name}; ${this.mux.size} pods)`);
     } catch (err) {
-      this.reporter.emit({
-        type: 'log',
-        level: 'warn',
-        message: `all pods: could not join pod ${podName}: ${message(err)}`,
-      });
+      warn(this.reporter, `all pods: could not join pod ${podName}: ${errorMessage(err)}`);
     } finally {
       this.joining.delete(podName);
     }
@@ -563,7 +515,7 @@ class Supervisor {
   private giveUp(member: Member, err: unknown): void {
     member.state = 'gone';
     this.members.delete(member);
-    this.reporter.emit({ type: 'log', level: 'warn', message: `gave up on pod ${member.link.pod}: ${message(err)}` });
+    warn(this.reporter, `gave up on pod ${member.link.pod}: ${errorMessage(err)}`);
     const alive = [...this.members].some((m) => m.state !== 'gone');
     if (!alive && !this.over && !this.following) {
       this.over = true;

@@ -7,6 +7,7 @@ import { stringify } from 'yaml';
 import { makeSessionDir } from '../process/session-dirs.js';
 import type { ChildEnvHook } from '../session/connect.js';
 import { startShadowProxy, type ShadowProxy } from './proxy.js';
+import { info, warn } from '../reporter.js';
 
 /** The context, cluster and user name in the kubeconfig the local command gets. */
 const SHADOW_CONTEXT = 'devop-shadow';
@@ -50,7 +51,7 @@ export function shadowChildEnvHook(settings: ShadowSettings): ChildEnvHook {
     const proxy = await startShadowProxy({
       kc: session.kc,
       onWrite: (write) => reporter.emit({ type: 'write', id: String(++writes), ...write }),
-      onWarning: (message) => reporter.emit({ type: 'log', level: 'warn', message }),
+      onWarning: (message) => warn(reporter, message),
     });
     const dir = await makeSessionDir('shadow'); // 0700, removed by a later run if this devop is killed
     const cleanup = async (): Promise<void> => {
@@ -88,13 +89,11 @@ export function shadowChildEnvHook(settings: ShadowSettings): ChildEnvHook {
       ? `, in-cluster config at ${next.KUBERNETES_SERVICE_HOST}:${next.KUBERNETES_SERVICE_PORT} ` +
         `(service account in $DEVOP_ROOT/${SERVICE_ACCOUNT_DIR})`
       : '';
-    reporter.emit({
-      type: 'log',
-      level: 'info',
-      message:
-        `shadow: the local command's API requests go to ${proxy.url} (KUBECONFIG=${kubeconfig}${inCluster}): ` +
+    info(
+      reporter,
+      `shadow: the local command's API requests go to ${proxy.url} (KUBECONFIG=${kubeconfig}${inCluster}): ` +
         'reads pass, writes are dry runs, Leases stay in memory',
-    });
+    );
     return { env: next, cleanup };
   };
 }

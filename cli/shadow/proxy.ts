@@ -8,6 +8,7 @@ import { Agent as HttpAgent, request as httpRequest, type IncomingMessage, type 
 import { Agent, createServer, request as httpsRequest, type AgentOptions } from 'node:https';
 import type { AddressInfo, Socket } from 'node:net';
 import type { KubeConfig } from '@kubernetes/client-node';
+import { errorMessage } from '../../shared/errors.js';
 import { makeSessionCert } from '../process/session-cert.js';
 import type { ShadowWrite } from '../reporter.js';
 import { forwardRead, forwardUpgrade } from './forward.js';
@@ -129,7 +130,7 @@ export async function startShadowProxy(options: ShadowProxyOptions): Promise<Sha
   const cert = makeSessionCert('devop shadow API proxy');
   const server = createServer(cert, (req, res) => {
     handle(req, res).catch((err: unknown) => {
-      const message = err instanceof Error ? err.message : String(err);
+      const message = errorMessage(err);
       warn(`shadow API proxy: ${message}`);
       if (!res.headersSent) sendJson(res, 502, statusBody(502, 'BadGateway', message));
       else res.destroy();

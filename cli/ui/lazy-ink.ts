@@ -1,6 +1,7 @@
 // The terminal UI behind a dynamic import: ink and react (about half a second of module loading) load only when a run
 // actually draws the TUI, so plain and JSON runs (CI, scripts, VS Code tasks) never pay for them.
-import type { Reporter, ReportEvent, SessionControls } from '../reporter.js';
+import { errorMessage } from '../../shared/errors.js';
+import { type Reporter, type ReportEvent, type SessionControls, warn } from '../reporter.js';
 import type { InkReporterOptions } from './ink-reporter.js';
 import { PlainReporter } from './plain.js';
 
@@ -18,12 +19,8 @@ export class LazyInkReporter implements Reporter {
       .catch((err: unknown): Reporter => {
         // A broken install must not lose the session's output: fall back to plain lines, and say why.
         const plain = new PlainReporter({ stdout: options.stdout, stderr: options.stderr, verbose: options.verbose });
-        const why = err instanceof Error ? err.message : String(err);
-        plain.emit({
-          type: 'log',
-          level: 'warn',
-          message: `the terminal UI could not be loaded (${why}); showing plain lines`,
-        });
+        const why = errorMessage(err);
+        warn(plain, `the terminal UI could not be loaded (${why}); showing plain lines`);
         return plain;
       })
       .then((reporter) => {

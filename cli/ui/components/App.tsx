@@ -1,6 +1,7 @@
 // The devop TUI: start-up steps, then the live view (header, traffic list, counters, output pane) steered by keys.
 import { useEffect, useRef, useState, useSyncExternalStore } from 'react';
 import { Box, Text, useInput, useStdin, useStdout, type Key } from 'ink';
+import { errorMessage } from '../../../shared/errors.js';
 import type { SessionControls, SessionInfo, TrafficMode } from '../../reporter.js';
 import type { ViewStore } from '../store.js';
 import { addNotice, clearTraffic, failureOf, type ViewState } from '../state.js';
@@ -86,7 +87,7 @@ export function App({ store, onInterrupt, verbose = false }: AppProps) {
         store.update((current) =>
           addNotice(current, {
             level: 'error',
-            message: `${label} failed: ${error instanceof Error ? error.message : String(error)}`,
+            message: `${label} failed: ${errorMessage(error)}`,
           }),
         ),
     );
