@@ -1,6 +1,6 @@
 // The Reporter: how services tell the user what happens. Services call it; cli/ui/ implements it (Ink, Plain, JSON,
 // Null). Services never import ink or react: they only see this interface, and the helpers below that emit through it.
-import { errorMessage } from '../shared/errors.js';
+import { errorMessage, isUserError } from '../shared/errors.js';
 import { ApiTimeoutError } from './kube/request-timeout.js';
 
 export type StepId = 'target' | 'agent' | 'tunnel' | 'env' | 'listen' | 'traffic' | (string & {});
@@ -175,4 +175,9 @@ export function info(reporter: Reporter, message: string): void {
 /** A line of devop's own log shown with --verbose only. */
 export function debug(reporter: Reporter, message: string): void {
   reporter.emit({ type: 'log', level: 'debug', message });
+}
+
+/** A failure as an error line: what went wrong and, for a UserError, its fix. */
+export function error(reporter: Reporter, err: unknown): void {
+  reporter.emit({ type: 'error', message: errorMessage(err), ...(isUserError(err) ? { hint: err.hint } : {}) });
 }

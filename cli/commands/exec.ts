@@ -1,8 +1,7 @@
 // `devop exec [options] -- <command> [args...]`: reads devop.json with the flags over it, then runs the exec service.
 import type { Command } from 'commander';
-import { errorMessage, isUserError } from '../../shared/errors.js';
 import { addExecOptions, givenFlags } from '../config/commander.js';
-import { info, type Reporter } from '../reporter.js';
+import { error, info, type Reporter } from '../reporter.js';
 import type { OutputMode } from '../ui/output-modes.js';
 import type { ExecFlags } from '../services/exec-options.js';
 import { outgoingSettings } from '../outgoing/options.js';
@@ -71,12 +70,7 @@ export async function runWithReporter(reporter: Reporter, json: boolean, run: ()
   try {
     return await run();
   } catch (err) {
-    if (json)
-      reporter.emit({
-        type: 'error',
-        message: errorMessage(err),
-        ...(isUserError(err) ? { hint: err.hint } : {}),
-      });
+    if (json) error(reporter, err);
     throw err;
   } finally {
     await reporter.close();

@@ -1,10 +1,10 @@
 // `devop exec`: connect a session, start the local command with the pod's env, and — once it listens — steal or mirror
 // the pod's ports to it; stop cleanly on Ctrl-C, the command's exit or an error. Returns the command's exit code.
-import { errorMessage, isUserError, UserError } from '../../shared/errors.js';
+import { UserError } from '../../shared/errors.js';
 import { compileHeaderFilter } from '../../shared/filter-regex.js';
 import type { HttpFilter, StealMode } from '../../shared/protocol.js';
 import { FEATURES } from '../../shared/protocol.js';
-import { info, type PortState, type Reporter, type SessionInfo, step, warn } from '../reporter.js';
+import { error, info, type PortState, type Reporter, type SessionInfo, step, warn } from '../reporter.js';
 import { startLocalCommand, type LocalCommand } from '../process/child.js';
 import { canConnect, waitForListen } from '../process/listen.js';
 import { AGENT_VERSION } from '../../shared/version.js';
@@ -541,13 +541,7 @@ class TrafficControl {
 
   private async resubscribe(): Promise<void> {
     await this.unsubscribeAll();
-    await this.subscribeAll().catch((err: unknown) => {
-      this.reporter.emit({
-        type: 'error',
-        message: errorMessage(err),
-        hint: isUserError(err) ? err.hint : undefined,
-      });
-    });
+    await this.subscribeAll().catch((err: unknown) => error(this.reporter, err));
     this.update({ mode: this.mode, filter: describeFilter(this.filter) });
   }
 
