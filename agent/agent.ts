@@ -7,12 +7,12 @@ import { UserError } from '../shared/errors.js';
 import { ERROR_CODES, FEATURES } from '../shared/protocol.js';
 import { createAgentMux } from '../shared/mux.js';
 import { acceptHello } from '../shared/handshake.js';
-import { AgentChain, detectBackend, livenessSocket, removeStaleChains } from './iptables.js';
+import { AgentChain, detectBackend, livenessSocket, removeStaleChains } from './incoming/iptables.js';
 import { effectiveCapabilities } from './capabilities.js';
-import { startGuard, type Guard } from './guard.js';
+import { startGuard, type Guard } from './incoming/chain-guard.js';
 import type { AgentLog } from './log.js';
-import { NativeSplice, type NativeEvents } from './native-splice.js';
-import { defaultGateway, PortTable } from './ports.js';
+import { NativeSplice, type NativeEvents } from './native/native-splice.js';
+import { defaultGateway, PortTable } from './incoming/ports.js';
 import { Session } from './session.js';
 
 /** How long shutdown waits for devop-splice to exit (it exits at once; this bounds it on a starved node). */
@@ -60,7 +60,7 @@ export async function startAgent({ config, pid, log }: AgentOptions): Promise<Ru
 
   if (config.mode !== 'targetless') {
     // Without CAP_NET_ADMIN no rule can be read or made: the subscriptions that need one are refused with that reason
-    // (agent/ports.ts), and there is nothing to probe or clean up.
+    // (agent/incoming/ports.ts), and there is nothing to probe or clean up.
     const mayRedirect = effectiveCapabilities().has('NET_ADMIN');
     if (mayRedirect) await removeStaleChains(log, agentId);
     const backend = config.iptables !== 'auto' ? config.iptables : mayRedirect ? await detectBackend(log) : 'nft-owned';

@@ -1,5 +1,6 @@
-// The agent's entry (bundled into dist/agent.cjs): reads its config from the env (shared/agent-contract.ts), enters the
-// target's netns in job mode, starts the agent, prints the ready line, and stops cleanly on SIGTERM/SIGINT.
+// The agent bundle's entry (dist/agent.cjs): runs the replace guard when asked (agent/guard/); else reads the agent's
+// config from the env (shared/agent-contract.ts), enters the target's netns in job mode, starts the agent, prints the
+// ready line, and stops cleanly on SIGTERM/SIGINT.
 import {
   AGENT_ENV,
   AGENT_VERSION,
@@ -13,7 +14,7 @@ import { startAgent } from './agent.js';
 import { effectiveCapabilities, requireCapabilities } from './capabilities.js';
 import { createLog } from './log.js';
 import { reenterNetns, watchParent } from './netns.js';
-import { findContainerPid } from './target.js';
+import { findContainerPid } from './target-pid.js';
 import { GUARD_ARG } from '../shared/replace-contract.js';
 
 async function targetPid(config: AgentConfig): Promise<number | undefined> {
@@ -30,16 +31,9 @@ async function targetPid(config: AgentConfig): Promise<number | undefined> {
 }
 
 async function main(): Promise<number> {
-  // The image's other program: the guard of a `--replace` session (a Job of its own, no target netns).
-  if (process.argv[2] === GUARD_ARG) {
-    // As PID 1 of its container, a signal without a handler is ignored: its Job's deletion (devop restored the
-    // workload itself) would wait for the whole grace period, and the guard could still act meanwhile.
-    for (const signal of ['SIGTERM', 'SIGINT'] as const) process.on(signal, () => process.exit(0));
-    // Loaded here only: its node:https (TLS) and node:http were 2.8 MiB of every agent's RSS at start (docs/agent.md).
-    const { runReplaceGuard } = await import('./replace-guard.js');
-    await runReplaceGuard(process.env, createLog('info'));
-    return 0;
-  }
+  // The image's other program: the guard of a `--replace` session (agent/guard/main.ts).
+  // Loaded here only: its node:https (TLS) and node:http were 2.8 MiB of every agent's RSS at start (docs/agent.md).
+  if (process.argv[2] === GUARD_ARG) return (await import('./guard/main.js')).runGuard();
   let config: AgentConfig;
   try {
     config = parseAgentEnv(process.env);

@@ -3,14 +3,15 @@
 import { randomBytes } from 'node:crypto';
 import { FEATURES, type ClientIdentity, type ClientMessage, type TrafficEvent } from '../shared/protocol.js';
 import { ProtocolError, type AgentMux, type MuxStream } from '../shared/mux.js';
-import { DnsError, resolveInPod } from './dns.js';
+import { DnsError, resolveInPod } from './outgoing/dns.js';
 import type { AgentLog } from './log.js';
-import type { IncomingOpen, IncomingStream, IncomingTarget } from './subscription.js';
-import type { PortTable } from './ports.js';
-import { serveFile, serveOutgoing } from './streams.js';
+import type { IncomingOpen, IncomingStream, IncomingTarget } from './incoming/subscription.js';
+import type { PortTable } from './incoming/ports.js';
+import { serveOutgoing } from './outgoing/connect.js';
+import { serveFile } from './files/serve-file.js';
 import { deniedByCapabilities } from './capabilities.js';
-import { readTargetEnv } from './target.js';
-import type { NativeSplice } from './native-splice.js';
+import { readTargetEnv } from './env/target-env.js';
+import type { NativeSplice } from './native/native-splice.js';
 
 /**
  * The agent looks at each session's tunnel this often, and pings it when it has read nothing for as long (the CLI

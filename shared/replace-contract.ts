@@ -21,7 +21,7 @@ export const REPLACE_LABELS = {
   role: 'devop.dev/replace-role',
 } as const;
 
-/** The guard's env (set by the CLI's Job builder, read by agent/replace-guard.ts). */
+/** The guard's env (set by the CLI's Job builder, read by agent/guard/replace-guard.ts). */
 export const GUARD_ENV = {
   namespace: 'DEVOP_GUARD_NAMESPACE',
   /** API path of the workload, e.g. /apis/apps/v1/namespaces/ns/deployments/name. */

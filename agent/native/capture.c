@@ -1,6 +1,6 @@
-// devop-capture: the packet capture behind mirroring (agent/capture.ts). It copies the IPv4 TCP packets that arrive at
-// one port of the pod's netns from outside, and writes them to stdout as a pcap stream (link type RAW: each record is
-// an IPv4 packet), which the agent reassembles into the clients' bytes.
+// devop-capture: the packet capture behind mirroring (agent/incoming/capture.ts). It copies the IPv4 TCP packets that
+// arrive at one port of the pod's netns from outside, and writes them to stdout as a pcap stream (link type RAW: each
+// record is an IPv4 packet), which the agent reassembles into the clients' bytes.
 //
 //   devop-capture PORT BUFFER_KIB [SKIP_SOURCE]
 //

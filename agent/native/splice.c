@@ -1,9 +1,10 @@
 // devop-splice: the agent's native data path for whole steals and outgoing connections. The agent stays in control: it
 // points a port's redirect rule at a listener of this process, and from then on this process moves the stolen
 // connections' bytes to and from the session's CLI over a tunnel of devop's own mux framing (docs/protocol.md), where
-// Node (agent/port-redirect.ts) spends ~0.9 ms of CPU per new connection. The CLI's own `outgoing` streams to IPv4
-// addresses connect from here too, in the pod's netns as agent/streams.ts serveOutgoing does; any other stream the CLI
-// opens is reset with EINVAL (the CLI sends those to the Node agent). One epoll loop, non-blocking sockets, no threads.
+// Node (agent/incoming/port-redirect.ts) spends ~0.9 ms of CPU per new connection. The CLI's own `outgoing` streams to
+// IPv4 addresses connect from here too, in the pod's netns as agent/outgoing/connect.ts serveOutgoing does; any other
+// stream the CLI opens is reset with EINVAL (the CLI sends those to the Node agent). One epoll loop, non-blocking
+// sockets, no threads.
 //
 //   devop-splice TUNNEL_PORT    listens on 127.0.0.1:TUNNEL_PORT (0: any) and prints `ready <port>`
 //
@@ -79,7 +80,8 @@ enum { CONTROL, OPEN, DATA, CREDIT, END, RESET, ACCEPT, GOAWAY };
 #define MAX_SUBID 200
 #define MAX_REQUEST 512
 #define BACKLOG 1024
-// How long an outgoing connect may take before it fails with ETIMEDOUT: Node's (agent/streams.ts CONNECT_TIMEOUT_MS).
+// How long an outgoing connect may take before it fails with ETIMEDOUT: Node's (agent/outgoing/connect.ts
+// CONNECT_TIMEOUT_MS).
 #define CONNECT_TIMEOUT_MS 10000
 // "255.255.255.255:65535" and its NUL: an outgoing stream's destination, as its failure reasons name it.
 #define MAX_DEST 22

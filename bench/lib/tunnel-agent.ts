@@ -5,7 +5,7 @@
 //   node tunnel-agent.mjs   prints {"port":<mux listener>} on stdout
 import { createServer, type AddressInfo } from 'node:net';
 import { createAgentMux } from '../../shared/mux.js';
-import { serveOutgoing } from '../../agent/streams.js';
+import { serveOutgoing } from '../../agent/outgoing/connect.js';
 import { createLog } from '../../agent/log.js';
 
 const log = createLog('warn', (line) => process.stderr.write(`${line}\n`));

@@ -4,7 +4,7 @@
 import type { V1PodTemplateSpec, V1PolicyRule } from '@kubernetes/client-node';
 import { describe, expect, it } from 'vitest';
 import { createLog } from '../../agent/log.js';
-import { LeaseWatch, deleteOwnJob, restoreWorkload, type GuardApi } from '../../agent/replace-guard.js';
+import { LeaseWatch, deleteOwnJob, restoreWorkload, type GuardApi } from '../../agent/guard/replace-guard.js';
 import { isUserError } from '../../shared/errors.js';
 import {
   GUARD_ENV,
@@ -155,8 +155,8 @@ describe("the guard's account", () => {
 
   it("is one session's, owned by its guard Job, and may touch only the objects the guard restores, by name", () => {
     // Given one session's workload, copy pod, Lease and guard Job; When the account is built; Then it is exactly this
-    // (what agent/replace-guard.ts calls: GET+PATCH the workload, DELETE the copy, GET+DELETE the Lease, DELETE the
-    // Job)
+    // (what agent/guard/replace-guard.ts calls: GET+PATCH the workload, DELETE the copy, GET+DELETE the Lease, DELETE
+    // the Job)
     expect(buildGuardAccess(input)).toEqual({
       account: { apiVersion: 'v1', kind: 'ServiceAccount', metadata },
       role: {

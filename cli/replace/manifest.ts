@@ -222,9 +222,9 @@ export interface GuardAccess {
 }
 
 /**
- * The guard's ServiceAccount, Role and RoleBinding for one session. The Role holds what agent/replace-guard.ts calls,
- * each on the one object by name (docs/safety.md says why each rule is there); no create, list or watch (resourceNames
- * cannot narrow those). Owned by the guard Job, so garbage collection removes them with it. Pure.
+ * The guard's ServiceAccount, Role and RoleBinding for one session. The Role holds what agent/guard/replace-guard.ts
+ * calls, each on the one object by name (docs/safety.md says why each rule is there); no create, list or watch
+ * (resourceNames cannot narrow those). Owned by the guard Job, so garbage collection removes them with it. Pure.
  */
 export function buildGuardAccess(input: GuardAccessInput): GuardAccess {
   const metadata = {

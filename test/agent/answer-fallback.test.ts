@@ -4,7 +4,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { connect } from 'node:net';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { ANSWERED_IDLE_CLOSE_MS } from '../../agent/answer-fallback.js';
+import { ANSWERED_IDLE_CLOSE_MS } from '../../agent/incoming/answer-fallback.js';
 import { requireRoot } from '../helpers/root.js';
 import { PodNet, waitFor, type Proc } from './netns.js';
 import { connectSession, type TestSession } from './session-client.js';

@@ -48,7 +48,7 @@ describe('the agent bundle', () => {
       // Sanity: the list is the one of Node's modules, with what the agent does need.
       expect(loaded).toContain('NativeModule net');
       expect(loaded).toContain('NativeModule child_process');
-      // HTTP: filtered steals; TLS: the replace guard; DNS: the first query; fs/promises: never (agent/files.ts).
+      // HTTP: filtered steals; TLS: the replace guard; DNS: the first query; fs/promises: never (agent/fs-calls.ts).
       const heavy = [
         'http',
         'https',

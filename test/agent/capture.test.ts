@@ -6,7 +6,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { PcapReader, TCP_FLAGS, type TcpSegment } from '../../agent/pcap.js';
+import { PcapReader, TCP_FLAGS, type TcpSegment } from '../../agent/incoming/pcap.js';
 import { requireRoot } from '../helpers/root.js';
 import { PodNet, sh, waitFor } from './netns.js';
 

@@ -10,7 +10,7 @@ import { requireRoot } from '../helpers/root.js';
 import { AGENT_BUNDLE, PodNet, sh, waitFor, type AgentProc, type Proc } from './netns.js';
 import { connectSession, startLocalCommand, type TestSession } from './session-client.js';
 import { httpGet, keepAliveAgent } from './http.js';
-import { MIRROR_BUFFER_LIMIT } from '../../agent/mirror.js';
+import { MIRROR_BUFFER_LIMIT } from '../../agent/incoming/mirror.js';
 
 const run = requireRoot('agent mirror');
 

@@ -6,7 +6,7 @@ import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { createLog } from '../../agent/log.js';
-import { NftOwner, OwnedTable, probeOwnedTables, redirectRequest } from '../../agent/nft-owned.js';
+import { NftOwner, OwnedTable, probeOwnedTables, redirectRequest } from '../../agent/native/nft-owned.js';
 import { requireRoot } from '../helpers/root.js';
 import { sh, waitFor } from './netns.js';
 

@@ -8,7 +8,7 @@ import { mkdirSync, mkdtempSync, readlinkSync, rmSync, symlinkSync, writeFileSyn
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { readTargetFile } from '../../agent/target.js';
+import { readTargetFile } from '../../agent/files/open-in-target.js';
 import { requireRoot } from '../helpers/root.js';
 import { waitFor } from './netns.js';
 

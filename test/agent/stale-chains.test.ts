@@ -6,8 +6,8 @@ import { existsSync, rmSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { jumpRuleNumber } from '../../agent/iptables.js';
-import { GUARD_SCRIPT } from '../../agent/guard.js';
+import { jumpRuleNumber } from '../../agent/incoming/iptables.js';
+import { GUARD_SCRIPT } from '../../agent/incoming/chain-guard.js';
 import { requireRoot } from '../helpers/root.js';
 import { sh, waitFor } from './netns.js';
 

@@ -101,8 +101,9 @@ describe('npm pack', () => {
   });
 
   it('installs globally and runs: --version is the package version, exec --help answers', async () => {
-    // --version prints AGENT_VERSION, the tag of the default agent image (shared/agent-contract.ts; agent/units.test.ts
-    // keeps it equal to package.json): the installed command asks for the agent image of its own release.
+    // --version prints AGENT_VERSION, the tag of the default agent image (shared/agent-contract.ts;
+    // shared/agent-contract.test.ts keeps it equal to package.json): the installed command asks for the agent image of
+    // its own release.
     const devop = join(prefix, 'bin', 'devop');
     expect((await ok(devop, ['--version'], dir)).trim()).toBe(version);
     const help = await ok(devop, ['exec', '--help'], dir);

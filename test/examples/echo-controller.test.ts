@@ -12,7 +12,7 @@ import { KubeConfig, Watch } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { requireRoot } from '../helpers/root.js';
 import { agentImageEnv, externalTarget, startTargetCluster, type TargetCluster } from '../helpers/target-cluster.js';
-import { ANSWERED_IDLE_CLOSE_MS } from '../../agent/answer-fallback.js';
+import { ANSWERED_IDLE_CLOSE_MS } from '../../agent/incoming/answer-fallback.js';
 import { LEASE_DURATION_SECONDS } from '../../cli/kube/steal-lease.js';
 import { Kubectl, LocalProcess, eventually, freePort } from './harness.js';
 

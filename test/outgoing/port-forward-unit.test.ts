@@ -5,7 +5,7 @@ import { randomBytes, createHash } from 'node:crypto';
 import { connect, type Socket } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLog } from '../../agent/log.js';
-import { serveOutgoing } from '../../agent/streams.js';
+import { serveOutgoing } from '../../agent/outgoing/connect.js';
 import { createLocalDialer, type ClusterDialer } from '../../cli/outgoing/dialer.js';
 import { createMuxDialer } from '../../cli/outgoing/mux-dialer.js';
 import type { ReportEvent, Reporter } from '../../cli/reporter.js';

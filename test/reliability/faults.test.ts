@@ -5,7 +5,7 @@
 // table) is left in the pod's netns.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AGENT_ANNOTATIONS, chainName } from '../../shared/agent-contract.js';
-import { tableName } from '../../agent/nft-owned.js';
+import { tableName } from '../../agent/native/nft-owned.js';
 import { requireRoot } from '../helpers/root.js';
 import {
   type DevopRun,

@@ -1,11 +1,11 @@
 // The agent's native data path: devop-splice (agent/native/splice.c), one long-lived child beside devop-nft. A session
 // that lists native-splice opens a second port of its port-forward to it and joins with its session id; a port whose
 // traffic all goes to one such session's whole steal is then redirected to a listener of devop-splice, which moves the
-// bytes in C (agent/ports.ts decides, per port). The agent keeps everything else: handshakes, filters, mirrors,
-// fallbacks, several sessions on a port — and, when devop-splice is gone, the whole steals too.
+// bytes in C (agent/incoming/ports.ts decides, per port). The agent keeps everything else: handshakes, filters,
+// mirrors, fallbacks, several sessions on a port — and, when devop-splice is gone, the whole steals too.
 import { dirname, join } from 'node:path';
 import { LineChild } from './line-child.js';
-import type { AgentLog } from './log.js';
+import type { AgentLog } from '../log.js';
 
 /** The program: next to the agent's bundle (/opt/devop in the image, dist/ in a checkout). */
 export function spliceProgram(): string {

@@ -5,11 +5,11 @@ import { createServer as createTcpServer, connect, type Server, type Socket } fr
 import type { Duplex } from 'node:stream';
 import type { FilteredRequests } from './http-filter.js';
 import { relayWithFallback } from './answer-fallback.js';
-import type { AgentLog } from './log.js';
+import type { AgentLog } from '../log.js';
 import { MirroredConnection } from './mirror.js';
 import { originOf, resetStream, type IncomingStream, type PortSubscription } from './subscription.js';
-import { joinBothWays } from '../shared/splice.js';
-import { MuxStream } from '../shared/mux-stream.js';
+import { joinBothWays } from '../../shared/splice.js';
+import { MuxStream } from '../../shared/mux-stream.js';
 
 export class PortRedirect {
   private readonly server: Server;
@@ -23,7 +23,9 @@ export class PortRedirect {
   /** False while the port's packet capture makes the mirror copies: forwarded connections are then not copied again. */
   copiesMirrors = true;
 
-  /** `subs` is the port's subscription list, shared with its owner (agent/ports.ts), which changes it in place. */
+  /**
+   * `subs` is the port's subscription list, shared with its owner (agent/incoming/ports.ts), which changes it in place.
+   */
   constructor(
     readonly port: number,
     readonly subs: PortSubscription[],
@@ -35,7 +37,7 @@ export class PortRedirect {
     this.server.on('error', (err) => log.warn('redirect listener failed', { port, error: err.message }));
   }
 
-  /** Before the port's first filtered steal counts: loads the HTTP routing (agent/http-filter.ts) for it. */
+  /** Before the port's first filtered steal counts: loads the HTTP routing (agent/incoming/http-filter.ts) for it. */
   async enableFilters(): Promise<void> {
     if (this.http) return;
     const { FilteredRequests } = await import('./http-filter.js');
@@ -51,7 +53,7 @@ export class PortRedirect {
   /**
    * Every address of the pod netns: a redirect in nat PREROUTING delivers to the primary address of the interface the
    * connection came in on (a listener on 127.0.0.1 would get nothing). What keeps direct connections to this port out
-   * is the guard the port table adds before the rule (agent/ports.ts): only redirected connections get here.
+   * is the guard the port table adds before the rule (agent/incoming/ports.ts): only redirected connections get here.
    */
   listen(): Promise<number> {
     return new Promise((resolve, reject) => {

@@ -1,11 +1,11 @@
-// The agent's redirect rules: backend detection (an owned nft table when the kernel allows it, else iptables nft
-// vs legacy), the owned table (agent/nft-owned.ts) or one DEVOP-<id> chain jumped to from PREROUTING with one REDIRECT
-// per stolen port, and the removal of stale chains whose agent is gone.
+// The agent's redirect rules: backend detection (an owned nft table when the kernel allows it, else iptables nft vs
+// legacy), the owned table (agent/native/nft-owned.ts) or one DEVOP-<id> chain jumped to from PREROUTING with one
+// REDIRECT per stolen port, and the removal of stale chains whose agent is gone.
 import { connect } from 'node:net';
-import { CHAIN_PREFIX, chainName } from '../shared/agent-contract.js';
-import { run, runOk, type RunResult } from './exec.js';
-import { createLog, type AgentLog } from './log.js';
-import { OwnedTable, probeOwnedTables } from './nft-owned.js';
+import { CHAIN_PREFIX, chainName } from '../../shared/agent-contract.js';
+import { run, runOk, type RunResult } from './tools.js';
+import { createLog, type AgentLog } from '../log.js';
+import { OwnedTable, probeOwnedTables } from '../native/nft-owned.js';
 
 /**
  * nft-owned: the agent's own nftables table, which the kernel removes when the agent dies; nft/legacy: iptables +
@@ -53,7 +53,10 @@ export function livenessSocket(agentId: string): string {
   return `\0devop-agent-${agentId}`;
 }
 
-/** The jump from PREROUTING to an agent's chain, but the chain (constant words: agent/guard.ts's script holds them). */
+/**
+ * The jump from PREROUTING to an agent's chain, but the chain (constant words: agent/incoming/chain-guard.ts's script
+ * holds them).
+ */
 export const JUMP_WORDS = ['PREROUTING', '-p', 'tcp', '-m', 'comment', '--comment', 'devop', '-j'] as const;
 
 /** The jump from PREROUTING to the agent's chain, as iptables arguments (same words for -I and -D). */
@@ -163,7 +166,7 @@ export class AgentChain {
   }
 
   /**
-   * The owned table's guard of a listener port (agent/nft-owned.ts): only redirected connections reach it. The
+   * The owned table's guard of a listener port (agent/native/nft-owned.ts): only redirected connections reach it. The
    * iptables fallback (kernels before 5.12) has none: resolves false.
    */
   async guardListener(listenerPort: number): Promise<boolean> {

@@ -1,8 +1,8 @@
 // DNS as the target pod sees it: its resolv.conf (nameservers, search domains, ndots) and /etc/hosts, read from the
-// target container's filesystem (inside its root: agent/target.ts) and queried from the pod's netns.
+// target container's filesystem (inside its root: agent/files/open-in-target.ts) and queried from the pod's netns.
 import { isIP } from 'node:net';
-import { readFile } from './files.js';
-import { readTargetFile } from './target.js';
+import { readFile } from '../fs-calls.js';
+import { readTargetFile } from '../files/open-in-target.js';
 
 export interface ResolvConf {
   nameservers: string[];

@@ -17,9 +17,9 @@ import {
   type IncomingTarget,
   type PortSubscription,
 } from './subscription.js';
-import type { AgentLog } from './log.js';
-import { joinBothWays } from '../shared/splice.js';
-import { MAX_REQUEST_HEAD_BYTES } from '../shared/filter-regex.js';
+import type { AgentLog } from '../log.js';
+import { joinBothWays } from '../../shared/splice.js';
+import { MAX_REQUEST_HEAD_BYTES } from '../../shared/filter-regex.js';
 
 export interface HttpRouting {
   port: number;

@@ -3,8 +3,8 @@
 // what a session hears of a copy that had to be dropped.
 import { PassThrough } from 'node:stream';
 import { describe, expect, test } from 'vitest';
-import type { TrafficEvent } from '../shared/protocol.js';
-import { createLog } from './log.js';
+import type { TrafficEvent } from '../../shared/protocol.js';
+import { createLog } from '../log.js';
 import { MirroredConnection } from './mirror.js';
 import type { IncomingOpen, PortSubscription } from './subscription.js';
 import { LINKTYPE, PcapReader, TCP_FLAGS, type TcpSegment } from './pcap.js';

@@ -1,6 +1,6 @@
 // Runs the agent's helper programs (iptables, conntrack, ss) and says clearly when one is missing or fails.
 import { execFile } from 'node:child_process';
-import { UserError } from '../shared/errors.js';
+import { UserError } from '../../shared/errors.js';
 
 export interface RunResult {
   code: number;

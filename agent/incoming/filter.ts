@@ -1,8 +1,8 @@
 // HTTP filters of filtered steals, compiled once per subscription: header / path regex (RE2, matched in linear time:
-// shared/filter-regex.ts) and method, all-of or any-of. Loaded with the port's first filter (agent/ports.ts).
-import { UserError } from '../shared/errors.js';
-import { compileFilterRegex, compileHeaderFilter, type FilterRegex } from '../shared/filter-regex.js';
-import type { HttpFilter } from '../shared/protocol.js';
+// shared/filter-regex.ts) and method, all-of or any-of. Loaded with the port's first filter (agent/incoming/ports.ts).
+import { UserError } from '../../shared/errors.js';
+import { compileFilterRegex, compileHeaderFilter, type FilterRegex } from '../../shared/filter-regex.js';
+import type { HttpFilter } from '../../shared/protocol.js';
 import type { RequestMatcher } from './subscription.js';
 
 export { describeFilter, type RequestHead, type RequestMatcher } from './subscription.js';

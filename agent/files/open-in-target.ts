@@ -1,59 +1,9 @@
-// The target container as seen from the agent: its PID (found by container ID in /proc/*/cgroup), env and files (read
-// inside its root by devop-open).
+// The target container's files, read inside its root by devop-open (agent/native/open-in-root.c): what a session's
+// file streams (agent/files/serve-file.ts) and the pod's DNS files (agent/outgoing/dns.ts) read.
 import { spawn } from 'node:child_process';
 import { dirname, join } from 'node:path';
 import { PassThrough, type Readable } from 'node:stream';
-import { readdir, readFile } from './files.js';
-import { bareContainerId } from '../shared/agent-contract.js';
-import { UserError } from '../shared/errors.js';
-
-/** Finds the lowest PID whose cgroup path names the container (the container's first process is its lowest PID). */
-export async function findContainerPid(containerId: string, procRoot = '/proc'): Promise<number> {
-  const id = bareContainerId(containerId).toLowerCase();
-  if (!/^[0-9a-f]{12,128}$/.test(id)) {
-    throw new UserError(
-      `container ID "${containerId}" is not a runtime://<hex> container ID`,
-      'pass the containerID from the pod status (containerd://…)',
-    );
-  }
-  let best: number | undefined;
-  for (const entry of await readdir(procRoot)) {
-    if (!/^\d+$/.test(entry)) continue;
-    const pid = Number(entry);
-    if (pid === process.pid || (best !== undefined && pid >= best)) continue;
-    let cgroup: string;
-    try {
-      cgroup = await readFile(join(procRoot, entry, 'cgroup'), 'utf8');
-    } catch {
-      continue; // the process ended while we scanned
-    }
-    if (cgroup.toLowerCase().includes(id)) best = pid;
-  }
-  if (best === undefined) {
-    throw new UserError(
-      `no process of container ${id.slice(0, 12)} is visible in ${procRoot}`,
-      "run the agent with hostPID on the target pod's node (job mode), or as an ephemeral container targeting the " +
-        'container',
-    );
-  }
-  return best;
-}
-
-/** The container's effective environment, read from /proc/PID/environ (NUL-separated KEY=VALUE). */
-export async function readTargetEnv(pid: number | undefined, procRoot = '/proc'): Promise<Record<string, string>> {
-  const raw =
-    pid === undefined
-      ? Object.entries(process.env)
-          .map(([k, v]) => `${k}=${v}`)
-          .join('\0')
-      : await readFile(join(procRoot, String(pid), 'environ'), 'utf8');
-  const env: Record<string, string> = {};
-  for (const pair of raw.split('\0')) {
-    const eq = pair.indexOf('=');
-    if (eq > 0) env[pair.slice(0, eq)] = pair.slice(eq + 1);
-  }
-  return env;
-}
+import { UserError } from '../../shared/errors.js';
 
 /** The helper that opens a file inside the target's root (agent/native/open-in-root.c), next to the agent's bundle. */
 export function openProgram(): string {

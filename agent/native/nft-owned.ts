@@ -8,7 +8,7 @@
 import { randomBytes } from 'node:crypto';
 import { dirname, join } from 'node:path';
 import { LineChild } from './line-child.js';
-import type { AgentLog } from './log.js';
+import type { AgentLog } from '../log.js';
 
 /** nftables table names of agents: devop_<agentId> (family ip). */
 export const TABLE_PREFIX = 'devop_';

@@ -3,7 +3,7 @@
 import type { IncomingHttpHeaders } from 'node:http';
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
-import type { HttpFilter, StealMode, StreamOpen, TrafficEvent } from '../shared/protocol.js';
+import type { HttpFilter, StealMode, StreamOpen, TrafficEvent } from '../../shared/protocol.js';
 
 /** What a filter looks at in a request. */
 export interface RequestHead {
@@ -12,7 +12,7 @@ export interface RequestHead {
   headers: IncomingHttpHeaders;
 }
 
-/** A compiled filter (agent/filter.ts). */
+/** A compiled filter (agent/incoming/filter.ts). */
 export type RequestMatcher = (req: RequestHead) => boolean;
 
 export type IncomingOpen = Extract<StreamOpen, { kind: 'incoming' }>;

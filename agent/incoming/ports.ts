@@ -1,15 +1,15 @@
 // The agent's stolen/mirrored ports: subscriptions per port, port locks, and what each port needs for them — a redirect
 // rule + listener while it has a steal, a packet capture while it has mirrors (or, without capture, the redirect
 // again).
-import { readFile } from './files.js';
-import { AGENT_ENV, type AgentCapability } from '../shared/agent-contract.js';
-import { isUserError } from '../shared/errors.js';
-import { effectiveCapabilities, missingCapabilityError } from './capabilities.js';
-import type { ClientMessage } from '../shared/protocol.js';
+import { readFile } from '../fs-calls.js';
+import { AGENT_ENV, type AgentCapability } from '../../shared/agent-contract.js';
+import { isUserError } from '../../shared/errors.js';
+import { effectiveCapabilities, missingCapabilityError } from '../capabilities.js';
+import type { ClientMessage } from '../../shared/protocol.js';
 import { flushConnections } from './flush.js';
 import { PortCapture } from './capture.js';
-import type { AgentLog } from './log.js';
-import type { NativeSplice } from './native-splice.js';
+import type { AgentLog } from '../log.js';
+import type { NativeSplice } from '../native/native-splice.js';
 import { PortRedirect } from './port-redirect.js';
 import { describeFilter, type IncomingTarget, type PortSubscription, type RequestMatcher } from './subscription.js';
 
@@ -20,8 +20,8 @@ export type SubscribeResult =
   | { ok: false; reason: string; hint?: string; holder?: { user: string; host: string; since: string } };
 
 /**
- * Where the agent's redirect rules live: an owned nft table (agent/nft-owned.ts) or an iptables chain
- * (agent/iptables.ts).
+ * Where the agent's redirect rules live: an owned nft table (agent/native/nft-owned.ts) or an iptables chain
+ * (agent/incoming/iptables.ts).
  */
 export interface RedirectRules {
   addRedirect(port: number, listenerPort: number, skipSource?: string): Promise<void>;
@@ -96,7 +96,7 @@ export class PortTable {
   /** Why mirror copies come from the agent's forward rather than a capture; said once in the log. */
   private noCapture: string | undefined;
   private noCaptureSaid = false;
-  /** The native data path, while it runs (agent/native-splice.ts). */
+  /** The native data path, while it runs (agent/native/native-splice.ts). */
   native: NativeSplice | undefined;
   /** The agent is stopping and its rules are gone: nothing is routed any more. */
   private rulesRemoved = false;

@@ -1,6 +1,6 @@
-// Rebuilds the client→server byte stream of each TCP connection from captured segments (agent/pcap.ts): in order, with
-// retransmits trimmed and a bounded out-of-order buffer. Pure (the caller passes the time), so synthetic segments test
-// it.
+// Rebuilds the client→server byte stream of each TCP connection from captured segments (agent/incoming/pcap.ts): in
+// order, with retransmits trimmed and a bounded out-of-order buffer. Pure (the caller passes the time), so synthetic
+// segments test it.
 import { TCP_FLAGS, type TcpSegment } from './pcap.js';
 
 export interface FlowKey {

@@ -5,8 +5,8 @@
 // connection and answers with a reset. So the flush (1) aborts the app's established sockets on the port (ss -K: the
 // kernel sends the client a RST at once and frees the app's socket) and (2) deletes the port's conntrack entries.
 // Either way a keep-alive client sees its connection reset and its next connection is stolen.
-import { run } from './exec.js';
-import type { AgentLog } from './log.js';
+import { run } from './tools.js';
+import type { AgentLog } from '../log.js';
 
 export async function flushConnections(port: number, log: AgentLog): Promise<void> {
   const killed = await run('ss', ['-K', '-H', '-t', 'state', 'established', `( sport = :${port} )`]).catch(

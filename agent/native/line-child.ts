@@ -5,7 +5,7 @@
 import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { isAbsolute } from 'node:path';
-import type { AgentLog } from './log.js';
+import type { AgentLog } from '../log.js';
 
 /**
  * How long one request may take. A helper answers in microseconds and bounds its own waits; one that does not answer

@@ -5,8 +5,8 @@
 // small).
 import { readFileSync } from 'node:fs';
 import { request } from 'node:https';
-import { GUARD_ENV, restorePatch, type ReplacedWorkload } from '../shared/replace-contract.js';
-import type { AgentLog } from './log.js';
+import { GUARD_ENV, restorePatch, type ReplacedWorkload } from '../../shared/replace-contract.js';
+import type { AgentLog } from '../log.js';
 
 const SA_DIR = '/var/run/secrets/kubernetes.io/serviceaccount';
 /** How often the guard reads the Lease: the restore follows the expiry within this much. */

@@ -1,8 +1,9 @@
 // Mirror copies of a connection: the client's bytes go to each mirroring session a moment after they went to the app,
 // coalesced, so that the copy never competes with the original exchange; a session that falls behind loses the copy,
-// not the pod. The bytes come from the packet capture (agent/capture.ts) or, without it, from the agent's own forward.
-import type { TrafficEvent } from '../shared/protocol.js';
-import type { AgentLog } from './log.js';
+// not the pod. The bytes come from the packet capture (agent/incoming/capture.ts) or, without it, from the agent's own
+// forward.
+import type { TrafficEvent } from '../../shared/protocol.js';
+import type { AgentLog } from '../log.js';
 import type { IncomingStream, PortSubscription } from './subscription.js';
 
 /**

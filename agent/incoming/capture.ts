@@ -1,12 +1,12 @@
 // Mirror by packet capture: one capture process per mirrored port (devop-capture, agent/native/capture.c), in the pod's
 // netns (the agent's own), copies the packets that clients send to the port; the agent rebuilds each connection's bytes
-// (agent/pcap.ts, agent/tcp-flows.ts) and sends them to the mirroring sessions. The agent is not in the pod's data
-// path: when it falls behind, the kernel drops captured packets (that connection's copy is dropped and its sessions
-// told), never the pod's.
+// (agent/incoming/pcap.ts, agent/incoming/tcp-flows.ts) and sends them to the mirroring sessions. The agent is not in
+// the pod's data path: when it falls behind, the kernel drops captured packets (that connection's copy is dropped and
+// its sessions told), never the pod's.
 import { spawn, type ChildProcessByStdio } from 'node:child_process';
 import { dirname, join } from 'node:path';
 import type { Readable, Writable } from 'node:stream';
-import type { AgentLog } from './log.js';
+import type { AgentLog } from '../log.js';
 import { MirroredConnection } from './mirror.js';
 import { PcapReader } from './pcap.js';
 import type { PortSubscription } from './subscription.js';
@@ -70,7 +70,10 @@ export class PortCapture {
   private closed = false;
   private nextConn = 0;
 
-  /** `subs` is the port's subscription list (agent/ports.ts); `onFail` hears of a capture that stopped by itself. */
+  /**
+   * `subs` is the port's subscription list (agent/incoming/ports.ts); `onFail` hears of a capture that stopped by
+   * itself.
+   */
   constructor(
     readonly port: number,
     private readonly subs: PortSubscription[],

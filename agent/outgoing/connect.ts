@@ -1,12 +1,10 @@
-// Streams a session opens: outgoing TCP connections from the pod's netns, and reads of files in the target's
-// filesystem.
+// The local command's outgoing TCP connections, opened from the pod's netns: the host is resolved as the pod would
+// (agent/outgoing/dns.ts), then the session's stream and the socket are spliced.
 import { connect } from 'node:net';
-import type { MuxStream } from '../shared/mux.js';
-import { spliceSocket } from '../shared/splice.js';
+import type { MuxStream } from '../../shared/mux.js';
+import { spliceSocket } from '../../shared/splice.js';
 import { resolveInPod } from './dns.js';
-import { deniedByCapabilities } from './capabilities.js';
-import { openInTarget, type TargetFile } from './target.js';
-import type { AgentLog } from './log.js';
+import type { AgentLog } from '../log.js';
 
 /** Bound on the connect: the caller is a local command waiting in connect(), and pods' DNS may be slow. */
 const CONNECT_TIMEOUT_MS = 10_000;
@@ -51,27 +49,4 @@ export async function serveOutgoing(
     });
   });
   stream.on('error', () => socket.destroy());
-}
-
-export async function serveFile(stream: MuxStream, path: string, pid: number): Promise<void> {
-  stream.on('error', () => undefined);
-  stream.resume(); // nothing to read from the CLI on a file stream
-  let file: TargetFile;
-  try {
-    file = await openInTarget(pid, path);
-  } catch (err) {
-    const code = (err as NodeJS.ErrnoException).code ?? 'EINVAL';
-    if (code === 'EISDIR') {
-      stream.reset(`EISDIR: ${path} is a directory`);
-      return;
-    }
-    const denied = deniedByCapabilities(err, `reading ${path} in the target container`);
-    const detail = denied ? `${denied.message} (${denied.hint})` : (err as Error).message;
-    stream.reset(`${code}: ${path}: ${detail}`);
-    return;
-  }
-  stream.accept({ size: file.size });
-  stream.on('error', () => file.close());
-  file.content.once('error', (err: NodeJS.ErrnoException) => stream.reset(`${err.code ?? 'EIO'}: ${path}`));
-  file.content.pipe(stream);
 }

@@ -4,12 +4,12 @@
 import { spawn } from 'node:child_process';
 import type { Writable } from 'node:stream';
 import { iptablesBinary, isOwnChain, JUMP_WORDS, type IptablesBackend } from './iptables.js';
-import type { AgentLog } from './log.js';
+import type { AgentLog } from '../log.js';
 
 /**
  * The guard's script, a constant: the iptables program and the chain reach it as its positional parameters ($1, $2),
  * which sh expands as words and never parses as code. -D removes one copy per call: loop until none is left (at most
- * 64, as agent/iptables.ts's removeChain), then empty and delete the chain.
+ * 64, as agent/incoming/iptables.ts's removeChain), then empty and delete the chain.
  */
 export const GUARD_SCRIPT =
   `trap '' INT TERM HUP; cat >/dev/null; n=0; ` +

@@ -6,7 +6,7 @@
 // command's or the pod's), so that the client's next request comes on a new connection: one that can fall back in its
 // turn, or that goes to the local command again once it answers.
 import { connect, type Socket } from 'node:net';
-import { joinBothWays } from '../shared/splice.js';
+import { joinBothWays } from '../../shared/splice.js';
 import { resetStream, type IncomingStream } from './subscription.js';
 
 /**
