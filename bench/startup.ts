@@ -9,13 +9,13 @@ import {
   LOCAL_SERVER_COMMAND,
   DevopRun,
   deployEcho,
-  freePort,
   startE2ECluster,
   startPodClient,
-  waitFor,
   type PodClient,
-} from '../test/e2e/harness.js';
+} from '../testkit/e2e.js';
 import { teardownOnInterrupt } from './lib/interrupt.js';
+import { waitFor } from '../testkit/wait.js';
+import { freePort } from '../testkit/sockets.js';
 
 /** Between two probe requests: requests overlap, so one lost at the switch-over moment does not delay the result. */
 const PROBE_EVERY_MS = 20;

@@ -24,12 +24,13 @@ import { loadavg } from 'node:os';
 import { basename, join, resolve } from 'node:path';
 import { build } from 'esbuild';
 import { banner, common } from '../scripts/build-options.mjs';
-import { PodNet, waitFor, type Proc } from '../test/agent/netns.js';
-import { connectSession, startLocalCommand } from '../test/agent/session-client.js';
+import { PodNet, type Proc } from '../testkit/netns.js';
+import { connectSession, startLocalCommand } from '../testkit/session-client.js';
 import { AGENT_NODE_FLAGS } from '../shared/agent-contract.js';
 import { agentNode } from './lib/agent-node.js';
 import { cpuMs } from './lib/proc-cpu.js';
 import { teardownOnInterrupt } from './lib/interrupt.js';
+import { waitFor } from '../testkit/wait.js';
 
 const execFileAsync = promisify(execFile);
 /** Requests per second in all, interleaved over the paths (one request every 3.3 ms: each takes ~1 ms or less). */
@@ -187,7 +188,7 @@ async function startIn(children: ChildProcess[], ns: string, cmd: string[], read
     proc.lines.push(...parts);
   });
   const what = `${cmd.find((a) => a.endsWith('.mjs')) ?? cmd[0]} to be ready`;
-  await waitFor(() => proc.lines.some((l) => l.startsWith(ready)) || child.exitCode !== null, what, 60_000);
+  await waitFor(what, () => proc.lines.some((l) => l.startsWith(ready)) || child.exitCode !== null, 60_000);
   if (child.exitCode !== null) throw new Error(`${cmd.join(' ')} exited (code ${child.exitCode})`);
   return proc;
 }
@@ -202,7 +203,7 @@ async function main(): Promise<void> {
     if (CPU_PROF) {
       // A profile is written when its process exits on its own (SIGTERM), not when teardown kills it.
       const exited = (): boolean => children.every((c) => c.exitCode !== null || c.signalCode !== null);
-      await waitFor(exited, 'the profiled processes to exit', 20_000).catch(() => undefined);
+      await waitFor('the profiled processes to exit', exited, 20_000).catch(() => undefined);
     }
     await net.teardown();
   });
@@ -368,7 +369,7 @@ async function main(): Promise<void> {
     const mirroredRequests = (): number =>
       copies().reduce((n, b) => n + b.toString().split('GET /mirrored/').length - 1, 0);
     const sentMirrored = (WARMUP_CYCLES + CYCLES) * PATTERN.filter((p) => p === 'mirrored').length;
-    await waitFor(() => mirroredRequests() >= sentMirrored, 'the mirror copies', 10_000).catch(() => undefined);
+    await waitFor('the mirror copies', () => mirroredRequests() >= sentMirrored, 10_000).catch(() => undefined);
     const dropped = session.messages.filter((m) => m.type === 'log' && /copy of connection .* dropped/.test(m.message));
     console.log(
       `mirror copies: ${mirroredRequests()} of ${sentMirrored} requests sent on the mirrored path, in ` +
@@ -390,7 +391,7 @@ async function main(): Promise<void> {
           .pop()
           ?.split(' ')[1] ?? 0,
       );
-    await waitFor(() => streams() >= HELD_CONNECTIONS, `${HELD_CONNECTIONS} stolen connections at the session`, 30_000);
+    await waitFor(`${HELD_CONNECTIONS} stolen connections at the session`, () => streams() >= HELD_CONNECTIONS, 30_000);
     const answers = (): number[] => {
       const last = held.lines.filter((l) => l.startsWith('ANSWERS ')).pop();
       const m = /^ANSWERS (\d+) CLOSED (\d+)$/.exec(last ?? 'ANSWERS 0 CLOSED 0');

@@ -6,7 +6,8 @@ import { execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { ROOT, DevopRun, deployEcho, startE2ECluster, startPodClient, waitFor } from '../test/e2e/harness.js';
+import { ROOT, DevopRun, deployEcho, startE2ECluster, startPodClient } from '../testkit/e2e.js';
+import { waitFor } from '../testkit/wait.js';
 
 const LOCAL_APP =
   `// A tiny local server: what you would run from your editor.

@@ -14,7 +14,7 @@ import {
   encodeFrame,
 } from './codec.js';
 import { AgentMessage, ClientMessage, StreamAccept, StreamOpen, incomingOpen } from './protocol.js';
-import { AGENT_SAMPLES, CLIENT_SAMPLES, STREAM_OPEN_SAMPLES, prng } from '../test/helpers/protocol-fixtures.js';
+import { AGENT_SAMPLES, CLIENT_SAMPLES, STREAM_OPEN_SAMPLES, prng } from '../testkit/protocol-fixtures.js';
 
 interface Decoded {
   kind: FrameKind;

@@ -5,7 +5,7 @@ import { UserError } from './errors.js';
 import { acceptHello, checkHello, clientHello } from './handshake.js';
 import { createAgentMux, createClientMux, type AgentMux, type ClientMux } from './mux.js';
 import { PROTOCOL_VERSION, type AgentMessage } from './protocol.js';
-import { CLIENT_SAMPLES, duplexPair } from '../test/helpers/protocol-fixtures.js';
+import { CLIENT_SAMPLES, duplexPair } from '../testkit/protocol-fixtures.js';
 
 const client = { user: 'alice', host: 'laptop', pid: 1, devopVersion: '0.1.0' };
 const cleanups: Array<() => void> = [];

@@ -19,9 +19,9 @@ import {
   duplexPair,
   nextEvent,
   prng,
-  socketPair,
   until,
-} from '../test/helpers/protocol-fixtures.js';
+} from '../testkit/protocol-fixtures.js';
+import { socketPair } from '../testkit/sockets.js';
 
 const cleanups: Array<() => void> = [];
 afterEach(() => {

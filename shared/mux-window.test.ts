@@ -12,7 +12,8 @@ import {
   type MuxOptions,
   type MuxStream,
 } from './mux.js';
-import { nextEvent, socketPair, until } from '../test/helpers/protocol-fixtures.js';
+import { nextEvent, until } from '../testkit/protocol-fixtures.js';
+import { socketPair } from '../testkit/sockets.js';
 
 const MiB = 1024 * 1024;
 /** Each way: a 20 ms round trip, a cluster in the same region. */

@@ -17,14 +17,8 @@ import {
 } from './mux.js';
 import { FrameDecoder, FrameKind, encodeFrame } from './codec.js';
 import type { ClientMessage, AgentMessage } from './protocol.js';
-import {
-  AGENT_SAMPLES,
-  CLIENT_SAMPLES,
-  nextEvent,
-  prng,
-  socketPair,
-  until,
-} from '../test/helpers/protocol-fixtures.js';
+import { AGENT_SAMPLES, CLIENT_SAMPLES, nextEvent, prng, until } from '../testkit/protocol-fixtures.js';
+import { socketPair } from '../testkit/sockets.js';
 
 const cleanups: Array<() => void> = [];
 afterEach(() => {

@@ -5,7 +5,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import net from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { adoptOwnReads, connectOwnReads, MAX_BUFFER, MIN_BUFFER, ownReads, type Taken } from './own-reads.js';
-import { nextEvent, until } from '../test/helpers/protocol-fixtures.js';
+import { nextEvent, until } from '../testkit/protocol-fixtures.js';
 
 const cleanups: Array<() => void> = [];
 afterEach(() => {

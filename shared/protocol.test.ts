@@ -3,7 +3,7 @@
 // without `request`, and returns what StreamOpen returns.
 import { describe, expect, it } from 'vitest';
 import { StreamOpen, incomingOpen } from './protocol.js';
-import { STREAM_OPEN_SAMPLES, prng } from '../test/helpers/protocol-fixtures.js';
+import { STREAM_OPEN_SAMPLES, prng } from '../testkit/protocol-fixtures.js';
 
 /** The fields of StreamOpen's `incoming` option, read from the schema: a field added there is generated here too. */
 function incomingFields(): string[] {

@@ -7,7 +7,8 @@ import { MAX_WINDOW, StreamResetError, createAgentMux, createClientMux, type Mux
 import { MAX_DATA_FRAME } from './codec.js';
 import { adoptOwnReads, connectOwnReads, MAX_BUFFER } from './own-reads.js';
 import { spliceSocket } from './splice.js';
-import { nextEvent, prng, socketPair, until } from '../test/helpers/protocol-fixtures.js';
+import { nextEvent, prng, until } from '../testkit/protocol-fixtures.js';
+import { socketPair } from '../testkit/sockets.js';
 
 /** The most a socket Node reads takes in one read (libuv's 64 KiB buffer). */
 const NODE_READ = 64 * 1024;

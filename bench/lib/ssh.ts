@@ -5,6 +5,7 @@ import { mkdtempSync, rmSync, writeFileSync, mkdirSync, existsSync, copyFileSync
 import net from 'node:net';
 import { tmpdir, userInfo } from 'node:os';
 import { join } from 'node:path';
+import { freePort } from '../../testkit/sockets.js';
 
 export interface SshForward {
   /** The loopback port `ssh -L` listens on; connections there reach the target port through sshd. */
@@ -13,17 +14,6 @@ export interface SshForward {
 }
 
 const READY_DEADLINE_MS = 20_000;
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = net.createServer();
-    srv.once('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const { port } = srv.address() as net.AddressInfo;
-      srv.close(() => resolve(port));
-    });
-  });
-}
 
 function canConnect(port: number): Promise<boolean> {
   return new Promise((resolve) => {
@@ -36,7 +26,7 @@ function canConnect(port: number): Promise<boolean> {
   });
 }
 
-async function waitFor(what: string, proc: ChildProcess, port: number): Promise<void> {
+async function waitForListener(what: string, proc: ChildProcess, port: number): Promise<void> {
   const deadline = Date.now() + READY_DEADLINE_MS;
   while (Date.now() < deadline) {
     if (proc.exitCode !== null) throw new Error(`${what} exited with code ${proc.exitCode}`);
@@ -103,7 +93,7 @@ export async function startSshForward(targetPort: number, cipher?: string): Prom
     });
     procs.push(sshd);
     try {
-      await waitFor('sshd', sshd, sshdPort);
+      await waitForListener('sshd', sshd, sshdPort);
     } catch (err) {
       throw new Error(`${(err as Error).message}: ${sshdLog.trim()}`);
     }
@@ -134,7 +124,7 @@ export async function startSshForward(targetPort: number, cipher?: string): Prom
       { stdio: ['ignore', 'ignore', 'inherit'] },
     );
     procs.push(ssh);
-    await waitFor('ssh -L', ssh, localPort);
+    await waitForListener('ssh -L', ssh, localPort);
     return { localPort, stop };
   } catch (err) {
     await stop();

@@ -10,7 +10,7 @@ import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { requireRoot } from '../../test/helpers/root.js';
+import { requireRoot } from '../../testkit/root.js';
 import { hasCc } from './has-cc.js';
 import { startTunPath, type TunPath } from './tun-path.js';
 

@@ -3,7 +3,7 @@
 // servers on loopback that complete the TLS handshake and then do not answer.
 import { CoreV1Api } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startRoutedApiServer, startStalledApiServer, type FakeApiServer } from '../../test/helpers/stalled-api.js';
+import { startRoutedApiServer, startStalledApiServer, type FakeApiServer } from '../../testkit/stalled-api.js';
 import { isUserError } from '../../shared/errors.js';
 import { loadKubeConfig } from './config.js';
 import { apiCall } from './errors.js';

@@ -9,9 +9,9 @@ import { CoreV1Api, KubeConfig } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startCluster, type ClusterHandle } from '../../standin/index.js';
 import { localRuntime } from '../../standin/local-runtime.js';
-import { waitFor } from '../../standin/apiserver/testing.js';
 import { UserError } from '../../shared/errors.js';
 import { openPortForward, openPortForwards, PortForwardError } from './tunnel.js';
+import { waitFor } from '../../testkit/wait.js';
 
 const ECHO_PORT = 7000;
 const FLIP_PORT = 7001;

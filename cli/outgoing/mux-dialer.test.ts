@@ -4,10 +4,11 @@
 import { connect as netConnect } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createAgentMux, createClientMux, type AgentMux, type ClientMux, type MuxStream } from '../../shared/mux.js';
-import { socketPair, startTcpEcho, type Closable } from '../../test/outgoing/helpers.js';
+import { startTcpEcho, type Closable } from '../../testkit/outgoing.js';
 import { DialError } from './dialer.js';
 import { createMuxDialer, type DialledStream } from './mux-dialer.js';
 import { startOutgoingProxy } from './proxy.js';
+import { socketPair } from '../../testkit/sockets.js';
 
 /** An agent stand-in: knows echo.default (→ 127.0.0.1) and one file. */
 function serveAgentSide(mux: AgentMux): void {
@@ -85,10 +86,14 @@ describe('mux dialer (real Mux, agent conventions)', () => {
 
   beforeAll(async () => {
     echo = await startTcpEcho();
-    const pair = await socketPair();
-    closers.push(pair.close);
-    clientMux = createClientMux(pair.client);
-    agentMux = createAgentMux(pair.agent);
+    const ends: Array<() => void> = [];
+    const [clientEnd, agentEnd] = await socketPair(ends);
+    for (const socket of [clientEnd, agentEnd]) socket.on('error', () => undefined);
+    closers.push(async () => {
+      for (const end of ends) end();
+    });
+    clientMux = createClientMux(clientEnd);
+    agentMux = createAgentMux(agentEnd);
     serveAgentSide(agentMux);
   });
   afterAll(async () => {
@@ -202,9 +207,13 @@ describe('mux dialer (real Mux, agent conventions)', () => {
 
   it('fails fast with ENOTCONN once the tunnel is closed', async () => {
     // Given a client mux whose connection is closed
-    const pair = await socketPair();
-    closers.push(pair.close);
-    const mux = createClientMux(pair.client);
+    const ends: Array<() => void> = [];
+    const [clientEnd, agentEnd] = await socketPair(ends);
+    for (const socket of [clientEnd, agentEnd]) socket.on('error', () => undefined);
+    closers.push(async () => {
+      for (const end of ends) end();
+    });
+    const mux = createClientMux(clientEnd);
     const dialer = createMuxDialer(mux);
     mux.close('test over');
     const err = await dialer.connect('echo.default', 80).catch((e: unknown) => e);

@@ -5,7 +5,7 @@ import { execFile } from 'node:child_process';
 import { connect, type Socket } from 'node:net';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { exchange, recordingDialer, startHttpEcho, type Closable } from '../../test/outgoing/helpers.js';
+import { exchange, recordingDialer, startHttpEcho, type Closable } from '../../testkit/outgoing.js';
 import { createLocalDialer } from './dialer.js';
 import { outgoingEnv } from './env.js';
 import { startOutgoingProxy, type OutgoingProxy } from './proxy.js';

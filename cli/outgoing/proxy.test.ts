@@ -3,7 +3,7 @@
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { exchange, recordingDialer, startHttpEcho, startTcpEcho, type Closable } from '../../test/outgoing/helpers.js';
+import { exchange, recordingDialer, startHttpEcho, startTcpEcho, type Closable } from '../../testkit/outgoing.js';
 import { DialError, createLocalDialer, type ClusterDialer } from './dialer.js';
 import { startOutgoingProxy, type OutgoingProxy } from './proxy.js';
 import { SocksReply } from './socks5.js';

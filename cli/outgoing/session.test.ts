@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { isUserError } from '../../shared/errors.js';
 import { createLocalDialer, withLocalNames } from './dialer.js';
-import { recordingDialer } from '../../test/outgoing/helpers.js';
+import { recordingDialer } from '../../testkit/outgoing.js';
 import { PRELOAD_CONFIG_ENV } from './control-protocol.js';
 import { apiServerRule, startOutgoing } from './session.js';
 import { fetchRemoteFiles, normalizeRemotePath } from './remote-files.js';

@@ -10,11 +10,11 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   PRELOAD_BUNDLE,
   recordingDialer,
-  runNode,
+  runPreloaded,
   startHttpEcho,
   startTcpEcho,
   type Closable,
-} from '../../test/outgoing/helpers.js';
+} from '../../testkit/outgoing.js';
 import { PRELOAD_CONFIG_ENV } from '../outgoing/control-protocol.js';
 import { createLocalDialer } from '../outgoing/dialer.js';
 import { outgoingEnv } from '../outgoing/env.js';
@@ -122,7 +122,7 @@ describe('Node preload (local proxy, local dialer)', () => {
         res.on('end', () => { console.log(JSON.stringify({ tls: body })); resolve(); });
       }).on('error', reject));
     `;
-    const result = await runNode(source, { ...envFor(), TEST_CA: https.ca });
+    const result = await runPreloaded(source, { ...envFor(), TEST_CA: https.ca });
     expect(result.stderr).toBe('');
     expect(result.code).toBe(0);
     const lines = result.stdout
@@ -154,7 +154,7 @@ describe('Node preload (local proxy, local dialer)', () => {
       });
       socket.on('close', () => console.log(JSON.stringify({ got, peer })));
     `;
-    const result = await runNode(source, envFor());
+    const result = await runPreloaded(source, envFor());
     expect(result.code).toBe(0);
     // The peer the program sees is the one the dialer connected to (in a cluster: the service), not devop's loopback
     // port.
@@ -176,7 +176,7 @@ describe('Node preload (local proxy, local dialer)', () => {
       const v4only = await lookupP('v6.default', { family: 4 });
       console.log(JSON.stringify({ cb, named, v4only }));
     `;
-    const result = await runNode(source, envFor());
+    const result = await runPreloaded(source, envFor());
     expect(result.code).toBe(0);
     expect(JSON.parse(result.stdout)).toEqual({
       cb: { address: '127.0.0.1', family: 4 },
@@ -201,7 +201,7 @@ describe('Node preload (local proxy, local dialer)', () => {
       out.refused = await failure(9, 'echo.default', ['code', 'syscall', 'message']);
       console.log(JSON.stringify(out));
     `;
-    const result = await runNode(source, envFor());
+    const result = await runPreloaded(source, envFor());
     expect(result.code).toBe(0);
     expect(JSON.parse(result.stdout)).toEqual({
       fetch: 'ENOTFOUND',
@@ -227,7 +227,7 @@ describe('Node preload (local proxy, local dialer)', () => {
       socket.on('data', (d) => got += d);
       socket.on('close', () => console.log(JSON.stringify({ got, remote })));
     `;
-    const result = await runNode(source, envFor({ exclude: ['*.corp.test'] }));
+    const result = await runPreloaded(source, envFor({ exclude: ['*.corp.test'] }));
     expect(result.code).toBe(0);
     expect(JSON.parse(result.stdout)).toEqual({ got: 'local bytes', remote: `127.0.0.1:${tcp.port}` });
     expect(dialer.calls.slice(before).filter((call) => call.target.includes('corp.test'))).toEqual([]);
@@ -246,7 +246,7 @@ describe('Node preload (local proxy, local dialer)', () => {
       });
       console.log(JSON.stringify({ viaCluster: viaCluster.url, local }));
     `;
-    const result = await runNode(source, envFor({ include: ['*.default'] }));
+    const result = await runPreloaded(source, envFor({ include: ['*.default'] }));
     expect(result.code).toBe(0);
     expect(JSON.parse(result.stdout)).toEqual({ viaCluster: '/in', local: 'local ok' });
     const asked = dialer.calls.slice(before).map((call) => call.target);
@@ -257,7 +257,7 @@ describe('Node preload (local proxy, local dialer)', () => {
   it('keeps the NODE_OPTIONS the command already had', async () => {
     const env = envFor({}, '--max-old-space-size=123');
     expect(env.NODE_OPTIONS).toMatch(/^--max-old-space-size=123 --import=file:\/\//);
-    const result = await runNode(
+    const result = await runPreloaded(
       // The limit is the old space asked for plus a young generation whose size depends on Node's version (171 MiB in
       // all on Node 20, 315 on 24), far below the default of several GiB either way.
       `import v8 from 'node:v8'; const r = await fetch('http://echo.default:${http.port}/opts'); ` +
@@ -281,7 +281,7 @@ describe('Node preload (local proxy, local dialer)', () => {
       },
     );
     await gone.close();
-    const result = await runNode(
+    const result = await runPreloaded(
       `try { await fetch('http://echo.default:${http.port}/'); } catch (e) { console.log(e.cause?.code); }`,
       env,
     );

@@ -9,12 +9,12 @@ import { join } from 'node:path';
 import { connect as tlsConnect } from 'node:tls';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createAgentMux, createClientMux, type AgentMux, type MuxStream } from '../../shared/mux.js';
-import { socketPair } from '../../test/helpers/protocol-fixtures.js';
 import { incomingStreamHandler } from '../services/incoming.js';
 import { makeSessionCert } from '../process/session-cert.js';
 import { BODY_LIMIT_BYTES, HarRecorder, readHar, type Har } from './har.js';
 import { REDACTED } from './redact.js';
 import { ExchangeRecorder, sniff } from './tap.js';
+import { socketPair } from '../../testkit/sockets.js';
 
 const cleanups: (() => void)[] = [];
 afterEach(() => {

@@ -1,21 +1,11 @@
 // Incoming streams reach 127.0.0.1:<local port> over a real mux on a real socket pair: steal answers go back, mirror
 // answers are dropped, an unreachable local port resets the stream.
-import { createServer, type AddressInfo, type Server, type Socket } from 'node:net';
+import { createServer, type AddressInfo, type Server } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createAgentMux, createClientMux, type AgentMux, type ClientMux, type MuxStream } from '../../shared/mux.js';
-import { until } from '../../test/helpers/protocol-fixtures.js';
+import { until } from '../../testkit/protocol-fixtures.js';
+import { socketPair } from '../../testkit/sockets.js';
 import { incomingStreamHandler } from './incoming.js';
-
-async function socketPair(): Promise<{ a: Socket; b: Socket; close: () => void }> {
-  const server = createServer();
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  const port = (server.address() as AddressInfo).port;
-  const accepted = new Promise<Socket>((r) => server.once('connection', r));
-  const { connect } = await import('node:net');
-  const a = connect({ port, host: '127.0.0.1' });
-  const b = await accepted;
-  return { a, b, close: () => server.close() };
-}
 
 function collect(stream: MuxStream): Promise<string> {
   return new Promise((resolve, reject) => {
@@ -39,9 +29,10 @@ describe('incoming streams', () => {
     localPort: number;
     received: string[];
   }> {
-    const pair = await socketPair();
-    const agent = createAgentMux(pair.a);
-    const client = createClientMux(pair.b);
+    const ends: Array<() => void> = [];
+    const [a, b] = await socketPair(ends);
+    const agent = createAgentMux(a);
+    const client = createClientMux(b);
     const received: string[] = [];
     const local = createServer((s) => {
       let text = '';
@@ -56,7 +47,7 @@ describe('incoming streams', () => {
       agent.close();
       client.close();
       local.close();
-      pair.close();
+      for (const end of ends) end();
     });
     return { agent, client, local, localPort: (local.address() as AddressInfo).port, received };
   }

@@ -7,7 +7,7 @@ import { promisify } from 'node:util';
 import { CoreV1Api, KubeConfig } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startCluster, type ClusterHandle } from '../../standin/index.js';
-import { expectStatus } from '../../standin/apiserver/testing.js';
+import { expectStatus } from '../../testkit/api-requests.js';
 import type { Reporter, ReportEvent } from '../reporter.js';
 import type { Session } from '../session/connect.js';
 import { SERVICE_ACCOUNT_DIR, shadowChildEnvHook } from './kubeconfig.js';

@@ -22,12 +22,13 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket, { WebSocketServer } from 'ws';
 import { becomeLeader } from '../../examples/echo-controller/src/leader.js';
 import { startCluster, type ClusterHandle } from '../../standin/index.js';
-import { startRoutedApiServer } from '../../test/helpers/stalled-api.js';
-import { expectStatus, waitFor } from '../../standin/apiserver/testing.js';
+import { startRoutedApiServer } from '../../testkit/stalled-api.js';
+import { expectStatus } from '../../testkit/api-requests.js';
 import { shadowKubeconfig } from './kubeconfig.js';
 import { makeSessionCert } from '../process/session-cert.js';
 import type { ShadowWrite } from '../reporter.js';
 import { startShadowProxy, type ShadowProxy } from './proxy.js';
+import { waitFor } from '../../testkit/wait.js';
 
 const run = promisify(execFile);
 /** The newest kubectl installed beside the one on the PATH (docs/testing.md). */

@@ -5,10 +5,11 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { connect } from 'node:net';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { ANSWERED_IDLE_CLOSE_MS } from '../../agent/incoming/answer-fallback.js';
-import { requireRoot } from '../helpers/root.js';
-import { PodNet, waitFor, type Proc } from './netns.js';
-import { connectSession, type TestSession } from './session-client.js';
-import { httpGet, keepAliveAgent } from './http.js';
+import { requireRoot } from '../../testkit/root.js';
+import { PodNet, type Proc } from '../../testkit/netns.js';
+import { connectSession, type TestSession } from '../../testkit/session-client.js';
+import { httpGet, keepAliveAgent } from '../../testkit/http.js';
+import { waitFor } from '../../testkit/wait.js';
 
 const run = requireRoot('agent answer fallback');
 
@@ -76,12 +77,10 @@ describe.runIf(run)('agent: steal with an answer deadline', () => {
     expect(took).toBeGreaterThanOrEqual(DEADLINE_MS - 50);
     expect(took).toBeLessThan(DEADLINE_MS + 1500);
     // And the session was told that the pod answered, and why
-    await waitFor(
-      () =>
-        session.traffic.some(
-          (t) => t.kind === 'connection' && t.to === 'pod' && (t.fallbackMs ?? 0) >= DEADLINE_MS && t.phase === 'open',
-        ),
-      'the fallback traffic event',
+    await waitFor('the fallback traffic event', () =>
+      session.traffic.some(
+        (t) => t.kind === 'connection' && t.to === 'pod' && (t.fallbackMs ?? 0) >= DEADLINE_MS && t.phase === 'open',
+      ),
     );
   });
 
@@ -107,7 +106,7 @@ describe.runIf(run)('agent: steal with an answer deadline', () => {
       text += d.toString();
     });
     socket.write('GET /keep HTTP/1.1\r\nHost: pod\r\nConnection: keep-alive\r\n\r\n');
-    await waitFor(() => text.includes('local: GET /keep'), 'the answer');
+    await waitFor('the answer', () => text.includes('local: GET /keep'));
     const answeredAt = Date.now();
     // Then the agent ends it after the idle time (the local command would have kept it for 60 s)
     const endedAt = await ended;

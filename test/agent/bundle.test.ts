@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { AGENT_ENV, AGENT_NODE_FLAGS, TARGET_PID_ARG } from '../../shared/agent-contract.js';
-import { AGENT_BUNDLE } from './netns.js';
+import { AGENT_BUNDLE } from '../../testkit/netns.js';
 
 describe('the agent bundle', () => {
   it("is CommonJS and takes Node's modules through require(), never as ES modules", () => {

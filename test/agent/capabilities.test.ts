@@ -2,10 +2,11 @@
 // (the feature that needs it fails with one line naming the capability; the others keep working).
 import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
 import { AGENT_CAPABILITIES, agentCapabilities, type AgentCapability } from '../../shared/agent-contract.js';
-import { requireRoot } from '../helpers/root.js';
-import { httpGet } from './http.js';
-import { PodNet, waitFor, type AgentProc } from './netns.js';
-import { connectSession, startLocalCommand, type LocalCommand } from './session-client.js';
+import { requireRoot } from '../../testkit/root.js';
+import { httpGet } from '../../testkit/http.js';
+import { PodNet, type AgentProc } from '../../testkit/netns.js';
+import { connectSession, startLocalCommand, type LocalCommand } from '../../testkit/session-client.js';
+import { waitFor } from '../../testkit/wait.js';
 
 const run = requireRoot('agent capabilities');
 
@@ -29,10 +30,10 @@ function logged(agent: AgentProc, msg: string): Array<Record<string, unknown>> {
  * line over the agent's stdout, and either can arrive first.
  */
 function loggedSubscription(agent: AgentProc, mode: string): Promise<Record<string, unknown>> {
-  return waitFor(() => {
+  return waitFor(`the agent's log line for the ${mode} subscription`, () => {
     const last = logged(agent, 'subscribed').at(-1);
     return last?.mode === mode ? last : undefined;
-  }, `the agent's log line for the ${mode} subscription`);
+  });
 }
 
 describe.runIf(run)('agent: the capabilities its manifest asks for', () => {
@@ -60,7 +61,7 @@ describe.runIf(run)('agent: the capabilities its manifest asks for', () => {
         // Already gone: the test ended it.
       }
     }
-    await waitFor(async () => (await net.devopRules()).length === 0, "the agent's rules to go");
+    await waitFor("the agent's rules to go", async () => (await net.devopRules()).length === 0);
   });
   async function startAgent(...args: Parameters<PodNet['startAgent']>): Promise<AgentProc> {
     const agent = await net.startAgent(...args);
@@ -93,7 +94,7 @@ describe.runIf(run)('agent: the capabilities its manifest asks for', () => {
     );
     expect(Buffer.concat(chunks).toString()).toContain(`${net.podIP} pod`);
     process.kill(agent.pid, 'SIGTERM');
-    await waitFor(async () => (await net.devopRules()).length === 0, "the agent's rules to go");
+    await waitFor("the agent's rules to go", async () => (await net.devopRules()).length === 0);
   });
 
   test("with an ephemeral container's set (no SYS_ADMIN): steals, mirrors by capture, reads env and files", async () => {
@@ -122,7 +123,7 @@ describe.runIf(run)('agent: the capabilities its manifest asks for', () => {
     );
     expect(Buffer.concat(chunks).toString()).toContain(`${net.podIP} pod`);
     process.kill(agent.pid, 'SIGTERM');
-    await waitFor(async () => (await net.devopRules()).length === 0, "the agent's rules to go");
+    await waitFor("the agent's rules to go", async () => (await net.devopRules()).length === 0);
   });
 
   test('without NET_ADMIN: stealing is refused with one line naming it; mirroring by capture still works', async () => {
@@ -149,7 +150,7 @@ describe.runIf(run)('agent: the capabilities its manifest asks for', () => {
     );
     expect((await httpGet(client, '/proxied')).body).toBe('pod: GET /proxied');
     process.kill(agent.pid, 'SIGTERM');
-    await waitFor(async () => (await net.devopRules()).length === 0, "the agent's rules to go");
+    await waitFor("the agent's rules to go", async () => (await net.devopRules()).length === 0);
   });
 
   test('without SYS_ADMIN: a job-mode agent stops before it is ready, with one line naming it', async () => {
@@ -174,6 +175,6 @@ describe.runIf(run)('agent: the capabilities its manifest asks for', () => {
     expect((await s.subscribe(3000, 'steal')).type).toBe('subscribed');
     expect((await httpGet(client, '/still')).body).toBe('local: GET /still');
     process.kill(agent.pid, 'SIGTERM');
-    await waitFor(async () => (await net.devopRules()).length === 0, "the agent's rules to go");
+    await waitFor("the agent's rules to go", async () => (await net.devopRules()).length === 0);
   });
 });

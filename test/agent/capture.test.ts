@@ -7,8 +7,9 @@ import { existsSync, readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { PcapReader, TCP_FLAGS, type TcpSegment } from '../../agent/incoming/pcap.js';
-import { requireRoot } from '../helpers/root.js';
-import { PodNet, sh, waitFor } from './netns.js';
+import { requireRoot } from '../../testkit/root.js';
+import { PodNet, sh } from '../../testkit/netns.js';
+import { waitFor } from '../../testkit/wait.js';
 
 const run = requireRoot('agent packet capture');
 const CAPTURE = resolve(import.meta.dirname, '../../dist/devop-capture');
@@ -36,7 +37,7 @@ function startCapture(net: PodNet, cmd: string[]): Capture {
 }
 
 async function listening(capture: Capture): Promise<void> {
-  await waitFor(() => capture.stderr.some((l) => l.startsWith('listening on')), 'the capture to listen');
+  await waitFor('the capture to listen', () => capture.stderr.some((l) => l.startsWith('listening on')));
 }
 
 const curl = (ns: string, url: string): Promise<string> => sh(`ip netns exec ${ns} curl -s -m 5 ${url} || true`);
@@ -53,7 +54,7 @@ describe.runIf(run)('agent: the packet capture program', () => {
     // A second server in the pod, on a port nobody mirrors.
     const other = 'require("http").createServer((q, s) => s.end("other")).listen(3001)';
     spawn('ip', ['netns', 'exec', net.podNs, process.execPath, '-e', other], { stdio: 'ignore' }); // teardown ends it
-    await waitFor(async () => (await curl(net.clientNs, `http://${net.podIP}:3001/`)) === 'other', 'port 3001');
+    await waitFor('port 3001', async () => (await curl(net.clientNs, `http://${net.podIP}:3001/`)) === 'other');
   });
   afterAll(() => net.teardown());
 
@@ -70,9 +71,8 @@ describe.runIf(run)('agent: the packet capture program', () => {
       expect(await curl(net.podNs, 'http://127.0.0.1:3000/from-lo')).toBe('pod: GET /from-lo');
       expect(await curl(net.clientNs, `http://${net.podIP}:3001/other-port`)).toBe('other');
       // Then (once a batch is read) the capture holds the client's packets to :3000, from SYN to FIN, and nothing else
-      await waitFor(
-        () => capture.segments.some((s) => (s.flags & TCP_FLAGS.FIN) !== 0),
-        "the client's FIN in the capture",
+      await waitFor("the client's FIN in the capture", () =>
+        capture.segments.some((s) => (s.flags & TCP_FLAGS.FIN) !== 0),
       );
       capture.child.stdin?.end();
       expect(await capture.exit).toBe(0);
@@ -99,7 +99,7 @@ describe.runIf(run)('agent: the packet capture program', () => {
     // When its parent is killed
     process.kill(shell, 'SIGKILL');
     // Then the capture is gone too
-    await waitFor(() => !existsSync(`/proc/${own}`), 'the capture to exit', 5000);
+    await waitFor('the capture to exit', () => !existsSync(`/proc/${own}`), 5000);
     capture.child.stdin?.end();
   });
 

@@ -6,10 +6,11 @@ import { createServer } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { requireRoot } from '../helpers/root.js';
-import { AGENT_BUNDLE, PodNet, sh, waitFor, type AgentProc } from './netns.js';
-import { connectSession, startLocalCommand, type LocalCommand } from './session-client.js';
-import { httpGet } from './http.js';
+import { requireRoot } from '../../testkit/root.js';
+import { AGENT_BUNDLE, PodNet, sh, type AgentProc } from '../../testkit/netns.js';
+import { connectSession, startLocalCommand, type LocalCommand } from '../../testkit/session-client.js';
+import { httpGet } from '../../testkit/http.js';
+import { waitFor } from '../../testkit/wait.js';
 
 const run = requireRoot('agent faults');
 /** The design's failure rule; the poll below measures it from the kill to the first answer of the pod. */
@@ -49,8 +50,8 @@ describe.runIf(run)('agent: faults', () => {
     // Each attempt is a fresh connection with a short timeout, as a retrying client's would be: a connection caught in
     // the middle of the agent's shutdown must not hide that the next one works.
     await waitFor(
-      async () => (await httpGet(client, '/back', { timeoutMs: 1000 })).body === 'pod: GET /back',
       'the pod to answer again',
+      async () => (await httpGet(client, '/back', { timeoutMs: 1000 })).body === 'pod: GET /back',
       10_000,
     );
     return Date.now() - start;
@@ -80,14 +81,14 @@ describe.runIf(run)('agent: faults', () => {
   }
 
   async function exited(pid: number): Promise<void> {
-    await waitFor(() => {
+    await waitFor(`process ${pid} to exit`, () => {
       try {
         process.kill(pid, 0);
         return false;
       } catch {
         return true;
       }
-    }, `process ${pid} to exit`);
+    });
   }
 
   /** The devop rules left in the pod netns (owned nft table, iptables chains of both backends), as one text. */
@@ -97,7 +98,7 @@ describe.runIf(run)('agent: faults', () => {
 
   /** The agent's rules must be gone within the 2 s of the failure rule (after the pod already answers). */
   async function rulesGone(what: string): Promise<void> {
-    await waitFor(async () => (await net.devopRules()).length === 0, what, RECOVERY_MS);
+    await waitFor(what, async () => (await net.devopRules()).length === 0, RECOVERY_MS);
   }
 
   /** Command lines of the processes left in the pod netns that belong to an agent (its devop-nft, its guard). */
@@ -134,7 +135,7 @@ describe.runIf(run)('agent: faults', () => {
       expect(await timeUntilPodAnswers()).toBeLessThan(RECOVERY_MS);
       await rulesGone('the owned table to go with the agent');
       await exited(agent.pid); // the job-mode parent follows its child
-      await waitFor(async () => (await agentHelpers(agent.agentId)).length === 0, "the agent's devop-nft to exit");
+      await waitFor("the agent's devop-nft to exit", async () => (await agentHelpers(agent.agentId)).length === 0);
     },
   );
 
@@ -153,7 +154,7 @@ describe.runIf(run)('agent: faults', () => {
         (a) => `answered: ${a.body}`,
         (err: Error) => `ended: ${err.message}`,
       );
-      await waitFor(() => held.includes('/held'), 'the local command to hold the request');
+      await waitFor('the local command to hold the request', () => held.includes('/held'));
       // When the agent is told to stop (a deleted agent pod: the kubelet's SIGTERM)
       const stoppedAt = Date.now();
       process.kill(agent.pid, 'SIGTERM');
@@ -215,8 +216,8 @@ describe.runIf(run)('agent: faults', () => {
         expect(await net.devopRules()).toEqual([]);
         expect((await httpGet(client, '/after-term')).body).toBe('pod: GET /after-term');
         await waitFor(
-          async () => (await agentHelpers(agent.agentId)).length === 0,
           "the agent's devop-nft or guard to exit",
+          async () => (await agentHelpers(agent.agentId)).length === 0,
         );
       },
     );
@@ -319,7 +320,7 @@ describe.runIf(run)('agent: faults', () => {
       // When the session says bye, its rule goes
       again.send({ type: 'bye', reason: 'done' });
       await again.closed;
-      await waitFor(async () => !(await rules()).includes('dport 3000'), 'the redirect rule to go');
+      await waitFor('the redirect rule to go', async () => !(await rules()).includes('dport 3000'));
       expect((await httpGet(client, '/s3')).body).toBe('pod: GET /s3');
       process.kill(agent.pid, 'SIGTERM');
       await exited(agent.pid);
@@ -343,14 +344,14 @@ describe.runIf(run)('agent: faults', () => {
     // When the tunnel speaks again before the stall timeout: the session goes on and takes new connections
     session.socket.resume();
     await waitFor(
-      async () => (await httpGet(client, '/after-stall', { timeoutMs: 1000 })).body === 'local: GET /after-stall',
       'the local command to answer once the tunnel speaks again',
+      async () => (await httpGet(client, '/after-stall', { timeoutMs: 1000 })).body === 'local: GET /after-stall',
       5000,
     );
     expect(agent.lines.some((l) => l.includes('tunnel stalled'))).toBe(false);
     // When it stalls for 10 s: the session is taken for disconnected
     session.socket.pause();
-    await waitFor(() => agent.lines.some((l) => l.includes('tunnel stalled')), 'the stall to end the session', 20_000);
+    await waitFor('the stall to end the session', () => agent.lines.some((l) => l.includes('tunnel stalled')), 20_000);
     expect((await httpGet(client, '/after-close')).body).toBe('pod: GET /after-close');
     session.socket.destroy();
     process.kill(agent.pid, 'SIGTERM');

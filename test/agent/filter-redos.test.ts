@@ -2,10 +2,15 @@
 // linear time (RE2), so one hostile request neither stalls the port's other requests nor the agent; patterns that
 // need backtracking (backreferences, lookaround) are refused when they arrive on the wire.
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { requireRoot } from '../helpers/root.js';
-import { PodNet, type AgentProc } from './netns.js';
-import { connectSession, startLocalCommand, type LocalCommand, type TestSession } from './session-client.js';
-import { httpGet } from './http.js';
+import { requireRoot } from '../../testkit/root.js';
+import { PodNet, type AgentProc } from '../../testkit/netns.js';
+import {
+  connectSession,
+  startLocalCommand,
+  type LocalCommand,
+  type TestSession,
+} from '../../testkit/session-client.js';
+import { httpGet } from '../../testkit/http.js';
 
 const run = requireRoot('agent filter regex');
 

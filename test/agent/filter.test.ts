@@ -2,10 +2,16 @@
 // keep-alive connections interleave destinations, upgrades pass through, and port locks name the holder.
 import { connect } from 'node:net';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { requireRoot } from '../helpers/root.js';
-import { PodNet, waitFor, type AgentProc, type Proc } from './netns.js';
-import { connectSession, startLocalCommand, type LocalCommand, type TestSession } from './session-client.js';
-import { httpGet, keepAliveAgent } from './http.js';
+import { requireRoot } from '../../testkit/root.js';
+import { PodNet, type AgentProc, type Proc } from '../../testkit/netns.js';
+import {
+  connectSession,
+  startLocalCommand,
+  type LocalCommand,
+  type TestSession,
+} from '../../testkit/session-client.js';
+import { httpGet, keepAliveAgent } from '../../testkit/http.js';
+import { waitFor } from '../../testkit/wait.js';
 
 const run = requireRoot('agent filter');
 
@@ -71,12 +77,12 @@ describe.runIf(run)('agent: HTTP-filtered steal', () => {
       ]);
       expect(answers.slice(1).every((a) => a.reused)).toBe(true);
       // The pod's log line may trail its answer
-      await waitFor(() => net.podRequests(pod).length >= 2, "the pod's request log");
+      await waitFor("the pod's request log", () => net.podRequests(pod).length >= 2);
       expect(net.podRequests(pod).map((l) => l.split(' ')[2])).toEqual(['/2', '/5']);
       // And alice's session saw her requests as traffic events (method, path, status, to)
       await waitFor(
-        () => alice.traffic.filter((t) => t.kind === 'response' && t.to === 'local').length >= 2,
         'response events',
+        () => alice.traffic.filter((t) => t.kind === 'response' && t.to === 'local').length >= 2,
       );
       const req = alice.traffic.find((t) => t.kind === 'request' && t.path === '/4');
       expect(req).toMatchObject({ method: 'GET', to: 'local', port: 3000 });
@@ -139,13 +145,13 @@ describe.runIf(run)('agent: HTTP-filtered steal', () => {
     const received: Buffer[] = [];
     socket.on('data', (c: Buffer) => received.push(c));
     socket.write('GET /ws HTTP/1.1\r\nHost: pod\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n');
-    await waitFor(() => Buffer.concat(received).toString().includes('\r\n\r\n'), 'the 101 answer');
+    await waitFor('the 101 answer', () => Buffer.concat(received).toString().includes('\r\n\r\n'));
     expect(Buffer.concat(received).toString()).toMatch(/^HTTP\/1.1 101 .*x-served-by: pod/s);
     received.length = 0;
     socket.write('ping-over-upgrade');
     await waitFor(
-      () => Buffer.concat(received).toString() === 'ping-over-upgrade',
       'the echo over the upgraded connection',
+      () => Buffer.concat(received).toString() === 'ping-over-upgrade',
     );
     socket.destroy();
   });
@@ -165,11 +171,11 @@ describe.runIf(run)('agent: HTTP-filtered steal', () => {
     socket.write(
       'GET /ws-alice HTTP/1.1\r\nHost: pod\r\nx-user: alice\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n',
     );
-    await waitFor(() => Buffer.concat(received).toString().includes('\r\n\r\n'), 'the 101 answer');
+    await waitFor('the 101 answer', () => Buffer.concat(received).toString().includes('\r\n\r\n'));
     expect(Buffer.concat(received).toString()).toMatch(/^HTTP\/1.1 101 .*x-served-by: local-alice/s);
     received.length = 0;
     socket.write('hello-alice');
-    await waitFor(() => Buffer.concat(received).toString() === 'hello-alice', 'the echo from the local command');
+    await waitFor('the echo from the local command', () => Buffer.concat(received).toString() === 'hello-alice');
     socket.destroy();
   });
 

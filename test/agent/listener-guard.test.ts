@@ -7,10 +7,16 @@ import { connect } from 'node:net';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { FEATURES } from '../../shared/protocol.js';
-import { requireRoot } from '../helpers/root.js';
-import { PodNet, sh, waitFor, type AgentProc } from './netns.js';
-import { connectSession, startLocalCommand, type LocalCommand, type TestSession } from './session-client.js';
-import { httpGet } from './http.js';
+import { requireRoot } from '../../testkit/root.js';
+import { PodNet, sh, type AgentProc } from '../../testkit/netns.js';
+import {
+  connectSession,
+  startLocalCommand,
+  type LocalCommand,
+  type TestSession,
+} from '../../testkit/session-client.js';
+import { httpGet } from '../../testkit/http.js';
+import { waitFor } from '../../testkit/wait.js';
 
 const exec = promisify(execFile);
 const run = requireRoot('agent listener guard');
@@ -139,10 +145,10 @@ describe.runIf(run)("agent: the native data path's listeners take only redirecte
   test("devop-splice's listener and the agent's own behind it both reset direct connections", async () => {
     // Given a whole steal of :3000 that devop-splice serves (the rule points at its listener)
     expect((await session.subscribe(3000, 'steal')).type).toBe('subscribed');
-    await waitFor(async () => {
+    await waitFor('the port to move to devop-splice', async () => {
       await httpGet(client, '/warm');
       return session.incoming.some((i) => i.native);
-    }, 'the port to move to devop-splice');
+    });
     // When a client of the pod network connects to every port the pod netns listens on at every address, but the app's
     const listening = await sh(`ip netns exec ${net.podNs} ss -Htln`);
     const ports = [...listening.matchAll(/0\.0\.0\.0:(\d+)\s/g)].map((m) => Number(m[1])).filter((p) => p !== 3000);

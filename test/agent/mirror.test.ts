@@ -6,11 +6,12 @@ import { copyFileSync, existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { requireRoot } from '../helpers/root.js';
-import { AGENT_BUNDLE, PodNet, sh, waitFor, type AgentProc, type Proc } from './netns.js';
-import { connectSession, startLocalCommand, type TestSession } from './session-client.js';
-import { httpGet, keepAliveAgent } from './http.js';
+import { requireRoot } from '../../testkit/root.js';
+import { AGENT_BUNDLE, PodNet, sh, type AgentProc, type Proc } from '../../testkit/netns.js';
+import { connectSession, startLocalCommand, type TestSession } from '../../testkit/session-client.js';
+import { httpGet, keepAliveAgent } from '../../testkit/http.js';
 import { MIRROR_BUFFER_LIMIT } from '../../agent/incoming/mirror.js';
+import { waitFor } from '../../testkit/wait.js';
 
 const run = requireRoot('agent mirror');
 
@@ -91,16 +92,14 @@ async function twoSessionsGetTheBytes(s: Setup): Promise<void> {
   expect(a.body).toBe('pod: GET /m-1');
   expect(b.body).toBe('pod: POST /m-2 body=mirror-body');
   // The pod's log line may trail its answer
-  await waitFor(() => s.net.podRequests(s.pod).length >= 2, "the pod's request log");
+  await waitFor("the pod's request log", () => s.net.podRequests(s.pod).length >= 2);
   expect(s.net.podRequests(s.pod).map((l) => l.split(' ')[2])).toEqual(['/m-1', '/m-2']);
   // And each session received the very bytes the client sent, as one mirrored connection
   for (const session of [one, two]) {
-    await waitFor(
-      () =>
-        Buffer.concat(session.incoming.flatMap((i) => i.data))
-          .toString()
-          .includes('mirror-body'),
-      'the mirrored bytes',
+    await waitFor('the mirrored bytes', () =>
+      Buffer.concat(session.incoming.flatMap((i) => i.data))
+        .toString()
+        .includes('mirror-body'),
     );
     expect(session.incoming).toHaveLength(1);
     expect(session.incoming[0].open).toMatchObject({
@@ -114,7 +113,7 @@ async function twoSessionsGetTheBytes(s: Setup): Promise<void> {
   }
   await unsubscribe(one, ids[0]);
   await unsubscribe(two, ids[1]);
-  await waitFor(async () => (await captures(s.net)).length === 0, 'the capture (if any) to go with the last mirror');
+  await waitFor('the capture (if any) to go with the last mirror', async () => (await captures(s.net)).length === 0);
 }
 
 describe.runIf(run)('agent: mirror by packet capture (the default)', () => {
@@ -143,16 +142,15 @@ describe.runIf(run)('agent: mirror by packet capture (the default)', () => {
       const answer = await httpGet(s.client, '/who');
       expect(answer.body).toBe('pod: GET /who');
       // Then the app saw the client's own address (nothing forwarded it), and the session got the copy
-      await waitFor(() => s.net.podRequests(s.pod).find((l) => l.includes('/who')), "the pod's request log");
+      await waitFor("the pod's request log", () => s.net.podRequests(s.pod).find((l) => l.includes('/who')));
       expect(s.net.podRequests(s.pod).find((l) => l.includes('/who'))).toBe(`REQ GET /who from ${s.net.clientIP}`);
-      await waitFor(() => copiesOf(session, 'GET /who ').length === 1, 'the mirrored request');
-      await waitFor(
-        () => session.traffic.some((t) => t.kind === 'connection' && t.phase === 'close' && (t.bytesIn ?? 0) > 0),
-        'the close event with bytes in',
+      await waitFor('the mirrored request', () => copiesOf(session, 'GET /who ').length === 1);
+      await waitFor('the close event with bytes in', () =>
+        session.traffic.some((t) => t.kind === 'connection' && t.phase === 'close' && (t.bytesIn ?? 0) > 0),
       );
       // When the session unsubscribes, the capture goes
       await unsubscribe(session, id);
-      await waitFor(async () => (await captures(s.net)).length === 0, 'the capture to exit');
+      await waitFor('the capture to exit', async () => (await captures(s.net)).length === 0);
     },
   );
 
@@ -173,13 +171,13 @@ describe.runIf(run)('agent: mirror by packet capture (the default)', () => {
       const stolen = await httpGet(s.client, '/both', { method: 'POST', body: 'seen-by-both' });
       // Then the thief's local command answered, and the watcher got the bytes
       expect(stolen.body).toBe('local-a: POST /both body=seen-by-both');
-      await waitFor(() => copiesOf(watcher, 'POST /both ').length === 1, 'the mirrored request');
+      await waitFor('the mirrored request', () => copiesOf(watcher, 'POST /both ').length === 1);
       // When the thief pauses, the agent's listener forwards connections to the app; the capture copies them, the
       // listener must not copy them again
       thief.send({ type: 'pause', port: 3000 });
       await thief.request({ type: 'ping', id: 1, sentAt: Date.now() }, ['pong']); // the pause is in effect
       expect((await httpGet(s.client, '/paused')).body).toBe('pod: GET /paused');
-      await waitFor(() => copiesOf(watcher, 'GET /paused ').length > 0, 'the mirrored request while paused');
+      await waitFor('the mirrored request while paused', () => copiesOf(watcher, 'GET /paused ').length > 0);
       // A second copy, were one made, would have come by now (capture batches ≤ 1 s)
       await new Promise((r) => setTimeout(r, 1500));
       expect(copiesOf(watcher, 'GET /paused ')).toHaveLength(1);
@@ -190,7 +188,7 @@ describe.runIf(run)('agent: mirror by packet capture (the default)', () => {
       expect((await s.net.devopRules()).filter((l) => /dport|redirect|REDIRECT/.test(l))).toEqual([]);
       expect(await captures(s.net)).toHaveLength(1);
       expect((await httpGet(s.client, '/after')).body).toBe('pod: GET /after');
-      await waitFor(() => copiesOf(watcher, 'GET /after ').length === 1, 'the mirrored request after the steal');
+      await waitFor('the mirrored request after the steal', () => copiesOf(watcher, 'GET /after ').length === 1);
       await unsubscribe(watcher, watching);
     },
   );
@@ -207,7 +205,7 @@ describe.runIf(run)('agent: mirror by packet capture (the default)', () => {
     expect(answer.body).toBe(`pod: POST /burst body=${body}`);
     // Then the session received every byte of it, and no copy was dropped
     const copied = (): number => copiesOf(session, 'POST /burst ').reduce((n, b) => n + b.length, 0);
-    await waitFor(() => copied() > body.length, 'the whole mirrored upload', 10_000);
+    await waitFor('the whole mirrored upload', () => copied() > body.length, 10_000);
     expect(copiesOf(session, 'POST /burst ')[0].toString().endsWith(body)).toBe(true);
     expect(session.messages.filter((m) => m.type === 'log' && /dropped|missed/.test(m.message))).toEqual([]);
     await unsubscribe(session, id);
@@ -226,12 +224,10 @@ describe.runIf(run)('agent: mirror by packet capture (the default)', () => {
     // Then the pod got all of it and answered
     expect(answer.body).toBe(`pod: POST /big body=${body}`);
     // And the stuck session was told its copy was dropped
-    await waitFor(
-      () =>
-        stuck.messages.some(
-          (m) => m.type === 'log' && m.level === 'warn' && /copy of connection .* dropped/.test(m.message),
-        ),
-      'the drop notice',
+    await waitFor('the drop notice', () =>
+      stuck.messages.some(
+        (m) => m.type === 'log' && m.level === 'warn' && /copy of connection .* dropped/.test(m.message),
+      ),
     );
   });
 
@@ -244,7 +240,7 @@ describe.runIf(run)('agent: mirror by packet capture (the default)', () => {
     // When the agent (the process in the pod's netns) is killed with SIGKILL
     process.kill(s.agent.innerPid, 'SIGKILL');
     // Then no capture is left in the pod's netns
-    await waitFor(async () => (await captures(s.net)).length === 0, 'the capture to exit after the agent died', 5000);
+    await waitFor('the capture to exit after the agent died', async () => (await captures(s.net)).length === 0, 5000);
   });
 });
 
@@ -262,12 +258,10 @@ describe.runIf(run)('agent: mirror through the agent (DEVOP_AGENT_MIRROR=proxy)'
       expect(await captures(s.net)).toEqual([]);
       await unsubscribe(probe, id);
       await twoSessionsGetTheBytes(s);
-      await waitFor(
-        () =>
-          s.agent.lines.some(
-            (l) => l.includes('mirror copies go through the agent') && l.includes('DEVOP_AGENT_MIRROR=proxy'),
-          ),
-        'the log line naming why',
+      await waitFor('the log line naming why', () =>
+        s.agent.lines.some(
+          (l) => l.includes('mirror copies go through the agent') && l.includes('DEVOP_AGENT_MIRROR=proxy'),
+        ),
       );
     },
   );
@@ -292,6 +286,6 @@ describe.runIf(run)('agent: mirror where the capture program is missing', () => 
     expect(why).toEqual([expect.stringContaining(`the capture program ${join(dir, 'devop-capture')} is missing`)]);
     // And mirroring works as before: the pod answers, the session gets the bytes
     expect((await httpGet(s.client, '/fallback')).body).toBe('pod: GET /fallback');
-    await waitFor(() => copiesOf(session, 'GET /fallback ').length === 1, 'the mirrored request');
+    await waitFor('the mirrored request', () => copiesOf(session, 'GET /fallback ').length === 1);
   });
 });

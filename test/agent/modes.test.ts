@@ -1,11 +1,12 @@
 // The other start modes: ephemeral (started inside the pod's netns, finds the target by container ID) and targetless
 // (outgoing and DNS only; steal, env and files refused with a reason).
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { requireRoot } from '../helpers/root.js';
+import { requireRoot } from '../../testkit/root.js';
 import { readlinkSync } from 'node:fs';
-import { PodNet, waitFor } from './netns.js';
-import { connectSession, startLocalCommand, type LocalCommand } from './session-client.js';
-import { httpGet } from './http.js';
+import { PodNet } from '../../testkit/netns.js';
+import { connectSession, startLocalCommand, type LocalCommand } from '../../testkit/session-client.js';
+import { httpGet } from '../../testkit/http.js';
+import { waitFor } from '../../testkit/wait.js';
 
 const run = requireRoot('agent modes');
 
@@ -87,9 +88,8 @@ describe.runIf(run)('agent: ephemeral and targetless modes', () => {
     const chunks: Buffer[] = [];
     stream.on('data', (c: Buffer) => chunks.push(c));
     stream.end('GET /targetless HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n');
-    await waitFor(
-      () => Buffer.concat(chunks).toString().endsWith('pod: GET /targetless'),
-      'the answer through the outgoing stream',
+    await waitFor('the answer through the outgoing stream', () =>
+      Buffer.concat(chunks).toString().endsWith('pod: GET /targetless'),
     );
     expect(await net.devopRules()).toEqual([]);
     process.kill(agent.pid, 'SIGTERM');

@@ -4,11 +4,17 @@
 // CLI that vanished has devop-splice pass the port's connections to the pod.
 import { readFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { requireRoot } from '../helpers/root.js';
+import { requireRoot } from '../../testkit/root.js';
 import { FEATURES } from '../../shared/protocol.js';
-import { PodNet, sh, waitFor, type AgentProc, type Proc } from './netns.js';
-import { connectSession, startLocalCommand, type LocalCommand, type TestSession } from './session-client.js';
-import { httpGet } from './http.js';
+import { PodNet, sh, type AgentProc, type Proc } from '../../testkit/netns.js';
+import {
+  connectSession,
+  startLocalCommand,
+  type LocalCommand,
+  type TestSession,
+} from '../../testkit/session-client.js';
+import { httpGet } from '../../testkit/http.js';
+import { waitFor } from '../../testkit/wait.js';
 
 const run = requireRoot('agent native steal');
 const NATIVE_FEATURES = [FEATURES.traffic, FEATURES.streamEvents, FEATURES.nativeSplice];
@@ -62,9 +68,9 @@ describe.runIf(run)('agent: whole steals through devop-splice', () => {
     expect(helloOk?.type === 'helloOk' && helloOk.features).toContain(FEATURES.nativeSplice);
     // When the session steals port 3000 whole
     expect((await session.subscribe(3000, 'steal')).type).toBe('subscribed');
-    await waitFor(async () => (await ruleTarget()) !== undefined, 'the redirect rule');
+    await waitFor('the redirect rule', async () => (await ruleTarget()) !== undefined);
     // Then requests are answered locally over the native connection, with devop-splice's connection ids
-    await waitFor(async () => (await viaNative('/warm')) === true, 'the port to move to devop-splice');
+    await waitFor('the port to move to devop-splice', async () => (await viaNative('/warm')) === true);
     expect(await viaNative('/native-a')).toBe(true);
     expect(await viaNative('/native-b')).toBe(true);
     const ids = session.incoming.filter((i) => i.native).map((i) => i.open.connId);
@@ -78,41 +84,41 @@ describe.runIf(run)('agent: whole steals through devop-splice', () => {
   test('pause gives the port back to the pod; resume takes it to devop-splice again', async () => {
     const native = await ruleTarget();
     session.send({ type: 'pause', port: 3000 });
-    await waitFor(async () => (await viaNative('/paused')) === 'pod', 'the pod to answer while paused');
+    await waitFor('the pod to answer while paused', async () => (await viaNative('/paused')) === 'pod');
     expect(await ruleTarget()).not.toBe(native);
     session.send({ type: 'resume', port: 3000 });
-    await waitFor(async () => (await viaNative('/resumed')) === true, 'devop-splice to take the port again');
+    await waitFor('devop-splice to take the port again', async () => (await viaNative('/resumed')) === true);
   });
 
   test('a steal with an answer fallback stays with the agent (only it can replay to the pod)', async () => {
     expect((await session.subscribe(3000, 'steal', { answerWithinMs: 5000 })).type).toBe('subscribed');
-    await waitFor(async () => (await viaNative('/fallback')) === false, 'the agent to take the port');
+    await waitFor('the agent to take the port', async () => (await viaNative('/fallback')) === false);
     expect((await session.subscribe(3000, 'steal')).type).toBe('subscribed');
-    await waitFor(async () => (await viaNative('/whole-again')) === true, 'devop-splice to take the port again');
+    await waitFor('devop-splice to take the port again', async () => (await viaNative('/whole-again')) === true);
   });
 
   test('when the native connection ends, the agent takes the steal back', async () => {
     session.native?.close('test: native connection gone');
-    await waitFor(async () => (await viaNative('/after-native')) === false, 'the agent to take the port');
+    await waitFor('the agent to take the port', async () => (await viaNative('/after-native')) === false);
     // And a new native connection takes it over again
     await session.joinNative(nativeRelay);
-    await waitFor(async () => (await viaNative('/rejoined')) === true, 'devop-splice to take the port again');
+    await waitFor('devop-splice to take the port again', async () => (await viaNative('/rejoined')) === true);
   });
 
   test("a disconnected session's port goes to the pod; its resume joins again and takes it back", async () => {
     session.mux.close('test: tunnel lost');
-    await waitFor(async () => (await viaNative('/while-away')) === 'pod', 'the pod to answer');
+    await waitFor('the pod to answer', async () => (await viaNative('/while-away')) === 'pod');
     session = await connectSession(control, {
       local,
       features: NATIVE_FEATURES,
       resumeSessionId: session.sessionId,
     });
     await session.joinNative(nativeRelay);
-    await waitFor(async () => (await viaNative('/resumed-session')) === true, 'devop-splice to take the port again');
+    await waitFor('devop-splice to take the port again', async () => (await viaNative('/resumed-session')) === true);
   });
 
   test('a CLI that vanishes (no bye): until the agent moves its port back, devop-splice passes clients to the pod', async () => {
-    await waitFor(async () => (await viaNative('/before-vanish')) === true, 'devop-splice to serve the port');
+    await waitFor('devop-splice to serve the port', async () => (await viaNative('/before-vanish')) === true);
     const native = await ruleTarget();
     // Given an agent that is slow to move the port's rule back (stopped: the rule stays on devop-splice meanwhile)
     process.kill(agent.innerPid, 'SIGSTOP');
@@ -121,7 +127,7 @@ describe.runIf(run)('agent: whole steals through devop-splice', () => {
       session.socket.destroy();
       session.nativeSocket?.destroy();
       const tunnels = `ip netns exec ${net.podNs} ss -Htn state established '( sport = :${agent.nativePort} )'`;
-      await waitFor(async () => (await sh(tunnels)).trim() === '', "devop-splice's tunnel connection to close");
+      await waitFor("devop-splice's tunnel connection to close", async () => (await sh(tunnels)).trim() === '');
       // Then clients that come meanwhile are answered by the pod, through devop-splice, not refused
       const bodies = await Promise.all(
         [0, 1, 2, 3, 4, 5, 6, 7].map((i) => httpGet(client, `/vanish-${i}`).then((a) => a.body)),
@@ -132,17 +138,17 @@ describe.runIf(run)('agent: whole steals through devop-splice', () => {
       process.kill(agent.innerPid, 'SIGCONT');
     }
     // And once the agent has moved the rule, the session resumes and takes the port back
-    await waitFor(async () => (await ruleTarget()) !== native, 'the agent to move the rule');
+    await waitFor('the agent to move the rule', async () => (await ruleTarget()) !== native);
     session = await connectSession(control, { local, features: NATIVE_FEATURES, resumeSessionId: session.sessionId });
     await session.joinNative(nativeRelay);
-    await waitFor(async () => (await viaNative('/after-vanish')) === true, 'devop-splice to take the port again');
+    await waitFor('devop-splice to take the port again', async () => (await viaNative('/after-vanish')) === true);
   });
 
   test('when devop-splice dies, the agent takes the steal back and the port keeps answering', async () => {
     const pid = Number((await sh(`pgrep -P ${agent.innerPid} -f devop-splice`)).trim());
     expect(pid).toBeGreaterThan(0);
     process.kill(pid, 'SIGKILL');
-    await waitFor(async () => (await viaNative('/after-death').catch(() => 'refused')) === false, 'the agent');
+    await waitFor('the agent', async () => (await viaNative('/after-death').catch(() => 'refused')) === false);
     expect(await viaNative('/still-stolen')).toBe(false);
     expect(net.podRequests(pod).filter((l) => l.includes('/still-stolen'))).toEqual([]);
   });
@@ -160,6 +166,6 @@ describe.runIf(run)('agent: whole steals through devop-splice', () => {
         return true;
       }
     };
-    await waitFor(ended, 'devop-splice to end with its agent');
+    await waitFor('devop-splice to end with its agent', ended);
   });
 });

@@ -7,8 +7,9 @@ import { resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { createLog } from '../../agent/log.js';
 import { NftOwner, OwnedTable, probeOwnedTables, redirectRequest } from '../../agent/native/nft-owned.js';
-import { requireRoot } from '../helpers/root.js';
-import { sh, waitFor } from './netns.js';
+import { requireRoot } from '../../testkit/root.js';
+import { sh } from '../../testkit/netns.js';
+import { waitFor } from '../../testkit/wait.js';
 
 describe('nft-owned: requests to devop-nft', () => {
   test('redirect rules skip the node IP unless probes are stolen; nothing but an address reaches the line', () => {
@@ -52,7 +53,7 @@ describe.runIf(run)('nft-owned: the kernel owns the table for its devop-nft proc
     await owned.addRedirect(3002, 40002);
     expect(await ruleset()).toContain('tcp dport 3002 redirect to :40002');
     await owned.remove();
-    await waitFor(async () => !(await ruleset()).includes('devop_t1'), 'the table to go');
+    await waitFor('the table to go', async () => !(await ruleset()).includes('devop_t1'));
   });
 
   test('only the creating process may change the table; when it is killed the kernel drops the table', async () => {
@@ -69,7 +70,7 @@ describe.runIf(run)('nft-owned: the kernel owns the table for its devop-nft proc
     const owners = pids.filter((pid) => readFileSync(`/proc/${pid}/cmdline`, 'utf8').startsWith(`${OWNER}\0`));
     expect(owners).toHaveLength(1);
     process.kill(Number(owners[0]), 'SIGKILL');
-    await waitFor(async () => !(await ruleset()).includes('devop_t2'), 'the kernel to drop the table', 2000);
+    await waitFor('the kernel to drop the table', async () => !(await ruleset()).includes('devop_t2'), 2000);
     // And the agent's next change fails with a reason instead of hanging
     await expect(owned.addRedirect(3001, 40001)).rejects.toThrow(/devop-nft ended \(SIGKILL\)/);
   });
@@ -115,7 +116,7 @@ describe.runIf(run)('nft-owned: the kernel owns the table for its devop-nft proc
     expect(await nft.request('add 3000 40000')).toMatch(/^\d+$/);
     expect(await ruleset()).toContain('tcp dport 3000 redirect to :40000 comment "devop 3000"');
     nft.close();
-    await waitFor(async () => !(await ruleset()).includes('devop_t4'), 'the kernel to drop the table', 2000);
+    await waitFor('the kernel to drop the table', async () => !(await ruleset()).includes('devop_t4'), 2000);
   });
 
   test("closing devop-nft's stdin (what the agent's death does) drops the table", async () => {
@@ -123,7 +124,7 @@ describe.runIf(run)('nft-owned: the kernel owns the table for its devop-nft proc
     await nft.request('table devop_t3');
     expect(await ruleset()).toContain('devop_t3');
     nft.close();
-    await waitFor(async () => !(await ruleset()).includes('devop_t3'), 'the kernel to drop the table', 2000);
+    await waitFor('the kernel to drop the table', async () => !(await ruleset()).includes('devop_t3'), 2000);
     await expect(nft.request('drop')).rejects.toThrow(/closed|ended/);
   });
 });

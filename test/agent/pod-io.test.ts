@@ -2,9 +2,9 @@
 // target's resolv.conf (search, ndots) and /etc/hosts, the container's env, and files of its filesystem.
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import type { MuxStream } from '../../shared/mux.js';
-import { requireRoot } from '../helpers/root.js';
-import { PodNet, type Proc } from './netns.js';
-import { connectSession, type TestSession } from './session-client.js';
+import { requireRoot } from '../../testkit/root.js';
+import { PodNet, type Proc } from '../../testkit/netns.js';
+import { connectSession, type TestSession } from '../../testkit/session-client.js';
 
 const run = requireRoot('agent pod io');
 

@@ -9,8 +9,8 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { readTargetFile } from '../../agent/files/open-in-target.js';
-import { requireRoot } from '../helpers/root.js';
-import { waitFor } from './netns.js';
+import { requireRoot } from '../../testkit/root.js';
+import { waitFor } from '../../testkit/wait.js';
 
 const program = resolve(import.meta.dirname, '../../dist/devop-open');
 /** How long the swapping loop runs while files are read (the old check-then-open lost within a few hundred reads). */
@@ -56,7 +56,7 @@ describe.runIf(run)('remote files: read inside the target root, never the host',
       root,
     ]);
     pid = target.pid ?? -1;
-    await waitFor(() => readlinkSync(`/proc/${pid}/root`) === root, "the target's chroot");
+    await waitFor("the target's chroot", () => readlinkSync(`/proc/${pid}/root`) === root);
   });
   afterAll(() => {
     target?.kill('SIGKILL');

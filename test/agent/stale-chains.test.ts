@@ -8,8 +8,9 @@ import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { jumpRuleNumber } from '../../agent/incoming/iptables.js';
 import { GUARD_SCRIPT } from '../../agent/incoming/chain-guard.js';
-import { requireRoot } from '../helpers/root.js';
-import { sh, waitFor } from './netns.js';
+import { requireRoot } from '../../testkit/root.js';
+import { sh } from '../../testkit/netns.js';
+import { waitFor } from '../../testkit/wait.js';
 
 const exec = promisify(execFile);
 const FIXTURE = resolve(import.meta.dirname, 'fixtures/remove-stale-chains.ts');
@@ -140,6 +141,6 @@ describe.runIf(run)('stale chains: a planted comment never runs', () => {
     // When its guard starts and the agent's end of the pipe closes
     await inNetns(['guard', 'nft', 'DEVOP-guarded1']);
     // Then the guard removes both jumps and the chain
-    await waitFor(async () => !(await saved()).includes('DEVOP-guarded1'), 'the guard to remove DEVOP-guarded1');
+    await waitFor('the guard to remove DEVOP-guarded1', async () => !(await saved()).includes('DEVOP-guarded1'));
   });
 });

@@ -1,11 +1,17 @@
 // Steal a whole port: the client's requests reach the local command, node-IP probes still reach the pod, flush moves
 // keep-alive connections, and unsubscribing gives the port back.
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { requireRoot } from '../helpers/root.js';
+import { requireRoot } from '../../testkit/root.js';
 import { FEATURES } from '../../shared/protocol.js';
-import { PodNet, sh, waitFor, type AgentProc, type Proc } from './netns.js';
-import { connectSession, startLocalCommand, type LocalCommand, type TestSession } from './session-client.js';
-import { hostGet, httpGet, keepAliveAgent } from './http.js';
+import { PodNet, sh, type AgentProc, type Proc } from '../../testkit/netns.js';
+import {
+  connectSession,
+  startLocalCommand,
+  type LocalCommand,
+  type TestSession,
+} from '../../testkit/session-client.js';
+import { hostGet, httpGet, keepAliveAgent } from '../../testkit/http.js';
+import { waitFor } from '../../testkit/wait.js';
 
 const run = requireRoot('agent steal');
 
@@ -48,9 +54,8 @@ describe.runIf(run)('agent: steal a whole port', () => {
       // And a kubelet-like request from the node's IP still reaches the pod
       const probe = await hostGet(`http://${net.podIP}:3000/healthz`);
       expect(probe).toBe('pod: GET /healthz');
-      await waitFor(
-        () => net.podRequests(pod).includes(`REQ GET /healthz from ${net.nodeIP}`),
-        "the probe in the pod's log",
+      await waitFor("the probe in the pod's log", () =>
+        net.podRequests(pod).includes(`REQ GET /healthz from ${net.nodeIP}`),
       );
       // (the pod logs in order: had it seen the stolen requests, their lines would be before the probe's)
       expect(net.podRequests(pod).filter((l) => l.includes('/stolen'))).toEqual([]);
@@ -66,9 +71,9 @@ describe.runIf(run)('agent: steal a whole port', () => {
       expect(await net.iptablesSave()).not.toContain('DEVOP');
       // And the session was told about each connection
       await waitFor(
+        'traffic events',
         () =>
           session.traffic.filter((t) => t.kind === 'connection' && t.phase === 'close' && t.to === 'local').length >= 2,
-        'traffic events',
       );
     },
   );
@@ -76,13 +81,13 @@ describe.runIf(run)('agent: steal a whole port', () => {
   test("pause sends the port's traffic back to the pod; resume takes it again", async () => {
     session.send({ type: 'pause', port: 3000 });
     await waitFor(
-      async () => (await httpGet(client, '/paused')).body === 'pod: GET /paused',
       'the pod to answer while paused',
+      async () => (await httpGet(client, '/paused')).body === 'pod: GET /paused',
     );
     session.send({ type: 'resume', port: 3000 });
     await waitFor(
-      async () => (await httpGet(client, '/resumed')).body === 'local: GET /resumed',
       'the local command to answer again',
+      async () => (await httpGet(client, '/resumed')).body === 'local: GET /resumed',
     );
   });
 
@@ -120,9 +125,8 @@ describe.runIf(run)('agent: steal a whole port', () => {
       expect((await httpGet(client, '/ka-3', { agent: keep })).body).toBe('local: GET /ka-3');
       await session.request({ type: 'unsubscribe', id: (sub as { id: string }).id, port: 3000 }, ['unsubscribed']);
       expect((await httpGet(client, '/ka-sentinel')).body).toBe('pod: GET /ka-sentinel');
-      await waitFor(
-        () => net.podRequests(pod).some((l) => l.includes('/ka-sentinel')),
-        "the sentinel in the pod's log",
+      await waitFor("the sentinel in the pod's log", () =>
+        net.podRequests(pod).some((l) => l.includes('/ka-sentinel')),
       );
       expect(net.podRequests(pod).some((l) => l.includes('/ka-2'))).toBe(false);
       keep.destroy();
@@ -199,14 +203,14 @@ describe.runIf(run)('agent: steal a whole port', () => {
       // A fresh connection answered by the pod shows the pause is in place; only then does the kept-alive client
       // connect (one that connected before would stay stolen: a pause affects new connections).
       await waitFor(
-        async () => (await httpGet(client, '/paused-probe')).body === 'pod: GET /paused-probe',
         'the pause to take effect',
+        async () => (await httpGet(client, '/paused-probe')).body === 'pod: GET /paused-probe',
       );
       const keep = keepAliveAgent();
-      await waitFor(async () => {
+      await waitFor('the pod to answer while paused', async () => {
         const answer = await httpGet(client, '/during-pause', { agent: keep });
         return answer.body === 'pod: GET /during-pause' ? answer : undefined;
-      }, 'the pod to answer while paused');
+      });
       const again = await httpGet(client, '/during-pause-2', { agent: keep });
       expect([again.body, again.reused]).toEqual(['pod: GET /during-pause-2', true]);
       const closed = new Promise<void>((resolve, reject) => {
@@ -233,19 +237,19 @@ describe.runIf(run)('agent: steal a whole port', () => {
     expect((await session.subscribe(3000, 'steal', { flush: false })).type).toBe('subscribed');
     session.send({ type: 'pause', port: 3000 });
     await waitFor(
-      async () => (await httpGet(client, '/nf-probe')).body === 'pod: GET /nf-probe',
       'the pause to take effect',
+      async () => (await httpGet(client, '/nf-probe')).body === 'pod: GET /nf-probe',
     );
     const keep = keepAliveAgent();
     await waitFor(
-      async () => (await httpGet(client, '/nf-pause', { agent: keep })).body === 'pod: GET /nf-pause',
       'the pod to answer while paused',
+      async () => (await httpGet(client, '/nf-pause', { agent: keep })).body === 'pod: GET /nf-pause',
     );
     session.send({ type: 'resume', port: 3000 });
     // (a fresh connection is stolen again: the resume took effect)
     await waitFor(
-      async () => (await httpGet(client, '/nf-fresh')).body === 'local: GET /nf-fresh',
       'the local command to answer again',
+      async () => (await httpGet(client, '/nf-fresh')).body === 'local: GET /nf-fresh',
     );
     const same = await httpGet(client, '/nf-same', { agent: keep });
     expect([same.body, same.reused]).toEqual(['pod: GET /nf-same', true]);

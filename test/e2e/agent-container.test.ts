@@ -14,21 +14,21 @@ import {
   type AgentSpecInput,
 } from '../../cli/kube/agent-manifest.js';
 import { AGENT_BUNDLE_PATH, AGENT_IMAGE, AGENT_LABELS, agentCapabilities } from '../../shared/agent-contract.js';
-import { pidsOfContainer } from '../../standin/kubelet/testing.js';
-import { requireRoot } from '../helpers/root.js';
-import { standinOnly, type TargetCluster } from '../helpers/target-cluster.js';
+import { pidsOfContainer } from '../../testkit/pods.js';
+import { requireRoot } from '../../testkit/root.js';
+import { standinOnly, type TargetCluster } from '../../testkit/target-cluster.js';
 import {
   type DevopRun,
   LOCAL_SERVER_COMMAND,
   deployEcho,
   devopExec,
-  freePort,
   startE2ETarget,
   startPodClient,
-  waitFor,
   type E2ETarget,
   type PodClient,
-} from './harness.js';
+} from '../../testkit/e2e.js';
+import { waitFor } from '../../testkit/wait.js';
+import { freePort } from '../../testkit/sockets.js';
 
 requireRoot('e2e agent container');
 

@@ -8,21 +8,21 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { clusterUser } from '../../cli/kube/agent-reuse.js';
 import { agentJobName, buildAgentJob, buildAgentSecret } from '../../cli/kube/agent-manifest.js';
 import { AGENT_ANNOTATIONS, AGENT_IMAGE, AGENT_LABELS, agentSecretName } from '../../shared/agent-contract.js';
-import { requireRoot } from '../helpers/root.js';
-import type { TargetCluster } from '../helpers/target-cluster.js';
+import { requireRoot } from '../../testkit/root.js';
+import type { TargetCluster } from '../../testkit/target-cluster.js';
 import {
   DevopRun,
   LOCAL_SERVER_COMMAND,
   deployEcho,
   devopExec,
-  freePort,
   startE2ETarget,
   startPodClient,
-  waitFor,
   type E2ETarget,
   type EchoDeployment,
   type PodClient,
-} from './harness.js';
+} from '../../testkit/e2e.js';
+import { waitFor } from '../../testkit/wait.js';
+import { freePort } from '../../testkit/sockets.js';
 
 requireRoot('e2e agent token');
 

@@ -8,7 +8,7 @@ import { followAvailable } from '../../cli/kube/apiservice-status.js';
 import { resolveTarget } from '../../cli/kube/target.js';
 import { listTargets } from '../../cli/services/ls.js';
 import { startCluster, type ClusterHandle } from '../../standin/index.js';
-import { externalTarget, standinOnly } from '../helpers/target-cluster.js';
+import { externalTarget, standinOnly } from '../../testkit/target-cluster.js';
 
 // Pods given a Ready status by hand, APIServices without a backend: only the stand-in's API server without a node.
 const it = standinOnly('pods are made Ready by hand on an API server without a node');

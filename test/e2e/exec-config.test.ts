@@ -5,17 +5,17 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ApiextensionsV1Api, BatchV1Api, CustomObjectsApi } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { requireRoot } from '../helpers/root.js';
-import type { TargetCluster } from '../helpers/target-cluster.js';
+import { requireRoot } from '../../testkit/root.js';
+import type { TargetCluster } from '../../testkit/target-cluster.js';
 import {
   DevopRun,
   deployEcho,
   devopExec,
   startE2ETarget,
-  waitFor,
   type E2ETarget,
   type EchoDeployment,
-} from './harness.js';
+} from '../../testkit/e2e.js';
+import { waitFor } from '../../testkit/wait.js';
 
 requireRoot('e2e exec config');
 

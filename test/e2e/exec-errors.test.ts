@@ -8,10 +8,11 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse, stringify } from 'yaml';
 import { AGENT_BUNDLE_PATH, AGENT_IMAGE } from '../../shared/agent-contract.js';
 import { buildImage } from '../../standin/kubelet/image-build.js';
-import { removeImage } from '../../standin/kubelet/testing.js';
-import { requireRoot } from '../helpers/root.js';
-import { standinOnly, type TargetCluster } from '../helpers/target-cluster.js';
-import { DevopRun, ROOT, deployEcho, devopExec, startE2ETarget, waitFor, type E2ETarget } from './harness.js';
+import { removeImage } from '../../testkit/pods.js';
+import { requireRoot } from '../../testkit/root.js';
+import { standinOnly, type TargetCluster } from '../../testkit/target-cluster.js';
+import { DevopRun, ROOT, deployEcho, devopExec, startE2ETarget, type E2ETarget } from '../../testkit/e2e.js';
+import { waitFor } from '../../testkit/wait.js';
 
 requireRoot('e2e exec errors');
 

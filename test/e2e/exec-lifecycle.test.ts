@@ -5,18 +5,11 @@ import { spawn, spawnSync } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { requireRoot } from '../helpers/root.js';
-import {
-  type DevopRun,
-  LOCAL_SERVER,
-  ROOT,
-  deployEcho,
-  devopExec,
-  freePort,
-  startE2ECluster,
-  waitFor,
-} from './harness.js';
-import type { Cluster } from './harness.js';
+import { requireRoot } from '../../testkit/root.js';
+import { type DevopRun, LOCAL_SERVER, ROOT, deployEcho, devopExec, startE2ECluster } from '../../testkit/e2e.js';
+import type { Cluster } from '../../testkit/e2e.js';
+import { waitFor } from '../../testkit/wait.js';
+import { freePort } from '../../testkit/sockets.js';
 
 requireRoot('e2e exec lifecycle');
 

@@ -1,23 +1,23 @@
-// `devop exec` end to end against the stand-in cluster (or a real one: test/helpers/target-cluster.ts): steal, mirror,
+// `devop exec` end to end against the stand-in cluster (or a real one: testkit/target-cluster.ts): steal, mirror,
 // HTTP filters, concurrent sessions, kill -9 of the CLI, the pod's env, and a local command that never listens.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { requireRoot } from '../helpers/root.js';
-import { standinOnly, type TargetCluster } from '../helpers/target-cluster.js';
+import { requireRoot } from '../../testkit/root.js';
+import { standinOnly, type TargetCluster } from '../../testkit/target-cluster.js';
 import {
   type DevopRun,
   LOCAL_SERVER_COMMAND,
   deployEcho,
   devopExec,
-  freePort,
   killLocalServer,
   seenRequests,
   startE2ETarget,
   startPodClient,
-  waitFor,
   whoAnswers,
   type EchoDeployment,
   type PodClient,
-} from './harness.js';
+} from '../../testkit/e2e.js';
+import { waitFor } from '../../testkit/wait.js';
+import { freePort } from '../../testkit/sockets.js';
 
 requireRoot('e2e exec traffic');
 

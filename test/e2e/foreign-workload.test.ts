@@ -4,18 +4,18 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { requireRoot } from '../helpers/root.js';
-import type { TargetCluster } from '../helpers/target-cluster.js';
+import { requireRoot } from '../../testkit/root.js';
+import type { TargetCluster } from '../../testkit/target-cluster.js';
 import {
   type DevopRun,
   devopExec,
-  freePort,
   startE2ETarget,
   startPodClient,
-  waitFor,
   type E2ETarget,
   type PodClient,
-} from './harness.js';
+} from '../../testkit/e2e.js';
+import { waitFor } from '../../testkit/wait.js';
+import { freePort } from '../../testkit/sockets.js';
 
 requireRoot('e2e foreign workload');
 

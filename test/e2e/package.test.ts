@@ -5,7 +5,7 @@ import { cpSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, sym
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ROOT } from './harness.js';
+import { ROOT } from '../../testkit/e2e.js';
 
 /** Packing runs the build; installing may fetch ink and react from the registry on a machine with a cold npm cache. */
 const STEP_TIMEOUT_MS = 180_000;

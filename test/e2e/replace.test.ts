@@ -12,21 +12,21 @@ import { buildGuardAccess, buildGuardJob } from '../../cli/replace/manifest.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { REPLACE_ANNOTATIONS, REPLACE_LABELS, workloadApiPath } from '../../shared/replace-contract.js';
 import { LEASE_DURATION_SECONDS } from '../../cli/kube/steal-lease.js';
-import { requireRoot } from '../helpers/root.js';
-import { standinOnly, type TargetCluster } from '../helpers/target-cluster.js';
+import { requireRoot } from '../../testkit/root.js';
+import { standinOnly, type TargetCluster } from '../../testkit/target-cluster.js';
 import {
   DevopRun,
   LOCAL_SERVER_COMMAND,
   deployEcho,
   devopExec,
-  freePort,
   seenRequests,
   startE2ETarget,
   startPodClient,
-  waitFor,
   type E2ETarget,
   type PodClient,
-} from './harness.js';
+} from '../../testkit/e2e.js';
+import { waitFor } from '../../testkit/wait.js';
+import { freePort } from '../../testkit/sockets.js';
 
 requireRoot('e2e replace');
 

@@ -5,8 +5,8 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startStalledApiServer, type FakeApiServer } from '../helpers/stalled-api.js';
-import { ROOT } from './harness.js';
+import { startStalledApiServer, type FakeApiServer } from '../../testkit/stalled-api.js';
+import { ROOT } from '../../testkit/e2e.js';
 
 /** Far more than the 2 s timeout plus devop's start-up on a loaded machine; without the timeout devop never ends. */
 const KILL_AFTER_MS = 20_000;

@@ -4,8 +4,8 @@
 import { join } from 'node:path';
 import type { CoreV1Api } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { requireRoot } from '../helpers/root.js';
-import { devopExec, ROOT, startE2ECluster, type Cluster, type DevopRun } from './harness.js';
+import { requireRoot } from '../../testkit/root.js';
+import { devopExec, ROOT, startE2ECluster, type Cluster, type DevopRun } from '../../testkit/e2e.js';
 
 requireRoot('e2e: --shadow deletes');
 

@@ -6,9 +6,10 @@ import { existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'nod
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { requireRoot } from '../helpers/root.js';
-import type { TargetCluster } from '../helpers/target-cluster.js';
-import { type DevopRun, devopExec, startE2ETarget, waitFor, type E2ETarget } from './harness.js';
+import { requireRoot } from '../../testkit/root.js';
+import type { TargetCluster } from '../../testkit/target-cluster.js';
+import { type DevopRun, devopExec, startE2ETarget, type E2ETarget } from '../../testkit/e2e.js';
+import { waitFor } from '../../testkit/wait.js';
 
 requireRoot('e2e shared-cluster safety');
 

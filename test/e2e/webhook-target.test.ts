@@ -15,7 +15,7 @@ import { resolveTarget } from '../../cli/kube/target.js';
 import { UserError } from '../../shared/errors.js';
 import { startCluster, type ClusterHandle } from '../../standin/index.js';
 import { writeKubeconfig } from '../../standin/kubeconfig.js';
-import { DevopRun, devopExec } from './harness.js';
+import { DevopRun, devopExec } from '../../testkit/e2e.js';
 
 let cluster: ClusterHandle;
 let kc: KubeConfig;

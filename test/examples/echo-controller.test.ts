@@ -1,5 +1,5 @@
 // The echo-controller walkthrough (docs/walkthrough.md) end to end on the stand-in (or a real cluster:
-// test/helpers/target-cluster.ts): the controller runs in the cluster (two replicas, one leading); a new version runs
+// testkit/target-cluster.ts): the controller runs in the cluster (two replicas, one leading); a new version runs
 // beside the in-cluster leader under `devop exec --shadow` (its writes are shown, not stored); then it runs locally
 // under `devop exec -t deploy/echo-controller --replace` (the cluster's replicas go to 0 meanwhile), where it turns
 // an Echo into a Deployment with Ready pods, follows changes, recreates what is deleted, honours its finalizer; when
@@ -10,11 +10,12 @@
 // answer in time.
 import { KubeConfig, Watch } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { requireRoot } from '../helpers/root.js';
-import { agentImageEnv, externalTarget, startTargetCluster, type TargetCluster } from '../helpers/target-cluster.js';
+import { requireRoot } from '../../testkit/root.js';
+import { agentImageEnv, externalTarget, startTargetCluster, type TargetCluster } from '../../testkit/target-cluster.js';
 import { ANSWERED_IDLE_CLOSE_MS } from '../../agent/incoming/answer-fallback.js';
 import { LEASE_DURATION_SECONDS } from '../../cli/kube/steal-lease.js';
-import { Kubectl, LocalProcess, eventually, freePort } from './harness.js';
+import { Kubectl, LocalProcess, eventually } from './harness.js';
+import { freePort } from '../../testkit/sockets.js';
 
 requireRoot('examples: echo-controller');
 

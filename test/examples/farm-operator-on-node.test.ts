@@ -8,9 +8,10 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect } from 'vitest';
 import type { Har } from '../../cli/record/har.js';
 import { startCluster, type ClusterHandle } from '../../standin/index.js';
-import { requireRoot } from '../helpers/root.js';
-import { externalTarget, standinOnly } from '../helpers/target-cluster.js';
-import { Kubectl, type LocalProcess, devopFarmStep3, eventually, freePort } from './harness.js';
+import { requireRoot } from '../../testkit/root.js';
+import { externalTarget, standinOnly } from '../../testkit/target-cluster.js';
+import { Kubectl, type LocalProcess, devopFarmStep3, eventually } from './harness.js';
+import { freePort } from '../../testkit/sockets.js';
 
 requireRoot('examples: farm-operator, API server on the node');
 

@@ -1,14 +1,15 @@
 // The farm-operator walkthrough (docs/walkthrough.md) end to end on the stand-in (or a real cluster:
-// test/helpers/target-cluster.ts): kubectl 1.33 reaches the aggregated API, first served by the in-cluster step-1 pod,
+// testkit/target-cluster.ts): kubectl 1.33 reaches the aggregated API, first served by the in-cluster step-1 pod,
 // then — under `devop exec -t apiservice/… --steal --record` — by step 3 running locally, then step 1 again; the
 // recorded requests are replayed against step 2 running locally.
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { requireRoot } from '../helpers/root.js';
-import { externalTarget, startTargetCluster, type TargetCluster } from '../helpers/target-cluster.js';
-import { Kubectl, LocalProcess, devopFarmStep3, eventually, freePort } from './harness.js';
+import { requireRoot } from '../../testkit/root.js';
+import { externalTarget, startTargetCluster, type TargetCluster } from '../../testkit/target-cluster.js';
+import { Kubectl, LocalProcess, devopFarmStep3, eventually } from './harness.js';
+import { freePort } from '../../testkit/sockets.js';
 
 requireRoot('examples: farm-operator');
 

@@ -1,12 +1,11 @@
 // What the examples' end-to-end suites share: kubectl 1.33 against the stand-in, polling, local processes.
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { exitAfterOutput } from '../helpers/exit-after-output.js';
-import { agentImageEnv } from '../helpers/target-cluster.js';
+import { exitAfterOutput } from '../../testkit/exit-after-output.js';
+import { agentImageEnv } from '../../testkit/target-cluster.js';
 
 /** kubectl 1.33: beside the PATH's kubectl on devop's machines; DEVOP_TEST_KUBECTL names another (CI's kind job). */
 export const KUBECTL = process.env.DEVOP_TEST_KUBECTL ?? '/usr/lib/google-cloud-sdk/bin/kubectl.1.33';
@@ -89,17 +88,6 @@ export async function eventually<T>(
       throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${last ? `: ${String(last)}` : ''}`);
     await new Promise((r) => setTimeout(r, intervalMs));
   }
-}
-
-export async function freePort(): Promise<number> {
-  return new Promise((resolvePort, reject) => {
-    const s = createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const port = (s.address() as { port: number }).port;
-      s.close(() => resolvePort(port));
-    });
-  });
 }
 
 /** A process started by a suite, with its output collected; stop() ends it (SIGINT, then SIGKILL) and waits. */

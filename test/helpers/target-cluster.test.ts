@@ -3,7 +3,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { externalTarget } from './target-cluster.js';
+import { externalTarget } from '../../testkit/target-cluster.js';
 
 describe('externalTarget', () => {
   it('is the stand-in when neither variable is set', () => {

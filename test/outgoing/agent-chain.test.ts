@@ -11,9 +11,9 @@ import { createMuxDialer } from '../../cli/outgoing/mux-dialer.js';
 import { startOutgoing, type OutgoingSession } from '../../cli/outgoing/session.js';
 import { parseForward, startForwards } from '../../cli/services/port-forward.js';
 import { NullReporter } from '../../cli/ui/null.js';
-import { PodNet, type Proc } from '../agent/netns.js';
-import { connectSession, type TestSession } from '../agent/session-client.js';
-import { requireRoot } from '../helpers/root.js';
+import { PodNet, type Proc } from '../../testkit/netns.js';
+import { connectSession, type TestSession } from '../../testkit/session-client.js';
+import { requireRoot } from '../../testkit/root.js';
 
 const run = requireRoot('outgoing chain with the real agent');
 const exec = promisify(execFile);

@@ -9,17 +9,17 @@ import { connect } from 'node:net';
 import { join } from 'node:path';
 import type { AppsV1Api, CoreV1Api } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { requireRoot } from '../helpers/root.js';
+import { requireRoot } from '../../testkit/root.js';
 import {
   DevopRun,
   ROOT,
   deployEcho,
   devopExec,
   startE2ECluster,
-  waitFor,
   type Cluster,
   type EchoDeployment,
-} from '../e2e/harness.js';
+} from '../../testkit/e2e.js';
+import { waitFor } from '../../testkit/wait.js';
 
 requireRoot('outgoing (proxy env, Node preload, remote files, port-forward)');
 

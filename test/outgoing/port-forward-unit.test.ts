@@ -2,7 +2,7 @@
 // local dialer — 100 parallel connections byte-exact, a failed dial closes only its own connection, a busy local port;
 // and over a mux to the agent's own outgoing handler, where a connection's first bytes travel with its connect.
 import { randomBytes, createHash } from 'node:crypto';
-import { connect, type Socket } from 'node:net';
+import { connect } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLog } from '../../agent/log.js';
 import { serveOutgoing } from '../../agent/outgoing/connect.js';
@@ -12,7 +12,8 @@ import type { ReportEvent, Reporter } from '../../cli/reporter.js';
 import { parseForward, startForwards } from '../../cli/services/port-forward.js';
 import { isUserError } from '../../shared/errors.js';
 import { createAgentMux, createClientMux } from '../../shared/mux.js';
-import { socketPair, startTcpEcho, type Closable } from './helpers.js';
+import { startTcpEcho, type Closable } from '../../testkit/outgoing.js';
+import { socketPair } from '../../testkit/sockets.js';
 
 function collectingReporter(): Reporter & { events: ReportEvent[] } {
   const events: ReportEvent[] = [];
@@ -143,21 +144,22 @@ describe('port-forward over a mux to the agent code', () => {
   // first bytes travel with the connect (early), more than the first window of them included, and a refused connect
   // still reaches the client as a reset and the user as one line.
   let echo: Closable;
-  let pair: { client: Socket; agent: Socket; close(): Promise<void> };
+  const ends: Array<() => void> = [];
   let dialer: ClusterDialer;
   beforeAll(async () => {
     echo = await startTcpEcho();
-    pair = await socketPair();
-    const agentMux = createAgentMux(pair.agent);
+    const [clientEnd, agentEnd] = await socketPair(ends);
+    for (const socket of [clientEnd, agentEnd]) socket.on('error', () => undefined);
+    const agentMux = createAgentMux(agentEnd);
     const log = createLog('warn', () => undefined);
     agentMux.on('stream', (stream) => {
       if (stream.open.kind === 'outgoing')
         void serveOutgoing(stream, stream.open.host, stream.open.port, undefined, log);
     });
-    dialer = createMuxDialer(createClientMux(pair.client));
+    dialer = createMuxDialer(createClientMux(clientEnd));
   });
   afterAll(async () => {
-    await pair?.close();
+    for (const end of ends) end();
     await echo?.close();
   });
 

@@ -4,20 +4,20 @@
 import { CoordinationV1Api, type V1Lease } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { stealLeaseName } from '../../cli/kube/steal-lease.js';
-import { requireRoot } from '../helpers/root.js';
+import { requireRoot } from '../../testkit/root.js';
 import {
   type DevopRun,
   LOCAL_SERVER_COMMAND,
   devopExec,
-  freePort,
   killLocalServer,
   startE2ECluster,
   startPodClient,
-  waitFor,
   type Cluster,
   type PodClient,
-} from '../e2e/harness.js';
+} from '../../testkit/e2e.js';
 import { deployReplicas, devopRules, podPid, readyPods, type Env } from './harness.js';
+import { waitFor } from '../../testkit/wait.js';
+import { freePort } from '../../testkit/sockets.js';
 
 requireRoot('reliability: all pods and steal leases');
 

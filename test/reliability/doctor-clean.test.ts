@@ -5,8 +5,9 @@ import { BatchV1Api, CoordinationV1Api, V1MicroTime } from '@kubernetes/client-n
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AGENT_ANNOTATIONS, AGENT_LABELS } from '../../shared/agent-contract.js';
 import { LEASE_LABEL, LEASE_LABEL_VALUE } from '../../cli/kube/steal-lease.js';
-import { requireRoot } from '../helpers/root.js';
-import { DevopRun, deployEcho, startE2ECluster, waitFor, type Cluster } from '../e2e/harness.js';
+import { requireRoot } from '../../testkit/root.js';
+import { DevopRun, deployEcho, startE2ECluster, type Cluster } from '../../testkit/e2e.js';
+import { waitFor } from '../../testkit/wait.js';
 
 requireRoot('reliability: doctor and clean');
 

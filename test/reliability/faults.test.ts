@@ -6,19 +6,17 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AGENT_ANNOTATIONS, chainName } from '../../shared/agent-contract.js';
 import { tableName } from '../../agent/native/nft-owned.js';
-import { requireRoot } from '../helpers/root.js';
+import { requireRoot } from '../../testkit/root.js';
 import {
   type DevopRun,
   LOCAL_SERVER_COMMAND,
   devopExec,
-  freePort,
   killLocalServer,
   startE2ECluster,
   startPodClient,
-  waitFor,
   type Cluster,
   type PodClient,
-} from '../e2e/harness.js';
+} from '../../testkit/e2e.js';
 import {
   RECOVERY_BUDGET_MS,
   agentNodePids,
@@ -30,6 +28,8 @@ import {
   recoveredAfter,
   type Env,
 } from './harness.js';
+import { waitFor } from '../../testkit/wait.js';
+import { freePort } from '../../testkit/sockets.js';
 
 requireRoot('reliability: fault table');
 

@@ -5,8 +5,9 @@ import { readFile } from 'node:fs/promises';
 import { promisify } from 'node:util';
 import type { AppsV1Api, CoreV1Api, V1Pod } from '@kubernetes/client-node';
 import { AGENT_LABELS } from '../../shared/agent-contract.js';
-import { pidsOfContainer } from '../../standin/kubelet/testing.js';
-import { waitFor, type Cluster } from '../e2e/harness.js';
+import { isReady, pidsOfContainer } from '../../testkit/pods.js';
+import type { Cluster } from '../../testkit/e2e.js';
+import { waitFor } from '../../testkit/wait.js';
 
 const run = promisify(execFile);
 
@@ -19,12 +20,10 @@ export interface Env {
   apps: AppsV1Api;
 }
 
-export function isReady(pod: V1Pod): boolean {
+/** A pod that serves: running, with an IP, Ready, and not being deleted. */
+function isServing(pod: V1Pod): boolean {
   return (
-    !pod.metadata?.deletionTimestamp &&
-    pod.status?.phase === 'Running' &&
-    Boolean(pod.status?.podIP) &&
-    (pod.status?.conditions ?? []).some((c) => c.type === 'Ready' && c.status === 'True')
+    !pod.metadata?.deletionTimestamp && pod.status?.phase === 'Running' && Boolean(pod.status?.podIP) && isReady(pod)
   );
 }
 
@@ -60,7 +59,7 @@ export async function deployReplicas(env: Env, name: string, replicas: number): 
 export async function readyPods(env: Env, app: string, count: number, exclude: string[] = []): Promise<V1Pod[]> {
   return waitFor(`${count} Ready pods of ${app}`, async () => {
     const pods = (await env.core.listNamespacedPod({ namespace: 'default', labelSelector: `app=${app}` })).items
-      .filter(isReady)
+      .filter(isServing)
       .filter((p) => !exclude.includes(p.metadata?.name ?? ''));
     return pods.length >= count ? pods.slice(0, count) : undefined;
   });

@@ -5,18 +5,18 @@
 import { spawn } from 'node:child_process';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { requireRoot } from '../helpers/root.js';
+import { requireRoot } from '../../testkit/root.js';
 import {
   type DevopRun,
   devopExec,
-  freePort,
   killLocalServer,
   startE2ECluster,
   startPodClient,
-  waitFor,
   type Cluster,
-} from '../e2e/harness.js';
+} from '../../testkit/e2e.js';
 import { agentNodePids, agentPods, deployReplicas, podPid, rssBytes, type Env } from './harness.js';
+import { waitFor } from '../../testkit/wait.js';
+import { freePort } from '../../testkit/sockets.js';
 
 requireRoot('reliability: soak');
 

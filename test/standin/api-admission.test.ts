@@ -11,7 +11,7 @@ import { AdmissionregistrationV1Api, CoreV1Api, KubeConfig, type V1ValidatingWeb
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { makeCerts } from '../../standin/certs.js';
 import { startCluster, type ClusterHandle } from '../../standin/index.js';
-import { expectStatus } from '../../standin/apiserver/testing.js';
+import { expectStatus } from '../../testkit/api-requests.js';
 
 const runFile = promisify(execFile);
 let cluster: ClusterHandle;

@@ -10,7 +10,7 @@ import { ApiregistrationV1Api, CoreV1Api, CustomObjectsApi, KubeConfig } from '@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { makeCerts } from '../../standin/certs.js';
 import { startCluster, type ClusterHandle } from '../../standin/index.js';
-import { waitFor } from '../../standin/apiserver/testing.js';
+import { waitFor } from '../../testkit/wait.js';
 
 const runFile = promisify(execFile);
 let cluster: ClusterHandle;

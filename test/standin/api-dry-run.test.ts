@@ -10,7 +10,7 @@ import {
 } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startCluster, type ClusterHandle } from '../../standin/index.js';
-import { expectStatus, rawRequest } from '../../standin/apiserver/testing.js';
+import { expectStatus, rawRequest } from '../../testkit/api-requests.js';
 
 let cluster: ClusterHandle;
 let core: CoreV1Api;

@@ -4,9 +4,9 @@ import { createHash, randomBytes } from 'node:crypto';
 import { PassThrough, Writable } from 'node:stream';
 import { AppsV1Api, CoreV1Api, Exec, KubeConfig, PortForward, type V1Status } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { requireRoot } from '../helpers/root.js';
+import { requireRoot } from '../../testkit/root.js';
 import { startCluster, type ClusterHandle } from '../../standin/index.js';
-import { waitFor } from '../../standin/apiserver/testing.js';
+import { waitFor } from '../../testkit/wait.js';
 
 const LOOPBACK_ECHO =
   `require('net').createServer((s) => s.pipe(s)).listen(7000, '127.0.0.1', () => ` +

@@ -10,10 +10,11 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { CoreV1Api, KubeConfig } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { requireRoot } from '../helpers/root.js';
+import { requireRoot } from '../../testkit/root.js';
 import { startCluster, type ClusterHandle } from '../../standin/index.js';
-import { rawRequest } from '../../standin/apiserver/testing.js';
-import { isReady, readAll, waitForPod } from '../../standin/kubelet/testing.js';
+import { rawRequest } from '../../testkit/api-requests.js';
+import { isReady, readAll, waitForPod } from '../../testkit/pods.js';
+import { waitFor } from '../../testkit/wait.js';
 
 requireRoot('stand-in proxy subresources');
 
@@ -142,7 +143,7 @@ describe('pods/NAME[:PORT]/proxy and services/NAME[:PORT]/proxy', () => {
       if (got.includes('\r\n\r\n') && !got.includes('PING')) socket.write('ping');
     });
     // Then the app switched protocols and its answers come back through the same connection
-    await waitFor(() => got.includes('PING'));
+    await waitFor('the PING through the proxied WebSocket', () => got.includes('PING'), 10_000);
     socket.destroy();
     expect(got).toMatch(/^HTTP\/1.1 101 Switching Protocols/);
     const log = await readAll(
@@ -163,11 +164,3 @@ describe('pods/NAME[:PORT]/proxy and services/NAME[:PORT]/proxy', () => {
     expect(posted as Seen).toMatchObject({ method: 'POST', path: '/write', body: '{"via":"kubectl"}' });
   });
 });
-
-async function waitFor(cond: () => boolean, ms = 10_000): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (!cond()) {
-    if (Date.now() > deadline) throw new Error('timed out');
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}

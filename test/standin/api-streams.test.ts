@@ -13,9 +13,9 @@ import { CoreV1Api, Exec, KubeConfig, PortForward, type V1Status } from '@kubern
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { WebSocket } from 'ws';
 import { startCluster, type ClusterHandle } from '../../standin/index.js';
-import { waitFor } from '../../standin/apiserver/testing.js';
 import type { ExecProcess, NodeRuntime } from '../../standin/node-runtime.js';
 import { localRuntime } from '../../standin/local-runtime.js';
+import { waitFor } from '../../testkit/wait.js';
 
 const runFile = promisify(execFile);
 let cluster: ClusterHandle;

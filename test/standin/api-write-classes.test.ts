@@ -8,7 +8,7 @@ import { promisify } from 'node:util';
 import { CoreV1Api, KubeConfig } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startCluster, type ClusterHandle } from '../../standin/index.js';
-import { rawRequest } from '../../standin/apiserver/testing.js';
+import { rawRequest } from '../../testkit/api-requests.js';
 
 const run = promisify(execFile);
 let cluster: ClusterHandle;

@@ -20,7 +20,8 @@ import { readFileSync } from 'node:fs';
 import https from 'node:https';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startCluster, type ClusterHandle } from '../../standin/index.js';
-import { expectStatus, waitFor } from '../../standin/apiserver/testing.js';
+import { expectStatus } from '../../testkit/api-requests.js';
+import { waitFor } from '../../testkit/wait.js';
 
 let cluster: ClusterHandle;
 let kc: KubeConfig;

@@ -6,12 +6,13 @@ import { execFileSync, spawn } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync, readlinkSync, statSync } from 'node:fs';
 import { CoreV1Api, KubeConfig } from '@kubernetes/client-node';
 import { describe, expect, it } from 'vitest';
-import { requireRoot } from '../helpers/root.js';
+import { requireRoot } from '../../testkit/root.js';
 import { startCluster } from '../../standin/index.js';
 import { ctr, ensureContainerd, INSTANCE_LABEL } from '../../standin/kubelet/containerd.js';
 import { linkTag } from '../../standin/kubelet/network.js';
 import { clusterDirs } from '../../standin/kubelet/stale.js';
-import { execOutput, isReady, pidsOfContainer, waitForPod, waitUntil } from '../../standin/kubelet/testing.js';
+import { execOutput, isReady, pidsOfContainer, waitForPod } from '../../testkit/pods.js';
+import { waitFor } from '../../testkit/wait.js';
 
 requireRoot('stand-in hygiene');
 
@@ -252,6 +253,6 @@ describe('stand-in hygiene', () => {
     await next.stop();
     // Then nothing of the killed one is left
     expect(await footprint(instance)).toEqual(NOTHING);
-    await waitUntil('orphans reaped', () => processesOf(instance, inodes).filter(alive).length === 0, 10_000);
+    await waitFor('orphans reaped', () => processesOf(instance, inodes).filter(alive).length === 0, 10_000);
   });
 });

@@ -9,7 +9,7 @@ import { describe, expect, it } from 'vitest';
 import { IMAGES, IMAGES_DIR, NODE_MAJOR } from '../../scripts/image-list.mjs';
 import { describeLayout, imageFiles, imageSizes, withUnpackedArchive } from '../../scripts/oci-archive.mjs';
 import { AGENT_ENTRYPOINT } from '../../shared/agent-contract.js';
-import { requireRoot } from '../helpers/root.js';
+import { requireRoot } from '../../testkit/root.js';
 
 /** The agent image's budget (docs/agent.md): node alone (Node 24, stripped) is 108.5 MB of it. */
 const AGENT_MAX_BYTES = 130e6;

@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startCluster, type ClusterHandle } from '../../standin/index.js';
-import { waitFor } from '../../standin/apiserver/testing.js';
+import { waitFor } from '../../testkit/wait.js';
 
 const run = promisify(execFile);
 const KUBECTL_VERSIONS = ['1.31', '1.32', '1.33'];

@@ -7,9 +7,9 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { AppsV1Api, CoreV1Api, KubeConfig } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { requireRoot } from '../helpers/root.js';
+import { requireRoot } from '../../testkit/root.js';
 import { startCluster, type ClusterHandle } from '../../standin/index.js';
-import { waitFor } from '../../standin/apiserver/testing.js';
+import { waitFor } from '../../testkit/wait.js';
 
 const runFile = promisify(execFile);
 /** Pods start as real processes on a shared, loaded machine: give each version's round room. */

@@ -9,7 +9,7 @@ import { randomBytes } from 'node:crypto';
 import { promisify } from 'node:util';
 import { CoreV1Api, KubeConfig, type V1Container, type V1PodSpec } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { requireRoot } from '../helpers/root.js';
+import { requireRoot } from '../../testkit/root.js';
 import { repoRoot } from '../../standin/images.js';
 import { startCluster, type ClusterHandle } from '../../standin/index.js';
 import {
@@ -22,7 +22,7 @@ import {
 import { run } from '../../standin/kubelet/host.js';
 import { buildImage } from '../../standin/kubelet/image-build.js';
 import { ALL_CAPABILITIES, boundingCapabilities, DEFAULT_CAPABILITIES } from '../../standin/kubelet/oci-spec.js';
-import { execOutput, readAll, removeImage, waitForPod } from '../../standin/kubelet/testing.js';
+import { execOutput, readAll, removeImage, waitForPod } from '../../testkit/pods.js';
 
 requireRoot('stand-in kubelet: containers');
 

@@ -6,9 +6,10 @@ import { connect } from 'node:net';
 import { Resolver } from 'node:dns/promises';
 import { CoreV1Api, KubeConfig } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { requireRoot } from '../helpers/root.js';
+import { requireRoot } from '../../testkit/root.js';
 import { startCluster, type ClusterHandle } from '../../standin/index.js';
-import { execOutput, isReady, waitForPod, waitUntil } from '../../standin/kubelet/testing.js';
+import { execOutput, isReady, waitForPod } from '../../testkit/pods.js';
+import { waitFor } from '../../testkit/wait.js';
 
 requireRoot('stand-in kubelet services');
 
@@ -96,7 +97,7 @@ describe('stand-in ClusterIP services', () => {
     for (const p of ['a', 'b', 'client']) await waitForPod(core, `${app}-${p}`, 'Ready', isReady);
     // When the host calls the ClusterIP many times
     const seen = new Set<string>();
-    await waitUntil('both endpoints answer', async () => {
+    await waitFor('both endpoints answer', async () => {
       seen.add(await getPod(`http://${ip}/`));
       return seen.size === 2;
     });
@@ -109,18 +110,18 @@ describe('stand-in ClusterIP services', () => {
     expect(fromPod.remoteAddress).toBe(client.status!.podIP);
     // And an endpoint reaches itself through its own Service (hairpin)
     const hairpin = new Set<string>();
-    await waitUntil('hairpin to itself', async () => {
+    await waitFor('hairpin to itself', async () => {
       const r = await fetchFromPod(`${app}-a`, `http://${ip}/`);
       if (r.pod) hairpin.add(r.pod);
       return hairpin.has(`${app}-a`);
     });
     // When one endpoint goes away, only the other answers
     await core.deleteNamespacedPod({ namespace: 'default', name: `${app}-a` });
-    await waitUntil('endpoint a removed', async () => {
+    await waitFor('endpoint a removed', async () => {
       const eps = await core.readNamespacedEndpoints({ namespace: 'default', name: app });
       return (eps.subsets ?? []).flatMap((s) => s.addresses ?? []).length === 1;
     });
-    await waitUntil('rules follow the endpoints', async () => {
+    await waitFor('rules follow the endpoints', async () => {
       for (let i = 0; i < 10; i++) {
         if ((await getPod(`http://${ip}/`)) !== `${app}-b`) return false;
       }
@@ -134,7 +135,7 @@ describe('stand-in ClusterIP services', () => {
       namespace: 'default',
       body: { metadata: { name }, spec: { selector: { app: name }, ports: [{ port: 81, targetPort: 8080 }] } },
     });
-    const code = await waitUntil('refused', async () => {
+    const code = await waitFor('refused', async () => {
       const c = await fetch(`http://${svc.spec!.clusterIP}:81/`, { signal: AbortSignal.timeout(3000) }).then(
         () => 'connected',
         (e: Error & { cause?: { code?: string } }) => e.cause?.code ?? e.name,

@@ -6,7 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { CoreV1Api, KubeConfig, type V1Pod } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { requireRoot } from '../helpers/root.js';
+import { requireRoot } from '../../testkit/root.js';
 import { startCluster, type ClusterHandle } from '../../standin/index.js';
 import type { NodeRuntime } from '../../standin/node-runtime.js';
 import {
@@ -17,8 +17,8 @@ import {
   removeImage,
   tagImage,
   waitForPod,
-  waitUntil,
-} from '../../standin/kubelet/testing.js';
+} from '../../testkit/pods.js';
+import { waitFor } from '../../testkit/wait.js';
 
 requireRoot('stand-in kubelet');
 
@@ -154,7 +154,7 @@ describe('stand-in kubelet', () => {
       },
     });
     const pod = await waitForPod(core, name, 'Running', (p) => p.status?.phase === 'Running');
-    const env = await waitUntil('env in the log', async () => {
+    const env = await waitFor('env in the log', async () => {
       const text = await readAll(await runtime.logs({ namespace: 'default', pod: name, follow: false }));
       return text.includes('PATH=') ? text : undefined;
     });
@@ -273,7 +273,7 @@ describe('stand-in kubelet', () => {
       },
     });
     const pod = await waitForPod(core, name, 'Running', (p) => p.status?.phase === 'Running');
-    await waitUntil('echo listening', async () =>
+    await waitFor('echo listening', async () =>
       (await readAll(await runtime.logs({ namespace: 'default', pod: name, follow: false }))).includes('up'),
     );
     // Then it is not reachable on the pod IP from the host …
@@ -368,7 +368,7 @@ describe('stand-in kubelet', () => {
       },
     });
     await waitForPod(core, name, 'Running', (p) => p.status?.phase === 'Running');
-    await waitUntil('five lines', async () =>
+    await waitFor('five lines', async () =>
       (await readAll(await runtime.logs({ namespace: 'default', pod: name, follow: false }))).includes('line5'),
     );
     expect(await readAll(await runtime.logs({ namespace: 'default', pod: name, follow: false, tailLines: 2 }))).toBe(
@@ -377,11 +377,11 @@ describe('stand-in kubelet', () => {
     const follower = await runtime.logs({ namespace: 'default', pod: name, follow: true, tailLines: 1 });
     let seen = '';
     follower.on('data', (c: Buffer) => (seen += c.toString()));
-    await waitUntil('the tail line', () => seen === 'line5\n');
+    await waitFor('the tail line', () => seen === 'line5\n');
     await execOutput(
       await runtime.exec({ namespace: 'default', pod: name, command: ['touch', flag], stdin: false, tty: false }),
     );
-    await waitUntil('followed line', () => seen.includes('late\n'));
+    await waitFor('followed line', () => seen.includes('late\n'));
     follower.destroy();
     expect(seen).toBe('line5\nlate\n');
   });
@@ -439,7 +439,7 @@ describe('stand-in kubelet', () => {
       },
     });
     const pod = await waitForPod(core, name, 'Running', (p) => p.status?.phase === 'Running' && isReady(p));
-    await waitUntil('main wrote', () => existsSync(marker) && readFileSync(marker, 'utf8').includes('main'));
+    await waitFor('main wrote', () => existsSync(marker) && readFileSync(marker, 'utf8').includes('main'));
     expect(readFileSync(marker, 'utf8')).toBe('one\ntwo\nmain\n');
     expect(pod.status!.initContainerStatuses!.map((s) => s.state?.terminated?.reason)).toEqual([
       'Completed',
@@ -595,7 +595,7 @@ describe('stand-in kubelet', () => {
     expect(during.length).toBe(2);
     sleeper.kill();
     expect((await execOutput(sleeper)).exitCode).toBe(137);
-    await waitUntil('the exec’d sleep gone', async () => (await pidsOfContainer(containerID(pod))).length === 1, 5_000);
+    await waitFor('the exec’d sleep gone', async () => (await pidsOfContainer(containerID(pod))).length === 1, 5_000);
     expect(await pidsOfContainer(containerID(pod))).toEqual([before]);
   });
 
@@ -636,7 +636,7 @@ describe('stand-in kubelet', () => {
       Boolean(p.status?.ephemeralContainerStatuses?.[0]?.state?.running),
     );
     expect(pod.status!.ephemeralContainerStatuses![0].containerID).toMatch(/^containerd:\/\/[0-9a-f]{64}$/);
-    const log = await waitUntil('debugger output', async () => {
+    const log = await waitFor('debugger output', async () => {
       const text = await readAll(
         await runtime.logs({ namespace: 'default', pod: name, container: 'debugger', follow: false }),
       );
@@ -708,7 +708,7 @@ describe('stand-in kubelet', () => {
     // Running means the process was started, not that it has set up its SIGTERM handler: a SIGTERM that arrives while
     // Node is still booting (seconds on a loaded machine) kills it by the default action, silently, as on a real node.
     // http-echo logs "listening" after it has installed its handlers.
-    await waitUntil('http-echo listening', async () =>
+    await waitFor('http-echo listening', async () =>
       (await readAll(await runtime.logs({ namespace: 'default', pod: name, follow: false }))).includes(
         `http-echo ${name} listening on 8080`,
       ),
@@ -719,7 +719,7 @@ describe('stand-in kubelet', () => {
     // Follow the log while deleting: it ends when the container does
     const follower = readAll(await runtime.logs({ namespace: 'default', pod: name, follow: true }));
     await core.deleteNamespacedPod({ namespace: 'default', name });
-    await waitUntil('pod object gone', async () => {
+    await waitFor('pod object gone', async () => {
       try {
         await core.readNamespacedPod({ namespace: 'default', name });
         return false;

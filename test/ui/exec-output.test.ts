@@ -6,20 +6,20 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { requireRoot } from '../helpers/root.js';
+import { requireRoot } from '../../testkit/root.js';
 import {
   DevopRun,
   LOCAL_SERVER,
   deployEcho,
-  freePort,
   startE2ECluster,
   startPodClient,
-  waitFor,
   type Cluster,
   type EchoDeployment,
   type PodClient,
-} from '../e2e/harness.js';
+} from '../../testkit/e2e.js';
 import { DEVOP_BIN, ESCAPE_CODES, runCli } from './helpers/cli.js';
+import { waitFor } from '../../testkit/wait.js';
+import { freePort } from '../../testkit/sockets.js';
 
 requireRoot('ui exec output');
 

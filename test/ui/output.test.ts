@@ -4,8 +4,9 @@
 import { spawn } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
 import { isInteractive } from '../../cli/ui/index.js';
-import { ESCAPE_CODES, REPO_ROOT, runNode } from './helpers/cli.js';
-import { waitFor } from './helpers/wait.js';
+import { ESCAPE_CODES, REPO_ROOT } from './helpers/cli.js';
+import { waitFor } from '../../testkit/wait.js';
+import { runNode } from '../../testkit/processes.js';
 
 const replay = (...args: string[]) => runNode(['--import', 'tsx', 'test/ui/fixtures/replay.ts', ...args]);
 
@@ -75,7 +76,7 @@ describe('piped output (not a TTY)', () => {
     let stdout = '';
     child.stderr.setEncoding('utf8').on('data', (text: string) => (stderr += text));
     child.stdout.setEncoding('utf8').on('data', (text: string) => (stdout += text));
-    await waitFor(() => stdout.includes('"type":"ready"'), 'the ready event');
+    await waitFor('the ready event', () => stdout.includes('"type":"ready"'));
     child.stdout.destroy();
     // When the session then ends and writes its last events into the closed pipe
     child.kill('SIGINT');

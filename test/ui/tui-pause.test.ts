@@ -3,20 +3,20 @@
 // local command (the agent ended the pod-bound connection, and the client's reconnect is stolen). The same for `m` from
 // mirror to steal.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { requireRoot } from '../helpers/root.js';
+import { requireRoot } from '../../testkit/root.js';
 import {
   LOCAL_SERVER,
   deployEcho,
-  freePort,
   startE2ECluster,
   startPodClient,
-  waitFor,
   type Cluster,
   type EchoDeployment,
   type PodClient,
-} from '../e2e/harness.js';
+} from '../../testkit/e2e.js';
 import { DEVOP_BIN } from './helpers/cli.js';
 import { SCREEN_WAIT_MS, TmuxPane, shellQuote } from './helpers/tmux.js';
+import { waitFor } from '../../testkit/wait.js';
+import { freePort } from '../../testkit/sockets.js';
 
 requireRoot('ui terminal: pause with keep-alive');
 

@@ -3,8 +3,8 @@
 // and the cluster keeps what it had.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { CoreV1Api } from '@kubernetes/client-node';
-import { requireRoot } from '../helpers/root.js';
-import { startE2ECluster, type Cluster } from '../e2e/harness.js';
+import { requireRoot } from '../../testkit/root.js';
+import { startE2ECluster, type Cluster } from '../../testkit/e2e.js';
 import { DEVOP_BIN, REPO_ROOT } from './helpers/cli.js';
 import { TmuxPane, shellQuote } from './helpers/tmux.js';
 

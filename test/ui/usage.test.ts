@@ -4,7 +4,8 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { DEVOP_BIN, runCli, runNode } from './helpers/cli.js';
+import { DEVOP_BIN, runCli } from './helpers/cli.js';
+import { runNode } from '../../testkit/processes.js';
 
 describe('devop usage errors and help', () => {
   it('a mistyped option is one line with the suggestion and where to look', async () => {

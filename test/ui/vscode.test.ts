@@ -6,7 +6,8 @@ import { tmpdir } from 'node:os';
 import { dirname, join, resolve, sep } from 'node:path';
 import { parse as parseJsonc } from 'jsonc-parser';
 import { afterAll, describe, expect, it } from 'vitest';
-import { DEVOP_BIN, REPO_ROOT, runCli, runNode } from './helpers/cli.js';
+import { DEVOP_BIN, REPO_ROOT, runCli } from './helpers/cli.js';
+import { runNode } from '../../testkit/processes.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'devop-ui-vscode-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));

@@ -6,8 +6,8 @@ import { render as inkRender } from 'ink';
 import { App } from './App.js';
 import { ViewStore } from '../store.js';
 import type { SessionControls } from '../../reporter.js';
-import { startupEvents, trafficEvents } from '../../../test/ui/fixtures/events.js';
-import { waitFor } from '../../../test/ui/helpers/wait.js';
+import { startupEvents, trafficEvents } from '../../../testkit/report-events.js';
+import { waitFor } from '../../../testkit/wait.js';
 
 function recordingControls(): { controls: SessionControls; calls: string[] } {
   const calls: string[] = [];
@@ -29,11 +29,11 @@ async function readySession() {
   const { controls, calls } = recordingControls();
   store.setControls(controls);
   await waitFor(
-    () => app.lastFrame()?.includes('/apis/farm.example.com/v1/llamas') && app.lastFrame()?.includes('q quit'),
     'the live view',
+    () => app.lastFrame()?.includes('/apis/farm.example.com/v1/llamas') && app.lastFrame()?.includes('q quit'),
   );
   // ink enables raw mode and starts reading stdin in an effect after the first render.
-  await waitFor(() => app.stdin.listenerCount('readable') > 0, 'ink to read keys');
+  await waitFor('ink to read keys', () => app.stdin.listenerCount('readable') > 0);
   return { store, app, calls, onInterrupt };
 }
 
@@ -56,16 +56,16 @@ describe('App keys', () => {
       after: { spec: spec(2) },
     });
     // Then its row shows the first changes and how many more
-    await waitFor(() => app.lastFrame()?.includes('… 3 more (d)'), 'the diff line');
+    await waitFor('the diff line', () => app.lastFrame()?.includes('… 3 more (d)'));
     expect(app.lastFrame()).not.toContain('spec.field5');
     // When d is pressed
     app.stdin.write('d');
     // Then the diff panel lists every change
-    await waitFor(() => app.lastFrame()?.includes('spec.field5: 1 → 2'), 'the diff panel');
+    await waitFor('the diff panel', () => app.lastFrame()?.includes('spec.field5: 1 → 2'));
     expect(app.lastFrame()).toContain('update Deployment default/hello → dry-run 200');
     // When d is pressed again, the panel goes
     app.stdin.write('d');
-    await waitFor(() => !app.lastFrame()?.includes('spec.field5'), 'the panel closed');
+    await waitFor('the panel closed', () => !app.lastFrame()?.includes('spec.field5'));
     app.unmount();
   });
 
@@ -76,8 +76,8 @@ describe('App keys', () => {
     // When m is pressed
     app.stdin.write('m');
     // Then the controls are asked for mirror and the header shows it
-    await waitFor(() => calls.includes('setMode mirror'), 'setMode mirror');
-    await waitFor(() => app.lastFrame()?.includes(':3000 mirroring → local :3000'), 'header in mirror mode');
+    await waitFor('setMode mirror', () => calls.includes('setMode mirror'));
+    await waitFor('header in mirror mode', () => app.lastFrame()?.includes(':3000 mirroring → local :3000'));
     app.unmount();
   });
 
@@ -87,12 +87,12 @@ describe('App keys', () => {
     // When p is pressed
     app.stdin.write('p');
     // Then the session is paused and the header says the traffic goes to the pod
-    await waitFor(() => calls.includes('pause'), 'pause');
-    await waitFor(() => app.lastFrame()?.includes('paused (steal, traffic → pod)'), 'paused header');
+    await waitFor('pause', () => calls.includes('pause'));
+    await waitFor('paused header', () => app.lastFrame()?.includes('paused (steal, traffic → pod)'));
     // When p is pressed again
     app.stdin.write('p');
     // Then it resumes
-    await waitFor(() => calls.includes('resume'), 'resume');
+    await waitFor('resume', () => calls.includes('resume'));
     expect(calls).toEqual(['pause', 'resume']);
     app.unmount();
   });
@@ -103,14 +103,14 @@ describe('App keys', () => {
     // When q is pressed
     app.stdin.write('q');
     // Then controls.stop() is called and the UI says it is stopping
-    await waitFor(() => calls.includes('stop'), 'stop');
-    await waitFor(() => app.lastFrame()?.includes('stopping'), 'stopping line');
+    await waitFor('stop', () => calls.includes('stop'));
+    await waitFor('stopping line', () => app.lastFrame()?.includes('stopping'));
     expect(onInterrupt).not.toHaveBeenCalled();
     app.unmount();
 
     const second = await readySession();
     second.app.stdin.write('\u0003');
-    await waitFor(() => second.calls.includes('stop'), 'stop on Ctrl-C');
+    await waitFor('stop on Ctrl-C', () => second.calls.includes('stop'));
     second.app.unmount();
   });
 
@@ -119,24 +119,22 @@ describe('App keys', () => {
     const { app, calls } = await readySession();
     // When f is pressed, a filter typed and Enter pressed
     app.stdin.write('f');
-    await waitFor(() => app.lastFrame()?.includes('header filter'), 'filter input');
+    await waitFor('filter input', () => app.lastFrame()?.includes('header filter'));
     app.stdin.write('x-user: alic');
     app.stdin.write('x');
     app.stdin.write('\u007f');
     app.stdin.write('e');
-    await waitFor(() => app.lastFrame()?.includes('› x-user: alice'), 'typed filter');
+    await waitFor('typed filter', () => app.lastFrame()?.includes('› x-user: alice'));
     app.stdin.write('\r');
     // Then the controls get the filter and the header shows it
-    await waitFor(
-      () => calls.includes('setHeaderFilter x-user: alice'),
-      `setHeaderFilter (calls: ${calls.join(', ')}; frame: ${app.lastFrame()})`,
+    await waitFor(`setHeaderFilter (calls: ${calls.join(', ')}; frame: ${app.lastFrame()})`, () =>
+      calls.includes('setHeaderFilter x-user: alice'),
     );
-    await waitFor(() => app.lastFrame()?.includes('filter header x-user: alice'), 'filter in header');
+    await waitFor('filter in header', () => app.lastFrame()?.includes('filter header x-user: alice'));
     // And keys typed as one chunk ("fx-user: bob\r") go to the filter, not to the main view
     app.stdin.write('fx-user: bob\r');
-    await waitFor(
-      () => calls.includes('setHeaderFilter x-user: bob'),
-      `setHeaderFilter bob (calls: ${calls.join(', ')})`,
+    await waitFor(`setHeaderFilter bob (calls: ${calls.join(', ')})`, () =>
+      calls.includes('setHeaderFilter x-user: bob'),
     );
     expect(calls).not.toContain('stop');
     app.unmount();
@@ -149,11 +147,11 @@ describe('App keys', () => {
     // When c is pressed
     app.stdin.write('c');
     // Then the list is empty and the counters are zero
-    await waitFor(() => app.lastFrame()?.includes('requests 0'), 'cleared counters');
+    await waitFor('cleared counters', () => app.lastFrame()?.includes('requests 0'));
     expect(app.lastFrame()).not.toContain('/apis/farm.example.com/v1/llamas');
     // When ? is pressed
     app.stdin.write('?');
-    await waitFor(() => app.lastFrame()?.includes('pause (traffic goes back to the pod) / resume'), 'help panel');
+    await waitFor('help panel', () => app.lastFrame()?.includes('pause (traffic goes back to the pod) / resume'));
     app.unmount();
   });
 
@@ -163,12 +161,12 @@ describe('App keys', () => {
     const onInterrupt = vi.fn();
     const app = render(<App store={store} onInterrupt={onInterrupt} />);
     store.dispatch({ type: 'step', id: 'target', status: 'start', title: 'resolve target' });
-    await waitFor(() => app.lastFrame()?.includes('resolve target'), 'first step');
-    await waitFor(() => app.stdin.listenerCount('readable') > 0, 'ink to read keys');
+    await waitFor('first step', () => app.lastFrame()?.includes('resolve target'));
+    await waitFor('ink to read keys', () => app.stdin.listenerCount('readable') > 0);
     // When q is pressed
     app.stdin.write('q');
     // Then the start-up is interrupted
-    await waitFor(() => onInterrupt.mock.calls.length > 0, 'onInterrupt');
+    await waitFor('onInterrupt', () => onInterrupt.mock.calls.length > 0);
     app.unmount();
   });
 
@@ -194,7 +192,7 @@ describe('App keys', () => {
     for (const event of startupEvents()) store.dispatch(event);
     store.setControls(recordingControls().controls);
     // When the live view is up
-    await waitFor(() => frame.includes('keys need a terminal with raw mode'), 'the no-keys notice');
+    await waitFor('the no-keys notice', () => frame.includes('keys need a terminal with raw mode'));
     // Then ink does not read stdin at all (no raw mode, no key handling)
     expect(stdin.listenerCount('readable') + stdin.listenerCount('data')).toBe(0);
     instance.unmount();

@@ -5,7 +5,7 @@ import { render } from 'ink-testing-library';
 import { FailureBox, StepList } from './Steps.js';
 import { applyEvent, failureOf, initialViewState, type StepView } from '../state.js';
 import type { ReportEvent } from '../../reporter.js';
-import { failureEvents } from '../../../test/ui/fixtures/events.js';
+import { failureEvents } from '../../../testkit/report-events.js';
 
 const now = 1_000_000;
 

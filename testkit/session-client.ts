@@ -3,7 +3,7 @@
 import { randomUUID } from 'node:crypto';
 import { connect, type Socket } from 'node:net';
 import { createServer, type Server } from 'node:http';
-import { createClientMux, type ClientMux, type MuxStream } from '../../shared/mux.js';
+import { createClientMux, type ClientMux, type MuxStream } from '../shared/mux.js';
 import {
   PROTOCOL_VERSION,
   type AgentMessage,
@@ -11,7 +11,7 @@ import {
   type HttpFilter,
   type StreamOpen,
   type TrafficEvent,
-} from '../../shared/protocol.js';
+} from '../shared/protocol.js';
 
 export interface LocalCommand {
   server: Server;

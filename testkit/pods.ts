@@ -1,9 +1,10 @@
-// Helpers for the kubelet's suites: wait for a pod to reach a state, read a container's log or exec output as text.
+// Pods of the stand-in for suites: wait for a pod to reach a state, read a container's log or exec output as text, find
+// a container's processes, tag or remove an image in the node's containerd.
 import type { CoreV1Api, V1Pod } from '@kubernetes/client-node';
 import type { Readable } from 'node:stream';
-import type { ExecProcess } from '../node-runtime.js';
-import { normalizeImageRef } from '../images.js';
-import { ctr, ctrQuiet } from './containerd.js';
+import type { ExecProcess } from '../standin/node-runtime.js';
+import { normalizeImageRef } from '../standin/images.js';
+import { ctr, ctrQuiet } from '../standin/kubelet/containerd.js';
 
 /** Polls until the predicate holds for the pod (generous deadline: the machine may be loaded). */
 export async function waitForPod(
@@ -24,26 +25,6 @@ export async function waitForPod(
     }
     if (Date.now() > deadline)
       throw new Error(`pod ${name}: timed out waiting for ${what}; last status: ${JSON.stringify(last?.status)}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
-
-export async function waitUntil<T>(
-  what: string,
-  fn: () => Promise<T | undefined | false> | T | undefined | false,
-  timeoutMs = 30_000,
-): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  let lastError: unknown;
-  for (;;) {
-    try {
-      const v = await fn();
-      if (v !== undefined && v !== false) return v as T;
-    } catch (err) {
-      lastError = err;
-    }
-    if (Date.now() > deadline)
-      throw new Error(`timed out waiting for ${what}${lastError ? `: ${(lastError as Error).message}` : ''}`);
     await new Promise((r) => setTimeout(r, 50));
   }
 }

@@ -7,7 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { CoreV1Api, KubeConfig } from '@kubernetes/client-node';
 import { it } from 'vitest';
-import { startCluster, type ClusterHandle } from '../../standin/index.js';
+import { startCluster, type ClusterHandle } from '../standin/index.js';
 
 export interface ExternalTarget {
   kubeconfig: string;

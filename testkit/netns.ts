@@ -7,35 +7,13 @@ import { mkdtempSync, mkdirSync, rmSync, writeFileSync, rmdirSync, existsSync, r
 import { tmpdir } from 'node:os';
 import { basename, join, resolve } from 'node:path';
 import { promisify } from 'node:util';
-import { AGENT_COMMAND, AGENT_LOOKUP_COMMAND, AGENT_NODE_FLAGS } from '../../shared/agent-contract.js';
+import { AGENT_COMMAND, AGENT_LOOKUP_COMMAND, AGENT_NODE_FLAGS } from '../shared/agent-contract.js';
+import { waitFor } from './wait.js';
 
 const exec = promisify(execFile);
 const FIXTURES = resolve(import.meta.dirname, 'fixtures');
-export const AGENT_BUNDLE = resolve(import.meta.dirname, '../../dist/agent.cjs');
+export const AGENT_BUNDLE = resolve(import.meta.dirname, '../dist/agent.cjs');
 const CGROUP_ROOT = existsSync('/sys/fs/cgroup/unified') ? '/sys/fs/cgroup/unified' : '/sys/fs/cgroup';
-
-/**
- * Polls `check` until it returns a truthy value; fails with `what` after `timeoutMs` (generous: the machine is shared).
- */
-export async function waitFor<T>(
-  check: () => T | Promise<T>,
-  what: string,
-  timeoutMs = 20_000,
-): Promise<NonNullable<T>> {
-  const deadline = Date.now() + timeoutMs;
-  let last: unknown;
-  for (;;) {
-    try {
-      const value = await check();
-      if (value) return value as NonNullable<T>;
-    } catch (err) {
-      last = err;
-    }
-    if (Date.now() > deadline)
-      throw new Error(`timed out waiting for ${what}${last ? ` (last error: ${String(last)})` : ''}`);
-    await new Promise((r) => setTimeout(r, 25));
-  }
-}
 
 export async function sh(cmd: string): Promise<string> {
   const { stdout } = await exec('sh', ['-c', cmd], { maxBuffer: 8 * 1024 * 1024 });
@@ -155,8 +133,8 @@ export class PodNet {
     });
     const count = String(opts.port).split(',').length;
     await waitFor(
-      () => proc.lines.filter((l) => l.startsWith('LISTENING')).length === count,
       'the pod server to listen',
+      () => proc.lines.filter((l) => l.startsWith('LISTENING')).length === count,
     );
     return proc;
   }
@@ -164,8 +142,8 @@ export class PodNet {
   /** The pod's first process (the target container's, as job mode finds it). */
   async podPid(): Promise<number> {
     return waitFor(
-      () => Number(readFileSync(join(this.cgroupDir, 'cgroup.procs'), 'utf8').split('\n')[0]) || undefined,
       'the pod process',
+      () => Number(readFileSync(join(this.cgroupDir, 'cgroup.procs'), 'utf8').split('\n')[0]) || undefined,
     );
   }
 
@@ -194,7 +172,7 @@ export class PodNet {
     // bundle in its paths (its PID lookup on that node's defaults, as in the image).
     if (opts.viaEntryPoint) {
       const entry = join(this.dir, 'entry.sh');
-      const script = readFileSync(resolve(import.meta.dirname, '../../agent/entry.sh'), 'utf8');
+      const script = readFileSync(resolve(import.meta.dirname, '../agent/entry.sh'), 'utf8');
       const command = AGENT_COMMAND.join(' ');
       const lookup = AGENT_LOOKUP_COMMAND.join(' ');
       for (const run of [command, lookup])
@@ -230,6 +208,7 @@ export class PodNet {
     let closed = false;
     proc.child.once('close', () => (closed = true));
     const ready = await waitFor(
+      "the agent's ready line",
       () =>
         proc.lines
           .map((l) => {
@@ -240,7 +219,6 @@ export class PodNet {
             }
           })
           .find((m) => m?.msg === 'ready') ?? (closed ? { msg: 'exited' } : undefined),
-      "the agent's ready line",
     );
     if (ready.msg !== 'ready')
       throw new Error(
@@ -282,7 +260,7 @@ export class PodNet {
   /** Runs a node script inside `ns` (stopped at teardown) and waits for its LISTENING line. */
   async runListener(ns: string, script: string, args: string[]): Promise<Proc> {
     const proc = this.spawnTracked('nsenter', [`--net=/run/netns/${ns}`, process.execPath, script, ...args]);
-    await waitFor(() => proc.lines.includes('LISTENING'), `${basename(script)} to listen`);
+    await waitFor(`${basename(script)} to listen`, () => proc.lines.includes('LISTENING'));
     return proc;
   }
 
@@ -295,7 +273,7 @@ export class PodNet {
       this.clientIP,
       JSON.stringify(records),
     ]);
-    await waitFor(() => proc.lines.includes('LISTENING'), 'the DNS server to listen');
+    await waitFor('the DNS server to listen', () => proc.lines.includes('LISTENING'));
     return proc;
   }
 
@@ -363,6 +341,7 @@ export class PodNet {
         `2>/dev/null; true`,
     );
     await waitFor(
+      'the test cgroup to empty',
       () => {
         try {
           for (const dir of [...this.agentCgroups, this.cgroupDir]) if (existsSync(dir)) rmdirSync(dir);
@@ -372,7 +351,6 @@ export class PodNet {
           return false;
         }
       },
-      'the test cgroup to empty',
       10_000,
     ).catch(() => undefined);
     rmSync(this.dir, { recursive: true, force: true });

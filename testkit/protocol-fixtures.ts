@@ -1,9 +1,8 @@
 // Test fixtures for the protocol: one sample of every message type and stream kind (the compiler insists on all of
-// them), a seeded PRNG, socket pairs (real loopback TCP, or in-memory) and polling helpers. Used by the protocol
-// tests (shared/, cli/services) only.
-import net from 'node:net';
+// them), a seeded PRNG, in-memory socket pairs (loopback TCP pairs: sockets.ts) and polling helpers. Used by the
+// protocol tests (shared/, cli/services) only.
 import { Duplex } from 'node:stream';
-import type { AgentMessage, ClientMessage, StreamOpen } from '../../shared/protocol.js';
+import type { AgentMessage, ClientMessage, StreamOpen } from '../shared/protocol.js';
 
 type ByType<U extends { type: string }> = { [K in U['type']]: Extract<U, { type: K }> };
 type ByKind<U extends { kind: string }> = { [K in U['kind']]: Extract<U, { kind: K }> };
@@ -134,28 +133,6 @@ export function duplexPair(): [Duplex, Duplex] {
   a = make(() => b);
   b = make(() => a);
   return [a, b];
-}
-
-/**
- * A connected pair of real loopback TCP sockets; destroyed by the caller's cleanups. With `allowHalfOpen`, each end
- * stays writable after the peer's FIN (so that half-close can be observed).
- */
-export async function socketPair(
-  cleanups: Array<() => void>,
-  options: { allowHalfOpen?: boolean } = {},
-): Promise<[net.Socket, net.Socket]> {
-  const allowHalfOpen = options.allowHalfOpen ?? false;
-  const server = net.createServer({ allowHalfOpen });
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  const accepted = new Promise<net.Socket>((r) => server.once('connection', r));
-  const client = net.connect({ port: (server.address() as net.AddressInfo).port, host: '127.0.0.1', allowHalfOpen });
-  const serverSide = await accepted;
-  server.close();
-  cleanups.push(() => {
-    client.destroy();
-    serverSide.destroy();
-  });
-  return [client, serverSide];
 }
 
 /** Polls `cond` until true, with a generous deadline (the machine is shared): never a fixed sleep. */

@@ -1,22 +1,21 @@
-// End-to-end harness: a stand-in cluster (or the real one of DEVOP_TEST_KUBECONFIG: test/helpers/target-cluster.ts),
+// End-to-end harness: a stand-in cluster (or the real one of DEVOP_TEST_KUBECONFIG: testkit/target-cluster.ts),
 // helpers to deploy the echo workload, run the built `devop` CLI as a child process and watch its output, and send HTTP
 // requests to pod IPs (on the stand-in's bridge, reachable from the host; from a client pod on either cluster).
 import { spawn, type ChildProcess } from 'node:child_process';
-import { request } from 'node:http';
 import { join, resolve } from 'node:path';
 import { readFileSync } from 'node:fs';
 import { AppsV1Api, CoreV1Api, KubeConfig, type V1Pod } from '@kubernetes/client-node';
-import { startCluster } from '../../standin/index.js';
-import { exitAfterOutput } from '../helpers/exit-after-output.js';
-import { agentImageEnv, startTargetCluster, type TargetCluster } from '../helpers/target-cluster.js';
-import { pidsOfContainer } from '../../standin/kubelet/testing.js';
+import { startCluster } from '../standin/index.js';
+import { exitAfterOutput } from './exit-after-output.js';
+import { agentImageEnv, startTargetCluster, type TargetCluster } from './target-cluster.js';
+import { pidsOfContainer } from './pods.js';
+import { WAIT_MS, waitFor } from './wait.js';
+import { httpGet, type Answer } from './http.js';
 
 export type Cluster = Awaited<ReturnType<typeof startCluster>>;
 
-export const ROOT = resolve(import.meta.dirname, '..', '..');
-export const LOCAL_SERVER = join(ROOT, 'test', 'e2e', 'fixtures', 'local-server.mjs');
-/** Generous: CI machines have 2 cores, and other suites' clusters may still be winding down. */
-export const WAIT_MS = 45_000;
+export const ROOT = resolve(import.meta.dirname, '..');
+export const LOCAL_SERVER = join(ROOT, 'testkit', 'fixtures', 'local-server.mjs');
 
 export async function startE2ECluster(): Promise<{
   cluster: Cluster;
@@ -46,28 +45,6 @@ export async function startE2ETarget(suite: string): Promise<E2ETarget> {
   kc.loadFromFile(cluster.kubeconfigPath);
   const [core, apps] = [kc.makeApiClient(CoreV1Api), kc.makeApiClient(AppsV1Api)];
   return { cluster, namespace: cluster.namespace, kc, core, apps };
-}
-
-/** Waits for `check` to give a value; `what` names it in the error (a function: read when the wait fails, so that
- * output gathered meanwhile is in the message). */
-export async function waitFor<T>(
-  what: string | (() => string),
-  check: () => Promise<T | undefined> | T | undefined,
-  timeoutMs = WAIT_MS,
-): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  let lastError: unknown;
-  while (Date.now() < deadline) {
-    try {
-      const value = await check();
-      if (value !== undefined && value !== false) return value;
-    } catch (err) {
-      lastError = err;
-    }
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  const named = typeof what === 'function' ? what() : what;
-  throw new Error(`timed out waiting for ${named}${lastError ? ` (last error: ${(lastError as Error).message})` : ''}`);
 }
 
 export interface EchoDeployment {
@@ -125,35 +102,8 @@ export async function deployEcho(
   return { name, pod, podName: pod.metadata?.name ?? '', podIP: pod.status?.podIP ?? '' };
 }
 
-export interface HttpAnswer {
-  status: number;
-  body: string;
-}
-
-export function httpGet(
-  host: string,
-  port: number,
-  path: string,
-  headers: Record<string, string> = {},
-  timeoutMs = 5000,
-): Promise<HttpAnswer> {
-  return new Promise((resolvePromise, reject) => {
-    const req = request(
-      { host, port, path, headers: { connection: 'close', ...headers }, timeout: timeoutMs, agent: false },
-      (res) => {
-        const chunks: Buffer[] = [];
-        res.on('data', (c: Buffer) => chunks.push(c));
-        res.on('end', () =>
-          resolvePromise({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString('utf8') }),
-        );
-        res.on('error', reject);
-      },
-    );
-    req.on('timeout', () => req.destroy(new Error(`GET http://${host}:${port}${path} timed out`)));
-    req.on('error', reject);
-    req.end();
-  });
-}
+/** The status and body of an HTTP answer. */
+export type HttpAnswer = Pick<Answer, 'status' | 'body'>;
 
 /** Who answers a request from the host (the node: never stolen unless --steal-probes). */
 export async function whoAnswers(
@@ -162,7 +112,10 @@ export async function whoAnswers(
   path = '/',
   headers: Record<string, string> = {},
 ): Promise<string> {
-  return whoAnswered(await httpGet(host, port, path, headers));
+  // A fresh connection closed after the answer, 5 s at most: the node's probes are quick or the pod is not serving.
+  return whoAnswered(
+    await httpGet({ host, port }, path, { headers: { connection: 'close', ...headers }, timeoutMs: 5000 }),
+  );
 }
 
 export class DevopRun {
@@ -284,16 +237,6 @@ export function seenRequests(run: DevopRun): { method: string; path: string; hea
     .filter((e) => e.seen === 'request');
 }
 
-/** A TCP port free on 127.0.0.1 right now (for the local command's listener). */
-export async function freePort(): Promise<number> {
-  const { createServer } = await import('node:net');
-  const server = createServer();
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  const port = (server.address() as { port: number }).port;
-  await new Promise<void>((r) => server.close(() => r()));
-  return port;
-}
-
 /** Kills the local server a devop run started (after a kill -9 of devop it is left as an orphan). */
 export function killLocalServer(run: DevopRun): void {
   for (const line of run.stdout.split('\n')) {
@@ -347,7 +290,7 @@ export async function startPodClient(
     const status = pod.status?.containerStatuses?.[0];
     return status?.state?.running && status.containerID ? status.containerID.replace(/^[a-z]+:\/\//, '') : undefined;
   });
-  const script = join(ROOT, 'test', 'e2e', 'fixtures', 'pod-http-client.mjs');
+  const script = join(ROOT, 'testkit', 'fixtures', 'pod-http-client.mjs');
   const standin = 'instance' in env.cluster ? env.cluster : env.cluster.standin;
   const stdio: ['pipe', 'pipe', 'inherit'] = ['pipe', 'pipe', 'inherit'];
   let child: ChildProcess;

@@ -1,4 +1,5 @@
-// HTTP from a netns through a relay's unix socket (one TCP connection per unix connection), for the agent suites.
+// HTTP for suites: one request on a fresh connection, to a relay's unix socket (from a netns: one TCP connection per
+// unix connection) or to a host and port, and a GET from the host itself.
 import { request, Agent } from 'node:http';
 import type { Socket } from 'node:net';
 
@@ -10,14 +11,19 @@ export interface Answer {
   reused: boolean;
 }
 
+/**
+ * One request (GET unless `method` says otherwise) to `to`: a unix socket's path, or a host and port. Fails after
+ * `timeoutMs` (default 15 s) without an answer.
+ */
 export function httpGet(
-  socketPath: string,
+  to: string | { host: string; port: number },
   path: string,
   opts: { headers?: Record<string, string>; agent?: Agent; method?: string; body?: string; timeoutMs?: number } = {},
 ): Promise<Answer> {
+  const where = typeof to === 'string' ? { socketPath: to } : to;
   return new Promise((resolve, reject) => {
     const req = request(
-      { socketPath, path, method: opts.method ?? 'GET', headers: opts.headers, agent: opts.agent ?? false },
+      { ...where, path, method: opts.method ?? 'GET', headers: opts.headers, agent: opts.agent ?? false },
       (res) => {
         const chunks: Buffer[] = [];
         res.on('data', (c: Buffer) => chunks.push(c));

@@ -1,11 +1,10 @@
-// Test fixtures for the outgoing suites: loopback HTTP and TCP echo servers, a pair of connected sockets (the two ends
-// of a tunnel), a dialer that records what it was asked, raw socket exchanges, and running a Node program with devop's
-// preload.
-import { spawn } from 'node:child_process';
+// Test fixtures for the outgoing suites: loopback HTTP and TCP echo servers, a dialer that records what it was asked,
+// raw socket exchanges, and running a Node program with devop's preload.
 import { createServer as createHttpServer, type Server as HttpServer } from 'node:http';
 import { connect, createServer, type Server, type Socket } from 'node:net';
 import { fileURLToPath } from 'node:url';
-import type { ClusterDialer } from '../../cli/outgoing/dialer.js';
+import type { ClusterDialer } from '../cli/outgoing/dialer.js';
+import { runNode, type NodeResult } from './processes.js';
 
 export interface Closable {
   port: number;
@@ -71,25 +70,6 @@ export async function startTcpEcho(host = '127.0.0.1'): Promise<Closable> {
   return { port, close: closer(server, sockets) };
 }
 
-/** Two connected loopback sockets: the CLI's end and the agent's end of a tunnel. */
-export async function socketPair(): Promise<{ client: Socket; agent: Socket; close(): Promise<void> }> {
-  const server = createServer();
-  const accepted = new Promise<Socket>((resolve) => server.once('connection', resolve));
-  const port = await listen(server);
-  const client = connect({ port, host: '127.0.0.1' });
-  const agent = await accepted;
-  for (const socket of [client, agent]) socket.on('error', () => undefined);
-  return {
-    client,
-    agent,
-    close: async () => {
-      client.destroy();
-      agent.destroy();
-      await new Promise<void>((resolve) => server.close(() => resolve()));
-    },
-  };
-}
-
 export interface DialRecord {
   op: 'connect' | 'lookup' | 'readFile';
   target: string;
@@ -147,7 +127,7 @@ export function exchange(
   });
 }
 
-export const PRELOAD_BUNDLE = fileURLToPath(new URL('../../dist/preload.js', import.meta.url));
+export const PRELOAD_BUNDLE = fileURLToPath(new URL('../dist/preload.js', import.meta.url));
 
 /**
  * Refuses to run a test program whose preload did not load: its cluster names would otherwise go to this machine's
@@ -161,28 +141,9 @@ const REQUIRE_PRELOAD =
  * Runs `node --input-type=module -e <source>` with extra env (and the preload required); resolves with its exit code
  * and output.
  */
-export function runNode(
-  source: string,
-  env: Record<string, string>,
-  timeoutMs = 30_000,
-): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--input-type=module', '-e', REQUIRE_PRELOAD + source], {
-      env: { ...process.env, ...env },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
-    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
-    const timer = setTimeout(() => {
-      child.kill('SIGKILL');
-      reject(new Error(`node program did not finish within ${timeoutMs} ms\nstdout: ${stdout}\nstderr: ${stderr}`));
-    }, timeoutMs);
-    child.on('error', reject);
-    child.on('close', (code) => {
-      clearTimeout(timer);
-      resolve({ code, stdout, stderr });
-    });
+export function runPreloaded(source: string, env: Record<string, string>, timeoutMs = 30_000): Promise<NodeResult> {
+  return runNode(['--input-type=module', '-e', REQUIRE_PRELOAD + source], {
+    env: { ...process.env, ...env },
+    timeoutMs,
   });
 }
