@@ -47,7 +47,7 @@ export async function startAgent({ config, pid, log }: AgentOptions): Promise<Ru
 
   // Liveness first: from now on, no other agent in this netns takes our (future) chain for a stale one.
   const liveness = createServer((s) => s.destroy());
-  liveness.on('error', (err) => log.warn('liveness socket failed', { error: err.message }));
+  liveness.on('error', (err) => log.error('liveness socket failed', { error: err.message }));
   await new Promise<void>((resolve, reject) =>
     liveness.once('error', reject).listen(livenessSocket(agentId), resolve),
   ).catch((err: NodeJS.ErrnoException) => {
@@ -150,12 +150,12 @@ export async function startAgent({ config, pid, log }: AgentOptions): Promise<Ru
           user: `${hello.client.user}@${hello.client.host}`,
           pid: hello.client.pid,
         }),
-      (err: Error) => log.warn('session refused', { reason: err.message }),
+      (err: Error) => log.error('session refused', { reason: err.message }),
     );
   };
 
   const control: Server = createServer(handshake);
-  control.on('error', (err) => log.warn('control listener failed', { error: err.message }));
+  control.on('error', (err) => log.error('control listener failed', { error: err.message }));
   await new Promise<void>((resolve, reject) =>
     control.once('error', reject).listen(config.port, '127.0.0.1', resolve),
   ).catch((err: NodeJS.ErrnoException) => {

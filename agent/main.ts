@@ -42,7 +42,7 @@ async function main(): Promise<number> {
     const detail = issues ? issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ') : String(err);
     process.stdout.write(
       `${JSON.stringify({
-        level: 'warn',
+        level: 'error',
         msg: `bad agent configuration: ${detail}`,
         hint: 'the CLI sets DEVOP_AGENT_* (see shared/agent-contract.ts)',
       })}\n`,
@@ -89,7 +89,7 @@ async function main(): Promise<number> {
 main().then(
   (code) => process.exit(code),
   (err: unknown) => {
-    process.stdout.write(`${JSON.stringify({ level: 'warn', msg: formatError(err, !isUserError(err)) })}\n`);
+    process.stdout.write(`${JSON.stringify({ level: 'error', msg: formatError(err, !isUserError(err)) })}\n`);
     process.exit(1);
   },
 );

@@ -30,7 +30,7 @@ export function reenterNetns(pid: number, log: AgentLog): Promise<number> {
   for (const signal of ['SIGTERM', 'SIGINT', 'SIGHUP'] as const) process.on(signal, () => child.kill(signal));
   return new Promise((resolve) => {
     child.once('error', (err) => {
-      log.warn('cannot run nsenter', { error: err.message });
+      log.error('cannot run nsenter', { error: err.message });
       resolve(1);
     });
     child.once('exit', (code, signal) => resolve(code ?? (signal ? 128 + (constants.signals[signal] ?? 0) : 1)));

@@ -100,7 +100,7 @@ export class Session implements IncomingTarget {
     const liveness = setInterval(() => {
       const silentMs = Date.now() - Math.max(heard.at, mux.lastReadAt);
       if (heard.any && silentMs > TUNNEL_STALL_MS) {
-        this.ctx.log.warn('tunnel stalled', { session: this.sessionId, user: this.who, silentMs });
+        this.ctx.log.error('tunnel stalled', { session: this.sessionId, user: this.who, silentMs });
         mux.close(`tunnel stalled: nothing heard for ${TUNNEL_STALL_MS / 1000} s`);
         return;
       }
@@ -189,7 +189,11 @@ export class Session implements IncomingTarget {
     } else this.nativeCall((n) => n.end(this.sessionId));
     if (err instanceof ProtocolError) {
       // A client that sends bad frames is broken, not disconnected: no resume.
-      this.ctx.log.warn('session closed: bad frames', { session: this.sessionId, user: this.who, reason: err.message });
+      this.ctx.log.error('session closed: bad frames', {
+        session: this.sessionId,
+        user: this.who,
+        reason: err.message,
+      });
       void this.end(`protocol error: ${err.message}`);
       return;
     }
@@ -209,7 +213,7 @@ export class Session implements IncomingTarget {
 
   private onMessage(mux: AgentMux, msg: ClientMessage): void {
     void this.handle(mux, msg).catch((err: Error) => {
-      this.ctx.log.warn('request failed', { session: this.sessionId, type: msg.type, error: err.message });
+      this.ctx.log.error('request failed', { session: this.sessionId, type: msg.type, error: err.message });
       const id = 'id' in msg && typeof msg.id === 'string' ? msg.id : undefined;
       mux.send({ type: 'error', id, code: 'internal', message: err.message.slice(0, MAX_REASON) });
     });

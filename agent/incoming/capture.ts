@@ -172,7 +172,7 @@ export class PortCapture {
       const now = Date.now();
       for (const segment of this.reader.push(chunk)) this.flows.segment(segment, now);
     } catch (err) {
-      this.log.warn('capture stream unreadable', { port: this.port, error: (err as Error).message });
+      this.log.error('capture stream unreadable', { port: this.port, error: (err as Error).message });
       this.child.stdin.end();
     }
   }

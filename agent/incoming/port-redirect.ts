@@ -34,7 +34,7 @@ export class PortRedirect {
     // allowHalfOpen: a client that shuts down its sending side after the request still gets the whole answer, as it
     // would from the app itself (the end is passed on, and this side ends when the other end's answer is done).
     this.server = createTcpServer({ noDelay: true, allowHalfOpen: true }, (socket) => this.onConnection(socket));
-    this.server.on('error', (err) => log.warn('redirect listener failed', { port, error: err.message }));
+    this.server.on('error', (err) => log.error('redirect listener failed', { port, error: err.message }));
   }
 
   /** Before the port's first filtered steal counts: loads the HTTP routing (agent/incoming/http-filter.ts) for it. */

@@ -223,7 +223,7 @@ export class PortTable {
       if (keep.length === entry.subs.length) return false;
       entry.subs.splice(0, entry.subs.length, ...keep);
       const failure = await this.settle(port, entry);
-      if (failure) this.log.warn('port left without its redirect', { port, error: failure });
+      if (failure) this.log.error('port left without its redirect', { port, error: failure });
       return true;
     });
   }
@@ -356,7 +356,7 @@ export class PortTable {
           );
       }
       const failure = await this.settle(port, entry);
-      if (failure) this.log.warn('mirror left without copies', { port, error: failure });
+      if (failure) this.log.error('mirror left without copies', { port, error: failure });
     });
   }
 
@@ -403,7 +403,7 @@ export class PortTable {
     try {
       await this.chain?.addRedirect(port, to, redirect.skipSource);
     } catch (err) {
-      this.log.warn('could not move the redirect rule', { port, error: (err as Error).message });
+      this.log.error('could not move the redirect rule', { port, error: (err as Error).message });
       if (next) await this.unsteal(next, true);
       return;
     }
@@ -436,14 +436,14 @@ export class PortTable {
   private async unguard(listenerPort: number): Promise<void> {
     await this.chain
       ?.unguardListener(listenerPort)
-      .catch((err: Error) => this.log.warn('could not remove a listener guard', { listenerPort, error: err.message }));
+      .catch((err: Error) => this.log.error('could not remove a listener guard', { listenerPort, error: err.message }));
   }
 
   private async removeRule(port: number, listenerPort: number, skipSource: string | undefined): Promise<void> {
     try {
       await this.chain?.removeRedirect(port, listenerPort, skipSource);
     } catch (err) {
-      this.log.warn('could not remove redirect rule', { port, error: (err as Error).message });
+      this.log.error('could not remove redirect rule', { port, error: (err as Error).message });
     }
   }
 

@@ -41,7 +41,7 @@ export class NftOwner {
       stderr: 'ignore',
       goneMeans: 'the kernel removed the owned table with it',
       onGone: (why) =>
-        log.warn('devop-nft, which owns the redirect rules, ended: stolen ports go back to the pod', { why }),
+        log.error('devop-nft, which owns the redirect rules, ended: stolen ports go back to the pod', { why }),
     });
     return new NftOwner(helper);
   }
