@@ -5,6 +5,7 @@
 // small).
 import { readFileSync } from 'node:fs';
 import { request } from 'node:https';
+import { errorMessage } from '../../shared/errors.js';
 import { GUARD_ENV, restorePatch, type ReplacedWorkload } from '../../shared/replace-contract.js';
 import type { AgentLog } from '../log.js';
 
@@ -177,7 +178,7 @@ export async function runReplaceGuard(env: NodeJS.ProcessEnv, log: AgentLog): Pr
       }
     } catch (err) {
       // The API server may be unreachable for a while: the guard keeps trying, it is what restores the workload.
-      log.warn('guard poll failed', { error: err instanceof Error ? err.message : String(err) });
+      log.warn('guard poll failed', { error: errorMessage(err) });
     }
     await new Promise((r) => setTimeout(r, POLL_MS));
   }
