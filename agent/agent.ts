@@ -80,6 +80,7 @@ export async function startAgent({ config, pid, log }: AgentOptions): Promise<Ru
         })
       : undefined;
   ports.native = native;
+  if (native?.pid !== undefined) chain?.outlives.push(native.pid);
 
   let stopping: Promise<void> | undefined;
   let resolveStopped: (reason: string) => void = () => undefined;

@@ -134,8 +134,23 @@ export class AgentChain {
     return runOk(iptablesBinary(this.backend as ChainBackend), ['-w', '-t', 'nat', ...args]);
   }
 
+  /**
+   * Processes the owned table must outlive (devop-splice): told to its devop-nft when the table is made. Without one
+   * it is merely not waited for (its connections then may not learn that the agent died; a warning says so).
+   */
+  readonly outlives: number[] = [];
+
   private table(): Promise<OwnedTable> {
-    this.owned ??= OwnedTable.create(this.agentId, this.log);
+    this.owned ??= OwnedTable.create(this.agentId, this.log).then(async (owned) => {
+      for (const pid of this.outlives) {
+        await owned
+          .outlive(pid)
+          .catch((err: Error) =>
+            this.log.warn('the redirect table may not outlive devop-splice', { error: err.message }),
+          );
+      }
+      return owned;
+    });
     // A failed creation is not kept: the next subscribe tries again (and says why it failed).
     this.owned.catch(() => (this.owned = undefined));
     return this.owned;

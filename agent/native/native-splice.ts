@@ -72,6 +72,11 @@ export class NativeSplice {
     return new NativeSplice(helper, Number(listening[1]));
   }
 
+  /** devop-splice's process id (the owned table outlives it: agent/native/nft-owned.ts). */
+  get pid(): number | undefined {
+    return this.helper.pid;
+  }
+
   get alive(): boolean {
     return this.helper.alive;
   }

@@ -139,6 +139,15 @@ export class OwnedTable {
   }
 
   /**
+   * Has devop-nft, once the agent is gone, wait (bounded) for process `pid` to end before it ends itself and the
+   * kernel drops the table: devop-splice's redirected connections need the table's NAT for their ends to reach their
+   * clients, and both get the agent's parent-death signal at once.
+   */
+  async outlive(pid: number): Promise<void> {
+    await this.nft.request(`outlive ${pid}`);
+  }
+
+  /**
    * Lets listener port `listenerPort` take only the connections a redirect rule sent there: one made to that port
    * directly (from the pod network, or from a process of the pod) is reset. The listeners bind every address of the
    * netns, since a redirect delivers to the primary address of the interface the connection came in on.

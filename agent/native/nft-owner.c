@@ -1,6 +1,7 @@
 // devop-nft: owns the agent's nftables table (agent/native/nft-owned.ts). It creates the table with `flags owner` on its own
 // netlink socket, so the kernel deletes the table the moment this process ends, however it ends; it ends when the
-// agent does (its stdin, a pipe from the agent, closes; or the parent-death signal). It replaces a long-lived `nft -i`
+// agent does (its stdin, a pipe from the agent, closes; or the parent-death signal), once the processes the agent named
+// with `outlive` have ended (bounded). It replaces a long-lived `nft -i`
 // (4.9 MiB of RSS: libnftables, libgmp, libedit, a command parser) with one socket and the four messages the agent
 // needs (0.5 MiB, linked statically). Requests on stdin, one answer line each on stdout:
 //
@@ -12,6 +13,10 @@
 //                                          agent's listener TO takes only connections a redirect rule sent there
 //   unguard HANDLE         → ok            deletes that guard rule
 //   drop                   → ok            deletes the table
+//   outlive PID            → ok            when the agent dies, wait (up to 1 s) for process PID to end before this
+//                                          process ends: devop-splice's redirected connections need the table's NAT
+//                                          for their FIN or RST to reach their clients (deleting the netns's only
+//                                          nat chain unhooks NAT there)
 //   anything that fails    → error WHY     (the process keeps serving requests)
 //
 // Messages are nfnetlink batches as nft sends them (one transaction each); the rule's expressions are those nft
@@ -31,6 +36,8 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #define CHAIN "pre"
@@ -49,6 +56,31 @@
 
 static int sock;
 static uint32_t next_seq = 1;
+
+/** Processes to outlive (pidfds), and how long to wait for them once the agent is gone. */
+#define MAX_FOLLOWERS 4
+#define FOLLOWER_WAIT_MS 1000
+static int followers[MAX_FOLLOWERS];
+static int follower_count;
+
+/** The parent-death signal only ends the request loop (fgets returns, no SA_RESTART): the waiting comes after it. */
+static void on_parent_gone(int sig) { (void)sig; }
+
+/** Waits until every follower has ended, or FOLLOWER_WAIT_MS have passed. */
+static void outlive_followers(void) {
+  struct timespec start, now;
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  for (int i = 0; i < follower_count; i++) {
+    for (;;) {
+      clock_gettime(CLOCK_MONOTONIC, &now);
+      long spent = (now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000;
+      if (spent >= FOLLOWER_WAIT_MS) return;
+      struct pollfd p = {.fd = followers[i], .events = POLLIN};
+      int n = poll(&p, 1, (int)(FOLLOWER_WAIT_MS - spent));
+      if (n >= 0 || errno != EINTR) break; // readable: it ended (or the pidfd broke: nothing to wait for)
+    }
+  }
+}
 
 // ---- building messages ----
 
@@ -389,8 +421,10 @@ static int parse_port(const char *s, uint16_t *out) {
 }
 
 int main(void) {
-  // Ends with the agent however the agent ends (its end of stdin may be closed already: then fgets sees EOF).
-  if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) return 1;
+  // Ends with the agent however the agent ends (its end of stdin may be closed already: then fgets sees EOF): the
+  // parent-death signal interrupts the request loop, then the followers are waited for.
+  struct sigaction parent_gone = {.sa_handler = on_parent_gone};
+  if (sigaction(SIGTERM, &parent_gone, NULL) != 0 || prctl(PR_SET_PDEATHSIG, SIGTERM) != 0) return 1;
   sock = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_NETFILTER);
   struct sockaddr_nl local = {.nl_family = AF_NETLINK};
   if (sock < 0 || bind(sock, (struct sockaddr *)&local, sizeof local) != 0) {
@@ -413,10 +447,29 @@ int main(void) {
     const char *cmd = count ? words[0] : "";
     int known = (!strcmp(cmd, "table") && count == 2) || (!strcmp(cmd, "add") && (count == 3 || count == 4)) ||
                 (!strcmp(cmd, "delete") && count == 2) || (!strcmp(cmd, "drop") && count == 1) ||
-                (!strcmp(cmd, "guard") && count == 2) || (!strcmp(cmd, "unguard") && count == 2);
+                (!strcmp(cmd, "guard") && count == 2) || (!strcmp(cmd, "unguard") && count == 2) ||
+                (!strcmp(cmd, "outlive") && count == 2);
     if (!known) {
       printf("error unknown request (table NAME | add PORT TO [SKIP_SOURCE] | delete HANDLE | guard TO | unguard "
-             "HANDLE | drop)\n");
+             "HANDLE | drop | outlive PID)\n");
+    } else if (!strcmp(cmd, "outlive")) {
+      char *end;
+      long pid = strtol(words[1], &end, 10);
+      if (*end || pid <= 1) {
+        printf("error not a process id: %s\n", words[1]);
+        continue;
+      }
+      if (follower_count == MAX_FOLLOWERS) {
+        printf("error at most %d processes to outlive\n", MAX_FOLLOWERS);
+        continue;
+      }
+      int fd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
+      if (fd < 0) {
+        answer(-errno, "pidfd_open");
+        continue;
+      }
+      followers[follower_count++] = fd;
+      printf("ok\n");
     } else if (!strcmp(cmd, "table")) {
       if (table[0]) {
         printf("error this process owns table %s already\n", table);
@@ -476,5 +529,6 @@ int main(void) {
       answer(err, "delete table");
     }
   }
+  outlive_followers();
   return 0; // the socket closes with the process: the kernel drops the table
 }
