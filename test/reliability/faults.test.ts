@@ -23,6 +23,8 @@ import {
   agentPods,
   deployReplicas,
   devopRules,
+  dialRelayPids,
+  firstAnswerAfter,
   podPid,
   readyPods,
   recoveredAfter,
@@ -181,6 +183,37 @@ describe('fault table: the pod serves its own traffic again within 2 s, devop re
       expect(ms).toBeLessThanOrEqual(RECOVERY_BUDGET_MS);
       await run.waitForStderr(/reconnected to pod \S+ after [\d.]+ s \(new session, 1 subscription restored\)/, 90_000);
       await waitFor('the local command to answer again', async () => (await client.who(podIP, 8080)) === 'local');
+      expect(starts(run)).toBe(1);
+      await stopAndCheckClean(run, podName, podIP, pid);
+    },
+    CASE_MS,
+  );
+
+  it(
+    "a stalled tunnel (the node's port-forward relay stopped for 20 s): the pod answers new connections within 2 s; " +
+      'devop steals again after',
+    async () => {
+      const { run, podName, podIP, pid } = await stealOne('f-stall');
+      const relays = await dialRelayPids(pid);
+      expect(relays.length, "the stand-in's dial relay into the pod").toBeGreaterThan(0);
+      const stoppedAt = Date.now();
+      for (const r of relays) process.kill(r, 'SIGSTOP');
+      let ms: number;
+      try {
+        // A connection the session took just before the stall waits with it; new ones must reach the pod.
+        ms = await firstAnswerAfter(stoppedAt, () => client.who(podIP, 8080), podName);
+        console.log(`RESULT fault stalled_tunnel recovered_ms=${ms}`);
+        await new Promise((r) => setTimeout(r, Math.max(0, 20_000 - (Date.now() - stoppedAt))));
+        expect(await client.who(podIP, 8080), 'the pod still answers at the end of the stall').toBe(podName);
+      } finally {
+        for (const r of relays) process.kill(r, 'SIGCONT');
+      }
+      expect(ms).toBeLessThanOrEqual(RECOVERY_BUDGET_MS);
+      await waitFor(
+        'the local command to answer again',
+        async () => (await client.who(podIP, 8080)) === 'local',
+        90_000,
+      );
       expect(starts(run)).toBe(1);
       await stopAndCheckClean(run, podName, podIP, pid);
     },

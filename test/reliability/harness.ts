@@ -155,3 +155,46 @@ export async function recoveredAfter(
   }
   return at - since;
 }
+
+/**
+ * Milliseconds from `since` until `who()` first answers `expected` on a new connection: one is started every 100 ms
+ * (each may take up to its own timeout) until one is answered so. For a fault after which connections the session
+ * already took may wait with it (a stalled tunnel), while new ones must reach the pod.
+ */
+export async function firstAnswerAfter(
+  since: number,
+  who: () => Promise<string>,
+  expected: string,
+  timeoutMs = 15_000,
+): Promise<number> {
+  let at = 0;
+  const probes: Promise<void>[] = [];
+  while (at === 0 && Date.now() - since < timeoutMs) {
+    probes.push(
+      who().then(
+        (answer) => {
+          if (answer === expected && at === 0) at = Date.now();
+        },
+        () => undefined,
+      ),
+    );
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  await Promise.all(probes);
+  if (at === 0) throw new Error(`"${expected}" did not answer a new connection within ${timeoutMs} ms`);
+  return at - since;
+}
+
+/** PIDs of the stand-in's dial relays (port-forward's way into a pod) in the netns of process `podPid`. */
+export async function dialRelayPids(podPid: number): Promise<number[]> {
+  const { readdir, readlink } = await import('node:fs/promises');
+  const netns = await readlink(`/proc/${podPid}/ns/net`);
+  const out: number[] = [];
+  for (const entry of await readdir('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    const cmd = await readFile(`/proc/${entry}/cmdline`, 'utf8').catch(() => '');
+    if (!cmd.includes('dial-relay.mjs')) continue;
+    if ((await readlink(`/proc/${entry}/ns/net`).catch(() => '')) === netns) out.push(Number(entry));
+  }
+  return out;
+}
