@@ -1,7 +1,7 @@
-// devop-nft: owns the agent's nftables table (agent/native/nft-owned.ts). It creates the table with `flags owner` on its own
-// netlink socket, so the kernel deletes the table the moment this process ends, however it ends; it ends when the
-// agent does (its stdin, a pipe from the agent, closes; or the parent-death signal), once the processes the agent named
-// with `outlive` have ended (bounded). It replaces a long-lived `nft -i`
+// devop-nft: owns the agent's nftables table (agent/native/nft-owned.ts). It creates the table with `flags owner` on
+// its own netlink socket, so the kernel deletes the table the moment this process ends, however it ends; it ends when
+// the agent does (its stdin, a pipe from the agent, closes; or the parent-death signal), once the processes the agent
+// named with `outlive` have ended (bounded). It replaces a long-lived `nft -i`
 // (4.9 MiB of RSS: libnftables, libgmp, libedit, a command parser) with one socket and the four messages the agent
 // needs (0.5 MiB, linked statically). Requests on stdin, one answer line each on stdout:
 //
