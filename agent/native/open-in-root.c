@@ -1,7 +1,7 @@
 // devop-open: reads one file of the target container for the agent (agent/files/open-in-target.ts), resolved inside the
-// container's root by the kernel, so that nothing the container does to its own tree (a symlink, absolute or relative,
-// a ".." or a directory swapped for a symlink while the agent reads) can name a file outside it — the node's files, or
-// another pod's, which the agent (root, hostPID) could otherwise reach through its own /proc.
+// container's root by the kernel, so that nothing the container does to its own tree (a symlink, absolute or
+// relative, a ".." or a directory swapped for a symlink while the agent reads) can name a file outside it — the node's
+// files, or another pod's, which the agent (root, hostPID) could otherwise reach through its own /proc.
 //
 //   devop-open ROOT PATH    ROOT: the container's root as the agent sees it (/proc/PID/root); PATH: absolute, inside it
 //
