@@ -19,7 +19,8 @@ export function registerConfigCommand(program: Command): void {
       }
       // The config schema (zod) only when the command runs: help stays fast.
       const { validateConfigFile } = await import('../services/config.js');
-      const { file, problems } = validateConfigFile(argument ?? options.config ?? CONFIG_FILE_NAME);
+      const named = argument ?? options.config;
+      const { file, problems } = validateConfigFile(named ?? CONFIG_FILE_NAME, named !== undefined);
       if (problems.length === 0) {
         process.stdout.write(`${file}: valid\n`);
         return;

@@ -185,7 +185,7 @@ export function readConfigText(path: string, missingHint: string): string {
 
 /** Reads and validates a devop.json file. */
 export function loadConfigFile(path: string): Config {
-  const text = readConfigText(path, 'create it (devop config init) or pass the right path with --config');
+  const text = readConfigText(path, 'check the path given to -f/--config');
   let obj: unknown;
   try {
     obj = JSON.parse(text);

@@ -14,9 +14,15 @@ export interface ConfigValidation {
   problems: string[];
 }
 
-/** Reads and checks a devop.json; a missing or unreadable file is a UserError (not a validation problem). */
-export function validateConfigFile(path: string): ConfigValidation {
-  const text = readConfigText(path, 'pass the file with -f/--config, or run devop in the folder that holds devop.json');
+/**
+ * Reads and checks a devop.json; a missing or unreadable file is a UserError (not a validation problem). `named`: the
+ * user passed this path (then a missing file means a wrong path), rather than devop looking for ./devop.json.
+ */
+export function validateConfigFile(path: string, named: boolean): ConfigValidation {
+  const missingHint = named
+    ? 'check the path (it is read relative to the current folder)'
+    : 'pass the file with -f/--config, or run devop in the folder that holds devop.json';
+  const text = readConfigText(path, missingHint);
   return validateConfigText(text, path);
 }
 

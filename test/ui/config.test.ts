@@ -70,10 +70,21 @@ describe('devop config validate', () => {
     expect(ok.stdout).toBe('devop.json: valid\n');
     // When a file that does not exist is named
     const missing = await runCli(['config', 'validate', '-f', join(dir, 'nope.json')]);
-    // Then one error line with a fix
+    // Then one error line with a fix that fits: the file was passed, so check its path
     expect(missing.code).toBe(1);
     expect(missing.stderr).toMatch(/nope\.json does not exist/);
-    expect(missing.stderr).toMatch(/fix: /);
+    expect(missing.stderr).toMatch(/fix: check the path/);
+    expect(missing.stderr).not.toMatch(/pass the file/);
+    // When a file that does not exist is named as an argument
+    const byArgument = await runCli(['config', 'validate', '/nonexistent.json']);
+    // Then the same: the path is what to check
+    expect(byArgument.code).toBe(1);
+    expect(byArgument.stderr).toMatch(/\/nonexistent\.json does not exist — fix: check the path/);
+    // When nothing is named and the folder has no devop.json
+    const none = await runCli(['config', 'validate'], { cwd: tmpdir() });
+    // Then the fix says how to name it
+    expect(none.code).toBe(1);
+    expect(none.stderr).toMatch(/fix: pass the file with -f\/--config/);
   });
 
   it('takes the file as an argument as well as with -f', async () => {
