@@ -3,8 +3,9 @@
 // The file is private (0600, written through an exclusively created temporary file) and holds no credential unless
 // asked (--record-secrets).
 import { randomBytes } from 'node:crypto';
+import { existsSync } from 'node:fs';
 import { open, readFile, rename, unlink } from 'node:fs/promises';
-import { basename, dirname, join } from 'node:path';
+import { basename, dirname, join, resolve } from 'node:path';
 import { UserError } from '../../shared/errors.js';
 import type { HarBody, HarEntry, HarHeader } from './har-entry.js';
 import { redactEntry } from './redact.js';
@@ -167,7 +168,16 @@ export class HarRecorder {
       await writePrivateFile(this.path, `${JSON.stringify(this.har(), null, 2)}\n`);
     } catch (err) {
       const code = (err as NodeJS.ErrnoException).code ?? (err as Error).message;
-      throw new UserError(`--record ${this.path}: cannot write the file (${code})`, 'pass a path in a writable folder');
+      const folder = dirname(resolve(this.path));
+      if (code === 'ENOENT' && !existsSync(folder))
+        throw new UserError(
+          `--record ${this.path}: the folder ${folder} does not exist`,
+          'create it, or pass --record a file in a folder you can write',
+        );
+      throw new UserError(
+        `--record ${this.path}: cannot write the file (${code})`,
+        'pass --record a file in a folder you can write',
+      );
     }
   }
 

@@ -70,7 +70,7 @@ export function describeFilter(filter: HttpFilter | undefined): string | undefin
   return parts.length ? parts.join(filter.match === 'any' ? ' or ' : ' and ') : undefined;
 }
 
-/** `--record FILE`: the HAR is written at once (a bad path fails before the command starts) and after each exchange. */
+/** `--record FILE`: the HAR is written at once (a bad path fails before anything starts) and after each exchange. */
 async function startRecording(
   path: string,
   mode: StealMode,
@@ -170,6 +170,11 @@ export async function runExec(options: ExecServiceOptions, reporter: Reporter): 
   let replacement: ReplaceStep | undefined;
   const cleanups: (() => Promise<void>)[] = [];
   try {
+    // First: a --record path that cannot be written is one line before any cluster call (no Job, no env read).
+    const recording = options.record
+      ? await startRecording(options.record, options.mode, reporter, options.recordSecrets)
+      : undefined;
+    if (recording) cleanups.push(() => recording.stop());
     // --replace: the session targets a copy of the workload's pod (the workload itself is scaled to 0). Not raced with
     // the abort: a signal during it is seen right after, and the finally below restores what it did.
     let sessionOptions: ExecServiceOptions = options;
@@ -224,10 +229,6 @@ export async function runExec(options: ExecServiceOptions, reporter: Reporter): 
     );
     abort.signal.throwIfAborted();
 
-    const recording = options.record
-      ? await startRecording(options.record, options.mode, reporter, options.recordSecrets)
-      : undefined;
-    if (recording) cleanups.push(() => recording.stop());
     s.tunnel.on(
       'stream',
       incomingStreamHandler({
@@ -318,10 +319,15 @@ export async function runExec(options: ExecServiceOptions, reporter: Reporter): 
     const tunnelLost = new Promise<Error>((resolve) =>
       s.tunnel.once('close', (err) => resolve(err ?? new Error('closed'))),
     );
+    const stoppedFromOutside = new Promise<string>((resolve) => s.onStopped?.(resolve));
     const started = startTraffic(ports, traffic, options, reporter, running);
     const outcome = await Promise.race([
       running.exited.then((exit) => ({ kind: 'exit' as const, exit })),
       tunnelLost.then((err) => ({ kind: 'tunnel' as const, err })),
+      stoppedFromOutside.then((reason) => ({
+        kind: 'failed' as const,
+        err: new UserError(`this session was stopped: ${reason}`, 'the pod serves its own traffic; run devop again'),
+      })),
       started.then(
         () => new Promise<never>(() => undefined),
         (err: unknown) => ({ kind: 'failed' as const, err }),
