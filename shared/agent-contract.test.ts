@@ -2,12 +2,12 @@
 // chain names, and the image's entry point and node flags as the contract states them.
 import { readFileSync } from 'node:fs';
 import { describe, expect, test } from 'vitest';
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawnSync } from 'node:child_process';
+import { agentNodeFlagsFor } from '../testkit/agent-flags.js';
 import {
   AGENT_COMMAND,
   AGENT_LOOKUP_COMMAND,
   AGENT_ENTRYPOINT,
-  AGENT_NODE_FLAGS,
   AGENT_VERSION,
   agentEnv,
   bareContainerId,
@@ -88,7 +88,16 @@ describe('agent contract', () => {
       'i=0;i<200000;i++)f(i);process.stdout.write(String(%ActiveTierIsTurbofan(f)))';
     const tier = (flags: readonly string[]): string =>
       execFileSync(process.execPath, [...flags, '--allow-natives-syntax', '-e', probe], { encoding: 'utf8' });
-    expect(tier(AGENT_NODE_FLAGS)).toBe('false');
+    expect(tier(agentNodeFlagsFor(process.execPath))).toBe('false');
     expect(tier([])).toBe('true');
+  });
+
+  test("the agent's Node flags start this machine's Node without a V8 warning", () => {
+    // Given this machine's Node (20–22 still have --expose-wasm, which lite mode conflicts with)
+    // When the agent's flags start it
+    const run = spawnSync(process.execPath, [...agentNodeFlagsFor(process.execPath), '-e', '0'], { encoding: 'utf8' });
+    // Then it starts, and prints nothing on stderr (no "disabling flag --expose_wasm due to conflicting flags")
+    expect(run.status).toBe(0);
+    expect(run.stderr).toBe('');
   });
 });

@@ -8,6 +8,7 @@ import { tmpdir } from 'node:os';
 import { basename, join, resolve } from 'node:path';
 import { promisify } from 'node:util';
 import { AGENT_COMMAND, AGENT_LOOKUP_COMMAND, AGENT_NODE_FLAGS } from '../shared/agent-contract.js';
+import { agentNodeFlagsFor } from './agent-flags.js';
 import { waitFor } from './wait.js';
 
 const exec = promisify(execFile);
@@ -166,7 +167,11 @@ export class PodNet {
     // DEVOP_TEST_AGENT_NODE: the node the agent runs on (bench:steal passes the agent image's own); this one otherwise.
     const agentNode = process.env.DEVOP_TEST_AGENT_NODE ?? process.execPath;
     // DEVOP_TEST_AGENT_FLAGS: its node flags instead of AGENT_NODE_FLAGS (a bench comparing them).
-    const flags = process.env.DEVOP_TEST_AGENT_FLAGS?.split(' ').filter(Boolean) ?? AGENT_NODE_FLAGS;
+    // On a Node whose V8 would warn about them, agentNodeFlagsFor adds what silences it.
+    const flags = agentNodeFlagsFor(
+      agentNode,
+      process.env.DEVOP_TEST_AGENT_FLAGS?.split(' ').filter(Boolean) ?? AGENT_NODE_FLAGS,
+    );
     let node = [agentNode, ...flags, bundle];
     // viaEntryPoint: through the image's entry point (agent/entry.sh), with that node, those flags and this checkout's
     // bundle in its paths (its PID lookup on that node's defaults, as in the image).

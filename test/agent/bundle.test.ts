@@ -8,7 +8,8 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { AGENT_ENV, AGENT_NODE_FLAGS, TARGET_PID_ARG } from '../../shared/agent-contract.js';
+import { AGENT_ENV, TARGET_PID_ARG } from '../../shared/agent-contract.js';
+import { agentNodeFlagsFor } from '../../testkit/agent-flags.js';
 import { AGENT_BUNDLE } from '../../testkit/netns.js';
 
 describe('the agent bundle', () => {
@@ -40,7 +41,7 @@ describe('the agent bundle', () => {
       };
       const pid = execFileSync(
         process.execPath,
-        [...AGENT_NODE_FLAGS, '--require', report, AGENT_BUNDLE, TARGET_PID_ARG],
+        [...agentNodeFlagsFor(process.execPath), '--require', report, AGENT_BUNDLE, TARGET_PID_ARG],
         { env, encoding: 'utf8' },
       );
       expect(pid.trim()).toBe(String(process.pid));
