@@ -9,7 +9,7 @@ type OnExit = (code: number) => void;
 type Register = (program: Command, onExit: OnExit) => void;
 
 /**
- * Each command's module, loaded only when it runs: a run pays for its own command's code, not for all eight (start-up
+ * Each command's module, loaded only when it runs: a run pays for its own command's code, not for all nine (start-up
  * time is part of exec → stealing). In the order `devop --help` lists them.
  */
 const COMMANDS: ReadonlyArray<readonly [name: string, load: () => Promise<Register>]> = [
@@ -21,6 +21,7 @@ const COMMANDS: ReadonlyArray<readonly [name: string, load: () => Promise<Regist
   ['config', async () => (await import('./commands/config.js')).registerConfigCommand],
   ['doctor', async () => (await import('./commands/doctor.js')).registerDoctorCommand],
   ['clean', async () => (await import('./commands/clean.js')).registerCleanCommand],
+  ['sessions', async () => (await import('./commands/sessions.js')).registerSessionsCommand],
 ];
 
 /**

@@ -14,7 +14,12 @@ export const LEASE_RENEW_MS = 5000;
 /** Label value that marks devop's steal Leases (`devop clean` finds them by it). */
 export const LEASE_LABEL = 'devop.dev/lease';
 export const LEASE_LABEL_VALUE = 'steal';
-export const LEASE_ANNOTATIONS = { workload: 'devop.dev/workload', port: 'devop.dev/port' } as const;
+/** What a Lease locks, and the devop process holding it (`devop sessions` shows the PID on the holder's machine). */
+export const LEASE_ANNOTATIONS = {
+  workload: 'devop.dev/workload',
+  port: 'devop.dev/port',
+  pid: 'devop.dev/pid',
+} as const;
 
 export interface Workload {
   kind: 'deployment' | 'statefulset' | 'rollout' | 'pod';
@@ -210,6 +215,11 @@ export interface StealLeaseOptions {
   run?: string;
   /** Called when a held lease is lost (taken over after we failed to renew in time). */
   onLost?: (port: number, holder: LeaseHolder) => void;
+  /**
+   * Called when a held lease was deleted under the session (`devop sessions stop`, or `devop clean` after it expired):
+   * the session is asked to end. Without it, the lock is taken again.
+   */
+  onStopped?: (port: number) => void;
   /** Called when renewing fails for a reason other than losing it (e.g. the API server is unreachable). */
   onRenewError?: (port: number, err: unknown) => void;
   /** Each lock taken and given back, for the debug log. */
@@ -305,6 +315,7 @@ export class StealLeases {
         annotations: {
           [LEASE_ANNOTATIONS.workload]: `${this.options.workload.kind}/${this.options.workload.name}`,
           [LEASE_ANNOTATIONS.port]: String(port),
+          [LEASE_ANNOTATIONS.pid]: String(process.pid),
         },
       },
       spec: {
@@ -355,9 +366,13 @@ export class StealLeases {
       });
     } catch (err) {
       if (apiErrorCode(err) === 404) {
-        // Deleted (e.g. by `devop clean`): take it again if we still steal (not if our own release deleted it).
+        // Deleted while ours (not by our own release): `devop sessions stop` asks this session to end.
         if (this.held.get(port) !== name) return;
-        this.held.delete(port);
+        this.unhold(port);
+        if (this.options.onStopped) {
+          this.options.onStopped(port);
+          return;
+        }
         await this.takeNow(port).catch((e: unknown) => this.options.onRenewError?.(port, e));
         return;
       }

@@ -88,7 +88,7 @@ export class ReplaceLease {
           [AGENT_LABELS.managedBy]: AGENT_LABELS.managedByValue,
           [LEASE_LABEL]: REPLACE_LEASE_LABEL_VALUE,
         },
-        annotations: { [LEASE_ANNOTATIONS.workload]: this.what() },
+        annotations: { [LEASE_ANNOTATIONS.workload]: this.what(), [LEASE_ANNOTATIONS.pid]: String(process.pid) },
       },
       spec: {
         holderIdentity: this.options.identity,
@@ -127,6 +127,13 @@ export class ReplaceLease {
     } catch (err) {
       if (apiErrorCode(err) === 409) return; // raced with another writer: the next tick reads it again
       if (!this.timer) return; // released meanwhile (deleted under us): no trouble
+      if (apiErrorCode(err) === 404) {
+        this.stop();
+        this.options.onTrouble?.(
+          `the replace lock of ${this.what()} was deleted (devop sessions stop): the guard restores the workload`,
+        );
+        return;
+      }
       this.options.onTrouble?.(
         `cannot renew the replace lock of ${this.what()} (${errorMessage(err)}): ` +
           `the guard restores the workload ${LEASE_DURATION_SECONDS} s after the last renewal`,

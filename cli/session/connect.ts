@@ -93,6 +93,8 @@ export interface Session {
   close(reason?: string): Promise<void>;
   /** Hears when the session moves to another pod (its pod was replaced: the supervisor follows the target). */
   onRetarget?(listener: (change: Retarget) => void): void;
+  /** Hears when the session is stopped from outside: its steal lock was deleted (`devop sessions stop`). */
+  onStopped?(listener: (reason: string) => void): void;
   /** The pods the session holds now (several with --all-pods or an extension target). */
   podNames?(): string[];
 }

@@ -94,6 +94,7 @@ class Supervisor {
   private over = false;
   private following = false;
   private readonly retargeted: Array<(change: Retarget) => void> = [];
+  private readonly stopped: Array<(reason: string) => void> = [];
   private closing: Promise<void> | undefined;
 
   constructor(
@@ -119,6 +120,7 @@ class Supervisor {
               `in time)`,
             hint: 'run devop again once the other session ends',
           }),
+        onStopped: (port) => this.stopFromOutside(port),
         onRenewError: (port, err) =>
           warn(this.reporter, `could not renew the steal lock of port ${port}: ${errorMessage(err)}`),
         log: (text) => debug(this.reporter, text),
@@ -171,6 +173,7 @@ class Supervisor {
       hello: this.first.hello,
       close: (reason?: string) => (this.closing ??= this.close(reason ?? 'session ended')),
       onRetarget: (listener) => this.retargeted.push(listener),
+      onStopped: (listener) => this.stopped.push(listener),
       podNames: () => [...this.members].filter((m) => m.state === 'up').map((m) => m.target.podName),
     };
   }
@@ -208,6 +211,14 @@ class Supervisor {
       );
       return undefined;
     }
+  }
+
+  /** A steal lock of this session was deleted under it (`devop sessions stop`): the session ends, as on Ctrl-C. */
+  private stopFromOutside(port: number): void {
+    if (this.over) return;
+    const lease = this.leases?.nameFor(port) ?? '';
+    const reason = `the steal lock of port ${port} (Lease ${lease}) was deleted (devop sessions stop)`;
+    for (const listener of this.stopped) listener(reason);
   }
 
   private adopt(member: Member, primary: boolean): void {

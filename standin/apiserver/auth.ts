@@ -35,9 +35,18 @@ export const RESTRICTED_USER = 'devop-restricted';
 /** Everything, everywhere. */
 export const ADMIN_RULES: PolicyRule[] = [{ verbs: ['*'], apiGroups: ['*'], resources: ['*'] }];
 
-/** Read-only access to pods (and their logs) in `default`: no writes, no exec, no port-forward, no jobs. */
+/**
+ * Read-only access to pods (and their logs) and Leases in `default`: no writes, no exec, no port-forward, no jobs. It
+ * sees who holds a steal lock (`devop sessions`) but may not delete one.
+ */
 export const RESTRICTED_RULES: PolicyRule[] = [
   { verbs: ['get', 'list', 'watch'], apiGroups: [''], resources: ['pods', 'pods/log'], namespaces: ['default'] },
+  {
+    verbs: ['get', 'list', 'watch'],
+    apiGroups: ['coordination.k8s.io'],
+    resources: ['leases'],
+    namespaces: ['default'],
+  },
 ];
 
 /** The stand-in has no RBAC for service accounts: a pod's account may do what the admin may. */
