@@ -12,6 +12,7 @@ import type { StoreEvent } from './store.js';
  * How long a watch lasts when the client gives no timeoutSeconds (kube-apiserver: 30–60 min; shorter keeps tests tidy).
  */
 const DEFAULT_WATCH_SECONDS = 1800;
+/** How often an open watch that allowed bookmarks gets one. */
 const BOOKMARK_INTERVAL_MS = 30_000;
 
 export interface WatchParams {
@@ -24,6 +25,8 @@ export interface WatchParams {
   sendInitialEvents: boolean;
   /** Converts an object to what is sent (e.g. a Table row); identity by default. */
   render?: (o: K8sObject) => K8sObject;
+  /** BOOKMARK_INTERVAL_MS unless a test wants the timers to meet sooner. */
+  bookmarkIntervalMs?: number;
 }
 
 export function serveWatch(
@@ -43,7 +46,13 @@ export function serveWatch(
     'Transfer-Encoding': 'chunked',
   });
   res.flushHeaders();
-  const send = (type: string, object: K8sObject) => res.write(`${JSON.stringify({ type, object })}\n`);
+  // Once the response has ended (its timeout, a stop) nothing more may be written: a timer or a store event due in
+  // the same turn — all of them at once after the process was paused — would otherwise write after end, an 'error'
+  // on the response that nothing handles.
+  const send = (type: string, object: K8sObject) => {
+    if (res.writableEnded || res.destroyed) return;
+    res.write(`${JSON.stringify({ type, object })}\n`);
+  };
   let lastRv = objects.store.currentRV();
 
   const deliver = (ev: StoreEvent, replay = false) => {
@@ -90,15 +99,16 @@ export function serveWatch(
     for (const ev of since) deliver(ev, true);
   }
   const unsubscribe = objects.store.subscribe((ev) => deliver(ev));
-  const timers = [
-    setTimeout(() => res.end(), (p.timeoutSeconds ?? DEFAULT_WATCH_SECONDS) * 1000),
-    ...(p.bookmarks ? [setInterval(() => bookmark(), BOOKMARK_INTERVAL_MS)] : []),
-  ];
   const stop = () => {
     unsubscribe();
     for (const t of timers) clearTimeout(t);
     if (!res.writableEnded) res.end();
   };
+  // The timeout stops the watch whole (its bookmark timer and subscription too), not just the response.
+  const timers = [
+    setTimeout(stop, (p.timeoutSeconds ?? DEFAULT_WATCH_SECONDS) * 1000),
+    ...(p.bookmarks ? [setInterval(() => bookmark(), p.bookmarkIntervalMs ?? BOOKMARK_INTERVAL_MS)] : []),
+  ];
   const untrack = track(stop);
   res.on('close', () => {
     stop();
