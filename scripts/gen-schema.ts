@@ -1,15 +1,16 @@
 // Writes what is generated from the options table (cli/config/options.ts): devop.schema.json (the JSON Schema editors
-// use for devop.json), the tables of docs/config.md and the flag table of docs/exec.md (between their markers; the
-// prose around them is kept).
+// use for devop.json), the tables of docs/config.md, the flag table of docs/exec.md and the `devop config validate`
+// example of docs/ui.md (between their markers; the prose around them is kept).
 // Run: npm run schema (or with --check: exit 1 when a committed file is stale).
 import { readFileSync, writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { configSection, EXEC_HELP_GROUPS, EXEC_OPTIONS, OPTIONS, type OptionSpec } from '../cli/config/options.js';
-import { configJsonSchema } from '../cli/config/schema.js';
+import { configJsonSchema, configProblems, formatConfigProblem } from '../cli/config/schema.js';
 
 export const SCHEMA_PATH = fileURLToPath(new URL('../devop.schema.json', import.meta.url));
 export const CONFIG_DOC_PATH = fileURLToPath(new URL('../docs/config.md', import.meta.url));
 export const EXEC_DOC_PATH = fileURLToPath(new URL('../docs/exec.md', import.meta.url));
+export const UI_DOC_PATH = fileURLToPath(new URL('../docs/ui.md', import.meta.url));
 
 /** The exact text devop.schema.json must hold. */
 export function renderSchema(): string {
@@ -102,8 +103,21 @@ function execFlagsTable(): string {
   return rows.join('\n');
 }
 
+/** A devop.json with a bad mode, port and TTL and an unknown key, whose problems docs/ui.md shows. */
+const BAD_CONFIG = { incoming: { mode: 'stael', ports: [3000, 70000] }, agent: { ttlSeconds: -5 }, colour: 'blue' };
+
+/**
+ * What `devop config validate` prints for BAD_CONFIG, as a code block in docs/ui.md's list (indented two spaces): the
+ * unknown key's line lists every top-level key, so the doc's list is the table's.
+ */
+function validateExample(): string {
+  const lines = configProblems(BAD_CONFIG).map((problem) => `  ${formatConfigProblem(problem, 'devop.json')}`);
+  return ['  ```', ...lines, '  ```'].join('\n');
+}
+
 const CONFIG_TABLES: Record<string, () => string> = { keys: keysTable, env: envTable };
 const EXEC_TABLES: Record<string, () => string> = { 'exec-flags': execFlagsTable };
+const UI_TABLES: Record<string, () => string> = { 'validate-example': validateExample };
 
 /** docs/config.md with its generated tables up to date (the text between the `<!-- generated: NAME -->` markers). */
 export function renderConfigDoc(current: string): string {
@@ -113,6 +127,11 @@ export function renderConfigDoc(current: string): string {
 /** docs/exec.md with its generated flag table up to date. */
 export function renderExecDoc(current: string): string {
   return renderTables(current, EXEC_TABLES, 'docs/exec.md');
+}
+
+/** docs/ui.md with its `devop config validate` example up to date. */
+export function renderUiDoc(current: string): string {
+  return renderTables(current, UI_TABLES, 'docs/ui.md');
 }
 
 function renderTables(current: string, tables: Record<string, () => string>, file: string): string {
@@ -125,7 +144,9 @@ function renderTables(current: string, tables: Record<string, () => string>, fil
     if (from < 0 || to < from) {
       throw new Error(`${file} lacks the markers of the ${name} table: ${begin.trim()} … ${end}`);
     }
-    text = `${text.slice(0, from + begin.length)}${render()}\n${text.slice(to)}`;
+    // An end marker indented into a list item keeps its indentation.
+    const indent = /[ ]*$/.exec(text.slice(0, to))?.[0] ?? '';
+    text = `${text.slice(0, from + begin.length)}${render()}\n${indent}${text.slice(to)}`;
   }
   return text;
 }
@@ -133,10 +154,12 @@ function renderTables(current: string, tables: Record<string, () => string>, fil
 function main(): void {
   const configDoc = readFileSync(CONFIG_DOC_PATH, 'utf8');
   const execDoc = readFileSync(EXEC_DOC_PATH, 'utf8');
+  const uiDoc = readFileSync(UI_DOC_PATH, 'utf8');
   const files = [
     { path: SCHEMA_PATH, text: renderSchema(), current: readOrEmpty(SCHEMA_PATH) },
     { path: CONFIG_DOC_PATH, text: renderConfigDoc(configDoc), current: configDoc },
     { path: EXEC_DOC_PATH, text: renderExecDoc(execDoc), current: execDoc },
+    { path: UI_DOC_PATH, text: renderUiDoc(uiDoc), current: uiDoc },
   ];
   if (process.argv.includes('--check')) {
     const stale = files.filter((file) => file.current !== file.text);
