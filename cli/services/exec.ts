@@ -256,15 +256,19 @@ export async function runExec(options: ExecServiceOptions, reporter: Reporter): 
       }
     });
 
-    // Something that already listens would get the traffic, and "the local command listens" would be a false signal.
-    const busy = await Promise.all(ports.map(async (p) => ((await canConnect(p.local)) ? p.local : undefined)));
-    for (const port of busy) {
-      if (port !== undefined)
-        warn(
-          reporter,
-          `127.0.0.1:${port} already accepts connections before the local command started: that process ` +
-            `will get the traffic (map another local port with -p REMOTE:LOCAL)`,
-        );
+    // A port that accepts connections before the local command started is another process's: "the local command
+    // listens" would be true at once, `ready` would follow, and that process would get the pod's traffic.
+    const taken = (await Promise.all(ports.map(async (p) => ((await canConnect(p.local)) ? p : undefined)))).filter(
+      (p) => p !== undefined,
+    );
+    if (taken.length > 0) {
+      const where = taken.map((p) => `127.0.0.1:${p.local}`).join(', ');
+      const remap = taken.map((p) => `-p ${p.remote}:<FREE PORT>`).join(' ');
+      throw new UserError(
+        `${where} already ${taken.length === 1 ? 'accepts' : 'accept'} connections from another process, before ` +
+          'the local command started: the pod keeps its traffic',
+        `stop that process (\`ss -ltnp\` names it), or map a free local port: ${remap}`,
+      );
     }
 
     child = await startLocalCommand({

@@ -1,7 +1,8 @@
 // `devop exec` and `devop ls` end to end: exit codes and signals pass through, and every user-facing failure is one
 // line naming the problem and its fix (`devop: … — fix: …`) — no kubeconfig/context, missing namespace/target, no Ready
 // pod, RBAC denial, agent protocol mismatch, local command not found.
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -12,6 +13,7 @@ import { removeImage } from '../../testkit/pods.js';
 import { requireRoot } from '../../testkit/root.js';
 import { standinOnly, type TargetCluster } from '../../testkit/target-cluster.js';
 import { DevopRun, ROOT, deployEcho, devopExec, startE2ETarget, type E2ETarget } from '../../testkit/e2e.js';
+import { freePort } from '../../testkit/sockets.js';
 import { waitFor } from '../../testkit/wait.js';
 
 requireRoot('e2e exec errors');
@@ -237,6 +239,30 @@ describe('devop exec: exit codes and errors', () => {
       return left.length === 0 ? left : undefined;
     });
     expect(jobs).toEqual([]);
+  });
+
+  it('refuses a local port another process already listens on, in one line before ready', async () => {
+    // Given another process (a listener of this test) that holds the local port before devop starts
+    const taken = createServer((socket) => socket.destroy());
+    const local = await freePort();
+    await new Promise<void>((resolve) => taken.listen(local, '127.0.0.1', resolve));
+    try {
+      // When devop exec is to steal into that port, with a command that would listen there too
+      const dir = tempDir('devop-taken-port-');
+      const marker = join(dir, 'command-ran');
+      const run = track(devopExec(cluster, ['-t', 'deploy/echo', '--steal', '-p', `8080:${local}`], ['touch', marker]));
+      // Then it fails with one line naming the port and the fix, never says ready, and the command never ran
+      expect((await run.exited).code, run.output).toBe(1);
+      expect(failure(run)).toBe(
+        `devop: 127.0.0.1:${local} already accepts connections from another process, before the local command ` +
+          'started: the pod keeps its traffic — fix: stop that process (`ss -ltnp` names it), or map a free local ' +
+          'port: -p 8080:<FREE PORT>',
+      );
+      expect(run.stderr).not.toMatch(/devop: ready/);
+      expect(existsSync(marker)).toBe(false);
+    } finally {
+      taken.close();
+    }
   });
 
   it('says when the local command is not found', async () => {
