@@ -1,5 +1,6 @@
 // Filtered steal: each HTTP/1.1 request on a redirected connection goes to the first session whose filter matches (one
-// mux stream per request, so keep-alive connections may interleave destinations), every other one to the original app.
+// mux stream per request, so keep-alive connections may interleave destinations), every other one to the original app;
+// a connection that opens with the HTTP/2 preface is routed per stream (agent/incoming/http2-filter.ts).
 import {
   createServer,
   request as httpRequest,
@@ -20,6 +21,7 @@ import {
 import type { AgentLog } from '../log.js';
 import { joinBothWays } from '../../shared/splice.js';
 import { MAX_REQUEST_HEAD_BYTES } from '../../shared/filter-regex.js';
+import { FilteredStreams, HTTP2_PREFACE } from './http2-filter.js';
 
 export interface HttpRouting {
   port: number;
@@ -62,9 +64,11 @@ function pick(routing: HttpRouting, req: IncomingMessage): PortSubscription | un
 export class FilteredRequests {
   private readonly server: Server;
   private readonly pod = new Agent({ keepAlive: true, maxFreeSockets: POD_IDLE_CONNECTIONS });
+  private readonly http2: FilteredStreams;
 
   constructor(routing: Omit<HttpRouting, 'pod'>) {
     const withPod: HttpRouting = { ...routing, pod: this.pod };
+    this.http2 = new FilteredStreams(routing);
     // The HTTP server never listens: filtered connections are handed to it. Keep-alive requests are routed one by one.
     // Its head limit bounds the text each filter is matched against (shared/filter-regex.ts).
     this.server = createServer({ keepAliveTimeout: 65_000, maxHeaderSize: MAX_REQUEST_HEAD_BYTES });
@@ -81,13 +85,42 @@ export class FilteredRequests {
     });
   }
 
-  /** Routes the requests of a connection the redirect listener accepted. */
+  /**
+   * Routes the requests of a connection the redirect listener accepted: its first bytes tell HTTP/2 (the client
+   * preface, prior knowledge) from HTTP/1.x, and are put back for the server that takes it.
+   */
   take(socket: Socket): void {
-    this.server.emit('connection', socket);
+    let seen = Buffer.alloc(0);
+    const decide = (http2: boolean): void => {
+      socket.off('data', onData);
+      socket.off('end', onEnd);
+      socket.pause();
+      if (seen.length > 0) socket.unshift(seen);
+      if (http2) this.http2.take(socket);
+      else {
+        this.server.emit('connection', socket);
+        // The HTTP server reads new bytes from the socket's handle itself; what was read here flows to it as 'data'.
+        socket.resume();
+      }
+    };
+    const onData = (chunk: Buffer): void => {
+      seen = Buffer.concat([seen, chunk]);
+      const n = Math.min(seen.length, HTTP2_PREFACE.length);
+      if (!seen.subarray(0, n).equals(HTTP2_PREFACE.subarray(0, n))) decide(false);
+      else if (n === HTTP2_PREFACE.length) decide(true);
+    };
+    // A client that ended with nothing or part of the preface sent no request: nothing to answer.
+    const onEnd = (): void => {
+      socket.off('data', onData);
+      socket.end();
+    };
+    socket.on('data', onData);
+    socket.once('end', onEnd);
   }
 
   close(): void {
     this.server.close();
+    this.http2.close();
     this.pod.destroy();
   }
 }

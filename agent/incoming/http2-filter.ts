@@ -1,0 +1,216 @@
+// Filtered steal for HTTP/2 without TLS (h2c, prior knowledge): the agent ends the client's HTTP/2 connection itself and
+// routes each stream by the filters, a matched one to its session (an h2c connection to the local command over an
+// incoming stream of its own) and every other one to the pod's app (one h2c connection per port, shared).
+import {
+  connect as connectHttp2,
+  constants,
+  createServer,
+  type ClientHttp2Session,
+  type ClientHttp2Stream,
+  type Http2Server,
+  type IncomingHttpHeaders,
+  type OutgoingHttpHeaders,
+  type ServerHttp2Stream,
+} from 'node:http2';
+import type { Socket } from 'node:net';
+import type { Duplex } from 'node:stream';
+import { originOf, resetStream, type IncomingStream, type PortSubscription } from './subscription.js';
+import type { AgentLog } from '../log.js';
+import type { IncomingTarget } from './subscription.js';
+
+/** What every HTTP/2 connection starts with (RFC 9113 §3.4); an HTTP/1.x request line never does. */
+export const HTTP2_PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n');
+
+export interface Http2Routing {
+  port: number;
+  active(): PortSubscription[];
+  all(): IncomingTarget[];
+  log: AgentLog;
+  nextId(): string;
+}
+
+/** Connection-specific headers are not allowed in HTTP/2 (RFC 9113 §8.2.2); pseudo-headers are set per side. */
+const NOT_FORWARDED = new Set(['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'upgrade']);
+
+/** No server push on either side: the agent could not tell whose stream a pushed one would be. */
+const NO_PUSH = { settings: { enablePush: false } };
+
+function forwardable(headers: IncomingHttpHeaders, keepPseudo: boolean): OutgoingHttpHeaders {
+  const out: OutgoingHttpHeaders = {};
+  for (const [name, value] of Object.entries(headers)) {
+    if (value === undefined || NOT_FORWARDED.has(name)) continue;
+    if (name.startsWith(':') && !keepPseudo) continue;
+    out[name] = value;
+  }
+  return out;
+}
+
+/** The request's pseudo-headers a filter looks at, and the rest as they came. */
+function requestHead(headers: IncomingHttpHeaders): { method: string; path: string; plain: Record<string, string> } {
+  const plain: Record<string, string> = {};
+  for (const [name, value] of Object.entries(headers))
+    if (!name.startsWith(':') && value !== undefined) plain[name] = Array.isArray(value) ? value.join(', ') : value;
+  return { method: String(headers[':method'] ?? 'GET'), path: String(headers[':path'] ?? '/'), plain };
+}
+
+/**
+ * One request stream to another HTTP/2 peer and its answer back: headers, body both ways under each side's flow control
+ * (pipe), trailers (gRPC's grpc-status), and a reset either way.
+ */
+function relayStream(
+  from: ServerHttp2Stream,
+  headers: IncomingHttpHeaders,
+  to: ClientHttp2Session,
+  failed: (err: Error) => void,
+): ClientHttp2Stream {
+  const out = to.request(forwardable(headers, true), { endStream: from.endAfterHeaders });
+  let trailers: OutgoingHttpHeaders = {};
+  out.on('trailers', (t) => {
+    trailers = forwardable(t, false);
+  });
+  out.on('response', (answer) => {
+    if (from.destroyed) return;
+    from.respond(forwardable(answer, true), { waitForTrailers: true });
+    from.once('wantTrailers', () => from.sendTrailers(trailers));
+    out.pipe(from);
+  });
+  out.on('error', (err) => {
+    if (from.destroyed) return;
+    if (!from.headersSent) {
+      failed(err);
+      from.respond({ ':status': 502, 'content-type': 'text/plain' });
+      from.end(`devop agent: ${err.message}\n`);
+    } else from.close(constants.NGHTTP2_INTERNAL_ERROR);
+  });
+  // A reset from the far side reaches the client with its code, and one from the client reaches the far side.
+  out.on('close', () => {
+    if (out.rstCode && out.rstCode !== constants.NGHTTP2_NO_ERROR && !from.destroyed) from.close(out.rstCode);
+  });
+  from.on('close', () => {
+    if (!out.destroyed && from.rstCode !== constants.NGHTTP2_NO_ERROR)
+      out.close(from.rstCode ?? constants.NGHTTP2_CANCEL);
+  });
+  from.on('error', () => undefined); // its close (above) carries what happened
+  if (!from.endAfterHeaders) from.pipe(out);
+  return out;
+}
+
+/**
+ * A port's HTTP/2 connections under filtered steals: the h2c server they are handed to, and the one connection to the
+ * pod's app its unmatched streams share (opened again when the app closed it).
+ */
+export class FilteredStreams {
+  private readonly server: Http2Server;
+  private pod: ClientHttp2Session | undefined;
+
+  constructor(private readonly routing: Http2Routing) {
+    this.server = createServer(NO_PUSH);
+    this.server.on('stream', (stream, headers) => this.route(stream, headers));
+    this.server.on('sessionError', (err) =>
+      routing.log.debug('HTTP/2 client connection failed', { error: err.message }),
+    );
+  }
+
+  /** An HTTP/2 connection the redirect listener accepted (its preface already read and put back). */
+  take(socket: Socket): void {
+    this.routing.log.info('HTTP/2 connection, routed per stream', {
+      port: this.routing.port,
+      from: `${socket.remoteAddress}:${socket.remotePort}`,
+    });
+    this.server.emit('connection', socket);
+  }
+
+  close(): void {
+    this.server.close();
+    this.pod?.destroy();
+  }
+
+  private route(stream: ServerHttp2Stream, headers: IncomingHttpHeaders): void {
+    const started = Date.now();
+    const requestId = this.routing.nextId();
+    const { method, path, plain } = requestHead(headers);
+    const sub = this.routing
+      .active()
+      .find((s) => s.mode === 'steal' && s.match !== undefined && s.match({ method, url: path, headers }));
+    const socket = stream.session?.socket as Socket | undefined;
+    const local = sub ? this.toSession(sub, socket, { method, path, headers: plain }) : undefined;
+    const to = local ? 'local' : 'pod';
+    const listeners = local && sub ? [sub.session] : this.routing.all();
+    const port = this.routing.port;
+    for (const s of listeners) s.traffic({ kind: 'request', requestId, port, method, path, to, at: started });
+    let status = 0;
+    let bytes = 0;
+    const out = relayStream(stream, headers, local ?? this.toPod(socket), (err) =>
+      this.routing.log.debug(`HTTP/2 stream to the ${to === 'local' ? 'session' : 'pod'} failed`, {
+        port,
+        error: err.message,
+      }),
+    );
+    // Counted once the answer is piped to the client: a 'data' listener before that would start the flow too early.
+    out.on('response', (answer) => {
+      status = Number(answer[':status'] ?? 0);
+      out.on('data', (chunk: Buffer) => {
+        bytes += chunk.length;
+      });
+    });
+    stream.once('close', () => {
+      if (local) local.close();
+      for (const s of listeners)
+        s.traffic({
+          kind: 'response',
+          requestId,
+          port,
+          status,
+          durationMs: Date.now() - started,
+          bytes,
+          to,
+          at: Date.now(),
+        });
+    });
+  }
+
+  /** The shared connection to the pod's app, at the address the client's connection arrived on. */
+  private toPod(socket: Socket | undefined): ClientHttp2Session {
+    if (this.pod && !this.pod.closed && !this.pod.destroyed) return this.pod;
+    const origin = socket ? originOf(socket, this.routing.port) : { host: '127.0.0.1', port: this.routing.port };
+    const pod = connectHttp2(`http://${origin.host}:${origin.port}`, NO_PUSH);
+    pod.on('error', (err) => this.routing.log.debug('HTTP/2 connection to the pod failed', { error: err.message }));
+    pod.once('close', () => {
+      if (this.pod === pod) this.pod = undefined;
+    });
+    // An idle connection to the app does not keep the agent's event loop alive on its own.
+    pod.unref();
+    this.pod = pod;
+    return pod;
+  }
+
+  /**
+   * An incoming stream to the session, carrying an h2c connection of its own to the local command (the CLI dials the
+   * local port per incoming stream, as for HTTP/1.x requests); undefined when the session's tunnel is down.
+   */
+  private toSession(
+    sub: PortSubscription,
+    socket: Socket | undefined,
+    request: { method: string; path: string; headers: Record<string, string> },
+  ): ClientHttp2Session | undefined {
+    let stream: IncomingStream;
+    try {
+      stream = sub.session.openIncoming({
+        kind: 'incoming',
+        port: this.routing.port,
+        mode: 'steal',
+        remoteAddress: socket?.remoteAddress ?? '',
+        remotePort: socket?.remotePort ?? 0,
+        subscriptionId: sub.id,
+        request,
+      });
+    } catch {
+      return undefined;
+    }
+    stream.on('error', () => undefined); // a reset after the answer is complete is not an error for the client
+    const local = connectHttp2('http://localhost', { ...NO_PUSH, createConnection: () => stream as Duplex as Socket });
+    local.on('error', () => resetStream(stream, 'HTTP/2 connection to the local command failed'));
+    local.once('close', () => stream.end());
+    return local;
+  }
+}
