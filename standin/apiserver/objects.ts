@@ -2,6 +2,7 @@
 // resourceVersion conflicts, generation, status subresources, finalizers, deletionTimestamp and graceful pod deletion.
 import { ApiError, alreadyExists, badRequest, conflict, notFound, statusSuccess, type K8sObject } from './errors.js';
 import type { Catalog } from './catalog.js';
+import { recordApply } from './field-managers.js';
 import {
   defaultContainerList,
   defaultOnCreate,
@@ -17,6 +18,9 @@ import type { Store } from './store.js';
 export interface WriteOptions {
   subresource?: string;
   dryRun?: boolean;
+  /** Server-side apply's manager and force (PatchOptions); only an apply patch reads them. */
+  fieldManager?: string;
+  force?: boolean;
 }
 
 export interface DeleteOptions {
@@ -239,14 +243,18 @@ export class Objects {
       );
     }
     const old = this.tryGet(t, ns, name);
+    const manager = w.fieldManager ?? '';
     if (!old) {
-      if (kind === 'apply' && !w.subresource)
-        return this.create(t, ns, { ...patch, metadata: { ...patch.metadata, name } }, w);
+      if (kind === 'apply' && !w.subresource) {
+        const created = { ...structuredClone(patch), metadata: { ...patch.metadata, name } };
+        return this.create(t, ns, recordApply(undefined, created, patch, manager, w.force === true), w);
+      }
       throw notFound(t.group, t.resource, name);
     }
     const patched = applyPatch(kind, old, patch);
     if (!patched || typeof patched !== 'object') throw badRequest('the patch produced something that is not an object');
-    return this.update(t, ns, name, patched, w);
+    const owned = kind === 'apply' ? recordApply(old, patched as K8sObject, patch, manager, w.force === true) : patched;
+    return this.update(t, ns, name, owned, w);
   }
 
   /**

@@ -2,14 +2,14 @@
 // finalize) plus the review kinds (SelfSubjectAccessReview, SelfSubjectRulesReview, SelfSubjectReview).
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { parse as parseYaml } from 'yaml';
-import { ApiError, badRequest, methodNotAllowed, statusSuccess, type K8sObject } from './errors.js';
+import { ApiError, badRequest, invalid, methodNotAllowed, statusSuccess, type K8sObject } from './errors.js';
 import type { Admission, Operation } from './admission.js';
 import type { Authenticator, Identity } from './auth.js';
 import type { Objects } from './objects.js';
 import { applyPatch, patchKindOf } from './patch.js';
 import { decodeProtobuf, PROTOBUF_CONTENT_TYPE } from './protobuf.js';
 import { apiVersionOf, type ResourceType } from './resources.js';
-import { parseFieldSelector, parseLabelSelector } from './selectors.js';
+import { parseFieldSelector, parseLabelSelector, queryFlag } from './selectors.js';
 import { toTable, wantsTable } from './table.js';
 import { tokenRequest } from './token-request.js';
 import { serveWatch } from './watch.js';
@@ -212,7 +212,7 @@ export async function handleResource(
         return (o: K8sObject) => l(o) && f(o);
       })();
       const listNs = t.namespaced && ns ? ns : undefined;
-      if (q.get('watch') === 'true' || q.get('watch') === '1') {
+      if (queryFlag(q, 'watch')) {
         const table = wantsTable(accept);
         serveWatch(
           objects,
@@ -223,8 +223,8 @@ export async function handleResource(
             match,
             resourceVersion: q.get('resourceVersion') ?? undefined,
             timeoutSeconds: q.has('timeoutSeconds') ? Number(q.get('timeoutSeconds')) : undefined,
-            bookmarks: q.get('allowWatchBookmarks') === 'true',
-            sendInitialEvents: q.get('sendInitialEvents') === 'true',
+            bookmarks: queryFlag(q, 'allowWatchBookmarks'),
+            sendInitialEvents: queryFlag(q, 'sendInitialEvents'),
             render: table
               ? (o) =>
                   toTable(t, [o], { resourceVersion: o.metadata.resourceVersion }, q.get('includeObject') ?? undefined)
@@ -273,9 +273,10 @@ export async function handleResource(
         );
       }
       const body = (await readBody(req)) ?? {};
-      if (!ctx.admission.active(t)) return sendJson(res, 200, objects.patch(t, ns, name, kind, body, w));
+      const pw = { ...w, ...patchOptions(q, kind) };
+      if (!ctx.admission.active(t)) return sendJson(res, 200, objects.patch(t, ns, name, kind, body, pw));
       const old = objects.tryGet(t, ns, name);
-      const object = objects.patch(t, ns, name, kind, body, { ...w, dryRun: true });
+      const object = objects.patch(t, ns, name, kind, body, { ...pw, dryRun: true });
       const admitted = await admit(ctx, r, old ? 'UPDATE' : 'CREATE', object, old);
       if (!old) return sendJson(res, 201, objects.create(t, ns, admitted, w));
       const versioned = kind === 'json' ? undefined : body;
@@ -346,4 +347,21 @@ async function admit(
 function keepVersion(body: K8sObject | undefined, admitted: K8sObject): K8sObject {
   if (body?.metadata?.resourceVersion) return admitted;
   return { ...admitted, metadata: { ...admitted.metadata, resourceVersion: undefined } };
+}
+
+/**
+ * PATCH's fieldManager and force, checked as apimachinery pkg/apis/meta/v1/validation ValidatePatchOptions does: an
+ * apply needs a fieldManager, force belongs to apply alone (both a 422).
+ */
+function patchOptions(q: URLSearchParams, kind: string): { fieldManager?: string; force?: boolean } {
+  const fieldManager = q.get('fieldManager') ?? undefined;
+  const cause = (field: string, reason: string, message: string) =>
+    invalid('PatchOptions', 'meta.k8s.io', '', [{ field, reason, message }]);
+  if (kind === 'apply' && !fieldManager) {
+    throw cause('fieldManager', 'FieldValueRequired', 'Required value: is required for apply patch');
+  }
+  if (kind !== 'apply' && q.has('force')) {
+    throw cause('force', 'FieldValueForbidden', 'Forbidden: may not be specified for non-apply patch');
+  }
+  return { fieldManager, force: queryFlag(q, 'force') };
 }

@@ -108,3 +108,13 @@ export function mapSelectorMatcher(sel: Record<string, string> | undefined): Mat
   if (!sel || Object.keys(sel).length === 0) return () => false;
   return (obj) => Object.entries(sel).every(([k, v]) => obj.metadata?.labels?.[k] === v);
 }
+
+/**
+ * A boolean query parameter as kube-apiserver decodes ListOptions (apimachinery pkg/runtime/conversion.go
+ * Convert_Slice_string_To_bool): absent, "0" or "false" (any case) is false, any other value is true — so
+ * python3-kubernetes' `watch=True` is a watch.
+ */
+export function queryFlag(q: URLSearchParams, name: string): boolean {
+  const v = q.get(name);
+  return v !== null && v !== '0' && v.toLowerCase() !== 'false';
+}

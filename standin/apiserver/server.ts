@@ -11,6 +11,7 @@ import { apiGroup, apiGroupList, apiResourceList, apiVersions, openapiV3, SERVER
 import type { Objects } from './objects.js';
 import { VIRTUAL_RESOURCES, type ResourceType } from './resources.js';
 import { handleResource, handleReview, sendJson, type ResourceRequest } from './rest.js';
+import { queryFlag } from './selectors.js';
 import { createStreamServer, serveLogs } from './streams.js';
 import { Admission } from './admission.js';
 import { debugFlags } from './debug-flags.js';
@@ -87,7 +88,7 @@ function verbOf(method: string, name: string | undefined, q: URLSearchParams, su
   switch (method) {
     case 'GET':
     case 'HEAD':
-      return name ? 'get' : q.get('watch') === 'true' || q.get('watch') === '1' ? 'watch' : 'list';
+      return name ? 'get' : queryFlag(q, 'watch') ? 'watch' : 'list';
     case 'POST':
       return 'create';
     case 'PUT':
