@@ -21,7 +21,7 @@ import {
   type ContainerRecord,
 } from './records.js';
 import { PodSandbox } from './sandbox.js';
-import { normalizeImageRef } from '../images.js';
+import { ensureImageExists, PullBackOff } from './image-pull.js';
 import { containerCapabilities, parseQuantity, resolveUser, type SpecMount } from './oci-spec.js';
 import { containerMounts, preparePodVolumes } from './volumes.js';
 
@@ -30,6 +30,12 @@ const BACKOFF_BASE_MS = 200;
 const BACKOFF_MAX_MS = 5_000;
 /** A container that ran this long resets its back-off, as kubelet does after a stable run. */
 const BACKOFF_RESET_AFTER_MS = 10_000;
+/**
+ * How soon a container whose image is not there is tried again (the kubelet's pod worker re-syncs after 10 s): shorter
+ * than the pull back-off, so that the rounds in between show ImagePullBackOff, as on a node.
+ */
+const IMAGE_RETRY_MS = 500;
+const IMAGE_ERRORS = new Set(['ErrImagePull', 'ImagePullBackOff', 'ErrImageNeverPull']);
 
 export interface PodWorkerDeps {
   nodeName: string;
@@ -75,6 +81,7 @@ export class PodWorker {
   private readonly logDir: string;
   private readonly podVolumesDir: string;
   private volumeDirs = new Map<string, string>();
+  private readonly pullBackOff = new PullBackOff();
 
   constructor(
     public pod: V1Pod,
@@ -210,20 +217,7 @@ export class PodWorker {
       if (this.stopping) break;
       if (outcome.kind === 'error') {
         const delay = Math.min(BACKOFF_BASE_MS * 2 ** failures++, BACKOFF_MAX_MS);
-        if (outcome.reason === 'ErrImagePull') {
-          await this.sleep(Math.min(delay, 500));
-          if (this.stopping) break;
-          rec.waiting = { reason: 'ImagePullBackOff', message: `Back-off pulling image "${rec.spec.image}"` };
-          this.deps.event(
-            this.pod,
-            'Normal',
-            'BackOff',
-            `Back-off pulling image "${rec.spec.image}"`,
-            fieldPathOf(rec),
-          );
-          this.changed();
-        }
-        await this.sleep(delay);
+        await this.sleep(IMAGE_ERRORS.has(outcome.reason) ? IMAGE_RETRY_MS : delay);
         continue;
       }
       lastExitCode = outcome.exitCode;
@@ -256,17 +250,17 @@ export class PodWorker {
     rec: ContainerRecord,
   ): Promise<{ kind: 'error'; reason: string } | { kind: 'exit'; exitCode: number; ranMs: number }> {
     const fieldPath = fieldPathOf(rec);
-    const image = await this.deps.images.resolve(rec.spec.image ?? '').catch(() => undefined);
-    if (!image) {
-      const message =
-        `Failed to pull image "${rec.spec.image}": rpc error: code = NotFound desc = failed to pull and unpack image ` +
-        `"${normalizeImageRef(rec.spec.image ?? '')}": not found (the stand-in has no registry: its images come from ` +
-        'dist/images/*.oci.tar or $DEVOP_IMAGES_DIR — run npm run images)';
-      rec.waiting = { reason: 'ErrImagePull', message };
-      this.deps.event(this.pod, 'Warning', 'Failed', message, fieldPath);
+    const pulled = await ensureImageExists(this.pod, rec.spec, this.deps.images, this.pullBackOff, (type, reason, m) =>
+      this.deps.event(this.pod, type, reason, m, fieldPath),
+    );
+    if (pulled.kind === 'error') {
+      // kuberuntime_container.go startContainer: the waiting reason is the error, and an event says so.
+      rec.waiting = { reason: pulled.reason, message: pulled.message };
+      this.deps.event(this.pod, 'Warning', 'Failed', `Error: ${pulled.reason}`, fieldPath);
       this.changed();
-      return { kind: 'error', reason: 'ErrImagePull' };
+      return { kind: 'error', reason: pulled.reason };
     }
+    const image = pulled.image;
     rec.imageID = image.imageID;
     let env: Record<string, string>;
     try {
@@ -296,15 +290,6 @@ export class PodWorker {
       return { kind: 'error', reason: 'CreateContainerError' };
     }
     if (this.stopping) return { kind: 'error', reason: 'Stopping' };
-    if (rec.attempts.length === 0) {
-      this.deps.event(
-        this.pod,
-        'Normal',
-        'Pulled',
-        `Container image "${rec.spec.image}" already present on machine`,
-        fieldPath,
-      );
-    }
     const id = randomBytes(32).toString('hex');
     const containerLogDir = join(this.logDir, rec.name);
     mkdirSync(containerLogDir, { recursive: true });

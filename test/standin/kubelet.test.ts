@@ -513,33 +513,83 @@ describe('stand-in kubelet', () => {
     );
   });
 
-  it('reports an unknown image as ErrImagePull / ImagePullBackOff with a message naming it', async () => {
+  // Upstream: kubernetes pkg/kubelet/images/image_manager.go (EnsureImageExists: pull policy, Pulling / Failed /
+  // BackOff and their messages, the per-image back-off), pkg/kubelet/events/event.go (the reasons),
+  // pkg/kubelet/kuberuntime/kuberuntime_container.go (startContainer: the "Error: <reason>" event).
+  it('ends an image no registry serves in ErrImagePull, then ImagePullBackOff, with the kubelet’s events', async () => {
+    // Given a pod whose image the node does not have
     const name = podName('noimg');
     const image = `example.com/no-such-image-${name}:1.0`;
     await createPod({
       metadata: { name },
       spec: { containers: [{ name: 'main', image, command: ['sleep', '3600'] }] },
     });
+    // When the kubelet tries to pull it, fails, and tries again within the back-off
     const pod = await waitForPod(core, name, 'pull error', (p) =>
       ['ErrImagePull', 'ImagePullBackOff'].includes(p.status?.containerStatuses?.[0]?.state?.waiting?.reason ?? ''),
     );
     const waiting = pod.status!.containerStatuses![0].state!.waiting!;
-    expect(waiting.message).toContain(image);
-    expect(waiting.message).toContain('npm run images');
+    expect(waiting.message).toContain(`failed to pull and unpack image "${image}"`);
+    expect(waiting.message).toContain('npm run cluster:load');
     expect(pod.status!.phase).toBe('Pending');
-    await waitForPod(
+    const backOff = await waitForPod(
       core,
       name,
       'ImagePullBackOff',
       (p) => p.status?.containerStatuses?.[0]?.state?.waiting?.reason === 'ImagePullBackOff',
     );
-    // Once containerd has the image (here: busybox under that name), the next retry starts it
+    // Then the container waits as on a node, and the pod's events are the kubelet's
+    expect(backOff.status!.containerStatuses![0].state!.waiting!.message).toBe(`Back-off pulling image "${image}"`);
+    const events = await waitFor(
+      'the back-off events',
+      async () => {
+        const list = await core.listNamespacedEvent({
+          namespace: 'default',
+          fieldSelector: `involvedObject.name=${name}`,
+        });
+        const seen = list.items.map((e) => `${e.type} ${e.reason} ${e.message}`);
+        return seen.some((e) => e.startsWith('Warning Failed Error: ImagePullBackOff')) ? seen : undefined;
+      },
+      15_000,
+    );
+    expect(events).toEqual(
+      expect.arrayContaining([
+        `Normal Pulling Pulling image "${image}"`,
+        expect.stringMatching(
+          new RegExp(`^Warning Failed Failed to pull image "${image}": rpc error: code = NotFound`),
+        ),
+        'Warning Failed Error: ErrImagePull',
+        `Normal BackOff Back-off pulling image "${image}"`,
+        'Warning Failed Error: ImagePullBackOff',
+      ]),
+    );
+    // And once containerd has the image (here: busybox under that name), the next pull starts it
     await tagImage('busybox', image);
     try {
-      await waitForPod(core, name, 'Running', (p) => p.status?.phase === 'Running');
+      await waitForPod(core, name, 'Running', (p) => p.status?.phase === 'Running', 60_000);
     } finally {
       await removeImage(image);
     }
+  });
+
+  it('does not pull under imagePullPolicy Never: ErrImageNeverPull', async () => {
+    // Given a pod with imagePullPolicy Never and an image the node does not have
+    const name = podName('never');
+    const image = `example.com/no-such-image-${name}:1.0`;
+    await createPod({
+      metadata: { name },
+      spec: { containers: [{ name: 'main', image, imagePullPolicy: 'Never', command: ['sleep', '3600'] }] },
+    });
+    // When the kubelet starts it, then the container waits in ErrImageNeverPull with the kubelet's message
+    const pod = await waitForPod(
+      core,
+      name,
+      'ErrImageNeverPull',
+      (p) => p.status?.containerStatuses?.[0]?.state?.waiting?.reason === 'ErrImageNeverPull',
+    );
+    expect(pod.status!.containerStatuses![0].state!.waiting!.message).toBe(
+      `Container image "${image}" is not present with pull policy of Never`,
+    );
   });
 
   it('execs a command in the container’s netns with its env', async () => {
