@@ -2,12 +2,13 @@
 // the lock back (a devop that stops while its 5-second renewal runs must not leave the port locked, or the workload
 // replaced, for another 15 s). The renewal's read or write is held on its way until the release has started. And a
 // stopping session's releaseAll waits for a take or release of a port still on its way.
-import { CoordinationV1Api, KubeConfig } from '@kubernetes/client-node';
+import { CoordinationV1Api, KubeConfig, V1MicroTime } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startCluster, type ClusterHandle } from '../../standin/index.js';
 import { apiErrorCode } from './errors.js';
 import { ReplaceLease } from '../replace/lease.js';
-import { StealLeases } from './steal-lease.js';
+import { LEASE_ANNOTATIONS, LEASE_LABEL, LEASE_LABEL_VALUE, StealLeases } from './steal-lease.js';
+import { sessionsOfLeases } from '../services/sessions.js';
 
 let cluster: ClusterHandle;
 let kc: KubeConfig;
@@ -133,5 +134,53 @@ describe('a session that stops with a lock on its way', () => {
     await Promise.all([taking, release]);
     expect(await leaseGone(mine.nameFor(8080))).toBe(true);
     expect(mine.heldPorts()).toEqual([]);
+  });
+});
+
+describe("a killed devop's expired steal Lease", () => {
+  it("is taken over by the next session, which writes its own holder, PID and time (not the dead one's)", async () => {
+    // Given the Lease a devop on another machine left when it was killed -9: expired a minute ago, with its PID
+    const mine = new StealLeases({
+      kc,
+      namespace: 'default',
+      workload: { kind: 'deployment', name: 'killed' },
+      user: 'alice',
+      host: 'box',
+    });
+    const name = mine.nameFor(8080);
+    const api = kc.makeApiClient(CoordinationV1Api);
+    const minuteAgo = new V1MicroTime(Date.now() - 60_000);
+    await api.createNamespacedLease({
+      namespace: 'default',
+      body: {
+        metadata: {
+          name,
+          labels: { [LEASE_LABEL]: LEASE_LABEL_VALUE },
+          annotations: {
+            [LEASE_ANNOTATIONS.workload]: 'deployment/killed',
+            [LEASE_ANNOTATIONS.port]: '8080',
+            [LEASE_ANNOTATIONS.pid]: '4242',
+          },
+        },
+        spec: {
+          holderIdentity: 'bob@elsewhere#dead',
+          leaseDurationSeconds: 15,
+          acquireTime: minuteAgo,
+          renewTime: minuteAgo,
+          leaseTransitions: 0,
+        },
+      },
+    });
+    // When the next session steals that port
+    expect(await mine.take(8080)).toEqual({ ok: true });
+    // Then the Lease is this session's: its holder, its PID (`devop sessions` shows it), a take-over counted
+    const lease = await api.readNamespacedLease({ name, namespace: 'default' });
+    expect(lease.spec?.holderIdentity).toBe(mine.identity);
+    expect(lease.spec?.leaseTransitions).toBe(1);
+    expect(lease.metadata?.annotations?.[LEASE_ANNOTATIONS.pid]).toBe(String(process.pid));
+    // And `devop sessions` shows one live session, this one, and nothing of the killed devop's
+    const rows = sessionsOfLeases([lease], { user: 'alice', host: 'box', isAlive: () => true }, Date.now());
+    expect(rows.map((r) => [r.holder, r.state, r.pid])).toEqual([['alice@box', 'live', process.pid]]);
+    await mine.releaseAll();
   });
 });

@@ -152,8 +152,14 @@ export async function takeLease(
     const verdict = leaseVerdict(existing, identity, clock());
     if (verdict === 'held') return { holder: leaseHolder(existing) };
     const spec = existing.spec ?? {};
+    // Taken over (free or expired): the labels and annotations are the new holder's (its PID above all: the dead
+    // devop's stayed, and `devop sessions` showed it for the live session).
+    const fresh = verdict === 'ours' ? undefined : options.newLease(now).metadata;
     const body: V1Lease = {
       ...existing,
+      metadata: fresh
+        ? { ...existing.metadata, labels: fresh.labels, annotations: fresh.annotations }
+        : existing.metadata,
       spec: {
         ...spec,
         holderIdentity: identity,
