@@ -1,5 +1,7 @@
-// kubectl 1.31, 1.32 and 1.33, unmodified, against the stand-in API server (no node): get -o json, apply then apply
-// changed (client-side apply with strategic merge), delete cascading to pods, auth can-i with the restricted token.
+// kubectl 1.27 to 1.33, unmodified, against the stand-in API server (no node): the create generators on all seven;
+// get -o json, apply then apply changed (client-side apply with strategic merge), delete cascading to pods and auth
+// can-i with the restricted token (the long round) on 1.29 and the newest. kubectl 1.27 and 1.28 apply only with
+// /openapi/v2, which the stand-in does not serve (docs/cluster.md, Limits).
 import { execFile } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -10,7 +12,10 @@ import { startCluster, type ClusterHandle } from '../../standin/index.js';
 import { waitFor } from '../../testkit/wait.js';
 
 const run = promisify(execFile);
-const KUBECTL_VERSIONS = ['1.31', '1.32', '1.33'];
+/** Every kubectl installed (scripts/setup.sh): each runs the cheap round. */
+const KUBECTL_VERSIONS = ['1.27', '1.28', '1.29', '1.30', '1.31', '1.32', '1.33'];
+/** The long round on the oldest whose apply works here and the newest only, to keep the suite's time reasonable. */
+const LONG_ROUND_VERSIONS = new Set(['1.29', '1.33']);
 const kubectlPath = (v: string) => `/usr/lib/google-cloud-sdk/bin/kubectl.${v}`;
 
 /** Each round runs a dozen kubectl processes; on a loaded 2-core machine that takes a while. */
@@ -96,7 +101,7 @@ afterAll(async () => {
 
 describe('kubectl against the stand-in API server', () => {
   for (const v of KUBECTL_VERSIONS) {
-    it(
+    it.runIf(LONG_ROUND_VERSIONS.has(v))(
       `kubectl ${v}: apply, apply changed, get -o json, delete cascading, auth can-i`,
       async () => {
         const ns = `k${v.replace('.', '')}`;
