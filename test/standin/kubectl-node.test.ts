@@ -1,4 +1,4 @@
-// kubectl 1.31, 1.32 and 1.33 against the stand-in with its kubelet: logs, exec, debug with an ephemeral container,
+// kubectl 1.30 and 1.33 against the stand-in with its kubelet: logs, exec, debug with an ephemeral container,
 // and delete of a Deployment cascading to pods that really stop.
 import { execFile } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -46,7 +46,8 @@ afterAll(async () => {
 });
 
 describe.runIf(run)('kubectl with the kubelet', () => {
-  for (const v of ['1.31', '1.32', '1.33']) {
+  // The long round on the oldest kubectl whose exec the stand-in serves (WebSocket) and the newest
+  for (const v of ['1.30', '1.33']) {
     it(
       `kubectl ${v}: logs, exec, debug --target, delete deploy cascading`,
       async () => {
