@@ -99,12 +99,15 @@ export class PortRedirect {
     // The stream's OPEN and the traffic event that announces it leave in one write (one wake-up of the tunnel's far
     // side instead of two, on every new connection).
     if (whole?.session.together(() => this.stealConnection(socket, whole))) return;
-    if (this.http && active.some((s) => s.mode === 'steal' && s.match)) {
+    // A filtered steal that is paused still has its requests routed one by one (none matches, all go to the pod): its
+    // session lists them, as it lists the unmatched ones (a paused whole-port steal lists the connections instead).
+    if (this.http && this.subs.some((s) => s.mode === 'steal' && s.match && s.session.takesTraffic)) {
       this.track(socket);
       this.http.take(socket);
       return;
     }
-    this.forwardConnection(socket, this.copiesMirrors ? active.filter((s) => s.mode === 'mirror') : []);
+    const paused = this.subs.filter((s) => s.paused && s.mode === 'steal' && s.session.takesTraffic);
+    this.forwardConnection(socket, this.copiesMirrors ? active.filter((s) => s.mode === 'mirror') : [], paused);
   }
 
   /** For a connection not spliced here (see splice()): forgets it when it closes, and keeps its errors handled. */
@@ -174,10 +177,14 @@ export class PortRedirect {
     return true;
   }
 
-  private forwardConnection(socket: Socket, mirrors: PortSubscription[]): void {
+  /** `paused`: the steals paused on the port; their sessions are told of the connection (it goes to the pod). */
+  private forwardConnection(socket: Socket, mirrors: PortSubscription[], paused: PortSubscription[] = []): void {
     const origin = originOf(socket, this.port);
     const upstream = connect({ host: origin.host, port: origin.port, noDelay: true, allowHalfOpen: true });
     this.forwarded.add(socket);
+    const told =
+      paused.length === 0 ? undefined : { ...connectionEvent(socket, this.connId(), this.port), to: 'pod' as const };
+    if (told) for (const s of paused) s.session.traffic({ ...told, phase: 'open', at: Date.now() });
     const mirrored =
       mirrors.length === 0
         ? undefined
@@ -192,7 +199,11 @@ export class PortRedirect {
       socket,
       upstream,
       () => upstream.destroy(),
-      (bytesIn, bytesOut) => mirrored?.close({ in: bytesIn, out: bytesOut }),
+      (bytesIn, bytesOut) => {
+        mirrored?.close({ in: bytesIn, out: bytesOut });
+        if (told)
+          for (const s of paused) s.session.traffic({ ...told, phase: 'close', bytesIn, bytesOut, at: Date.now() });
+      },
     );
     if (!mirrored) return;
     // Registered after the pipe to the app: the app gets each chunk first.

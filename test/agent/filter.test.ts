@@ -90,6 +90,34 @@ describe.runIf(run)('agent: HTTP-filtered steal', () => {
     },
   );
 
+  test('while paused, requests that match go to the pod and the session still gets their events (→ pod)', async () => {
+    // Given alice's and bob's filters on the port (from the test above), both paused: no filter on the port is active
+    alice.send({ type: 'pause', port: 3000 });
+    bob.send({ type: 'pause', port: 3000 });
+    // When a request for alice comes during the pause
+    await waitFor('the pod to answer alice while paused', async () =>
+      (await httpGet(client, '/paused-alice', { headers: { 'x-user': 'alice' } })).body.startsWith('pod:'),
+    );
+    // Then alice's session was told of it, as going to the pod, with its answer
+    const paused = await waitFor('the paused request event', () =>
+      alice.traffic.find((t) => t.kind === 'request' && t.path === '/paused-alice' && t.to === 'pod'),
+    );
+    expect(paused).toMatchObject({ method: 'GET', port: 3000 });
+    const id = (paused as { requestId: string }).requestId;
+    await waitFor('its response event', () =>
+      alice.traffic.some((t) => t.kind === 'response' && t.requestId === id && t.status === 200),
+    );
+    // And after resume her requests reach her local command again
+    alice.send({ type: 'resume', port: 3000 });
+    bob.send({ type: 'resume', port: 3000 });
+    await waitFor(
+      'alice to get her requests again',
+      async () =>
+        (await httpGet(client, '/resumed-alice', { headers: { 'x-user': 'alice' } })).body ===
+        'local-alice: GET /resumed-alice',
+    );
+  });
+
   test('a client that shuts down its sending side after the request still gets the whole answer, matched or not', async () => {
     // Given alice's and bob's filters on the port (from the test above)
     // When clients send one request each and half-close at once, one for alice and one for nobody

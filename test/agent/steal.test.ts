@@ -78,11 +78,15 @@ describe.runIf(run)('agent: steal a whole port', () => {
     },
   );
 
-  test("pause sends the port's traffic back to the pod; resume takes it again", async () => {
+  test("pause sends the port's traffic back to the pod, still listed to the session; resume takes it again", async () => {
     session.send({ type: 'pause', port: 3000 });
     await waitFor(
       'the pod to answer while paused',
       async () => (await httpGet(client, '/paused')).body === 'pod: GET /paused',
+    );
+    // The session is told of the connections the pod answers meanwhile (its list shows them, → pod)
+    await waitFor('a paused connection event', () =>
+      session.traffic.some((t) => t.kind === 'connection' && t.to === 'pod' && t.phase === 'close'),
     );
     session.send({ type: 'resume', port: 3000 });
     await waitFor(
