@@ -18,6 +18,7 @@ import { repoRoot } from '../images.js';
 import { imagesDir } from './containerd.js';
 import type { NodeRuntime } from '../node-runtime.js';
 import type { EnvSources } from './env.js';
+import { EventCorrelator } from './event-recorder.js';
 import { startListWatch, type ListWatch } from './list-watch.js';
 import { KubeletNode } from './node.js';
 import type { NodeSubnets } from './network.js';
@@ -101,6 +102,9 @@ export async function startKubelet(opts: KubeletOptions): Promise<Kubelet> {
     caPem: () => caPem,
   };
 
+  const correlator = new EventCorrelator();
+  // One write at a time, in order, as the recorder's broadcaster does: a repeat patches the Event its first created.
+  let eventWrites: Promise<void> = Promise.resolve();
   const event = (pod: V1Pod, type: 'Normal' | 'Warning', reason: string, message: string, fieldPath?: string): void => {
     if (stopped) return;
     const now = new Date();
@@ -125,7 +129,20 @@ export async function startKubelet(opts: KubeletOptions): Promise<Kubelet> {
       lastTimestamp: now,
       count: 1,
     };
-    core.createNamespacedEvent({ namespace, body }).catch(() => undefined); // events are best effort, as a kubelet's
+    const write = correlator.correlate(body, now);
+    const create = () => core.createNamespacedEvent({ namespace, body: write.event });
+    eventWrites = eventWrites
+      .then(async () => {
+        if (stopped) return;
+        if (!write.patch) return void (await create());
+        await core
+          .patchNamespacedEvent(
+            { namespace, name: write.event.metadata.name ?? '', body: write.patch },
+            setHeaderOptions('Content-Type', PatchStrategy.StrategicMergePatch),
+          )
+          .catch((err) => (httpCode(err) === 404 ? create() : Promise.reject(err)));
+      })
+      .catch(() => undefined); // events are best effort, as a kubelet's
   };
 
   // Status reports: at most one request in flight per pod; changes meanwhile are folded into the next one.

@@ -1,6 +1,6 @@
 // The kubelet's pure parts, without root: image references, the container spec and user, capabilities, env building,
 // DNS answers and the ClusterIP rule set.
-import type { V1Endpoints, V1Pod, V1Service, V1ServicePort } from '@kubernetes/client-node';
+import type { CoreV1Event, V1Endpoints, V1Pod, V1Service, V1ServicePort } from '@kubernetes/client-node';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -17,6 +17,7 @@ import {
   type ContainerSpecInput,
 } from '../../standin/kubelet/oci-spec.js';
 import { answerQuery, resolveName } from '../../standin/kubelet/dns.js';
+import { EventCorrelator } from '../../standin/kubelet/event-recorder.js';
 import {
   buildContainerEnv,
   EnvConfigError,
@@ -346,5 +347,47 @@ describe('ClusterIP rules', () => {
       '10.244.5.3:8080',
     ]);
     expect(nat.join('\n')).not.toContain('10.244.5.4');
+  });
+});
+
+// client-go tools/record/events_cache.go: EventAggregator (10 similar events in 10 minutes are combined) and
+// eventLogger (a repeat bumps count and lastTimestamp of the Event first created, under its name).
+describe('kubelet event recorder', () => {
+  const event = (name: string, reason: string, message: string): CoreV1Event => ({
+    metadata: { name, namespace: 'default' },
+    involvedObject: { kind: 'Pod', apiVersion: 'v1', namespace: 'default', name: 'p', uid: 'u1' },
+    type: 'Normal',
+    reason,
+    message,
+    source: { component: 'kubelet', host: 'node' },
+  });
+
+  it('counts a repeated event on the Event first created, keeping its firstTimestamp', () => {
+    // Given a recorder that has recorded one BackOff
+    const recorder = new EventCorrelator();
+    const t0 = new Date(1_000);
+    expect(recorder.correlate(event('p.1', 'BackOff', 'Back-off pulling image "x"'), t0)).toMatchObject({
+      event: { count: 1, firstTimestamp: t0, lastTimestamp: t0 },
+    });
+    // When the same event comes again under a new name
+    const t1 = new Date(5_000);
+    const again = recorder.correlate(event('p.2', 'BackOff', 'Back-off pulling image "x"'), t1);
+    // Then it is a patch of the first one: count 2, first and last timestamps
+    expect(again.event).toMatchObject({ metadata: { name: 'p.1' }, count: 2, firstTimestamp: t0, lastTimestamp: t1 });
+    expect(again.patch).toEqual({ count: 2, lastTimestamp: t1, message: 'Back-off pulling image "x"' });
+  });
+
+  it('combines the tenth similar event (same reason, other message) and counts those after it', () => {
+    // Given nine Failed events with nine messages
+    const recorder = new EventCorrelator();
+    for (let i = 0; i < 9; i++) expect(recorder.correlate(event(`p.${i}`, 'Failed', `m${i}`)).patch).toBeUndefined();
+    // When a tenth and an eleventh come
+    const tenth = recorder.correlate(event('p.9', 'Failed', 'm9'));
+    const eleventh = recorder.correlate(event('p.10', 'Failed', 'm10'));
+    // Then the tenth is created combined, and the eleventh counts on it
+    expect(tenth.event.message).toBe('(combined from similar events): m9');
+    expect(tenth.patch).toBeUndefined();
+    expect(eleventh.event).toMatchObject({ metadata: { name: 'p.9' }, count: 2 });
+    expect(eleventh.patch?.message).toBe('(combined from similar events): m10');
   });
 });

@@ -563,6 +563,20 @@ describe('stand-in kubelet', () => {
         'Warning Failed Error: ImagePullBackOff',
       ]),
     );
+    // And the repeated BackOff is one Event whose count grows (client-go tools/record/events_cache.go eventLogger)
+    const repeated = await waitFor(
+      'a BackOff event counted three times',
+      async () => {
+        const list = await core.listNamespacedEvent({
+          namespace: 'default',
+          fieldSelector: `involvedObject.name=${name}`,
+        });
+        const backOffs = list.items.filter((e) => e.reason === 'BackOff');
+        return backOffs.length === 1 && (backOffs[0].count ?? 0) >= 3 ? backOffs[0] : undefined;
+      },
+      15_000,
+    );
+    expect(new Date(repeated.lastTimestamp!).getTime()).toBeGreaterThan(new Date(repeated.firstTimestamp!).getTime());
     // And once containerd has the image (here: busybox under that name), the next pull starts it
     await tagImage('busybox', image);
     try {
