@@ -36,6 +36,12 @@ export interface HttpRouting {
 /** At most this many idle connections to the pod's app are kept per port (the rest close when their request ends). */
 const POD_IDLE_CONNECTIONS = 64;
 
+/**
+ * A connection that sends nothing is closed after this long, as Node's HTTP server closes one whose head does not come
+ * (its headersTimeout): until its first bytes have come, no server holds the connection to time it out.
+ */
+const FIRST_BYTES_TIMEOUT_MS = 60_000;
+
 /** Hop-by-hop headers belong to one connection; each request to a session is its own connection (stream). */
 const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'upgrade']);
 
@@ -94,6 +100,8 @@ export class FilteredRequests {
     const decide = (http2: boolean): void => {
       socket.off('data', onData);
       socket.off('end', onEnd);
+      socket.setTimeout(0);
+      socket.off('timeout', onSilence);
       socket.pause();
       if (seen.length > 0) socket.unshift(seen);
       if (http2) this.http2.take(socket);
@@ -116,6 +124,11 @@ export class FilteredRequests {
     };
     socket.on('data', onData);
     socket.once('end', onEnd);
+    const onSilence = (): void => {
+      socket.destroy();
+    };
+    socket.setTimeout(FIRST_BYTES_TIMEOUT_MS);
+    socket.once('timeout', onSilence);
   }
 
   close(): void {
