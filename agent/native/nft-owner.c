@@ -13,10 +13,10 @@
 //                                          agent's listener TO takes only connections a redirect rule sent there
 //   unguard HANDLE         → ok            deletes that guard rule
 //   drop                   → ok            deletes the table
-//   outlive PID            → ok            when the agent dies, wait (up to 1 s) for process PID to end before this
-//                                          process ends: devop-splice's redirected connections need the table's NAT
-//                                          for their FIN or RST to reach their clients (deleting the netns's only
-//                                          nat chain unhooks NAT there)
+//   outlive PID            → ok            when the agent dies, delete the redirect rules and wait (up to 1 s) for
+//                                          process PID to end before this process ends: devop-splice's redirected
+//                                          connections need the table's NAT for their FIN or RST to reach their
+//                                          clients (deleting the netns's only nat chain unhooks NAT there)
 //   anything that fails    → error WHY     (the process keeps serving requests)
 //
 // Messages are nfnetlink batches as nft sends them (one transaction each); the rule's expressions are those nft
@@ -361,6 +361,15 @@ static void build_delete(struct msg *m, const void *arg) {
   end(m);
 }
 
+/** Deletes every rule of the redirect chain (a DELRULE naming no handle), keeping the chain and so the nat hook. */
+static void build_flush(struct msg *m, const void *unused) {
+  (void)unused;
+  begin(m, NFT(NFT_MSG_DELRULE), NLM_F_ACK, NFPROTO_IPV4, 0);
+  attr_str(m, NFTA_RULE_TABLE, table);
+  attr_str(m, NFTA_RULE_CHAIN, CHAIN);
+  end(m);
+}
+
 static void build_drop(struct msg *m, const void *unused) {
   (void)unused;
   begin(m, NFT(NFT_MSG_DELTABLE), NLM_F_ACK, NFPROTO_IPV4, 0);
@@ -529,6 +538,9 @@ int main(void) {
       answer(err, "delete table");
     }
   }
+  // The agent is gone: its redirects go at once (new connections reach the app, none meets a closed listener), the
+  // table with its nat chain stays while the followers' connections end.
+  if (table[0] && follower_count > 0) batch(build_flush, NULL, NULL);
   outlive_followers();
   return 0; // the socket closes with the process: the kernel drops the table
 }
