@@ -1,4 +1,4 @@
-// Filtered steal for HTTP/2 without TLS (h2c, prior knowledge): the agent ends the client's HTTP/2 connection itself and
+// Filtered steal for HTTP/2 without TLS (h2c, prior knowledge): the agent ends the client's HTTP/2 connection and
 // routes each stream by the filters, a matched one to its session (an h2c connection to the local command over an
 // incoming stream of its own) and every other one to the pod's app (one h2c connection per port, shared).
 import {
