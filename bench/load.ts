@@ -1,9 +1,10 @@
 // Benchmark of the stolen path under concurrent load (root, real netns): wrk with many kept-alive connections from the
 // client netns against the pod IP, round after round on three paths side by side — direct (the pod's own server),
 // stolen (agent → devop-splice → the CLI's port-forward tunnel → a session process with the CLI's incoming handler →
-// the same server on 127.0.0.1) and the framed C relay pair in devop's two places (the floor of the design). Prints each
-// round's requests/s and p99, then RESULT load rps_vs_direct=… p99_vs_direct=… floor_rps_vs_direct=…
-// floor_p99_vs_direct=… worst_tail_vs_median=… (medians over the rounds of each round's ratio to its own direct run).
+// the same server on 127.0.0.1) and the framed C relay pair in devop's two places (the floor of the design). Prints
+// each round's requests/s and p99, then RESULT load rps_vs_direct=… p99_vs_direct=… floor_rps_vs_direct=…
+// floor_p99_vs_direct=… rps_vs_floor=… worst_tail_vs_median=… (medians over the rounds of each round's ratio to the
+// same round's direct, or floor, run).
 // The set-up is bench/steal.ts's: the same pod, agent, session process, port-forward relays and C pair.
 import { execFile, execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { promisify } from 'node:util';
@@ -172,19 +173,23 @@ async function main(): Promise<void> {
       rounds.push(round);
       const row = PATHS.map((p) => {
         const w = round[p];
-        return `${p} ${w.rps.toFixed(0)} req/s p50 ${w.p50.toFixed(2)} p99 ${w.p99.toFixed(2)} ms${w.errors ? ` ${w.errors} errors` : ''}`;
+        const errors = w.errors ? ` ${w.errors} errors` : '';
+        return `${p} ${w.rps.toFixed(0)} req/s p50 ${w.p50.toFixed(2)} p99 ${w.p99.toFixed(2)} ms${errors}`;
       });
       console.log(`round ${r + 1} (load ${load()}): ${row.join('; ')}`);
     }
-    const ratio = (p: Path, q: 'rps' | 'p99'): number => median(rounds.map((r) => r[p][q] / r.direct[q]));
+    const ratio = (p: Path, q: 'rps' | 'p99', base: Path = 'direct'): number =>
+      median(rounds.map((r) => r[p][q] / r[base][q]));
     // A round's tail against the typical: the worst p99 of the stolen path over the median of its p99s.
     const stolenP99 = rounds.map((r) => r.stolen.p99);
     const errors = rounds.reduce((n, r) => n + PATHS.reduce((m, p) => m + r[p].errors, 0), 0);
     console.log(`load at the end: ${load()}; errors over all rounds: ${errors}`);
+    const fixed = (p: Path, q: 'rps' | 'p99', base: Path = 'direct'): string => ratio(p, q, base).toFixed(2);
+    const worstTail = (Math.max(...stolenP99) / median(stolenP99)).toFixed(2);
     console.log(
-      `RESULT load rps_vs_direct=${ratio('stolen', 'rps').toFixed(2)} p99_vs_direct=${ratio('stolen', 'p99').toFixed(2)} ` +
-        `floor_rps_vs_direct=${ratio('floor', 'rps').toFixed(2)} floor_p99_vs_direct=${ratio('floor', 'p99').toFixed(2)} ` +
-        `worst_tail_vs_median=${(Math.max(...stolenP99) / median(stolenP99)).toFixed(2)}`,
+      `RESULT load rps_vs_direct=${fixed('stolen', 'rps')} p99_vs_direct=${fixed('stolen', 'p99')} ` +
+        `floor_rps_vs_direct=${fixed('floor', 'rps')} floor_p99_vs_direct=${fixed('floor', 'p99')} ` +
+        `rps_vs_floor=${fixed('stolen', 'rps', 'floor')} worst_tail_vs_median=${worstTail}`,
     );
   } finally {
     await teardown();
