@@ -145,13 +145,17 @@ describe('farm-operator walkthrough', () => {
       expect(missing.code).not.toBe(0);
       expect(missing.stderr).toContain('Error from server (NotFound): llamas.farm.example.com "nobody" not found');
 
-      // And FarmPods are built from the namespace's real pods: the farm-operator pod itself is one of them
+      // And FarmPods are built from the namespace's real pods: devop's agent pod is one of them while devop runs
       const pods = JSON.parse(
         await kubectl.ok('get', 'pods', '-n', 'default', '-l', 'app=farm-operator', '-o', 'json'),
       ) as { items: { metadata: { name: string } }[] };
-      const farmpods = await kubectl.ok('get', 'farmpods', '-n', 'default');
+      expect(await kubectl.ok('get', 'pods', '-n', 'default', '-o', 'name')).toMatch(/^pod\/devop-agent-/m);
+      // And the walkthrough's -l app=farm-operator (kubectl's labelSelector, handed on to the pod list) lists the
+      // farm's pods only
+      const farmpods = await kubectl.ok('get', 'farmpods', '-n', 'default', '-l', 'app=farm-operator');
       expect(farmpods).toMatch(/^NAME\s+CONTAINERS\s+AGE\n/);
       for (const p of pods.items) expect(farmpods).toMatch(new RegExp(`\\nfarm-${p.metadata.name}\\s+1\\s`));
+      expect(farmpods.trim().split('\n')).toHaveLength(pods.items.length + 1);
 
       // And the requests reached the local process (its request log is devop's stdout)
       expect(devop.stdout).toMatch(/step=3 GET \/apis\/farm\.example\.com\/v1alpha\/namespaces\/default\/llamas/);
@@ -274,14 +278,32 @@ describe('farm-operator walkthrough', () => {
       const current = pods.items.filter((p) => !p.metadata.deletionTimestamp).map((p) => p.metadata.name);
       expect(current).toHaveLength(1);
       const farmpods = await eventually('farmpods from the step-3 pod', async () => {
-        const r = await kubectl.run('get', 'farmpods', '-n', 'default');
+        const r = await kubectl.run('get', 'farmpods', '-n', 'default', '-l', 'app=farm-operator');
         return r.code === 0 && current.every((name) => new RegExp(`\\nfarm-${name}\\s+1\\s`).test(r.stdout))
           ? r.stdout
           : undefined;
       });
       expect(farmpods).toMatch(/^NAME\s+CONTAINERS\s+AGE\n/);
       expect(await kubectl.ok('get', 'llamas', '-n', 'default')).toMatch(/\ndolly\s+130\s+175\s/);
-      const logs = await kubectl.ok('logs', 'deployment/farm-operator', '-n', 'default');
+      // And the logs the walkthrough reads are the newest ReplicaSet's pod's: `kubectl logs deployment/…` picks the pod
+      // ready longest (kubectl pkg/util/podutils/podutils.go, ByLogging), the step-1 pod while it terminates
+      const newest = (
+        await kubectl.ok(
+          'get',
+          'rs',
+          '-n',
+          'default',
+          '-l',
+          'app=farm-operator',
+          '--sort-by=.metadata.creationTimestamp',
+          '-o',
+          'name',
+        )
+      )
+        .trim()
+        .split('\n')
+        .at(-1);
+      const logs = await kubectl.ok('logs', '-n', 'default', newest ?? '');
       expect(logs).toContain('farm-operator step 3 listening on https://0.0.0.0:8443');
       expect(logs).toMatch(/step=3 GET \/apis\/farm\.example\.com\/v1alpha\/namespaces\/default\/farmpods\S* 200 /);
     },
