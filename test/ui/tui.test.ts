@@ -114,6 +114,8 @@ describe('devop exec in a terminal (tmux)', () => {
         (await client.who(echo.podIP, 8080, '/tui-paused', { 'x-user': 'tui' })) === echo.podName ? true : undefined,
       SCREEN_WAIT_MS,
     );
+    // And the list shows the paused request, answered by the pod
+    await screen('the paused request listed', (text) => /GET\s+\/tui-paused\s+200\b.*→ pod/.test(text));
     // When p is pressed again, the local command answers again
     terminal.sendKeys('p');
     await screen('the stealing header', (text) => /:8080 stealing/.test(text));
