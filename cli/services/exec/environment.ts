@@ -1,0 +1,63 @@
+// The local command's environment: the pod's env (read by the agent), the env file, the user's include/exclude and
+// overrides, then each hook's additions (the outgoing proxy, the shadow kubeconfig), as the `env` step.
+import { UserError } from '../../../shared/errors.js';
+import { FEATURES } from '../../../shared/protocol.js';
+import { type Reporter, step, warn } from '../../reporter.js';
+import type { Session } from '../../session/connect.js';
+import { agentRequest } from '../../session/tunnel.js';
+import { buildChildEnv, readEnvFile, withheldLine } from '../child-env.js';
+import type { ExecServiceOptions } from './options.js';
+
+export async function readRemoteEnv(session: Session): Promise<Record<string, string>> {
+  if (!session.hello.features.includes(FEATURES.env)) return {};
+  const answer = await agentRequest(
+    session.tunnel,
+    (id) => session.tunnel.send({ type: 'envRead', id }),
+    ['env'],
+    'read the pod env',
+  );
+  if (answer.type === 'error')
+    throw new UserError(
+      `the agent could not read the pod's env: ${answer.message}`,
+      answer.hint ?? 'check the agent logs',
+    );
+  return answer.vars;
+}
+
+/** The `env` step; each hook's cleanup goes to `onCleanup`, to run when the session ends. */
+export async function prepareChildEnv(
+  session: Session,
+  options: Pick<ExecServiceOptions, 'env' | 'childEnvHooks'>,
+  reporter: Reporter,
+  onCleanup: (cleanup: () => Promise<void>) => void,
+): Promise<Record<string, string>> {
+  const prepared = await step(
+    reporter,
+    'env',
+    'environment',
+    async () => {
+      const [remoteEnv, envFile] = await Promise.all([
+        readRemoteEnv(session),
+        options.env.file ? readEnvFile(options.env.file) : Promise.resolve(undefined),
+      ]);
+      let env = buildChildEnv({
+        localEnv: process.env,
+        remoteEnv,
+        include: options.env.include,
+        exclude: options.env.exclude,
+        allow: options.env.allow,
+        override: options.env.override,
+        envFile,
+        onWithheld: (names) => warn(reporter, withheldLine(names)),
+      });
+      for (const hook of options.childEnvHooks ?? []) {
+        const result = await hook(env, { session, reporter });
+        env = result.env;
+        if (result.cleanup) onCleanup(result.cleanup);
+      }
+      return { env, remoteCount: Object.keys(remoteEnv).length };
+    },
+    (v) => `${v.remoteCount} variables from the pod`,
+  );
+  return prepared.env;
+}

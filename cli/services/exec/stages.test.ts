@@ -1,0 +1,164 @@
+// The exec pipeline's stages on their own: the start-up signals, the taken-port check, the session's end.
+import { EventEmitter } from 'node:events';
+import { createServer, type Server } from 'node:net';
+import { afterEach, describe, expect, it } from 'vitest';
+import { isUserError } from '../../../shared/errors.js';
+import type { ChildExit, LocalCommand } from '../../process/child.js';
+import type { ReportEvent, Reporter } from '../../reporter.js';
+import type { Session } from '../../session/connect.js';
+import { refuseTakenPorts } from './local-ports.js';
+import { firstEnd, settle } from './outcome.js';
+import { watchStartupSignals } from './startup-signals.js';
+import type { TrafficControl } from './traffic-control.js';
+
+const servers: Server[] = [];
+afterEach(async () => {
+  await Promise.all(servers.splice(0).map((s) => new Promise((r) => s.close(r))));
+});
+
+async function listening(): Promise<number> {
+  const server = createServer();
+  servers.push(server);
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  const address = server.address();
+  if (!address || typeof address === 'string') throw new Error('no port');
+  return address.port;
+}
+
+async function freePort(): Promise<number> {
+  const port = await listening();
+  await new Promise((r) => servers.pop()?.close(r));
+  return port;
+}
+
+function recordingReporter(): Reporter & { events: ReportEvent[] } {
+  const events: ReportEvent[] = [];
+  return { events, emit: (e) => events.push(e), capturesChildOutput: false } as Reporter & { events: ReportEvent[] };
+}
+
+function fakeSession(): Session & { tunnel: EventEmitter; stop?: (reason: string) => void } {
+  const tunnel = new EventEmitter();
+  const session = { tunnel } as unknown as Session & { tunnel: EventEmitter; stop?: (reason: string) => void };
+  session.onStopped = (cb: (reason: string) => void) => {
+    session.stop = cb;
+  };
+  return session;
+}
+
+function fakeCommand(): LocalCommand & { exit(e: ChildExit): void; stops: NodeJS.Signals[] } {
+  let exit!: (e: ChildExit) => void;
+  const exited = new Promise<ChildExit>((r) => (exit = r));
+  const stops: NodeJS.Signals[] = [];
+  return {
+    exited,
+    exit,
+    stops,
+    stop: async (signal: NodeJS.Signals = 'SIGTERM') => {
+      stops.push(signal);
+      return { code: null, signal, exitCode: 143 } as ChildExit;
+    },
+  } as unknown as LocalCommand & { exit(e: ChildExit): void; stops: NodeJS.Signals[] };
+}
+
+function fakeTraffic(): TrafficControl & { released: number } {
+  const traffic = { released: 0, release: async () => void traffic.released++ };
+  return traffic as unknown as TrafficControl & { released: number };
+}
+
+describe('start-up signals', () => {
+  it('Given the start-up is running, When SIGHUP arrives, Then the step in flight is stopped with a line naming it', async () => {
+    const startup = watchStartupSignals();
+    try {
+      const never = new Promise<never>(() => undefined);
+      const raced = startup.race(never);
+      process.emit('SIGHUP', 'SIGHUP');
+      const err = await raced.catch((e: unknown) => e);
+      expect(isUserError(err)).toBe(true);
+      expect((err as Error).message).toBe('stopped by SIGHUP during start-up');
+      expect(() => startup.signal.throwIfAborted()).toThrow('SIGHUP');
+    } finally {
+      startup.release();
+    }
+  });
+
+  it('Given the local command runs (released), When SIGHUP arrives, Then the start-up is not stopped', () => {
+    const before = process.listenerCount('SIGHUP');
+    const startup = watchStartupSignals();
+    expect(process.listenerCount('SIGHUP')).toBe(before + 1);
+    startup.release();
+    startup.release();
+    expect(process.listenerCount('SIGHUP')).toBe(before);
+    expect(startup.signal.aborted).toBe(false);
+  });
+});
+
+describe('taken local ports', () => {
+  it('Given another process listens on a mapped local port, Then one line names the port and a free mapping', async () => {
+    const taken = await listening();
+    const free = await freePort();
+    const err = await refuseTakenPorts([
+      { remote: 80, local: free },
+      { remote: 8080, local: taken },
+    ] as never).catch((e: unknown) => e);
+    expect(isUserError(err)).toBe(true);
+    expect((err as Error).message).toContain(`127.0.0.1:${taken} already accepts connections from another process`);
+    expect((err as { hint?: string }).hint).toContain('-p 8080:<FREE PORT>');
+  });
+
+  it('Given every mapped local port is free, Then the check passes', async () => {
+    const free = await freePort();
+    await expect(refuseTakenPorts([{ remote: 80, local: free }] as never)).resolves.toBeUndefined();
+  });
+});
+
+describe("the session's end", () => {
+  it("Given the command exits, Then its exit code is devop's, the exit line is said and the ports released", async () => {
+    const session = fakeSession();
+    const command = fakeCommand();
+    const traffic = fakeTraffic();
+    const reporter = recordingReporter();
+    const started = new Promise<void>(() => undefined);
+    const ended = firstEnd(session, command, started);
+    command.exit({ code: 3, signal: null, exitCode: 3 } as ChildExit);
+    const code = await settle(await ended, command, started, traffic, reporter);
+    expect(code).toBe(3);
+    expect(reporter.events).toContainEqual({ type: 'exit', code: 3, signal: null });
+    expect(traffic.released).toBe(1);
+    expect(command.stops).toEqual([]);
+  });
+
+  it('Given the tunnel closes, Then the command is stopped and the failure names the tunnel and the fix', async () => {
+    const session = fakeSession();
+    const command = fakeCommand();
+    const traffic = fakeTraffic();
+    const started = new Promise<void>(() => undefined);
+    const ended = firstEnd(session, command, started);
+    session.tunnel.emit('close', new Error('websocket 1006'));
+    const err = await settle(await ended, command, started, traffic, recordingReporter()).catch((e: unknown) => e);
+    expect((err as Error).message).toBe('the tunnel to the agent closed: websocket 1006');
+    expect(command.stops).toEqual(['SIGTERM']);
+    expect(traffic.released).toBe(1);
+  });
+
+  it('Given the session is stopped from outside (devop sessions stop), Then the failure says so', async () => {
+    const session = fakeSession();
+    const command = fakeCommand();
+    const started = new Promise<void>(() => undefined);
+    const ended = firstEnd(session, command, started);
+    session.stop?.('stopped by alice@laptop');
+    const err = await settle(await ended, command, started, fakeTraffic(), recordingReporter()).catch(
+      (e: unknown) => e,
+    );
+    expect((err as Error).message).toBe('this session was stopped: stopped by alice@laptop');
+  });
+
+  it('Given the start-up steps succeed, Then that alone does not end the session', async () => {
+    const session = fakeSession();
+    const command = fakeCommand();
+    const ended = firstEnd(session, command, Promise.resolve());
+    const first = await Promise.race([ended, new Promise((r) => setTimeout(() => r('still running'), 50))]);
+    expect(first).toBe('still running');
+    command.exit({ code: 0, signal: null, exitCode: 0 } as ChildExit);
+    expect((await ended).kind).toBe('exit');
+  });
+});
