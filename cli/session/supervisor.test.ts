@@ -6,6 +6,8 @@ import { afterEach, describe, expect, it, vi } from 'vitest';
 import { createAgentMux, createClientMux, type AgentMux } from '../../shared/mux.js';
 import type { AgentMessage, ClientMessage } from '../../shared/protocol.js';
 import type { ReportEvent, Reporter } from '../reporter.js';
+import type { Member } from './member.js';
+import { podChanges } from './pod-watch.js';
 import { backoffDelay, podFate } from './supervisor.js';
 import { SessionMux, type MemberLink } from './supervised-mux.js';
 import { watchLiveness } from './tunnel-health.js';
@@ -24,6 +26,33 @@ describe('podFate', () => {
     expect(podFate(pod('b'), 'a')).toBe('gone');
     expect(podFate(pod('a', { deletionTimestamp: new Date() }), 'a')).toBe('gone');
     expect(podFate({ metadata: { uid: 'a' }, status: { phase: 'Failed' } }, 'a')).toBe('gone');
+  });
+});
+
+describe('podChanges', () => {
+  const pod = (name: string, uid: string, ready = true, extra: object = {}) => ({
+    metadata: { name, uid, ...extra },
+    status: { phase: 'Running', conditions: [{ type: 'Ready', status: ready ? 'True' : 'False' }] },
+  });
+  const member = (podName: string, podUid: string, state: Member['state'] = 'up') =>
+    ({ target: { podName, podUid }, state }) as unknown as Member;
+
+  it('Given a member whose pod is deleted or replaced, Then it is cut, saying which', () => {
+    const kept = member('a', 'ua');
+    const deleted = member('b', 'ub');
+    const replaced = member('c', 'uc');
+    const { cut } = podChanges([pod('a', 'ua'), pod('c', 'other')], [kept, deleted, replaced], new Set(), false);
+    expect(cut).toEqual([
+      { member: deleted, deleted: true },
+      { member: replaced, deleted: false },
+    ]);
+  });
+
+  it('Given all pods, Then every Ready pod not yet a member nor joining is joined; one pod only: none', () => {
+    const pods = [pod('a', 'ua'), pod('b', 'ub'), pod('c', 'uc', false), pod('d', 'ud')];
+    const members = [member('a', 'ua'), member('gone', 'ug', 'gone')];
+    expect(podChanges(pods, members, new Set(['d']), true).join).toEqual(['b']);
+    expect(podChanges(pods, members, new Set(), false).join).toEqual([]);
   });
 });
 

@@ -1,74 +1,37 @@
 // The session supervisor: keeps a session alive while the cluster moves under it — reconnects a lost or stalled tunnel
 // (resuming the agent's session), follows the target to its new pod, replaces a dead agent, joins every replica with
 // --all-pods — and holds the cluster-wide steal locks. The local command never notices; the user sees events.
-import { CoreV1Api, type V1Pod } from '@kubernetes/client-node';
-import { errorMessage, isUserError, UserError } from '../../shared/errors.js';
-import type { AgentMessage, ClientMessage } from '../../shared/protocol.js';
+// It composes its parts: the members (member.ts), their reconnects (reconnect.ts), the pod watch (pod-watch.ts), the
+// steal locks (steal-gate.ts) and the merged tunnel the session sees (supervised-mux.ts).
+import { CoreV1Api } from '@kubernetes/client-node';
+import { errorMessage, UserError } from '../../shared/errors.js';
 import { formatTarget } from '../../shared/target.js';
-import { createEphemeralAgent, createJobAgent, type AgentEndpoint, type AgentOptions } from '../kube/agent.js';
-import { findAgent } from '../kube/agent-reuse.js';
-import { apiErrorCode } from '../kube/errors.js';
 import { informPods, type PodInformer } from '../kube/pod-informer.js';
-import { StealLeases, workloadOfPod } from '../kube/steal-lease.js';
-import { isPodReady, KIND_RESOLVERS, resolveTarget, selectorToString, type ResolvedTarget } from '../kube/target.js';
-import { kindClients } from '../kube/targets/resolver.js';
+import { isPodReady, type ResolvedTarget } from '../kube/target.js';
 import { debug, info, type Reporter, warn } from '../reporter.js';
 import {
   agentOptionsFor,
   clientIdentity,
-  connectAgent,
   connectSession,
   type Retarget,
   type Session,
   type SessionOptions,
 } from './connect.js';
+import { attachPod, type Member, type MemberContext } from './member.js';
+import { podByName, podChanges, podQuery, type PodQuery, takesAllPods } from './pod-watch.js';
+import { backoffDelay, delay, RECONNECT_GIVE_UP_MS, reconnectMember } from './reconnect.js';
+import { StealGate } from './steal-gate.js';
 import { SessionMux, type MemberLink } from './supervised-mux.js';
 import { byeAndWait, watchLiveness } from './tunnel-health.js';
+
+export { podFate } from './member.js';
+export { backoffDelay, RECONNECT_FIRST_DELAY_MS, RECONNECT_GIVE_UP_MS, RECONNECT_MAX_DELAY_MS } from './reconnect.js';
 
 export interface SupervisorOptions extends SessionOptions {
   /** A deploy/sts target gets an agent on every Ready pod. */
   allPods?: boolean;
   /** Cluster-wide steal locks (Leases) for unfiltered steals; default true. */
   stealLocks?: boolean;
-}
-
-/** Reconnect pacing: quick first tries (a port-forward blip), then at most every 2 s; give up after 2 minutes. */
-export const RECONNECT_FIRST_DELAY_MS = 100;
-export const RECONNECT_MAX_DELAY_MS = 2000;
-export const RECONNECT_GIVE_UP_MS = 120_000;
-/** How long a reconnect keeps asking the same agent to resume the session before it accepts a fresh one. */
-const RESUME_RETRY_MS = 5000;
-/**
- * How long one reconnect attempt keeps retrying refused dials. Short, so a dead agent is noticed soon (its pod status
- * is checked between attempts); a slow API server is not cut short: each attempt completes its port-forward and
- * handshake.
- */
-const ATTEMPT_MS = 1000;
-
-/** Exponential backoff: 100, 200, 400, … ms, capped at 2 s. Pure. */
-export function backoffDelay(attempt: number): number {
-  return Math.min(RECONNECT_MAX_DELAY_MS, RECONNECT_FIRST_DELAY_MS * 2 ** Math.min(attempt, 16));
-}
-
-/** What the supervisor does with a member whose pod the watch reports. Pure. */
-export function podFate(pod: V1Pod | undefined, uid: string): 'alive' | 'gone' {
-  if (!pod || pod.metadata?.uid !== uid || pod.metadata?.deletionTimestamp) return 'gone';
-  const phase = pod.status?.phase;
-  return phase === 'Failed' || phase === 'Succeeded' ? 'gone' : 'alive';
-}
-
-interface Member {
-  target: ResolvedTarget;
-  agent: AgentEndpoint;
-  link: MemberLink;
-  sessionId: string;
-  /** Subscriptions the agent holds for this session (to tell a resumed session what changed). */
-  sent: Map<number, string>;
-  state: 'up' | 'reconnecting' | 'gone';
-  /** The tunnel was opened by connectSession (its own pinger reports RTT). */
-  original: boolean;
-  agentVersion: string;
-  stopLiveness?: () => void;
 }
 
 export async function connectSupervisedSession(options: SupervisorOptions, reporter: Reporter): Promise<Session> {
@@ -79,17 +42,12 @@ export async function connectSupervisedSession(options: SupervisorOptions, repor
   return supervisor.session();
 }
 
-function delay(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
-}
-
 class Supervisor {
   private readonly members = new Set<Member>();
   private readonly joining = new Set<string>();
   private readonly mux: SessionMux;
-  private readonly identity = clientIdentity();
-  private readonly agentOptions: AgentOptions;
-  private readonly leases: StealLeases | undefined;
+  private readonly ctx: MemberContext;
+  private readonly locks: StealGate | undefined;
   private podInformer: PodInformer | undefined;
   private over = false;
   private following = false;
@@ -103,33 +61,26 @@ class Supervisor {
     private readonly options: SupervisorOptions,
     private readonly reporter: Reporter,
   ) {
-    this.agentOptions = agentOptionsFor(options, options.agentNamespace ?? first.namespace, this.identity);
-    if (options.stealLocks !== false) {
-      const workload = workloadOfPod(firstTarget.pod);
-      this.leases = new StealLeases({
-        kc: first.kc,
-        namespace: firstTarget.namespace,
-        workload,
-        user: this.identity.user,
-        host: this.identity.host,
-        onLost: (port, holder) =>
-          this.reporter.emit({
-            type: 'error',
-            message:
-              `lost the steal lock of port ${port} to ${holder.user}@${holder.host} (devop could not renew it ` +
-              `in time)`,
-            hint: 'run devop again once the other session ends',
-          }),
-        onStopped: (port) => this.stopFromOutside(port),
-        onRenewError: (port, err) =>
-          warn(this.reporter, `could not renew the steal lock of port ${port}: ${errorMessage(err)}`),
-        log: (text) => debug(this.reporter, text),
+    const identity = clientIdentity();
+    this.ctx = {
+      kc: first.kc,
+      agentOptions: agentOptionsFor(options, options.agentNamespace ?? first.namespace, identity),
+      identity,
+      features: options.features,
+      namespace: firstTarget.namespace,
+      allowHostNetwork: options.allowHostNetwork,
+      isOver: () => this.over,
+    };
+    if (options.stealLocks !== false)
+      // A steal lock deleted under the session (`devop sessions stop`): the session ends, as on Ctrl-C.
+      this.locks = new StealGate(first.kc, firstTarget, identity, reporter, (reason) => {
+        if (this.over) return;
+        for (const listener of this.stopped) listener(reason);
       });
-    }
     this.mux = new SessionMux(
       reporter,
-      (msg) => this.gate(msg),
-      (port) => void this.leases?.release(port),
+      async (msg) => this.locks?.gate(msg),
+      (port) => void this.locks?.release(port),
     );
   }
 
@@ -148,7 +99,7 @@ class Supervisor {
     const allPods = this.allPods();
     if (this.options.allPods && !allPods)
       warn(this.reporter, '--all-pods needs a deploy/, sts/ or rollout/ target: only this pod is used');
-    const query = await this.podQuery(allPods);
+    const query = await podQuery(this.first.kc, this.firstTarget, allPods);
     if (allPods) {
       // Join the replicas that are Ready now before the session is handed over, so "ready" means every pod.
       const core = this.first.kc.makeApiClient(CoreV1Api);
@@ -178,47 +129,8 @@ class Supervisor {
     };
   }
 
-  /** Every Ready pod gets an agent: asked with --all-pods, and always for an extension the API server calls (it picks
-   * any pod behind the Service, so one stolen pod would answer only some of its requests). */
-  /**
-   * Whether every Ready pod of the target is taken over: with --all-pods, and always for what the API server calls (an
-   * APIService's or a webhook's pods), since it calls any pod behind the Service.
-   */
   private allPods(): boolean {
-    const { ref, extension, webhooks } = this.firstTarget;
-    return (Boolean(this.options.allPods) && ref.kind !== 'pod') || extension !== undefined || webhooks !== undefined;
-  }
-
-  /** Unfiltered steals take the workload's cluster-wide lock first. */
-  private async gate(
-    msg: Extract<ClientMessage, { type: 'subscribe' }>,
-  ): Promise<Extract<AgentMessage, { type: 'refused' }> | undefined> {
-    const filtered = msg.filter && (msg.filter.header || msg.filter.path || msg.filter.method);
-    if (!this.leases || msg.mode !== 'steal' || filtered) {
-      if (this.leases?.heldPorts().includes(msg.port)) await this.leases.release(msg.port);
-      return undefined;
-    }
-    try {
-      const result = await this.leases.take(msg.port);
-      if (result.ok) return undefined;
-      return { type: 'refused', id: msg.id, port: msg.port, reason: result.reason, holder: result.holder };
-    } catch (err) {
-      // No right to use Leases (or no Lease API): steal without the cluster-wide lock, and say so.
-      warn(
-        this.reporter,
-        `no cluster-wide steal lock for port ${msg.port} (${errorMessage(err)}); ` +
-          "only this agent's own lock applies",
-      );
-      return undefined;
-    }
-  }
-
-  /** A steal lock of this session was deleted under it (`devop sessions stop`): the session ends, as on Ctrl-C. */
-  private stopFromOutside(port: number): void {
-    if (this.over) return;
-    const lease = this.leases?.nameFor(port) ?? '';
-    const reason = `the steal lock of port ${port} (Lease ${lease}) was deleted (devop sessions stop)`;
-    for (const listener of this.stopped) listener(reason);
+    return takesAllPods(this.firstTarget, this.options.allPods);
   }
 
   private adopt(member: Member, primary: boolean): void {
@@ -253,111 +165,16 @@ class Supervisor {
   }
 
   private async reconnect(member: Member): Promise<void> {
-    const started = Date.now();
-    const core = this.first.kc.makeApiClient(CoreV1Api);
-    let attempt = 0;
-    let failures = 0;
-    while (!this.over && member.state === 'reconnecting') {
-      if (Date.now() - started > RECONNECT_GIVE_UP_MS)
-        throw new UserError(
-          `could not reconnect to pod ${member.link.pod} for ${RECONNECT_GIVE_UP_MS / 1000} s`,
-          'check the cluster (devop doctor) and run devop again',
-        );
-      let pod: V1Pod | undefined;
-      let known = true;
-      try {
-        pod = await core.readNamespacedPod({ name: member.target.podName, namespace: member.target.namespace });
-      } catch (err) {
-        known = apiErrorCode(err) === 404; // 404: gone; anything else (API down): cannot tell yet
-      }
-      if (known && podFate(pod, member.target.podUid) === 'gone') {
-        await this.podGone(member);
-        return;
-      }
-      if (pod) member.target = { ...member.target, pod };
-      try {
-        if (failures >= 3 || (await this.agentState(member)) === 'dead') {
-          // The agent may be dead (killed, its pod deleted): reuse another live one, or start a new one.
-          const found = await findAgent(this.first.kc, member.target, this.agentOptions).catch(() => undefined);
-          if (!found || found.name !== member.agent.name) {
-            member.agent = found ?? (await this.startAgent(member.target));
-            info(
-              this.reporter,
-              `pod ${member.link.pod}: ` +
-                `${found ? `using agent ${found.name}` : `started a new agent ${member.agent.name}`}`,
-            );
-            failures = 0;
-          }
-        }
-        const agentName = member.agent.name;
-        const link = await connectAgent(this.first.kc, member.agent, member.target, {
-          deadline: Date.now() + ATTEMPT_MS,
-          identity: this.identity,
-          features: this.options.features,
-          resumeSessionId: member.sessionId,
-        });
-        if (this.over) {
-          link.mux.close('session over');
-          return;
-        }
-        const resumed = link.hello.sessionId === member.sessionId;
-        if (!resumed && agentName === member.agent.name && Date.now() - started < RESUME_RETRY_MS) {
-          // The same agent may not have noticed the old connection drop yet (it refuses to resume a live one), and the
-          // old session would keep the port: give it up on this fresh session and ask again shortly.
-          await byeAndWait(link.mux, 'resume not granted yet', 200);
-          throw new Error('the agent did not resume the session yet');
-        }
-        member.sessionId = link.hello.sessionId;
-        member.link = { pod: member.link.pod, mux: link.mux, native: link.native };
-        member.state = 'up';
-        member.original = false;
-        if (!resumed) member.sent = new Map();
-        this.adopt(member, false);
-        const subs = member.sent.size;
-        info(
-          this.reporter,
-          `reconnected to pod ${member.link.pod} after ${((Date.now() - started) / 1000).toFixed(1)} s ` +
-            `(${resumed ? 'session resumed' : `new session, ${subs} subscription${subs === 1 ? '' : 's'} restored`})`,
-        );
-        return;
-      } catch (err) {
-        failures++;
-        if (isUserError(err) && /protocol version/.test(err.message)) throw err;
-        debug(this.reporter, `reconnect to pod ${member.link.pod} failed: ${errorMessage(err)}`);
-      }
-      await delay(backoffDelay(attempt++));
-    }
-  }
-
-  /** Whether the member's agent can still answer: its Job pod (or ephemeral container) runs. */
-  private async agentState(member: Member): Promise<'running' | 'dead' | 'unknown'> {
-    const { agent } = member;
-    if (agent.mode === 'ephemeral') {
-      const status = member.target.pod.status?.ephemeralContainerStatuses?.find((c) => c.name === agent.agentContainer);
-      return status?.state?.terminated ? 'dead' : status?.state?.running ? 'running' : 'unknown';
-    }
-    try {
-      const pod = await this.first.kc
-        .makeApiClient(CoreV1Api)
-        .readNamespacedPod({ name: agent.agentPod, namespace: agent.agentNamespace });
-      const status = pod.status?.containerStatuses?.find((c) => c.name === agent.agentContainer);
-      if (
-        pod.metadata?.deletionTimestamp ||
-        pod.status?.phase === 'Failed' ||
-        pod.status?.phase === 'Succeeded' ||
-        status?.state?.terminated
-      )
-        return 'dead';
-      return 'running';
-    } catch (err) {
-      return apiErrorCode(err) === 404 ? 'dead' : 'unknown';
-    }
-  }
-
-  private startAgent(target: ResolvedTarget): Promise<AgentEndpoint> {
-    return this.agentOptions.ephemeral
-      ? createEphemeralAgent(this.first.kc, target, this.agentOptions)
-      : createJobAgent(this.first.kc, target, this.agentOptions);
+    const end = await reconnectMember(this.ctx, member, this.reporter);
+    if (end.kind === 'gone') return this.podGone(member);
+    if (end.kind !== 'up') return;
+    this.adopt(member, false);
+    const subs = member.sent.size;
+    info(
+      this.reporter,
+      `reconnected to pod ${member.link.pod} after ${((Date.now() - end.startedAt) / 1000).toFixed(1)} s ` +
+        `(${end.resumed ? 'session resumed' : `new session, ${subs} subscription${subs === 1 ? '' : 's'} restored`})`,
+    );
   }
 
   /**
@@ -391,7 +208,7 @@ class Supervisor {
             'check the workload (kubectl get pods) and run devop again',
           );
         try {
-          const member = await this.attachPod(target);
+          const member = await this.attach(target);
           if (!member) return;
           info(
             this.reporter,
@@ -400,10 +217,7 @@ class Supervisor {
           );
           for (const listener of this.retargeted)
             listener({ target: member.target, agent: member.agent, agentVersion: member.agentVersion });
-          this.watchPods(
-            { namespace: member.target.namespace, fieldSelector: `metadata.name=${member.target.podName}` },
-            false,
-          );
+          this.watchPods(podByName(member.target), false);
           return;
         } catch (err) {
           debug(this.reporter, `following ${target}: ${errorMessage(err)}`);
@@ -415,105 +229,45 @@ class Supervisor {
     }
   }
 
-  /** Resolves `target` (one pod), gets its agent and attaches a new member. */
-  private async attachPod(target: string): Promise<Member | undefined> {
-    const resolved = await resolveTarget(this.first.kc, {
-      target,
-      namespace: this.firstTarget.namespace,
-      allowHostNetwork: this.options.allowHostNetwork,
-    });
-    const existing = await findAgent(this.first.kc, resolved, this.agentOptions);
-    let agent = existing ?? (await this.startAgent(resolved));
-    let link: Awaited<ReturnType<typeof connectAgent>>;
-    try {
-      link = await connectAgent(this.first.kc, agent, resolved, {
-        deadline: Date.now() + (existing ? ATTEMPT_MS : this.agentOptions.startupTimeoutMs),
-        identity: this.identity,
-        features: this.options.features,
-      });
-    } catch (err) {
-      if (!existing) throw err;
-      agent = await this.startAgent(resolved); // the reused agent was on its way out
-      link = await connectAgent(this.first.kc, agent, resolved, {
-        deadline: Date.now() + this.agentOptions.startupTimeoutMs,
-        identity: this.identity,
-        features: this.options.features,
-      });
-    }
-    if (this.over) {
-      link.mux.close('session over');
-      return undefined;
-    }
-    const member: Member = {
-      target: resolved,
-      agent,
-      link: { pod: resolved.podName, mux: link.mux, native: link.native },
-      sessionId: link.hello.sessionId,
-      sent: new Map(),
-      state: 'up',
-      original: false,
-      agentVersion: link.hello.agentVersion,
-    };
-    this.adopt(member, this.mux.size === 0);
+  /** Resolves `target` (one pod), gets its agent and adopts the new member. */
+  private async attach(target: string): Promise<Member | undefined> {
+    const member = await attachPod(this.ctx, target);
+    if (member) this.adopt(member, this.mux.size === 0);
     return member;
   }
 
-  /** The pods the watch looks at: the workload's (all-pods, or follow a deploy/sts) or the one pod by name. */
-  private async podQuery(
-    allPods: boolean,
-  ): Promise<{ namespace: string; labelSelector?: string; fieldSelector?: string }> {
-    const { ref, namespace } = this.firstTarget;
-    const byName = { namespace, fieldSelector: `metadata.name=${this.firstTarget.podName}` };
-    if (!allPods) return byName;
-    const workload = await KIND_RESOLVERS[ref.kind].read(kindClients(this.first.kc), ref.name, namespace, ref);
-    const labelSelector = workload.kind === 'selector' ? selectorToString(workload.selector) : '';
-    return labelSelector ? { namespace, labelSelector } : byName;
-  }
-
-  /**
-   * Watches the pods: a member whose pod is deleted or replaced is cut (its tunnel would otherwise outlive the pod),
-   * and with --all-pods every Ready pod that is not a member yet is joined.
-   */
-  private watchPods(
-    query: { namespace: string; labelSelector?: string; fieldSelector?: string },
-    allPods: boolean,
-  ): void {
-    const onPods = (pods: V1Pod[]): void => {
-      if (this.over) return;
-      const byName = new Map(pods.map((p) => [p.metadata?.name ?? '', p]));
-      for (const m of this.members) {
-        if (m.state !== 'up') continue;
-        const pod = byName.get(m.target.podName);
-        if (podFate(pod, m.target.podUid) === 'gone') {
-          info(this.reporter, `pod ${m.link.pod} is ${pod ? 'terminating' : 'deleted'}`);
-          m.link.mux.send({ type: 'bye', reason: 'the target pod is going away' });
-          m.link.mux.close('target pod going away');
-        }
-      }
-      if (!allPods) return;
-      const memberPods = new Set([...this.members].filter((m) => m.state !== 'gone').map((m) => m.target.podName));
-      for (const pod of pods) {
-        const name = pod.metadata?.name ?? '';
-        if (!isPodReady(pod) || memberPods.has(name) || this.joining.has(name)) continue;
-        void this.join(name);
-      }
-    };
+  /** Watches the pods: members whose pod is going away are cut (their tunnel would outlive it); new pods are joined. */
+  private watchPods(query: PodQuery, allPods: boolean): void {
     this.podInformer?.stop();
-    this.podInformer = informPods(this.first.kc, query, onPods, (err) => {
-      if (!this.over)
-        warn(
-          this.reporter,
-          `stopped watching the target's pods: ${errorMessage(err)} (devop still reconnects, but will not notice ` +
-            `new pods)`,
-        );
-    });
+    this.podInformer = informPods(
+      this.first.kc,
+      query,
+      (pods) => {
+        if (this.over) return;
+        const { cut, join } = podChanges(pods, this.members, this.joining, allPods);
+        for (const { member, deleted } of cut) {
+          info(this.reporter, `pod ${member.link.pod} is ${deleted ? 'deleted' : 'terminating'}`);
+          member.link.mux.send({ type: 'bye', reason: 'the target pod is going away' });
+          member.link.mux.close('target pod going away');
+        }
+        for (const name of join) void this.join(name);
+      },
+      (err) => {
+        if (!this.over)
+          warn(
+            this.reporter,
+            `stopped watching the target's pods: ${errorMessage(err)} (devop still reconnects, but will not notice ` +
+              `new pods)`,
+          );
+      },
+    );
   }
 
   private async join(podName: string): Promise<void> {
     this.joining.add(podName);
     const container = this.firstTarget.container.name;
     try {
-      const member = await this.attachPod(`pod/${podName}/container/${container}`);
+      const member = await this.attach(`pod/${podName}/container/${container}`);
       if (member)
         info(this.reporter, `all pods: joined pod ${podName} (agent ${member.agent.name}; ${this.mux.size} pods)`);
     } catch (err) {
@@ -531,7 +285,7 @@ class Supervisor {
     if (!alive && !this.over && !this.following) {
       this.over = true;
       this.podInformer?.stop();
-      void this.leases?.releaseAll();
+      void this.locks?.releaseAll();
       this.mux.end(err instanceof Error ? err : new Error(String(err)));
     }
   }
@@ -543,6 +297,6 @@ class Supervisor {
     for (const m of this.members) m.stopLiveness?.();
     await Promise.all(live.map((m) => byeAndWait(m.link.mux, reason)));
     this.mux.end();
-    await this.leases?.releaseAll();
+    await this.locks?.releaseAll();
   }
 }

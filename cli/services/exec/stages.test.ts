@@ -33,7 +33,11 @@ async function freePort(): Promise<number> {
 
 function recordingReporter(): Reporter & { events: ReportEvent[] } {
   const events: ReportEvent[] = [];
-  return { events, emit: (e) => events.push(e), capturesChildOutput: false } as Reporter & { events: ReportEvent[] };
+  return {
+    events,
+    emit: (e: ReportEvent) => void events.push(e),
+    capturesChildOutput: false,
+  } as unknown as Reporter & { events: ReportEvent[] };
 }
 
 function fakeSession(): Session & { tunnel: EventEmitter; stop?: (reason: string) => void } {

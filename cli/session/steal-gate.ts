@@ -1,0 +1,76 @@
+// The session's cluster-wide steal locks: an unfiltered steal takes its workload's Lease for the port first (refused
+// while another live run holds it); a lock deleted under the session (`devop sessions stop`) stops the session.
+import type { KubeConfig } from '@kubernetes/client-node';
+import { errorMessage } from '../../shared/errors.js';
+import type { AgentMessage, ClientMessage } from '../../shared/protocol.js';
+import { StealLeases, workloadOfPod } from '../kube/steal-lease.js';
+import type { ResolvedTarget } from '../kube/target.js';
+import { debug, type Reporter, warn } from '../reporter.js';
+
+type Subscribe = Extract<ClientMessage, { type: 'subscribe' }>;
+type Refused = Extract<AgentMessage, { type: 'refused' }>;
+
+export class StealGate {
+  private readonly leases: StealLeases;
+
+  constructor(
+    kc: KubeConfig,
+    target: ResolvedTarget,
+    identity: { user: string; host: string },
+    private readonly reporter: Reporter,
+    onStoppedFromOutside: (reason: string) => void,
+  ) {
+    this.leases = new StealLeases({
+      kc,
+      namespace: target.namespace,
+      workload: workloadOfPod(target.pod),
+      user: identity.user,
+      host: identity.host,
+      onLost: (port, holder) =>
+        reporter.emit({
+          type: 'error',
+          message:
+            `lost the steal lock of port ${port} to ${holder.user}@${holder.host} (devop could not renew it ` +
+            `in time)`,
+          hint: 'run devop again once the other session ends',
+        }),
+      onStopped: (port) =>
+        onStoppedFromOutside(
+          `the steal lock of port ${port} (Lease ${this.leases.nameFor(port)}) was deleted (devop sessions stop)`,
+        ),
+      onRenewError: (port, err) =>
+        warn(reporter, `could not renew the steal lock of port ${port}: ${errorMessage(err)}`),
+      log: (text) => debug(reporter, text),
+    });
+  }
+
+  /** Unfiltered steals take the workload's cluster-wide lock first; anything else gives back a lock it held. */
+  async gate(msg: Subscribe): Promise<Refused | undefined> {
+    const filtered = msg.filter && (msg.filter.header || msg.filter.path || msg.filter.method);
+    if (msg.mode !== 'steal' || filtered) {
+      if (this.leases.heldPorts().includes(msg.port)) await this.leases.release(msg.port);
+      return undefined;
+    }
+    try {
+      const result = await this.leases.take(msg.port);
+      if (result.ok) return undefined;
+      return { type: 'refused', id: msg.id, port: msg.port, reason: result.reason, holder: result.holder };
+    } catch (err) {
+      // No right to use Leases (or no Lease API): steal without the cluster-wide lock, and say so.
+      warn(
+        this.reporter,
+        `no cluster-wide steal lock for port ${msg.port} (${errorMessage(err)}); ` +
+          "only this agent's own lock applies",
+      );
+      return undefined;
+    }
+  }
+
+  release(port: number): Promise<void> {
+    return this.leases.release(port);
+  }
+
+  releaseAll(): Promise<void> {
+    return this.leases.releaseAll();
+  }
+}
