@@ -4,7 +4,7 @@
 // asked (--record-secrets).
 import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { open, readFile, rename, unlink } from 'node:fs/promises';
+import { lstat, open, readFile, rename, unlink } from 'node:fs/promises';
 import { basename, dirname, join, resolve } from 'node:path';
 import { UserError } from '../../shared/errors.js';
 import type { HarBody, HarEntry, HarHeader } from './har-entry.js';
@@ -122,6 +122,15 @@ export async function writePrivateFile(path: string, text: string): Promise<void
   }
 }
 
+/** Fails as writePrivateFile would at `path` (no folder, no right to create a file there, a folder at `path`). */
+async function probeWritable(path: string): Promise<void> {
+  const found = await lstat(path).catch(() => undefined);
+  if (found?.isDirectory()) throw Object.assign(new Error(`${path} is a folder`), { code: 'EISDIR' });
+  const tmp = join(dirname(path), `.${basename(path)}.${randomBytes(8).toString('hex')}.tmp`);
+  await (await open(tmp, 'wx', HAR_FILE_MODE)).close();
+  await unlink(tmp);
+}
+
 export interface HarRecorderOptions {
   /** --record-secrets: keep credentials (headers, Secret values) as they were sent. */
   keepSecrets?: boolean;
@@ -156,7 +165,11 @@ export class HarRecorder {
     }, WRITE_DELAY_MS);
   }
 
-  /** Writes the empty HAR: a path devop cannot write is one line before anything runs. */
+  /**
+   * Checks that the HAR can be written there: a path devop cannot write is one line before anything runs. The file
+   * itself is first written with the first exchange, or when the session ends (a failed session that recorded nothing
+   * leaves a file already at `path` as it was).
+   */
   async start(): Promise<void> {
     try {
       this.key = sealKey(this.options.env);
@@ -165,7 +178,7 @@ export class HarRecorder {
       this.key = undefined;
     }
     try {
-      await writePrivateFile(this.path, `${JSON.stringify(this.har(), null, 2)}\n`);
+      await probeWritable(this.path);
     } catch (err) {
       const code = (err as NodeJS.ErrnoException).code ?? (err as Error).message;
       const folder = dirname(resolve(this.path));

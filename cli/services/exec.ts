@@ -29,12 +29,14 @@ export async function runExec(options: ExecServiceOptions, reporter: Reporter): 
   let child: LocalCommand | undefined;
   let replacement: ReplaceStep | undefined;
   const cleanups: (() => Promise<void>)[] = [];
+  /** The session ended as it should: the command exited (whatever its code), not a failure of devop's. */
+  let ended = false;
   try {
     // First: a --record path that cannot be written is one line before any cluster call (no Job, no env read).
     const recording = options.record
       ? await startRecording(options.record, options.mode, reporter, options.recordSecrets)
       : undefined;
-    if (recording) cleanups.push(() => recording.stop());
+    if (recording) cleanups.push(() => recording.stop(!ended));
 
     // --replace: the session targets a copy of the workload's pod (the workload itself is scaled to 0). Not raced with
     // the signals: one during it is seen right after, and the finally below restores what it did.
@@ -79,7 +81,9 @@ export async function runExec(options: ExecServiceOptions, reporter: Reporter): 
     const traffic = new TrafficControl(s, info, { ...options, stealProbes }, reporter);
     s.onRetarget?.((change) => traffic.retarget(change));
     const started = startTraffic(ports, traffic, options, reporter, child);
-    return await settle(await firstEnd(s, child, started), child, started, traffic, reporter);
+    const code = await settle(await firstEnd(s, child, started), child, started, traffic, reporter);
+    ended = true;
+    return code;
   } finally {
     startup.release();
     if (child) await child.stop('SIGTERM').catch(() => undefined);

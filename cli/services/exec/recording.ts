@@ -1,4 +1,4 @@
-// `--record FILE`: the HAR is written at once (a bad path fails before anything starts) and after each exchange.
+// `--record FILE`: a path that cannot be written fails before anything starts; the HAR is written after each exchange.
 import type { StealMode } from '../../../shared/protocol.js';
 import { AGENT_VERSION } from '../../../shared/version.js';
 import { info, type Reporter, warn } from '../../reporter.js';
@@ -6,8 +6,11 @@ import type { ExchangeRecorder } from '../../record/tap.js';
 
 export interface Recording {
   recorder: ExchangeRecorder;
-  /** Flushes the HAR and says how many exchanges it holds. */
-  stop(): Promise<void>;
+  /**
+   * Writes the HAR and says how many exchanges it holds; a failed session that recorded nothing writes no file (a file
+   * already at the path stays as it was).
+   */
+  stop(failed: boolean): Promise<void>;
 }
 
 export async function startRecording(
@@ -31,7 +34,11 @@ export async function startRecording(
     );
   return {
     recorder: new ExchangeRecorder(har, recordWarning),
-    async stop() {
+    async stop(failed) {
+      if (failed && har.size === 0) {
+        info(reporter, `recorded no HTTP exchange: ${path} was not written`);
+        return;
+      }
       await har.flush();
       info(
         reporter,

@@ -1,12 +1,16 @@
 // The exec pipeline's stages on their own: the start-up signals, the taken-port check, the session's end.
 import { EventEmitter } from 'node:events';
+import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { isUserError } from '../../../shared/errors.js';
 import type { ChildExit, LocalCommand } from '../../process/child.js';
 import type { ReportEvent, Reporter } from '../../reporter.js';
 import type { Session } from '../../session/connect.js';
 import { refuseTakenPorts } from './local-ports.js';
+import { startRecording } from './recording.js';
 import { firstEnd, settle } from './outcome.js';
 import { watchStartupSignals } from './startup-signals.js';
 import type { TrafficControl } from './traffic-control.js';
@@ -164,5 +168,37 @@ describe("the session's end", () => {
     expect(first).toBe('still running');
     command.exit({ code: 0, signal: null, exitCode: 0 } as ChildExit);
     expect((await ended).kind).toBe('exit');
+  });
+});
+
+describe('--record', () => {
+  const harPath = () => join(mkdtempSync(join(tmpdir(), 'devop-record-')), 'session.har');
+
+  it('Given a session that fails before any exchange, Then no HAR file is left behind', async () => {
+    const path = harPath();
+    const reporter = recordingReporter();
+    const recording = await startRecording(path, 'steal', reporter);
+    await recording.stop(true);
+    expect(existsSync(path)).toBe(false);
+    expect(reporter.events).toContainEqual({
+      type: 'log',
+      level: 'info',
+      message: `recorded no HTTP exchange: ${path} was not written`,
+    });
+  });
+
+  it('Given an earlier recording at the path and a session that fails before any exchange, Then it stays', async () => {
+    const path = harPath();
+    writeFileSync(path, 'an earlier recording');
+    const recording = await startRecording(path, 'steal', recordingReporter());
+    await recording.stop(true);
+    expect(readFileSync(path, 'utf8')).toBe('an earlier recording');
+  });
+
+  it('Given the command exits with nothing recorded, Then the HAR says so (no entries)', async () => {
+    const path = harPath();
+    const recording = await startRecording(path, 'steal', recordingReporter());
+    await recording.stop(false);
+    expect(JSON.parse(readFileSync(path, 'utf8')).log.entries).toEqual([]);
   });
 });
