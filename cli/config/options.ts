@@ -557,7 +557,26 @@ export const OPTIONS = {
     flags: '-L, --local <[LOCAL:]HOST:PORT>',
     help: 'forward 127.0.0.1:LOCAL (default: PORT) to HOST:PORT as the pod reaches it, repeatable',
     repeatable: true,
+    key: 'portForward.local',
     type: 'strings',
+    default: [],
+    doc:
+      'devop port-forward -L: "[LOCAL:]HOST:PORT" entries; 127.0.0.1:LOCAL (default: PORT) is forwarded to HOST:PORT ' +
+      'as the pod reaches it. -L on the command line replaces the list.',
+  },
+  remote: {
+    flags: '-R, --remote <[REMOTE:]HOST:PORT>',
+    help:
+      "steal the target pod's port REMOTE (default: PORT) to HOST:PORT here (with --mirror: copy it), repeatable; " +
+      '-R PORT and -R REMOTE:LOCAL mean 127.0.0.1',
+    repeatable: true,
+    key: 'portForward.remote',
+    type: 'strings',
+    default: [],
+    doc:
+      'devop port-forward -R: "[REMOTE:]HOST:PORT" entries (or "PORT", "REMOTE:LOCAL" for 127.0.0.1); the target ' +
+      "pod's port REMOTE (default: PORT) is stolen to HOST:PORT on this machine. -R on the command line replaces " +
+      'the list.',
   },
   address: { flags: '--address <address>', help: 'local address to listen on', type: 'string', default: '127.0.0.1' },
   allNamespaces: { flags: '-A, --all-namespaces', help: 'look in every namespace', type: 'boolean' },
@@ -627,6 +646,7 @@ export const CONFIG_SECTIONS = {
   outgoing: { doc: "The local process's outgoing connections." },
   dns: { doc: 'Name resolution for the local process.' },
   shadow: { doc: "Shadow mode: the local process's Kubernetes API requests go through a proxy that writes nothing." },
+  portForward: { doc: 'devop port-forward: its forwards, as -L and -R give them.' },
 } as const satisfies Readonly<Record<string, ConfigSection>>;
 export const CONFIG_DOC = 'devop configuration (devop.json).';
 

@@ -66,6 +66,7 @@ const FULL = {
   recordSecrets: true,
   shadow: { enabled: true, inCluster: true },
   replace: true,
+  portForward: { local: ['18080:echo.default:80'], remote: ['8080:localhost:3000', '9090'] },
 };
 
 describe('parseConfig', () => {
@@ -95,6 +96,7 @@ describe('parseConfig', () => {
       recordSecrets: false,
       shadow: { enabled: false, inCluster: false },
       replace: false,
+      portForward: { local: [], remote: [] },
     });
   });
 
