@@ -23,6 +23,7 @@ export const IMAGES = [
     refs: ['docker.io/library/busybox:latest', 'devop.test/shell:latest'],
   },
   { name: 'http-echo', dockerfile: 'standin/images/http-echo.Dockerfile', refs: ['devop.test/http-echo:latest'] },
+  { name: 'grpc-echo', dockerfile: 'standin/images/grpc-echo.Dockerfile', refs: ['devop.test/grpc-echo:latest'] },
   { name: 'python3', dockerfile: 'standin/images/python3.Dockerfile', refs: ['devop.test/python3:latest'] },
   { name: 'agent', dockerfile: 'Dockerfile.agent', refs: [`ghcr.io/devop/agent:${version}`] },
   ...[1, 2, 3].map((step) => ({
