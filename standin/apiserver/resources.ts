@@ -35,6 +35,8 @@ export interface ResourceType {
     format?: string;
   }[];
   custom?: boolean;
+  /** For custom resources: the CRD version's openAPIV3Schema (published under /openapi, checked by fieldValidation). */
+  schema?: K8sObject;
 }
 
 const ALL_VERBS = ['create', 'delete', 'deletecollection', 'get', 'list', 'patch', 'update', 'watch'];
@@ -64,6 +66,7 @@ function rt(
     generation: opts.generation ?? false,
     printerColumns: opts.printerColumns,
     custom: opts.custom,
+    schema: opts.schema,
   };
 }
 
@@ -203,6 +206,7 @@ export function resourcesFromCrd(crd: K8sObject): ResourceType[] {
         generation: true,
         printerColumns: v.additionalPrinterColumns,
         custom: true,
+        schema: v.schema?.openAPIV3Schema,
       }),
     );
     out[out.length - 1].listKind = names.listKind ?? `${names.kind}List`;

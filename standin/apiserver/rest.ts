@@ -6,6 +6,8 @@ import { ApiError, badRequest, invalid, methodNotAllowed, statusSuccess, type K8
 import type { Admission, Operation } from './admission.js';
 import type { Authenticator, Identity } from './auth.js';
 import type { Objects } from './objects.js';
+import { checkFields } from './field-validation.js';
+import type { OpenApiSchemas } from './openapi.js';
 import { applyPatch, patchKindOf } from './patch.js';
 import { decodeProtobuf, PROTOBUF_CONTENT_TYPE } from './protobuf.js';
 import { apiVersionOf, type ResourceType } from './resources.js';
@@ -38,6 +40,7 @@ export interface RestContext {
   /** Registers a stop function for a long-running response (watch), so that the server can end it on stop. */
   track(stop: () => void): () => void;
   admission: Admission;
+  schemas: OpenApiSchemas;
 }
 
 export async function readBody(req: IncomingMessage): Promise<K8sObject | undefined> {
@@ -247,6 +250,7 @@ export async function handleResource(
     case 'POST': {
       if (name) throw methodNotAllowed();
       const body = (await readBody(req)) ?? {};
+      if (!sub) checkFields(ctx.schemas, t, body, q, res);
       if (!ctx.admission.active(t)) return sendJson(res, 201, objects.create(t, ns, body, w));
       const object = objects.create(t, ns, body, { ...w, dryRun: true });
       const admitted = await admit(ctx, r, 'CREATE', object, undefined);
@@ -255,6 +259,7 @@ export async function handleResource(
     case 'PUT': {
       if (!name) throw methodNotAllowed();
       const body = (await readBody(req)) ?? {};
+      if (!sub) checkFields(ctx.schemas, t, body, q, res);
       const old = objects.tryGet(t, ns, name);
       if (!ctx.admission.active(t)) return sendJson(res, old ? 200 : 201, objects.update(t, ns, name, body, w));
       const object = objects.update(t, ns, name, body, { ...w, dryRun: true });
@@ -273,6 +278,8 @@ export async function handleResource(
         );
       }
       const body = (await readBody(req)) ?? {};
+      // A merge, strategic or apply patch is shaped like the object; a JSON patch is a list of operations.
+      if (!sub && kind !== 'json') checkFields(ctx.schemas, t, body, q, res, kind === 'strategic');
       const pw = { ...w, ...patchOptions(q, kind) };
       if (!ctx.admission.active(t)) return sendJson(res, 200, objects.patch(t, ns, name, kind, body, pw));
       const old = objects.tryGet(t, ns, name);

@@ -7,7 +7,8 @@ import type { Duplex } from 'node:stream';
 import { ApiError, badRequest, toApiError, type K8sObject } from './errors.js';
 import type { Authenticator, Identity } from './auth.js';
 import type { Catalog } from './catalog.js';
-import { apiGroup, apiGroupList, apiResourceList, apiVersions, openapiV3, SERVER_VERSION } from './discovery.js';
+import { apiGroup, apiGroupList, apiResourceList, apiVersions, SERVER_VERSION } from './discovery.js';
+import { OpenApi, OpenApiSchemas } from './openapi.js';
 import type { Objects } from './objects.js';
 import { VIRTUAL_RESOURCES, type ResourceType } from './resources.js';
 import { handleResource, handleReview, sendJson, type ResourceRequest } from './rest.js';
@@ -111,7 +112,9 @@ export async function startApiServer(o: ApiServerOptions): Promise<ApiServer> {
       watchStops.delete(stop);
     };
   };
-  const restCtx = { objects: o.objects, auth: o.auth, track, admission: new Admission(o.objects) };
+  const schemas = new OpenApiSchemas();
+  const openapi = new OpenApi(o.catalog, schemas);
+  const restCtx = { objects: o.objects, auth: o.auth, track, admission: new Admission(o.objects), schemas };
   let address = '';
   const debug = debugFlags();
 
@@ -177,18 +180,12 @@ export async function startApiServer(o: ApiServerOptions): Promise<ApiServer> {
     if (path === '/version') return sendJson(res, 200, SERVER_VERSION);
     if (path === '/api') return sendJson(res, 200, apiVersions(address));
     if (path === '/apis') return sendJson(res, 200, apiGroupList(o.catalog, o.aggregator.groups()));
-    if (path === '/openapi/v3' || path.startsWith('/openapi/v3/')) {
-      const { index, docs } = openapiV3(o.catalog);
-      if (path === '/openapi/v3') return sendJson(res, 200, index);
-      const doc = docs.get(path.slice('/openapi/v3/'.length));
-      if (!doc) throw new ApiError(404, 'NotFound', 'the server could not find the requested resource');
-      return sendJson(res, 200, doc);
-    }
+    if (path === '/openapi/v3' || path.startsWith('/openapi/v3/')) return openapi.serveV3(req, res, path, q);
+    if (path === '/openapi/v2') return openapi.serveV2(req, res);
     if (path === '/debug/flags' || path.startsWith('/debug/flags/')) {
       o.auth.authorizeNonResource(id, method.toLowerCase(), path);
       return debug.serve(req, res, path);
     }
-    if (path === '/openapi/v2') throw new ApiError(404, 'NotFound', 'the server could not find the requested resource');
     const groupOnly = /^\/apis\/([^/]+)$/.exec(path);
     if (groupOnly) {
       const g = apiGroup(o.catalog, groupOnly[1], o.aggregator.groups());
