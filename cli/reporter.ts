@@ -106,8 +106,19 @@ export type ReportEvent =
       to: 'local' | 'pod';
       pod?: string;
       headers?: Record<string, string>;
+      /** A gRPC call (HTTP/2, content-type application/grpc): the service and method its path names. */
+      grpc?: { service: string; method: string };
     }
-  | { type: 'response'; id: string; status: number; ms: number; bytes: number }
+  | {
+      type: 'response';
+      id: string;
+      status: number;
+      ms: number;
+      bytes: number;
+      /** A gRPC call's grpc-status and grpc-message; absent when its stream ended without one (reset, cancelled). */
+      grpcStatus?: number;
+      grpcMessage?: string;
+    }
   | { type: 'session'; session: SessionInfo }
   | { type: 'rtt'; ms: number }
   | { type: 'log'; level: 'debug' | 'info' | 'warn'; message: string }

@@ -108,6 +108,8 @@ export const TrafficEvent = z.discriminatedUnion('kind', [
     path: z.string(),
     to: z.enum(['local', 'pod']),
     at: z.number(),
+    /** A gRPC call (HTTP/2, content-type application/grpc): its path's service and method. */
+    grpc: z.optional(z.object({ service: z.string(), method: z.string() })),
   }),
   z.object({
     kind: z.literal('response'),
@@ -118,6 +120,9 @@ export const TrafficEvent = z.discriminatedUnion('kind', [
     bytes: z.int(),
     to: z.enum(['local', 'pod']),
     at: z.number(),
+    /** A gRPC call's grpc-status and grpc-message; absent when the stream ended without one (a reset). */
+    grpcStatus: z.optional(z.int()),
+    grpcMessage: z.optional(z.string()),
   }),
 ]);
 export type TrafficEvent = z.infer<typeof TrafficEvent>;

@@ -14,6 +14,7 @@ import {
 } from 'node:http2';
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
+import { grpcCall, grpcStatusOf } from './grpc.js';
 import { originOf, resetStream, type IncomingStream, type PortSubscription } from './subscription.js';
 import type { AgentLog } from '../log.js';
 import type { IncomingTarget } from './subscription.js';
@@ -68,8 +69,13 @@ function relayStream(
   out.on('trailers', (t) => {
     trailers = forwardable(t, false);
   });
-  out.on('response', (answer) => {
+  out.on('response', (answer, flags) => {
     if (from.destroyed) return;
+    // A trailers-only answer (gRPC's way to fail a call at once: grpc-status in the one HEADERS frame) stays one frame.
+    if (flags & constants.NGHTTP2_FLAG_END_STREAM) {
+      from.respond(forwardable(answer, true), { endStream: true });
+      return;
+    }
     from.respond(forwardable(answer, true), { waitForTrailers: true });
     from.once('wantTrailers', () => from.sendTrailers(trailers));
     out.pipe(from);
@@ -137,9 +143,12 @@ export class FilteredStreams {
     const to = local ? 'local' : 'pod';
     const listeners = local && sub ? [sub.session] : this.routing.all();
     const port = this.routing.port;
-    for (const s of listeners) s.traffic({ kind: 'request', requestId, port, method, path, to, at: started });
+    const grpc = grpcCall(headers);
+    for (const s of listeners)
+      s.traffic({ kind: 'request', requestId, port, method, path, to, at: started, ...(grpc ? { grpc } : {}) });
     let status = 0;
     let bytes = 0;
+    let grpcStatus: ReturnType<typeof grpcStatusOf>;
     const out = relayStream(stream, headers, local ?? this.toPod(socket), (err) =>
       this.routing.log.debug(`HTTP/2 stream to the ${to === 'local' ? 'session' : 'pod'} failed`, {
         port,
@@ -149,10 +158,15 @@ export class FilteredStreams {
     // Counted once the answer is piped to the client: a 'data' listener before that would start the flow too early.
     out.on('response', (answer) => {
       status = Number(answer[':status'] ?? 0);
+      if (grpc) grpcStatus = grpcStatusOf(answer);
       out.on('data', (chunk: Buffer) => {
         bytes += chunk.length;
       });
     });
+    if (grpc)
+      out.on('trailers', (trailers) => {
+        grpcStatus = grpcStatusOf(trailers);
+      });
     stream.once('close', () => {
       if (local) local.close();
       for (const s of listeners)
@@ -165,6 +179,7 @@ export class FilteredStreams {
           bytes,
           to,
           at: Date.now(),
+          ...grpcStatus,
         });
     });
   }

@@ -26,9 +26,18 @@ export function trafficToEvent(event: TrafficEvent, pod: string | undefined): Re
         path: event.path,
         to: event.to,
         ...(pod ? { pod } : {}),
+        ...(event.grpc ? { grpc: event.grpc } : {}),
       };
     case 'response':
-      return { type: 'response', id: event.requestId, status: event.status, ms: event.durationMs, bytes: event.bytes };
+      return {
+        type: 'response',
+        id: event.requestId,
+        status: event.status,
+        ms: event.durationMs,
+        bytes: event.bytes,
+        ...(event.grpcStatus !== undefined ? { grpcStatus: event.grpcStatus } : {}),
+        ...(event.grpcMessage !== undefined ? { grpcMessage: event.grpcMessage } : {}),
+      };
     default:
       return undefined;
   }

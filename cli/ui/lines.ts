@@ -38,6 +38,41 @@ export function formatDuration(ms: number): string {
   return `${minutes} m ${Math.round((ms % 60_000) / 1000)} s`;
 }
 
+/** gRPC status codes by number (grpc/doc/statuscodes.md). */
+const GRPC_CODES = [
+  'OK',
+  'CANCELLED',
+  'UNKNOWN',
+  'INVALID_ARGUMENT',
+  'DEADLINE_EXCEEDED',
+  'NOT_FOUND',
+  'ALREADY_EXISTS',
+  'PERMISSION_DENIED',
+  'RESOURCE_EXHAUSTED',
+  'FAILED_PRECONDITION',
+  'ABORTED',
+  'OUT_OF_RANGE',
+  'UNIMPLEMENTED',
+  'INTERNAL',
+  'UNAVAILABLE',
+  'DATA_LOSS',
+  'UNAUTHENTICATED',
+];
+
+/** `PERMISSION_DENIED (7)`; `no grpc-status` for a call whose stream ended without one (reset or cancelled). */
+export function formatGrpcStatus(code: number | undefined): string {
+  if (code === undefined) return 'no grpc-status';
+  return `${GRPC_CODES[code] ?? 'code'} (${code})`;
+}
+
+/**
+ * gRPC codes the server side is at fault for (UNKNOWN, UNIMPLEMENTED, INTERNAL, UNAVAILABLE, DATA_LOSS): counted and
+ * shown as errors, as an HTTP 5xx is; the others are the caller's (yellow).
+ */
+export function isGrpcServerFault(code: number): boolean {
+  return code === 2 || (code >= 12 && code <= 15);
+}
+
 export function formatBytes(bytes: number): string {
   if (bytes < 1024) return `${bytes} B`;
   if (bytes < 1024 * 1024) return `${(bytes / 1024).toFixed(1)} KiB`;

@@ -7,6 +7,7 @@ import {
   formatBytes,
   formatDuration,
   formatExtension,
+  formatGrpcStatus,
   formatSessionLine,
   formatStepLine,
   formatWriteLine,
@@ -59,10 +60,18 @@ export class PlainReporter implements Reporter {
       case 'response': {
         const request = this.pending.get(event.id);
         this.pending.delete(event.id);
+        const took = `(${formatDuration(event.ms)}, ${formatBytes(event.bytes)})`;
+        if (request?.grpc) {
+          const { service, method } = request.grpc;
+          // grpc-js says "OK" in grpc-message of every success: only a failure's message is news.
+          const message = event.grpcMessage && event.grpcStatus !== 0 ? `: ${event.grpcMessage}` : '';
+          const call = `gRPC ${service}/${method} → ${request.to} :${request.port}`;
+          return `${LINE_PREFIX}${formatGrpcStatus(event.grpcStatus)} ${call} ${took}${message}`;
+        }
         const what = request
           ? `${request.method} ${request.path} → ${request.to} :${request.port}`
           : `request ${event.id}`;
-        return `${LINE_PREFIX}${event.status} ${what} (${formatDuration(event.ms)}, ${formatBytes(event.bytes)})`;
+        return `${LINE_PREFIX}${event.status} ${what} ${took}`;
       }
       case 'connection': {
         if (event.fallbackMs !== undefined && event.state === 'open') {

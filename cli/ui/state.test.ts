@@ -1,4 +1,5 @@
-// The TUI's view state: output split into lines (partial lines held, escape codes removed), the list capped, counters.
+// The TUI's view state: output split into lines (partial lines held, escape codes removed), the list capped, counters,
+// gRPC calls.
 import { describe, expect, it } from 'vitest';
 import { MAX_ROWS, applyEvent, clearTraffic, initialViewState, type ViewState } from './state.js';
 import type { ReportEvent } from '../reporter.js';
@@ -90,5 +91,22 @@ describe('view state', () => {
       ['http', 0, 204, undefined],
       ['tcp', 1, undefined, 5],
     ]);
+  });
+
+  it('a gRPC call is a row "gRPC Service/Method" with its grpc-status; a server fault counts as an error', () => {
+    // Given two gRPC calls, one answered OK and one UNAVAILABLE (14), both with HTTP status 200
+    const grpc = { service: 'pkg.Echo', method: 'Unary' };
+    const state = fold([
+      { type: 'request', id: '1', port: 50051, method: 'POST', path: '/pkg.Echo/Unary', to: 'local', grpc },
+      { type: 'request', id: '2', port: 50051, method: 'POST', path: '/pkg.Echo/Unary', to: 'pod', grpc },
+      { type: 'response', id: '1', status: 200, ms: 2, bytes: 9, grpcStatus: 0 },
+      { type: 'response', id: '2', status: 200, ms: 2, bytes: 0, grpcStatus: 14 },
+    ]);
+    // Then the rows name the call and carry the status, and the UNAVAILABLE one is counted as an error
+    expect(state.rows.map((row) => [row.method, row.path, row.grpcStatus])).toEqual([
+      ['gRPC', 'pkg.Echo/Unary', 0],
+      ['gRPC', 'pkg.Echo/Unary', 14],
+    ]);
+    expect(state.counters.errors).toBe(1);
   });
 });

@@ -1,6 +1,6 @@
 // The TUI's view state and the pure function that folds one reporter event into it (the Ink components only render it).
 import type { ReportEvent, SessionInfo, StepId } from '../reporter.js';
-import { writeTarget } from './lines.js';
+import { isGrpcServerFault, writeTarget } from './lines.js';
 import { objectChanges } from './object-diff.js';
 
 /** Rows kept for the traffic list: enough to scroll back a while, small enough that each update stays cheap. */
@@ -42,6 +42,9 @@ export interface TrafficRow {
   bytesOut?: number;
   /** Set when the local command did not answer within this many ms and the pod answered instead. */
   fallbackMs?: number;
+  /** A gRPC call (method "gRPC", path "Service/Method"); grpcStatus once it ended with one. */
+  grpc?: boolean;
+  grpcStatus?: number;
   done: boolean;
   /** A write (--shadow): verb, what it writes (`Deployment default/hello`), dry-run / in memory / refused. */
   write?: { verb: string; object: string; result: string; changes: string[] };
@@ -136,8 +139,9 @@ export function applyEvent(state: ViewState, event: ReportEvent, now: number): V
         port: event.port,
         to: event.to,
         pod: event.pod,
-        method: event.method,
-        path: event.path,
+        method: event.grpc ? 'gRPC' : event.method,
+        path: event.grpc ? `${event.grpc.service}/${event.grpc.method}` : event.path,
+        ...(event.grpc ? { grpc: true } : {}),
         done: false,
       };
       return {
@@ -148,7 +152,7 @@ export function applyEvent(state: ViewState, event: ReportEvent, now: number): V
       };
     }
     case 'response': {
-      const isError = event.status >= 500;
+      const isError = event.grpcStatus !== undefined ? isGrpcServerFault(event.grpcStatus) : event.status >= 500;
       const counters = {
         ...state.counters,
         bytesOut: state.counters.bytesOut + event.bytes,
@@ -159,6 +163,7 @@ export function applyEvent(state: ViewState, event: ReportEvent, now: number): V
         status: event.status,
         ms: event.ms,
         bytesOut: event.bytes,
+        ...(event.grpcStatus !== undefined ? { grpcStatus: event.grpcStatus } : {}),
         done: true,
       }));
       return { ...state, rows, counters };

@@ -1,8 +1,9 @@
-// The scrolling list of connections and HTTP requests (time, method, path, status, duration, bytes, where it went) and,
-// under --shadow, of the local command's writes with what each would change.
+// The scrolling list of connections, HTTP requests and gRPC calls (time, method, path, status, duration, bytes, where
+// it went; a gRPC call shows "gRPC", Service/Method and its grpc-status) and, under --shadow, of the local command's
+// writes with what each would change.
 import { Box, Text } from 'ink';
 import type { TrafficRow } from '../state.js';
-import { formatBytes, formatDuration } from '../lines.js';
+import { formatBytes, formatDuration, isGrpcServerFault } from '../lines.js';
 
 function clock(time: number): string {
   const date = new Date(time);
@@ -14,6 +15,11 @@ function padTo(text: string, width: number): string {
 }
 
 function statusColor(row: TrafficRow): string | undefined {
+  if (row.grpc && row.done) {
+    if (row.grpcStatus === undefined) return 'yellow';
+    if (row.grpcStatus === 0) return 'green';
+    return isGrpcServerFault(row.grpcStatus) ? 'red' : 'yellow';
+  }
   if (!row.done || row.status === undefined) return undefined;
   if (row.status >= 500) return 'red';
   if (row.status >= 400) return 'yellow';
@@ -51,14 +57,20 @@ function rowHeight(row: TrafficRow): number {
   return row.write && row.write.changes.length > 0 ? 2 : 1;
 }
 
+/** An HTTP status; for a gRPC call OK, its grpc-status number, or "reset" when its stream ended without one. */
+function httpStatus(row: TrafficRow): string {
+  if (!row.done) return '…';
+  if (row.grpc) return row.grpcStatus === undefined ? 'reset' : row.grpcStatus === 0 ? 'OK' : String(row.grpcStatus);
+  return row.status === undefined ? '…' : String(row.status);
+}
+
 export function TrafficLine({ row, pathWidth }: { row: TrafficRow; pathWidth: number }) {
   if (row.kind === 'write' && row.write) return <WriteLine row={row} pathWidth={pathWidth} />;
   const what =
     row.kind === 'http'
       ? `${padTo(row.method ?? '', 7)} ${padTo(row.path ?? '', pathWidth)}`
       : `${padTo('TCP', 7)} ${padTo(row.remote ?? '', pathWidth)}`;
-  const status =
-    row.kind === 'http' ? (row.status === undefined ? '…' : String(row.status)) : row.done ? 'closed' : 'open';
+  const status = row.kind === 'http' ? httpStatus(row) : row.done ? 'closed' : 'open';
   const duration = row.ms === undefined ? '' : formatDuration(row.ms);
   const bytes =
     row.kind === 'http'
