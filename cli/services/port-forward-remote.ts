@@ -12,6 +12,7 @@ import { canConnect } from '../process/listen.js';
 import { type PortState, type Reporter, type SessionInfo, warn } from '../reporter.js';
 import type { Session } from '../session/connect.js';
 import { trafficToEvent } from '../session/traffic.js';
+import type { ConnectionEvent } from './incoming.js';
 import { describeFilter } from './exec/session-info.js';
 import { TrafficControl } from './exec/traffic-control.js';
 
@@ -157,6 +158,7 @@ class LocalFailures {
 function remoteStreamHandler(
   forwards: readonly RemoteForward[],
   failures: LocalFailures,
+  onConnection: (event: ConnectionEvent, pod: string | undefined) => void,
 ): (stream: MuxStream, pod?: string) => void {
   return (stream, pod) => {
     stream.on('error', () => undefined);
@@ -164,7 +166,18 @@ function remoteStreamHandler(
       stream.reset('unsupported stream kind');
       return;
     }
-    const { port, mode } = stream.open;
+    const { port, mode, connId, remoteAddress, remotePort } = stream.open;
+    if (connId !== undefined) {
+      // stream-events: the agent leaves a whole connection's open and close events to its stream, as exec reports them.
+      const event = { kind: 'connection', connId, port, remoteAddress, remotePort, to: 'local' } as const;
+      onConnection({ ...event, phase: 'open', at: Date.now() }, pod);
+      stream.once('close', () =>
+        onConnection(
+          { ...event, phase: 'close', bytesIn: stream.bytesReceived, bytesOut: stream.bytesSent, at: Date.now() },
+          pod,
+        ),
+      );
+    }
     const forward = forwards.find((f) => f.remotePort === port);
     if (!forward) {
       stream.reset(`no local address for port ${port}`);
@@ -247,7 +260,10 @@ export async function startRemoteForwards(
 ): Promise<RemoteForwarding> {
   const pod = session.target?.podName;
   const failures = new LocalFailures(reporter);
-  const onStream = remoteStreamHandler(forwards, failures);
+  const onStream = remoteStreamHandler(forwards, failures, (connection, from) => {
+    const event = trafficToEvent(connection, from ?? pod);
+    if (event) reporter.emit(event);
+  });
   // The agent's words about this session, as `devop exec` shows them: requests and answers, its log, its errors.
   const onMessage = (msg: AgentMessage): void => {
     if (msg.type === 'traffic') {

@@ -210,6 +210,33 @@ describe('devop port-forward -R', () => {
     expect((await run.stop('SIGINT')).code, run.output).toBe(0);
   });
 
+  it('devop sessions stop ID ends it as it ends exec: exit 1 saying why, and the pod answers again', async () => {
+    // Given devop port-forward stealing the port, listed by devop sessions
+    const run = devop(['-t', 'deploy/echo', '-R', `8080:127.0.0.1:${local.port}`]);
+    await run.ready();
+    const list = new DevopRun([
+      'sessions',
+      '--kubeconfig',
+      cluster.kubeconfigPath,
+      '-n',
+      namespace,
+      '--output',
+      'json',
+    ]);
+    runs.push(list);
+    expect((await list.exited).code, list.output).toBe(0);
+    const id = (JSON.parse(list.stdout) as SessionRow[]).find((r) => r.pid === run.child.pid)?.id ?? '';
+    expect(id, list.stdout).toMatch(/^[0-9a-f]{8}$/);
+    // When the session is stopped by its ID
+    const stop = new DevopRun(['sessions', 'stop', id, '--kubeconfig', cluster.kubeconfigPath, '-n', namespace]);
+    runs.push(stop);
+    expect((await stop.exited).code, stop.output).toBe(0);
+    // Then devop port-forward has ended, saying why, and the pod serves its port
+    expect((await run.exited).code, run.output).toBe(1);
+    expect(run.stderr).toMatch(/^devop: this session was stopped: the steal lock of port 8080 \(Lease devop-steal-/m);
+    await podAnswersAgain();
+  });
+
   // Last of the cluster tests: the killed devop's Lease and the agent's session outlive it (both expire in seconds).
   it('kill -9 of devop port-forward: the pod answers its own port again within 2 s', async () => {
     const run = devop(['-t', 'deploy/echo', '-R', `8080:127.0.0.1:${local.port}`]);
