@@ -102,11 +102,13 @@ function resourcePaths(t: ResourceType, ref: K8sObject): K8sObject {
       put: op('put', { parameters: WRITE_PARAMS, requestBody: { content: json, required: true } }),
       patch: op('patch', {
         parameters: [...WRITE_PARAMS, { name: 'force', in: 'query', schema: { type: 'boolean', uniqueItems: true } }],
-        // No strategic-merge-patch entry: kubectl then takes merge keys from its compiled-in types, which are exact.
+        // A strategic merge patch only where the published schema carries the merge keys (built-in kinds, as
+        // upstream): kubectl apply then reads them from here (kubectl pkg/cmd/apply/patcher.go).
         requestBody: {
           content: {
             'application/json-patch+json': { schema: { type: 'object' } },
             'application/merge-patch+json': { schema: { type: 'object' } },
+            ...(t.custom ? {} : { 'application/strategic-merge-patch+json': { schema: { type: 'object' } } }),
             'application/apply-patch+yaml': { schema: { type: 'object' } },
           },
           required: true,

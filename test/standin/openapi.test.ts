@@ -276,9 +276,14 @@ describe('the documents over HTTPS', () => {
       allOf: [{ $ref: '#/components/schemas/io.k8s.api.core.v1.PodSpec' }],
       description: expect.stringContaining('Specification of the desired behavior of the pod.'),
     });
-    expect(v3.paths['/api/v1/namespaces/{namespace}/pods/{name}'].patch.parameters).toContainEqual(
-      expect.objectContaining({ name: 'fieldValidation', in: 'query' }),
-    );
+    const patch = v3.paths['/api/v1/namespaces/{namespace}/pods/{name}'].patch;
+    expect(patch.parameters).toContainEqual(expect.objectContaining({ name: 'fieldValidation', in: 'query' }));
+    // (kubectl apply takes merge keys from here when the patch takes a strategic merge: kubectl apply/patcher.go)
+    expect(Object.keys(patch.requestBody.content)).toContain('application/strategic-merge-patch+json');
+    expect(v3.components.schemas['io.k8s.api.core.v1.PodSpec'].properties.containers).toMatchObject({
+      'x-kubernetes-patch-merge-key': 'name',
+      'x-kubernetes-patch-strategy': 'merge',
+    });
 
     // When it is asked for again with its ETag, or with a hash that is not the current one
     const again = await get(url, { 'If-None-Match': `"${hash}"` });
