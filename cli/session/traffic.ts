@@ -2,12 +2,21 @@
 import type { TrafficEvent } from '../../shared/protocol.js';
 import type { ReportEvent } from '../reporter.js';
 
+/**
+ * The reporter's id of a connection or request. Each agent counts its own (`<port>-<n>`), so with every pod of a
+ * workload (--all-pods) two pods' requests would share an id and a response be paired with the other pod's request:
+ * the pod goes before the agent's id.
+ */
+export function eventId(agentId: string, pod: string | undefined): string {
+  return pod ? `${pod}/${agentId}` : agentId;
+}
+
 export function trafficToEvent(event: TrafficEvent, pod: string | undefined): ReportEvent | undefined {
   switch (event.kind) {
     case 'connection':
       return {
         type: 'connection',
-        id: event.connId,
+        id: eventId(event.connId, pod),
         port: event.port,
         remote: `${event.remoteAddress}:${event.remotePort}`,
         to: event.to,
@@ -20,7 +29,7 @@ export function trafficToEvent(event: TrafficEvent, pod: string | undefined): Re
     case 'request':
       return {
         type: 'request',
-        id: event.requestId,
+        id: eventId(event.requestId, pod),
         port: event.port,
         method: event.method,
         path: event.path,
@@ -31,7 +40,7 @@ export function trafficToEvent(event: TrafficEvent, pod: string | undefined): Re
     case 'response':
       return {
         type: 'response',
-        id: event.requestId,
+        id: eventId(event.requestId, pod),
         status: event.status,
         ms: event.durationMs,
         bytes: event.bytes,

@@ -1,0 +1,34 @@
+// The agent's traffic events as the reporter gets them: two pods' requests with the same agent id stay apart.
+import { PassThrough } from 'node:stream';
+import { describe, expect, it } from 'vitest';
+import type { TrafficEvent } from '../../shared/protocol.js';
+import type { ReportEvent } from '../reporter.js';
+import { PlainReporter } from '../ui/plain.js';
+import { trafficToEvent } from './traffic.js';
+
+describe('trafficToEvent', () => {
+  it('Given two pods whose agents both number a request 8080-1, Then each answer is paired with its own request', async () => {
+    // Given a plain reporter (it pairs a response with its request by id)
+    const stderr = new PassThrough();
+    let text = '';
+    stderr.on('data', (d: Buffer) => {
+      text += d.toString();
+    });
+    const reporter = new PlainReporter({ stderr, stdout: new PassThrough(), verbose: false });
+    const request = (path: string): TrafficEvent =>
+      ({ kind: 'request', requestId: '8080-1', port: 8080, method: 'GET', path, to: 'local' }) as TrafficEvent;
+    const response = (status: number): TrafficEvent =>
+      ({ kind: 'response', requestId: '8080-1', status, durationMs: 3, bytes: 2 }) as TrafficEvent;
+    const emit = (event: TrafficEvent, pod: string): void => reporter.emit(trafficToEvent(event, pod) as ReportEvent);
+    // When both pods' requests arrive before either answer (--all-pods)
+    emit(request('/from-a'), 'echo-a');
+    emit(request('/from-b'), 'echo-b');
+    emit(response(201), 'echo-a');
+    emit(response(202), 'echo-b');
+    await reporter.close();
+    // Then each answer line names its own request
+    const lines = text.trimEnd().split('\n');
+    expect(lines.find((l) => l.includes('201'))).toContain('GET /from-a');
+    expect(lines.find((l) => l.includes('202'))).toContain('GET /from-b');
+  });
+});
