@@ -77,7 +77,8 @@ export function checkFields(
   const errors = unknown.map((f) => `unknown field "${f}"`);
   if (directive === 'Strict') {
     throw badRequest(
-      `${t.kind} in version "${t.version}" cannot be handled as a ${t.kind}: strict decoding error: ${errors.join(', ')}`,
+      `${t.kind} in version "${t.version}" cannot be handled as a ${t.kind}: ` +
+        `strict decoding error: ${errors.join(', ')}`,
     );
   }
   // k8s.io/apiserver pkg/warning: `299 - "<text>"`, the text quoted as Go's strconv.Quote does.

@@ -94,7 +94,7 @@ function resourcePaths(t: ResourceType, ref: K8sObject): K8sObject {
         : {}),
     };
   }
-  // The list across namespaces, where kubectl explain looks a kind up (kubectl pkg/explain/v2/templates/plaintext.tmpl).
+  // The list across namespaces: where kubectl explain looks a kind up (kubectl pkg/explain/v2/templates/plaintext.tmpl)
   if (t.namespaced && canList) paths[`${prefix}/${t.resource}`] = { get: op('list') };
   if (t.verbs.includes('get')) {
     paths[`${base}/{name}`] = {
@@ -148,7 +148,8 @@ export class OpenApiSchemas {
   }
 
   /**
-   * A CRD version's openAPIV3Schema as apiextensions-apiserver publishes it (pkg/controller/openapi/builder/builder.go):
+   * A CRD version's openAPIV3Schema as apiextensions-apiserver publishes it (pkg/controller/openapi/builder/
+   * builder.go):
    * apiVersion, kind and metadata described as on built-in kinds, metadata a reference to ObjectMeta, the kind's GVK.
    */
   private crdSchema(t: ResourceType): Schema {

@@ -215,7 +215,8 @@ spec: {size: 3, ${field}: red}
         expect(badPod.code).toBe(1);
         expect(badPod.stderr).toContain(
           `Error from server (BadRequest): error when creating "${join(dir, `${ns}-bad-pod.yaml`)}": Pod in version ` +
-            `"v1" cannot be handled as a Pod: strict decoding error: unknown field "spec.containers[0].imagePullPolicyy"`,
+            `"v1" cannot be handled as a Pod: strict decoding error: ` +
+            'unknown field "spec.containers[0].imagePullPolicyy"',
         );
         expect(badGadget.code).toBe(1);
         expect(badGadget.stderr).toContain(
