@@ -1,6 +1,6 @@
 // `devop port-forward -R`: a target pod's ports stolen (or mirrored) to local HOST:PORTs, with no local command — the
-// subscriptions of `devop exec` on a supervised session (its steal locks, reconnects and restore), each stream the agent
-// opens joined to its forward's local address; a local address nobody listens on answers HTTP requests with a 502.
+// subscriptions of `devop exec` on a supervised session (its steal locks, reconnects and restore), each stream the
+// agent opens joined to its forward's local address; a local address nobody listens on answers HTTP with a 502.
 import type { Socket } from 'node:net';
 import { UserError } from '../../shared/errors.js';
 import type { MuxStream } from '../../shared/mux.js';

@@ -254,8 +254,9 @@ describe('devop port-forward -R', () => {
     const run = devop(['-t', 'deploy/echo', '-R', 'notaport']);
     expect((await run.exited).code).toBe(1);
     expect(run.stderr.trim().split('\n')).toEqual([
-      'devop: -R notaport: not [REMOTE_PORT:]LOCAL_HOST:LOCAL_PORT — fix: write -R [REMOTE_PORT:]LOCAL_HOST:LOCAL_PORT, ' +
-        'e.g. -R 8080:localhost:3000 (pod port 8080 to local 3000), or -R 3000 (pod port 3000 to 127.0.0.1:3000)',
+      'devop: -R notaport: not [REMOTE_PORT:]LOCAL_HOST:LOCAL_PORT — fix: ' +
+        'write -R [REMOTE_PORT:]LOCAL_HOST:LOCAL_PORT, e.g. -R 8080:localhost:3000 (pod port 8080 to local 3000), ' +
+        'or -R 3000 (pod port 3000 to 127.0.0.1:3000)',
     ]);
   });
 });
