@@ -2,7 +2,8 @@
 // nothing but Node, as /opt/devop/agent.js) with esbuild, and the agent's native helpers with cc:
 // dist/devop-capture (the packet capture, agent/native/capture.c), dist/devop-nft (the owner of its nftables table,
 // agent/native/nft-owner.c), dist/devop-splice (the data path of whole steals, agent/native/splice.c) and
-// dist/devop-open (reads the target's files inside its root, agent/native/open-in-root.c).
+// dist/devop-open (reads the target's files inside its root, agent/native/open-in-root.c); on Linux also
+// dist/devop-outgoing.so, the LD_PRELOAD shim of `devop exec` (cli/native/outgoing-shim.c).
 // Type checking is `npm run typecheck`.
 // The CLI bundles its npm packages too: loading one file instead of hundreds of node_modules files is most of devop's
 // start-up time. ink and react stay external and load lazily (cli/ui/lazy-ink.ts, in a chunk of its own under
@@ -32,6 +33,11 @@ const NATIVE = {
  * (measured, while capturing); devop-nft 0.7.
  */
 const NATIVE_CFLAGS = ['-O2', '-Wall', '-Werror', '-static'];
+/** The LD_PRELOAD shim for the local command's outgoing connections (source, library next to dist/cli.js). */
+const OUTGOING_SHIM = ['cli/native/outgoing-shim.c', 'dist/devop-outgoing.so'];
+/** libdl and libpthread are part of libc since glibc 2.34; named for older ones. */
+const OUTGOING_SHIM_CFLAGS = ['-shared', '-fPIC', '-O2', '-Wall', '-Werror'];
+const OUTGOING_SHIM_LIBS = ['-ldl', '-lpthread'];
 
 /**
  * The agent is a CommonJS bundle, which the image runs as /opt/devop/agent.js. CommonJS, because:
@@ -105,23 +111,31 @@ if (existsSync('agent/main.ts')) {
 await Promise.all(jobs);
 for (const [source, [out, without]] of Object.entries(NATIVE))
   if (existsSync(source)) buildNative(source, out, without);
+// The outgoing shim that `devop exec` preloads into dynamically linked local commands (cli/native/outgoing-shim.c): a
+// glibc/Linux shared library, so only built on Linux. Without it exec says so once and those programs get the proxy
+// env only.
+if (process.platform === 'linux' && existsSync(OUTGOING_SHIM[0])) {
+  buildNative(OUTGOING_SHIM[0], OUTGOING_SHIM[1], '', OUTGOING_SHIM_CFLAGS);
+}
 
 /**
  * The agent image compiles the same files (Dockerfile.agent); these copies are for the agent run from the checkout
  * (tests, benches). Rebuilt only when the source is newer, and renamed into place: one may be running from the old
  * file. Without a C compiler the CLI still builds (npm pack needs only the bundles), with a warning.
  */
-function buildNative(source, out, without) {
+function buildNative(source, out, without, cflags = NATIVE_CFLAGS) {
   if (existsSync(out) && statSync(out).mtimeMs >= statSync(source).mtimeMs) return;
   const tmp = `${out}.${process.pid}`;
+  const libs = cflags === OUTGOING_SHIM_CFLAGS ? OUTGOING_SHIM_LIBS : [];
   try {
-    execFileSync('cc', NATIVE_CFLAGS.concat(['-o', tmp, source]), {
+    execFileSync('cc', cflags.concat(['-o', tmp, source], libs), {
       stdio: ['ignore', 'inherit', 'pipe'],
     });
   } catch (err) {
     rmSync(tmp, { force: true });
     const why = err.code === 'ENOENT' ? 'no C compiler (cc)' : String(err.stderr ?? err.message).trim();
-    console.warn(`build: ${out} not built: ${why}; the agent run from this checkout ${without}`);
+    const consequence = without ? `the agent run from this checkout ${without}` : 'devop exec runs without it';
+    console.warn(`build: ${out} not built: ${why}; ${consequence}`);
     return;
   }
   renameSync(tmp, out);

@@ -54,7 +54,14 @@ describe('the options table', () => {
   it("gives a flag without a devop.json key its default, a keyed flag none (unset, the file's value stands)", () => {
     const exec = addExecOptions(new Command('exec')).exitOverride();
     exec.parse([], { from: 'user' });
-    expect(exec.opts()).toEqual({ output: 'auto', flush: true, outgoing: true, proxyEnv: true, nodePreload: true });
+    expect(exec.opts()).toEqual({
+      output: 'auto',
+      flush: true,
+      outgoing: true,
+      proxyEnv: true,
+      nodePreload: true,
+      nativePreload: true,
+    });
     expect(exec.getOptionValueSource('flush')).toBe('default');
   });
 });

@@ -434,6 +434,17 @@ export const OPTIONS = {
       '(NODE_OPTIONS=--import).',
     group: 'outgoing',
   },
+  nativePreload: {
+    flags: '--no-native-preload',
+    help: 'do not add the outgoing shim for dynamically linked programs to LD_PRELOAD',
+    key: 'outgoing.nativePreload',
+    type: 'boolean',
+    default: true,
+    doc:
+      'For dynamically linked local processes (Python, Java, Ruby, C; glibc, Linux): route connect() and getaddrinfo ' +
+      'through the pod transparently (LD_PRELOAD=dist/devop-outgoing.so, where it was built).',
+    group: 'outgoing',
+  },
   dns: {
     key: 'dns.enabled',
     env: 'DEVOP_DNS',

@@ -1,6 +1,7 @@
 // The env that points the local command at the session's outgoing proxy: proxy variables for any program (with the
-// session's credentials in the URLs), NODE_OPTIONS --import of the preload for Node programs, DEVOP_OUTGOING (the
-// preload's config, with the token) and DEVOP_ROOT (remote files). The env, unlike a command line, only the user reads.
+// session's credentials in the URLs), NODE_OPTIONS --import of the preload for Node programs, LD_PRELOAD of the shim
+// for dynamically linked ones, DEVOP_OUTGOING (both preloads' config, with the token) and DEVOP_ROOT (remote files).
+// The env, unlike a command line, only the user reads.
 import { existsSync } from 'node:fs';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { PRELOAD_CONFIG_ENV, type PreloadConfig } from './control-protocol.js';
@@ -20,6 +21,19 @@ export function preloadBundlePath(): string | undefined {
   return undefined;
 }
 
+/**
+ * The LD_PRELOAD shim for dynamically linked programs (cli/native/outgoing-shim.c, built on Linux only): next to the
+ * running bundle, or in dist/ of the checkout when devop runs from source.
+ */
+export function outgoingShimPath(): string | undefined {
+  if (process.platform !== 'linux') return undefined;
+  for (const relative of ['./devop-outgoing.so', '../../dist/devop-outgoing.so']) {
+    const candidate = fileURLToPath(new URL(relative, import.meta.url));
+    if (existsSync(candidate)) return candidate;
+  }
+  return undefined;
+}
+
 export interface OutgoingEnvInput {
   proxy: { host: string; port: number };
   /** The proxy's credentials (OutgoingProxy.credentials). */
@@ -28,6 +42,8 @@ export interface OutgoingEnvInput {
   exclude: readonly string[];
   /** Absolute path of dist/preload.js; undefined = no Node preload (proxy env only). */
   preloadPath?: string;
+  /** Absolute path of dist/devop-outgoing.so (no space or colon: ld.so splits there); undefined = no shim. */
+  shimPath?: string;
   /** The per-session directory holding the remote files. */
   root?: string;
 }
@@ -58,7 +74,7 @@ export function outgoingEnv(
     NO_PROXY: noProxy,
     no_proxy: noProxy,
   };
-  if (input.preloadPath) {
+  if (input.preloadPath || input.shimPath) {
     const config: PreloadConfig = {
       proxy: input.proxy,
       include: [...input.include],
@@ -66,6 +82,12 @@ export function outgoingEnv(
       token: secret,
     };
     vars[PRELOAD_CONFIG_ENV] = JSON.stringify(config);
+  }
+  if (input.shimPath) {
+    const existing = childEnv.LD_PRELOAD?.trim();
+    vars.LD_PRELOAD = existing ? `${existing}:${input.shimPath}` : input.shimPath;
+  }
+  if (input.preloadPath) {
     // A file: URL needs no quoting inside NODE_OPTIONS, whatever the path contains.
     const importFlag = `--import=${pathToFileURL(input.preloadPath).href}`;
     const existing = childEnv.NODE_OPTIONS?.trim();

@@ -29,6 +29,7 @@ export function outgoingChildEnvHook(settings: OutgoingSettings): ChildEnvHook {
       enabled: settings.enabled && canDial,
       proxyEnv: settings.proxyEnv,
       nodePreload: settings.nodePreload,
+      nativePreload: settings.nativePreload,
       include: settings.include,
       exclude: settings.exclude,
       alwaysLocal: [apiServerRule(session.kc.getCurrentCluster()?.server), ...thisMachineAddresses()].filter(

@@ -10,6 +10,8 @@ export interface OutgoingSettings {
   enabled: boolean;
   proxyEnv: boolean;
   nodePreload: boolean;
+  /** LD_PRELOAD shim for dynamically linked programs (outgoing.nativePreload). */
+  nativePreload: boolean;
   include: string[];
   exclude: string[];
   remoteFiles: string[];
@@ -28,6 +30,7 @@ export function outgoingSettings(config: DevopConfig): OutgoingSettings {
     enabled: config.outgoing.enabled,
     proxyEnv: config.outgoing.proxy,
     nodePreload: config.outgoing.nodePreload,
+    nativePreload: config.outgoing.nativePreload,
     include: config.outgoing.include,
     exclude: config.outgoing.exclude,
     remoteFiles: [...new Set(config.remoteFiles)],

@@ -1,5 +1,6 @@
-// Unit tests of the outgoing session: the child env it adds, remote files under DEVOP_ROOT (and their removal), and the
-// user errors for bad rules and missing remote files. Local dialer, real temp directories.
+// Unit tests of the outgoing session: the child env it adds (proxy variables, both preloads), remote files under
+// DEVOP_ROOT (and their removal), and the user errors for bad rules and missing remote files. Local dialer, real temp
+// directories.
 import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -25,7 +26,7 @@ describe('outgoing session', () => {
       alwaysLocal: ['10.0.0.1'],
     });
     try {
-      const env = outgoing.env({ NODE_OPTIONS: '--enable-source-maps' });
+      const env = outgoing.env({ NODE_OPTIONS: '--enable-source-maps', LD_PRELOAD: '/opt/other.so' });
       const port = outgoing.proxy!.port;
       const secret = outgoing.proxy!.credentials.secret;
       const at = `devop:${secret}@127.0.0.1:${port}`;
@@ -41,6 +42,9 @@ describe('outgoing session', () => {
         NO_PROXY: 'localhost,127.0.0.1,::1,.corp.example,10.0.0.1',
       });
       expect(env.NODE_OPTIONS).toMatch(/^--enable-source-maps --import=file:\/\/\S+\/dist\/preload\.js$/);
+      // And dynamically linked programs preload the shim after the child's own (built on Linux by npm run build)
+      if (process.platform === 'linux')
+        expect(env.LD_PRELOAD).toMatch(/^\/opt\/other\.so:\/\S+\/dist\/devop-outgoing\.so$/);
       expect(JSON.parse(env[PRELOAD_CONFIG_ENV])).toEqual({
         proxy: { host: '127.0.0.1', port },
         include: [],
@@ -87,8 +91,13 @@ describe('outgoing session', () => {
     expect(() => normalizeRemotePath('/')).toThrow(/root directory/);
   });
 
-  it('with the proxy env and the preload off (and no remote files), the child env gets nothing', async () => {
-    const outgoing = await startOutgoing({ dialer: createLocalDialer(), proxyEnv: false, nodePreload: false });
+  it('with the proxy env and both preloads off (and no remote files), the child env gets nothing', async () => {
+    const outgoing = await startOutgoing({
+      dialer: createLocalDialer(),
+      proxyEnv: false,
+      nodePreload: false,
+      nativePreload: false,
+    });
     try {
       expect(outgoing.env({})).toEqual({});
     } finally {

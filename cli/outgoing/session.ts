@@ -3,7 +3,7 @@
 import { UserError } from '../../shared/errors.js';
 import { info, type Reporter, warn } from '../reporter.js';
 import { withLocalNames, type ClusterDialer } from './dialer.js';
-import { DEVOP_ROOT_ENV, outgoingEnv, preloadBundlePath } from './env.js';
+import { DEVOP_ROOT_ENV, outgoingEnv, outgoingShimPath, preloadBundlePath } from './env.js';
 import { FilterSyntaxError, parseOutgoingRule } from './filters.js';
 import { startOutgoingProxy, type OutgoingProxy } from './proxy.js';
 import { fetchRemoteFiles, type RemoteFiles } from './remote-files.js';
@@ -16,6 +16,8 @@ export interface OutgoingOptions {
   proxyEnv?: boolean;
   /** Add the Node preload to NODE_OPTIONS (outgoing.nodePreload). */
   nodePreload?: boolean;
+  /** Add the shim for dynamically linked programs to LD_PRELOAD (outgoing.nativePreload). */
+  nativePreload?: boolean;
   include?: readonly string[];
   exclude?: readonly string[];
   /** Destinations that must stay local whatever the user says, e.g. the kube API server of the local kubeconfig. */
@@ -70,6 +72,34 @@ function isPowerOfTen(n: number): boolean {
   return /^10*$/.test(String(n));
 }
 
+/** The LD_PRELOAD shim, or undefined with one line saying why dynamically linked programs go without it. */
+function usableShimPath(reporter: Reporter | undefined): string | undefined {
+  if (process.platform !== 'linux') return undefined;
+  const path = outgoingShimPath();
+  if (!path) {
+    if (reporter) {
+      warn(
+        reporter,
+        'dist/devop-outgoing.so is missing (run `npm run build` where a C compiler, cc, is installed): ' +
+          'programs other than Node reach the cluster only through the proxy env',
+      );
+    }
+    return undefined;
+  }
+  // ld.so splits LD_PRELOAD at spaces and colons: such a path cannot be said there.
+  if (/[\s:]/.test(path)) {
+    if (reporter) {
+      warn(
+        reporter,
+        `the outgoing shim's path has a space or a colon, which LD_PRELOAD cannot hold (${path}): ` +
+          'install devop under another directory; programs other than Node get the proxy env only',
+      );
+    }
+    return undefined;
+  }
+  return path;
+}
+
 export async function startOutgoing(options: OutgoingOptions): Promise<OutgoingSession> {
   const include = [...(options.include ?? [])];
   const exclude = [...(options.exclude ?? []), ...(options.alwaysLocal ?? [])];
@@ -117,6 +147,7 @@ export async function startOutgoing(options: OutgoingOptions): Promise<OutgoingS
   if (proxy && options.nodePreload !== false && !preloadPath && reporter) {
     warn(reporter, 'dist/preload.js is missing (run `npm run build`): Node programs get the proxy env only');
   }
+  const shimPath = proxy && options.nativePreload !== false ? usableShimPath(reporter) : undefined;
   let closed = false;
   return {
     proxy,
@@ -129,6 +160,7 @@ export async function startOutgoing(options: OutgoingOptions): Promise<OutgoingS
             include,
             exclude,
             preloadPath,
+            shimPath,
             root: remoteFiles?.root,
           })
         : remoteFiles
