@@ -25,6 +25,7 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -600,10 +601,24 @@ static int tcp_destination(int fd, const struct sockaddr *address, socklen_t len
   return ok;
 }
 
+/**
+ * Whether the socket has not started connecting. A program may call connect() again on a non-blocking socket to learn
+ * how its connect went (Ruby's Socket.tcp does): the kernel answers that (EALREADY, EISCONN) whatever the address, and
+ * no new dial must start.
+ */
+static int unconnected(int fd) {
+  struct tcp_info info;
+  socklen_t size = sizeof info;
+  int saved = errno;
+  int closed = getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &size) == 0 && info.tcpi_state == TCP_CLOSE;
+  errno = saved;
+  return closed;
+}
+
 EXPORT int connect(int fd, const struct sockaddr *address, socklen_t length) {
   ensure_init();
   struct destination to = {0};
-  if (!config.enabled || !tcp_destination(fd, address, length, &to) || !goes_to_cluster(&to))
+  if (!config.enabled || !tcp_destination(fd, address, length, &to) || !goes_to_cluster(&to) || !unconnected(fd))
     return real_connect(fd, address, length);
   int control = control_open();
   if (control < 0) return real_connect(fd, address, length);

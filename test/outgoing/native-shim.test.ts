@@ -132,6 +132,13 @@ describe.skipIf(process.platform !== 'linux')('the outgoing shim for dynamically
     expect(dialer.calls).toContainEqual({ op: 'connect', target: `${SERVICE_IP}:${echo.port}` });
   });
 
+  it('a connect() called again on a non-blocking socket (to learn how it went) dials once, and connects', async () => {
+    dialer.calls.length = 0;
+    const answers = lines(await run(PYTHON, [PY_CLIENT, `again,${SERVICE_NAME},${echo.port},/again`], env));
+    expect((JSON.parse(String(answers[0]?.body ?? '{}')) as { url?: string }).url).toBe('/again');
+    expect(dialer.calls.filter((call) => call.op === 'connect')).toHaveLength(1);
+  });
+
   it('a dynamically linked C client reaches the cluster name and address', async () => {
     const byName = lines(await run(cClient, [SERVICE_NAME, String(echo.port), '/c-by-name'], env));
     const byIp = lines(await run(cClient, [SERVICE_IP, String(echo.port), '/c-by-ip'], env));
