@@ -1,6 +1,6 @@
 // Filtered steal for HTTP/2 without TLS (h2c, prior knowledge): the agent ends the client's HTTP/2 connection and
-// routes each stream by the filters, a matched one to its session (an h2c connection to the local command over an
-// incoming stream of its own) and every other one to the pod's app (one h2c connection per port, shared).
+// routes each stream by the filters, a matched one to its session (one h2c connection to the local command per
+// subscription, over an incoming stream of its own) and every other one to the pod's app (one h2c connection per port).
 import {
   connect as connectHttp2,
   constants,
@@ -108,6 +108,8 @@ function relayStream(
 export class FilteredStreams {
   private readonly server: Http2Server;
   private pod: ClientHttp2Session | undefined;
+  /** Per subscription id, its h2c connection to the local command, shared by the streams it gets. */
+  private readonly locals = new Map<string, ClientHttp2Session>();
 
   constructor(private readonly routing: Http2Routing) {
     this.server = createServer(NO_PUSH);
@@ -129,10 +131,13 @@ export class FilteredStreams {
   close(): void {
     this.server.close();
     this.pod?.destroy();
+    for (const local of this.locals.values()) local.destroy();
+    this.locals.clear();
   }
 
   private route(stream: ServerHttp2Stream, headers: IncomingHttpHeaders): void {
     const started = Date.now();
+    this.dropEndedLocals();
     const requestId = this.routing.nextId();
     const { method, path, plain } = requestHead(headers);
     const sub = this.routing
@@ -168,7 +173,6 @@ export class FilteredStreams {
         grpcStatus = grpcStatusOf(trailers);
       });
     stream.once('close', () => {
-      if (local) local.close();
       for (const s of listeners)
         s.traffic({
           kind: 'response',
@@ -199,15 +203,30 @@ export class FilteredStreams {
     return pod;
   }
 
+  /** Connections to the local command of subscriptions that ended: closed once their streams are done. */
+  private dropEndedLocals(): void {
+    if (this.locals.size === 0) return;
+    const live = new Set(this.routing.active().map((s) => s.id));
+    for (const [id, local] of this.locals)
+      if (!live.has(id)) {
+        this.locals.delete(id);
+        local.close();
+      }
+  }
+
   /**
-   * An incoming stream to the session, carrying an h2c connection of its own to the local command (the CLI dials the
-   * local port per incoming stream, as for HTTP/1.x requests); undefined when the session's tunnel is down.
+   * The subscription's h2c connection to the local command: an incoming stream to the session (the CLI dials the local
+   * port for it, as for an HTTP/1.x request) opened for its first matched stream and kept for the next ones, so a call
+   * does not wait for a new connection's dial and SETTINGS exchange across the tunnel; undefined when the session's
+   * tunnel is down. `request` names the stream that opened it.
    */
   private toSession(
     sub: PortSubscription,
     socket: Socket | undefined,
     request: { method: string; path: string; headers: Record<string, string> },
   ): ClientHttp2Session | undefined {
+    const pooled = this.locals.get(sub.id);
+    if (pooled && !pooled.closed && !pooled.destroyed) return pooled;
     let stream: IncomingStream;
     try {
       stream = sub.session.openIncoming({
@@ -225,7 +244,11 @@ export class FilteredStreams {
     stream.on('error', () => undefined); // a reset after the answer is complete is not an error for the client
     const local = connectHttp2('http://localhost', { ...NO_PUSH, createConnection: () => stream as Duplex as Socket });
     local.on('error', () => resetStream(stream, 'HTTP/2 connection to the local command failed'));
-    local.once('close', () => stream.end());
+    local.once('close', () => {
+      if (this.locals.get(sub.id) === local) this.locals.delete(sub.id);
+      stream.end();
+    });
+    this.locals.set(sub.id, local);
     return local;
   }
 }

@@ -43,9 +43,15 @@ function request(session: ClientHttp2Session, headers: Record<string, string>, b
 }
 
 /** The local command: an h2c server that says who it is, and answers gRPC-like calls with grpc-status trailers. */
-async function startLocalH2c(name: string): Promise<{ port: number; close(): void; paths: string[] }> {
+async function startLocalH2c(
+  name: string,
+): Promise<{ port: number; close(): void; paths: string[]; connections(): number }> {
   const paths: string[] = [];
+  let connections = 0;
   const server = createServer();
+  server.on('session', () => {
+    connections += 1;
+  });
   server.on('stream', (stream, headers) => {
     const chunks: Buffer[] = [];
     stream.on('data', (c: Buffer) => chunks.push(c));
@@ -64,7 +70,12 @@ async function startLocalH2c(name: string): Promise<{ port: number; close(): voi
     });
   });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  return { port: (server.address() as { port: number }).port, paths, close: () => server.close() };
+  return {
+    port: (server.address() as { port: number }).port,
+    paths,
+    close: () => server.close(),
+    connections: () => connections,
+  };
 }
 
 describe.runIf(run)('agent: HTTP-filtered steal of HTTP/2 (h2c)', () => {
@@ -155,5 +166,18 @@ describe.runIf(run)('agent: HTTP-filtered steal of HTTP/2 (h2c)', () => {
     expect(reset).toBe('ERR_HTTP2_STREAM_ERROR');
     expect((await request(conn, { ':path': '/after-reset' })).body).toBe('pod-h2: GET /after-reset');
     conn.close();
+  });
+
+  test('matched streams share one connection to the local command, whichever client connection they come on', async () => {
+    // Given alice's header filter on the port, and the local command's connections counted so far
+    const before = local.connections();
+    // When three of her requests come one after another, on two client connections
+    const [first, second] = [h2c(), h2c()];
+    for (const conn of [first, second, first])
+      expect((await request(conn, { ':path': '/again', 'x-user': 'alice' })).body).toBe('local-h2: GET /again');
+    first.close();
+    second.close();
+    // Then the local command got at most one new connection for all three (the session's, kept while it subscribes)
+    expect(local.connections() - before).toBeLessThanOrEqual(1);
   });
 });
