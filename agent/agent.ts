@@ -19,7 +19,14 @@ import { Session } from './session.js';
 const NATIVE_EXIT_WAIT_MS = 1000;
 
 /** Features that need a target container (a targetless agent does not announce them). */
-const TARGET_FEATURES: string[] = [FEATURES.steal, FEATURES.mirror, FEATURES.httpFilter, FEATURES.env, FEATURES.files];
+const TARGET_FEATURES: string[] = [
+  FEATURES.steal,
+  FEATURES.mirror,
+  FEATURES.httpFilter,
+  FEATURES.bodyFilter,
+  FEATURES.env,
+  FEATURES.files,
+];
 
 export interface AgentOptions {
   config: AgentConfig;

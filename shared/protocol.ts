@@ -39,6 +39,8 @@ export const FEATURES = {
    * over that connection instead of the first. Only with stream-events: the native path sends no traffic events.
    */
   nativeSplice: 'native-splice',
+  /** HttpFilter.body: the agent reads a JSON request body (up to MAX_FILTERED_BODY_BYTES) to decide a request. */
+  bodyFilter: 'body-filter',
 } as const;
 
 /** Error codes an agent sends in `error`; unknown codes must be shown as-is (the field is an open string). */
@@ -69,6 +71,8 @@ export const HttpFilter = z.object({
   path: z.optional(z.string()),
   /** HTTP method, case-insensitive (e.g. GET). */
   method: z.optional(z.string()),
+  /** `json-path: value-regex` matched in a JSON request body (shared/body-filter.ts); needs FEATURES.bodyFilter. */
+  body: z.optional(z.string()),
   /** `all`: every given criterion must match; `any`: one is enough. */
   match: z._default(z.enum(['all', 'any']), 'all'),
 });
@@ -110,6 +114,8 @@ export const TrafficEvent = z.discriminatedUnion('kind', [
     at: z.number(),
     /** A gRPC call (HTTP/2, content-type application/grpc): its path's service and method. */
     grpc: z.optional(z.object({ service: z.string(), method: z.string() })),
+    /** Why the request went where it did when a filter could not decide it (a body over the bound). */
+    note: z.optional(z.string()),
   }),
   z.object({
     kind: z.literal('response'),

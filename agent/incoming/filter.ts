@@ -1,5 +1,7 @@
 // HTTP filters of filtered steals, compiled once per subscription: header / path regex (RE2, matched in linear time:
-// shared/filter-regex.ts) and method, all-of or any-of. Loaded with the port's first filter (agent/incoming/ports.ts).
+// shared/filter-regex.ts), method and JSON body (shared/body-filter.ts), all-of or any-of. Loaded with the port's first
+// filter (agent/incoming/ports.ts).
+import { bodyMatches, compileBodyFilter } from '../../shared/body-filter.js';
 import { UserError } from '../../shared/errors.js';
 import { compileFilterRegex, compileHeaderFilter, type FilterRegex } from '../../shared/filter-regex.js';
 import type { HttpFilter } from '../../shared/protocol.js';
@@ -34,10 +36,17 @@ export function compileFilter(filter: HttpFilter): RequestMatcher {
     const method = filter.method.toUpperCase();
     tests.push((req) => req.method.toUpperCase() === method);
   }
+  if (filter.body !== undefined) {
+    const body = compileBodyFilter(filter.body, 'the body filter');
+    tests.push((req) => req.body !== undefined && bodyMatches(body, req.body.json));
+  }
   if (tests.length === 0)
     throw new UserError(
-      'the HTTP filter has no header, path or method',
-      'give at least one of header, path or method, or steal the whole port',
+      'the HTTP filter has no header, path, method or body',
+      'give at least one of header, path, method or body, or steal the whole port',
     );
-  return (filter.match ?? 'all') === 'any' ? (req) => tests.some((t) => t(req)) : (req) => tests.every((t) => t(req));
+  const matcher: RequestMatcher =
+    (filter.match ?? 'all') === 'any' ? (req) => tests.some((t) => t(req)) : (req) => tests.every((t) => t(req));
+  matcher.needsBody = filter.body !== undefined;
+  return matcher;
 }

@@ -11,6 +11,7 @@ import {
   type OutgoingHttpHeaders,
 } from 'node:http';
 import { connect, type Socket } from 'node:net';
+import { PassThrough, type Readable } from 'node:stream';
 import {
   originOf,
   resetStream,
@@ -21,6 +22,7 @@ import {
 import type { AgentLog } from '../log.js';
 import { joinBothWays } from '../../shared/splice.js';
 import { MAX_REQUEST_HEAD_BYTES } from '../../shared/filter-regex.js';
+import { isJsonContentType, MAX_FILTERED_BODY_BYTES } from '../../shared/body-filter.js';
 import { FilteredStreams, HTTP2_PREFACE } from './http2-filter.js';
 
 export interface HttpRouting {
@@ -56,8 +58,8 @@ function headersFromRaw(raw: string[], drop: Set<string>): OutgoingHttpHeaders {
   return out;
 }
 
-function pick(routing: HttpRouting, req: IncomingMessage): PortSubscription | undefined {
-  const head = { method: req.method ?? 'GET', url: req.url ?? '/', headers: req.headers };
+function pick(routing: HttpRouting, req: IncomingMessage, body?: { json: unknown }): PortSubscription | undefined {
+  const head = { method: req.method ?? 'GET', url: req.url ?? '/', headers: req.headers, body };
   return routing.active().find((s) => s.mode === 'steal' && s.match !== undefined && s.match(head));
 }
 
@@ -138,16 +140,97 @@ export class FilteredRequests {
   }
 }
 
+/** The body a request had before it was read to be filtered: the chunks read, then the rest as it comes. */
+function replayBody(chunks: Buffer[], ended: boolean, req: IncomingMessage): Readable {
+  const body = new PassThrough();
+  for (const chunk of chunks) body.write(chunk);
+  if (ended) body.end();
+  else req.pipe(body);
+  return body;
+}
+
+function hasBody(req: IncomingMessage): boolean {
+  const length = req.headers['content-length'];
+  return (length !== undefined && length !== '0') || req.headers['transfer-encoding'] !== undefined;
+}
+
+/**
+ * Reads a request's body up to MAX_FILTERED_BODY_BYTES for a body filter: whole (`ended`), or its first chunks when
+ * it is longer; undefined when the client went away first (its answer is then destroyed).
+ */
+function readBodyPrefix(req: IncomingMessage): Promise<{ chunks: Buffer[]; ended: boolean } | undefined> {
+  return new Promise((resolve) => {
+    const chunks: Buffer[] = [];
+    let bytes = 0;
+    const finish = (result: { chunks: Buffer[]; ended: boolean } | undefined): void => {
+      req.off('data', onData);
+      req.off('end', onEnd);
+      req.off('close', onClose);
+      if (result && !result.ended) req.pause();
+      resolve(result);
+    };
+    const onData = (chunk: Buffer): void => {
+      chunks.push(chunk);
+      bytes += chunk.length;
+      if (bytes > MAX_FILTERED_BODY_BYTES) finish({ chunks, ended: false });
+    };
+    const onEnd = (): void => finish({ chunks, ended: true });
+    const onClose = (): void => finish(undefined);
+    req.on('data', onData);
+    req.once('end', onEnd);
+    req.once('close', onClose);
+  });
+}
+
+/**
+ * A request on a filtered port. When a steal's filter reads the body, a request with one has its JSON body read first
+ * (up to MAX_FILTERED_BODY_BYTES; a longer one goes to the pod, saying why), then is routed as any other.
+ */
 export function handleFilteredRequest(routing: HttpRouting, req: IncomingMessage, res: ServerResponse): void {
+  const needsBody = routing.active().some((s) => s.mode === 'steal' && s.match?.needsBody);
+  if (!needsBody || !hasBody(req)) {
+    routeRequest(routing, req, res, req);
+    return;
+  }
+  void readBodyPrefix(req).then((read) => {
+    if (!read) {
+      res.destroy();
+      return;
+    }
+    const source = replayBody(read.chunks, read.ended, req);
+    if (!read.ended) {
+      const note = `body over ${MAX_FILTERED_BODY_BYTES / 1024} KiB: the body filter cannot read it, the pod answers`;
+      routeRequest(routing, req, res, source, { toPod: true, note });
+      return;
+    }
+    let json: { json: unknown } | undefined;
+    if (isJsonContentType(req.headers['content-type']))
+      try {
+        json = { json: JSON.parse(Buffer.concat(read.chunks).toString('utf8')) };
+      } catch {
+        json = undefined; // not JSON after all: the body criterion does not match
+      }
+    routeRequest(routing, req, res, source, { body: json });
+  });
+}
+
+function routeRequest(
+  routing: HttpRouting,
+  req: IncomingMessage,
+  res: ServerResponse,
+  source: Readable,
+  decided: { body?: { json: unknown }; toPod?: boolean; note?: string } = {},
+): void {
   const started = Date.now();
   const requestId = routing.nextId();
-  const sub = pick(routing, req);
+  const sub = decided.toPod ? undefined : pick(routing, req, decided.body);
   const method = req.method ?? 'GET';
   const path = req.url ?? '/';
   const to = sub ? 'local' : 'pod';
   const listeners = sub ? [sub.session] : routing.all();
+  const note = decided.note ? { note: decided.note } : {};
   for (const s of listeners)
-    s.traffic({ kind: 'request', requestId, port: routing.port, method, path, to, at: started });
+    s.traffic({ kind: 'request', requestId, port: routing.port, method, path, to, at: started, ...note });
   let bytes = 0;
   const write = res.write.bind(res);
   res.write = ((chunk: unknown, ...rest: unknown[]) => {
@@ -168,7 +251,7 @@ export function handleFilteredRequest(routing: HttpRouting, req: IncomingMessage
       });
   });
   const origin = originOf(req.socket, routing.port);
-  if (!sub || !sendToSession(routing, sub, req, res)) sendToPod(routing, origin, req, res);
+  if (!sub || !sendToSession(routing, sub, req, res, source)) sendToPod(routing, origin, req, res, source);
 }
 
 /**
@@ -181,6 +264,7 @@ function sendToPod(
   origin: { host: string; port: number },
   req: IncomingMessage,
   res: ServerResponse,
+  body: Readable,
 ): void {
   const out = httpRequest({
     host: origin.host,
@@ -207,7 +291,7 @@ function sendToPod(
   res.once('close', () => {
     if (!res.writableFinished) out.destroy();
   });
-  req.pipe(out);
+  body.pipe(out);
 }
 
 /** The request line and headers of an upgrade request as the client sent them, to start the raw stream with. */
@@ -223,6 +307,7 @@ function sendToSession(
   sub: PortSubscription,
   req: IncomingMessage,
   res: ServerResponse,
+  body: Readable,
 ): boolean {
   let stream: IncomingStream;
   try {
@@ -264,7 +349,7 @@ function sendToSession(
   res.once('close', () => {
     if (!res.writableFinished) resetStream(stream, 'client went away');
   });
-  req.pipe(out);
+  body.pipe(out);
   return true;
 }
 

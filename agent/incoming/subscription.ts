@@ -10,10 +10,12 @@ export interface RequestHead {
   method: string;
   url: string;
   headers: IncomingHttpHeaders;
+  /** The parsed JSON body, read only for a filter that needs it; absent when there is none or it is not JSON. */
+  body?: { json: unknown };
 }
 
-/** A compiled filter (agent/incoming/filter.ts). */
-export type RequestMatcher = (req: RequestHead) => boolean;
+/** A compiled filter (agent/incoming/filter.ts); `needsBody`: it reads the JSON body, so the body is read first. */
+export type RequestMatcher = ((req: RequestHead) => boolean) & { needsBody?: boolean };
 
 export type IncomingOpen = Extract<StreamOpen, { kind: 'incoming' }>;
 export type IncomingStream = Duplex & { reset?: (reason: string) => void };

@@ -34,7 +34,7 @@ export function firstEnd(session: Session, command: LocalCommand, started: Promi
   ]);
 }
 
-/** Says the end (the exit line), releases the ports; returns the command's exit code or throws the session's failure. */
+/** Says the end (the exit line) and releases the ports; returns the command's exit code, or throws the failure. */
 export async function settle(
   outcome: Outcome,
   command: LocalCommand,
