@@ -2,7 +2,7 @@
 // path and content-type) and its status (grpc-status and grpc-message, in the trailers or a trailers-only answer).
 import type { IncomingHttpHeaders } from 'node:http2';
 
-/** gRPC over HTTP/2 (grpc/doc/PROTOCOL-HTTP2.md): content-type application/grpc, +proto, +json, …, path /Service/Method. */
+/** gRPC (grpc/doc/PROTOCOL-HTTP2.md): content-type application/grpc (or +proto, +json, …), path /Service/Method. */
 export function grpcCall(headers: IncomingHttpHeaders): { service: string; method: string } | undefined {
   if (!String(headers['content-type'] ?? '').startsWith('application/grpc')) return undefined;
   const m = /^\/([^/]+)\/([^/?]+)$/.exec(String(headers[':path'] ?? ''));

@@ -2,7 +2,8 @@
 // Bidi) that names itself in every answer and in a trailer, and prints one JSON line per call and per cancellation on
 // stdout; with the argument `client`, a gRPC client driven by JSON lines on stdin (one channel, so one HTTP/2
 // connection, per target). `serve [NAME [PORT [HOST]]]`, or env NAME (default POD_NAME or the hostname), PORT (default
-// 50051), LISTEN_HOST (default 0.0.0.0). Build from the repository root:
+// 50051; a comma-separated list listens on each), LISTEN_HOST (default 0.0.0.0); GRPC_ECHO_QUIET=1 prints no line per
+// call (benches). Build from the repository root:
 // docker build -f standin/images/grpc-echo.Dockerfile .
 import { hostname } from 'node:os';
 import { createInterface } from 'node:readline';
@@ -33,6 +34,7 @@ const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 function serve([argName, argPort, argHost]) {
   const name = argName || process.env.NAME || process.env.POD_NAME || hostname();
+  const quiet = process.env.GRPC_ECHO_QUIET === '1';
   const trailer = () => {
     const md = new grpc.Metadata();
     md.set('x-served-by', name);
@@ -44,7 +46,7 @@ function serve([argName, argPort, argHost]) {
    */
   const watch = (kind, call) => {
     let live = true;
-    print({ seen: 'call', method: kind, dev: call.metadata.get('x-dev')[0] ?? null, from: name });
+    if (!quiet) print({ seen: 'call', method: kind, dev: call.metadata.get('x-dev')[0] ?? null, from: name });
     call.on('cancelled', () => {
       if (live) print({ seen: 'cancelled', method: kind, from: name });
       live = false;
@@ -96,15 +98,19 @@ function serve([argName, argPort, argHost]) {
       });
     },
   });
-  const port = Number(argPort || process.env.PORT || 50051);
+  const ports = String(argPort || process.env.PORT || 50051)
+    .split(',')
+    .map(Number);
   const host = argHost || process.env.LISTEN_HOST || '0.0.0.0';
-  server.bindAsync(`${host}:${port}`, grpc.ServerCredentials.createInsecure(), (err, bound) => {
-    if (err) {
-      process.stderr.write(`grpc-echo: cannot listen on ${host}:${port}: ${err.message}\n`);
-      process.exit(1);
-    }
-    print({ seen: 'listening', port: bound, pid: process.pid, from: name });
-  });
+  let bound = 0;
+  for (const port of ports)
+    server.bindAsync(`${host}:${port}`, grpc.ServerCredentials.createInsecure(), (err) => {
+      if (err) {
+        process.stderr.write(`grpc-echo: cannot listen on ${host}:${port}: ${err.message}\n`);
+        process.exit(1);
+      }
+      if (++bound === ports.length) print({ seen: 'listening', port: ports.join(','), pid: process.pid, from: name });
+    });
   process.on('SIGTERM', () => server.tryShutdown(() => process.exit(0)));
 }
 

@@ -1,7 +1,7 @@
 // gRPC end to end on the stand-in with the real agent image: a gRPC server in a pod (devop.test/grpc-echo), the same
-// server as the local command under a filtered `devop exec --steal`, and a gRPC client in another pod whose calls on ONE
-// channel (one HTTP/2 connection) are routed call by call: the four call kinds, a deadline, a cancellation, grpc-status
-// and custom trailers, by metadata and by the gRPC method's path.
+// server as the local command under a filtered `devop exec --steal`, and a gRPC client in another pod whose calls on
+// ONE channel (one HTTP/2 connection) are routed call by call: the four call kinds, a deadline, a cancellation,
+// grpc-status and custom trailers, by metadata and by the gRPC method's path.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
 import type { CoreV1Api } from '@kubernetes/client-node';
