@@ -22,6 +22,21 @@ const kubectlPath = (v: string) => `/usr/lib/google-cloud-sdk/bin/kubectl.${v}`;
 /** A dozen kubectl processes a test, on a loaded 2-core machine. */
 const SYSTEM_TEST_TIMEOUT_MS = 120_000;
 
+/** A field of each built-in kind devop, its examples and its tests use, and the start of its upstream description. */
+const BUILTIN_FIELD_DOCS: Record<string, string> = {
+  'deployments.spec.replicas': 'Number of desired pods.',
+  'services.spec.ports': 'The list of ports that are exposed by this service.',
+  'configmaps.data': 'Data contains the configuration data.',
+  'secrets.type': 'Used to facilitate programmatic handling of secret data.',
+  'jobs.spec.backoffLimit': 'Specifies the number of retries before marking this job failed.',
+  'leases.spec.holderIdentity': 'holderIdentity contains the identity of the holder of a current lease.',
+  'apiservices.spec.service': 'Service is a reference to the service for this API server.',
+  'customresourcedefinitions.spec.versions': 'versions is the list of all API versions of the defined custom resource.',
+  'validatingwebhookconfigurations.webhooks':
+    'Webhooks is a list of webhooks and the affected resources and operations.',
+  'serviceaccounts.secrets': 'Secrets is a list of the secrets in the same namespace',
+};
+
 let cluster: ClusterHandle;
 let dir: string;
 
@@ -126,6 +141,20 @@ describe('kubectl explain', () => {
         expect(r.stdout).toContain('List of containers belonging to the pod.');
         expect(r.stdout).toMatch(/imagePullPolicy\s+<string>/);
         expect(r.stdout).toContain('Image pull policy. One of Always, Never, IfNotPresent.');
+      },
+      SYSTEM_TEST_TIMEOUT_MS,
+    );
+
+    it(
+      `kubectl ${v}: explain prints the docs of every built-in kind devop and its examples use`,
+      async () => {
+        // When kubectl explains a field of each kind
+        const docs = await Promise.all(Object.keys(BUILTIN_FIELD_DOCS).map((f) => kubectl(v, ['explain', f])));
+        // Then each prints the field's description from kube-apiserver's schema
+        expect(docs.map((d) => d.stderr)).toEqual(docs.map(() => ''));
+        expect(docs.map((d) => d.stdout.replace(/\s+/g, ' '))).toEqual(
+          Object.values(BUILTIN_FIELD_DOCS).map((doc) => expect.stringContaining(doc)),
+        );
       },
       SYSTEM_TEST_TIMEOUT_MS,
     );
