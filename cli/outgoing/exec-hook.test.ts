@@ -1,8 +1,11 @@
-// Tests of how `devop exec`'s outgoing flags merge over devop.json (flags win; negated flags only when given).
+// Tests of how `devop exec`'s outgoing flags merge over devop.json (flags win; negated flags only when given), and of
+// this machine's own name kept local.
 import { Command } from 'commander';
 import { describe, expect, it } from 'vitest';
 import { parseConfig } from '../config/schema.js';
 import { addExecOptions } from '../config/commander.js';
+import { thisMachineNames } from './exec-hook.js';
+import { parseOutgoingRule } from './filters.js';
 import { outgoingSettingsFrom } from './options.js';
 
 function parse(args: string[], file: Record<string, unknown> = {}): ReturnType<typeof outgoingSettingsFrom> {
@@ -77,5 +80,14 @@ describe('exec outgoing settings', () => {
       clusterDns: true,
     });
     expect(parse(['--no-outgoing', '--no-proxy-env'])).toMatchObject({ enabled: false, proxyEnv: false });
+  });
+});
+
+describe("this machine's own name", () => {
+  it('stays local (the pod does not know it) when it is a host rule, and is left out when it cannot be one', () => {
+    expect(thisMachineNames('dev-laptop.corp.example')).toEqual(['dev-laptop.corp.example']);
+    expect(parseOutgoingRule('dev-laptop.corp.example').kind).toBe('host');
+    expect(thisMachineNames('my laptop')).toEqual([]);
+    expect(thisMachineNames('')).toEqual([]);
   });
 });

@@ -1,6 +1,6 @@
 // How `devop exec` gets outgoing traffic, DNS and remote files: the flags it adds, their merge over devop.json, and the
 // child-env hook that starts the proxy on the session's tunnel and returns the env plus its cleanup.
-import { networkInterfaces } from 'node:os';
+import { hostname, networkInterfaces } from 'node:os';
 import { FEATURES } from '../../shared/protocol.js';
 import type { ChildEnvHook } from '../session/connect.js';
 import { createMuxDialer } from './mux-dialer.js';
@@ -14,6 +14,14 @@ export function thisMachineAddresses(): string[] {
     .flatMap((entries) => entries ?? [])
     .filter((entry) => !entry.internal && !entry.address.startsWith('fe80:'))
     .map((entry) => entry.address);
+}
+
+/**
+ * This machine's own name: programs look it up for themselves (Java's InetAddress.getLocalHost, Python's
+ * socket.getfqdn), and the pod's DNS does not know it.
+ */
+export function thisMachineNames(name = hostname()): string[] {
+  return /^[a-z0-9_-]+(\.[a-z0-9_-]+)*$/i.test(name) ? [name] : [];
 }
 
 /** The exec child-env hook: proxy + preload env and DEVOP_ROOT; its cleanup stops the proxy and removes DEVOP_ROOT. */
@@ -32,9 +40,11 @@ export function outgoingChildEnvHook(settings: OutgoingSettings): ChildEnvHook {
       nativePreload: settings.nativePreload,
       include: settings.include,
       exclude: settings.exclude,
-      alwaysLocal: [apiServerRule(session.kc.getCurrentCluster()?.server), ...thisMachineAddresses()].filter(
-        (rule): rule is string => Boolean(rule),
-      ),
+      alwaysLocal: [
+        apiServerRule(session.kc.getCurrentCluster()?.server),
+        ...thisMachineNames(),
+        ...thisMachineAddresses(),
+      ].filter((rule): rule is string => Boolean(rule)),
       remoteFiles: settings.remoteFiles,
       localNames: !settings.clusterDns,
       reporter,

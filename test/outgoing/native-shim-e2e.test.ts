@@ -158,14 +158,18 @@ describe('outgoing for dynamically linked programs through the LD_PRELOAD shim',
       `${dynamicClient} ${echo.podIP} 81 /`,
       `${dynamicClient} ${unknown} 80 /`,
       `${staticClient} ${name} 80 /static-by-name`,
+      // This machine's own name (Java's InetAddress.getLocalHost, Python's getfqdn look it up) is not the pod's to
+      // answer: it stays local.
+      `${PYTHON} -c 'import json, socket; n = socket.gethostname(); ` +
+        `print(json.dumps({"mode": "own-name", "target": n, "body": socket.gethostbyname(n)}))'`,
     ].join(' && ');
     const run = devopExec(cluster, ['-t', 'deploy/client'], ['sh', '-c', script]);
     runs.push(run);
     expect(await finished(run, 'devop exec python3 and C clients'), run.output).toBe(0);
     const lines = clientLines(run.stdout);
-    expect(lines, run.output).toHaveLength(12);
+    expect(lines, run.output).toHaveLength(13);
     const [pyName, pyIp, aioName, aioIp, pyRefused, aioRefused, pyUnknown] = lines.slice(0, 7);
-    const [cName, cIp, cRefused, cUnknown, staticName] = lines.slice(7);
+    const [cName, cIp, cRefused, cUnknown, staticName, ownName] = lines.slice(7);
     // Then each connection was answered by the echo pod, and came from the client pod (it went out of the pod)
     const reached = [pyName, pyIp, aioName, aioIp, cName, cIp].map(answerOf);
     expect(
@@ -186,5 +190,7 @@ describe('outgoing for dynamically linked programs through the LD_PRELOAD shim',
     // does not know cluster names, answers it (docs/outgoing.md: use the proxy env, e.g. Go's net/http and
     // HTTPS_PROXY, or a devop port-forward)
     expect(staticName, run.output).toMatchObject({ error: 'getaddrinfo' });
+    // And this machine's own name resolved here
+    expect(ownName?.body, run.output).toMatch(/^\d+\.\d+\.\d+\.\d+$/);
   });
 });
