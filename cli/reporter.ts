@@ -108,6 +108,8 @@ export type ReportEvent =
       headers?: Record<string, string>;
       /** A gRPC call (HTTP/2, content-type application/grpc): the service and method its path names. */
       grpc?: { service: string; method: string };
+      /** Why it went where it did when a filter could not decide it (a body over the bound). */
+      note?: string;
     }
   | {
       type: 'response';

@@ -32,6 +32,7 @@ const TYPE_NAMES: Record<OptionSpec['type'], string> = {
   kubeDuration: 'string',
   portMappings: 'list of port mappings',
   headerFilter: 'string',
+  bodyFilter: 'string',
   regex: 'string',
   httpMethod: 'string',
   tolerations: 'list of object',

@@ -23,6 +23,10 @@ const PORT_FORWARD_OPTIONS = [
   ['httpHeaderFilter', '-R takes only HTTP requests with a matching header; the pod answers the rest'],
   ['httpPathFilter', '-R takes only HTTP requests whose path matches; the pod answers the rest'],
   ['httpMethodFilter', '-R takes only HTTP requests with this method; the pod answers the rest'],
+  [
+    'httpBodyFilter',
+    "-R takes only HTTP requests whose JSON body's value at the path matches; the pod answers the rest",
+  ],
   ['flush', "do not close the pod's existing connections when -R starts stealing"],
   ['stealProbes', '-R also takes connections from the node (kubelet probes)'],
   ['namespace', "namespace of the target / of the targetless agent (default: the context's)"],
@@ -59,6 +63,7 @@ export function registerPortForwardCommand(program: Command): void {
         { createReporter },
         { loadCommandConfig },
         { UserError },
+        { httpFilterOf },
       ] = await Promise.all([
         import('../services/port-forward.js'),
         import('../services/port-forward-remote.js'),
@@ -67,6 +72,7 @@ export function registerPortForwardCommand(program: Command): void {
         import('../ui/index.js'),
         import('./config-file.js'),
         import('../../shared/errors.js'),
+        import('../services/exec-options.js'),
       ]);
       if (flags.steal && flags.mirror)
         throw new UserError('--steal and --mirror were both given', 'pass one of them (the default is --steal)');
@@ -76,7 +82,6 @@ export function registerPortForwardCommand(program: Command): void {
       const config = withFlags({ ...file.config, target: undefined }, flags);
       const remote = config.portForward.remote;
       const target = config.target ?? (remote.length > 0 ? file.config.target : undefined);
-      const filter = config.incoming.httpFilter;
       // Port-forward has no traffic table to show: plain lines (addresses to copy) unless JSON is asked for.
       const reporter: Reporter = createReporter({
         output: flags.output === 'json' ? 'json' : 'plain',
@@ -95,10 +100,7 @@ export function registerPortForwardCommand(program: Command): void {
               traffic: {
                 // Steal unless --mirror: port-forward -R exists to answer the pod's port from here.
                 mode: flags.mirror ? 'mirror' : 'steal',
-                httpFilter:
-                  filter && (filter.header || filter.path || filter.method)
-                    ? { ...filter, ...(filter.method !== undefined ? { method: filter.method.toUpperCase() } : {}) }
-                    : undefined,
+                httpFilter: httpFilterOf(config),
                 flush: config.incoming.flush,
                 stealProbes: config.incoming.stealProbes,
               },

@@ -18,6 +18,7 @@ export type ValueType =
   | 'kubeDuration'
   | 'portMappings'
   | 'headerFilter'
+  | 'bodyFilter'
   | 'regex'
   | 'httpMethod'
   | 'tolerations';
@@ -207,6 +208,16 @@ export const OPTIONS = {
     key: 'incoming.httpFilter.method',
     type: 'httpMethod',
     doc: 'Steal only requests with this HTTP method (case-insensitive).',
+    group: 'http',
+  },
+  httpBodyFilter: {
+    flags: '--http-body-filter <"json-path: regex">',
+    help: "only HTTP requests whose JSON body's value at the path matches go to the local command",
+    key: 'incoming.httpFilter.body',
+    type: 'bodyFilter',
+    doc:
+      'Steal only requests with a JSON body whose value at the path matches, e.g. "$.user.name: ^alice$" or ' +
+      '"items[0].kind: ^Llama$". Bodies over 64 KiB go to the pod; HTTP/1.x only.',
     group: 'http',
   },
   httpFilterMatch: {

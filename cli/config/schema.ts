@@ -3,6 +3,7 @@
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
 import { UserError } from '../../shared/errors.js';
+import { compileBodyFilter } from '../../shared/body-filter.js';
 import { filterRegexProblem } from '../../shared/filter-regex.js';
 import { TARGET_FORMS, parseTarget } from '../../shared/target.js';
 import { DURATION } from './duration.js';
@@ -29,6 +30,15 @@ export function parsePortMapping(spec: string | number): { remote: number; local
 /** A filter pattern the agent accepts: RE2 syntax, small enough (shared/filter-regex.ts). */
 function isRegex(source: string): boolean {
   return filterRegexProblem(source, 'the pattern') === undefined;
+}
+
+function isBodyFilter(v: string): boolean {
+  try {
+    compileBodyFilter(v, 'the body filter');
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 function isHeaderFilter(v: string): boolean {
@@ -88,6 +98,12 @@ function valueSchema(spec: OptionSpec): z.ZodType {
         message:
           'expected "Header-Name: value-regex", the regex RE2 (no backreferences or lookaround), e.g. ' +
           '"x-devop-user: alice"',
+      });
+    case 'bodyFilter':
+      return z.string().refine(isBodyFilter, {
+        message:
+          'expected "json-path: value-regex", the regex RE2 (no backreferences or lookaround), e.g. ' +
+          '"$.user.name: ^alice$"',
       });
     case 'regex':
       return Regex('the path');

@@ -126,3 +126,32 @@ describe('exec options', () => {
     );
   });
 });
+
+describe('the JSON body filter', () => {
+  it("Given --http-body-filter, Then it is the HTTP filter (a filter flag replaces the file's criteria)", () => {
+    const o = mergeExecOptions({ httpBodyFilter: '$.user.name: ^alice$' }, fileConfig, ['node'], '/project');
+    expect(o.httpFilter).toEqual({ body: '$.user.name: ^alice$', match: 'all' });
+  });
+
+  it('Given a body filter alone in devop.json, Then it is the filter', () => {
+    const config = parseConfig({ incoming: { httpFilter: { body: 'items[0].kind: Llama' } } }, 'devop.json');
+    expect(mergeExecOptions({}, config, ['node'], '/project').httpFilter).toEqual({
+      body: 'items[0].kind: Llama',
+      match: 'all',
+    });
+  });
+
+  it('Given a body filter that is not "json-path: regex", Then one line names it and the form, flag or file', () => {
+    expect(() => mergeExecOptions({ httpBodyFilter: 'user.name' }, fileConfig, ['node'], '/project')).toThrow(
+      '--http-body-filter "user.name" is not "json-path: regex"',
+    );
+    let err: unknown;
+    try {
+      parseConfig({ incoming: { httpFilter: { body: '$.a: (x)\\1' } } }, 'devop.json');
+    } catch (e) {
+      err = e;
+    }
+    expect((err as Error).message).toMatch(/^devop\.json: incoming\.httpFilter\.body is /);
+    expect((err as { hint?: string }).hint).toContain('"json-path: value-regex"');
+  });
+});

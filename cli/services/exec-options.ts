@@ -4,6 +4,7 @@ import type { ExecOptionName, FlagValues } from '../config/options.js';
 import type { DevopConfig } from '../config/types.js';
 import { withFlags } from '../config/flags.js';
 import { UserError } from '../../shared/errors.js';
+import { compileBodyFilter } from '../../shared/body-filter.js';
 import { compileFilterRegex } from '../../shared/filter-regex.js';
 import type { HttpFilter } from '../../shared/protocol.js';
 import type { ExecServiceOptions } from './exec.js';
@@ -41,6 +42,7 @@ function checkExecFlags(flags: ExecFlags): void {
   refuseLoneRecordSecrets(flags);
   if (flags.httpHeaderFilter !== undefined) checkHeaderFilter(flags.httpHeaderFilter);
   if (flags.httpPathFilter !== undefined) checkRegex(flags.httpPathFilter, '--http-path-filter');
+  if (flags.httpBodyFilter !== undefined) compileBodyFilter(flags.httpBodyFilter, '--http-body-filter');
   if (flags.httpMethodFilter !== undefined && !/^[A-Za-z]+$/.test(flags.httpMethodFilter)) {
     throw new UserError(
       `--http-method-filter "${flags.httpMethodFilter}" is not an HTTP method`,
@@ -84,14 +86,17 @@ export function mergeExecOptions(
   return execOptionsFrom(flags, resolveExecConfig(flags, config, configDir), command);
 }
 
+/** The HTTP filter of a resolved config (the method in capitals), or undefined when it names no criterion. */
+export function httpFilterOf(config: DevopConfig): HttpFilter | undefined {
+  const filter = config.incoming.httpFilter;
+  if (!filter || !(filter.header || filter.path || filter.method || filter.body)) return undefined;
+  return { ...filter, ...(filter.method !== undefined ? { method: filter.method.toUpperCase() } : {}) };
+}
+
 /** The exec service's options from the resolved config, and the flags that have no devop.json key. */
 export function execOptionsFrom(flags: ExecFlags, config: DevopConfig, command: readonly string[]): ExecServiceOptions {
   requireLocalCommand(command);
-  const filter = config.incoming.httpFilter;
-  const httpFilter: HttpFilter | undefined =
-    filter && (filter.header || filter.path || filter.method)
-      ? { ...filter, ...(filter.method !== undefined ? { method: filter.method.toUpperCase() } : {}) }
-      : undefined;
+  const httpFilter = httpFilterOf(config);
   const ports = config.incoming.ports.map(String);
   ports.forEach(parsePortSpec);
   if (config.replace) replaceKindOf({ target: config.target, allPods: config.allPods });

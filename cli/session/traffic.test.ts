@@ -32,3 +32,21 @@ describe('trafficToEvent', () => {
     expect(lines.find((l) => l.includes('202'))).toContain('GET /from-b');
   });
 });
+
+describe('a request a filter could not decide', () => {
+  it('Given a request event with a note, Then the plain line says why the pod answered', async () => {
+    const stderr = new PassThrough();
+    let text = '';
+    stderr.on('data', (d: Buffer) => {
+      text += d.toString();
+    });
+    const reporter = new PlainReporter({ stderr, stdout: new PassThrough(), verbose: false });
+    const note = 'body over 64 KiB: the body filter cannot read it, the pod answers';
+    const request = { kind: 'request', requestId: '80-1', port: 80, method: 'POST', path: '/big', to: 'pod', note };
+    reporter.emit(trafficToEvent(request as TrafficEvent, 'echo-a') as ReportEvent);
+    const response = { kind: 'response', requestId: '80-1', status: 200, durationMs: 4, bytes: 2 };
+    reporter.emit(trafficToEvent(response as TrafficEvent, 'echo-a') as ReportEvent);
+    await reporter.close();
+    expect(text).toContain(`POST /big → pod :80 (4 ms, 2 B): ${note}`);
+  });
+});

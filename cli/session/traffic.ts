@@ -36,6 +36,7 @@ export function trafficToEvent(event: TrafficEvent, pod: string | undefined): Re
         to: event.to,
         ...(pod ? { pod } : {}),
         ...(event.grpc ? { grpc: event.grpc } : {}),
+        ...(event.note ? { note: event.note } : {}),
       };
     case 'response':
       return {

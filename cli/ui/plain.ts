@@ -71,7 +71,8 @@ export class PlainReporter implements Reporter {
         const what = request
           ? `${request.method} ${request.path} → ${request.to} :${request.port}`
           : `request ${event.id}`;
-        return `${LINE_PREFIX}${event.status} ${what} ${took}`;
+        const note = request?.note ? `: ${request.note}` : '';
+        return `${LINE_PREFIX}${event.status} ${what} ${took}${note}`;
       }
       case 'connection': {
         if (event.fallbackMs !== undefined && event.state === 'open') {

@@ -13,6 +13,7 @@ export function describeFilter(filter: HttpFilter | undefined): string | undefin
     filter.header && `header ${filter.header}`,
     filter.path && `path ${filter.path}`,
     filter.method && `method ${filter.method}`,
+    filter.body && `body ${filter.body}`,
   ].filter(Boolean);
   return parts.length ? parts.join(filter.match === 'any' ? ' or ' : ' and ') : undefined;
 }

@@ -13,7 +13,7 @@ import { refuseTakenPorts } from './local-ports.js';
 import { startRecording } from './recording.js';
 import { firstEnd, settle } from './outcome.js';
 import { watchStartupSignals } from './startup-signals.js';
-import type { TrafficControl } from './traffic-control.js';
+import { TrafficControl } from './traffic-control.js';
 
 const servers: Server[] = [];
 afterEach(async () => {
@@ -200,5 +200,27 @@ describe('--record', () => {
     const recording = await startRecording(path, 'steal', recordingReporter());
     await recording.stop(false);
     expect(JSON.parse(readFileSync(path, 'utf8')).log.entries).toEqual([]);
+  });
+});
+
+describe('traffic control', () => {
+  it('Given an agent that does not read bodies, When a body filter is subscribed, Then one line names the fix', async () => {
+    const sent: unknown[] = [];
+    const session = {
+      tunnel: { send: (msg: unknown) => void sent.push(msg), on: () => undefined, off: () => undefined },
+      hello: { features: ['steal', 'http-filter'], agentVersion: '0.9.0' },
+    } as unknown as Session;
+    const info = { target: 'deploy/echo', namespace: 'default', ports: [{ remotePort: 80, localPort: 8080 }] };
+    const traffic = new TrafficControl(
+      session,
+      info as never,
+      { mode: 'steal', httpFilter: { body: '$.user: alice', match: 'all' }, flush: true, stealProbes: false },
+      recordingReporter(),
+    );
+    const err = await traffic.subscribeAll().catch((e: unknown) => e);
+    expect((err as Error).message).toBe(
+      'agent 0.9.0 does not read request bodies: --http-body-filter cannot be applied',
+    );
+    expect(sent).toEqual([]);
   });
 });

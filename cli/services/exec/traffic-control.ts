@@ -2,7 +2,7 @@
 // reporter's keys (the TUI's) once the session is ready.
 import { UserError } from '../../../shared/errors.js';
 import { compileHeaderFilter } from '../../../shared/filter-regex.js';
-import type { HttpFilter, StealMode } from '../../../shared/protocol.js';
+import { FEATURES, type HttpFilter, type StealMode } from '../../../shared/protocol.js';
 import { followAvailable } from '../../kube/apiservice-status.js';
 import { error, type PortState, type Reporter, type SessionInfo } from '../../reporter.js';
 import type { Retarget, Session } from '../../session/connect.js';
@@ -34,7 +34,12 @@ export class TrafficControl {
   }
 
   private async subscribe(port: number): Promise<void> {
-    const { tunnel } = this.session;
+    const { tunnel, hello } = this.session;
+    if (this.filter?.body && !hello.features.includes(FEATURES.bodyFilter))
+      throw new UserError(
+        `agent ${hello.agentVersion} does not read request bodies: --http-body-filter cannot be applied`,
+        'use the agent image of this devop version (devop clean, then run again), or drop --http-body-filter',
+      );
     const answer = await agentRequest(
       tunnel,
       (id) =>
