@@ -1,8 +1,8 @@
 // The LD_PRELOAD shim (cli/native/outgoing-shim.c, dist/devop-outgoing.so) against devop's real outgoing proxy, with a
-// "cluster" on this machine: python3 (blocking, timeout and asyncio connects) and a dynamically linked C client reach a
-// cluster name and a cluster address, get ECONNREFUSED for a closed port and a lookup failure for an unknown name;
-// local destinations stay local; a program whose proxy is gone runs as without the shim. The stand-in's end-to-end
-// run is native-shim-e2e.test.ts.
+// "cluster" on this machine: python3 (blocking, timeout and asyncio connects, a connect() repeated on a non-blocking
+// socket, 32 threads at once) and a dynamically linked C client reach a cluster name and a cluster address, get
+// ECONNREFUSED for a closed port and a lookup failure for an unknown name; local destinations stay local; a program
+// whose proxy is gone runs as without the shim. The stand-in's end-to-end run is native-shim-e2e.test.ts.
 import { execFile, execFileSync } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { connect as netConnect } from 'node:net';
@@ -137,6 +137,28 @@ describe.skipIf(process.platform !== 'linux')('the outgoing shim for dynamically
     const answers = lines(await run(PYTHON, [PY_CLIENT, `again,${SERVICE_NAME},${echo.port},/again`], env));
     expect((JSON.parse(String(answers[0]?.body ?? '{}')) as { url?: string }).url).toBe('/again');
     expect(dialer.calls.filter((call) => call.op === 'connect')).toHaveLength(1);
+  });
+
+  it('32 threads resolving and connecting at once each get their own connection', async () => {
+    // When a Python program resolves and connects from 32 threads at the same time (each its own request path)
+    const script = [
+      'import json, socket, sys, threading',
+      'host, port = sys.argv[1], int(sys.argv[2])',
+      'got = {}',
+      'def fetch(i):',
+      '    with socket.create_connection((host, port), timeout=20) as s:',
+      '        s.sendall(f"GET /thread-{i} HTTP/1.0\\r\\n\\r\\n".encode())',
+      '        data = b""',
+      '        while chunk := s.recv(65536): data += chunk',
+      '    got[i] = json.loads(data.split(b"\\r\\n\\r\\n", 1)[1])["url"]',
+      'threads = [threading.Thread(target=fetch, args=(i,)) for i in range(32)]',
+      'for t in threads: t.start()',
+      'for t in threads: t.join()',
+      'print(json.dumps([got.get(i) for i in range(32)]))',
+    ].join('\n');
+    const stdout = await run(PYTHON, ['-c', script, SERVICE_NAME, String(echo.port)], env);
+    // Then every thread read the answer to its own request
+    expect(JSON.parse(stdout)).toEqual(Array.from({ length: 32 }, (_, i) => `/thread-${i}`));
   });
 
   it('a dynamically linked C client reaches the cluster name and address', async () => {
