@@ -270,6 +270,14 @@ export interface PodClient {
   /** A GET on the client's one keep-alive connection (a new one when the other side closed it); `reused` says which. */
   keepAliveGet(host: string, port: number, path: string, timeoutMs?: number): Promise<HttpAnswer & { reused: boolean }>;
   who(host: string, port: number, path?: string, headers?: Record<string, string>): Promise<string>;
+  /** Who answers a POST of `body` (with its headers, e.g. its content-type). */
+  whoAnswersPost(
+    host: string,
+    port: number,
+    path: string,
+    body: string,
+    headers: Record<string, string>,
+  ): Promise<string>;
   close(): void;
 }
 
@@ -324,22 +332,26 @@ export async function startPodClient(
     }
   });
   let nextId = 0;
-  const get = (
+  const send = (
     host: string,
     port: number,
     path: string,
     headers: Record<string, string> = {},
     timeoutMs = 5000,
+    post?: { body: string },
   ): Promise<HttpAnswer> =>
     new Promise((resolvePromise, reject) => {
       const id = ++nextId;
+      const method = post ? 'POST' : 'GET';
       pending.set(id, (r) =>
         r.error !== undefined
-          ? reject(new Error(`GET ${host}:${port}${path} from pod ${name}: ${r.error}`))
+          ? reject(new Error(`${method} ${host}:${port}${path} from pod ${name}: ${r.error}`))
           : resolvePromise({ status: r.status ?? 0, body: r.body ?? '' }),
       );
-      child.stdin?.write(`${JSON.stringify({ id, host, port, path, headers, timeoutMs })}\n`);
+      child.stdin?.write(`${JSON.stringify({ id, host, port, path, headers, timeoutMs, method, body: post?.body })}\n`);
     });
+  const get = (host: string, port: number, path: string, headers?: Record<string, string>, timeoutMs?: number) =>
+    send(host, port, path, headers, timeoutMs);
   const keepAliveGet = (
     host: string,
     port: number,
@@ -360,6 +372,9 @@ export async function startPodClient(
     keepAliveGet,
     async who(host, port, path = '/', headers = {}) {
       return whoAnswered(await get(host, port, path, headers));
+    },
+    async whoAnswersPost(host, port, path, body, headers) {
+      return whoAnswered(await send(host, port, path, headers, 5000, { body }));
     },
     close() {
       child.stdin?.end();

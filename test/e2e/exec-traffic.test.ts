@@ -122,6 +122,31 @@ describe('devop exec: traffic', () => {
     await run.stop();
   });
 
+  it('filters on a JSON body: only requests whose JSON body says so reach the local command', async () => {
+    // Given a session stealing the requests whose JSON body names alice
+    const local = await freePort();
+    const run = track(
+      devopExec(
+        cluster,
+        ['-t', 'deploy/echo', '--steal', '-p', `8080:${local}`, '--http-body-filter', '$.user.name: ^alice$'],
+        [...LOCAL_SERVER_COMMAND],
+        { env: { LOCAL_PORT: String(local) } },
+      ),
+    );
+    await run.ready();
+    const json = { 'content-type': 'application/json' };
+    // When the pod gets requests for alice, for bob, and alice's in a body that is not JSON
+    const who = (path: string, body: object, headers = json) =>
+      client.whoAnswersPost(echo.podIP, 8080, path, JSON.stringify(body), headers);
+    // Then alice's JSON request reached the local command, the others the pod
+    expect(await who('/alice', { user: { name: 'alice' } }), run.output).toBe('local');
+    expect(await who('/bob', { user: { name: 'bob' } })).toBe(echo.podName);
+    expect(await who('/text', { user: { name: 'alice' } }, { 'content-type': 'text/plain' })).toBe(echo.podName);
+    expect(seenRequests(run).map((r) => `${r.method} ${r.path}`)).toEqual(['POST /alice']);
+    expect(run.stderr).toContain('body $.user.name: ^alice$');
+    await run.stop();
+  });
+
   it('runs two filtered sessions at once on one target and refuses a third unfiltered steal, naming the holder', async () => {
     // Given alice's and bob's sessions with different header filters
     const [portA, portB, portC] = [await freePort(), await freePort(), await freePort()];
