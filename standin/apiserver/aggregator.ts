@@ -15,6 +15,8 @@ const RESYNC_MS = 30_000;
 /** …and while one is not (a failed check is retried soon, as the aggregator's rate-limited requeue does). */
 const RETRY_MS = 1000;
 const PROXY_TIMEOUT_MS = 30_000;
+/** How long the availability check and the OpenAPI index wait for an APIService's server. */
+const PROBE_TIMEOUT_MS = 1500;
 
 interface Backend extends ServiceEndpoint {
   ca?: string;
@@ -53,9 +55,11 @@ export class Aggregator {
     return { ...ep, ca, insecure: Boolean(apiService.spec.insecureSkipTLSVerify) };
   }
 
-  proxy(req: IncomingMessage, res: ServerResponse, id: Identity): void {
+  /** Proxies a request for /apis/<group>/<version>/…, or for another path of the APIService serving `gv`. */
+  proxy(req: IncomingMessage, res: ServerResponse, id: Identity, gv?: AggregatedGroup): void {
     const url = new URL(req.url ?? '/', 'https://stand-in');
-    const [, , group, version] = url.pathname.split('/');
+    const [, , pathGroup, pathVersion] = url.pathname.split('/');
+    const { group, version } = gv ?? { group: pathGroup, version: pathVersion };
     const apiService = this.remoteServices().find((a) => a.spec.group === group && a.spec.version === version);
     if (!apiService) throw new ApiError(404, 'NotFound', 'the server could not find the requested resource');
     const b = this.backend(apiService);
@@ -99,6 +103,58 @@ export class Aggregator {
     req.pipe(out);
   }
 
+  /**
+   * The /openapi/v3 entries each APIService's server publishes for its own group-version, merged into the API server's
+   * index as kube-aggregator does (pkg/controllers/openapiv3/aggregator/aggregator.go); the documents they point at
+   * are then proxied (proxy with the group-version). A server that does not answer within the probe's time is left out.
+   */
+  async openapiV3Paths(): Promise<Record<string, K8sObject>> {
+    const out: Record<string, K8sObject> = {};
+    await Promise.all(
+      this.remoteServices().map(async (a) => {
+        const b = this.backend(a);
+        if ('error' in b) return;
+        const index = await this.getJson(b, '/openapi/v3');
+        const key = `apis/${a.spec.group}/${a.spec.version}`;
+        const entry = index?.paths?.[key];
+        if (typeof entry?.serverRelativeURL === 'string') out[key] = { serverRelativeURL: entry.serverRelativeURL };
+      }),
+    );
+    return out;
+  }
+
+  private getJson(b: Backend, path: string): Promise<K8sObject | undefined> {
+    return new Promise((resolve) => {
+      const r = httpsRequest(
+        {
+          host: b.host,
+          port: b.port,
+          localAddress: b.localAddress,
+          path,
+          method: 'GET',
+          ca: b.ca,
+          rejectUnauthorized: !b.insecure,
+          timeout: PROBE_TIMEOUT_MS,
+          headers: { 'x-remote-user': 'system:kube-aggregator', accept: 'application/json' },
+        },
+        (res) => {
+          const chunks: Buffer[] = [];
+          res.on('data', (c: Buffer) => chunks.push(c));
+          res.on('end', () => {
+            try {
+              resolve((res.statusCode ?? 500) < 300 ? JSON.parse(Buffer.concat(chunks).toString('utf8')) : undefined);
+            } catch {
+              resolve(undefined); // not JSON: the server publishes no OpenAPI index
+            }
+          });
+        },
+      );
+      r.on('timeout', () => r.destroy());
+      r.on('error', () => resolve(undefined));
+      r.end();
+    });
+  }
+
   private probe(b: Backend, group: string, version: string): Promise<boolean> {
     return new Promise((resolve) => {
       const r = httpsRequest(
@@ -110,7 +166,7 @@ export class Aggregator {
           method: 'GET',
           ca: b.ca,
           rejectUnauthorized: !b.insecure,
-          timeout: 1500,
+          timeout: PROBE_TIMEOUT_MS,
           headers: { 'x-remote-user': 'system:kube-aggregator', accept: 'application/json' },
         },
         (res) => {

@@ -242,14 +242,24 @@ export class OpenApi {
     });
   }
 
-  /** kube-openapi pkg/handler3 HandleDiscovery and HandleGroupVersion. */
-  serveV3(req: IncomingMessage, res: ServerResponse, path: string, query: URLSearchParams): void {
+  /**
+   * kube-openapi pkg/handler3 HandleDiscovery and HandleGroupVersion. `aggregated` gives the entries of aggregated
+   * APIs' servers (their documents are proxied by the caller, as they are not served here).
+   */
+  async serveV3(
+    req: IncomingMessage,
+    res: ServerResponse,
+    path: string,
+    query: URLSearchParams,
+    aggregated: () => Promise<Record<string, K8sObject>>,
+  ): Promise<void> {
     const byGv = this.byGroupVersion();
     if (path === '/openapi/v3') {
       const paths: K8sObject = {};
       for (const [p, types] of byGv) {
         paths[p] = { serverRelativeURL: `/openapi/v3/${p}?hash=${this.groupVersionDoc(p, types).etag}` };
       }
+      Object.assign(paths, await aggregated());
       const body = Buffer.from(JSON.stringify({ paths }));
       send(req, res, { body, etag: etagOf(body) }, 'application/json', {});
       return;

@@ -180,7 +180,13 @@ export async function startApiServer(o: ApiServerOptions): Promise<ApiServer> {
     if (path === '/version') return sendJson(res, 200, SERVER_VERSION);
     if (path === '/api') return sendJson(res, 200, apiVersions(address));
     if (path === '/apis') return sendJson(res, 200, apiGroupList(o.catalog, o.aggregator.groups()));
-    if (path === '/openapi/v3' || path.startsWith('/openapi/v3/')) return openapi.serveV3(req, res, path, q);
+    const aggregatedOpenApi = /^\/openapi\/v3\/apis\/([^/]+)\/([^/]+)$/.exec(path);
+    if (aggregatedOpenApi && o.aggregator.handles(aggregatedOpenApi[1], aggregatedOpenApi[2])) {
+      return o.aggregator.proxy(req, res, id, { group: aggregatedOpenApi[1], version: aggregatedOpenApi[2] });
+    }
+    if (path === '/openapi/v3' || path.startsWith('/openapi/v3/')) {
+      return openapi.serveV3(req, res, path, q, () => o.aggregator.openapiV3Paths());
+    }
     if (path === '/openapi/v2') return openapi.serveV2(req, res);
     if (path === '/debug/flags' || path.startsWith('/debug/flags/')) {
       o.auth.authorizeNonResource(id, method.toLowerCase(), path);

@@ -26,6 +26,34 @@ const resourceList = {
   resources: [{ name: 'llamas', singularName: 'llama', namespaced: true, kind: 'Llama', verbs: ['get', 'list'] }],
 };
 
+/** The aggregated server's own OpenAPI v3: its index and its group-version's document. */
+const LLAMA_GVK = { group: 'farm.example.com', version: 'v1alpha', kind: 'Llama' };
+const openapiV3Index = {
+  paths: {
+    'apis/farm.example.com/v1alpha': { serverRelativeURL: '/openapi/v3/apis/farm.example.com/v1alpha?hash=F1' },
+  },
+};
+const openapiV3Doc = {
+  openapi: '3.0.0',
+  info: { title: 'farm', version: 'v1alpha' },
+  paths: {
+    '/apis/farm.example.com/v1alpha/llamas': { get: { 'x-kubernetes-group-version-kind': LLAMA_GVK, responses: {} } },
+    '/apis/farm.example.com/v1alpha/namespaces/{namespace}/llamas': {
+      get: { 'x-kubernetes-group-version-kind': LLAMA_GVK, responses: {} },
+    },
+  },
+  components: {
+    schemas: {
+      'com.example.farm.v1alpha.Llama': {
+        type: 'object',
+        description: 'A Llama lives on the farm.',
+        properties: { spec: { type: 'object', description: 'How heavy the llama is.' } },
+        'x-kubernetes-group-version-kind': [LLAMA_GVK],
+      },
+    },
+  },
+};
+
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), 'devop-agg-'));
   const certs = await makeCerts(dir, ['IP:127.0.0.1']);
@@ -34,6 +62,8 @@ beforeAll(async () => {
     res.setHeader('Content-Type', 'application/json');
     const path = (req.url ?? '').split('?')[0];
     if (path === '/apis/farm.example.com/v1alpha') return res.end(JSON.stringify(resourceList));
+    if (path === '/openapi/v3') return res.end(JSON.stringify(openapiV3Index));
+    if (path === '/openapi/v3/apis/farm.example.com/v1alpha') return res.end(JSON.stringify(openapiV3Doc));
     if (path === '/apis/farm.example.com/v1alpha/namespaces/default/llamas') {
       return res.end(
         JSON.stringify({
@@ -136,4 +166,16 @@ describe('APIService aggregation', () => {
       expect(svc.stdout).toMatch(/v1alpha\.farm\.example\.com\s+default\/farm\s+True\s+/);
     });
   }
+
+  it('kubectl explain reads an aggregated kind from its server, through the merged /openapi/v3', async () => {
+    // Given the APIService's server publishes /openapi/v3 (kube-aggregator pkg/controllers/openapiv3/aggregator
+    // merges such an index into the API server's)
+    const env = { ...process.env, KUBECONFIG: cluster.kubeconfigPath, HOME: dir };
+    // When kubectl explains the aggregated kind
+    const r = await runFile('/usr/lib/google-cloud-sdk/bin/kubectl.1.33', ['explain', 'llamas'], { env });
+    // Then the index names the group-version with the server's own URL, and the description comes from its document
+    expect(r.stdout).toMatch(/GROUP:\s+farm\.example\.com\nKIND:\s+Llama\nVERSION:\s+v1alpha/);
+    expect(r.stdout).toContain('A Llama lives on the farm.');
+    expect(r.stdout).toMatch(/spec\s+<Object>\n\s+How heavy the llama is\./);
+  });
 });
