@@ -1,7 +1,7 @@
 // devop-outgoing.so: the LD_PRELOAD shim that `devop exec` gives dynamically linked local commands (Python, Java, Ruby,
 // C… on glibc/Linux) so that their raw TCP connections and name lookups reach the cluster, as the Node preload
 // (cli/preload/) does for Node. It speaks the same control protocol (cli/outgoing/control-protocol.ts: JSON lines on
-// the session's proxy port, a hello with the token from DEVOP_OUTGOING first):
+// the session's proxy port, a hello with the token from DEVOP_PRELOAD_CONFIG first):
 //
 // - getaddrinfo / gethostbyname of a name the outgoing rules send to the cluster: a `lookup` answered with the pod's
 //   DNS; the addresses are remembered, so that a connect to one of them goes to the cluster too. A name the cluster
@@ -14,7 +14,7 @@
 //   still sees EINPROGRESS (asyncio, Java NIO).
 //
 // Everything else is passed on untouched: UDP, Unix sockets, loopback and excluded destinations (decided here, with no
-// round trip), and every call when DEVOP_OUTGOING is absent or devop's proxy is gone (the real call then runs as if the
+// round trip), and every call when DEVOP_PRELOAD_CONFIG is absent or devop's proxy is gone (the real call then runs as if the
 // shim were not there). Each control exchange uses its own connection, so threads and forked children share nothing
 // but the remembered addresses (under a mutex).
 #define _GNU_SOURCE
@@ -301,7 +301,7 @@ static void init(void) {
   real_connect = (connect_fn)dlsym(RTLD_NEXT, "connect");
   real_getaddrinfo = (getaddrinfo_fn)dlsym(RTLD_NEXT, "getaddrinfo");
   real_gethostbyname = (gethostbyname_fn)dlsym(RTLD_NEXT, "gethostbyname");
-  const char *raw = getenv("DEVOP_OUTGOING");
+  const char *raw = getenv("DEVOP_PRELOAD_CONFIG");
   if (!raw || !real_connect || !real_getaddrinfo) return;
   const char *proxy = json_find(raw, "proxy");
   if (!proxy || json_string(proxy, "host", config.host, sizeof config.host) < 0) return;

@@ -4,7 +4,7 @@
 export const CONTROL_FIRST_BYTE = 0x7b; // "{"
 
 export type ControlRequest =
-  /** The first line: the session's token (from DEVOP_OUTGOING). Not answered; a wrong one closes the connection. */
+  /** The first line: the session's token (from DEVOP_PRELOAD_CONFIG). Not answered; a wrong one closes it. */
   | { id: number; op: 'hello'; token: string }
   | { id: number; op: 'lookup'; name: string; family?: 4 | 6 }
   /** Dial host:port through the cluster; on success the answer names a one-shot local port that carries the bytes. */
@@ -21,7 +21,7 @@ export type ControlAnswer =
   | { id: number; ok: false; code: string; message: string };
 
 /** The env var (JSON) that tells the preload where the proxy is and what to route. */
-export const PRELOAD_CONFIG_ENV = 'DEVOP_OUTGOING';
+export const PRELOAD_CONFIG_ENV = 'DEVOP_PRELOAD_CONFIG';
 
 export interface PreloadConfig {
   /** The local proxy, host:port on loopback. */

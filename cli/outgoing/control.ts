@@ -60,7 +60,7 @@ export function serveControl(socket: Socket, options: ControlOptions, resources:
       id: request.id,
       ok: false,
       code: 'EACCES',
-      message: "devop's outgoing proxy takes the session's token only (the preload reads it from DEVOP_OUTGOING)",
+      message: "devop's outgoing proxy takes the session's token only (the preload reads it from DEVOP_PRELOAD_CONFIG)",
     });
     socket.end();
   };

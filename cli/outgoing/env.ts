@@ -1,6 +1,6 @@
 // The env that points the local command at the session's outgoing proxy: proxy variables for any program (with the
 // session's credentials in the URLs), NODE_OPTIONS --import of the preload for Node programs, LD_PRELOAD of the shim
-// for dynamically linked ones, DEVOP_OUTGOING (both preloads' config, with the token) and DEVOP_ROOT (remote files).
+// for dynamically linked ones, DEVOP_PRELOAD_CONFIG (both preloads' config, with the token), DEVOP_ROOT (remote files).
 // The env, unlike a command line, only the user reads.
 import { existsSync } from 'node:fs';
 import { fileURLToPath, pathToFileURL } from 'node:url';

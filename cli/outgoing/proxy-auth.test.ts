@@ -7,6 +7,7 @@ import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { exchange, recordingDialer, startHttpEcho, type Closable } from '../../testkit/outgoing.js';
 import { createLocalDialer } from './dialer.js';
+import { envOverrides } from '../config/env.js';
 import { outgoingEnv } from './env.js';
 import { startOutgoingProxy, type OutgoingProxy } from './proxy.js';
 
@@ -171,3 +172,24 @@ function readLines(socket: Socket): { next(): Promise<string> } {
   });
   return { next: () => new Promise((resolve) => waiting.push(resolve)) };
 }
+
+describe("the command's outgoing env and a devop run inside the command", () => {
+  it('Given the env devop gives the command, When a devop started in it reads its env overrides, Then none is there', () => {
+    // Given the outgoing env with both preloads (a shell, a script or a VS Code task may run devop again in it)
+    const proxy = { host: '127.0.0.1', port: 4000 };
+    const vars = outgoingEnv(
+      {},
+      {
+        proxy,
+        credentials: { username: 'devop', secret: 'ab'.repeat(24) },
+        include: [],
+        exclude: [],
+        preloadPath: '/opt/devop/dist/preload.js',
+        shimPath: '/opt/devop/dist/devop-outgoing.so',
+      },
+    );
+    // Then no variable of it is one of devop's own overrides (DEVOP_OUTGOING is outgoing.enabled: true/false)
+    expect(() => envOverrides(vars)).not.toThrow();
+    expect(envOverrides(vars)).toEqual({});
+  });
+});

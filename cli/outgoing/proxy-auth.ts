@@ -1,6 +1,6 @@
 // The per-session secret of the local outgoing proxy: any user of this machine can connect to a loopback port, so
 // every way in (SOCKS5 username/password, HTTP Proxy-Authorization Basic, the preload's control hello) must present
-// it. The local command gets it in its env only (proxy URLs, DEVOP_OUTGOING), never on a command line or in a log line.
+// it. The local command gets it in its env only (proxy URLs, DEVOP_PRELOAD_CONFIG), never on a command line or a log.
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 
 /** The user name in the proxy URLs and the SOCKS5 handshake (the secret is the password). */

@@ -128,7 +128,7 @@ export async function startOutgoing(options: OutgoingOptions): Promise<OutgoingS
             message:
               `the outgoing proxy refused a connection without the session's secret (${via}: ${reason}; ${count} ` +
               'so far): another program or user of this machine tried to use it; the local command gets the secret ' +
-              'in its env (HTTP_PROXY, ALL_PROXY, DEVOP_OUTGOING)',
+              'in its env (HTTP_PROXY, ALL_PROXY, DEVOP_PRELOAD_CONFIG)',
           }),
       })
     : undefined;

@@ -38,7 +38,7 @@ export function createControlClient(options: {
   host: string;
   port: number;
   timeoutMs: number;
-  /** The session's token (DEVOP_OUTGOING). */
+  /** The session's token (DEVOP_PRELOAD_CONFIG). */
   token: string;
   connectRaw: (socket: Socket, port: number, host: string) => void;
 }): ControlClient {

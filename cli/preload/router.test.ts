@@ -55,13 +55,14 @@ describe('preload router', () => {
     });
   });
 
-  it('reads its config from DEVOP_OUTGOING and ignores a missing or broken one', () => {
+  it('reads its config from DEVOP_PRELOAD_CONFIG and ignores a missing or broken one', () => {
     const config = { proxy, include: [], exclude: ['*.corp'], token: 'session-secret' };
-    expect(readPreloadConfig({ DEVOP_OUTGOING: JSON.stringify(config) })).toEqual(config);
+    expect(readPreloadConfig({ DEVOP_PRELOAD_CONFIG: JSON.stringify(config) })).toEqual(config);
     expect(readPreloadConfig({})).toBeUndefined();
-    expect(readPreloadConfig({ DEVOP_OUTGOING: '{not json' })).toBeUndefined();
-    expect(readPreloadConfig({ DEVOP_OUTGOING: '{"include":[]}' })).toBeUndefined();
+    expect(readPreloadConfig({ DEVOP_PRELOAD_CONFIG: '{not json' })).toBeUndefined();
+    expect(readPreloadConfig({ DEVOP_PRELOAD_CONFIG: '{"include":[]}' })).toBeUndefined();
     // Without the token it could not talk to the proxy: no hooks rather than failing connections
-    expect(readPreloadConfig({ DEVOP_OUTGOING: JSON.stringify({ ...config, token: undefined }) })).toBeUndefined();
+    const tokenless = JSON.stringify({ ...config, token: undefined });
+    expect(readPreloadConfig({ DEVOP_PRELOAD_CONFIG: tokenless })).toBeUndefined();
   });
 });

@@ -89,7 +89,7 @@ describe.skipIf(process.platform !== 'linux')('the outgoing shim for dynamically
     cClient = join(work, 'raw-client');
     execFileSync('cc', ['-O2', '-o', cClient, C_CLIENT_SOURCE]);
     // Given an HTTP echo server "in the cluster" behind SERVICE_IP, a port there that nothing listens on, and devop's
-    // proxy with the env exec gives a local command (LD_PRELOAD of the shim, DEVOP_OUTGOING)
+    // proxy with the env exec gives a local command (LD_PRELOAD of the shim, DEVOP_PRELOAD_CONFIG)
     echo = await startHttpEcho('cluster-echo');
     const closed = await startHttpEcho('closed');
     closedPort = closed.port;
@@ -220,9 +220,9 @@ describe.skipIf(process.platform !== 'linux')('the outgoing shim for dynamically
     // Given the same env, but pointing at a loopback port where nothing listens
     const gone = {
       ...env,
-      DEVOP_OUTGOING: (env.DEVOP_OUTGOING ?? '').replace(`"port":${proxy.port}`, `"port":${closedPort}`),
+      DEVOP_PRELOAD_CONFIG: (env.DEVOP_PRELOAD_CONFIG ?? '').replace(`"port":${proxy.port}`, `"port":${closedPort}`),
     };
-    expect(gone.DEVOP_OUTGOING).toContain(`"port":${closedPort}`);
+    expect(gone.DEVOP_PRELOAD_CONFIG).toContain(`"port":${closedPort}`);
     const answers = lines(
       await run(
         PYTHON,
