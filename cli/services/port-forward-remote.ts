@@ -5,7 +5,7 @@ import type { Socket } from 'node:net';
 import { UserError } from '../../shared/errors.js';
 import type { MuxStream } from '../../shared/mux.js';
 import { connectOwnReads, ownReads } from '../../shared/own-reads.js';
-import type { AgentMessage, HttpFilter, StealMode } from '../../shared/protocol.js';
+import type { HttpFilter, StealMode } from '../../shared/protocol.js';
 import { spliceSocket } from '../../shared/splice.js';
 import { parseAuthority } from '../outgoing/http-connect.js';
 import { canConnect } from '../process/listen.js';
@@ -13,6 +13,7 @@ import { type PortState, type Reporter, type SessionInfo, warn } from '../report
 import type { Session } from '../session/connect.js';
 import { trafficToEvent } from '../session/traffic.js';
 import type { ConnectionEvent } from './incoming.js';
+import { agentMessageReporter } from './exec/agent-events.js';
 import { describeFilter } from './exec/session-info.js';
 import { TrafficControl } from './exec/traffic-control.js';
 
@@ -265,20 +266,7 @@ export async function startRemoteForwards(
     if (event) reporter.emit(event);
   });
   // The agent's words about this session, as `devop exec` shows them: requests and answers, its log, its errors.
-  const onMessage = (msg: AgentMessage): void => {
-    if (msg.type === 'traffic') {
-      const event = trafficToEvent(msg.event, pod);
-      if (event) reporter.emit(event);
-    } else if (msg.type === 'log') {
-      reporter.emit({
-        type: 'log',
-        level: msg.level === 'error' ? 'warn' : msg.level,
-        message: `agent: ${msg.message}`,
-      });
-    } else if (msg.type === 'error' && msg.id === undefined) {
-      reporter.emit({ type: 'error', message: `agent: ${msg.message}`, hint: msg.hint });
-    }
-  };
+  const onMessage = agentMessageReporter(pod, reporter);
   session.tunnel.on('stream', onStream);
   session.tunnel.on('message', onMessage);
   // A local address that refuses now is said once before the ports are taken (the steal goes on: it may start later).

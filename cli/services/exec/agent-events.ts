@@ -1,5 +1,6 @@
 // What the agent sends outside of requests, said through the reporter: stolen streams go to the local command (and the
 // recorder), traffic events become rows, its log lines and session errors become lines.
+import type { AgentMessage } from '../../../shared/protocol.js';
 import { type Reporter, warn } from '../../reporter.js';
 import type { ExchangeRecorder } from '../../record/tap.js';
 import type { Session } from '../../session/connect.js';
@@ -26,9 +27,14 @@ export function routeAgentEvents(
       },
     }),
   );
-  session.tunnel.on('message', (msg) => {
+  session.tunnel.on('message', agentMessageReporter(podName, reporter));
+}
+
+/** The agent's words about the session outside of answers: requests and answers, its log lines, its errors. */
+export function agentMessageReporter(pod: string | undefined, reporter: Reporter): (msg: AgentMessage) => void {
+  return (msg) => {
     if (msg.type === 'traffic') {
-      const event = trafficToEvent(msg.event, podName);
+      const event = trafficToEvent(msg.event, pod);
       if (event) reporter.emit(event);
     } else if (msg.type === 'log') {
       reporter.emit({
@@ -39,5 +45,5 @@ export function routeAgentEvents(
     } else if (msg.type === 'error' && msg.id === undefined) {
       reporter.emit({ type: 'error', message: `agent: ${msg.message}`, hint: msg.hint });
     }
-  });
+  };
 }
