@@ -1,9 +1,9 @@
 // Runs the built devop CLI (bin/devop.js → dist/cli.js, built by vitest's globalSetup) as a child process with pipes.
-import { fileURLToPath } from 'node:url';
-import { runNode } from '../../../testkit/processes.js';
+import { join } from 'node:path';
+import { REPO_ROOT, runNode } from '../../../testkit/processes.js';
 
-export const REPO_ROOT = fileURLToPath(new URL('../../../', import.meta.url));
-export const DEVOP_BIN = fileURLToPath(new URL('../../../bin/devop.js', import.meta.url));
+export { REPO_ROOT };
+export const DEVOP_BIN = join(REPO_ROOT, 'bin', 'devop.js');
 
 export interface CliResult {
   code: number | null;
