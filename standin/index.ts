@@ -17,7 +17,11 @@ import { linkTag } from './kubelet/network.js';
 // What tools outside the tests (bench/, scripts/) may use of the stand-in besides startCluster: its pods/portforward
 // and exec WebSocket server, to put the API server's hop into a benchmark's path.
 export { createStreamServer } from './apiserver/streams.js';
-export type { NodeRuntime } from './node-runtime.js';
+export type { ExecProcess, NodeRuntime } from './node-runtime.js';
+// What the test kit uses of the node and the certificates: images by reference, containerd's CLI, a CA and certs.
+export { normalizeImageRef } from './images.js';
+export { ctr, ctrQuiet } from './kubelet/containerd.js';
+export { makeCerts, type ClusterCerts } from './certs.js';
 
 export const NODE_NAME = 'standin-node';
 

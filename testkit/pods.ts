@@ -2,9 +2,7 @@
 // a container's processes, tag or remove an image in the node's containerd.
 import type { CoreV1Api, V1Pod } from '@kubernetes/client-node';
 import type { Readable } from 'node:stream';
-import type { ExecProcess } from '../standin/node-runtime.js';
-import { normalizeImageRef } from '../standin/images.js';
-import { ctr, ctrQuiet } from '../standin/kubelet/containerd.js';
+import { ctr, ctrQuiet, type ExecProcess, normalizeImageRef } from '../standin/index.js';
 
 /** Polls until the predicate holds for the pod (generous deadline: the machine may be loaded). */
 export async function waitForPod(

@@ -8,7 +8,7 @@ import type { Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createServer as createTlsServer, type Server as TlsServer } from 'node:tls';
-import { makeCerts, type ClusterCerts } from '../standin/certs.js';
+import { makeCerts, type ClusterCerts } from '../standin/index.js';
 
 export interface FakeApiServer {
   /** https://127.0.0.1:PORT */
