@@ -24,6 +24,7 @@ import { joinBothWays } from '../../shared/splice.js';
 import { MAX_REQUEST_HEAD_BYTES } from '../../shared/filter-regex.js';
 import { isJsonContentType, MAX_FILTERED_BODY_BYTES } from '../../shared/body-filter.js';
 import { FilteredStreams, HTTP2_PREFACE } from './http2-filter.js';
+import { headComplete, withoutH2cOffer } from './h2c-upgrade.js';
 
 export interface HttpRouting {
   port: number;
@@ -95,10 +96,11 @@ export class FilteredRequests {
 
   /**
    * Routes the requests of a connection the redirect listener accepted: its first bytes tell HTTP/2 (the client
-   * preface, prior knowledge) from HTTP/1.x, and are put back for the server that takes it.
+   * preface, prior knowledge) from HTTP/1.x, and are put back for the server that takes it; an HTTP/1.x connection's
+   * first head is read whole first, to decline an `Upgrade: h2c` offer in it (h2c-upgrade.ts).
    */
   take(socket: Socket): void {
-    let seen = Buffer.alloc(0);
+    let seen: Buffer = Buffer.alloc(0);
     const decide = (http2: boolean): void => {
       socket.off('data', onData);
       socket.off('end', onEnd);
@@ -113,13 +115,21 @@ export class FilteredRequests {
         socket.resume();
       }
     };
-    const onData = (chunk: Buffer): void => {
-      seen = Buffer.concat([seen, chunk]);
+    const isPreface = (): boolean => {
       const n = Math.min(seen.length, HTTP2_PREFACE.length);
-      if (!seen.subarray(0, n).equals(HTTP2_PREFACE.subarray(0, n))) decide(false);
-      else if (n === HTTP2_PREFACE.length) decide(true);
+      return seen.subarray(0, n).equals(HTTP2_PREFACE.subarray(0, n));
     };
-    // A client that ended with nothing or part of the preface sent no request: nothing to answer.
+    const onData = (chunk: Buffer): void => {
+      seen = seen.length === 0 ? chunk : Buffer.concat([seen, chunk]);
+      if (isPreface()) {
+        if (seen.length >= HTTP2_PREFACE.length) decide(true);
+      } else if (headComplete(seen) || seen.length > MAX_REQUEST_HEAD_BYTES) {
+        // Over the limit, the server answers 431 as it does for any head.
+        seen = withoutH2cOffer(seen);
+        decide(false);
+      }
+    };
+    // A client that ended with nothing, part of the preface or part of a head sent no request: nothing to answer.
     const onEnd = (): void => {
       socket.off('data', onData);
       socket.end();

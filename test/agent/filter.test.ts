@@ -207,6 +207,27 @@ describe.runIf(run)('agent: HTTP-filtered steal', () => {
     socket.destroy();
   });
 
+  test('an h2c upgrade offer is declined: the connection stays HTTP/1.1 and its requests are still routed one by one', async () => {
+    // Given alice's filter on the port, and a client that offers h2c on its first request (as curl --http2 does)
+    const socket = connect(client);
+    let received = '';
+    socket.setEncoding('utf8').on('data', (c: string) => {
+      received += c;
+    });
+    socket.write(
+      'GET /h2c-1 HTTP/1.1\r\nHost: pod\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n' +
+        'HTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n\r\n',
+    );
+    // Then the pod answers it in HTTP/1.1, not with 101
+    await waitFor('the answer to the offer', () => received.includes('pod: GET /h2c-1'));
+    expect(received).toMatch(/^HTTP\/1.1 200 /);
+    // When alice's request follows on the same connection
+    socket.write('GET /h2c-2 HTTP/1.1\r\nHost: pod\r\nx-user: alice\r\n\r\n');
+    // Then her local command answers it
+    await waitFor('the next request routed by the filter', () => received.includes('local-alice: GET /h2c-2'));
+    socket.destroy();
+  });
+
   test('an unfiltered steal of a port with filtered steals is refused, naming the holder and since when', async () => {
     const dave = await connectSession(control, { user: 'dave' });
     sessions.push(dave);
