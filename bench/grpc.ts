@@ -98,10 +98,12 @@ async function main(): Promise<void> {
       throw new Error(`calls answered by the wrong side: ${JSON.stringify(from)}\n${run.output}`);
     const p50 = (name: string): number => percentile(times[name], 50);
     const p99 = (name: string): number => percentile(times[name], 99);
-    for (const name of Object.keys(paths))
+    for (const name of Object.keys(paths)) {
+      const calls = times[name].length;
       console.log(
-        `${name.padEnd(10)} p50 ${p50(name).toFixed(3)} ms  p99 ${p99(name).toFixed(3)} ms  (${times[name].length} calls)`,
+        `${name.padEnd(10)} p50 ${p50(name).toFixed(3)} ms  p99 ${p99(name).toFixed(3)} ms  (${calls} calls)`,
       );
+    }
     console.log(
       `RESULT grpc stolen_vs_direct_p50=${(p50('stolen') / p50('direct')).toFixed(2)} ` +
         `added_p50_ms=${(p50('stolen') - p50('direct')).toFixed(3)} ` +
