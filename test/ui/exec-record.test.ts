@@ -1,44 +1,24 @@
 // `devop exec --record FILE` to a path devop cannot write: one line naming the path and the fix, before devop opens a
 // single connection to the cluster (no agent Job, no env read, no local command).
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { createServer, type Server } from 'node:net';
-import { tmpdir } from 'node:os';
+import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runCli } from './helpers/cli.js';
+import { type CountingApi, startCountingApi } from './helpers/counting-api.js';
 
 describe('devop exec --record to a path that cannot be written', () => {
+  let api: CountingApi;
   let dir: string;
-  let apiServer: Server;
-  let connections = 0;
   let kubeconfig: string;
+  const connections = (): number => api.connections();
 
   beforeAll(async () => {
     // Given a kubeconfig whose API server is a listener that counts the connections devop makes to it
-    dir = mkdtempSync(join(tmpdir(), 'devop-record-'));
-    apiServer = createServer((socket) => {
-      connections++;
-      socket.destroy();
-    });
-    await new Promise<void>((resolve) => apiServer.listen(0, '127.0.0.1', resolve));
-    const { port } = apiServer.address() as { port: number };
-    kubeconfig = join(dir, 'kubeconfig');
-    writeFileSync(
-      kubeconfig,
-      [
-        'apiVersion: v1',
-        'kind: Config',
-        `clusters: [{name: c, cluster: {server: "https://127.0.0.1:${port}", insecure-skip-tls-verify: true}}]`,
-        'users: [{name: u, user: {token: t}}]',
-        'contexts: [{name: x, context: {cluster: c, user: u, namespace: default}}]',
-        'current-context: x',
-      ].join('\n'),
-    );
+    api = await startCountingApi('devop-record-');
+    dir = api.dir;
+    kubeconfig = api.kubeconfig;
   });
-  afterAll(() => {
-    apiServer.close();
-    rmSync(dir, { recursive: true, force: true });
-  });
+  afterAll(() => api?.close());
 
   it('refuses a file in a folder that does not exist in one line, and touches no cluster', async () => {
     // When devop exec is asked to record into a folder that is not there
@@ -57,7 +37,7 @@ describe('devop exec --record to a path that cannot be written', () => {
         'pass --record a file in a folder you can write',
     );
     // And nothing started: no connection to the API server, no local command
-    expect(connections).toBe(0);
+    expect(connections()).toBe(0);
     expect(existsSync(marker)).toBe(false);
   });
 
@@ -72,6 +52,6 @@ describe('devop exec --record to a path that cannot be written', () => {
     const lines = result.stderr.trimEnd().split('\n');
     expect(lines, result.stderr).toHaveLength(1);
     expect(lines[0]).toMatch(new RegExp(`^devop: --record ${dir}: cannot write the file \\(\\w+\\) — fix: `));
-    expect(connections).toBe(0);
+    expect(connections()).toBe(0);
   });
 });
