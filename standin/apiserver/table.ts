@@ -37,6 +37,23 @@ const NAME: Column = {
   description: 'Name must be unique within a namespace.',
   cell: (o) => o.metadata.name,
 };
+/** The `-o wide` columns of a workload with a pod template (kubectl's printers for Deployments and ReplicaSets). */
+const POD_TEMPLATE_WIDE: Column[] = [
+  {
+    name: 'Containers',
+    type: 'string',
+    priority: 1,
+    cell: (d) => (d.spec?.template?.spec?.containers ?? []).map((c: K8sObject) => c.name).join(','),
+  },
+  {
+    name: 'Images',
+    type: 'string',
+    priority: 1,
+    cell: (d) => (d.spec?.template?.spec?.containers ?? []).map((c: K8sObject) => c.image).join(','),
+  },
+  { name: 'Selector', type: 'string', priority: 1, cell: (d) => selectorText(d.spec?.selector) },
+];
+
 const AGE: Column = {
   name: 'Age',
   type: 'string',
@@ -153,19 +170,7 @@ function columnsFor(t: ResourceType): Column[] {
           cell: (d) => d.status?.availableReplicas ?? 0,
         },
         AGE,
-        {
-          name: 'Containers',
-          type: 'string',
-          priority: 1,
-          cell: (d) => (d.spec?.template?.spec?.containers ?? []).map((c: K8sObject) => c.name).join(','),
-        },
-        {
-          name: 'Images',
-          type: 'string',
-          priority: 1,
-          cell: (d) => (d.spec?.template?.spec?.containers ?? []).map((c: K8sObject) => c.image).join(','),
-        },
-        { name: 'Selector', type: 'string', priority: 1, cell: (d) => selectorText(d.spec?.selector) },
+        ...POD_TEMPLATE_WIDE,
       ];
     case 'apps/replicasets':
       return [
@@ -174,19 +179,7 @@ function columnsFor(t: ResourceType): Column[] {
         { name: 'Current', type: 'integer', cell: (r) => r.status?.replicas ?? 0 },
         { name: 'Ready', type: 'integer', cell: (r) => r.status?.readyReplicas ?? 0 },
         AGE,
-        {
-          name: 'Containers',
-          type: 'string',
-          priority: 1,
-          cell: (d) => (d.spec?.template?.spec?.containers ?? []).map((c: K8sObject) => c.name).join(','),
-        },
-        {
-          name: 'Images',
-          type: 'string',
-          priority: 1,
-          cell: (d) => (d.spec?.template?.spec?.containers ?? []).map((c: K8sObject) => c.image).join(','),
-        },
-        { name: 'Selector', type: 'string', priority: 1, cell: (d) => selectorText(d.spec?.selector) },
+        ...POD_TEMPLATE_WIDE,
       ];
     case 'batch/jobs':
       return [
