@@ -19,7 +19,7 @@
 // WebSocket tunnel, the floor's framing, no mux): a plain Node session in devop's place, kept alive or new.
 import { execFile, execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { promisify } from 'node:util';
-import { readFileSync, readdirSync, readlinkSync } from 'node:fs';
+import { readFileSync, readlinkSync } from 'node:fs';
 import { loadavg } from 'node:os';
 import { basename, join, resolve } from 'node:path';
 import { build } from 'esbuild';
@@ -29,6 +29,7 @@ import { connectSession, startLocalCommand } from '../testkit/session-client.js'
 import { AGENT_NODE_FLAGS } from '../shared/agent-contract.js';
 import { agentNode } from './lib/agent-node.js';
 import { cpuMs } from './lib/proc-cpu.js';
+import { exeOf, processTree } from './lib/proc-tree.js';
 import { teardownOnInterrupt } from './lib/interrupt.js';
 import { waitFor } from '../testkit/wait.js';
 
@@ -123,37 +124,6 @@ const load = (): string =>
   loadavg()
     .map((l) => l.toFixed(2))
     .join(' ');
-
-/** The executable of `pid`, or '' for a process that exited since it was listed (the agent's short-lived helpers). */
-function exeOf(pid: number): string {
-  try {
-    return readlinkSync(`/proc/${pid}/exe`);
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return '';
-    throw err;
-  }
-}
-
-/**
- * `root` and every process below it, from /proc (the agent's children: devop-nft, and devop-capture per mirrored port).
- */
-function processTree(root: number): number[] {
-  const parents = new Map<number, number[]>();
-  for (const entry of readdirSync('/proc')) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      // The command name may hold spaces and parentheses: the fields after the last ')' are fixed.
-      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
-      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
-      parents.set(ppid, [...(parents.get(ppid) ?? []), Number(entry)]);
-    } catch {
-      // the process ended while the list was read
-    }
-  }
-  const tree = [root];
-  for (let i = 0; i < tree.length; i++) tree.push(...(parents.get(tree[i]) ?? []));
-  return tree;
-}
 
 /** VmRSS and RssAnon (MiB) summed over the process tree, and what each process is. */
 function treeRss(root: number): { rss: number; anon: number; procs: string[] } {

@@ -2,7 +2,8 @@
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 
-const CLK_TCK = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }));
+/** Clock ticks per second, the unit of /proc's CPU times. */
+export const CLK_TCK = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }));
 
 /** CPU time (ms) a process has used so far, user and system, from /proc/PID/stat (fields 14 and 15). */
 export function cpuMs(pid: number): { user: number; sys: number } {
@@ -13,11 +14,12 @@ export function cpuMs(pid: number): { user: number; sys: number } {
 
 /**
  * The whole machine's CPU time so far (ms, summed over its cores, from /proc/stat's first line): `busy` is user, nice,
- * system, irq, softirq and steal; `all` adds idle and iowait. Every process counts, the bench's own included.
+ * system, irq, softirq and steal; `all` adds idle and iowait; `softirq` is irq and softirq, the packets' share that no
+ * process is charged with. Every process counts, the bench's own included.
  */
-export function machineCpuMs(): { busy: number; all: number } {
+export function machineCpuMs(): { busy: number; all: number; softirq: number } {
   const [, ...fields] = readFileSync('/proc/stat', 'utf8').split('\n', 1)[0].trim().split(/\s+/);
   const [user, nice, system, idle, iowait, irq, softirq, steal] = fields.map((f) => (Number(f) * 1000) / CLK_TCK);
   const busy = user + nice + system + irq + softirq + steal;
-  return { busy, all: busy + idle + iowait };
+  return { busy, all: busy + idle + iowait, softirq: irq + softirq };
 }
