@@ -160,6 +160,37 @@ describe('mux writing', () => {
     ).toThrow('boom');
     expect(writes).toHaveLength(3);
   });
+
+  it('sends the frames of later callbacks in one event-loop turn together, after the first callback wrote at once', async () => {
+    // Given an agent mux on a connection that records each write, with three stolen connections' streams open
+    const { agent, writes } = recordingAgentMux();
+    const incoming = { kind: 'incoming', port: 80, mode: 'steal', remoteAddress: '10.0.0.9', remotePort: 5 } as const;
+    const streams = [1, 2, 3].map(() => agent.openStream(incoming));
+    await new Promise((r) => setImmediate(r));
+    writes.length = 0;
+    // When three callbacks of one turn each send an answer (timers due together stand for the reads of three sockets
+    // that one poll delivers)
+    const seen: number[] = [];
+    await new Promise<void>((resolve) => {
+      for (const [i, stream] of streams.entries()) {
+        setTimeout(() => {
+          stream.write(Buffer.from(`HTTP/1.1 200 OK\r\ncontent-length: 1\r\n\r\n${i}`));
+          seen.push(writes.length);
+          if (i === streams.length - 1) setImmediate(resolve);
+        }, 0);
+      }
+    });
+    // Then the first answer was written within its callback, the other two waited for the end of the turn
+    expect(seen).toEqual([1, 1, 1]);
+    // And they left together, in one write
+    expect(writes).toHaveLength(2);
+    const frames: Array<[number, number]> = [];
+    new FrameDecoder((kind, id) => frames.push([kind, id])).push(writes[1]);
+    expect(frames).toEqual([
+      [FrameKind.DATA, streams[1].id],
+      [FrameKind.DATA, streams[2].id],
+    ]);
+  });
 });
 
 describe('mux streams', () => {
