@@ -1,4 +1,4 @@
-// The traffic list: one line per HTTP request or connection, newest last, capped to the visible height.
+// The traffic list: one line per HTTP request, gRPC call or connection, newest last, capped to the visible height.
 import { describe, expect, it } from 'vitest';
 import { render } from 'ink-testing-library';
 import { TrafficList } from './TrafficList.js';
@@ -140,5 +140,26 @@ describe('TrafficList', () => {
     const short = render(<TrafficList rows={state.rows} height={3} width={100} />).lastFrame() ?? '';
     expect(short.split('\n')).toHaveLength(2);
     expect(short).toContain('configmaps');
+  });
+
+  it('shows a gRPC call as "gRPC", its Service/Method and grpc-status: OK, the code, or reset', () => {
+    // Given three calls of one method: answered OK, failed with PERMISSION_DENIED (7), and reset without a status
+    const grpc = { service: 'pkg.Echo', method: 'Unary' };
+    const call = { type: 'request', port: 50051, method: 'POST', path: '/pkg.Echo/Unary', to: 'local', grpc } as const;
+    const state = fold([
+      { ...call, id: '1' },
+      { type: 'response', id: '1', status: 200, ms: 3, bytes: 20, grpcStatus: 0 },
+      { ...call, id: '2' },
+      { type: 'response', id: '2', status: 200, ms: 4, bytes: 0, grpcStatus: 7, grpcMessage: 'no' },
+      { ...call, id: '3' },
+      { type: 'response', id: '3', status: 200, ms: 500, bytes: 0 },
+    ]);
+    // When rendered
+    const { lastFrame } = render(<TrafficList rows={state.rows} height={10} width={100} />);
+    const lines = (lastFrame() ?? '').split('\n');
+    // Then each line names the call and its gRPC status where an HTTP status would be
+    expect(lines[0]).toMatch(/:50051 gRPC\s+pkg\.Echo\/Unary\s+OK\s+3 ms\s+20 B → local$/);
+    expect(lines[1]).toMatch(/gRPC\s+pkg\.Echo\/Unary\s+7\s+4 ms/);
+    expect(lines[2]).toMatch(/gRPC\s+pkg\.Echo\/Unary\s+reset\s+500 ms/);
   });
 });
