@@ -129,7 +129,10 @@ describe('devop exec on a shared cluster', () => {
     const nodeOptions = /^NODE_OPTIONS=(.*)$/m.exec(run.stdout)?.[1] ?? '';
     expect(nodeOptions, run.output).not.toContain(hook);
     expect(nodeOptions, run.output).toMatch(/--import[= ]\S*preload/);
-    expect(run.stdout).toContain('LD_PRELOAD=undefined');
+    // LD_PRELOAD holds devop's own outgoing shim (dist/devop-outgoing.so, where it is built), never the pod's
+    const ldPreload = /^LD_PRELOAD=(.*)$/m.exec(run.stdout)?.[1] ?? '';
+    expect(ldPreload, run.output).not.toContain('evil.so');
+    expect(ldPreload, run.output).toMatch(/^(undefined|\S*\/dist\/devop-outgoing\.so)$/);
     expect(run.stdout).toContain('PYTHONPATH=undefined');
     expect(run.stdout).toContain('APP_MODE=production');
     // And one line says which were left out and how to keep one
