@@ -18,6 +18,6 @@ describe('HTTP filters', () => {
   test('bad filters are user errors naming the fix', () => {
     expect(() => compileFilter({ path: '([', match: 'all' })).toThrow(/not a valid regular expression/);
     expect(() => compileFilter({ header: 'novalue', match: 'all' })).toThrow(/name: value-regex/);
-    expect(() => compileFilter({ match: 'all' })).toThrow(/no header, path or method/);
+    expect(() => compileFilter({ match: 'all' })).toThrow(/no header, path, method or body/);
   });
 });

@@ -124,9 +124,10 @@ describe('devop exec output when piped', () => {
     for (const event of events) expect(typeof event.type).toBe('string');
     expect([...types]).toEqual(expect.arrayContaining(['step', 'ready', 'output', 'exit']));
     expect(types.has('connection') || types.has('request')).toBe(true);
-    // And the stolen connection went through the agent container's native data path (devop-splice's ids: <port>-n<n>)
+    // And the stolen connection went through the agent container's native data path (devop-splice's ids: <port>-n<n>,
+    // after the pod's name)
     expect(events.find((event) => event.type === 'connection')).toMatchObject({
-      id: expect.stringMatching(/^8080-n\d+$/),
+      id: expect.stringMatching(/^[a-z0-9-]+\/8080-n\d+$/),
     });
     expect(events.find((event) => event.type === 'ready')).toMatchObject({
       session: {
