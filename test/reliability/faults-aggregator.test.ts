@@ -2,9 +2,8 @@
 // step 3 under `devop exec -t apiservice/… --steal`), then devop killed with kill -9, or stopped with Ctrl-C. The API
 // server's aggregator must reach the step-1 pod again within 2 s, and no request after that may fail (a 503 or a
 // timeout from a connection the aggregator kept to the dead path), on a quiet machine and with every core busy.
-import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
-import { availableParallelism, tmpdir } from 'node:os';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ClusterHandle } from '../../standin/index.js';
@@ -13,7 +12,7 @@ import { requireRoot } from '../../testkit/root.js';
 import { freePort } from '../../testkit/sockets.js';
 import { startTargetCluster, type TargetCluster } from '../../testkit/target-cluster.js';
 import { devopFarmStep3, eventually, Kubectl, type LocalProcess } from '../examples/harness.js';
-import { RECOVERY_BUDGET_MS } from './harness.js';
+import { hogEveryCore, RECOVERY_BUDGET_MS } from './harness.js';
 
 requireRoot('reliability: the aggregator fault row');
 
@@ -26,15 +25,6 @@ const STEADY_MS = 3000;
 const LLAMAS = '/apis/farm.example.com/v1alpha/namespaces/default/llamas';
 
 type Probe = 'local' | 'pod' | `lost: ${string}`;
-
-function hogEveryCore(): () => void {
-  const hogs: ChildProcess[] = [];
-  for (let i = 0; i < availableParallelism(); i++)
-    hogs.push(spawn(process.execPath, ['-e', 'for (;;) {}'], { stdio: 'ignore' }));
-  return () => {
-    for (const hog of hogs) hog.kill('SIGKILL');
-  };
-}
 
 describe('fault table: the aggregator path (APIService) when devop ends', () => {
   let cluster: TargetCluster;

@@ -4,8 +4,6 @@
 // devop recovers without restarting the local command, and that no devop rule (iptables DEVOP-* chain or nft devop_*
 // table) is left in the pod's netns. The whole table runs twice: on a quiet machine, and while busy loops keep every
 // core busy (a shared cluster's nodes are busy: the 2 s must hold there too).
-import { spawn, type ChildProcess } from 'node:child_process';
-import { availableParallelism } from 'node:os';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AGENT_ANNOTATIONS, chainName } from '../../shared/agent-contract.js';
 import { tableName } from '../../agent/native/nft-owned.js';
@@ -22,6 +20,7 @@ import {
 } from '../../testkit/e2e.js';
 import {
   RECOVERY_BUDGET_MS,
+  hogEveryCore,
   agentNodePids,
   agentPods,
   deployReplicas,
@@ -40,16 +39,6 @@ requireRoot('reliability: fault table');
 
 /** Generous per case: each starts agents and waits for devop to recover, on a machine shared with other suites. */
 const CASE_MS = 180_000;
-
-/** One busy loop per core, at the tests' own priority: a node whose CPUs are all taken. The function stops them. */
-function hogEveryCore(): () => void {
-  const hogs: ChildProcess[] = [];
-  for (let i = 0; i < availableParallelism(); i++)
-    hogs.push(spawn(process.execPath, ['-e', 'for (;;) {}'], { stdio: 'ignore' }));
-  return () => {
-    for (const hog of hogs) hog.kill('SIGKILL');
-  };
-}
 
 describe.each([
   { busy: false, title: '', tag: '' },

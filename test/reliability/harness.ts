@@ -1,7 +1,8 @@
 // Helpers for the reliability suites: deployments with N replicas, the DEVOP iptables rules inside a pod's netns, the
 // agent's processes (to kill them or sample their RSS), and a recovery clock for the 2-second failure rule.
-import { execFile } from 'node:child_process';
+import { type ChildProcess, execFile, spawn } from 'node:child_process';
 import { readFile } from 'node:fs/promises';
+import { availableParallelism } from 'node:os';
 import { promisify } from 'node:util';
 import type { AppsV1Api, CoreV1Api, V1Pod } from '@kubernetes/client-node';
 import { AGENT_LABELS } from '../../shared/agent-contract.js';
@@ -13,6 +14,16 @@ const run = promisify(execFile);
 
 /** The design's failure rule: the pod serves its own traffic again within this long. */
 export const RECOVERY_BUDGET_MS = 2000;
+
+/** One busy loop per core, at the tests' own priority: a node whose CPUs are all taken. The function stops them. */
+export function hogEveryCore(): () => void {
+  const hogs: ChildProcess[] = [];
+  for (let i = 0; i < availableParallelism(); i++)
+    hogs.push(spawn(process.execPath, ['-e', 'for (;;) {}'], { stdio: 'ignore' }));
+  return () => {
+    for (const hog of hogs) hog.kill('SIGKILL');
+  };
+}
 
 export interface Env {
   cluster: Cluster;
