@@ -69,7 +69,7 @@ export function expandRefs(value: string, env: Record<string, string>): string {
   });
 }
 
-function fieldPath(pod: V1Pod, path: string, podIP: string, hostIP: string): string {
+function fieldPath(pod: V1Pod, path: string, ctx: PodEnvContext): string {
   const labelOrAnnotation = /^metadata\.(labels|annotations)\['(.+)'\]$/.exec(path);
   if (labelOrAnnotation) {
     const map = labelOrAnnotation[1] === 'labels' ? pod.metadata?.labels : pod.metadata?.annotations;
@@ -86,12 +86,14 @@ function fieldPath(pod: V1Pod, path: string, podIP: string, hostIP: string): str
       return pod.spec?.nodeName ?? '';
     case 'spec.serviceAccountName':
       return pod.spec?.serviceAccountName ?? 'default';
+    // kubernetes pkg/kubelet/kubelet_pods.go podFieldSelectorRuntimeValue: the lists are joined with commas.
     case 'status.podIP':
+      return ctx.podIP;
     case 'status.podIPs':
-      return podIP;
+      return (ctx.podIPs ?? [ctx.podIP]).join(',');
     case 'status.hostIP':
     case 'status.hostIPs':
-      return hostIP;
+      return ctx.hostIP;
     default:
       throw new EnvConfigError(`unsupported fieldRef fieldPath "${path}"`);
   }
@@ -107,6 +109,8 @@ export interface PodEnvContext {
   pod: V1Pod;
   container: V1Container | V1EphemeralContainer;
   podIP: string;
+  /** Every pod IP, IPv4 first (a dual-stack pod has two); podIP alone when absent. */
+  podIPs?: string[];
   hostIP: string;
   imageEnv?: Record<string, string>;
 }
@@ -181,7 +185,7 @@ export async function buildContainerEnv(ctx: PodEnvContext, sources: EnvSources)
       }
       env[item.name] = value;
     } else if (fieldRef) {
-      env[item.name] = fieldPath(pod, fieldRef.fieldPath, ctx.podIP, ctx.hostIP);
+      env[item.name] = fieldPath(pod, fieldRef.fieldPath, ctx);
     } else if (resourceFieldRef) {
       // No resource accounting here: a limit that is set is reported, otherwise the node's (unbounded) capacity.
       const limits = (container as V1Container).resources?.limits ?? {};

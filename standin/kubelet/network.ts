@@ -1,7 +1,7 @@
 // The node's network: one bridge per stand-in instance with its own /24 pod subnet (node IP = .1, .2 kept for the
 // control plane), pod IP allocation, and the per-instance iptables chains that let pod traffic cross the host.
 import { createHash } from 'node:crypto';
-import { writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { ipBatch, run, runQuiet } from './host.js';
 
 /** Where subnet reservations live, so that clusters started at the same moment never pick the same /24. */
@@ -21,6 +21,11 @@ export interface NodeSubnets {
   controlPlaneIP: string;
   /** A /24 for ClusterIPs that no other running instance uses, e.g. 10.96.3.0/24. */
   serviceCIDR: string;
+  /**
+   * The pod /64 of a dual-stack node, e.g. fd00:244:3::/64 (a ULA twin of podCIDR; the node is ::1, pods ::<host>),
+   * or undefined when the host has IPv6 off: pods are then IPv4 only.
+   */
+  podCIDR6?: string;
   /** The third and second octets that index this reservation. */
   prefix: string;
   release(): void;
@@ -61,6 +66,16 @@ export class NodeNetwork {
     return this.subnets.nodeIP;
   }
 
+  /** The node's IPv6 address on the bridge (::1 of podCIDR6), undefined on an IPv4-only node. */
+  get nodeIP6(): string | undefined {
+    return this.subnets.podCIDR6 ? ipv6Host(this.subnets.podCIDR6, 1) : undefined;
+  }
+
+  /** A pod's IPv6 address: the same host number as its IPv4 one, in podCIDR6 (undefined on an IPv4-only node). */
+  ip6Of(podIP: string): string | undefined {
+    return this.subnets.podCIDR6 ? ipv6Host(this.subnets.podCIDR6, Number(podIP.split('.')[3])) : undefined;
+  }
+
   async setUp(): Promise<void> {
     await ipBatch([
       `link add ${this.bridge} type bridge`,
@@ -69,6 +84,8 @@ export class NodeNetwork {
       // ClusterIPs are routed to the bridge so the host's connections to them reach nat OUTPUT (and never leave the
       // host).
       `route add ${this.subnets.serviceCIDR} dev ${this.bridge} src ${this.subnets.nodeIP}`,
+      // nodad: the address is usable at once (no duplicate detection on a bridge only this instance owns).
+      ...(this.nodeIP6 ? [`addr add ${this.nodeIP6}/64 dev ${this.bridge} nodad`] : []),
     ]);
     // Routed pod traffic (pod → ClusterIP → pod) enters and leaves through the bridge: forwarding on this interface
     // only, so the host's global ip_forward is left as it was. route_localnet lets a ClusterIP lead to an address on
@@ -106,6 +123,20 @@ export class NodeNetwork {
     await removeInstanceChains(this.tag);
     await runQuiet('ip', ['link', 'del', this.bridge]);
     this.subnets.release();
+  }
+}
+
+/** Host number `host` of an IPv6 /64 written as `prefix::/64`, in canonical form (RFC 5952, as status.podIPs has it). */
+function ipv6Host(cidr: string, host: number): string {
+  return new URL(`http://[${cidr.replace(/\/64$/, '')}${host.toString(16)}]`).hostname.slice(1, -1);
+}
+
+/** Whether the host has IPv6 on (a dual-stack node needs it): the stack loaded and not disabled for new links. */
+export function hostHasIPv6(): boolean {
+  try {
+    return readFileSync('/proc/sys/net/ipv6/conf/default/disable_ipv6', 'utf8').trim() === '0';
+  } catch {
+    return false;
   }
 }
 

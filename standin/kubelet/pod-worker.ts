@@ -269,6 +269,7 @@ export class PodWorker {
           pod: this.pod,
           container: rec.spec,
           podIP: this.sandbox!.podIP,
+          podIPs: this.sandbox!.podIPs,
           hostIP: this.deps.nodeIP,
           imageEnv: image.env,
         },

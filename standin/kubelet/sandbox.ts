@@ -30,11 +30,16 @@ export class PodSandbox {
   readonly ipcPath: string;
   private removed = false;
 
+  /** The pod's addresses, IPv4 first (status.podIPs): one more, IPv6, on a dual-stack node. */
+  readonly podIPs: string[];
+
   private constructor(
     readonly config: SandboxConfig,
     readonly podIP: string,
     private readonly network: NodeNetwork,
   ) {
+    const ip6 = network.ip6Of(podIP);
+    this.podIPs = ip6 ? [podIP, ip6] : [podIP];
     this.netnsPath = `/run/netns/${config.name}`;
     this.etcDir = `/etc/netns/${config.name}`;
     this.utsPath = join(config.namespacesDir, 'uts');
@@ -66,6 +71,9 @@ export class PodSandbox {
           `addr add ${podIP}/24 dev eth0`,
           'link set eth0 up',
           `route add default via ${network.nodeIP} dev eth0`,
+          ...(sandbox.podIPs[1] && network.nodeIP6
+            ? [`addr add ${sandbox.podIPs[1]}/64 dev eth0 nodad`, `route add default via ${network.nodeIP6} dev eth0`]
+            : []),
           '',
         ].join('\n'),
       );
@@ -93,12 +101,15 @@ export class PodSandbox {
       `search ${dnsSearch.join(' ')}\nnameserver ${this.network.nodeIP}\noptions ndots:5\n`,
     );
     writeFileSync(`${this.etcDir}/hostname`, `${this.config.hostname}\n`);
-    // The kubelet-managed hosts file: localhost, then the pod's own name on its IP, then hostAliases.
+    // The kubelet-managed hosts file (kubernetes pkg/kubelet/kubelet_pods.go managedHostsFileContent): localhost and
+    // the IPv6 boilerplate, the pod's own name on each of its IPs, then hostAliases.
     const aliases = hostAliases.map((a) => `${a.ip}\t${a.hostnames.join('\t')}\n`).join('');
     writeFileSync(
       `${this.etcDir}/hosts`,
-      `# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n` +
-        `${this.podIP}\t${podName}\n${aliases}`,
+      '# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n' +
+        'fe00::0\tip6-localnet\nfe00::0\tip6-mcastprefix\nfe00::1\tip6-allnodes\nfe00::2\tip6-allrouters\n' +
+        this.podIPs.map((ip) => `${ip}\t${podName}\n`).join('') +
+        aliases,
     );
   }
 

@@ -68,13 +68,14 @@ export function podStatus(worker: PodWorker, nodeIP: string, previous?: V1PodSta
     };
   });
   const podIP = worker.sandbox?.podIP;
+  const podIPs = worker.sandbox?.podIPs ?? [];
   const ephemeral = worker.recordsOf('ephemeral');
   return {
     phase,
     conditions,
     hostIP: nodeIP,
     hostIPs: [{ ip: nodeIP }],
-    ...(podIP ? { podIP, podIPs: [{ ip: podIP }] } : {}),
+    ...(podIP ? { podIP, podIPs: podIPs.map((ip) => ({ ip })) } : {}),
     startTime: worker.startTime,
     qosClass: 'BestEffort',
     ...(worker.recordsOf('init').length

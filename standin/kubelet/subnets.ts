@@ -4,7 +4,7 @@ import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { UserError } from '../../shared/errors.js';
 import { run } from './host.js';
-import { pidAlive, SUBNET_LOCK_DIR, type NodeSubnets } from './network.js';
+import { hostHasIPv6, pidAlive, SUBNET_LOCK_DIR, type NodeSubnets } from './network.js';
 import { cleanStaleInstances } from './stale.js';
 
 /** Pod subnets are 10.<244..250>.<x>.0/24; services get the twin 10.<96..102>.<x>.0/24. */
@@ -44,6 +44,8 @@ export async function reserveSubnets(instance: string): Promise<NodeSubnets> {
         nodeIP: `${prefix}.1`,
         controlPlaneIP: `${prefix}.2`,
         serviceCIDR: `${servicePrefix}.0/24`,
+        // Dual-stack as kind's `ipFamily: dual`: the /24's twin among unique-local addresses, free with the /24's lock.
+        ...(hostHasIPv6() ? { podCIDR6: `fd00:${o2}:${o3}::/64` } : {}),
         prefix,
         release: () => rmSync(lock, { force: true }),
       };

@@ -86,7 +86,8 @@ describe('stand-in kubelet', () => {
     };
     expect(echoed).toMatchObject({ pod: name, method: 'POST', path: '/hello?x=1', body: 'ping' });
     expect(echoed.remoteAddress).toBe(cluster.nodeIP);
-    expect(pod.status).toMatchObject({ phase: 'Running', hostIP: cluster.nodeIP, podIPs: [{ ip: pod.status!.podIP }] });
+    expect(pod.status).toMatchObject({ phase: 'Running', hostIP: cluster.nodeIP });
+    expect(pod.status!.podIPs![0]).toEqual({ ip: pod.status!.podIP });
     expect(pod.status!.podIP).not.toBe(cluster.nodeIP);
     expect(runtime.podCIDR.startsWith(pod.status!.podIP!.split('.').slice(0, 3).join('.'))).toBe(true);
     const types = (pod.status!.conditions ?? [])
