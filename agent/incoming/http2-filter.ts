@@ -14,6 +14,7 @@ import {
 } from 'node:http2';
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
+import { isJsonContentType, MAX_FILTERED_BODY_BYTES } from '../../shared/body-filter.js';
 import { grpcCall, grpcStatusOf } from './grpc.js';
 import { originOf, resetStream, type IncomingStream, type PortSubscription } from './subscription.js';
 import type { AgentLog } from '../log.js';
@@ -54,17 +55,55 @@ function requestHead(headers: IncomingHttpHeaders): { method: string; path: stri
   return { method: String(headers[':method'] ?? 'GET'), path: String(headers[':path'] ?? '/'), plain };
 }
 
+/** The start of a stream's body read for a body filter: whole (`ended`), or its first chunks when it is longer. */
+interface BodyPrefix {
+  chunks: Buffer[];
+  ended: boolean;
+}
+
+/**
+ * Reads a request stream's DATA up to MAX_FILTERED_BODY_BYTES for a body filter; undefined when the client reset the
+ * stream first. Past the bound the stream is paused: Node then stops giving the client's DATA back to its window
+ * (no WINDOW_UPDATE), so what the agent holds for an undecided stream stays within the bound plus one stream window.
+ */
+function readStreamPrefix(stream: ServerHttp2Stream): Promise<BodyPrefix | undefined> {
+  return new Promise((resolve) => {
+    const chunks: Buffer[] = [];
+    let bytes = 0;
+    const finish = (result: BodyPrefix | undefined): void => {
+      stream.off('data', onData);
+      stream.off('end', onEnd);
+      stream.off('close', onClose);
+      if (result && !result.ended) stream.pause();
+      resolve(result);
+    };
+    const onData = (chunk: Buffer): void => {
+      chunks.push(chunk);
+      bytes += chunk.length;
+      if (bytes > MAX_FILTERED_BODY_BYTES) finish({ chunks, ended: false });
+    };
+    const onEnd = (): void => finish({ chunks, ended: true });
+    const onClose = (): void => finish(undefined);
+    stream.on('data', onData);
+    stream.once('end', onEnd);
+    stream.once('close', onClose);
+  });
+}
+
 /**
  * One request stream to another HTTP/2 peer and its answer back: headers, body both ways under each side's flow control
- * (pipe), trailers (gRPC's grpc-status), and a reset either way.
+ * (pipe), trailers (gRPC's grpc-status), and a reset either way. `read`: the body's start, already read for a body
+ * filter, sent first (the rest follows by pipe).
  */
 function relayStream(
   from: ServerHttp2Stream,
   headers: IncomingHttpHeaders,
   to: ClientHttp2Session,
   failed: (err: Error) => void,
+  read?: BodyPrefix,
 ): ClientHttp2Stream {
-  const out = to.request(forwardable(headers, true), { endStream: from.endAfterHeaders });
+  const bodyless = read ? read.ended && read.chunks.length === 0 : from.endAfterHeaders;
+  const out = to.request(forwardable(headers, true), { endStream: bodyless });
   let trailers: OutgoingHttpHeaders = {};
   out.on('trailers', (t) => {
     trailers = forwardable(t, false);
@@ -97,7 +136,13 @@ function relayStream(
       out.close(from.rstCode ?? constants.NGHTTP2_CANCEL);
   });
   from.on('error', () => undefined); // its close (above) carries what happened
-  if (!from.endAfterHeaders) from.pipe(out);
+  if (read) {
+    if (!bodyless) {
+      for (const chunk of read.chunks) out.write(chunk);
+      if (read.ended) out.end();
+      else from.pipe(out);
+    }
+  } else if (!from.endAfterHeaders) from.pipe(out);
   return out;
 }
 
@@ -113,7 +158,7 @@ export class FilteredStreams {
 
   constructor(private readonly routing: Http2Routing) {
     this.server = createServer(NO_PUSH);
-    this.server.on('stream', (stream, headers) => this.route(stream, headers));
+    this.server.on('stream', (stream, headers) => this.decide(stream, headers));
     this.server.on('sessionError', (err) =>
       routing.log.debug('HTTP/2 client connection failed', { error: err.message }),
     );
@@ -135,30 +180,80 @@ export class FilteredStreams {
     this.locals.clear();
   }
 
-  private route(stream: ServerHttp2Stream, headers: IncomingHttpHeaders): void {
+  /**
+   * A stream on a port whose steal has a body filter, with a JSON body: its body is read first (up to
+   * MAX_FILTERED_BODY_BYTES; a longer one goes to the pod, saying why), then it is routed as any other. Other bodies
+   * (gRPC's protobuf messages among them) are never held: the body filter does not match them, and a streaming call
+   * that waits for an answer before it sends more would wait for good.
+   */
+  private decide(stream: ServerHttp2Stream, headers: IncomingHttpHeaders): void {
+    const needsBody = this.routing.active().some((s) => s.mode === 'steal' && s.match?.needsBody);
+    if (!needsBody || stream.endAfterHeaders || !isJsonContentType(String(headers['content-type'] ?? ''))) {
+      this.route(stream, headers);
+      return;
+    }
+    void readStreamPrefix(stream).then((read) => {
+      if (!read) return; // the client reset the stream before it was decided: nothing to route
+      if (!read.ended) {
+        const note = `body over ${MAX_FILTERED_BODY_BYTES / 1024} KiB: the body filter cannot read it, the pod answers`;
+        this.route(stream, headers, { read, toPod: true, note });
+        return;
+      }
+      let body: { json: unknown } | undefined;
+      try {
+        body = { json: JSON.parse(Buffer.concat(read.chunks).toString('utf8')) };
+      } catch {
+        body = undefined; // not JSON after all: the body criterion does not match
+      }
+      this.route(stream, headers, { read, body });
+    });
+  }
+
+  private route(
+    stream: ServerHttp2Stream,
+    headers: IncomingHttpHeaders,
+    decided: { read?: BodyPrefix; body?: { json: unknown }; toPod?: boolean; note?: string } = {},
+  ): void {
     const started = Date.now();
     this.dropEndedLocals();
     const requestId = this.routing.nextId();
     const { method, path, plain } = requestHead(headers);
-    const sub = this.routing
-      .active()
-      .find((s) => s.mode === 'steal' && s.match !== undefined && s.match({ method, url: path, headers }));
+    const head = { method, url: path, headers, body: decided.body };
+    const sub = decided.toPod
+      ? undefined
+      : this.routing.active().find((s) => s.mode === 'steal' && s.match !== undefined && s.match(head));
     const socket = stream.session?.socket as Socket | undefined;
     const local = sub ? this.toSession(sub, socket, { method, path, headers: plain }) : undefined;
     const to = local ? 'local' : 'pod';
     const listeners = local && sub ? [sub.session] : this.routing.all();
     const port = this.routing.port;
     const grpc = grpcCall(headers);
+    const note = decided.note ? { note: decided.note } : {};
     for (const s of listeners)
-      s.traffic({ kind: 'request', requestId, port, method, path, to, at: started, ...(grpc ? { grpc } : {}) });
+      s.traffic({
+        kind: 'request',
+        requestId,
+        port,
+        method,
+        path,
+        to,
+        at: started,
+        ...(grpc ? { grpc } : {}),
+        ...note,
+      });
     let status = 0;
     let bytes = 0;
     let grpcStatus: ReturnType<typeof grpcStatusOf>;
-    const out = relayStream(stream, headers, local ?? this.toPod(socket), (err) =>
-      this.routing.log.debug(`HTTP/2 stream to the ${to === 'local' ? 'session' : 'pod'} failed`, {
-        port,
-        error: err.message,
-      }),
+    const out = relayStream(
+      stream,
+      headers,
+      local ?? this.toPod(socket),
+      (err) =>
+        this.routing.log.debug(`HTTP/2 stream to the ${to === 'local' ? 'session' : 'pod'} failed`, {
+          port,
+          error: err.message,
+        }),
+      decided.read,
     );
     // Counted once the answer is piped to the client: a 'data' listener before that would start the flow too early.
     out.on('response', (answer) => {
