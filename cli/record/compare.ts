@@ -13,6 +13,16 @@ export interface Answer {
   status: number;
   mimeType: string;
   body: Buffer;
+  /** An HTTP/2 answer's trailers and its header's grpc-status (a trailers-only gRPC answer has it there). */
+  grpc?: { status?: string; message?: string };
+}
+
+/** A gRPC call's grpc-status and grpc-message as recorded: in the trailers, or in a trailers-only answer's headers. */
+export function recordedGrpc(recorded: HarEntry): { status?: string; message?: string } | undefined {
+  const all = [...(recorded.response._trailers ?? []), ...recorded.response.headers];
+  const value = (name: string) => all.find((h) => h.name.toLowerCase() === name)?.value;
+  const status = value('grpc-status');
+  return status === undefined ? undefined : { status, message: value('grpc-message') };
 }
 
 export interface Comparison {
@@ -87,6 +97,11 @@ export function compareAnswer(recorded: HarEntry, got: Answer, ignore: readonly 
   const differences: string[] = [];
   const was = recorded.response;
   if (was.status !== got.status) differences.push(`status ${was.status} → ${got.status}`);
+  const grpc = recordedGrpc(recorded);
+  if (grpc && grpc.status !== got.grpc?.status)
+    differences.push(
+      `grpc-status ${grpc.status} → ${got.grpc?.status ?? 'none'}${got.grpc?.message ? ` (${got.grpc.message})` : ''}`,
+    );
   const content = was.content ?? { text: '', size: 0, mimeType: '' };
   const before = bodyBytes({ text: content.text ?? '', encoding: content.encoding });
   const partial = Boolean(content._cut);

@@ -40,6 +40,8 @@ export interface HarEntry {
     redirectURL: '';
     headersSize: -1;
     bodySize: number;
+    /** HTTP/2 trailers (a gRPC call's grpc-status and grpc-message); HAR 1.2 has no field for them. */
+    _trailers?: HarHeader[];
   };
   cache: Record<string, never>;
   timings: { blocked: -1; dns: -1; connect: -1; ssl: -1; send: number; wait: number; receive: number };

@@ -125,8 +125,10 @@ export function redactEntry(entry: HarEntry): HarEntry {
   const what: string[] = [];
   const request = redactHeaders(entry.request.headers);
   const response = redactHeaders(entry.response.headers);
+  const trailers = entry.response._trailers ? redactHeaders(entry.response._trailers) : undefined;
   what.push(...request.redacted.map((name) => `request header ${name}`));
   what.push(...response.redacted.map((name) => `response header ${name}`));
+  what.push(...(trailers?.redacted ?? []).map((name) => `response trailer ${name}`));
   let postData = entry.request.postData;
   if (postData) {
     const body = redactBody(postData.text, postData._encoding);
@@ -147,7 +149,12 @@ export function redactEntry(entry: HarEntry): HarEntry {
   return {
     ...entry,
     request: { ...entry.request, headers: request.headers, ...(postData ? { postData } : {}) },
-    response: { ...entry.response, headers: response.headers, content },
+    response: {
+      ...entry.response,
+      headers: response.headers,
+      content,
+      ...(trailers ? { _trailers: trailers.headers } : {}),
+    },
     _redacted: what,
   };
 }

@@ -1,7 +1,7 @@
-// Recording a stolen connection (`devop exec --record`): devop reads the HTTP/1.1 exchanges on it — ending the client's
-// TLS with a session certificate when it speaks TLS, and opening its own TLS to the local command — passes each request
-// on to the local command, and adds request, answer, timing and pod to the HAR. Bytes that are neither TLS nor HTTP
-// are left alone (the caller splices them as without --record).
+// Recording a stolen connection (`devop exec --record`): devop reads the HTTP/1.1 exchanges on it (HTTP/2 without TLS:
+// tap-h2.ts) — ending the client's TLS with a session certificate when it speaks TLS, and opening its own TLS to the
+// local command — passes each request on to the local command, and adds request, answer, timing and pod to the HAR.
+// Bytes that are neither TLS nor HTTP are left alone (the caller splices them as without --record).
 import {
   Agent as HttpAgent,
   createServer,
@@ -15,6 +15,7 @@ import { connect as netConnect, type Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { connect as tlsConnect, createSecureContext, TLSSocket } from 'node:tls';
 import { BodyTap, harBody, harHeaders, queryString, type HarRecorder } from './har.js';
+import { HTTP2_PREFACE, recordHttp2 } from './tap-h2.js';
 import { makeSessionCert } from '../process/session-cert.js';
 
 /** Where a recorded connection came from and goes to. */
@@ -33,9 +34,11 @@ const TLS_HANDSHAKE = 0x16;
 /** An HTTP/1.x request line starts with a method token (upper-case letters) and a space. */
 const HTTP_REQUEST_LINE = /^[A-Z]{3,10} /;
 
-/** What the first bytes of a connection say it carries. */
-export function sniff(first: Buffer): 'tls' | 'http' | 'other' {
+/** What the first bytes of a connection say it carries: `h2c` for HTTP/2's preface (whose `PRI *` line is no request). */
+export function sniff(first: Buffer): 'tls' | 'http' | 'h2c' | 'other' {
   if (first[0] === TLS_HANDSHAKE) return 'tls';
+  const n = Math.min(first.length, HTTP2_PREFACE.length);
+  if (n >= 4 && first.subarray(0, n).equals(HTTP2_PREFACE.subarray(0, n))) return 'h2c';
   return HTTP_REQUEST_LINE.test(first.subarray(0, 12).toString('latin1')) ? 'http' : 'other';
 }
 
@@ -88,6 +91,10 @@ export class ExchangeRecorder {
     stream.unshift(first);
     const kind = sniff(first);
     if (kind === 'other') return false;
+    if (kind === 'h2c') {
+      recordHttp2(stream, conn, this.har, this.onError);
+      return true;
+    }
     let socket: Duplex = stream;
     if (kind === 'tls') {
       this.secureContext ??= createSecureContext(makeSessionCert('devop --record'));

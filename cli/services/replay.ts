@@ -2,6 +2,7 @@
 // recorded order, and compares each answer with the recorded one (status; body field by field for JSON). It sends only
 // to 127.0.0.1: to the port --to names, or else to the local ports the HAR names when this user's devop sealed them.
 import { request as httpRequest, type IncomingMessage, type OutgoingHttpHeaders } from 'node:http';
+import { connect as connectHttp2 } from 'node:http2';
 import { request as httpsRequest } from 'node:https';
 import { UserError } from '../../shared/errors.js';
 import { ALWAYS_IGNORED, compareAnswer, describeRequest } from '../record/compare.js';
@@ -94,6 +95,7 @@ interface Sent {
   mimeType: string;
   body: Buffer;
   ms: number;
+  grpc?: { status?: string; message?: string };
 }
 
 /** The headers of a recorded request that were redacted (they are not sent: the marker is no credential). */
@@ -113,6 +115,7 @@ function send(entry: HarEntry, port: number): Promise<Sent> {
   if (body.length > 0 || !['GET', 'HEAD', 'DELETE', 'OPTIONS'].includes(entry.request.method))
     headers['content-length'] = String(body.length);
   const tls = url.protocol === 'https:';
+  if (entry.request.httpVersion === 'HTTP/2') return sendHttp2(entry, url, port, headers, body);
   const started = Date.now();
   return new Promise((resolve, reject) => {
     const req = (tls ? httpsRequest : httpRequest)(
@@ -144,6 +147,59 @@ function send(entry: HarEntry, port: number): Promise<Sent> {
     req.on('timeout', () => req.destroy(new Error(`no answer within ${REQUEST_TIMEOUT_MS / 1000} s`)));
     req.on('error', reject);
     req.end(body);
+  });
+}
+
+/**
+ * A request recorded over HTTP/2 goes over HTTP/2 again (h2c, prior knowledge, as the agent sent it to the local
+ * command), on a connection of its own; `te: trailers` goes too (gRPC servers want it), and the answer's trailers are
+ * read for a gRPC call's status.
+ */
+function sendHttp2(entry: HarEntry, url: URL, port: number, headers: OutgoingHttpHeaders, body: Buffer): Promise<Sent> {
+  const started = Date.now();
+  const te = entry.request.headers.find((h) => h.name.toLowerCase() === 'te')?.value;
+  return new Promise((resolve, reject) => {
+    const session = connectHttp2(`http://127.0.0.1:${port}`, { settings: { enablePush: false } });
+    const fail = (err: Error): void => {
+      session.destroy();
+      reject(err);
+    };
+    session.on('error', fail);
+    const stream = session.request(
+      {
+        ...headers,
+        ...(te === 'trailers' ? { te } : {}),
+        ':method': entry.request.method,
+        ':path': `${url.pathname}${url.search}`,
+        ':authority': url.host,
+      },
+      { endStream: body.length === 0 },
+    );
+    stream.setTimeout(REQUEST_TIMEOUT_MS, () => fail(new Error(`no answer within ${REQUEST_TIMEOUT_MS / 1000} s`)));
+    let status = 0;
+    let mimeType = '';
+    let grpc: Sent['grpc'];
+    const grpcOf = (h: Record<string, unknown>): void => {
+      if (h['grpc-status'] !== undefined)
+        grpc = {
+          status: String(h['grpc-status']),
+          ...(h['grpc-message'] !== undefined ? { message: String(h['grpc-message']) } : {}),
+        };
+    };
+    stream.on('response', (h) => {
+      status = Number(h[':status'] ?? 0);
+      mimeType = String(h['content-type'] ?? '');
+      grpcOf(h);
+    });
+    stream.on('trailers', grpcOf);
+    const chunks: Buffer[] = [];
+    stream.on('data', (c: Buffer) => chunks.push(c));
+    stream.on('end', () => {
+      session.close();
+      resolve({ status, mimeType, body: Buffer.concat(chunks), ms: Date.now() - started, ...(grpc ? { grpc } : {}) });
+    });
+    stream.on('error', fail);
+    if (body.length > 0) stream.end(body);
   });
 }
 
