@@ -34,7 +34,7 @@ const TLS_HANDSHAKE = 0x16;
 /** An HTTP/1.x request line starts with a method token (upper-case letters) and a space. */
 const HTTP_REQUEST_LINE = /^[A-Z]{3,10} /;
 
-/** What the first bytes of a connection say it carries: `h2c` for HTTP/2's preface (whose `PRI *` line is no request). */
+/** What the first bytes of a connection say it carries: `h2c` for HTTP/2's preface (its `PRI *` is no request). */
 export function sniff(first: Buffer): 'tls' | 'http' | 'h2c' | 'other' {
   if (first[0] === TLS_HANDSHAKE) return 'tls';
   const n = Math.min(first.length, HTTP2_PREFACE.length);
