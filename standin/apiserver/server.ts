@@ -269,9 +269,8 @@ export async function startApiServer(o: ApiServerOptions): Promise<ApiServer> {
       }
       authorize(id, req.method ?? 'GET', r, q);
       const pod = o.objects.get(r.t, r.ns, r.name ?? '');
-      if (r.sub === 'attach')
-        throw new ApiError(400, 'BadRequest', 'the stand-in does not support pods/attach; use pods/exec');
-      if (r.sub === 'exec') streams.upgradeExec(req, socket, head, pod as K8sObject, q);
+      if (r.sub === 'exec' || r.sub === 'attach')
+        streams.upgradeRemoteCommand(r.sub, req, socket, head, pod as K8sObject, q);
       else streams.upgradePortForward(req, socket, head, pod as K8sObject, q);
     } catch (e) {
       refuse(e);

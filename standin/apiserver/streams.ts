@@ -1,16 +1,27 @@
-// Streaming pod subresources as kubelet serves them: pods/log (chunked text), pods/exec (WebSocket
-// v5/v4.channel.k8s.io) and pods/portforward (WebSocket v4.channel.k8s.io: per port a data and an error channel, each
-// opened with the port; or kubectl 1.31+'s SPDY tunnelled in a WebSocket, spdy-portforward.ts). Plain SPDY upgrades get
-// a Status.
+// Streaming pod subresources as kubelet serves them: pods/log (chunked text), pods/exec and pods/attach (WebSocket
+// v5/v4.channel.k8s.io, or a plain SPDY/3.1 upgrade: spdy-remote-command.ts) and pods/portforward (WebSocket
+// v4.channel.k8s.io: per port a data and an error channel, each opened with the port; or SPDY, plain or tunnelled in a
+// WebSocket as kubectl 1.31+ does: spdy-portforward.ts).
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { Duplex } from 'node:stream';
+import { type Duplex, Readable } from 'node:stream';
 import { WebSocket, WebSocketServer } from 'ws';
-import { ApiError, badRequest, toApiError, type K8sObject } from './errors.js';
-import type { NodeRuntime } from '../node-runtime.js';
+import { badRequest, toApiError, type K8sObject } from './errors.js';
+import type { ExecProcess, NodeRuntime } from '../node-runtime.js';
 import { SPDY_TUNNEL_PROTOCOL, serveSpdyPortForward } from './spdy-portforward.js';
+import {
+  REMOTE_COMMAND_PROTOCOLS,
+  type RemoteCommand,
+  type RemoteCommandOptions,
+  serveSpdyRemoteCommand,
+} from './spdy-remote-command.js';
+import type { SpdyTransport } from './spdy.js';
 
 const EXEC_PROTOCOLS = ['v5.channel.k8s.io', 'v4.channel.k8s.io'];
 const PORTFORWARD_PROTOCOLS = ['v4.channel.k8s.io', 'portforward.k8s.io', 'channel.k8s.io'];
+/** The kubelet's port-forward protocol over SPDY (kubernetes pkg/kubelet/cri/streaming/portforward/httpstream.go). */
+const SPDY_PORTFORWARD_PROTOCOLS = ['portforward.k8s.io'];
+/** How long an ended SPDY connection waits for the client to close before it is cut (spdystream's closeTimeout). */
+const SPDY_CLOSE_TIMEOUT_MS = 5000;
 /** Stop reading from the pod while this much is queued towards the WebSocket client (bounded memory per tunnel). */
 const HIGH_WATER = 1024 * 1024;
 const CH_STDIN = 0;
@@ -106,8 +117,177 @@ function exitStatus(exitCode: number, signal: string | undefined, command: strin
   };
 }
 
+const flag = (q: URLSearchParams, name: string): boolean => q.get(name) === 'true' || q.get(name) === '1';
+
+function remoteCommandOptions(q: URLSearchParams): RemoteCommandOptions {
+  return {
+    stdin: flag(q, 'stdin') || q.get('input') === '1',
+    stdout: flag(q, 'stdout'),
+    stderr: flag(q, 'stderr'),
+    tty: flag(q, 'tty'),
+  };
+}
+
+/** A container's output from now on, as an attached process: the stand-in's containers keep no stdin open. */
+async function attachedOutput(rt: NodeRuntime, pod: K8sObject, container: string): Promise<ExecProcess> {
+  const output = await rt
+    .logs({ namespace: pod.metadata.namespace, pod: pod.metadata.name, container, follow: true, tailLines: 0 })
+    .catch((e) => {
+      throw toApiError(e);
+    });
+  const ended = new Promise<{ exitCode: number }>((resolve) => {
+    output.on('close', () => resolve({ exitCode: 0 }));
+    output.on('end', () => resolve({ exitCode: 0 }));
+  });
+  return {
+    stdin: null,
+    stdout: output,
+    stderr: Readable.from([]),
+    resize: () => undefined,
+    wait: () => ended,
+    kill: () => output.destroy(),
+  };
+}
+
+/** What pods/exec runs (the command) or pods/attach shows (the container's output), and how each ends. */
+function remoteCommand(
+  runtime: () => NodeRuntime | undefined,
+  sub: 'exec' | 'attach',
+  pod: K8sObject,
+  q: URLSearchParams,
+): RemoteCommand {
+  const command = q.getAll('command');
+  const opts = remoteCommandOptions(q);
+  return {
+    async start() {
+      const container = pickContainer(pod, q.get('container'));
+      const rt = runtime();
+      if (!rt)
+        throw badRequest(
+          `container "${container}" in pod "${pod.metadata.name}" is not running: no node runs this pod`,
+        );
+      if (sub === 'attach') {
+        if (opts.stdin)
+          throw badRequest(
+            `the stand-in attaches to the output of container "${container}" only (its containers keep no stdin ` +
+              `open): attach without -i, or run the command with kubectl exec -i`,
+          );
+        return attachedOutput(rt, pod, container);
+      }
+      if (command.length === 0) throw badRequest('you must specify at least 1 command');
+      return rt.exec({
+        namespace: pod.metadata.namespace,
+        pod: pod.metadata.name,
+        container,
+        command,
+        stdin: opts.stdin,
+        tty: opts.tty,
+      });
+    },
+    // An attach ends when the container's output does, with Success (kubelet's ServeAttach).
+    outcome: (result) =>
+      sub === 'attach' ? { metadata: {}, status: 'Success' } : exitStatus(result.exitCode, result.signal, command),
+    failure: (e) => toApiError(e).toStatus(),
+  };
+}
+
+/** A header's values, sent several times or comma-separated (httpstream.go commaSeparatedHeaderValues). */
+function headerValues(req: IncomingMessage, name: string): string[] | undefined {
+  const raw = req.headersDistinct[name];
+  if (!raw) return undefined;
+  return raw.flatMap((v) => v.split(',').map((p) => p.trim())).filter((p) => p !== '');
+}
+
+function refuse(socket: Duplex, code: number, reason: string, message: string, extra = ''): void {
+  const body = `${message}\n`;
+  socket.end(
+    `HTTP/1.1 ${code} ${reason}\r\nContent-Type: text/plain; charset=utf-8\r\nX-Content-Type-Options: nosniff\r\n` +
+      `${extra}Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+  );
+}
+
+/**
+ * A plain SPDY/3.1 upgrade as the kubelet answers it: the X-Stream-Protocol-Version handshake (apimachinery
+ * pkg/util/httpstream/httpstream.go Handshake: the first of the client's protocols the server has), then 101 with
+ * `Connection: Upgrade`, `Upgrade: SPDY/3.1` (httpstream/spdy/upgrade.go UpgradeResponse), then SPDY frames.
+ */
+function upgradeSpdy(
+  req: IncomingMessage,
+  socket: Duplex,
+  head: Buffer,
+  serverProtocols: string[],
+  serve: (transport: SpdyTransport, protocol: string) => { receive(chunk: Buffer): void; close(): void },
+): void {
+  const header = 'X-Stream-Protocol-Version';
+  const connection = String(req.headers.connection ?? '').toLowerCase();
+  const offered = headerValues(req, header.toLowerCase());
+  const protocol = offered?.find((p) => serverProtocols.includes(p));
+  if (!connection.includes('upgrade') || !/spdy\/3\.1/i.test(String(req.headers.upgrade ?? ''))) {
+    refuse(socket, 400, 'Bad Request', 'unable to upgrade: missing upgrade headers in request');
+  } else if (!offered) {
+    const count = Object.keys(req.headers).length;
+    refuse(
+      socket,
+      400,
+      'Bad Request',
+      `unable to upgrade: header ${header} does not exist in request with ${count} headers`,
+    );
+  } else if (!protocol) {
+    refuse(
+      socket,
+      403,
+      'Forbidden',
+      `unable to upgrade: unable to negotiate protocol: client supports [${offered.join(' ')}], server accepts ` +
+        `[${serverProtocols.join(' ')}]`,
+      serverProtocols.map((p) => `X-Accepted-Stream-Protocol-Versions: ${p}\r\n`).join(''),
+    );
+  } else {
+    serveUpgraded(socket, head, protocol, serve);
+  }
+}
+
+function serveUpgraded(
+  socket: Duplex,
+  head: Buffer,
+  protocol: string,
+  serve: (transport: SpdyTransport, protocol: string) => { receive(chunk: Buffer): void; close(): void },
+): void {
+  const header = 'X-Stream-Protocol-Version';
+  socket.write(
+    `HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\n${header}: ${protocol}\r\n\r\n`,
+  );
+  let cut: NodeJS.Timeout | undefined;
+  const served = serve(
+    {
+      write: (frame, done) => void socket.write(frame, done && (() => done())),
+      isOpen: () => !socket.destroyed && socket.writable,
+      end: () => {
+        if (cut) return;
+        socket.end();
+        cut = setTimeout(() => socket.destroy(), SPDY_CLOSE_TIMEOUT_MS);
+        cut.unref();
+      },
+    },
+    protocol,
+  );
+  socket.on('data', (chunk: Buffer) => served.receive(chunk));
+  socket.on('error', () => socket.destroy()); // a broken connection ends like a closed one
+  socket.on('close', () => {
+    clearTimeout(cut);
+    served.close();
+  });
+  if (head.length > 0) served.receive(head);
+}
+
 export interface StreamServer {
-  upgradeExec(req: IncomingMessage, socket: Duplex, head: Buffer, pod: K8sObject, q: URLSearchParams): void;
+  upgradeRemoteCommand(
+    sub: 'exec' | 'attach',
+    req: IncomingMessage,
+    socket: Duplex,
+    head: Buffer,
+    pod: K8sObject,
+    q: URLSearchParams,
+  ): void;
   upgradePortForward(req: IncomingMessage, socket: Duplex, head: Buffer, pod: K8sObject, q: URLSearchParams): void;
   dropPortForwards(): void;
   closeAll(): void;
@@ -130,9 +310,11 @@ export function createStreamServer(runtime: () => NodeRuntime | undefined): Stre
     perMessageDeflate: false,
     handleProtocols: () => SPDY_TUNNEL_PROTOCOL,
   });
-  const portForwards = new Set<WebSocket>();
-  const all = new Set<WebSocket>();
-  const track = (ws: WebSocket, set?: Set<WebSocket>) => {
+  // Open WebSockets and plain SPDY connections, to cut them (a test's dropPortForwards, the server's close).
+  type Open = { terminate(): void };
+  const portForwards = new Set<Open>();
+  const all = new Set<Open>();
+  const track = (ws: WebSocket, set?: Set<Open>) => {
     all.add(ws);
     set?.add(ws);
     ws.on('close', () => {
@@ -140,31 +322,27 @@ export function createStreamServer(runtime: () => NodeRuntime | undefined): Stre
       set?.delete(ws);
     });
   };
+  const trackSocket = (socket: Duplex, set?: Set<Open>) => {
+    const open = { terminate: () => socket.destroy() };
+    all.add(open);
+    set?.add(open);
+    socket.on('close', () => {
+      all.delete(open);
+      set?.delete(open);
+    });
+  };
+  const dialer = (pod: K8sObject) => {
+    const rt = runtime();
+    return rt ? (port: number) => rt.dialPod(pod.metadata.namespace, pod.metadata.name, port) : undefined;
+  };
 
-  const runExec = async (ws: WebSocket, pod: K8sObject, q: URLSearchParams) => {
-    const command = q.getAll('command');
+  const runRemoteCommand = async (ws: WebSocket, command: RemoteCommand) => {
     const sendStatus = (status: K8sObject) => {
       if (ws.readyState === WebSocket.OPEN)
         ws.send(frame(CH_STATUS, Buffer.from(JSON.stringify(status))), () => ws.close(1000));
     };
     try {
-      const container = pickContainer(pod, q.get('container'));
-      const rt = runtime();
-      if (!rt)
-        throw new ApiError(
-          400,
-          'BadRequest',
-          `container "${container}" in pod "${pod.metadata.name}" is not running: no node runs this pod`,
-        );
-      if (command.length === 0) throw badRequest('you must specify at least 1 command');
-      const proc = await rt.exec({
-        namespace: pod.metadata.namespace,
-        pod: pod.metadata.name,
-        container,
-        command,
-        stdin: q.get('stdin') === 'true' || q.get('input') === '1',
-        tty: q.get('tty') === 'true',
-      });
+      const proc = await command.start();
       const v5 = ws.protocol === 'v5.channel.k8s.io';
       ws.on('message', (data: Buffer) => {
         if (data.length === 0) return;
@@ -192,11 +370,11 @@ export function createStreamServer(runtime: () => NodeRuntime | undefined): Stre
           src.on('error', () => resolve());
         });
       const drained = Promise.all([pump(proc.stdout, CH_STDOUT), pump(proc.stderr, CH_STDERR)]);
-      const { exitCode, signal } = await proc.wait();
+      const result = await proc.wait();
       await Promise.race([drained, new Promise((r) => setTimeout(r, 2000))]);
-      sendStatus(exitStatus(exitCode, signal, command));
+      sendStatus(command.outcome(result));
     } catch (e) {
-      sendStatus(toApiError(e).toStatus());
+      sendStatus(command.failure(e));
     }
   };
 
@@ -281,26 +459,36 @@ export function createStreamServer(runtime: () => NodeRuntime | undefined): Stre
   };
 
   return {
-    upgradeExec(req, socket, head, pod, q) {
+    upgradeRemoteCommand(sub, req, socket, head, pod, q) {
+      const command = remoteCommand(runtime, sub, pod, q);
+      if (String(req.headers.upgrade ?? '').toLowerCase() !== 'websocket') {
+        // kubectl up to 1.29 (or with KUBECTL_REMOTE_COMMAND_WEBSOCKETS=false) asks for SPDY/3.1.
+        trackSocket(socket);
+        upgradeSpdy(req, socket, head, REMOTE_COMMAND_PROTOCOLS, (transport, protocol) =>
+          serveSpdyRemoteCommand(transport, protocol, remoteCommandOptions(q), command),
+        );
+        return;
+      }
       if (!chooseProtocol(offeredProtocols(req), EXEC_PROTOCOLS)) {
         socket.end(
-          'HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\n\r\nthe stand-in serves pods/exec over WebSocket ' +
-            '(v5.channel.k8s.io, v4.channel.k8s.io) only\n',
+          `HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\n\r\nthe stand-in serves pods/${sub} over ` +
+            'WebSocket (v5.channel.k8s.io, v4.channel.k8s.io) or SPDY/3.1 only\n',
         );
         return;
       }
       execWss.handleUpgrade(req, socket, head, (ws) => {
         track(ws);
-        void runExec(ws, pod, q);
+        void runRemoteCommand(ws, command);
       });
     },
     upgradePortForward(req, socket, head, pod, q) {
       if (String(req.headers.upgrade ?? '').toLowerCase() !== 'websocket') {
-        // kubectl up to 1.30 (or with KUBECTL_PORT_FORWARD_WEBSOCKETS=false) asks for SPDY/3.1: kubectl prints this.
-        throw badRequest(
-          'the stand-in serves pods/portforward over WebSocket only, not SPDY: use kubectl 1.31+ (without ' +
-            'KUBECTL_PORT_FORWARD_WEBSOCKETS=false), `devop port-forward`, or a WebSocket client (v4.channel.k8s.io)',
+        // kubectl up to 1.30 (or with KUBECTL_PORT_FORWARD_WEBSOCKETS=false) asks for SPDY/3.1.
+        trackSocket(socket, portForwards);
+        upgradeSpdy(req, socket, head, SPDY_PORTFORWARD_PROTOCOLS, (transport) =>
+          serveSpdyPortForward(transport, pod, dialer(pod)),
         );
+        return;
       }
       if (offeredProtocols(req).has(SPDY_TUNNEL_PROTOCOL)) {
         // ws refuses a subprotocol with "/" in it (not an RFC 7230 token), which kube-apiserver accepts: it is offered
@@ -308,12 +496,17 @@ export function createStreamServer(runtime: () => NodeRuntime | undefined): Stre
         req.headers['sec-websocket-protocol'] = 'spdy-portforward';
         spdyWss.handleUpgrade(req, socket, head, (ws) => {
           track(ws, portForwards);
-          const rt = runtime();
-          serveSpdyPortForward(
-            ws,
+          const served = serveSpdyPortForward(
+            {
+              write: (frame, done) => ws.send(frame, done && (() => done())),
+              isOpen: () => ws.readyState === WebSocket.OPEN,
+              end: () => ws.close(1000),
+            },
             pod,
-            rt ? (port) => rt.dialPod(pod.metadata.namespace, pod.metadata.name, port) : undefined,
+            dialer(pod),
           );
+          ws.on('message', (data: Buffer) => served.receive(data));
+          ws.on('close', () => served.close());
         });
         return;
       }

@@ -1,6 +1,7 @@
-// kubectl port-forward against the stand-in: kubectl 1.31+ tunnels SPDY through a WebSocket
-// (apiserver/spdy-portforward.ts) and gets the pod's bytes back exactly; plain SPDY (kubectl 1.30, or
-// PORT_FORWARD_WEBSOCKETS=false) is refused with a Status that kubectl prints and that names what to use instead. The
+// kubectl port-forward against the stand-in: kubectl 1.31+ tunnels SPDY through a WebSocket, kubectl up to 1.30 (or
+// with KUBECTL_PORT_FORWARD_WEBSOCKETS=false) upgrades to plain SPDY/3.1 with X-Stream-Protocol-Version
+// portforward.k8s.io (kubernetes pkg/kubelet/cri/streaming/portforward/httpstream.go, apimachinery
+// pkg/util/httpstream/spdy/upgrade.go); both get the pod's bytes back exactly (apiserver/spdy-portforward.ts). The
 // "pod" is a local echo server (no kubelet needed).
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
@@ -164,21 +165,42 @@ describe('kubectl port-forward against the stand-in', () => {
   );
 
   for (const [v, env] of [
+    ['1.27', {}],
     ['1.30', {}],
     ['1.33', { KUBECTL_PORT_FORWARD_WEBSOCKETS: 'false' }],
   ] as const) {
     it.runIf(have(v))(
-      `kubectl ${v}${Object.keys(env).length ? ' with KUBECTL_PORT_FORWARD_WEBSOCKETS=false' : ''} (SPDY) is told ` +
-        `what to use instead`,
+      `kubectl ${v}${Object.keys(env).length ? ' with KUBECTL_PORT_FORWARD_WEBSOCKETS=false' : ''} forwards over ` +
+        'plain SPDY: two connections at once, 1 MiB each, byte-exact',
       async () => {
+        // Given kubectl port-forward over a plain SPDY/3.1 upgrade to the echo port of pod box
         const forward = await portForward(v, ECHO_PORT, env);
-        expect(forward.port).toBeUndefined();
-        expect(forward.code).not.toBe(0);
-        expect(forward.output).toMatch(
-          /error upgrading connection: the stand-in serves pods\/portforward over WebSocket only, not SPDY/,
-        );
-        expect(forward.output).toContain('devop port-forward');
+        expect(forward.port, forward.output).toBeDefined();
+        // When two connections send 1 MiB each at the same time
+        const a = randomBytes(1024 * 1024);
+        const b = randomBytes(1024 * 1024);
+        const [backA, backB] = await Promise.all([roundTrip(forward.port!, a), roundTrip(forward.port!, b)]);
+        // Then each gets its own bytes back
+        expect(sha(backA)).toBe(sha(a));
+        expect(sha(backB)).toBe(sha(b));
       },
     );
   }
+
+  it.runIf(have('1.27'))(
+    "kubectl 1.27: a port nothing listens on gets the pod's refusal on the error stream",
+    async () => {
+      // Given kubectl 1.27 port-forward (plain SPDY) to a port the pod does not listen on
+      const forward = await portForward('1.27', 7001);
+      expect(forward.port, forward.output).toBeDefined();
+      // When a connection comes
+      await roundTrip(forward.port!, Buffer.from('x')).catch(() => undefined);
+      // Then kubectl prints the refusal that came on that connection's error stream
+      const said = Date.now() + KUBECTL_WAIT_MS;
+      while (!/error forwarding port 7001/.test(forward.later()) && Date.now() < said) {
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      expect(forward.later()).toMatch(/error forwarding port 7001 to pod box.*ECONNREFUSED/);
+    },
+  );
 });
