@@ -1,5 +1,5 @@
-// kubectl 1.30 and 1.33 against the stand-in with its kubelet: logs, exec, debug with an ephemeral container,
-// and delete of a Deployment cascading to pods that really stop.
+// kubectl 1.27, 1.30 and 1.33 against the stand-in with its kubelet: logs, exec (plain SPDY on 1.27, WebSocket on the
+// others), debug with an ephemeral container, and delete of a Deployment cascading to pods that really stop.
 import { execFile } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -46,8 +46,8 @@ afterAll(async () => {
 });
 
 describe.runIf(run)('kubectl with the kubelet', () => {
-  // The long round on the oldest kubectl whose exec the stand-in serves (WebSocket) and the newest
-  for (const v of ['1.30', '1.33']) {
+  // The long round on the oldest kubectl (exec over plain SPDY), the first whose exec is a WebSocket, and the newest
+  for (const v of ['1.27', '1.30', '1.33']) {
     it(
       `kubectl ${v}: logs, exec, debug --target, delete deploy cascading`,
       async () => {
