@@ -24,6 +24,7 @@ const TARGET_FEATURES: string[] = [
   FEATURES.mirror,
   FEATURES.httpFilter,
   FEATURES.bodyFilter,
+  FEATURES.tlsTerminate,
   FEATURES.env,
   FEATURES.files,
 ];

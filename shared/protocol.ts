@@ -41,6 +41,8 @@ export const FEATURES = {
   nativeSplice: 'native-splice',
   /** HttpFilter.body: the agent reads a JSON request body (up to MAX_FILTERED_BODY_BYTES) to decide a request. */
   bodyFilter: 'body-filter',
+  /** subscribe.tls: the agent terminates TLS on a filtered port with the workload's certificate the client sends. */
+  tlsTerminate: 'tls-terminate',
 } as const;
 
 /** Error codes an agent sends in `error`; unknown codes must be shown as-is (the field is an open string). */
@@ -77,6 +79,14 @@ export const HttpFilter = z.object({
   match: z._default(z.enum(['all', 'any']), 'all'),
 });
 export type HttpFilter = z.infer<typeof HttpFilter>;
+
+/** The bound of one PEM in subscribe.tls (a certificate chain is a few KiB); the CLI refuses a larger one first. */
+export const MAX_TLS_PEM_CHARS = 256 * 1024;
+const pem = z.string().check(z.minLength(1), z.maxLength(MAX_TLS_PEM_CHARS));
+
+/** A kubernetes.io/tls Secret's PEMs (tls.crt, tls.key, ca.crt when present), for the agent to terminate TLS with. */
+export const TlsMaterial = z.object({ cert: pem, key: pem, ca: z.optional(pem) });
+export type TlsMaterial = z.infer<typeof TlsMaterial>;
 
 export const ClientIdentity = z.object({
   user: z.string(),
@@ -160,6 +170,11 @@ export const ClientMessage = z.discriminatedUnion('type', [
      * Steal only: a connection the local command has not answered (sent no byte) within this is replayed to the pod.
      */
     answerWithinMs: z.optional(z.int().check(z.minimum(1), z.maximum(600_000))),
+    /**
+     * A filtered steal of a port whose workload terminates TLS: the agent terminates it with these, filters, and
+     * re-encrypts towards the pod and the local command (FEATURES.tlsTerminate). Sent on the session's tunnel only.
+     */
+    tls: z.optional(TlsMaterial),
   }),
   z.object({ type: z.literal('unsubscribe'), id: requestId, port }),
   z.object({ type: z.literal('pause'), port: z.optional(port) }),

@@ -9,6 +9,7 @@ import {
   type AgentMessage,
   type ClientMessage,
   type HttpFilter,
+  type TlsMaterial,
   type StreamOpen,
   type TrafficEvent,
 } from '../shared/protocol.js';
@@ -68,7 +69,7 @@ export interface TestSession {
   subscribe(
     port: number,
     mode: 'steal' | 'mirror',
-    opts?: { filter?: HttpFilter; flush?: boolean; stealProbes?: boolean; answerWithinMs?: number },
+    opts?: { filter?: HttpFilter; flush?: boolean; stealProbes?: boolean; answerWithinMs?: number; tls?: TlsMaterial },
   ): Promise<AgentMessage>;
 }
 
@@ -165,6 +166,7 @@ export async function connectSession(
           flush: o.flush ?? false,
           stealProbes: o.stealProbes ?? false,
           ...(o.answerWithinMs ? { answerWithinMs: o.answerWithinMs } : {}),
+          ...(o.tls ? { tls: o.tls } : {}),
         },
         ['subscribed', 'refused'],
       ),

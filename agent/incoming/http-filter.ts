@@ -1,6 +1,7 @@
 // Filtered steal: each HTTP/1.1 request on a redirected connection goes to the first session whose filter matches (one
 // mux stream per request, so keep-alive connections may interleave destinations), every other one to the original app;
 // a connection that opens with the HTTP/2 preface is routed per stream (agent/incoming/http2-filter.ts).
+import { request as httpsRequest, Agent as HttpsAgent } from 'node:https';
 import {
   createServer,
   request as httpRequest,
@@ -25,6 +26,15 @@ import { MAX_REQUEST_HEAD_BYTES } from '../../shared/filter-regex.js';
 import { isJsonContentType, MAX_FILTERED_BODY_BYTES } from '../../shared/body-filter.js';
 import { FilteredStreams, HTTP2_PREFACE } from './http2-filter.js';
 import { headComplete, withoutH2cOffer } from './h2c-upgrade.js';
+import {
+  clientHelloKind,
+  encryptTowardsLocal,
+  encryptTowardsPod,
+  noCertificateWarning,
+  terminatedOf,
+  terminateTls,
+  upstreamTls,
+} from './tls-terminate.js';
 
 export interface HttpRouting {
   port: number;
@@ -34,6 +44,8 @@ export interface HttpRouting {
   nextId(): string;
   /** Kept-alive connections to the pod's app, for the requests no filter matches. */
   pod: Agent;
+  /** The same over TLS, for the requests of connections whose TLS the agent terminated (tls-terminate.ts). */
+  podTls: HttpsAgent;
 }
 
 /** At most this many idle connections to the pod's app are kept per port (the rest close when their request ends). */
@@ -73,11 +85,17 @@ function pick(routing: HttpRouting, req: IncomingMessage, body?: { json: unknown
 export class FilteredRequests {
   private readonly server: Server;
   private readonly pod = new Agent({ keepAlive: true, maxFreeSockets: POD_IDLE_CONNECTIONS });
+  private readonly podTls = new HttpsAgent({ keepAlive: true, maxFreeSockets: POD_IDLE_CONNECTIONS });
   private readonly http2: FilteredStreams;
+  /** HTTP/2 over the TLS the agent terminated: its own connections to the pod (TLS) and to the local commands. */
+  private readonly http2Tls: FilteredStreams;
+  /** Sessions told that this port speaks TLS their filter cannot read (once each). */
+  private readonly toldNoCertificate = new WeakSet<IncomingTarget>();
 
-  constructor(routing: Omit<HttpRouting, 'pod'>) {
-    const withPod: HttpRouting = { ...routing, pod: this.pod };
+  constructor(private readonly routing: Omit<HttpRouting, 'pod' | 'podTls'>) {
+    const withPod: HttpRouting = { ...routing, pod: this.pod, podTls: this.podTls };
     this.http2 = new FilteredStreams(routing);
+    this.http2Tls = new FilteredStreams(routing);
     // The HTTP server never listens: filtered connections are handed to it. Keep-alive requests are routed one by one.
     // Its head limit bounds the text each filter is matched against (shared/filter-regex.ts).
     this.server = createServer({ keepAliveTimeout: 65_000, maxHeaderSize: MAX_REQUEST_HEAD_BYTES });
@@ -97,16 +115,20 @@ export class FilteredRequests {
   /**
    * Routes the requests of a connection the redirect listener accepted: its first bytes tell HTTP/2 (the client
    * preface, prior knowledge) from HTTP/1.x, and are put back for the server that takes it; an HTTP/1.x connection's
-   * first head is read whole first, to decline an `Upgrade: h2c` offer in it (h2c-upgrade.ts).
+   * first head is read whole first, to decline an `Upgrade: h2c` offer in it (h2c-upgrade.ts). A TLS ClientHello's
+   * connection has its TLS ended first with the workload's certificate when a steal was given it, else goes to the pod.
    */
   take(socket: Socket): void {
     let seen: Buffer = Buffer.alloc(0);
-    const decide = (http2: boolean): void => {
+    const stopReading = (): void => {
       socket.off('data', onData);
       socket.off('end', onEnd);
       socket.setTimeout(0);
       socket.off('timeout', onSilence);
       socket.pause();
+    };
+    const decide = (http2: boolean): void => {
+      stopReading();
       if (seen.length > 0) socket.unshift(seen);
       if (http2) this.http2.take(socket);
       else {
@@ -121,7 +143,12 @@ export class FilteredRequests {
     };
     const onData = (chunk: Buffer): void => {
       seen = seen.length === 0 ? chunk : Buffer.concat([seen, chunk]);
-      if (isPreface()) {
+      const hello = clientHelloKind(seen);
+      if (hello === 'more') return;
+      if (hello === 'tls') {
+        stopReading();
+        this.takeTls(socket, seen);
+      } else if (isPreface()) {
         if (seen.length >= HTTP2_PREFACE.length) decide(true);
       } else if (headComplete(seen) || seen.length > MAX_REQUEST_HEAD_BYTES) {
         // Over the limit, the server answers 431 as it does for any head.
@@ -143,10 +170,47 @@ export class FilteredRequests {
     socket.once('timeout', onSilence);
   }
 
+  /**
+   * A connection that opened with a TLS ClientHello (`seen`, read from it): with a steal's certificate its TLS is
+   * ended here and the decrypted connection routed as any other (HTTP/2 when the client chose h2 by ALPN); without
+   * one it goes to the pod untouched, and each filtering session hears once why its filter did not see it.
+   */
+  private takeTls(socket: Socket, seen: Buffer): void {
+    const steals = this.routing.active().filter((s) => s.mode === 'steal' && s.match !== undefined);
+    const material = steals.find((s) => s.tls)?.tls;
+    if (!material) {
+      for (const s of steals)
+        if (!this.toldNoCertificate.has(s.session)) {
+          this.toldNoCertificate.add(s.session);
+          s.session.warn(noCertificateWarning(this.routing.port));
+        }
+      const upstream = connect({ ...originOf(socket, this.routing.port), noDelay: true });
+      upstream.write(seen);
+      joinBothWays(socket, upstream);
+      upstream.on('error', () => socket.destroy());
+      socket.on('error', () => upstream.destroy());
+      socket.once('close', () => upstream.destroy());
+      socket.resume();
+      return;
+    }
+    socket.unshift(seen);
+    terminateTls(
+      socket,
+      material,
+      (plain, how) => {
+        if (how.alpn === 'h2') this.http2Tls.take(plain as unknown as Socket);
+        else this.server.emit('connection', plain);
+      },
+      (reason) => this.routing.log.debug('TLS handshake with a client failed', { port: this.routing.port, reason }),
+    );
+  }
+
   close(): void {
     this.server.close();
     this.http2.close();
+    this.http2Tls.close();
     this.pod.destroy();
+    this.podTls.destroy();
   }
 }
 
@@ -276,14 +340,18 @@ function sendToPod(
   res: ServerResponse,
   body: Readable,
 ): void {
-  const out = httpRequest({
+  const options = {
     host: origin.host,
     port: origin.port,
     method: req.method,
     path: req.url,
     headers: headersFromRaw(req.rawHeaders, HOP_BY_HOP),
-    agent: routing.pod,
-  });
+  };
+  // A connection whose TLS the agent ended reaches the pod's own TLS listener again.
+  const tls = terminatedOf(req.socket);
+  const out = tls
+    ? httpsRequest({ ...options, ...upstreamTls(tls), agent: routing.podTls })
+    : httpRequest({ ...options, agent: routing.pod });
   out.on('response', (answer) => {
     res.writeHead(answer.statusCode ?? 502, answer.statusMessage, headersFromRaw(answer.rawHeaders, HOP_BY_HOP));
     answer.on('error', () => res.destroy());
@@ -309,6 +377,12 @@ function requestHead(req: IncomingMessage, head: Buffer): Buffer {
   let text = `${req.method} ${req.url} HTTP/${req.httpVersion}\r\n`;
   for (let i = 0; i + 1 < req.rawHeaders.length; i += 2) text += `${req.rawHeaders[i]}: ${req.rawHeaders[i + 1]}\r\n`;
   return Buffer.concat([Buffer.from(`${text}\r\n`), head]);
+}
+
+/** A stream to the local command, in TLS again when the client's connection was (the command serves the same). */
+function towardsLocal(stream: IncomingStream, client: Socket): Socket {
+  const tls = terminatedOf(client);
+  return tls ? encryptTowardsLocal(stream, tls) : (stream as unknown as Socket);
 }
 
 /** Sends one request to the session over a stream of its own and copies the local command's answer back. */
@@ -342,7 +416,7 @@ function sendToSession(
     method: req.method,
     path: req.url,
     headers: { ...headersFromRaw(req.rawHeaders, HOP_BY_HOP), connection: 'close' },
-    createConnection: () => stream as unknown as Socket,
+    createConnection: () => towardsLocal(stream, req.socket),
   });
   out.on('response', (answer) => {
     res.writeHead(answer.statusCode ?? 502, answer.statusMessage, headersFromRaw(answer.rawHeaders, HOP_BY_HOP));
@@ -384,17 +458,22 @@ export function handleFilteredUpgrade(routing: HttpRouting, req: IncomingMessage
           headers: req.headers as Record<string, string | string[]>,
         },
       });
-      stream.write(requestHead(req, head));
-      joinBothWays(socket, stream);
+      const local = towardsLocal(stream, socket);
+      local.write(requestHead(req, head));
+      joinBothWays(socket, local);
       socket.on('error', () => resetStream(stream, 'client connection error'));
-      stream.on('error', () => socket.destroy());
+      local.on('error', () => socket.destroy());
+      if (local !== (stream as unknown)) stream.on('error', () => socket.destroy());
       return;
     } catch {
       // the session's tunnel is down: the pod answers
     }
   }
   // To the pod: the same head on a connection of its own, then bytes both ways (the app's 101 answer among them).
-  const upstream = connect({ host: origin.host, port: origin.port, noDelay: true });
+  const tls = terminatedOf(socket);
+  const upstream = tls
+    ? encryptTowardsPod(origin, tls)
+    : connect({ host: origin.host, port: origin.port, noDelay: true });
   upstream.write(requestHead(req, head));
   joinBothWays(socket, upstream);
   upstream.on('error', () => socket.destroy());

@@ -19,6 +19,7 @@ import { grpcCall, grpcStatusOf } from './grpc.js';
 import { originOf, resetStream, type IncomingStream, type PortSubscription } from './subscription.js';
 import type { AgentLog } from '../log.js';
 import type { IncomingTarget } from './subscription.js';
+import { encryptTowardsLocal, encryptTowardsPod, terminatedOf } from './tls-terminate.js';
 
 /** What every HTTP/2 connection starts with (RFC 9113 §3.4); an HTTP/1.x request line never does. */
 export const HTTP2_PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n');
@@ -287,7 +288,14 @@ export class FilteredStreams {
   private toPod(socket: Socket | undefined): ClientHttp2Session {
     if (this.pod && !this.pod.closed && !this.pod.destroyed) return this.pod;
     const origin = socket ? originOf(socket, this.routing.port) : { host: '127.0.0.1', port: this.routing.port };
-    const pod = connectHttp2(`http://${origin.host}:${origin.port}`, NO_PUSH);
+    // A connection whose TLS the agent ended (tls-terminate.ts) reaches the pod's own TLS listener again.
+    const tls = terminatedOf(socket);
+    const pod = tls
+      ? connectHttp2(`https://${origin.host}:${origin.port}`, {
+          ...NO_PUSH,
+          createConnection: () => encryptTowardsPod(origin, tls),
+        })
+      : connectHttp2(`http://${origin.host}:${origin.port}`, NO_PUSH);
     pod.on('error', (err) => this.routing.log.debug('HTTP/2 connection to the pod failed', { error: err.message }));
     pod.once('close', () => {
       if (this.pod === pod) this.pod = undefined;
@@ -337,7 +345,12 @@ export class FilteredStreams {
       return undefined;
     }
     stream.on('error', () => undefined); // a reset after the answer is complete is not an error for the client
-    const local = connectHttp2('http://localhost', { ...NO_PUSH, createConnection: () => stream as Duplex as Socket });
+    // In TLS again when the client's was: the local command serves the workload's certificate, as the pod does.
+    const tls = terminatedOf(socket);
+    const local = connectHttp2(tls ? 'https://localhost' : 'http://localhost', {
+      ...NO_PUSH,
+      createConnection: () => (tls ? encryptTowardsLocal(stream, tls) : (stream as Duplex as Socket)),
+    });
     local.on('error', () => resetStream(stream, 'HTTP/2 connection to the local command failed'));
     local.once('close', () => {
       if (this.locals.get(sub.id) === local) this.locals.delete(sub.id);

@@ -157,6 +157,8 @@ export class PortTable {
         // The filter module and its regex engine (re2js) load with the first filtered steal: a whole-port steal, the
         // usual one, never pays their memory.
         match = msg.filter ? (await import('./filter.js')).compileFilter(msg.filter) : undefined;
+        // The workload's certificate and key are checked now: a pair that does not fit is refused, not each handshake.
+        if (match && msg.mode === 'steal' && msg.tls) (await import('./tls-terminate.js')).secureContextOf(msg.tls);
       } catch (err) {
         return isUserError(err)
           ? { ok: false as const, reason: err.message, hint: err.hint }
@@ -183,6 +185,8 @@ export class PortTable {
       const own = entry.subs.findIndex((s) => s.session.sessionId === session.sessionId);
       if (own >= 0) entry.subs.splice(own, 1);
       const { id, mode, filter, flush, answerWithinMs } = msg;
+      // Only a filtered steal reads the bytes: a whole-port steal passes TLS through as it came.
+      const tls = match && mode === 'steal' ? msg.tls : undefined;
       entry.subs.push({
         id,
         session,
@@ -194,6 +198,7 @@ export class PortTable {
         flush,
         holder,
         answerWithinMs,
+        ...(tls ? { tls } : {}),
       });
       this.ports.set(msg.port, entry);
       const failure = await this.settle(msg.port, entry, msg);

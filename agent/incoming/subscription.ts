@@ -3,7 +3,7 @@
 import type { IncomingHttpHeaders } from 'node:http';
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
-import type { HttpFilter, StealMode, StreamOpen, TrafficEvent } from '../../shared/protocol.js';
+import type { HttpFilter, StealMode, StreamOpen, TlsMaterial, TrafficEvent } from '../../shared/protocol.js';
 
 /** What a filter looks at in a request. */
 export interface RequestHead {
@@ -49,6 +49,8 @@ export interface PortSubscription {
   holder: { user: string; host: string };
   /** Webhook steals: a connection the session has not answered within this many ms is answered by the pod. */
   answerWithinMs?: number;
+  /** Filtered steals of a port the workload serves TLS on: its certificate and key (agent/incoming/tls-terminate.ts). */
+  tls?: TlsMaterial;
 }
 
 export function resetStream(stream: IncomingStream, reason: string): void {
