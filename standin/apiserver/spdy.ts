@@ -38,8 +38,6 @@ const GOAWAY = 7;
 const FLAG_FIN = 0x01;
 /** RST_STREAM's status for a stream the server does not want (SPDY/3 section 2.6.3). */
 const RST_REFUSED_STREAM = 3;
-/** The longest frame accepted: spdystream never sends more than its 64 KiB reads plus a header. */
-const MAX_FRAME = 16 * 1024 * 1024;
 
 /** Where a session's frames go: the frames must arrive in the order they are given. */
 export interface SpdyTransport {
@@ -172,11 +170,6 @@ export function spdySession(transport: SpdyTransport, handlers: SpdyHandlers): S
       input = input.length ? Buffer.concat([input, chunk]) : chunk;
       while (input.length >= 8) {
         const length = input.readUInt32BE(4) & 0xffffff;
-        if (length > MAX_FRAME) {
-          input = Buffer.alloc(0);
-          transport.end();
-          return;
-        }
         if (input.length < 8 + length) break;
         const frame = Buffer.from(input.subarray(0, 8 + length));
         input = input.subarray(8 + length);

@@ -22,6 +22,8 @@ const KUBECTL_TIMEOUT_MS = 30_000;
 let cluster: ClusterHandle;
 let home: string;
 const execs: ExecRequest[] = [];
+/** Terminal sizes the resize stream delivered to a command: [cols, rows]. */
+const resizes: [number, number][] = [];
 
 /** The pod's commands run here, with pipes as a container's would have. */
 async function localExec(req: ExecRequest): Promise<ExecProcess> {
@@ -35,7 +37,7 @@ async function localExec(req: ExecRequest): Promise<ExecProcess> {
     stdin: req.stdin ? child.stdin : null,
     stdout: child.stdout,
     stderr: child.stderr,
-    resize: () => undefined,
+    resize: (cols, rows) => resizes.push([cols, rows]),
     wait: () => ended,
     kill: () => child.kill('SIGKILL'),
   };
@@ -111,6 +113,25 @@ describe('kubectl exec and attach over plain SPDY (attach over WebSocket too)', 
     expect(r.stdout).toBe('one\ntwo\nend-of-input\n');
     expect(r.code, r.stderr).toBe(0);
     expect(execs.at(-1)).toMatchObject({ stdin: true, tty: false });
+  });
+
+  it('kubectl 1.27 exec -it: the terminal size reaches the command over the resize stream', async () => {
+    // Given kubectl in a 100x30 terminal (script(1) gives it one)
+    const line = `stty cols 100 rows 30; ${KUBECTL_DIR}/kubectl.1.27 exec -it box -- sh -c 'sleep 1; echo tty-done'`;
+    // When it runs a command with a TTY
+    const r = await new Promise<{ code: number | null; out: string }>((resolve) => {
+      execFile(
+        'script',
+        ['-qec', line, '/dev/null'],
+        { env: { ...process.env, KUBECONFIG: cluster.kubeconfigPath, HOME: home }, timeout: KUBECTL_TIMEOUT_MS },
+        (err, stdout) => resolve({ code: err ? (typeof err.code === 'number' ? err.code : null) : 0, out: stdout }),
+      );
+    });
+    // Then the command ran with a TTY and was told the terminal's size
+    expect(r.out).toContain('tty-done');
+    expect(r.code, r.out).toBe(0);
+    expect(execs.at(-1)).toMatchObject({ tty: true });
+    expect(resizes).toContainEqual([100, 30]);
   });
 
   // 1.33 attaches over WebSocket (v5.channel.k8s.io): the same command behind both protocols
