@@ -3,7 +3,8 @@
 // dist/devop-capture (the packet capture, agent/native/capture.c), dist/devop-nft (the owner of its nftables table,
 // agent/native/nft-owner.c), dist/devop-splice (the data path of whole steals, agent/native/splice.c) and
 // dist/devop-open (reads the target's files inside its root, agent/native/open-in-root.c); on Linux also
-// dist/devop-outgoing.so, the LD_PRELOAD shim of `devop exec` (cli/native/outgoing-shim.c).
+// dist/devop-outgoing.so, the LD_PRELOAD shim of `devop exec` (cli/native/outgoing-shim.c), and dist/devop-netns, the
+// launcher of `devop exec --outgoing-netns` (cli/native/outgoing-netns.c).
 // Type checking is `npm run typecheck`.
 // The CLI bundles its npm packages too: loading one file instead of hundreds of node_modules files is most of devop's
 // start-up time. ink and react stay external and load lazily (cli/ui/lazy-ink.ts, in a chunk of its own under
@@ -38,6 +39,12 @@ const OUTGOING_SHIM = ['cli/native/outgoing-shim.c', 'dist/devop-outgoing.so'];
 /** libdl and libpthread are part of libc since glibc 2.34; named for older ones. */
 const OUTGOING_SHIM_CFLAGS = ['-shared', '-fPIC', '-O2', '-Wall', '-Werror'];
 const OUTGOING_SHIM_LIBS = ['-ldl', '-lpthread'];
+/**
+ * The launcher of `devop exec --outgoing-netns` (cli/native/outgoing-netns.c): linked to glibc, since it loads
+ * libnftables at run time.
+ */
+const OUTGOING_NETNS = ['cli/native/outgoing-netns.c', 'dist/devop-netns'];
+const OUTGOING_NETNS_CFLAGS = ['-O2', '-Wall', '-Werror'];
 
 /**
  * The agent is a CommonJS bundle, which the image runs as /opt/devop/agent.js. CommonJS, because:
@@ -117,6 +124,9 @@ for (const [source, [out, without]] of Object.entries(NATIVE))
 if (process.platform === 'linux' && existsSync(OUTGOING_SHIM[0])) {
   buildNative(OUTGOING_SHIM[0], OUTGOING_SHIM[1], '', OUTGOING_SHIM_CFLAGS);
 }
+if (process.platform === 'linux' && existsSync(OUTGOING_NETNS[0])) {
+  buildNative(OUTGOING_NETNS[0], OUTGOING_NETNS[1], '', OUTGOING_NETNS_CFLAGS);
+}
 
 /**
  * The agent image compiles the same files (Dockerfile.agent); these copies are for the agent run from the checkout
@@ -126,7 +136,7 @@ if (process.platform === 'linux' && existsSync(OUTGOING_SHIM[0])) {
 function buildNative(source, out, without, cflags = NATIVE_CFLAGS) {
   if (existsSync(out) && statSync(out).mtimeMs >= statSync(source).mtimeMs) return;
   const tmp = `${out}.${process.pid}`;
-  const libs = cflags === OUTGOING_SHIM_CFLAGS ? OUTGOING_SHIM_LIBS : [];
+  const libs = cflags === OUTGOING_SHIM_CFLAGS || cflags === OUTGOING_NETNS_CFLAGS ? OUTGOING_SHIM_LIBS : [];
   try {
     execFileSync('cc', cflags.concat(['-o', tmp, source], libs), {
       stdio: ['ignore', 'inherit', 'pipe'],

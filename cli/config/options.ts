@@ -19,6 +19,7 @@ export type ValueType =
   | 'portMappings'
   | 'headerFilter'
   | 'bodyFilter'
+  | 'tlsSecrets'
   | 'regex'
   | 'httpMethod'
   | 'tolerations';
@@ -218,6 +219,18 @@ export const OPTIONS = {
     doc:
       'Steal only requests with a JSON body whose value at the path matches, e.g. "$.user.name: ^alice$" or ' +
       '"items[0].kind: ^Llama$". Bodies over 64 KiB go to the pod; HTTP/1.x only.',
+    group: 'http',
+  },
+  tlsSecret: {
+    flags: '--tls-secret <[PORT=]NAME>',
+    help: "a filtered port the workload serves TLS on: its kubernetes.io/tls Secret, repeatable (no PORT: every port)",
+    repeatable: true,
+    key: 'incoming.httpFilter.tlsSecret',
+    type: 'tlsSecrets',
+    doc:
+      'Filtered ports the workload serves TLS on: "[PORT=]NAME" of the kubernetes.io/tls Secret it serves with (no ' +
+      'PORT: every port), read with your credentials; the agent ends TLS with it to filter, and the local process ' +
+      'serves TLS with the same certificate.',
     group: 'http',
   },
   httpFilterMatch: {
@@ -454,6 +467,20 @@ export const OPTIONS = {
     doc:
       'For dynamically linked local processes (Python, Java, Ruby, C; glibc, Linux): route connect() and getaddrinfo ' +
       'through the pod transparently (LD_PRELOAD=dist/devop-outgoing.so, where it was built).',
+    group: 'outgoing',
+  },
+  outgoingNetns: {
+    flags: '--outgoing-netns',
+    help:
+      'run the command in a network namespace of its own where every TCP connect and DNS query goes through devop ' +
+      '(Linux; for statically linked programs, Go)',
+    key: 'outgoing.netns',
+    type: 'boolean',
+    default: false,
+    doc:
+      'Linux: run the local process in a network namespace of its own (a user namespace too when not root) whose TCP ' +
+      'connects and UDP DNS queries all reach devop, which applies the outgoing rules: statically linked programs ' +
+      '(Go) reach the cluster too (dist/devop-netns, nftables).',
     group: 'outgoing',
   },
   dns: {

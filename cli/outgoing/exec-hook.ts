@@ -38,6 +38,7 @@ export function outgoingChildEnvHook(settings: OutgoingSettings): ChildEnvHook {
       proxyEnv: settings.proxyEnv,
       nodePreload: settings.nodePreload,
       nativePreload: settings.nativePreload,
+      netns: settings.netns,
       include: settings.include,
       exclude: settings.exclude,
       alwaysLocal: [
@@ -55,6 +56,9 @@ export function outgoingChildEnvHook(settings: OutgoingSettings): ChildEnvHook {
         `outgoing proxy on ${outgoing.proxy.address} (SOCKS5 + HTTP): connections and DNS go through the pod`,
       );
     }
-    return { env: { ...env, ...outgoing.env(env) }, cleanup: () => outgoing.close() };
+    if (outgoing.launcher) {
+      info(reporter, 'the command runs in a network namespace of its own: its TCP connects and DNS go through devop');
+    }
+    return { env: { ...env, ...outgoing.env(env) }, cleanup: () => outgoing.close(), launcher: outgoing.launcher };
   };
 }

@@ -29,7 +29,7 @@ const HOP_BY_HOP = new Set([
 ]);
 
 export interface ProxyDialEvent {
-  via: 'socks5' | 'http-connect' | 'http' | 'preload';
+  via: 'socks5' | 'http-connect' | 'http' | 'preload' | 'netns';
   host: string;
   port: number;
   error?: { code: DialErrorCode; message: string };

@@ -12,6 +12,8 @@ export interface OutgoingSettings {
   nodePreload: boolean;
   /** LD_PRELOAD shim for dynamically linked programs (outgoing.nativePreload). */
   nativePreload: boolean;
+  /** Run the command in a network namespace of its own whose TCP and DNS reach devop (outgoing.netns, Linux). */
+  netns: boolean;
   include: string[];
   exclude: string[];
   remoteFiles: string[];
@@ -31,6 +33,7 @@ export function outgoingSettings(config: DevopConfig): OutgoingSettings {
     proxyEnv: config.outgoing.proxy,
     nodePreload: config.outgoing.nodePreload,
     nativePreload: config.outgoing.nativePreload,
+    netns: config.outgoing.netns,
     include: config.outgoing.include,
     exclude: config.outgoing.exclude,
     remoteFiles: [...new Set(config.remoteFiles)],

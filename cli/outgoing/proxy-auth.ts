@@ -31,6 +31,6 @@ export function basicMatches(header: string | undefined, secret: string): boolea
 
 /** Why a connection to the proxy was refused (what the count and the log line say; never the secret). */
 export interface ProxyRefusal {
-  via: 'socks5' | 'http' | 'control' | 'handover';
+  via: 'socks5' | 'http' | 'control' | 'handover' | 'netns';
   reason: string;
 }

@@ -5,6 +5,9 @@ import { info, type Reporter, warn } from '../reporter.js';
 import { withLocalNames, type ClusterDialer } from './dialer.js';
 import { DEVOP_ROOT_ENV, outgoingEnv, outgoingShimPath, preloadBundlePath } from './env.js';
 import { FilterSyntaxError, parseOutgoingRule } from './filters.js';
+import type { ProxyDialEvent } from './http-connect.js';
+import type { ProxyRefusal } from './proxy-auth.js';
+import { netnsLauncherPath, startNetnsBridge, type NetnsBridge } from './netns.js';
 import { startOutgoingProxy, type OutgoingProxy } from './proxy.js';
 import { fetchRemoteFiles, type RemoteFiles } from './remote-files.js';
 
@@ -18,6 +21,8 @@ export interface OutgoingOptions {
   nodePreload?: boolean;
   /** Add the shim for dynamically linked programs to LD_PRELOAD (outgoing.nativePreload). */
   nativePreload?: boolean;
+  /** Run the command in a network namespace of its own whose TCP and DNS reach devop (outgoing.netns, Linux). */
+  netns?: boolean;
   include?: readonly string[];
   exclude?: readonly string[];
   /** Destinations that must stay local whatever the user says, e.g. the kube API server of the local kubeconfig. */
@@ -33,6 +38,8 @@ export interface OutgoingSession {
   /** The local proxy (undefined when outgoing is disabled). */
   proxy?: OutgoingProxy;
   remoteFiles?: RemoteFiles;
+  /** What the command is started under (dist/devop-netns) with `--outgoing-netns`; the command follows it. */
+  launcher?: string[];
   /** The variables to add to the child's env (given the env built so far, for NODE_OPTIONS). */
   env(childEnv: Readonly<Record<string, string>>): Record<string, string>;
   /** Stops the proxy and removes DEVOP_ROOT. Safe to call twice. */
@@ -100,6 +107,24 @@ function usableShimPath(reporter: Reporter | undefined): string | undefined {
   return path;
 }
 
+/** dist/devop-netns, or a UserError naming why `--outgoing-netns` cannot be had here. */
+function usableLauncherPath(): string {
+  if (process.platform !== 'linux') {
+    throw new UserError(
+      `--outgoing-netns needs Linux network namespaces (this is ${process.platform})`,
+      'drop --outgoing-netns (devop.json outgoing.netns): programs here reach the cluster through the proxy env',
+    );
+  }
+  const path = netnsLauncherPath();
+  if (!path) {
+    throw new UserError(
+      'dist/devop-netns is missing, so --outgoing-netns cannot start the command',
+      'run `npm run build` where a C compiler (cc) is installed, or drop --outgoing-netns',
+    );
+  }
+  return path;
+}
+
 export async function startOutgoing(options: OutgoingOptions): Promise<OutgoingSession> {
   const include = [...(options.include ?? [])];
   const exclude = [...(options.exclude ?? []), ...(options.alwaysLocal ?? [])];
@@ -107,31 +132,31 @@ export async function startOutgoing(options: OutgoingOptions): Promise<OutgoingS
   checkRules('--outgoing-exclude', exclude);
   const enabled = options.enabled ?? true;
   const reporter = options.reporter;
+  // Before anything starts: a namespace that cannot be had here is one line, not a half-started session.
+  const launcherPath = enabled && options.netns ? usableLauncherPath() : undefined;
 
   const dialer = options.localNames ? withLocalNames(options.dialer) : options.dialer;
-  const proxy = enabled
-    ? await startOutgoingProxy({
-        dialer,
-        onDial: (event) =>
-          reporter?.emit({
-            type: 'log',
-            level: event.error ? 'info' : 'debug',
-            message: event.error
-              ? `outgoing ${event.host}:${event.port} (${event.via}) failed: ${event.error.message}`
-              : `outgoing ${event.host}:${event.port} (${event.via}) through the pod`,
-          }),
-        onRefused: ({ via, reason, count }) =>
-          reporter?.emit({
-            type: 'log',
-            // The first refusal and every tenfold after it are warnings; a scan in between does not flood the log.
-            level: isPowerOfTen(count) ? 'warn' : 'debug',
-            message:
-              `the outgoing proxy refused a connection without the session's secret (${via}: ${reason}; ${count} ` +
-              'so far): another program or user of this machine tried to use it; the local command gets the secret ' +
-              'in its env (HTTP_PROXY, ALL_PROXY, DEVOP_PRELOAD_CONFIG)',
-          }),
-      })
-    : undefined;
+  const proxyOptions = {
+    onDial: (event: ProxyDialEvent) =>
+      reporter?.emit({
+        type: 'log',
+        level: event.error ? 'info' : 'debug',
+        message: event.error
+          ? `outgoing ${event.host}:${event.port} (${event.via}) failed: ${event.error.message}`
+          : `outgoing ${event.host}:${event.port} (${event.via}) through the pod`,
+      }),
+    onRefused: ({ via, reason, count }: ProxyRefusal & { count: number }) =>
+      reporter?.emit({
+        type: 'log',
+        // The first refusal and every tenfold after it are warnings; a scan in between does not flood the log.
+        level: isPowerOfTen(count) ? 'warn' : 'debug',
+        message:
+          `the outgoing proxy refused a connection without the session's secret (${via}: ${reason}; ${count} ` +
+          'so far): another program or user of this machine tried to use it; the local command gets the secret ' +
+          'in its env (HTTP_PROXY, ALL_PROXY, DEVOP_PRELOAD_CONFIG)',
+      }),
+  };
+  const proxy = enabled ? await startOutgoingProxy({ dialer, ...proxyOptions }) : undefined;
   let remoteFiles: RemoteFiles | undefined;
   try {
     if (options.remoteFiles && options.remoteFiles.length > 0) {
@@ -148,10 +173,30 @@ export async function startOutgoing(options: OutgoingOptions): Promise<OutgoingS
     warn(reporter, 'dist/preload.js is missing (run `npm run build`): Node programs get the proxy env only');
   }
   const shimPath = proxy && options.nativePreload !== false ? usableShimPath(reporter) : undefined;
+  let netns: NetnsBridge | undefined;
+  let launcher: string[] | undefined;
+  if (proxy && launcherPath) {
+    launcher = [launcherPath, '--'];
+    let refusals = 0;
+    try {
+      netns = await startNetnsBridge({
+        dialer,
+        secret: proxy.credentials.secret,
+        include,
+        exclude,
+        onDial: proxyOptions.onDial,
+        onRefused: (refusal) => proxyOptions.onRefused({ ...refusal, count: ++refusals }),
+      });
+    } catch (err) {
+      await Promise.all([proxy.close(), remoteFiles?.remove()]);
+      throw err;
+    }
+  }
   let closed = false;
   return {
     proxy,
     remoteFiles,
+    launcher,
     env(childEnv) {
       const vars = proxy
         ? outgoingEnv(childEnv, {
@@ -180,12 +225,13 @@ export async function startOutgoing(options: OutgoingOptions): Promise<OutgoingS
           delete vars[key];
         }
       }
+      if (netns) Object.assign(vars, netns.env);
       return vars;
     },
     async close() {
       if (closed) return;
       closed = true;
-      await Promise.all([proxy?.close(), remoteFiles?.remove()]);
+      await Promise.all([proxy?.close(), remoteFiles?.remove(), netns?.close()]);
     },
   };
 }

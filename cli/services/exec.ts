@@ -17,6 +17,7 @@ import { startRecording } from './exec/recording.js';
 import { sessionInfo, warnIfAgentLacksFallback } from './exec/session-info.js';
 import { startTraffic } from './exec/start-traffic.js';
 import { watchStartupSignals } from './exec/startup-signals.js';
+import { readTlsSecrets } from './exec/tls-secrets.js';
 import { TrafficControl } from './exec/traffic-control.js';
 import { resolvePorts } from './ports.js';
 
@@ -60,15 +61,44 @@ export async function runExec(options: ExecServiceOptions, reporter: Reporter): 
         ? []
         : resolvePorts(options.ports, s.target?.container, s.target?.ports);
     const stealProbes = options.stealProbes || (await extensionStealsNode(s, options, reporter));
+    // --tls-secret: read now with the user's credentials, so a Secret they cannot read stops devop before the command.
+    const tls =
+      options.tlsSecrets && s.target
+        ? await readTlsSecrets(
+            s.kc,
+            s.target.namespace,
+            options.tlsSecrets,
+            ports.map((p) => p.remote),
+          )
+        : undefined;
 
-    const env = await prepareChildEnv(s, options, reporter, (cleanup) => cleanups.push(cleanup));
+    let launcher: string[] = [];
+    const env = await prepareChildEnv(
+      s,
+      options,
+      reporter,
+      (cleanup) => cleanups.push(cleanup),
+      (wrapper) => {
+        launcher = wrapper;
+      },
+    );
     startup.signal.throwIfAborted();
+    if (launcher.length > 0 && ports.length > 0) {
+      throw new UserError(
+        `--outgoing-netns puts the command's ports (${ports.map((p) => p.local).join(', ')}) in a network namespace ` +
+          'of its own, where the stolen or mirrored traffic cannot reach them',
+        "drop --outgoing-netns for a command that serves the pod's ports (the preloads and the proxy env still " +
+          'route its calls), or run it targetless (no -t) or on a target that declares no ports',
+      );
+    }
     routeAgentEvents(s, ports, reporter, recording?.recorder);
     await refuseTakenPorts(ports);
 
+    // Under a launcher (`--outgoing-netns`: dist/devop-netns), which execs the command in its place.
+    const [command, ...args] = [...launcher, options.command, ...options.args];
     child = await startLocalCommand({
-      command: options.command,
-      args: options.args,
+      command,
+      args,
       env,
       cwd: options.cwd,
       pipeOutput: reporter.capturesChildOutput,
@@ -78,7 +108,7 @@ export async function runExec(options: ExecServiceOptions, reporter: Reporter): 
 
     const info = sessionInfo(s, options, ports, stealProbes);
     warnIfAgentLacksFallback(s, info, reporter);
-    const traffic = new TrafficControl(s, info, { ...options, stealProbes }, reporter);
+    const traffic = new TrafficControl(s, info, { ...options, stealProbes, tls }, reporter);
     s.onRetarget?.((change) => traffic.retarget(change));
     const started = startTraffic(ports, traffic, options, reporter, child);
     const code = await settle(await firstEnd(s, child, started), child, started, traffic, reporter);

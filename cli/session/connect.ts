@@ -106,7 +106,12 @@ export interface Session {
 export type ChildEnvHook = (
   env: Record<string, string>,
   ctx: { session: Session; reporter: Reporter },
-) => Promise<{ env: Record<string, string>; cleanup?: () => Promise<void> }>;
+) => Promise<{
+  env: Record<string, string>;
+  cleanup?: () => Promise<void>;
+  /** A program the command is started under, e.g. dist/devop-netns (`--outgoing-netns`); the command follows it. */
+  launcher?: string[];
+}>;
 
 /** Where a followed session went: the new pod and the agent that serves it. */
 export interface Retarget {

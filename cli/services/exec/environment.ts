@@ -24,12 +24,16 @@ export async function readRemoteEnv(session: Session): Promise<Record<string, st
   return answer.vars;
 }
 
-/** The `env` step; each hook's cleanup goes to `onCleanup`, to run when the session ends. */
+/**
+ * The `env` step; each hook's cleanup goes to `onCleanup`, to run when the session ends, and a launcher the command
+ * must be started under (`--outgoing-netns`) to `onLauncher`.
+ */
 export async function prepareChildEnv(
   session: Session,
   options: Pick<ExecServiceOptions, 'env' | 'childEnvHooks'>,
   reporter: Reporter,
   onCleanup: (cleanup: () => Promise<void>) => void,
+  onLauncher?: (launcher: string[]) => void,
 ): Promise<Record<string, string>> {
   const prepared = await step(
     reporter,
@@ -54,6 +58,7 @@ export async function prepareChildEnv(
         const result = await hook(env, { session, reporter });
         env = result.env;
         if (result.cleanup) onCleanup(result.cleanup);
+        if (result.launcher) onLauncher?.(result.launcher);
       }
       return { env, remoteCount: Object.keys(remoteEnv).length };
     },

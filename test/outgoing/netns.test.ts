@@ -1,0 +1,196 @@
+// The network namespace of `--outgoing-netns` (dist/devop-netns, cli/native/outgoing-netns.c) against devop's side of
+// it (cli/outgoing/netns.ts) with a "cluster" on this machine: a statically linked client that queries the
+// nameserver of /etc/resolv.conf itself over UDP (as Go's resolver does) gets the cluster's answer and reaches the
+// cluster address; an unknown name is NXDOMAIN; a connection the cluster refuses is reset; this machine's loopback
+// services and the command's own in-namespace server stay reachable; the command keeps its uid, as root (a network
+// namespace only) and as an unprivileged user (a user namespace too). The stand-in's end-to-end run is
+// netns-e2e.test.ts.
+import { execFile, execFileSync } from 'node:child_process';
+import { chownSync, mkdtempSync, rmSync } from 'node:fs';
+import { connect as netConnect } from 'node:net';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import type { Duplex } from 'node:stream';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { DialError, createLocalDialer, toDialError, type ClusterDialer } from '../../cli/outgoing/dialer.js';
+import { netnsLauncherPath, startNetnsBridge, type NetnsBridge } from '../../cli/outgoing/netns.js';
+import { ROOT } from '../../testkit/e2e.js';
+import { recordingDialer, startHttpEcho, type Closable } from '../../testkit/outgoing.js';
+import { requireRoot } from '../../testkit/root.js';
+
+requireRoot('the outgoing network namespace (a user namespace is tried as nobody)');
+
+const CLIENT_SOURCE = join(ROOT, 'test', 'outgoing', 'fixtures', 'static-client.c');
+/** A "service IP" of the test's cluster: TEST-NET-2 (RFC 5737), routed nowhere from this machine. */
+const SERVICE_IP = '198.51.100.7';
+/** A name only the test's cluster knows (.test is reserved: no resolver of this machine answers it). */
+const SERVICE_NAME = 'db.shop.svc.cluster.test';
+const SECRET = 'netns-test-secret';
+const NOBODY = 65534;
+const ECONNRESET = 104;
+const NXDOMAIN = 3;
+
+interface ClientLine {
+  target: string;
+  address?: string;
+  body?: { name: string; url: string } | null;
+  error?: string;
+  code?: number;
+  rcode?: number;
+}
+
+function lines(stdout: string): ClientLine[] {
+  return stdout
+    .split('\n')
+    .filter((line) => line.startsWith('{'))
+    .map((line) => JSON.parse(line) as ClientLine);
+}
+
+/** The test's cluster: SERVICE_NAME is SERVICE_IP, and a connect to SERVICE_IP:port reaches 127.0.0.1:port. */
+function testCluster(): ClusterDialer {
+  const names = createLocalDialer({ hosts: { [SERVICE_NAME]: SERVICE_IP } });
+  return {
+    ...names,
+    connect(host, port): Promise<Duplex> {
+      if (host !== SERVICE_IP) {
+        return Promise.reject(new DialError('EHOSTUNREACH', `connect ${host}:${port}: no route in the test cluster`));
+      }
+      return new Promise((resolve, reject) => {
+        const socket = netConnect({ host: '127.0.0.1', port, allowHalfOpen: true });
+        socket.once('connect', () => resolve(socket));
+        socket.once('error', (err) => reject(toDialError(err, `connect ${host}:${port}`)));
+      });
+    },
+  };
+}
+
+function runIn(
+  bridge: NetnsBridge,
+  script: string,
+  as?: number,
+): Promise<{ stdout: string; stderr: string; code: number }> {
+  const launcher = netnsLauncherPath() ?? '';
+  return new Promise((resolve) => {
+    execFile(
+      launcher,
+      ['--', '/bin/sh', '-c', script],
+      { env: { PATH: process.env.PATH ?? '/usr/bin:/bin', ...bridge.env }, timeout: 60_000, uid: as, gid: as },
+      (err, stdout, stderr) => resolve({ stdout, stderr, code: err ? Number(err.code ?? 1) : 0 }),
+    );
+  });
+}
+
+describe.skipIf(process.platform !== 'linux')('the outgoing network namespace (dist/devop-netns)', () => {
+  let work: string;
+  let client: string;
+  let clusterEcho: Closable;
+  let localEcho: Closable;
+  let closedPort: number;
+  let dialer: ReturnType<typeof recordingDialer>;
+  let bridge: NetnsBridge;
+
+  beforeAll(async () => {
+    // Given dist/devop-netns (npm run build), and a client built with cc -static that resolves by its own UDP query
+    expect(netnsLauncherPath(), 'dist/devop-netns is missing: run npm run build').toBeDefined();
+    work = mkdtempSync(join(tmpdir(), 'devop-netns-test-'));
+    client = join(work, 'static-client');
+    execFileSync('cc', ['-O2', '-static', '-o', client, CLIENT_SOURCE], { stdio: 'ignore' });
+    execFileSync('chmod', ['755', work, client]);
+    // And a cluster echo (reached as SERVICE_IP), an echo of this machine's own on its loopback, a closed port
+    clusterEcho = await startHttpEcho('cluster-echo');
+    localEcho = await startHttpEcho('this-machine');
+    const closed = await startHttpEcho('closed');
+    closedPort = closed.port;
+    await closed.close();
+    dialer = recordingDialer(testCluster());
+    // And devop's side: its Unix socket, with the outgoing rules' always-local loopback
+    bridge = await startNetnsBridge({ dialer, secret: SECRET, include: [], exclude: [] });
+  });
+
+  afterAll(async () => {
+    await bridge?.close();
+    await Promise.all([clusterEcho?.close(), localEcho?.close()]);
+    if (work) rmSync(work, { recursive: true, force: true });
+  });
+
+  const script = (): string =>
+    [
+      `${client} ${SERVICE_NAME} ${clusterEcho.port} /by-name`,
+      `${client} ${SERVICE_IP} ${clusterEcho.port} /by-ip`,
+      `${client} nosuch.shop.svc.cluster.test 80 /`,
+      `${client} ${SERVICE_IP} ${closedPort} /`,
+      `${client} 127.0.0.1 ${localEcho.port} /this-machine`,
+      'id -u',
+    ].join('; ');
+
+  function expectCovered(stdout: string, stderr: string): void {
+    const [byName, byIp, unknown, refused, local] = lines(stdout);
+    // Then the name was answered by the cluster's DNS and the connection dialled by the cluster
+    expect(byName, stderr).toMatchObject({ address: SERVICE_IP, body: { name: 'cluster-echo', url: '/by-name' } });
+    expect(byIp, stderr).toMatchObject({ body: { name: 'cluster-echo', url: '/by-ip' } });
+    // And a name the cluster does not know is NXDOMAIN, a port it refuses a reset connection
+    expect(unknown).toMatchObject({ error: 'dns', rcode: NXDOMAIN });
+    expect(refused).toMatchObject({ error: expect.stringMatching(/^(read|write)$/), code: ECONNRESET });
+    // And this machine's loopback is this machine's: dialled from here, not by the cluster
+    expect(local).toMatchObject({ body: { name: 'this-machine', url: '/this-machine' } });
+    expect(dialer.calls.map((call) => call.target)).not.toContain(`127.0.0.1:${localEcho.port}`);
+  }
+
+  it('as root: a static client resolves and connects through the cluster; refusals, unknown names and loopback behave', async () => {
+    // When the client runs under devop-netns as root
+    dialer.calls.length = 0;
+    const { stdout, stderr, code } = await runIn(bridge, script());
+    expect(code, stderr).toBe(0);
+    expectCovered(stdout, stderr);
+    expect(dialer.calls).toContainEqual({ op: 'lookup', target: SERVICE_NAME });
+    expect(dialer.calls).toContainEqual({ op: 'connect', target: `${SERVICE_IP}:${clusterEcho.port}` });
+    // And the command is still root
+    expect(stdout.trim().split('\n').at(-1)).toBe('0');
+  });
+
+  it('as an unprivileged user: a user namespace too, and the command keeps its uid', async () => {
+    // Given devop's socket owned by that user (devop and its command run as the same user)
+    chownSync(dirname(bridge.socketPath), NOBODY, NOBODY);
+    chownSync(bridge.socketPath, NOBODY, NOBODY);
+    try {
+      // When the same client runs under devop-netns as nobody
+      dialer.calls.length = 0;
+      const { stdout, stderr, code } = await runIn(bridge, script(), NOBODY);
+      expect(code, stderr).toBe(0);
+      // Then the same holds, and the command sees its own uid
+      expectCovered(stdout, stderr);
+      expect(stdout.trim().split('\n').at(-1)).toBe(String(NOBODY));
+    } finally {
+      chownSync(bridge.socketPath, 0, 0);
+      chownSync(dirname(bridge.socketPath), 0, 0);
+    }
+  });
+
+  it("the command's own server inside the namespace is reached there, without devop", async () => {
+    // When the command starts a server on the namespace's loopback and connects to it
+    dialer.calls.length = 0;
+    const server =
+      `${process.execPath} -e "require('http').createServer((q, s) => s.end(JSON.stringify({name: 'inside', ` +
+      `url: q.url}))).listen(18099, '127.0.0.1', () => console.log('ready'))" &`;
+    const { stdout, stderr } = await runIn(
+      bridge,
+      `${server} sleep 1; ${client} 127.0.0.1 18099 /inside; kill $! 2>/dev/null; true`,
+    );
+    // Then it answers, and devop was not asked
+    expect(lines(stdout)[0], stderr).toMatchObject({ body: { name: 'inside', url: '/inside' } });
+    expect(dialer.calls).toEqual([]);
+  });
+
+  it('a request without the session secret is refused', async () => {
+    // When something else connects to devop's socket and asks without the secret
+    const answer = await new Promise<string>((resolve) => {
+      const socket = netConnect(bridge.socketPath);
+      let text = '';
+      socket.on('data', (chunk) => (text += chunk.toString()));
+      socket.on('close', () => resolve(text));
+      socket.write(`wrong connect ${SERVICE_IP} ${clusterEcho.port}\n`);
+    });
+    // Then it gets one line saying so, and nothing was dialled
+    expect(answer).toMatch(/^ERR EACCES /);
+  });
+});
