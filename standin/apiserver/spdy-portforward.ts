@@ -33,6 +33,7 @@ export function serveSpdyPortForward(
   const byStream = new Map<number, ForwardedConnection>();
   const close = (): void => {
     for (const conn of connections.values()) conn.socket?.destroy();
+    session.close();
   };
 
   const session = spdySession(transport, {

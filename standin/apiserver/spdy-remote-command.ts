@@ -161,6 +161,7 @@ export function serveSpdyRemoteCommand(
     closed = true;
     clearTimeout(expired);
     proc?.kill();
+    session.close();
   };
   return { receive: (chunk) => session.receive(chunk), close };
 }

@@ -36,8 +36,6 @@ const RST_STREAM = 3;
 const PING = 6;
 const GOAWAY = 7;
 const FLAG_FIN = 0x01;
-/** RST_STREAM's status for a stream the server does not want (SPDY/3 section 2.6.3). */
-const RST_REFUSED_STREAM = 3;
 
 /** Where a session's frames go: the frames must arrive in the order they are given. */
 export interface SpdyTransport {
@@ -64,6 +62,8 @@ function syncFlushing(z: Inflate | Deflate): (input: Buffer) => Promise<Buffer> 
   z.on('data', (chunk: Buffer) => out.push(chunk));
   return (input) =>
     new Promise((resolve, reject) => {
+      // A session closed while a frame was still queued: its header block is not needed any more.
+      if (z.destroyed) return reject(new Error('the SPDY session is closed'));
       z.once('error', reject);
       z.write(input);
       z.flush(constants.Z_SYNC_FLUSH, () => {
@@ -115,15 +115,17 @@ export interface SpdySession {
   receive(chunk: Buffer): void;
   /** Data on a stream; `done` once the transport took it (for backpressure). */
   send(id: number, payload: Buffer, fin?: boolean, done?: () => void): void;
-  /** Refuses or abandons a stream. */
-  reset(id: number): void;
+  /** Frees the header compression contexts once the transport closed. */
+  close(): void;
   /** GOAWAY naming the last stream the peer opened, then the end of the transport, as spdystream's Close. */
   goAway(): void;
 }
 
 export function spdySession(transport: SpdyTransport, handlers: SpdyHandlers): SpdySession {
-  const inflate = syncFlushing(createInflate({ dictionary: HEADER_DICTIONARY }));
-  const deflate = syncFlushing(createDeflate({ dictionary: HEADER_DICTIONARY }));
+  const inflater = createInflate({ dictionary: HEADER_DICTIONARY });
+  const deflater = createDeflate({ dictionary: HEADER_DICTIONARY });
+  const inflate = syncFlushing(inflater);
+  const deflate = syncFlushing(deflater);
   let input: Buffer = Buffer.alloc(0);
   let lastStream = 0;
   let gone = false;
@@ -133,10 +135,14 @@ export function spdySession(transport: SpdyTransport, handlers: SpdyHandlers): S
   // asynchronously).
   let outgoing = Promise.resolve();
   const queue = (frame: Buffer | Promise<Buffer>, done?: () => void): void => {
-    outgoing = outgoing.then(async () => {
-      const bytes = await frame;
-      if (transport.isOpen()) transport.write(bytes, done);
-    });
+    outgoing = outgoing
+      .then(async () => {
+        const bytes = await frame;
+        if (transport.isOpen()) transport.write(bytes, done);
+      })
+      // A header block that cannot be compressed leaves the session unusable: it ends, the chain goes on (no rejection
+      // left unhandled).
+      .catch(() => transport.end());
   };
   const closed = (): void => {
     if (gone) return;
@@ -179,8 +185,9 @@ export function spdySession(transport: SpdyTransport, handlers: SpdyHandlers): S
     send(id, payload, fin = false, done) {
       queue(dataFrame(id, fin ? FLAG_FIN : 0, payload), done);
     },
-    reset(id) {
-      queue(controlFrame(RST_STREAM, 0, u32(id, RST_REFUSED_STREAM)));
+    close() {
+      inflater.close();
+      deflater.close();
     },
     goAway() {
       queue(controlFrame(GOAWAY, 0, u32(lastStream, 0)));
