@@ -58,6 +58,17 @@ export class PodNet {
   get clientIP(): string {
     return `${this.subnet}.3`;
   }
+  /** The same three hosts over IPv6 (a unique-local /64 of the fixture's own), as on a dual-stack node. */
+  subnet6 = '';
+  get nodeIP6(): string {
+    return `${this.subnet6}::1`;
+  }
+  get podIP6(): string {
+    return `${this.subnet6}::2`;
+  }
+  get clientIP6(): string {
+    return `${this.subnet6}::3`;
+  }
 
   /** Creates the bridge, both netns and their veths; picks a /24 no route on the host uses. */
   async setup(): Promise<void> {
@@ -65,21 +76,24 @@ export class PodNet {
     do {
       this.subnet = `10.${150 + Math.floor(Math.random() * 100)}.${Math.floor(Math.random() * 256)}`;
     } while (routes.includes(`${this.subnet}.`));
+    const hex = randomBytes(5).toString('hex');
+    this.subnet6 = `fd${hex.slice(0, 2)}:${hex.slice(2, 6)}:${hex.slice(6)}`;
     const p = this.prefix;
     await sh(
-      `ip link add ${this.bridge} type bridge && ip addr add ${this.nodeIP}/24 dev ${this.bridge} && ip link set ` +
-        `${this.bridge} up`,
+      `ip link add ${this.bridge} type bridge && ip addr add ${this.nodeIP}/24 dev ${this.bridge} && ` +
+        `ip addr add ${this.nodeIP6}/64 dev ${this.bridge} nodad && ip link set ${this.bridge} up`,
     );
-    for (const [ns, short, ip] of [
-      [this.podNs, 'p', this.podIP],
-      [this.clientNs, 'c', this.clientIP],
+    for (const [ns, short, ip, ip6] of [
+      [this.podNs, 'p', this.podIP, this.podIP6],
+      [this.clientNs, 'c', this.clientIP, this.clientIP6],
     ] as const) {
       await sh(
         `ip netns add ${ns} && ip link add ${p}${short}0 type veth peer name ${p}${short}1 && ip link set ` +
           `${p}${short}1 netns ${ns} && ` +
           `ip link set ${p}${short}0 master ${this.bridge} up && ip netns exec ${ns} sh -c 'ip link set lo up && ip ` +
           `link set ${p}${short}1 name eth0 && ` +
-          `ip addr add ${ip}/24 dev eth0 && ip link set eth0 up && ip route add default via ${this.nodeIP}'`,
+          `ip addr add ${ip}/24 dev eth0 && ip addr add ${ip6}/64 dev eth0 nodad && ip link set eth0 up && ` +
+          `ip route add default via ${this.nodeIP}'`,
       );
     }
     mkdirSync(this.cgroupDir, { recursive: true });

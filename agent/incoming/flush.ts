@@ -12,13 +12,17 @@ export async function flushConnections(port: number, log: AgentLog): Promise<voi
   const killed = await run('ss', ['-K', '-H', '-t', 'state', 'established', `( sport = :${port} )`]).catch(
     (err: Error) => ({ code: 1, stdout: '', stderr: err.message }),
   );
-  const deleted = await run('conntrack', ['-D', '-p', 'tcp', '--orig-port-dst', String(port)]).catch((err: Error) => ({
-    code: 1,
-    stdout: '',
-    stderr: err.message,
-  }));
+  // conntrack reads one family per call (IPv4 unless told): both, for a dual-stack pod's IPv6 clients.
+  const deleteFlows = (family: 'ipv4' | 'ipv6') =>
+    run('conntrack', ['-D', '-f', family, '-p', 'tcp', '--orig-port-dst', String(port)]).catch((err: Error) => ({
+      code: 1,
+      stdout: '',
+      stderr: err.message,
+    }));
+  const [deleted, deleted6] = [await deleteFlows('ipv4'), await deleteFlows('ipv6')];
   const sockets = killed.stdout.split('\n').filter((l) => l.trim() !== '').length;
   // conntrack exits 1 when nothing matched; only its stderr says whether it really failed.
-  const flows = /(\d+) flow entries have been deleted/.exec(deleted.stderr)?.[1] ?? '0';
-  log.info('flushed existing connections', { port, sockets, conntrackFlows: Number(flows), ssOk: killed.code === 0 });
+  const count = (r: { stderr: string }) => Number(/(\d+) flow entries have been deleted/.exec(r.stderr)?.[1] ?? '0');
+  const flows = count(deleted) + count(deleted6);
+  log.info('flushed existing connections', { port, sockets, conntrackFlows: flows, ssOk: killed.code === 0 });
 }

@@ -13,6 +13,8 @@ import { MuxStream } from '../../shared/mux-stream.js';
 
 export class PortRedirect {
   private readonly server: Server;
+  /** The IPv6 twin of `server` on the same port (IPv6 only), when the netns has IPv6: for IPv6 clients. */
+  private readonly server6: Server;
   /** Set by enableFilters(), once the port has had a filtered steal. */
   private http: FilteredRequests | undefined;
   private readonly sockets = new Set<Socket>();
@@ -35,6 +37,8 @@ export class PortRedirect {
     // would from the app itself (the end is passed on, and this side ends when the other end's answer is done).
     this.server = createTcpServer({ noDelay: true, allowHalfOpen: true }, (socket) => this.onConnection(socket));
     this.server.on('error', (err) => log.error('redirect listener failed', { port, error: err.message }));
+    this.server6 = createTcpServer({ noDelay: true, allowHalfOpen: true }, (socket) => this.onConnection(socket));
+    this.server6.on('error', (err) => log.error('redirect listener failed', { port, ipv6: true, error: err.message }));
   }
 
   /** Before the port's first filtered steal counts: loads the HTTP routing (agent/incoming/http-filter.ts) for it. */
@@ -54,20 +58,32 @@ export class PortRedirect {
    * Every address of the pod netns: a redirect in nat PREROUTING delivers to the primary address of the interface the
    * connection came in on (a listener on 127.0.0.1 would get nothing). What keeps direct connections to this port out
    * is the guard the port table adds before the rule (agent/incoming/ports.ts): only redirected connections get here.
+   * Two sockets on one port, IPv4 and IPv6 only, rather than one dual-stack socket: IPv4 clients keep their plain
+   * addresses (not ::ffff:a.b.c.d) in events, filters and on the way to the app. A netns without IPv6 gets the first.
    */
-  listen(): Promise<number> {
-    return new Promise((resolve, reject) => {
+  async listen(): Promise<number> {
+    this.listenerPort = await new Promise<number>((resolve, reject) => {
       this.server.once('error', reject);
-      this.server.listen(0, '0.0.0.0', () => {
-        this.listenerPort = (this.server.address() as { port: number }).port;
-        resolve(this.listenerPort);
+      this.server.listen(0, '0.0.0.0', () => resolve((this.server.address() as { port: number }).port));
+    });
+    await new Promise<void>((resolve) => {
+      const without = (err: Error) => {
+        this.log.debug('no IPv6 redirect listener', { port: this.port, error: err.message });
+        resolve();
+      };
+      this.server6.once('error', without);
+      this.server6.listen({ port: this.listenerPort, host: '::', ipv6Only: true }, () => {
+        this.server6.off('error', without);
+        resolve();
       });
     });
+    return this.listenerPort;
   }
 
   /** Stops accepting; connections in flight end with their sessions (or on their own when they go to the pod). */
   close(): void {
     this.server.close();
+    if (this.server6.listening) this.server6.close();
     this.http?.close();
     for (const socket of this.sockets) socket.destroy();
   }

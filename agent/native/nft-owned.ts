@@ -6,11 +6,12 @@
 // drops the table; the container's cgroup is killed → devop-nft dies too → the kernel drops the table. No cleanup
 // process is needed.
 import { randomBytes } from 'node:crypto';
+import { isIP } from 'node:net';
 import { dirname, join } from 'node:path';
 import { LineChild } from './line-child.js';
 import type { AgentLog } from '../log.js';
 
-/** nftables table names of agents: devop_<agentId> (family ip). */
+/** nftables table names of agents: devop_<agentId> (family inet: IPv4 and IPv6). */
 export const TABLE_PREFIX = 'devop_';
 export function tableName(agentId: string): string {
   return `${TABLE_PREFIX}${agentId}`;
@@ -21,11 +22,14 @@ export function nftOwnerProgram(): string {
   return join(dirname(process.argv[1] ?? '.'), 'devop-nft');
 }
 
-/** One stolen port: devop-nft's request for `[ip saddr != SKIP] tcp dport PORT redirect to :TO`. */
+/**
+ * One stolen port, both families: devop-nft's request for `tcp dport PORT redirect to :TO`, or with a source to skip
+ * (IPv4 or IPv6) `ip saddr != SKIP …` plus the other family's rule.
+ */
 export function redirectRequest(port: number, listenerPort: number, skipSource?: string): string {
-  // The words go to devop-nft's request line: anything but an IPv4 address (e.g. a newline) must not reach it.
-  if (skipSource !== undefined && !/^\d{1,3}(\.\d{1,3}){3}$/.test(skipSource))
-    throw new Error(`not an IPv4 address: ${JSON.stringify(skipSource)}`);
+  // The words go to devop-nft's request line: anything but an IP address (e.g. a newline) must not reach it.
+  if (skipSource !== undefined && isIP(skipSource) === 0)
+    throw new Error(`not an IP address: ${JSON.stringify(skipSource)}`);
   return `add ${port} ${listenerPort}${skipSource ? ` ${skipSource}` : ''}`;
 }
 
@@ -96,7 +100,7 @@ export class OwnedTable {
   }
 
   get name(): string {
-    return `ip ${this.table}`;
+    return `inet ${this.table}`;
   }
 
   /** PID of the devop-nft process that owns the table. */

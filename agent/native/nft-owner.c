@@ -5,10 +5,12 @@
 // (4.9 MiB of RSS: libnftables, libgmp, libedit, a command parser) with one socket and the four messages the agent
 // needs (0.5 MiB, linked statically). Requests on stdin, one answer line each on stdout:
 //
-//   table NAME             → ok            creates `table ip NAME { flags owner; }`, its nat chain `pre` and its
-//                                          filter chain `in`
-//   add PORT TO [SKIP]     → ok HANDLE     `[ip saddr != SKIP] tcp dport PORT redirect to :TO comment "devop PORT"`
-//   delete HANDLE          → ok            deletes that rule
+//   table NAME             → ok            creates `table inet NAME { flags owner; }` (IPv4 and IPv6), its nat chain
+//                                          `pre` and its filter chain `in`
+//   add PORT TO            → ok HANDLE     `tcp dport PORT redirect to :TO comment "devop PORT"`
+//   add PORT TO SKIP       → ok H1,H2      `ip saddr != SKIP tcp dport PORT redirect …` and `meta nfproto ipv6 tcp
+//                                          dport PORT redirect …` (an IPv6 SKIP: ip6 saddr, and the rule for ipv4)
+//   delete HANDLE[,HANDLE] → ok            deletes that rule (those rules)
 //   guard TO               → ok HANDLE     in `in`: `tcp dport TO ct status & dnat == 0 reject with tcp reset`: the
 //                                          agent's listener TO takes only connections a redirect rule sent there
 //   unguard HANDLE         → ok            deletes that guard rule
@@ -40,6 +42,8 @@
 #include <time.h>
 #include <unistd.h>
 
+// One table for both address families (inet: kernel 5.2+ has NAT there), so IPv6 connections are stolen like IPv4 ones.
+#define FAMILY NFPROTO_INET
 #define CHAIN "pre"
 // The nat chain runs at dstnat - 1, before the pod's own nat rules (kube-proxy, CNI, sidecars) at dstnat.
 #define PRIORITY (-101)
@@ -232,8 +236,11 @@ static char table[NFT_TABLE_MAXNAMELEN];
 
 struct redirect {
   uint16_t port, to;
+  // Which packets the rule takes: NFPROTO_UNSPEC both families, else only those of NFPROTO_IPV4 or NFPROTO_IPV6.
+  uint8_t family;
+  // With skip, packets from `source` (of `family`) are left alone.
   int skip;
-  struct in_addr source;
+  unsigned char source[16];
 };
 
 // A rule of one of the table's chains, by handle (delete, unguard).
@@ -243,7 +250,7 @@ struct rule_ref {
 };
 
 static void base_chain(struct msg *m, const char *name, uint32_t hook, int32_t priority, const char *type) {
-  begin(m, NFT(NFT_MSG_NEWCHAIN), NLM_F_CREATE | NLM_F_ACK, NFPROTO_IPV4, 0);
+  begin(m, NFT(NFT_MSG_NEWCHAIN), NLM_F_CREATE | NLM_F_ACK, FAMILY, 0);
   attr_str(m, NFTA_CHAIN_TABLE, table);
   attr_str(m, NFTA_CHAIN_NAME, name);
   nest(m, NFTA_CHAIN_HOOK);
@@ -278,7 +285,7 @@ static void comment(struct msg *m, const char *text) {
 
 static void build_table(struct msg *m, const void *unused) {
   (void)unused;
-  begin(m, NFT(NFT_MSG_NEWTABLE), NLM_F_CREATE | NLM_F_ACK, NFPROTO_IPV4, 0);
+  begin(m, NFT(NFT_MSG_NEWTABLE), NLM_F_CREATE | NLM_F_ACK, FAMILY, 0);
   attr_str(m, NFTA_TABLE_NAME, table);
   attr_u32(m, NFTA_TABLE_FLAGS, NFT_TABLE_F_OWNER);
   end(m);
@@ -288,13 +295,23 @@ static void build_table(struct msg *m, const void *unused) {
 
 static void build_redirect(struct msg *m, const void *arg) {
   const struct redirect *r = arg;
-  begin(m, NFT(NFT_MSG_NEWRULE), NLM_F_CREATE | NLM_F_APPEND | NLM_F_ACK | NLM_F_ECHO, NFPROTO_IPV4, 0);
+  begin(m, NFT(NFT_MSG_NEWRULE), NLM_F_CREATE | NLM_F_APPEND | NLM_F_ACK | NLM_F_ECHO, FAMILY, 0);
   attr_str(m, NFTA_RULE_TABLE, table);
   attr_str(m, NFTA_RULE_CHAIN, CHAIN);
   nest(m, NFTA_RULE_EXPRESSIONS);
-  if (r->skip) {
+  if (r->family != NFPROTO_UNSPEC) { // meta nfproto ipv4|ipv6: the dependency nft adds before ip/ip6 saddr
+    expr(m, "meta");
+    attr_u32(m, NFTA_META_DREG, NFT_REG_1);
+    attr_u32(m, NFTA_META_KEY, NFT_META_NFPROTO);
+    expr_end(m);
+    cmp(m, NFT_CMP_EQ, &r->family, 1);
+  }
+  if (r->skip && r->family == NFPROTO_IPV4) {
     payload(m, NFT_PAYLOAD_NETWORK_HEADER, 12, 4); // ip saddr
-    cmp(m, NFT_CMP_NEQ, &r->source, 4);
+    cmp(m, NFT_CMP_NEQ, r->source, 4);
+  } else if (r->skip) {
+    payload(m, NFT_PAYLOAD_NETWORK_HEADER, 8, 16); // ip6 saddr
+    cmp(m, NFT_CMP_NEQ, r->source, 16);
   }
   tcp_dport(m, r->port);
   uint16_t to = htons(r->to);
@@ -318,7 +335,7 @@ static void build_redirect(struct msg *m, const void *arg) {
 // network, or a process of the pod, that connects to the listener's port itself) is reset.
 static void build_guard(struct msg *m, const void *arg) {
   uint16_t to = *(const uint16_t *)arg;
-  begin(m, NFT(NFT_MSG_NEWRULE), NLM_F_CREATE | NLM_F_APPEND | NLM_F_ACK | NLM_F_ECHO, NFPROTO_IPV4, 0);
+  begin(m, NFT(NFT_MSG_NEWRULE), NLM_F_CREATE | NLM_F_APPEND | NLM_F_ACK | NLM_F_ECHO, FAMILY, 0);
   attr_str(m, NFTA_RULE_TABLE, table);
   attr_str(m, NFTA_RULE_CHAIN, GUARD_CHAIN);
   nest(m, NFTA_RULE_EXPRESSIONS);
@@ -354,7 +371,7 @@ static void build_guard(struct msg *m, const void *arg) {
 
 static void build_delete(struct msg *m, const void *arg) {
   const struct rule_ref *r = arg;
-  begin(m, NFT(NFT_MSG_DELRULE), NLM_F_ACK, NFPROTO_IPV4, 0);
+  begin(m, NFT(NFT_MSG_DELRULE), NLM_F_ACK, FAMILY, 0);
   attr_str(m, NFTA_RULE_TABLE, table);
   attr_str(m, NFTA_RULE_CHAIN, r->chain);
   attr_u64(m, NFTA_RULE_HANDLE, r->handle);
@@ -364,7 +381,7 @@ static void build_delete(struct msg *m, const void *arg) {
 /** Deletes every rule of the redirect chain (a DELRULE naming no handle), keeping the chain and so the nat hook. */
 static void build_flush(struct msg *m, const void *unused) {
   (void)unused;
-  begin(m, NFT(NFT_MSG_DELRULE), NLM_F_ACK, NFPROTO_IPV4, 0);
+  begin(m, NFT(NFT_MSG_DELRULE), NLM_F_ACK, FAMILY, 0);
   attr_str(m, NFTA_RULE_TABLE, table);
   attr_str(m, NFTA_RULE_CHAIN, CHAIN);
   end(m);
@@ -372,7 +389,7 @@ static void build_flush(struct msg *m, const void *unused) {
 
 static void build_drop(struct msg *m, const void *unused) {
   (void)unused;
-  begin(m, NFT(NFT_MSG_DELTABLE), NLM_F_ACK, NFPROTO_IPV4, 0);
+  begin(m, NFT(NFT_MSG_DELTABLE), NLM_F_ACK, FAMILY, 0);
   attr_str(m, NFTA_TABLE_NAME, table);
   end(m);
 }
@@ -381,7 +398,7 @@ static void build_drop(struct msg *m, const void *unused) {
 static int owned(void) {
   static struct msg m;
   memset(&m, 0, sizeof m);
-  uint32_t seq = begin(&m, NFT(NFT_MSG_GETTABLE), NLM_F_ACK, NFPROTO_IPV4, 0);
+  uint32_t seq = begin(&m, NFT(NFT_MSG_GETTABLE), NLM_F_ACK, FAMILY, 0);
   attr_str(&m, NFTA_TABLE_NAME, table);
   end(&m);
   if (send(sock, m.buf, m.len, 0) != (ssize_t)m.len) return -errno;
@@ -427,6 +444,26 @@ static int parse_port(const char *s, uint16_t *out) {
   if (!s || *end || v < 1 || v > 65535) return -1;
   *out = (uint16_t)v;
   return 0;
+}
+
+// `add`: one rule for both families; with a source to skip, that family's rule skips it and a second rule takes the
+// other family whole. Answers `ok H` or `ok H1,H2`.
+static void add_redirect(struct redirect *r) {
+  uint64_t first = 0, second = 0;
+  int err = batch(build_redirect, r, &first);
+  if (err == 0 && first != 0 && r->skip) {
+    struct redirect other = {.port = r->port, .to = r->to};
+    other.family = r->family == NFPROTO_IPV4 ? NFPROTO_IPV6 : NFPROTO_IPV4;
+    err = batch(build_redirect, &other, &second);
+    if (err != 0 || second == 0) {
+      struct rule_ref undo = {.chain = CHAIN, .handle = first};
+      batch(build_delete, &undo, NULL);
+    }
+  }
+  if (err != 0) answer(err, "add rule");
+  else if (first == 0 || (r->skip && second == 0)) printf("error the kernel did not echo the rule's handle\n");
+  else if (r->skip) printf("ok %llu,%llu\n", (unsigned long long)first, (unsigned long long)second);
+  else printf("ok %llu\n", (unsigned long long)first);
 }
 
 int main(void) {
@@ -503,15 +540,15 @@ int main(void) {
         continue;
       }
       r.skip = count == 4;
-      if (r.skip && inet_pton(AF_INET, words[3], &r.source) != 1) {
-        printf("error not an IPv4 address: %s\n", words[3]);
+      r.family = !r.skip                                         ? NFPROTO_UNSPEC
+                 : inet_pton(AF_INET, words[3], r.source) == 1  ? NFPROTO_IPV4
+                 : inet_pton(AF_INET6, words[3], r.source) == 1 ? NFPROTO_IPV6
+                                                                : 0xff;
+      if (r.family == 0xff) {
+        printf("error not an IP address: %s\n", words[3]);
         continue;
       }
-      uint64_t handle = 0;
-      int err = batch(build_redirect, &r, &handle);
-      if (err == 0 && handle == 0) printf("error the kernel did not echo the rule's handle\n");
-      else if (err == 0) printf("ok %llu\n", (unsigned long long)handle);
-      else answer(err, "add rule");
+      add_redirect(&r);
     } else if (!strcmp(cmd, "guard")) {
       uint16_t to;
       if (parse_port(words[1], &to)) {
@@ -524,14 +561,16 @@ int main(void) {
       else if (err == 0) printf("ok %llu\n", (unsigned long long)handle);
       else answer(err, "add guard");
     } else if (!strcmp(cmd, "delete") || !strcmp(cmd, "unguard")) {
-      char *end;
-      struct rule_ref rule = {.chain = !strcmp(cmd, "delete") ? CHAIN : GUARD_CHAIN,
-                              .handle = strtoull(words[1], &end, 10)};
-      if (*end || rule.handle == 0) {
-        printf("error not a rule handle: %s\n", words[1]);
-        continue;
+      // A redirect with a skipped source is two rules (one per family): `add` answered both handles, `H1,H2`.
+      struct rule_ref rule = {.chain = !strcmp(cmd, "delete") ? CHAIN : GUARD_CHAIN};
+      int err = 0, bad = 0;
+      for (char *h = words[1], *end; !bad && *h; h = *end ? end + 1 : end) {
+        rule.handle = strtoull(h, &end, 10);
+        bad = rule.handle == 0 || (*end && *end != ',') || (*end && !strcmp(cmd, "unguard"));
+        if (!bad && err == 0) err = batch(build_delete, &rule, NULL);
       }
-      answer(batch(build_delete, &rule, NULL), !strcmp(cmd, "delete") ? "delete rule" : "delete guard");
+      if (bad) printf("error not a rule handle: %s\n", words[1]);
+      else answer(err, !strcmp(cmd, "delete") ? "delete rule" : "delete guard");
     } else {
       int err = batch(build_drop, NULL, NULL);
       if (err == 0) table[0] = 0;

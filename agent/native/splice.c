@@ -617,6 +617,38 @@ static void on_client(struct stream *s, uint32_t events) {
   stream_interest(s);
 }
 
+// ---- addresses of both families ----
+
+// An IPv4 peer of a dual-stack socket (::ffff:a.b.c.d) as the IPv4 address it is, so it is printed and dialled as one.
+static void unmap_ipv4(struct sockaddr_storage *ss) {
+  const struct sockaddr_in6 *six = (const struct sockaddr_in6 *)ss;
+  if (ss->ss_family != AF_INET6 || !IN6_IS_ADDR_V4MAPPED(&six->sin6_addr)) return;
+  struct sockaddr_in four = {.sin_family = AF_INET, .sin_port = six->sin6_port};
+  memcpy(&four.sin_addr, &six->sin6_addr.s6_addr[12], 4);
+  memcpy(ss, &four, sizeof four);
+}
+
+static socklen_t address_length(const struct sockaddr_storage *ss) {
+  return ss->ss_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+}
+
+static void set_port(struct sockaddr_storage *ss, int port) {
+  if (ss->ss_family == AF_INET6) ((struct sockaddr_in6 *)ss)->sin6_port = htons((uint16_t)port);
+  else ((struct sockaddr_in *)ss)->sin_port = htons((uint16_t)port);
+}
+
+// The address as text (IPv6 without brackets, as Node's remoteAddress); returns the port.
+static int address_text(const struct sockaddr_storage *ss, char *text, size_t size) {
+  if (ss->ss_family == AF_INET6) {
+    const struct sockaddr_in6 *six = (const struct sockaddr_in6 *)ss;
+    inet_ntop(AF_INET6, &six->sin6_addr, text, (socklen_t)size);
+    return ntohs(six->sin6_port);
+  }
+  const struct sockaddr_in *four = (const struct sockaddr_in *)ss;
+  inet_ntop(AF_INET, &four->sin_addr, text, (socklen_t)size);
+  return ntohs(four->sin_port);
+}
+
 // A stream of t with its socket, each side's credit at the initial window.
 static struct stream *stream_new(struct tunnel *t, uint32_t id, int fd) {
   struct stream *s = calloc(1, sizeof *s);
@@ -632,17 +664,17 @@ static struct stream *stream_new(struct tunnel *t, uint32_t id, int fd) {
 
 // A stolen connection becomes a stream: its OPEN, and the client's first bytes if they are there already, leave
 // together at the end of this round.
-static void stream_open(struct tunnel *t, int fd, const struct sockaddr_in *peer, const struct steal *st) {
+static void stream_open(struct tunnel *t, int fd, const struct sockaddr_storage *peer, const struct steal *st) {
   struct stream *s = stream_new(t, (uint32_t)t->next_id, fd);
   s->steal_id = st->id;
   t->next_id += 2;
-  char ip[INET_ADDRSTRLEN], subid[MAX_SUBID + 32] = "", open[512];
-  inet_ntop(AF_INET, &peer->sin_addr, ip, sizeof ip);
+  char ip[INET6_ADDRSTRLEN], subid[MAX_SUBID + 32] = "", open[512];
+  int peer_port = address_text(peer, ip, sizeof ip);
   if (st->subid[0]) snprintf(subid, sizeof subid, ",\"subscriptionId\":\"%s\"", st->subid);
   int n = snprintf(open, sizeof open,
                    "{\"kind\":\"incoming\",\"port\":%d,\"mode\":\"steal\",\"remoteAddress\":\"%s\",\"remotePort\":%d%s,"
                    "\"connId\":\"%d-n%llu\"}",
-                   st->port, ip, ntohs(peer->sin_port), subid, st->port, ++connections);
+                   st->port, ip, peer_port, subid, st->port, ++connections);
   frame(t, OPEN, s->id, open, (size_t)n);
   stream_interest(s);
   read_client(s);
@@ -802,20 +834,23 @@ static void on_pass(struct pass_end *e, uint32_t events) {
 // Relays `fd` to the port's app at the address the client reached (the pod's: the redirect kept it) and the stolen
 // port, from this process in the pod's netns (the redirect rules catch only what comes in, not what starts here).
 static void pass_to_app(const struct steal *st, int fd) {
-  struct sockaddr_in app;
+  struct sockaddr_storage app;
   socklen_t len = sizeof app;
   struct pass *p = calloc(1, sizeof *p);
-  int to = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (!p || to < 0 || getsockname(fd, (struct sockaddr *)&app, &len) < 0) {
+  int to = -1;
+  if (p && getsockname(fd, (struct sockaddr *)&app, &len) == 0) {
+    unmap_ipv4(&app);
+    to = socket(app.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  }
+  if (to < 0) {
     free(p);
-    if (to >= 0) close(to);
     return close_rst(fd);
   }
-  app.sin_port = htons((uint16_t)st->port);
+  set_port(&app, st->port);
   nodelay(fd), nodelay(to);
   for (int i = 0; i < 2; i++) p->end[i].w.role = ROLE_PASS, p->end[i].p = p;
   p->end[0].w.fd = fd, p->end[1].w.fd = to, p->connecting = 1;
-  if (connect(to, (struct sockaddr *)&app, sizeof app) < 0 && errno != EINPROGRESS) return pass_close(p, 1);
+  if (connect(to, (struct sockaddr *)&app, address_length(&app)) < 0 && errno != EINPROGRESS) return pass_close(p, 1);
   pass_interest(p);
 }
 
@@ -823,7 +858,7 @@ static void pass_to_app(const struct steal *st, int fd) {
 
 // A client while the session has no tunnel goes to the pod's app (pass_to_app); one the tunnel cannot take now (too
 // many streams, ids used up) is refused with RST.
-static void take_client(struct steal *st, int fd, const struct sockaddr_in *peer) {
+static void take_client(struct steal *st, int fd, const struct sockaddr_storage *peer) {
   struct tunnel *t = st->session->tunnel;
   if (!t) return pass_to_app(st, fd);
   if (t->streams >= MAX_STREAMS || t->next_id > UINT32_MAX) return close_rst(fd);
@@ -848,10 +883,10 @@ static int refuse_queued(int listener, const char *what) {
 // Accepts until the queue is empty.
 static void accept_clients(struct steal *st) {
   for (;;) {
-    struct sockaddr_in peer;
+    struct sockaddr_storage peer;
     socklen_t len = sizeof peer;
     int fd = accept4(st->w.fd, (struct sockaddr *)&peer, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd >= 0) take_client(st, fd, &peer);
+    if (fd >= 0) unmap_ipv4(&peer), take_client(st, fd, &peer);
     else if (errno == EMFILE || errno == ENFILE) {
       if (!refuse_queued(st->w.fd, st->key)) return;
     } else if (errno != EINTR && errno != ECONNABORTED) {
@@ -868,6 +903,28 @@ static void steal_close(struct steal *st) {
     }
   close(st->w.fd);
   bury(&st->w);
+}
+
+static int listen_on(uint32_t addr, int port, int *bound);
+
+// A steal listener: every address of both families (one IPv6 socket that also takes IPv4, as v4-mapped addresses), so
+// the redirect of an IPv4 or an IPv6 connection reaches it; an IPv4-only netns gets an IPv4 socket.
+static int listen_dual(int *bound) {
+  int one = 1, zero = 0, fd = socket(AF_INET6, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return errno == EAFNOSUPPORT ? listen_on(INADDR_ANY, 0, bound) : -1;
+  struct sockaddr_in6 sa = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_ANY_INIT};
+  socklen_t len = sizeof sa;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
+  if (bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(fd, BACKLOG) < 0 ||
+      getsockname(fd, (struct sockaddr *)&sa, &len) < 0) {
+    int err = errno;
+    close(fd);
+    errno = err;
+    return -1;
+  }
+  *bound = ntohs(sa.sin6_port);
+  return fd;
 }
 
 static int listen_on(uint32_t addr, int port, int *bound) {
@@ -1227,7 +1284,7 @@ static void request_steal(char *key, char *token, char *port_text, char *subid) 
   struct steal *st = calloc(1, sizeof *st);
   if (!st) fatal("out of memory");
   int bound;
-  st->w = (struct watched){.role = ROLE_STEAL, .fd = listen_on(INADDR_ANY, 0, &bound)};
+  st->w = (struct watched){.role = ROLE_STEAL, .fd = listen_dual(&bound)};
   if (st->w.fd < 0) {
     free(st);
     return (void)printf("error listen: %s\n", strerror(errno));

@@ -126,7 +126,7 @@ export class NodeNetwork {
   }
 }
 
-/** Host number `host` of an IPv6 /64 written as `prefix::/64`, in canonical form (RFC 5952, as status.podIPs has it). */
+/** Host number `host` of an IPv6 /64 written `prefix::/64`, in canonical form (RFC 5952, as status.podIPs has it). */
 function ipv6Host(cidr: string, host: number): string {
   return new URL(`http://[${cidr.replace(/\/64$/, '')}${host.toString(16)}]`).hostname.slice(1, -1);
 }

@@ -128,7 +128,7 @@ describe.runIf(run)('agent: faults', () => {
     async () => {
       const { agent } = await stealingAgent();
       // Given the rules in the agent's owned table, and no guard process (the kernel is the guard)
-      expect(await rules()).toContain(`table ip devop_${agent.agentId} {`);
+      expect(await rules()).toContain(`table inet devop_${agent.agentId} {`);
       expect(await net.iptablesSave()).not.toContain('DEVOP');
       expect((await agentHelpers(agent.agentId)).some((c) => c.includes('DEVOP-'))).toBe(false);
       process.kill(agent.innerPid, 'SIGKILL');
@@ -176,7 +176,7 @@ describe.runIf(run)('agent: faults', () => {
     async () => {
       const cgroup = net.agentCgroup();
       const { agent } = await stealingAgent({}, { cgroup });
-      expect(await rules()).toContain(`table ip devop_${agent.agentId} {`);
+      expect(await rules()).toContain(`table inet devop_${agent.agentId} {`);
       // When every process of the agent's cgroup gets SIGKILL at once (agent, its job-mode parent, its devop-nft)
       writeFileSync(join(cgroup, 'cgroup.kill'), '1');
       expect(await timeUntilPodAnswers()).toBeLessThan(RECOVERY_MS);

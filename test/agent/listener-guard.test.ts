@@ -151,11 +151,15 @@ describe.runIf(run)("agent: the native data path's listeners take only redirecte
     });
     // When a client of the pod network connects to every port the pod netns listens on at every address, but the app's
     const listening = await sh(`ip netns exec ${net.podNs} ss -Htln`);
-    const ports = [...listening.matchAll(/0\.0\.0\.0:(\d+)\s/g)].map((m) => Number(m[1])).filter((p) => p !== 3000);
+    // (IPv4 any, and IPv6 any: devop-splice's dual-stack socket and the agent's IPv6 twin)
+    const any = /(?:0\.0\.0\.0|\*|\[::\]):(\d+)\s/g;
+    const ports = [...new Set([...listening.matchAll(any)].map((m) => Number(m[1])))].filter((p) => p !== 3000);
     expect(ports.length).toBeGreaterThanOrEqual(2); // the agent's listener and devop-splice's
-    const dials = await Promise.all(ports.map((port) => dialFrom(net.clientNs, net.podIP, port)));
-    // Then each is reset, and the app's port is still stolen through devop-splice
-    expect(dials).toEqual(ports.map(() => 'ECONNREFUSED'));
+    const dials = await Promise.all(
+      ports.flatMap((port) => [dialFrom(net.clientNs, net.podIP, port), dialFrom(net.clientNs, net.podIP6, port)]),
+    );
+    // Then each is reset, over IPv4 and IPv6, and the app's port is still stolen through devop-splice
+    expect(dials).toEqual(ports.flatMap(() => ['ECONNREFUSED', 'ECONNREFUSED']));
     expect((await httpGet(client, '/stolen')).body).toBe('local: GET /stolen');
   });
 });

@@ -14,8 +14,9 @@ import { waitFor } from '../../testkit/wait.js';
 describe('nft-owned: requests to devop-nft', () => {
   test('redirect rules skip the node IP unless probes are stolen; nothing but an address reaches the line', () => {
     expect(redirectRequest(3000, 40000, '10.0.0.1')).toBe('add 3000 40000 10.0.0.1');
+    expect(redirectRequest(3000, 40000, 'fd00:244::1')).toBe('add 3000 40000 fd00:244::1');
     expect(redirectRequest(3000, 40000)).toBe('add 3000 40000');
-    expect(() => redirectRequest(3000, 40000, '10.0.0.1\ndrop')).toThrow(/not an IPv4 address/);
+    expect(() => redirectRequest(3000, 40000, '10.0.0.1\ndrop')).toThrow(/not an IP address/);
   });
 });
 
@@ -39,14 +40,21 @@ describe.runIf(run)('nft-owned: the kernel owns the table for its devop-nft proc
   test('rules are added and removed by handle; an error is reported and the next request still works', async () => {
     const owned = await OwnedTable.create('t1', log, command);
     expect(await ruleset()).toMatch(
-      /table ip devop_t1 \{[\s\S]*flags owner[\s\S]*type nat hook prerouting priority dstnat - 1; policy accept;/,
+      /table inet devop_t1 \{[\s\S]*flags owner[\s\S]*type nat hook prerouting priority dstnat - 1; policy accept;/,
     );
     await owned.addRedirect(3000, 40000, '10.0.0.1');
     await owned.addRedirect(3001, 40001);
+    // One table for both families: the skipped source's family skips it, the other family is redirected whole
     expect(await ruleset()).toContain('ip saddr != 10.0.0.1 tcp dport 3000 redirect to :40000 comment "devop 3000"');
+    expect(await ruleset()).toContain('meta nfproto ipv6 tcp dport 3000 redirect to :40000 comment "devop 3000"');
+    await owned.addRedirect(3003, 40003, 'fd00::1');
+    expect(await ruleset()).toContain('ip6 saddr != fd00::1 tcp dport 3003 redirect to :40003 comment "devop 3003"');
+    expect(await ruleset()).toContain('meta nfproto ipv4 tcp dport 3003 redirect to :40003 comment "devop 3003"');
     await owned.removeRedirect(3000, 40000, '10.0.0.1');
+    await owned.removeRedirect(3003, 40003, 'fd00::1');
     const after = await ruleset();
     expect(after).not.toContain('dport 3000');
+    expect(after).not.toContain('dport 3003');
     expect(after).toContain('tcp dport 3001 redirect to :40001');
     // A bad port number is refused: the error comes back, and devop-nft keeps serving requests
     await expect(owned.addRedirect(70000, 1)).rejects.toThrow('devop-nft: ports must be 1-65535');
@@ -60,9 +68,9 @@ describe.runIf(run)('nft-owned: the kernel owns the table for its devop-nft proc
     const owned = await OwnedTable.create('t2', log, command);
     await owned.addRedirect(3000, 40000);
     // Another process (this one-shot nft) is refused by the kernel
-    const other = await sh(`ip netns exec ${ns} nft add rule ip devop_t2 pre tcp dport 9 accept 2>&1 || true`);
+    const other = await sh(`ip netns exec ${ns} nft add rule inet devop_t2 pre tcp dport 9 accept 2>&1 || true`);
     expect(other).toMatch(/Operation not permitted/);
-    const denied = await sh(`ip netns exec ${ns} nft delete table ip devop_t2 2>&1 || true`);
+    const denied = await sh(`ip netns exec ${ns} nft delete table inet devop_t2 2>&1 || true`);
     expect(denied).toMatch(/Operation not permitted/);
     expect(await ruleset()).toContain('devop_t2');
     // When the owner dies by SIGKILL, the table is gone (nothing else cleans up)
@@ -108,7 +116,7 @@ describe.runIf(run)('nft-owned: the kernel owns the table for its devop-nft proc
     await expect(nft.request('table Bad-Name')).rejects.toThrow(/table name must be 1-\d+ of \[a-z0-9_\]/);
     await nft.request('table devop_t4');
     await expect(nft.request('table devop_t5')).rejects.toThrow('this process owns table devop_t4 already');
-    await expect(nft.request('add 3000 40000 10.0.0.999')).rejects.toThrow('not an IPv4 address: 10.0.0.999');
+    await expect(nft.request('add 3000 40000 10.0.0.999')).rejects.toThrow('not an IP address: 10.0.0.999');
     await expect(nft.request('delete 12abc')).rejects.toThrow('not a rule handle: 12abc');
     await expect(nft.request('delete 999')).rejects.toThrow('devop-nft: delete rule: No such file or directory');
     await expect(nft.request('flush')).rejects.toThrow(/unknown request/);

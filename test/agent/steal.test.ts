@@ -61,7 +61,7 @@ describe.runIf(run)('agent: steal a whole port', () => {
       expect(net.podRequests(pod).filter((l) => l.includes('/stolen'))).toEqual([]);
       // And the rule lives in the agent's owned nft table (hooked before the pod's own nat rules), skipping the node IP
       const rules = (await net.devopRules()).join('\n');
-      expect(rules).toContain(`table ip devop_${agent.agentId} {`);
+      expect(rules).toContain(`table inet devop_${agent.agentId} {`);
       expect(rules).toMatch(/^\s*flags owner$/m);
       expect(rules).toContain('type nat hook prerouting priority dstnat - 1; policy accept;');
       expect(rules).toMatch(

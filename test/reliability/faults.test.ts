@@ -132,7 +132,7 @@ describe.each([
         expect(agentId).not.toBe('');
         // The dead agent's rules, whichever backend it used: its owned table devop_<id>, or its fallback chain
         // DEVOP-<id>.
-        const names = [`table ip ${tableName(agentId)} `, chainName(agentId)];
+        const names = [`table inet ${tableName(agentId)} `, chainName(agentId)];
         const left = async (): Promise<string[]> =>
           (await devopRules(pid)).filter((l) => names.some((n) => l.includes(n)));
         // The agent runs the default backend here: its rules are in its owned nft table (the kernel's cleanup is what

@@ -1,7 +1,7 @@
 // The stand-in's node is dual-stack, as a kind cluster made with `networking.ipFamily: dual`: each pod has an IPv4 and
 // an IPv6 address (status.podIPs, IPv4 first), reachable from the node and from other pods, and the kubelet's hosts
-// file and status.podIPs env are written as kubernetes pkg/kubelet/kubelet_pods.go writes them (managedHostsFileContent,
-// podFieldSelectorRuntimeValue: the IPs joined with commas).
+// file and status.podIPs env are written as kubernetes pkg/kubelet/kubelet_pods.go writes them
+// (managedHostsFileContent; podFieldSelectorRuntimeValue: the IPs joined with commas).
 import { randomBytes } from 'node:crypto';
 import { isIPv4, isIPv6 } from 'node:net';
 import { CoreV1Api, KubeConfig, type V1Pod } from '@kubernetes/client-node';
