@@ -18,6 +18,8 @@ import type { ExecProcess, ExecRequest } from '../../standin/node-runtime.js';
 const KUBECTL_DIR = '/usr/lib/google-cloud-sdk/bin';
 /** kubectl's own timeout: a hang (a stream never ended) fails the test instead of stalling it. */
 const KUBECTL_TIMEOUT_MS = 30_000;
+/** Room for the largest output a test asks for (execFile cuts a command off at 1 MiB by default). */
+const OUTPUT_LIMIT = 16 * 1024 * 1024;
 
 let cluster: ClusterHandle;
 let home: string;
@@ -52,7 +54,11 @@ function kubectl(
     const child = execFile(
       `${KUBECTL_DIR}/kubectl.${v}`,
       args,
-      { env: { ...process.env, KUBECONFIG: cluster.kubeconfigPath, HOME: home }, timeout: KUBECTL_TIMEOUT_MS },
+      {
+        env: { ...process.env, KUBECONFIG: cluster.kubeconfigPath, HOME: home },
+        timeout: KUBECTL_TIMEOUT_MS,
+        maxBuffer: OUTPUT_LIMIT,
+      },
       (err, stdout, stderr) => {
         const code = err ? (typeof err.code === 'number' ? err.code : null) : 0;
         resolve({ code, stdout, stderr });
@@ -104,6 +110,17 @@ describe('kubectl exec and attach over plain SPDY (attach over WebSocket too)', 
       expect(r.code, r.stderr).toBe(3);
     });
   }
+
+  it('kubectl 1.27 exec: 2 MB of output arrive whole and in order', async () => {
+    // Given a command that prints 300 000 numbered lines (about 2 MB, many data frames)
+    // When kubectl exec runs it
+    const r = await kubectl('1.27', ['exec', 'box', '--', 'seq', '1', '300000']);
+    // Then every line arrives, in order, before kubectl ends
+    const lines = r.stdout.split('\n');
+    expect(lines.length).toBe(300_001);
+    expect(lines.every((l, i) => i === 300_000 || l === String(i + 1))).toBe(true);
+    expect(r.code, r.stderr).toBe(0);
+  });
 
   it("kubectl 1.27 exec -i: stdin reaches the command and its end closes the command's stdin", async () => {
     // Given a command that echoes its stdin, then says it saw the end
