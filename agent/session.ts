@@ -8,6 +8,7 @@ import type { AgentLog } from './log.js';
 import type { IncomingOpen, IncomingStream, IncomingTarget } from './incoming/subscription.js';
 import type { PortTable } from './incoming/ports.js';
 import { serveOutgoing } from './outgoing/connect.js';
+import { serveUdp } from './outgoing/udp.js';
 import { serveFile } from './files/serve-file.js';
 import { deniedByCapabilities } from './capabilities.js';
 import { readTargetEnv } from './env/target-env.js';
@@ -301,6 +302,7 @@ export class Session implements IncomingTarget {
     const open = stream.open;
     stream.on('error', () => undefined);
     if (open.kind === 'outgoing') void serveOutgoing(stream, open.host, open.port, this.ctx.pid, this.ctx.log);
+    else if (open.kind === 'udp') serveUdp(stream, this.ctx.pid, this.ctx.log);
     else if (open.kind === 'file') {
       if (this.ctx.pid === undefined)
         stream.reset('ENOTSUP: this agent runs targetless: there is no container filesystem');

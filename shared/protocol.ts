@@ -41,6 +41,8 @@ export const FEATURES = {
   nativeSplice: 'native-splice',
   /** HttpFilter.body: the agent reads a JSON request body (up to MAX_FILTERED_BODY_BYTES) to decide a request. */
   bodyFilter: 'body-filter',
+  /** `udp` streams: the agent relays datagrams (shared/udp-datagrams.ts) from a UDP socket in the pod's netns. */
+  udp: 'udp',
   /** subscribe.tls: the agent terminates TLS on a filtered port with the workload's certificate the client sends. */
   tlsTerminate: 'tls-terminate',
 } as const;
@@ -275,6 +277,9 @@ export const StreamOpen = z.discriminatedUnion('kind', [
   z.object({ kind: z.literal('outgoing'), host: z.string().check(z.minLength(1), z.maxLength(253)), port }),
   // CLI → agent: read a file in the target's filesystem; the agent accepts (with size) and streams it, or resets
   z.object({ kind: z.literal('file'), path: z.string().check(z.minLength(1), z.maxLength(4096)) }),
+  // CLI → agent (FEATURES.udp): a UDP association; its bytes both ways are datagrams (shared/udp-datagrams.ts), each
+  // naming its peer. The agent accepts once its socket is bound; it ends the stream after 60 s without a datagram.
+  z.object({ kind: z.literal('udp') }),
 ]);
 export type StreamOpen = z.infer<typeof StreamOpen>;
 type IncomingOpen = Extract<StreamOpen, { kind: 'incoming' }>;

@@ -98,6 +98,7 @@ export const STREAM_OPEN_SAMPLES: ByKind<StreamOpen> = {
   },
   outgoing: { kind: 'outgoing', host: 'db.default.svc', port: 5432 },
   file: { kind: 'file', path: '/var/run/secrets/kubernetes.io/serviceaccount/token' },
+  udp: { kind: 'udp' },
 };
 
 /** Deterministic PRNG (mulberry32) so that a failing fuzz case can be replayed from its seed. */

@@ -100,6 +100,12 @@ function readPodFiles(pid: number | undefined): Promise<[string, string]> {
   return files;
 }
 
+/** The pod's nameservers (its resolv.conf, as read at most POD_FILES_TTL_MS ago); empty when it names none. */
+export async function podNameservers(pid: number | undefined): Promise<string[]> {
+  const [confText] = await readPodFiles(pid);
+  return parseResolvConf(confText).nameservers;
+}
+
 /** Resolves a name for a session, with the pod's resolv.conf and hosts as read at most POD_FILES_TTL_MS ago. */
 export async function resolveInPod(pid: number | undefined, name: string, family?: 4 | 6): Promise<ResolvedAddress[]> {
   const literal = isIP(name);

@@ -13,7 +13,14 @@
 //   exchange is synchronous with a deadline; the real connect keeps the socket's own mode, so a non-blocking socket
 //   still sees EINPROGRESS (asyncio, Java NIO).
 //
-// Everything else is passed on untouched: UDP, Unix sockets, loopback and excluded destinations (decided here, with no
+// - UDP sockets (connect() then send/recv, or sendto/sendmsg without connect) to a destination the rules send to the
+//   cluster, and DNS queries a program sends itself to a nameserver of this machine's resolv.conf (port 53): a `udp`
+//   request gets a loopback relay port of devop's for (the socket's local port, the destination), and the datagram
+//   really goes there; devop sends it from the pod (DNS: to the pod's own nameserver) and relays the replies back.
+//   recvfrom/recvmsg/recvmmsg/getpeername show the relay as the original destination, so a resolver that checks where
+//   its answer came from (glibc's, dnspython, BIND's dig) takes it.
+//
+// Everything else is passed on untouched: Unix sockets, loopback and excluded destinations (decided here, with no
 // round trip), and every call when DEVOP_PRELOAD_CONFIG is absent or devop's proxy is gone (the real call then runs as if the
 // shim were not there). Each control exchange uses its own connection, so threads and forked children share nothing
 // but the remembered addresses (under a mutex).
@@ -49,7 +56,19 @@
 typedef int (*connect_fn)(int, const struct sockaddr *, socklen_t);
 typedef int (*getaddrinfo_fn)(const char *, const char *, const struct addrinfo *, struct addrinfo **);
 typedef struct hostent *(*gethostbyname_fn)(const char *);
+typedef ssize_t (*sendto_fn)(int, const void *, size_t, int, const struct sockaddr *, socklen_t);
+typedef ssize_t (*sendmsg_fn)(int, const struct msghdr *, int);
+typedef ssize_t (*recvfrom_fn)(int, void *, size_t, int, struct sockaddr *, socklen_t *);
+typedef ssize_t (*recvmsg_fn)(int, struct msghdr *, int);
+typedef int (*recvmmsg_fn)(int, struct mmsghdr *, unsigned int, int, struct timespec *);
+typedef int (*getpeername_fn)(int, struct sockaddr *, socklen_t *);
 
+static sendto_fn real_sendto;
+static sendmsg_fn real_sendmsg;
+static recvfrom_fn real_recvfrom;
+static recvmsg_fn real_recvmsg;
+static recvmmsg_fn real_recvmmsg;
+static getpeername_fn real_getpeername;
 static connect_fn real_connect;
 static getaddrinfo_fn real_getaddrinfo;
 static gethostbyname_fn real_gethostbyname;
@@ -297,7 +316,36 @@ static void json_strings(const char *json, const char *key, struct rule *rules, 
   }
 }
 
+/** This machine's nameservers (resolv.conf; none named means 127.0.0.1, as glibc's resolver does). */
+#define MAX_NAMESERVERS 3
+static struct {
+  int family;
+  uint8_t address[16];
+} nameservers[MAX_NAMESERVERS];
+static int nameserver_count;
+
+static void read_nameservers(void) {
+  FILE *file = fopen("/etc/resolv.conf", "re");
+  char line[512];
+  while (file && nameserver_count < MAX_NAMESERVERS && fgets(line, sizeof line, file)) {
+    char address[INET6_ADDRSTRLEN + 1];
+    if (sscanf(line, " nameserver %46s", address) != 1) continue;
+    char *scope = strchr(address, '%');
+    if (scope) *scope = 0;
+    int family = parse_address(address, nameservers[nameserver_count].address);
+    if (family) nameservers[nameserver_count++].family = family;
+  }
+  if (file) fclose(file);
+  if (nameserver_count == 0) nameservers[nameserver_count++].family = parse_address("127.0.0.1", nameservers[0].address);
+}
+
 static void init(void) {
+  real_sendto = (sendto_fn)dlsym(RTLD_NEXT, "sendto");
+  real_sendmsg = (sendmsg_fn)dlsym(RTLD_NEXT, "sendmsg");
+  real_recvfrom = (recvfrom_fn)dlsym(RTLD_NEXT, "recvfrom");
+  real_recvmsg = (recvmsg_fn)dlsym(RTLD_NEXT, "recvmsg");
+  real_recvmmsg = (recvmmsg_fn)dlsym(RTLD_NEXT, "recvmmsg");
+  real_getpeername = (getpeername_fn)dlsym(RTLD_NEXT, "getpeername");
   real_connect = (connect_fn)dlsym(RTLD_NEXT, "connect");
   real_getaddrinfo = (getaddrinfo_fn)dlsym(RTLD_NEXT, "getaddrinfo");
   real_gethostbyname = (gethostbyname_fn)dlsym(RTLD_NEXT, "gethostbyname");
@@ -312,6 +360,7 @@ static void init(void) {
   for (size_t i = 0; i < sizeof ALWAYS_LOCAL / sizeof *ALWAYS_LOCAL; i++)
     if (parse_rule(ALWAYS_LOCAL[i], &config.exclude[config.excludes]) == 0) config.excludes++;
   json_strings(raw, "exclude", config.exclude, &config.excludes);
+  read_nameservers();
   config.enabled = 1;
 }
 
@@ -571,8 +620,8 @@ static int dial_errno(const char *code) {
   return ECONNREFUSED;
 }
 
-/** The destination of a connect, when it is TCP over IPv4/IPv6; 0 when the shim has nothing to do with it. */
-static int tcp_destination(int fd, const struct sockaddr *address, socklen_t length, struct destination *to) {
+/** An IPv4/IPv6 socket address as a destination (an IPv4-mapped address as IPv4); 0 for anything else or port 0. */
+static int parse_destination(const struct sockaddr *address, socklen_t length, struct destination *to) {
   if (!address) return 0;
   if (address->sa_family == AF_INET && length >= sizeof(struct sockaddr_in)) {
     const struct sockaddr_in *in = (const struct sockaddr_in *)address;
@@ -592,13 +641,21 @@ static int tcp_destination(int fd, const struct sockaddr *address, socklen_t len
   } else {
     return 0;
   }
-  if (to->port == 0) return 0;
+  return to->port != 0;
+}
+
+static int socket_type(int fd) {
   int type = 0;
   socklen_t size = sizeof type;
   int saved = errno;
-  int ok = getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &size) == 0 && type == SOCK_STREAM;
+  if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &size) != 0) type = 0;
   errno = saved;
-  return ok;
+  return type;
+}
+
+/** The destination of a connect, when it is TCP over IPv4/IPv6; 0 when the shim has nothing to do with it. */
+static int tcp_destination(int fd, const struct sockaddr *address, socklen_t length, struct destination *to) {
+  return parse_destination(address, length, to) && socket_type(fd) == SOCK_STREAM;
 }
 
 /**
@@ -615,9 +672,13 @@ static int unconnected(int fd) {
   return closed;
 }
 
+static int udp_connect(int fd, const struct sockaddr *address, socklen_t length);
+
 EXPORT int connect(int fd, const struct sockaddr *address, socklen_t length) {
   ensure_init();
   struct destination to = {0};
+  if (config.enabled && address && address->sa_family != AF_UNSPEC && socket_type(fd) == SOCK_DGRAM)
+    return udp_connect(fd, address, length);
   if (!config.enabled || !tcp_destination(fd, address, length, &to) || !goes_to_cluster(&to) || !unconnected(fd))
     return real_connect(fd, address, length);
   int control = control_open();
@@ -674,5 +735,236 @@ EXPORT int connect(int fd, const struct sockaddr *address, socklen_t length) {
   }
   close(control);
   errno = connect_errno;
+  return status;
+}
+
+/* ---------------------------------------------------------------- UDP */
+
+#define MAX_UDP_RELAYS 1024
+
+/** devop refused UDP (an agent without it): the process stops asking and its UDP stays local. */
+static int udp_refused;
+static pthread_mutex_t relays_lock = PTHREAD_MUTEX_INITIALIZER;
+/** The relays this process was given: which destination each loopback port stands for, and for which local port. */
+static struct relay {
+  int relay_port;
+  int from_port;
+  struct destination to;
+} relays[MAX_UDP_RELAYS];
+static int relay_count;
+
+static int same_destination(const struct destination *a, const struct destination *b) {
+  return a->family == b->family && a->port == b->port && memcmp(a->address, b->address, a->family == 4 ? 4 : 16) == 0;
+}
+
+static int is_nameserver(const struct destination *to) {
+  if (to->port != 53) return 0;
+  for (int i = 0; i < nameserver_count; i++)
+    if (nameservers[i].family == to->family &&
+        memcmp(nameservers[i].address, to->address, to->family == 4 ? 4 : 16) == 0)
+      return 1;
+  return 0;
+}
+
+/** 1: a datagram to `to` goes through the cluster (2: a DNS query for the pod's nameserver); 0: it stays local. */
+static int udp_route(const struct destination *to) {
+  if (!config.enabled || udp_refused) return 0;
+  if (is_nameserver(to)) return 2;
+  return goes_to_cluster(to) ? 1 : 0;
+}
+
+/** The socket's local port, binding it to an ephemeral one first when it has none (as its first send would). */
+static int local_port(int fd) {
+  struct sockaddr_storage local = {0};
+  socklen_t length = sizeof local;
+  if (getsockname(fd, (struct sockaddr *)&local, &length) != 0) return -1;
+  int port = ntohs(local.ss_family == AF_INET ? ((struct sockaddr_in *)&local)->sin_port
+                                              : ((struct sockaddr_in6 *)&local)->sin6_port);
+  if (port != 0) return port;
+  struct sockaddr_storage any = {.ss_family = local.ss_family};
+  if (bind(fd, (struct sockaddr *)&any,
+           local.ss_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6)) != 0)
+    return -1;
+  length = sizeof local;
+  if (getsockname(fd, (struct sockaddr *)&local, &length) != 0) return -1;
+  return ntohs(local.ss_family == AF_INET ? ((struct sockaddr_in *)&local)->sin_port
+                                          : ((struct sockaddr_in6 *)&local)->sin6_port);
+}
+
+/** The relay port for (local port, destination): remembered, or asked of devop. 0: none (the real call goes out). */
+static int udp_relay(int fd, const struct destination *to, int route) {
+  int saved = errno;
+  int from = local_port(fd);
+  errno = saved;
+  if (from <= 0) return 0;
+  pthread_mutex_lock(&relays_lock);
+  int found = 0;
+  for (int i = 0; i < relay_count && !found; i++)
+    if (relays[i].from_port == from && same_destination(&relays[i].to, to)) found = relays[i].relay_port;
+  pthread_mutex_unlock(&relays_lock);
+  if (found) return found;
+  int control = control_open();
+  if (control < 0) return 0;
+  char host[INET6_ADDRSTRLEN] = "", request[200], answer[MAX_ANSWER];
+  if (route == 1) inet_ntop(to->family == 4 ? AF_INET : AF_INET6, to->address, host, sizeof host);
+  snprintf(request, sizeof request, "{\"id\":2,\"op\":\"udp\",\"host\":\"%s\",\"port\":%d,\"from\":%d}\n", host,
+           to->port, from);
+  int status = control_exchange(control, request, answer, sizeof answer);
+  close(control);
+  errno = saved;
+  long port = status == 0 ? json_number(answer, "port", 0) : 0;
+  if (status == 0 && !strstr(answer, "\"ok\":true")) {
+    char code[32] = "";
+    json_string(answer, "code", code, sizeof code);
+    if (strcmp(code, "ENOTSUP") == 0) udp_refused = 1;
+    return 0;
+  }
+  if (port <= 0 || port > 65535) return 0;
+  pthread_mutex_lock(&relays_lock);
+  int slot = relay_count < MAX_UDP_RELAYS ? relay_count++ : 0;
+  for (int i = 0; i < relay_count; i++)
+    if (relays[i].relay_port == port) slot = i; /* a port devop reused: it stands for this destination now */
+  relays[slot] = (struct relay){.relay_port = (int)port, .from_port = from, .to = *to};
+  pthread_mutex_unlock(&relays_lock);
+  return (int)port;
+}
+
+/** The relay's loopback address in the socket's own family (an IPv6 socket reaches it as ::ffff:127.0.0.1). */
+static socklen_t relay_address(int family, int port, struct sockaddr_storage *out) {
+  memset(out, 0, sizeof *out);
+  if (family == AF_INET) {
+    struct sockaddr_in *in = (struct sockaddr_in *)out;
+    in->sin_family = AF_INET;
+    in->sin_port = htons((uint16_t)port);
+    inet_pton(AF_INET, config.host, &in->sin_addr);
+    return sizeof *in;
+  }
+  struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)out;
+  char mapped[80];
+  snprintf(mapped, sizeof mapped, "::ffff:%s", config.host);
+  in6->sin6_family = AF_INET6;
+  in6->sin6_port = htons((uint16_t)port);
+  inet_pton(AF_INET6, mapped, &in6->sin6_addr);
+  return sizeof *in6;
+}
+
+/** Where a datagram to `address` really goes: the relay's address in `relayed` (returns its length), or 0. */
+static socklen_t udp_redirect(int fd, const struct sockaddr *address, socklen_t length,
+                              struct sockaddr_storage *relayed) {
+  struct destination to = {0};
+  if (!config.enabled || !address || !parse_destination(address, length, &to)) return 0;
+  int route = udp_route(&to);
+  if (!route) return 0;
+  int port = udp_relay(fd, &to, route);
+  return port ? relay_address(address->sa_family, port, relayed) : 0;
+}
+
+static int udp_connect(int fd, const struct sockaddr *address, socklen_t length) {
+  struct sockaddr_storage relayed;
+  socklen_t relayed_length = udp_redirect(fd, address, length, &relayed);
+  if (!relayed_length) return real_connect(fd, address, length);
+  return real_connect(fd, (struct sockaddr *)&relayed, relayed_length);
+}
+
+EXPORT ssize_t sendto(int fd, const void *buffer, size_t size, int flags, const struct sockaddr *address,
+                      socklen_t length) {
+  ensure_init();
+  struct sockaddr_storage relayed;
+  socklen_t relayed_length = 0;
+  if (config.enabled && address && socket_type(fd) == SOCK_DGRAM)
+    relayed_length = udp_redirect(fd, address, length, &relayed);
+  if (relayed_length) return real_sendto(fd, buffer, size, flags, (struct sockaddr *)&relayed, relayed_length);
+  return real_sendto(fd, buffer, size, flags, address, length);
+}
+
+EXPORT ssize_t sendmsg(int fd, const struct msghdr *message, int flags) {
+  ensure_init();
+  struct sockaddr_storage relayed;
+  socklen_t relayed_length = 0;
+  if (config.enabled && message && message->msg_name && socket_type(fd) == SOCK_DGRAM)
+    relayed_length = udp_redirect(fd, message->msg_name, message->msg_namelen, &relayed);
+  if (!relayed_length) return real_sendmsg(fd, message, flags);
+  struct msghdr copy = *message;
+  copy.msg_name = &relayed;
+  copy.msg_namelen = relayed_length;
+  return real_sendmsg(fd, &copy, flags);
+}
+
+/**
+ * A source address that is one of this process's relays becomes the destination it stands for, written in the
+ * family of the caller's buffer (an IPv6 buffer gets an IPv4 destination as ::ffff:a.b.c.d) within its `capacity`.
+ */
+static void unrelay(struct sockaddr *address, socklen_t *length, socklen_t capacity) {
+  if (!address || !length || relay_count == 0) return;
+  int port;
+  if (address->sa_family == AF_INET && *length >= sizeof(struct sockaddr_in)) {
+    struct sockaddr_in *in = (struct sockaddr_in *)address;
+    if (ntohl(in->sin_addr.s_addr) != INADDR_LOOPBACK) return;
+    port = ntohs(in->sin_port);
+  } else if (address->sa_family == AF_INET6 && *length >= sizeof(struct sockaddr_in6)) {
+    struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)address;
+    static const uint8_t MAPPED_LOOPBACK[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 0, 1};
+    if (memcmp(&in6->sin6_addr, MAPPED_LOOPBACK, 16) != 0) return;
+    port = ntohs(in6->sin6_port);
+  } else {
+    return;
+  }
+  struct destination to = {0};
+  pthread_mutex_lock(&relays_lock);
+  for (int i = 0; i < relay_count && !to.family; i++)
+    if (relays[i].relay_port == port) to = relays[i].to;
+  pthread_mutex_unlock(&relays_lock);
+  if (!to.family) return;
+  if (address->sa_family == AF_INET && to.family == 4) {
+    struct sockaddr_in *in = (struct sockaddr_in *)address;
+    memcpy(&in->sin_addr, to.address, 4);
+    in->sin_port = htons((uint16_t)to.port);
+  } else if (address->sa_family == AF_INET6 && capacity >= sizeof(struct sockaddr_in6)) {
+    struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)address;
+    memset(&in6->sin6_addr, 0, 16);
+    if (to.family == 4) {
+      in6->sin6_addr.s6_addr[10] = 0xff;
+      in6->sin6_addr.s6_addr[11] = 0xff;
+      memcpy(in6->sin6_addr.s6_addr + 12, to.address, 4);
+    } else {
+      memcpy(&in6->sin6_addr, to.address, 16);
+    }
+    in6->sin6_port = htons((uint16_t)to.port);
+  }
+}
+
+EXPORT ssize_t recvfrom(int fd, void *buffer, size_t size, int flags, struct sockaddr *address, socklen_t *length) {
+  ensure_init();
+  socklen_t capacity = length ? *length : 0;
+  ssize_t got = real_recvfrom(fd, buffer, size, flags, address, length);
+  if (got >= 0 && config.enabled) unrelay(address, length, capacity);
+  return got;
+}
+
+EXPORT ssize_t recvmsg(int fd, struct msghdr *message, int flags) {
+  ensure_init();
+  socklen_t capacity = message ? message->msg_namelen : 0;
+  ssize_t got = real_recvmsg(fd, message, flags);
+  if (got >= 0 && config.enabled && message->msg_name)
+    unrelay(message->msg_name, &message->msg_namelen, capacity);
+  return got;
+}
+
+EXPORT int recvmmsg(int fd, struct mmsghdr *messages, unsigned int count, int flags, struct timespec *timeout) {
+  ensure_init();
+  socklen_t capacities[64];
+  for (unsigned int i = 0; i < count && i < 64; i++) capacities[i] = messages[i].msg_hdr.msg_namelen;
+  int got = real_recvmmsg(fd, messages, count, flags, timeout);
+  for (int i = 0; config.enabled && i < got && i < 64; i++)
+    if (messages[i].msg_hdr.msg_name)
+      unrelay(messages[i].msg_hdr.msg_name, &messages[i].msg_hdr.msg_namelen, capacities[i]);
+  return got;
+}
+
+EXPORT int getpeername(int fd, struct sockaddr *address, socklen_t *length) {
+  ensure_init();
+  socklen_t capacity = length ? *length : 0;
+  int status = real_getpeername(fd, address, length);
+  if (status == 0 && config.enabled && socket_type(fd) == SOCK_DGRAM) unrelay(address, length, capacity);
   return status;
 }

@@ -13,7 +13,13 @@ export type ControlRequest =
    * The program's socket has connected to the one-shot `port` from local port `from`: that connection, and no other,
    * gets the dialled one (anyone on the machine can connect to a loopback port). Not answered.
    */
-  | { id: number; op: 'claim'; port: number; from: number };
+  | { id: number; op: 'claim'; port: number; from: number }
+  /**
+   * The program's UDP socket on local port `from` sends to host:port (an IP literal; '' = the pod's nameserver, for
+   * the DNS queries a program sends its resolv.conf's nameserver): the answer's `port` is a loopback relay, connected to
+   * `from`, that carries its datagrams through the cluster and its replies back.
+   */
+  | { id: number; op: 'udp'; host: string; port: number; from: number };
 
 export type ControlAnswer =
   | { id: number; ok: true; addresses: { address: string; family: 4 | 6 }[] }
@@ -53,6 +59,14 @@ export function parseControlRequest(line: string): ControlRequest | undefined {
     return { id: request.id, op: 'hello', token: request.token };
   if (request.op === 'claim' && isPort(request.port) && isPort(request.from))
     return { id: request.id, op: 'claim', port: request.port, from: request.from };
+  if (
+    request.op === 'udp' &&
+    typeof request.host === 'string' &&
+    request.host.length <= 253 &&
+    isPort(request.port) &&
+    isPort(request.from)
+  )
+    return { id: request.id, op: 'udp', host: request.host, port: request.port, from: request.from };
   if (
     request.op === 'lookup' &&
     typeof request.name === 'string' &&

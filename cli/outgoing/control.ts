@@ -8,6 +8,7 @@ import { parseControlRequest, type ControlAnswer, type ControlRequest } from './
 import type { ProxyDialEvent } from './http-connect.js';
 import { secretMatches, type ProxyRefusal } from './proxy-auth.js';
 import { joinStreams } from './streams.js';
+import type { UdpRelays } from './udp.js';
 
 /**
  * How long a dialled connection waits for the preload to come and take it. The preload connects at once; this only
@@ -36,6 +37,9 @@ export interface ControlOptions {
   secret: string;
   /** Called for every connection refused for want of it. */
   onRefused?: (refusal: ProxyRefusal) => void;
+  /** The relays of `udp` requests; absent when UDP is not carried (then `udpRefusal` says why). */
+  udp?: UdpRelays;
+  udpRefusal?: string;
 }
 
 /** A dialled connection waiting on its one-shot port for the preload's socket. */
@@ -108,12 +112,24 @@ export function serveControl(socket: Socket, options: ControlOptions, resources:
 }
 
 async function handleRequest(
-  request: Extract<ControlRequest, { op: 'lookup' | 'connect' }>,
+  request: Extract<ControlRequest, { op: 'lookup' | 'connect' | 'udp' }>,
   options: ControlOptions,
   resources: ControlResources,
   handovers: Map<number, Handover>,
 ): Promise<ControlAnswer> {
   const { dialer, onDial } = options;
+  if (request.op === 'udp') {
+    if (!options.udp) {
+      const message = options.udpRefusal ?? 'UDP is not carried through the cluster in this session';
+      return { id: request.id, ok: false, code: 'ENOTSUP', message };
+    }
+    try {
+      return { id: request.id, ok: true, port: await options.udp.relay(request.from, request.host, request.port) };
+    } catch (err) {
+      const code = (err as { code?: string }).code ?? 'EFAULT';
+      return { id: request.id, ok: false, code, message: (err as Error).message };
+    }
+  }
   if (request.op === 'lookup') {
     try {
       const addresses = await dialer.lookup(request.name, request.family);

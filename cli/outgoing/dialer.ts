@@ -6,6 +6,7 @@ import { readFile } from 'node:fs/promises';
 import { isIP, connect as netConnect } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { errorMessage } from '../../shared/errors.js';
+import { localUdpAssociation, type UdpAssociation } from './udp.js';
 
 export interface ResolvedAddress {
   address: string;
@@ -32,6 +33,8 @@ export interface ClusterDialer {
   lookup(name: string, family?: 4 | 6): Promise<ResolvedAddress[]>;
   /** Reads a file of the target container. Rejects with DialError ENOENT / EACCES / … */
   readFile(path: string): Promise<Buffer>;
+  /** Opens a UDP association from the pod (absent: this dialer carries no UDP). */
+  udp?(): UdpAssociation;
 }
 
 /** Error codes the proxy and the preload map to SOCKS replies, HTTP 502 bodies and Node errors. */
@@ -126,6 +129,8 @@ export interface LocalDialerOptions {
   hosts?: Record<string, string | string[]>;
   /** Files by absolute path (the "pod filesystem"); when unset, readFile reads this machine's files. */
   files?: Record<string, string | Buffer>;
+  /** The "pod's nameserver" of UDP datagrams to host '' (default: none, they are lost). */
+  nameserver?: { host: string; port: number };
 }
 
 /**
@@ -146,6 +151,7 @@ export function createLocalDialer(options: LocalDialerOptions = {}): ClusterDial
   };
   return {
     lookup,
+    udp: () => localUdpAssociation(async (name) => (await lookup(name, 4))[0].address, options.nameserver),
     async connect(host, port) {
       const [first] = await lookup(host);
       return new Promise<Duplex>((resolve, reject) => {
@@ -190,6 +196,7 @@ export function withLocalNames(inner: ClusterDialer): ClusterDialer {
   return {
     lookup,
     readFile: (path) => inner.readFile(path),
+    udp: inner.udp?.bind(inner),
     async connect(host, port, options) {
       const [first] = await lookup(host);
       return inner.connect(first.address, port, options);

@@ -5,6 +5,7 @@ import type { MuxStream } from '../../shared/mux.js';
 import { nativeTakes, type SessionTunnel } from '../session/tunnel.js';
 import type { AgentMessage, StreamAccept } from '../../shared/protocol.js';
 import { DialError, dialErrorCode, type ClusterDialer, type ResolvedAddress } from './dialer.js';
+import { muxUdpAssociation } from './udp.js';
 
 /**
  * How long a connect or lookup may wait for the agent's answer. The agent bounds its own connect (10 s) and DNS queries
@@ -47,6 +48,7 @@ export function createMuxDialer(
     new DialError(dialErrorCode(reason), `${what}: ${reason}`);
 
   return {
+    udp: () => muxUdpAssociation(mux),
     connect(host, port, options) {
       return new Promise<Duplex>((resolve, reject) => {
         if (mux.closed) {

@@ -1,6 +1,8 @@
-// The session's local outgoing proxy on 127.0.0.1:<random>: one port that speaks SOCKS5, HTTP (CONNECT and absolute-URI
-// requests) and the preload's control protocol, told apart by the first byte; every connection is dialled by the agent.
+// The session's local outgoing proxy on 127.0.0.1:<random>: one port that speaks SOCKS5 (CONNECT, UDP ASSOCIATE), HTTP
+// (CONNECT and absolute-URI requests) and the preload's control protocol, told apart by the first byte; every connection
+// is dialled by the agent, every datagram sent from the pod.
 // Each of the three asks for the session's secret first: a connection without it is refused and counted, not served.
+import { createSocket } from 'node:dgram';
 import { createServer, type Server, type Socket } from 'node:net';
 import { CONTROL_FIRST_BYTE } from './control-protocol.js';
 import { serveControl } from './control.js';
@@ -13,10 +15,13 @@ import {
   SocksProtocolError,
   SocksReply,
   encodeSocksReply,
+  encodeSocksUdp,
+  parseSocksUdp,
   readSocksConnect,
   socksReplyFor,
 } from './socks5.js';
 import { joinStreams } from './streams.js';
+import { UdpRelays, type UdpAssociation } from './udp.js';
 
 /** A client that connects and says nothing is dropped after this long (a proxy client always speaks first). */
 const FIRST_BYTE_TIMEOUT_MS = 30_000;
@@ -33,6 +38,8 @@ export interface OutgoingProxyOptions {
   secret?: string;
   /** Called for every connection refused for want of the secret, with the count so far. */
   onRefused?: (refusal: ProxyRefusal & { count: number }) => void;
+  /** Why UDP is not carried (an agent without the `udp` feature): UDP requests are refused with it. */
+  udpRefusal?: string;
 }
 
 export interface OutgoingProxy {
@@ -61,7 +68,10 @@ export async function startOutgoingProxy(options: OutgoingProxyOptions): Promise
     refusals += 1;
     options.onRefused?.({ ...refusal, count: refusals });
   };
-  const guarded = { dialer: options.dialer, onDial: options.onDial, secret, onRefused };
+  const openUdp = options.udpRefusal === undefined ? options.dialer.udp?.bind(options.dialer) : undefined;
+  const udp = openUdp ? new UdpRelays(openUdp) : undefined;
+  const udpRefusal = options.udpRefusal;
+  const guarded = { dialer: options.dialer, onDial: options.onDial, secret, onRefused, udp, udpRefusal };
   const httpServer = createHttpProxyServer(guarded);
 
   const server = createServer({ allowHalfOpen: true }, (socket) => {
@@ -105,6 +115,7 @@ export async function startOutgoingProxy(options: OutgoingProxyOptions): Promise
       closing ??= new Promise<void>((resolve) => {
         server.close(() => resolve());
         httpServer.close();
+        udp?.close();
         for (const resource of resources) {
           if ('destroy' in resource) resource.destroy();
           else resource.close();
@@ -121,10 +132,12 @@ interface GuardedOptions {
   onDial?: (event: ProxyDialEvent) => void;
   secret: string;
   onRefused: (refusal: ProxyRefusal) => void;
+  udp?: UdpRelays;
+  udpRefusal?: string;
 }
 
 async function serveSocks(socket: Socket, options: GuardedOptions): Promise<void> {
-  let target: { host: string; port: number };
+  let target: { host: string; port: number; udp?: true };
   try {
     target = await readSocksConnect(socket, options.secret);
   } catch (err) {
@@ -137,6 +150,10 @@ async function serveSocks(socket: Socket, options: GuardedOptions): Promise<void
     } else {
       socket.destroy();
     }
+    return;
+  }
+  if (target.udp) {
+    serveSocksUdp(socket, target.port, options);
     return;
   }
   try {
@@ -162,4 +179,52 @@ async function serveSocks(socket: Socket, options: GuardedOptions): Promise<void
     });
     if (socket.writable) socket.end(encodeSocksReply(socksReplyFor(dialError.code)));
   }
+}
+
+/**
+ * SOCKS5 UDP ASSOCIATE (RFC 1928 §7): a UDP port of the proxy's that takes the client's datagrams (from the TCP
+ * client's address; from `clientPort`, or the first port that sends when it said 0) and sends them from the pod; the
+ * replies come back with their source in the header. It lives as long as the TCP connection.
+ */
+function serveSocksUdp(socket: Socket, clientPort: number, options: GuardedOptions): void {
+  const openUdp = options.udp ? options.dialer.udp?.bind(options.dialer) : undefined;
+  if (!openUdp) {
+    // devop said why when the session started (an agent without the `udp` feature).
+    socket.end(encodeSocksReply(SocksReply.commandNotSupported));
+    return;
+  }
+  const clientAddress = socket.remoteAddress ?? '127.0.0.1';
+  const relay = createSocket(clientAddress.includes(':') ? 'udp6' : 'udp4');
+  let sender = clientPort === 0 ? undefined : clientPort;
+  let association: UdpAssociation | undefined;
+  const associated = (): UdpAssociation => {
+    if (association) return association;
+    const opened = openUdp();
+    association = opened;
+    opened.on('close', () => {
+      if (association === opened) association = undefined;
+    });
+    opened.on('datagram', (datagram) => {
+      if (sender !== undefined)
+        relay.send(encodeSocksUdp(datagram.host, datagram.port, datagram.payload), sender, clientAddress);
+    });
+    return opened;
+  };
+  relay.on('message', (message, from) => {
+    if (from.address !== clientAddress) return;
+    sender ??= from.port;
+    if (from.port !== sender) return;
+    const datagram = parseSocksUdp(message);
+    if (datagram) associated().send(datagram);
+  });
+  relay.on('error', () => socket.destroy());
+  socket.on('data', () => undefined); // nothing more is said on it; its close ends the association
+  socket.once('close', () => {
+    association?.close();
+    relay.close();
+  });
+  relay.bind(0, socket.localAddress, () => {
+    options.onDial?.({ via: 'socks5', host: 'udp', port: relay.address().port });
+    if (socket.writable) socket.write(encodeSocksReply(SocksReply.succeeded, relay.address()));
+  });
 }

@@ -1,6 +1,6 @@
 // SOCKS5 (RFC 1928) server side of the local proxy: username/password authentication (RFC 1929) with the session's
-// secret, CONNECT only, IPv4/IPv6 literals and domain names (passed through unresolved, so that the agent resolves them
-// with the pod's DNS); dial errors become replies.
+// secret, CONNECT and UDP ASSOCIATE (§7: the datagrams' header), IPv4/IPv6 literals and domain names (passed through
+// unresolved, so that the agent resolves them with the pod's DNS); dial errors become replies.
 import { isIP } from 'node:net';
 import type { Socket } from 'node:net';
 import type { DialErrorCode } from './dialer.js';
@@ -16,6 +16,7 @@ const AUTH_VERSION = 0x01;
 const AUTH_SUCCEEDED = 0x00;
 const AUTH_FAILED = 0x01;
 const CMD_CONNECT = 0x01;
+const CMD_UDP_ASSOCIATE = 0x03;
 const ATYP_IPV4 = 0x01;
 const ATYP_DOMAIN = 0x03;
 const ATYP_IPV6 = 0x04;
@@ -93,7 +94,10 @@ export class SocksAuthError extends SocksProtocolError {
  * CONNECT request. Leaves the socket positioned after the request (the client's payload, if it pipelined some, stays
  * readable). Throws SocksAuthError or SocksProtocolError (after answering) on anything else.
  */
-export async function readSocksConnect(socket: Socket, secret: string): Promise<{ host: string; port: number }> {
+export async function readSocksConnect(
+  socket: Socket,
+  secret: string,
+): Promise<{ host: string; port: number; udp?: true }> {
   const [version, methodCount] = await readExactly(socket, 2, 'SOCKS greeting');
   if (version !== SOCKS_VERSION) throw new SocksProtocolError(`SOCKS version ${version} is not supported`);
   const methods = methodCount > 0 ? await readExactly(socket, methodCount, 'SOCKS greeting') : Buffer.alloc(0);
@@ -131,14 +135,52 @@ export async function readSocksConnect(socket: Socket, secret: string): Promise<
     throw new SocksProtocolError(`SOCKS address type ${addressType}`, SocksReply.addressTypeNotSupported);
   }
   const port = (await readExactly(socket, 2, 'SOCKS request')).readUInt16BE(0);
+  // UDP ASSOCIATE names where the client will send from (often 0.0.0.0:0, "not known yet").
+  if (command === CMD_UDP_ASSOCIATE) return { host, port, udp: true };
   if (command !== CMD_CONNECT) {
     throw new SocksProtocolError(
-      `SOCKS command ${command} (only CONNECT is supported)`,
+      `SOCKS command ${command} (only CONNECT and UDP ASSOCIATE are supported)`,
       SocksReply.commandNotSupported,
     );
   }
   if (port === 0) throw new SocksProtocolError('port 0', SocksReply.connectionRefused);
   return { host, port };
+}
+
+/** One datagram of a UDP association (RFC 1928 §7): its peer and payload; undefined for a fragment or a bad header. */
+export function parseSocksUdp(datagram: Buffer): { host: string; port: number; payload: Buffer } | undefined {
+  if (datagram.length < 4 || datagram[2] !== 0) return undefined; // FRAG ≠ 0: fragments are not supported (§7)
+  const type = datagram[3];
+  let at = 4;
+  let host: string;
+  if (type === ATYP_IPV4 && datagram.length >= at + 4 + 2) {
+    host = [...datagram.subarray(at, at + 4)].join('.');
+    at += 4;
+  } else if (type === ATYP_IPV6 && datagram.length >= at + 16 + 2) {
+    host = bytesToIpv6(datagram.subarray(at, at + 16));
+    at += 16;
+  } else if (type === ATYP_DOMAIN && datagram.length >= at + 1 && datagram[at] > 0) {
+    const length = datagram[at];
+    if (datagram.length < at + 1 + length + 2) return undefined;
+    host = datagram.subarray(at + 1, at + 1 + length).toString('latin1');
+    at += 1 + length;
+  } else {
+    return undefined;
+  }
+  const port = datagram.readUInt16BE(at);
+  return port === 0 ? undefined : { host, port, payload: datagram.subarray(at + 2) };
+}
+
+/** A reply datagram of a UDP association: the header naming its source (an IP literal), then the payload. */
+export function encodeSocksUdp(host: string, port: number, payload: Buffer): Buffer {
+  const family = isIP(host);
+  const address =
+    family === 6
+      ? Buffer.concat([Buffer.from([ATYP_IPV6]), ipv6ToBytes(host)])
+      : family === 4
+        ? Buffer.from([ATYP_IPV4, ...host.split('.').map(Number)])
+        : Buffer.concat([Buffer.from([ATYP_DOMAIN, Buffer.byteLength(host, 'latin1')]), Buffer.from(host, 'latin1')]);
+  return Buffer.concat([Buffer.from([0, 0, 0]), address, portBytes(port), payload]);
 }
 
 function ipv6ToBytes(address: string): Buffer {
