@@ -33,6 +33,7 @@ const TYPE_NAMES: Record<OptionSpec['type'], string> = {
   portMappings: 'list of port mappings',
   headerFilter: 'string',
   bodyFilter: 'string',
+  tlsSecrets: 'list of string',
   regex: 'string',
   httpMethod: 'string',
   tolerations: 'list of object',

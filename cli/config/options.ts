@@ -223,7 +223,7 @@ export const OPTIONS = {
   },
   tlsSecret: {
     flags: '--tls-secret <[PORT=]NAME>',
-    help: "a filtered port the workload serves TLS on: its kubernetes.io/tls Secret, repeatable (no PORT: every port)",
+    help: "a filtered TLS port: the workload's kubernetes.io/tls Secret, repeatable (no PORT: every port)",
     repeatable: true,
     key: 'incoming.httpFilter.tlsSecret',
     type: 'tlsSecrets',

@@ -4,6 +4,7 @@ import { readFileSync } from 'node:fs';
 import { z } from 'zod';
 import { UserError } from '../../shared/errors.js';
 import { compileBodyFilter } from '../../shared/body-filter.js';
+import { isTlsSecretSpec } from './tls-secret-spec.js';
 import { filterRegexProblem } from '../../shared/filter-regex.js';
 import { TARGET_FORMS, parseTarget } from '../../shared/target.js';
 import { DURATION } from './duration.js';
@@ -105,6 +106,12 @@ function valueSchema(spec: OptionSpec): z.ZodType {
           'expected "json-path: value-regex", the regex RE2 (no backreferences or lookaround), e.g. ' +
           '"$.user.name: ^alice$"',
       });
+    case 'tlsSecrets':
+      return z.array(
+        z.string().refine(isTlsSecretSpec, {
+          message: 'expected "[PORT=]NAME" of a kubernetes.io/tls Secret, e.g. "api-tls" or "8443=api-tls"',
+        }),
+      );
     case 'regex':
       return Regex('the path');
     case 'httpMethod':

@@ -22,7 +22,7 @@ type ValueOf<S> = S extends { type: 'boolean' }
     ? number
     : S extends { type: 'enum'; values: readonly (infer V)[] }
       ? V
-      : S extends { type: 'strings' | 'paths' }
+      : S extends { type: 'strings' | 'paths' | 'tlsSecrets' }
         ? string[]
         : S extends { type: 'map' }
           ? Record<string, string>

@@ -10,6 +10,7 @@ import type { HttpFilter } from '../../shared/protocol.js';
 import type { ExecServiceOptions } from './exec.js';
 import { replaceKindOf } from '../replace/stage.js';
 import { parsePortSpec } from './ports.js';
+import { parseTlsSecretSpec } from '../config/tls-secret-spec.js';
 import { SESSION_DEFAULTS } from '../session/connect.js';
 
 export { parseDuration } from '../config/duration.js';
@@ -43,6 +44,7 @@ function checkExecFlags(flags: ExecFlags): void {
   if (flags.httpHeaderFilter !== undefined) checkHeaderFilter(flags.httpHeaderFilter);
   if (flags.httpPathFilter !== undefined) checkRegex(flags.httpPathFilter, '--http-path-filter');
   if (flags.httpBodyFilter !== undefined) compileBodyFilter(flags.httpBodyFilter, '--http-body-filter');
+  flags.tlsSecret?.forEach(parseTlsSecretSpec);
   if (flags.httpMethodFilter !== undefined && !/^[A-Za-z]+$/.test(flags.httpMethodFilter)) {
     throw new UserError(
       `--http-method-filter "${flags.httpMethodFilter}" is not an HTTP method`,
@@ -90,13 +92,29 @@ export function mergeExecOptions(
 export function httpFilterOf(config: DevopConfig): HttpFilter | undefined {
   const filter = config.incoming.httpFilter;
   if (!filter || !(filter.header || filter.path || filter.method || filter.body)) return undefined;
-  return { ...filter, ...(filter.method !== undefined ? { method: filter.method.toUpperCase() } : {}) };
+  // The TLS Secrets are the CLI's to read: their names never go to the agent.
+  const { tlsSecret: _secrets, ...criteria } = filter;
+  return { ...criteria, ...(filter.method !== undefined ? { method: filter.method.toUpperCase() } : {}) };
+}
+
+/** `--tls-secret` / incoming.httpFilter.tlsSecret: only a filtered steal ends TLS; anything else is one line. */
+function tlsSecretsOf(config: DevopConfig, httpFilter: HttpFilter | undefined): string[] | undefined {
+  const secrets = config.incoming.httpFilter?.tlsSecret;
+  if (!secrets?.length) return undefined;
+  if (!httpFilter || config.incoming.mode !== 'steal')
+    throw new UserError(
+      '--tls-secret applies to a filtered steal only',
+      'add --steal and an HTTP filter (e.g. --http-header-filter), or drop --tls-secret: a whole-port steal or ' +
+        'a mirror passes TLS through as it is',
+    );
+  return secrets;
 }
 
 /** The exec service's options from the resolved config, and the flags that have no devop.json key. */
 export function execOptionsFrom(flags: ExecFlags, config: DevopConfig, command: readonly string[]): ExecServiceOptions {
   requireLocalCommand(command);
   const httpFilter = httpFilterOf(config);
+  const tlsSecrets = tlsSecretsOf(config, httpFilter);
   const ports = config.incoming.ports.map(String);
   ports.forEach(parsePortSpec);
   if (config.replace) replaceKindOf({ target: config.target, allPods: config.allPods });
@@ -112,6 +130,7 @@ export function execOptionsFrom(flags: ExecFlags, config: DevopConfig, command: 
     mode: config.incoming.mode,
     ports,
     httpFilter,
+    ...(tlsSecrets ? { tlsSecrets } : {}),
     flush: config.incoming.flush,
     stealProbes: config.incoming.stealProbes,
     env: {

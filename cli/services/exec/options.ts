@@ -10,6 +10,8 @@ export interface ExecServiceOptions extends SessionOptions {
   /** REMOTE[:LOCAL] specs; empty = the container's declared ports. */
   ports: (string | number)[];
   httpFilter?: HttpFilter;
+  /** `--tls-secret [PORT=]NAME` values: the Secrets of the filtered ports the workload serves TLS on. */
+  tlsSecrets?: string[];
   flush: boolean;
   stealProbes: boolean;
   /** allow: exact names of code-loading pod vars to give the command anyway (cli/services/child-env.ts). */

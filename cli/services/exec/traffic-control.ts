@@ -2,7 +2,7 @@
 // reporter's keys (the TUI's) once the session is ready.
 import { UserError } from '../../../shared/errors.js';
 import { compileHeaderFilter } from '../../../shared/filter-regex.js';
-import { FEATURES, type HttpFilter, type StealMode } from '../../../shared/protocol.js';
+import { FEATURES, type HttpFilter, type StealMode, type TlsMaterial } from '../../../shared/protocol.js';
 import { followAvailable } from '../../kube/apiservice-status.js';
 import { error, type PortState, type Reporter, type SessionInfo } from '../../reporter.js';
 import type { Retarget, Session } from '../../session/connect.js';
@@ -22,7 +22,10 @@ export class TrafficControl {
   constructor(
     private readonly session: Session,
     private readonly info: SessionInfo,
-    private readonly options: Pick<ExecServiceOptions, 'mode' | 'httpFilter' | 'flush' | 'stealProbes'>,
+    private readonly options: Pick<ExecServiceOptions, 'mode' | 'httpFilter' | 'flush' | 'stealProbes'> & {
+      /** Per port, the workload's TLS material (--tls-secret): sent with a filtered steal's subscribe only. */
+      tls?: Map<number, TlsMaterial>;
+    },
     private readonly reporter: Reporter,
   ) {
     this.mode = options.mode;
@@ -40,6 +43,12 @@ export class TrafficControl {
         `agent ${hello.agentVersion} does not read request bodies: --http-body-filter cannot be applied`,
         'use the agent image of this devop version (devop clean, then run again), or drop --http-body-filter',
       );
+    const tls = this.filter && this.mode === 'steal' ? this.options.tls?.get(port) : undefined;
+    if (tls && !hello.features.includes(FEATURES.tlsTerminate))
+      throw new UserError(
+        `agent ${hello.agentVersion} does not end TLS: --tls-secret cannot be applied`,
+        'use the agent image of this devop version (devop clean, then run again), or drop --tls-secret',
+      );
     const answer = await agentRequest(
       tunnel,
       (id) =>
@@ -52,6 +61,7 @@ export class TrafficControl {
           flush: this.options.flush,
           stealProbes: this.options.stealProbes,
           ...(this.mode === 'steal' && this.info.answerWithinMs ? { answerWithinMs: this.info.answerWithinMs } : {}),
+          ...(tls ? { tls } : {}),
         }),
       ['subscribed', 'refused'],
       `${this.mode} port ${port}`,
