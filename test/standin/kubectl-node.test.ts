@@ -1,6 +1,7 @@
 // kubectl 1.27, 1.30 and 1.33 against the stand-in with its kubelet: logs, exec (plain SPDY on 1.27, WebSocket on the
-// others), debug with an ephemeral container, and delete of a Deployment cascading to pods that really stop.
-import { execFile } from 'node:child_process';
+// others), port-forward, debug with an ephemeral container, and delete of a Deployment cascading to pods that really
+// stop.
+import { execFile, spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -32,6 +33,28 @@ async function kubectl(v: string, args: string[]): Promise<{ code: number; stdou
   }
 }
 
+/** `kubectl port-forward pod/POD :PORT`: the local port it prints and a stop, or its output if it says nothing. */
+async function portForward(v: string, pod: string, port: number): Promise<{ local: number; stop: () => void }> {
+  const child = spawn(`/usr/lib/google-cloud-sdk/bin/kubectl.${v}`, ['port-forward', `pod/${pod}`, `:${port}`], {
+    env: { ...process.env, KUBECONFIG: cluster.kubeconfigPath, HOME: dir },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let output = '';
+  child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
+  const local = await waitFor(
+    () => `kubectl ${v} port-forward to say where it listens (it said: ${output})`,
+    () => {
+      const found = /Forwarding from 127\.0\.0\.1:(\d+)/.exec(output)?.[1];
+      return found ? Number(found) : undefined;
+    },
+  ).catch((e) => {
+    child.kill('SIGKILL');
+    throw e;
+  });
+  return { local, stop: () => child.kill('SIGKILL') };
+}
+
 beforeAll(async () => {
   if (!run) return;
   dir = mkdtempSync(join(tmpdir(), 'devop-kubectl-node-'));
@@ -49,7 +72,7 @@ describe.runIf(run)('kubectl with the kubelet', () => {
   // The long round on the oldest kubectl (exec over plain SPDY), the first whose exec is a WebSocket, and the newest
   for (const v of ['1.27', '1.30', '1.33']) {
     it(
-      `kubectl ${v}: logs, exec, debug --target, delete deploy cascading`,
+      `kubectl ${v}: logs, exec, port-forward, debug --target, delete deploy cascading`,
       async () => {
         const name = `web${v.replace('.', '')}`;
         const apps = kc.makeApiClient(AppsV1Api);
@@ -94,6 +117,15 @@ describe.runIf(run)('kubectl with the kubelet', () => {
         const ex = await kubectl(v, ['exec', pod, '--', 'sh', '-c', 'echo $MARK; exit 5']);
         expect(ex.stdout).toBe(`mark-${v}\n`);
         expect(ex.code).toBe(5);
+
+        // port-forward: plain SPDY on 1.27 and 1.30, SPDY in a WebSocket on 1.33, to the real pod's port
+        const forward = await portForward(v, pod, 8080);
+        try {
+          const answer = await fetch(`http://127.0.0.1:${forward.local}/through-${v}`);
+          expect(await answer.json()).toMatchObject({ pod, path: `/through-${v}` });
+        } finally {
+          forward.stop();
+        }
 
         const dbg = await kubectl(v, [
           'debug',
