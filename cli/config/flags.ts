@@ -78,13 +78,13 @@ export function withFlags(config: DevopConfig, flags: GivenFlags): DevopConfig {
 /** The config without the file's values of a flagsReplace section's flagged keys, when a flag sets one of them. */
 function withoutReplacedCriteria(config: DevopConfig, given: ReadonlyMap<string, OptionName>): unknown {
   const base = structuredClone(config) as Tree;
-  for (const key of given.keys()) {
+  for (const [key, name] of given) {
     const section = key.slice(0, key.lastIndexOf('.'));
-    if (!section || !configSection(section)?.flagsReplace) continue;
+    if (!section || !configSection(section)?.flagsReplace || (OPTIONS[name] as OptionSpec).besideCriteria) continue;
     const node = valueAt(base, section) as Tree | undefined;
     if (node === undefined) continue;
     for (const spec of Object.values(OPTIONS) as OptionSpec[])
-      if (spec.flags !== undefined && spec.key?.startsWith(`${section}.`))
+      if (spec.flags !== undefined && !spec.besideCriteria && spec.key?.startsWith(`${section}.`))
         delete node[spec.key.slice(section.length + 1)];
   }
   return base;

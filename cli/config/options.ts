@@ -49,6 +49,11 @@ export interface OptionSpec {
   readonly key?: string;
   /** For a flag without a key of its own: the key it sets to the entry's name (--steal sets incoming.mode "steal"). */
   readonly sets?: string;
+  /**
+   * A key of a flagsReplace section that is no criterion of it (--tls-secret beside the HTTP filter's): its flag
+   * replaces none of the file's criteria, and no criterion's flag replaces it.
+   */
+  readonly besideCriteria?: boolean;
   /** The flag takes a duration (cli/config/duration.ts: 90, 90s, 1500ms, 2m); the key holds it in seconds. */
   readonly flagDuration?: boolean;
   /** A repeatable flag whose values join the key's list from devop.json (each once) instead of replacing it. */
@@ -227,6 +232,7 @@ export const OPTIONS = {
     repeatable: true,
     key: 'incoming.httpFilter.tlsSecret',
     type: 'tlsSecrets',
+    besideCriteria: true,
     doc:
       'Filtered ports the workload serves TLS on: "[PORT=]NAME" of the kubernetes.io/tls Secret it serves with (no ' +
       'PORT: every port), read with your credentials; the agent ends TLS with it to filter, and the local process ' +

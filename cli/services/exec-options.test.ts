@@ -155,3 +155,38 @@ describe('the JSON body filter', () => {
     expect((err as { hint?: string }).hint).toContain('"json-path: value-regex"');
   });
 });
+
+describe('--tls-secret', () => {
+  it('Given --tls-secret with a filtered steal, Then the exec takes the names, the filter sent on none', () => {
+    const o = mergeExecOptions({ tlsSecret: ['api-tls', '8443=admin-tls'] }, fileConfig, ['node'], '/project');
+    expect(o.tlsSecrets).toEqual(['api-tls', '8443=admin-tls']);
+    expect(o.httpFilter).toEqual({ header: 'x-user: bob', match: 'all' });
+  });
+
+  it('Given the devop.json key, Then it is checked as the flag is, and used the same way', () => {
+    const config = parseConfig(
+      { incoming: { mode: 'steal', httpFilter: { header: 'x-dev: me', tlsSecret: ['8443=api-tls'] } } },
+      'devop.json',
+    );
+    expect(mergeExecOptions({}, config, ['node'], '/project').tlsSecrets).toEqual(['8443=api-tls']);
+    // A criterion's flag replaces the file's criteria, not the Secret beside them
+    const flagged = mergeExecOptions({ httpHeaderFilter: 'x-dev: you' }, config, ['node'], '/project');
+    expect([flagged.httpFilter?.header, flagged.tlsSecrets]).toEqual(['x-dev: you', ['8443=api-tls']]);
+    expect(() => parseConfig({ incoming: { httpFilter: { tlsSecret: ['Api TLS'] } } }, 'devop.json')).toThrow(
+      /incoming\.httpFilter\.tlsSecret/,
+    );
+    expect(() => mergeExecOptions({ tlsSecret: ['Api TLS'] }, fileConfig, ['node'], '/project')).toThrow(
+      '--tls-secret "Api TLS" is not "[PORT=]NAME"',
+    );
+  });
+
+  it('Given --tls-secret without a filter or with --mirror, Then one line says it applies to filtered steals', () => {
+    const whole = parseConfig({ incoming: { mode: 'steal' } }, 'devop.json');
+    expect(() => mergeExecOptions({ tlsSecret: ['api-tls'] }, whole, ['node'], '/project')).toThrow(
+      '--tls-secret applies to a filtered steal only',
+    );
+    expect(() => mergeExecOptions({ tlsSecret: ['api-tls'], mirror: true }, fileConfig, ['node'], '/p')).toThrow(
+      '--tls-secret applies to a filtered steal only',
+    );
+  });
+});
