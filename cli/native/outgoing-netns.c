@@ -14,12 +14,20 @@
 //   TOKEN lookup NAME         →  "OK ADDRESS..." (may be none), or "ERR CODE MESSAGE"
 // A connect to a loopback address is first tried inside the namespace (the command's own servers), and otherwise
 // devop dials it on this machine. The forwarder's own connects carry a mark the rules let through.
+// So that a destination the pod cannot reach fails the program's connect() itself (ECONNREFUSED, not a connection that
+// is accepted and then reset), the command's connect() calls are held by a seccomp user notification: the forwarder
+// has devop dial first, then fails the call with the dial's errno or lets it go on to the redirect, where the dialled
+// connection waits for it (by the socket's local port). Where seccomp notifications are unavailable, a failed dial is
+// a reset.
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
 #include <linux/ipv6.h>
+#include <linux/seccomp.h>
 #include <linux/netfilter_ipv4.h>
 #include <net/if.h>
 #include <net/route.h>
@@ -34,18 +42,31 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stddef.h>
 #include <sys/ioctl.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 /** The mark of the forwarder's own connects inside the namespace: the rules let them through unredirected. */
 #define OWN_MARK 0x64657670
 /** Replies to a DNS query say names live this long (s): the cluster's answers change, the program asks again. */
 #define DNS_TTL 5
+/** The architecture whose connect() the seccomp filter holds (the launcher's own; others' calls go on as they are). */
+#if defined(__x86_64__)
+#define AUDIT_ARCH_NATIVE AUDIT_ARCH_X86_64
+#elif defined(__aarch64__)
+#define AUDIT_ARCH_NATIVE AUDIT_ARCH_AARCH64
+#else
+#error "devop-netns: add this architecture's AUDIT_ARCH_ value"
+#endif
 /** The program's own address in the namespace (getsockname of its connections), one of each family. */
 #define PROGRAM_ADDRESS4 "169.254.64.1"
 #define PROGRAM_ADDRESS6 "fd64:6576:6f70::1"
@@ -305,6 +326,9 @@ static int is_loopback(const struct sockaddr_storage *address) {
   return IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)address)->sin6_addr);
 }
 
+/** The connection devop dialled for the program's socket of local port `port` while its connect() was held, or -1. */
+static int pending_take(int port);
+
 /** A DNS message: answers a query (question in `query`, `length` bytes) into `reply`; returns the reply's length. */
 static int answer_dns(const unsigned char *query, int length, unsigned char *reply, int size);
 
@@ -351,8 +375,15 @@ static void *serve_connection(void *argument) {
     serve_dns_over_tcp(client);
     return NULL;
   }
-  int remote = -1;
-  if (is_loopback(&destination) && port != tcp_port4 && port != tcp_port6) remote = connect_inside(&destination);
+  struct sockaddr_storage peer = {0};
+  socklen_t peer_length = sizeof peer;
+  getpeername(client, (struct sockaddr *)&peer, &peer_length);
+  int peer_port = ntohs(peer.ss_family == AF_INET ? ((struct sockaddr_in *)&peer)->sin_port
+                                                  : ((struct sockaddr_in6 *)&peer)->sin6_port);
+  // Dialled already while the program's connect() was held.
+  int remote = is_loopback(&destination) ? -1 : pending_take(peer_port);
+  if (remote < 0 && is_loopback(&destination) && port != tcp_port4 && port != tcp_port6)
+    remote = connect_inside(&destination);
   if (remote < 0) {
     char request[256];
     snprintf(request, sizeof request, "connect %s %d", host, port);
@@ -485,9 +516,219 @@ static void start_thread(void *(*run)(void *), void *argument) {
   pthread_attr_destroy(&attributes);
 }
 
+/** Connections devop dialled while the program's connect() was held, by the program's local port, until accepted. */
+#define MAX_PENDING 256
+#define PENDING_TTL_S 20
+static struct {
+  int port, remote;
+  time_t since;
+} pending[MAX_PENDING];
+static pthread_mutex_t pending_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void pending_put(int port, int remote) {
+  pthread_mutex_lock(&pending_lock);
+  time_t now = time(NULL);
+  int slot = -1;
+  for (int i = 0; i < MAX_PENDING; i++) {
+    // A connect whose redirect never arrived (the program closed the socket first) frees its slot in time.
+    if (pending[i].remote > 0 && now - pending[i].since > PENDING_TTL_S) {
+      close(pending[i].remote);
+      pending[i].remote = 0;
+    }
+    if (pending[i].remote <= 0 && slot < 0) slot = i;
+  }
+  if (slot >= 0) pending[slot] = (typeof(pending[0])){port, remote, now};
+  else close(remote);
+  pthread_mutex_unlock(&pending_lock);
+}
+
+static int pending_take(int port) {
+  int remote = -1;
+  pthread_mutex_lock(&pending_lock);
+  for (int i = 0; i < MAX_PENDING; i++) {
+    if (pending[i].remote > 0 && pending[i].port == port) {
+      remote = pending[i].remote;
+      pending[i].remote = 0;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&pending_lock);
+  return remote;
+}
+
+/** The errno a failed dial's code stands for (the program's connect() fails with it). */
+static int errno_of(const char *line) {
+  static const struct {
+    const char *code;
+    int value;
+  } codes[] = {{"ECONNREFUSED", ECONNREFUSED}, {"ENETUNREACH", ENETUNREACH}, {"EHOSTUNREACH", EHOSTUNREACH},
+               {"ETIMEDOUT", ETIMEDOUT},       {"ENOTFOUND", EHOSTUNREACH}, {"EACCES", EACCES}};
+  for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++)
+    if (strncmp(line + 4, codes[i].code, strlen(codes[i].code)) == 0) return codes[i].value;
+  return ECONNREFUSED;
+}
+
+struct held_connect {
+  int notify;
+  struct seccomp_notif request;
+};
+
+static void answer_connect(int notify, uint64_t id, int error) {
+  struct seccomp_notif_resp response = {.id = id};
+  if (error) response.error = -error;
+  else response.flags = SECCOMP_USER_NOTIF_FLAG_CONTINUE;
+  ioctl(notify, SECCOMP_IOCTL_NOTIF_SEND, &response);
+}
+
+/** One held connect(): dial through devop first when it is a TCP connect to a non-loopback address. */
+static void *serve_held_connect(void *argument) {
+  struct held_connect *held = argument;
+  struct seccomp_notif *request = &held->request;
+  int error = 0;
+  struct sockaddr_storage destination = {0};
+  size_t length = request->data.args[2] < sizeof destination ? request->data.args[2] : sizeof destination;
+  struct iovec local = {&destination, length}, remote = {(void *)request->data.args[1], length};
+  int pidfd = (int)syscall(SYS_pidfd_open, request->pid, 0);
+  int socket_fd = pidfd < 0 ? -1 : (int)syscall(SYS_pidfd_getfd, pidfd, (int)request->data.args[0], 0);
+  int type = 0;
+  socklen_t type_length = sizeof type;
+  if (socket_fd < 0 || process_vm_readv((pid_t)request->pid, &local, 1, &remote, 1, 0) != (ssize_t)length ||
+      ioctl(held->notify, SECCOMP_IOCTL_NOTIF_ID_VALID, &request->id) != 0 ||
+      getsockopt(socket_fd, SOL_SOCKET, SO_TYPE, &type, &type_length) != 0 || type != SOCK_STREAM ||
+      (destination.ss_family != AF_INET && destination.ss_family != AF_INET6) || is_loopback(&destination)) {
+    goto go_on;  // not ours to hold (UDP, Unix, loopback…), or nothing to read: the call goes on as it is
+  }
+  char host[INET6_ADDRSTRLEN];
+  int port;
+  if (destination.ss_family == AF_INET) {
+    inet_ntop(AF_INET, &((struct sockaddr_in *)&destination)->sin_addr, host, sizeof host);
+    port = ntohs(((struct sockaddr_in *)&destination)->sin_port);
+  } else {
+    const struct in6_addr *address = &((struct sockaddr_in6 *)&destination)->sin6_addr;
+    if (IN6_IS_ADDR_V4MAPPED(address)) inet_ntop(AF_INET, &address->s6_addr[12], host, sizeof host);
+    else inet_ntop(AF_INET6, address, host, sizeof host);
+    port = ntohs(((struct sockaddr_in6 *)&destination)->sin6_port);
+  }
+  if (port == 53) goto go_on;  // DNS over TCP is answered in the namespace
+  // The socket's local port names the redirected connection when it arrives: bind it now if the program did not.
+  struct sockaddr_storage bound = {0};
+  socklen_t bound_length = sizeof bound;
+  getsockname(socket_fd, (struct sockaddr *)&bound, &bound_length);
+  int local_port = ntohs(bound.ss_family == AF_INET ? ((struct sockaddr_in *)&bound)->sin_port
+                                                     : ((struct sockaddr_in6 *)&bound)->sin6_port);
+  if (local_port == 0) {
+    struct sockaddr_storage any = {.ss_family = bound.ss_family};
+    if (bind(socket_fd, (struct sockaddr *)&any, bound_length) != 0) goto go_on;
+    bound_length = sizeof bound;
+    getsockname(socket_fd, (struct sockaddr *)&bound, &bound_length);
+    local_port = ntohs(bound.ss_family == AF_INET ? ((struct sockaddr_in *)&bound)->sin_port
+                                                   : ((struct sockaddr_in6 *)&bound)->sin6_port);
+  }
+  char line[LINE_MAX_LEN];
+  snprintf(line, sizeof line, "connect %s %d", host, port);
+  int dialled = ask_devop(line);
+  if (dialled < 0 || read_line(dialled, line, sizeof line) < 0) {
+    if (dialled >= 0) close(dialled);
+    error = ECONNREFUSED;
+  } else if (strncmp(line, "OK", 2) != 0) {
+    close(dialled);
+    error = errno_of(line);
+  } else {
+    pending_put(local_port, dialled);
+  }
+go_on:
+  answer_connect(held->notify, request->id, error);
+  if (socket_fd >= 0) close(socket_fd);
+  if (pidfd >= 0) close(pidfd);
+  free(held);
+  return NULL;
+}
+
+static void *receive_connects(void *argument) {
+  int notify = (int)(intptr_t)argument;
+  for (;;) {
+    struct held_connect *held = calloc(1, sizeof *held);
+    if (!held) return NULL;
+    held->notify = notify;
+    if (ioctl(notify, SECCOMP_IOCTL_NOTIF_RECV, &held->request) != 0) {
+      free(held);
+      if (errno == EINTR || errno == ENOENT) continue;
+      return NULL;  // no process left under the filter
+    }
+    pthread_t thread;
+    if (pthread_create(&thread, NULL, serve_held_connect, held) != 0) {
+      answer_connect(notify, held->request.id, 0);
+      free(held);
+    } else {
+      pthread_detach(thread);
+    }
+  }
+}
+
+/**
+ * Holds the command's connect() calls for the forwarder (seccomp user notification); the listener's fd goes to the
+ * forwarder over `channel`. Where the kernel refuses (no seccomp, no notifications), the command runs without it.
+ */
+static void hold_connects(int channel) {
+  struct sock_filter filter[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_NATIVE, 1, 0),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_connect, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_USER_NOTIF),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  struct sock_fprog program = {.len = sizeof filter / sizeof filter[0], .filter = filter};
+  int notify = (int)syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER, &program);
+  char none = 0;
+  struct iovec data = {&none, 1};
+  union {
+    char buffer[CMSG_SPACE(sizeof(int))];
+    struct cmsghdr align;
+  } control = {0};
+  struct msghdr message = {.msg_iov = &data, .msg_iovlen = 1};
+  if (notify >= 0) {
+    message.msg_control = control.buffer;
+    message.msg_controllen = sizeof control.buffer;
+    struct cmsghdr *header = CMSG_FIRSTHDR(&message);
+    header->cmsg_level = SOL_SOCKET;
+    header->cmsg_type = SCM_RIGHTS;
+    header->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(header), &notify, sizeof notify);
+  }
+  sendmsg(channel, &message, 0);
+  if (notify >= 0) close(notify);
+  close(channel);
+}
+
+/** The listener of held connects, from the launcher (-1 when it could not install one). */
+static int receive_notify_fd(int channel) {
+  char none;
+  struct iovec data = {&none, 1};
+  union {
+    char buffer[CMSG_SPACE(sizeof(int))];
+    struct cmsghdr align;
+  } control;
+  struct msghdr message = {.msg_iov = &data, .msg_iovlen = 1, .msg_control = control.buffer,
+                           .msg_controllen = sizeof control.buffer};
+  int notify = -1;
+  if (recvmsg(channel, &message, MSG_CMSG_CLOEXEC) > 0) {
+    struct cmsghdr *header = CMSG_FIRSTHDR(&message);
+    if (header && header->cmsg_type == SCM_RIGHTS) memcpy(&notify, CMSG_DATA(header), sizeof notify);
+  }
+  close(channel);
+  return notify;
+}
+
 /** The forwarder's loop: until every process holding the lifeline's write end (the command and its children) ended. */
-static void forward(int sockets[4], int lifeline) {
+static void forward(int sockets[4], int lifeline, int channel) {
   signal(SIGPIPE, SIG_IGN);
+  int notify = receive_notify_fd(channel);
+  if (notify >= 0) {
+    pthread_t thread;
+    if (pthread_create(&thread, NULL, receive_connects, (void *)(intptr_t)notify) == 0) pthread_detach(thread);
+  }
   struct pollfd fds[5];
   for (int i = 0; i < 4; i++) fds[i] = (struct pollfd){.fd = sockets[i], .events = POLLIN};
   fds[4] = (struct pollfd){.fd = lifeline, .events = POLLIN};
@@ -545,8 +786,9 @@ int main(int argc, char **argv) {
 
   // The lifeline: the command (and whatever inherits it) holds the write end; when the last holder ends, the forwarder
   // sees the pipe close and exits, so the command's process group empties when the command's processes do.
-  int lifeline[2];
-  if (pipe(lifeline) != 0) die("pipe: %s", strerror(errno));
+  int lifeline[2], channel[2];
+  if (pipe(lifeline) != 0 || socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, channel) != 0)
+    die("pipe: %s", strerror(errno));
   fcntl(lifeline[0], F_SETFD, FD_CLOEXEC);
   pid_t middle = fork();
   if (middle < 0) die("fork: %s", strerror(errno));
@@ -554,11 +796,14 @@ int main(int argc, char **argv) {
     // Twice forked: the forwarder is no child of the command, whose shell would otherwise wait for it.
     if (fork() != 0) _exit(0);
     close(lifeline[1]);
-    forward(sockets, lifeline[0]);
+    close(channel[0]);
+    forward(sockets, lifeline[0], channel[1]);
     _exit(0);
   }
   waitpid(middle, NULL, 0);
   close(lifeline[0]);
+  close(channel[1]);
+  hold_connects(channel[0]);
   for (int i = 0; i < 4; i++)
     if (sockets[i] >= 0) close(sockets[i]);
   execvp(argv[first], argv + first);

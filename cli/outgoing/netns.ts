@@ -26,7 +26,7 @@ const MAX_LINE = 1024;
 /** The forwarder writes its request as soon as it connects. */
 const REQUEST_TIMEOUT_MS = 10_000;
 
-/** dist/devop-netns (Linux only): next to the running bundle, or in dist/ of the checkout when devop runs from source. */
+/** dist/devop-netns (Linux only): next to the running bundle, or in dist/ of the checkout when run from source. */
 export function netnsLauncherPath(): string | undefined {
   if (process.platform !== 'linux') return undefined;
   for (const relative of ['./devop-netns', '../../dist/devop-netns']) {

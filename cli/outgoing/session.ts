@@ -172,7 +172,9 @@ export async function startOutgoing(options: OutgoingOptions): Promise<OutgoingS
   if (proxy && options.nodePreload !== false && !preloadPath && reporter) {
     warn(reporter, 'dist/preload.js is missing (run `npm run build`): Node programs get the proxy env only');
   }
-  const shimPath = proxy && options.nativePreload !== false ? usableShimPath(reporter) : undefined;
+  // In the namespace every program's TCP and DNS reach devop already; the shim's UDP relays listen on this machine's
+  // loopback, out of the namespace's reach, and the shim must not load into devop-netns's own forwarder.
+  const shimPath = proxy && options.nativePreload !== false && !launcherPath ? usableShimPath(reporter) : undefined;
   let netns: NetnsBridge | undefined;
   let launcher: string[] | undefined;
   if (proxy && launcherPath) {
