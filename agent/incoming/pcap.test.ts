@@ -42,7 +42,29 @@ function ipv4Tcp(p: Packet): Buffer {
   return Buffer.concat([ip, tcp, payload]);
 }
 
-const IPV6_TCP = Buffer.concat([Buffer.from([0x60, 0, 0, 0, 0, 20, 6, 64]), Buffer.alloc(32), Buffer.alloc(20)]);
+function ipv6Tcp(p: Packet & { nextHeader?: number }): Buffer {
+  const payload = Buffer.from(p.payload ?? '');
+  const ip = Buffer.alloc(40);
+  ip[0] = 0x60;
+  ip.writeUInt16BE(20 + payload.length, 4);
+  ip[6] = p.nextHeader ?? 6;
+  ip[7] = 64;
+  const bytes = (text: string) => {
+    const [head, tail = ''] = text.split('::');
+    const groups = (part: string) => (part ? part.split(':').map((g) => Number.parseInt(g, 16)) : []);
+    const all = [...groups(head), ...Array(8 - groups(head).length - groups(tail).length).fill(0), ...groups(tail)];
+    const b = Buffer.alloc(16);
+    all.forEach((g, i) => b.writeUInt16BE(g, i * 2));
+    return b;
+  };
+  bytes(p.src ?? 'fd00:244::3').copy(ip, 8);
+  bytes(p.dst ?? 'fd00:244::2').copy(ip, 24);
+  const tcp = ipv4Tcp(p).subarray(20, 40);
+  return Buffer.concat([ip, tcp, payload]);
+}
+
+/** An IPv6 TCP packet behind a hop-by-hop options header (next header 0): skipped, like a fragment. */
+const IPV6_EXTENSION = ipv6Tcp({ seq: 1, flags: SYN, nextHeader: 0 });
 
 /** Wraps an IP packet in a link-layer header of the given type (`etherType` 0x86dd for IPv6, `hatype` 772 for lo). */
 function frame(
@@ -175,11 +197,11 @@ describe('pcap stream', () => {
     expect(out.map(simple)).toEqual(expected);
   });
 
-  test('IPv6, loopback, outgoing and non-TCP packets are skipped cleanly; VLAN tags and Ethernet padding are handled', () => {
+  test('IPv6 extension headers, loopback, outgoing and non-TCP packets are skipped cleanly; VLAN tags and Ethernet padding are handled', () => {
     const udp = ipv4Tcp({ seq: 1, flags: 0 });
     udp[9] = 17;
     const frames = [
-      frame(LINKTYPE.LINUX_SLL2, IPV6_TCP, { etherType: 0x86dd }),
+      frame(LINKTYPE.LINUX_SLL2, IPV6_EXTENSION, { etherType: 0x86dd }),
       frame(LINKTYPE.LINUX_SLL2, ipv4Tcp({ seq: 1, flags: SYN }), { hatype: 772 }),
       frame(LINKTYPE.LINUX_SLL2, ipv4Tcp({ seq: 2, flags: SYN }), { pktType: 4 }),
       frame(LINKTYPE.LINUX_SLL2, udp),
@@ -191,12 +213,46 @@ describe('pcap stream', () => {
         pcap(LINKTYPE.LINUX_SLL, [frame(LINKTYPE.LINUX_SLL, ipv4Tcp({ seq: 1, flags: SYN }), { pktType: 4 })]),
       ),
     ).toEqual([]);
-    expect(new PcapReader().push(pcap(LINKTYPE.RAW, [IPV6_TCP]))).toEqual([]);
+    expect(new PcapReader().push(pcap(LINKTYPE.RAW, [IPV6_EXTENSION]))).toEqual([]);
     const eth = pcap(LINKTYPE.EN10MB, [
       frame(LINKTYPE.EN10MB, ipv4Tcp({ seq: 9, flags: ACK, payload: 'x' }), { vlan: true }),
-      frame(LINKTYPE.EN10MB, IPV6_TCP, { etherType: 0x86dd }),
+      frame(LINKTYPE.EN10MB, IPV6_EXTENSION, { etherType: 0x86dd }),
     ]);
     expect(new PcapReader().push(eth).map((s) => [s.seq, s.payload.toString()])).toEqual([[9, 'x']]);
+  });
+
+  test('IPv6 TCP segments are decoded, their addresses written as Node writes them (RFC 5952)', () => {
+    // Given the raw records devop-capture writes, and an IPv6 packet in each link type tcpdump writes
+    const syn = ipv6Tcp({ src: 'fd00:244:0:0:0:0:0:3', dst: 'fd00:244::2', seq: 7, flags: SYN });
+    const data = ipv6Tcp({ src: '2001:db8:0:1:0:0:0:1', seq: 8, flags: ACK | PSH, payload: 'six' });
+    const raw = new PcapReader().push(pcap(LINKTYPE.RAW, [syn, data])).map(simple);
+    // Then each is a segment with its addresses and ports
+    expect(raw).toEqual([
+      {
+        src: 'fd00:244::3',
+        srcPort: 40000,
+        dst: 'fd00:244::2',
+        dstPort: 3000,
+        seq: 7,
+        flags: SYN,
+        payload: '',
+        complete: true,
+      },
+      {
+        src: '2001:db8:0:1::1',
+        srcPort: 40000,
+        dst: 'fd00:244::2',
+        dstPort: 3000,
+        seq: 8,
+        flags: ACK | PSH,
+        payload: 'six',
+        complete: true,
+      },
+    ]);
+    for (const linkType of [LINKTYPE.LINUX_SLL2, LINKTYPE.LINUX_SLL, LINKTYPE.EN10MB]) {
+      const segments = new PcapReader().push(pcap(linkType, [frame(linkType, data, { etherType: 0x86dd })]));
+      expect(segments.map((s) => s.payload.toString())).toEqual(['six']);
+    }
   });
 
   test('a packet cut short by the snapshot length is marked incomplete', () => {

@@ -1,5 +1,5 @@
 // Reads the pcap stream that the capture writes (agent/native/capture.c; tcpdump's `-w -` is the same format) and
-// decodes each record down to its IPv4 TCP segment: the pure, I/O-free half of mirroring by packet capture
+// decodes each record down to its TCP segment (over IPv4 or IPv6): the pure, I/O-free half of mirroring by packet capture
 // (agent/incoming/capture.ts), so that synthetic captures can test it.
 
 /** Link-layer header types of a pcap file (the `network` field of its global header). */
@@ -16,6 +16,8 @@ const MAGIC_NANOS = 0xa1b23c4d;
  */
 const MAX_RECORD = 262_144;
 const ETHERTYPE_IPV4 = 0x0800;
+const ETHERTYPE_IPV6 = 0x86dd;
+const IS_IP = (type: number) => type === ETHERTYPE_IPV4 || type === ETHERTYPE_IPV6;
 const ETHERTYPES_VLAN = new Set([0x8100, 0x88a8]);
 /** Cooked headers: a packet this host sent (Linux PACKET_OUTGOING), and the loopback device's hardware type. */
 const PACKET_OUTGOING = 4;
@@ -84,29 +86,30 @@ function readGlobalHeader(buf: Buffer): { littleEndian: boolean; linkType: numbe
   return { littleEndian, linkType };
 }
 
-/** The IPv4 packet inside a link-layer frame, or -1 for anything the mirror skips (IPv6, ARP, loopback, outgoing). */
-function ipv4Offset(linkType: number, frame: Buffer): number {
+/** The IP packet inside a link-layer frame, or -1 for anything the mirror skips (ARP, loopback, outgoing). */
+function ipOffset(linkType: number, frame: Buffer): number {
   switch (linkType) {
     case LINKTYPE.LINUX_SLL2:
       if (frame.length < 20 || frame.readUInt16BE(8) === ARPHRD_LOOPBACK || frame[10] === PACKET_OUTGOING) return -1;
-      return frame.readUInt16BE(0) === ETHERTYPE_IPV4 ? 20 : -1;
+      return IS_IP(frame.readUInt16BE(0)) ? 20 : -1;
     case LINKTYPE.LINUX_SLL:
       if (frame.length < 16 || frame.readUInt16BE(0) === PACKET_OUTGOING || frame.readUInt16BE(2) === ARPHRD_LOOPBACK)
         return -1;
-      return frame.readUInt16BE(14) === ETHERTYPE_IPV4 ? 16 : -1;
+      return IS_IP(frame.readUInt16BE(14)) ? 16 : -1;
     case LINKTYPE.EN10MB: {
       let at = 12;
       while (frame.length >= at + 2 && ETHERTYPES_VLAN.has(frame.readUInt16BE(at))) at += 4;
-      return frame.length >= at + 2 && frame.readUInt16BE(at) === ETHERTYPE_IPV4 ? at + 2 : -1;
+      return frame.length >= at + 2 && IS_IP(frame.readUInt16BE(at)) ? at + 2 : -1;
     }
     default: // RAW: the frame is the IP packet
-      return frame.length > 0 && frame[0] >> 4 === 4 ? 0 : -1;
+      return frame.length > 0 ? 0 : -1;
   }
 }
 
-/** Decodes one captured frame; undefined unless it is an unfragmented IPv4 TCP segment. */
+/** Decodes one captured frame; undefined unless it is an unfragmented TCP segment over IPv4 or IPv6. */
 export function decodeFrame(linkType: number, frame: Buffer): TcpSegment | undefined {
-  const ip = ipv4Offset(linkType, frame);
+  const ip = ipOffset(linkType, frame);
+  if (ip >= 0 && frame.length >= ip + 40 && frame[ip] >> 4 === 6) return decodeIPv6(frame, ip);
   if (ip < 0 || frame.length < ip + 20 || frame[ip] >> 4 !== 4 || frame[ip + 9] !== 6) return undefined;
   const ipHeader = (frame[ip] & 0x0f) * 4;
   const total = frame.readUInt16BE(ip + 2);
@@ -128,4 +131,46 @@ export function decodeFrame(linkType: number, frame: Buffer): TcpSegment | undef
     payload: frame.subarray(Math.min(tcp + tcpHeader, frame.length), Math.min(end, frame.length)),
     complete: frame.length >= end,
   };
+}
+
+/**
+ * An IPv6 packet's TCP segment, when TCP is the next header (no extension headers: a fragment header, for one, would
+ * come first; such packets are skipped and the flow sees a gap, as with IPv4 fragments).
+ */
+function decodeIPv6(frame: Buffer, ip: number): TcpSegment | undefined {
+  if (frame[ip + 6] !== 6) return undefined;
+  const tcp = ip + 40;
+  const end = tcp + frame.readUInt16BE(ip + 4); // the payload length: what follows the fixed header
+  if (frame.length < tcp + 20) return undefined;
+  const tcpHeader = (frame[tcp + 12] >> 4) * 4;
+  if (tcpHeader < 20 || end < tcp + tcpHeader) return undefined;
+  return {
+    src: ipv6Text(frame.subarray(ip + 8, ip + 24)),
+    dst: ipv6Text(frame.subarray(ip + 24, ip + 40)),
+    srcPort: frame.readUInt16BE(tcp),
+    dstPort: frame.readUInt16BE(tcp + 2),
+    seq: frame.readUInt32BE(tcp + 4),
+    flags: frame[tcp + 13],
+    payload: frame.subarray(Math.min(tcp + tcpHeader, frame.length), Math.min(end, frame.length)),
+    complete: frame.length >= end,
+  };
+}
+
+/** 16 bytes as RFC 5952 text (what Node's remoteAddress shows): lower-case, the longest run of zero groups as `::`. */
+export function ipv6Text(bytes: Buffer): string {
+  const groups = Array.from({ length: 8 }, (_, i) => bytes.readUInt16BE(i * 2));
+  let best = { at: -1, length: 1 };
+  for (let i = 0; i < 8; ) {
+    let j = i;
+    while (j < 8 && groups[j] === 0) j++;
+    if (j - i > best.length) best = { at: i, length: j - i };
+    i = j === i ? i + 1 : j;
+  }
+  const text = (from: number, to: number) =>
+    groups
+      .slice(from, to)
+      .map((g) => g.toString(16))
+      .join(':');
+  if (best.at < 0) return text(0, 8);
+  return `${text(0, best.at)}::${text(best.at + best.length, 8)}`;
 }

@@ -87,6 +87,30 @@ describe.runIf(run)('agent: the packet capture program', () => {
     },
   );
 
+  test("captures IPv6 clients' packets too, and skips an IPv6 source when asked", async () => {
+    // Given a dual-stack app on port 3002 and a capture of it that skips the node's IPv6 address
+    await net.startPod({ port: 3002, env: { LISTEN_HOST: '::' } });
+    const capture = startCapture(net, [CAPTURE, '3002', '2048', net.nodeIP6]);
+    await listening(capture);
+    // When a client calls over IPv6 and over IPv4, and the node over IPv6
+    expect(await curl(net.clientNs, `-g http://[${net.podIP6}]:3002/six`)).toBe('pod: GET /six');
+    expect(await curl(net.clientNs, `http://${net.podIP}:3002/four`)).toBe('pod: GET /four');
+    expect(await sh(`curl -s -m 5 -g http://[${net.podIP6}]:3002/node-six`)).toBe('pod: GET /node-six');
+    // Then the capture holds both of the client's connections, each with its own family's addresses, not the node's
+    await waitFor(
+      'both FINs in the capture',
+      () => capture.segments.filter((s) => (s.flags & TCP_FLAGS.FIN) !== 0).length >= 2,
+    );
+    capture.child.stdin?.end();
+    expect(await capture.exit).toBe(0);
+    const flows = new Set(capture.segments.map((s) => `${s.src} > ${s.dst}:${s.dstPort}`));
+    expect([...flows].sort()).toEqual(
+      [`${net.clientIP6} > ${net.podIP6}:3002`, `${net.clientIP} > ${net.podIP}:3002`].sort(),
+    );
+    const six = capture.segments.filter((s) => s.src === net.clientIP6);
+    expect(Buffer.concat(six.map((s) => s.payload)).toString()).toMatch(/^GET \/six HTTP\/1.1\r\n/);
+  });
+
   test('goes when the process that started it is killed with SIGKILL (parent-death signal)', async () => {
     // Given a capture started by a shell, whose stdin is a pipe from a sibling that outlives the shell (so no EOF can
     // end it; the pod's netns teardown ends the sibling)
@@ -118,7 +142,7 @@ describe.runIf(run)('agent: the packet capture program', () => {
     const bad = startCapture(net, [CAPTURE, '3000', '2048', 'not-an-address']);
     expect(await bad.exit).toBe(2);
     expect(bad.stderr).toEqual([
-      'devop-capture: SKIP_SOURCE must be an IPv4 address (usage: devop-capture PORT BUFFER_KIB [SKIP_SOURCE])',
+      'devop-capture: SKIP_SOURCE must be an IPv4 or IPv6 address (usage: devop-capture PORT BUFFER_KIB [SKIP_SOURCE])',
     ]);
   });
 });

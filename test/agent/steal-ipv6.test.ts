@@ -1,6 +1,7 @@
-// Steals over IPv6 on a dual-stack pod: the agent's owned table is of family inet, so a client that reaches the pod's
-// IPv6 address is stolen (whole, by the agent or devop-splice, and per request under a filter) like an IPv4 one, the
-// node's IPv4 probes are still skipped, and the port goes back to the pod for both families.
+// Steals and mirrors over IPv6 on a dual-stack pod: the agent's owned table is of family inet, so a client that
+// reaches the pod's IPv6 address is stolen (whole, by the agent or devop-splice, and per request under a filter) like
+// an IPv4 one, the node's IPv4 probes are still skipped, the port goes back to the pod for both families, and the
+// packet capture copies IPv6 connections to mirrors.
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { FEATURES } from '../../shared/protocol.js';
 import { hostGet, httpGet } from '../../testkit/http.js';
@@ -79,6 +80,20 @@ describe.runIf(run)('agent: steal over IPv6', () => {
       'the pod to answer',
       async () => (await httpGet(client6, '/gone', { headers: { 'x-dev': 'me' } })).body === 'pod: GET /gone',
     );
+  });
+
+  test("a mirror (by packet capture) copies an IPv6 client's bytes while the pod answers it", async () => {
+    const sub = await session.subscribe(3000, 'mirror');
+    expect(sub).toMatchObject({ type: 'subscribed' });
+    const before = session.incoming.length;
+    expect((await httpGet(client6, '/mirrored-six')).body).toBe('pod: GET /mirrored-six');
+    const copy = await waitFor('the copy of the IPv6 connection', () =>
+      session.incoming
+        .slice(before)
+        .find((i) => Buffer.concat(i.data).toString().startsWith('GET /mirrored-six HTTP/1.1\r\n')),
+    );
+    expect(copy.open).toMatchObject({ mode: 'mirror', port: 3000, remoteAddress: net.clientIP6 });
+    await session.request({ type: 'unsubscribe', id: (sub as { id: string }).id, port: 3000 }, ['unsubscribed']);
   });
 
   test('devop-splice takes IPv6 clients of a whole steal', async () => {
