@@ -463,9 +463,13 @@ export function createStreamServer(runtime: () => NodeRuntime | undefined): Stre
       const command = remoteCommand(runtime, sub, pod, q);
       if (String(req.headers.upgrade ?? '').toLowerCase() !== 'websocket') {
         // kubectl up to 1.29 (or with KUBECTL_REMOTE_COMMAND_WEBSOCKETS=false) asks for SPDY/3.1.
+        const opts = remoteCommandOptions(q);
+        // The kubelet's NewOptions (remotecommand/httpstream.go) refuses before the upgrade.
+        if (!opts.stdin && !opts.stdout && !opts.stderr)
+          throw badRequest('you must specify at least 1 of stdin, stdout, stderr');
         trackSocket(socket);
         upgradeSpdy(req, socket, head, REMOTE_COMMAND_PROTOCOLS, (transport, protocol) =>
-          serveSpdyRemoteCommand(transport, protocol, remoteCommandOptions(q), command),
+          serveSpdyRemoteCommand(transport, protocol, opts, command),
         );
         return;
       }

@@ -5,7 +5,7 @@
 // exec.go NonZeroExitCode). The "pod" runs its commands as local processes (no kubelet needed).
 import { execFile, spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
-import { request } from 'node:https';
+import { type RequestOptions, request } from 'node:https';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
@@ -175,35 +175,8 @@ describe('kubectl exec and attach over plain SPDY (attach over WebSocket too)', 
 
   it("no protocol in common: 403 as the kubelet's, naming the accepted versions", async () => {
     // Given a client offering only a protocol nobody has
-    const kc = new KubeConfig();
-    kc.loadFromFile(cluster.kubeconfigPath);
-    const server = kc.getCurrentCluster()?.server;
-    const url = new URL(`${server}/api/v1/namespaces/default/pods/box/exec?command=true&stdout=true`);
-    const opts = {};
-    await kc.applyToHTTPSOptions(opts);
     // When it asks to upgrade
-    const answer = await new Promise<{ status?: number; accepted: unknown; body: string }>((resolve, reject) => {
-      const req = request(url, {
-        ...opts,
-        method: 'POST',
-        headers: {
-          ...(opts as { headers?: object }).headers,
-          Connection: 'Upgrade',
-          Upgrade: 'SPDY/3.1',
-          'X-Stream-Protocol-Version': 'v9.channel.k8s.io',
-        },
-      });
-      req.on('response', (res) => {
-        let body = '';
-        res.on('data', (d) => (body += d));
-        res.on('end', () =>
-          resolve({ status: res.statusCode, accepted: res.headers['x-accepted-stream-protocol-versions'], body }),
-        );
-      });
-      req.on('upgrade', () => reject(new Error('upgraded')));
-      req.on('error', reject);
-      req.end();
-    });
+    const answer = await refusedUpgrade('exec?command=true&stdout=true', 'v9.channel.k8s.io');
     // Then 403 names both sides' protocols, and the header lists what the server accepts
     expect(answer.status).toBe(403);
     expect(answer.body).toContain(
@@ -211,4 +184,42 @@ describe('kubectl exec and attach over plain SPDY (attach over WebSocket too)', 
     );
     expect(String(answer.accepted)).toContain('v4.channel.k8s.io');
   });
+
+  it('an exec asking for none of stdin, stdout, stderr: 400 before the upgrade, as the kubelet', async () => {
+    // Given an exec request with no stream wanted
+    // When it asks to upgrade
+    const answer = await refusedUpgrade('exec?command=true', 'v4.channel.k8s.io');
+    // Then the kubelet's NewOptions refusal comes back
+    expect(answer.status).toBe(400);
+    expect(answer.body).toContain('you must specify at least 1 of stdin, stdout, stderr');
+  });
 });
+
+/** A SPDY/3.1 upgrade of pod box's subresource that the server is expected to refuse: its status, body and header. */
+async function refusedUpgrade(
+  subresource: string,
+  protocol: string,
+): Promise<{ status?: number; accepted: unknown; body: string }> {
+  const kc = new KubeConfig();
+  kc.loadFromFile(cluster.kubeconfigPath);
+  const url = new URL(`${kc.getCurrentCluster()?.server}/api/v1/namespaces/default/pods/box/${subresource}`);
+  const opts: RequestOptions = {};
+  await kc.applyToHTTPSOptions(opts);
+  return new Promise((resolve, reject) => {
+    const req = request(url, {
+      ...opts,
+      method: 'POST',
+      headers: { ...opts.headers, Connection: 'Upgrade', Upgrade: 'SPDY/3.1', 'X-Stream-Protocol-Version': protocol },
+    });
+    req.on('response', (res) => {
+      let body = '';
+      res.on('data', (d) => (body += d));
+      res.on('end', () =>
+        resolve({ status: res.statusCode, accepted: res.headers['x-accepted-stream-protocol-versions'], body }),
+      );
+    });
+    req.on('upgrade', () => reject(new Error('upgraded')));
+    req.on('error', reject);
+    req.end();
+  });
+}
