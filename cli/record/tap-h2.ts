@@ -13,7 +13,14 @@ import {
 } from 'node:http2';
 import type { Duplex } from 'node:stream';
 import { BodyTap, harBody, queryString, type HarHeader, type HarRecorder } from './har.js';
-import type { RecordedConnection } from './tap.js';
+
+/** Where a recorded connection came from and goes to. */
+export interface RecordedConnection {
+  /** The pod port it was stolen from. */
+  port: number;
+  localPort: number;
+  pod?: string;
+}
 
 /** What every HTTP/2 connection starts with (RFC 9113 §3.4). */
 export const HTTP2_PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n');

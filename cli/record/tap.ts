@@ -15,16 +15,10 @@ import { connect as netConnect, type Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { connect as tlsConnect, createSecureContext, TLSSocket } from 'node:tls';
 import { BodyTap, harBody, harHeaders, queryString, type HarRecorder } from './har.js';
-import { HTTP2_PREFACE, recordHttp2 } from './tap-h2.js';
+import { HTTP2_PREFACE, recordHttp2, type RecordedConnection } from './tap-h2.js';
 import { makeSessionCert } from '../process/session-cert.js';
 
-/** Where a recorded connection came from and goes to. */
-export interface RecordedConnection {
-  /** The pod port it was stolen from. */
-  port: number;
-  localPort: number;
-  pod?: string;
-}
+export type { RecordedConnection } from './tap-h2.js';
 
 /** Hop-by-hop headers belong to one connection (RFC 9110 §7.6.1); devop's to the local command has its own. */
 const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'upgrade', 'te', 'trailer']);
