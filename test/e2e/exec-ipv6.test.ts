@@ -101,6 +101,18 @@ describe('devop exec on a dual-stack pod', () => {
     await run.stop('SIGINT');
   });
 
+  it("the local command reaches a pod's IPv6 address through the target pod", async () => {
+    // Given a local command that calls the pod's IPv6 address (a raw fetch, through devop's Node preload)
+    const fetchSix =
+      `fetch('http://[${ip6}]:8080/outgoing-six').then((r) => r.json())` +
+      '.then((b) => console.log(`OUT ${b.pod} ${b.path} ${b.remoteAddress}`))';
+    const run = devopExec(env.cluster, ['-t', 'deploy/echo6'], [process.execPath, '-e', fetchSix]);
+    runs.push(run);
+    // Then it is answered by the pod, and the connection came from the target pod's own IPv6 address
+    expect((await run.exited).code, run.output).toBe(0);
+    expect(run.stdout, run.output).toContain(`OUT ${podName} /outgoing-six ${ip6}\n`);
+  });
+
   it("--mirror copies an IPv6 client's requests to the local server while the pod answers", async () => {
     const run = exec(['--mirror']);
     await run.ready();
