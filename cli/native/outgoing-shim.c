@@ -18,7 +18,8 @@
 //   request gets a loopback relay port of devop's for (the socket's local port, the destination), and the datagram
 //   really goes there; devop sends it from the pod (DNS: to the pod's own nameserver) and relays the replies back.
 //   recvfrom/recvmsg/recvmmsg/getpeername show the relay as the original destination, so a resolver that checks where
-//   its answer came from (glibc's, dnspython, BIND's dig) takes it.
+//   its answer came from (dnspython, BIND's dig) takes it. res_query / res_nquery of a name the rules send to the
+//   cluster (glibc's resolver sends from inside libc, where no call is interposed) are asked the same way.
 //
 // Everything else is passed on untouched: Unix sockets, loopback and excluded destinations (decided here, with no
 // round trip), and every call when DEVOP_PRELOAD_CONFIG is absent or devop's proxy is gone (the real call then runs as if the
@@ -35,6 +36,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
+#include <resolv.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -967,4 +969,103 @@ EXPORT int getpeername(int fd, struct sockaddr *address, socklen_t *length) {
   int status = real_getpeername(fd, address, length);
   if (status == 0 && config.enabled && socket_type(fd) == SOCK_DGRAM) unrelay(address, length, capacity);
   return status;
+}
+
+/* ---------------------------------------------------------------- res_query */
+
+typedef int (*res_query_fn)(const char *, int, int, unsigned char *, int);
+typedef int (*res_nquery_fn)(res_state, const char *, int, int, unsigned char *, int);
+
+/** Per try of a res_query through the cluster, as glibc's RES_TIMEOUT; two tries, as its default attempts. */
+#define RES_TRY_MS 5000
+
+/**
+ * The pod's DNS answer for one question, asked as a program's own query to this machine's first nameserver is (so
+ * through a relay to the pod's nameserver); its length, or -1 with h_errno set as res_query sets it, or -2 when devop
+ * cannot be asked (the real call then runs).
+ */
+static int cluster_res_query(const char *name, int class, int type, unsigned char *answer, int size) {
+  unsigned char query[512];
+  int length = res_mkquery(QUERY, name, class, type, NULL, 0, NULL, query, sizeof query);
+  if (length < 0) {
+    h_errno = NO_RECOVERY;
+    return -1;
+  }
+  int saved = errno;
+  int fd = socket(nameservers[0].family == 4 ? AF_INET : AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -2;
+  struct sockaddr_storage server = {0};
+  socklen_t server_length;
+  if (nameservers[0].family == 4) {
+    struct sockaddr_in *in = (struct sockaddr_in *)&server;
+    in->sin_family = AF_INET;
+    in->sin_port = htons(53);
+    memcpy(&in->sin_addr, nameservers[0].address, 4);
+    server_length = sizeof *in;
+  } else {
+    struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&server;
+    in6->sin6_family = AF_INET6;
+    in6->sin6_port = htons(53);
+    memcpy(&in6->sin6_addr, nameservers[0].address, 16);
+    server_length = sizeof *in6;
+  }
+  struct sockaddr_storage relayed;
+  socklen_t relayed_length = udp_redirect(fd, (struct sockaddr *)&server, server_length, &relayed);
+  int got = -2;
+  for (int attempt = 0; relayed_length && attempt < 2 && got == -2; attempt++) {
+    if (real_sendto(fd, query, (size_t)length, 0, (struct sockaddr *)&relayed, relayed_length) != length) break;
+    long deadline = now_ms() + RES_TRY_MS;
+    for (long left = RES_TRY_MS; left > 0 && got == -2; left = deadline - now_ms()) {
+      struct pollfd pfd = {.fd = fd, .events = POLLIN};
+      if (poll(&pfd, 1, (int)left) <= 0) continue;
+      ssize_t n = real_recvfrom(fd, answer, (size_t)size, 0, NULL, NULL);
+      /* Another question's answer (a late one of an earlier try) has another id: wait on. */
+      if (n >= HFIXEDSZ && answer[0] == query[0] && answer[1] == query[1]) got = (int)n;
+    }
+  }
+  close(fd);
+  errno = saved;
+  if (got < 0) {
+    if (relayed_length) h_errno = TRY_AGAIN;
+    return relayed_length ? -1 : -2;
+  }
+  /* As res_query: an answer without records, or an error code, is -1 with h_errno saying which. */
+  HEADER *header = (HEADER *)answer;
+  if (header->rcode != NOERROR || ntohs(header->ancount) == 0) {
+    h_errno = header->rcode == NXDOMAIN                              ? HOST_NOT_FOUND
+              : header->rcode == SERVFAIL                            ? TRY_AGAIN
+              : header->rcode == NOERROR && !ntohs(header->ancount) ? NO_DATA
+                                                                     : NO_RECOVERY;
+    return -1;
+  }
+  return got;
+}
+
+static int routed_res_query(const char *name, int class, int type, unsigned char *answer, int size) {
+  ensure_init();
+  char lowered[256];
+  if (!config.enabled || udp_refused || !wants_cluster_name(name, lowered, sizeof lowered)) return -2;
+  return cluster_res_query(name, class, type, answer, size);
+}
+
+EXPORT int res_query(const char *name, int class, int type, unsigned char *answer, int size) {
+  int got = routed_res_query(name, class, type, answer, size);
+  if (got != -2) return got;
+  res_query_fn real = (res_query_fn)dlsym(RTLD_NEXT, "res_query");
+  return real ? real(name, class, type, answer, size) : -1;
+}
+
+EXPORT int __res_query(const char *name, int class, int type, unsigned char *answer, int size) {
+  return res_query(name, class, type, answer, size);
+}
+
+EXPORT int res_nquery(res_state state, const char *name, int class, int type, unsigned char *answer, int size) {
+  int got = routed_res_query(name, class, type, answer, size);
+  if (got != -2) return got;
+  res_nquery_fn real = (res_nquery_fn)dlsym(RTLD_NEXT, "res_nquery");
+  return real ? real(state, name, class, type, answer, size) : -1;
+}
+
+EXPORT int __res_nquery(res_state state, const char *name, int class, int type, unsigned char *answer, int size) {
+  return res_nquery(state, name, class, type, answer, size);
 }

@@ -1,12 +1,14 @@
 // Outgoing UDP through devop's real proxy, with a "cluster" on this machine: SOCKS5 UDP ASSOCIATE (RFC 1928 §7) with
 // the session's secret, and the LD_PRELOAD shim's UDP: python3 with connect()+send/recv and with sendto/recvfrom reaches
 // a cluster address, and a DNS query it sends itself to this machine's resolv.conf nameserver is answered by the
-// cluster's nameserver, with the reply's source shown as the nameserver it asked. The stand-in's run is udp-e2e.test.ts.
-import { execFile } from 'node:child_process';
+// cluster's nameserver, with the reply's source shown as the nameserver it asked; so are dig's, glibc's res_query and
+// Java's JNDI DNS provider. The stand-in's run is udp-e2e.test.ts.
+import { execFile, execFileSync } from 'node:child_process';
 import { createSocket, type Socket as UdpSocket } from 'node:dgram';
 import { EventEmitter } from 'node:events';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { connect as netConnect, type Socket } from 'node:net';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLocalDialer, type ClusterDialer } from '../../cli/outgoing/dialer.js';
@@ -20,6 +22,10 @@ import { readExactly } from '../../cli/outgoing/streams.js';
 const SHIM = join(ROOT, 'dist', 'devop-outgoing.so');
 const PYTHON = '/usr/bin/python3';
 const UDP_CLIENT = join(ROOT, 'test', 'outgoing', 'fixtures', 'udp-client.py');
+const RES_QUERY_SOURCE = join(ROOT, 'test', 'outgoing', 'fixtures', 'res-query.c');
+const JNDI_DNS = join(ROOT, 'test', 'outgoing', 'fixtures', 'JndiDns.java');
+/** A JDK (scripts/setup.sh does not install one: the JNDI case runs where there is one). */
+const HAS_JAVA = existsSync('/usr/bin/java');
 /** A "service IP" of the test's cluster: TEST-NET-2 (RFC 5737), routed nowhere from this machine. */
 const SERVICE_IP = '198.51.100.9';
 const SERVICE_NAME = 'echo.udp.svc.cluster.test';
@@ -115,19 +121,39 @@ function socksDatagram(host: string, port: number, payload: string): Buffer {
   return Buffer.concat([head, Buffer.from(host), portBytes, Buffer.from(payload)]);
 }
 
-function run(args: string[], env: Record<string, string>): Promise<Record<string, unknown>[]> {
+function output(command: string, args: string[], env: Record<string, string>): Promise<string> {
   return new Promise((resolve, reject) => {
-    execFile(PYTHON, [UDP_CLIENT, ...args], { env, timeout: 60_000 }, (err, stdout, stderr) =>
-      err
-        ? reject(new Error(`python3 failed: ${err.message}\n${stderr}`))
-        : resolve(
-            stdout
-              .split('\n')
-              .filter(Boolean)
-              .map((line) => JSON.parse(line) as Record<string, unknown>),
-          ),
+    execFile(command, args, { env, timeout: 60_000 }, (err, stdout, stderr) =>
+      err ? reject(new Error(`${command} failed: ${err.message}\n${stderr}`)) : resolve(stdout),
     );
   });
+}
+
+async function run(args: string[], env: Record<string, string>): Promise<Record<string, unknown>[]> {
+  const stdout = await output(PYTHON, [UDP_CLIENT, ...args], env);
+  return stdout
+    .split('\n')
+    .filter(Boolean)
+    .map((line) => JSON.parse(line) as Record<string, unknown>);
+}
+
+/** The env `devop exec` gives a local command, for a proxy. */
+function shimEnv(proxy: OutgoingProxy): Record<string, string> {
+  return {
+    PATH: process.env.PATH ?? '/usr/bin:/bin',
+    // A query that is not answered fails in a second (the default is two tries of 5 s), not after the test's timeout.
+    RES_OPTIONS: 'timeout:1 attempts:1',
+    ...outgoingEnv(
+      {},
+      {
+        proxy: { host: proxy.host, port: proxy.port },
+        credentials: proxy.credentials,
+        include: [],
+        exclude: [],
+        shimPath: SHIM,
+      },
+    ),
+  };
 }
 
 describe.skipIf(process.platform !== 'linux')('outgoing UDP: SOCKS5 UDP ASSOCIATE and the shim', () => {
@@ -198,19 +224,7 @@ describe.skipIf(process.platform !== 'linux')('outgoing UDP: SOCKS5 UDP ASSOCIAT
   it.skipIf(!existsSync(SHIM))(
     'python3 under the shim: connected and unconnected UDP reach the cluster, its own DNS query is answered by the cluster',
     async () => {
-      const env = {
-        PATH: process.env.PATH ?? '/usr/bin:/bin',
-        ...outgoingEnv(
-          {},
-          {
-            proxy: { host: proxy.host, port: proxy.port },
-            credentials: proxy.credentials,
-            include: [],
-            exclude: [],
-            shimPath: SHIM,
-          },
-        ),
-      };
+      const env = shimEnv(proxy);
       const nameserver = /^\s*nameserver\s+(\S+)/m.exec(readFileSync('/etc/resolv.conf', 'utf8'))?.[1] ?? '127.0.0.1';
       // When a Python program sends UDP to the service's address with connect()+send and with sendto, and asks this
       // machine's nameserver for a name itself
@@ -224,6 +238,48 @@ describe.skipIf(process.platform !== 'linux')('outgoing UDP: SOCKS5 UDP ASSOCIAT
       // And the query was answered by the cluster's nameserver, the reply seemingly from the nameserver it asked
       expect(query).toMatchObject({ body: [CLUSTER_ANSWER], rcode: 0, idMatches: true, source: [nameserver, 53] });
       expect(dns.queries).toContain('api.team.svc.cluster.test');
+    },
+  );
+
+  it.skipIf(!existsSync(SHIM))(
+    'dig and a C program calling res_query under the shim are answered by the cluster',
+    async () => {
+      const work = mkdtempSync(join(tmpdir(), 'devop-udp-'));
+      try {
+        const resQuery = join(work, 'res-query');
+        execFileSync('cc', ['-O2', '-o', resQuery, RES_QUERY_SOURCE, '-lresolv']);
+        dns.queries.length = 0;
+        // When dig asks this machine's nameserver (its own query, over UDP), and a C program calls glibc's res_query
+        const dig = await output(
+          'dig',
+          ['+short', '+tries=1', '+time=3', 'dig.team.svc.cluster.test', 'A'],
+          shimEnv(proxy),
+        );
+        const [resAnswer] = (await output(resQuery, ['res.team.svc.cluster.test'], shimEnv(proxy)))
+          .split('\n')
+          .filter(Boolean)
+          .map((line) => JSON.parse(line) as Record<string, unknown>);
+        // Then both got the cluster nameserver's answer
+        expect(dig.trim()).toBe(CLUSTER_ANSWER);
+        expect(resAnswer).toMatchObject({ body: [CLUSTER_ANSWER] });
+        expect(dns.queries).toEqual(expect.arrayContaining(['dig.team.svc.cluster.test', 'res.team.svc.cluster.test']));
+      } finally {
+        rmSync(work, { recursive: true, force: true });
+      }
+    },
+  );
+
+  it.skipIf(!existsSync(SHIM) || !HAS_JAVA)(
+    "Java's JNDI DNS provider under the shim is answered by the cluster",
+    async () => {
+      // When Java's JNDI DNS provider asks for a name (its own queries, to the resolv.conf nameservers)
+      const [jndi] = (await output('java', [JNDI_DNS, 'jndi.team.svc.cluster.test'], shimEnv(proxy)))
+        .split('\n')
+        .filter((line) => line.startsWith('{'))
+        .map((line) => JSON.parse(line) as Record<string, unknown>);
+      // Then it got the cluster nameserver's answer
+      expect(jndi).toMatchObject({ body: [CLUSTER_ANSWER] });
+      expect(dns.queries).toContain('jndi.team.svc.cluster.test');
     },
   );
 });
