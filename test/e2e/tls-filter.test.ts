@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import type { CoreV1Api } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect } from 'vitest';
 import { makeCerts } from '../../standin/index.js';
-import { type DevopRun, ROOT, devopExec, startE2ETarget } from '../../testkit/e2e.js';
+import { DevopRun, ROOT, devopExec, startE2ETarget } from '../../testkit/e2e.js';
 import { pidsOfContainer } from '../../testkit/pods.js';
 import { requireRoot } from '../../testkit/root.js';
 import { freePort } from '../../testkit/sockets.js';
@@ -58,13 +58,25 @@ describe('devop exec: a filtered steal of a TLS port with the certificate from a
     return JSON.parse(out.trim() || '{"error":"no answer"}') as Answer;
   }
 
-  async function steal(extra: string[]): Promise<DevopRun> {
+  /** `devop exec --steal` of the HTTPS port for x-dev: me, the local HTTPS server as its command. */
+  async function steal(extra: string[], output: 'plain' | 'json' = 'plain'): Promise<DevopRun> {
     const local = await freePort();
-    const run = devopExec(
-      cluster,
-      ['-t', 'pod/tls-server', '--steal', '-p', `${PORT}:${local}`, '--http-header-filter', 'x-dev: ^me$', ...extra],
-      [process.execPath, HTTPS_ECHO, 'serve', 'local', String(local), certDir, '127.0.0.1'],
-    );
+    const args = ['-t', 'pod/tls-server', '--steal', '-p', `${PORT}:${local}`, '--http-header-filter', 'x-dev: ^me$'];
+    const command = [process.execPath, HTTPS_ECHO, 'serve', 'local', String(local), certDir, '127.0.0.1'];
+    const run =
+      output === 'plain'
+        ? devopExec(cluster, [...args, ...extra], command)
+        : new DevopRun([
+            'exec',
+            '--kubeconfig',
+            cluster.kubeconfigPath,
+            '--output',
+            'json',
+            ...args,
+            ...extra,
+            '--',
+            ...command,
+          ]);
     runs.push(run);
     return run;
   }
@@ -136,7 +148,7 @@ describe('devop exec: a filtered steal of a TLS port with the certificate from a
     // Given the pod answers clients that verify its certificate
     expect(await ask('h2')).toEqual({ from: 'pod', alpn: 'h2', serverAlpn: 'h2' });
     // When devop steals the port for x-dev: me with the workload's Secret, the local command serving the same cert
-    const run = await steal(['--tls-secret', SECRET]);
+    const run = await steal(['--tls-secret', SECRET, '--verbose']);
     await run.ready();
     await run.waitForStdout(/LISTENING/);
     // Then with the header the local command answers, without it the pod, in the protocol the client chose
@@ -158,6 +170,14 @@ describe('devop exec: a filtered steal of a TLS port with the certificate from a
     }
     expect(specs).toContain('"secretName":"tls-echo"'); // the server pod's own volume: the check reads the specs
     await run.dispose();
+    // And neither in NDJSON (--output json, --verbose), where a matched request is an event too
+    const json = await steal(['--tls-secret', SECRET, '--verbose'], 'json');
+    await json.waitForStdout(/"type":"ready"/);
+    await waitFor('the local server to listen', () => json.output.includes('LISTENING') || undefined);
+    expect(await ask('h2', 'me')).toMatchObject({ from: 'local' });
+    await waitFor("the request's event", () => /"type":"response"/.test(json.stdout) || undefined);
+    for (const secret of [keyLine, certLine]) expect(json.output).not.toContain(secret);
+    await json.dispose();
   });
 
   it('without --tls-secret: one line names the fix, and the TLS connection reaches the pod untouched', async () => {
