@@ -1,7 +1,7 @@
 // dist/devop-netns: runs the local command of `devop exec --outgoing-netns` in a network namespace of its own, where
 // every TCP connect and every UDP datagram to port 53 reaches a forwarder that hands it to devop over a Unix socket.
 //
-//   devop-netns [--] COMMAND [ARGS...]
+//   devop-netns [--publish PORT]... [--] COMMAND [ARGS...]
 //   env: DEVOP_NETNS_SOCKET  devop's Unix socket (filesystem sockets cross network namespaces)
 //        DEVOP_NETNS_TOKEN   the session's secret, the first word of every request (taken out of the command's env)
 //
@@ -12,6 +12,8 @@
 // (SO_ORIGINAL_DST) and asks devop, one Unix connection per TCP connection, one line per request:
 //   TOKEN connect HOST PORT   →  "OK" then the bytes both ways, or "ERR CODE MESSAGE"
 //   TOKEN lookup NAME         →  "OK ADDRESS..." (may be none), or "ERR CODE MESSAGE"
+// --publish PORT (the ports devop steals or mirrors to): a helper in this machine's namespace listens on
+// 127.0.0.1:PORT once the command listens on PORT inside, and passes each connection in.
 // A connect to a loopback address is first tried inside the namespace (the command's own servers), and otherwise
 // devop dials it on this machine. The forwarder's own connects carry a mark the rules let through.
 // So that a destination the pod cannot reach fails the program's connect() itself (ECONNREFUSED, not a connection that
@@ -721,9 +723,175 @@ static int receive_notify_fd(int channel) {
   return notify;
 }
 
-/** The forwarder's loop: until every process holding the lifeline's write end (the command and its children) ended. */
-static void forward(int sockets[4], int lifeline, int channel) {
+/*
+ * Published ports (`--publish PORT`, the ports devop steals or mirrors to): the command listens on them inside the
+ * namespace, and devop connects to 127.0.0.1:PORT on this machine. A helper left in this machine's namespace listens
+ * there once the command listens inside (so that devop's wait for the command to listen still means it), and hands
+ * each connection (its file descriptor, over a socket pair) to the forwarder, which connects to the command inside.
+ */
+#define MAX_PUBLISHED 64
+static int published[MAX_PUBLISHED], published_count;
+
+/** Whether something in this process's network namespace listens on TCP port `port` (/proc/net/tcp and tcp6). */
+static int listens_inside(int port) {
+  const char *files[] = {"/proc/self/net/tcp", "/proc/self/net/tcp6"};
+  for (int f = 0; f < 2; f++) {
+    FILE *file = fopen(files[f], "re");
+    if (!file) continue;
+    char line[512];
+    while (fgets(line, sizeof line, file)) {
+      char local[64];
+      unsigned state;
+      // "  0: 0100007F:1F90 00000000:0000 0A …": the local address's port in hex, then the state (0A: LISTEN).
+      if (sscanf(line, " %*d: %63s %*s %x", local, &state) != 2 || state != 0x0a) continue;
+      const char *colon = strrchr(local, ':');
+      if (colon && (int)strtol(colon + 1, NULL, 16) == port) {
+        fclose(file);
+        return 1;
+      }
+    }
+    fclose(file);
+  }
+  return 0;
+}
+
+/** The forwarder's side: tells the helper each published port the command listens on, as soon as it does. */
+static void *announce_listeners(void *argument) {
+  int relay = (int)(intptr_t)argument;
+  int announced[MAX_PUBLISHED] = {0}, left = published_count;
+  while (left > 0) {
+    for (int i = 0; i < published_count; i++) {
+      if (announced[i] || !listens_inside(published[i])) continue;
+      announced[i] = 1;
+      left--;
+      if (send(relay, &published[i], sizeof published[i], MSG_NOSIGNAL) < 0) return NULL;
+    }
+    usleep(50 * 1000);
+  }
+  return NULL;
+}
+
+struct inbound {
+  int client, port;
+};
+
+static void *serve_inbound(void *argument) {
+  struct inbound *in = argument;
+  struct sockaddr_in inside4 = {.sin_family = AF_INET, .sin_port = htons((uint16_t)in->port),
+                                .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  struct sockaddr_in6 inside6 = {.sin6_family = AF_INET6, .sin6_port = htons((uint16_t)in->port),
+                                 .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+  struct sockaddr_storage destination = {0};
+  memcpy(&destination, &inside4, sizeof inside4);
+  int inside = connect_inside(&destination);
+  if (inside < 0) {
+    memset(&destination, 0, sizeof destination);
+    memcpy(&destination, &inside6, sizeof inside6);
+    inside = connect_inside(&destination);
+  }
+  if (inside < 0) {
+    reset(in->client);
+  } else {
+    splice_both(in->client, inside);
+    close(inside);
+    close(in->client);
+  }
+  free(in);
+  return NULL;
+}
+
+/** The forwarder's side: each connection the helper accepted, joined with one to the command inside. */
+static void *receive_inbound(void *argument) {
+  int relay = (int)(intptr_t)argument;
+  for (;;) {
+    int port = 0;
+    struct iovec data = {&port, sizeof port};
+    union {
+      char buffer[CMSG_SPACE(sizeof(int))];
+      struct cmsghdr align;
+    } control;
+    struct msghdr message = {.msg_iov = &data, .msg_iovlen = 1, .msg_control = control.buffer,
+                             .msg_controllen = sizeof control.buffer};
+    ssize_t n = recvmsg(relay, &message, MSG_CMSG_CLOEXEC);
+    if (n <= 0) {
+      if (n < 0 && errno == EINTR) continue;
+      return NULL;
+    }
+    struct cmsghdr *header = CMSG_FIRSTHDR(&message);
+    if (!header || header->cmsg_type != SCM_RIGHTS) continue;
+    struct inbound *in = malloc(sizeof *in);
+    if (!in) continue;
+    memcpy(&in->client, CMSG_DATA(header), sizeof in->client);
+    in->port = port;
+    pthread_t thread;
+    if (pthread_create(&thread, NULL, serve_inbound, in) == 0) pthread_detach(thread);
+    else {
+      reset(in->client);
+      free(in);
+    }
+  }
+}
+
+/** The helper in this machine's namespace: listens on 127.0.0.1:PORT when told, passes each connection on. */
+static void host_relay(int relay) {
   signal(SIGPIPE, SIG_IGN);
+  struct pollfd fds[1 + MAX_PUBLISHED];
+  int ports[1 + MAX_PUBLISHED], count = 1;
+  fds[0] = (struct pollfd){.fd = relay, .events = POLLIN};
+  for (;;) {
+    if (poll(fds, (nfds_t)count, -1) < 0) {
+      if (errno == EINTR) continue;
+      _exit(1);
+    }
+    if (fds[0].revents) {
+      int port;
+      // The forwarder ended (the command and its children did): so does the helper.
+      if (recv(relay, &port, sizeof port, 0) != sizeof port) _exit(0);
+      struct sockaddr_in address = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                                    .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+      int listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      int one = 1;
+      setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+      if (count < 1 + MAX_PUBLISHED && bind(listener, (struct sockaddr *)&address, sizeof address) == 0 &&
+          listen(listener, 128) == 0) {
+        ports[count] = port;
+        fds[count++] = (struct pollfd){.fd = listener, .events = POLLIN};
+      } else {
+        fprintf(stderr, "devop-netns: cannot listen on 127.0.0.1:%d of this machine for the command's port: %s\n",
+                port, strerror(errno));
+        close(listener);
+      }
+    }
+    for (int i = 1; i < count; i++) {
+      if (!(fds[i].revents & POLLIN)) continue;
+      int client = accept4(fds[i].fd, NULL, NULL, SOCK_CLOEXEC);
+      if (client < 0) continue;
+      struct iovec data = {&ports[i], sizeof ports[i]};
+      union {
+        char buffer[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+      } control = {0};
+      struct msghdr message = {.msg_iov = &data, .msg_iovlen = 1, .msg_control = control.buffer,
+                               .msg_controllen = sizeof control.buffer};
+      struct cmsghdr *header = CMSG_FIRSTHDR(&message);
+      header->cmsg_level = SOL_SOCKET;
+      header->cmsg_type = SCM_RIGHTS;
+      header->cmsg_len = CMSG_LEN(sizeof(int));
+      memcpy(CMSG_DATA(header), &client, sizeof client);
+      sendmsg(relay, &message, MSG_NOSIGNAL);
+      close(client);
+    }
+  }
+}
+
+/** The forwarder's loop: until every process holding the lifeline's write end (the command and its children) ended. */
+static void forward(int sockets[4], int lifeline, int channel, int relay) {
+  signal(SIGPIPE, SIG_IGN);
+  if (relay >= 0) {
+    pthread_t thread;
+    if (pthread_create(&thread, NULL, announce_listeners, (void *)(intptr_t)relay) == 0) pthread_detach(thread);
+    if (pthread_create(&thread, NULL, receive_inbound, (void *)(intptr_t)relay) == 0) pthread_detach(thread);
+  }
   int notify = receive_notify_fd(channel);
   if (notify >= 0) {
     pthread_t thread;
@@ -763,14 +931,37 @@ static void forward(int sockets[4], int lifeline, int channel) {
 
 int main(int argc, char **argv) {
   int first = 1;
+  for (; first + 1 < argc && strcmp(argv[first], "--publish") == 0; first += 2) {
+    int port = atoi(argv[first + 1]);
+    if (port < 1 || port > 65535 || published_count == MAX_PUBLISHED) die("--publish %s: not a port", argv[first + 1]);
+    published[published_count++] = port;
+  }
   if (first < argc && strcmp(argv[first], "--") == 0) first++;
-  if (first >= argc) die("usage: devop-netns [--] COMMAND [ARGS...] (devop exec --outgoing-netns runs it)");
+  if (first >= argc)
+    die("usage: devop-netns [--publish PORT]... [--] COMMAND [ARGS...] (devop exec --outgoing-netns runs it)");
   devop_socket = getenv("DEVOP_NETNS_SOCKET");
   const char *secret = getenv("DEVOP_NETNS_TOKEN");
   if (!devop_socket || !*devop_socket || !secret || strlen(secret) >= sizeof token || strchr(secret, ' '))
     die("DEVOP_NETNS_SOCKET and DEVOP_NETNS_TOKEN are not set: devop exec --outgoing-netns sets them");
   strcpy(token, secret);
   unsetenv("DEVOP_NETNS_TOKEN");
+
+  // The helper for published ports stays in this machine's namespaces: forked (twice, so that it is no child of the
+  // command) before they are left.
+  int relay[2] = {-1, -1};
+  if (published_count > 0) {
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, relay) != 0) die("socketpair: %s", strerror(errno));
+    pid_t helper = fork();
+    if (helper < 0) die("fork: %s", strerror(errno));
+    if (helper == 0) {
+      if (fork() != 0) _exit(0);
+      close(relay[1]);
+      host_relay(relay[0]);
+      _exit(0);
+    }
+    waitpid(helper, NULL, 0);
+    close(relay[0]);
+  }
 
   enter_namespaces();
   set_up_loopback();
@@ -797,12 +988,13 @@ int main(int argc, char **argv) {
     if (fork() != 0) _exit(0);
     close(lifeline[1]);
     close(channel[0]);
-    forward(sockets, lifeline[0], channel[1]);
+    forward(sockets, lifeline[0], channel[1], relay[1]);
     _exit(0);
   }
   waitpid(middle, NULL, 0);
   close(lifeline[0]);
   close(channel[1]);
+  if (relay[1] >= 0) close(relay[1]);
   hold_connects(channel[0]);
   for (int i = 0; i < 4; i++)
     if (sockets[i] >= 0) close(sockets[i]);

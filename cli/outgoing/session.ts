@@ -38,8 +38,11 @@ export interface OutgoingSession {
   /** The local proxy (undefined when outgoing is disabled). */
   proxy?: OutgoingProxy;
   remoteFiles?: RemoteFiles;
-  /** What the command is started under (dist/devop-netns) with `--outgoing-netns`; the command follows it. */
-  launcher?: string[];
+  /**
+   * What the command is started under with `--outgoing-netns` (dist/devop-netns, given the local ports devop steals or
+   * mirrors to, which it makes reachable from this machine); the command follows it.
+   */
+  launcher?: (localPorts: readonly number[]) => string[];
   /** The variables to add to the child's env (given the env built so far, for NODE_OPTIONS). */
   env(childEnv: Readonly<Record<string, string>>): Record<string, string>;
   /** Stops the proxy and removes DEVOP_ROOT. Safe to call twice. */
@@ -176,9 +179,9 @@ export async function startOutgoing(options: OutgoingOptions): Promise<OutgoingS
   // loopback, out of the namespace's reach, and the shim must not load into devop-netns's own forwarder.
   const shimPath = proxy && options.nativePreload !== false && !launcherPath ? usableShimPath(reporter) : undefined;
   let netns: NetnsBridge | undefined;
-  let launcher: string[] | undefined;
+  let launcher: ((localPorts: readonly number[]) => string[]) | undefined;
   if (proxy && launcherPath) {
-    launcher = [launcherPath, '--'];
+    launcher = (localPorts) => [launcherPath, ...localPorts.flatMap((port) => ['--publish', String(port)]), '--'];
     let refusals = 0;
     try {
       netns = await startNetnsBridge({

@@ -72,7 +72,7 @@ export async function runExec(options: ExecServiceOptions, reporter: Reporter): 
           )
         : undefined;
 
-    let launcher: string[] = [];
+    let launcher: (localPorts: readonly number[]) => string[] = () => [];
     const env = await prepareChildEnv(
       s,
       options,
@@ -83,19 +83,12 @@ export async function runExec(options: ExecServiceOptions, reporter: Reporter): 
       },
     );
     startup.signal.throwIfAborted();
-    if (launcher.length > 0 && ports.length > 0) {
-      throw new UserError(
-        `--outgoing-netns puts the command's ports (${ports.map((p) => p.local).join(', ')}) in a network namespace ` +
-          'of its own, where the stolen or mirrored traffic cannot reach them',
-        "drop --outgoing-netns for a command that serves the pod's ports (the preloads and the proxy env still " +
-          'route its calls), or run it targetless (no -t) or on a target that declares no ports',
-      );
-    }
     routeAgentEvents(s, ports, reporter, recording?.recorder);
     await refuseTakenPorts(ports);
 
-    // Under a launcher (`--outgoing-netns`: dist/devop-netns), which execs the command in its place.
-    const [command, ...args] = [...launcher, options.command, ...options.args];
+    // Under a launcher (`--outgoing-netns`: dist/devop-netns), which execs the command in its place; the local ports
+    // are published from its namespace to this machine's loopback, where the stolen and mirrored traffic is sent.
+    const [command, ...args] = [...launcher(ports.map((p) => p.local)), options.command, ...options.args];
     child = await startLocalCommand({
       command,
       args,

@@ -109,8 +109,11 @@ export type ChildEnvHook = (
 ) => Promise<{
   env: Record<string, string>;
   cleanup?: () => Promise<void>;
-  /** A program the command is started under, e.g. dist/devop-netns (`--outgoing-netns`); the command follows it. */
-  launcher?: string[];
+  /**
+   * A program the command is started under, e.g. dist/devop-netns (`--outgoing-netns`), given the local ports traffic
+   * goes to; the command follows it.
+   */
+  launcher?: (localPorts: readonly number[]) => string[];
 }>;
 
 /** Where a followed session went: the new pod and the agent that serves it. */

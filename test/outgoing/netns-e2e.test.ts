@@ -3,6 +3,7 @@
 // reaches a ClusterIP Service by its full name and by its ClusterIP from the target pod, through the command's network
 // namespace; a port the pod is refused on is ECONNREFUSED; an unknown name is NXDOMAIN; a server on this
 // machine's loopback stays reachable. Without the flag the same client resolves with this machine's DNS and fails.
+// A local server in the namespace still gets the pod's stolen traffic (its port is published to this machine).
 import { execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -13,11 +14,16 @@ import {
   ROOT,
   deployEcho,
   devopExec,
+  LOCAL_SERVER_COMMAND,
+  seenRequests,
   startE2ECluster,
+  startPodClient,
   type Cluster,
   type DevopRun,
   type EchoDeployment,
+  type PodClient,
 } from '../../testkit/e2e.js';
+import { freePort } from '../../testkit/sockets.js';
 import { startHttpEcho, type Closable } from '../../testkit/outgoing.js';
 import { requireRoot } from '../../testkit/root.js';
 import { waitFor } from '../../testkit/wait.js';
@@ -92,6 +98,7 @@ describe('outgoing for statically linked programs through --outgoing-netns', { t
   let work: string;
   let staticClient: string;
   let thisMachine: Closable;
+  let caller: PodClient;
   const runs: DevopRun[] = [];
 
   beforeAll(async () => {
@@ -114,9 +121,11 @@ describe('outgoing for statically linked programs through --outgoing-netns', { t
     });
     clusterIP = service.spec?.clusterIP ?? '';
     client = await deployClient(env, 'client');
+    caller = await startPodClient(env, 'caller');
   });
 
   afterAll(async () => {
+    caller?.close();
     await Promise.all(runs.map((run) => run.dispose()));
     await cluster?.stop();
     await thisMachine?.close();
@@ -164,5 +173,22 @@ describe('outgoing for statically linked programs through --outgoing-netns', { t
     expect(await finished(run, 'devop exec without --outgoing-netns'), run.output).toBe(0);
     // Then its lookup fails (no LD_PRELOAD in a static program)
     expect(clientLines(run.stdout)[0], run.output).toMatchObject({ error: 'dns' });
+  });
+
+  it("a local server in the namespace answers the pod's stolen requests", async () => {
+    // When devop steals the echo pod's port for a local server that runs under --outgoing-netns
+    const local = await freePort();
+    const run = devopExec(
+      cluster,
+      ['-t', 'deploy/echo', '--steal', '-p', `8080:${local}`, '--outgoing-netns'],
+      [...LOCAL_SERVER_COMMAND],
+      { env: { LOCAL_PORT: String(local) } },
+    );
+    runs.push(run);
+    await run.ready();
+    // Then a request from another pod to the echo pod is answered by the local server, inside its namespace
+    expect(await caller.who(echo.podIP, 8080, '/stolen-into-netns'), run.output).toBe('local');
+    expect(seenRequests(run).map((r) => r.path)).toContain('/stolen-into-netns');
+    expect(run.stderr).toContain('the command runs in a network namespace of its own');
   });
 });

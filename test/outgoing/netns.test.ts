@@ -3,8 +3,9 @@
 // nameserver of /etc/resolv.conf itself over UDP (as Go's resolver does) gets the cluster's answer and reaches the
 // cluster address; an unknown name is NXDOMAIN; a port the cluster refuses is ECONNREFUSED; this machine's loopback
 // services and the command's own in-namespace server stay reachable; the command keeps its uid, as root (a network
-// namespace only) and as an unprivileged user (a user namespace too). The stand-in's end-to-end run is
-// netns-e2e.test.ts.
+// namespace only) and as an unprivileged user (a user namespace too); a published port (--publish, the ports devop
+// steals to) reaches the command's server inside from this machine's loopback once it listens there. The stand-in's
+// end-to-end run is netns-e2e.test.ts.
 import { execFile, execFileSync } from 'node:child_process';
 import { chownSync, mkdtempSync, rmSync } from 'node:fs';
 import { connect as netConnect } from 'node:net';
@@ -17,6 +18,8 @@ import { netnsLauncherPath, startNetnsBridge, type NetnsBridge } from '../../cli
 import { ROOT } from '../../testkit/e2e.js';
 import { recordingDialer, startHttpEcho, type Closable } from '../../testkit/outgoing.js';
 import { requireRoot } from '../../testkit/root.js';
+import { freePort } from '../../testkit/sockets.js';
+import { waitFor } from '../../testkit/wait.js';
 
 requireRoot('the outgoing network namespace (a user namespace is tried as nobody)');
 
@@ -68,15 +71,28 @@ function runIn(
   bridge: NetnsBridge,
   script: string,
   as?: number,
+  publish: number[] = [],
 ): Promise<{ stdout: string; stderr: string; code: number }> {
   const launcher = netnsLauncherPath() ?? '';
   return new Promise((resolve) => {
     execFile(
       launcher,
-      ['--', '/bin/sh', '-c', script],
+      [...publish.flatMap((port) => ['--publish', String(port)]), '--', '/bin/sh', '-c', script],
       { env: { PATH: process.env.PATH ?? '/usr/bin:/bin', ...bridge.env }, timeout: 60_000, uid: as, gid: as },
       (err, stdout, stderr) => resolve({ stdout, stderr, code: err ? Number(err.code ?? 1) : 0 }),
     );
+  });
+}
+
+/** The body of GET path from 127.0.0.1:port, or undefined when nothing answers. */
+function answerOf(port: number, path = '/'): Promise<string | undefined> {
+  return new Promise((resolve) => {
+    const socket = netConnect({ host: '127.0.0.1', port });
+    let text = '';
+    socket.on('connect', () => socket.write(`GET ${path} HTTP/1.0\r\n\r\n`));
+    socket.on('data', (chunk) => (text += chunk.toString()));
+    socket.on('error', () => resolve(undefined));
+    socket.on('close', () => resolve(text.includes('\r\n\r\n') ? text.split('\r\n\r\n')[1] : undefined));
   });
 }
 
@@ -179,6 +195,22 @@ describe.skipIf(process.platform !== 'linux')('the outgoing network namespace (d
     // Then it answers, and devop was not asked
     expect(lines(stdout)[0], stderr).toMatchObject({ body: { name: 'inside', url: '/inside' } });
     expect(dialer.calls).toEqual([]);
+  });
+
+  it("a published port reaches the command's server inside from this machine's loopback, once it listens", async () => {
+    // Given a free port of this machine
+    const port = await freePort();
+    // When the command, published on it, starts listening there inside its namespace after a while
+    const server =
+      `sleep 1; exec ${process.execPath} -e "require('http').createServer((q, s) => s.end(JSON.stringify({name: ` +
+      `'inside', url: q.url}))).listen(${port}, () => setTimeout(() => process.exit(0), 3000))"`;
+    const running = runIn(bridge, server, undefined, [port]);
+    // Then this machine's port is not taken before the command listens (devop waits for the command by connecting)
+    expect(await answerOf(port)).toBeUndefined();
+    // And once it listens, a connection to this machine's 127.0.0.1:port is answered by it
+    const answer = await waitFor('the published port to answer', () => answerOf(port, '/published'), 5000);
+    expect(JSON.parse(answer)).toEqual({ name: 'inside', url: '/published' });
+    expect((await running).code).toBe(0);
   });
 
   it('a request without the session secret is refused', async () => {

@@ -33,7 +33,7 @@ export async function prepareChildEnv(
   options: Pick<ExecServiceOptions, 'env' | 'childEnvHooks'>,
   reporter: Reporter,
   onCleanup: (cleanup: () => Promise<void>) => void,
-  onLauncher?: (launcher: string[]) => void,
+  onLauncher?: (launcher: (localPorts: readonly number[]) => string[]) => void,
 ): Promise<Record<string, string>> {
   const prepared = await step(
     reporter,
