@@ -3,7 +3,7 @@
 // opens TLS again towards the pod's own listener and the local command (both serve the same certificate); without
 // them a TLS connection goes to the pod untouched and the session hears one line naming --tls-secret.
 import { spawn } from 'node:child_process';
-import { copyFile, mkdtemp, readFile } from 'node:fs/promises';
+import { copyFile, mkdtemp, readFile, rm } from 'node:fs/promises';
 import { connect as connectHttp2 } from 'node:http2';
 import { request } from 'node:https';
 import { connect } from 'node:net';
@@ -39,6 +39,8 @@ describe.runIf(run)('agent: HTTP-filtered steal of a TLS port with the workload 
   let session: TestSession;
   let material: TlsMaterial;
   let localStop: () => void;
+  /** The test's throwaway CA, certificate and key: removed at the end. */
+  const dirs: string[] = [];
 
   /** One request through the pod's port from the client netns that verifies the certificate for NAME. */
   function ask(alpn: 'h2' | 'http/1.1', dev?: string): Promise<Answer> {
@@ -87,6 +89,7 @@ describe.runIf(run)('agent: HTTP-filtered steal of a TLS port with the workload 
 
   beforeAll(async () => {
     const dir = await mkdtemp(join(tmpdir(), 'devop-tls-'));
+    dirs.push(dir);
     const certs = await makeCerts(dir, [`DNS:${NAME}`]);
     await copyFile(join(dir, 'apiserver.crt'), join(dir, 'tls.crt'));
     await copyFile(join(dir, 'apiserver.key'), join(dir, 'tls.key'));
@@ -109,6 +112,7 @@ describe.runIf(run)('agent: HTTP-filtered steal of a TLS port with the workload 
     session?.mux.close('test over');
     localStop?.();
     await net.teardown();
+    await Promise.all(dirs.map((d) => rm(d, { recursive: true, force: true })));
   });
 
   test('with the certificate: x-dev: me reaches the local command, the rest the pod, over h1 and h2', async () => {
@@ -148,7 +152,9 @@ describe.runIf(run)('agent: HTTP-filtered steal of a TLS port with the workload 
 
   test('a key that does not fit the certificate is refused at subscribe, naming the Secret', async () => {
     // Given a certificate with another certificate's key
-    const other = await makeCerts(await mkdtemp(join(tmpdir(), 'devop-tls-')), [`DNS:${NAME}`]);
+    const otherDir = await mkdtemp(join(tmpdir(), 'devop-tls-'));
+    dirs.push(otherDir);
+    const other = await makeCerts(otherDir, [`DNS:${NAME}`]);
     // When it is given on a subscribe
     const answer = await session.subscribe(POD_PORT, 'steal', {
       filter: { header: 'x-dev: ^me$', match: 'all' },

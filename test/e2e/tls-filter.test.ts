@@ -5,7 +5,7 @@
 // Without --tls-secret the filter says it cannot read TLS; a Secret that is not there is one line. The certificate and
 // key are nowhere in a pod spec or devop's output.
 import { spawn } from 'node:child_process';
-import { copyFile, mkdtemp, readFile } from 'node:fs/promises';
+import { copyFile, mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { CoreV1Api } from '@kubernetes/client-node';
@@ -142,6 +142,7 @@ describe('devop exec: a filtered steal of a TLS port with the certificate from a
   afterAll(async () => {
     await Promise.all(runs.map((r) => r.dispose()));
     await cluster?.stop();
+    if (certDir) await rm(certDir, { recursive: true, force: true });
   });
 
   it('verifying clients get the local answer with x-dev: me, the pod answer without, over h1 and h2', async () => {
