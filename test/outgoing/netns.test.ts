@@ -24,14 +24,19 @@ import { waitFor } from '../../testkit/wait.js';
 requireRoot('the outgoing network namespace (a user namespace is tried as nobody)');
 
 const CLIENT_SOURCE = join(ROOT, 'test', 'outgoing', 'fixtures', 'static-client.c');
+const DNS_QUERY = join(ROOT, 'test', 'outgoing', 'fixtures', 'dns-query.py');
+const PYTHON = '/usr/bin/python3';
 /** A "service IP" of the test's cluster: TEST-NET-2 (RFC 5737), routed nowhere from this machine. */
 const SERVICE_IP = '198.51.100.7';
+/** Its IPv6 address (the documentation prefix, RFC 3849). */
+const SERVICE_IP6 = '2001:db8::7';
 /** A name only the test's cluster knows (.test is reserved: no resolver of this machine answers it). */
 const SERVICE_NAME = 'db.shop.svc.cluster.test';
 const SECRET = 'netns-test-secret';
 const NOBODY = 65534;
 const ECONNREFUSED = 111;
 const NXDOMAIN = 3;
+const NOTIMP = 4;
 
 interface ClientLine {
   target: string;
@@ -51,7 +56,7 @@ function lines(stdout: string): ClientLine[] {
 
 /** The test's cluster: SERVICE_NAME is SERVICE_IP, and a connect to SERVICE_IP:port reaches 127.0.0.1:port. */
 function testCluster(): ClusterDialer {
-  const names = createLocalDialer({ hosts: { [SERVICE_NAME]: SERVICE_IP } });
+  const names = createLocalDialer({ hosts: { [SERVICE_NAME]: [SERVICE_IP, SERVICE_IP6] } });
   return {
     ...names,
     connect(host, port): Promise<Duplex> {
@@ -211,6 +216,30 @@ describe.skipIf(process.platform !== 'linux')('the outgoing network namespace (d
     const answer = await waitFor('the published port to answer', () => answerOf(port, '/published'), 5000);
     expect(JSON.parse(answer)).toEqual({ name: 'inside', url: '/published' });
     expect((await running).code).toBe(0);
+  });
+
+  it("DNS over UDP and TCP: A and AAAA from the cluster's DNS, NXDOMAIN for an unknown name, NOTIMP for other types", async () => {
+    // When a program sends its own queries to the nameserver of /etc/resolv.conf, over UDP and over TCP
+    const query = (transport: string, name: string, type: number): string =>
+      `${PYTHON} ${DNS_QUERY} ${transport} ${name} ${type}`;
+    const { stdout, stderr } = await runIn(
+      bridge,
+      [
+        query('udp', SERVICE_NAME, 1),
+        query('tcp', SERVICE_NAME, 1),
+        query('udp', SERVICE_NAME, 28),
+        query('tcp', 'nosuch.shop.svc.cluster.test', 28),
+        query('udp', SERVICE_NAME, 33),
+      ].join('; '),
+    );
+    // Then the namespace's forwarder answers each with the cluster's answer for its type
+    expect(lines(stdout), stderr).toEqual([
+      { transport: 'udp', name: SERVICE_NAME, type: 1, rcode: 0, addresses: [SERVICE_IP] },
+      { transport: 'tcp', name: SERVICE_NAME, type: 1, rcode: 0, addresses: [SERVICE_IP] },
+      { transport: 'udp', name: SERVICE_NAME, type: 28, rcode: 0, addresses: [SERVICE_IP6] },
+      { transport: 'tcp', name: 'nosuch.shop.svc.cluster.test', type: 28, rcode: NXDOMAIN, addresses: [] },
+      { transport: 'udp', name: SERVICE_NAME, type: 33, rcode: NOTIMP, addresses: [] },
+    ]);
   });
 
   it('a request without the session secret is refused', async () => {
