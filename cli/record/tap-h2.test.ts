@@ -1,13 +1,17 @@
-// --record of HTTP/2 without TLS (h2c, the way the agent hands a filtered port's matched streams to the session), over a
-// real mux on a real socket pair: gRPC-like unary calls reach the local command and come back with their trailers, land
-// in the HAR as HTTP/2 with those trailers, and `devop replay` sends them over HTTP/2 again.
+// --record of HTTP/2 (h2c, the way the agent hands a filtered port's matched streams to the session, and h2 in TLS as
+// it re-encrypts them under --tls-secret), over a real mux on a real socket pair: gRPC-like unary calls reach the local
+// command and come back with their trailers, land in the HAR as HTTP/2 with those trailers, and `devop replay` sends
+// them over HTTP/2 again.
 import { mkdtempSync, rmSync } from 'node:fs';
 import {
   connect as connectHttp2,
+  createSecureServer,
   createServer as createHttp2Server,
   type ClientHttp2Session,
+  type Http2SecureServer,
   type Http2Server,
 } from 'node:http2';
+import { connect as tlsConnect } from 'node:tls';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -17,7 +21,8 @@ import { socketPair } from '../../testkit/sockets.js';
 import { incomingStreamHandler } from '../services/incoming.js';
 import { runReplay } from '../services/replay.js';
 import { HarRecorder, readHar } from './har.js';
-import { ExchangeRecorder, sniff } from './tap.js';
+import { makeSessionCert } from '../process/session-cert.js';
+import { chooseAlpn, ExchangeRecorder, sniff } from './tap.js';
 import { HTTP2_PREFACE } from './tap-h2.js';
 
 const cleanups: (() => void)[] = [];
@@ -29,9 +34,12 @@ afterEach(() => {
 const grpcFrame = (text: string): Buffer =>
   Buffer.concat([Buffer.from([0, 0, 0, 0, text.length]), Buffer.from(text, 'latin1')]);
 
-/** The local command: a gRPC-like h2c server; /x.Echo/Say echoes with grpc-status `status`, /x.Echo/Deny fails at once. */
-async function localGrpc(status: () => string): Promise<{ port: number; server: Http2Server }> {
-  const server = createHttp2Server();
+/** The local command: a gRPC-like HTTP/2 server; /x.Echo/Say echoes with grpc-status `status`, /x.Echo/Deny fails. */
+async function localGrpc(
+  status: () => string,
+  tls = false,
+): Promise<{ port: number; server: Http2Server | Http2SecureServer }> {
+  const server = tls ? createSecureServer(makeSessionCert('local h2 test')) : createHttp2Server();
   server.on('stream', (stream, headers) => {
     const chunks: Buffer[] = [];
     stream.on('data', (c: Buffer) => chunks.push(c));
@@ -74,8 +82,11 @@ async function setup(localPort: number): Promise<{ agent: AgentMux; har: HarReco
   return { agent, har, file, dir };
 }
 
-/** An h2c client connection over one stolen stream, as the agent makes for a subscription's matched streams. */
-function stolenH2c(agent: AgentMux): ClientHttp2Session {
+/**
+ * An HTTP/2 client connection over one stolen stream, as the agent makes for a subscription's matched streams: h2c, or
+ * (`tls`) h2 in TLS offering h2 alone, as the agent re-encrypts towards the local command under --tls-secret.
+ */
+function stolenH2c(agent: AgentMux, tls = false): ClientHttp2Session {
   const stream = agent.openStream({
     kind: 'incoming',
     port: 50051,
@@ -83,7 +94,12 @@ function stolenH2c(agent: AgentMux): ClientHttp2Session {
     remoteAddress: '10.0.0.2',
     remotePort: 40000,
   });
-  const session = connectHttp2('http://orders.default.svc:50051', { createConnection: () => stream as never });
+  const session = tls
+    ? connectHttp2('https://orders.default.svc:50051', {
+        createConnection: () =>
+          tlsConnect({ socket: stream as never, ALPNProtocols: ['h2'], rejectUnauthorized: false }) as never,
+      })
+    : connectHttp2('http://orders.default.svc:50051', { createConnection: () => stream as never });
   cleanups.push(() => session.destroy());
   return session;
 }
@@ -120,6 +136,28 @@ describe('--record of HTTP/2 (h2c)', () => {
   it('sniffs the HTTP/2 preface as h2c, not as an HTTP/1.x request line', () => {
     expect(sniff(HTTP2_PREFACE)).toBe('h2c');
     expect(sniff(Buffer.from('POST /x HTTP/1.1\r\n'))).toBe('http');
+  });
+
+  it('speaks h2 in TLS only with a client that offers h2 alone; HTTP/1.1 whenever offered', () => {
+    expect(chooseAlpn(['h2'])).toBe('h2');
+    expect(chooseAlpn(['h2', 'http/1.1'])).toBe('http/1.1');
+    expect(chooseAlpn(['spdy/3'])).toBeUndefined();
+  });
+
+  it('Given a recording, When a call comes in TLS offering h2 alone (the agent under --tls-secret), Then it is answered and recorded as HTTPS HTTP/2', async () => {
+    // Given a local command that serves h2 in TLS, and a recording session
+    const local = await localGrpc(() => '0', true);
+    const { agent, har, file } = await setup(local.port);
+    // When a call comes on a stolen stream in TLS whose client offers h2 only
+    const hello = grpcFrame('tls');
+    const answer = await call(stolenH2c(agent, true), '/x.Echo/Say', hello);
+    // Then the local command answered it, trailers intact, and the HAR has it as HTTP/2 over https
+    expect(answer.body.equals(hello)).toBe(true);
+    expect(answer.trailers).toMatchObject({ 'grpc-status': '0' });
+    await har.flush();
+    const [entry] = await readHar(file);
+    expect(entry.request).toMatchObject({ url: 'https://orders.default.svc:50051/x.Echo/Say', httpVersion: 'HTTP/2' });
+    expect(entry.response._trailers).toContainEqual({ name: 'grpc-status', value: '0' });
   });
 
   it('Given a recording, When unary gRPC calls come over h2c, Then they are answered with their trailers and recorded as HTTP/2', async () => {

@@ -1,7 +1,8 @@
-// Recording a stolen HTTP/2 connection without TLS (h2c, the way the agent hands a filtered port's matched streams to
-// the session): devop ends the client's HTTP/2 connection, passes each stream on to the local command over one h2c
-// connection of its own (headers, body, trailers, resets), and adds each exchange to the HAR as `HTTP/2`, a gRPC call's
-// trailers (grpc-status, grpc-message) in the response's `_trailers`.
+// Recording a stolen HTTP/2 connection (h2c, the way the agent hands a filtered port's matched streams to the session;
+// or h2 in TLS devop ended, as the agent re-encrypts them under --tls-secret): devop ends the client's HTTP/2
+// connection, passes each stream on to the local command over one HTTP/2 connection of its own (headers, body,
+// trailers, resets), and adds each exchange to the HAR as `HTTP/2`, a gRPC call's trailers (grpc-status, grpc-message)
+// in the response's `_trailers`.
 import {
   connect as connectHttp2,
   constants,
@@ -47,29 +48,37 @@ export function harHeadersOf(headers: IncomingHttpHeaders): HarHeader[] {
   return out;
 }
 
-/** The request's URL as the client named it (`:scheme`, `:authority`, `:path`), else the pod's port. */
-function requestUrl(headers: IncomingHttpHeaders, conn: RecordedConnection): URL {
+/** The request's URL as the client named it (`:authority`, `:path`), else the pod's port. */
+function requestUrl(headers: IncomingHttpHeaders, conn: RecordedConnection, tls: boolean): URL {
+  const scheme = tls ? 'https' : 'http';
   const path = String(headers[':path'] ?? '/');
   const authority = String(headers[':authority'] ?? headers.host ?? `127.0.0.1:${conn.port}`);
   try {
-    return new URL(path, `http://${authority}`);
+    return new URL(path, `${scheme}://${authority}`);
   } catch {
-    return new URL(`http://127.0.0.1:${conn.port}/${encodeURIComponent(path)}`);
+    return new URL(`${scheme}://127.0.0.1:${conn.port}/${encodeURIComponent(path)}`);
   }
 }
 
-/** Records one stolen h2c connection: its streams reach the local command over one HTTP/2 connection of devop's. */
+/**
+ * Records one stolen HTTP/2 connection (h2c, or h2 in the TLS devop ended: `tls`): its streams reach the local command
+ * over one HTTP/2 connection of devop's, in TLS again when the client's was (any certificate: it is the process devop
+ * started, on loopback).
+ */
 export function recordHttp2(
   stream: Duplex,
   conn: RecordedConnection,
   har: HarRecorder,
   onError: (message: string) => void,
+  tls = false,
 ): void {
   const server = createServer(NO_PUSH);
   let local: ClientHttp2Session | undefined;
   const toLocal = (): ClientHttp2Session => {
     if (local && !local.closed && !local.destroyed) return local;
-    local = connectHttp2(`http://127.0.0.1:${conn.localPort}`, NO_PUSH);
+    local = tls
+      ? connectHttp2(`https://127.0.0.1:${conn.localPort}`, { ...NO_PUSH, rejectUnauthorized: false })
+      : connectHttp2(`http://127.0.0.1:${conn.localPort}`, NO_PUSH);
     local.on('error', (err: NodeJS.ErrnoException) =>
       onError(`--record: the local command on 127.0.0.1:${conn.localPort} did not answer: ${err.code ?? err.message}`),
     );
@@ -79,7 +88,7 @@ export function recordHttp2(
     session.on('error', () => undefined); // the client's connection going is not the recording's problem
     session.once('close', () => local?.close());
   });
-  server.on('stream', (from, headers) => exchange(from, headers, toLocal(), conn, har));
+  server.on('stream', (from, headers) => exchange(from, headers, toLocal(), { ...conn, tls }, har));
   server.emit('connection', stream);
 }
 
@@ -87,7 +96,7 @@ function exchange(
   from: ServerHttp2Stream,
   headers: IncomingHttpHeaders,
   local: ClientHttp2Session,
-  conn: RecordedConnection,
+  conn: RecordedConnection & { tls: boolean },
   har: HarRecorder,
 ): void {
   const started = Date.now();
@@ -145,7 +154,7 @@ function exchange(
     const head = answer ?? {};
     const sentAt = sent || ended;
     const timings = { send: sentAt - started, wait: Math.max(0, waited - sentAt), receive: ended - waited };
-    const url = requestUrl(headers, conn);
+    const url = requestUrl(headers, conn, conn.tls);
     const requestMime = String(headers['content-type'] ?? '');
     const answerMime = String(head['content-type'] ?? '');
     const postBody = requestBody.size > 0 ? harBody(requestBody.bytes(), requestBody.size, requestMime) : undefined;

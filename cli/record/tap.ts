@@ -12,7 +12,7 @@ import {
 } from 'node:http';
 import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
 import { connect as netConnect, type Socket } from 'node:net';
-import type { Duplex } from 'node:stream';
+import { duplexPair, type Duplex } from 'node:stream';
 import { connect as tlsConnect, createSecureContext, TLSSocket } from 'node:tls';
 import { BodyTap, harBody, harHeaders, queryString, type HarRecorder } from './har.js';
 import { HTTP2_PREFACE, recordHttp2, type RecordedConnection } from './tap-h2.js';
@@ -27,6 +27,16 @@ const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'upg
 const TLS_HANDSHAKE = 0x16;
 /** An HTTP/1.x request line starts with a method token (upper-case letters) and a space. */
 const HTTP_REQUEST_LINE = /^[A-Z]{3,10} /;
+
+/**
+ * The protocol devop speaks with a TLS client it records: HTTP/1.1 whenever the client offers it (the local command may
+ * speak nothing else), h2 only to a client that offers h2 alone (the agent's TLS towards the local command under
+ * --tls-secret, after its client chose h2); nothing else (the handshake then fails, as the client asked).
+ */
+export function chooseAlpn(protocols: readonly string[]): string | undefined {
+  if (protocols.includes('http/1.1')) return 'http/1.1';
+  return protocols.includes('h2') ? 'h2' : undefined;
+}
 
 /** What the first bytes of a connection say it carries: `h2c` for HTTP/2's preface (its `PRI *` is no request). */
 export function sniff(first: Buffer): 'tls' | 'http' | 'h2c' | 'other' {
@@ -89,31 +99,43 @@ export class ExchangeRecorder {
       recordHttp2(stream, conn, this.har, this.onError);
       return true;
     }
-    let socket: Duplex = stream;
-    if (kind === 'tls') {
-      this.secureContext ??= createSecureContext(makeSessionCert('devop --record'));
-      // Only HTTP/1.1 is offered: a client that prefers h2 falls back to it.
-      socket = new TLSSocket(stream, {
-        isServer: true,
-        secureContext: this.secureContext,
-        ALPNProtocols: ['http/1.1'],
-      });
-      socket.on('error', (err) =>
-        this.onError(
-          `--record: TLS with a client of port ${conn.port} failed (${err.message}); a client that checks the ` +
-            "server's certificate refuses the one devop shows while recording: drop --record, or let the client " +
-            'skip verification',
-        ),
-      );
+    if (kind === 'http') {
+      this.serveHttp1(stream, conn, false);
+      return true;
     }
-    const tls = kind === 'tls';
+    this.secureContext ??= createSecureContext(makeSessionCert('devop --record'));
+    const socket = new TLSSocket(stream, {
+      isServer: true,
+      secureContext: this.secureContext,
+      ALPNCallback: ({ protocols }) => chooseAlpn(protocols),
+    });
+    socket.on('error', (err) =>
+      this.onError(
+        `--record: TLS with a client of port ${conn.port} failed (${err.message}); a client that checks the ` +
+          "server's certificate refuses the one devop shows while recording: drop --record, or let the client " +
+          'skip verification',
+      ),
+    );
+    socket.once('secure', () => {
+      if (socket.alpnProtocol === 'h2') {
+        // Node's HTTP/2 server does not take a TLSSocket over a JS stream as its connection; a plain duplex it does.
+        const [inner, outer] = duplexPair();
+        socket.pipe(outer).pipe(socket);
+        outer.on('error', () => socket.destroy());
+        socket.once('close', () => outer.destroy());
+        recordHttp2(inner, conn, this.har, this.onError, true);
+      } else this.serveHttp1(socket, conn, true);
+    });
+    return true;
+  }
+
+  private serveHttp1(socket: Duplex, conn: RecordedConnection, tls: boolean): void {
     const agent = tls
       ? new HttpsAgent({ keepAlive: true, maxSockets: 1, rejectUnauthorized: false })
       : new HttpAgent({ keepAlive: true, maxSockets: 1 });
     socket.once('close', () => agent.destroy());
     this.connections.set(socket, { ...conn, tls, agent });
     this.server.emit('connection', socket);
-    return true;
   }
 
   private exchange(req: IncomingMessage, res: ServerResponse): void {
