@@ -147,7 +147,7 @@ describe('--record of HTTP/2 (h2c)', () => {
   it('Given a recording, When a call comes in TLS offering h2 alone (the agent under --tls-secret), Then it is answered and recorded as HTTPS HTTP/2', async () => {
     // Given a local command that serves h2 in TLS, and a recording session
     const local = await localGrpc(() => '0', true);
-    const { agent, har, file } = await setup(local.port);
+    const { agent, har, file, dir } = await setup(local.port);
     // When a call comes on a stolen stream in TLS whose client offers h2 only
     const hello = grpcFrame('tls');
     const answer = await call(stolenH2c(agent, true), '/x.Echo/Say', hello);
@@ -158,6 +158,8 @@ describe('--record of HTTP/2 (h2c)', () => {
     const [entry] = await readHar(file);
     expect(entry.request).toMatchObject({ url: 'https://orders.default.svc:50051/x.Echo/Say', httpVersion: 'HTTP/2' });
     expect(entry.response._trailers).toContainEqual({ name: 'grpc-status', value: '0' });
+    // And replay sends it in TLS over HTTP/2 again
+    expect((await runReplay({ file, env: { XDG_CONFIG_HOME: dir } })).summary).toMatchObject({ same: 1, failed: 0 });
   });
 
   it('Given a recording, When unary gRPC calls come over h2c, Then they are answered with their trailers and recorded as HTTP/2', async () => {

@@ -151,15 +151,19 @@ function send(entry: HarEntry, port: number): Promise<Sent> {
 }
 
 /**
- * A request recorded over HTTP/2 goes over HTTP/2 again (h2c, prior knowledge, as the agent sent it to the local
- * command), on a connection of its own; `te: trailers` goes too (gRPC servers want it), and the answer's trailers are
+ * A request recorded over HTTP/2 goes over HTTP/2 again (h2c with prior knowledge, as the agent sent it to the local
+ * command, or h2 in TLS), on a connection of its own; `te: trailers` goes too (gRPC servers want it), and the answer's trailers are
  * read for a gRPC call's status.
  */
 function sendHttp2(entry: HarEntry, url: URL, port: number, headers: OutgoingHttpHeaders, body: Buffer): Promise<Sent> {
   const started = Date.now();
   const te = entry.request.headers.find((h) => h.name.toLowerCase() === 'te')?.value;
   return new Promise((resolve, reject) => {
-    const session = connectHttp2(`http://127.0.0.1:${port}`, { settings: { enablePush: false } });
+    // In TLS again when it was recorded in TLS (the local command's own certificate, on loopback).
+    const session =
+      url.protocol === 'https:'
+        ? connectHttp2(`https://127.0.0.1:${port}`, { settings: { enablePush: false }, rejectUnauthorized: false })
+        : connectHttp2(`http://127.0.0.1:${port}`, { settings: { enablePush: false } });
     const fail = (err: Error): void => {
       session.destroy();
       reject(err);
