@@ -1,4 +1,4 @@
-// Unit tests of the outgoing session: the child env it adds (proxy variables, both preloads), remote files under
+// Unit tests of the outgoing session: the child env it adds (proxy variables, both preloads, --outgoing-netns), remote
 // DEVOP_ROOT (and their removal), and the user errors for bad rules and missing remote files. Local dialer, real temp
 // directories.
 import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync } from 'node:fs';
@@ -125,5 +125,47 @@ describe('outgoing session', () => {
       expect.stringMatching(/^(127\.0\.0\.1|::1):9$/),
     ]);
     expect(pod.calls.some((call) => call.op === 'lookup')).toBe(false);
+  });
+
+  it.skipIf(process.platform !== 'linux')(
+    '--outgoing-netns: the command starts under devop-netns with the ports to publish, and without the LD_PRELOAD shim',
+    async () => {
+      // When the session starts with the network namespace
+      const outgoing = await startOutgoing({ dialer: createLocalDialer(), netns: true });
+      try {
+        // Then the command is started under dist/devop-netns, the local ports published, then `--`
+        expect(outgoing.launcher?.([8080, 9090])).toEqual([
+          expect.stringMatching(/\/dist\/devop-netns$/),
+          '--publish',
+          '8080',
+          '--publish',
+          '9090',
+          '--',
+        ]);
+        // And its env names devop's socket and the session's secret, and preloads no shim (its UDP relays would be out
+        // of the namespace's reach)
+        const env = outgoing.env({});
+        expect(env.DEVOP_NETNS_SOCKET).toMatch(/outgoing\.sock$/);
+        expect(env.DEVOP_NETNS_TOKEN).toBe(outgoing.proxy?.credentials.secret);
+        expect(env.LD_PRELOAD).toBeUndefined();
+      } finally {
+        await outgoing.close();
+      }
+    },
+  );
+
+  it('--outgoing-netns while outgoing is off: one warning, no namespace', async () => {
+    const lines: string[] = [];
+    const reporter = {
+      emit: (event: { type: string; message?: string }) => void lines.push(event.message ?? ''),
+      capturesChildOutput: false,
+      close: async () => undefined,
+    };
+    // When outgoing is off and the namespace asked for
+    const outgoing = await startOutgoing({ dialer: createLocalDialer(), netns: true, enabled: false, reporter });
+    // Then the command runs as it is, and one line says why
+    expect(outgoing.launcher).toBeUndefined();
+    expect(lines.filter((line) => line.includes('--outgoing-netns'))).toHaveLength(1);
+    await outgoing.close();
   });
 });

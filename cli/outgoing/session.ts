@@ -137,6 +137,13 @@ export async function startOutgoing(options: OutgoingOptions): Promise<OutgoingS
   const reporter = options.reporter;
   // Before anything starts: a namespace that cannot be had here is one line, not a half-started session.
   const launcherPath = enabled && options.netns ? usableLauncherPath() : undefined;
+  if (options.netns && !enabled && reporter) {
+    warn(
+      reporter,
+      '--outgoing-netns does nothing while outgoing is off (--no-outgoing, or an agent without outgoing ' +
+        "connections): the command runs in this machine's network — fix: drop --no-outgoing, or --outgoing-netns",
+    );
+  }
 
   const dialer = options.localNames ? withLocalNames(options.dialer) : options.dialer;
   const proxyOptions = {
