@@ -1,6 +1,6 @@
 // Unit tests of the outgoing session: the child env it adds (proxy variables, both preloads, --outgoing-netns), remote
-// DEVOP_ROOT (and their removal), and the user errors for bad rules and missing remote files. Local dialer, real temp
-// directories.
+// files under DEVOP_ROOT (and their removal), and the user errors for bad rules and missing remote files. Local
+// dialer, real temp directories.
 import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
