@@ -152,8 +152,8 @@ function send(entry: HarEntry, port: number): Promise<Sent> {
 
 /**
  * A request recorded over HTTP/2 goes over HTTP/2 again (h2c with prior knowledge, as the agent sent it to the local
- * command, or h2 in TLS), on a connection of its own; `te: trailers` goes too (gRPC servers want it), and the answer's trailers are
- * read for a gRPC call's status.
+ * command, or h2 in TLS), on a connection of its own; `te: trailers` goes too (gRPC servers want it), and the answer's
+ * trailers are read for a gRPC call's status.
  */
 function sendHttp2(entry: HarEntry, url: URL, port: number, headers: OutgoingHttpHeaders, body: Buffer): Promise<Sent> {
   const started = Date.now();

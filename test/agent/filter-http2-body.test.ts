@@ -1,6 +1,6 @@
-// The JSON body filter on HTTP/2 (h2c) streams: a stream whose JSON body matches reaches the local command with its body
-// intact, any other the pod, on one client connection; a body over the bound goes to the pod, saying why; gRPC calls
-// (protobuf bodies) are never the body filter's.
+// The JSON body filter on HTTP/2 (h2c) streams: a stream whose JSON body matches reaches the local command with its
+// body intact, any other the pod, on one client connection; a body over the bound goes to the pod, saying why; gRPC
+// calls (protobuf bodies) are never the body filter's.
 import { connect as connectHttp2, createServer, type ClientHttp2Session } from 'node:http2';
 import { connect } from 'node:net';
 import { join } from 'node:path';
