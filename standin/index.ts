@@ -98,7 +98,14 @@ export async function startCluster(options: ClusterOptions = {}): Promise<Cluste
     const names = servingNames(`${serviceNet}.1`);
     if (subnets) names.push(`IP:${controlPlaneIP}`);
     const certs = await makeCerts(dir, names);
-    const cp = await startControlPlane({ cert: certs.certPem, key: certs.keyPem, serviceNet, nodeName: NODE_NAME });
+    const serviceNet6 = subnets?.serviceCIDR6?.replace(/\/112$/, '');
+    const cp = await startControlPlane({
+      cert: certs.certPem,
+      key: certs.keyPem,
+      serviceNet,
+      serviceNet6,
+      nodeName: NODE_NAME,
+    });
     cleanups.push(() => cp.stop());
     const server = cp.api.url;
     const kubeconfigPath = join(dir, 'kubeconfig');

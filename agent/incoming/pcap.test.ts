@@ -54,7 +54,7 @@ function ipv6Tcp(p: Packet & { nextHeader?: number }): Buffer {
     const groups = (part: string) => (part ? part.split(':').map((g) => Number.parseInt(g, 16)) : []);
     const all = [...groups(head), ...Array(8 - groups(head).length - groups(tail).length).fill(0), ...groups(tail)];
     const b = Buffer.alloc(16);
-    all.forEach((g, i) => b.writeUInt16BE(g, i * 2));
+    for (const [i, g] of all.entries()) b.writeUInt16BE(g, i * 2);
     return b;
   };
   bytes(p.src ?? 'fd00:244::3').copy(ip, 8);

@@ -5,6 +5,7 @@ import { defaultWebhookConfiguration, MUTATING_WEBHOOKS, VALIDATING_WEBHOOKS } f
 import { invalid, type K8sObject } from './errors.js';
 import type { ResourceType } from './resources.js';
 import { labelSelectorMatcher } from './selectors.js';
+import { initServiceIPs, type ServiceIPs } from './service-ip-families.js';
 
 const NAME_RE = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
 const LABEL_NAME_RE = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
@@ -110,7 +111,8 @@ function validateSelector(t: ResourceType, obj: K8sObject): void {
 }
 
 export interface DefaultingContext {
-  allocateClusterIP(): string;
+  /** The cluster's Service families and ClusterIP allocation (service-ip-families.ts). */
+  serviceIPs: ServiceIPs;
 }
 
 /** Fills server-side defaults of a new object and validates it; `obj` is owned by the caller and mutated in place. */
@@ -217,10 +219,7 @@ export function defaultOnCreate(t: ResourceType, obj: K8sObject, ctx: Defaulting
         p.targetPort ??= p.port;
       }
       if (spec.type !== 'ExternalName') {
-        if (spec.clusterIP === undefined || spec.clusterIP === '') spec.clusterIP = ctx.allocateClusterIP();
-        spec.clusterIPs ??= [spec.clusterIP];
-        spec.ipFamilies ??= spec.clusterIP === 'None' ? ['IPv4'] : ['IPv4'];
-        spec.ipFamilyPolicy ??= 'SingleStack';
+        initServiceIPs(name, spec, ctx.serviceIPs);
         spec.internalTrafficPolicy ??= 'Cluster';
       }
       obj.status ??= { loadBalancer: {} };

@@ -20,6 +20,8 @@ export interface ControlPlaneOptions {
   key: string;
   /** First three octets of the Service range; `<serviceNet>.1` is the `kubernetes` Service. */
   serviceNet: string;
+  /** The IPv6 Service range's prefix (its /112) on a dual-stack cluster, e.g. `fd00:244:7:1::`. */
+  serviceNet6?: string;
   nodeName: string;
 }
 
@@ -45,7 +47,11 @@ export async function startControlPlane(o: ControlPlaneOptions): Promise<Control
   const store = new Store();
   const catalog = new Catalog(store);
   let runtime: NodeRuntime | undefined;
-  const objects = new Objects(store, catalog, { gracefulPods: () => runtime !== undefined, serviceNet: o.serviceNet });
+  const objects = new Objects(store, catalog, {
+    gracefulPods: () => runtime !== undefined,
+    serviceNet: o.serviceNet,
+    serviceNet6: o.serviceNet6,
+  });
   const auth = new Authenticator();
   const aggregator = new Aggregator(objects);
   const api = await startApiServer({

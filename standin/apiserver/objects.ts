@@ -14,6 +14,7 @@ import {
 import { applyPatch, type PatchKind } from './patch.js';
 import { apiVersionOf, storeKey, type ResourceType } from './resources.js';
 import type { Store } from './store.js';
+import type { IPFamily, ServiceIPs } from './service-ip-families.js';
 
 export interface WriteOptions {
   subresource?: string;
@@ -36,6 +37,8 @@ export interface ObjectsOptions {
   gracefulPods: () => boolean;
   /** First three octets of the Service ClusterIP range, e.g. `10.96.7`. */
   serviceNet: string;
+  /** The IPv6 ClusterIP range's prefix on a dual-stack cluster, e.g. `fd00:244:7:1::` (its /112). */
+  serviceNet6?: string;
 }
 
 /** Kinds that a PUT may create (AllowCreateOnUpdate in kube-apiserver). */
@@ -116,10 +119,18 @@ export class Objects {
     }
   }
 
-  allocateClusterIP(): string {
-    const used = new Set(this.store.list('/services').map((s) => s.spec?.clusterIP));
+  /** The cluster's Service families (IPv4 first: the default family) and a free ClusterIP of either. */
+  get serviceIPs(): ServiceIPs {
+    return {
+      families: this.opts.serviceNet6 ? ['IPv4', 'IPv6'] : ['IPv4'],
+      allocate: (family) => this.allocateClusterIP(family),
+    };
+  }
+
+  allocateClusterIP(family: IPFamily = 'IPv4'): string {
+    const used = new Set(this.store.list('/services').flatMap((s) => s.spec?.clusterIPs ?? [s.spec?.clusterIP]));
     for (let i = 10; i < 255; i++) {
-      const ip = `${this.opts.serviceNet}.${i}`;
+      const ip = family === 'IPv6' ? `${this.opts.serviceNet6}${i.toString(16)}` : `${this.opts.serviceNet}.${i}`;
       if (!used.has(ip)) return ip;
     }
     throw new ApiError(500, 'InternalError', 'Internal error occurred: failed to allocate a serviceIP: range is full');
@@ -151,7 +162,7 @@ export class Objects {
     if (t.generation) obj.metadata.generation = 1;
     else delete obj.metadata.generation;
     if (CLEAR_STATUS_ON_CREATE.has(storeKey(t)) || (t.custom && t.hasStatus)) delete obj.status;
-    defaultOnCreate(t, obj, { allocateClusterIP: () => this.allocateClusterIP() });
+    defaultOnCreate(t, obj, { serviceIPs: this.serviceIPs });
     if (w.dryRun) return obj;
     return this.present(t, this.store.put(storeKey(t), obj));
   }

@@ -1,11 +1,15 @@
 // The cluster DNS on the node IP, port 53 (UDP and TCP), as CoreDNS's kubernetes plugin answers:
 // <svc>.<ns>.svc.<domain> (ClusterIP, or the ready endpoints of a headless Service), <a-b-c-d>.<ns>.pod.<domain>; every
-// other name is NXDOMAIN (there is no upstream: pods only reach the cluster).
+// other name is NXDOMAIN (there is no upstream: pods only reach the cluster). A records carry a Service's IPv4
+// addresses, AAAA records its IPv6 ones (a dual-stack Service has both: CoreDNS plugin/kubernetes answers each type
+// from its family's ClusterIP or endpoints).
+import { isIPv6 } from 'node:net';
 import { createSocket, type Socket as UdpSocket } from 'node:dgram';
 import { createServer, type Server } from 'node:net';
 import type { V1Endpoints, V1Service } from '@kubernetes/client-node';
 
 const TYPE_A = 1;
+const TYPE_AAAA = 28;
 const TYPE_SRV = 33;
 const CLASS_IN = 1;
 const RCODE_OK = 0;
@@ -19,6 +23,8 @@ export interface DnsData {
   domain: string;
   service(namespace: string, name: string): V1Service | undefined;
   endpoints(namespace: string, name: string): V1Endpoints | undefined;
+  /** A pod's address of the other family (its IPv6 twin): a headless dual-stack Service's other endpoints. */
+  twin?(ip: string): string | undefined;
 }
 
 interface Question {
@@ -58,7 +64,7 @@ export function parseQuery(msg: Buffer): { id: number; flags: number; question: 
   };
 }
 
-type Answer = { type: 'A'; ip: string } | { type: 'SRV'; port: number; target: string };
+type Answer = { type: 'A'; ip: string } | { type: 'AAAA'; ip: string } | { type: 'SRV'; port: number; target: string };
 
 function encodeName(name: string): Buffer {
   return Buffer.concat([
@@ -86,12 +92,14 @@ export function buildResponse(
   header.writeUInt16BE(answers.length, 6);
   const records = answers.map((a) => {
     const fixed = Buffer.alloc(10);
-    fixed.writeUInt16BE(a.type === 'A' ? TYPE_A : TYPE_SRV, 0);
+    fixed.writeUInt16BE(a.type === 'A' ? TYPE_A : a.type === 'AAAA' ? TYPE_AAAA : TYPE_SRV, 0);
     fixed.writeUInt16BE(CLASS_IN, 2);
     fixed.writeUInt32BE(TTL_SECONDS, 4);
     let data: Buffer;
     if (a.type === 'A') {
       data = Buffer.from(a.ip.split('.').map(Number));
+    } else if (a.type === 'AAAA') {
+      data = ipv6Bytes(a.ip);
     } else {
       const head = Buffer.alloc(6);
       head.writeUInt16BE(0, 0);
@@ -130,10 +138,32 @@ export function resolveName(name: string, type: number, data: DnsData): Answer[]
     if (!port) return undefined;
     return type === TYPE_SRV ? [{ type: 'SRV', port: port.port, target: svcFqdn }] : [];
   }
-  if (type !== TYPE_A) return [];
-  if (ip && ip !== 'None') return [{ type: 'A', ip }];
+  if (type !== TYPE_A && type !== TYPE_AAAA) return [];
+  const six = type === TYPE_AAAA;
+  const record = six ? ('AAAA' as const) : ('A' as const);
+  const families = svc.spec?.ipFamilies ?? ['IPv4'];
+  if (ip && ip !== 'None')
+    return (svc.spec?.clusterIPs ?? [ip]).filter((c) => isIPv6(c) === six).map((c) => ({ type: record, ip: c }));
+  // Headless: the ready endpoints of the asked family (Endpoints hold the primary family's; the other's are twins).
+  if (!families.includes(six ? 'IPv6' : 'IPv4')) return [];
   const eps = data.endpoints(ns, svcName);
-  return (eps?.subsets ?? []).flatMap((s) => s.addresses ?? []).map((a) => ({ type: 'A' as const, ip: a.ip }));
+  return (eps?.subsets ?? [])
+    .flatMap((s) => s.addresses ?? [])
+    .map((a) => (isIPv6(a.ip) === six ? a.ip : data.twin?.(a.ip)))
+    .filter((a): a is string => a !== undefined)
+    .map((a) => ({ type: record, ip: a }));
+}
+
+/** An IPv6 address's 16 bytes. */
+function ipv6Bytes(ip: string): Buffer {
+  const [head, tail = ''] = ip.split('::');
+  const groups = (part: string) => (part ? part.split(':').map((g) => Number.parseInt(g, 16)) : []);
+  const all = ip.includes('::')
+    ? [...groups(head), ...new Array(8 - groups(head).length - groups(tail).length).fill(0), ...groups(tail)]
+    : groups(head);
+  const bytes = Buffer.alloc(16);
+  for (const [i, g] of all.entries()) bytes.writeUInt16BE(g, i * 2);
+  return bytes;
 }
 
 export function answerQuery(msg: Buffer, data: DnsData): Buffer | undefined {

@@ -196,6 +196,8 @@ export async function startKubelet(opts: KubeletOptions): Promise<Kubelet> {
   const proxy = new ServiceProxy({
     tag: node.network.tag,
     serviceCIDR: node.serviceCIDR,
+    serviceCIDR6: node.network.subnets.serviceCIDR6,
+    twin: (ip) => node.network.twinOf(ip),
     services: () => [...services.values()],
     endpoints: (namespace, name) => endpoints.get(`${namespace}/${name}`),
   });
@@ -204,6 +206,7 @@ export async function startKubelet(opts: KubeletOptions): Promise<Kubelet> {
     domain: opts.clusterDomain ?? 'cluster.local',
     service: (namespace, name) => services.get(`${namespace}/${name}`),
     endpoints: (namespace, name) => endpoints.get(`${namespace}/${name}`),
+    twin: (ip) => node.network.twinOf(ip),
   });
 
   const deleting = new Set<string>();

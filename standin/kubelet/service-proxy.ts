@@ -1,6 +1,9 @@
 // ClusterIP Services as kube-proxy's iptables mode makes them: per instance, nat chains jumped to from PREROUTING
 // (pods) and OUTPUT (the host) that DNAT a ClusterIP:port to one of the Service's ready endpoints, chosen at random; a
 // filter chain rejects ClusterIP:ports with no endpoint at once; hairpin connections (a pod to itself) are masqueraded.
+// On a dual-stack node the same chains exist in ip6tables for the IPv6 ClusterIPs (a dual-stack Service has one of
+// each family). kube-proxy takes each family's endpoints from that family's EndpointSlice; the stand-in serves
+// Endpoints only (the Service's primary family), so the other family's endpoint is the same pod's twin address.
 import { createHash } from 'node:crypto';
 import type { V1Endpoints, V1Service } from '@kubernetes/client-node';
 import { run } from './host.js';
@@ -11,9 +14,21 @@ const HAIRPIN_MARK = '0x20000/0x20000';
 export interface ServiceProxyOptions {
   tag: string;
   serviceCIDR: string;
+  /** The IPv6 ClusterIP range on a dual-stack node. */
+  serviceCIDR6?: string;
   services(): V1Service[];
   endpoints(namespace: string, name: string): V1Endpoints | undefined;
+  /** A pod's address of the other family (its IPv6 twin of an IPv4 address, or back), undefined when it has none. */
+  twin?(ip: string): string | undefined;
 }
+
+type Family = 'IPv4' | 'IPv6';
+
+/** One family's tools and address forms. */
+const FAMILY = {
+  IPv4: { restore: 'iptables-restore', host: (ip: string) => `${ip}/32`, hostPort: (ip: string) => ip },
+  IPv6: { restore: 'ip6tables-restore', host: (ip: string) => `${ip}/128`, hostPort: (ip: string) => `[${ip}]` },
+} as const;
 
 function chainHash(...parts: string[]): string {
   return createHash('sha1').update(parts.join('/')).digest('hex').slice(0, 10).toUpperCase();
@@ -23,7 +38,7 @@ export class ServiceProxy {
   private readonly svcChain: string;
   private readonly postChain: string;
   private readonly rejectChain: string;
-  private current = new Set<string>();
+  private readonly current: Record<Family, Set<string>> = { IPv4: new Set(), IPv6: new Set() };
   private timer: NodeJS.Timeout | undefined;
   private syncing: Promise<void> = Promise.resolve();
   private stopped = false;
@@ -38,9 +53,18 @@ export class ServiceProxy {
    * Creates the instance's chains and the jumps to them (only for the Service range, so other traffic is untouched).
    */
   async setUp(): Promise<void> {
-    const cidr = this.o.serviceCIDR;
+    for (const family of this.families()) await this.setUpFamily(family);
+  }
+
+  /** The families this node serves Services in. */
+  private families(): Family[] {
+    return this.o.serviceCIDR6 ? ['IPv4', 'IPv6'] : ['IPv4'];
+  }
+
+  private async setUpFamily(family: Family): Promise<void> {
+    const cidr = family === 'IPv6' ? this.o.serviceCIDR6 : this.o.serviceCIDR;
     await run(
-      'iptables-restore',
+      FAMILY[family].restore,
       ['--noflush', '-w'],
       [
         '*nat',
@@ -76,14 +100,17 @@ export class ServiceProxy {
     await this.syncing;
   }
 
-  /** The rules for the current Services and Endpoints, written in one iptables-restore (atomic per table). */
-  rules(): { nat: string[]; filter: string[]; chains: Set<string> } {
+  /** One family's rules for the current Services and Endpoints, written in one restore (atomic per table). */
+  rules(family: Family = 'IPv4'): { nat: string[]; filter: string[]; chains: Set<string> } {
     const nat: string[] = [];
     const filter: string[] = [];
     const chains = new Set<string>();
+    const { host, hostPort } = FAMILY[family];
     for (const svc of this.o.services()) {
-      const ip = svc.spec?.clusterIP;
+      const ip = (svc.spec?.clusterIPs ?? [svc.spec?.clusterIP])[(svc.spec?.ipFamilies ?? ['IPv4']).indexOf(family)];
       if (!ip || ip === 'None') continue;
+      // Endpoints hold the primary family's addresses; the other family's are their twins.
+      const primary = (svc.spec?.ipFamilies ?? ['IPv4'])[0] === family;
       const ns = svc.metadata?.namespace ?? 'default';
       const name = svc.metadata?.name ?? '';
       const eps = this.o.endpoints(ns, name);
@@ -95,9 +122,12 @@ export class ServiceProxy {
             (p) => (p.name ?? '') === (port.name ?? '') && (p.protocol ?? 'TCP').toLowerCase() === proto,
           );
           if (!epPort) continue;
-          for (const addr of subset.addresses ?? []) targets.push({ ip: addr.ip, port: epPort.port });
+          for (const addr of subset.addresses ?? []) {
+            const target = primary ? addr.ip : this.o.twin?.(addr.ip);
+            if (target) targets.push({ ip: target, port: epPort.port });
+          }
         }
-        const match = `-d ${ip}/32 -p ${proto} -m ${proto} --dport ${port.port}`;
+        const match = `-d ${host(ip)} -p ${proto} -m ${proto} --dport ${port.port}`;
         if (targets.length === 0) {
           filter.push(`-A ${this.rejectChain} ${match} -j REJECT`);
           continue;
@@ -111,8 +141,8 @@ export class ServiceProxy {
           const left = targets.length - i;
           const pick = left > 1 ? ` -m statistic --mode random --probability ${(1 / left).toFixed(5)}` : '';
           nat.push(`-A ${svcPortChain}${pick} -j ${epChain}`);
-          nat.push(`-A ${epChain} -s ${t.ip}/32 -j MARK --set-xmark ${HAIRPIN_MARK}`);
-          nat.push(`-A ${epChain} -p ${proto} -m ${proto} -j DNAT --to-destination ${t.ip}:${t.port}`);
+          nat.push(`-A ${epChain} -s ${host(t.ip)} -j MARK --set-xmark ${HAIRPIN_MARK}`);
+          nat.push(`-A ${epChain} -p ${proto} -m ${proto} -j DNAT --to-destination ${hostPort(t.ip)}:${t.port}`);
         });
       }
     }
@@ -120,11 +150,17 @@ export class ServiceProxy {
   }
 
   private async sync(): Promise<void> {
-    if (this.stopped) return;
-    const { nat, filter, chains } = this.rules();
-    const stale = [...this.current].filter((c) => !chains.has(c));
+    for (const family of this.families()) {
+      if (this.stopped) return;
+      await this.syncFamily(family);
+    }
+  }
+
+  private async syncFamily(family: Family): Promise<void> {
+    const { nat, filter, chains } = this.rules(family);
+    const stale = [...this.current[family]].filter((c) => !chains.has(c));
     await run(
-      'iptables-restore',
+      FAMILY[family].restore,
       ['--noflush', '-w'],
       [
         '*nat',
@@ -142,7 +178,7 @@ export class ServiceProxy {
         '',
       ].join('\n'),
     );
-    this.current = chains;
+    this.current[family] = chains;
   }
 
   stop(): void {

@@ -4,7 +4,7 @@ import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { UserError } from '../../shared/errors.js';
 import { run } from './host.js';
-import { hostHasIPv6, pidAlive, SUBNET_LOCK_DIR, type NodeSubnets } from './network.js';
+import { hostHasIPv6, kernelForwardsIPv6PerInterface, pidAlive, SUBNET_LOCK_DIR, type NodeSubnets } from './network.js';
 import { cleanStaleInstances } from './stale.js';
 
 /** Pod subnets are 10.<244..250>.<x>.0/24; services get the twin 10.<96..102>.<x>.0/24. */
@@ -46,6 +46,7 @@ export async function reserveSubnets(instance: string): Promise<NodeSubnets> {
         serviceCIDR: `${servicePrefix}.0/24`,
         // Dual-stack as kind's `ipFamily: dual`: the /24's twin among unique-local addresses, free with the /24's lock.
         ...(hostHasIPv6() ? { podCIDR6: `fd00:${o2}:${o3}::/64` } : {}),
+        ...(hostHasIPv6() && kernelForwardsIPv6PerInterface() ? { serviceCIDR6: `fd00:${o2}:${o3}:1::/112` } : {}),
         prefix,
         release: () => rmSync(lock, { force: true }),
       };

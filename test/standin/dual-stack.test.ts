@@ -3,6 +3,7 @@
 // file and status.podIPs env are written as kubernetes pkg/kubelet/kubelet_pods.go writes them
 // (managedHostsFileContent; podFieldSelectorRuntimeValue: the IPs joined with commas).
 import { randomBytes } from 'node:crypto';
+import { Resolver } from 'node:dns/promises';
 import { isIPv4, isIPv6 } from 'node:net';
 import { CoreV1Api, KubeConfig, type V1Pod } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -10,6 +11,8 @@ import { startCluster, type ClusterHandle } from '../../standin/index.js';
 import type { NodeRuntime } from '../../standin/node-runtime.js';
 import { execOutput, isReady, waitForPod } from '../../testkit/pods.js';
 import { requireRoot } from '../../testkit/root.js';
+import { waitFor } from '../../testkit/wait.js';
+import { kernelForwardsIPv6PerInterface } from '../../standin/kubelet/network.js';
 
 requireRoot('stand-in dual-stack pods');
 
@@ -102,4 +105,129 @@ describe('a dual-stack node', () => {
     expect(hosts).toContain(`${ips[1]}\t${server}\n`);
     expect(hosts).toContain('fe00::1\tip6-allnodes\n');
   });
+
+  // IPv6 ClusterIPs need IPv6 forwarding on the node's bridge alone (force_forwarding, Linux 6.17+): without it the
+  // stand-in's Services stay IPv4, as a single-stack cluster's do, and these tests cannot run.
+  const dualStackServices = kernelForwardsIPv6PerInterface();
+
+  it.runIf(dualStackServices)(
+    'gives a PreferDualStack Service a ClusterIP of each family, reached from a pod and named by A and AAAA records',
+    async () => {
+      // Given an http-echo pod on both families behind a PreferDualStack Service
+      const app = name('dual');
+      await runningPod({
+        metadata: { name: app, labels: { app } },
+        spec: {
+          containers: [
+            {
+              name: 'echo',
+              image: 'devop.test/http-echo',
+              env: [{ name: 'LISTEN_HOST', value: '::' }],
+              readinessProbe: { tcpSocket: { port: 8080 }, periodSeconds: 1 },
+            },
+          ],
+        },
+      });
+      const svc = await core.createNamespacedService({
+        namespace: 'default',
+        body: {
+          metadata: { name: app },
+          spec: { selector: { app }, ipFamilyPolicy: 'PreferDualStack', ports: [{ port: 80, targetPort: 8080 }] },
+        },
+      });
+      // Then it has both families, IPv4 first (the cluster's default), and clusterIP is the first
+      // (kubernetes pkg/registry/core/service/storage/alloc.go initIPFamilyFields, allocClusterIPs)
+      expect(svc.spec?.ipFamilies).toEqual(['IPv4', 'IPv6']);
+      const [v4, v6] = svc.spec?.clusterIPs ?? [];
+      expect(isIPv4(v4)).toBe(true);
+      expect(isIPv6(v6)).toBe(true);
+      expect(svc.spec?.clusterIP).toBe(v4);
+      // And a pod reaches the Service over IPv6 and over IPv4
+      const client = name('svc-client');
+      await runningPod({
+        metadata: { name: client },
+        spec: {
+          containers: [
+            {
+              name: 'sh',
+              image: 'devop.test/shell',
+              command: ['sleep', '3600'],
+              readinessProbe: { exec: { command: ['true'] }, periodSeconds: 1 },
+            },
+          ],
+        },
+      });
+      const get = (host: string) =>
+        exec(client, [
+          'node',
+          '-e',
+          `fetch('http://${host}/via-service').then((r) => r.json()).then((b) => process.stdout.write(b.pod))`,
+        ]);
+      await waitFor('the IPv6 ClusterIP to answer', async () => (await get(`[${v6}]`).catch(() => '')) === app);
+      expect(await get(v4)).toBe(app);
+      // And the cluster DNS names it with an A record for the IPv4 ClusterIP and an AAAA record for the IPv6 one
+      const dns = new Resolver();
+      dns.setServers([cluster.runtime!.nodeIP]);
+      const fqdn = `${app}.default.svc.cluster.local`;
+      expect(await dns.resolve4(fqdn)).toEqual([v4]);
+      expect(await dns.resolve6(fqdn)).toEqual([v6]);
+    },
+  );
+
+  it.runIf(dualStackServices)(
+    'an IPv6 SingleStack Service has an IPv6 ClusterIP and IPv6 endpoints; wrong family fields are 422',
+    async () => {
+      const app = name('six');
+      await runningPod({
+        metadata: { name: app, labels: { app } },
+        spec: {
+          containers: [
+            {
+              name: 'echo',
+              image: 'devop.test/http-echo',
+              env: [{ name: 'LISTEN_HOST', value: '::' }],
+              readinessProbe: { tcpSocket: { port: 8080 }, periodSeconds: 1 },
+            },
+          ],
+        },
+      });
+      const svc = await core.createNamespacedService({
+        namespace: 'default',
+        body: { metadata: { name: app }, spec: { selector: { app }, ipFamilies: ['IPv6'], ports: [{ port: 8080 }] } },
+      });
+      expect(svc.spec).toMatchObject({ ipFamilyPolicy: 'SingleStack', ipFamilies: ['IPv6'] });
+      expect(isIPv6(svc.spec?.clusterIP ?? '')).toBe(true);
+      // The endpoints controller writes the Service's primary family (endpoints_controller.go
+      // podToEndpointAddressForService)
+      const eps = await waitFor('the IPv6 endpoints', async () => {
+        const e = await core.readNamespacedEndpoints({ namespace: 'default', name: app }).catch(() => undefined);
+        return e?.subsets?.[0]?.addresses?.[0]?.ip;
+      });
+      expect(isIPv6(eps)).toBe(true);
+      // And the node reaches it at that ClusterIP (once its service proxy has the endpoint)
+      const answer = () =>
+        fetch(`http://[${svc.spec?.clusterIP}]:8080/`, { signal: AbortSignal.timeout(2000) })
+          .then((r) => r.json() as Promise<{ pod: string }>)
+          .catch(() => undefined);
+      await waitFor('the IPv6 ClusterIP to answer the node', async () => (await answer())?.pod === app);
+      // Two families with SingleStack is refused in kube-apiserver's words
+      const refused = await core
+        .createNamespacedService({
+          namespace: 'default',
+          body: {
+            metadata: { name: name('bad') },
+            spec: { ipFamilyPolicy: 'SingleStack', ipFamilies: ['IPv4', 'IPv6'], ports: [{ port: 80 }] },
+          },
+        })
+        .then(
+          () => undefined,
+          (err: { code?: number; body?: string }) => ({ code: err.code, status: JSON.parse(err.body ?? '{}') }),
+        );
+      expect(refused?.code).toBe(422);
+      expect(refused?.status.message).toContain(
+        `spec.ipFamilyPolicy: Invalid value: "SingleStack": must be 'RequireDualStack' or 'PreferDualStack' when ` +
+          'multiple IP families are specified',
+      );
+    },
+  );
 });

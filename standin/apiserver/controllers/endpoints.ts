@@ -1,4 +1,7 @@
-// Endpoints from Services and their selected pods (ready → addresses, not ready → notReadyAddresses).
+// Endpoints from Services and their selected pods (ready → addresses, not ready → notReadyAddresses). The addresses are
+// of the Service's primary IP family, as the endpoints controller writes them on a dual-stack cluster (kubernetes
+// pkg/controller/endpoint/endpoints_controller.go, podToEndpointAddressForService: the pod IP of ipFamilies[0]).
+import { isIPv6 } from 'node:net';
 import type { K8sObject } from '../errors.js';
 import type { Objects } from '../objects.js';
 import { mapSelectorMatcher } from '../selectors.js';
@@ -12,9 +15,18 @@ function resolveTargetPort(pod: K8sObject, target: unknown): number | undefined 
   return undefined;
 }
 
+/** The pod's address of the Service's primary family, or undefined when it has none of that family. */
+function podAddressFor(svc: K8sObject, pod: K8sObject): string | undefined {
+  const six = svc.spec?.ipFamilies?.[0] === 'IPv6';
+  const ips: string[] = (pod.status?.podIPs ?? []).map((p: K8sObject) => p.ip);
+  return ips.find((ip) => isIPv6(ip) === six) ?? (six ? undefined : pod.status?.podIP);
+}
+
 function endpointsFor(svc: K8sObject, pods: K8sObject[]): K8sObject[] {
   const subsets = new Map<string, K8sObject>();
   for (const pod of pods) {
+    const ip = podAddressFor(svc, pod);
+    if (!ip) continue;
     const ports = (svc.spec.ports ?? []).map((sp: K8sObject) => ({
       name: sp.name,
       port: resolveTargetPort(pod, sp.targetPort ?? sp.port),
@@ -25,7 +37,7 @@ function endpointsFor(svc: K8sObject, pods: K8sObject[]): K8sObject[] {
     const key = JSON.stringify(ports);
     const subset = subsets.get(key) ?? { addresses: [], notReadyAddresses: [], ports };
     const addr = {
-      ip: pod.status.podIP,
+      ip,
       nodeName: pod.spec.nodeName,
       targetRef: { kind: 'Pod', namespace: pod.metadata.namespace, name: pod.metadata.name, uid: pod.metadata.uid },
     };
