@@ -251,26 +251,36 @@ describe('devop exec: HTTP/2 (h2c) through a filtered steal', () => {
   }, 120_000);
 
   it("a slow reader: the agent's memory stays within the stream windows while the client reads nothing", async () => {
-    // Given devop steals the streams that carry x-dev: me, and the agent's resident memory before any
+    // Given devop steals the streams that carry x-dev: me, and the agent's resident memory once it has carried some
     const run = await stealFor(['--http-header-filter', 'x-dev: ^me$']);
     const pid = await agentPid(run);
     const url = `http://${podIP}:${PORT}`;
-    expect((await client.request({ url: `${url}/bytes/${MiB}`, headers: { 'x-dev': 'me' } })).bytes).toBe(MiB);
-    const before = await rssOf(pid);
-    // When the client asks the local command for 48 MiB and, after its first bytes, reads nothing for 4 s
+    for (const headers of [{ 'x-dev': 'me' }, {}] as Record<string, string>[])
+      expect((await client.request({ url: `${url}/bytes/${MiB}`, headers })).bytes).toBe(MiB);
     const size = 48 * MiB;
-    const during: number[] = [];
-    const done = client.request({ url: `${url}/bytes/${size}`, headers: { 'x-dev': 'me' }, pauseMs: 4000 }, () => {
-      for (const ms of [1000, 2000, 3000, 3800]) setTimeout(() => void rssOf(pid).then((rss) => during.push(rss)), ms);
-    });
-    const result = await done;
-    // Then it still gets all of it, and meanwhile the agent held no more than a few windows' worth: far less than the
-    // 48 MiB the local command would have sent into it without flow control
-    expect(result, run.output).toMatchObject({ status: 200, from: 'local', bytes: size, sha256: patternSha256(size) });
-    expect(during).toHaveLength(4);
-    const grown = Math.max(...during) - before;
-    // (measured: under 1 MiB; 22 MiB when the agent copied the answer without minding the client's window)
-    expect(grown, `agent RSS ${before} B before, at most ${Math.max(...during)} B while paused`).toBeLessThan(8 * MiB);
+    for (const [headers, from] of [
+      [{ 'x-dev': 'me' }, 'local'],
+      [{}, 'pod'],
+    ] as const) {
+      const before = await rssOf(pid);
+      // When the client asks for 48 MiB (from the local command, then from the pod) and, after its first bytes, reads
+      // nothing for 4 s
+      const during: number[] = [];
+      const result = await client.request({ url: `${url}/bytes/${size}`, headers, pauseMs: 4000 }, () => {
+        for (const ms of [1000, 2000, 3000, 3800])
+          setTimeout(() => void rssOf(pid).then((rss) => during.push(rss)), ms);
+      });
+      // Then it still gets all of it, and meanwhile the agent held no more than a few windows' worth: far less than
+      // the 48 MiB the other side would have sent into it without flow control
+      expect(result, run.output).toMatchObject({ status: 200, from, bytes: size, sha256: patternSha256(size) });
+      expect(during).toHaveLength(4);
+      // (measured: under 1 MiB; 22 MiB from the local command when the agent copied the answer without minding the
+      // client's window)
+      const most = Math.max(...during);
+      expect(most - before, `${from}: agent RSS ${before} B before, at most ${most} B while paused`).toBeLessThan(
+        8 * MiB,
+      );
+    }
     await run.dispose();
   }, 180_000);
 });
