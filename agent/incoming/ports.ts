@@ -75,16 +75,30 @@ function nativeSteal(subs: PortSubscription[]): PortSubscription | undefined {
 }
 
 /**
- * The pod's default gateway from /proc/net/route (in the pod's netns): on most CNIs, where kubelet's probes come from.
+ * The pod's default gateway (in the pod's netns): on most CNIs, where kubelet's probes come from. IPv4 from
+ * /proc/net/route, else (an IPv6-only pod) IPv6 from /proc/net/ipv6_route.
  */
 export async function defaultGateway(): Promise<string | undefined> {
-  const text = await readFile('/proc/net/route', 'utf8').catch(() => '');
-  for (const line of text.split('\n').slice(1)) {
+  const [v4, v6] = await Promise.all(
+    ['/proc/net/route', '/proc/net/ipv6_route'].map((f) => readFile(f, 'utf8').catch(() => '')),
+  );
+  return gatewayOf(v4, v6);
+}
+
+/** The default gateway in /proc/net/route's text, else in /proc/net/ipv6_route's; undefined when neither has one. */
+export function gatewayOf(route: string, ipv6Route: string): string | undefined {
+  for (const line of route.split('\n').slice(1)) {
     const [, dest, gateway] = line.trim().split(/\s+/);
     if (dest === '00000000' && gateway && gateway !== '00000000') {
       const n = parseInt(gateway, 16);
       return [n & 255, (n >> 8) & 255, (n >> 16) & 255, (n >>> 24) & 255].join('.');
     }
+  }
+  // ipv6_route: destination, its prefix length, source, its length, next hop (32 hex digits each but the lengths).
+  for (const line of ipv6Route.split('\n')) {
+    const [dest, length, , , nextHop] = line.trim().split(/\s+/);
+    if (dest === '0'.repeat(32) && length === '00' && nextHop && /^[0-9a-f]{32}$/.test(nextHop) && /[^0]/.test(nextHop))
+      return new URL(`http://[${nextHop.match(/.{4}/g)?.join(':')}]`).hostname.slice(1, -1);
   }
   return undefined;
 }
