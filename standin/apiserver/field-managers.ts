@@ -1,35 +1,108 @@
-// Server-side apply's field ownership: which manager owns which fields (metadata.managedFields), the 409 when an apply
-// changes a field another manager owns, force=true taking it over, and pruning what an applier stopped applying.
-// Read from sigs.k8s.io/structured-merge-diff merge/update.go (Apply, update, prune) and k8s.io/apiserver
-// pkg/endpoints/handlers/fieldmanager (stripmeta.go, conflict.go). Lists are owned whole (atomic), not per key.
+// Field ownership (metadata.managedFields): server-side apply merged by the kind's schema, with associative lists owned
+// per key, the 409 when an apply changes a field another manager owns, force taking it over, pruning what an applier
+// stopped applying; and the Update manager that every other write records. Read from sigs.k8s.io/structured-merge-diff
+// (merge/update.go Apply, Update, prune; typed/merge.go; typed/tofieldset.go; typed/compare.go; fieldpath/element.go,
+// serialize-pe.go) and k8s.io/apimachinery pkg/util/managedfields/internal (stripmeta.go, conflict.go,
+// skipnonapplied.go, fieldmanager.go decodeLiveOrNew). List and map kinds come from the published schemas
+// (x-kubernetes-list-type, -list-map-keys, -map-type, else patch strategy and merge key, as kube-openapi's schemaconv
+// reads them); a kind without one (a custom resource) merges lists whole, as upstream's deduced type does.
 import { ApiError, type K8sObject } from './errors.js';
+import { loadDefinitions } from './openapi.js';
 
 type Json = unknown;
+type Schema = Record<string, Json>;
+/** Path elements as FieldsV1 spells them: `f:name`, `k:{"name":"app"}`, `v:"x"`, `i:0`. */
 type Path = string[];
+/** A field set: each member path by its JSON; `leaf` when compare.go would see a changed value there. */
+type FieldSet = Map<string, { path: Path; leaf: boolean }>;
 
 interface Owner {
   manager: string;
   operation: 'Apply' | 'Update';
   apiVersion?: string;
   time?: string;
+  subresource?: string;
   paths: Map<string, Path>;
 }
 
 const isMap = (v: Json): v is Record<string, Json> => typeof v === 'object' && v !== null && !Array.isArray(v);
+const same = (a: Json, b: Json) => JSON.stringify(a) === JSON.stringify(b);
+const nowTime = () => new Date().toISOString().replace(/\.\d+Z$/, 'Z');
 
-/** The fields an object sets, leaf by leaf, without what the server owns (stripmeta.go). */
-function leaves(o: Json, at: Path = [], out = new Map<string, Path>()): Map<string, Path> {
-  if (!isMap(o)) {
-    out.set(JSON.stringify(at), at);
-    return out;
+let definitions: Record<string, Schema> | undefined;
+let byGvk: Map<string, Schema> | undefined;
+
+/** The published schema of a built-in kind, by the object's apiVersion and kind. */
+function schemaOf(o: K8sObject | undefined): Schema | undefined {
+  if (!byGvk) {
+    definitions = loadDefinitions() as Record<string, Schema>;
+    byGvk = new Map();
+    for (const s of Object.values(definitions))
+      for (const g of (s['x-kubernetes-group-version-kind'] as Schema[] | undefined) ?? [])
+        byGvk.set(`${g.group ? `${g.group}/` : ''}${g.version}/${g.kind}`, s);
   }
-  for (const [k, v] of Object.entries(o)) {
-    if (v === undefined) continue;
-    if (at.length === 0 && (k === 'apiVersion' || k === 'kind' || k === 'status')) continue;
-    if (at.length === 1 && at[0] === 'metadata' && SERVER_META.has(k)) continue;
-    leaves(v, [...at, k], out);
+  return byGvk.get(`${o?.apiVersion}/${o?.kind}`);
+}
+
+function resolve(s: Schema | undefined): Schema | undefined {
+  let cur = s;
+  for (let hops = 0; cur && hops < 8; hops++) {
+    const allOf = cur.allOf as Schema[] | undefined;
+    const ref = typeof cur.$ref === 'string' ? cur.$ref : allOf?.length === 1 ? allOf[0].$ref : undefined;
+    if (typeof ref !== 'string') return cur;
+    cur = definitions?.[ref.replace(/^#\/(definitions|components\/schemas)\//, '')];
   }
-  return out;
+  return cur;
+}
+
+function fieldSchema(s: Schema | undefined, name: string): { schema?: Schema; structField: boolean } {
+  const props = s?.properties as Record<string, Schema> | undefined;
+  if (props?.[name]) return { schema: resolve(props[name]), structField: true };
+  const extra = s?.additionalProperties;
+  return { schema: isMap(extra) ? resolve(extra) : undefined, structField: false };
+}
+
+type ListKind = { type: 'atomic' } | { type: 'set' } | { type: 'map'; keys: string[] };
+
+/** How a list merges and is owned (kube-openapi pkg/schemaconv: list-type, else patch strategy merge). */
+function listKind(s: Schema | undefined): ListKind {
+  const type = s?.['x-kubernetes-list-type'];
+  if (type === 'set') return { type: 'set' };
+  if (type === 'map') return { type: 'map', keys: (s?.['x-kubernetes-list-map-keys'] as string[]) ?? [] };
+  if (
+    type === undefined &&
+    String(s?.['x-kubernetes-patch-strategy'] ?? '')
+      .split(',')
+      .includes('merge')
+  ) {
+    const key = s?.['x-kubernetes-patch-merge-key'];
+    return typeof key === 'string' ? { type: 'map', keys: [key] } : { type: 'set' };
+  }
+  return { type: 'atomic' };
+}
+
+const itemSchema = (s: Schema | undefined) => resolve(s?.items as Schema | undefined);
+const atomicMap = (s: Schema | undefined) => s?.['x-kubernetes-map-type'] === 'atomic';
+
+/**
+ * Defaults of key fields that kube-apiserver's OpenAPI v3 carries and the v2 definitions here do not (a port's
+ * protocol): a key field left out of an applied item takes its default (typed/helpers.go getAssociativeKeyDefault).
+ */
+const KEY_DEFAULTS: Record<string, Json> = { protocol: 'TCP' };
+
+/** The path element of a list item: its key fields (sorted by name, as serialize-pe.go writes them), value or index. */
+function itemElement(kind: ListKind, item: Json, index: number, s?: Schema): string {
+  if (kind.type === 'set') return `v:${JSON.stringify(item)}`;
+  if (kind.type === 'map' && isMap(item)) {
+    const key: Record<string, Json> = {};
+    const props = s?.properties as Record<string, Schema> | undefined;
+    for (const k of [...kind.keys].sort()) {
+      const v = item[k] ?? props?.[k]?.default ?? (props?.[k] ? KEY_DEFAULTS[k] : undefined);
+      if (v !== undefined) key[k] = v;
+    }
+    return `k:${JSON.stringify(key)}`;
+  }
+  return `i:${index}`;
 }
 
 const SERVER_META = new Set([
@@ -45,51 +118,207 @@ const SERVER_META = new Set([
   'selfLink',
 ]);
 
+/**
+ * The fields an object sets (tofieldset.go), without what the server owns (stripmeta.go) and without status, unless
+ * the write is to the status subresource, which owns nothing else.
+ */
+function fieldSet(o: K8sObject | undefined, subresource?: string, update = false): FieldSet {
+  const out: FieldSet = new Map();
+  if (!isMap(o)) return out;
+  const add = (path: Path, leaf: boolean): void => {
+    out.set(JSON.stringify(path), { path, leaf });
+  };
+  const walk = (v: Json, s: Schema | undefined, at: Path, structField: boolean): void => {
+    if (Array.isArray(v)) {
+      const kind = listKind(s);
+      if (kind.type === 'atomic') {
+        add(at, true);
+        return;
+      }
+      const item = itemSchema(s);
+      v.forEach((x, i) => {
+        const p = [...at, itemElement(kind, x, i, item)];
+        add(p, kind.type === 'set');
+        if (kind.type === 'map') walk(x, item, p, true);
+      });
+      return;
+    }
+    if (!isMap(v) || atomicMap(s)) {
+      add(at, true);
+      return;
+    }
+    const entries = Object.entries(v).filter(([, x]) => x !== undefined);
+    // compare.go also reports a map (not a struct) that appeared as a whole: an Update owns `f:labels` itself.
+    const isMapType = !s?.properties && isMap(s?.additionalProperties);
+    if (entries.length === 0 || !structField || (update && isMapType)) add(at, entries.length === 0);
+    for (const [k, x] of entries) {
+      if (at.length === 0 && (k === 'apiVersion' || k === 'kind')) continue;
+      if (at.length === 0 && (k === 'status') !== (subresource === 'status')) continue;
+      if (at.length === 1 && at[0] === 'f:metadata' && SERVER_META.has(k)) continue;
+      const child = fieldSchema(s, k);
+      walk(x, child.schema, [...at, `f:${k}`], child.structField || at.length === 0);
+    }
+  };
+  walk(o, schemaOf(o), [], true);
+  out.delete('[]');
+  out.delete('["f:metadata"]');
+  return out;
+}
+
+/** Follows one path element into a value: a field, the list item with those keys or that value, an index. */
+function step(v: Json, pe: string): { value: Json; parent: Json; at: string | number } | undefined {
+  const body = pe.slice(2);
+  if (pe.startsWith('f:')) return isMap(v) && body in v ? { value: v[body], parent: v, at: body } : undefined;
+  if (!Array.isArray(v)) return undefined;
+  let i = -1;
+  if (pe.startsWith('i:')) i = Number(body);
+  else if (pe.startsWith('v:')) i = v.findIndex((x) => same(x, JSON.parse(body)));
+  else if (pe.startsWith('k:')) {
+    const key = JSON.parse(body) as Record<string, Json>;
+    i = v.findIndex((x) => isMap(x) && Object.entries(key).every(([k, kv]) => same(x[k], kv)));
+  }
+  return i >= 0 && i < v.length ? { value: v[i], parent: v, at: i } : undefined;
+}
+
 function valueAt(o: Json, p: Path): Json {
   let v = o;
-  for (const k of p) v = isMap(v) ? v[k] : undefined;
+  for (const pe of p) {
+    const s = step(v, pe);
+    if (!s) return undefined;
+    v = s.value;
+  }
   return v;
 }
 
 function removeAt(o: Json, p: Path): void {
   let v = o;
-  for (const k of p.slice(0, -1)) v = isMap(v) ? v[k] : undefined;
-  if (isMap(v)) delete v[p[p.length - 1]];
-}
-
-function toFieldsV1(paths: Iterable<Path>): Record<string, Json> {
-  const root: Record<string, Json> = {};
-  for (const p of paths) {
-    let node = root;
-    for (const k of p) {
-      node[`f:${k}`] ??= {};
-      node = node[`f:${k}`] as Record<string, Json>;
-    }
+  for (const pe of p.slice(0, -1)) {
+    const s = step(v, pe);
+    if (!s) return;
+    v = s.value;
   }
-  return root;
+  const last = step(v, p[p.length - 1]);
+  if (!last) return;
+  if (Array.isArray(last.parent)) last.parent.splice(last.at as number, 1);
+  else delete (last.parent as Record<string, Json>)[last.at as string];
 }
 
-function fromFieldsV1(f: Json, at: Path = [], out = new Map<string, Path>()): Map<string, Path> {
-  const children = isMap(f) ? Object.keys(f).filter((k) => k.startsWith('f:')) : [];
-  if (children.length === 0 && at.length > 0) out.set(JSON.stringify(at), at);
-  for (const k of children) fromFieldsV1((f as Record<string, Json>)[k], [...at, k.slice(2)], out);
+/** typed/merge.go: the applied configuration over the live object, lists merged by kind and associative key. */
+function merge(live: Json, config: Json, s: Schema | undefined): Json {
+  if (Array.isArray(config)) {
+    const kind = listKind(s);
+    if (kind.type === 'atomic' || !Array.isArray(live)) return structuredClone(config);
+    const item = itemSchema(s);
+    const pe = (x: Json, i: number) => itemElement(kind, x, i, item);
+    const fromConfig = new Map(config.map((x, i) => [pe(x, i), x]));
+    const livePes = live.map(pe);
+    // Items only the live object has stay where they were; the others take the configuration's order.
+    const out: Json[] = [];
+    let next = 0;
+    const emitConfigUpTo = (stop: string | undefined) => {
+      while (next < config.length) {
+        const k = pe(config[next], next);
+        const at = livePes.indexOf(k);
+        out.push(at >= 0 ? merge(live[at], config[next], item) : structuredClone(config[next]));
+        next++;
+        if (k === stop) return;
+      }
+    };
+    live.forEach((x, i) => {
+      if (!fromConfig.has(livePes[i])) out.push(x);
+      else if (out.every((o) => pe(o, -1) !== livePes[i])) emitConfigUpTo(livePes[i]);
+    });
+    emitConfigUpTo(undefined);
+    return out;
+  }
+  if (!isMap(config)) return structuredClone(config);
+  if (!isMap(live) || atomicMap(s)) return structuredClone(config);
+  const out: Record<string, Json> = { ...live };
+  for (const [k, v] of Object.entries(config)) {
+    if (v === null) delete out[k];
+    else out[k] = merge(live[k], v, fieldSchema(s, k).schema);
+  }
   return out;
 }
 
-function ownersOf(o: K8sObject | undefined): Owner[] {
-  const entries: Record<string, Json>[] = Array.isArray(o?.metadata?.managedFields) ? o.metadata.managedFields : [];
-  return entries.map((e) => ({
-    manager: String(e.manager ?? ''),
-    operation: e.operation === 'Apply' ? 'Apply' : 'Update',
-    apiVersion: e.apiVersion as string | undefined,
-    time: e.time as string | undefined,
-    paths: fromFieldsV1(e.fieldsV1),
-  }));
+function fromFieldsV1(f: Json, at: Path = [], out = new Map<string, Path>()): Map<string, Path> {
+  if (!isMap(f)) return out;
+  const children = Object.keys(f).filter((k) => k !== '.');
+  if (at.length > 0 && (children.length === 0 || '.' in f)) out.set(JSON.stringify(at), at);
+  for (const k of children) fromFieldsV1(f[k], [...at, k], out);
+  return out;
 }
 
-const printPath = (p: Path) => p.map((k) => `.${k}`).join('');
-const printManager = (o: Owner) =>
-  o.operation === 'Apply' ? `"${o.manager}"` : `"${o.manager}" using ${o.apiVersion ?? 'v1'}`;
+/** FieldsV1: a tree of path elements; a member that also has members below it is marked with `.`. */
+function toFieldsV1(paths: Iterable<Path>): Record<string, Json> {
+  const root: Record<string, Json> = {};
+  const members: Record<string, Json>[] = [];
+  for (const p of paths) {
+    let node = root;
+    for (const k of p) {
+      node[k] ??= {};
+      node = node[k] as Record<string, Json>;
+    }
+    members.push(node);
+  }
+  for (const node of members) if (Object.keys(node).some((k) => k !== '.')) node['.'] = {};
+  return root;
+}
+
+function ownersOf(managedFields: Json): Owner[] {
+  const entries = Array.isArray(managedFields) ? (managedFields as Record<string, Json>[]) : [];
+  return entries
+    .filter((e) => isMap(e) && e.manager !== undefined)
+    .map((e) => ({
+      manager: String(e.manager ?? ''),
+      operation: e.operation === 'Apply' ? 'Apply' : 'Update',
+      apiVersion: e.apiVersion as string | undefined,
+      time: e.time as string | undefined,
+      subresource: (e.subresource as string | undefined) || undefined,
+      paths: fromFieldsV1(e.fieldsV1),
+    }));
+}
+
+function withOwners(o: K8sObject, owners: Owner[]): K8sObject {
+  const kept = owners.filter((w) => w.paths.size > 0);
+  o.metadata = {
+    ...o.metadata,
+    managedFields: kept.length
+      ? kept.map((w) => ({
+          manager: w.manager,
+          operation: w.operation,
+          apiVersion: w.apiVersion,
+          time: w.time,
+          fieldsType: 'FieldsV1',
+          fieldsV1: toFieldsV1(w.paths.values()),
+          ...(w.subresource ? { subresource: w.subresource } : {}),
+        }))
+      : undefined,
+  };
+  return o;
+}
+
+/** fieldpath/element.go's String: `.spec.containers[name="app"].image`, `[=x]` for a set item, `[0]` an index. */
+function printPath(p: Path): string {
+  return p
+    .map((pe) => {
+      const body = pe.slice(2);
+      if (pe.startsWith('f:')) return `.${body}`;
+      if (pe.startsWith('v:')) return `[=${body}]`;
+      if (pe.startsWith('i:')) return `[${body}]`;
+      const key = JSON.parse(body) as Record<string, Json>;
+      return `[${Object.entries(key)
+        .map(([k, v]) => `${k}=${JSON.stringify(v)}`)
+        .join(',')}]`;
+    })
+    .join('');
+}
+
+function printManager(o: Owner): string {
+  const name = o.subresource ? `"${o.manager}" with subresource "${o.subresource}"` : `"${o.manager}"`;
+  if (o.operation === 'Apply') return name;
+  return `${name} using ${o.apiVersion ?? 'v1'}${o.time ? ` at ${o.time}` : ''}`;
+}
 
 /** The 409 of an apply that would change fields other managers own, worded as conflict.go words it. */
 function conflictError(conflicts: { owner: Owner; path: Path }[]): ApiError {
@@ -113,60 +342,121 @@ function conflictError(conflicts: { owner: Owner; path: Path }[]): ApiError {
   return new ApiError(409, 'Conflict', message, { causes });
 }
 
+/** typed/compare.go: members that appeared, changed leaves, members that went (with what was under them). */
+function compare(before: FieldSet, after: FieldSet, live: Json, next: Json) {
+  const added = new Set([...after.keys()].filter((k) => !before.has(k)));
+  const modified = new Set(
+    [...after]
+      .filter(([k, f]) => before.has(k) && f.leaf && !same(valueAt(live, f.path), valueAt(next, f.path)))
+      .map(([k]) => k),
+  );
+  const removed = new Set([...before.keys()].filter((k) => !after.has(k)));
+  return { added, modified, removed };
+}
+
 /**
- * Records an apply by `manager` of `config` that turned `live` (undefined on create) into `merged`: prunes what the
- * manager applied last time and no longer applies (unless another applier owns it), refuses with 409 a change to a
- * field another manager owns unless `force`, then hands such fields over. Returns `merged` with its managedFields.
+ * merge/update.go update(): the other managers of changed fields conflict (unless `force`, then they lose them), and
+ * every manager loses the fields that went away.
  */
-export function recordApply(
+function settle(
+  owners: Owner[],
+  self: Owner,
+  changes: ReturnType<typeof compare>,
+  paths: FieldSet,
+  force: boolean,
+): void {
+  const conflicts: { owner: Owner; key: string; path: Path }[] = [];
+  for (const owner of owners) {
+    if (owner === self) continue;
+    for (const k of owner.paths.keys())
+      if (changes.added.has(k) || changes.modified.has(k))
+        conflicts.push({ owner, key: k, path: paths.get(k)?.path ?? (owner.paths.get(k) as Path) });
+  }
+  if (conflicts.length > 0 && !force) throw conflictError(conflicts);
+  for (const c of conflicts) c.owner.paths.delete(c.key);
+  for (const o of owners) if (o !== self) for (const k of changes.removed) o.paths.delete(k);
+}
+
+const versionOf = (o: K8sObject | undefined) => String(o?.apiVersion ?? 'v1');
+
+/**
+ * Server-side apply of `config` by `manager` to `live` (undefined on create): merges it by the kind's schema, prunes
+ * what this manager applied before and nobody owns now, refuses with 409 a change to a field another manager owns
+ * unless `force` (which hands the field over). Returns the object to store, its managedFields set.
+ */
+export function applyConfig(
   live: K8sObject | undefined,
-  merged: K8sObject,
   config: K8sObject,
   manager: string,
   force: boolean,
 ): K8sObject {
-  const owners = ownersOf(live);
-  const applied = leaves(config);
-  const self = owners.find((o) => o.manager === manager && o.operation === 'Apply');
-  const others = owners.filter((o) => o !== self);
-  if (self) {
-    for (const [key, p] of self.paths) {
-      if (applied.has(key) || others.some((o) => o.operation === 'Apply' && o.paths.has(key))) continue;
-      removeAt(merged, p);
-    }
+  const schema = schemaOf(config) ?? schemaOf(live);
+  const merged = merge(live ?? {}, config, schema) as K8sObject;
+  let owners = ownersOf(live?.metadata?.managedFields);
+  const before = fieldSet(live);
+  if (live && owners.length === 0 && before.size > 0) {
+    // skipnonapplied.go: fields set before the first apply belong to "before-first-apply".
+    const paths = keys(before);
+    owners = [
+      { manager: 'before-first-apply', operation: 'Update', apiVersion: versionOf(live), time: nowTime(), paths },
+    ];
   }
-  const before = live ? leaves(live) : new Map<string, Path>();
-  const after = leaves(merged);
-  const changed = [...after].filter(([k, p]) => !before.has(k) || !same(valueAt(live, p), valueAt(merged, p)));
-  const removed = [...before.keys()].filter((k) => !after.has(k));
-  const conflicts = others.flatMap((owner) =>
-    changed.filter(([k]) => owner.paths.has(k)).map(([k, path]) => ({ owner, key: k, path })),
-  );
-  if (conflicts.length > 0 && !force) throw conflictError(conflicts);
-  for (const c of conflicts) c.owner.paths.delete(c.key);
-  for (const o of others) for (const k of removed) o.paths.delete(k);
-  const next: Owner[] = [
-    ...others.filter((o) => o.paths.size > 0),
-    {
-      manager,
-      operation: 'Apply',
-      apiVersion: config.apiVersion,
-      time: new Date().toISOString().replace(/\.\d+Z$/, 'Z'),
-      paths: applied,
-    },
-  ];
-  merged.metadata = {
-    ...merged.metadata,
-    managedFields: next.map((o) => ({
-      manager: o.manager,
-      operation: o.operation,
-      apiVersion: o.apiVersion,
-      time: o.time,
-      fieldsType: 'FieldsV1',
-      fieldsV1: toFieldsV1(o.paths.values()),
-    })),
+  const previous = owners.find((o) => o.manager === manager && o.operation === 'Apply');
+  const self: Owner = {
+    manager,
+    operation: 'Apply',
+    apiVersion: versionOf(config),
+    time: nowTime(),
+    paths: keys(fieldSet(config)),
   };
-  return merged;
+  owners = [...owners.filter((o) => o !== previous), self];
+  if (previous) prune(merged, previous, owners);
+  const after = fieldSet(merged);
+  settle(owners, self, compare(before, after, live, merged), after, force);
+  return withOwners(merged, owners);
 }
 
-const same = (a: Json, b: Json) => JSON.stringify(a) === JSON.stringify(b);
+const keys = (f: FieldSet) => new Map([...f].map(([k, v]) => [k, v.path]));
+
+/** merge/update.go prune(): what the applier applied last time and no manager owns now (nor anything under it). */
+function prune(merged: K8sObject, previous: Owner, owners: Owner[]): void {
+  const owned = owners.flatMap((o) => [...o.paths.keys()]);
+  const gone = [...previous.paths]
+    .filter(([k]) => {
+      const prefix = k.slice(0, -1);
+      return !owned.some((o) => o === k || o.startsWith(`${prefix},`));
+    })
+    .sort((a, b) => a[1].length - b[1].length);
+  for (const [, p] of gone) removeAt(merged, p);
+}
+
+/**
+ * An Update (any write but apply, merge/update.go Update()): `manager` comes to own what it added or changed, every
+ * manager loses what it removed. `next.metadata.managedFields`, when the client sent some, replace the live ones
+ * (decodeLiveOrNew). An object tracked by nobody stays so until its first apply (skipnonapplied.go). Returns `next`.
+ */
+export function recordUpdate(
+  live: K8sObject | undefined,
+  next: K8sObject,
+  manager: string,
+  subresource?: string,
+): K8sObject {
+  const sent = subresource ? undefined : next.metadata?.managedFields;
+  let owners = ownersOf(Array.isArray(sent) && sent.length > 0 ? sent : live?.metadata?.managedFields);
+  if (live && owners.length === 0) return withOwners(next, []);
+  const before = fieldSet(live, subresource, true);
+  const after = fieldSet(next, subresource, true);
+  const changes = compare(before, after, live, next);
+  const apiVersion = versionOf(next);
+  const found = owners.find(
+    (o) =>
+      o.manager === manager && o.operation === 'Update' && o.apiVersion === apiVersion && o.subresource === subresource,
+  );
+  const self: Owner = found ?? { manager, operation: 'Update', apiVersion, subresource, paths: new Map() };
+  if (!found) owners = [...owners, self];
+  settle(owners, self, changes, after, true);
+  for (const k of changes.removed) self.paths.delete(k);
+  for (const k of [...changes.added, ...changes.modified]) self.paths.set(k, after.get(k)?.path as Path);
+  if (changes.added.size + changes.modified.size + changes.removed.size > 0) self.time = nowTime();
+  return withOwners(next, owners);
+}

@@ -2,7 +2,7 @@
 // resourceVersion conflicts, generation, status subresources, finalizers, deletionTimestamp and graceful pod deletion.
 import { ApiError, alreadyExists, badRequest, conflict, notFound, statusSuccess, type K8sObject } from './errors.js';
 import type { Catalog } from './catalog.js';
-import { recordApply } from './field-managers.js';
+import { applyConfig, recordUpdate } from './field-managers.js';
 import {
   defaultContainerList,
   defaultOnCreate,
@@ -19,7 +19,10 @@ import type { IPFamily, ServiceIPs } from './service-ip-families.js';
 export interface WriteOptions {
   subresource?: string;
   dryRun?: boolean;
-  /** Server-side apply's manager and force (PatchOptions); only an apply patch reads them. */
+  /**
+   * The writer's field manager (fieldManager, else its user-agent's first word): an apply records it as its Apply
+   * manager, any other write as an Update manager. In-process writers pass none and record nothing.
+   */
   fieldManager?: string;
   force?: boolean;
 }
@@ -62,12 +65,25 @@ function specPart(t: ResourceType, o: K8sObject): string {
   return JSON.stringify(t.hasStatus ? rest : { ...rest, status });
 }
 
+/** Same object, managedFields' times aside: a write that only changes ownership (an apply sharing a field) stores. */
 function sameContent(a: K8sObject, b: K8sObject): boolean {
+  const owners = (m: unknown) =>
+    Array.isArray(m) ? m.map((e) => JSON.stringify(sortKeys({ ...e, time: undefined }))) : undefined;
   const strip = (o: K8sObject) => ({
     ...o,
-    metadata: { ...o.metadata, resourceVersion: undefined, managedFields: undefined },
+    metadata: { ...o.metadata, resourceVersion: undefined, managedFields: owners(o.metadata?.managedFields) },
   });
   return JSON.stringify(strip(a)) === JSON.stringify(strip(b));
+}
+
+function sortKeys(v: unknown): unknown {
+  if (Array.isArray(v)) return v.map(sortKeys);
+  if (typeof v !== 'object' || v === null) return v;
+  return Object.fromEntries(
+    Object.entries(v)
+      .sort(([x], [y]) => (x < y ? -1 : x > y ? 1 : 0))
+      .map(([k, x]) => [k, sortKeys(x)]),
+  );
 }
 
 export class Objects {
@@ -163,6 +179,7 @@ export class Objects {
     else delete obj.metadata.generation;
     if (CLEAR_STATUS_ON_CREATE.has(storeKey(t)) || (t.custom && t.hasStatus)) delete obj.status;
     defaultOnCreate(t, obj, { serviceIPs: this.serviceIPs });
+    if (w.fieldManager !== undefined) recordUpdate(undefined, obj, w.fieldManager, w.subresource);
     if (w.dryRun) return obj;
     return this.present(t, this.store.put(storeKey(t), obj));
   }
@@ -229,6 +246,7 @@ export class Objects {
       defaultOnUpdate(t, next);
     }
     this.present(t, next);
+    if (w.fieldManager !== undefined) recordUpdate(old, next, w.fieldManager, w.subresource);
     next.metadata.resourceVersion = old.metadata.resourceVersion;
     if (t.generation && specPart(t, next) !== specPart(t, old))
       next.metadata.generation = (old.metadata.generation ?? 1) + 1;
@@ -258,14 +276,19 @@ export class Objects {
     if (!old) {
       if (kind === 'apply' && !w.subresource) {
         const created = { ...structuredClone(patch), metadata: { ...patch.metadata, name } };
-        return this.create(t, ns, recordApply(undefined, created, patch, manager, w.force === true), w);
+        const applied = applyConfig(undefined, created, manager, w.force === true);
+        return this.create(t, ns, applied, { ...w, fieldManager: undefined });
       }
       throw notFound(t.group, t.resource, name);
     }
+    if (kind === 'apply') {
+      // The apply merges by the kind's schema and records its own manager; the write records no Update on top.
+      const applied = applyConfig(old, patch, manager, w.force === true);
+      return this.update(t, ns, name, applied, { ...w, fieldManager: undefined });
+    }
     const patched = applyPatch(kind, old, patch);
     if (!patched || typeof patched !== 'object') throw badRequest('the patch produced something that is not an object');
-    const owned = kind === 'apply' ? recordApply(old, patched as K8sObject, patch, manager, w.force === true) : patched;
-    return this.update(t, ns, name, owned, w);
+    return this.update(t, ns, name, patched, w);
   }
 
   /**

@@ -195,7 +195,9 @@ export async function handleResource(
   }
   if (sub && !['status', 'ephemeralcontainers', 'finalize'].includes(sub))
     throw new ApiError(404, 'NotFound', 'the server could not find the requested resource');
-  const w = { subresource: sub === 'finalize' ? undefined : sub, dryRun };
+  // Writes record their field manager (fieldManager, else the user-agent's first word: handlers/create.go).
+  const fieldManager = q.get('fieldManager') || prefixFromUserAgent(req.headers['user-agent'] ?? '');
+  const w = { subresource: sub === 'finalize' ? undefined : sub, dryRun, fieldManager };
 
   switch (r.method) {
     case 'GET': {
@@ -285,9 +287,11 @@ export async function handleResource(
       const old = objects.tryGet(t, ns, name);
       const object = objects.patch(t, ns, name, kind, body, { ...pw, dryRun: true });
       const admitted = await admit(ctx, r, old ? 'UPDATE' : 'CREATE', object, old);
-      if (!old) return sendJson(res, 201, objects.create(t, ns, admitted, w));
+      // The admitted object of an apply already carries its Apply manager.
+      const aw = kind === 'apply' ? { ...w, fieldManager: undefined } : w;
+      if (!old) return sendJson(res, 201, objects.create(t, ns, admitted, aw));
       const versioned = kind === 'json' ? undefined : body;
-      return sendJson(res, 200, objects.update(t, ns, name, keepVersion(versioned, admitted), w));
+      return sendJson(res, 200, objects.update(t, ns, name, keepVersion(versioned, admitted), aw));
     }
     case 'DELETE': {
       const body = await readDeleteBody(req);
@@ -370,5 +374,15 @@ function patchOptions(q: URLSearchParams, kind: string): { fieldManager?: string
   if (kind !== 'apply' && q.has('force')) {
     throw cause('force', 'FieldValueForbidden', 'Forbidden: may not be specified for non-apply patch');
   }
-  return { fieldManager, force: queryFlag(q, 'force') };
+  return { ...(fieldManager ? { fieldManager } : {}), force: queryFlag(q, 'force') };
+}
+
+/** handlers/create.go prefixFromUserAgent: up to the first `/`, printable characters, at most 128 bytes. */
+function prefixFromUserAgent(userAgent: string): string {
+  let out = '';
+  for (const ch of userAgent.split('/')[0].replace(/\p{C}/gu, '')) {
+    if (Buffer.byteLength(out + ch) > 128) break;
+    out += ch;
+  }
+  return out;
 }

@@ -1,6 +1,7 @@
 // The official Python client (Debian's python3-kubernetes, for /usr/bin/python3), nobody here wrote it, against the
 // stand-in API server: a watch from a resourceVersion that is gone and the relist after it, DELETE with a
-// V1DeleteOptions body, server-side apply with two field managers, and kubernetes.leaderelection over a Lease.
+// V1DeleteOptions body, server-side apply with two field managers and against the Update manager a create records, and
+// kubernetes.leaderelection over a Lease.
 import { execFile, spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
@@ -90,6 +91,21 @@ describe('python3-kubernetes against the stand-in', () => {
     expect(seen.value).toBe('b');
     // and alpha, left owning nothing, drops out of managedFields (merge/update.go deletes empty managers)
     expect(seen.managers).toEqual([['beta', 'Apply', ['f:owner']]]);
+  });
+
+  it('a create with no fieldManager records the first word of the user-agent as its Update manager; apply conflicts', async () => {
+    // When the client creates a ConfigMap without fieldManager, then manager alpha applies another value of its field
+    const seen = await python('update-manager', namespace, 'py-update-manager');
+    // Then the create recorded a manager named after the user-agent up to its first "/" (k8s.io/apiserver
+    // pkg/endpoints/handlers/create.go managerOrUserAgent, prefixFromUserAgent) with operation Update, and the apply
+    // conflicts with it (sigs.k8s.io/structured-merge-diff merge/update.go; apimachinery
+    // pkg/util/managedfields/internal/conflict.go words an Update manager with its apiVersion and time)
+    expect(String(seen.userAgent)).toMatch(/^OpenAPI-Generator\//);
+    expect(seen.managers).toEqual([['OpenAPI-Generator', 'Update']]);
+    expect(seen.clash).toBe(409);
+    expect(seen.clashMessage).toMatch(
+      /^Apply failed with 1 conflict: conflict with "OpenAPI-Generator" using v1 at [0-9T:-]+Z: \.data\.owner$/,
+    );
   });
 
   it('leader election over a Lease: one candidate leads; when it stops renewing the other takes over', async () => {
