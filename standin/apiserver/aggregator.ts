@@ -123,6 +123,20 @@ export class Aggregator {
     return out;
   }
 
+  /**
+   * The /openapi/v2 documents of the APIServices' servers, for the API server's own /openapi/v2 to merge in, as
+   * kube-aggregator does (pkg/controllers/openapi/aggregator/aggregator.go); one that does not answer is left out.
+   */
+  async openapiV2Docs(): Promise<K8sObject[]> {
+    const docs = await Promise.all(
+      this.remoteServices().map(async (a) => {
+        const b = this.backend(a);
+        return 'error' in b ? undefined : this.getJson(b, '/openapi/v2');
+      }),
+    );
+    return docs.filter((d): d is K8sObject => d !== undefined && typeof d === 'object' && d !== null);
+  }
+
   private getJson(b: Backend, path: string): Promise<K8sObject | undefined> {
     return new Promise((resolve) => {
       const r = httpsRequest(

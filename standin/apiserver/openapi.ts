@@ -214,7 +214,7 @@ export class OpenApi {
   }
 
   /** Built again only when the kinds of the group-version (or a CRD's schema) changed. */
-  private memo(id: string, types: ResourceType[], build: () => Buffer): Served {
+  private memo(id: string, types: unknown[], build: () => Buffer): Served {
     const key = JSON.stringify(types);
     const hit = this.cache.get(id);
     if (hit?.key === key) return hit.served;
@@ -284,27 +284,35 @@ export class OpenApi {
     send(req, res, served, 'application/json', { Vary: 'Accept', ...cache });
   }
 
-  private v2(types: ResourceType[]): { json: Served; protobuf: Served } {
+  private v2(types: ResourceType[], aggregated: K8sObject[]): { json: Served; protobuf: Served } {
     const doc = () => {
       const paths: K8sObject = {};
       for (const t of types) {
         Object.assign(paths, resourcePaths(t, { $ref: `#/definitions/${this.schemas.nameOf(t)}` }));
       }
-      return {
-        swagger: '2.0',
-        info: { title: SERVER_TITLE, version: 'v1.32.0' },
-        paths: pathsToV2(paths),
-        definitions: this.schemas.closure(types),
-      };
+      const definitions = this.schemas.closure(types);
+      // The APIServices' servers' documents, merged as kube-aggregator merges them (kube-openapi pkg/aggregator
+      // MergeSpecsIgnorePathConflictRenamingDefinitionsAndParameters): a path already served stays the API server's;
+      // a definition of the same name and content is shared, one that differs is left out here (not renamed).
+      const v2Paths = pathsToV2(paths);
+      for (const other of aggregated) {
+        for (const [p, item] of Object.entries(other.paths ?? {})) v2Paths[p] ??= item;
+        for (const [name, schema] of Object.entries(other.definitions ?? {})) definitions[name] ??= schema as Schema;
+      }
+      return { swagger: '2.0', info: { title: SERVER_TITLE, version: 'v1.32.0' }, paths: v2Paths, definitions };
     };
-    const json = this.memo('v2:json', types, () => Buffer.from(JSON.stringify(doc())));
-    const protobuf = this.memo('v2:protobuf', types, () => encodeOpenApiV2(doc()));
+    const key: unknown[] = [...types, ...aggregated];
+    const json = this.memo('v2:json', key, () => Buffer.from(JSON.stringify(doc())));
+    const protobuf = this.memo('v2:protobuf', key, () => encodeOpenApiV2(doc()));
     return { json, protobuf };
   }
 
-  /** kube-openapi pkg/handler OpenAPIService.ServeHTTP: JSON or gnostic protobuf, as the Accept header asks. */
-  serveV2(req: IncomingMessage, res: ServerResponse): void {
-    const { json, protobuf } = this.v2(this.catalog.all());
+  /**
+   * kube-openapi pkg/handler OpenAPIService.ServeHTTP: JSON or gnostic protobuf, as the Accept header asks; with the
+   * APIServices' servers' documents (`aggregated`) merged in.
+   */
+  async serveV2(req: IncomingMessage, res: ServerResponse, aggregated: () => Promise<K8sObject[]>): Promise<void> {
+    const { json, protobuf } = this.v2(this.catalog.all(), await aggregated());
     if (accepts(req.headers.accept, 'application/json')) send(req, res, json, 'application/json', {});
     else if ([OPENAPI_V2_PROTOBUF, OPENAPI_V2_PROTOBUF_DEPRECATED].some((t) => accepts(req.headers.accept, t))) {
       send(req, res, protobuf, OPENAPI_V2_PROTOBUF, {});

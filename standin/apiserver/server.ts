@@ -187,7 +187,7 @@ export async function startApiServer(o: ApiServerOptions): Promise<ApiServer> {
     if (path === '/openapi/v3' || path.startsWith('/openapi/v3/')) {
       return openapi.serveV3(req, res, path, q, () => o.aggregator.openapiV3Paths());
     }
-    if (path === '/openapi/v2') return openapi.serveV2(req, res);
+    if (path === '/openapi/v2') return openapi.serveV2(req, res, () => o.aggregator.openapiV2Docs());
     if (path === '/debug/flags' || path.startsWith('/debug/flags/')) {
       o.auth.authorizeNonResource(id, method.toLowerCase(), path);
       return debug.serve(req, res, path);

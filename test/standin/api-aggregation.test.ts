@@ -54,6 +54,28 @@ const openapiV3Doc = {
   },
 };
 
+/** The same server's OpenAPI v2 document (what kubectl's --output plaintext-openapiv2 and kubectl 1.27/1.28 read). */
+const openapiV2Doc = {
+  swagger: '2.0',
+  info: { title: 'farm', version: 'v1alpha' },
+  paths: {
+    '/apis/farm.example.com/v1alpha/namespaces/{namespace}/llamas': {
+      get: {
+        'x-kubernetes-group-version-kind': LLAMA_GVK,
+        responses: { '200': { description: 'OK', schema: { $ref: '#/definitions/com.example.farm.v1alpha.Llama' } } },
+      },
+    },
+  },
+  definitions: {
+    'com.example.farm.v1alpha.Llama': {
+      type: 'object',
+      description: 'A Llama lives on the farm (v2).',
+      properties: { spec: { type: 'object', description: 'How heavy the llama is, in v2.' } },
+      'x-kubernetes-group-version-kind': [LLAMA_GVK],
+    },
+  },
+};
+
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), 'devop-agg-'));
   const certs = await makeCerts(dir, ['IP:127.0.0.1']);
@@ -63,6 +85,7 @@ beforeAll(async () => {
     const path = (req.url ?? '').split('?')[0];
     if (path === '/apis/farm.example.com/v1alpha') return res.end(JSON.stringify(resourceList));
     if (path === '/openapi/v3') return res.end(JSON.stringify(openapiV3Index));
+    if (path === '/openapi/v2') return res.end(JSON.stringify(openapiV2Doc));
     if (path === '/openapi/v3/apis/farm.example.com/v1alpha') return res.end(JSON.stringify(openapiV3Doc));
     if (path === '/apis/farm.example.com/v1alpha/namespaces/default/llamas') {
       return res.end(
@@ -177,5 +200,17 @@ describe('APIService aggregation', () => {
     expect(r.stdout).toMatch(/GROUP:\s+farm\.example\.com\nKIND:\s+Llama\nVERSION:\s+v1alpha/);
     expect(r.stdout).toContain('A Llama lives on the farm.');
     expect(r.stdout).toMatch(/spec\s+<Object>\n\s+How heavy the llama is\./);
+  });
+
+  it('kubectl explain --output plaintext-openapiv2 reads an aggregated kind, through the merged /openapi/v2', async () => {
+    // Given the APIService's server publishes /openapi/v2 (kube-aggregator pkg/controllers/openapi/aggregator merges
+    // each server's document into the API server's /openapi/v2)
+    const env = { ...process.env, KUBECONFIG: cluster.kubeconfigPath, HOME: dir };
+    // When kubectl explains the aggregated kind from OpenAPI v2 (the protobuf document kubectl asks for)
+    const kubectl = '/usr/lib/google-cloud-sdk/bin/kubectl.1.33';
+    const r = await runFile(kubectl, ['explain', 'llamas', '--output', 'plaintext-openapiv2'], { env });
+    // Then the description and fields come from the server's v2 document
+    expect(r.stdout).toContain('A Llama lives on the farm (v2).');
+    expect(r.stdout).toMatch(/spec\s+<map\[string\]>\n\s+How heavy the llama is, in v2\./);
   });
 });
