@@ -5,7 +5,7 @@
 // serialize-pe.go) and k8s.io/apimachinery pkg/util/managedfields/internal (stripmeta.go, conflict.go,
 // skipnonapplied.go, fieldmanager.go decodeLiveOrNew). List and map kinds come from the published schemas
 // (x-kubernetes-list-type, -list-map-keys, -map-type, else patch strategy and merge key, as kube-openapi's schemaconv
-// reads them); a kind without one (a custom resource) merges lists whole, as upstream's deduced type does.
+// reads them) or a custom resource's openAPIV3Schema; a kind without any merges lists whole (upstream's deduced type).
 import { ApiError, type K8sObject } from './errors.js';
 import { loadDefinitions } from './openapi.js';
 
@@ -32,14 +32,21 @@ const nowTime = () => new Date().toISOString().replace(/\.\d+Z$/, 'Z');
 let definitions: Record<string, Schema> | undefined;
 let byGvk: Map<string, Schema> | undefined;
 
-/** The published schema of a built-in kind, by the object's apiVersion and kind. */
-function schemaOf(o: K8sObject | undefined): Schema | undefined {
+/**
+ * The schema of an object: a custom resource's openAPIV3Schema (`custom`, its metadata an ObjectMeta as
+ * apiextensions-apiserver publishes it), else the built-in kind's published one, by apiVersion and kind.
+ */
+function schemaOf(o: K8sObject | undefined, custom?: Schema): Schema | undefined {
   if (!byGvk) {
     definitions = loadDefinitions() as Record<string, Schema>;
     byGvk = new Map();
     for (const s of Object.values(definitions))
       for (const g of (s['x-kubernetes-group-version-kind'] as Schema[] | undefined) ?? [])
         byGvk.set(`${g.group ? `${g.group}/` : ''}${g.version}/${g.kind}`, s);
+  }
+  if (custom) {
+    const metadata = { $ref: '#/definitions/io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta' };
+    return { ...custom, properties: { ...(custom.properties as Schema | undefined), metadata } };
   }
   return byGvk.get(`${o?.apiVersion}/${o?.kind}`);
 }
@@ -122,7 +129,12 @@ const SERVER_META = new Set([
  * The fields an object sets (tofieldset.go), without what the server owns (stripmeta.go) and without status, unless
  * the write is to the status subresource, which owns nothing else.
  */
-function fieldSet(o: K8sObject | undefined, subresource?: string, update = false): FieldSet {
+function fieldSet(
+  o: K8sObject | undefined,
+  schema: Schema | undefined,
+  subresource?: string,
+  update = false,
+): FieldSet {
   const out: FieldSet = new Map();
   if (!isMap(o)) return out;
   const add = (path: Path, leaf: boolean): void => {
@@ -159,7 +171,7 @@ function fieldSet(o: K8sObject | undefined, subresource?: string, update = false
       walk(x, child.schema, [...at, `f:${k}`], child.structField || at.length === 0);
     }
   };
-  walk(o, schemaOf(o), [], true);
+  walk(o, schema, [], true);
   out.delete('[]');
   out.delete('["f:metadata"]');
   return out;
@@ -389,11 +401,12 @@ export function applyConfig(
   config: K8sObject,
   manager: string,
   force: boolean,
+  custom?: Schema,
 ): K8sObject {
-  const schema = schemaOf(config) ?? schemaOf(live);
+  const schema = schemaOf(config, custom) ?? schemaOf(live);
   const merged = merge(live ?? {}, config, schema) as K8sObject;
   let owners = ownersOf(live?.metadata?.managedFields);
-  const before = fieldSet(live);
+  const before = fieldSet(live, schema);
   if (live && owners.length === 0 && before.size > 0) {
     // skipnonapplied.go: fields set before the first apply belong to "before-first-apply".
     const paths = keys(before);
@@ -407,11 +420,11 @@ export function applyConfig(
     operation: 'Apply',
     apiVersion: versionOf(config),
     time: nowTime(),
-    paths: keys(fieldSet(config)),
+    paths: keys(fieldSet(config, schema)),
   };
   owners = [...owners.filter((o) => o !== previous), self];
   if (previous) prune(merged, previous, owners);
-  const after = fieldSet(merged);
+  const after = fieldSet(merged, schema);
   settle(owners, self, compare(before, after, live, merged), after, force);
   return withOwners(merged, owners);
 }
@@ -440,12 +453,14 @@ export function recordUpdate(
   next: K8sObject,
   manager: string,
   subresource?: string,
+  custom?: Schema,
 ): K8sObject {
   const sent = subresource ? undefined : next.metadata?.managedFields;
   let owners = ownersOf(Array.isArray(sent) && sent.length > 0 ? sent : live?.metadata?.managedFields);
   if (live && owners.length === 0) return withOwners(next, []);
-  const before = fieldSet(live, subresource, true);
-  const after = fieldSet(next, subresource, true);
+  const schema = schemaOf(next, custom);
+  const before = fieldSet(live, schema, subresource, true);
+  const after = fieldSet(next, schema, subresource, true);
   const changes = compare(before, after, live, next);
   const apiVersion = versionOf(next);
   const found = owners.find(

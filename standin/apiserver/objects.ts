@@ -179,7 +179,7 @@ export class Objects {
     else delete obj.metadata.generation;
     if (CLEAR_STATUS_ON_CREATE.has(storeKey(t)) || (t.custom && t.hasStatus)) delete obj.status;
     defaultOnCreate(t, obj, { serviceIPs: this.serviceIPs });
-    if (w.fieldManager !== undefined) recordUpdate(undefined, obj, w.fieldManager, w.subresource);
+    if (w.fieldManager !== undefined) recordUpdate(undefined, obj, w.fieldManager, w.subresource, t.schema);
     if (w.dryRun) return obj;
     return this.present(t, this.store.put(storeKey(t), obj));
   }
@@ -246,7 +246,7 @@ export class Objects {
       defaultOnUpdate(t, next);
     }
     this.present(t, next);
-    if (w.fieldManager !== undefined) recordUpdate(old, next, w.fieldManager, w.subresource);
+    if (w.fieldManager !== undefined) recordUpdate(old, next, w.fieldManager, w.subresource, t.schema);
     next.metadata.resourceVersion = old.metadata.resourceVersion;
     if (t.generation && specPart(t, next) !== specPart(t, old))
       next.metadata.generation = (old.metadata.generation ?? 1) + 1;
@@ -276,14 +276,14 @@ export class Objects {
     if (!old) {
       if (kind === 'apply' && !w.subresource) {
         const created = { ...structuredClone(patch), metadata: { ...patch.metadata, name } };
-        const applied = applyConfig(undefined, created, manager, w.force === true);
+        const applied = applyConfig(undefined, created, manager, w.force === true, t.schema);
         return this.create(t, ns, applied, { ...w, fieldManager: undefined });
       }
       throw notFound(t.group, t.resource, name);
     }
     if (kind === 'apply') {
       // The apply merges by the kind's schema and records its own manager; the write records no Update on top.
-      const applied = applyConfig(old, patch, manager, w.force === true);
+      const applied = applyConfig(old, patch, manager, w.force === true, t.schema);
       return this.update(t, ns, name, applied, { ...w, fieldManager: undefined });
     }
     const patched = applyPatch(kind, old, patch);

@@ -8,6 +8,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startCluster, type ClusterHandle } from '../../standin/index.js';
+import { waitFor } from '../../testkit/wait.js';
 
 const run = promisify(execFile);
 const kubectlPath = (v: string) => `/usr/lib/google-cloud-sdk/bin/kubectl.${v}`;
@@ -185,7 +186,7 @@ data: {level: debug}
     // Then it conflicts with the Update manager, worded with its apiVersion and time (conflict.go printManager)
     expect(clash.code).not.toBe(0);
     expect(clash.out).toMatch(
-      /Apply failed with 1 conflict: conflict with "kubectl-create" using v1 at \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ: \.data\.level/,
+      /Apply failed with 1 conflict: conflict with "kubectl-create" using v1 at [0-9T:-]+Z: \.data\.level/,
     );
     // And with --force-conflicts the field changes hands; kubectl-create keeps only the data map it made
     const forced = await kubectl(v, ['apply', '--server-side', '--field-manager=ops', '--force-conflicts'], cm);
@@ -248,5 +249,87 @@ data: {level: debug}
     const clash = await kubectl(v, ['apply', '--server-side', '--field-manager=ops'], cm);
     expect(clash.code).not.toBe(0);
     expect(clash.out).toMatch(/conflict with "kubectl-label" using v1 at [^:]+:\d\d:\d\dZ: \.metadata\.labels\.tier/);
+  });
+});
+
+describe('custom resources (kubectl 1.33)', () => {
+  const v = '1.33';
+  const crd = `apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: routes.ssa.devop.test}
+spec:
+  group: ssa.devop.test
+  scope: Namespaced
+  names: {plural: routes, singular: route, kind: Route}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            properties:
+              backends:
+                type: array
+                x-kubernetes-list-type: map
+                x-kubernetes-list-map-keys: [name]
+                items:
+                  type: object
+                  properties:
+                    name: {type: string}
+                    weight: {type: integer}
+              hosts:
+                type: array
+                items: {type: string}
+`;
+  const route = (backends: string, hosts: string) => `apiVersion: ssa.devop.test/v1
+kind: Route
+metadata: {name: front, namespace: default}
+spec:
+  backends: ${backends}
+  hosts: ${hosts}
+`;
+
+  it("follows the CRD schema's list types: a map list is owned per key, an unmarked list whole", async () => {
+    // Given a CRD whose spec.backends is x-kubernetes-list-type: map keyed by name, and spec.hosts unmarked (atomic)
+    const c = await kubectl(v, ['apply', '--server-side', '--field-manager=crd-admin'], crd);
+    expect(c.code, c.out).toBe(0);
+    await waitFor('the Route kind to be served', async () => (await kubectl(v, ['get', 'routes'])).code === 0, 20_000);
+    // When two managers each apply their own backend
+    const a = await kubectl(
+      v,
+      ['apply', '--server-side', '--field-manager=team-a'],
+      route('[{name: a, weight: 1}]', '[x]'),
+    );
+    expect(a.code, a.out).toBe(0);
+    const b = await kubectl(
+      v,
+      ['apply', '--server-side', '--field-manager=team-b'],
+      route('[{name: b, weight: 2}]', '[x]'),
+    );
+    // Then both backends are kept, owned per key (structured-merge-diff typed/merge.go; apiextensions-apiserver
+    // serves the CRD's schema to the field manager), and hosts, an atomic list applied with the same value, is
+    // shared without conflict
+    expect(b.code, b.out).toBe(0);
+    const o = await getJson(v, ['route', 'front', '-n', 'default']);
+    expect(o.spec.backends).toEqual([
+      { name: 'a', weight: 1 },
+      { name: 'b', weight: 2 },
+    ]);
+    const owned = (m: string) =>
+      Object.keys(
+        (o.metadata.managedFields as ManagedFieldsEntry[]).find((e) => e.manager === m)?.fieldsV1['f:spec'][
+          'f:backends'
+        ] ?? {},
+      );
+    expect(owned('team-a')).toEqual(['k:{"name":"a"}']);
+    expect(owned('team-b')).toEqual(['k:{"name":"b"}']);
+    // And a different hosts list from team-b conflicts with team-a over the whole list
+    const clash = await kubectl(v, ['apply', '--server-side', '--field-manager=team-b'], route('[{name: b}]', '[y]'));
+    expect(clash.code).not.toBe(0);
+    expect(clash.out).toContain('conflict with "team-a": .spec.hosts');
   });
 });
