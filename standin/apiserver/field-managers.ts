@@ -202,17 +202,22 @@ function valueAt(o: Json, p: Path): Json {
   return v;
 }
 
+/** Removes a path; a map or list left empty by it goes too, as typed/remove.go leaves no empty container behind. */
 function removeAt(o: Json, p: Path): void {
+  const chain: { parent: Json; at: string | number }[] = [];
   let v = o;
-  for (const pe of p.slice(0, -1)) {
+  for (const pe of p) {
     const s = step(v, pe);
     if (!s) return;
+    chain.push({ parent: s.parent, at: s.at });
     v = s.value;
   }
-  const last = step(v, p[p.length - 1]);
-  if (!last) return;
-  if (Array.isArray(last.parent)) last.parent.splice(last.at as number, 1);
-  else delete (last.parent as Record<string, Json>)[last.at as string];
+  for (const { parent, at } of chain.reverse()) {
+    if (Array.isArray(parent)) parent.splice(at as number, 1);
+    else delete (parent as Record<string, Json>)[at as string];
+    const empty = Array.isArray(parent) ? parent.length === 0 : Object.keys(parent as object).length === 0;
+    if (!empty || parent === o) return;
+  }
 }
 
 /** typed/merge.go: the applied configuration over the live object, lists merged by kind and associative key. */
@@ -261,7 +266,10 @@ function fromFieldsV1(f: Json, at: Path = [], out = new Map<string, Path>()): Ma
   return out;
 }
 
-/** FieldsV1: a tree of path elements; a member that also has members below it is marked with `.`. */
+/**
+ * FieldsV1: a tree of path elements; a member that also has members below it is marked with `.`, written first, the
+ * path elements after it in order (fieldpath/serialize.go emitContentsV1).
+ */
 function toFieldsV1(paths: Iterable<Path>): Record<string, Json> {
   const root: Record<string, Json> = {};
   const members: Record<string, Json>[] = [];
@@ -274,7 +282,13 @@ function toFieldsV1(paths: Iterable<Path>): Record<string, Json> {
     members.push(node);
   }
   for (const node of members) if (Object.keys(node).some((k) => k !== '.')) node['.'] = {};
-  return root;
+  const ordered = (node: Record<string, Json>): Record<string, Json> =>
+    Object.fromEntries(
+      Object.keys(node)
+        .sort((x, y) => (x === '.' ? -1 : y === '.' ? 1 : x < y ? -1 : x > y ? 1 : 0))
+        .map((k) => [k, ordered(node[k] as Record<string, Json>)]),
+    );
+  return ordered(root);
 }
 
 function ownersOf(managedFields: Json): Owner[] {
