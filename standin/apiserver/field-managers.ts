@@ -390,6 +390,7 @@ function settle(
   changes: ReturnType<typeof compare>,
   paths: FieldSet,
   force: boolean,
+  allowed?: Set<string>,
 ): void {
   const conflicts: { owner: Owner; key: string; path: Path }[] = [];
   for (const owner of owners) {
@@ -398,7 +399,8 @@ function settle(
       if (changes.added.has(k) || changes.modified.has(k))
         conflicts.push({ owner, key: k, path: paths.get(k)?.path ?? (owner.paths.get(k) as Path) });
   }
-  if (conflicts.length > 0 && !force) throw conflictError(conflicts);
+  const refused = force ? [] : conflicts.filter((c) => !allowed?.has(c.key));
+  if (refused.length > 0) throw conflictError(refused);
   for (const c of conflicts) c.owner.paths.delete(c.key);
   for (const o of owners) if (o !== self) for (const k of changes.removed) o.paths.delete(k);
 }
@@ -439,8 +441,50 @@ export function applyConfig(
   owners = [...owners.filter((o) => o !== previous), self];
   if (previous) prune(merged, previous, owners);
   const after = fieldSet(merged, schema);
-  settle(owners, self, compare(before, after, live, merged), after, force);
+  const allowed = manager === 'kubectl' && !force ? fromLastApplied(live, schema, before) : undefined;
+  settle(owners, self, compare(before, after, live, merged), after, force, allowed);
+  if (manager === 'kubectl' && live?.metadata?.annotations?.[LAST_APPLIED]) {
+    // lastappliedupdater.go: kubectl's apply keeps the client-side annotation in step, so a later client-side apply
+    // diffs against what was applied.
+    const { [LAST_APPLIED]: _, ...annotations } = config.metadata?.annotations ?? {};
+    const applied = { ...config, metadata: { ...config.metadata, annotations } };
+    merged.metadata.annotations = {
+      ...merged.metadata.annotations,
+      [LAST_APPLIED]: `${JSON.stringify(sortKeys(applied))}\n`,
+    };
+  }
   return withOwners(merged, owners);
+}
+
+const LAST_APPLIED = 'kubectl.kubernetes.io/last-applied-configuration';
+
+/**
+ * lastappliedmanager.go: the fields of the client-side apply annotation that still hold their live value, which the
+ * manager "kubectl" may take over without a conflict (the move from client-side to server-side apply).
+ */
+function fromLastApplied(live: K8sObject | undefined, schema: Schema | undefined, liveSet: FieldSet): Set<string> {
+  const text = live?.metadata?.annotations?.[LAST_APPLIED];
+  let last: K8sObject;
+  try {
+    last = JSON.parse(String(text ?? ''));
+  } catch {
+    return new Set();
+  }
+  if (!isMap(last) || last.apiVersion !== live?.apiVersion) return new Set();
+  const held = [...fieldSet(last, schema)].filter(
+    ([k, f]) => liveSet.has(k) && (!f.leaf || same(valueAt(last, f.path), valueAt(live, f.path))),
+  );
+  return new Set(held.map(([k]) => k));
+}
+
+function sortKeys(v: Json): Json {
+  if (Array.isArray(v)) return v.map(sortKeys);
+  if (!isMap(v)) return v;
+  return Object.fromEntries(
+    Object.keys(v)
+      .sort()
+      .map((k) => [k, sortKeys(v[k])]),
+  );
 }
 
 const keys = (f: FieldSet) => new Map([...f].map(([k, v]) => [k, v.path]));

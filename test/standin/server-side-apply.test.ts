@@ -1,6 +1,7 @@
 // kubectl apply --server-side (1.27 and 1.33, unmodified) against the stand-in API server: field ownership per list
 // key (two appliers own different containers and env entries of one Deployment), conflicts worded as kube-apiserver
-// words them, pruning what an applier stops applying, and the Update managers that create and other writes record.
+// words them, pruning what an applier stops applying, the Update managers that create and other writes record, set
+// lists, custom resources' list types, and the move from client-side apply.
 import { execFile } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -249,6 +250,65 @@ data: {level: debug}
     const clash = await kubectl(v, ['apply', '--server-side', '--field-manager=ops'], cm);
     expect(clash.code).not.toBe(0);
     expect(clash.out).toMatch(/conflict with "kubectl-label" using v1 at [^:]+:\d\d:\d\dZ: \.metadata\.labels\.tier/);
+  });
+});
+
+describe('set lists and the client-side apply upgrade (kubectl 1.33)', () => {
+  const v = '1.33';
+  const ns = 'default';
+  const withFinalizers = (name: string, finalizers: string) => `apiVersion: v1
+kind: ConfigMap
+metadata: {name: ${name}, namespace: ${ns}, finalizers: ${finalizers}}
+`;
+
+  it('owns a set list per value (v:"…"): each applier keeps its finalizer and drops only its own', async () => {
+    // Given two managers each applying their own finalizer (metadata.finalizers is x-kubernetes-list-type: set)
+    const a = await kubectl(v, ['apply', '--server-side', '--field-manager=a'], withFinalizers('held', '[ssa.test/a]'));
+    expect(a.code, a.out).toBe(0);
+    const b = await kubectl(v, ['apply', '--server-side', '--field-manager=b'], withFinalizers('held', '[ssa.test/b]'));
+    expect(b.code, b.out).toBe(0);
+    const both = await getJson(v, ['configmap', 'held', '-n', ns]);
+    // Then both are there, each owned by value (fieldpath/serialize-pe.go `v:`)
+    expect(both.metadata.finalizers).toEqual(['ssa.test/a', 'ssa.test/b']);
+    const owned = (o: Record<string, any>, m: string) =>
+      Object.keys(
+        (o.metadata.managedFields as ManagedFieldsEntry[]).find((e) => e.manager === m)?.fieldsV1['f:metadata'][
+          'f:finalizers'
+        ] ?? {},
+      );
+    expect(owned(both, 'a')).toEqual(['v:"ssa.test/a"']);
+    expect(owned(both, 'b')).toEqual(['v:"ssa.test/b"']);
+    // When a applies no finalizer any more, its own goes and b's stays (merge/update.go prune())
+    const none = await kubectl(v, ['apply', '--server-side', '--field-manager=a'], withFinalizers('held', '[]'));
+    expect(none.code, none.out).toBe(0);
+    const after = await getJson(v, ['configmap', 'held', '-n', ns]);
+    expect(after.metadata.finalizers).toEqual(['ssa.test/b']);
+  });
+
+  it('kubectl apply --server-side after a client-side apply takes the fields over without a conflict', async () => {
+    // Given a ConfigMap applied client-side (kubectl records the manager kubectl-client-side-apply, operation Update)
+    const cm = (level: string) => `apiVersion: v1
+kind: ConfigMap
+metadata: {name: upgraded, namespace: ${ns}}
+data: {level: ${level}}
+`;
+    const csa = await kubectl(v, ['apply'], cm('info'));
+    expect(csa.code, csa.out).toBe(0);
+    const before = await getJson(v, ['configmap', 'upgraded', '-n', ns]);
+    expect((before.metadata.managedFields as ManagedFieldsEntry[]).map((m) => [m.manager, m.operation])).toEqual([
+      ['kubectl-client-side-apply', 'Update'],
+    ]);
+    // When it is applied server-side with another value
+    const ssa = await kubectl(v, ['apply', '--server-side'], cm('debug'));
+    // Then the apply goes through: the manager "kubectl" may take over fields that the last-applied annotation still
+    // holds (apimachinery pkg/util/managedfields/internal/lastappliedmanager.go), kubectl then moves the client-side
+    // manager's fields over (client-go util/csaupgrade), and "kubectl" owns data.level
+    expect(ssa.code, ssa.out).toBe(0);
+    const after = await getJson(v, ['configmap', 'upgraded', '-n', ns]);
+    expect(after.data).toEqual({ level: 'debug' });
+    const kubectlApply = (after.metadata.managedFields as ManagedFieldsEntry[]).find((m) => m.manager === 'kubectl');
+    expect(kubectlApply?.operation).toBe('Apply');
+    expect(Object.keys(kubectlApply?.fieldsV1['f:data'] ?? {})).toContain('f:level');
   });
 });
 
