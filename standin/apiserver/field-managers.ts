@@ -13,8 +13,8 @@ type Json = unknown;
 type Schema = Record<string, Json>;
 /** Path elements as FieldsV1 spells them: `f:name`, `k:{"name":"app"}`, `v:"x"`, `i:0`. */
 type Path = string[];
-/** A field set: each member path by its JSON; `leaf` when compare.go would see a changed value there. */
-type FieldSet = Map<string, { path: Path; leaf: boolean }>;
+/** A field set: each member path by its JSON; `leaf` (with its value) when compare.go would see a change there. */
+type FieldSet = Map<string, { path: Path; leaf: boolean; value?: Json }>;
 
 interface Owner {
   manager: string;
@@ -137,32 +137,32 @@ function fieldSet(
 ): FieldSet {
   const out: FieldSet = new Map();
   if (!isMap(o)) return out;
-  const add = (path: Path, leaf: boolean): void => {
-    out.set(JSON.stringify(path), { path, leaf });
+  const add = (path: Path, leaf: boolean, value?: Json): void => {
+    out.set(JSON.stringify(path), { path, leaf, value });
   };
   const walk = (v: Json, s: Schema | undefined, at: Path, structField: boolean): void => {
     if (Array.isArray(v)) {
       const kind = listKind(s);
       if (kind.type === 'atomic') {
-        add(at, true);
+        add(at, true, v);
         return;
       }
       const item = itemSchema(s);
       v.forEach((x, i) => {
         const p = [...at, itemElement(kind, x, i, item)];
-        add(p, kind.type === 'set');
+        add(p, kind.type === 'set', x);
         if (kind.type === 'map') walk(x, item, p, true);
       });
       return;
     }
     if (!isMap(v) || atomicMap(s)) {
-      add(at, true);
+      add(at, true, v);
       return;
     }
     const entries = Object.entries(v).filter(([, x]) => x !== undefined);
     // compare.go also reports a map (not a struct) that appeared as a whole: an Update owns `f:labels` itself.
     const isMapType = !s?.properties && isMap(s?.additionalProperties);
-    if (entries.length === 0 || !structField || (update && isMapType)) add(at, entries.length === 0);
+    if (entries.length === 0 || !structField || (update && isMapType)) add(at, entries.length === 0, v);
     for (const [k, x] of entries) {
       if (at.length === 0 && (k === 'apiVersion' || k === 'kind')) continue;
       if (at.length === 0 && (k === 'status') !== (subresource === 'status')) continue;
@@ -190,16 +190,6 @@ function step(v: Json, pe: string): { value: Json; parent: Json; at: string | nu
     i = v.findIndex((x) => isMap(x) && Object.entries(key).every(([k, kv]) => same(x[k], kv)));
   }
   return i >= 0 && i < v.length ? { value: v[i], parent: v, at: i } : undefined;
-}
-
-function valueAt(o: Json, p: Path): Json {
-  let v = o;
-  for (const pe of p) {
-    const s = step(v, pe);
-    if (!s) return undefined;
-    v = s.value;
-  }
-  return v;
 }
 
 /** Removes a path; a map or list left empty by it goes too, as typed/remove.go leaves no empty container behind. */
@@ -369,12 +359,10 @@ function conflictError(conflicts: { owner: Owner; path: Path }[]): ApiError {
 }
 
 /** typed/compare.go: members that appeared, changed leaves, members that went (with what was under them). */
-function compare(before: FieldSet, after: FieldSet, live: Json, next: Json) {
+function compare(before: FieldSet, after: FieldSet) {
   const added = new Set([...after.keys()].filter((k) => !before.has(k)));
   const modified = new Set(
-    [...after]
-      .filter(([k, f]) => before.has(k) && f.leaf && !same(valueAt(live, f.path), valueAt(next, f.path)))
-      .map(([k]) => k),
+    [...after].filter(([k, f]) => f.leaf && before.has(k) && !same(before.get(k)?.value, f.value)).map(([k]) => k),
   );
   const removed = new Set([...before.keys()].filter((k) => !after.has(k)));
   return { added, modified, removed };
@@ -442,7 +430,7 @@ export function applyConfig(
   if (previous) prune(merged, previous, owners);
   const after = fieldSet(merged, schema);
   const allowed = manager === 'kubectl' && !force ? fromLastApplied(live, schema, before) : undefined;
-  settle(owners, self, compare(before, after, live, merged), after, force, allowed);
+  settle(owners, self, compare(before, after), after, force, allowed);
   if (manager === 'kubectl' && live?.metadata?.annotations?.[LAST_APPLIED]) {
     // lastappliedupdater.go: kubectl's apply keeps the client-side annotation in step, so a later client-side apply
     // diffs against what was applied.
@@ -472,7 +460,7 @@ function fromLastApplied(live: K8sObject | undefined, schema: Schema | undefined
   }
   if (!isMap(last) || last.apiVersion !== live?.apiVersion) return new Set();
   const held = [...fieldSet(last, schema)].filter(
-    ([k, f]) => liveSet.has(k) && (!f.leaf || same(valueAt(last, f.path), valueAt(live, f.path))),
+    ([k, f]) => liveSet.has(k) && (!f.leaf || same(f.value, liveSet.get(k)?.value)),
   );
   return new Set(held.map(([k]) => k));
 }
@@ -491,13 +479,11 @@ const keys = (f: FieldSet) => new Map([...f].map(([k, v]) => [k, v.path]));
 
 /** merge/update.go prune(): what the applier applied last time and no manager owns now (nor anything under it). */
 function prune(merged: K8sObject, previous: Owner, owners: Owner[]): void {
-  const owned = owners.flatMap((o) => [...o.paths.keys()]);
-  const gone = [...previous.paths]
-    .filter(([k]) => {
-      const prefix = k.slice(0, -1);
-      return !owned.some((o) => o === k || o.startsWith(`${prefix},`));
-    })
-    .sort((a, b) => a[1].length - b[1].length);
+  // Every owned path and all the paths above it: what is (or holds something) someone owns.
+  const held = new Set<string>();
+  for (const o of owners)
+    for (const p of o.paths.values()) for (let i = 1; i <= p.length; i++) held.add(JSON.stringify(p.slice(0, i)));
+  const gone = [...previous.paths].filter(([k]) => !held.has(k)).sort((a, b) => a[1].length - b[1].length);
   for (const [, p] of gone) removeAt(merged, p);
 }
 
@@ -519,7 +505,7 @@ export function recordUpdate(
   const schema = schemaOf(next, custom);
   const before = fieldSet(live, schema, subresource, true);
   const after = fieldSet(next, schema, subresource, true);
-  const changes = compare(before, after, live, next);
+  const changes = compare(before, after);
   const apiVersion = versionOf(next);
   const found = owners.find(
     (o) =>

@@ -234,7 +234,9 @@ export function applyPatch(kind: PatchKind, target: Json, patch: Json): Json {
     case 'merge':
       return mergePatch(target, patch);
     case 'strategic':
+      return strategicMerge(target, patch);
     case 'apply':
+      // Only the scale subresource gets here; an apply to an object merges by its schema in field-managers.ts.
       return strategicMerge(target, patch);
   }
 }
