@@ -8,9 +8,12 @@ const ROUTE = [
   'eth0\t00000000\t0102F40A\t0003\t0\t0\t0\t00000000\t0\t0\t0',
   'eth0\t0002F40A\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0',
 ].join('\n');
+/** Lines of /proc/net/ipv6_route: destination, length, source, length, next hop, metric, counts, flags, device. */
+const ipv6Route = (dest: string, length: string, nextHop: string) =>
+  `${dest} ${length} ${'0'.repeat(32)} 00 ${nextHop} 00000400 00000002 00000000 00000003     eth0`;
 const IPV6_ROUTE = [
-  'fd000244000000020000000000000000 40 00000000000000000000000000000000 00 00000000000000000000000000000000 00000100 00000001 00000000 00000001     eth0',
-  '00000000000000000000000000000000 00 00000000000000000000000000000000 00 fd000244000000020000000000000001 00000400 00000002 00000000 00000003     eth0',
+  ipv6Route('fd000244000000020000000000000000', '40', '0'.repeat(32)),
+  ipv6Route('0'.repeat(32), '00', 'fd000244000000020000000000000001'),
 ].join('\n');
 
 describe('the default gateway', () => {

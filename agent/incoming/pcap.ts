@@ -1,6 +1,6 @@
 // Reads the pcap stream that the capture writes (agent/native/capture.c; tcpdump's `-w -` is the same format) and
-// decodes each record down to its TCP segment (over IPv4 or IPv6): the pure, I/O-free half of mirroring by packet capture
-// (agent/incoming/capture.ts), so that synthetic captures can test it.
+// decodes each record down to its TCP segment (over IPv4 or IPv6): the pure, I/O-free half of mirroring by packet
+// capture (agent/incoming/capture.ts), so that synthetic captures can test it.
 
 /** Link-layer header types of a pcap file (the `network` field of its global header). */
 export const LINKTYPE = { EN10MB: 1, RAW: 101, LINUX_SLL: 113, LINUX_SLL2: 276 } as const;

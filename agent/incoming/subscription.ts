@@ -49,7 +49,7 @@ export interface PortSubscription {
   holder: { user: string; host: string };
   /** Webhook steals: a connection the session has not answered within this many ms is answered by the pod. */
   answerWithinMs?: number;
-  /** Filtered steals of a port the workload serves TLS on: its certificate and key (agent/incoming/tls-terminate.ts). */
+  /** Filtered steals of a port the workload serves TLS on: its certificate and key (incoming/tls-terminate.ts). */
   tls?: TlsMaterial;
 }
 

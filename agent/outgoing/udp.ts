@@ -10,7 +10,7 @@ import { podNameservers, resolveInPod } from './dns.js';
 
 /** An association that carried no datagram either way for this long ends (its socket closes, the stream ends). */
 export const UDP_IDLE_MS = 60_000;
-/** Replies the stream has not sent yet (its peer's credit ran out) up to this; more are dropped, as a full socket would. */
+/** Replies not sent yet (the peer's credit ran out) are kept up to this; more are dropped, as a full socket would. */
 const MAX_UNSENT_BYTES = 256 * 1024;
 /** Names an association has resolved, kept this long: a client sending a burst asks the pod's DNS once. */
 const NAME_TTL_MS = 30_000;

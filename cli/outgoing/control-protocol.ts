@@ -16,8 +16,8 @@ export type ControlRequest =
   | { id: number; op: 'claim'; port: number; from: number }
   /**
    * The program's UDP socket on local port `from` sends to host:port (an IP literal; '' = the pod's nameserver, for
-   * the DNS queries a program sends its resolv.conf's nameserver): the answer's `port` is a loopback relay, connected to
-   * `from`, that carries its datagrams through the cluster and its replies back.
+   * the DNS queries a program sends its resolv.conf's nameserver): the answer's `port` is a loopback relay, connected
+   * to `from`, that carries its datagrams through the cluster and its replies back.
    */
   | { id: number; op: 'udp'; host: string; port: number; from: number };
 

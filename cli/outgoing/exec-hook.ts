@@ -34,8 +34,8 @@ export function outgoingChildEnvHook(settings: OutgoingSettings): ChildEnvHook {
     }
     const udpRefusal = features.includes(FEATURES.udp)
       ? undefined
-      : `agent ${session.hello.agentVersion} does not relay UDP: the local command's UDP and the DNS queries it sends ` +
-        'itself stay on this machine — fix: use the agent image of this devop version (--agent-image)';
+      : `agent ${session.hello.agentVersion} does not relay UDP: the local command's UDP and the DNS queries it ` +
+        'sends itself stay on this machine — fix: use the agent image of this devop version (--agent-image)';
     if (settings.enabled && canDial && udpRefusal) warn(reporter, udpRefusal);
     const dialer = createMuxDialer(session.tunnel);
     // Without it, the proxy refuses SOCKS5 UDP ASSOCIATE and the shim leaves UDP sockets alone.

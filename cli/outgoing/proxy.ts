@@ -1,6 +1,6 @@
 // The session's local outgoing proxy on 127.0.0.1:<random>: one port that speaks SOCKS5 (CONNECT, UDP ASSOCIATE), HTTP
-// (CONNECT and absolute-URI requests) and the preload's control protocol, told apart by the first byte; every connection
-// is dialled by the agent, every datagram sent from the pod.
+// (CONNECT and absolute-URI requests) and the preload's control protocol, told apart by the first byte; every
+// connection is dialled by the agent, every datagram sent from the pod.
 // Each of the three asks for the session's secret first: a connection without it is refused and counted, not served.
 import { createSocket } from 'node:dgram';
 import { createServer, type Server, type Socket } from 'node:net';

@@ -1,7 +1,7 @@
 // Outgoing UDP end to end on the stand-in with the real agent image: under `devop exec`, python3 (through the
 // LD_PRELOAD shim) sends UDP to a UDP echo Service by its full name, connected and unconnected, and gets the echo from
-// the pod, sent from the target pod; and a DNS query it builds and sends itself to this machine's resolv.conf nameserver
-// (as dig does) is answered by the cluster's DNS (standin/kubelet/dns.ts) with the Service's ClusterIP.
+// the pod, sent from the target pod; and a DNS query it builds and sends itself to this machine's resolv.conf
+// nameserver (as dig does) is answered by the cluster's DNS (standin/kubelet/dns.ts) with the Service's ClusterIP.
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { AppsV1Api, CoreV1Api } from '@kubernetes/client-node';

@@ -1,8 +1,8 @@
 // Outgoing UDP through devop's real proxy, with a "cluster" on this machine: SOCKS5 UDP ASSOCIATE (RFC 1928 §7) with
-// the session's secret, and the LD_PRELOAD shim's UDP: python3 with connect()+send/recv and with sendto/recvfrom reaches
-// a cluster address, and a DNS query it sends itself to this machine's resolv.conf nameserver is answered by the
-// cluster's nameserver, with the reply's source shown as the nameserver it asked; so are dig's, glibc's res_query and
-// Java's JNDI DNS provider. The stand-in's run is udp-e2e.test.ts.
+// the session's secret, and the LD_PRELOAD shim's UDP: python3 with connect()+send/recv and with sendto/recvfrom
+// reaches a cluster address, and a DNS query it sends itself to this machine's resolv.conf nameserver is answered by
+// the cluster's nameserver, with the reply's source shown as the nameserver it asked; so are dig's, glibc's res_query
+// and Java's JNDI DNS provider. The stand-in's run is udp-e2e.test.ts.
 import { execFile, execFileSync } from 'node:child_process';
 import { createSocket, type Socket as UdpSocket } from 'node:dgram';
 import { EventEmitter } from 'node:events';
@@ -222,7 +222,7 @@ describe.skipIf(process.platform !== 'linux')('outgoing UDP: SOCKS5 UDP ASSOCIAT
   });
 
   it.skipIf(!existsSync(SHIM))(
-    'python3 under the shim: connected and unconnected UDP reach the cluster, its own DNS query is answered by the cluster',
+    'python3 under the shim: connected and unconnected UDP reach the cluster; its own DNS query, the cluster answers',
     async () => {
       const env = shimEnv(proxy);
       const nameserver = /^\s*nameserver\s+(\S+)/m.exec(readFileSync('/etc/resolv.conf', 'utf8'))?.[1] ?? '127.0.0.1';
