@@ -36,6 +36,7 @@ const VALID: Record<string, unknown[]> = {
   mode: ['steal', 'mirror'],
   remoteAddress: ['10.0.0.9', '', '::1'],
   remotePort: [0, 51234, 65535],
+  answers: [true, false],
 };
 
 /** A JSON value near a valid `incoming` header: each field valid, absent, or any of VALUES; sometimes an extra key. */
@@ -58,7 +59,7 @@ describe('incomingOpen', () => {
     const rand = prng(19);
     let taken = 0;
     let refused = 0;
-    for (let i = 0; i < 20_000; i++) {
+    for (let i = 0; i < 30_000; i++) {
       const value = header(rand, fields);
       const fast = incomingOpen(value);
       const parsed = StreamOpen.safeParse(value);

@@ -128,6 +128,8 @@ export const TrafficEvent = z.discriminatedUnion('kind', [
     grpc: z.optional(z.object({ service: z.string(), method: z.string() })),
     /** Why the request went where it did when a filter could not decide it (a body over the bound). */
     note: z.optional(z.string()),
+    /** A request of a filtered mirror: the pod answers it; `to: 'local'` says a copy went to the local command. */
+    mirror: z.optional(z.boolean()),
   }),
   z.object({
     kind: z.literal('response'),
@@ -265,6 +267,11 @@ export const StreamOpen = z.discriminatedUnion('kind', [
     subscriptionId: z.optional(z.string()),
     /** stream-events: the connection's id; the client makes its open and close events from the stream. */
     connId: z.optional(z.string()),
+    /**
+     * A mirror copy the agent speaks HTTP/2 on (a filtered mirror's h2c streams): the local command's answers come
+     * back on the stream (its SETTINGS and WINDOW_UPDATEs keep the copy flowing) and the agent drops them.
+     */
+    answers: z.optional(z.boolean()),
     request: z.optional(
       z.object({
         method: z.string(),
@@ -294,7 +301,7 @@ type IncomingOpen = Extract<StreamOpen, { kind: 'incoming' }>;
  */
 export function incomingOpen(value: unknown): IncomingOpen | undefined {
   if (typeof value !== 'object' || value === null) return undefined;
-  const { kind, port, mode, remoteAddress, remotePort, subscriptionId, connId, request } = value as Record<
+  const { kind, port, mode, remoteAddress, remotePort, subscriptionId, connId, answers, request } = value as Record<
     string,
     unknown
   >;
@@ -305,6 +312,8 @@ export function incomingOpen(value: unknown): IncomingOpen | undefined {
   else if (subscriptionId !== undefined) return undefined;
   if (typeof connId === 'string') open.connId = connId;
   else if (connId !== undefined) return undefined;
+  if (typeof answers === 'boolean') open.answers = answers;
+  else if (answers !== undefined) return undefined;
   return open;
 }
 

@@ -51,7 +51,8 @@ export function incomingStreamHandler(input: IncomingHandlerInput): (stream: Mux
       );
       return;
     }
-    connectLocal(stream, host, mapping, mode, input.onError);
+    // A filtered mirror's HTTP/2 copy needs the local command's answers back (flow control); the agent drops them.
+    connectLocal(stream, host, mapping, stream.open.answers ? 'steal' : mode, input.onError);
   };
 }
 

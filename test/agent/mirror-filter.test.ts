@@ -1,0 +1,178 @@
+// Filtered mirrors: the agent parses a mirrored connection's client bytes (HTTP/1.x keep-alive with pipelining and
+// chunked bodies; h2c streams on one connection), and only the requests that match the filter reach the session, one
+// copy each; every request is told as a `request` traffic event. The pod answers all of them unchanged. Both ways of
+// mirroring: by packet capture (the default) and through the agent (DEVOP_AGENT_MIRROR=proxy).
+import { connect as connectHttp2, createServer, type ClientHttp2Session } from 'node:http2';
+import { connect } from 'node:net';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import type { TrafficEvent } from '../../shared/protocol.js';
+import { requireRoot } from '../../testkit/root.js';
+import { PodNet } from '../../testkit/netns.js';
+import { connectSession, type TestSession } from '../../testkit/session-client.js';
+import { waitFor } from '../../testkit/wait.js';
+
+const run = requireRoot('agent filtered mirror');
+const H2_PORT = 3100;
+const FILTER = { header: 'x-dev: ^me$', match: 'all' as const };
+
+/** The mirror's request events a session got: method, path, and whether a copy went to the local command. */
+function mirrorRequests(session: TestSession): string[] {
+  return session.traffic
+    .filter((e): e is Extract<TrafficEvent, { kind: 'request' }> => e.kind === 'request' && e.mirror === true)
+    .map((e) => `${e.method} ${e.path} → ${e.to}`);
+}
+
+/** A chunked body's bytes (RFC 9112 §7.1); throws unless it ends with the last chunk and nothing after it. */
+function dechunk(body: string): string {
+  let out = '';
+  let rest = body;
+  for (;;) {
+    const eol = rest.indexOf('\r\n');
+    const size = Number.parseInt(rest.slice(0, eol), 16);
+    if (size === 0) {
+      expect(rest.slice(eol)).toBe('\r\n\r\n');
+      return out;
+    }
+    out += rest.slice(eol + 2, eol + 2 + size);
+    rest = rest.slice(eol + 4 + size);
+  }
+}
+
+/** Sends `raw` on one client connection and resolves with the pod's answers once `answers` of them arrived. */
+function exchange(to: string, raw: string, answers: number): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const socket = connect(to);
+    let text = '';
+    socket.on('data', (c: Buffer) => {
+      text += c.toString();
+      if ((text.match(/HTTP\/1\.1 200/g) ?? []).length === answers)
+        setTimeout(() => {
+          socket.end();
+          resolve(text);
+        }, 100);
+    });
+    socket.on('error', reject);
+    socket.write(raw);
+  });
+}
+
+/** The local command of the HTTP/2 session: an h2c server that keeps each stream's path and body length. */
+async function startLocalH2c(): Promise<{ port: number; seen: string[]; close(): void }> {
+  const seen: string[] = [];
+  const server = createServer();
+  server.on('stream', (stream, headers) => {
+    let bytes = 0;
+    stream.on('data', (c: Buffer) => {
+      bytes += c.length;
+    });
+    stream.on('end', () => {
+      seen.push(`${headers[':method']} ${headers[':path']} ${bytes}`);
+      stream.respond({ ':status': 200 });
+      stream.end('local answer, dropped');
+    });
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  return { port: (server.address() as { port: number }).port, seen, close: () => server.close() };
+}
+
+function h2Request(
+  conn: ClientHttp2Session,
+  path: string,
+  headers: Record<string, string>,
+  body?: Buffer,
+): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const stream = conn.request({ ':method': body ? 'POST' : 'GET', ':path': path, ...headers }, { endStream: !body });
+    const chunks: Buffer[] = [];
+    stream.on('data', (c: Buffer) => chunks.push(c));
+    stream.on('end', () => resolve(Buffer.concat(chunks).toString()));
+    stream.on('error', reject);
+    if (body) stream.end(body);
+  });
+}
+
+for (const how of ['capture', 'proxy'] as const) {
+  describe.runIf(run)(`agent: filtered mirror (${how})`, () => {
+    const net = new PodNet();
+    let client: string;
+    let h2Client: string;
+    let control: string;
+    let local: Awaited<ReturnType<typeof startLocalH2c>>;
+    const sessions: TestSession[] = [];
+
+    beforeAll(async () => {
+      await net.setup();
+      await net.startPod({ port: 3000 });
+      await net.runListener(net.podNs, join(import.meta.dirname, '../../testkit/fixtures/pod-h2c-server.mjs'), [
+        String(H2_PORT),
+      ]);
+      const agent = await net.startAgent(how === 'proxy' ? { DEVOP_AGENT_MIRROR: 'proxy' } : {});
+      control = await net.relay(net.podNs, '127.0.0.1', agent.port);
+      client = await net.relay(net.clientNs, net.podIP, 3000);
+      h2Client = await net.relay(net.clientNs, net.podIP, H2_PORT);
+      local = await startLocalH2c();
+    });
+    afterAll(async () => {
+      for (const session of sessions) session.mux.close('test over');
+      local?.close();
+      await net.teardown();
+    });
+
+    test('HTTP/1.x keep-alive, pipelined, chunked: only the matching requests are copied, one copy each', async () => {
+      // Given a session mirroring :3000 with a header filter
+      const session = await connectSession(control, { user: 'h1' });
+      sessions.push(session);
+      expect((await session.subscribe(3000, 'mirror', { filter: FILTER })).type).toBe('subscribed');
+      // When one client connection sends three pipelined requests: a match, a miss, and a chunked match
+      const raw =
+        'GET /a HTTP/1.1\r\nHost: pod\r\nX-Dev: me\r\n\r\n' +
+        'GET /b HTTP/1.1\r\nHost: pod\r\n\r\n' +
+        'POST /c HTTP/1.1\r\nHost: pod\r\nX-Dev: me\r\nTransfer-Encoding: chunked\r\n\r\n' +
+        '5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n';
+      const answers = await exchange(client, raw, 3);
+      // Then the pod answered all three
+      expect(answers).toContain('pod: GET /a');
+      expect(answers).toContain('pod: GET /b');
+      expect(answers).toContain('pod: POST /c body=hello world');
+      // And the session got two copies, each a request of its own, the chunked body intact
+      await waitFor('two copies', () => session.incoming.filter((i) => i.data.length > 0).length >= 2, 5000);
+      await new Promise((r) => setTimeout(r, 200));
+      const copies = session.incoming.map((i) => Buffer.concat(i.data).toString());
+      expect(copies).toHaveLength(2);
+      expect(copies[0]).toMatch(/^GET \/a HTTP\/1.1\r\n.*X-Dev: me\r\nConnection: close\r\n\r\n$/s);
+      expect(copies[1]).toMatch(/^POST \/c HTTP\/1.1\r\n.*Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n/s);
+      expect(dechunk(copies[1].slice(copies[1].indexOf('\r\n\r\n') + 4))).toBe('hello world');
+      for (const copy of session.incoming) expect(copy.open).toMatchObject({ kind: 'incoming', mode: 'mirror' });
+      // And each request was told, matched or not
+      await waitFor('three request events', () => mirrorRequests(session).length === 3);
+      expect(mirrorRequests(session)).toEqual(['GET /a → local', 'GET /b → pod', 'POST /c → local']);
+    });
+
+    test('h2c: matching streams of one connection become copies to the local command, the others do not', async () => {
+      // Given a session mirroring the h2c port with a header filter, its local command an h2c server
+      const session = await connectSession(control, { user: 'h2', local });
+      sessions.push(session);
+      expect((await session.subscribe(H2_PORT, 'mirror', { filter: FILTER })).type).toBe('subscribed');
+      // When one client connection sends a matching stream with a 200 KiB body, a miss, and a matching GET
+      const conn = connectHttp2(`http://${net.podIP}:${H2_PORT}`, { createConnection: () => connect(h2Client) });
+      conn.on('error', () => undefined);
+      const big = Buffer.alloc(200 * 1024, 'x');
+      const answers = await Promise.all([
+        h2Request(conn, '/upload', { 'x-dev': 'me' }, big),
+        h2Request(conn, '/other', {}),
+        h2Request(conn, '/mine', { 'x-dev': 'me' }),
+      ]);
+      // Then the pod answered all of them
+      expect(answers[1]).toBe('pod-h2: GET /other');
+      expect(answers[2]).toBe('pod-h2: GET /mine');
+      // And the local command got copies of the matching streams only, the body whole
+      await waitFor('two copied streams', () => local.seen.length === 2, 5000);
+      expect(local.seen.sort()).toEqual(['GET /mine 0', `POST /upload ${big.length}`]);
+      expect(session.incoming.every((i) => i.open.mode === 'mirror' && i.open.answers === true)).toBe(true);
+      await waitFor('three request events', () => mirrorRequests(session).length === 3);
+      expect(mirrorRequests(session).sort()).toEqual(['GET /mine → local', 'GET /other → pod', 'POST /upload → local']);
+      conn.close();
+    });
+  });
+}
