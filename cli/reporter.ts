@@ -110,6 +110,8 @@ export type ReportEvent =
       grpc?: { service: string; method: string };
       /** Why it went where it did when a filter could not decide it (a body over the bound). */
       note?: string;
+      /** A request on a filtered mirror: the pod answers it; `to: 'local'` says a copy went to the local command. */
+      mirror?: boolean;
     }
   | {
       type: 'response';

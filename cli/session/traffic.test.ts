@@ -4,6 +4,7 @@ import { describe, expect, it } from 'vitest';
 import type { TrafficEvent } from '../../shared/protocol.js';
 import type { ReportEvent } from '../reporter.js';
 import { PlainReporter } from '../ui/plain.js';
+import { applyEvent, initialViewState } from '../ui/state.js';
 import { trafficToEvent } from './traffic.js';
 
 describe('trafficToEvent', () => {
@@ -48,5 +49,45 @@ describe('a request a filter could not decide', () => {
     reporter.emit(trafficToEvent(response as TrafficEvent, 'echo-a') as ReportEvent);
     await reporter.close();
     expect(text).toContain(`POST /big → pod :80 (4 ms, 2 B): ${note}`);
+  });
+});
+
+describe("a filtered mirror's requests", () => {
+  it('Given mirror request events, matched and not, Then plain prints each as it comes and the TUI row is done', async () => {
+    // Given a plain reporter
+    const stderr = new PassThrough();
+    let text = '';
+    stderr.on('data', (d: Buffer) => {
+      text += d.toString();
+    });
+    const reporter = new PlainReporter({ stderr, stdout: new PassThrough(), verbose: false });
+    const mirrored = (requestId: string, path: string, to: 'local' | 'pod'): TrafficEvent => ({
+      kind: 'request',
+      requestId,
+      port: 3000,
+      method: 'GET',
+      path,
+      to,
+      mirror: true,
+      at: 0,
+    });
+    // When the agent tells of a copied request and of one the filter did not match (no response follows either)
+    const events = [mirrored('3000-m1-r1', '/a', 'local'), mirrored('3000-m1-r2', '/b', 'pod')].map(
+      (e) => trafficToEvent(e, undefined) as ReportEvent,
+    );
+    for (const event of events) reporter.emit(event);
+    await reporter.close();
+    // Then each has its line at once, saying whether a copy went to the local command
+    expect(text).toBe(
+      'devop: mirror GET /a :3000: copied to the local command\n' +
+        'devop: mirror GET /b :3000: not matched, not copied\n',
+    );
+    // And the TUI's rows are done (nothing will answer them) and marked as mirrored
+    let state = initialViewState(0);
+    for (const event of events) state = applyEvent(state, event, 0);
+    expect(state.rows.map((r) => [r.path, r.to, r.mirror, r.done])).toEqual([
+      ['/a', 'local', true, true],
+      ['/b', 'pod', true, true],
+    ]);
   });
 });

@@ -37,6 +37,7 @@ export function trafficToEvent(event: TrafficEvent, pod: string | undefined): Re
         ...(pod ? { pod } : {}),
         ...(event.grpc ? { grpc: event.grpc } : {}),
         ...(event.note ? { note: event.note } : {}),
+        ...(event.mirror ? { mirror: true } : {}),
       };
     case 'response':
       return {

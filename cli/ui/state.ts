@@ -45,6 +45,8 @@ export interface TrafficRow {
   /** A gRPC call (method "gRPC", path "Service/Method"); grpcStatus once it ended with one. */
   grpc?: boolean;
   grpcStatus?: number;
+  /** A request on a filtered mirror: nothing answers it here (the pod answers the client, the copy's answer is dropped). */
+  mirror?: boolean;
   done: boolean;
   /** A write (--shadow): verb, what it writes (`Deployment default/hello`), dry-run / in memory / refused. */
   write?: { verb: string; object: string; result: string; changes: string[] };
@@ -142,7 +144,8 @@ export function applyEvent(state: ViewState, event: ReportEvent, now: number): V
         method: event.grpc ? 'gRPC' : event.method,
         path: event.grpc ? `${event.grpc.service}/${event.grpc.method}` : event.path,
         ...(event.grpc ? { grpc: true } : {}),
-        done: false,
+        ...(event.mirror ? { mirror: true } : {}),
+        done: event.mirror === true,
       };
       return {
         ...state,

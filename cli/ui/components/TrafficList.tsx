@@ -59,6 +59,7 @@ function rowHeight(row: TrafficRow): number {
 
 /** An HTTP status; for a gRPC call OK, its grpc-status number, or "reset" when its stream ended without one. */
 function httpStatus(row: TrafficRow): string {
+  if (row.mirror) return 'mirror';
   if (!row.done) return '…';
   if (row.grpc) return row.grpcStatus === undefined ? 'reset' : row.grpcStatus === 0 ? 'OK' : String(row.grpcStatus);
   return row.status === undefined ? '…' : String(row.status);
@@ -81,7 +82,14 @@ export function TrafficLine({ row, pathWidth }: { row: TrafficRow; pathWidth: nu
         ? `${formatBytes(row.bytesIn ?? 0)}/${formatBytes(row.bytesOut ?? 0)}`
         : '';
   const fellBack = row.fallbackMs === undefined ? '' : ` (fallback ${formatDuration(row.fallbackMs)})`;
-  const to = row.to === 'local' ? '→ local' : `→ pod${row.pod ? ` ${row.pod}` : ''}${fellBack}`;
+  const pod = `→ pod${row.pod ? ` ${row.pod}` : ''}`;
+  const to = row.mirror
+    ? row.to === 'local'
+      ? `${pod}, copy → local`
+      : `${pod} (no match)`
+    : row.to === 'local'
+      ? '→ local'
+      : `${pod}${fellBack}`;
   return (
     <Text wrap="truncate">
       <Text dimColor>{clock(row.time)}</Text> :{String(row.port).padEnd(5)} {what}{' '}
