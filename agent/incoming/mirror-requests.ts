@@ -236,7 +236,7 @@ export class MirroredRequests {
 
   private http2(): Duplex {
     const server = createHttp2Server({ settings: { initialWindowSize: MAX_WINDOW, enablePush: false } });
-    // Its SETTINGS are acknowledged by the client's ACK of the pod's own; its windows grow past anything the pod grants.
+    // Its SETTINGS are acknowledged by the client's ACK of the pod's own; its windows exceed any the pod grants.
     server.on('session', (session: ServerHttp2Session) => {
       session.setLocalWindowSize(MAX_WINDOW);
       session.on('error', () => this.stop('its bytes stopped being HTTP/2'));

@@ -45,7 +45,7 @@ export interface TrafficRow {
   /** A gRPC call (method "gRPC", path "Service/Method"); grpcStatus once it ended with one. */
   grpc?: boolean;
   grpcStatus?: number;
-  /** A request on a filtered mirror: nothing answers it here (the pod answers the client, the copy's answer is dropped). */
+  /** A request on a filtered mirror: nothing answers it here (the pod answers, the copy's answer is dropped). */
   mirror?: boolean;
   done: boolean;
   /** A write (--shadow): verb, what it writes (`Deployment default/hello`), dry-run / in memory / refused. */

@@ -149,6 +149,28 @@ for (const how of ['capture', 'proxy'] as const) {
       expect(mirrorRequests(session)).toEqual(['GET /a → local', 'GET /b → pod', 'POST /c → local']);
     });
 
+    test('bytes that are not HTTP: one line, and that connection is not copied', async () => {
+      // Given a session mirroring :3000 with a header filter
+      const session = await connectSession(control, { user: 'raw' });
+      sessions.push(session);
+      expect((await session.subscribe(3000, 'mirror', { filter: FILTER })).type).toBe('subscribed');
+      // When a client sends bytes that are no HTTP request, then an HTTP request on the same connection
+      await new Promise<void>((resolve) => {
+        const socket = connect(client);
+        socket.on('error', () => resolve());
+        socket.on('close', () => resolve());
+        socket.write('\x16\x03\x01 not http\r\n\r\nGET /late HTTP/1.1\r\nX-Dev: me\r\n\r\n');
+        setTimeout(() => socket.destroy(), 300);
+      });
+      // Then the session is told once, and gets no copy
+      const said = () =>
+        session.messages.filter((m) => m.type === 'log' && m.message.includes('is not copied: its bytes are not HTTP'));
+      await waitFor('the line', () => said().length > 0);
+      await new Promise((r) => setTimeout(r, 200));
+      expect(said()).toHaveLength(1);
+      expect(session.incoming).toHaveLength(0);
+    });
+
     test('h2c: matching streams of one connection become copies to the local command, the others do not', async () => {
       // Given a session mirroring the h2c port with a header filter, its local command an h2c server
       const session = await connectSession(control, { user: 'h2', local });
