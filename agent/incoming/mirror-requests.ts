@@ -21,6 +21,8 @@ import type { IncomingStream, PortSubscription, RequestHead } from './subscripti
 const MAX_WINDOW = 2 ** 31 - 1;
 /** Connection-specific headers are not allowed in HTTP/2 (RFC 9113 §8.2.2). */
 const NOT_FORWARDED = new Set(['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'upgrade']);
+/** How long a closed connection's parser may take to read the bytes it still holds. */
+const PARSE_REST_MS = 5000;
 /** An HTTP/1.x request starts with a method token and a space (RFC 9112 §3). */
 const REQUEST_LINE_START = /^[A-Z]{1,20} /;
 
@@ -80,7 +82,27 @@ export class MirroredRequests {
 
   /** The client finished sending. */
   end(): void {
-    this.socket?.push(null);
+    if (!this.stopped && this.socket && !this.socket.readableEnded) this.socket.push(null);
+  }
+
+  /** The connection is over: the parser reads what it was given (a few seconds at most), then everything closes. */
+  finish(): void {
+    this.end();
+    const socket = this.socket;
+    if (!socket || this.stopped || socket.readableEnded || socket.destroyed) {
+      this.close();
+      return;
+    }
+    const timer = setTimeout(() => this.close(), PARSE_REST_MS);
+    timer.unref();
+    socket.once('end', () => {
+      clearTimeout(timer);
+      setImmediate(() => this.close());
+    });
+    socket.once('close', () => {
+      clearTimeout(timer);
+      this.close();
+    });
   }
 
   /** Bytes are missing, or the connection is over: nothing more is parsed, open copies end as they are. */

@@ -99,10 +99,8 @@ export class MirroredConnection {
   /** The connection is over: the copies end (or are reset with `resetReason`) and each session gets the close event. */
   close(bytes: { in: number; out?: number }, resetReason?: string): void {
     if (this.requests) {
-      this.requests.end();
-      // The parser may still hold the last bytes it was given: it is closed once it has read them.
-      const requests = this.requests;
-      setImmediate(() => requests.close());
+      // The parser may still hold the last bytes it was given: it closes once it has read them.
+      this.requests.finish();
       for (const sub of this.filtered)
         sub.session.traffic({ ...this.event, phase: 'close', bytesIn: bytes.in, bytesOut: bytes.out, at: Date.now() });
     }
