@@ -54,11 +54,15 @@ export interface EchoDeployment {
   podIP: string;
 }
 
-/** A Deployment of devop.test/http-echo on port 8080, with a ConfigMap-backed env var; waits for a Ready pod. */
+/**
+ * A Deployment of devop.test/http-echo on port 8080, with a ConfigMap-backed env var (and `extraEnv`, e.g. LISTEN_HOST
+ * `::` for both families); waits for a Ready pod.
+ */
 export async function deployEcho(
   env: { core: CoreV1Api; apps: AppsV1Api; namespace?: string },
   name: string,
   namespace = env.namespace ?? 'default',
+  extraEnv: { name: string; value: string }[] = [],
 ): Promise<EchoDeployment> {
   await env.core.createNamespacedConfigMap({
     namespace,
@@ -84,6 +88,7 @@ export async function deployEcho(
                   { name: 'APP_MODE', value: 'production' },
                   { name: 'SECRET_TOKEN', value: 'do-not-leak' },
                   { name: 'GREETING', valueFrom: { configMapKeyRef: { name: `${name}-config`, key: 'GREETING' } } },
+                  ...extraEnv,
                 ],
                 readinessProbe: { tcpSocket: { port: 8080 }, periodSeconds: 1 },
               },

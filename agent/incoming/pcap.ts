@@ -117,13 +117,24 @@ export function decodeFrame(linkType: number, frame: Buffer): TcpSegment | undef
   if (frame.readUInt16BE(ip + 6) & (IP_MORE_FRAGMENTS | IP_FRAGMENT_OFFSET)) return undefined;
   const tcp = ip + ipHeader;
   if (frame.length < tcp + 20) return undefined;
-  const tcpHeader = (frame[tcp + 12] >> 4) * 4;
   // The IP total length, not the frame's, ends the segment: Ethernet pads short frames.
-  const end = ip + total;
-  if (tcpHeader < 20 || end < tcp + tcpHeader) return undefined;
-  return {
+  return tcpSegment(frame, tcp, ip + total, {
     src: `${frame[ip + 12]}.${frame[ip + 13]}.${frame[ip + 14]}.${frame[ip + 15]}`,
     dst: `${frame[ip + 16]}.${frame[ip + 17]}.${frame[ip + 18]}.${frame[ip + 19]}`,
+  });
+}
+
+/** The TCP segment at `tcp` that IP says ends at `end`, between these addresses; undefined when its header is bad. */
+function tcpSegment(
+  frame: Buffer,
+  tcp: number,
+  end: number,
+  ends: { src: string; dst: string },
+): TcpSegment | undefined {
+  const tcpHeader = (frame[tcp + 12] >> 4) * 4;
+  if (tcpHeader < 20 || end < tcp + tcpHeader) return undefined;
+  return {
+    ...ends,
     srcPort: frame.readUInt16BE(tcp),
     dstPort: frame.readUInt16BE(tcp + 2),
     seq: frame.readUInt32BE(tcp + 4),
@@ -142,18 +153,10 @@ function decodeIPv6(frame: Buffer, ip: number): TcpSegment | undefined {
   const tcp = ip + 40;
   const end = tcp + frame.readUInt16BE(ip + 4); // the payload length: what follows the fixed header
   if (frame.length < tcp + 20) return undefined;
-  const tcpHeader = (frame[tcp + 12] >> 4) * 4;
-  if (tcpHeader < 20 || end < tcp + tcpHeader) return undefined;
-  return {
+  return tcpSegment(frame, tcp, end, {
     src: ipv6Text(frame.subarray(ip + 8, ip + 24)),
     dst: ipv6Text(frame.subarray(ip + 24, ip + 40)),
-    srcPort: frame.readUInt16BE(tcp),
-    dstPort: frame.readUInt16BE(tcp + 2),
-    seq: frame.readUInt32BE(tcp + 4),
-    flags: frame[tcp + 13],
-    payload: frame.subarray(Math.min(tcp + tcpHeader, frame.length), Math.min(end, frame.length)),
-    complete: frame.length >= end,
-  };
+  });
 }
 
 /** 16 bytes as RFC 5952 text (what Node's remoteAddress shows): lower-case, the longest run of zero groups as `::`. */

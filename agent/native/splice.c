@@ -905,43 +905,40 @@ static void steal_close(struct steal *st) {
   bury(&st->w);
 }
 
-static int listen_on(uint32_t addr, int port, int *bound);
-
-// A steal listener: every address of both families (one IPv6 socket that also takes IPv4, as v4-mapped addresses), so
-// the redirect of an IPv4 or an IPv6 connection reaches it; an IPv4-only netns gets an IPv4 socket.
-static int listen_dual(int *bound) {
-  int one = 1, zero = 0, fd = socket(AF_INET6, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) return errno == EAFNOSUPPORT ? listen_on(INADDR_ANY, 0, bound) : -1;
-  struct sockaddr_in6 sa = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_ANY_INIT};
-  socklen_t len = sizeof sa;
+// Binds and listens on `sa` (the port it names, or any when 0) and says which port it got; -1 with errno on failure.
+static int bind_listen(int fd, struct sockaddr_storage *sa, int *bound) {
+  int one = 1;
+  socklen_t len = sizeof *sa;
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
-  if (bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(fd, BACKLOG) < 0 ||
-      getsockname(fd, (struct sockaddr *)&sa, &len) < 0) {
+  if (bind(fd, (struct sockaddr *)sa, address_length(sa)) < 0 || listen(fd, BACKLOG) < 0 ||
+      getsockname(fd, (struct sockaddr *)sa, &len) < 0) {
     int err = errno;
     close(fd);
     errno = err;
     return -1;
   }
-  *bound = ntohs(sa.sin6_port);
+  char unused[INET6_ADDRSTRLEN];
+  *bound = address_text(sa, unused, sizeof unused);
   return fd;
 }
 
 static int listen_on(uint32_t addr, int port, int *bound) {
-  int one = 1, fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr.s_addr = htonl(addr)};
-  socklen_t len = sizeof sa;
-  if (fd < 0) return -1;
-  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(fd, BACKLOG) < 0 ||
-      getsockname(fd, (struct sockaddr *)&sa, &len) < 0) {
-    int err = errno;
-    close(fd);
-    errno = err;
-    return -1;
-  }
-  *bound = ntohs(sa.sin_port);
-  return fd;
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  struct sockaddr_storage sa = {0};
+  struct sockaddr_in *four = (struct sockaddr_in *)&sa;
+  four->sin_family = AF_INET, four->sin_port = htons((uint16_t)port), four->sin_addr.s_addr = htonl(addr);
+  return fd < 0 ? -1 : bind_listen(fd, &sa, bound);
+}
+
+// A steal listener: every address of both families (one IPv6 socket that also takes IPv4, as v4-mapped addresses), so
+// the redirect of an IPv4 or an IPv6 connection reaches it; an IPv4-only netns gets an IPv4 socket.
+static int listen_dual(int *bound) {
+  int zero = 0, fd = socket(AF_INET6, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return errno == EAFNOSUPPORT ? listen_on(INADDR_ANY, 0, bound) : -1;
+  setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
+  struct sockaddr_storage sa = {0};
+  *(struct sockaddr_in6 *)&sa = (struct sockaddr_in6){.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_ANY_INIT};
+  return bind_listen(fd, &sa, bound);
 }
 
 // ---- JSON, as much as the CLI's control messages and OPENs need ----

@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   type DevopRun,
   LOCAL_SERVER_COMMAND,
+  deployEcho,
   devopExec,
   seenRequests,
   startE2ETarget,
@@ -33,39 +34,7 @@ describe('devop exec on a dual-stack pod', () => {
   beforeAll(async () => {
     env = await startE2ETarget('e2e-ipv6');
     // An http-echo that listens on both families, as most servers do by default
-    await env.apps.createNamespacedDeployment({
-      namespace: env.namespace,
-      body: {
-        metadata: { name: 'echo6' },
-        spec: {
-          replicas: 1,
-          selector: { matchLabels: { app: 'echo6' } },
-          template: {
-            metadata: { labels: { app: 'echo6' } },
-            spec: {
-              containers: [
-                {
-                  name: 'echo',
-                  image: 'devop.test/http-echo',
-                  ports: [{ containerPort: 8080 }],
-                  env: [
-                    { name: 'PORT', value: '8080' },
-                    { name: 'LISTEN_HOST', value: '::' },
-                  ],
-                  readinessProbe: { tcpSocket: { port: 8080 }, periodSeconds: 1 },
-                },
-              ],
-            },
-          },
-        },
-      },
-    });
-    const pod = await waitFor('a Ready dual-stack pod', async () => {
-      const list = await env.core.listNamespacedPod({ namespace: env.namespace, labelSelector: 'app=echo6' });
-      return list.items.find(
-        (p) => (p.status?.podIPs ?? []).length === 2 && (p.status?.conditions ?? []).some((c) => c.type === 'Ready'),
-      );
-    });
+    const { pod } = await deployEcho(env, 'echo6', env.namespace, [{ name: 'LISTEN_HOST', value: '::' }]);
     podName = pod.metadata?.name ?? '';
     [ip4, ip6] = (pod.status?.podIPs ?? []).map((p) => p.ip ?? '');
     client = await startPodClient(env);

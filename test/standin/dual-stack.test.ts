@@ -5,7 +5,7 @@
 import { randomBytes } from 'node:crypto';
 import { Resolver } from 'node:dns/promises';
 import { isIPv4, isIPv6 } from 'node:net';
-import { CoreV1Api, KubeConfig, type V1Pod } from '@kubernetes/client-node';
+import { CoreV1Api, KubeConfig, type V1EnvVar, type V1Pod } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startCluster, type ClusterHandle } from '../../standin/index.js';
 import type { NodeRuntime } from '../../standin/node-runtime.js';
@@ -39,6 +39,40 @@ async function runningPod(body: V1Pod): Promise<V1Pod> {
   return waitForPod(core, body.metadata!.name!, 'Ready', isReady);
 }
 
+/** An http-echo pod listening on both families (`env` added to its container), Ready. */
+function echoPod(podName: string, labels: Record<string, string> = {}, env: V1EnvVar[] = []): Promise<V1Pod> {
+  return runningPod({
+    metadata: { name: podName, labels },
+    spec: {
+      containers: [
+        {
+          name: 'echo',
+          image: 'devop.test/http-echo',
+          env: [{ name: 'LISTEN_HOST', value: '::' }, ...env],
+          readinessProbe: { tcpSocket: { port: 8080 }, periodSeconds: 1 },
+        },
+      ],
+    },
+  });
+}
+
+/** A shell pod that sleeps (tests exec clients in it), Ready. */
+function shellPod(podName: string): Promise<V1Pod> {
+  return runningPod({
+    metadata: { name: podName },
+    spec: {
+      containers: [
+        {
+          name: 'sh',
+          image: 'devop.test/shell',
+          command: ['sleep', '3600'],
+          readinessProbe: { exec: { command: ['true'] }, periodSeconds: 1 },
+        },
+      ],
+    },
+  });
+}
+
 async function exec(pod: string, command: string[]): Promise<string> {
   const out = await execOutput(await runtime.exec({ namespace: 'default', pod, command, stdin: false, tty: false }));
   expect(out, `${command.join(' ')}: ${out.stderr}`).toMatchObject({ exitCode: 0 });
@@ -49,22 +83,9 @@ describe('a dual-stack node', () => {
   it('gives each pod an IPv4 and an IPv6 address that the node and other pods reach', async () => {
     // Given an http-echo pod listening on every address of both families, with its IPs in its env
     const server = name('echo6');
-    const pod = await runningPod({
-      metadata: { name: server },
-      spec: {
-        containers: [
-          {
-            name: 'echo',
-            image: 'devop.test/http-echo',
-            env: [
-              { name: 'LISTEN_HOST', value: '::' },
-              { name: 'POD_IPS', valueFrom: { fieldRef: { fieldPath: 'status.podIPs' } } },
-            ],
-            readinessProbe: { tcpSocket: { port: 8080 }, periodSeconds: 1 },
-          },
-        ],
-      },
-    });
+    const pod = await echoPod(server, {}, [
+      { name: 'POD_IPS', valueFrom: { fieldRef: { fieldPath: 'status.podIPs' } } },
+    ]);
     // Then its status lists both families, IPv4 first, and podIP is the IPv4 one
     const ips = (pod.status?.podIPs ?? []).map((p) => p.ip ?? '');
     expect(ips).toHaveLength(2);
@@ -76,19 +97,7 @@ describe('a dual-stack node', () => {
     expect(((await res.json()) as { path: string }).path).toBe('/six');
     // And so does another pod, from its own IPv6 address
     const client = name('client6');
-    const clientPod = await runningPod({
-      metadata: { name: client },
-      spec: {
-        containers: [
-          {
-            name: 'sh',
-            image: 'devop.test/shell',
-            command: ['sleep', '3600'],
-            readinessProbe: { exec: { command: ['true'] }, periodSeconds: 1 },
-          },
-        ],
-      },
-    });
+    const clientPod = await shellPod(client);
     const clientIP6 = (clientPod.status?.podIPs ?? [])[1]?.ip;
     const echoed = JSON.parse(
       await exec(client, [
@@ -115,19 +124,7 @@ describe('a dual-stack node', () => {
     async () => {
       // Given an http-echo pod on both families behind a PreferDualStack Service
       const app = name('dual');
-      await runningPod({
-        metadata: { name: app, labels: { app } },
-        spec: {
-          containers: [
-            {
-              name: 'echo',
-              image: 'devop.test/http-echo',
-              env: [{ name: 'LISTEN_HOST', value: '::' }],
-              readinessProbe: { tcpSocket: { port: 8080 }, periodSeconds: 1 },
-            },
-          ],
-        },
-      });
+      await echoPod(app, { app });
       const svc = await core.createNamespacedService({
         namespace: 'default',
         body: {
@@ -144,19 +141,7 @@ describe('a dual-stack node', () => {
       expect(svc.spec?.clusterIP).toBe(v4);
       // And a pod reaches the Service over IPv6 and over IPv4
       const client = name('svc-client');
-      await runningPod({
-        metadata: { name: client },
-        spec: {
-          containers: [
-            {
-              name: 'sh',
-              image: 'devop.test/shell',
-              command: ['sleep', '3600'],
-              readinessProbe: { exec: { command: ['true'] }, periodSeconds: 1 },
-            },
-          ],
-        },
-      });
+      await shellPod(client);
       const get = (host: string) =>
         exec(client, [
           'node',
@@ -178,19 +163,7 @@ describe('a dual-stack node', () => {
     'an IPv6 SingleStack Service has an IPv6 ClusterIP and IPv6 endpoints; wrong family fields are 422',
     async () => {
       const app = name('six');
-      await runningPod({
-        metadata: { name: app, labels: { app } },
-        spec: {
-          containers: [
-            {
-              name: 'echo',
-              image: 'devop.test/http-echo',
-              env: [{ name: 'LISTEN_HOST', value: '::' }],
-              readinessProbe: { tcpSocket: { port: 8080 }, periodSeconds: 1 },
-            },
-          ],
-        },
-      });
+      await echoPod(app, { app });
       const svc = await core.createNamespacedService({
         namespace: 'default',
         body: { metadata: { name: app }, spec: { selector: { app }, ipFamilies: ['IPv6'], ports: [{ port: 8080 }] } },
