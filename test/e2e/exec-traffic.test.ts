@@ -104,6 +104,33 @@ describe('devop exec: traffic', () => {
     await run.stop();
   });
 
+  it('mirrors with a header filter: the pod answers all, only matching requests reach the local command', async () => {
+    // Given devop mirroring the port with a header filter
+    const local = await freePort();
+    const run = track(
+      devopExec(
+        cluster,
+        ['-t', 'deploy/echo', '--mirror', '-p', `8080:${local}`, '--http-header-filter', 'x-dev: ^me$'],
+        [...LOCAL_SERVER_COMMAND],
+        { env: { LOCAL_PORT: String(local) } },
+      ),
+    );
+    await run.ready();
+    // When a request without the header and one with it reach the pod
+    expect(await client.who(echo.podIP, 8080, '/not-mine')).toBe(echo.podName);
+    expect(await client.who(echo.podIP, 8080, '/mine', { 'x-dev': 'me' })).toBe(echo.podName);
+    // Then the local server saw a copy of the matching one only, and devop listed both
+    await waitFor('the copy', () => (seenRequests(run).some((r) => r.path === '/mine') ? true : undefined), 10_000);
+    await waitFor('both lines', () =>
+      run.output.includes('mirror GET /not-mine :8080: not matched, not copied') &&
+      run.output.includes('mirror GET /mine :8080: copied to the local command')
+        ? true
+        : undefined,
+    );
+    expect(seenRequests(run).map((r) => r.path)).toEqual(['/mine']);
+    await run.stop();
+  });
+
   it('filters: only requests with the matching header reach the local command', async () => {
     const local = await freePort();
     const run = track(
