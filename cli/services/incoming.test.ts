@@ -148,6 +148,26 @@ describe('incoming streams', () => {
     expect(received).toEqual(['copy of GET /y']);
   });
 
+  it("mirror copy with answers (a filtered mirror's HTTP/2 copy): the local answer comes back for the agent", async () => {
+    // Given a mirror stream whose OPEN asks for the answers (the agent's h2c client needs the local SETTINGS)
+    const { agent, client, localPort, received } = await setup();
+    client.on('stream', incomingStreamHandler({ ports: [{ remote: 3000, local: localPort }] }));
+    const stream = agent.openStream({
+      kind: 'incoming',
+      port: 3000,
+      mode: 'mirror',
+      remoteAddress: '10.0.0.9',
+      remotePort: 5555,
+      answers: true,
+    });
+    // When the copy is sent
+    const answer = collect(stream);
+    stream.end('copy of GET /h2');
+    // Then the local command got it and its answer came back on the stream
+    expect(await answer).toBe('answer to copy of GET /h2');
+    expect(received).toEqual(['copy of GET /h2']);
+  });
+
   it('resets the stream when nothing listens on the local port, and says so', async () => {
     const { agent, client, local, localPort } = await setup();
     await new Promise<void>((r) => local.close(() => r()));
