@@ -149,6 +149,27 @@ for (const how of ['capture', 'proxy'] as const) {
       expect(mirrorRequests(session)).toEqual(['GET /a → local', 'GET /b → pod', 'POST /c → local']);
     });
 
+    test('a JSON body filter: the body decides, and the copy carries it whole', async () => {
+      // Given a session mirroring :3000 with a body filter
+      const session = await connectSession(control, { user: 'body' });
+      sessions.push(session);
+      const filter = { body: '$.user: ^me$', match: 'all' as const };
+      expect((await session.subscribe(3000, 'mirror', { filter })).type).toBe('subscribed');
+      // When one keep-alive connection posts a matching body and one that does not match
+      const post = (path: string, body: string): string =>
+        `POST ${path} HTTP/1.1\r\nHost: pod\r\nContent-Type: application/json\r\n` +
+        `Content-Length: ${body.length}\r\n\r\n${body}`;
+      await exchange(client, post('/yes', '{"user":"me"}') + post('/no', '{"user":"you"}'), 2);
+      // Then only the matching one was copied, body included, and both were told
+      await waitFor('two request events', () => mirrorRequests(session).length === 2);
+      expect(mirrorRequests(session)).toEqual(['POST /yes → local', 'POST /no → pod']);
+      await waitFor('the copy', () => session.incoming.some((i) => i.data.length > 0));
+      await new Promise((r) => setTimeout(r, 200));
+      const copies = session.incoming.map((i) => Buffer.concat(i.data).toString());
+      expect(copies).toHaveLength(1);
+      expect(copies[0]).toMatch(/^POST \/yes HTTP\/1.1\r\n.*\r\n\r\n\{"user":"me"\}$/s);
+    });
+
     test('bytes that are not HTTP: one line, and that connection is not copied', async () => {
       // Given a session mirroring :3000 with a header filter
       const session = await connectSession(control, { user: 'raw' });
