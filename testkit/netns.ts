@@ -16,6 +16,11 @@ const FIXTURES = resolve(import.meta.dirname, 'fixtures');
 export const AGENT_BUNDLE = resolve(import.meta.dirname, '../dist/agent.cjs');
 const CGROUP_ROOT = existsSync('/sys/fs/cgroup/unified') ? '/sys/fs/cgroup/unified' : '/sys/fs/cgroup';
 
+/** An IPv6 address as Node and the kernel print it (RFC 5952: no leading zeros, the longest zero run as ::). */
+function canonicalIPv6(ip: string): string {
+  return new URL(`http://[${ip}]`).hostname.slice(1, -1);
+}
+
 export async function sh(cmd: string): Promise<string> {
   const { stdout } = await exec('sh', ['-c', cmd], { maxBuffer: 8 * 1024 * 1024 });
   return stdout;
@@ -61,13 +66,13 @@ export class PodNet {
   /** The same three hosts over IPv6 (a unique-local /64 of the fixture's own), as on a dual-stack node. */
   subnet6 = '';
   get nodeIP6(): string {
-    return `${this.subnet6}::1`;
+    return canonicalIPv6(`${this.subnet6}::1`);
   }
   get podIP6(): string {
-    return `${this.subnet6}::2`;
+    return canonicalIPv6(`${this.subnet6}::2`);
   }
   get clientIP6(): string {
-    return `${this.subnet6}::3`;
+    return canonicalIPv6(`${this.subnet6}::3`);
   }
 
   /** Creates the bridge, both netns and their veths; picks a /24 no route on the host uses. */
@@ -77,7 +82,9 @@ export class PodNet {
       this.subnet = `10.${150 + Math.floor(Math.random() * 100)}.${Math.floor(Math.random() * 256)}`;
     } while (routes.includes(`${this.subnet}.`));
     const hex = randomBytes(5).toString('hex');
-    this.subnet6 = `fd${hex.slice(0, 2)}:${hex.slice(2, 6)}:${hex.slice(6)}`;
+    // Groups without leading zeros, so the addresses read as Node and the kernel print them (RFC 5952).
+    const group = (h: string) => Number.parseInt(h, 16).toString(16);
+    this.subnet6 = `fd${hex.slice(0, 2)}:${group(hex.slice(2, 6))}:${group(hex.slice(6))}`;
     const p = this.prefix;
     await sh(
       `ip link add ${this.bridge} type bridge && ip addr add ${this.nodeIP}/24 dev ${this.bridge} && ` +

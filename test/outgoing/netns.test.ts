@@ -7,7 +7,7 @@
 // steals to) reaches the command's server inside from this machine's loopback once it listens there. The stand-in's
 // end-to-end run is netns-e2e.test.ts.
 import { execFile, execFileSync } from 'node:child_process';
-import { chownSync, mkdtempSync, rmSync } from 'node:fs';
+import { chmodSync, chownSync, copyFileSync, mkdtempSync, rmSync } from 'node:fs';
 import { connect as netConnect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -77,14 +77,19 @@ function runIn(
   script: string,
   as?: number,
   publish: number[] = [],
+  launcher = netnsLauncherPath() ?? '',
 ): Promise<{ stdout: string; stderr: string; code: number }> {
-  const launcher = netnsLauncherPath() ?? '';
   return new Promise((resolve) => {
     execFile(
       launcher,
       [...publish.flatMap((port) => ['--publish', String(port)]), '--', '/bin/sh', '-c', script],
       { env: { PATH: process.env.PATH ?? '/usr/bin:/bin', ...bridge.env }, timeout: 60_000, uid: as, gid: as },
-      (err, stdout, stderr) => resolve({ stdout, stderr, code: err ? Number(err.code ?? 1) : 0 }),
+      (err, stdout, stderr) =>
+        resolve({
+          stdout,
+          stderr: `${stderr}${err && typeof err.code !== 'number' ? String(err) : ''}`,
+          code: err ? Number(err.code ?? 1) || 1 : 0,
+        }),
     );
   });
 }
@@ -174,9 +179,14 @@ describe.skipIf(process.platform !== 'linux')('the outgoing network namespace (d
     chownSync(dirname(bridge.socketPath), NOBODY, NOBODY);
     chownSync(bridge.socketPath, NOBODY, NOBODY);
     try {
-      // When the same client runs under devop-netns as nobody
+      // When the same client runs under devop-netns as nobody (a copy nobody may run: the checkout may be in a
+      // directory only root can enter, as a clean clone in a 0700 temporary directory is)
+      chmodSync(work, 0o755);
+      const launcher = join(work, 'devop-netns');
+      copyFileSync(netnsLauncherPath() ?? '', launcher);
+      chmodSync(launcher, 0o755);
       dialer.calls.length = 0;
-      const { stdout, stderr, code } = await runIn(bridge, script(), NOBODY);
+      const { stdout, stderr, code } = await runIn(bridge, script(), NOBODY, [], launcher);
       expect(code, stderr).toBe(0);
       // Then the same holds, and the command sees its own uid
       expectCovered(stdout, stderr);
