@@ -172,12 +172,14 @@ async function until(cond: () => boolean, what: string): Promise<void> {
 }
 
 /**
- * Bytes the kernel holds from one loopback socket to another (/proc/net/tcp): the receiver's unread queue and the
+ * Bytes the kernel holds from one loopback socket to another (/proc/net/tcp, tcp6): the receiver's unread queue and the
  * sender's unacknowledged one.
  */
 function kernelHeld(receiverPort: number, senderPort: number): number {
   let held = 0;
-  for (const line of readFileSync('/proc/net/tcp', 'utf8').split('\n').slice(1)) {
+  // Both tables: devop-splice's steal listener is dual-stack, so its end of an IPv4 connection is in tcp6.
+  const lines = ['/proc/net/tcp', '/proc/net/tcp6'].flatMap((f) => readFileSync(f, 'utf8').split('\n').slice(1));
+  for (const line of lines) {
     const fields = line.trim().split(/\s+/);
     if (fields.length < 5) continue;
     const [local, remote] = [fields[1], fields[2]].map((address) => Number.parseInt(address.split(':')[1], 16));
