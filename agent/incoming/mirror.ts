@@ -4,11 +4,20 @@
 // forward.
 import type { TrafficEvent } from '../../shared/protocol.js';
 import type { AgentLog } from '../log.js';
-import { MirroredRequests } from './mirror-requests.js';
+import type { MirroredRequests } from './mirror-requests.js';
 import { MirrorCopy } from './mirror-copy.js';
 import type { PortSubscription } from './subscription.js';
 
 export { MIRROR_BUFFER_LIMIT, MIRROR_COALESCE_MS, MirrorCopy } from './mirror-copy.js';
+
+// The HTTP parsers of filtered mirrors (node:http, node:http2) load with the first filtered mirror: an agent that only
+// mirrors whole ports, or steals, never pays their memory.
+let requestsClass: typeof MirroredRequests | undefined;
+
+/** Before a filtered mirror's first connection: loads agent/incoming/mirror-requests.ts. */
+export async function loadFilteredMirror(): Promise<void> {
+  requestsClass ??= (await import('./mirror-requests.js')).MirroredRequests;
+}
 
 /**
  * One client connection as the mirroring sessions see it: its open/close traffic events, and an `incoming` stream each
@@ -36,8 +45,11 @@ export class MirroredConnection {
       to: 'pod',
     };
     this.filtered = subs.filter((s) => s.match && s.session.takesTraffic);
+    // Loaded by PortTable.subscribe() before a filtered mirror counts.
     this.requests =
-      this.filtered.length === 0 ? undefined : new MirroredRequests(this.filtered, { port, connId, remote, log });
+      this.filtered.length > 0 && requestsClass
+        ? new requestsClass(this.filtered, { port, connId, remote, log })
+        : undefined;
     for (const sub of this.filtered) sub.session.traffic({ ...this.event, phase: 'open', at: Date.now() });
     this.copies = subs.flatMap((sub) => {
       if (sub.match) return [];

@@ -7,6 +7,7 @@ import { isUserError } from '../../shared/errors.js';
 import { effectiveCapabilities, missingCapabilityError } from '../capabilities.js';
 import type { ClientMessage } from '../../shared/protocol.js';
 import { flushConnections } from './flush.js';
+import { loadFilteredMirror } from './mirror.js';
 import { PortCapture } from './capture.js';
 import type { AgentLog } from '../log.js';
 import type { NativeSplice } from '../native/native-splice.js';
@@ -173,6 +174,7 @@ export class PortTable {
         match = msg.filter ? (await import('./filter.js')).compileFilter(msg.filter) : undefined;
         // The workload's certificate and key are checked now: a pair that does not fit is refused, not each handshake.
         if (match && msg.mode === 'steal' && msg.tls) (await import('./tls-terminate.js')).secureContextOf(msg.tls);
+        if (match && msg.mode === 'mirror') await loadFilteredMirror();
       } catch (err) {
         return isUserError(err)
           ? { ok: false as const, reason: err.message, hint: err.hint }

@@ -49,9 +49,11 @@ describe('the agent bundle', () => {
       // Sanity: the list is the one of Node's modules, with what the agent does need.
       expect(loaded).toContain('NativeModule net');
       expect(loaded).toContain('NativeModule child_process');
-      // HTTP: filtered steals; TLS: the replace guard; DNS: the first query; fs/promises: never (agent/fs-calls.ts).
+      // HTTP and HTTP/2: filtered steals and mirrors; TLS: the replace guard; DNS: the first query; fs/promises: never
+      // (agent/fs-calls.ts).
       const heavy = [
         'http',
+        'http2',
         'https',
         'tls',
         '_http_server',
