@@ -1,6 +1,7 @@
 // Admission webhooks (admissionregistration.k8s.io/v1): writes of matching resources are sent as AdmissionReview v1
-// over HTTPS to each webhook — mutating ones first, one after another, their JSON patches applied; then validating ones
-// together — with timeoutSeconds and failurePolicy applied and the errors worded as kube-apiserver words them.
+// over HTTPS to each webhook — mutating ones first, one after another, their JSON patches applied (IfNeeded ones again
+// after a later patch); then validating ones together — with timeoutSeconds and failurePolicy applied and the errors
+// worded as kube-apiserver words them.
 import { request as httpsRequest } from 'node:https';
 import { randomUUID } from 'node:crypto';
 import { ApiError, type K8sObject } from './errors.js';
@@ -77,27 +78,44 @@ export class Admission {
     return this.objects.store.list(MUTATING_WEBHOOKS).length + this.objects.store.list(VALIDATING_WEBHOOKS).length > 0;
   }
 
-  /** Runs the mutating then the validating webhooks; returns the object to store, or throws the refusal. */
+  /**
+   * Runs the mutating then the validating webhooks; returns the object to store, or throws the refusal. A webhook with
+   * reinvocationPolicy IfNeeded that a later webhook's patch came after is called once more, in a second round
+   * (apiserver pkg/admission/plugin/webhook/mutating/dispatcher.go, reinvocationcontext.go;
+   * pkg/admission/reinvocation.go).
+   */
   async admit(a: AdmissionAttributes): Promise<K8sObject | undefined> {
     let object = a.object;
-    for (const w of this.hooks(MUTATING_WEBHOOKS, a)) {
-      const response = await this.call(w, { ...a, object });
-      if (!response) continue;
-      if (response.patch && object && a.operation !== 'DELETE') {
-        const ops = JSON.parse(Buffer.from(response.patch, 'base64').toString('utf8'));
-        object = applyPatch('json', object, ops);
+    const mutating = this.hooks(MUTATING_WEBHOOKS, a);
+    let invokedReinvocable = new Set<K8sObject>();
+    const reinvoke = new Set<K8sObject>();
+    for (const round of [0, 1]) {
+      if (round === 1 && reinvoke.size === 0) break;
+      for (const w of mutating) {
+        if (round === 1 && !reinvoke.has(w)) continue;
+        const response = await this.call(w, { ...a, object }, true);
+        if (response?.patch && object && a.operation !== 'DELETE') {
+          const ops = JSON.parse(Buffer.from(response.patch, 'base64').toString('utf8'));
+          const patched = applyPatch('json', object, ops);
+          if (JSON.stringify(patched) !== JSON.stringify(object)) {
+            for (const earlier of invokedReinvocable) reinvoke.add(earlier);
+            invokedReinvocable = new Set();
+          }
+          object = patched;
+        }
+        if (w.reinvocationPolicy === 'IfNeeded') invokedReinvocable.add(w);
       }
     }
     const validating = this.hooks(VALIDATING_WEBHOOKS, a);
-    await Promise.all(validating.map((w) => this.call(w, { ...a, object })));
+    await Promise.all(validating.map((w) => this.call(w, { ...a, object }, false)));
     return object;
   }
 
   /** One webhook call: its response when allowed, undefined when it failed and failurePolicy is Ignore. */
-  private async call(w: K8sObject, a: AdmissionAttributes): Promise<K8sObject | undefined> {
+  private async call(w: K8sObject, a: AdmissionAttributes, mutating: boolean): Promise<K8sObject | undefined> {
     let response: K8sObject;
     try {
-      response = await this.post(w, a);
+      response = await this.post(w, a, mutating);
     } catch (e) {
       if (!(e instanceof CallingWebhookError)) throw e;
       if (w.failurePolicy === 'Ignore') {
@@ -111,7 +129,7 @@ export class Admission {
     throw denied(w.name, response.status);
   }
 
-  private post(w: K8sObject, a: AdmissionAttributes): Promise<K8sObject> {
+  private post(w: K8sObject, a: AdmissionAttributes, mutating: boolean): Promise<K8sObject> {
     const failed = (why: string) => new CallingWebhookError(`failed calling webhook "${w.name}": ${why}`);
     const timeoutSeconds = Number(w.timeoutSeconds ?? DEFAULT_TIMEOUT_SECONDS);
     if (!(w.admissionReviewVersions ?? []).includes('v1'))
@@ -160,14 +178,13 @@ export class Admission {
             } catch (e) {
               return reject(failed(`received invalid webhook response: ${(e as Error).message}`));
             }
-            if (review?.response?.uid !== uid)
-              return reject(
-                failed(
-                  `received invalid webhook response: expected response.uid="${uid}", ` +
-                    `got "${review?.response?.uid ?? ''}"`,
-                ),
-              );
-            resolve(review.response);
+            const invalid = invalidResponse(review, uid, mutating);
+            if (invalid) return reject(failed(`received invalid webhook response: ${invalid}`));
+            const r = review.response;
+            // Checked once allowed, as the dispatcher applies the patch (mutating/dispatcher.go).
+            if (r.allowed === true && r.patch && r.patchType !== 'JSONPatch')
+              return reject(failed(`unsupported patch type "${r.patchType}"`));
+            resolve(r);
           });
         },
       );
@@ -207,6 +224,34 @@ export class Admission {
     const path = `${svc.path ?? '/'}${query}`;
     return { ...ep, path, ca, servername, display: `https://${servername}:${port}${path}` };
   }
+}
+
+/**
+ * What VerifyAdmissionResponse (apiserver pkg/admission/plugin/webhook/request/admissionreview.go) refuses in a v1
+ * AdmissionReview, in its words: another uid or kind, a patch without patchType JSONPatch (or the reverse), a patch
+ * from a validating webhook. The call then failed, so failurePolicy decides.
+ */
+function invalidResponse(review: K8sObject, uid: string, mutating: boolean): string | undefined {
+  const r = review?.response;
+  if (r?.uid !== uid) return `expected response.uid="${uid}", got "${r?.uid ?? ''}"`;
+  if (review.apiVersion !== 'admission.k8s.io/v1' || review.kind !== 'AdmissionReview') {
+    const [group, version] = String(review.apiVersion ?? '').includes('/')
+      ? String(review.apiVersion).split('/')
+      : ['', review.apiVersion ?? ''];
+    const got = `${group}/${version}, Kind=${review.kind ?? ''}`;
+    return `expected webhook response of admission.k8s.io/v1, Kind=AdmissionReview, got ${got}`;
+  }
+  const hasPatch = typeof r.patch === 'string' && r.patch.length > 0;
+  const hasType = r.patchType !== undefined && r.patchType !== null;
+  if (!mutating) {
+    if (hasPatch) return 'validating webhook may not return response.patch';
+    if (hasType) return 'validating webhook may not return response.patchType';
+    return undefined;
+  }
+  if (hasPatch && !hasType) return 'webhook returned response.patch but not response.patchType';
+  if (!hasPatch && hasType) return 'webhook returned response.patchType but not response.patch';
+  if (hasType && r.patchType === '') return `webhook returned invalid response.patchType of ""`;
+  return undefined;
 }
 
 /** The refusal as ToStatusErr words it: `admission webhook "NAME" denied the request: MESSAGE`, code ≥ 400. */

@@ -38,6 +38,11 @@ function answer(path: string, request: any): any {
       : { op: 'add', path: '/metadata/labels', value: { mutated: 'yes' } };
     return { ...base, patchType: 'JSONPatch', patch: Buffer.from(JSON.stringify([op])).toString('base64') };
   }
+  if (path === '/patch-no-type') {
+    // A patch whose patchType is left out: VerifyAdmissionResponse refuses the answer.
+    const op = { op: 'add', path: '/metadata/labels', value: { untyped: 'yes' } };
+    return { ...base, patch: Buffer.from(JSON.stringify([op])).toString('base64') };
+  }
   if (path === '/require-mutated' && request.object?.metadata?.labels?.mutated !== 'yes')
     return { ...base, allowed: false, status: { message: 'not mutated first' } };
   return base;
@@ -212,6 +217,75 @@ describe('admission webhooks', () => {
     expect(seen.map((s) => s.path.split('?')[0])).toEqual(['/mutate', '/require-mutated']);
     const stored = await core.readNamespacedConfigMap({ namespace: 'watched', name: 'm' });
     expect(stored.metadata?.labels).toEqual({ mutated: 'yes' });
+  });
+
+  // apiserver pkg/admission/plugin/webhook/mutating/dispatcher.go, reinvocationcontext.go: a webhook with
+  // reinvocationPolicy IfNeeded is called once more when a webhook after it changed the object; Never: once.
+  it('calls an IfNeeded mutating webhook again once a later webhook patched it (reinvocationPolicy)', async () => {
+    const chain = (reinvocationPolicy: string) =>
+      admission.createMutatingWebhookConfiguration({
+        body: {
+          metadata: { name: 'chain' },
+          webhooks: [
+            { ...hook('observe.example.com', '/observe'), reinvocationPolicy },
+            hook('label.example.com', '/mutate'),
+          ],
+        },
+      });
+    // Given an IfNeeded webhook before one that adds a label
+    await chain('IfNeeded');
+    // When a ConfigMap is created
+    await core.createNamespacedConfigMap({ namespace: 'watched', body: configMap('again', { a: '1' }) });
+    // Then the first is called again and sees the label the second added
+    expect(seen.map((s) => s.path.split('?')[0])).toEqual(['/observe', '/mutate', '/observe']);
+    expect(seen[0].request.object.metadata.labels).toBeUndefined();
+    expect(seen[2].request.object.metadata.labels).toEqual({ mutated: 'yes' });
+    // And with the default policy (Never) it is called once
+    await admission.deleteMutatingWebhookConfiguration({ name: 'chain' });
+    seen.length = 0;
+    await chain('Never');
+    await core.createNamespacedConfigMap({ namespace: 'watched', body: configMap('once', { a: '1' }) });
+    expect(seen.map((s) => s.path.split('?')[0])).toEqual(['/observe', '/mutate']);
+  });
+
+  // apiserver pkg/admission/plugin/webhook/request/admissionreview.go VerifyAdmissionResponse: a patch needs
+  // patchType JSONPatch, a validating webhook may return none; such an answer is a failed call (failurePolicy).
+  it('an answer with a patch but no patchType, or a patch from a validating webhook, is a failed call', async () => {
+    // Given a mutating webhook that leaves out patchType (failurePolicy Fail)
+    await admission.createMutatingWebhookConfiguration({
+      body: { metadata: { name: 'untyped' }, webhooks: [hook('notype.example.com', '/patch-no-type')] },
+    });
+    // When a ConfigMap is created, Then the write fails with upstream's words and nothing is stored
+    const failed = await expectStatus(
+      core.createNamespacedConfigMap({ namespace: 'watched', body: configMap('untyped', {}) }),
+    );
+    expect(failed).toMatchObject({
+      code: 500,
+      message:
+        'Internal error occurred: failed calling webhook "notype.example.com": received invalid webhook response: ' +
+        'webhook returned response.patch but not response.patchType',
+    });
+    // And with failurePolicy Ignore the write goes through unpatched
+    await admission.deleteMutatingWebhookConfiguration({ name: 'untyped' });
+    await admission.createMutatingWebhookConfiguration({
+      body: {
+        metadata: { name: 'untyped' },
+        webhooks: [hook('notype.example.com', '/patch-no-type', { failurePolicy: 'Ignore' })],
+      },
+    });
+    await core.createNamespacedConfigMap({ namespace: 'watched', body: configMap('untyped', {}) });
+    const stored = await core.readNamespacedConfigMap({ namespace: 'watched', name: 'untyped' });
+    expect(stored.metadata?.labels).toBeUndefined();
+    // And a validating webhook that answers with a patch fails the write
+    await admission.deleteMutatingWebhookConfiguration({ name: 'untyped' });
+    await validating(hook('patching.example.com', '/mutate'));
+    const refused = await expectStatus(
+      core.createNamespacedConfigMap({ namespace: 'watched', body: configMap('patched', {}) }),
+    );
+    expect(refused.message).toBe(
+      'Internal error occurred: failed calling webhook "patching.example.com": received invalid webhook response: ' +
+        'validating webhook may not return response.patch',
+    );
   });
 
   it('a webhook that does not answer in timeoutSeconds fails the write (Fail) or is skipped (Ignore)', async () => {
