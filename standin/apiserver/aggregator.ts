@@ -1,6 +1,7 @@
 // APIService aggregation: requests under /apis/<group>/<version> of an APIService backed by a Service are proxied over
-// TLS to a ready endpoint of that Service with the caller's identity in X-Remote-User/X-Remote-Group, as kube-apiserver
-// does, from the API server's advertised address; a status loop keeps each APIService's Available condition current.
+// TLS to a ready endpoint of that Service with the caller's identity in X-Remote-User/-Group/-Extra-*, as
+// kube-apiserver does, from the API server's advertised address; a status loop keeps each APIService's Available
+// condition current.
 import { request as httpsRequest } from 'node:https';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { ApiError, type K8sObject } from './errors.js';
@@ -64,14 +65,19 @@ export class Aggregator {
     if (!apiService) throw new ApiError(404, 'NotFound', 'the server could not find the requested resource');
     const b = this.backend(apiService);
     if ('error' in b) throw new ApiError(503, 'ServiceUnavailable', `${b.error}`);
+    // The caller's own X-Remote-* never reach the server: they are replaced by its identity, extras included
+    // (client-go transport/round_trippers.go SetAuthProxyHeaders; X-Remote-Uid is sent only with the alpha
+    // RemoteRequestHeaderUID gate).
     const headers: Record<string, string | string[]> = {};
     for (const [k, v] of Object.entries(req.headers)) {
-      if (v === undefined || ['authorization', 'host', 'connection', 'x-remote-user', 'x-remote-group'].includes(k))
-        continue;
+      if (v === undefined || ['authorization', 'host', 'connection'].includes(k)) continue;
+      if (['x-remote-user', 'x-remote-uid', 'x-remote-group'].includes(k) || k.startsWith('x-remote-extra-')) continue;
       headers[k] = v;
     }
     headers['x-remote-user'] = id.name;
     headers['x-remote-group'] = id.groups;
+    for (const [key, values] of Object.entries(id.extra ?? {}))
+      headers[`x-remote-extra-${headerKeyEscape(key)}`] = values;
     headers['x-forwarded-for'] = req.socket.remoteAddress ?? '127.0.0.1';
     const out = httpsRequest(
       {
@@ -272,4 +278,14 @@ export class Aggregator {
     if (this.timer) clearTimeout(this.timer);
     this.unsubscribe?.();
   }
+}
+
+/** round_trippers.go headerKeyEscape: bytes that are not an HTTP token character, and `%`, as %XX. */
+function headerKeyEscape(key: string): string {
+  let out = '';
+  for (const b of Buffer.from(key, 'utf8')) {
+    const c = String.fromCharCode(b);
+    out += /^[!#$&'*+\-.^_`|~0-9A-Za-z]$/.test(c) ? c : `%${b.toString(16).toUpperCase().padStart(2, '0')}`;
+  }
+  return out;
 }

@@ -18,6 +18,8 @@ export interface Identity {
   rules: PolicyRule[];
   /** When the token stops authenticating (ms since the epoch); none: never. */
   expiresAt?: number;
+  /** user.Info's Extra: what Impersonate-Extra-<key> headers set (keys lower case, unescaped). */
+  extra?: Record<string, string[]>;
 }
 
 export interface RequestAttributes {
@@ -154,7 +156,7 @@ export class Authenticator {
           verb: 'impersonate',
           apiGroup: 'authentication.k8s.io',
           resource: 'userextras',
-          subresource: decodeURIComponent(h.slice('impersonate-extra-'.length)),
+          subresource: unescapeExtraKey(h.slice('impersonate-extra-'.length)),
           name: value,
         });
     if (uid)
@@ -167,7 +169,9 @@ export class Authenticator {
     const asGroups = [...(sa && groups.length === 0 ? SERVICE_ACCOUNT_GROUPS(sa[1]) : groups)];
     if (!asGroups.includes('system:authenticated') && !asGroups.includes('system:unauthenticated'))
       asGroups.push('system:authenticated');
-    return { name: user, uid, groups: asGroups, rules: this.rulesOf(user, asGroups) };
+    const extra: Record<string, string[]> = {};
+    for (const h of extras) extra[unescapeExtraKey(h.slice('impersonate-extra-'.length))] = headers[h] ?? [];
+    return { name: user, uid, groups: asGroups, rules: this.rulesOf(user, asGroups), extra };
   }
 
   /** What RBAC grants a user the stand-in knows by name or group (system:masters: cluster-admin, as kubeadm binds). */
@@ -232,5 +236,14 @@ export class Authenticator {
       ],
       incomplete: false,
     };
+  }
+}
+
+/** impersonation.go unescapeExtraKey: the key %-unescaped, or as sent when that fails. */
+function unescapeExtraKey(encoded: string): string {
+  try {
+    return decodeURIComponent(encoded);
+  } catch {
+    return encoded;
   }
 }

@@ -200,7 +200,20 @@ export async function startApiServer(o: ApiServerOptions): Promise<ApiServer> {
     }
     const route = parseResourcePath(path);
     if (!route) throw new ApiError(404, 'NotFound', 'the server could not find the requested resource');
-    if (route.group && o.aggregator.handles(route.group, route.version)) return o.aggregator.proxy(req, res, id);
+    if (route.group && o.aggregator.handles(route.group, route.version)) {
+      // Authorized here first, as every request is (apiserver pkg/endpoints/filters/authorization.go runs before
+      // kube-aggregator's proxy); discovery of the group-version is a non-resource path everyone may get.
+      if (route.resource)
+        o.auth.authorize(id, {
+          verb: verbOf(method, route.name, q, route.sub),
+          apiGroup: route.group,
+          resource: route.resource,
+          subresource: route.sub,
+          namespace: route.ns || undefined,
+          name: route.name,
+        });
+      return o.aggregator.proxy(req, res, id);
+    }
     if (!route.resource) {
       const types = o.catalog.all().filter((t) => t.group === route.group && t.version === route.version);
       if (types.length === 0) throw new ApiError(404, 'NotFound', 'the server could not find the requested resource');

@@ -10,6 +10,7 @@ import { ApiregistrationV1Api, CoreV1Api, CustomObjectsApi, KubeConfig } from '@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { makeCerts } from '../../standin/certs.js';
 import { startCluster, type ClusterHandle } from '../../standin/index.js';
+import { rawRequest } from '../../testkit/api-requests.js';
 import { waitFor } from '../../testkit/wait.js';
 
 const runFile = promisify(execFile);
@@ -18,6 +19,8 @@ let kc: KubeConfig;
 let backend: Server;
 let dir: string;
 const seenUsers: string[] = [];
+/** The headers of each request the aggregated server received. */
+const seenHeaders: NodeJS.Dict<string[]>[] = [];
 
 const resourceList = {
   kind: 'APIResourceList',
@@ -81,6 +84,7 @@ beforeAll(async () => {
   const certs = await makeCerts(dir, ['IP:127.0.0.1']);
   backend = createServer({ cert: certs.certPem, key: certs.keyPem }, (req, res) => {
     seenUsers.push(String(req.headers['x-remote-user']));
+    seenHeaders.push(req.headersDistinct);
     res.setHeader('Content-Type', 'application/json');
     const path = (req.url ?? '').split('?')[0];
     if (path === '/apis/farm.example.com/v1alpha') return res.end(JSON.stringify(resourceList));
@@ -173,6 +177,64 @@ describe('APIService aggregation', () => {
     });
     expect(list.items.map((i: any) => i.metadata.name)).toEqual(['dolly']);
     expect(seenUsers).toContain('kubernetes-admin');
+  });
+
+  // client-go transport/round_trippers.go SetAuthProxyHeaders (kube-aggregator's proxy): the caller's own X-Remote-*
+  // headers are removed, then X-Remote-User, one X-Remote-Group per group and X-Remote-Extra-<key> per extra are set.
+  it("replaces the caller's X-Remote-* headers with its identity, extras as X-Remote-Extra-<key>", async () => {
+    // Given a caller that sends X-Remote-* of its own and impersonates a user with groups and extras
+    seenHeaders.length = 0;
+    const answer = await rawRequest(
+      cluster,
+      cluster.adminToken,
+      'GET',
+      '/apis/farm.example.com/v1alpha/namespaces/default/llamas',
+      undefined,
+      {
+        'x-remote-user': 'mallory',
+        'x-remote-group': 'system:masters',
+        'x-remote-extra-scopes': 'all',
+        'x-remote-uid': 'forged',
+        'impersonate-user': 'jane',
+        'impersonate-group': ['developers', 'system:masters'],
+        'impersonate-extra-scopes': ['read', 'write'],
+        'impersonate-extra-example.com%2fteam': 'llamas',
+      },
+    );
+    // When the aggregator proxies the request
+    expect(answer.status).toBe(200);
+    const h = seenHeaders.at(-1) ?? {};
+    // Then the server sees the impersonated identity only
+    expect(h['x-remote-user']).toEqual(['jane']);
+    expect(h['x-remote-group']).toEqual(['developers', 'system:masters', 'system:authenticated']);
+    expect(h['x-remote-extra-scopes']).toEqual(['read', 'write']);
+    expect(h['x-remote-extra-example.com%2fteam']).toEqual(['llamas']);
+    expect(h['x-remote-uid']).toBeUndefined();
+    expect(Object.keys(h).filter((k) => k.startsWith('impersonate-') || k === 'authorization')).toEqual([]);
+  });
+
+  // apiserver pkg/endpoints/filters/authorization.go: the aggregator's proxy comes after authorization, so an
+  // aggregated resource needs RBAC like any other; its group-version's discovery is open to every user.
+  it('authorizes a request for an aggregated resource before proxying it (403 for the restricted user)', async () => {
+    // Given the restricted user, whose RBAC grants nothing in farm.example.com
+    seenHeaders.length = 0;
+    // When it lists llamas, Then it gets kube-apiserver's 403 and the server sees nothing
+    const refused = await rawRequest(
+      cluster,
+      cluster.restrictedToken,
+      'GET',
+      '/apis/farm.example.com/v1alpha/namespaces/default/llamas',
+    );
+    expect(refused.status).toBe(403);
+    expect(refused.body.message).toBe(
+      'llamas.farm.example.com is forbidden: User "devop-restricted" cannot list resource "llamas" in API group ' +
+        '"farm.example.com" in the namespace "default"',
+    );
+    expect(seenHeaders).toEqual([]);
+    // And the group-version's discovery still answers
+    const discovery = await rawRequest(cluster, cluster.restrictedToken, 'GET', '/apis/farm.example.com/v1alpha');
+    expect(discovery.status).toBe(200);
+    expect(seenHeaders.at(-1)?.['x-remote-user']).toEqual(['devop-restricted']);
   });
 
   for (const v of ['1.31', '1.32', '1.33']) {
