@@ -212,27 +212,36 @@ export class Authenticator {
    * the stand-in grants to identities whose rules allow every verb on every resource everywhere.
    */
   authorizeNonResource(id: Identity, verb: string, path: string): void {
+    if (this.allowedNonResource(id, verb, path)) return;
+    throw new ApiError(403, 'Forbidden', `forbidden: User "${id.name}" cannot ${verb} path "${path}"`);
+  }
+
+  allowedNonResource(id: Identity, verb: string, path: string): boolean {
     const everything = id.rules.some(
       (r) => !r.namespaces && r.verbs.includes('*') && r.apiGroups.includes('*') && r.resources.includes('*'),
     );
     const discovery =
       verb === 'get' && DISCOVERY_PATHS.some((p) => (p.endsWith('*') ? path.startsWith(p.slice(0, -1)) : path === p));
-    if (everything || discovery) return;
-    throw new ApiError(403, 'Forbidden', `forbidden: User "${id.name}" cannot ${verb} path "${path}"`);
+    return everything || discovery;
   }
 
-  /** SelfSubjectRulesReview status for one namespace. */
+  /**
+   * SelfSubjectRulesReview status for one namespace; none is a 400 (kubernetes pkg/registry/authorization/
+   * selfsubjectrulesreview/rest.go).
+   */
   rulesFor(
     id: Identity,
     namespace: string,
   ): { resourceRules: object[]; nonResourceRules: object[]; incomplete: boolean } {
+    if (!namespace) throw new ApiError(400, 'BadRequest', 'no namespace on request');
     const resourceRules = [...BASIC_RULES, ...id.rules]
       .filter((r) => !r.namespaces || r.namespaces.includes(namespace))
       .map((r) => ({ verbs: r.verbs, apiGroups: r.apiGroups, resources: r.resources }));
     return {
       resourceRules,
       nonResourceRules: [
-        { verbs: ['get'], nonResourceURLs: ['/api', '/api/*', '/apis', '/apis/*', '/version', '/openapi/*'] },
+        { verbs: ['get'], nonResourceURLs: DISCOVERY_PATHS },
+        ...(this.allowedNonResource(id, '*', '*') ? [{ verbs: ['*'], nonResourceURLs: ['*'] }] : []),
       ],
       incomplete: false,
     };

@@ -121,11 +121,12 @@ export async function handleReview(
         name: ra.name || undefined,
       });
     } else {
-      allowed = Boolean(body.spec?.nonResourceAttributes);
+      const nra = body.spec?.nonResourceAttributes ?? {};
+      allowed = ctx.auth.allowedNonResource(r.identity, nra.verb ?? '', nra.path ?? '');
     }
     out.status = allowed ? { allowed: true, reason: 'allowed by the stand-in policy' } : { allowed: false };
   } else if (r.t.resource === 'selfsubjectrulesreviews') {
-    out.status = ctx.auth.rulesFor(r.identity, body.spec?.namespace ?? 'default');
+    out.status = ctx.auth.rulesFor(r.identity, body.spec?.namespace ?? '');
   } else {
     out.status = { userInfo: { username: r.identity.name, uid: r.identity.uid, groups: r.identity.groups } };
   }
