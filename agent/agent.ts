@@ -72,7 +72,7 @@ export async function startAgent({ config, pid, log }: AgentOptions): Promise<Ru
     const mayRedirect = effectiveCapabilities().has('NET_ADMIN');
     if (mayRedirect) await removeStaleChains(log, agentId);
     const backend = config.iptables !== 'auto' ? config.iptables : mayRedirect ? await detectBackend(log) : 'nft-owned';
-    chain = new AgentChain(backend, agentId);
+    chain = new AgentChain(backend, agentId, log);
     guard = startGuard(backend, chainName(agentId), log);
   }
   const nodeIP = async (): Promise<string | undefined> => config.nodeIP ?? (await defaultGateway());

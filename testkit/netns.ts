@@ -42,6 +42,17 @@ export interface AgentProc extends Proc {
 }
 
 export class PodNet {
+  /**
+   * `ipv4: false`: an IPv6-only pod network — the node's bridge, the pod and the client have no IPv4 address (only
+   * loopback's 127.0.0.1, as in an IPv6-only cluster's pods), and their default route is the node's IPv6 address.
+   */
+  constructor(private readonly opts: { ipv4?: boolean } = {}) {}
+
+  /** Whether the pod network has IPv4 addresses (dual-stack, the default) or only IPv6 ones. */
+  get ipv4(): boolean {
+    return this.opts.ipv4 ?? true;
+  }
+
   readonly prefix = `dva${randomBytes(3).toString('hex')}`;
   readonly podNs = `${this.prefix}-pod`;
   readonly clientNs = `${this.prefix}-cli`;
@@ -55,13 +66,25 @@ export class PodNet {
   private readonly procs: Proc[] = [];
 
   get nodeIP(): string {
-    return `${this.subnet}.1`;
+    return this.v4(1);
   }
   get podIP(): string {
-    return `${this.subnet}.2`;
+    return this.v4(2);
   }
   get clientIP(): string {
-    return `${this.subnet}.3`;
+    return this.v4(3);
+  }
+  private v4(host: number): string {
+    if (!this.ipv4) throw new Error('this PodNet is IPv6-only: use nodeIP6, podIP6 or clientIP6');
+    return `${this.subnet}.${host}`;
+  }
+  /** The pod's first address (IPv4 unless the network is IPv6-only): what /etc/hosts names it by. */
+  get podAddress(): string {
+    return this.ipv4 ? this.podIP : this.podIP6;
+  }
+  /** The client's first address: where the "cluster DNS" listens. */
+  get clientAddress(): string {
+    return this.ipv4 ? this.clientIP : this.clientIP6;
   }
   /** The same three hosts over IPv6 (a unique-local /64 of the fixture's own), as on a dual-stack node. */
   subnet6 = '';
@@ -86,21 +109,25 @@ export class PodNet {
     const group = (h: string) => Number.parseInt(h, 16).toString(16);
     this.subnet6 = `fd${hex.slice(0, 2)}:${group(hex.slice(2, 6))}:${group(hex.slice(6))}`;
     const p = this.prefix;
+    const node4 = this.ipv4 ? `ip addr add ${this.nodeIP}/24 dev ${this.bridge} && ` : '';
     await sh(
-      `ip link add ${this.bridge} type bridge && ip addr add ${this.nodeIP}/24 dev ${this.bridge} && ` +
+      `ip link add ${this.bridge} type bridge && ${node4}` +
         `ip addr add ${this.nodeIP6}/64 dev ${this.bridge} nodad && ip link set ${this.bridge} up`,
     );
-    for (const [ns, short, ip, ip6] of [
-      [this.podNs, 'p', this.podIP, this.podIP6],
-      [this.clientNs, 'c', this.clientIP, this.clientIP6],
+    for (const [ns, short, host] of [
+      [this.podNs, 'p', 2],
+      [this.clientNs, 'c', 3],
     ] as const) {
+      const ip6 = canonicalIPv6(`${this.subnet6}::${host}`);
+      const add6 = `ip addr add ${ip6}/64 dev eth0 nodad && ip link set eth0 up`;
+      const addresses = this.ipv4
+        ? `ip addr add ${this.v4(host)}/24 dev eth0 && ${add6} && ip route add default via ${this.nodeIP}`
+        : `${add6} && ip -6 route add default via ${this.nodeIP6}`;
       await sh(
         `ip netns add ${ns} && ip link add ${p}${short}0 type veth peer name ${p}${short}1 && ip link set ` +
           `${p}${short}1 netns ${ns} && ` +
           `ip link set ${p}${short}0 master ${this.bridge} up && ip netns exec ${ns} sh -c 'ip link set lo up && ip ` +
-          `link set ${p}${short}1 name eth0 && ` +
-          `ip addr add ${ip}/24 dev eth0 && ip addr add ${ip6}/64 dev eth0 nodad && ip link set eth0 up && ` +
-          `ip route add default via ${this.nodeIP}'`,
+          `link set ${p}${short}1 name eth0 && ${addresses}'`,
       );
     }
     mkdirSync(this.cgroupDir, { recursive: true });
@@ -135,11 +162,11 @@ export class PodNet {
     writeFileSync(
       resolvConf,
       opts.resolvConf ??
-        `nameserver ${this.clientIP}\nsearch team.svc.cluster.local svc.cluster.local\noptions ndots:5\n`,
+        `nameserver ${this.clientAddress}\nsearch team.svc.cluster.local svc.cluster.local\noptions ndots:5\n`,
     );
     writeFileSync(
       hosts,
-      opts.hosts ?? `127.0.0.1 localhost\n${this.podIP} ${opts.name ?? 'pod'}\n10.77.0.7 pinned.example\n`,
+      opts.hosts ?? `127.0.0.1 localhost\n${this.podAddress} ${opts.name ?? 'pod'}\n10.77.0.7 pinned.example\n`,
     );
     const inner =
       `mount --bind ${resolvConf} /etc/resolv.conf && mount --bind ${hosts} /etc/hosts && exec ` +
@@ -274,7 +301,7 @@ export class PodNet {
       `--net=/run/netns/${this.clientNs}`,
       process.execPath,
       join(FIXTURES, 'half-close-client.mjs'),
-      this.podIP,
+      this.podAddress,
       String(port),
       path,
       ...(header ? [header] : []),
@@ -296,7 +323,7 @@ export class PodNet {
       `--net=/run/netns/${this.clientNs}`,
       process.execPath,
       join(FIXTURES, 'dns-server.mjs'),
-      this.clientIP,
+      this.clientAddress,
       JSON.stringify(records),
     ]);
     await waitFor('the DNS server to listen', () => proc.lines.includes('LISTENING'));
@@ -317,8 +344,9 @@ export class PodNet {
   }
 
   /**
-   * Every devop rule left in the pod netns, wherever the agent may put it: DEVOP lines of iptables-save (nft and legacy
-   * backends) and every line of an nftables table named devop_* (the owned table). Empty means clean.
+   * Every devop rule left in the pod netns, wherever the agent may put it: DEVOP lines of iptables-save and
+   * ip6tables-save (nft and legacy backends) and every line of an nftables table named devop_* (the owned table).
+   * Empty means clean.
    */
   async devopRules(): Promise<string[]> {
     const lines = (await this.iptablesSave()).split('\n').filter((l) => l.includes('DEVOP'));
@@ -331,12 +359,10 @@ export class PodNet {
     return lines;
   }
 
-  /** iptables-save of the pod netns, both backends (nat table). */
+  /** iptables-save and ip6tables-save of the pod netns, both backends (nat table). */
   async iptablesSave(): Promise<string> {
-    return sh(
-      `ip netns exec ${this.podNs} sh -c 'iptables-nft-save -t nat 2>/dev/null; iptables-legacy-save -t nat ` +
-        `2>/dev/null; true'`,
-    );
+    const saves = ['iptables-nft-save', 'iptables-legacy-save', 'ip6tables-nft-save', 'ip6tables-legacy-save'];
+    return sh(`ip netns exec ${this.podNs} sh -c '${saves.map((s) => `${s} -t nat 2>/dev/null; `).join('')}true'`);
   }
 
   /**

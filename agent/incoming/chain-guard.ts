@@ -1,20 +1,22 @@
 // The guard: a tiny shell process, started detached in the agent's netns, that holds a pipe from the agent and removes
-// the agent's iptables chain when that pipe closes — which happens however the agent dies, SIGKILL included. Used only
-// with the iptables fallback: a runtime that kills the agent's whole cgroup kills the guard too (docs/safety.md).
+// the agent's iptables and ip6tables chains when that pipe closes — which happens however the agent dies, SIGKILL
+// included. Used only with the iptables fallback: a runtime that kills the agent's whole cgroup kills the guard too
+// (docs/safety.md).
 import { spawn } from 'node:child_process';
 import type { Writable } from 'node:stream';
-import { iptablesBinary, isOwnChain, JUMP_WORDS, type IptablesBackend } from './iptables.js';
+import { IP_FAMILIES, iptablesBinary, isOwnChain, JUMP_WORDS, type IptablesBackend } from './iptables.js';
 import type { AgentLog } from '../log.js';
 
 /**
- * The guard's script, a constant: the iptables program and the chain reach it as its positional parameters ($1, $2),
- * which sh expands as words and never parses as code. -D removes one copy per call: loop until none is left (at most
- * 64, as agent/incoming/iptables.ts's removeChain), then empty and delete the chain.
+ * The guard's script, a constant: the chain and the iptables programs (one per IP family) reach it as its positional
+ * parameters ($1, then the rest), which sh expands as words and never parses as code. For each program: -D removes one
+ * copy per call, so loop until none is left (at most 64, as agent/incoming/iptables.ts's removeChain), then empty and
+ * delete the chain. A program that is missing or has no such chain fails at once, and the loop moves on.
  */
 export const GUARD_SCRIPT =
-  `trap '' INT TERM HUP; cat >/dev/null; n=0; ` +
-  `while [ $n -lt 64 ] && "$1" -w -t nat -D ${JUMP_WORDS.join(' ')} "$2" 2>/dev/null; do n=$((n+1)); done; ` +
-  `"$1" -w -t nat -F "$2" 2>/dev/null; "$1" -w -t nat -X "$2" 2>/dev/null; true`;
+  `trap '' INT TERM HUP; cat >/dev/null; chain=$1; shift; for ipt in "$@"; do n=0; ` +
+  `while [ $n -lt 64 ] && "$ipt" -w -t nat -D ${JUMP_WORDS.join(' ')} "$chain" 2>/dev/null; do n=$((n+1)); done; ` +
+  `"$ipt" -w -t nat -F "$chain" 2>/dev/null; "$ipt" -w -t nat -X "$chain" 2>/dev/null; done; true`;
 
 export interface Guard {
   pid: number;
@@ -32,7 +34,8 @@ export function startGuard(backend: IptablesBackend, chain: string, log: AgentLo
   if (backend === 'nft-owned') return { pid: -1, release: () => undefined };
   if (!isOwnChain(chain)) throw new Error(`refusing to guard "${chain}": not a devop chain name`);
   // GUARD_SCRIPT is a constant; "devop-guard" is its $0 (the name ps shows).
-  const args = ['-c', GUARD_SCRIPT, 'devop-guard', iptablesBinary(backend), chain];
+  const programs = IP_FAMILIES.map((family) => iptablesBinary(backend, family));
+  const args = ['-c', GUARD_SCRIPT, 'devop-guard', chain, ...programs];
   const child = spawn('sh', args, { detached: true, stdio: ['pipe', 'ignore', 'ignore'] });
   const stdin = child.stdin as Writable & { unref?: () => void };
   stdin.on('error', () => undefined); // the guard died first: nothing more to do here

@@ -1,7 +1,7 @@
 // The agent's redirect rules: backend detection (an owned nft table when the kernel allows it, else iptables nft vs
-// legacy), the owned table (agent/native/nft-owned.ts) or one DEVOP-<id> chain jumped to from PREROUTING with one
-// REDIRECT per stolen port, and the removal of stale chains whose agent is gone.
-import { connect } from 'node:net';
+// legacy), the owned table (agent/native/nft-owned.ts) or one DEVOP-<id> chain per IP family (iptables and ip6tables)
+// jumped to from PREROUTING with one REDIRECT per stolen port, and the removal of stale chains whose agent is gone.
+import { connect, isIP } from 'node:net';
 import { CHAIN_PREFIX, chainName } from '../../shared/agent-contract.js';
 import { run, runOk, type RunResult } from './tools.js';
 import { createLog, type AgentLog } from '../log.js';
@@ -15,8 +15,12 @@ export type IptablesBackend = 'nft-owned' | ChainBackend;
 /** The iptables fallback's backends. */
 export type ChainBackend = 'nft' | 'legacy';
 
-export function iptablesBinary(backend: ChainBackend): string {
-  return backend === 'nft' ? 'iptables-nft' : 'iptables-legacy';
+/** The fallback's rules are per family: iptables for IPv4 clients, ip6tables for IPv6 ones. */
+export type IpFamily = 'ipv4' | 'ipv6';
+export const IP_FAMILIES: readonly IpFamily[] = ['ipv4', 'ipv6'];
+
+export function iptablesBinary(backend: ChainBackend, family: IpFamily = 'ipv4'): string {
+  return `${family === 'ipv6' ? 'ip6tables' : 'iptables'}-${backend === 'nft' ? 'nft' : 'legacy'}`;
 }
 
 /**
@@ -32,13 +36,18 @@ export async function detectBackend(log: AgentLog): Promise<IptablesBackend> {
   log.warn('no owned nft table (needs devop-nft and kernel >= 5.12); using iptables with a guard process', {
     reason: refused,
   });
-  const count = async (backend: ChainBackend): Promise<number> => {
+  // The rules of both families: an IPv6-only pod's CNI writes ip6tables rules only.
+  const countFamily = async (backend: ChainBackend, family: IpFamily): Promise<number> => {
     try {
-      const res = await run(`${iptablesBinary(backend)}-save`, []);
+      const res = await run(`${iptablesBinary(backend, family)}-save`, []);
       return res.code === 0 ? res.stdout.split('\n').filter((l) => l.startsWith('-A ')).length : -1;
     } catch {
       return -1; // that backend is not installed
     }
+  };
+  const count = async (backend: ChainBackend): Promise<number> => {
+    const [v4, v6] = await Promise.all(IP_FAMILIES.map((family) => countFamily(backend, family)));
+    return v4 < 0 && v6 < 0 ? -1 : Math.max(v4, 0) + Math.max(v6, 0);
   };
   const [nft, legacy] = await Promise.all([count('nft'), count('legacy')]);
   const backend: ChainBackend = legacy > 0 && nft <= 0 ? 'legacy' : nft < 0 && legacy >= 0 ? 'legacy' : 'nft';
@@ -90,10 +99,10 @@ const MAX_JUMP_DELETIONS = 64;
  * numbers, read from `iptables -S PREROUTING`, are the only thing taken from the netns, so no text a pod could write
  * (a rule's comment, an interface name) ever becomes a command or an argument.
  */
-export async function removeChain(backend: ChainBackend, chain: string): Promise<void> {
+export async function removeChain(backend: ChainBackend, chain: string, family: IpFamily = 'ipv4'): Promise<void> {
   if (!isOwnChain(chain)) throw new Error(`refusing to remove "${chain}": not a devop chain name`);
   const ipt = (args: readonly string[]): Promise<RunResult> =>
-    run(iptablesBinary(backend), ['-w', '-t', 'nat', ...args]);
+    run(iptablesBinary(backend, family), ['-w', '-t', 'nat', ...args]);
   for (let i = 0; i < MAX_JUMP_DELETIONS; i++) {
     const listed = await ipt(['-S', 'PREROUTING']);
     if (listed.code !== 0) break;
@@ -116,9 +125,15 @@ export function jumpRuleNumber(listing: string, chain: string): number | undefin
   return undefined;
 }
 
+/** The source a family's rule skips: the node's address when it is of that family (a rule matches one family). */
+export function skipFor(family: IpFamily, skipSource: string | undefined): string | undefined {
+  return skipSource !== undefined && isIP(skipSource) === (family === 'ipv6' ? 6 : 4) ? skipSource : undefined;
+}
+
 export class AgentChain {
   readonly chain: string;
-  private created = false;
+  /** With the iptables fallback: the families whose chain and jump exist (ensure() makes them). */
+  private families: IpFamily[] | undefined;
   /** With the nft-owned backend: the owned table, created on the first redirect. */
   private owned: Promise<OwnedTable> | undefined;
 
@@ -130,8 +145,8 @@ export class AgentChain {
     this.chain = chainName(agentId);
   }
 
-  private ipt(args: readonly string[]): Promise<string> {
-    return runOk(iptablesBinary(this.backend as ChainBackend), ['-w', '-t', 'nat', ...args]);
+  private ipt(family: IpFamily, args: readonly string[]): Promise<string> {
+    return runOk(iptablesBinary(this.backend as ChainBackend, family), ['-w', '-t', 'nat', ...args]);
   }
 
   /**
@@ -156,28 +171,59 @@ export class AgentChain {
     return this.owned;
   }
 
-  /** Creates the chain and the jump (once). */
+  /**
+   * Creates the chain and the jump (once) in each family. A family whose nat table cannot be used (no ip6tables, a
+   * kernel without IPv6 NAT) is left out with a warning: its clients are not stolen. Throws when neither can be.
+   */
   async ensure(): Promise<void> {
     if (this.backend === 'nft-owned') {
       await this.table();
       return;
     }
-    if (this.created) return;
-    await this.ipt(['-N', this.chain]);
-    await this.ipt(['-I', ...jumpRule(this.chain).slice(0, 1), '1', ...jumpRule(this.chain).slice(1)]);
-    this.created = true;
+    if (this.families) return;
+    const made: IpFamily[] = [];
+    const failures: string[] = [];
+    for (const family of IP_FAMILIES) {
+      try {
+        await this.ipt(family, ['-N', this.chain]);
+        await this.ipt(family, ['-I', ...jumpRule(this.chain).slice(0, 1), '1', ...jumpRule(this.chain).slice(1)]);
+        made.push(family);
+      } catch (err) {
+        failures.push((err as Error).message);
+        await removeChain(this.backend as ChainBackend, this.chain, family).catch(() => undefined); // half made
+      }
+    }
+    if (made.length === 0) throw new Error(failures.join('; '));
+    if (failures.length > 0) {
+      const missing = made.includes('ipv4') ? 'IPv6' : 'IPv4';
+      this.log.warn(`the iptables fallback has no ${missing} rules: ${missing} clients go to the pod`, {
+        error: failures.join('; '),
+      });
+    }
+    this.families = made;
   }
 
   async addRedirect(port: number, listenerPort: number, skipSource?: string): Promise<void> {
     if (this.backend === 'nft-owned') return (await this.table()).addRedirect(port, listenerPort, skipSource);
     await this.ensure();
-    await this.ipt(['-A', ...redirectRule(this.chain, port, listenerPort, skipSource)]);
+    const added: IpFamily[] = [];
+    try {
+      for (const family of this.families ?? []) {
+        await this.ipt(family, ['-A', ...redirectRule(this.chain, port, listenerPort, skipFor(family, skipSource))]);
+        added.push(family);
+      }
+    } catch (err) {
+      // All families or none: a port half redirected would be stolen from some clients only.
+      for (const family of added)
+        await this.ipt(family, ['-D', ...redirectRule(this.chain, port, listenerPort, skipFor(family, skipSource))]);
+      throw err;
+    }
   }
 
   async removeRedirect(port: number, listenerPort: number, skipSource?: string): Promise<void> {
     if (this.backend === 'nft-owned') return (await this.owned)?.removeRedirect(port, listenerPort, skipSource);
-    if (!this.created) return;
-    await this.ipt(['-D', ...redirectRule(this.chain, port, listenerPort, skipSource)]);
+    for (const family of this.families ?? [])
+      await this.ipt(family, ['-D', ...redirectRule(this.chain, port, listenerPort, skipFor(family, skipSource))]);
   }
 
   /**
@@ -196,7 +242,7 @@ export class AgentChain {
     await owned?.unguardListener(listenerPort);
   }
 
-  /** Removes the jump and the chain, or the owned table (idempotent). */
+  /** Removes the jumps and the chains of both families, or the owned table (idempotent). */
   async remove(): Promise<void> {
     if (this.backend === 'nft-owned') {
       const owned = this.owned;
@@ -204,8 +250,9 @@ export class AgentChain {
       await (await owned?.catch(() => undefined))?.remove();
       return;
     }
-    await removeChain(this.backend, this.chain);
-    this.created = false;
+    const backend = this.backend;
+    for (const family of this.families ?? []) await removeChain(backend, this.chain, family);
+    this.families = undefined;
   }
 }
 
@@ -220,27 +267,29 @@ function isAlive(agentId: string): Promise<boolean> {
   });
 }
 
-/** Removes DEVOP-* chains (both backends) whose agent no longer holds its liveness socket in this netns. */
+/** Removes DEVOP-* chains (both backends, both families) whose agent no longer holds its liveness socket here. */
 export async function removeStaleChains(log: AgentLog, ownAgentId: string): Promise<string[]> {
   const removed: string[] = [];
   for (const backend of ['nft', 'legacy'] as const) {
-    let saved: string;
-    try {
-      const res = await run(`${iptablesBinary(backend)}-save`, ['-t', 'nat']);
-      if (res.code !== 0) continue;
-      saved = res.stdout;
-    } catch {
-      continue;
-    }
-    const chains = [...saved.matchAll(new RegExp(`^:(${CHAIN_PREFIX}([a-z0-9]+)) `, 'gm'))];
-    for (const [, chain, id] of chains) {
-      // Our own id cannot have a chain yet: one that exists was left by an earlier agent with the same id.
-      if (id !== ownAgentId && (await isAlive(id))) continue;
-      // Jumps may have been written by another devop version: removeChain deletes every PREROUTING rule that targets
-      // the chain, whatever its matches.
-      await removeChain(backend, chain);
-      log.info('removed stale chain', { chain, backend });
-      removed.push(`${backend}:${chain}`);
+    for (const family of IP_FAMILIES) {
+      let saved: string;
+      try {
+        const res = await run(`${iptablesBinary(backend, family)}-save`, ['-t', 'nat']);
+        if (res.code !== 0) continue;
+        saved = res.stdout;
+      } catch {
+        continue; // that program is not installed
+      }
+      const chains = [...saved.matchAll(new RegExp(`^:(${CHAIN_PREFIX}([a-z0-9]+)) `, 'gm'))];
+      for (const [, chain, id] of chains) {
+        // Our own id cannot have a chain yet: one that exists was left by an earlier agent with the same id.
+        if (id !== ownAgentId && (await isAlive(id))) continue;
+        // Jumps may have been written by another devop version: removeChain deletes every PREROUTING rule that
+        // targets the chain, whatever its matches.
+        await removeChain(backend, chain, family);
+        log.info('removed stale chain', { chain, backend, family });
+        removed.push(`${iptablesBinary(backend, family)}:${chain}`);
+      }
     }
   }
   return removed;

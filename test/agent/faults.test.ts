@@ -19,12 +19,15 @@ const RECOVERY_MS = 2000;
 describe.runIf(run)('agent: faults', () => {
   const net = new PodNet();
   let client: string;
+  /** The same client over IPv6 (the pod is dual-stack, its app listens on both families). */
+  let client6: string;
   let local: LocalCommand;
 
   beforeAll(async () => {
     await net.setup();
-    await net.startPod({ port: 3000 });
+    await net.startPod({ port: 3000, env: { LISTEN_HOST: '::' } });
     client = await net.relay(net.clientNs, net.podIP, 3000);
+    client6 = await net.relay(net.clientNs, net.podIP6, 3000);
     local = await startLocalCommand('local');
   });
   afterAll(async () => {
@@ -195,6 +198,37 @@ describe.runIf(run)('agent: faults', () => {
     await exited(agent.pid);
   });
 
+  test(
+    'the iptables fallback steals IPv6 clients too (ip6tables, same chain and jump); kill -9: its guard removes ' +
+      'both families',
+    async () => {
+      // Given an agent on the iptables fallback stealing port 3000 of the dual-stack pod
+      const { agent } = await stealingAgent({ DEVOP_AGENT_IPTABLES: 'nft' });
+      // Then an IPv6 client is stolen as the IPv4 one is
+      expect((await httpGet(client6, '/stolen-six')).body).toBe('local: GET /stolen-six');
+      // By ip6tables rules of the same shape (the node's address is IPv4: the IPv6 rule skips no source)
+      const ip6 = await sh(`ip netns exec ${net.podNs} ip6tables-nft-save -t nat`);
+      expect(ip6).toContain(`-A PREROUTING -p tcp -m comment --comment devop -j DEVOP-${agent.agentId}`);
+      expect(ip6).toMatch(
+        new RegExp(`-A DEVOP-${agent.agentId} -p tcp -m tcp --dport 3000 -j REDIRECT --to-ports \\d+`),
+      );
+      const ip4 = await sh(`ip netns exec ${net.podNs} iptables-nft-save -t nat`);
+      expect(ip4).toContain(`-A DEVOP-${agent.agentId} ! -s ${net.nodeIP}/32 -p tcp -m tcp --dport 3000 -j REDIRECT`);
+      // When the agent is killed
+      process.kill(agent.innerPid, 'SIGKILL');
+      // Then IPv6 clients reach the pod again within 2 s, and no rule of either family is left
+      const start = Date.now();
+      await waitFor(
+        'the pod to answer IPv6 clients again',
+        async () => (await httpGet(client6, '/back-six', { timeoutMs: 1000 })).body === 'pod: GET /back-six',
+        10_000,
+      );
+      expect(Date.now() - start).toBeLessThan(RECOVERY_MS);
+      await rulesGone('the guard to remove both chains');
+      await exited(agent.pid);
+    },
+  );
+
   test('kill -9 of the job-mode parent: the agent in the netns stops, the rules go within 2 s', async () => {
     const { agent } = await stealingAgent();
     process.kill(agent.pid, 'SIGKILL');
@@ -210,11 +244,13 @@ describe.runIf(run)('agent: faults', () => {
       async () => {
         const { agent } = await stealingAgent({ DEVOP_AGENT_IPTABLES: backend });
         expect(await rules()).toContain(backend === 'auto' ? `devop_${agent.agentId}` : `DEVOP-${agent.agentId}`);
+        expect((await httpGet(client6, '/stolen-six')).body).toBe('local: GET /stolen-six');
         const code = new Promise<number | null>((r) => agent.child.once('exit', (c) => r(c)));
         process.kill(agent.pid, 'SIGTERM');
         expect(await code).toBe(0);
         expect(await net.devopRules()).toEqual([]);
         expect((await httpGet(client, '/after-term')).body).toBe('pod: GET /after-term');
+        expect((await httpGet(client6, '/after-term')).body).toBe('pod: GET /after-term');
         await waitFor(
           "the agent's devop-nft or guard to exit",
           async () => (await agentHelpers(agent.agentId)).length === 0,
@@ -236,10 +272,14 @@ describe.runIf(run)('agent: faults', () => {
       try {
         const { agent } = await stealingAgent({}, { bundle: old.bundle });
         expect(agent.lines.some((l) => l.includes('no owned nft table') && l.includes('need Linux 5.12'))).toBe(true);
-        const legacy = await sh(`ip netns exec ${net.podNs} iptables-legacy-save -t nat`);
-        const nft = await sh(`ip netns exec ${net.podNs} iptables-nft-save -t nat`);
-        expect(legacy).toContain(`-A PREROUTING -p tcp -m comment --comment devop -j DEVOP-${agent.agentId}`);
+        const legacy = await sh(
+          `ip netns exec ${net.podNs} sh -c 'iptables-legacy-save -t nat; ip6tables-legacy-save'`,
+        );
+        const nft = await sh(`ip netns exec ${net.podNs} sh -c 'iptables-nft-save -t nat; ip6tables-nft-save'`);
+        const jump = `-A PREROUTING -p tcp -m comment --comment devop -j DEVOP-${agent.agentId}`;
+        expect(legacy.split('\n').filter((l) => l === jump)).toHaveLength(2); // IPv4 and IPv6
         expect(nft).not.toContain('DEVOP');
+        expect((await httpGet(client6, '/stolen-six')).body).toBe('local: GET /stolen-six');
         expect(await rules()).not.toContain('devop_');
         process.kill(agent.innerPid, 'SIGKILL');
         expect(await timeUntilPodAnswers()).toBeLessThan(RECOVERY_MS);

@@ -15,6 +15,8 @@ import { waitFor } from '../../testkit/wait.js';
 const exec = promisify(execFile);
 const FIXTURE = resolve(import.meta.dirname, 'fixtures/remove-stale-chains.ts');
 const TSX = resolve(import.meta.dirname, '../../node_modules/.bin/tsx');
+/** Where stale chains may be: both iptables backends, each for IPv4 and IPv6 (in the order the agent looks). */
+const BINARIES = ['iptables-nft', 'ip6tables-nft', 'iptables-legacy', 'ip6tables-legacy'];
 
 describe('stale chains: what is read from the netns', () => {
   test('only rule numbers come out of a listing; a quoted comment that names the chain is no jump', () => {
@@ -35,7 +37,8 @@ describe('stale chains: what is read from the netns', () => {
 
   test("the guard's script is a constant: the chain reaches it only as a positional parameter", () => {
     expect(GUARD_SCRIPT).not.toMatch(/DEVOP-/);
-    expect(GUARD_SCRIPT).toContain('"$1" -w -t nat -D PREROUTING -p tcp -m comment --comment devop -j "$2"');
+    expect(GUARD_SCRIPT).toContain('"$ipt" -w -t nat -D PREROUTING -p tcp -m comment --comment devop -j "$chain"');
+    expect(GUARD_SCRIPT).toContain('chain=$1; shift; for ipt in "$@"; do');
   });
 });
 
@@ -47,8 +50,9 @@ describe.runIf(run)('stale chains: a planted comment never runs', () => {
   /** iptables in the netns, by argv (the test itself must not run the planted text either). */
   const ipt = (binary: string, args: string[]): Promise<unknown> =>
     exec('ip', ['netns', 'exec', ns, binary, '-w', '-t', 'nat', ...args]);
+  const SAVES = ['iptables-nft-save', 'iptables-legacy-save', 'ip6tables-nft-save', 'ip6tables-legacy-save'];
   const saved = (): Promise<string> =>
-    sh(`ip netns exec ${ns} sh -c 'iptables-nft-save -t nat; iptables-legacy-save -t nat'`);
+    sh(`ip netns exec ${ns} sh -c '${SAVES.map((save) => `${save} -t nat; `).join('')}true'`);
   const inNetns = async (args: string[]): Promise<string> =>
     (await exec('ip', ['netns', 'exec', ns, TSX, FIXTURE, ...args], { encoding: 'utf8' })).stdout;
 
@@ -61,9 +65,9 @@ describe.runIf(run)('stale chains: a planted comment never runs', () => {
   });
 
   test('a stale chain whose jumps carry $(…) and `…` in their comments is removed, and nothing runs', async () => {
-    // Given, in both backends, a stale chain of a dead agent jumped to by rules whose comments hold command
-    // substitutions, beside a rule of the pod's own
-    for (const binary of ['iptables-nft', 'iptables-legacy']) {
+    // Given, in both backends and both families, a stale chain of a dead agent jumped to by rules whose comments hold
+    // command substitutions, beside a rule of the pod's own
+    for (const binary of BINARIES) {
       await ipt(binary, ['-N', 'DEVOP-dead1']);
       await ipt(binary, ['-A', 'DEVOP-dead1', '-p', 'tcp', '--dport', '3000', '-j', 'REDIRECT', '--to-ports', '4000']);
       for (const comment of [`$(touch ${marker})`, `\`touch ${marker}-bt\``]) {
@@ -95,22 +99,36 @@ describe.runIf(run)('stale chains: a planted comment never runs', () => {
         'DEVOP-dead1',
       ]);
     }
-    expect((await saved()).match(/touch/g)).toHaveLength(4);
+    expect((await saved()).match(/touch/g)).toHaveLength(8);
 
     // When a new agent cleans stale chains in that netns
     const removed = JSON.parse(await inNetns(['newagent']));
 
     // Then both chains and every jump are gone, the pod's rules stay, and no planted command ran
-    expect(removed).toEqual(['nft:DEVOP-dead1', 'legacy:DEVOP-dead1']);
+    expect(removed).toEqual(BINARIES.map((binary) => `${binary}:DEVOP-dead1`));
     const after = await saved();
     expect(after).not.toContain('DEVOP');
-    expect(after.match(/the pod/g)).toHaveLength(2);
+    expect(after.match(/the pod/g)).toHaveLength(4);
     expect(existsSync(marker)).toBe(false);
     expect(existsSync(`${marker}-bt`)).toBe(false);
   });
 
-  test("the guard removes its chain's jumps and the chain when released", async () => {
-    // Given an agent's chain and its jump in the nft backend
+  test("the guard removes its chain's jumps and the chain, in both families, when released", async () => {
+    // Given an agent's chain and its jump in the nft backend, IPv4 and IPv6
+    await ipt('ip6tables-nft', ['-N', 'DEVOP-guarded1']);
+    await ipt('ip6tables-nft', [
+      '-I',
+      'PREROUTING',
+      '1',
+      '-p',
+      'tcp',
+      '-m',
+      'comment',
+      '--comment',
+      'devop',
+      '-j',
+      'DEVOP-guarded1',
+    ]);
     await ipt('iptables-nft', ['-N', 'DEVOP-guarded1']);
     await ipt('iptables-nft', [
       '-I',
@@ -140,7 +158,7 @@ describe.runIf(run)('stale chains: a planted comment never runs', () => {
     ]);
     // When its guard starts and the agent's end of the pipe closes
     await inNetns(['guard', 'nft', 'DEVOP-guarded1']);
-    // Then the guard removes both jumps and the chain
+    // Then the guard removes every jump and both chains
     await waitFor('the guard to remove DEVOP-guarded1', async () => !(await saved()).includes('DEVOP-guarded1'));
   });
 });
