@@ -5,7 +5,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { type Duplex, Readable } from 'node:stream';
 import { WebSocket, WebSocketServer } from 'ws';
-import { badRequest, toApiError, type K8sObject } from './errors.js';
+import { badRequest, invalid, toApiError, type K8sObject } from './errors.js';
 import type { ExecProcess, NodeRuntime } from '../node-runtime.js';
 import { SPDY_TUNNEL_PROTOCOL, serveSpdyPortForward } from './spdy-portforward.js';
 import {
@@ -15,6 +15,7 @@ import {
   serveSpdyRemoteCommand,
 } from './spdy-remote-command.js';
 import type { SpdyTransport } from './spdy.js';
+import { queryFlag } from './selectors.js';
 
 const EXEC_PROTOCOLS = ['v5.channel.k8s.io', 'v4.channel.k8s.io'];
 const PORTFORWARD_PROTOCOLS = ['v4.channel.k8s.io', 'portforward.k8s.io', 'channel.k8s.io'];
@@ -75,15 +76,22 @@ export async function serveLogs(
       `container "${container}" in pod "${pod.metadata.name}" is waiting to start: no node runs this pod`,
     );
   const tail = q.get('tailLines');
+  const tailLines = tail !== null ? Number(tail) : undefined;
+  // ValidatePodLogOptions (kubernetes pkg/registry/core/pod/rest/log.go): a negative tailLines is a 422.
+  if (tailLines !== undefined && tailLines < 0) {
+    const message = `Invalid value: ${tail}: must be greater than or equal to 0`;
+    throw invalid('PodLogOptions', '', pod.metadata.name, [{ field: 'tailLines', message }]);
+  }
   const stream = await runtime
     .logs({
       namespace: pod.metadata.namespace,
       pod: pod.metadata.name,
       container,
-      follow: q.get('follow') === 'true',
-      tailLines: tail !== null ? Number(tail) : undefined,
-      previous: q.get('previous') === 'true',
-      timestamps: q.get('timestamps') === 'true',
+      // Booleans as the query parameter codec reads them: any value but 0 or false (python's follow=True too).
+      follow: queryFlag(q, 'follow'),
+      tailLines,
+      previous: queryFlag(q, 'previous'),
+      timestamps: queryFlag(q, 'timestamps'),
     })
     .catch((e) => {
       throw toApiError(e);

@@ -12,6 +12,7 @@ import { promisify } from 'node:util';
 import { CoreV1Api, Exec, KubeConfig, PortForward, type V1Status } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { WebSocket } from 'ws';
+import { rawRequest } from '../../testkit/api-requests.js';
 import { startCluster, type ClusterHandle } from '../../standin/index.js';
 import type { ExecProcess, NodeRuntime } from '../../standin/node-runtime.js';
 import { localRuntime } from '../../standin/local-runtime.js';
@@ -24,6 +25,8 @@ let echo: Server;
 let echoPort: number;
 let home: string;
 const dialed: string[] = [];
+/** What each pods/log request asked the node for. */
+const logRequests: { container: string; follow?: boolean; tailLines?: number; previous?: boolean }[] = [];
 
 /** A node whose "pods" are local: port 7000 of any pod is the echo server, exec runs `sh -c` locally. */
 function localStreamsRuntime(): NodeRuntime {
@@ -48,6 +51,7 @@ function localStreamsRuntime(): NodeRuntime {
         };
       },
       async logs(req) {
+        logRequests.push(req);
         const lines = ['one', 'two', 'three'].map((l) => `${req.container}: ${l}\n`);
         return Readable.from(
           (req.tailLines !== undefined ? lines.slice(-req.tailLines) : lines).map((l) => Buffer.from(l)),
@@ -210,6 +214,59 @@ describe('streaming subresources', () => {
     const status = JSON.parse(Buffer.concat(frames.filter((f) => f[0] === 3).map((f) => f.subarray(1))).toString());
     expect(stdout).toBe('v4\n');
     expect(status.details.causes).toEqual([{ reason: 'ExitCode', message: '2' }]);
+  });
+
+  // kubernetes pkg/registry/core/pod/rest/log.go (ValidatePodLogOptions), pod/strategy.go LogLocation (the container),
+  // apimachinery pkg/runtime/conversion.go Convert_Slice_string_To_bool (follow=True is a follow).
+  it('pods/log: tailLines, container, follow and previous reach the node as kube-apiserver reads them', async () => {
+    const core = kc.makeApiClient(CoreV1Api);
+    await core.createNamespacedPod({
+      namespace: 'default',
+      body: {
+        metadata: { name: 'pair' },
+        spec: {
+          containers: [
+            { name: 'main', image: 'busybox' },
+            { name: 'side', image: 'busybox' },
+          ],
+        },
+      },
+    });
+    // Given a pod with two containers, When its log is read with the container and tailLines, Then those lines come
+    const text = await core.readNamespacedPodLog({
+      namespace: 'default',
+      name: 'pair',
+      container: 'side',
+      tailLines: 2,
+    });
+    expect(text).toBe('side: two\nside: three\n');
+    // When the container is left out, Then it is the 400 naming the choices
+    const none = await rawRequest(cluster, cluster.adminToken, 'GET', '/api/v1/namespaces/default/pods/pair/log');
+    expect(none.status).toBe(400);
+    expect(none.body.message).toBe('a container name must be specified for pod pair, choose one of: [main side]');
+    // When tailLines is negative, Then it is ValidatePodLogOptions' 422
+    const negative = await rawRequest(
+      cluster,
+      cluster.adminToken,
+      'GET',
+      '/api/v1/namespaces/default/pods/box/log?tailLines=-1',
+    );
+    expect(negative.status).toBe(422);
+    expect(negative.body.message).toBe(
+      'PodLogOptions "box" is invalid: tailLines: Invalid value: -1: must be greater than or equal to 0',
+    );
+    // When follow and previous are spelt as python3-kubernetes spells them, Then the node is asked to follow
+    logRequests.length = 0;
+    const py = await rawRequest(
+      cluster,
+      cluster.adminToken,
+      'GET',
+      '/api/v1/namespaces/default/pods/box/log?follow=True&previous=True',
+    );
+    expect(py.status).toBe(200);
+    expect(logRequests.at(-1)).toMatchObject({ container: 'main', follow: true, previous: true });
+    await rawRequest(cluster, cluster.adminToken, 'GET', '/api/v1/namespaces/default/pods/box/log?follow=false');
+    expect(logRequests.at(-1)).toMatchObject({ follow: false, previous: false });
   });
 
   for (const v of ['1.31', '1.32', '1.33']) {
