@@ -396,7 +396,7 @@ describe('devop-splice: the native data path of whole steals', () => {
     expect(sha(await client.received)).toBe(sha(download));
   });
 
-  it('grows the window over a 20 ms path: 32 MiB go in far less than 128 round trips of one window', async () => {
+  it('grows the window over a 20 ms path: the CLI side may send many windows of 256 KiB per round trip', async () => {
     // Given a session whose tunnel crosses a delay line of 10 ms each way, and a stolen client that reads at once
     const splice = await startSplice();
     await splice.ask(`session ${TOKEN}`);
@@ -406,16 +406,24 @@ describe('devop-splice: the native data path of whole steals', () => {
     const client = connectClient(listenPort);
     client.socket.end('GET /big');
     await until(() => streams.length === 1, 'the stream');
-    // When the CLI side sends 32 MiB (2.6 s at least, were the window fixed at 256 KiB)
+    // When the CLI side sends 32 MiB (128 round trips, were the window fixed at 256 KiB), noting the most credit it had
     const download = randomBytes(32 * MiB);
+    let mostCredit = 0;
+    const sample = setInterval(() => {
+      mostCredit = Math.max(mostCredit, streams[0].sendCredit);
+    }, 1);
     const started = performance.now();
-    await writeAll(streams[0], download);
-    const got = await client.received;
-    const ms = performance.now() - started;
-    // Then every byte arrived in a fraction of that time
-    console.log(`32 MiB over a 20 ms round trip in ${ms.toFixed(0)} ms`);
-    expect(sha(got)).toBe(sha(download));
-    expect(ms).toBeLessThan(1300);
+    try {
+      await writeAll(streams[0], download);
+      const got = await client.received;
+      console.log(`32 MiB over a 20 ms round trip in ${(performance.now() - started).toFixed(0)} ms`);
+      // Then every byte arrived, and devop-splice granted credit of many initial windows at once: its window grew
+      // (what the growth buys in time is bench:tunnel's; a timed check here fails on a busy machine, not on a bug)
+      expect(sha(got)).toBe(sha(download));
+      expect(mostCredit).toBeGreaterThan(4 * 256 * 1024);
+    } finally {
+      clearInterval(sample);
+    }
   });
 
   it("resets both ways: the CLI's RESET cuts the client (RST), the client's RST resets the stream", async () => {
