@@ -26,7 +26,7 @@ let echoPort: number;
 let home: string;
 const dialed: string[] = [];
 /** What each pods/log request asked the node for. */
-const logRequests: { container: string; follow?: boolean; tailLines?: number; previous?: boolean }[] = [];
+const logRequests: { container?: string; follow?: boolean; tailLines?: number; previous?: boolean }[] = [];
 
 /** A node whose "pods" are local: port 7000 of any pod is the echo server, exec runs `sh -c` locally. */
 function localStreamsRuntime(): NodeRuntime {
