@@ -59,10 +59,14 @@ export function nowTime(): string {
   return new Date().toISOString().replace(/\.\d+Z$/, 'Z');
 }
 
-/** Everything of an object that counts as its spec for metadata.generation. */
+/**
+ * Everything of an object that counts as its spec for metadata.generation. A Deployment's annotations count too: they
+ * are copied to its replica sets (kubernetes pkg/registry/apps/deployment/strategy.go PrepareForUpdate).
+ */
 function specPart(t: ResourceType, o: K8sObject): string {
-  const { metadata: _m, status, kind: _k, apiVersion: _a, ...rest } = o;
-  return JSON.stringify(t.hasStatus ? rest : { ...rest, status });
+  const { metadata, status, kind: _k, apiVersion: _a, ...rest } = o;
+  const annotations = storeKey(t) === 'apps/deployments' ? (metadata?.annotations ?? {}) : undefined;
+  return JSON.stringify(t.hasStatus ? { ...rest, annotations } : { ...rest, status, annotations });
 }
 
 /** Same object, managedFields' times aside: a write that only changes ownership (an apply sharing a field) stores. */
@@ -208,6 +212,10 @@ export class Objects {
     let next: K8sObject;
     if (w.subresource === 'status') {
       next = { ...old, status: structuredClone(body.status) };
+      // A Deployment's status update keeps only the spec and labels (deploymentStatusStrategy PrepareForUpdate): the
+      // deployment controller writes its revision annotation this way, which bumps no generation.
+      if (storeKey(t) === 'apps/deployments' && body.metadata)
+        next.metadata = { ...old.metadata, annotations: structuredClone(body.metadata.annotations) };
     } else if (w.subresource === 'ephemeralcontainers') {
       const eph = structuredClone(body.spec?.ephemeralContainers ?? []);
       defaultContainerList(eph);
@@ -248,7 +256,8 @@ export class Objects {
     this.present(t, next);
     if (w.fieldManager !== undefined) recordUpdate(old, next, w.fieldManager, w.subresource, t.schema);
     next.metadata.resourceVersion = old.metadata.resourceVersion;
-    if (t.generation && specPart(t, next) !== specPart(t, old))
+    // A status update moves no generation (the status strategies' PrepareForUpdate leave it as it was).
+    if (t.generation && w.subresource !== 'status' && specPart(t, next) !== specPart(t, old))
       next.metadata.generation = (old.metadata.generation ?? 1) + 1;
     if (sameContent(next, old)) return old;
     if (w.dryRun) return next;
@@ -303,21 +312,23 @@ export class Objects {
   delete(t: ResourceType, ns: string, name: string, d: DeleteOptions = {}): { object: K8sObject; deleted: boolean } {
     const old = this.get(t, ns, name);
     const pre = d.preconditions ?? {};
+    // Checked before anything else, naming the kind (apiserver pkg/registry/rest/delete.go BeforeDelete).
     if (pre.uid && pre.uid !== old.metadata.uid) {
       throw conflict(
         t.group,
-        t.resource,
+        t.kind,
         name,
-        `Precondition failed: UID in precondition: ${pre.uid}, UID in object meta: ${old.metadata.uid}`,
+        `the UID in the precondition (${pre.uid}) does not match the UID in record (${old.metadata.uid}). The ` +
+          'object might have been deleted and then recreated',
       );
     }
     if (pre.resourceVersion && pre.resourceVersion !== old.metadata.resourceVersion) {
       throw conflict(
         t.group,
-        t.resource,
+        t.kind,
         name,
-        `Precondition failed: ResourceVersion in precondition: ${pre.resourceVersion}, ResourceVersion in object ` +
-          `meta: ${old.metadata.resourceVersion}`,
+        `the ResourceVersion in the precondition (${pre.resourceVersion}) does not match the ResourceVersion in ` +
+          `record (${old.metadata.resourceVersion}). The object might have been modified`,
       );
     }
     const key = storeKey(t);

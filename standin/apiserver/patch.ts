@@ -27,16 +27,20 @@ function pointerParts(path: string): string[] {
   return path.slice(1).split('/').map(unescapePointer);
 }
 
-function resolveParent(doc: Json, parts: string[], path: string): { parent: Json; last: string } {
+/**
+ * A JSON patch that does not apply (a missing path, an index out of range, a failed `test`): kube-apiserver answers
+ * every one with the same 422 and no detail (apiserver pkg/endpoints/handlers/patch.go applyJSPatch through
+ * apimachinery pkg/api/errors NewGenericServerResponse, which keeps json-patch's own message out of the Status).
+ */
+function patchFailed(): ApiError {
+  return new ApiError(422, 'Invalid', 'the server rejected our request due to an error in our request', {});
+}
+
+function resolveParent(doc: Json, parts: string[]): { parent: Json; last: string } {
   let cur = doc;
   for (const p of parts.slice(0, -1)) {
     cur = Array.isArray(cur) ? cur[Number(p)] : isObj(cur) ? cur[p] : undefined;
-    if (cur === undefined)
-      throw new ApiError(
-        422,
-        'Invalid',
-        `the server rejected our request due to an error in our request: doc is missing path: "${path}"`,
-      );
+    if (cur === undefined) throw patchFailed();
   }
   return { parent: cur, last: parts[parts.length - 1] };
 }
@@ -45,19 +49,19 @@ function getAt(doc: Json, path: string): Json {
   let cur = doc;
   for (const p of pointerParts(path)) {
     cur = Array.isArray(cur) ? cur[Number(p)] : isObj(cur) ? cur[p] : undefined;
-    if (cur === undefined) throw new ApiError(422, 'Invalid', `doc is missing path: "${path}"`);
+    if (cur === undefined) throw patchFailed();
   }
   return cur;
 }
 
 function removeAt(doc: Json, path: string): Json {
-  const { parent, last } = resolveParent(doc, pointerParts(path), path);
+  const { parent, last } = resolveParent(doc, pointerParts(path));
   if (Array.isArray(parent)) {
     const i = Number(last);
-    if (!(i >= 0 && i < parent.length)) throw new ApiError(422, 'Invalid', `doc is missing path: "${path}"`);
+    if (!(i >= 0 && i < parent.length)) throw patchFailed();
     return parent.splice(i, 1)[0];
   }
-  if (!isObj(parent) || !(last in parent)) throw new ApiError(422, 'Invalid', `doc is missing path: "${path}"`);
+  if (!isObj(parent) || !(last in parent)) throw patchFailed();
   const v = parent[last];
   delete parent[last];
   return v;
@@ -66,16 +70,16 @@ function removeAt(doc: Json, path: string): Json {
 function addAt(doc: Json, path: string, value: Json, replace: boolean): Json {
   const parts = pointerParts(path);
   if (parts.length === 0) return value;
-  const { parent, last } = resolveParent(doc, parts, path);
+  const { parent, last } = resolveParent(doc, parts);
   if (Array.isArray(parent)) {
     const i = last === '-' ? parent.length : Number(last);
-    if (!(i >= 0 && i <= parent.length)) throw new ApiError(422, 'Invalid', `index out of range: "${path}"`);
+    if (!(i >= 0 && i <= parent.length)) throw patchFailed();
     if (replace) parent[i] = value;
     else parent.splice(i, 0, value);
   } else if (isObj(parent)) {
-    if (replace && !(last in parent)) throw new ApiError(422, 'Invalid', `doc is missing key: "${path}"`);
+    if (replace && !(last in parent)) throw patchFailed();
     parent[last] = value;
-  } else throw new ApiError(422, 'Invalid', `doc is missing path: "${path}"`);
+  } else throw patchFailed();
   return doc;
 }
 
@@ -102,8 +106,7 @@ export function jsonPatch(target: Json, ops: Json): Json {
         doc = addAt(doc, op.path, structuredClone(getAt(doc, op.from)), false);
         break;
       case 'test':
-        if (JSON.stringify(getAt(doc, op.path)) !== JSON.stringify(op.value))
-          throw new ApiError(422, 'Invalid', `testing value ${op.path} failed`);
+        if (JSON.stringify(getAt(doc, op.path)) !== JSON.stringify(op.value)) throw patchFailed();
         break;
       default:
         throw badRequest(`unexpected kind of JSON patch operation: ${op.op}`);

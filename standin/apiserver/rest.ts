@@ -10,7 +10,8 @@ import { checkFields } from './field-validation.js';
 import type { OpenApiSchemas } from './openapi.js';
 import { applyPatch, patchKindOf } from './patch.js';
 import { decodeProtobuf, PROTOBUF_CONTENT_TYPE } from './protobuf.js';
-import { apiVersionOf, type ResourceType } from './resources.js';
+import { listVersion, validateListOptions } from './list-options.js';
+import { apiVersionOf, storeKey, type ResourceType } from './resources.js';
 import { parseFieldSelector, parseLabelSelector, queryFlag } from './selectors.js';
 import { toTable, wantsTable } from './table.js';
 import { tokenRequest } from './token-request.js';
@@ -212,13 +213,15 @@ export async function handleResource(
             : o,
         );
       }
+      const watching = queryFlag(q, 'watch');
+      validateListOptions(q, watching);
       const match = (() => {
         const l = parseLabelSelector(q.get('labelSelector') ?? undefined);
-        const f = parseFieldSelector(q.get('fieldSelector') ?? undefined);
+        const f = parseFieldSelector(q.get('fieldSelector') ?? undefined, storeKey(t));
         return (o: K8sObject) => l(o) && f(o);
       })();
       const listNs = t.namespaced && ns ? ns : undefined;
-      if (queryFlag(q, 'watch')) {
+      if (watching) {
         const table = wantsTable(accept);
         serveWatch(
           objects,
@@ -240,8 +243,9 @@ export async function handleResource(
         );
         return;
       }
-      const items = objects.list(t, listNs).filter(match);
-      const meta = { resourceVersion: String(objects.store.currentRV()) };
+      const at = await listVersion(objects.store, storeKey(t), listNs, q);
+      const items = at.items.map((o) => objects.present(t, o)).filter(match);
+      const meta = { resourceVersion: at.resourceVersion };
       if (wantsTable(accept)) return sendJson(res, 200, toTable(t, items, meta, q.get('includeObject') ?? undefined));
       return sendJson(res, 200, {
         kind: t.listKind,
@@ -300,10 +304,13 @@ export async function handleResource(
       if (name) {
         if (ctx.admission.active(t)) await admit(ctx, r, 'DELETE', undefined, objects.get(t, ns, name), d.dryRun);
         const result = objects.delete(t, ns, name, d);
-        return sendJson(res, result.deleted ? 200 : 202, objects.deleteResponse(t, result));
+        // 202 only for a pending delete that asked orphanDependents=false; a graceful or finalized one is a 200
+        // (apiserver pkg/endpoints/handlers/delete.go DeleteResource).
+        const accepted = !result.deleted && d.orphanDependents === false;
+        return sendJson(res, accepted ? 202 : 200, objects.deleteResponse(t, result));
       }
       const l = parseLabelSelector(q.get('labelSelector') ?? undefined);
-      const f = parseFieldSelector(q.get('fieldSelector') ?? undefined);
+      const f = parseFieldSelector(q.get('fieldSelector') ?? undefined, storeKey(t));
       const victims = objects.list(t, t.namespaced ? ns : undefined).filter((o) => l(o) && f(o));
       if (ctx.admission.active(t))
         for (const o of victims)

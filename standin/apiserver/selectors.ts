@@ -76,14 +76,96 @@ export function fieldValue(obj: K8sObject, path: string): string {
   return cur == null ? '' : String(cur);
 }
 
-export function parseFieldSelector(s: string | undefined): Matcher {
+/**
+ * The field labels a request may select on, by store key, and the message for any other, as kube-apiserver's field
+ * label conversions have them (kubernetes pkg/apis/core/v1/conversion.go, pkg/apis/batch/v1/conversion.go). A core
+ * kind without its own conversion falls back to metadata.name and metadata.namespace (apimachinery
+ * pkg/runtime/conversion.go DefaultMetaV1FieldSelectorConversion). Other groups are not checked.
+ */
+const FIELD_LABELS: Record<string, { labels: string[]; refuse?: (label: string) => string }> = {
+  '/pods': {
+    labels: [
+      'metadata.name',
+      'metadata.namespace',
+      'spec.nodeName',
+      'spec.restartPolicy',
+      'spec.schedulerName',
+      'spec.serviceAccountName',
+      'spec.hostNetwork',
+      'status.phase',
+      'status.podIP',
+      'status.podIPs',
+      'status.nominatedNodeName',
+    ],
+  },
+  '/nodes': { labels: ['metadata.name', 'spec.unschedulable'] },
+  '/replicationcontrollers': { labels: ['metadata.name', 'metadata.namespace', 'status.replicas'] },
+  '/events': {
+    labels: [
+      'involvedObject.kind',
+      'involvedObject.namespace',
+      'involvedObject.name',
+      'involvedObject.uid',
+      'involvedObject.apiVersion',
+      'involvedObject.resourceVersion',
+      'involvedObject.fieldPath',
+      'reason',
+      'reportingComponent',
+      'source',
+      'type',
+      'metadata.namespace',
+      'metadata.name',
+    ],
+  },
+  '/namespaces': { labels: ['status.phase', 'metadata.name'] },
+  '/secrets': { labels: ['type', 'metadata.namespace', 'metadata.name'] },
+  '/services': { labels: ['metadata.namespace', 'metadata.name', 'spec.clusterIP', 'spec.type'] },
+  'batch/jobs': {
+    labels: ['metadata.name', 'metadata.namespace', 'status.successful'],
+    refuse: (label) => `field label "${label}" not supported for batchv1.Job`,
+  },
+};
+
+/** Where a selectable field's value is read from when it is not the object path of the same name. */
+const FIELD_PATHS: Record<string, Record<string, string>> = {
+  '/pods': { 'spec.host': 'spec.nodeName' },
+  '/events': { source: 'source.component' },
+  'batch/jobs': { 'status.successful': 'status.succeeded' },
+};
+
+/** The value kube-apiserver selects a field by: an absent boolean reads "false", an absent count "0". */
+const FIELD_DEFAULTS: Record<string, string> = {
+  'spec.hostNetwork': 'false',
+  'spec.unschedulable': 'false',
+  'status.successful': '0',
+  'status.replicas': '0',
+};
+
+/**
+ * A fieldSelector for the resource under `key` (a store key; undefined checks no labels): an unsupported label is a
+ * 400 with kube-apiserver's message, as apiserver pkg/endpoints/handlers/get.go answers a failed label conversion.
+ */
+export function parseFieldSelector(s: string | undefined, key?: string): Matcher {
   if (!s) return () => true;
+  const core = key?.startsWith('/');
+  const known = key === undefined ? undefined : FIELD_LABELS[key];
   const reqs = splitTop(s).map((term) => {
     const m = /^([A-Za-z0-9_.-]+)\s*(==|=|!=)\s*(.*)$/.exec(term);
     if (!m) throw badRequest(`invalid selector: '${s}'; can't understand '${term}'`);
-    return { path: m[1], neg: m[2] === '!=', value: m[3] };
+    const label = m[1];
+    const aliased = key === '/pods' && label === 'spec.host';
+    if (known && !known.labels.includes(label) && !aliased)
+      throw badRequest(known.refuse?.(label) ?? `field label not supported: ${label}`);
+    if (!known && core && label !== 'metadata.name' && label !== 'metadata.namespace')
+      throw badRequest(`"${label}" is not a known field selector: only "metadata.name", "metadata.namespace"`);
+    const path = (key && FIELD_PATHS[key]?.[label]) ?? label;
+    return { path, neg: m[2] === '!=', value: m[3], absent: FIELD_DEFAULTS[label] ?? '' };
   });
-  return (obj) => reqs.every((r) => (fieldValue(obj, r.path) === r.value) !== r.neg);
+  return (obj) =>
+    reqs.every((r) => {
+      const v = fieldValue(obj, r.path);
+      return ((v === '' ? r.absent : v) === r.value) !== r.neg;
+    });
 }
 
 /** Matches a metav1.LabelSelector (matchLabels + matchExpressions). An empty selector matches everything. */

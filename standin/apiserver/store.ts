@@ -8,6 +8,8 @@ export interface StoreEvent {
   /** storeKey of the resource type: `<group>/<resource>`. */
   key: string;
   object: K8sObject;
+  /** The object before a MODIFIED or DELETED event, so that a list can be rebuilt as it was at an older version. */
+  prev?: K8sObject;
   rv: number;
 }
 
@@ -72,12 +74,12 @@ export class Store {
   put(key: string, obj: K8sObject): K8sObject {
     const ns = obj.metadata.namespace ?? '';
     const bucket = this.bucket(key);
-    const existed = bucket.has(`${ns}/${obj.metadata.name}`);
+    const prev = bucket.get(`${ns}/${obj.metadata.name}`);
     const stored = structuredClone(obj);
     stored.metadata.resourceVersion = String(++this.rv);
     bucket.set(`${ns}/${stored.metadata.name}`, stored);
     if (stored.metadata.uid) this.byUid.set(stored.metadata.uid, { key, ns, name: stored.metadata.name });
-    this.emit({ type: existed ? 'MODIFIED' : 'ADDED', key, object: stored, rv: this.rv });
+    this.emit({ type: prev ? 'MODIFIED' : 'ADDED', key, object: stored, prev, rv: this.rv });
     return structuredClone(stored);
   }
 
@@ -89,7 +91,7 @@ export class Store {
     if (old.metadata.uid) this.byUid.delete(old.metadata.uid);
     const gone = structuredClone(old);
     gone.metadata.resourceVersion = String(++this.rv);
-    this.emit({ type: 'DELETED', key, object: gone, rv: this.rv });
+    this.emit({ type: 'DELETED', key, object: gone, prev: old, rv: this.rv });
     return structuredClone(gone);
   }
 
@@ -97,6 +99,45 @@ export class Store {
   eventsSince(key: string, rv: number): StoreEvent[] | 'gone' {
     if (rv < this.compactedRv) return 'gone';
     return this.history.filter((e) => e.rv > rv && e.key === key);
+  }
+
+  /**
+   * The objects of one resource type as they were at `rv` (etcd's read at a revision), or 'gone' when that version
+   * left the history window: today's objects with every later event undone, newest first.
+   */
+  listAt(key: string, ns: string | undefined, rv: number): K8sObject[] | 'gone' {
+    const since = this.eventsSince(key, rv);
+    if (since === 'gone') return 'gone';
+    const at = new Map(this.list(key, ns).map((o) => [`${o.metadata.namespace ?? ''}/${o.metadata.name}`, o]));
+    for (const ev of since.reverse()) {
+      const o = ev.object;
+      if (ns !== undefined && (o.metadata.namespace ?? '') !== ns) continue;
+      const id = `${o.metadata.namespace ?? ''}/${o.metadata.name}`;
+      if (ev.type === 'ADDED') at.delete(id);
+      else if (ev.prev) at.set(id, structuredClone(ev.prev));
+    }
+    return [...at.values()].sort(
+      (a, b) =>
+        (a.metadata.namespace ?? '').localeCompare(b.metadata.namespace ?? '') ||
+        a.metadata.name.localeCompare(b.metadata.name),
+    );
+  }
+
+  /** Resolves true once the store's resourceVersion is at least `rv`, false when `ms` pass first. */
+  reached(rv: number, ms: number): Promise<boolean> {
+    if (this.rv >= rv) return Promise.resolve(true);
+    return new Promise((resolve) => {
+      const done = (ok: boolean) => {
+        clearTimeout(timer);
+        this.listeners.delete(check);
+        resolve(ok);
+      };
+      const check = () => {
+        if (this.rv >= rv) done(true);
+      };
+      const timer = setTimeout(() => done(false), ms);
+      this.listeners.add(check);
+    });
   }
 
   subscribe(fn: (ev: StoreEvent) => void): () => void {

@@ -68,7 +68,10 @@ export function serveWatch(
       send(known || (replay && ev.type === 'MODIFIED') ? 'MODIFIED' : 'ADDED', render(o));
       seen.add(id(o));
     } else if (known) {
-      send('DELETED', render(o));
+      // An object that stops matching leaves as a DELETED with its previous content at the event's resourceVersion
+      // (apiserver pkg/storage/cacher/cache_watcher.go convertToWatchEvent).
+      const before = ev.prev ? objects.present(p.t, structuredClone(ev.prev)) : o;
+      send('DELETED', render({ ...before, metadata: { ...before.metadata, resourceVersion: String(ev.rv) } }));
       seen.delete(id(o));
     }
   };

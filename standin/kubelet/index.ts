@@ -212,10 +212,14 @@ export async function startKubelet(opts: KubeletOptions): Promise<Kubelet> {
   const deleting = new Set<string>();
   const finishDeletion = async (pod: V1Pod): Promise<void> => {
     const uid = pod.metadata?.uid ?? '';
-    if (deleting.has(uid)) return;
-    deleting.add(uid);
     const worker = node.workers.get(key(pod));
     const grace = pod.metadata?.deletionGracePeriodSeconds ?? pod.spec?.terminationGracePeriodSeconds ?? 30;
+    if (deleting.has(uid)) {
+      // A second delete with a shorter grace period: the termination under way ends sooner.
+      if (worker && worker.uid === uid) void worker.terminate(grace);
+      return;
+    }
+    deleting.add(uid);
     if (worker && worker.uid === uid) {
       await node.removePod(worker, grace);
       await flush(worker);

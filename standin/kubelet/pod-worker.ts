@@ -76,6 +76,8 @@ export class PodWorker {
   private stopping = false;
   private sandboxCreation: Promise<PodSandbox> | undefined;
   private terminated: Promise<void> | undefined;
+  /** Set while the containers are given their grace period: brings its end forward for a shorter one. */
+  private shortenGrace: ((seconds: number) => void) | undefined;
   private readonly wakers = new Set<() => void>();
   private readonly stopProbes = new Map<string, () => void>();
   private readonly logDir: string;
@@ -478,7 +480,12 @@ export class PodWorker {
    * goes.
    */
   terminate(gracePeriodSeconds: number): Promise<void> {
-    if (this.terminated) return this.terminated;
+    // A pod already stopping may only have its grace period shortened (a force delete: 0), never lengthened, as the
+    // kubelet's pod workers cancel the running kill for a shorter one (kubernetes pkg/kubelet/pod_workers.go).
+    if (this.terminated) {
+      this.shortenGrace?.(gracePeriodSeconds);
+      return this.terminated;
+    }
     this.stopping = true;
     for (const wake of [...this.wakers]) wake();
     for (const stop of this.stopProbes.values()) stop();
@@ -492,9 +499,17 @@ export class PodWorker {
       }
       const exits = Promise.all(running.map((rec) => currentAttempt(rec)!.proc!.exited));
       let timer: NodeJS.Timeout | undefined;
-      const grace = new Promise<void>(
-        (resolve) => (timer = setTimeout(resolve, Math.max(0, gracePeriodSeconds) * 1000)),
-      );
+      const grace = new Promise<void>((resolve) => {
+        let deadline = Date.now() + Math.max(0, gracePeriodSeconds) * 1000;
+        timer = setTimeout(resolve, deadline - Date.now());
+        this.shortenGrace = (seconds) => {
+          const sooner = Date.now() + Math.max(0, seconds) * 1000;
+          if (sooner >= deadline) return;
+          deadline = sooner;
+          clearTimeout(timer);
+          timer = setTimeout(resolve, deadline - Date.now());
+        };
+      });
       await Promise.race([exits, grace]);
       clearTimeout(timer);
       for (const rec of this.records.values()) currentAttempt(rec)?.proc?.signal('SIGKILL');

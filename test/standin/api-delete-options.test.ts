@@ -154,7 +154,11 @@ describe('stand-in API: a DELETE body is decoded and validated as DeleteOptions 
     });
     // Then both are conflicts and the object stays
     expect([byUid.status, byUid.body.reason]).toEqual([409, 'Conflict']);
-    expect(byUid.body.message).toMatch(/Precondition failed: UID in precondition: not-its-uid/);
+    // The message names the kind, as apiserver pkg/registry/rest/delete.go BeforeDelete words it
+    expect(byUid.body.message).toBe(
+      `Operation cannot be fulfilled on ConfigMap "preconditioned": the UID in the precondition (not-its-uid) does ` +
+        `not match the UID in record (${stored.metadata?.uid}). The object might have been deleted and then recreated`,
+    );
     expect([byVersion.status, byVersion.body.reason]).toEqual([409, 'Conflict']);
     expect(await exists('preconditioned')).toBe(true);
     // And with the object's own uid the delete happens

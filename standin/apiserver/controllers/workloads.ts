@@ -197,18 +197,18 @@ function reconcileDeployment(objects: Objects, d: K8sObject): void {
   for (const k of Object.keys(status)) if (status[k] === undefined || status[k] === 0) delete status[k];
   const t = objects.type('apps/deployments');
   const revision = String(revisionOf(newNow ?? cur));
-  let latest = objects.store.get('apps/deployments', ns, d.metadata.name);
+  const latest = objects.store.get('apps/deployments', ns, d.metadata.name);
   if (!latest) return;
-  if (latest.metadata.annotations?.['deployment.kubernetes.io/revision'] !== revision) {
-    latest = objects.update(t, ns, d.metadata.name, {
-      ...latest,
-      metadata: {
-        ...latest.metadata,
-        annotations: { ...(latest.metadata.annotations ?? {}), 'deployment.kubernetes.io/revision': revision },
-      },
-    });
-  }
-  objects.update(t, ns, d.metadata.name, { ...latest, status }, { subresource: 'status' });
+  // The revision annotation goes with the status, as the deployment controller's UpdateStatus writes it: an annotation
+  // written through the main resource would bump the Deployment's generation.
+  const annotations = { ...(latest.metadata.annotations ?? {}), 'deployment.kubernetes.io/revision': revision };
+  objects.update(
+    t,
+    ns,
+    d.metadata.name,
+    { ...latest, metadata: { ...latest.metadata, annotations }, status },
+    { subresource: 'status' },
+  );
 }
 
 function reconcileReplicaSet(objects: Objects, rs: K8sObject): void {
