@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# iptables (nft + legacy) and nftables (the agent's kernel-owned rule table), iproute2 (ip netns, veth, bridge), conntrack (flush on steal), util-linux (nsenter),
+# iptables and ip6tables (nft + legacy) and nftables (the agent's kernel-owned rule table), iproute2 (ip netns, veth, bridge), conntrack (flush on steal), util-linux (nsenter),
 # gcc + libc6-dev (cc: the agent's packet capture, agent/native/capture.c, and the benchmarks' C references), openssh (the tunnel benchmark's baseline), wrk (bench:load's load), tmux (the terminal UI
 # test), curl (outgoing proxy tests), bind9-dnsutils (dig: a program's own DNS queries under the shim), openssl (the
 # stand-in's CA), procps (ps/pkill in tests), python3-kubernetes (the
@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 # stand-in's kubelet runs containers), buildah + mmdebstrap (`npm run images` builds the images from the Dockerfiles).
 packages=(iptables nftables iproute2 conntrack util-linux gcc libc6-dev openssh-server openssh-client wrk tmux curl bind9-dnsutils procps ca-certificates openssl
   python3-kubernetes containerd runc buildah mmdebstrap)
-commands=(iptables nft ip conntrack nsenter cc sshd ssh wrk tmux curl dig ps openssl containerd ctr runc buildah mmdebstrap)
+commands=(iptables ip6tables-nft ip6tables-legacy nft ip conntrack nsenter cc sshd ssh wrk tmux curl dig ps openssl containerd ctr runc buildah mmdebstrap)
 missing=0
 for c in "${commands[@]}"; do command -v "$c" >/dev/null 2>&1 || missing=1; done
 # A cc without libc6-dev (gcc only recommends it) cannot link the agent's capture statically: install it then too.
