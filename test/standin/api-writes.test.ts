@@ -245,6 +245,74 @@ describe('writes on the API alone', () => {
     expect(badField.status).toBe(400);
     expect((await core.listNamespacedConfigMap({ namespace: ns, labelSelector: 'dc' })).items).toHaveLength(1);
   });
+
+  it('propagationPolicy: Background deletes the owner at once, Foreground holds it with foregroundDeletion, a Job orphans by default', async () => {
+    // apiserver pkg/registry/generic/registry/store.go (deletionFinalizersForGarbageCollection: Foreground and
+    // Orphan add the foregroundDeletion / orphan finalizer, Background none), kubernetes
+    // pkg/registry/batch/job/strategy.go DefaultGarbageCollectionPolicy (OrphanDependents for batch/v1),
+    // pkg/controller/garbagecollector (dependents of a deleted owner go after it)
+    const replicaSet = (name: string) =>
+      apps.createNamespacedReplicaSet({
+        namespace: ns,
+        body: {
+          metadata: { name },
+          spec: {
+            replicas: 2,
+            selector: { matchLabels: { rs: name } },
+            template: { metadata: { labels: { rs: name } }, spec: { containers: [{ name: 'c', image: 'x' }] } },
+          },
+        },
+      });
+    const podsOf = async (label: string) =>
+      (await core.listNamespacedPod({ namespace: ns, labelSelector: label })).items;
+    // Given two replica sets with their pods
+    await replicaSet('bg');
+    await replicaSet('fg');
+    await waitFor('4 pods', async () => (await podsOf('rs in (bg,fg)')).length === 4);
+
+    // When one is deleted in the background (as devop deletes its agent's pods and jobs)
+    const background = await send('DELETE', `/apis/apps/v1/namespaces/${ns}/replicasets/bg`, {
+      kind: 'DeleteOptions',
+      apiVersion: 'v1',
+      propagationPolicy: 'Background',
+    });
+    // Then it is gone at once (a 200 with a Success Status), and its pods follow
+    expect(background.status).toBe(200);
+    expect(background.body).toMatchObject({ kind: 'Status', status: 'Success' });
+    expect((await expectStatus(apps.readNamespacedReplicaSet({ name: 'bg', namespace: ns }))).code).toBe(404);
+    await waitFor('bg pods collected', async () => (await podsOf('rs=bg')).length === 0);
+
+    // When the other is deleted in the foreground
+    const foreground = await send('DELETE', `/apis/apps/v1/namespaces/${ns}/replicasets/fg`, {
+      kind: 'DeleteOptions',
+      apiVersion: 'v1',
+      propagationPolicy: 'Foreground',
+    });
+    // Then the answer is the replica set, still there, held by foregroundDeletion, and it goes after its pods
+    expect(foreground.status).toBe(200);
+    expect(foreground.body.metadata.finalizers).toEqual(['foregroundDeletion']);
+    expect(foreground.body.metadata.deletionTimestamp).toBeTruthy();
+    await waitFor('fg and its pods gone', async () => {
+      const gone = (await expectStatus(apps.readNamespacedReplicaSet({ name: 'fg', namespace: ns }))).code === 404;
+      return gone && (await podsOf('rs=fg')).length === 0;
+    });
+
+    // When a Job with a pod is deleted with no propagationPolicy
+    const batch = `/apis/batch/v1/namespaces/${ns}/jobs`;
+    await send('POST', batch, {
+      metadata: { name: 'orphaner' },
+      spec: { template: { spec: { restartPolicy: 'Never', containers: [{ name: 'c', image: 'x' }] } } },
+    });
+    await waitFor('the job pod', async () => (await podsOf('job-name=orphaner')).length === 1);
+    expect((await send('DELETE', `${batch}/orphaner`)).status).toBe(200);
+    // Then the Job goes and its pod stays, without an owner
+    await waitFor('job gone', async () => (await send('GET', `${batch}/orphaner`)).status === 404);
+    const orphan = await waitFor('pod orphaned', async () => {
+      const [p] = await podsOf('job-name=orphaner');
+      return p && !p.metadata?.ownerReferences?.length ? p : undefined;
+    });
+    expect(orphan.metadata?.deletionTimestamp).toBeUndefined();
+  });
 });
 
 describe('graceful pod deletion, with the node running', () => {
