@@ -3,7 +3,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { CoordinationV1Api, V1MicroTime, type KubeConfig, type V1Lease, type V1Pod } from '@kubernetes/client-node';
 import { AGENT_LABELS } from '../../shared/agent-contract.js';
-import { UserError } from '../../shared/errors.js';
+import { errorMessage, UserError } from '../../shared/errors.js';
 import { apiErrorCode, mapApiError } from './errors.js';
 
 /**
@@ -172,7 +172,9 @@ export async function takeLease(
       await api.replaceNamespacedLease({ name, namespace, body });
       return { taken: true };
     } catch (err) {
-      if (apiErrorCode(err) === 409) continue; // another session took it between our read and write
+      // Another session took it between our read and write, or it was deleted meanwhile (an expired one, removed by
+      // this run's own removeExpired or by `devop clean`): read again.
+      if (apiErrorCode(err) === 409 || apiErrorCode(err) === 404) continue;
       throw mapApiError(err, { ...ctx, verb: 'update' });
     }
   }
@@ -228,6 +230,8 @@ export interface StealLeaseOptions {
   onStopped?: (port: number) => void;
   /** Called when renewing fails for a reason other than losing it (e.g. the API server is unreachable). */
   onRenewError?: (port: number, err: unknown) => void;
+  /** An expired Lease of an earlier run of this user on the workload was removed (removeExpired). */
+  onExpiredRemoved?: (port: number, lease: string) => void;
   /** Each lock taken and given back, for the debug log. */
   log?: (message: string) => void;
   now?: () => number;
@@ -243,6 +247,8 @@ export class StealLeases {
   /** Each port's last take or release, still on its way: the next one runs after it, releaseAll waits for all. */
   private readonly queued = new Map<number, Promise<unknown>>();
   private closed = false;
+  /** The removal of this user's expired Leases on the workload, started by the first take. */
+  private swept: Promise<void> | undefined;
   private timer: NodeJS.Timeout | undefined;
   private readonly now: () => number;
 
@@ -265,10 +271,50 @@ export class StealLeases {
    * began it throws: a take completing then would hold a Lease nobody gives back.
    */
   take(port: number): Promise<TakeResult> {
-    return this.inTurn(port, () => {
+    // The first take also removes what an earlier run of this user left on the workload (beside it: no extra wait).
+    this.swept ??= this.removeExpired().catch((err: unknown) =>
+      this.options.log?.(`expired steal locks not removed: ${errorMessage(err)}`),
+    );
+    const swept = this.swept;
+    return this.inTurn(port, async () => {
       if (this.closed) throw new UserError('devop is stopping: no steal lock is taken now', 'run devop again');
-      return this.takeNow(port);
+      const [result] = await Promise.all([this.takeNow(port), swept]);
+      return result;
     });
+  }
+
+  /**
+   * Deletes the expired steal Leases of this user@host on this workload: an earlier devop killed before it released
+   * them (kill -9), which `devop sessions` would list until `devop clean`. Expired as kube-apiserver's own lease GC
+   * reads it (pkg/controlplane/controller/apiserverleasegc/gc_controller.go): renewTime + leaseDurationSeconds passed
+   * (leaseVerdict). Each delete is conditional on the Lease as read, so a take-over or renewal in between keeps it.
+   * Other users' expired Leases are `devop clean`'s.
+   */
+  private async removeExpired(): Promise<void> {
+    const { namespace, workload, user, host } = this.options;
+    const list = await this.api.listNamespacedLease({
+      namespace,
+      labelSelector: `${LEASE_LABEL}=${LEASE_LABEL_VALUE}`,
+    });
+    const now = this.now();
+    for (const lease of list.items) {
+      const holder = parseHolderIdentity(lease.spec?.holderIdentity ?? '');
+      const ours = holder.user === user && holder.host === host;
+      const annotations = lease.metadata?.annotations ?? {};
+      if (!ours || annotations[LEASE_ANNOTATIONS.workload] !== `${workload.kind}/${workload.name}`) continue;
+      if (leaseVerdict(lease, this.identity, now) !== 'expired') continue;
+      const name = lease.metadata?.name ?? '';
+      try {
+        await this.api.deleteNamespacedLease({
+          name,
+          namespace,
+          body: { preconditions: { resourceVersion: lease.metadata?.resourceVersion } },
+        });
+        this.options.onExpiredRemoved?.(Number(annotations[LEASE_ANNOTATIONS.port]), name);
+      } catch (err) {
+        if (apiErrorCode(err) !== 404 && apiErrorCode(err) !== 409) throw err;
+      }
+    }
   }
 
   /**

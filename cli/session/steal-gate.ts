@@ -5,7 +5,7 @@ import { errorMessage } from '../../shared/errors.js';
 import type { AgentMessage, ClientMessage } from '../../shared/protocol.js';
 import { StealLeases, workloadOfPod } from '../kube/steal-lease.js';
 import type { ResolvedTarget } from '../kube/target.js';
-import { debug, type Reporter, warn } from '../reporter.js';
+import { debug, info, type Reporter, warn } from '../reporter.js';
 
 type Subscribe = Extract<ClientMessage, { type: 'subscribe' }>;
 type Refused = Extract<AgentMessage, { type: 'refused' }>;
@@ -40,6 +40,8 @@ export class StealGate {
         ),
       onRenewError: (port, err) =>
         warn(reporter, `could not renew the steal lock of port ${port}: ${errorMessage(err)}`),
+      onExpiredRemoved: (port, lease) =>
+        info(reporter, `removed the expired steal lock of port ${port} (Lease ${lease}) an earlier devop left`),
       log: (text) => debug(reporter, text),
     });
   }

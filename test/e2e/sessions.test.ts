@@ -2,7 +2,7 @@
 // stop ID` ends it and the pod answers its own traffic again; another user's session is refused unless asked by name,
 // and then the cluster's RBAC decides (the stand-in's restricted user may read Leases, not delete them).
 import { hostname, userInfo } from 'node:os';
-import { CoordinationV1Api, V1MicroTime } from '@kubernetes/client-node';
+import { CoordinationV1Api, CoreV1Api, V1MicroTime } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { LEASE_ANNOTATIONS, LEASE_LABEL, LEASE_LABEL_VALUE } from '../../cli/kube/steal-lease.js';
 import type { SessionRow } from '../../cli/services/sessions.js';
@@ -13,6 +13,7 @@ import {
   LOCAL_SERVER_COMMAND,
   deployEcho,
   devopExec,
+  killLocalServer,
   startE2ETarget,
   startPodClient,
   type EchoDeployment,
@@ -27,6 +28,7 @@ describe('devop sessions', () => {
   let cluster: TargetCluster;
   let namespace: string;
   let leases: CoordinationV1Api;
+  let core: CoreV1Api;
   let echo: EchoDeployment;
   /** Requests come from another pod: the host is the node, whose connections count as kubelet probes. */
   let client: PodClient;
@@ -42,6 +44,7 @@ describe('devop sessions', () => {
     cluster = env.cluster;
     namespace = env.namespace;
     leases = env.kc.makeApiClient(CoordinationV1Api);
+    core = env.kc.makeApiClient(CoreV1Api);
     [echo, client] = await Promise.all([deployEcho(env, 'echo'), startPodClient(env)]);
   });
 
@@ -114,6 +117,107 @@ describe('devop sessions', () => {
     const after = devop(['sessions', '-n', namespace, '--output', 'json']);
     expect((await after.exited).code, after.output).toBe(0);
     expect((JSON.parse(after.stdout) as SessionRow[]).filter((r) => r.id === id)).toEqual([]);
+  }, 120_000);
+
+  it('a session killed with kill -9 is listed expired after its Lease expires; the next exec removes it', async () => {
+    // Given devop steals the echo pod's port, and is killed with kill -9 (it cannot release its Lease)
+    const me = `${userInfo().username}@${hostname()}`;
+    const local = await freePort();
+    const killed = devopExec(
+      cluster,
+      ['-t', 'deploy/echo', '--steal', '-p', `8080:${local}`],
+      [...LOCAL_SERVER_COMMAND],
+      {
+        env: { LOCAL_PORT: String(local) },
+      },
+    );
+    runs.push(killed);
+    await killed.ready();
+    await killed.stop('SIGKILL');
+    killLocalServer(killed);
+    // And an earlier run of the same user left another port's Lease on the workload, and another user an expired one
+    const expiredLease = async (name: string, holder: string, port: number): Promise<void> => {
+      const longAgo = new V1MicroTime(Date.now() - 60_000);
+      await leases.createNamespacedLease({
+        namespace,
+        body: {
+          metadata: {
+            name,
+            labels: { [LEASE_LABEL]: LEASE_LABEL_VALUE },
+            annotations: { [LEASE_ANNOTATIONS.workload]: 'deployment/echo', [LEASE_ANNOTATIONS.port]: String(port) },
+          },
+          spec: { holderIdentity: holder, leaseDurationSeconds: 15, acquireTime: longAgo, renewTime: longAgo },
+        },
+      });
+    };
+    await expiredLease('devop-steal-deployment-echo-9091-mine', `${me}#0badf00d`, 9091);
+    await expiredLease('devop-steal-deployment-echo-9092-carol', 'carol@desk#0c0c0c0c', 9092);
+    const sessions = async (): Promise<SessionRow[]> => {
+      const list = devop(['sessions', '-n', namespace, '--output', 'json']);
+      expect((await list.exited).code, list.output).toBe(0);
+      return (JSON.parse(list.stdout) as SessionRow[]).filter((r) => r.target === 'deployment/echo');
+    };
+
+    // When its Lease's renewTime + leaseDurationSeconds has passed (as kube-apiserver's lease GC reads it:
+    // pkg/controlplane/controller/apiserverleasegc/gc_controller.go isLeaseExpired)
+    const dead = await waitFor(
+      'the killed session to be listed expired',
+      async () => (await sessions()).find((r) => r.holder === me && r.ports.includes(8080) && r.state === 'expired'),
+      30_000,
+    );
+    // Then `devop sessions` lists it expired, without a PID (its devop is gone)
+    expect(dead.pid).toBeUndefined();
+    const plain = devop(['sessions', '-n', namespace]);
+    expect((await plain.exited).code, plain.output).toBe(0);
+    expect(plain.stdout).toMatch(
+      new RegExp(
+        `^${dead.id}\\s+${namespace}\\s+deployment/echo\\s+8080\\s+steal\\s+\\S+\\s+\\S+\\s+expired\\s+-$`,
+        'm',
+      ),
+    );
+
+    // (The agent keeps a disconnected session's steals for its resume grace, 30 s, longer than the Lease: a new steal
+    // of the port is refused by the agent until then. docs/sessions.md says so.)
+    await waitFor(
+      'the agent to end the killed session (its resume grace)',
+      async () => {
+        const pods = await core.listNamespacedPod({ namespace, labelSelector: 'app.kubernetes.io/name=devop-agent' });
+        for (const pod of pods.items) {
+          const log = await core.readNamespacedPodLog({ name: pod.metadata?.name ?? '', namespace }).catch(() => '');
+          if (String(log).includes('not resumed in time')) return true;
+        }
+        return undefined;
+      },
+      45_000,
+    );
+
+    // When the same user runs devop exec on the same target again
+    const next = devopExec(
+      cluster,
+      ['-t', 'deploy/echo', '--steal', '-p', `8080:${local}`],
+      [...LOCAL_SERVER_COMMAND],
+      {
+        env: { LOCAL_PORT: String(local) },
+      },
+    );
+    runs.push(next);
+    await next.ready();
+    expect(await client.who(echo.podIP, 8080, '/again'), next.output).toBe('local');
+    // Then its own expired Leases on the workload are gone (the killed run's taken over, the other port's removed, and
+    // said so); the only session of this user there is the new live one, and another user's expired Lease stays
+    const rows = await sessions();
+    expect(
+      rows.filter((r) => r.holder === me),
+      JSON.stringify(rows),
+    ).toEqual([expect.objectContaining({ ports: [8080], state: 'live', pid: next.child.pid })]);
+    expect(next.stderr).toMatch(
+      /^devop: removed the expired steal lock of port 9091 \(Lease devop-steal-deployment-echo-9091-mine\)/m,
+    );
+    expect(rows.filter((r) => r.holder === 'carol@desk')).toEqual([
+      expect.objectContaining({ ports: [9092], state: 'expired' }),
+    ]);
+    await next.stop('SIGTERM');
+    await leases.deleteNamespacedLease({ name: 'devop-steal-deployment-echo-9092-carol', namespace });
   }, 120_000);
 
   const onStandinRbac = standinOnly("the restricted user is the stand-in's");
