@@ -207,6 +207,8 @@ export class PodNet {
       cgroup?: string;
       capabilities?: readonly string[];
       viaEntryPoint?: boolean;
+      /** With viaEntryPoint: the entry point's Node PID lookup fails if it runs (the shell must find the PID). */
+      noNodeLookup?: boolean;
       /** Another copy of the bundle (the programs it runs are looked for next to it). */
       bundle?: string;
     } = {},
@@ -232,7 +234,9 @@ export class PodNet {
         if (!script.includes(`'${run}'`)) throw new Error(`agent/entry.sh no longer runs "${run}": update startAgent`);
       writeFileSync(
         entry,
-        script.replace(`'${command}'`, `'${node.join(' ')}'`).replace(`'${lookup}'`, `'${agentNode} ${bundle}'`),
+        script
+          .replace(`'${command}'`, `'${node.join(' ')}'`)
+          .replace(`'${lookup}'`, opts.noNodeLookup ? `'false'` : `'${agentNode} ${bundle}'`),
       );
       node = ['/bin/sh', entry];
     }

@@ -59,6 +59,17 @@ describe.runIf(run)('agent: ephemeral and targetless modes', () => {
     expect(await net.devopRules()).toEqual([]);
   });
 
+  test("job mode's entry point finds the target's PID with the shell alone (no Node run first)", async () => {
+    // Given the entry point whose Node PID lookup fails if it runs
+    // When the agent starts in job mode through it
+    const agent = await net.startAgent({}, { viaEntryPoint: true, noNodeLookup: true });
+    // Then it runs in the target's netns, found by the shell's scan of /proc/*/cgroup
+    expect(readlinkSync(`/proc/${agent.pid}/ns/net`)).toBe(readlinkSync(`/proc/${await net.podPid()}/ns/net`));
+    const code = new Promise<number | null>((r) => agent.child.once('exit', (c) => r(c)));
+    process.kill(agent.pid, 'SIGTERM');
+    expect(await code).toBe(0);
+  });
+
   test('the entry point passes on the one-line error of a target it cannot enter', async () => {
     const failed = net.startAgent(
       { DEVOP_AGENT_CONTAINER_ID: `containerd://${'f'.repeat(64)}` },
