@@ -235,16 +235,12 @@ async function runAgentJob(
     { action: 'create the agent Job', verb: 'create', resource: 'jobs.batch', namespace: ns, name },
     () => batch.createNamespacedJob({ namespace: ns, body: job }),
   );
+  // The wait for the pod starts beside the Secret's creation (one round trip less): a pod that reaches kubelet first
+  // waits for the Secret, which judgeAgentPod counts as still starting.
+  const secretFailed = new AbortController();
+  const signal = options.signal ? AbortSignal.any([options.signal, secretFailed.signal]) : secretFailed.signal;
   try {
-    // Owned by the Job (its uid is known only now): garbage collection removes it with the Job.
-    await createAgentSecret(kc, {
-      namespace: ns,
-      agentId: agent.agentId,
-      token: agent.token,
-      owner: { apiVersion: 'batch/v1', kind: 'Job', name, uid: created.metadata?.uid ?? '' },
-      createdBy: job.metadata?.annotations?.[AGENT_ANNOTATIONS.createdBy] ?? '',
-    });
-    const pod = await waitForAgentPod(kc, {
+    const running = waitForAgentPod(kc, {
       namespace: ns,
       labelSelector: `${AGENT_LABELS.name}=${AGENT_LABELS.nameValue},${AGENT_LABELS.targetPod}=${targetPod}`,
       match: (p) => p.metadata?.annotations?.[AGENT_ANNOTATIONS.agentId] === agent.agentId,
@@ -252,8 +248,21 @@ async function runAgentJob(
       container: AGENT_CONTAINER_NAME,
       tokenSecret: agentSecretName(agent.agentId),
       what: `agent Job ${name}`,
-      options,
+      options: { ...options, signal },
     });
+    running.catch(() => undefined); // a failed Secret is the error to report
+    // Owned by the Job (its uid is known only now): garbage collection removes it with the Job.
+    await createAgentSecret(kc, {
+      namespace: ns,
+      agentId: agent.agentId,
+      token: agent.token,
+      owner: { apiVersion: 'batch/v1', kind: 'Job', name, uid: created.metadata?.uid ?? '' },
+      createdBy: job.metadata?.annotations?.[AGENT_ANNOTATIONS.createdBy] ?? '',
+    }).catch((err: unknown) => {
+      secretFailed.abort(err);
+      throw err;
+    });
+    const pod = await running;
     return {
       mode: 'job',
       name,
