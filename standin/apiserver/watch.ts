@@ -12,7 +12,7 @@ import type { StoreEvent } from './store.js';
  * How long a watch lasts when the client gives no timeoutSeconds (kube-apiserver: 30–60 min; shorter keeps tests tidy).
  */
 const DEFAULT_WATCH_SECONDS = 1800;
-/** How often an open watch that allowed bookmarks gets one. */
+/** How often an open watch that allowed bookmarks gets one (kube-apiserver: about every minute). */
 const BOOKMARK_INTERVAL_MS = 30_000;
 
 export interface WatchParams {
@@ -108,9 +108,13 @@ export function serveWatch(
     if (!res.writableEnded) res.end();
   };
   // The timeout stops the watch whole (its bookmark timer and subscription too), not just the response.
+  const timeoutMs = (p.timeoutSeconds ?? DEFAULT_WATCH_SECONDS) * 1000;
   const timers = [
-    setTimeout(stop, (p.timeoutSeconds ?? DEFAULT_WATCH_SECONDS) * 1000),
+    setTimeout(stop, timeoutMs),
     ...(p.bookmarks ? [setInterval(() => bookmark(), p.bookmarkIntervalMs ?? BOOKMARK_INTERVAL_MS)] : []),
+    // A bookmark 2 s before the timeout, so that the client resumes from the latest version (apiserver
+    // pkg/storage/cacher/cache_watcher.go nextBookmarkTime).
+    ...(p.bookmarks && timeoutMs > 2000 ? [setTimeout(() => bookmark(), timeoutMs - 2000)] : []),
   ];
   const untrack = track(stop);
   res.on('close', () => {

@@ -238,6 +238,35 @@ describe('watch (apiserver pkg/storage/cacher/cache_watcher.go, pkg/endpoints/ha
     expect(events[1].obj.metadata.resourceVersion).toBe(moved.metadata?.resourceVersion);
   });
 
+  it('a watch that allows bookmarks gets one 2 s before its timeout, at the latest version it sent', async () => {
+    // apiserver pkg/storage/cacher/cache_watcher.go nextBookmarkTime: "right before the watcher timeout"
+    // Given a watch of 3 s that allows bookmarks
+    const list = await core.listNamespacedConfigMap({ namespace: ns });
+    const events: { type: string; obj: any; at: number }[] = [];
+    let endedAt = 0;
+    const ended = new Promise<void>((resolve) => {
+      void new Watch(kc).watch(
+        configMaps,
+        { resourceVersion: list.metadata?.resourceVersion, allowWatchBookmarks: true, timeoutSeconds: 3 },
+        (type, obj) => events.push({ type, obj, at: Date.now() }),
+        () => {
+          endedAt = Date.now();
+          resolve();
+        },
+      );
+    });
+    // When a config map is created while it runs, and the watch runs out
+    const made = await core.createNamespacedConfigMap({ namespace: ns, body: { metadata: { name: 'bm-1' } } });
+    await ended;
+    // Then the ADDED came, then a BOOKMARK at its version or later, a while before the end
+    expect(events.map((e) => e.type)).toEqual(['ADDED', 'BOOKMARK']);
+    const bookmark = events[1];
+    expect(Number(bookmark.obj.metadata.resourceVersion)).toBeGreaterThanOrEqual(
+      Number(made.metadata?.resourceVersion),
+    );
+    expect(endedAt - bookmark.at).toBeGreaterThan(1000);
+  });
+
   it('a watch list sends the current objects, then a BOOKMARK marking the end of the initial events', async () => {
     // Given two config maps
     for (const name of ['wl-1', 'wl-2'])
