@@ -1,6 +1,7 @@
 // Start-up benchmark (root; the stand-in cluster): time from `devop exec --steal` to the first request to the pod IP
 // that the local command answers, for a fresh agent and for a second session that reuses it.
 // It also times `devop --help` against `node -e 0` (interleaved runs, medians): what any command pays before its work.
+// Each session's phases are printed as marks in time order (bench/lib/startup-phases.ts).
 // Last line: RESULT startup exec_to_stealing_ms=<t> reuse_to_stealing_ms=<t2> help_vs_node=<r>
 import { execFileSync, spawnSync } from 'node:child_process';
 import { join } from 'node:path';
@@ -16,16 +17,21 @@ import {
 import { teardownOnInterrupt } from './lib/interrupt.js';
 import { waitFor } from '../testkit/wait.js';
 import { freePort } from '../testkit/sockets.js';
+import type { KubeConfig } from '@kubernetes/client-node';
+import { StartupPhases } from './lib/startup-phases.js';
 
 /** Between two probe requests: requests overlap, so one lost at the switch-over moment does not delay the result. */
 const PROBE_EVERY_MS = 20;
 
 async function timeToStealing(
+  kc: KubeConfig,
   kubeconfig: string,
   podIP: string,
   client: PodClient,
-): Promise<{ ms: number; run: DevopRun }> {
+): Promise<{ ms: number; run: DevopRun; phases: StartupPhases }> {
   const local = await freePort();
+  const phases = new StartupPhases(kc, 'default');
+  await Promise.all([phases.watchAgentPods(), phases.watchAgentEvents()]);
   const started = performance.now();
   const run = new DevopRun(
     [
@@ -44,6 +50,8 @@ async function timeToStealing(
     ],
     { env: { LOCAL_PORT: String(local) } },
   );
+  phases.mark('devop spawned', 0);
+  phases.follow(run.child);
   // Probe the pod all along; the first answer from the local command marks the moment stealing works end to end.
   return new Promise((resolve, reject) => {
     let done = false;
@@ -67,16 +75,8 @@ async function timeToStealing(
           done = true;
           clearInterval(timer);
           const ms = performance.now() - started;
-          // BENCH_VERBOSE=1: devop's own step timings (its first line shows how long the CLI took to boot).
-          if (process.env.BENCH_VERBOSE)
-            console.log(
-              run.stderr
-                .split('\n')
-                .filter(Boolean)
-                .map((l) => `  ${l}`)
-                .join('\n'),
-            );
-          resolve({ ms, run });
+          phases.mark('the pod answered from the local command', ms);
+          resolve({ ms, run, phases });
         },
         () => undefined, // a request caught in the switch-over; later ones tell
       );
@@ -129,15 +129,18 @@ async function main(): Promise<void> {
     const [echo, podClient] = await Promise.all([deployEcho(env, 'echo'), startPodClient(env)]);
     client = podClient;
     const kubeconfig = env.cluster.kubeconfigPath;
-    const first = await timeToStealing(kubeconfig, echo.podIP, podClient);
-    console.log(`exec → stealing (new agent):    ${first.ms.toFixed(0)} ms`);
+    const first = await timeToStealing(env.kc, kubeconfig, echo.podIP, podClient);
+    await first.phases.finish();
+    console.log(`exec → stealing (new agent):    ${first.ms.toFixed(0)} ms\n${first.phases.table()}`);
     await first.run.stop('SIGTERM');
     await waitFor(
       'the pod to serve again',
       async () => ((await podClient.who(echo.podIP, 8080)) === echo.podName ? true : undefined),
       10_000,
     );
-    const second = await timeToStealing(kubeconfig, echo.podIP, podClient);
+    const second = await timeToStealing(env.kc, kubeconfig, echo.podIP, podClient);
+    await second.phases.finish();
+    console.log(second.phases.table());
     console.log(
       `exec → stealing (reused agent): ${second.ms.toFixed(0)} ms ` +
         `${/reused Job/.test(second.run.stderr) ? '(agent reused)' : '(agent NOT reused)'}`,
