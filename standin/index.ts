@@ -5,7 +5,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { createServer, type Server, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { makeCerts, servingNames } from './certs.js';
+import { makeCerts, makeFrontProxyCerts, servingNames } from './certs.js';
 import { writeKubeconfig } from './kubeconfig.js';
 import { startControlPlane, type ControlPlane } from './apiserver/index.js';
 import { ADMIN_USER, RESTRICTED_USER } from './apiserver/auth.js';
@@ -97,11 +97,13 @@ export async function startCluster(options: ClusterOptions = {}): Promise<Cluste
     const controlPlaneIP = (onNode ? subnets?.nodeIP : subnets?.controlPlaneIP) ?? '127.0.0.1';
     const names = servingNames(`${serviceNet}.1`);
     if (subnets) names.push(`IP:${controlPlaneIP}`);
-    const certs = await makeCerts(dir, names);
+    const [certs, frontProxy] = await Promise.all([makeCerts(dir, names), makeFrontProxyCerts(dir)]);
     const serviceNet6 = subnets?.serviceCIDR6?.replace(/\/112$/, '');
     const cp = await startControlPlane({
       cert: certs.certPem,
       key: certs.keyPem,
+      frontProxy,
+      clientCaPem: certs.caPem,
       serviceNet,
       serviceNet6,
       nodeName: NODE_NAME,

@@ -22,6 +22,9 @@ const PROBE_TIMEOUT_MS = 1500;
 interface Backend extends ServiceEndpoint {
   ca?: string;
   insecure: boolean;
+  /** The front-proxy client certificate and key the aggregator presents (kube-apiserver's --proxy-client-cert-file). */
+  cert?: string;
+  key?: string;
 }
 
 export class Aggregator {
@@ -29,7 +32,10 @@ export class Aggregator {
   private unsubscribe?: () => void;
   private stopped = false;
 
-  constructor(private readonly objects: Objects) {}
+  constructor(
+    private readonly objects: Objects,
+    private readonly clientCert?: { cert: string; key: string },
+  ) {}
 
   private remoteServices(): K8sObject[] {
     return this.objects.store.list(APISERVICES).filter((a) => a.spec?.service && a.spec?.group && a.spec?.version);
@@ -53,7 +59,7 @@ export class Aggregator {
     });
     if ('error' in ep) return ep;
     const ca = apiService.spec.caBundle ? Buffer.from(apiService.spec.caBundle, 'base64').toString('utf8') : undefined;
-    return { ...ep, ca, insecure: Boolean(apiService.spec.insecureSkipTLSVerify) };
+    return { ...ep, ca, insecure: Boolean(apiService.spec.insecureSkipTLSVerify), ...this.clientCert };
   }
 
   /** Proxies a request for /apis/<group>/<version>/…, or for another path of the APIService serving `gv`. */
@@ -89,6 +95,8 @@ export class Aggregator {
         headers,
         ca: b.ca,
         rejectUnauthorized: !b.insecure,
+        cert: b.cert,
+        key: b.key,
         servername: undefined,
         timeout: PROXY_TIMEOUT_MS,
       },
@@ -154,6 +162,8 @@ export class Aggregator {
           method: 'GET',
           ca: b.ca,
           rejectUnauthorized: !b.insecure,
+          cert: b.cert,
+          key: b.key,
           timeout: PROBE_TIMEOUT_MS,
           headers: { 'x-remote-user': 'system:kube-aggregator', accept: 'application/json' },
         },
@@ -186,6 +196,8 @@ export class Aggregator {
           method: 'GET',
           ca: b.ca,
           rejectUnauthorized: !b.insecure,
+          cert: b.cert,
+          key: b.key,
           timeout: PROBE_TIMEOUT_MS,
           headers: { 'x-remote-user': 'system:kube-aggregator', accept: 'application/json' },
         },

@@ -1,5 +1,6 @@
 // The control plane: storage, the HTTPS API server, the aggregator and the in-process controllers, seeded with the
 // namespaces, service accounts and `kubernetes` Service a fresh cluster has.
+import type { FrontProxyCerts } from '../certs.js';
 import type { NodeRuntime } from '../node-runtime.js';
 import { Aggregator } from './aggregator.js';
 import { Authenticator } from './auth.js';
@@ -23,6 +24,10 @@ export interface ControlPlaneOptions {
   /** The IPv6 Service range's prefix (its /112) on a dual-stack cluster, e.g. `fd00:244:7:1::`. */
   serviceNet6?: string;
   nodeName: string;
+  /** The aggregator's front-proxy CA and client certificate; none: it presents no client certificate. */
+  frontProxy?: FrontProxyCerts;
+  /** The CA of client certificates, published as client-ca-file. */
+  clientCaPem?: string;
 }
 
 export interface ControlPlane {
@@ -53,7 +58,7 @@ export async function startControlPlane(o: ControlPlaneOptions): Promise<Control
     serviceNet6: o.serviceNet6,
   });
   const auth = new Authenticator();
-  const aggregator = new Aggregator(objects);
+  const aggregator = new Aggregator(objects, o.frontProxy && { cert: o.frontProxy.certPem, key: o.frontProxy.keyPem });
   const api = await startApiServer({
     cert: o.cert,
     key: o.key,
@@ -68,6 +73,22 @@ export async function startControlPlane(o: ControlPlaneOptions): Promise<Control
   for (const ns of ['default', 'kube-system', 'kube-public', 'kube-node-lease']) {
     objects.create(t('/namespaces'), '', { metadata: { name: ns } });
     objects.create(t('/serviceaccounts'), ns, { metadata: { name: 'default' } });
+  }
+  if (o.frontProxy) {
+    // What kube-apiserver publishes for aggregated servers to authenticate its proxied requests by (kubernetes
+    // pkg/controlplane/controller/clusterauthenticationtrust/cluster_authentication_trust_controller.go; kubeadm's
+    // front-proxy-client name and X-Remote-* headers).
+    objects.create(t('/configmaps'), 'kube-system', {
+      metadata: { name: 'extension-apiserver-authentication' },
+      data: {
+        ...(o.clientCaPem ? { 'client-ca-file': o.clientCaPem } : {}),
+        'requestheader-client-ca-file': o.frontProxy.caPem,
+        'requestheader-allowed-names': JSON.stringify(['front-proxy-client']),
+        'requestheader-username-headers': JSON.stringify(['X-Remote-User']),
+        'requestheader-group-headers': JSON.stringify(['X-Remote-Group']),
+        'requestheader-extra-headers-prefix': JSON.stringify(['X-Remote-Extra-']),
+      },
+    });
   }
   objects.create(t('/services'), 'default', {
     metadata: { name: 'kubernetes', labels: { component: 'apiserver', provider: 'kubernetes' } },

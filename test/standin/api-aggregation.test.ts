@@ -1,9 +1,11 @@
 // APIService aggregation: discovery and requests for an aggregated group reach the Service's endpoint over TLS with the
 // caller's identity (X-Remote-User), and the APIService reports Available — checked with client-node and kubectl.
 import { execFile } from 'node:child_process';
+import { X509Certificate } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { createServer, type Server } from 'node:https';
 import { tmpdir } from 'node:os';
+import type { TLSSocket } from 'node:tls';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { ApiregistrationV1Api, CoreV1Api, CustomObjectsApi, KubeConfig } from '@kubernetes/client-node';
@@ -21,6 +23,8 @@ let dir: string;
 const seenUsers: string[] = [];
 /** The headers of each request the aggregated server received. */
 const seenHeaders: NodeJS.Dict<string[]>[] = [];
+/** The client certificate each request came with: its subject CN and its DER bytes. */
+const seenClients: { cn?: string; raw?: Buffer }[] = [];
 
 const resourceList = {
   kind: 'APIResourceList',
@@ -82,45 +86,52 @@ const openapiV2Doc = {
 beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), 'devop-agg-'));
   const certs = await makeCerts(dir, ['IP:127.0.0.1']);
-  backend = createServer({ cert: certs.certPem, key: certs.keyPem }, (req, res) => {
-    seenUsers.push(String(req.headers['x-remote-user']));
-    seenHeaders.push(req.headersDistinct);
-    res.setHeader('Content-Type', 'application/json');
-    const path = (req.url ?? '').split('?')[0];
-    if (path === '/apis/farm.example.com/v1alpha') return res.end(JSON.stringify(resourceList));
-    if (path === '/openapi/v3') return res.end(JSON.stringify(openapiV3Index));
-    if (path === '/openapi/v2') return res.end(JSON.stringify(openapiV2Doc));
-    if (path === '/openapi/v3/apis/farm.example.com/v1alpha') return res.end(JSON.stringify(openapiV3Doc));
-    if (path === '/apis/farm.example.com/v1alpha/namespaces/default/llamas') {
-      return res.end(
+  // Asks for a client certificate without requiring one, as k8s.io/apiserver's servers do (requestheader).
+  backend = createServer(
+    { cert: certs.certPem, key: certs.keyPem, requestCert: true, rejectUnauthorized: false },
+    (req, res) => {
+      seenUsers.push(String(req.headers['x-remote-user']));
+      seenHeaders.push(req.headersDistinct);
+      const socket = req.socket as TLSSocket;
+      const peer = socket.getPeerCertificate();
+      seenClients.push({ cn: peer?.subject?.CN as string | undefined, raw: peer?.raw });
+      res.setHeader('Content-Type', 'application/json');
+      const path = (req.url ?? '').split('?')[0];
+      if (path === '/apis/farm.example.com/v1alpha') return res.end(JSON.stringify(resourceList));
+      if (path === '/openapi/v3') return res.end(JSON.stringify(openapiV3Index));
+      if (path === '/openapi/v2') return res.end(JSON.stringify(openapiV2Doc));
+      if (path === '/openapi/v3/apis/farm.example.com/v1alpha') return res.end(JSON.stringify(openapiV3Doc));
+      if (path === '/apis/farm.example.com/v1alpha/namespaces/default/llamas') {
+        return res.end(
+          JSON.stringify({
+            kind: 'LlamaList',
+            apiVersion: 'farm.example.com/v1alpha',
+            metadata: {},
+            items: [
+              {
+                apiVersion: 'farm.example.com/v1alpha',
+                kind: 'Llama',
+                metadata: { name: 'dolly', namespace: 'default', creationTimestamp: new Date().toISOString() },
+                spec: { weight: 130 },
+              },
+            ],
+          }),
+        );
+      }
+      res.statusCode = 404;
+      res.end(
         JSON.stringify({
-          kind: 'LlamaList',
-          apiVersion: 'farm.example.com/v1alpha',
+          kind: 'Status',
+          apiVersion: 'v1',
           metadata: {},
-          items: [
-            {
-              apiVersion: 'farm.example.com/v1alpha',
-              kind: 'Llama',
-              metadata: { name: 'dolly', namespace: 'default', creationTimestamp: new Date().toISOString() },
-              spec: { weight: 130 },
-            },
-          ],
+          status: 'Failure',
+          reason: 'NotFound',
+          code: 404,
+          message: 'not found',
         }),
       );
-    }
-    res.statusCode = 404;
-    res.end(
-      JSON.stringify({
-        kind: 'Status',
-        apiVersion: 'v1',
-        metadata: {},
-        status: 'Failure',
-        reason: 'NotFound',
-        code: 404,
-        message: 'not found',
-      }),
-    );
-  });
+    },
+  );
   await new Promise<void>((r) => backend.listen(0, '127.0.0.1', () => r()));
   const port = (backend.address() as { port: number }).port;
   cluster = await startCluster({ kubelet: false });
@@ -211,6 +222,30 @@ describe('APIService aggregation', () => {
     expect(h['x-remote-extra-example.com%2fteam']).toEqual(['llamas']);
     expect(h['x-remote-uid']).toBeUndefined();
     expect(Object.keys(h).filter((k) => k.startsWith('impersonate-') || k === 'authorization')).toEqual([]);
+  });
+
+  // kube-apiserver's --proxy-client-cert-file and the extension-apiserver-authentication ConfigMap
+  // (kubernetes pkg/controlplane/controller/clusterauthenticationtrust/cluster_authentication_trust_controller.go):
+  // an aggregated server trusts X-Remote-* from a connection whose client certificate the published CA signed.
+  it('presents the front-proxy client certificate that kube-system/extension-apiserver-authentication names', async () => {
+    // Given the ConfigMap the API server publishes
+    const cm = await kc
+      .makeApiClient(CoreV1Api)
+      .readNamespacedConfigMap({ namespace: 'kube-system', name: 'extension-apiserver-authentication' });
+    expect(JSON.parse(cm.data?.['requestheader-allowed-names'] ?? '')).toEqual(['front-proxy-client']);
+    expect(JSON.parse(cm.data?.['requestheader-username-headers'] ?? '')).toEqual(['X-Remote-User']);
+    expect(JSON.parse(cm.data?.['requestheader-group-headers'] ?? '')).toEqual(['X-Remote-Group']);
+    expect(JSON.parse(cm.data?.['requestheader-extra-headers-prefix'] ?? '')).toEqual(['X-Remote-Extra-']);
+    seenClients.length = 0;
+    // When a request is proxied
+    const answer = await rawRequest(cluster, cluster.adminToken, 'GET', '/apis/farm.example.com/v1alpha');
+    expect(answer.status).toBe(200);
+    // Then it came with the front-proxy-client certificate, signed by the published requestheader CA
+    const client = seenClients.at(-1);
+    expect(client?.cn).toBe('front-proxy-client');
+    const ca = new X509Certificate(cm.data?.['requestheader-client-ca-file'] ?? '');
+    const cert = new X509Certificate(client?.raw ?? Buffer.alloc(0));
+    expect(cert.checkIssued(ca) && cert.verify(ca.publicKey)).toBe(true);
   });
 
   // apiserver pkg/endpoints/filters/authorization.go: the aggregator's proxy comes after authorization, so an
