@@ -27,6 +27,8 @@ export interface AdmissionAttributes {
   /** The stored object (UPDATE, DELETE). */
   oldObject?: K8sObject;
   dryRun: boolean;
+  /** Passes a webhook's `warnings` on to the client. */
+  warn?: (text: string) => void;
 }
 
 /** A webhook's call failed (not a denial): failurePolicy decides what happens. */
@@ -125,6 +127,8 @@ export class Admission {
       }
       throw new ApiError(500, 'InternalError', `Internal error occurred: ${e.message}`);
     }
+    // Each warning reaches the client, allowed or not (mutating/dispatcher.go, validating/dispatcher.go).
+    for (const text of response.warnings ?? []) a.warn?.(String(text));
     if (response.allowed === true) return response;
     throw denied(w.name, response.status);
   }

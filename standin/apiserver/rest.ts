@@ -33,6 +33,8 @@ export interface ResourceRequest {
   sub?: string;
   query: URLSearchParams;
   identity: Identity;
+  /** Adds a `Warning: 299 - "…"` header to the answer (k8s.io/apiserver pkg/warning). */
+  warn?: (text: string) => void;
 }
 
 export interface RestContext {
@@ -355,6 +357,7 @@ async function admit(
     object: object && structuredClone(object),
     oldObject: oldObject && structuredClone(oldObject),
     dryRun,
+    warn: r.warn,
   });
   return admitted ?? {};
 }

@@ -225,7 +225,8 @@ export async function startApiServer(o: ApiServerOptions): Promise<ApiServer> {
     }
     const r = resolve(route);
     authorize(id, method, r, q);
-    const rr: ResourceRequest = { method, t: r.t, ns: r.ns, name: r.name, sub: r.sub, query: q, identity: id };
+    const warn = (text: string) => res.appendHeader('Warning', `299 - ${JSON.stringify(text)}`);
+    const rr: ResourceRequest = { method, t: r.t, ns: r.ns, name: r.name, sub: r.sub, query: q, identity: id, warn };
     if (VIRTUAL_RESOURCES.has(r.t.resource)) return handleReview(restCtx, req, res, rr);
     if (r.t.group === '' && r.t.resource === 'pods' && r.sub === 'log') {
       const pod = o.objects.get(r.t, r.ns, r.name ?? '');

@@ -11,7 +11,7 @@ import { AdmissionregistrationV1Api, CoreV1Api, KubeConfig, type V1ValidatingWeb
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { makeCerts } from '../../standin/certs.js';
 import { startCluster, type ClusterHandle } from '../../standin/index.js';
-import { expectStatus } from '../../testkit/api-requests.js';
+import { expectStatus, rawRequest } from '../../testkit/api-requests.js';
 
 const runFile = promisify(execFile);
 let cluster: ClusterHandle;
@@ -38,6 +38,7 @@ function answer(path: string, request: any): any {
       : { op: 'add', path: '/metadata/labels', value: { mutated: 'yes' } };
     return { ...base, patchType: 'JSONPatch', patch: Buffer.from(JSON.stringify([op])).toString('base64') };
   }
+  if (path === '/warn') return { ...base, warnings: ['data.size "big" is deprecated', 'a second "note"'] };
   if (path === '/patch-no-type') {
     // A patch whose patchType is left out: VerifyAdmissionResponse refuses the answer.
     const op = { op: 'add', path: '/metadata/labels', value: { untyped: 'yes' } };
@@ -286,6 +287,23 @@ describe('admission webhooks', () => {
       'Internal error occurred: failed calling webhook "patching.example.com": received invalid webhook response: ' +
         'validating webhook may not return response.patch',
     );
+  });
+
+  // apiserver pkg/admission/plugin/webhook/validating/dispatcher.go: each of response.warnings is added to the answer
+  // (pkg/warning: `299 - "<text>"`).
+  it("passes a webhook's warnings on as Warning headers", async () => {
+    // Given a validating webhook that allows with two warnings
+    await validating(hook('warner.example.com', '/warn'));
+    // When a ConfigMap is created
+    const answer = await rawRequest(cluster, cluster.adminToken, 'POST', '/api/v1/namespaces/watched/configmaps', {
+      apiVersion: 'v1',
+      kind: 'ConfigMap',
+      metadata: { name: 'warned' },
+      data: { size: 'big' },
+    });
+    // Then it is created and the client sees both warnings
+    expect(answer.status).toBe(201);
+    expect(answer.headers.warning).toBe('299 - "data.size \\"big\\" is deprecated", 299 - "a second \\"note\\""');
   });
 
   it('a webhook that does not answer in timeoutSeconds fails the write (Fail) or is skipped (Ignore)', async () => {
