@@ -6,6 +6,7 @@ import { AppsV1Api, CoreV1Api, KubeConfig, type V1Pod } from '@kubernetes/client
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startCluster, type ClusterHandle } from '../../standin/index.js';
 import { expectStatus, rawRequest } from '../../testkit/api-requests.js';
+import { waitFor } from '../../testkit/wait.js';
 
 let cluster: ClusterHandle;
 let core: CoreV1Api;
@@ -71,6 +72,7 @@ describe('status (kubernetes pkg/registry/apps/deployment/strategy.go, core/pod/
     const pod = await core.readNamespacedPod({ namespace, name: 'status-pod' });
     const podAnswer = await admin('PUT', `/api/v1/namespaces/${namespace}/pods/status-pod/status`, {
       ...pod,
+      metadata: { ...pod.metadata, resourceVersion: undefined }, // the scheduler's binding may come first
       spec: { ...pod.spec, activeDeadlineSeconds: 5 },
       status: { ...pod.status, message: 'set through status' },
     });
@@ -119,7 +121,11 @@ describe('ephemeralcontainers (kubernetes pkg/registry/core/pod/strategy.go drop
       namespace,
       body: { metadata: { name: 'debugged' }, spec: { containers: [{ name: 'app', image: 'devop.test/shell' }] } },
     });
-    const pod = await core.readNamespacedPod({ namespace, name: 'debugged' });
+    // (once scheduled: the binding is a write of its own that moves the resourceVersion)
+    const pod = await waitFor('the pod scheduled', async () => {
+      const p = await core.readNamespacedPod({ namespace, name: 'debugged' });
+      return p.spec?.nodeName ? p : undefined;
+    });
     // When devop's update adds an ephemeral container (and the body also carries another image for the app)
     const body: V1Pod = {
       ...pod,
