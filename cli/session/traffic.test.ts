@@ -61,7 +61,7 @@ describe("a filtered mirror's requests", () => {
       text += d.toString();
     });
     const reporter = new PlainReporter({ stderr, stdout: new PassThrough(), verbose: false });
-    const mirrored = (requestId: string, path: string, to: 'local' | 'pod'): TrafficEvent => ({
+    const mirrored = (requestId: string, path: string, to: 'local' | 'pod', note?: string): TrafficEvent => ({
       kind: 'request',
       requestId,
       port: 3000,
@@ -70,17 +70,22 @@ describe("a filtered mirror's requests", () => {
       to,
       mirror: true,
       at: 0,
+      ...(note ? { note } : {}),
     });
-    // When the agent tells of a copied request and of one the filter did not match (no response follows either)
-    const events = [mirrored('3000-m1-r1', '/a', 'local'), mirrored('3000-m1-r2', '/b', 'pod')].map(
-      (e) => trafficToEvent(e, undefined) as ReportEvent,
-    );
+    // When the agent tells of a copied request, of one the filter did not match, and of one it could not read (no
+    // response follows any)
+    const events = [
+      mirrored('3000-m1-r1', '/a', 'local'),
+      mirrored('3000-m1-r2', '/b', 'pod'),
+      mirrored('3000-m1-r3', '/c', 'pod', 'body over 64 KiB: the body filter cannot read it'),
+    ].map((e) => trafficToEvent(e, undefined) as ReportEvent);
     for (const event of events) reporter.emit(event);
     await reporter.close();
     // Then each has its line at once, saying whether a copy went to the local command
     expect(text).toBe(
       'devop: mirror GET /a :3000: copied to the local command\n' +
-        'devop: mirror GET /b :3000: not matched, not copied\n',
+        'devop: mirror GET /b :3000: not matched, not copied\n' +
+        'devop: mirror GET /c :3000: not copied: body over 64 KiB: the body filter cannot read it\n',
     );
     // And the TUI's rows are done (nothing will answer them) and marked as mirrored
     let state = initialViewState(0);
@@ -88,6 +93,7 @@ describe("a filtered mirror's requests", () => {
     expect(state.rows.map((r) => [r.path, r.to, r.mirror, r.done])).toEqual([
       ['/a', 'local', true, true],
       ['/b', 'pod', true, true],
+      ['/c', 'pod', true, true],
     ]);
   });
 });

@@ -56,7 +56,13 @@ export class PlainReporter implements Reporter {
       case 'request':
         // A filtered mirror's request gets no answer here: its line is printed as it comes.
         if (event.mirror) {
-          const copy = event.to === 'local' ? 'copied to the local command' : 'not matched, not copied';
+          // A note says why no filter could decide it (a body over the bound).
+          const copy =
+            event.to === 'local'
+              ? 'copied to the local command'
+              : event.note
+                ? `not copied: ${event.note}`
+                : 'not matched, not copied';
           return `${LINE_PREFIX}mirror ${event.method} ${event.path} :${event.port}: ${copy}`;
         }
         if (this.pending.size >= MAX_PENDING_REQUESTS) this.pending.delete(this.pending.keys().next().value as string);
