@@ -25,7 +25,7 @@ import { joinBothWays } from '../../shared/splice.js';
 import { MAX_REQUEST_HEAD_BYTES } from '../../shared/filter-regex.js';
 import { isJsonContentType, MAX_FILTERED_BODY_BYTES } from '../../shared/body-filter.js';
 import { FilteredStreams, HTTP2_PREFACE } from './http2-filter.js';
-import { headComplete, withoutH2cOffer } from './h2c-upgrade.js';
+import { declineH2cOffer, offersH2c, requestHead } from './h2c-upgrade.js';
 import {
   clientHelloKind,
   encryptTowardsLocal,
@@ -103,7 +103,11 @@ export class FilteredRequests {
     // (a property every http.Server has, set false by its constructor; not in the typings) it finishes them, then ends.
     Object.assign(this.server, { httpAllowHalfOpen: true });
     this.server.on('request', (req, res) => handleFilteredRequest(withPod, req, res));
-    this.server.on('upgrade', (req, socket, head) => handleFilteredUpgrade(withPod, req, socket as Socket, head));
+    // An `Upgrade: h2c` offer, on any request of a connection, is declined (h2c-upgrade.ts); other upgrades are routed.
+    this.server.on('upgrade', (req, socket, head) => {
+      if (offersH2c(req)) declineH2cOffer(this.server, req, socket, head);
+      else handleFilteredUpgrade(withPod, req, socket as Socket, head);
+    });
     this.server.on('clientError', (err: NodeJS.ErrnoException, socket: Socket) => {
       // A head over the limit gets the answer Node's server gives by default; anything else unparsable is cut.
       if (err.code === 'HPE_HEADER_OVERFLOW' && socket.writable)
@@ -114,8 +118,7 @@ export class FilteredRequests {
 
   /**
    * Routes the requests of a connection the redirect listener accepted: its first bytes tell HTTP/2 (the client
-   * preface, prior knowledge) from HTTP/1.x, and are put back for the server that takes it; an HTTP/1.x connection's
-   * first head is read whole first, to decline an `Upgrade: h2c` offer in it (h2c-upgrade.ts). A TLS ClientHello's
+   * preface, prior knowledge) from HTTP/1.x, and are put back for the server that takes it. A TLS ClientHello's
    * connection has its TLS ended first with the workload's certificate when a steal was given it, else goes to the pod.
    */
   take(socket: Socket): void {
@@ -150,13 +153,9 @@ export class FilteredRequests {
         this.takeTls(socket, seen);
       } else if (isPreface()) {
         if (seen.length >= HTTP2_PREFACE.length) decide(true);
-      } else if (headComplete(seen) || seen.length > MAX_REQUEST_HEAD_BYTES) {
-        // Over the limit, the server answers 431 as it does for any head.
-        seen = withoutH2cOffer(seen);
-        decide(false);
-      }
+      } else decide(false);
     };
-    // A client that ended with nothing, part of the preface or part of a head sent no request: nothing to answer.
+    // A client that ended with nothing, part of the preface or of a ClientHello sent no request: nothing to answer.
     const onEnd = (): void => {
       socket.off('data', onData);
       socket.end();
@@ -370,13 +369,6 @@ function sendToPod(
     if (!res.writableFinished) out.destroy();
   });
   body.pipe(out);
-}
-
-/** The request line and headers of an upgrade request as the client sent them, to start the raw stream with. */
-function requestHead(req: IncomingMessage, head: Buffer): Buffer {
-  let text = `${req.method} ${req.url} HTTP/${req.httpVersion}\r\n`;
-  for (let i = 0; i + 1 < req.rawHeaders.length; i += 2) text += `${req.rawHeaders[i]}: ${req.rawHeaders[i + 1]}\r\n`;
-  return Buffer.concat([Buffer.from(`${text}\r\n`), head]);
 }
 
 /** A stream to the local command, in TLS again when the client's connection was (the command serves the same). */

@@ -14,6 +14,7 @@ import { Duplex } from 'node:stream';
 import { isJsonContentType, MAX_FILTERED_BODY_BYTES } from '../../shared/body-filter.js';
 import type { AgentLog } from '../log.js';
 import { HTTP2_PREFACE } from './http2-filter.js';
+import { declineH2cOffer, offersH2c } from './h2c-upgrade.js';
 import { MIRROR_BUFFER_LIMIT, MirrorCopy } from './mirror-copy.js';
 import type { IncomingStream, PortSubscription, RequestHead } from './subscription.js';
 
@@ -23,6 +24,8 @@ const MAX_WINDOW = 2 ** 31 - 1;
 const NOT_FORWARDED = new Set(['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'upgrade']);
 /** How long a closed connection's parser may take to read the bytes it still holds. */
 const PARSE_REST_MS = 5000;
+/** Why a request with a body over the bound is not copied, in its request event's line. */
+const OVER_BOUND = `body over ${MAX_FILTERED_BODY_BYTES / 1024} KiB: the body filter cannot read it`;
 /** An HTTP/1.x request starts with a method token and a space (RFC 9112 §3). */
 const REQUEST_LINE_START = /^[A-Z]{1,20} /;
 
@@ -31,6 +34,16 @@ interface Origin {
   connId: string;
   remote: { address: string; port: number };
   log: AgentLog;
+}
+
+/** The request's body for the body filter: its JSON when its content-type says JSON and it parses, else undefined. */
+function jsonBody(contentType: string | undefined, chunks: Buffer[]): { json: unknown } | undefined {
+  if (!isJsonContentType(contentType)) return undefined;
+  try {
+    return { json: JSON.parse(Buffer.concat(chunks).toString('utf8')) };
+  } catch {
+    return undefined; // not JSON after all: the body filter does not match
+  }
 }
 
 /** A stream that swallows what is written to it and gives what is pushed: the passive parser's socket. */
@@ -128,12 +141,15 @@ export class MirroredRequests {
     log.warn('filtered mirror stopped', { port, connId, why });
   }
 
-  /** Tells each session of the request (a copy to its command, or not matched) and returns the matching sessions. */
-  private decide(head: RequestHead): { id: string; matched: PortSubscription[] } {
+  /**
+   * Tells each session of the request (a copy to its command, or not matched) and returns the matching sessions;
+   * `undecided`: why no filter could decide it (a body over the bound), so nothing is copied and each line says why.
+   */
+  private decide(head: RequestHead, undecided?: string): { id: string; matched: PortSubscription[] } {
     const id = `${this.origin.connId}-r${++this.nextRequest}`;
     const matched: PortSubscription[] = [];
     for (const sub of this.subs) {
-      const match = sub.match?.(head) ?? true;
+      const match = undecided === undefined && (sub.match?.(head) ?? true);
       if (match) matched.push(sub);
       sub.session.traffic({
         kind: 'request',
@@ -144,6 +160,7 @@ export class MirroredRequests {
         to: match ? 'local' : 'pod',
         mirror: true,
         at: Date.now(),
+        ...(undecided ? { note: undecided } : {}),
       });
     }
     return { id, matched };
@@ -177,13 +194,27 @@ export class MirroredRequests {
   private http1(): Duplex {
     const server = createHttpServer({ requestTimeout: 0, headersTimeout: 0, keepAliveTimeout: 0 });
     server.on('request', (req: IncomingMessage, res: ServerResponse) => this.http1Request(req, res));
+    let offeredH2c = false;
     server.on('clientError', (_err, socket: Duplex) => {
-      this.stop('its bytes stopped being HTTP/1.x');
+      // A mirror cannot decline for the pod: its app may have taken an h2c offer, and the client goes on in HTTP/2.
+      this.stop(
+        offeredH2c
+          ? 'it was upgraded to h2c, the pod accepting the offer: upgraded connections are not copied'
+          : 'its bytes stopped being HTTP/1.x',
+      );
       socket.destroy();
     });
-    // An upgraded connection (WebSocket, h2c) carries other bytes from here on: not copied further.
-    server.on('upgrade', (_req, socket: Duplex) => {
-      this.stopped = true;
+    // An h2c offer is declined here as on a filtered steal (h2c-upgrade.ts): its request is parsed again without it,
+    // and copied when it matches. Any other upgraded connection (WebSocket, …) carries other bytes from here on: not
+    // copied further, and each session is told so (its request is handed over here, not as a request to copy).
+    server.on('upgrade', (req: IncomingMessage, socket: Duplex, after: Buffer) => {
+      if (offersH2c(req)) {
+        offeredH2c = true;
+        declineH2cOffer(server, req, socket, after);
+        return;
+      }
+      const to = String(req.headers.upgrade ?? 'another protocol');
+      this.stop(`it was upgraded to ${to} (${req.method} ${req.url}): upgraded connections are not copied`);
       socket.destroy();
     });
     const socket = passiveSocket();
@@ -244,15 +275,13 @@ export class MirroredRequests {
     };
     req.on('data', onData);
     req.once('end', () => {
-      if (bytes <= MAX_FILTERED_BODY_BYTES && isJsonContentType(req.headers['content-type'])) {
-        try {
-          head.body = { json: JSON.parse(Buffer.concat(body).toString('utf8')) };
-        } catch {
-          // not JSON: the body filter does not match
-        }
+      if (bytes > MAX_FILTERED_BODY_BYTES) {
+        this.decide(head, OVER_BOUND);
+        return;
       }
+      head.body = jsonBody(req.headers['content-type'], body);
       const { id, matched } = this.decide(head);
-      send(bytes <= MAX_FILTERED_BODY_BYTES ? matched : [], id, body, true);
+      send(matched, id, body, true);
     });
   }
 
@@ -269,25 +298,83 @@ export class MirroredRequests {
     return socket;
   }
 
+  /**
+   * A stream of the client's connection. When a filter reads the body, a stream with a JSON content-type is decided
+   * once its body is read (up to MAX_FILTERED_BODY_BYTES, as filtered steals do; a longer one is not copied) and its
+   * copy carries the body whole; any other stream is decided by its headers at once (the body filter does not match
+   * it), and its copy follows its DATA as it comes.
+   */
   private http2Stream(stream: ServerHttp2Stream, headers: Http2Headers): void {
     stream.on('error', () => undefined);
+    // Its answer goes nowhere (the pod answers the client).
+    stream.once('end', () => {
+      if (!stream.destroyed && !stream.headersSent) stream.respond({ ':status': 204 }, { endStream: true });
+    });
     const head: RequestHead = {
       method: String(headers[':method'] ?? 'GET'),
       url: String(headers[':path'] ?? '/'),
       headers,
     };
-    const { id, matched } = this.decide(head);
+    const needsBody = this.subs.some((s) => s.match?.needsBody);
+    if (!needsBody || stream.endAfterHeaders || !isJsonContentType(String(headers['content-type'] ?? ''))) {
+      const { id, matched } = this.decide(head);
+      this.copyStream(stream, headers, id, matched);
+      return;
+    }
+    const body: Buffer[] = [];
+    let bytes = 0;
+    let over = false;
+    // The passive parser reads on past the bound (the pod took those bytes): they are dropped, not held.
+    stream.on('data', (chunk: Buffer) => {
+      if (over) return;
+      bytes += chunk.length;
+      if (bytes <= MAX_FILTERED_BODY_BYTES) {
+        body.push(chunk);
+        return;
+      }
+      over = true;
+      body.length = 0;
+      this.decide(head, OVER_BOUND);
+    });
+    stream.once('end', () => {
+      if (over) return;
+      head.body = jsonBody(String(headers['content-type']), body);
+      const { id, matched } = this.decide(head);
+      this.copyStream(stream, headers, id, matched, body);
+    });
+  }
+
+  /**
+   * Copies a stream to each matching session's local command: `read`, its whole body already read for a body filter,
+   * or else its DATA as the parser reads it.
+   */
+  private copyStream(
+    stream: ServerHttp2Stream,
+    headers: Http2Headers,
+    id: string,
+    matched: PortSubscription[],
+    read?: Buffer[],
+  ): void {
     const out: Record<string, string | string[]> = {};
     for (const [name, value] of Object.entries(headers))
       if (value !== undefined && !NOT_FORWARDED.has(name)) out[name] = value;
+    const bodyless = read ? read.every((chunk) => chunk.length === 0) : stream.endAfterHeaders;
     const copies = matched.flatMap((sub) => {
       const session = this.h2Session(sub);
       if (!session) return [];
-      const copy = session.request(out, { endStream: stream.endAfterHeaders });
+      const copy = session.request(out, { endStream: bodyless });
       copy.on('error', () => undefined);
       copy.resume(); // the local command's answer is dropped
       return [copy];
     });
+    if (read) {
+      if (!bodyless)
+        for (const copy of copies) {
+          for (const chunk of read) copy.write(chunk);
+          copy.end();
+        }
+      return;
+    }
     stream.on('data', (chunk: Buffer) => {
       for (const copy of copies) {
         if (copy.writableLength + chunk.length > MIRROR_BUFFER_LIMIT) {
@@ -302,10 +389,6 @@ export class MirroredRequests {
     });
     stream.once('aborted', () => {
       for (const copy of copies) copy.close();
-    });
-    // Its answer goes nowhere (the pod answers the client).
-    stream.once('end', () => {
-      if (!stream.destroyed && !stream.headersSent) stream.respond({ ':status': 204 }, { endStream: true });
     });
   }
 

@@ -228,6 +228,53 @@ describe.runIf(run)('agent: HTTP-filtered steal', () => {
     socket.destroy();
   });
 
+  test('an h2c offer on a later request is declined too: the pod answers it in HTTP/1.1, and routing goes on', async () => {
+    // Given alice's filter on the port (the pod's app accepts any upgrade), and a keep-alive connection
+    const socket = connect(client);
+    let received = '';
+    socket.setEncoding('utf8').on('data', (c: string) => {
+      received += c;
+    });
+    socket.write('GET /later-1 HTTP/1.1\r\nHost: pod\r\n\r\n');
+    await waitFor('the first answer', () => received.includes('pod: GET /later-1'));
+    // When its second request offers h2c, and after the answer alice's request follows
+    socket.write(
+      'GET /later-2 HTTP/1.1\r\nHost: pod\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n' +
+        'HTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n\r\n',
+    );
+    await waitFor('the answer to the offer', () => received.includes('pod: GET /later-2'));
+    socket.write('GET /later-3 HTTP/1.1\r\nHost: pod\r\nx-user: alice\r\n\r\n');
+    // Then the offer was answered in HTTP/1.1, not with 101, and alice's request reached her local command
+    await waitFor('the next request routed by the filter', () => received.includes('local-alice: GET /later-3'));
+    expect(received).not.toContain('101 Switching Protocols');
+    expect(received.match(/HTTP\/1.1 200 /g)).toHaveLength(3);
+    socket.destroy();
+  });
+
+  test('an h2c offer pipelined behind a request still being answered waits for that answer', async () => {
+    // Given alice's filter on the port, and a client that pipelines alice's request with a POST offering h2c
+    const socket = connect(client);
+    let received = '';
+    socket.setEncoding('utf8').on('data', (c: string) => {
+      received += c;
+    });
+    // When both go in one write, and a request for the pod follows
+    socket.write(
+      'GET /pipe-1 HTTP/1.1\r\nHost: pod\r\nx-user: alice\r\n\r\n' +
+        'POST /pipe-2 HTTP/1.1\r\nHost: pod\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n' +
+        'HTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\nContent-Length: 5\r\n\r\nhello' +
+        'GET /pipe-3 HTTP/1.1\r\nHost: pod\r\n\r\n',
+    );
+    // Then each is answered in order, in HTTP/1.1, the body of the offer included
+    await waitFor('three answers', () => received.includes('pod: GET /pipe-3'));
+    const order = ['local-alice: GET /pipe-1', 'pod: POST /pipe-2 body=hello', 'pod: GET /pipe-3'];
+    const at = order.map((a) => received.indexOf(a));
+    expect(at.every((i) => i >= 0)).toBe(true);
+    expect([...at].sort((x, y) => x - y)).toEqual(at);
+    expect(received).not.toContain('101 Switching Protocols');
+    socket.destroy();
+  });
+
   test('an unfiltered steal of a port with filtered steals is refused, naming the holder and since when', async () => {
     const dave = await connectSession(control, { user: 'dave' });
     sessions.push(dave);

@@ -6,6 +6,7 @@ import { connect as connectHttp2, createServer, type ClientHttp2Session } from '
 import { connect } from 'node:net';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { MAX_FILTERED_BODY_BYTES } from '../../shared/body-filter.js';
 import type { TrafficEvent } from '../../shared/protocol.js';
 import { requireRoot } from '../../testkit/root.js';
 import { PodNet } from '../../testkit/netns.js';
@@ -39,6 +40,11 @@ function dechunk(body: string): string {
   }
 }
 
+/** The lines a session was told about its mirror (log messages) that contain `text`. */
+function told(session: TestSession, text: string): string[] {
+  return session.messages.flatMap((m) => (m.type === 'log' && m.message.includes(text) ? [m.message] : []));
+}
+
 /** Sends `raw` on one client connection and resolves with the pod's answers once `answers` of them arrived. */
 function exchange(to: string, raw: string, answers: number): Promise<string> {
   return new Promise((resolve, reject) => {
@@ -58,22 +64,23 @@ function exchange(to: string, raw: string, answers: number): Promise<string> {
 }
 
 /** The local command of the HTTP/2 session: an h2c server that keeps each stream's path and body length. */
-async function startLocalH2c(): Promise<{ port: number; seen: string[]; close(): void }> {
+async function startLocalH2c(): Promise<{ port: number; seen: string[]; bodies: string[]; close(): void }> {
   const seen: string[] = [];
+  const bodies: string[] = [];
   const server = createServer();
   server.on('stream', (stream, headers) => {
-    let bytes = 0;
-    stream.on('data', (c: Buffer) => {
-      bytes += c.length;
-    });
+    const chunks: Buffer[] = [];
+    stream.on('data', (c: Buffer) => chunks.push(c));
     stream.on('end', () => {
-      seen.push(`${headers[':method']} ${headers[':path']} ${bytes}`);
+      const body = Buffer.concat(chunks);
+      seen.push(`${headers[':method']} ${headers[':path']} ${body.length}`);
+      bodies.push(`${headers[':path']} ${body}`);
       stream.respond({ ':status': 200 });
       stream.end('local answer, dropped');
     });
   });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  return { port: (server.address() as { port: number }).port, seen, close: () => server.close() };
+  return { port: (server.address() as { port: number }).port, seen, bodies, close: () => server.close() };
 }
 
 function h2Request(
@@ -216,6 +223,131 @@ for (const how of ['capture', 'proxy'] as const) {
       await waitFor('three request events', () => mirrorRequests(session).length === 3);
       expect(mirrorRequests(session).sort()).toEqual(['GET /mine → local', 'GET /other → pod', 'POST /upload → local']);
       conn.close();
+    });
+
+    test('h2c with a JSON body filter: the body decides each stream, a copy carries it whole, one over the bound is not copied', async () => {
+      // Given a session mirroring the h2c port with a body filter, its local command an h2c server
+      local.seen.length = 0;
+      local.bodies.length = 0;
+      const session = await connectSession(control, { user: 'h2-body', local });
+      sessions.push(session);
+      const filter = { body: '$.user: ^me$', match: 'all' as const };
+      expect((await session.subscribe(H2_PORT, 'mirror', { filter })).type).toBe('subscribed');
+      // When one client connection posts a matching JSON body, one that does not match, and a matching one over 64 KiB
+      const conn = connectHttp2(`http://${net.podIP}:${H2_PORT}`, { createConnection: () => connect(h2Client) });
+      conn.on('error', () => undefined);
+      const json = { 'content-type': 'application/json' };
+      const over = Buffer.from(JSON.stringify({ user: 'me', pad: 'x'.repeat(MAX_FILTERED_BODY_BYTES) }));
+      const answers = await Promise.all([
+        h2Request(conn, '/yes', json, Buffer.from('{"user":"me","n":1}')),
+        h2Request(conn, '/no', json, Buffer.from('{"user":"you"}')),
+        h2Request(conn, '/big', json, over),
+      ]);
+      // Then the pod answered all of them
+      expect(answers[0]).toBe('pod-h2: POST /yes body={"user":"me","n":1}');
+      expect(answers[1]).toBe('pod-h2: POST /no body={"user":"you"}');
+      // And only the matching stream within the bound reached the local command, its body whole
+      await waitFor('the copy', () => local.bodies.length > 0, 5000);
+      await waitFor('three request events', () => mirrorRequests(session).length === 3);
+      await new Promise((r) => setTimeout(r, 200));
+      expect(local.bodies).toEqual(['/yes {"user":"me","n":1}']);
+      expect(mirrorRequests(session).sort()).toEqual(['POST /big → pod', 'POST /no → pod', 'POST /yes → local']);
+      // And the one over the bound says why it was not copied, as over HTTP/1.x
+      const big = session.traffic.find((e) => e.kind === 'request' && e.path === '/big');
+      expect(big).toMatchObject({ to: 'pod', note: 'body over 64 KiB: the body filter cannot read it' });
+      conn.close();
+    });
+
+    test('HTTP/1.x with a JSON body filter: a body over the bound is not copied, and its line says why', async () => {
+      // Given a session mirroring :3000 with a body filter
+      const session = await connectSession(control, { user: 'body-over' });
+      sessions.push(session);
+      const filter = { body: '$.user: ^me$', match: 'all' as const };
+      expect((await session.subscribe(3000, 'mirror', { filter })).type).toBe('subscribed');
+      // When a client posts a matching JSON body over 64 KiB
+      const body = JSON.stringify({ user: 'me', pad: 'x'.repeat(MAX_FILTERED_BODY_BYTES) });
+      await exchange(
+        client,
+        'POST /big HTTP/1.1\r\nHost: pod\r\nContent-Type: application/json\r\n' +
+          `Content-Length: ${body.length}\r\n\r\n${body}`,
+        1,
+      );
+      // Then it is told, not copied, and says why
+      await waitFor('the request event', () => mirrorRequests(session).length === 1);
+      const event = session.traffic.find((e) => e.kind === 'request' && e.path === '/big');
+      expect(event).toMatchObject({ to: 'pod', note: 'body over 64 KiB: the body filter cannot read it' });
+      await new Promise((r) => setTimeout(r, 200));
+      expect(session.incoming).toHaveLength(0);
+    });
+
+    test('an h2c offer on a later request is declined for the copies: its request is copied without it', async () => {
+      // Given a session mirroring :3000 with a header filter (the pod's app accepts any upgrade)
+      const session = await connectSession(control, { user: 'h2c-later' });
+      sessions.push(session);
+      expect((await session.subscribe(3000, 'mirror', { filter: FILTER })).type).toBe('subscribed');
+      // When a keep-alive connection sends a request, then one offering h2c (both matching)
+      await exchange(
+        client,
+        'GET /m1 HTTP/1.1\r\nHost: pod\r\nX-Dev: me\r\n\r\n' +
+          'GET /m2 HTTP/1.1\r\nHost: pod\r\nX-Dev: me\r\nConnection: Upgrade, HTTP2-Settings\r\n' +
+          'Upgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n\r\n',
+        1,
+      );
+      // Then both are copied, the second without the offer
+      await waitFor('two copies', () => session.incoming.filter((i) => i.data.length > 0).length >= 2, 5000);
+      await new Promise((r) => setTimeout(r, 200));
+      const copies = session.incoming.map((i) => Buffer.concat(i.data).toString());
+      expect(copies).toHaveLength(2);
+      expect(copies[1]).toMatch(/^GET \/m2 HTTP\/1.1\r\n.*X-Dev: me\r\nConnection: close\r\n\r\n$/s);
+      expect(copies[1]).not.toMatch(/h2c|HTTP2-Settings/i);
+      expect(mirrorRequests(session)).toEqual(['GET /m1 → local', 'GET /m2 → local']);
+    });
+
+    test('a WebSocket upgrade: one line naming the connection, and nothing after it is copied', async () => {
+      // Given a session mirroring :3000 with a header filter
+      const session = await connectSession(control, { user: 'ws' });
+      sessions.push(session);
+      expect((await session.subscribe(3000, 'mirror', { filter: FILTER })).type).toBe('subscribed');
+      // When a connection sends a matching request, then a WebSocket upgrade the pod accepts, then bytes over it
+      const answered = await new Promise<string>((resolve, reject) => {
+        const socket = connect(client);
+        let text = '';
+        socket.on('error', reject);
+        const done = setTimeout(() => {
+          socket.destroy();
+          resolve(text);
+        }, 3000);
+        let step = 0;
+        socket.on('data', (c: Buffer) => {
+          text += c.toString();
+          if (step === 0 && text.includes('pod: GET /before')) {
+            step = 1;
+            socket.write(
+              'GET /ws HTTP/1.1\r\nHost: pod\r\nX-Dev: me\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n',
+            );
+          } else if (step === 1 && /101 Switching Protocols.*\r\n\r\n/s.test(text)) {
+            step = 2;
+            socket.write('GET /after HTTP/1.1\r\nX-Dev: me\r\n\r\n');
+            clearTimeout(done);
+            setTimeout(() => {
+              socket.destroy();
+              resolve(text);
+            }, 300);
+          }
+        });
+        socket.write('GET /before HTTP/1.1\r\nHost: pod\r\nX-Dev: me\r\n\r\n');
+      });
+      expect(answered).toMatch(/pod: GET \/before.*HTTP\/1.1 101 Switching Protocols.*GET \/after/s);
+      // Then the session is told once, naming the connection, and only the request before the upgrade was copied
+      await waitFor('the line', () => told(session, 'upgraded connections are not copied').length > 0);
+      await new Promise((r) => setTimeout(r, 200));
+      const line = new RegExp(
+        '^mirror of :3000: connection 3000-\\S+ is not copied: it was upgraded to websocket \\(GET /ws\\): ' +
+          'upgraded connections are not copied; the pod was not affected$',
+      );
+      expect(told(session, 'upgraded connections are not copied')).toEqual([expect.stringMatching(line)]);
+      expect(mirrorRequests(session)).toEqual(['GET /before → local']);
+      expect(session.incoming).toHaveLength(1);
     });
   });
 }
