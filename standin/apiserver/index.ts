@@ -5,6 +5,7 @@ import type { NodeRuntime } from '../node-runtime.js';
 import { Aggregator } from './aggregator.js';
 import { Authenticator } from './auth.js';
 import { Catalog } from './catalog.js';
+import { disruptionController } from './controllers/disruption.js';
 import { endpointsController } from './controllers/endpoints.js';
 import { garbageCollector, namespaceController } from './controllers/gc.js';
 import { jobController } from './controllers/job.js';
@@ -120,6 +121,7 @@ export async function startControlPlane(o: ControlPlaneOptions): Promise<Control
     replicaSetController,
     jobController,
     endpointsController,
+    disruptionController,
     scheduler(o.nodeName),
   ].map((c) => runController(objects, c));
   aggregator.start();

@@ -133,6 +133,11 @@ export function builtinResources(): ResourceType[] {
       subresources: [status('HorizontalPodAutoscaler')],
     }),
     rt('coordination.k8s.io', 'v1', 'leases', 'Lease'),
+    rt('policy', 'v1', 'poddisruptionbudgets', 'PodDisruptionBudget', {
+      shortNames: ['pdb'],
+      generation: true,
+      subresources: [status('PodDisruptionBudget')],
+    }),
     rt('events.k8s.io', 'v1', 'events', 'Event', { shortNames: ['ev'] }),
     rt('apiextensions.k8s.io', 'v1', 'customresourcedefinitions', 'CustomResourceDefinition', {
       namespaced: false,

@@ -6,6 +6,7 @@ import { ApiError, badRequest, invalid, methodNotAllowed, statusSuccess, type K8
 import type { Admission, Operation } from './admission.js';
 import type { Authenticator, Identity } from './auth.js';
 import type { Objects } from './objects.js';
+import { checkEviction } from './controllers/disruption.js';
 import { checkFields } from './field-validation.js';
 import type { OpenApiSchemas } from './openapi.js';
 import { applyPatch, patchKindOf } from './patch.js';
@@ -188,6 +189,7 @@ export async function handleResource(
     } else {
       // The Eviction's own DeleteOptions; the eviction is a create, so its query's dryRun makes the delete one too.
       const d = deleteOptionsFromBody(body.deleteOptions ?? {});
+      checkEviction(objects, objects.get(t, ns, name), d.dryRun || dryRun);
       objects.delete(t, ns, name, { ...d, dryRun: d.dryRun || dryRun });
     }
     return sendJson(res, 201, statusSuccess());

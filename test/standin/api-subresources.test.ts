@@ -180,3 +180,71 @@ describe('eviction (kubernetes pkg/registry/core/pod/storage/eviction.go)', () =
     expect(missing.status).toBe(404);
   });
 });
+
+describe('eviction with a PodDisruptionBudget (eviction.go checkAndDecrement; pkg/controller/disruption)', () => {
+  /** A pod with label app=guarded, made Running and Ready (no kubelet here: its status is written directly). */
+  async function runningPod(name: string): Promise<void> {
+    await core.createNamespacedPod({
+      namespace,
+      body: {
+        metadata: { name, labels: { app: 'guarded' } },
+        spec: { containers: [{ name: 'app', image: 'devop.test/shell' }] },
+      },
+    });
+    const pod = await core.readNamespacedPod({ namespace, name });
+    const answer = await admin('PUT', `/api/v1/namespaces/${namespace}/pods/${name}/status`, {
+      ...pod,
+      metadata: { ...pod.metadata, resourceVersion: undefined },
+      status: { phase: 'Running', conditions: [{ type: 'Ready', status: 'True' }] },
+    });
+    expect(answer.status).toBe(200);
+  }
+  const evict = (name: string) =>
+    admin('POST', `/api/v1/namespaces/${namespace}/pods/${name}/eviction`, {
+      apiVersion: 'policy/v1',
+      kind: 'Eviction',
+      metadata: { name, namespace },
+    });
+  const budget = async () =>
+    (await admin('GET', `/apis/policy/v1/namespaces/${namespace}/poddisruptionbudgets/guard`)).body.status;
+
+  it('allows evictions down to minAvailable, then answers 429 with the budget as the cause', async () => {
+    // Given two Ready pods and a budget that needs one
+    await runningPod('guarded-a');
+    await runningPod('guarded-b');
+    const created = await admin('POST', `/apis/policy/v1/namespaces/${namespace}/poddisruptionbudgets`, {
+      apiVersion: 'policy/v1',
+      kind: 'PodDisruptionBudget',
+      metadata: { name: 'guard' },
+      spec: { minAvailable: 1, selector: { matchLabels: { app: 'guarded' } } },
+    });
+    expect(created.status).toBe(201);
+    // Then its status says one disruption is allowed
+    const status = await waitFor('the budget processed', async () => {
+      const s = await budget();
+      return s?.observedGeneration === 1 && s.currentHealthy === 2 ? s : undefined;
+    });
+    expect(status).toMatchObject({ expectedPods: 2, desiredHealthy: 1, disruptionsAllowed: 1 });
+    // When one pod is evicted, Then it goes and the budget records it
+    const first = await evict('guarded-a');
+    expect(first.status).toBe(201);
+    expect((await budget()).disruptedPods).toHaveProperty('guarded-a');
+    await waitFor('the budget recounted', async () => (await budget()).currentHealthy === 1);
+    // When the other is evicted, Then it is kube-apiserver's 429 and the pod stays
+    const second = await evict('guarded-b');
+    expect(second.status).toBe(429);
+    expect(second.body).toMatchObject({
+      reason: 'TooManyRequests',
+      message: "Cannot evict pod as it would violate the pod's disruption budget.",
+      details: {
+        causes: [
+          {
+            reason: 'DisruptionBudget',
+            message: 'The disruption budget guard needs 1 healthy pods and has 1 currently',
+          },
+        ],
+      },
+    });
+    expect((await core.readNamespacedPod({ namespace, name: 'guarded-b' })).metadata?.deletionTimestamp).toBeFalsy();
+  });
+});
