@@ -4,8 +4,8 @@
 # replaces this shell with the agent inside that netns — one resident process, as in the other modes (docs/agent.md).
 set -e
 node='node --max-semi-space-size=1 --lite-mode /opt/devop/agent.js'
-# The Node PID lookup runs for a moment: Node's defaults, under which Node's own modules load from the code cache built into
-# its binary (the agent's memory flags turn that off).
+# The Node PID lookup runs for a moment: Node's defaults, under which Node's own modules load from the code cache built
+# into its binary (the agent's memory flags turn that off).
 lookup='node /opt/devop/agent.js'
 # The guard of a --replace session (a Job of its own): no netns to enter.
 if [ "${1:-}" = guard ]; then exec $node guard; fi

@@ -46,68 +46,75 @@ function opensslIn(dir: string): (args: string[]) => Promise<void> {
 
 const ec = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes'];
 
-export async function makeCerts(dir: string, sans: string[]): Promise<ClusterCerts> {
-  const p = (f: string) => join(dir, f);
-  const openssl = opensslIn(dir);
+type OpenSSL = ReturnType<typeof opensslIn>;
+
+/** A self-signed CA valid for ten years: `<name>.crt` and `<name>.key` in `dir`. */
+async function makeCA(openssl: OpenSSL, dir: string, name: string, commonName: string): Promise<void> {
   await openssl([
     'req',
     '-x509',
     ...ec,
     '-keyout',
-    p('ca.key'),
+    join(dir, `${name}.key`),
     '-out',
-    p('ca.crt'),
+    join(dir, `${name}.crt`),
     '-days',
     '3650',
     '-subj',
-    '/CN=devop-standin-ca',
+    `/CN=${commonName}`,
     '-addext',
     'basicConstraints=critical,CA:TRUE',
     '-addext',
     'keyUsage=critical,keyCertSign,cRLSign,digitalSignature',
   ]);
-  await openssl([
-    'req',
-    ...ec,
-    '-keyout',
-    p('apiserver.key'),
-    '-out',
-    p('apiserver.csr'),
-    '-subj',
-    '/CN=kube-apiserver',
-  ]);
-  await writeFile(
-    p('apiserver.ext'),
-    [
-      `subjectAltName=${sans.join(',')}`,
-      'basicConstraints=critical,CA:FALSE',
-      'keyUsage=critical,digitalSignature,keyEncipherment',
-      'extendedKeyUsage=serverAuth',
-      '',
-    ].join('\n'),
-  );
+}
+
+/** A leaf certificate signed by CA `ca`, with the given X.509 v3 extensions: `<name>.crt` and `<name>.key`. */
+async function issueCert(
+  openssl: OpenSSL,
+  dir: string,
+  cert: { ca: string; name: string; commonName: string; extensions: string[] },
+): Promise<void> {
+  const p = (suffix: string) => join(dir, `${cert.name}.${suffix}`);
+  await openssl(['req', ...ec, '-keyout', p('key'), '-out', p('csr'), '-subj', `/CN=${cert.commonName}`]);
+  await writeFile(p('ext'), [...cert.extensions, ''].join('\n'));
   await openssl([
     'x509',
     '-req',
     '-in',
-    p('apiserver.csr'),
+    p('csr'),
     '-CA',
-    p('ca.crt'),
+    join(dir, `${cert.ca}.crt`),
     '-CAkey',
-    p('ca.key'),
+    join(dir, `${cert.ca}.key`),
     '-CAcreateserial',
     '-out',
-    p('apiserver.crt'),
+    p('crt'),
     '-days',
     '3650',
     '-extfile',
-    p('apiserver.ext'),
+    p('ext'),
   ]);
-  const [caPem, certPem, keyPem] = await Promise.all([
-    readFile(p('ca.crt'), 'utf8'),
-    readFile(p('apiserver.crt'), 'utf8'),
-    readFile(p('apiserver.key'), 'utf8'),
-  ]);
+}
+
+export async function makeCerts(dir: string, sans: string[]): Promise<ClusterCerts> {
+  const p = (f: string) => join(dir, f);
+  const openssl = opensslIn(dir);
+  await makeCA(openssl, dir, 'ca', 'devop-standin-ca');
+  await issueCert(openssl, dir, {
+    ca: 'ca',
+    name: 'apiserver',
+    commonName: 'kube-apiserver',
+    extensions: [
+      `subjectAltName=${sans.join(',')}`,
+      'basicConstraints=critical,CA:FALSE',
+      'keyUsage=critical,digitalSignature,keyEncipherment',
+      'extendedKeyUsage=serverAuth',
+    ],
+  });
+  const [caPem, certPem, keyPem] = await Promise.all(
+    ['ca.crt', 'apiserver.crt', 'apiserver.key'].map((f) => readFile(p(f), 'utf8')),
+  );
   return { caPath: p('ca.crt'), caPem, certPem, keyPem };
 }
 
@@ -123,59 +130,22 @@ export interface FrontProxyCerts {
  * X-Remote-* headers of a connection that presents it (k8s.io/apiserver pkg/authentication/request/headerrequest).
  */
 export async function makeFrontProxyCerts(dir: string): Promise<FrontProxyCerts> {
-  const p = (f: string) => join(dir, f);
   const openssl = opensslIn(dir);
-  await openssl([
-    'req',
-    '-x509',
-    ...ec,
-    '-keyout',
-    p('front-proxy-ca.key'),
-    '-out',
-    p('front-proxy-ca.crt'),
-    '-days',
-    '3650',
-    '-subj',
-    '/CN=front-proxy-ca',
-    '-addext',
-    'basicConstraints=critical,CA:TRUE',
-    '-addext',
-    'keyUsage=critical,keyCertSign,cRLSign,digitalSignature',
-  ]);
-  await openssl(
-    ['req', ...ec, '-keyout', p('front-proxy-client.key'), '-out', p('front-proxy-client.csr')].concat([
-      '-subj',
-      '/CN=front-proxy-client',
-    ]),
-  );
-  await writeFile(
-    p('front-proxy-client.ext'),
-    [
+  await makeCA(openssl, dir, 'front-proxy-ca', 'front-proxy-ca');
+  await issueCert(openssl, dir, {
+    ca: 'front-proxy-ca',
+    name: 'front-proxy-client',
+    commonName: 'front-proxy-client',
+    extensions: [
       'basicConstraints=critical,CA:FALSE',
       'keyUsage=critical,digitalSignature',
       'extendedKeyUsage=clientAuth',
-      '',
-    ].join('\n'),
-  );
-  await openssl([
-    'x509',
-    '-req',
-    '-in',
-    p('front-proxy-client.csr'),
-    '-CA',
-    p('front-proxy-ca.crt'),
-    '-CAkey',
-    p('front-proxy-ca.key'),
-    '-CAcreateserial',
-    '-out',
-    p('front-proxy-client.crt'),
-    '-days',
-    '3650',
-    '-extfile',
-    p('front-proxy-client.ext'),
-  ]);
+    ],
+  });
   const [caPem, certPem, keyPem] = await Promise.all(
-    ['front-proxy-ca.crt', 'front-proxy-client.crt', 'front-proxy-client.key'].map((f) => readFile(p(f), 'utf8')),
+    ['front-proxy-ca.crt', 'front-proxy-client.crt', 'front-proxy-client.key'].map((f) =>
+      readFile(join(dir, f), 'utf8'),
+    ),
   );
   return { caPem, certPem, keyPem };
 }
