@@ -425,6 +425,7 @@ describe('mirror copies', () => {
       const session = {
         sessionId: 's1',
         takesTraffic: true,
+        connected: true,
         reportsStreams: false,
         native: false,
         openIncoming: (open: IncomingOpen) => {

@@ -181,7 +181,20 @@ export class PortTable {
           : { ok: false as const, reason: String(err) };
       }
       const entry = this.ports.get(msg.port) ?? { subs: [] };
-      const others = entry.subs.filter((s) => s.session.sessionId !== session.sessionId && s.mode === 'steal');
+      // A steal of a disconnected session of the same user@host (its devop was killed, and this is the same person's
+      // next one) is taken over rather than refused until that session's resume grace ends.
+      const orphaned = entry.subs.filter(
+        (s) =>
+          s.session.sessionId !== session.sessionId &&
+          s.mode === 'steal' &&
+          msg.mode === 'steal' &&
+          !s.session.connected &&
+          s.holder.user === holder.user &&
+          s.holder.host === holder.host,
+      );
+      const others = entry.subs.filter(
+        (s) => s.session.sessionId !== session.sessionId && s.mode === 'steal' && !orphaned.includes(s),
+      );
       if (msg.mode === 'steal') {
         const clash = match ? others.find((s) => !s.match) : others[0];
         if (clash) {
@@ -200,6 +213,15 @@ export class PortTable {
       // mirror).
       const own = entry.subs.findIndex((s) => s.session.sessionId === session.sessionId);
       if (own >= 0) entry.subs.splice(own, 1);
+      for (const sub of orphaned) {
+        entry.subs.splice(entry.subs.indexOf(sub), 1);
+        this.log.info('steal taken over from a disconnected session of the same user', {
+          port: msg.port,
+          from: sub.session.sessionId,
+          session: session.sessionId,
+          user: `${holder.user}@${holder.host}`,
+        });
+      }
       const { id, mode, filter, flush, answerWithinMs } = msg;
       // Only a filtered steal reads the bytes: a whole-port steal passes TLS through as it came.
       const tls = match && mode === 'steal' ? msg.tls : undefined;

@@ -25,6 +25,8 @@ export interface IncomingTarget {
   readonly sessionId: string;
   /** Its tunnel is up and not silent: new connections may come to it. */
   readonly takesTraffic: boolean;
+  /** Its tunnel is up (a disconnected session waits for its CLI to resume). */
+  readonly connected: boolean;
   /** The client makes a whole connection's traffic events from its stream (stream-events): none are sent for it. */
   readonly reportsStreams: boolean;
   /** Its native connection (native-splice) has joined devop-splice, which can take its whole steals. */

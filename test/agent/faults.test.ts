@@ -367,6 +367,32 @@ describe.runIf(run)('agent: faults', () => {
     },
   );
 
+  test("a killed devop's steal, waiting for a resume, is taken over by the same user's next session, not by another's", async () => {
+    const agent = await net.startAgent({ DEVOP_AGENT_RESUME_GRACE_SECONDS: '60' });
+    const control = await net.relay(net.podNs, '127.0.0.1', agent.port);
+    // Given alice's session steals the port, and its devop is killed (the tunnel drops, no bye, no resume to come)
+    const killed = await connectSession(control, { local, user: 'alice' });
+    expect((await killed.subscribe(3000, 'steal')).type).toBe('subscribed');
+    killed.socket.destroy();
+    await waitFor('the session to wait for its resume', () =>
+      agent.lines.some((l) => l.includes('waiting for resume')),
+    );
+    // When bob steals the port: refused, naming alice, as while her session was connected
+    const bob = await connectSession(control, { local, user: 'bob' });
+    expect(await bob.subscribe(3000, 'steal')).toMatchObject({ type: 'refused', holder: { user: 'alice' } });
+    // When alice's next devop steals it: taken over at once, not refused until the resume grace (60 s) ends
+    const next = await connectSession(control, { local, user: 'alice' });
+    expect((await next.subscribe(3000, 'steal')).type).toBe('subscribed');
+    await waitFor('the agent to log the take-over', () =>
+      agent.lines.some((l) => l.includes('steal taken over from a disconnected session')),
+    );
+    // Then the port's traffic is hers again
+    expect((await httpGet(client, '/next')).body).toBe('local: GET /next');
+    for (const s of [bob, next]) s.socket.destroy();
+    process.kill(agent.pid, 'SIGTERM');
+    await exited(agent.pid);
+  });
+
   test('a stalled tunnel (open but silent): the pod answers within 2 s, the steal takes new connections again once ' +
     'the tunnel speaks, and a stall of 10 s ends the session', async () => {
     const agent = await net.startAgent();
