@@ -184,3 +184,53 @@ describe("a killed devop's expired steal Lease", () => {
     await mine.releaseAll();
   });
 });
+
+describe('a devop of this machine killed a moment ago (its Lease still live)', () => {
+  /** A Lease renewed just now, held by `holder`'s devop with PID `pid`, as a kill -9 leaves it. */
+  async function liveLeaseOf(name: string, workload: string, holder: string, pid: number): Promise<void> {
+    const now = new V1MicroTime(Date.now());
+    await kc.makeApiClient(CoordinationV1Api).createNamespacedLease({
+      namespace: 'default',
+      body: {
+        metadata: {
+          name,
+          labels: { [LEASE_LABEL]: LEASE_LABEL_VALUE },
+          annotations: {
+            [LEASE_ANNOTATIONS.workload]: `deployment/${workload}`,
+            [LEASE_ANNOTATIONS.port]: '8080',
+            [LEASE_ANNOTATIONS.pid]: String(pid),
+          },
+        },
+        spec: { holderIdentity: holder, leaseDurationSeconds: 15, acquireTime: now, renewTime: now },
+      },
+    });
+  }
+
+  it("its Lease is taken over by the same user's next devop at once; a live PID's, or another user's, is not", async () => {
+    const deadPid = 4_000_001;
+    const isAlive = (pid: number) => pid !== deadPid;
+    const session = (workload: string, user: string) =>
+      new StealLeases({
+        kc,
+        namespace: 'default',
+        workload: { kind: 'deployment', name: workload },
+        user,
+        host: 'box',
+        isAlive,
+      });
+    // Given alice's devop on this machine (box) was killed a moment ago: its Lease is still live, its PID gone
+    const next = session('killed-now', 'alice');
+    await liveLeaseOf(next.nameFor(8080), 'killed-now', 'alice@box#dead', deadPid);
+    // When her next devop steals the port: taken over at once, not refused for the Lease's 15 s
+    expect(await next.take(8080)).toEqual({ ok: true });
+    await next.releaseAll();
+    // When bob's devop on this machine meets alice's live Lease with a dead PID: refused, naming her
+    const bobs = session('alice-killed', 'bob');
+    await liveLeaseOf(bobs.nameFor(8080), 'alice-killed', 'alice@box#dead', deadPid);
+    expect(await bobs.take(8080)).toMatchObject({ ok: false, holder: { user: 'alice', host: 'box' } });
+    // When alice meets her own Lease whose devop still runs (another terminal): refused too
+    const second = session('still-running', 'alice');
+    await liveLeaseOf(second.nameFor(8080), 'still-running', 'alice@box#other', process.pid + 1);
+    expect(await second.take(8080)).toMatchObject({ ok: false, holder: { user: 'alice', host: 'box' } });
+  });
+});

@@ -4,6 +4,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { CoordinationV1Api, V1MicroTime, type KubeConfig, type V1Lease, type V1Pod } from '@kubernetes/client-node';
 import { AGENT_LABELS } from '../../shared/agent-contract.js';
 import { errorMessage, UserError } from '../../shared/errors.js';
+import { processAlive } from '../process/session-dirs.js';
 import { apiErrorCode, mapApiError } from './errors.js';
 
 /**
@@ -111,6 +112,8 @@ export interface TakeLeaseOptions {
   lock: string;
   /** The Lease to create when there is none. */
   newLease: (now: V1MicroTime) => V1Lease;
+  /** A held Lease whose holder is known to be gone (a devop of this machine that was killed): taken over too. */
+  abandoned?: (lease: V1Lease) => boolean;
   now?: () => number;
 }
 
@@ -150,7 +153,7 @@ export async function takeLease(
       }
     }
     const verdict = leaseVerdict(existing, identity, clock());
-    if (verdict === 'held') return { holder: leaseHolder(existing) };
+    if (verdict === 'held' && !options.abandoned?.(existing)) return { holder: leaseHolder(existing) };
     const spec = existing.spec ?? {};
     // Taken over (free or expired): the labels and annotations are the new holder's (its PID above all: the dead
     // devop's stayed, and `devop sessions` showed it for the live session).
@@ -232,8 +235,12 @@ export interface StealLeaseOptions {
   onRenewError?: (port: number, err: unknown) => void;
   /** An expired Lease of an earlier run of this user on the workload was removed (removeExpired). */
   onExpiredRemoved?: (port: number, lease: string) => void;
+  /** A live Lease of a run of this user on this machine whose devop is gone was taken over (abandoned). */
+  onAbandonedTaken?: (lease: string, pid: number) => void;
   /** Each lock taken and given back, for the debug log. */
   log?: (message: string) => void;
+  /** Whether a process of this machine runs (default: signal 0); tests pass their own. */
+  isAlive?: (pid: number) => boolean;
   now?: () => number;
 }
 
@@ -331,6 +338,21 @@ export class StealLeases {
     return result;
   }
 
+  /**
+   * A live Lease of this user@host whose devop (its PID annotation) no longer runs on this machine: a run killed a
+   * moment ago (kill -9), whose Lease would otherwise refuse this run until it expires. Taken over at once; a PID now
+   * reused by another process keeps the Lease held (the safe side), and so does any other machine's.
+   */
+  private abandoned(lease: V1Lease): boolean {
+    const holder = parseHolderIdentity(lease.spec?.holderIdentity ?? '');
+    if (holder.user !== this.options.user || holder.host !== this.options.host) return false;
+    const pid = Number(lease.metadata?.annotations?.[LEASE_ANNOTATIONS.pid]);
+    if (!Number.isInteger(pid) || pid <= 0 || pid === process.pid) return false;
+    const abandoned = !(this.options.isAlive ?? processAlive)(pid);
+    if (abandoned) this.options.onAbandonedTaken?.(lease.metadata?.name ?? '', pid);
+    return abandoned;
+  }
+
   private async takeNow(port: number): Promise<TakeResult> {
     const name = this.nameFor(port);
     const taken = await takeLease(this.api, {
@@ -339,6 +361,7 @@ export class StealLeases {
       identity: this.identity,
       lock: `the steal lock of port ${port}`,
       newLease: (now) => this.newLease(name, port, now),
+      abandoned: (lease) => this.abandoned(lease),
       now: this.now,
     });
     if ('holder' in taken) {

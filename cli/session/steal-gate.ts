@@ -42,6 +42,8 @@ export class StealGate {
         warn(reporter, `could not renew the steal lock of port ${port}: ${errorMessage(err)}`),
       onExpiredRemoved: (port, lease) =>
         info(reporter, `removed the expired steal lock of port ${port} (Lease ${lease}) an earlier devop left`),
+      onAbandonedTaken: (lease, pid) =>
+        info(reporter, `took over the steal lock (Lease ${lease}) of your earlier devop (PID ${pid}), which is gone`),
       log: (text) => debug(reporter, text),
     });
   }
