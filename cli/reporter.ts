@@ -1,7 +1,7 @@
 // The Reporter: how services tell the user what happens. Services call it; cli/ui/ implements it (Ink, Plain, JSON,
 // Null). Services never import ink or react: they only see this interface, and the helpers below that emit through it.
 import { errorMessage, isUserError } from '../shared/errors.js';
-import { ApiTimeoutError } from './kube/request-timeout.js';
+import { ApiTimeoutError } from './kube/api-timeout.js';
 
 export type StepId = 'target' | 'agent' | 'tunnel' | 'env' | 'listen' | 'traffic' | (string & {});
 

@@ -4,7 +4,6 @@ import { addExecOptions, givenFlags } from '../config/commander.js';
 import { error, info, type Reporter } from '../reporter.js';
 import type { OutputMode } from '../ui/output-modes.js';
 import type { ExecFlags } from '../services/exec-options.js';
-import { outgoingSettings } from '../outgoing/options.js';
 
 type ExecCommandFlags = Omit<ExecFlags, 'output'> & { output: OutputMode };
 
@@ -28,7 +27,7 @@ export function registerExecCommand(program: Command, onExit: (code: number) => 
         { execOptionsFrom, requireLocalCommand, resolveExecConfig },
         { runExec },
         { outgoingChildEnvHook },
-        { shadowChildEnvHook },
+        { outgoingSettings },
         { createReporter },
         { sweepSessionDirs },
       ] = await Promise.all([
@@ -36,7 +35,7 @@ export function registerExecCommand(program: Command, onExit: (code: number) => 
         import('../services/exec-options.js'),
         import('../services/exec.js'),
         import('../outgoing/exec-hook.js'),
-        import('../shadow/kubeconfig.js'),
+        import('../outgoing/options.js'),
         import('../ui/index.js'),
         import('../process/session-dirs.js'),
       ]);
@@ -52,7 +51,8 @@ export function registerExecCommand(program: Command, onExit: (code: number) => 
         ...(options.childEnvHooks ?? []),
         outgoingChildEnvHook(outgoingSettings(resolved)),
         // After the outgoing hook: --in-cluster writes its service-account files into the DEVOP_ROOT that one made.
-        ...(options.shadow ? [shadowChildEnvHook(options.shadow)] : []),
+        // The shadow's kubeconfig writer (and its YAML library) loads only for a run that has one.
+        ...(options.shadow ? [(await import('../shadow/kubeconfig.js')).shadowChildEnvHook(options.shadow)] : []),
       ];
       const reporter = createReporter({ output: flags.output, verbose: Boolean(flags.verbose) });
       // Directories of sessions whose devop was killed (kill -9 skips their cleanup): they may hold tokens.

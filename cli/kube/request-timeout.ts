@@ -15,55 +15,17 @@ import {
   type HttpLibrary,
   type RequestContext,
 } from '@kubernetes/client-node';
-import { UserError } from '../../shared/errors.js';
 import { parseRequestTimeout } from '../config/duration.js';
 import { OPTIONS } from '../config/options.js';
+import { ApiTimeoutError, formatTimeout } from './api-timeout.js';
 
 // Read with the one duration parser (cli/config/duration.ts); the API callers take it from here.
 export { parseRequestTimeout };
+// The timeout's error lives apart from client-node (./api-timeout.ts); the API callers take it from here too.
+export { ApiTimeoutError, formatTimeout };
 
 /** For callers without a config (devop ls): the table's requestTimeout default (why that long: options.ts). */
 export const DEFAULT_REQUEST_TIMEOUT_MS = parseRequestTimeout(OPTIONS.requestTimeout.unsetDefault, 'requestTimeout');
-
-/** "2 s", "1.5 s", "500 ms", "2 m": how a timeout reads in a message. */
-export function formatTimeout(ms: number): string {
-  if (ms < 1000) return `${ms} ms`;
-  if (ms < 120_000 || ms % 60_000 !== 0) return `${Number((ms / 1000).toFixed(1))} s`;
-  return `${ms / 60_000} m`;
-}
-
-/**
- * The API server did not answer in time. A UserError: the user can make the cluster reachable or wait longer. `step`
- * (the start-up step it happened in) makes the top-level handler print `devop: error [step]: …`.
- */
-export class ApiTimeoutError extends UserError {
-  readonly server: string;
-  readonly timeoutMs: number;
-  readonly action?: string;
-  readonly step?: string;
-
-  constructor(server: string, timeoutMs: number, where: { action?: string; step?: string } = {}) {
-    super(
-      `the API server ${server} did not answer within ${formatTimeout(timeoutMs)}` +
-        (where.action ? ` (while trying to ${where.action})` : ''),
-      'check that the cluster is reachable (kubectl cluster-info), or raise --request-timeout',
-    );
-    this.server = server;
-    this.timeoutMs = timeoutMs;
-    this.action = where.action;
-    this.step = where.step;
-  }
-
-  /** The same timeout, saying what devop was doing (the first, innermost, action wins). */
-  during(action: string): ApiTimeoutError {
-    return this.action ? this : new ApiTimeoutError(this.server, this.timeoutMs, { action, step: this.step });
-  }
-
-  /** The same timeout, naming the start-up step it happened in. */
-  inStep(step: string): ApiTimeoutError {
-    return this.step ? this : new ApiTimeoutError(this.server, this.timeoutMs, { action: this.action, step });
-  }
-}
 
 const REQUEST_TIMEOUT = Symbol('devop.requestTimeoutMs');
 type BoundedKubeConfig = KubeConfig & { [REQUEST_TIMEOUT]?: number };
