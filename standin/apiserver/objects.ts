@@ -1,5 +1,6 @@
 // Object semantics shared by the REST handlers and the in-process controllers: create/update/patch/delete with
 // resourceVersion conflicts, generation, status subresources, finalizers, deletionTimestamp and graceful pod deletion.
+import { admitPodSecurity } from './pod-security.js';
 import { ApiError, alreadyExists, badRequest, conflict, notFound, statusSuccess, type K8sObject } from './errors.js';
 import type { Catalog } from './catalog.js';
 import { applyConfig, recordUpdate } from './field-managers.js';
@@ -25,6 +26,8 @@ export interface WriteOptions {
    */
   fieldManager?: string;
   force?: boolean;
+  /** Passes an admission warning (Pod Security's `warn` level) on to the client as a Warning header. */
+  warn?: (text: string) => void;
 }
 
 export interface DeleteOptions {
@@ -173,6 +176,8 @@ export class Objects {
     this.checkNamespace(t, ns);
     if (this.store.get(storeKey(t), t.namespaced ? ns : '', obj.metadata.name))
       throw alreadyExists(t.group, t.resource, obj.metadata.name);
+    // Pod Security admission sees every pod created, by a client or by a controller (a Job's pods).
+    if (storeKey(t) === '/pods') admitPodSecurity(this.store.get('/namespaces', '', ns)?.metadata?.labels, obj, w.warn);
     this.present(t, obj);
     delete obj.metadata.resourceVersion;
     delete obj.metadata.deletionTimestamp;

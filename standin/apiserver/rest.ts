@@ -203,7 +203,7 @@ export async function handleResource(
     throw new ApiError(404, 'NotFound', 'the server could not find the requested resource');
   // Writes record their field manager (fieldManager, else the user-agent's first word: handlers/create.go).
   const fieldManager = q.get('fieldManager') || prefixFromUserAgent(req.headers['user-agent'] ?? '');
-  const w = { subresource: sub === 'finalize' ? undefined : sub, dryRun, fieldManager };
+  const w = { subresource: sub === 'finalize' ? undefined : sub, dryRun, fieldManager, warn: r.warn };
 
   switch (r.method) {
     case 'GET': {
@@ -263,7 +263,7 @@ export async function handleResource(
       const body = (await readBody(req)) ?? {};
       if (!sub) checkFields(ctx.schemas, t, body, q, res);
       if (!ctx.admission.active(t)) return sendJson(res, 201, objects.create(t, ns, body, w));
-      const object = objects.create(t, ns, body, { ...w, dryRun: true });
+      const object = objects.create(t, ns, body, { ...w, dryRun: true, warn: undefined });
       const admitted = await admit(ctx, r, 'CREATE', object, undefined);
       return sendJson(res, 201, objects.create(t, ns, admitted, w));
     }

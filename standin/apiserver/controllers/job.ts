@@ -1,5 +1,5 @@
 // Job → Pods: parallelism/completions, backoffLimit, status counters and conditions, ttlSecondsAfterFinished.
-import type { K8sObject } from '../errors.js';
+import { ApiError, type K8sObject } from '../errors.js';
 import { nowTime, type Objects } from '../objects.js';
 import { recordEvent } from './events.js';
 import { controllerRef, isControlledBy, isPodActive, isPodReady, type Controller } from './loop.js';
@@ -9,6 +9,34 @@ function finishedAt(job: K8sObject): number | undefined {
     (x: K8sObject) => (x.type === 'Complete' || x.type === 'Failed') && x.status === 'True',
   );
   return c ? Date.parse(job.status?.completionTime ?? c.lastTransitionTime) : undefined;
+}
+
+/**
+ * kube-controller-manager's job controller (pkg/controller/job/job_controller.go) requeues a Job whose pod create
+ * failed with exponential back-off from DefaultJobApiBackOff (1 s) to MaxJobApiBackOff (1 min).
+ */
+const FIRST_BACKOFF_MS = 1000;
+const MAX_BACKOFF_MS = 60_000;
+const createBackoff = new Map<string, { next: number; delay: number }>();
+
+/**
+ * Creates one of the Job's pods; a refused create (Pod Security admission, a quota, a webhook) becomes a
+ * `FailedCreate` Warning on the Job, worded as pkg/controller/controller_utils.go's RealPodControl words it, and
+ * delays the next try.
+ */
+function tryCreatePod(objects: Objects, job: K8sObject, pod: K8sObject): K8sObject | undefined {
+  const uid = job.metadata.uid;
+  try {
+    const created = objects.create(objects.type('/pods'), job.metadata.namespace, pod);
+    createBackoff.delete(uid);
+    return created;
+  } catch (e) {
+    if (!(e instanceof ApiError)) throw e;
+    const delay = Math.min((createBackoff.get(uid)?.delay ?? FIRST_BACKOFF_MS / 2) * 2, MAX_BACKOFF_MS);
+    createBackoff.set(uid, { next: Date.now() + delay, delay });
+    recordEvent(objects, job, 'Warning', 'FailedCreate', `Error creating: ${e.message}`, 'job-controller');
+    return undefined;
+  }
 }
 
 function reconcileJob(objects: Objects, job: K8sObject): void {
@@ -73,9 +101,10 @@ function reconcileJob(objects: Objects, job: K8sObject): void {
     status.completionTime = now;
   } else if (!job.spec.suspend) {
     const want = Math.min(job.spec.parallelism ?? 1, completions - succeeded) - active.length;
-    for (let i = 0; i < want; i++) {
+    const wait = createBackoff.get(job.metadata.uid);
+    for (let i = 0; i < want && !(wait && Date.now() < wait.next); i++) {
       const tpl = job.spec.template;
-      const created = objects.create(podType, ns, {
+      const created = tryCreatePod(objects, job, {
         metadata: {
           generateName: `${job.metadata.name}-`,
           namespace: ns,
@@ -85,6 +114,7 @@ function reconcileJob(objects: Objects, job: K8sObject): void {
         },
         spec: structuredClone(tpl.spec),
       });
+      if (!created) break;
       active.push(created);
       recordEvent(
         objects,
@@ -125,7 +155,10 @@ export const jobController: Controller = {
   name: 'job',
   watches: ['batch/jobs', '/pods'],
   reconcile(objects) {
-    for (const job of objects.store.list('batch/jobs')) {
+    const jobs = objects.store.list('batch/jobs');
+    const uids = new Set(jobs.map((j) => j.metadata.uid));
+    for (const uid of createBackoff.keys()) if (!uids.has(uid)) createBackoff.delete(uid);
+    for (const job of jobs) {
       if (job.metadata.deletionTimestamp) continue;
       reconcileJob(objects, job);
     }
