@@ -23,6 +23,7 @@ import {
 import { UserError } from '../../shared/errors.js';
 import { clusterUser } from './agent-reuse.js';
 import { apiCall, apiErrorCode, mapApiError } from './errors.js';
+import { jobRefusal } from './job-refusal.js';
 import { waitForPods } from './watch.js';
 import {
   buildAgentEphemeralContainer,
@@ -238,7 +239,8 @@ async function runAgentJob(
   // The wait for the pod starts beside the Secret's creation (one round trip less): a pod that reaches kubelet first
   // waits for the Secret, which judgeAgentPod counts as still starting.
   const secretFailed = new AbortController();
-  const signal = options.signal ? AbortSignal.any([options.signal, secretFailed.signal]) : secretFailed.signal;
+  const startDone = new AbortController();
+  const signal = AbortSignal.any([...(options.signal ? [options.signal] : []), secretFailed.signal, startDone.signal]);
   try {
     const running = waitForAgentPod(kc, {
       namespace: ns,
@@ -251,6 +253,11 @@ async function runAgentJob(
       options: { ...options, signal },
     });
     running.catch(() => undefined); // a failed Secret is the error to report
+    // A pod the API server refuses never appears: the Job's FailedCreate event says why, long before the timeout.
+    const refused = jobRefusal(kc, ns, { name, uid: created.metadata?.uid ?? '' }, startDone.signal).then((e) => {
+      throw e;
+    });
+    refused.catch(() => undefined);
     // Owned by the Job (its uid is known only now): garbage collection removes it with the Job.
     await createAgentSecret(kc, {
       namespace: ns,
@@ -262,7 +269,7 @@ async function runAgentJob(
       secretFailed.abort(err);
       throw err;
     });
-    const pod = await running;
+    const pod = await Promise.race([running, refused]);
     return {
       mode: 'job',
       name,
@@ -275,6 +282,8 @@ async function runAgentJob(
   } catch (err) {
     await deleteAgentJob(kc, ns, name);
     throw err;
+  } finally {
+    startDone.abort();
   }
 }
 

@@ -241,6 +241,37 @@ describe('devop exec: exit codes and errors', () => {
     expect(jobs).toEqual([]);
   });
 
+  it("stops within seconds when the agent's namespace enforces Pod Security baseline, naming the fix", async () => {
+    // Given an agent namespace labelled enforce=baseline: the Job controller cannot create the agent's hostPID pod
+    // (pod-security-admission policy/check_hostNamespaces.go), it records FailedCreate on the Job instead
+    const ns = 'e2e-pss-baseline';
+    await env.core.createNamespace({
+      body: { metadata: { name: ns, labels: { 'pod-security.kubernetes.io/enforce': 'baseline' } } },
+    });
+    try {
+      await deployEcho(env, 'echo-pss');
+      // When devop exec puts its agent there, with a startup timeout it would otherwise wait out
+      const started = Date.now();
+      const run = track(
+        devopExec(cluster, ['-t', 'deploy/echo-pss', '--agent-namespace', ns, '--startup-timeout', '20'], ['true']),
+      );
+      // Then it stops long before the timeout, with one line naming the level, what it forbids and the fix
+      expect((await run.exited).code, run.output).toBe(1);
+      expect(Date.now() - started).toBeLessThan(15_000);
+      expect(failure(run)).toMatch(
+        new RegExp(
+          /^devop: namespace e2e-pss-baseline enforces Pod Security "baseline:latest", which refuses the agent's pod: /
+            .source +
+            /.*host namespaces \(hostPID=true\).* — fix: run the agent in a namespace that allows it /.source +
+            /\(--agent-namespace NS.*kubectl label ns e2e-pss-baseline pod-security.kubernetes.io\/enforce=privileged/
+              .source,
+        ),
+      );
+    } finally {
+      await env.core.deleteNamespace({ name: ns }).catch(() => undefined);
+    }
+  });
+
   it('refuses a local port another process already listens on, in one line before ready', async () => {
     // Given another process (a listener of this test) that holds the local port before devop starts
     const taken = createServer((socket) => socket.destroy());
