@@ -10,8 +10,9 @@ export const common = {
   logLevel: 'warning',
   // jsonc-parser's main entry is a UMD module whose require() calls esbuild cannot follow (the bundle would look for
   // ./impl/*.js beside dist/cli.js): bundle its ES module build instead.
-  // The kube client's fetch (node-fetch 2) imports whatwg-url only for a URL class that Node has: the bundles get Node's
-  // (scripts/shims/whatwg-url.cjs), not whatwg-url and tr46's mapping table, evaluated at every start for nothing.
+  // The kube client's fetch (node-fetch 2) imports whatwg-url only for a URL class that Node has: the bundles get
+  // Node's (scripts/shims/whatwg-url.cjs), not whatwg-url and tr46's mapping table, evaluated at every start for
+  // nothing.
   // Anything else needing punycode gets the userland package Node's own deprecated module was copied from.
   // node-fetch's and http-proxy's url.parse() prints a deprecation warning from Node 24 on, http-proxy's
   // util._extend() one from Node 22 on: scripts/shims/.
