@@ -2,7 +2,7 @@
 // stop ID` ends it and the pod answers its own traffic again; another user's session is refused unless asked by name,
 // and then the cluster's RBAC decides (the stand-in's restricted user may read Leases, not delete them).
 import { hostname, userInfo } from 'node:os';
-import { CoordinationV1Api, CoreV1Api, V1MicroTime } from '@kubernetes/client-node';
+import { CoordinationV1Api, V1MicroTime } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { LEASE_ANNOTATIONS, LEASE_LABEL, LEASE_LABEL_VALUE } from '../../cli/kube/steal-lease.js';
 import type { SessionRow } from '../../cli/services/sessions.js';
@@ -28,7 +28,6 @@ describe('devop sessions', () => {
   let cluster: TargetCluster;
   let namespace: string;
   let leases: CoordinationV1Api;
-  let core: CoreV1Api;
   let echo: EchoDeployment;
   /** Requests come from another pod: the host is the node, whose connections count as kubelet probes. */
   let client: PodClient;
@@ -44,7 +43,6 @@ describe('devop sessions', () => {
     cluster = env.cluster;
     namespace = env.namespace;
     leases = env.kc.makeApiClient(CoordinationV1Api);
-    core = env.kc.makeApiClient(CoreV1Api);
     [echo, client] = await Promise.all([deployEcho(env, 'echo'), startPodClient(env)]);
   });
 
