@@ -30,8 +30,9 @@ find_target_pid() {
 }
 if [ "${DEVOP_AGENT_MODE:-job}" = job ] && [ -z "${DEVOP_AGENT_TARGET_PID:-}" ]; then
   out=$(find_target_pid)
-  # The Node run also checks the capabilities nsenter needs: it runs when the shell found nothing or cannot enter.
-  if [ -z "$out" ] || ! nsenter -t "$out" -n -- true 2>/dev/null; then
+  # The Node run also checks the capabilities nsenter needs: it runs when the shell found nothing or cannot enter. The
+  # probe runs cat, a program the image holds (`true` is only a shell builtin, which nsenter cannot exec).
+  if [ -z "$out" ] || ! nsenter -t "$out" -n -- cat /dev/null 2>/dev/null; then
     # On failure that run's output is its one-line error (or the bad-configuration line): pass it on to the log.
     if ! out=$($lookup --target-pid); then printf '%s\n' "$out"; exit 1; fi
   fi

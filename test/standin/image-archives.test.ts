@@ -85,6 +85,26 @@ describe('image archives (npm run images)', () => {
     });
   });
 
+  it('every program the entry point runs through nsenter is a file of the agent image, not a shell builtin', async () => {
+    // nsenter execs its program: a builtin of the host's shell (`true`) is no program in the image, and a probe that
+    // always fails sends every start through the Node PID lookup (a whole Node start more before the agent's).
+    const script = readFileSync(resolve(import.meta.dirname, '../../agent/entry.sh'), 'utf8');
+    const programs = [...script.matchAll(/nsenter [^\n]*? -- (\S+)/g)]
+      .map((m) => m[1])
+      .filter((p) => !p.startsWith('$'));
+    expect(programs.length).toBeGreaterThan(0);
+    await withImages('agent', ([image]) => {
+      const files = imageFiles(image);
+      for (const program of programs) {
+        const dirs = pathOf(image).split(':');
+        expect(
+          dirs.some((dir) => files.has(join(dir, program).slice(1))),
+          `${program} (agent/entry.sh) in ${dirs.join(':')}`,
+        ).toBe(true);
+      }
+    });
+  });
+
   it("the agent image's /opt/devop/agent.js is this checkout's dist/agent.cjs, byte for byte", async () => {
     // The end-to-end suites run the agent from the image: one built from other sources tests another agent. (The
     // image builds its bundle in a stage of its own, with the same esbuild and compiler options.)
