@@ -70,8 +70,11 @@ export async function startAgent({ config, pid, log }: AgentOptions): Promise<Ru
     // Without CAP_NET_ADMIN no rule can be read or made: the subscriptions that need one are refused with that reason
     // (agent/incoming/ports.ts), and there is nothing to probe or clean up.
     const mayRedirect = effectiveCapabilities().has('NET_ADMIN');
-    if (mayRedirect) await removeStaleChains(log, agentId);
-    const backend = config.iptables !== 'auto' ? config.iptables : mayRedirect ? await detectBackend(log) : 'nft-owned';
+    // The stale chains' removal and the owned table's probe run side by side; both are processes of their own.
+    const cleaned = mayRedirect ? removeStaleChains(log, agentId) : Promise.resolve();
+    const detected =
+      config.iptables !== 'auto' ? config.iptables : mayRedirect ? detectBackend(log, cleaned) : 'nft-owned';
+    const [, backend] = await Promise.all([cleaned, detected]);
     chain = new AgentChain(backend, agentId, log);
     guard = startGuard(backend, chainName(agentId), log);
   }

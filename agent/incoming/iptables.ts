@@ -27,8 +27,13 @@ export function iptablesBinary(backend: ChainBackend, family: IpFamily = 'ipv4')
  * An owned nft table when this netns allows one (devop-nft present, kernel >= 5.12); else counts the rules each
  * iptables backend holds in this netns and picks the one the pod already uses (default nft).
  */
-export async function detectBackend(log: AgentLog): Promise<IptablesBackend> {
+export async function detectBackend(
+  log: AgentLog,
+  cleaned: Promise<unknown> = Promise.resolve(),
+): Promise<IptablesBackend> {
   const refused = await probeOwnedTables(log);
+  // The rules counted below are the pod's own: stale devop chains are gone first.
+  await cleaned;
   if (refused === undefined) {
     log.info('redirect rules: owned nft table (the kernel removes it when the agent dies)');
     return 'nft-owned';
@@ -270,26 +275,29 @@ function isAlive(agentId: string): Promise<boolean> {
 /** Removes DEVOP-* chains (both backends, both families) whose agent no longer holds its liveness socket here. */
 export async function removeStaleChains(log: AgentLog, ownAgentId: string): Promise<string[]> {
   const removed: string[] = [];
-  for (const backend of ['nft', 'legacy'] as const) {
-    for (const family of IP_FAMILIES) {
-      let saved: string;
-      try {
-        const res = await run(`${iptablesBinary(backend, family)}-save`, ['-t', 'nat']);
-        if (res.code !== 0) continue;
-        saved = res.stdout;
-      } catch {
-        continue; // that program is not installed
-      }
-      const chains = [...saved.matchAll(new RegExp(`^:(${CHAIN_PREFIX}([a-z0-9]+)) `, 'gm'))];
-      for (const [, chain, id] of chains) {
-        // Our own id cannot have a chain yet: one that exists was left by an earlier agent with the same id.
-        if (id !== ownAgentId && (await isAlive(id))) continue;
-        // Jumps may have been written by another devop version: removeChain deletes every PREROUTING rule that
-        // targets the chain, whatever its matches.
-        await removeChain(backend, chain, family);
-        log.info('removed stale chain', { chain, backend, family });
-        removed.push(`${iptablesBinary(backend, family)}:${chain}`);
-      }
+  const backends: readonly ChainBackend[] = ['nft', 'legacy'];
+  const tables = backends.flatMap((backend) => IP_FAMILIES.map((family) => ({ backend, family })));
+  // The four reads at once: they sit on every agent's start, and each is a process of its own.
+  const saves = await Promise.all(
+    tables.map(({ backend, family }) =>
+      run(`${iptablesBinary(backend, family)}-save`, ['-t', 'nat']).then(
+        (res) => (res.code === 0 ? res.stdout : undefined),
+        () => undefined, // that program is not installed
+      ),
+    ),
+  );
+  for (const [i, { backend, family }] of tables.entries()) {
+    const saved = saves[i];
+    if (saved === undefined) continue;
+    const chains = [...saved.matchAll(new RegExp(`^:(${CHAIN_PREFIX}([a-z0-9]+)) `, 'gm'))];
+    for (const [, chain, id] of chains) {
+      // Our own id cannot have a chain yet: one that exists was left by an earlier agent with the same id.
+      if (id !== ownAgentId && (await isAlive(id))) continue;
+      // Jumps may have been written by another devop version: removeChain deletes every PREROUTING rule that
+      // targets the chain, whatever its matches.
+      await removeChain(backend, chain, family);
+      log.info('removed stale chain', { chain, backend, family });
+      removed.push(`${iptablesBinary(backend, family)}:${chain}`);
     }
   }
   return removed;
