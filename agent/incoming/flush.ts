@@ -9,9 +9,14 @@ import { run } from './tools.js';
 import type { AgentLog } from '../log.js';
 
 export async function flushConnections(port: number, log: AgentLog): Promise<void> {
-  const killed = await run('ss', ['-K', '-H', '-t', 'state', 'established', `( sport = :${port} )`]).catch(
-    (err: Error) => ({ code: 1, stdout: '', stderr: err.message }),
-  );
+  // The three programs run at once (the steal's answer waits for them): in whichever order each acts on a connection,
+  // its client's next packet meets a reset, either from the aborted socket or from the listener the rule now sends it
+  // to.
+  const killing = run('ss', ['-K', '-H', '-t', 'state', 'established', `( sport = :${port} )`]).catch((err: Error) => ({
+    code: 1,
+    stdout: '',
+    stderr: err.message,
+  }));
   // conntrack reads one family per call (IPv4 unless told): both, for a dual-stack pod's IPv6 clients.
   const deleteFlows = (family: 'ipv4' | 'ipv6') =>
     run('conntrack', ['-D', '-f', family, '-p', 'tcp', '--orig-port-dst', String(port)]).catch((err: Error) => ({
@@ -19,7 +24,7 @@ export async function flushConnections(port: number, log: AgentLog): Promise<voi
       stdout: '',
       stderr: err.message,
     }));
-  const [deleted, deleted6] = [await deleteFlows('ipv4'), await deleteFlows('ipv6')];
+  const [killed, deleted, deleted6] = await Promise.all([killing, deleteFlows('ipv4'), deleteFlows('ipv6')]);
   const sockets = killed.stdout.split('\n').filter((l) => l.trim() !== '').length;
   // conntrack exits 1 when nothing matched; only its stderr says whether it really failed.
   const count = (r: { stderr: string }) => Number(/(\d+) flow entries have been deleted/.exec(r.stderr)?.[1] ?? '0');
