@@ -50,8 +50,6 @@ export interface RunningAgent {
 export async function startAgent({ config, pid, log }: AgentOptions): Promise<RunningAgent> {
   const agentId = config.agentId ?? randomBytes(6).toString('hex');
   const sessions = new Map<string, Session>();
-  let guard: Guard | undefined;
-  let chain: AgentChain | undefined;
 
   // Liveness first: from now on, no other agent in this netns takes our (future) chain for a stale one.
   const liveness = createServer((s) => s.destroy());
@@ -66,23 +64,13 @@ export async function startAgent({ config, pid, log }: AgentOptions): Promise<Ru
     );
   });
 
-  if (config.mode !== 'targetless') {
-    // Without CAP_NET_ADMIN no rule can be read or made: the subscriptions that need one are refused with that reason
-    // (agent/incoming/ports.ts), and there is nothing to probe or clean up.
-    const mayRedirect = effectiveCapabilities().has('NET_ADMIN');
-    // The stale chains' removal and the owned table's probe run side by side; both are processes of their own.
-    const cleaned = mayRedirect ? removeStaleChains(log, agentId) : Promise.resolve();
-    const detected =
-      config.iptables !== 'auto' ? config.iptables : mayRedirect ? detectBackend(log, cleaned) : 'nft-owned';
-    const [, backend] = await Promise.all([cleaned, detected]);
-    chain = new AgentChain(backend, agentId, log);
-    guard = startGuard(backend, chainName(agentId), log);
-  }
-  const nodeIP = async (): Promise<string | undefined> => config.nodeIP ?? (await defaultGateway());
-  const ports = new PortTable(chain, nodeIP, log, config.flushConnections, config.mirror);
-  const native =
-    chain && config.nativePort !== undefined
-      ? await startNative(config.nativePort, log, {
+  // The start's slow parts run side by side: the chain's set-up (processes: the nat tables' reads, the owned table's
+  // probe) and devop-splice's start.
+  const settingUpChain = config.mode !== 'targetless' ? setUpChain(config, agentId, log) : undefined;
+  settingUpChain?.catch(() => undefined); // awaited below, once the listener is up
+  const startingNative =
+    settingUpChain && config.nativePort !== undefined
+      ? startNative(config.nativePort, log, {
           joined: (token, joined) => {
             sessions.get(token)?.nativeChanged(joined);
             void ports.reroute(token);
@@ -90,6 +78,36 @@ export async function startAgent({ config, pid, log }: AgentOptions): Promise<Ru
           gone: () => void ports.reroute(),
         })
       : undefined;
+  // The control listener opens as soon as devop-splice listens (the CLI's tunnel carries both ports, and a native port
+  // that refuses is left out of the session): the CLI, which dials once the container runs, is connected while the
+  // chain is set up, and its hello is answered once the agent is ready.
+  const native = await startingNative;
+  const held: Socket[] = [];
+  let accept: ((socket: Socket) => void) | undefined;
+  const control: Server = createServer((socket) => (accept ? accept(socket) : held.push(socket)));
+  control.on('error', (err) => log.error('control listener failed', { error: err.message }));
+  await new Promise<void>((resolve, reject) =>
+    control.once('error', reject).listen(config.port, '127.0.0.1', resolve),
+  ).catch((err: NodeJS.ErrnoException) => {
+    void native?.close(NATIVE_EXIT_WAIT_MS);
+    if (err.code !== 'EADDRINUSE') throw err;
+    throw new UserError(
+      `port ${config.port} is already in use in the pod's netns`,
+      `set ${AGENT_ENV.port} to a free port, or 0 to let the agent pick one`,
+    );
+  });
+  const port = (control.address() as { port: number }).port;
+  let guard: Guard | undefined;
+  let chain: AgentChain | undefined;
+  try {
+    ({ chain, guard } = (await settingUpChain) ?? {});
+  } catch (err) {
+    control.close();
+    await native?.close(NATIVE_EXIT_WAIT_MS);
+    throw err;
+  }
+  const nodeIP = async (): Promise<string | undefined> => config.nodeIP ?? (await defaultGateway());
+  const ports = new PortTable(chain, nodeIP, log, config.flushConnections, config.mirror);
   ports.native = native;
   if (native?.pid !== undefined) chain?.outlives.push(native.pid);
 
@@ -166,18 +184,9 @@ export async function startAgent({ config, pid, log }: AgentOptions): Promise<Ru
     );
   };
 
-  const control: Server = createServer(handshake);
-  control.on('error', (err) => log.error('control listener failed', { error: err.message }));
-  await new Promise<void>((resolve, reject) =>
-    control.once('error', reject).listen(config.port, '127.0.0.1', resolve),
-  ).catch((err: NodeJS.ErrnoException) => {
-    if (err.code !== 'EADDRINUSE') throw err;
-    throw new UserError(
-      `port ${config.port} is already in use in the pod's netns`,
-      `set ${AGENT_ENV.port} to a free port, or 0 to let the agent pick one`,
-    );
-  });
-  const port = (control.address() as { port: number }).port;
+  accept = handshake;
+  // A held connection the CLI gave up on meanwhile is no session.
+  for (const socket of held.splice(0)) if (!socket.destroyed) handshake(socket);
   armIdle();
 
   const stop = (reason: string): Promise<void> => {
@@ -199,6 +208,23 @@ export async function startAgent({ config, pid, log }: AgentOptions): Promise<Ru
   };
 
   return { agentId, port, nativePort: native?.port, stopped, stop, ports };
+}
+
+/** The agent's chain and its guard: stale chains removed, the backend picked (owned nft table, or iptables). */
+async function setUpChain(
+  config: AgentConfig,
+  agentId: string,
+  log: AgentLog,
+): Promise<{ chain: AgentChain; guard: Guard }> {
+  // Without CAP_NET_ADMIN no rule can be read or made: the subscriptions that need one are refused with that reason
+  // (agent/incoming/ports.ts), and there is nothing to probe or clean up.
+  const mayRedirect = effectiveCapabilities().has('NET_ADMIN');
+  // The stale chains' removal and the owned table's probe run side by side; both are processes of their own.
+  const cleaned = mayRedirect ? removeStaleChains(log, agentId) : Promise.resolve();
+  const detected =
+    config.iptables !== 'auto' ? config.iptables : mayRedirect ? detectBackend(log, cleaned) : 'nft-owned';
+  const [, backend] = await Promise.all([cleaned, detected]);
+  return { chain: new AgentChain(backend, agentId, log), guard: startGuard(backend, chainName(agentId), log) };
 }
 
 /** devop-splice, or undefined (whole steals then go through the agent itself) when it cannot start. */

@@ -2,7 +2,11 @@
 // (outgoing and DNS only; steal, env and files refused with a reason).
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { requireRoot } from '../../testkit/root.js';
-import { readlinkSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, readlinkSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { setTimeout as delay } from 'node:timers/promises';
 import { PodNet } from '../../testkit/netns.js';
 import { connectSession, startLocalCommand, type LocalCommand } from '../../testkit/session-client.js';
 import { httpGet } from '../../testkit/http.js';
@@ -68,6 +72,46 @@ describe.runIf(run)('agent: ephemeral and targetless modes', () => {
     const code = new Promise<number | null>((r) => agent.child.once('exit', (c) => r(c)));
     process.kill(agent.pid, 'SIGTERM');
     expect(await code).toBe(0);
+  });
+
+  test('the control port listens while the start sets up its chain; a hello sent then is answered once ready', async () => {
+    // Given a start whose nat-table reads are held until the test lets them go (an iptables-legacy-save in front)
+    const bin = mkdtempSync(join(tmpdir(), 'devop-held-save-'));
+    const go = join(bin, 'go');
+    writeFileSync(
+      join(bin, 'iptables-legacy-save'),
+      `#!/bin/sh\nwhile [ ! -e ${go} ]; do sleep 0.05; done\nexec /usr/sbin/iptables-legacy-save "$@"\n`,
+      { mode: 0o755 },
+    );
+    const port = 20000 + Math.floor(Math.random() * 20000);
+    let ready = false;
+    const starting = net
+      .startAgent({ DEVOP_AGENT_PORT: String(port), PATH: `${bin}:${process.env.PATH}` })
+      .finally(() => (ready = true));
+    try {
+      // When the start is held in its chain set-up
+      const listening = () =>
+        execFileSync('nsenter', [`--net=/run/netns/${net.podNs}`, 'ss', '-Hltn', `sport = :${port}`], {
+          encoding: 'utf8',
+        }).includes('LISTEN');
+      await waitFor(`the control port ${port} to listen`, listening);
+      // Then the control port already listens, and a session's hello waits for the agent to be ready
+      expect(ready).toBe(false);
+      const session = connectSession(await net.relay(net.podNs, '127.0.0.1', port), { local });
+      const answered = await Promise.race([session.then(() => true), delay(300).then(() => false)]);
+      expect(answered).toBe(false);
+      writeFileSync(go, '');
+      const agent = await starting;
+      expect((await (await session).subscribe(3000, 'steal')).type).toBe('subscribed');
+      expect((await httpGet(client, '/held')).body).toBe('local: GET /held');
+      const code = new Promise<number | null>((r) => agent.child.once('exit', (c) => r(c)));
+      process.kill(agent.pid, 'SIGTERM');
+      expect(await code).toBe(0);
+    } finally {
+      writeFileSync(go, '');
+      await starting.catch(() => undefined);
+      rmSync(bin, { recursive: true, force: true });
+    }
   });
 
   test('the entry point passes on the one-line error of a target it cannot enter', async () => {
