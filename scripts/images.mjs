@@ -1,6 +1,7 @@
 // `npm run images [-- NAME…]`: builds devop's OCI images with buildah from the repository's Dockerfiles into
-// dist/images/<name>.oci.tar (scripts/image-list.mjs names them), and copies them to $DEVOP_IMAGES_PUBLISH_DIR when set
-// (a directory that other checkouts' stand-ins read with DEVOP_IMAGES_DIR).
+// dist/images/<archive>.oci.tar (scripts/image-list.mjs names them and the archive each goes into; the images of one
+// archive store their shared base layers once), and copies the archives to $DEVOP_IMAGES_PUBLISH_DIR when set (a
+// directory that other checkouts' stand-ins read with DEVOP_IMAGES_DIR).
 // The bases are made here, not pulled: Debian bookworm by mmdebstrap (docker.io/library/debian:bookworm-slim) and
 // Node 24 from the npm registry's official build on top (docker.io/library/node:24-bookworm-slim), so the same
 // Dockerfiles build with `docker build` where Docker Hub is reachable. An image whose inputs did not change is not
@@ -20,13 +21,13 @@ import {
   writeFileSync,
 } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, relative } from 'node:path';
+import { basename, join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-import { DEBIAN_BASE_REF, IMAGES, IMAGES_DIR, NODE_BASE_REF, NODE_MAJOR } from './image-list.mjs';
-import { describeLayout, formatMB, imageSizes, withUnpackedArchive } from './oci-archive.mjs';
+import { ARCHIVES, DEBIAN_BASE_REF, IMAGES, IMAGES_DIR, NODE_BASE_REF, NODE_MAJOR } from './image-list.mjs';
+import { archiveRefs, describeLayout, formatMB, imageSizes, updateArchive } from './oci-archive.mjs';
 
-/** Bumped when this script builds differently, so every archive is rebuilt once. */
+/** Bumped when this script builds differently, so every image is rebuilt once. */
 const RECIPE = 1;
 /** Finished archives are also copied here when the directory exists (people on a shared machine read them there). */
 const PUBLISH_DIR = process.env.DEVOP_IMAGES_PUBLISH_DIR;
@@ -107,11 +108,17 @@ function checkTools() {
   }
 }
 
+/** Image ids asked of buildah in this run, by reference; a build of that reference forgets its entry. */
+const knownIds = new Map();
+
 /** The id of a local image, or undefined when there is none. */
 function imageId(ref) {
+  if (knownIds.has(ref)) return knownIds.get(ref);
   const args = ['inspect', '--type', 'image', '--format', '{{.FromImageID}}', ref];
   const res = spawnSync('buildah', args, { encoding: 'utf8' });
-  return res.status === 0 ? res.stdout.trim() : undefined;
+  const id = res.status === 0 ? res.stdout.trim() : undefined;
+  knownIds.set(ref, id);
+  return id;
 }
 
 const sha256 = (data) => createHash('sha256').update(data).digest('hex');
@@ -165,6 +172,7 @@ function buildDebianBase(outDir) {
         { log },
       );
       run('buildah', ['commit', '--quiet', ctr, DEBIAN_BASE_REF], { log });
+      knownIds.delete(DEBIAN_BASE_REF);
     } finally {
       spawnSync('buildah', ['rm', ctr]);
     }
@@ -227,6 +235,7 @@ function buildNodeBase(outDir) {
       );
       run('buildah', ['config', '--env', `NODE_VERSION=${version}`, '--cmd', 'node', ctr], { log });
       run('buildah', ['commit', '--quiet', ctr, NODE_BASE_REF], { log });
+      knownIds.delete(NODE_BASE_REF);
     } finally {
       spawnSync('buildah', ['rm', ctr]);
     }
@@ -340,27 +349,26 @@ function buildDockerfile(entry, log) {
     fix: `fix the step the log ends with, then run npm run images -- ${entry.name}`,
   });
   if (entry.refs.length > 1) run('buildah', ['tag', entry.refs[0], ...entry.refs.slice(1)], { log });
+  for (const ref of entry.refs) knownIds.delete(ref);
 }
 
-/** Writes one archive with every reference of `entry` (an OCI layout can name one manifest several times). */
-function writeArchive(entry, archive, log) {
+/**
+ * Pushes the image under every reference of `entry` into a new OCI layout directory (an OCI layout can name one
+ * manifest several times), for updateArchive to take into the entry's archive.
+ */
+function pushLayout(entry, log) {
   const layout = mkdtempSync(join(tmpdir(), 'devop-oci-'));
-  try {
-    for (const ref of entry.refs) {
-      const step = `${entry.name}: buildah push`;
-      run('buildah', ['push', '--quiet', entry.refs[0], `oci:${layout}:${ref}`], { log, step });
-    }
-    run('tar', ['-cf', `${archive}.tmp`, '-C', layout, 'oci-layout', 'index.json', 'blobs'], { log });
-    renameSync(`${archive}.tmp`, archive);
-  } finally {
-    rmSync(layout, { recursive: true, force: true });
+  for (const ref of entry.refs) {
+    const step = `${entry.name}: buildah push`;
+    run('buildah', ['push', '--quiet', entry.refs[0], `oci:${layout}:${ref}`], { log, step });
   }
+  return layout;
 }
 
 /** Copies a finished archive where others read it, atomically (a reader never sees half a file). */
 function publish(archive) {
   if (!PUBLISH_DIR || !existsSync(PUBLISH_DIR)) return;
-  const target = join(PUBLISH_DIR, archive.slice(archive.lastIndexOf('/') + 1));
+  const target = join(PUBLISH_DIR, basename(archive));
   if (
     existsSync(target) &&
     statSync(target).size === statSync(archive).size &&
@@ -371,26 +379,84 @@ function publish(archive) {
   renameSync(`${target}.tmp`, target);
 }
 
-async function buildImage(entry, outDir) {
-  const archive = join(outDir, `${entry.name}.oci.tar`);
+/**
+ * Builds `entry` unless its stamp holds the hash of its inputs and its archive (`held`: reference → manifest digest)
+ * still names the image the stamp was written for. A built image is pushed to a layout directory (`layout`) that
+ * buildArchive takes into the archive; its stamp is written once the archive holds it.
+ */
+async function buildImage(entry, outDir, held) {
   const stampFile = join(outDir, `${entry.name}.inputs`);
   const log = join(outDir, `${entry.name}.log`);
   const hash = entry.dockerfile ? inputsHash(entry) : sha256(`${RECIPE} ${imageId(NODE_BASE_REF)}`);
   const stamp = existsSync(stampFile) ? JSON.parse(readFileSync(stampFile, 'utf8')) : undefined;
-  if (stamp?.hash === hash && existsSync(archive)) {
-    publish(archive);
-    return { ...stamp, cached: true };
-  }
+  // A stamp without the manifest digest (written before archives were shared) trusts the archive's references.
+  const inArchive = entry.refs.every((ref) => held.has(ref) && (stamp?.manifest ?? held.get(ref)) === held.get(ref));
+  if (stamp?.hash === hash && inArchive) return { ...stamp, cached: true };
   rmSync(log, { force: true });
   const started = performance.now();
   if (entry.dockerfile) buildDockerfile(entry, log);
-  writeArchive(entry, archive, log);
+  const layout = pushLayout(entry, log);
   const seconds = (performance.now() - started) / 1000;
-  const sizes = await withUnpackedArchive(archive, (dir) => imageSizes(describeLayout(dir)[0]));
-  const result = { hash, seconds, ...sizes };
-  writeFileSync(stampFile, `${JSON.stringify(result, null, 2)}\n`);
+  const [image] = describeLayout(layout);
+  const sizes = await imageSizes(image);
+  return { hash, seconds, ...sizes, manifest: image.digest, cached: false, layout, stampFile };
+}
+
+/**
+ * Builds the selected images of one archive and writes the archive when any was built. The archive keeps the other
+ * images it holds, and drops references no image of the list names. Each image's own archive from before
+ * (`<name>.oci.tar`) goes once this archive holds the image: the stand-in would import both.
+ */
+async function buildArchive(name, selected, outDir) {
+  const archive = join(outDir, `${name}.oci.tar`);
+  const held = archiveRefs(archive);
+  const members = IMAGES.filter((e) => e.archive === name);
+  const results = [];
+  let failure;
+  try {
+    for (const entry of selected) {
+      const r = await buildImage(entry, outDir, held);
+      results.push(r);
+      console.log(
+        [
+          entry.name.padEnd(20),
+          (r.cached ? `cached (built in ${r.seconds.toFixed(1)} s)` : `built in ${r.seconds.toFixed(1)} s`).padEnd(26),
+          `${formatMB(r.uncompressed)} uncompressed, ${formatMB(r.gzip)} gzip`.padEnd(40),
+          entry.refs.join(' '),
+        ].join(' '),
+      );
+    }
+  } catch (err) {
+    // What was built before the failure still goes into the archive.
+    failure = err;
+  }
+  const built = results.filter((r) => !r.cached);
+  try {
+    if (built.length > 0) {
+      const keep = members.flatMap((e) => e.refs);
+      updateArchive(
+        archive,
+        built.map((r) => r.layout),
+        keep,
+      );
+      for (const { layout, stampFile, cached, ...stamp } of built) {
+        writeFileSync(stampFile, `${JSON.stringify(stamp, null, 2)}\n`);
+      }
+    }
+  } finally {
+    for (const r of built) rmSync(r.layout, { recursive: true, force: true });
+  }
+  if (failure) throw failure;
+  if (!existsSync(archive)) return undefined;
+  const holds = archiveRefs(archive);
+  for (const entry of members) {
+    if (entry.name === name || !entry.refs.every((ref) => holds.has(ref))) continue;
+    for (const dir of [outDir, PUBLISH_DIR]) {
+      if (dir && existsSync(dir)) rmSync(join(dir, `${entry.name}.oci.tar`), { force: true });
+    }
+  }
   publish(archive);
-  return { ...result, cached: false };
+  return archive;
 }
 
 function selectImages(names) {
@@ -415,18 +481,15 @@ async function main() {
     `bases: ${builtDebian || builtNode ? `built in ${baseSeconds.toFixed(1)} s` : 'up to date'} ` +
       `(${DEBIAN_BASE_REF}, ${NODE_BASE_REF})`,
   );
-  for (const entry of selected) {
-    const r = await buildImage(entry, outDir);
-    console.log(
-      [
-        entry.name.padEnd(20),
-        (r.cached ? `cached (built in ${r.seconds.toFixed(1)} s)` : `built in ${r.seconds.toFixed(1)} s`).padEnd(26),
-        `${formatMB(r.uncompressed)} uncompressed, ${formatMB(r.gzip)} gzip`.padEnd(40),
-        entry.refs.join(' '),
-      ].join(' '),
-    );
+  const written = [];
+  for (const name of ARCHIVES) {
+    const inArchive = selected.filter((e) => e.archive === name);
+    if (inArchive.length === 0) continue;
+    const archive = await buildArchive(name, inArchive, outDir);
+    if (archive) written.push(`${basename(archive)} ${formatMB(statSync(archive).size)}`);
   }
-  console.log(`archives: ${IMAGES_DIR}/${PUBLISH_DIR && existsSync(PUBLISH_DIR) ? ` (copied to ${PUBLISH_DIR})` : ''}`);
+  const published = PUBLISH_DIR && existsSync(PUBLISH_DIR) ? ` (copied to ${PUBLISH_DIR})` : '';
+  console.log(`archives: ${IMAGES_DIR}/ ${written.join(', ')}${published}`);
 }
 
 try {

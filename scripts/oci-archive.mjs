@@ -1,7 +1,21 @@
-// Reads an OCI image archive (the tar `buildah push oci-archive:` writes): its image references, layers and sizes.
-// Used by scripts/images.mjs to report sizes and by the images test to check what the archives hold.
+// Reads and writes OCI image archives (a tar of an OCI layout, as `buildah push oci-archive:` writes): their image
+// references, layers and sizes, and one archive holding several images with each blob once. Used by scripts/images.mjs
+// and by the images test to check what the archives hold.
 import { execFileSync } from 'node:child_process';
-import { createReadStream, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import {
+  constants,
+  copyFileSync,
+  createReadStream,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createGunzip } from 'node:zlib';
@@ -19,6 +33,75 @@ export async function withUnpackedArchive(archive, use) {
 
 const blobPath = (dir, digest) => join(dir, 'blobs', ...digest.split(':'));
 const readJson = (path) => JSON.parse(readFileSync(path, 'utf8'));
+const REF_NAME = 'org.opencontainers.image.ref.name';
+const INDEX_TYPES = [
+  'application/vnd.oci.image.index.v1+json',
+  'application/vnd.docker.distribution.manifest.list.v2+json',
+];
+
+/** Reference → manifest digest of what `archive` names (its index.json alone); empty when there is no archive. */
+export function archiveRefs(archive) {
+  if (!existsSync(archive)) return new Map();
+  const index = JSON.parse(
+    execFileSync('tar', ['-xOf', archive, '--occurrence=1', 'index.json'], { encoding: 'utf8' }),
+  );
+  return new Map(
+    index.manifests.filter((m) => m.annotations?.[REF_NAME]).map((m) => [m.annotations[REF_NAME], m.digest]),
+  );
+}
+
+/** Every blob an image (or index) descriptor needs: itself, and its manifests', configs' and layers' blobs. */
+function blobsOf(dir, descriptor, into) {
+  into.add(descriptor.digest);
+  const doc = readJson(blobPath(dir, descriptor.digest));
+  if (INDEX_TYPES.includes(descriptor.mediaType ?? doc.mediaType)) {
+    for (const child of doc.manifests) blobsOf(dir, child, into);
+    return into;
+  }
+  for (const child of [doc.config, ...doc.layers]) into.add(child.digest);
+  return into;
+}
+
+/**
+ * Rewrites `archive` (made when missing) to name the images of `layouts` (OCI layout directories, as `buildah push
+ * oci:DIR:REF` writes) in place of what it named under the same references, and to drop every reference not in
+ * `keep`. Each blob is stored once, whichever images name it: images built on one base share its layers in the
+ * archive. Blobs no image names any more are left out. The archive is replaced at once (a reader never sees half).
+ */
+export function updateArchive(archive, layouts, keep) {
+  const dir = mkdtempSync(join(tmpdir(), 'devop-oci-'));
+  try {
+    if (existsSync(archive)) execFileSync('tar', ['-xf', archive, '-C', dir]);
+    else writeFileSync(join(dir, 'oci-layout'), `${JSON.stringify({ imageLayoutVersion: '1.0.0' })}\n`);
+    const indexPath = join(dir, 'index.json');
+    const index = existsSync(indexPath) ? readJson(indexPath) : { schemaVersion: 2, manifests: [] };
+    const added = [];
+    for (const layout of layouts) {
+      for (const file of readdirSync(join(layout, 'blobs', 'sha256'))) {
+        const target = join(dir, 'blobs', 'sha256', file);
+        mkdirSync(join(dir, 'blobs', 'sha256'), { recursive: true });
+        if (!existsSync(target))
+          copyFileSync(join(layout, 'blobs', 'sha256', file), target, constants.COPYFILE_FICLONE);
+      }
+      added.push(...readJson(join(layout, 'index.json')).manifests);
+    }
+    const replaced = new Set(added.map((m) => m.annotations?.[REF_NAME]));
+    index.manifests = [...index.manifests.filter((m) => !replaced.has(m.annotations?.[REF_NAME])), ...added]
+      .filter((m) => keep.includes(m.annotations?.[REF_NAME]))
+      .sort((a, b) => a.annotations[REF_NAME].localeCompare(b.annotations[REF_NAME]));
+    const needed = new Set();
+    for (const m of index.manifests) blobsOf(dir, m, needed);
+    for (const file of readdirSync(join(dir, 'blobs', 'sha256'))) {
+      if (!needed.has(`sha256:${file}`)) rmSync(join(dir, 'blobs', 'sha256', file));
+    }
+    writeFileSync(indexPath, JSON.stringify(index));
+    // index.json near the start: archiveRefs stops reading there.
+    execFileSync('tar', ['-cf', `${archive}.tmp`, '-C', dir, '--sort=name', 'oci-layout', 'index.json', 'blobs']);
+    renameSync(`${archive}.tmp`, archive);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
 
 /**
  * The image references of an unpacked archive (index.json's ref.name annotations) and, per reference, its manifest's

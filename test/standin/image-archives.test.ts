@@ -1,12 +1,12 @@
 // The OCI archives `npm run images` writes (dist/images): each names the references the stand-in imports into
-// containerd, and the agent's holds node and every tool the agent runs — checked by running them from the unpacked
-// image (chroot).
+// containerd, the images built on the shared bases store the bases' layers once, and the agent's holds node and every
+// tool the agent runs — checked by running them from the unpacked image (chroot).
 import { execFileSync, spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { IMAGES, IMAGES_DIR, NODE_MAJOR } from '../../scripts/image-list.mjs';
+import { ARCHIVES, IMAGES, IMAGES_DIR, NODE_BASE_REF, NODE_MAJOR } from '../../scripts/image-list.mjs';
 import { describeLayout, imageFiles, imageSizes, withUnpackedArchive } from '../../scripts/oci-archive.mjs';
 import { AGENT_ENTRYPOINT } from '../../shared/agent-contract.js';
 import { requireRoot } from '../../testkit/root.js';
@@ -41,15 +41,10 @@ function pathOf(image: Image): string {
   return image.config.config.Env.find((e) => e.startsWith('PATH='))?.slice('PATH='.length) ?? '/usr/bin:/bin';
 }
 
-function archivePath(name: string): string {
-  const path = join(IMAGES_DIR, `${name}.oci.tar`);
+function archivePath(archive: string): string {
+  const path = join(IMAGES_DIR, `${archive}.oci.tar`);
   if (!existsSync(path)) throw new Error(`${path} is missing: run npm run images (bash scripts/setup.sh does it too)`);
   return path;
-}
-
-/** Opens an archive, calls `check` with its images (one per reference), then removes the unpacked copy. */
-function withImages<T>(name: string, check: (images: Image[], dir: string) => Promise<T> | T): Promise<T> {
-  return withUnpackedArchive(archivePath(name), (dir: string) => check(describeLayout(dir), dir));
 }
 
 function entry(name: string) {
@@ -58,16 +53,67 @@ function entry(name: string) {
   return found;
 }
 
+/** Opens an image's archive, calls `check` with its images (one per reference), then removes the unpacked copy. */
+function withImages<T>(name: string, check: (images: Image[], dir: string) => Promise<T> | T): Promise<T> {
+  const { archive, refs } = entry(name);
+  return withUnpackedArchive(archivePath(archive), (dir: string) =>
+    check(
+      describeLayout(dir).filter((image) => image.ref !== undefined && refs.includes(image.ref)),
+      dir,
+    ),
+  );
+}
+
 describe('image archives (npm run images)', () => {
-  it.each(IMAGES.map((e) => e.name))('%s names exactly its references, each a linux/amd64 image', async (name) => {
-    await withImages(name, (images) => {
-      expect(images.map((i) => i.ref).sort()).toEqual([...entry(name).refs].sort());
+  it.each(ARCHIVES)('%s.oci.tar names exactly the references of its images, each a linux/amd64 image', async (name) => {
+    await withUnpackedArchive(archivePath(name), (dir: string) => {
+      const images = describeLayout(dir);
+      const members = IMAGES.filter((e) => e.archive === name);
+      expect(images.map((i) => i.ref).sort()).toEqual(members.flatMap((e) => e.refs).sort());
+      for (const member of members) {
+        // An image's references name one manifest: the image it was built as.
+        const digests = new Set(images.filter((i) => i.ref && member.refs.includes(i.ref)).map((i) => i.digest));
+        expect(digests.size, member.name).toBe(1);
+      }
       for (const image of images) {
         expect(image.config.os).toBe('linux');
         expect(image.config.architecture).toBe('amd64');
         expect(image.layers.every((l) => l.mediaType === 'application/vnd.oci.image.layer.v1.tar+gzip')).toBe(true);
       }
     });
+  });
+
+  it('the archives the stand-in imports store each layer once: the Node base once for every image built on it', async () => {
+    // Given the images directory's archives (what the stand-in's node imports: every *.oci.tar in it)
+    const files = readdirSync(IMAGES_DIR)
+      .filter((f) => f.endsWith('.oci.tar'))
+      .sort();
+    // When the layers of their images are listed
+    const archivesOf = new Map<string, Set<string>>();
+    const layersOf = new Map<string, string[]>();
+    for (const file of files) {
+      await withUnpackedArchive(join(IMAGES_DIR, file), (dir: string) => {
+        for (const image of describeLayout(dir)) {
+          const digests = image.layers.map((l) => l.path.slice(l.path.lastIndexOf('/') + 1));
+          if (image.ref) layersOf.set(image.ref, digests);
+          for (const d of digests) archivesOf.set(d, new Set([...(archivesOf.get(d) ?? []), file]));
+        }
+      });
+    }
+    // Then no layer is stored in two of them
+    const repeated = [...archivesOf].filter(([, where]) => where.size > 1).map(([d, where]) => `${d} ${[...where]}`);
+    expect(repeated, 'layers stored in more than one archive').toEqual([]);
+    // And they are the archives scripts/image-list.mjs names, none else (an image's own archive from before is gone)
+    expect(files).toEqual(ARCHIVES.map((a) => `${a}.oci.tar`).sort());
+    // And every image whose runtime stage is FROM the Node base starts with its layers: one copy serves them all
+    const base = layersOf.get(NODE_BASE_REF) ?? [];
+    const onNode = IMAGES.filter((e) => {
+      const froms = e.dockerfile ? [...readFileSync(e.dockerfile, 'utf8').matchAll(/^FROM\s+(\S+)/gm)] : [];
+      return froms.at(-1)?.[1] === `node:${NODE_MAJOR}-bookworm-slim`;
+    });
+    expect(base.length).toBeGreaterThan(0);
+    expect(onNode.length).toBeGreaterThanOrEqual(5);
+    for (const e of onNode) expect(layersOf.get(e.refs[0])?.slice(0, base.length), e.name).toEqual(base);
   });
 
   it('the agent image runs AGENT_ENTRYPOINT, holds the bundle, node and its tools, and stays within 130 MB', async () => {
@@ -196,16 +242,17 @@ describe('image archives (npm run images)', () => {
 
   // A first run may rebuild http-echo (its Dockerfile or the bases changed since npm run images): minutes, not seconds.
   it('a rerun keeps an unchanged archive and publishes it; an unknown name is one line naming the choices', () => {
-    archivePath('http-echo');
+    archivePath(entry('http-echo').archive);
     const publishDir = mkdtempSync(join(tmpdir(), 'devop-images-publish-'));
     try {
       execFileSync(process.execPath, ['scripts/images.mjs', 'http-echo'], { encoding: 'utf8' });
-      const before = statSync(archivePath('http-echo')).mtimeMs;
+      const before = statSync(archivePath(entry('http-echo').archive)).mtimeMs;
       const env = { ...process.env, DEVOP_IMAGES_PUBLISH_DIR: publishDir };
       const again = execFileSync(process.execPath, ['scripts/images.mjs', 'http-echo'], { encoding: 'utf8', env });
       expect(again).toMatch(/^http-echo\s+cached/m);
-      expect(statSync(archivePath('http-echo')).mtimeMs).toBe(before);
-      expect(statSync(join(publishDir, 'http-echo.oci.tar')).size).toBe(statSync(archivePath('http-echo')).size);
+      expect(statSync(archivePath(entry('http-echo').archive)).mtimeMs).toBe(before);
+      const archive = archivePath(entry('http-echo').archive);
+      expect(statSync(join(publishDir, `${entry('http-echo').archive}.oci.tar`)).size).toBe(statSync(archive).size);
     } finally {
       rmSync(publishDir, { recursive: true, force: true });
     }
