@@ -32,7 +32,7 @@ export interface ContainerLaunch {
   /** Directory for the spec and the pid file of this attempt. */
   workDir: string;
   logPath: string;
-  /** The logger containerd's shim runs for the container's stdout/stderr (container-logger.mjs behind a script). */
+  /** The logger containerd's shim runs for the container's stdout/stderr (container-logger.c). */
   loggerPath: string;
 }
 

@@ -6,7 +6,6 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdirSync, openSync, readdirSync, readFileSync, rmdirSync, rmSync, writeFileSync } from 'node:fs';
 import { createHash } from 'node:crypto';
 import { dirname, join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { UserError } from '../../shared/errors.js';
 import { normalizeImageRef, repoRoot } from '../images.js';
 import { HostCommandError, run, runQuiet } from './host.js';
@@ -392,16 +391,9 @@ export function removePodCgroup(instance: string, podUid: string): void {
   for (const hierarchy of cgroupHierarchies()) removeCgroupTree(join(hierarchy, podCgroup(instance, podUid)));
 }
 
-/**
- * Writes the instance's container logger (what `--log-uri binary://` names: an executable the shim runs) — this Node
- * running container-logger.mjs — and returns its path.
- */
-export function writeContainerLogger(instance: string): string {
-  const path = join(RUN_DIR, instance, 'container-logger');
-  const script = fileURLToPath(new URL('./container-logger.mjs', import.meta.url));
-  mkdirSync(dirname(path), { recursive: true });
-  writeFileSync(path, `#!/bin/sh\nexec '${process.execPath}' '${script}' "$@"\n`, { mode: 0o755 });
-  return path;
+/** The instance's run directory: its helpers (container-logger, exec-reaper), rootfs mounts and pods' namespaces. */
+export function instanceRunDir(instance: string): string {
+  return join(RUN_DIR, instance);
 }
 
 /** Where a container's rootfs snapshot is mounted while it exists. */

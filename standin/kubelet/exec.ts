@@ -5,11 +5,9 @@
 // them nor a busy machine changes what arrives (`ctr tasks exec` copied the output through FIFOs and lost a short
 // command's output a few times in a hundred on a busy machine, as it did a container's logs). With tty runc gets a
 // terminal from script(1) and makes the command a pty of its own, copied to that terminal.
-import { execFileSync, spawn } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { spawn } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { UserError } from '../../shared/errors.js';
 import type { ExecProcess } from '../node-runtime.js';
 import { K8S_NAMESPACE } from './containerd.js';
 
@@ -18,20 +16,6 @@ const RUNC_ROOT = join('/run/containerd/runc', K8S_NAMESPACE);
 
 /** How long an exec'd command's output may keep flowing after it exited (background children holding the pipes). */
 const EXEC_DRAIN_MS = 300;
-
-/** Builds exec-reaper.c with cc into `dir` (the instance's run directory) and returns its path. */
-export function buildExecReaper(dir: string): string {
-  const path = join(dir, 'exec-reaper');
-  mkdirSync(dirname(path), { recursive: true });
-  const source = fileURLToPath(new URL('./exec-reaper.c', import.meta.url));
-  try {
-    execFileSync('cc', ['-O2', '-Wall', '-o', path, source], { stdio: ['ignore', 'ignore', 'pipe'] });
-  } catch (err) {
-    const why = (err as NodeJS.ErrnoException).code === 'ENOENT' ? 'no C compiler (cc)' : String(err).split('\n')[0];
-    throw new UserError(`the stand-in cannot build its exec helper: ${why}`, 'run scripts/setup.sh (gcc, libc6-dev)');
-  }
-  return path;
-}
 
 function shellQuote(arg: string): string {
   return `'${arg.replace(/'/g, `'\\''`)}'`;

@@ -1,6 +1,10 @@
 // Runs the host tools the node is made of (ip, iptables, nsenter) and turns their failures into errors that name the
-// command.
+// command; builds the node's C helpers beside them.
 import { execFile } from 'node:child_process';
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { UserError } from '../../shared/errors.js';
 
 export class HostCommandError extends Error {
   constructor(
@@ -42,4 +46,22 @@ export async function runQuiet(cmd: string, args: string[], timeoutMs = 0): Prom
 /** Runs `ip -batch -` with one command per line (one process for many link/addr/route changes). */
 export function ipBatch(lines: string[]): Promise<string> {
   return run('ip', ['-batch', '-'], `${lines.join('\n')}\n`);
+}
+
+/**
+ * Builds the node's C helper `<name>.c` (beside this file) with cc into `dir` (the instance's run directory) and
+ * resolves to the executable's path: the shim and runc run it as a file, and a C process starts in a millisecond.
+ */
+export async function buildHelper(name: string, dir: string): Promise<string> {
+  const path = join(dir, name);
+  mkdirSync(dir, { recursive: true });
+  const source = fileURLToPath(new URL(`./${name}.c`, import.meta.url));
+  try {
+    await run('cc', ['-O2', '-Wall', '-o', path, source]);
+  } catch (err) {
+    const why =
+      (err as HostCommandError).code === 'ENOENT' ? 'no C compiler (cc)' : (err as Error).message.split('\n')[0];
+    throw new UserError(`the stand-in cannot build its ${name}: ${why}`, 'run scripts/setup.sh (gcc, libc6-dev)');
+  }
+  return path;
 }

@@ -1,5 +1,5 @@
 // The reader behind pods/log: container log files in the CRI format kubelet reads (`<RFC3339Nano> <stream> <F|P>
-// <text>`, written by container-logger.mjs), with tailLines, timestamps and follow (until the attempt ends).
+// <text>`, written by container-logger.c), with tailLines, timestamps and follow (until the attempt ends).
 import { open, readFile } from 'node:fs/promises';
 import { Readable } from 'node:stream';
 
@@ -13,12 +13,24 @@ interface ParsedLine {
 }
 
 function parseLine(line: string): ParsedLine | undefined {
-  const m = /^(\S+) (stdout|stderr) ([FP]) (.*)$/.exec(line);
+  // dotAll: a line's text may hold a "\r" (only "\r\n" ends a line), which `.` alone does not match.
+  const m = /^(\S+) (stdout|stderr) ([FP]) (.*)$/s.exec(line);
   return m ? { time: m[1], text: m[4], partial: m[3] === 'P' } : undefined;
 }
 
+/**
+ * A log line's time as kubelet writes it out (kuberuntime/logs/logs.go: timeFormatOut, RFC3339NanoFixed, nine digits
+ * always), from the file's RFC3339Nano (trailing zeros of the fraction dropped, as Go formats it).
+ */
+function fixedNanos(time: string): string {
+  return time.replace(
+    /^([^.]*?)(?:\.(\d{1,9}))?Z$/,
+    (_, seconds: string, fraction = '') => `${seconds}.${fraction.padEnd(9, '0')}Z`,
+  );
+}
+
 function format(line: ParsedLine, timestamps: boolean): string {
-  return `${timestamps ? `${line.time} ` : ''}${line.text}${line.partial ? '' : '\n'}`;
+  return `${timestamps ? `${fixedNanos(line.time)} ` : ''}${line.text}${line.partial ? '' : '\n'}`;
 }
 
 export interface LogReadOptions {

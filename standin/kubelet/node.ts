@@ -2,7 +2,7 @@
 // backends the API server calls. It knows nothing of the API: the kubelet (index.ts) feeds it pods and reports
 // statuses.
 import { mkdirSync, rmSync } from 'node:fs';
-import { dirname, join } from 'node:path';
+import { join } from 'node:path';
 import type { Duplex, Readable } from 'node:stream';
 import type { V1Pod } from '@kubernetes/client-node';
 import { UserError } from '../../shared/errors.js';
@@ -12,11 +12,11 @@ import {
   importImages,
   ImageStore,
   OomWatch,
+  instanceRunDir,
   removeInstanceContainers,
-  writeContainerLogger,
 } from './containerd.js';
 import type { EnvSources } from './env.js';
-import { buildExecReaper } from './exec.js';
+import { buildHelper } from './host.js';
 import { readContainerLog } from './logs.js';
 import { NodeNetwork, type NodeSubnets } from './network.js';
 import { reserveSubnets } from './subnets.js';
@@ -87,8 +87,11 @@ export class KubeletNode implements NodeRuntime {
       await ensureContainerd();
       await importImages(opts.imagesDir);
       node.oomWatch = new OomWatch();
-      node.loggerPath = writeContainerLogger(opts.instance);
-      node.execReaperPath = buildExecReaper(dirname(node.loggerPath));
+      const runDir = instanceRunDir(opts.instance);
+      [node.loggerPath, node.execReaperPath] = await Promise.all([
+        buildHelper('container-logger', runDir),
+        buildHelper('exec-reaper', runDir),
+      ]);
       mkdirSync(stateDir, { recursive: true });
       await network.setUp();
     } catch (err) {
