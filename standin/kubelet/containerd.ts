@@ -2,7 +2,7 @@
 // a namespace of the checkout's own, images imported once from its OCI archives (dist/images/*.oci.tar, or
 // $DEVOP_IMAGES_DIR).
 // Every stand-in instance names its snapshots and labels its containers with its instance, and removes all of its own.
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, openSync, readdirSync, readFileSync, rmdirSync, rmSync, writeFileSync } from 'node:fs';
 import { createHash } from 'node:crypto';
 import { dirname, join, resolve } from 'node:path';
@@ -288,14 +288,50 @@ export function chainID(diffIDs: string[]): string {
   return chain;
 }
 
-/** Reads images from containerd (config and layers, by manifest digest), caching what does not change. */
+/** What keeps ImageStore's list of images true between container starts (containerd-events.ts). */
+export interface ImageEvents {
+  /** True while containerd's events are heard: a list taken now learns of every later change. */
+  readonly subscribed: boolean;
+  /** `listener` is called on every change of the namespace's images, and when the events stop being heard. */
+  onImagesChanged(listener: () => void): void;
+}
+
+/**
+ * Reads images from containerd (config and layers, by manifest digest), caching what does not change. The list of
+ * images is kept while containerd's events are heard and dropped at each image event, as containerd's CRI plugin keeps
+ * its image store (internal/cri/server/events.go): a container start asks no `ctr images ls`. A name the list lacks is
+ * looked up again before it is called absent, so an image imported a moment ago (its event still on its way) is found.
+ */
 export class ImageStore {
   private readonly byDigest = new Map<string, ImageInfo>();
+  private listed: Promise<Map<string, string>> | undefined;
+
+  constructor(private readonly events?: ImageEvents) {
+    events?.onImagesChanged(() => {
+      this.listed = undefined;
+    });
+  }
+
+  /** The list kept from an earlier call, while it may be trusted. */
+  private kept(): Promise<Map<string, string>> | undefined {
+    return this.events?.subscribed ? this.listed : undefined;
+  }
+
+  private list(): Promise<Map<string, string>> {
+    const listing = storedImages();
+    // Kept only while events are heard; an event during the listing drops it (it may predate the change).
+    this.listed = this.events?.subscribed ? listing : undefined;
+    listing.catch(() => {
+      if (this.listed === listing) this.listed = undefined;
+    });
+    return listing;
+  }
 
   /** The image as containerd has it, or undefined when it has no image of that (normalized) name. */
   async resolve(image: string): Promise<ImageInfo | undefined> {
     const ref = normalizeImageRef(image);
-    const digest = (await storedImages()).get(ref);
+    const kept = this.kept();
+    const digest = (kept && (await kept).get(ref)) ?? (await this.list()).get(ref);
     if (!digest) return undefined;
     const cached = this.byDigest.get(`${ref} ${digest}`);
     if (cached) return cached;
@@ -329,61 +365,6 @@ export function podCgroup(instance: string, podUid: string): string {
 /** The cgroup of one container, in its pod's: it ends in the container ID, as on a node. */
 export function containerCgroup(instance: string, podUid: string, id: string): string {
   return `${podCgroup(instance, podUid)}/${id}`;
-}
-
-/** How long a watch of containerd's events waits before it subscribes again when ctr ended (a daemon restart). */
-const EVENTS_RESUBSCRIBE_MS = 500;
-
-/** `ctr events`' line for an OOM kill in this checkout's namespace: `<time> <namespace> /tasks/oom {…}`. */
-const OOM_EVENT = new RegExp(` ${K8S_NAMESPACE.replaceAll('.', '\\.')} /tasks/oom (\\{.*\\})$`);
-
-/**
- * The containers the kernel's OOM killer hit, from containerd's /tasks/oom events (its shim watches each container's
- * memory cgroup), as the CRI plugin learns of them: the kubelet reports such an exit as OOMKilled.
- */
-export class OomWatch {
-  private readonly killed = new Set<string>();
-  private child: ChildProcess | undefined;
-  private stopped = false;
-
-  constructor() {
-    this.subscribe();
-  }
-
-  private subscribe(): void {
-    // Through a shell that ends the watch when this process's end closes its stdin: a killed kubelet leaves none. The
-    // shell ignores SIGINT (so does the watch, started in the background): a Ctrl-C to the process group must not end
-    // the shell and leave the watch behind.
-    const watch = `trap '' INT; ${ctrArgv(['events']).join(' ')} & cat >/dev/null; kill $!`;
-    const child = spawn('/bin/sh', ['-c', watch], { stdio: ['pipe', 'pipe', 'ignore'] });
-    this.child = child;
-    let buffered = '';
-    child.stdout.setEncoding('utf8').on('data', (text: string) => {
-      buffered += text;
-      const lines = buffered.split('\n');
-      buffered = lines.pop() ?? '';
-      for (const line of lines) {
-        const m = OOM_EVENT.exec(line);
-        if (!m) continue;
-        const id = (JSON.parse(m[1]) as { container_id?: string }).container_id;
-        if (id) this.killed.add(id);
-      }
-    });
-    child.on('error', () => undefined); // reported by the exit handler
-    child.on('exit', () => {
-      if (!this.stopped) setTimeout(() => !this.stopped && this.subscribe(), EVENTS_RESUBSCRIBE_MS);
-    });
-  }
-
-  /** True (once) when the container was hit by the OOM killer. */
-  take(id: string): boolean {
-    return this.killed.delete(id);
-  }
-
-  stop(): void {
-    this.stopped = true;
-    this.child?.stdin?.end();
-  }
 }
 
 /** Removes a pod's cgroup in every hierarchy once its containers are gone (runc removes only theirs). */

@@ -7,14 +7,8 @@ import type { Duplex, Readable } from 'node:stream';
 import type { V1Pod } from '@kubernetes/client-node';
 import { UserError } from '../../shared/errors.js';
 import type { ExecProcess, ExecRequest, LogRequest, NodeRuntime } from '../node-runtime.js';
-import {
-  ensureContainerd,
-  importImages,
-  ImageStore,
-  OomWatch,
-  instanceRunDir,
-  removeInstanceContainers,
-} from './containerd.js';
+import { ensureContainerd, importImages, ImageStore, instanceRunDir, removeInstanceContainers } from './containerd.js';
+import { ContainerdEvents } from './containerd-events.js';
 import type { EnvSources } from './env.js';
 import { buildHelper } from './host.js';
 import { readContainerLog } from './logs.js';
@@ -51,7 +45,8 @@ export class KubeletNode implements NodeRuntime {
   readonly workers = new Map<string, PodWorker>();
   private sandboxCount = 0;
   private readonly boundingCapabilities = boundingCapabilities();
-  private oomWatch!: OomWatch;
+  private events!: ContainerdEvents;
+  private images = new ImageStore();
   private loggerPath = '';
   private execReaperPath = '';
   private stopped = false;
@@ -59,7 +54,6 @@ export class KubeletNode implements NodeRuntime {
   private constructor(
     private readonly opts: NodeOptions,
     readonly network: NodeNetwork,
-    readonly images: ImageStore,
     readonly stateDir: string,
     readonly volumesDir: string,
   ) {}
@@ -76,17 +70,12 @@ export class KubeletNode implements NodeRuntime {
     const subnets = opts.subnets ?? (await reserveSubnets(opts.instance));
     const network = new NodeNetwork(opts.instance, subnets);
     const stateDir = join('/run/devop-kubelet', opts.instance);
-    const node = new KubeletNode(
-      opts,
-      network,
-      new ImageStore(),
-      stateDir,
-      join('/var/lib/devop-kubelet', opts.instance),
-    );
+    const node = new KubeletNode(opts, network, stateDir, join('/var/lib/devop-kubelet', opts.instance));
     try {
       await ensureContainerd();
       await importImages(opts.imagesDir);
-      node.oomWatch = new OomWatch();
+      node.events = new ContainerdEvents();
+      node.images = new ImageStore(node.events);
       const runDir = instanceRunDir(opts.instance);
       [node.loggerPath, node.execReaperPath] = await Promise.all([
         buildHelper('container-logger', runDir),
@@ -137,7 +126,7 @@ export class KubeletNode implements NodeRuntime {
       network: this.network,
       instance: this.opts.instance,
       images: this.images,
-      oomWatch: this.oomWatch,
+      events: this.events,
       loggerPath: this.loggerPath,
       execReaperPath: this.execReaperPath,
       boundingCapabilities: this.boundingCapabilities,
@@ -216,7 +205,7 @@ export class KubeletNode implements NodeRuntime {
   async stop(): Promise<void> {
     this.stopped = true;
     await Promise.all([...this.workers.values()].map((w) => this.removePod(w, 0)));
-    this.oomWatch?.stop();
+    this.events?.stop();
     await removeInstanceContainers(this.opts.instance);
     await this.network.tearDown();
     rmSync(this.stateDir, { recursive: true, force: true });

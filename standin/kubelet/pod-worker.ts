@@ -5,7 +5,8 @@ import { mkdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import type { V1Container, V1EphemeralContainer, V1Pod } from '@kubernetes/client-node';
 import { ContainerProcess } from './container.js';
-import { podNamespacesDir, removePodCgroup, type ImageStore, type OomWatch } from './containerd.js';
+import { podNamespacesDir, removePodCgroup, type ImageStore } from './containerd.js';
+import type { ContainerdEvents } from './containerd-events.js';
 import { buildContainerEnv, EnvConfigError, expandRefs, type EnvSources } from './env.js';
 import { execInContainer } from './exec.js';
 import type { NodeNetwork } from './network.js';
@@ -44,7 +45,7 @@ export interface PodWorkerDeps {
   /** Names the stand-in's containers and snapshots in containerd. */
   instance: string;
   images: ImageStore;
-  oomWatch: OomWatch;
+  events: ContainerdEvents;
   /** The executable containerd's shim runs as each container's logger. */
   loggerPath: string;
   /** exec-reaper.c, built for pods/exec. */
@@ -333,7 +334,7 @@ export class PodWorker {
         },
       },
       resolveUser: (rootfs) => resolveUser(rootfs, image.user, runAsUser, runAsGroup),
-      oomKilled: () => this.deps.oomWatch.take(id),
+      oomKilled: () => this.deps.events.take(id),
       labels: {
         'io.kubernetes.pod.name': this.name,
         'io.kubernetes.pod.namespace': this.namespace,

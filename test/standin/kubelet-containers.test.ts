@@ -14,6 +14,7 @@ import { repoRoot } from '../../standin/images.js';
 import { startCluster, type ClusterHandle } from '../../standin/index.js';
 import {
   CONTAINERD_SOCKET,
+  ImageStore,
   importImages,
   imagesDir,
   K8S_NAMESPACE,
@@ -120,6 +121,50 @@ describe('stand-in containers', () => {
       expect(ns).not.toBe(readlinkSync('/proc/self/ns/mnt'));
     } finally {
       await removeImage(image);
+    }
+  });
+
+  it('runs an image imported a moment ago, and what a re-import under the same name holds', async () => {
+    // Given an image imported just now, and pods that may not pull (imagePullPolicy Never: an image the node does not
+    // find is ErrImageNeverPull at once, with no retry to hide it)
+    const ref = `devop.test/fresh-${randomBytes(3).toString('hex')}`;
+    const build = (version: string) =>
+      buildImage({ from: 'devop.test/shell', ref, files: { '/version': `${version}\n` } });
+    const runVersion = async () => {
+      const name = podName('fresh');
+      await runPod(name, { image: ref, imagePullPolicy: 'Never' });
+      return (await exec(name, ['cat', '/version'])).stdout;
+    };
+    try {
+      // When a pod of it is created right after the import, then after a re-import with other files
+      await build('one');
+      const first = await runVersion();
+      await build('two');
+      const second = await runVersion();
+      // Then each ran the image containerd held when it started: the kubelet's list of images (kept between starts,
+      // dropped on containerd's /images events as containerd's CRI plugin does, internal/cri/server/events.go) is
+      // neither missing a new image nor holding an old digest
+      expect(first).toBe('one\n');
+      expect(second).toBe('two\n');
+    } finally {
+      await removeImage(ref);
+    }
+  });
+
+  it('finds an image whose /images/create event has not arrived yet', async () => {
+    // Given the kubelet's image store with its list kept, and containerd's events heard but late (the event of the next
+    // import still on its way)
+    const lateEvents = { subscribed: true, onImagesChanged: () => undefined };
+    const images = new ImageStore(lateEvents);
+    expect(await images.resolve('devop.test/shell')).toBeDefined();
+    const ref = `devop.test/late-${randomBytes(3).toString('hex')}`;
+    try {
+      // When an image is imported and a container of it starts before the event comes
+      const image = await buildImage({ from: 'devop.test/shell', ref, files: { '/late': 'yes\n' } });
+      // Then a name the kept list lacks is looked up again rather than called absent
+      expect((await images.resolve(ref))?.ref).toBe(image);
+    } finally {
+      await removeImage(ref);
     }
   });
 
