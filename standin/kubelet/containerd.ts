@@ -5,6 +5,7 @@
 import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, openSync, readdirSync, readFileSync, rmdirSync, rmSync, writeFileSync } from 'node:fs';
 import { createHash } from 'node:crypto';
+import { readFile } from 'node:fs/promises';
 import { dirname, join, resolve } from 'node:path';
 import { UserError } from '../../shared/errors.js';
 import { normalizeImageRef, repoRoot } from '../images.js';
@@ -288,6 +289,22 @@ export function chainID(diffIDs: string[]): string {
   return chain;
 }
 
+/** Where containerd's content store keeps a blob: `<root>/io.containerd.content.v1.content/blobs/<alg>/<hex>`. */
+const CONTENT_BLOBS = join(CONTAINERD_ROOT, 'io.containerd.content.v1.content', 'blobs');
+
+/**
+ * A blob of the content store (a manifest, an image config), read from its file as containerd's CRI plugin reads it
+ * in-process — `ctr content get` is a Go process of its own per blob. Through ctr when the file is not there.
+ */
+async function contentBlob(digest: string): Promise<string> {
+  const [algorithm, hex] = digest.split(':');
+  if (algorithm && hex && /^[0-9a-f]+$/.test(hex)) {
+    const blob = await readFile(join(CONTENT_BLOBS, algorithm, hex), 'utf8').catch(() => undefined);
+    if (blob !== undefined) return blob;
+  }
+  return ctr(['content', 'get', digest]);
+}
+
 /** What keeps ImageStore's list of images true between container starts (containerd-events.ts). */
 export interface ImageEvents {
   /** True while containerd's events are heard: a list taken now learns of every later change. */
@@ -335,8 +352,8 @@ export class ImageStore {
     if (!digest) return undefined;
     const cached = this.byDigest.get(`${ref} ${digest}`);
     if (cached) return cached;
-    const manifest = JSON.parse(await ctr(['content', 'get', digest])) as { config: { digest: string } };
-    const config = JSON.parse(await ctr(['content', 'get', manifest.config.digest])) as OciImageConfig;
+    const manifest = JSON.parse(await contentBlob(digest)) as { config: { digest: string } };
+    const config = JSON.parse(await contentBlob(manifest.config.digest)) as OciImageConfig;
     const env: Record<string, string> = {};
     for (const pair of config.config?.Env ?? []) {
       const eq = pair.indexOf('=');
