@@ -42,8 +42,12 @@ export const SESSION_DEFAULTS = {
 
 /** How long a reused agent gets to accept the tunnel before devop starts a fresh one (it may just be exiting idle). */
 const REUSE_CONNECT_MS = 3000;
-/** Between tunnel attempts while a new agent starts listening (kubelet's dial is refused until then). */
-const CONNECT_RETRY_MS = 100;
+/**
+ * Between tunnel attempts while a new agent starts listening (kubelet's dial is refused until then): its Node starts
+ * listening 0.1–0.3 s after the container does, so the first half second tries every 25 ms (a refused attempt is one
+ * port-forward upgrade), and every 100 ms after that.
+ */
+const CONNECT_RETRY_MS = { early: 25, earlyFor: 500, later: 100 } as const;
 /** Keep-alive and RTT measurement on the tunnel. */
 const PING_INTERVAL_MS = 5000;
 
@@ -400,6 +404,9 @@ export async function connectAgent(
   // The native data path's port rides in the same port-forward, when the agent runs it and the caller wants it.
   const nativePort = features.includes(FEATURES.nativeSplice) ? agent.nativePort : undefined;
   let lastError: unknown;
+  const started = Date.now();
+  const retryDelay = (): Promise<void> =>
+    delay(Date.now() - started < CONNECT_RETRY_MS.earlyFor ? CONNECT_RETRY_MS.early : CONNECT_RETRY_MS.later);
   while (Date.now() < input.deadline) {
     let conn: Duplex;
     let nativeConn: Duplex | undefined;
@@ -413,7 +420,7 @@ export async function connectAgent(
       // Refused (RBAC, no such pod) is final; the API server failing (5xx) may pass while the deadline allows.
       if (isUserError(err) && (apiErrorCode(err.cause) ?? 0) < 500) throw err;
       lastError = err;
-      await delay(CONNECT_RETRY_MS);
+      await retryDelay();
       continue;
     }
     let tunnelError: Error | undefined;
@@ -445,7 +452,7 @@ export async function connectAgent(
         (isUserError(err) && /closed during the handshake/.test(err.message));
       if (!retryable) throw err;
       lastError = tunnelError ?? err;
-      await delay(CONNECT_RETRY_MS);
+      await retryDelay();
     }
   }
   throw new UserError(
