@@ -1,8 +1,11 @@
 // Waits until the local command accepts TCP connections on 127.0.0.1:<port>, by connecting (the only portable test).
 import { connect } from 'node:net';
 
-/** Between connect attempts: short, so stealing starts soon after the command listens; a refused connect is cheap. */
-const LISTEN_POLL_MS = 50;
+/**
+ * Between connect attempts: short, so stealing starts soon after the command listens (a refused connect to loopback
+ * costs tens of microseconds): every 10 ms for the first 2 s, when most commands start listening, then every 50 ms.
+ */
+const LISTEN_POLL_MS = { early: 10, earlyFor: 2000, later: 50 } as const;
 
 export function canConnect(port: number, host = '127.0.0.1'): Promise<boolean> {
   return new Promise((resolve) => {
@@ -23,7 +26,8 @@ export async function waitForListen(
   port: number,
   input: { timeoutMs: number; stopped?: Promise<unknown>; host?: string },
 ): Promise<boolean> {
-  const deadline = Date.now() + input.timeoutMs;
+  const started = Date.now();
+  const deadline = started + input.timeoutMs;
   let stop = false;
   let wake: (() => void) | undefined;
   void input.stopped?.then(() => {
@@ -34,7 +38,8 @@ export async function waitForListen(
     if (await canConnect(port, input.host)) return true;
     // Woken early when `stopped` resolves, so that a command that exits is reported as such at once.
     await new Promise<void>((r) => {
-      const timer = setTimeout(r, LISTEN_POLL_MS);
+      const pause = Date.now() - started < LISTEN_POLL_MS.earlyFor ? LISTEN_POLL_MS.early : LISTEN_POLL_MS.later;
+      const timer = setTimeout(r, pause);
       wake = () => {
         clearTimeout(timer);
         r();
