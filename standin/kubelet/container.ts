@@ -11,6 +11,7 @@ import {
   ctrArgv,
   ctrQuiet,
   INSTANCE_LABEL,
+  labelRootfs,
   mountRootfs,
   removeRootfs,
   type ImageInfo,
@@ -135,6 +136,9 @@ export class ContainerProcess {
       this.logClosed = true;
       return startError(`failed to prepare the container's rootfs: ${(err as Error).message}`);
     }
+    // The snapshot's label is no part of what starts the container: it runs beside `ctr run`, and ends before the
+    // snapshot is removed.
+    const labelled = labelRootfs(launch.instance, launch.id);
     try {
       const user = launch.resolveUser?.(rootfs) ?? { uid: launch.spec.uid, gid: launch.spec.gid };
       const spec = containerSpec({
@@ -151,6 +155,7 @@ export class ContainerProcess {
       this.logClosed = true;
       return startError((err as Error).message);
     } finally {
+      await labelled;
       await removeRootfs(launch.instance, launch.id);
       rmSync(launch.workDir, { recursive: true, force: true });
     }

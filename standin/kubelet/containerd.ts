@@ -417,17 +417,24 @@ export async function mountRootfs(instance: string, id: string, image: ImageInfo
     Options: string[];
   }>;
   const dir = rootfsDir(instance, id);
-  mkdirSync(dir, { recursive: true });
   try {
-    // Labelled like the instance's containers (the key says it too): `ctr snapshots ls` tells whose it is.
-    const label = ctr(['snapshots', 'label', key, `${INSTANCE_LABEL}=${instance}`]);
+    mkdirSync(dir, { recursive: true });
     for (const m of mounts) await run('mount', ['-t', m.Type, '-o', m.Options.join(','), m.Source, dir]);
-    await label;
   } catch (err) {
-    await ctrQuiet(['snapshots', 'rm', key]);
+    await removeRootfs(instance, id);
     throw err;
   }
   return dir;
+}
+
+/**
+ * Labels a container's rootfs snapshot like the instance's containers, so that `ctr snapshots info` tells whose it is.
+ * Clean-up finds a dead instance's snapshots by their key, which carries the instance (removeInstanceContainers), not
+ * by this label: the start runs it beside `ctr run` rather than waiting for it (ctr 1.6 cannot label at prepare), and a
+ * label that fails costs the container nothing.
+ */
+export function labelRootfs(instance: string, id: string): Promise<boolean> {
+  return ctrQuiet(['snapshots', 'label', snapshotKey(instance, id), `${INSTANCE_LABEL}=${instance}`]);
 }
 
 /** Unmounts and removes a container's rootfs snapshot (safe to call twice). */
