@@ -25,6 +25,8 @@ export interface ContainerLaunch {
   image: ImageInfo;
   /** Everything of the spec but what the runtime side decides (rootfs, cgroup). */
   spec: Omit<ContainerSpecInput, 'rootfs' | 'cgroupsPath'>;
+  /** The rootfs made ahead for this id and image (mountRootfs, beside the pod's sandbox); else the launch makes it. */
+  rootfs?: string;
   /** Resolves the user of the spec against the image's /etc/passwd and /etc/group, once the rootfs is mounted. */
   resolveUser?(rootfs: string): { uid: number; gid: number };
   labels: Record<string, string>;
@@ -131,7 +133,7 @@ export class ContainerProcess {
     mkdirSync(launch.workDir, { recursive: true });
     let rootfs: string;
     try {
-      rootfs = await mountRootfs(launch.instance, launch.id, launch.image);
+      rootfs = launch.rootfs ?? (await mountRootfs(launch.instance, launch.id, launch.image));
     } catch (err) {
       this.logClosed = true;
       return startError(`failed to prepare the container's rootfs: ${(err as Error).message}`);

@@ -5,7 +5,14 @@ import { mkdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import type { V1Container, V1EphemeralContainer, V1Pod } from '@kubernetes/client-node';
 import { ContainerProcess } from './container.js';
-import { podNamespacesDir, removePodCgroup, type ImageStore } from './containerd.js';
+import {
+  mountRootfs,
+  podNamespacesDir,
+  removePodCgroup,
+  removeRootfs,
+  type ImageInfo,
+  type ImageStore,
+} from './containerd.js';
 import type { ContainerdEvents } from './containerd-events.js';
 import { buildContainerEnv, EnvConfigError, expandRefs, type EnvSources } from './env.js';
 import { execInContainer } from './exec.js';
@@ -66,6 +73,19 @@ export interface PodWorkerDeps {
 
 export type RestartPolicy = 'Always' | 'OnFailure' | 'Never';
 
+/**
+ * The rootfs of the pod's first container, made while its sandbox is set up — containerd's CRI plugin makes a snapshot
+ * in-process in a few ms, here it is two processes — and taken by that container's first attempt when it runs the same
+ * image; removed when it is not taken (the sandbox failed, the pod stops, the image changed).
+ */
+interface EarlyRootfs {
+  rec: ContainerRecord;
+  /** The container ID the snapshot is named after (snapshotKey): the attempt that takes it runs under this ID. */
+  id: string;
+  /** Its image's top layer and its mount; undefined when nothing was made (image absent, or a failed prepare). */
+  made: Promise<{ chainID: string; dir: string } | undefined>;
+}
+
 export class PodWorker {
   readonly uid: string;
   readonly startTime = new Date();
@@ -85,6 +105,7 @@ export class PodWorker {
   private readonly podVolumesDir: string;
   private volumeDirs = new Map<string, string>();
   private readonly pullBackOff = new PullBackOff();
+  private earlyRootfs: EarlyRootfs | undefined;
 
   constructor(
     public pod: V1Pod,
@@ -122,6 +143,7 @@ export class PodWorker {
     while (!this.sandbox && !this.stopping) {
       try {
         const names = this.deps.sandboxNames();
+        this.prepareEarlyRootfs();
         this.sandboxCreation = PodSandbox.create(this.deps.network, {
           name: names.netns,
           hostVeth: names.hostVeth,
@@ -143,6 +165,8 @@ export class PodWorker {
         this.dialer = new PodDialer(names.netns, join(this.deps.stateDir, `${names.netns}.sock`));
         this.sandboxError = undefined;
       } catch (err) {
+        // No sandbox, no container: what was made for one goes (RunPodSandbox failed before any CreateContainer).
+        await this.dropEarlyRootfs();
         this.sandboxError = (err as Error).message;
         this.deps.event(
           this.pod,
@@ -257,6 +281,7 @@ export class PodWorker {
       this.deps.event(this.pod, type, reason, m, fieldPath),
     );
     if (pulled.kind === 'error') {
+      await this.dropEarlyRootfs(rec);
       // kuberuntime_container.go startContainer: the waiting reason is the error, and an event says so.
       rec.waiting = { reason: pulled.reason, message: pulled.message };
       this.deps.event(this.pod, 'Warning', 'Failed', `Error: ${pulled.reason}`, fieldPath);
@@ -280,6 +305,7 @@ export class PodWorker {
       );
     } catch (err) {
       if (!(err instanceof EnvConfigError)) throw err;
+      await this.dropEarlyRootfs(rec);
       rec.waiting = { reason: 'CreateContainerConfigError', message: err.message };
       this.deps.event(this.pod, 'Warning', 'Failed', `Error: ${err.message}`, fieldPath);
       this.changed();
@@ -289,12 +315,16 @@ export class PodWorker {
     const args = rec.spec.command?.length ? (rec.spec.args ?? []) : rec.spec.args?.length ? rec.spec.args : image.cmd;
     const argv = [...command, ...args].map((a) => expandRefs(a, env));
     if (argv.length === 0) {
+      await this.dropEarlyRootfs(rec);
       rec.waiting = { reason: 'CreateContainerError', message: 'Error: no command specified' };
       this.changed();
       return { kind: 'error', reason: 'CreateContainerError' };
     }
+    const early = await this.earlyRootfsOf(rec, image);
+    // A pod stopping meanwhile has removed what was made early (terminate).
     if (this.stopping) return { kind: 'error', reason: 'Stopping' };
-    const id = randomBytes(32).toString('hex');
+    if (early) this.earlyRootfs = undefined;
+    const id = early?.id ?? randomBytes(32).toString('hex');
     const containerLogDir = join(this.logDir, rec.name);
     mkdirSync(containerLogDir, { recursive: true });
     const attempt: ContainerAttempt = { id, logPath: join(containerLogDir, `${rec.restartCount}.log`) };
@@ -309,6 +339,7 @@ export class PodWorker {
       instance: this.deps.instance,
       podUid: this.uid,
       image,
+      rootfs: early?.dir,
       spec: {
         argv,
         env,
@@ -372,6 +403,43 @@ export class PodWorker {
     attempt.exit = exit;
     this.changed();
     return { kind: 'exit', exitCode: exit.exitCode, ranMs: exit.finishedAt.getTime() - exit.startedAt.getTime() };
+  }
+
+  /** Starts making the first container's rootfs, when its image is present: beside the sandbox, unseen by the API. */
+  private prepareEarlyRootfs(): void {
+    const rec = this.recordsOf('init')[0] ?? this.recordsOf('regular')[0];
+    if (!rec || this.earlyRootfs) return;
+    const id = randomBytes(32).toString('hex');
+    const { instance, images } = this.deps;
+    // Asked without events: the Pulled event (or the image's error) comes from the attempt, after the sandbox. A
+    // prepare that fails is made again by the attempt, which reports its error as before.
+    const made = images
+      .resolve(rec.spec.image ?? '')
+      .then(async (image) => image && { chainID: image.chainID, dir: await mountRootfs(instance, id, image) })
+      .catch(() => undefined);
+    this.earlyRootfs = { rec, id, made };
+  }
+
+  /** The early rootfs for this attempt of `rec` on `image`, if one was made of that image; removes one that was not. */
+  private async earlyRootfsOf(
+    rec: ContainerRecord,
+    image: ImageInfo,
+  ): Promise<{ id: string; dir: string } | undefined> {
+    const early = this.earlyRootfs;
+    if (early?.rec !== rec) return undefined;
+    const made = await early.made;
+    if (this.earlyRootfs !== early) return undefined; // removed meanwhile (the pod stops)
+    if (made?.chainID === image.chainID) return { id: early.id, dir: made.dir };
+    await this.dropEarlyRootfs(); // another image than the one resolved beside the sandbox (re-imported since)
+    return undefined;
+  }
+
+  /** Removes the early rootfs (of `rec` only, when given) unless an attempt took it. */
+  private async dropEarlyRootfs(rec?: ContainerRecord): Promise<void> {
+    const early = this.earlyRootfs;
+    if (!early || (rec && early.rec !== rec)) return;
+    this.earlyRootfs = undefined;
+    if (await early.made) await removeRootfs(this.deps.instance, early.id);
   }
 
   /** The pod's /etc/hosts, /etc/resolv.conf and /etc/hostname (kubelet-managed files), then the container's volumes. */
@@ -515,6 +583,7 @@ export class PodWorker {
       clearTimeout(timer);
       for (const rec of this.records.values()) currentAttempt(rec)?.proc?.signal('SIGKILL');
       await exits;
+      await this.dropEarlyRootfs();
       const created = await this.sandboxCreation?.catch(() => undefined);
       await this.dialer?.stop();
       await (created ?? this.sandbox)?.remove();

@@ -2,7 +2,7 @@
 // no container, task, snapshot, rootfs mount, netns, link, cgroup, iptables rule, /etc/netns file, state directory or
 // process of its own (containerd itself stays: it is the machine's, as on a node).
 import { randomBytes } from 'node:crypto';
-import { execFileSync, spawn } from 'node:child_process';
+import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync, readlinkSync, statSync } from 'node:fs';
 import { CoreV1Api, KubeConfig } from '@kubernetes/client-node';
 import { describe, expect, it } from 'vitest';
@@ -225,6 +225,76 @@ describe('stand-in hygiene', () => {
       expect(containerPids.filter(alive)).toEqual([]);
     },
   );
+
+  it('a pod whose sandbox cannot be made keeps no rootfs snapshot or mount, and has one once it runs', async () => {
+    // Given a node whose next three pod network namespaces' names are taken (ip netns add fails: File exists), so a
+    // pod's sandbox fails three times while its container's rootfs is made beside it (its image is present)
+    const instance = `hs${randomBytes(3).toString('hex')}`;
+    await ensureContainerd();
+    const taken = ['1', '2', '3'].map((n) => `dvk-${instance}-${n}`);
+    for (const name of taken) execFileSync('ip', ['netns', 'add', name]);
+    const cluster = await startCluster({ instance });
+    try {
+      const kc = new KubeConfig();
+      kc.loadFromFile(cluster.kubeconfigPath);
+      const core = kc.makeApiClient(CoreV1Api);
+      // When a pod is created
+      await core.createNamespacedPod({
+        namespace: 'default',
+        body: {
+          metadata: { name: 'nosandbox' },
+          spec: { containers: [{ name: 'main', image: 'busybox', command: ['sleep', '3600'] }] },
+        },
+      });
+      // Then after its second FailedCreatePodSandBox (the kubelet retries each second) no snapshot or rootfs mount of
+      // the instance exists: what was made for the container went with the failed sandbox
+      const failures = async (): Promise<number> =>
+        (await core.listNamespacedEvent({ namespace: 'default' })).items
+          .filter((e) => e.involvedObject?.name === 'nosandbox' && e.reason === 'FailedCreatePodSandBox')
+          .reduce((sum, e) => sum + (e.count ?? 1), 0);
+      await waitFor('two sandbox failures', async () => (await failures()) >= 2, 20_000);
+      const failing = await footprint(instance);
+      expect(failing.snapshots).toEqual([]);
+      expect(failing.mounts.filter((m) => m.includes('/rootfs/'))).toEqual([]);
+      // … and once a sandbox is made the pod runs on exactly one snapshot, labelled, and mounted
+      const pod = await waitForPod(core, 'nosandbox', 'Running', (p) => p.status?.phase === 'Running');
+      expect(pod.status?.containerStatuses?.[0].state?.running).toBeDefined();
+      const running = await footprint(instance);
+      expect(running.snapshots.length).toBe(1);
+      await waitFor('the snapshot labelled', async () => (await snapshotsLabelled(instance)).length === 1, 5_000);
+      expect(running.mounts.filter((m) => m.includes('/rootfs/')).length).toBe(1);
+    } finally {
+      await cluster.stop();
+      // (a failed sandbox removes the netns of its name: most are gone by now)
+      for (const name of taken) spawnSync('ip', ['netns', 'del', name], { stdio: 'ignore' });
+    }
+    expect(await footprint(instance)).toEqual(NOTHING);
+  });
+
+  it('a kubelet killed between a rootfs snapshot and its ctr run leaves nothing after the next start', async () => {
+    // Given a cluster process killed (SIGKILL) with one rootfs snapshot prepared and one prepared and mounted, neither
+    // run nor labelled yet
+    const instance = `hp${randomBytes(3).toString('hex')}`;
+    await ensureContainerd();
+    const child = spawn(process.execPath, ['--import', 'tsx', 'test/standin/fixtures/killed-before-run.ts', instance], {
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
+    await new Promise<void>((resolve, reject) => {
+      child.stdout!.on('data', (c: Buffer) => c.toString().includes('prepared') && resolve());
+      child.once('exit', (code) => reject(new Error(`fixture exited early (${code})`)));
+    });
+    child.kill('SIGKILL');
+    await new Promise((r) => child.once('exit', r));
+    const left = await footprint(instance);
+    expect(left.snapshots.length).toBe(2);
+    expect(left.snapshotLabels).toEqual([]);
+    expect(left.mounts.filter((m) => m.includes('/rootfs/')).length).toBe(1);
+    // When another cluster starts (and stops)
+    const next = await startCluster();
+    await next.stop();
+    // Then nothing of the killed one is left: its snapshots are found by their key, which names the instance
+    expect(await footprint(instance)).toEqual(NOTHING);
+  });
 
   it('a cluster killed without stop() is cleared by the next cluster start', async () => {
     // Given a cluster process with a running pod, killed with SIGKILL (no stop() runs)
