@@ -24,6 +24,7 @@ import { run } from '../../standin/kubelet/host.js';
 import { buildImage } from '../../standin/kubelet/image-build.js';
 import { ALL_CAPABILITIES, boundingCapabilities, DEFAULT_CAPABILITIES } from '../../standin/kubelet/oci-spec.js';
 import { execOutput, readAll, removeImage, waitForPod } from '../../testkit/pods.js';
+import { waitFor } from '../../testkit/wait.js';
 
 requireRoot('stand-in kubelet: containers');
 
@@ -356,10 +357,14 @@ describe('stand-in containers', () => {
       expect(pod.status!.containerStatuses![0].state!.terminated).toMatchObject({ exitCode: 0, reason: 'Completed' });
       const log = await readAll(await cluster.runtime!.logs({ namespace: 'default', pod: name, follow: false }));
       expect(log.split('\n').sort()).toEqual(['', 'err', 'out']);
-      const events = await core.listNamespacedEvent({ namespace: 'default' });
-      const reasons = events.items.filter((e) => e.involvedObject.name === name).map((e) => e.reason);
-      expect(reasons).toContain('Started');
-      expect(reasons).not.toContain('Failed');
+      // The kubelet writes its events one after another, apart from the pod's status (as a kubelet's recorder does):
+      // the Started event may land after the status that says Succeeded.
+      const reasons = async (): Promise<Array<string | undefined>> =>
+        (await core.listNamespacedEvent({ namespace: 'default' })).items
+          .filter((e) => e.involvedObject.name === name)
+          .map((e) => e.reason);
+      await waitFor(`${name}'s Started event`, async () => (await reasons()).includes('Started'), 5_000);
+      expect(await reasons()).not.toContain('Failed');
     }
   });
 
