@@ -17,6 +17,14 @@ import {
   type ImageInfo,
 } from './containerd.js';
 
+/** containerd's events, while they are heard: a task's start without polling its pid file (containerd-events.ts). */
+export interface TaskEvents {
+  /** True while the subscription is known to be live: a start from now on will be heard. */
+  readonly subscribed: boolean;
+  /** `listener` gets the task's PID once it started, or undefined when the events stop being heard first. */
+  onTaskStart(id: string, listener: (pid: number | undefined) => void): () => void;
+}
+
 export interface ContainerLaunch {
   /** 64 hex characters, as containerd's CRI plugin makes them. */
   id: string;
@@ -30,6 +38,8 @@ export interface ContainerLaunch {
   /** Resolves the user of the spec against the image's /etc/passwd and /etc/group, once the rootfs is mounted. */
   resolveUser?(rootfs: string): { uid: number; gid: number };
   labels: Record<string, string>;
+  /** How the launch learns that the task started; without it (or while it is not heard), from the pid file. */
+  taskEvents?: TaskEvents;
   /** True when containerd reported the task hit by the OOM killer (asked once, at exit). */
   oomKilled?(): boolean;
   /** Directory for the spec and the pid file of this attempt. */
@@ -61,7 +71,10 @@ export const SIGNAL_NUMBERS: Record<string, number> = {
   SIGTERM: 15,
 };
 
-/** How often the launcher looks for the pid file that says containerd created the task. */
+/**
+ * How often the launcher looks for the pid file when containerd's events are not heard. ctr writes it once the task is
+ * created, before it starts it (cmd/ctr/commands/run/run.go); /tasks/start comes ~20 ms later, when the command runs.
+ */
 const PID_POLL_MS = 20;
 
 export class ContainerProcess {
@@ -189,21 +202,33 @@ export class ContainerProcess {
     // ctr's own messages: why it could not create or start the task.
     let ctrErrors = '';
     child.stderr?.on('data', (c: Buffer) => (ctrErrors += c.toString()));
-    const taskCreated = (): boolean => {
+    const taskStarted = (pid: number): boolean => {
       if (this.hasStarted) return true;
-      this.taskPid = existsSync(pidFile) ? Number(readFileSync(pidFile, 'utf8').trim()) || 0 : 0;
-      if (!this.taskPid) return false;
+      if (!pid) return false;
+      this.taskPid = pid;
       this.hasStarted = true;
       this.startedAt = new Date();
       if (this.cancelled) this.signal('SIGKILL');
       this.markStarted();
       return true;
     };
-    const watchPid = setInterval(() => taskCreated() && clearInterval(watchPid), PID_POLL_MS);
+    const taskCreated = (): boolean =>
+      taskStarted(existsSync(pidFile) ? Number(readFileSync(pidFile, 'utf8').trim()) || 0 : 0);
+    let watchPid: NodeJS.Timeout | undefined;
+    const pollPidFile = (): void => {
+      if (!watchPid) watchPid = setInterval(() => taskCreated() && clearInterval(watchPid), PID_POLL_MS);
+    };
+    // containerd's /tasks/start, heard on the node's one events subscription, as containerd's CRI plugin hears its
+    // tasks; the pid file when the events are not heard, or stop being heard before the start.
+    let stopListening: (() => void) | undefined;
+    if (launch.taskEvents?.subscribed)
+      stopListening = launch.taskEvents.onTaskStart(launch.id, (pid) => (pid ? taskStarted(pid) : pollPidFile()));
+    else pollPidFile();
     return new Promise<ContainerExit>((resolve) => {
       child.on('error', () => undefined); // reported by the exit handler
       child.on('close', (code, signal) => {
         clearInterval(watchPid);
+        stopListening?.();
         // ctr returns once the task is deleted, which waits for the logger: the log file is complete.
         this.logClosed = true;
         const finishedAt = new Date();
