@@ -1,10 +1,8 @@
 // The node's one subscription to containerd's events (`ctr events`), as containerd's CRI plugin keeps one
-// (internal/cri/server/events.go): OOM kills of containers (/tasks/oom), their tasks' starts (/tasks/start, which tell
-// the launch its command runs: container.ts) and changes of the namespace's images (/images/create|update|delete),
-// which drop the kubelet's list of images (containerd.ts ImageStore).
+// (internal/cri/server/events.go): OOM kills of containers (/tasks/oom) and changes of the namespace's images
+// (/images/create|update|delete), which drop the kubelet's list of images (containerd.ts ImageStore).
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import type { TaskEvents } from './container.js';
 import { ctr, ctrArgv, type ImageEvents, K8S_NAMESPACE } from './containerd.js';
 
 /** How long a watch of containerd's events waits before it subscribes again when ctr ended (a daemon restart). */
@@ -22,9 +20,8 @@ const PROBE_LABEL = 'devop.standin/events-probe';
 const PROBE_EVERY_MS = 200;
 const PROBE_TRIES = 25;
 
-export class ContainerdEvents implements ImageEvents, TaskEvents {
+export class ContainerdEvents implements ImageEvents {
   private readonly killed = new Set<string>();
-  private readonly startListeners = new Map<string, (pid: number | undefined) => void>();
   private readonly imageListeners: Array<() => void> = [];
   private child: ChildProcess | undefined;
   private live = false;
@@ -42,17 +39,6 @@ export class ContainerdEvents implements ImageEvents, TaskEvents {
   /** Calls `listener` on every change of the namespace's images, and when the subscription ends (changes unheard). */
   onImagesChanged(listener: () => void): void {
     this.imageListeners.push(listener);
-  }
-
-  /**
-   * Calls `listener` with the task's PID when the container's task has started, or with undefined when the
-   * subscription ends first (the start may go unheard). Returns what stops listening.
-   */
-  onTaskStart(id: string, listener: (pid: number | undefined) => void): () => void {
-    this.startListeners.set(id, listener);
-    return () => {
-      if (this.startListeners.get(id) === listener) this.startListeners.delete(id);
-    };
   }
 
   /** True (once) when the container was hit by the OOM killer. */
@@ -102,14 +88,7 @@ export class ContainerdEvents implements ImageEvents, TaskEvents {
     const m = EVENT.exec(line);
     if (!m) return;
     const [, topic, body] = m;
-    if (topic === '/tasks/start') {
-      const { container_id: id, pid } = JSON.parse(body) as { container_id?: string; pid?: number };
-      const listener = id ? this.startListeners.get(id) : undefined;
-      if (id && listener && pid) {
-        this.startListeners.delete(id);
-        listener(pid);
-      }
-    } else if (topic === '/tasks/oom') {
+    if (topic === '/tasks/oom') {
       const id = (JSON.parse(body) as { container_id?: string }).container_id;
       if (id) this.killed.add(id);
     } else if (topic.startsWith('/images/')) {
@@ -121,9 +100,6 @@ export class ContainerdEvents implements ImageEvents, TaskEvents {
 
   private ended(): void {
     this.live = false;
-    const waiting = [...this.startListeners.values()];
-    this.startListeners.clear();
-    for (const listener of waiting) listener(undefined);
     for (const listener of this.imageListeners) listener();
   }
 }

@@ -365,7 +365,6 @@ export class PodWorker {
         },
       },
       resolveUser: (rootfs) => resolveUser(rootfs, image.user, runAsUser, runAsGroup),
-      taskEvents: this.deps.events,
       oomKilled: () => this.deps.events.take(id),
       labels: {
         'io.kubernetes.pod.name': this.name,
