@@ -84,11 +84,13 @@ export async function podPid(pod: V1Pod): Promise<number> {
 
 /**
  * Every devop rule in the pod's netns, wherever an agent may put it: iptables and ip6tables lines (nft and legacy
- * backends; the fallback writes one chain per IP family) that mention DEVOP, and every line of an nftables table named devop_* (the agent's owned table). Empty means clean.
+ * backends; the fallback writes one chain per IP family) that mention DEVOP, and every line of an nftables table named
+ * devop_* (the agent's owned table). Empty means clean.
  */
 export async function devopRules(pid: number): Promise<string[]> {
   const lines: string[] = [];
-  for (const save of ['iptables-nft-save', 'iptables-legacy-save', 'ip6tables-nft-save', 'ip6tables-legacy-save']) {
+  const saves = ['iptables-nft-save', 'iptables-legacy-save', 'ip6tables-nft-save', 'ip6tables-legacy-save'];
+  for (const save of saves) {
     try {
       const { stdout } = await run('nsenter', ['-t', String(pid), '-n', save, '-t', 'nat']);
       lines.push(...stdout.split('\n').filter((l) => l.includes('DEVOP')));
