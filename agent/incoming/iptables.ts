@@ -1,6 +1,7 @@
 // The agent's redirect rules: backend detection (an owned nft table when the kernel allows it, else iptables nft vs
 // legacy), the owned table (agent/native/nft-owned.ts) or one DEVOP-<id> chain per IP family (iptables and ip6tables)
 // jumped to from PREROUTING with one REDIRECT per stolen port, and the removal of stale chains whose agent is gone.
+import { readFileSync } from 'node:fs';
 import { connect, isIP } from 'node:net';
 import { CHAIN_PREFIX, chainName } from '../../shared/agent-contract.js';
 import { run, runOk, type RunResult } from './tools.js';
@@ -272,16 +273,33 @@ function isAlive(agentId: string): Promise<boolean> {
   });
 }
 
+/**
+ * Whether the legacy (x_tables) nat table of a family exists in this netns: the kernel lists each family's tables in
+ * /proc/net/ip_tables_names and ip6_tables_names (absent while its module is not loaded).
+ */
+function legacyNatTable(family: IpFamily): boolean {
+  try {
+    const names = readFileSync(`/proc/net/${family === 'ipv6' ? 'ip6' : 'ip'}_tables_names`, 'utf8');
+    return names.split('\n').includes('nat');
+  } catch {
+    return false;
+  }
+}
+
 /** Removes DEVOP-* chains (both backends, both families) whose agent no longer holds its liveness socket here. */
 export async function removeStaleChains(log: AgentLog, ownAgentId: string): Promise<string[]> {
   const removed: string[] = [];
   const backends: readonly ChainBackend[] = ['nft', 'legacy'];
   const tables = backends.flatMap((backend) => IP_FAMILIES.map((family) => ({ backend, family })));
-  // The four reads at once: they sit on every agent's start, and each is a process of its own.
+  // The reads at once: they sit on every agent's start, and each is a process of its own. A legacy nat table the
+  // kernel does not list for this netns holds no chain: its read is skipped (and makes none).
   const saves = await Promise.all(
     tables.map(({ backend, family }) =>
-      run(`${iptablesBinary(backend, family)}-save`, ['-t', 'nat']).then(
-        (res) => (res.code === 0 ? res.stdout : undefined),
+      (backend === 'legacy' && !legacyNatTable(family)
+        ? Promise.resolve(undefined)
+        : run(`${iptablesBinary(backend, family)}-save`, ['-t', 'nat'])
+      ).then(
+        (res) => (res?.code === 0 ? res.stdout : undefined),
         () => undefined, // that program is not installed
       ),
     ),

@@ -162,3 +162,25 @@ describe.runIf(run)('stale chains: a planted comment never runs', () => {
     await waitFor('the guard to remove DEVOP-guarded1', async () => !(await saved()).includes('DEVOP-guarded1'));
   });
 });
+
+describe.runIf(run)('stale chains: the scan leaves a netns as it found it', () => {
+  const fresh = `dvsf${randomBytes(3).toString('hex')}`;
+  beforeAll(async () => {
+    await sh(`ip netns add ${fresh}`);
+  });
+  afterAll(async () => {
+    await sh(`ip netns del ${fresh}`);
+  });
+
+  test('in a netns without legacy nat tables, the scan makes none (and runs no legacy -save)', async () => {
+    // Given a netns whose kernel lists no x_tables nat table (a pod on an nftables-only node)
+    const tables = () =>
+      sh(`ip netns exec ${fresh} cat /proc/net/ip_tables_names /proc/net/ip6_tables_names 2>/dev/null; true`);
+    expect(await tables()).not.toMatch(/^nat$/m);
+    // When the agent's start looks for stale chains there
+    const removed = await exec('ip', ['netns', 'exec', fresh, TSX, FIXTURE, 'newagent'], { encoding: 'utf8' });
+    expect(JSON.parse(removed.stdout)).toEqual([]);
+    // Then no legacy nat table was made (iptables-legacy-save -t nat makes the table it reads)
+    expect(await tables()).not.toMatch(/^nat$/m);
+  });
+});
