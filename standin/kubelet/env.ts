@@ -112,6 +112,8 @@ export interface PodEnvContext {
   /** Every pod IP, IPv4 first (a dual-stack pod has two); podIP alone when absent. */
   podIPs?: string[];
   hostIP: string;
+  /** The sandbox's hostname, which the runtime gives every container as HOSTNAME (containerd container_create.go). */
+  hostname: string;
   imageEnv?: Record<string, string>;
 }
 
@@ -122,7 +124,7 @@ export async function buildContainerEnv(ctx: PodEnvContext, sources: EnvSources)
   const env: Record<string, string> = {
     PATH: DEFAULT_PATH,
     ...ctx.imageEnv,
-    HOSTNAME: pod.spec?.hostname ?? pod.metadata?.name ?? '',
+    HOSTNAME: ctx.hostname,
   };
 
   const master = sources.masterService();

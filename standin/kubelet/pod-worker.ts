@@ -15,6 +15,7 @@ import {
 } from './containerd.js';
 import type { ContainerdEvents } from './containerd-events.js';
 import { buildContainerEnv, EnvConfigError, expandRefs, type EnvSources } from './env.js';
+import { podHostname } from './pod-hostname.js';
 import { execInContainer } from './exec.js';
 import type { NodeNetwork } from './network.js';
 import { PodDialer } from './pod-dialer.js';
@@ -159,7 +160,7 @@ export class PodWorker {
             hostnames: a.hostnames ?? [],
           })),
           namespacesDir: podNamespacesDir(this.deps.instance, names.netns),
-          hostname: this.pod.spec?.hostname ?? this.name,
+          host: podHostname(this.pod, this.deps.clusterDomain),
         });
         this.sandbox = await this.sandboxCreation;
         this.dialer = new PodDialer(names.netns, join(this.deps.stateDir, `${names.netns}.sock`));
@@ -299,6 +300,7 @@ export class PodWorker {
           podIP: this.sandbox!.podIP,
           podIPs: this.sandbox!.podIPs,
           hostIP: this.deps.nodeIP,
+          hostname: this.sandbox!.config.host.nodename,
           imageEnv: image.env,
         },
         this.deps.envSources,

@@ -5,6 +5,7 @@ import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { ipBatch, run, runQuiet } from './host.js';
 import type { NodeNetwork } from './network.js';
+import type { PodHostname } from './pod-hostname.js';
 
 export interface SandboxConfig {
   /** Unique netns name (e.g. dvk-<instance>-<n>). */
@@ -18,8 +19,8 @@ export interface SandboxConfig {
   hostAliases?: Array<{ ip: string; hostnames: string[] }>;
   /** Where the pod's UTS and IPC namespaces are bind-mounted (files `uts` and `ipc`). */
   namespacesDir: string;
-  /** The pod's hostname (spec.hostname, else its name). */
-  hostname: string;
+  /** The pod's hostname and domain (standin/kubelet/pod-hostname.ts). */
+  host: PodHostname;
 }
 
 export class PodSandbox {
@@ -90,25 +91,27 @@ export class PodSandbox {
     mkdirSync(this.config.namespacesDir, { recursive: true });
     writeFileSync(this.utsPath, '');
     writeFileSync(this.ipcPath, '');
-    await run('unshare', [`--uts=${this.utsPath}`, `--ipc=${this.ipcPath}`, 'hostname', this.config.hostname]);
+    await run('unshare', [`--uts=${this.utsPath}`, `--ipc=${this.ipcPath}`, 'hostname', this.config.host.nodename]);
   }
 
   private writeEtcFiles(): void {
-    const { podName, dnsSearch, hostAliases = [] } = this.config;
+    const { host, dnsSearch, hostAliases = [] } = this.config;
     mkdirSync(this.etcDir, { recursive: true });
     writeFileSync(
       `${this.etcDir}/resolv.conf`,
       `search ${dnsSearch.join(' ')}\nnameserver ${this.network.nodeIP}\noptions ndots:5\n`,
     );
-    writeFileSync(`${this.etcDir}/hostname`, `${this.config.hostname}\n`);
+    writeFileSync(`${this.etcDir}/hostname`, `${host.nodename}\n`);
     // The kubelet-managed hosts file (kubernetes pkg/kubelet/kubelet_pods.go managedHostsFileContent): localhost and
-    // the IPv6 boilerplate, the pod's own name on each of its IPs, then hostAliases.
+    // the IPv6 boilerplate, the pod's hostname (its FQDN first when it has a domain) on each of its IPs, then
+    // hostAliases.
+    const names = host.domain ? `${host.hostname}.${host.domain}\t${host.hostname}` : host.hostname;
     const aliases = hostAliases.map((a) => `${a.ip}\t${a.hostnames.join('\t')}\n`).join('');
     writeFileSync(
       `${this.etcDir}/hosts`,
       '# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n' +
         'fe00::0\tip6-localnet\nfe00::0\tip6-mcastprefix\nfe00::1\tip6-allnodes\nfe00::2\tip6-allrouters\n' +
-        this.podIPs.map((ip) => `${ip}\t${podName}\n`).join('') +
+        this.podIPs.map((ip) => `${ip}\t${names}\n`).join('') +
         aliases,
     );
   }

@@ -267,6 +267,69 @@ describe('stand-in containers', () => {
     },
   );
 
+  // kubernetes pkg/kubelet/kubelet_pods.go GeneratePodHostNameAndDomain and truncatePodHostnameIfNeeded: the pod name
+  // (or spec.hostname) cut to 63 characters, then trailing '-' and '.' trimmed; containerd's CRI plugin
+  // (container_create.go, sandbox_run_linux.go) gives that name as HOSTNAME and in /etc/hostname.
+  it('cuts a pod name over 63 characters to a hostname as the kubelet does', async () => {
+    // Given a pod whose name is 65 characters, its 62nd and 63rd a '-'
+    const hostname = `long-${randomBytes(3).toString('hex')}-`.padEnd(61, 'x');
+    const name = `${hostname}--ab`;
+
+    // When it runs
+    await runPod(name);
+
+    // Then its hostname is the first 63 characters without the trailing '-', everywhere the pod sees it
+    expect((await exec(name, ['hostname'])).stdout.trim()).toBe(hostname);
+    expect((await exec(name, ['cat', '/etc/hostname'])).stdout.trim()).toBe(hostname);
+    expect((await exec(name, ['sh', '-c', 'echo $HOSTNAME'])).stdout.trim()).toBe(hostname);
+    expect((await exec(name, ['cat', '/etc/hosts'])).stdout).toMatch(new RegExp(`\\t${hostname}\\n`));
+  });
+
+  // kubernetes pkg/kubelet/kubelet_pods.go GeneratePodHostNameAndDomain (the domain <subdomain>.<ns>.svc.<cluster
+  // domain>) and managedHostsFileContent; pkg/kubelet/util/util.go GetNodenameForKernel (setHostnameAsFQDN).
+  it('names a pod with a subdomain by its FQDN in /etc/hosts, and as its hostname with setHostnameAsFQDN', async () => {
+    // Given two pods of hostname `web` and subdomain `crew`, one of them with setHostnameAsFQDN
+    const fqdn = 'web.crew.default.svc.cluster.local';
+    const short = podName('sub');
+    const full = podName('fqdn');
+
+    // When they run
+    await runPod(short, {}, { hostname: 'web', subdomain: 'crew' });
+    await runPod(full, {}, { hostname: 'web', subdomain: 'crew', setHostnameAsFQDN: true });
+
+    // Then both hosts files map the pod IP to the FQDN and the short name
+    for (const name of [short, full])
+      expect((await exec(name, ['cat', '/etc/hosts'])).stdout).toMatch(new RegExp(`\\t${fqdn}\\tweb\\n`));
+    // And the first pod's kernel hostname is `web`, the second's the FQDN, as are HOSTNAME and /etc/hostname
+    expect((await exec(short, ['sh', '-c', 'echo $(hostname) $HOSTNAME $(cat /etc/hostname)'])).stdout.trim()).toBe(
+      'web web web',
+    );
+    expect((await exec(full, ['sh', '-c', 'echo $(hostname) $HOSTNAME $(cat /etc/hostname)'])).stdout.trim()).toBe(
+      `${fqdn} ${fqdn} ${fqdn}`,
+    );
+  });
+
+  it('does not make the sandbox of a pod whose FQDN is over 64 characters with setHostnameAsFQDN', async () => {
+    // Given a pod whose hostname and domain make a 66-character FQDN, with setHostnameAsFQDN
+    const name = podName('longfqdn');
+    const spec = { hostname: 'h'.repeat(35), subdomain: 'crew', setHostnameAsFQDN: true };
+
+    // When it is created
+    await core.createNamespacedPod({
+      namespace: 'default',
+      body: { metadata: { name }, spec: { containers: [{ name: 'main', image: 'busybox' }], ...spec } },
+    });
+
+    // Then its sandbox fails with the kubelet's message naming the length
+    const message = async (): Promise<string | undefined> =>
+      (await core.listNamespacedEvent({ namespace: 'default' })).items.find(
+        (e) => e.involvedObject.name === name && e.reason === 'FailedCreatePodSandBox',
+      )?.message;
+    await waitFor(`${name}'s FailedCreatePodSandBox event`, async () => (await message()) !== undefined, 10_000);
+    expect(await message()).toContain('is too long (64 characters is the max, 66 characters requested)');
+    await core.deleteNamespacedPod({ namespace: 'default', name, gracePeriodSeconds: 0 });
+  });
+
   it('runs as runAsUser/runAsGroup, and cannot write a read-only root filesystem', async () => {
     const name = podName('user');
     await runPod(name, { securityContext: { runAsUser: 1234, runAsGroup: 5678, readOnlyRootFilesystem: true } });

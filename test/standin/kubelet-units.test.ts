@@ -196,6 +196,7 @@ describe('container env', () => {
         pod,
         podIP: '10.244.0.5',
         hostIP: '10.244.0.1',
+        hostname: 'p',
         container: {
           name: 'c',
           envFrom: [{ configMapRef: { name: 'cm' }, prefix: 'P_' }, { secretRef: { name: 's' } }],
@@ -226,6 +227,7 @@ describe('container env', () => {
       pod,
       podIP: '',
       hostIP: '',
+      hostname: '',
       container: {
         name: 'c',
         env: [{ name: 'X', valueFrom: { configMapKeyRef: { name: 'cm', key: 'missing', optional } } }],
