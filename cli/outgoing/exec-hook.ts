@@ -26,7 +26,7 @@ export function thisMachineNames(name = hostname()): string[] {
 
 /** The exec child-env hook: proxy + preload env and DEVOP_ROOT; its cleanup stops the proxy and removes DEVOP_ROOT. */
 export function outgoingChildEnvHook(settings: OutgoingSettings): ChildEnvHook {
-  return async (env, { session, reporter }) => {
+  return async ({ session, reporter }) => {
     const features = session.hello.features;
     const canDial = features.includes(FEATURES.outgoing);
     if (settings.enabled && !canDial) {
@@ -67,6 +67,10 @@ export function outgoingChildEnvHook(settings: OutgoingSettings): ChildEnvHook {
     if (outgoing.launcher) {
       info(reporter, 'the command runs in a network namespace of its own: its TCP connects and DNS go through devop');
     }
-    return { env: { ...env, ...outgoing.env(env) }, cleanup: () => outgoing.close(), launcher: outgoing.launcher };
+    return {
+      apply: (env) => ({ ...env, ...outgoing.env(env) }),
+      cleanup: () => outgoing.close(),
+      launcher: outgoing.launcher,
+    };
   };
 }

@@ -107,18 +107,22 @@ export interface Session {
  * Adds to the local command's env once the session is up (e.g. the outgoing proxy on the session's tunnel); may return
  * a cleanup that runs when the command has ended.
  */
-export type ChildEnvHook = (
-  env: Record<string, string>,
-  ctx: { session: Session; reporter: Reporter },
-) => Promise<{
-  env: Record<string, string>;
+/**
+ * Something the local command's env needs besides the pod's: started with the session while the pod's env is still
+ * being read (a proxy, a directory), then given the env, in the order of the hooks, to add to it.
+ */
+export type ChildEnvHook = (ctx: { session: Session; reporter: Reporter }) => Promise<StartedEnvHook>;
+
+export interface StartedEnvHook {
+  /** The env with this hook's additions (given the pod's env, the user's choices and the earlier hooks'). */
+  apply(env: Record<string, string>): Record<string, string> | Promise<Record<string, string>>;
   cleanup?: () => Promise<void>;
   /**
    * A program the command is started under, e.g. dist/devop-netns (`--outgoing-netns`), given the local ports traffic
    * goes to; the command follows it.
    */
   launcher?: (localPorts: readonly number[]) => string[];
-}>;
+}
 
 /** Where a followed session went: the new pod and the agent that serves it. */
 export interface Retarget {

@@ -61,10 +61,12 @@ describe('--shadow child env', () => {
     // Given a session and a local env that has in-cluster variables
     const { reporter, events } = collecting();
     const hook = shadowChildEnvHook({ inCluster: false });
-    const { env, cleanup } = await hook(
-      { PATH: process.env.PATH ?? '', KUBERNETES_SERVICE_HOST: '10.0.0.1', KUBERNETES_SERVICE_PORT: '443' },
-      { session: { kc, namespace } as Session, reporter },
-    );
+    const { apply, cleanup } = await hook({ session: { kc, namespace } as Session, reporter });
+    const env = await apply({
+      PATH: process.env.PATH ?? '',
+      KUBERNETES_SERVICE_HOST: '10.0.0.1',
+      KUBERNETES_SERVICE_PORT: '443',
+    });
     try {
       // Then the env names the proxy's kubeconfig only
       expect(env.KUBERNETES_SERVICE_HOST).toBeUndefined();
@@ -88,10 +90,8 @@ describe('--shadow child env', () => {
   it('--in-cluster: KUBERNETES_SERVICE_HOST/PORT and the service account under DEVOP_ROOT name the proxy', async () => {
     const { reporter, events } = collecting();
     const hook = shadowChildEnvHook({ inCluster: true });
-    const { env, cleanup } = await hook(
-      { PATH: process.env.PATH ?? '' },
-      { session: { kc, namespace } as Session, reporter },
-    );
+    const { apply, cleanup } = await hook({ session: { kc, namespace } as Session, reporter });
+    const env = await apply({ PATH: process.env.PATH ?? '' });
     try {
       expect(env.KUBERNETES_SERVICE_HOST).toBe('127.0.0.1');
       expect(existsSync(join(env.DEVOP_ROOT, SERVICE_ACCOUNT_DIR, 'token'))).toBe(true);

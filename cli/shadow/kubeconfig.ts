@@ -46,7 +46,7 @@ export const SERVICE_ACCOUNT_DIR = 'var/run/secrets/kubernetes.io/serviceaccount
  * config and miss the proxy. With it, they name the proxy, and DEVOP_ROOT holds its token, CA and the namespace.
  */
 export function shadowChildEnvHook(settings: ShadowSettings): ChildEnvHook {
-  return async (env, { session, reporter }) => {
+  return async ({ session, reporter }) => {
     let writes = 0;
     const proxy = await startShadowProxy({
       kc: session.kc,
@@ -59,13 +59,19 @@ export function shadowChildEnvHook(settings: ShadowSettings): ChildEnvHook {
       await rm(dir, { recursive: true, force: true });
     };
     const kubeconfig = join(dir, 'kubeconfig');
-    const next: Record<string, string> = { ...env, KUBECONFIG: kubeconfig };
-    delete next.KUBERNETES_SERVICE_HOST;
-    delete next.KUBERNETES_SERVICE_PORT;
-    delete next.KUBERNETES_SERVICE_PORT_HTTPS;
     try {
       await chmod(dir, 0o700);
       await writeFile(kubeconfig, shadowKubeconfig(proxy, session.namespace), { mode: 0o600 });
+    } catch (err) {
+      await cleanup();
+      throw err;
+    }
+    // Given the env: the kubeconfig replaces the in-cluster config, or --in-cluster's files name the proxy.
+    const apply = async (env: Record<string, string>): Promise<Record<string, string>> => {
+      const next: Record<string, string> = { ...env, KUBECONFIG: kubeconfig };
+      delete next.KUBERNETES_SERVICE_HOST;
+      delete next.KUBERNETES_SERVICE_PORT;
+      delete next.KUBERNETES_SERVICE_PORT_HTTPS;
       if (settings.inCluster) {
         // The outgoing hook's DEVOP_ROOT when it made one (remote files), else this session's directory.
         const root = env.DEVOP_ROOT ?? dir;
@@ -81,19 +87,17 @@ export function shadowChildEnvHook(settings: ShadowSettings): ChildEnvHook {
           KUBERNETES_SERVICE_PORT_HTTPS: String(proxy.port),
         });
       }
-    } catch (err) {
-      await cleanup();
-      throw err;
-    }
-    const inCluster = settings.inCluster
-      ? `, in-cluster config at ${next.KUBERNETES_SERVICE_HOST}:${next.KUBERNETES_SERVICE_PORT} ` +
-        `(service account in $DEVOP_ROOT/${SERVICE_ACCOUNT_DIR})`
-      : '';
-    info(
-      reporter,
-      `shadow: the local command's API requests go to ${proxy.url} (KUBECONFIG=${kubeconfig}${inCluster}): ` +
-        'reads pass, writes are dry runs, Leases stay in memory',
-    );
-    return { env: next, cleanup };
+      const inCluster = settings.inCluster
+        ? `, in-cluster config at ${next.KUBERNETES_SERVICE_HOST}:${next.KUBERNETES_SERVICE_PORT} ` +
+          `(service account in $DEVOP_ROOT/${SERVICE_ACCOUNT_DIR})`
+        : '';
+      info(
+        reporter,
+        `shadow: the local command's API requests go to ${proxy.url} (KUBECONFIG=${kubeconfig}${inCluster}): ` +
+          'reads pass, writes are dry runs, Leases stay in memory',
+      );
+      return next;
+    };
+    return { apply, cleanup };
   };
 }

@@ -3,7 +3,7 @@
 import { UserError } from '../../../shared/errors.js';
 import { FEATURES } from '../../../shared/protocol.js';
 import { type Reporter, step, warn } from '../../reporter.js';
-import type { Session } from '../../session/connect.js';
+import type { Session, StartedEnvHook } from '../../session/connect.js';
 import { agentRequest } from '../../session/tunnel.js';
 import { buildChildEnv, readEnvFile, withheldLine } from '../child-env.js';
 import type { ExecServiceOptions } from './options.js';
@@ -26,7 +26,8 @@ export async function readRemoteEnv(session: Session): Promise<Record<string, st
 
 /**
  * The `env` step; each hook's cleanup goes to `onCleanup`, to run when the session ends, and a launcher the command
- * must be started under (`--outgoing-netns`) to `onLauncher`.
+ * must be started under (`--outgoing-netns`) to `onLauncher`. The hooks start while the pod's env is read (the outgoing
+ * proxy's start would otherwise wait for that round trip), then add to the env in their order.
  */
 export async function prepareChildEnv(
   session: Session,
@@ -40,10 +41,19 @@ export async function prepareChildEnv(
     'env',
     'environment',
     async () => {
-      const [remoteEnv, envFile] = await Promise.all([
+      const starting = Promise.allSettled((options.childEnvHooks ?? []).map((hook) => hook({ session, reporter })));
+      const read = Promise.all([
         readRemoteEnv(session),
         options.env.file ? readEnvFile(options.env.file) : Promise.resolve(undefined),
       ]);
+      // Whatever failed, every hook that started is cleaned up when the session ends.
+      const [started, values] = await Promise.all([starting, read.then(ok, failed)]);
+      const hooks = started.map((s) => (s.status === 'fulfilled' ? s.value : undefined));
+      for (const hook of hooks) if (hook?.cleanup) onCleanup(hook.cleanup);
+      const hookFailure = started.find((s) => s.status === 'rejected');
+      if (hookFailure) throw hookFailure.reason;
+      if (!values.ok) throw values.error;
+      const [remoteEnv, envFile] = values.value;
       let env = buildChildEnv({
         localEnv: process.env,
         remoteEnv,
@@ -54,11 +64,9 @@ export async function prepareChildEnv(
         envFile,
         onWithheld: (names) => warn(reporter, withheldLine(names)),
       });
-      for (const hook of options.childEnvHooks ?? []) {
-        const result = await hook(env, { session, reporter });
-        env = result.env;
-        if (result.cleanup) onCleanup(result.cleanup);
-        if (result.launcher) onLauncher?.(result.launcher);
+      for (const hook of hooks as StartedEnvHook[]) {
+        env = await hook.apply(env);
+        if (hook.launcher) onLauncher?.(hook.launcher);
       }
       return { env, remoteCount: Object.keys(remoteEnv).length };
     },
@@ -66,3 +74,6 @@ export async function prepareChildEnv(
   );
   return prepared.env;
 }
+
+const ok = <T>(value: T): { ok: true; value: T } => ({ ok: true, value });
+const failed = (error: unknown): { ok: false; error: unknown } => ({ ok: false, error });

@@ -8,7 +8,9 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { isUserError } from '../../../shared/errors.js';
 import type { ChildExit, LocalCommand } from '../../process/child.js';
 import type { ReportEvent, Reporter } from '../../reporter.js';
-import type { Session } from '../../session/connect.js';
+import type { ChildEnvHook, Session } from '../../session/connect.js';
+import { FEATURES, type ClientMessage } from '../../../shared/protocol.js';
+import { prepareChildEnv } from './environment.js';
 import { refuseTakenPorts } from './local-ports.js';
 import { startRecording } from './recording.js';
 import { firstEnd, settle } from './outcome.js';
@@ -168,6 +170,92 @@ describe("the session's end", () => {
     expect(first).toBe('still running');
     command.exit({ code: 0, signal: null, exitCode: 0 } as ChildExit);
     expect((await ended).kind).toBe('exit');
+  });
+});
+
+/** A session whose agent answers the env read only when `answer` is called. */
+function envSession(): Session & {
+  envRequested: Promise<string>;
+  answer(id: string, vars?: Record<string, string>): void;
+} {
+  const tunnel = new EventEmitter() as EventEmitter & { send(msg: ClientMessage): boolean };
+  let requested!: (id: string) => void;
+  const envRequested = new Promise<string>((r) => (requested = r));
+  tunnel.send = (msg) => {
+    if (msg.type === 'envRead') requested(msg.id);
+    return true;
+  };
+  const answer = (id: string, vars?: Record<string, string>): void => {
+    tunnel.emit('message', vars ? { type: 'env', id, vars } : { type: 'error', id, message: 'no such process' });
+  };
+  const hello = { features: [FEATURES.env], agentVersion: 'test' };
+  return { tunnel, hello, envRequested, answer } as unknown as Session & {
+    envRequested: Promise<string>;
+    answer(id: string, vars?: Record<string, string>): void;
+  };
+}
+
+const within = <T>(promise: Promise<T>, ms: number, what: string): Promise<T> =>
+  Promise.race([
+    promise,
+    new Promise<never>((_, reject) => setTimeout(() => reject(new Error(`${what} within ${ms} ms: no`)), ms)),
+  ]);
+
+describe('the env step', () => {
+  const env = { include: [], exclude: [], allow: [], override: {} } as never;
+
+  it("Given hooks (the outgoing proxy), When the pod's env is still on its way, Then they start meanwhile", async () => {
+    // Given an agent that answers the env read only once the first hook has started
+    const session = envSession();
+    let started!: () => void;
+    const hookStarted = new Promise<void>((r) => (started = r));
+    const order: string[] = [];
+    const hook =
+      (name: string): ChildEnvHook =>
+      async () => {
+        if (name === 'first') started();
+        return {
+          apply: (e) => {
+            order.push(name);
+            return { ...e, [`BY_${name.toUpperCase()}`]: e.POD_VAR ?? '' };
+          },
+        };
+      };
+    const reporter = recordingReporter();
+    const prepared = prepareChildEnv(
+      session,
+      { env, childEnvHooks: [hook('first'), hook('second')] },
+      reporter,
+      () => undefined,
+    );
+    const id = await session.envRequested;
+    // When the hooks have started before the pod's env came (the old order read the env first: this waits in vain)
+    await within(hookStarted, 2000, 'the hooks started while the env was read');
+    session.answer(id, { POD_VAR: 'from-the-pod' });
+    // Then each hook adds to the pod's env, in the hooks' order
+    const result = await prepared;
+    expect(result.POD_VAR).toBe('from-the-pod');
+    expect([result.BY_FIRST, result.BY_SECOND]).toEqual(['from-the-pod', 'from-the-pod']);
+    expect(order).toEqual(['first', 'second']);
+  });
+
+  it("Given a hook started, When the pod's env cannot be read, Then the step fails and the hook is still cleaned up", async () => {
+    const session = envSession();
+    const cleanups: Array<() => Promise<void>> = [];
+    let cleaned = false;
+    const hook: ChildEnvHook = async () => ({
+      apply: (e) => e,
+      cleanup: async () => {
+        cleaned = true;
+      },
+    });
+    const prepared = prepareChildEnv(session, { env, childEnvHooks: [hook] }, recordingReporter(), (c) =>
+      cleanups.push(c),
+    );
+    session.answer(await session.envRequested);
+    await expect(prepared).rejects.toThrow("the agent could not read the pod's env: no such process");
+    for (const cleanup of cleanups) await cleanup();
+    expect(cleaned).toBe(true);
   });
 });
 
