@@ -104,10 +104,6 @@ export interface Session {
 }
 
 /**
- * Adds to the local command's env once the session is up (e.g. the outgoing proxy on the session's tunnel); may return
- * a cleanup that runs when the command has ended.
- */
-/**
  * Something the local command's env needs besides the pod's: started with the session while the pod's env is still
  * being read (a proxy, a directory), then given the env, in the order of the hooks, to add to it.
  */
