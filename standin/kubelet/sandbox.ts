@@ -1,7 +1,7 @@
 // A pod sandbox: the pod's network namespace (veth on the node bridge, pod IP, default route via the node), its UTS
 // (hostname) and IPC namespaces, which every container of the pod joins — kept by bind mounts, as the pause container
 // keeps them on a node — and the kubelet-managed resolv.conf/hosts/hostname files mounted over each container's /etc.
-import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { ipBatch, run, runQuiet } from './host.js';
 import type { NodeNetwork } from './network.js';
@@ -51,8 +51,16 @@ export class PodSandbox {
     return this.config.name;
   }
 
-  /** Creates the netns and wires it to the bridge; on failure removes what it made. */
+  /** Creates the netns and wires it to the bridge; on failure removes what it made, and only that. */
   static async create(network: NodeNetwork, config: SandboxConfig): Promise<PodSandbox> {
+    // A netns or link of the sandbox's names that is already there is not this attempt's (another program's, or left
+    // by a run): failing before anything is made keeps the clean-up below from removing it. (`ip -batch` would fail
+    // on it too, but without saying which of its commands did.)
+    const taken = [
+      existsSync(`/run/netns/${config.name}`) && `network namespace ${config.name}`,
+      existsSync(`/sys/class/net/${config.hostVeth}`) && `link ${config.hostVeth}`,
+    ].filter(Boolean);
+    if (taken.length > 0) throw new Error(`${taken.join(' and ')}: already on the node, not this pod's; left as it is`);
     const podIP = network.allocateIP();
     const sandbox = new PodSandbox(config, podIP, network);
     try {

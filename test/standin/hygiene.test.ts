@@ -227,8 +227,8 @@ describe('stand-in hygiene', () => {
   );
 
   it('a pod whose sandbox cannot be made keeps no rootfs snapshot or mount, and has one once it runs', async () => {
-    // Given a node whose next three pod network namespaces' names are taken (ip netns add fails: File exists), so a
-    // pod's sandbox fails three times while its container's rootfs is made beside it (its image is present)
+    // Given a node whose next three pod network namespaces' names are taken by netns it did not make, so a pod's
+    // sandbox fails three times while its container's rootfs is made beside it (its image is present)
     const instance = `hs${randomBytes(3).toString('hex')}`;
     await ensureContainerd();
     const taken = ['1', '2', '3'].map((n) => `dvk-${instance}-${n}`);
@@ -263,9 +263,10 @@ describe('stand-in hygiene', () => {
       expect(running.snapshots.length).toBe(1);
       await waitFor('the snapshot labelled', async () => (await snapshotsLabelled(instance)).length === 1, 5_000);
       expect(running.mounts.filter((m) => m.includes('/rootfs/')).length).toBe(1);
+      // … and the failed sandboxes' clean-up left the netns it had not made
+      expect(taken.filter((name) => existsSync(`/run/netns/${name}`))).toEqual(taken);
     } finally {
       await cluster.stop();
-      // (a failed sandbox removes the netns of its name: most are gone by now)
       for (const name of taken) spawnSync('ip', ['netns', 'del', name], { stdio: 'ignore' });
     }
     expect(await footprint(instance)).toEqual(NOTHING);
