@@ -1,7 +1,8 @@
 // The steal and replace locks against the stand-in's API server: a release that meets a renewal in flight still gives
 // the lock back (a devop that stops while its 5-second renewal runs must not leave the port locked, or the workload
 // replaced, for another 15 s). The renewal's read or write is held on its way until the release has started. And a
-// stopping session's releaseAll waits for a take or release of a port still on its way.
+// stopping session's releaseAll waits for a take or release of a port still on its way. A lock taken ahead of its
+// subscribe (while the local command starts) is the one the subscribe gets.
 import { CoordinationV1Api, KubeConfig, V1MicroTime } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startCluster, type ClusterHandle } from '../../standin/index.js';
@@ -9,6 +10,9 @@ import { apiErrorCode } from './errors.js';
 import { ReplaceLease } from '../replace/lease.js';
 import { LEASE_ANNOTATIONS, LEASE_LABEL, LEASE_LABEL_VALUE, StealLeases } from './steal-lease.js';
 import { sessionsOfLeases } from '../services/sessions.js';
+import type { Reporter } from '../reporter.js';
+import { StealGate } from '../session/steal-gate.js';
+import type { ResolvedTarget } from './target.js';
 
 let cluster: ClusterHandle;
 let kc: KubeConfig;
@@ -232,5 +236,49 @@ describe('a devop of this machine killed a moment ago (its Lease still live)', (
     const second = session('still-running', 'alice');
     await liveLeaseOf(second.nameFor(8080), 'still-running', 'alice@box#other', process.pid + 1);
     expect(await second.take(8080)).toMatchObject({ ok: false, holder: { user: 'alice', host: 'box' } });
+  });
+});
+
+describe('a steal lock taken ahead of its subscribe (StealGate.lockAhead)', () => {
+  const target = (pod: string) =>
+    ({ namespace: 'default', pod: { metadata: { name: pod, namespace: 'default' } } }) as unknown as ResolvedTarget;
+  const gate = (pod: string, user: string) =>
+    new StealGate(
+      kc,
+      target(pod),
+      { user, host: 'box' },
+      { emit: () => undefined } as unknown as Reporter,
+      () => undefined,
+    );
+  const subscribe = (port: number, filter?: { header: string }) =>
+    ({ type: 'subscribe', id: `sub-${port}`, port, mode: 'steal', ...(filter ? { filter } : {}) }) as never;
+
+  it('Given the lock is taken while the command starts, When the steal subscribes, Then it holds the lock taken then', async () => {
+    const mine = gate('ahead', 'alice');
+    const leases = (mine as unknown as { leases: StealLeases }).leases;
+    // Given the session takes the lock ahead, with the Lease's create held on its way
+    const hold = holdNext(leases, 'createNamespacedLease');
+    mine.lockAhead([8080]);
+    // Then the take is on its way before any subscribe
+    await hold.reached;
+    // When the subscribe comes while it is still on its way, it waits for that take, and passes once it lands
+    const passed = mine.gate(subscribe(8080));
+    setTimeout(hold.open, 50);
+    expect(await passed).toBeUndefined();
+    expect(await leaseGone(leases.nameFor(8080))).toBe(false);
+    // And another user's unfiltered steal of the port is refused, naming the holder
+    const refused = await gate('ahead', 'bob').gate(subscribe(8080));
+    expect(refused).toMatchObject({ type: 'refused', port: 8080, holder: { user: 'alice' } });
+    await leases.releaseAll();
+    expect(await leaseGone(leases.nameFor(8080))).toBe(true);
+  });
+
+  it('Given the lock was taken ahead, When the port is subscribed with a header filter instead, Then it is given back', async () => {
+    const mine = gate('ahead-filtered', 'alice');
+    const leases = (mine as unknown as { leases: StealLeases }).leases;
+    mine.lockAhead([8080]);
+    expect(await mine.gate(subscribe(8080, { header: 'x-dev: alice' }))).toBeUndefined();
+    expect(await leaseGone(leases.nameFor(8080))).toBe(true);
+    expect(leases.heldPorts()).toEqual([]);
   });
 });

@@ -6,6 +6,7 @@ import { startLocalCommand, type LocalCommand } from '../process/child.js';
 import type { Reporter } from '../reporter.js';
 import { startReplaceStep, type ReplaceStep } from '../replace/stage.js';
 import type { Session } from '../session/connect.js';
+import { takesStealLock } from '../session/steal-gate.js';
 import { connectSupervisedSession } from '../session/supervisor.js';
 import { routeAgentEvents } from './exec/agent-events.js';
 import { prepareChildEnv } from './exec/environment.js';
@@ -60,6 +61,8 @@ export async function runExec(options: ExecServiceOptions, reporter: Reporter): 
       options.replace && options.mode !== 'steal'
         ? []
         : resolvePorts(options.ports, s.target?.container, s.target?.ports);
+    // An unfiltered steal's cluster-wide locks are taken while the env is read and the command starts.
+    if (takesStealLock(options.mode, options.httpFilter)) s.lockAhead?.(ports.map((p) => p.remote));
     const stealProbes = options.stealProbes || (await extensionStealsNode(s, options, reporter));
     // --tls-secret: read now with the user's credentials, so a Secret they cannot read stops devop before the command.
     const tls =

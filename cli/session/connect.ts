@@ -101,6 +101,8 @@ export interface Session {
   onStopped?(listener: (reason: string) => void): void;
   /** The pods the session holds now (several with --all-pods or an extension target). */
   podNames?(): string[];
+  /** Starts taking the steal locks of ports an unfiltered steal will subscribe (see StealGate.lockAhead). */
+  lockAhead?(ports: readonly number[]): void;
 }
 
 /**

@@ -3,15 +3,22 @@
 import type { KubeConfig } from '@kubernetes/client-node';
 import { errorMessage } from '../../shared/errors.js';
 import type { AgentMessage, ClientMessage } from '../../shared/protocol.js';
-import { StealLeases, workloadOfPod } from '../kube/steal-lease.js';
+import { StealLeases, type TakeResult, workloadOfPod } from '../kube/steal-lease.js';
 import type { ResolvedTarget } from '../kube/target.js';
 import { debug, info, type Reporter, warn } from '../reporter.js';
 
 type Subscribe = Extract<ClientMessage, { type: 'subscribe' }>;
 type Refused = Extract<AgentMessage, { type: 'refused' }>;
 
+/** Whether a subscribe takes its workload's cluster-wide lock: a steal with no header, path or method filter. */
+export function takesStealLock(mode: Subscribe['mode'], filter: Subscribe['filter']): boolean {
+  return mode === 'steal' && !(filter?.header || filter?.path || filter?.method);
+}
+
 export class StealGate {
   private readonly leases: StealLeases;
+  /** Takes started before their subscribe (lockAhead), by port: the subscribe waits for the one on its way. */
+  private readonly ahead = new Map<number, Promise<TakeResult>>();
 
   constructor(
     kc: KubeConfig,
@@ -48,15 +55,30 @@ export class StealGate {
     });
   }
 
+  /**
+   * Starts taking the locks of ports an unfiltered steal is about to subscribe (while the local command starts), so
+   * that the subscribe does not wait for the API server's round trips; the subscribe gets the take's answer.
+   */
+  lockAhead(ports: readonly number[]): void {
+    for (const port of ports) {
+      if (this.ahead.has(port)) continue;
+      const take = this.leases.take(port);
+      take.catch(() => undefined); // the subscribe reads the failure, or the session ends first (releaseAll)
+      this.ahead.set(port, take);
+    }
+  }
+
   /** Unfiltered steals take the workload's cluster-wide lock first; anything else gives back a lock it held. */
   async gate(msg: Subscribe): Promise<Refused | undefined> {
-    const filtered = msg.filter && (msg.filter.header || msg.filter.path || msg.filter.method);
-    if (msg.mode !== 'steal' || filtered) {
+    const ahead = this.ahead.get(msg.port);
+    this.ahead.delete(msg.port);
+    if (!takesStealLock(msg.mode, msg.filter)) {
+      await ahead?.catch(() => undefined);
       if (this.leases.heldPorts().includes(msg.port)) await this.leases.release(msg.port);
       return undefined;
     }
     try {
-      const result = await this.leases.take(msg.port);
+      const result = await (ahead ?? this.leases.take(msg.port));
       if (result.ok) return undefined;
       return { type: 'refused', id: msg.id, port: msg.port, reason: result.reason, holder: result.holder };
     } catch (err) {

@@ -126,6 +126,7 @@ class Supervisor {
       onRetarget: (listener) => this.retargeted.push(listener),
       onStopped: (listener) => this.stopped.push(listener),
       podNames: () => [...this.members].filter((m) => m.state === 'up').map((m) => m.target.podName),
+      lockAhead: (ports) => this.locks?.lockAhead(ports),
     };
   }
 
