@@ -4,12 +4,12 @@
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { CoreV1Api, KubeConfig, type V1Pod } from '@kubernetes/client-node';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startCluster, type ClusterHandle } from '../../standin/index.js';
-import type { NodeRuntime } from '../../standin/node-runtime.js';
+import type { CoreV1Api, V1Pod } from '@kubernetes/client-node';
+import { describe, expect, it } from 'vitest';
+import type { ClusterHandle, NodeRuntime } from '../../standin/index.js';
 import { readAll, waitForPod } from '../../testkit/pods.js';
 import { requireRoot } from '../../testkit/root.js';
+import { withStandinNode } from '../../testkit/standin-node.js';
 
 requireRoot('stand-in kubelet: container logs');
 
@@ -20,16 +20,8 @@ let cluster: ClusterHandle;
 let core: CoreV1Api;
 let runtime: NodeRuntime;
 
-beforeAll(async () => {
-  cluster = await startCluster();
-  runtime = cluster.runtime!;
-  const kc = new KubeConfig();
-  kc.loadFromFile(cluster.kubeconfigPath);
-  core = kc.makeApiClient(CoreV1Api);
-});
-
-afterAll(async () => {
-  await cluster?.stop();
+withStandinNode((node) => {
+  ({ cluster, core, runtime } = node);
 });
 
 function podName(prefix: string): string {

@@ -4,11 +4,10 @@ import { createHash, randomBytes } from 'node:crypto';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { CoreV1Api, KubeConfig, type V1Pod } from '@kubernetes/client-node';
+import type { CoreV1Api, V1Pod } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { requireRoot } from '../../testkit/root.js';
-import { startCluster, type ClusterHandle } from '../../standin/index.js';
-import type { NodeRuntime } from '../../standin/node-runtime.js';
+import type { ClusterHandle, NodeRuntime } from '../../standin/index.js';
 import {
   execOutput,
   isReady,
@@ -18,6 +17,7 @@ import {
   tagImage,
   waitForPod,
 } from '../../testkit/pods.js';
+import { withStandinNode } from '../../testkit/standin-node.js';
 import { waitFor } from '../../testkit/wait.js';
 
 requireRoot('stand-in kubelet');
@@ -42,17 +42,15 @@ function containerID(pod: V1Pod, name?: string): string {
   return status?.containerID ?? '';
 }
 
-beforeAll(async () => {
-  cluster = await startCluster();
-  runtime = cluster.runtime!;
-  const kc = new KubeConfig();
-  kc.loadFromFile(cluster.kubeconfigPath);
-  core = kc.makeApiClient(CoreV1Api);
+withStandinNode((node) => {
+  ({ cluster, core, runtime } = node);
+});
+
+beforeAll(() => {
   scratch = mkdtempSync(join(tmpdir(), 'devop-kubelet-test-'));
 });
 
-afterAll(async () => {
-  await cluster?.stop();
+afterAll(() => {
   if (scratch) rmSync(scratch, { recursive: true, force: true });
 });
 
