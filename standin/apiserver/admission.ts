@@ -7,7 +7,7 @@ import { randomUUID } from 'node:crypto';
 import { ApiError, type K8sObject } from './errors.js';
 import type { Identity } from './auth.js';
 import type { Objects } from './objects.js';
-import { applyPatch } from './patch.js';
+import { applyPatch, JsonPatchError } from './patch.js';
 import { storeKey, type ResourceType } from './resources.js';
 import { labelSelectorMatcher } from './selectors.js';
 import { serviceEndpoint } from './service-endpoint.js';
@@ -33,6 +33,40 @@ export interface AdmissionAttributes {
 
 /** A webhook's call failed (not a denial): failurePolicy decides what happens. */
 class CallingWebhookError extends Error {}
+
+/** A mutating webhook's answer's patch, decoded (post), for admit to apply. */
+const patchOperations = new WeakMap<K8sObject, unknown[]>();
+
+/**
+ * A webhook's response.patch as json-patch's DecodePatch reads it: base64 of a JSON array of operations. A patch that
+ * does not decode is a failed call, under the webhook's failurePolicy (mutating/dispatcher.go).
+ */
+function decodePatch(patch: string): unknown[] {
+  const ops: unknown = JSON.parse(Buffer.from(patch, 'base64').toString('utf8'));
+  if (!Array.isArray(ops)) {
+    const kind = ops === null ? 'null' : typeof ops === 'object' ? 'object' : typeof ops;
+    throw new Error(`json: cannot unmarshal ${kind} into Go value of type jsonpatch.Patch`);
+  }
+  return ops;
+}
+
+/**
+ * The object with a mutating webhook's non-empty patch applied. A patch for a request without an object (a DELETE), or
+ * one that does not apply, fails the write with a 500 whatever the failurePolicy, as the dispatcher's
+ * apierrors.NewInternalError does (apiserver pkg/admission/plugin/webhook/mutating/dispatcher.go).
+ */
+function patchedBy(webhook: string, object: K8sObject | undefined, ops: unknown[]): K8sObject {
+  const internal = (message: string) => new ApiError(500, 'InternalError', `Internal error occurred: ${message}`);
+  if (!object)
+    throw internal(
+      `admission webhook "${webhook}" attempted to modify the object, which is not supported for this operation`,
+    );
+  try {
+    return applyPatch('json', object, ops);
+  } catch (e) {
+    throw internal(e instanceof JsonPatchError ? e.failure : (e as Error).message);
+  }
+}
 
 /** Rule matching as the admission plugin's rules.Matcher does it (`*`, `pods/*`, `*\/status`, scope). */
 function ruleMatches(rule: K8sObject, a: AdmissionAttributes): boolean {
@@ -96,9 +130,9 @@ export class Admission {
       for (const w of mutating) {
         if (round === 1 && !reinvoke.has(w)) continue;
         const response = await this.call(w, { ...a, object }, true);
-        if (response?.patch && object && a.operation !== 'DELETE') {
-          const ops = JSON.parse(Buffer.from(response.patch, 'base64').toString('utf8'));
-          const patched = applyPatch('json', object, ops);
+        const ops = (response && patchOperations.get(response)) ?? [];
+        if (ops.length > 0) {
+          const patched = patchedBy(w.name, object, ops);
           if (JSON.stringify(patched) !== JSON.stringify(object)) {
             for (const earlier of invokedReinvocable) reinvoke.add(earlier);
             invokedReinvocable = new Set();
@@ -186,8 +220,15 @@ export class Admission {
             if (invalid) return reject(failed(`received invalid webhook response: ${invalid}`));
             const r = review.response;
             // Checked once allowed, as the dispatcher applies the patch (mutating/dispatcher.go).
-            if (r.allowed === true && r.patch && r.patchType !== 'JSONPatch')
-              return reject(failed(`unsupported patch type "${r.patchType}"`));
+            if (r.allowed !== true || !r.patch) return resolve(r);
+            let ops: unknown;
+            try {
+              ops = decodePatch(r.patch);
+            } catch (e) {
+              return reject(failed(`received undecodable patch in webhook response: ${(e as Error).message}`));
+            }
+            if (r.patchType !== 'JSONPatch') return reject(failed(`unsupported patch type "${r.patchType}"`));
+            patchOperations.set(r, ops as unknown[]);
             resolve(r);
           });
         },

@@ -28,58 +28,79 @@ function pointerParts(path: string): string[] {
 }
 
 /**
- * A JSON patch that does not apply (a missing path, an index out of range, a failed `test`): kube-apiserver answers
- * every one with the same 422 and no detail (apiserver pkg/endpoints/handlers/patch.go applyJSPatch through
- * apimachinery pkg/api/errors NewGenericServerResponse, which keeps json-patch's own message out of the Status).
+ * A JSON patch that does not apply (a missing path, an index out of range, a failed `test`). As the answer to PATCH,
+ * kube-apiserver gives every one the same 422 and no detail (apiserver pkg/endpoints/handlers/patch.go applyJSPatch
+ * through apimachinery pkg/api/errors NewGenericServerResponse, which keeps json-patch's own message out of the
+ * Status); a mutating webhook's patch that does not apply is a 500 with that message (admission.ts). `failure`
+ * is in json-patch's words (evanphx/json-patch v4, patch.go: its add, remove, replace, move, copy and test).
  */
-function patchFailed(): ApiError {
-  return new ApiError(422, 'Invalid', 'the server rejected our request due to an error in our request', {});
+export class JsonPatchError extends ApiError {
+  constructor(readonly failure: string) {
+    super(422, 'Invalid', 'the server rejected our request due to an error in our request', {});
+  }
 }
 
-function resolveParent(doc: Json, parts: string[]): { parent: Json; last: string } {
+const invalidIndex = (op: string, path: string, index: string): JsonPatchError =>
+  new JsonPatchError(
+    `error in ${op} for path: '${path}': Unable to access invalid index: ${index}: invalid index referenced`,
+  );
+
+/** The container a pointer's last part is in, or undefined (json-patch's findObject). */
+function containerOf(doc: Json, parts: string[]): { parent: Json; last: string } | undefined {
   let cur = doc;
   for (const p of parts.slice(0, -1)) {
     cur = Array.isArray(cur) ? cur[Number(p)] : isObj(cur) ? cur[p] : undefined;
-    if (cur === undefined) throw patchFailed();
+    if (cur === undefined || (!Array.isArray(cur) && !isObj(cur))) return undefined;
   }
   return { parent: cur, last: parts[parts.length - 1] };
 }
 
-function getAt(doc: Json, path: string): Json {
+function getAt(doc: Json, path: string): Json | undefined {
   let cur = doc;
   for (const p of pointerParts(path)) {
     cur = Array.isArray(cur) ? cur[Number(p)] : isObj(cur) ? cur[p] : undefined;
-    if (cur === undefined) throw patchFailed();
+    if (cur === undefined) return undefined;
   }
   return cur;
 }
 
-function removeAt(doc: Json, path: string): Json {
-  const { parent, last } = resolveParent(doc, pointerParts(path));
+function removeAt(doc: Json, path: string, op = 'remove'): Json {
+  const found = containerOf(doc, pointerParts(path));
+  if (!found) throw new JsonPatchError(`${op} operation does not apply: doc is missing path: "${path}": missing value`);
+  const { parent, last } = found;
   if (Array.isArray(parent)) {
     const i = Number(last);
-    if (!(i >= 0 && i < parent.length)) throw patchFailed();
+    if (!(Number.isInteger(i) && i >= 0 && i < parent.length)) throw invalidIndex(op, path, last);
     return parent.splice(i, 1)[0];
   }
-  if (!isObj(parent) || !(last in parent)) throw patchFailed();
+  if (!(last in parent))
+    throw new JsonPatchError(
+      `error in ${op} for path: '${path}': Unable to remove nonexistent key: ${last}: missing value`,
+    );
   const v = parent[last];
   delete parent[last];
   return v;
 }
 
-function addAt(doc: Json, path: string, value: Json, replace: boolean): Json {
+function addAt(doc: Json, path: string, value: Json, op: 'add' | 'replace' | 'move' | 'copy'): Json {
   const parts = pointerParts(path);
   if (parts.length === 0) return value;
-  const { parent, last } = resolveParent(doc, parts);
+  const found = containerOf(doc, parts);
+  if (!found) {
+    const what = op === 'replace' ? `path: ${path}` : op === 'add' ? `path: "${path}"` : `destination path: ${path}`;
+    throw new JsonPatchError(`${op} operation does not apply: doc is missing ${what}: missing value`);
+  }
+  const { parent, last } = found;
   if (Array.isArray(parent)) {
-    const i = last === '-' ? parent.length : Number(last);
-    if (!(i >= 0 && i <= parent.length)) throw patchFailed();
-    if (replace) parent[i] = value;
+    const i = last === '-' && op !== 'replace' ? parent.length : Number(last);
+    const end = op === 'replace' ? parent.length - 1 : parent.length;
+    if (!(Number.isInteger(i) && i >= 0 && i <= end)) throw invalidIndex(op === 'replace' ? 'remove' : op, path, last);
+    if (op === 'replace') parent[i] = value;
     else parent.splice(i, 0, value);
-  } else if (isObj(parent)) {
-    if (replace && !(last in parent)) throw patchFailed();
+  } else {
+    // A replace of a key the object lacks sets it, as json-patch v4 does (partialDoc.get never fails).
     parent[last] = value;
-  } else throw patchFailed();
+  }
   return doc;
 }
 
@@ -89,27 +110,42 @@ export function jsonPatch(target: Json, ops: Json): Json {
   for (const op of ops) {
     switch (op.op) {
       case 'add':
-        doc = addAt(doc, op.path, structuredClone(op.value), false);
+        doc = addAt(doc, op.path, structuredClone(op.value), 'add');
         break;
       case 'replace':
-        doc = addAt(doc, op.path, structuredClone(op.value), true);
+        doc = addAt(doc, op.path, structuredClone(op.value), 'replace');
         break;
       case 'remove':
         removeAt(doc, op.path);
         break;
       case 'move': {
-        const v = removeAt(doc, op.from);
-        doc = addAt(doc, op.path, v, false);
+        if (getAt(doc, op.from) === undefined)
+          throw new JsonPatchError(
+            `move operation does not apply: doc is missing from path: ${op.from}: missing value`,
+          );
+        const v = removeAt(doc, op.from, 'move');
+        doc = addAt(doc, op.path, v, 'move');
         break;
       }
-      case 'copy':
-        doc = addAt(doc, op.path, structuredClone(getAt(doc, op.from)), false);
+      case 'copy': {
+        const v = getAt(doc, op.from);
+        if (v === undefined)
+          throw new JsonPatchError(
+            `copy operation does not apply: doc is missing from path: ${op.from}: missing value`,
+          );
+        doc = addAt(doc, op.path, structuredClone(v), 'copy');
         break;
-      case 'test':
-        if (JSON.stringify(getAt(doc, op.path)) !== JSON.stringify(op.value)) throw patchFailed();
+      }
+      case 'test': {
+        const v = getAt(doc, op.path);
+        if (v === undefined)
+          throw new JsonPatchError(`test operation does not apply: is missing path: ${op.path}: missing value`);
+        if (JSON.stringify(v) !== JSON.stringify(op.value))
+          throw new JsonPatchError(`testing value ${op.path} failed: test failed`);
         break;
+      }
       default:
-        throw badRequest(`unexpected kind of JSON patch operation: ${op.op}`);
+        throw new JsonPatchError(`Unexpected kind: ${op.op}`);
     }
   }
   return doc;

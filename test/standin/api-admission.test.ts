@@ -44,6 +44,17 @@ function answer(path: string, request: any): any {
     const op = { op: 'add', path: '/metadata/labels', value: { untyped: 'yes' } };
     return { ...base, patch: Buffer.from(JSON.stringify([op])).toString('base64') };
   }
+  const patchOf = (patch: unknown) => ({
+    ...base,
+    patchType: 'JSONPatch',
+    patch: Buffer.from(JSON.stringify(patch)).toString('base64'),
+  });
+  // A patch that names a map the object lacks: it does not apply.
+  if (path === '/patch-missing') return patchOf([{ op: 'add', path: '/metadata/annotations/x', value: 'y' }]);
+  // One operation, not an array of them: json-patch cannot decode it.
+  if (path === '/patch-undecodable') return patchOf({ op: 'add', path: '/metadata/labels', value: { x: 'y' } });
+  // A patch on a DELETE, which has no object to patch.
+  if (path === '/patch-delete') return patchOf([{ op: 'add', path: '/metadata/labels', value: { x: 'y' } }]);
   if (path === '/require-mutated' && request.object?.metadata?.labels?.mutated !== 'yes')
     return { ...base, allowed: false, status: { message: 'not mutated first' } };
   return base;
@@ -218,6 +229,66 @@ describe('admission webhooks', () => {
     expect(seen.map((s) => s.path.split('?')[0])).toEqual(['/mutate', '/require-mutated']);
     const stored = await core.readNamespacedConfigMap({ namespace: 'watched', name: 'm' });
     expect(stored.metadata?.labels).toEqual({ mutated: 'yes' });
+  });
+
+  // apiserver pkg/admission/plugin/webhook/mutating/dispatcher.go (callAttrMutatingHook): a patch that does not decode
+  // is a failed call (ErrCallingWebhook, so failurePolicy applies); one that does not apply, or any patch on a request
+  // without an object (DELETE), is apierrors.NewInternalError whatever the policy, in json-patch's words
+  // (evanphx/json-patch patch.go, the v4 package apiserver's go.mod pins).
+  it("a webhook's patch that does not decode is a failed call; one that does not apply, or patches a DELETE, a 500", async () => {
+    const mutating = (name: string, path: string, more: object = {}) =>
+      admission.createMutatingWebhookConfiguration({
+        body: { metadata: { name }, webhooks: [{ ...hook(`${name}.example.com`, path), ...more }] },
+      });
+    // Given a webhook whose patch adds under a map the ConfigMap lacks, failing open (failurePolicy Ignore)
+    await mutating('missing', '/patch-missing', { failurePolicy: 'Ignore' });
+    // When a ConfigMap is created, Then the write fails with json-patch's reason, and nothing is stored
+    expect(
+      await expectStatus(core.createNamespacedConfigMap({ namespace: 'watched', body: configMap('nopath', {}) })),
+    ).toMatchObject({
+      code: 500,
+      reason: 'InternalError',
+      message:
+        'Internal error occurred: add operation does not apply: doc is missing path: "/metadata/annotations/x": ' +
+        'missing value',
+    });
+    expect(await expectStatus(core.readNamespacedConfigMap({ namespace: 'watched', name: 'nopath' }))).toMatchObject({
+      code: 404,
+    });
+    await admission.deleteMutatingWebhookConfiguration({ name: 'missing' });
+
+    // Given a webhook whose patch is one operation, not a list (failurePolicy Fail)
+    await mutating('undecodable', '/patch-undecodable');
+    // Then the write fails as a failed call
+    expect(
+      await expectStatus(core.createNamespacedConfigMap({ namespace: 'watched', body: configMap('undecoded', {}) })),
+    ).toMatchObject({
+      code: 500,
+      message:
+        'Internal error occurred: failed calling webhook "undecodable.example.com": received undecodable patch in ' +
+        'webhook response: json: cannot unmarshal object into Go value of type jsonpatch.Patch',
+    });
+    // And failing open, the write goes through unpatched
+    await admission.deleteMutatingWebhookConfiguration({ name: 'undecodable' });
+    await mutating('undecodable', '/patch-undecodable', { failurePolicy: 'Ignore' });
+    await core.createNamespacedConfigMap({ namespace: 'watched', body: configMap('undecoded', {}) });
+    const stored = await core.readNamespacedConfigMap({ namespace: 'watched', name: 'undecoded' });
+    expect(stored.metadata?.labels).toBeUndefined();
+    await admission.deleteMutatingWebhookConfiguration({ name: 'undecodable' });
+
+    // Given a webhook on deletes that answers with a patch
+    const deletes = [{ operations: ['DELETE'], apiGroups: [''], apiVersions: ['v1'], resources: ['configmaps'] }];
+    await mutating('ondelete', '/patch-delete', { rules: deletes, failurePolicy: 'Ignore' });
+    // When the ConfigMap is deleted, Then the delete fails and the ConfigMap stays
+    expect(
+      await expectStatus(core.deleteNamespacedConfigMap({ namespace: 'watched', name: 'undecoded' })),
+    ).toMatchObject({
+      code: 500,
+      message:
+        'Internal error occurred: admission webhook "ondelete.example.com" attempted to modify the object, which is ' +
+        'not supported for this operation',
+    });
+    await core.readNamespacedConfigMap({ namespace: 'watched', name: 'undecoded' });
   });
 
   // apiserver pkg/admission/plugin/webhook/mutating/dispatcher.go, reinvocationcontext.go: a webhook with

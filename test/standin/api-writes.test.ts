@@ -150,8 +150,10 @@ describe('writes on the API alone', () => {
       { op: 'test', path: '/metadata/labels/v', value: '2' },
     ]);
     const missing = await jsonPatch([{ op: 'remove', path: '/data/nothing' }]);
+    // Or it names an operation json-patch does not know (its Apply fails: the same 422, not a 400)
+    const unknown = await jsonPatch([{ op: 'increment', path: '/data/k' }]);
     // Then each is the same 422, and the object is as it was
-    for (const answer of [failedTest, missing]) {
+    for (const answer of [failedTest, missing, unknown]) {
       expect(answer.status).toBe(422);
       expect(answer.body).toMatchObject({
         reason: 'Invalid',
@@ -162,6 +164,12 @@ describe('writes on the API alone', () => {
     expect(now.data).toEqual({ k: 'b' });
     expect(Number(now.metadata?.resourceVersion)).toBe(Number(applied.body.metadata.resourceVersion));
     expect(Number(made.metadata?.resourceVersion)).toBeLessThan(Number(now.metadata?.resourceVersion));
+
+    // And a replace of a key the map lacks sets it: json-patch v4 finds the map and never fails the key's lookup
+    // (evanphx/json-patch patch.go replace → partialDoc.get)
+    const replaced = await jsonPatch([{ op: 'replace', path: '/data/new', value: 'n' }]);
+    expect(replaced.status).toBe(200);
+    expect(replaced.body.data).toEqual({ k: 'b', new: 'n' });
   });
 
   it('a strategic merge patch merges containers by name and their ports by containerPort, and deletes by key', async () => {
