@@ -1,6 +1,6 @@
 // Which outgoing destinations go through the cluster and which stay local: rules by host glob, IP/CIDR and port, parsed
 // once by the CLI (bad rules are user errors) and matched by the Node preload on every connect and lookup.
-import { isIP } from 'node:net';
+import { ipFamily } from '../../shared/ip-family.js';
 
 /** One parsed rule. `port` undefined = any port. */
 export type OutgoingRule =
@@ -68,7 +68,7 @@ export function parseOutgoingRule(input: string): OutgoingRule {
   }
   const slash = hostPart.indexOf('/');
   const address = slash >= 0 ? hostPart.slice(0, slash) : hostPart;
-  const family = isIP(address);
+  const family = ipFamily(address);
   if (family) {
     const bits = family === 4 ? 32 : 128;
     const prefix = slash >= 0 ? Number(hostPart.slice(slash + 1)) : bits;
@@ -116,7 +116,7 @@ function prefixMask(prefix: number, bits: number): bigint {
 
 /** An IPv4 or IPv6 address as an integer (IPv4-mapped IPv6 addresses are compared as IPv4 by the caller). */
 export function addressToBigInt(address: string): bigint {
-  if (isIP(address) === 4) {
+  if (ipFamily(address) === 4) {
     return address.split('.').reduce((acc, part) => (acc << 8n) | BigInt(Number(part)), 0n);
   }
   let text = address;
@@ -160,7 +160,7 @@ export function ruleMatches(rule: OutgoingRule, host: string, port?: number): bo
     .replace(/^\[|\]$/g, '')
     .replace(/\.$/, '');
   if (rule.kind === 'host') return rule.regex.test(name);
-  let family = isIP(name);
+  let family = ipFamily(name);
   if (!family) return false;
   let value = addressToBigInt(name);
   // ::ffff:10.1.2.3 is the IPv4 address 10.1.2.3 for the purpose of a v4 rule.
