@@ -1,6 +1,7 @@
 // The cluster DNS on the node IP, port 53 (UDP and TCP), as CoreDNS's kubernetes plugin answers:
-// <svc>.<ns>.svc.<domain> (ClusterIP, or the ready endpoints of a headless Service), <a-b-c-d>.<ns>.pod.<domain>; every
-// other name is NXDOMAIN (there is no upstream: pods only reach the cluster). A records carry a Service's IPv4
+// <svc>.<ns>.svc.<domain> (ClusterIP, or the ready endpoints of a headless Service), <endpoint>.<svc>.<ns>.svc.<domain>
+// (a ready endpoint by its hostname, as a StatefulSet's pods are named, or dashed IP), <a-b-c-d>.<ns>.pod.<domain>;
+// every other name is NXDOMAIN (there is no upstream: pods only reach the cluster). A records carry a Service's IPv4
 // addresses, AAAA records its IPv6 ones (a dual-stack Service has both: CoreDNS plugin/kubernetes answers each type
 // from its family's ClusterIP or endpoints).
 import { isIPv6 } from 'node:net';
@@ -124,6 +125,7 @@ export function resolveName(name: string, type: number, data: DnsData): Answer[]
     if (!m) return undefined;
     return type === TYPE_A ? [{ type: 'A', ip: m.slice(1).join('.') }] : [];
   }
+  if (parts.length === 4 && parts[3] === 'svc') return resolveEndpoint(parts[0], parts[1], parts[2], type, data);
   const srv = parts.length === 5 && parts[4] === 'svc' && parts[0].startsWith('_') && parts[1].startsWith('_');
   if (!((parts.length === 3 && parts[2] === 'svc') || srv)) return undefined;
   const [svcName, ns] = srv ? [parts[2], parts[3]] : [parts[0], parts[1]];
@@ -152,6 +154,44 @@ export function resolveName(name: string, type: number, data: DnsData): Answer[]
     .map((a) => (isIPv6(a.ip) === six ? a.ip : data.twin?.(a.ip)))
     .filter((a): a is string => a !== undefined)
     .map((a) => ({ type: record, ip: a }));
+}
+
+/** An endpoint's name when it has no hostname, as CoreDNS makes it (endpointHostname): its IP, '.' and ':' as '-'. */
+function dashedIP(ip: string): string {
+  const dashed = ip.replace(/[.:]/g, '-');
+  return dashed.endsWith('-') ? `${dashed}0` : dashed;
+}
+
+/**
+ * <endpoint>.<svc>.<ns>.svc.<domain>: the Service's ready endpoints named <endpoint> — the address's hostname (a pod
+ * whose spec.subdomain is the Service), else its dashed IP — as CoreDNS plugin/kubernetes/kubernetes.go answers them
+ * (findServices, endpointHostname; any Service with endpoints, headless or not). A hostname names the pod's twin too
+ * (its EndpointSlice of the other family carries the same hostname); a dashed IP names that address alone.
+ */
+function resolveEndpoint(
+  endpoint: string,
+  svcName: string,
+  ns: string,
+  type: number,
+  data: DnsData,
+): Answer[] | undefined {
+  const svc = data.service(ns, svcName);
+  if (!svc) return undefined;
+  const families = svc.spec?.ipFamilies ?? ['IPv4'];
+  const ips = new Set<string>();
+  for (const addr of (data.endpoints(ns, svcName)?.subsets ?? []).flatMap((s) => s.addresses ?? [])) {
+    const twin = families.length > 1 ? data.twin?.(addr.ip) : undefined;
+    if (addr.hostname) {
+      if (addr.hostname.toLowerCase() !== endpoint) continue;
+      ips.add(addr.ip);
+      if (twin) ips.add(twin);
+    } else if (dashedIP(addr.ip) === endpoint) ips.add(addr.ip);
+    else if (twin && dashedIP(twin) === endpoint) ips.add(twin);
+  }
+  if (ips.size === 0) return undefined;
+  if (type !== TYPE_A && type !== TYPE_AAAA) return [];
+  const six = type === TYPE_AAAA;
+  return [...ips].filter((ip) => isIPv6(ip) === six).map((ip) => ({ type: six ? 'AAAA' : 'A', ip }));
 }
 
 /** An IPv6 address's 16 bytes. */

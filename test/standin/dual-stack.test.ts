@@ -152,6 +152,51 @@ describe('a dual-stack node', () => {
   );
 
   it.runIf(dualStackServices)(
+    'names a pod by hostname and subdomain with an A and an AAAA record behind a dual-stack headless Service',
+    async () => {
+      // Given a PreferDualStack headless Service and a pod whose hostname/subdomain name it (a StatefulSet's pod)
+      const app = name('pets');
+      await core.createNamespacedService({
+        namespace: 'default',
+        body: {
+          metadata: { name: app },
+          spec: { clusterIP: 'None', ipFamilyPolicy: 'PreferDualStack', selector: { app }, ports: [{ port: 8080 }] },
+        },
+      });
+      const pet = `${app}-0`;
+      const pod = await runningPod({
+        metadata: { name: pet, labels: { app } },
+        spec: {
+          hostname: pet,
+          subdomain: app,
+          containers: [
+            {
+              name: 'echo',
+              image: 'devop.test/http-echo',
+              env: [{ name: 'LISTEN_HOST', value: '::' }],
+              readinessProbe: { tcpSocket: { port: 8080 }, periodSeconds: 1 },
+            },
+          ],
+        },
+      });
+      const [v4, v6] = (pod.status?.podIPs ?? []).map((p) => p.ip ?? '');
+      // When the cluster DNS is asked for <hostname>.<svc>.default.svc.cluster.local, once the endpoints have it
+      const dns = new Resolver();
+      dns.setServers([cluster.runtime!.nodeIP]);
+      const fqdn = `${pet}.${app}.default.svc.cluster.local`;
+      const a = await waitFor('the A record', () => dns.resolve4(fqdn).catch(() => undefined));
+      // Then it answers each family's address of the pod, as CoreDNS plugin/kubernetes/kubernetes.go does from the
+      // EndpointSlice of each family, both carrying the hostname (kubernetes/dns docs/specification.md 2.4.1)
+      expect(a).toEqual([v4]);
+      expect(await dns.resolve6(fqdn)).toEqual([v6]);
+      // And another hostname is NXDOMAIN
+      await expect(dns.resolve6(`${app}-1.${app}.default.svc.cluster.local`)).rejects.toMatchObject({
+        code: 'ENOTFOUND',
+      });
+    },
+  );
+
+  it.runIf(dualStackServices)(
     'an IPv6 SingleStack Service has an IPv6 ClusterIP and IPv6 endpoints; wrong family fields are 422',
     async () => {
       const app = name('six');

@@ -259,4 +259,89 @@ describe('stand-in ClusterIP services', () => {
     expect(reply.readUInt16BE(6)).toBe(1);
     expect([...reply.subarray(reply.length - 4)].join('.')).toBe(ip);
   });
+
+  it('names a pod by hostname and subdomain, <hostname>.<svc>.<ns>.svc, as a StatefulSet’s pod', async () => {
+    // Given a headless Service and, behind it, a pod whose hostname/subdomain name it (as a StatefulSet's pod is
+    // made: hostname = pod name, subdomain = serviceName) and a pod whose subdomain names another Service
+    const svcName = `peers-${randomBytes(2).toString('hex')}`;
+    await core.createNamespacedService({
+      namespace: 'default',
+      body: {
+        metadata: { name: svcName },
+        spec: { clusterIP: 'None', selector: { app: svcName }, ports: [{ name: 'http', port: 8080 }] },
+      },
+    });
+    const member = async (name: string, subdomain: string) =>
+      core.createNamespacedPod({
+        namespace: 'default',
+        body: {
+          metadata: { name, labels: { app: svcName } },
+          spec: {
+            hostname: name,
+            subdomain,
+            containers: [
+              {
+                name: 'echo',
+                image: 'devop.test/http-echo',
+                ports: [{ name: 'http', containerPort: 8080 }],
+                readinessProbe: { tcpSocket: { port: 8080 }, periodSeconds: 1 },
+              },
+            ],
+          },
+        },
+      });
+    const pet = `${svcName}-0`;
+    const stranger = `${svcName}-x`;
+    await member(pet, svcName);
+    await member(stranger, 'elsewhere');
+    const client = `${svcName}-client`;
+    await echoPod(client, 'client');
+    const petIP = (await waitForPod(core, pet, 'Ready', isReady)).status!.podIP!;
+    const strangerIP = (await waitForPod(core, stranger, 'Ready', isReady)).status!.podIP!;
+    await waitForPod(core, client, 'Ready', isReady);
+    // Then the endpoints controller writes the hostname on that pod's address only (kubernetes
+    // pkg/controller/endpoint/endpoints_controller.go syncService; ShouldSetHostname in
+    // staging/src/k8s.io/endpointslice/util/controller_utils.go: spec.hostname set, spec.subdomain = the Service)
+    const addresses = await waitFor('both pods in the Service’s endpoints', async () => {
+      const eps = await core.readNamespacedEndpoints({ namespace: 'default', name: svcName }).catch(() => undefined);
+      const all = (eps?.subsets ?? []).flatMap((s) => s.addresses ?? []);
+      return all.length === 2 ? all : undefined;
+    });
+    expect(addresses.find((a) => a.ip === petIP)?.hostname).toBe(pet);
+    expect(addresses.find((a) => a.ip === strangerIP)?.hostname).toBeUndefined();
+    // When the client pod resolves the pod's name, full and through its search path (glibc, ndots:5)
+    const lookup = async (host: string) =>
+      execOutput(
+        await cluster.runtime!.exec({
+          namespace: 'default',
+          pod: client,
+          command: ['getent', 'hosts', host],
+          stdin: false,
+          tty: false,
+        }),
+      );
+    // Then the cluster DNS answers with that pod's IP, as CoreDNS plugin/kubernetes/kubernetes.go does (findServices:
+    // an endpoint name matched against endpointHostname) and the Kubernetes DNS specification requires (kubernetes/dns
+    // docs/specification.md, 2.4.1: <hostname>.<service>.<ns>.svc.<zone> A <endpoint-ip>)
+    for (const host of [`${pet}.${svcName}.default.svc.cluster.local`, `${pet}.${svcName}`]) {
+      const out = await lookup(host);
+      expect(out, host).toMatchObject({ exitCode: 0 });
+      expect(out.stdout.split(/\s+/)[0], host).toBe(petIP);
+    }
+    // And the pod answers there, by that name
+    expect((await fetchFromPod(client, `http://${pet}.${svcName}:8080/`)).pod).toBe(pet);
+    // And a hostname no endpoint carries is NXDOMAIN: the other pod's (its subdomain is another Service), an unknown
+    // one; the other pod is named by its dashed IP instead (endpointHostname)
+    const resolver = new Resolver({ timeout: 2000, tries: 2 });
+    resolver.setServers([cluster.nodeIP]);
+    for (const host of [stranger, 'web-9']) {
+      await expect(resolver.resolve4(`${host}.${svcName}.default.svc.cluster.local`), host).rejects.toMatchObject({
+        code: 'ENOTFOUND',
+      });
+    }
+    expect((await lookup(`${stranger}.${svcName}`)).exitCode).toBe(2);
+    expect(await resolver.resolve4(`${strangerIP.replace(/\./g, '-')}.${svcName}.default.svc.cluster.local`)).toEqual([
+      strangerIP,
+    ]);
+  });
 });

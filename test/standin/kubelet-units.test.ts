@@ -292,6 +292,52 @@ describe('cluster DNS answers', () => {
     expect(resolveName('example.com', 1, data)).toBeUndefined();
   });
 
+  it('names a ready endpoint by its hostname (and twin), else by its dashed IP; NXDOMAIN for other names', () => {
+    // Given a dual-stack headless Service whose ready endpoints are a pod with hostname web-0 (its subdomain is the
+    // Service) and one without, a not-ready web-1, and a ClusterIP Service — answered as CoreDNS
+    // plugin/kubernetes/kubernetes.go does (findServices, endpointHostname)
+    const peers: V1Service = {
+      metadata: { name: 'web', namespace: 'db' },
+      spec: { clusterIP: 'None', ipFamilies: ['IPv4', 'IPv6'], ports: [{ port: 80 }] },
+    };
+    const twins: Record<string, string> = { '10.244.0.8': 'fd00:10:244::8', '10.244.0.9': 'fd00:10:244::9' };
+    const peerData = {
+      domain: 'cluster.local',
+      service: (ns: string, name: string) => (ns === 'db' && name === 'web' ? peers : data.service(ns, name)),
+      endpoints: (ns: string, name: string): V1Endpoints | undefined =>
+        ns === 'db' && name === 'web'
+          ? {
+              subsets: [
+                {
+                  addresses: [{ ip: '10.244.0.8', hostname: 'web-0' }, { ip: '10.244.0.9' }],
+                  notReadyAddresses: [{ ip: '10.244.0.10', hostname: 'web-1' }],
+                },
+              ],
+            }
+          : ns === 'default' && name === 'web'
+            ? { subsets: [{ addresses: [{ ip: '10.244.0.7' }] }] }
+            : data.endpoints(ns, name),
+      twin: (ip: string) => twins[ip],
+    };
+    const ask = (name: string, type: number) => resolveName(`${name}.cluster.local`, type, peerData);
+    // Then the hostname names the pod's address of each family
+    expect(ask('web-0.web.db.svc', 1)).toEqual([{ type: 'A', ip: '10.244.0.8' }]);
+    expect(ask('web-0.web.db.svc', 28)).toEqual([{ type: 'AAAA', ip: 'fd00:10:244::8' }]);
+    // And an endpoint without a hostname is named by its dashed IP, each family by its own
+    expect(ask('10-244-0-9.web.db.svc', 1)).toEqual([{ type: 'A', ip: '10.244.0.9' }]);
+    expect(ask('fd00-10-244--9.web.db.svc', 28)).toEqual([{ type: 'AAAA', ip: 'fd00:10:244::9' }]);
+    expect(ask('fd00-10-244--9.web.db.svc', 1)).toEqual([]);
+    // And other names are NXDOMAIN: an unknown hostname, a not-ready pod, the dashed IP of a pod that has a hostname,
+    // a Service that does not exist; other record types of a known name are NODATA
+    expect(ask('web-2.web.db.svc', 1)).toBeUndefined();
+    expect(ask('web-1.web.db.svc', 1)).toBeUndefined();
+    expect(ask('10-244-0-8.web.db.svc', 1)).toBeUndefined();
+    expect(ask('web-0.nope.db.svc', 1)).toBeUndefined();
+    expect(ask('web-0.web.db.svc', 33)).toEqual([]);
+    // And a ClusterIP Service's endpoints are named too (CoreDNS answers an endpoint name for any Service)
+    expect(ask('10-244-0-7.web.default.svc', 1)).toEqual([{ type: 'A', ip: '10.244.0.7' }]);
+  });
+
   it('answers a wire-format query with the question echoed and a compressed A record', () => {
     const qname = Buffer.concat(
       ['web', 'default', 'svc', 'cluster', 'local']

@@ -1,6 +1,8 @@
 // Endpoints from Services and their selected pods (ready → addresses, not ready → notReadyAddresses). The addresses are
 // of the Service's primary IP family, as the endpoints controller writes them on a dual-stack cluster (kubernetes
-// pkg/controller/endpoint/endpoints_controller.go, podToEndpointAddressForService: the pod IP of ipFamilies[0]).
+// pkg/controller/endpoint/endpoints_controller.go, podToEndpointAddressForService: the pod IP of ipFamilies[0]), and
+// carry the pod's spec.hostname when its spec.subdomain is the Service's name (syncService, ShouldSetHostname in
+// staging/src/k8s.io/endpointslice/util/controller_utils.go).
 import { isIPv6 } from 'node:net';
 import type { K8sObject } from '../errors.js';
 import type { Objects } from '../objects.js';
@@ -38,6 +40,9 @@ function endpointsFor(svc: K8sObject, pods: K8sObject[]): K8sObject[] {
     const subset = subsets.get(key) ?? { addresses: [], notReadyAddresses: [], ports };
     const addr = {
       ip,
+      // The name CoreDNS answers at <hostname>.<svc>.<ns>.svc (endpointslice util's ShouldSetHostname: the pod names
+      // this Service as its subdomain; a StatefulSet's pods do, with hostname = the pod's name).
+      ...(pod.spec.hostname && pod.spec.subdomain === svc.metadata.name ? { hostname: pod.spec.hostname } : {}),
       nodeName: pod.spec.nodeName,
       targetRef: { kind: 'Pod', namespace: pod.metadata.namespace, name: pod.metadata.name, uid: pod.metadata.uid },
     };
