@@ -344,4 +344,77 @@ describe('stand-in ClusterIP services', () => {
       strangerIP,
     ]);
   });
+
+  it('publishes a not-ready pod’s address as ready when the Service sets publishNotReadyAddresses', async () => {
+    // Given a pod that never turns ready (its readiness probe dials a port nothing listens on) whose subdomain names a
+    // headless Service with spec.publishNotReadyAddresses, as a StatefulSet's peer-discovery Service does, and a second
+    // headless Service over the same pod without the field
+    const app = `unready-${randomBytes(2).toString('hex')}`;
+    const published = `${app}-peers`;
+    const plain = `${app}-plain`;
+    for (const [name, publish] of [
+      [published, true],
+      [plain, false],
+    ] as const)
+      await core.createNamespacedService({
+        namespace: 'default',
+        body: {
+          metadata: { name },
+          spec: {
+            clusterIP: 'None',
+            selector: { app },
+            ports: [{ name: 'http', port: 8080 }],
+            ...(publish ? { publishNotReadyAddresses: true } : {}),
+          },
+        },
+      });
+    const pod = `${app}-0`;
+    await core.createNamespacedPod({
+      namespace: 'default',
+      body: {
+        metadata: { name: pod, labels: { app } },
+        spec: {
+          hostname: pod,
+          subdomain: published,
+          containers: [
+            {
+              name: 'echo',
+              image: 'devop.test/http-echo',
+              ports: [{ name: 'http', containerPort: 8080 }],
+              readinessProbe: { tcpSocket: { port: 9 }, periodSeconds: 1 },
+            },
+          ],
+        },
+      },
+    });
+    const podIP = (await waitForPod(core, pod, 'an IP', (p) => Boolean(p.status?.podIP))).status!.podIP!;
+    const subsetOf = async (svc: string) =>
+      (await core.readNamespacedEndpoints({ namespace: 'default', name: svc }).catch(() => undefined))?.subsets?.[0];
+    // When the endpoints controller has seen the pod (not ready: the plain Service lists it as notReadyAddresses)
+    const notReady = await waitFor('the pod in the plain Service’s notReadyAddresses', async () => {
+      const s = await subsetOf(plain);
+      return s?.notReadyAddresses?.length === 1 ? s : undefined;
+    });
+    expect(notReady.addresses).toBeUndefined();
+    expect(notReady.notReadyAddresses?.[0].ip).toBe(podIP);
+    // Then the publishing Service lists it in addresses, with its hostname (kubernetes
+    // pkg/controller/endpoint/endpoints_controller.go syncService → addEndpointSubset: tolerateUnreadyEndpoints =
+    // spec.publishNotReadyAddresses puts the address in Addresses whatever IsPodReady says)
+    const ready = await waitFor('the pod in the publishing Service’s addresses', async () => {
+      const s = await subsetOf(published);
+      return s?.addresses?.length === 1 ? s : undefined;
+    });
+    expect(ready.notReadyAddresses).toBeUndefined();
+    expect(ready.addresses?.[0]).toMatchObject({ ip: podIP, hostname: pod });
+    expect(isReady(await core.readNamespacedPod({ namespace: 'default', name: pod }))).toBe(false);
+    // And the cluster DNS answers for it by the Service's name and by its hostname, as CoreDNS does from those
+    // addresses (coredns plugin/kubernetes/kubernetes.go findServices), while the plain Service's name has no record
+    const resolver = new Resolver({ timeout: 2000, tries: 2 });
+    resolver.setServers([cluster.nodeIP]);
+    expect(await resolver.resolve4(`${published}.default.svc.cluster.local`)).toEqual([podIP]);
+    expect(await resolver.resolve4(`${pod}.${published}.default.svc.cluster.local`)).toEqual([podIP]);
+    expect(await resolver.resolve4(`${plain}.default.svc.cluster.local`).catch((e: { code: string }) => e.code)).toBe(
+      'ENODATA',
+    );
+  });
 });

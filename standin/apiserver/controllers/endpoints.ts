@@ -1,4 +1,5 @@
-// Endpoints from Services and their selected pods (ready → addresses, not ready → notReadyAddresses). The addresses are
+// Endpoints from Services and their selected pods (ready → addresses, not ready → notReadyAddresses; every pod, a
+// terminating one too, → addresses when the Service sets spec.publishNotReadyAddresses). The addresses are
 // of the Service's primary IP family, as the endpoints controller writes them on a dual-stack cluster (kubernetes
 // pkg/controller/endpoint/endpoints_controller.go, podToEndpointAddressForService: the pod IP of ipFamilies[0]), and
 // carry the pod's spec.hostname when its spec.subdomain is the Service's name (syncService, ShouldSetHostname in
@@ -46,7 +47,9 @@ function endpointsFor(svc: K8sObject, pods: K8sObject[]): K8sObject[] {
       nodeName: pod.spec.nodeName,
       targetRef: { kind: 'Pod', namespace: pod.metadata.namespace, name: pod.metadata.name, uid: pod.metadata.uid },
     };
-    (isPodReady(pod) ? subset.addresses : subset.notReadyAddresses).push(addr);
+    // publishNotReadyAddresses: the address counts as ready whatever the pod's readiness (addEndpointSubset's
+    // tolerateUnreadyEndpoints), so a StatefulSet's peers find each other by DNS before any of them is ready.
+    (svc.spec.publishNotReadyAddresses || isPodReady(pod) ? subset.addresses : subset.notReadyAddresses).push(addr);
     subsets.set(key, subset);
   }
   return [...subsets.values()].map((s) => {
@@ -67,13 +70,16 @@ export const endpointsController: Controller = {
       if (!svc.spec?.selector || Object.keys(svc.spec.selector).length === 0) continue;
       const ns = svc.metadata.namespace;
       const match = mapSelectorMatcher(svc.spec.selector);
+      // ShouldPodBeInEndpoints (endpointslice util): not terminal, has an IP, and not terminating unless the Service
+      // publishes not-ready addresses.
+      const keepTerminating = svc.spec.publishNotReadyAddresses === true;
       const pods = objects.store
         .list('/pods', ns)
         .filter(
           (p) =>
             match(p) &&
             p.status?.podIP &&
-            !p.metadata.deletionTimestamp &&
+            (keepTerminating || !p.metadata.deletionTimestamp) &&
             p.status?.phase !== 'Succeeded' &&
             p.status?.phase !== 'Failed',
         );
