@@ -61,24 +61,32 @@ function tokenSecretOf(env: V1EnvVar[] | undefined): string | undefined {
 /** Why a running agent may not be reused, or its token when it may. */
 type Vetting = { token: string } | { skip: string };
 
-/**
- * Reads an agent's token from its Secret, after checking that the Secret is the one devop made for that agent (its
- * name, owned by `owner`) and that the agent was started by this user, or asked for by name.
- */
-async function vetAgent(
+/** An agent's token Secret as read, or why it cannot be: never rejects, so it may be read before it is needed. */
+async function readAgentSecret(
   kc: KubeConfig,
-  input: { namespace: string; agentId: string; name: string; env: V1EnvVar[] | undefined; ownerUid: string },
-  me: string,
-  reuseAgent: string | undefined,
-): Promise<Vetting> {
+  input: { namespace: string; agentId: string; env: V1EnvVar[] | undefined },
+): Promise<V1Secret | { skip: string }> {
   const secretName = agentSecretName(input.agentId);
   if (tokenSecretOf(input.env) !== secretName) return { skip: 'its token is not in its own Secret' };
-  let secret: V1Secret;
   try {
-    secret = await kc.makeApiClient(CoreV1Api).readNamespacedSecret({ name: secretName, namespace: input.namespace });
+    return await kc.makeApiClient(CoreV1Api).readNamespacedSecret({ name: secretName, namespace: input.namespace });
   } catch (err) {
     return { skip: `its Secret cannot be read (${apiErrorCode(err) ?? (err as Error).message})` };
   }
+}
+
+/**
+ * An agent's token from its Secret (as read by readAgentSecret), after checking that the Secret is the one devop made
+ * for that agent (owned by `ownerUid`) and that the agent was started by this user, or asked for by name.
+ */
+function vetAgent(
+  read: V1Secret | { skip: string },
+  input: { name: string; ownerUid: string },
+  me: string,
+  reuseAgent: string | undefined,
+): Vetting {
+  if ('skip' in read) return read;
+  const secret = read;
   if (!secret.metadata?.ownerReferences?.some((o) => o.uid === input.ownerUid))
     return { skip: 'its Secret is not owned by it' };
   const creator = secret.metadata?.annotations?.[AGENT_ANNOTATIONS.createdBy];
@@ -149,9 +157,9 @@ export async function findAgent(
     const port = Number(envValue(c.env, AGENT_ENV.port));
     const agentId = envValue(c.env, AGENT_ENV.agentId) ?? '';
     if (!isRunning(status) || !(port > 0) || !agentId) continue;
-    const vetting = await vetAgent(
-      kc,
-      { namespace: target.namespace, agentId, name: c.name, env: c.env, ownerUid: target.podUid },
+    const vetting = vetAgent(
+      await readAgentSecret(kc, { namespace: target.namespace, agentId, env: c.env }),
+      { name: c.name, ownerUid: target.podUid },
       me,
       reuseAgent,
     );
@@ -199,17 +207,16 @@ export async function findAgent(
     const agentId = pod.metadata?.annotations?.[AGENT_ANNOTATIONS.agentId] ?? '';
     if (!(port > 0) || !agentId) continue;
     const name = agentJobName(agentId);
-    const job = await jobOfPod(kc, pod, agentId);
+    // The Secret is read beside the Job (one round trip, not two); it is trusted only once the Job is checked.
+    const [job, secret] = await Promise.all([
+      jobOfPod(kc, pod, agentId),
+      readAgentSecret(kc, { namespace: agentNamespace, agentId, env: container?.env }),
+    ]);
     if ('skip' in job) {
       skip(pod.metadata?.name ?? name, job.skip);
       continue;
     }
-    const vetting = await vetAgent(
-      kc,
-      { namespace: agentNamespace, agentId, name, env: container?.env, ownerUid: job.metadata?.uid ?? '' },
-      me,
-      reuseAgent,
-    );
+    const vetting = vetAgent(secret, { name, ownerUid: job.metadata?.uid ?? '' }, me, reuseAgent);
     if ('skip' in vetting) {
       skip(name, vetting.skip);
       continue;
