@@ -76,6 +76,22 @@ describe('deniedChecks against the API server', () => {
     expect(reviews).toHaveBeenCalledTimes(denied.length);
   });
 
+  it('Given an API server that does not answer, Then the preflight fails once, with the line that says so', async () => {
+    // A server that does not answer costs its timeout: asking again with access reviews would double the wait.
+    const reviews = vi.spyOn(AuthorizationV1Api.prototype, 'createSelfSubjectAccessReview');
+    const nowhere = new KubeConfig();
+    nowhere.loadFromOptions({
+      clusters: [{ name: 'c', server: 'https://127.0.0.1:1', skipTLSVerify: false }],
+      users: [{ name: 'u', token: 'x' }],
+      contexts: [{ name: 'c', cluster: 'c', user: 'u' }],
+      currentContext: 'c',
+    });
+    await expect(deniedChecks(nowhere, checks)).rejects.toThrow(
+      'cannot reach the Kubernetes API server (ECONNREFUSED) while trying to check RBAC permissions',
+    );
+    expect(reviews).not.toHaveBeenCalled();
+  });
+
   it('Given rules the server cannot list completely, Then every check is asked with an access review', async () => {
     vi.spyOn(AuthorizationV1Api.prototype, 'createSelfSubjectRulesReview').mockResolvedValue({
       spec: { namespace: 'default' },

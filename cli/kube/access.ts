@@ -3,7 +3,7 @@
 // (SelfSubjectRulesReview, one call), then a SelfSubjectAccessReview for each check those rules do not allow.
 import { AuthorizationV1Api, type KubeConfig, type V1ResourceRule } from '@kubernetes/client-node';
 import { UserError } from '../../shared/errors.js';
-import { apiCall } from './errors.js';
+import { apiCall, apiErrorCode, mapApiError } from './errors.js';
 
 export interface AccessCheck {
   verb: string;
@@ -77,7 +77,8 @@ export function rulesAllow(rules: readonly V1ResourceRule[], check: AccessCheck)
 
 /**
  * The resource rules that certainly apply to the user in `namespace`, or undefined when the API server cannot list
- * them all (`incomplete`: an authorizer such as a webhook that does not list rules) or the review fails.
+ * them all (`incomplete`: an authorizer such as a webhook that does not list rules) or answers the review with an
+ * error. A server that does not answer at all fails the preflight here, as an access review would, once.
  */
 async function rulesIn(api: AuthorizationV1Api, namespace: string): Promise<V1ResourceRule[] | undefined> {
   try {
@@ -85,8 +86,13 @@ async function rulesIn(api: AuthorizationV1Api, namespace: string): Promise<V1Re
       body: { apiVersion: 'authorization.k8s.io/v1', kind: 'SelfSubjectRulesReview', spec: { namespace } },
     });
     return review.status?.incomplete === false ? review.status.resourceRules : undefined;
-  } catch {
-    return undefined;
+  } catch (err) {
+    if (apiErrorCode(err) !== undefined) return undefined;
+    throw mapApiError(err, {
+      action: 'check RBAC permissions',
+      verb: 'create',
+      resource: 'selfsubjectrulesreviews.authorization.k8s.io',
+    });
   }
 }
 
