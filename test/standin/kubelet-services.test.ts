@@ -408,13 +408,89 @@ describe('stand-in ClusterIP services', () => {
     expect(ready.addresses?.[0]).toMatchObject({ ip: podIP, hostname: pod });
     expect(isReady(await core.readNamespacedPod({ namespace: 'default', name: pod }))).toBe(false);
     // And the cluster DNS answers for it by the Service's name and by its hostname, as CoreDNS does from those
-    // addresses (coredns plugin/kubernetes/kubernetes.go findServices), while the plain Service's name has no record
+    // addresses (coredns plugin/kubernetes/kubernetes.go findServices), while the plain Service's name, a headless
+    // Service without a ready endpoint, does not exist (findServices: errNoItems)
     const resolver = new Resolver({ timeout: 2000, tries: 2 });
     resolver.setServers([cluster.nodeIP]);
     expect(await resolver.resolve4(`${published}.default.svc.cluster.local`)).toEqual([podIP]);
     expect(await resolver.resolve4(`${pod}.${published}.default.svc.cluster.local`)).toEqual([podIP]);
-    expect(await resolver.resolve4(`${plain}.default.svc.cluster.local`).catch((e: { code: string }) => e.code)).toBe(
-      'ENODATA',
+    await expect(resolver.resolve4(`${plain}.default.svc.cluster.local`)).rejects.toMatchObject({ code: 'ENOTFOUND' });
+  });
+
+  it('answers a headless Service’s SRV name with one record per ready endpoint, by hostname or dashed IP', async () => {
+    // Given a headless Service whose http port (80) targets the pods' 8080, and behind it a pod whose hostname and
+    // subdomain name it and a pod without them, both ready; and a client pod
+    const svcName = `srv-${randomBytes(2).toString('hex')}`;
+    await core.createNamespacedService({
+      namespace: 'default',
+      body: {
+        metadata: { name: svcName },
+        spec: {
+          clusterIP: 'None',
+          selector: { app: svcName },
+          ports: [{ name: 'http', port: 80, targetPort: 8080 }],
+        },
+      },
+    });
+    const pet = `${svcName}-0`;
+    await core.createNamespacedPod({
+      namespace: 'default',
+      body: {
+        metadata: { name: pet, labels: { app: svcName } },
+        spec: {
+          hostname: pet,
+          subdomain: svcName,
+          containers: [
+            {
+              name: 'echo',
+              image: 'devop.test/http-echo',
+              ports: [{ name: 'http', containerPort: 8080 }],
+              readinessProbe: { tcpSocket: { port: 8080 }, periodSeconds: 1 },
+            },
+          ],
+        },
+      },
+    });
+    const plain = `${svcName}-x`;
+    await echoPod(plain, svcName);
+    const client = `${svcName}-client`;
+    await echoPod(client, 'client');
+    const petIP = (await waitForPod(core, pet, 'Ready', isReady)).status!.podIP!;
+    const plainIP = (await waitForPod(core, plain, 'Ready', isReady)).status!.podIP!;
+    await waitForPod(core, client, 'Ready', isReady);
+    const zone = `${svcName}.default.svc.cluster.local`;
+    await waitFor('both pods in the Service’s endpoints', async () => {
+      const eps = await core.readNamespacedEndpoints({ namespace: 'default', name: svcName }).catch(() => undefined);
+      return (eps?.subsets ?? []).flatMap((s) => s.addresses ?? []).length === 2 ? true : undefined;
+    });
+    // When the client pod asks its resolver (/etc/resolv.conf: the cluster DNS) for _http._tcp.<svc>
+    const script =
+      `require('dns').promises.resolveSrv('_http._tcp.${zone}').then((r) => console.log(JSON.stringify(r)), ` +
+      `(e) => console.log(JSON.stringify({ error: e.code })))`;
+    const out = await execOutput(
+      await cluster.runtime!.exec({
+        namespace: 'default',
+        pod: client,
+        command: [NODE, '-e', script],
+        stdin: false,
+        tty: false,
+      }),
     );
+    // Then there is one record per ready endpoint, named by its hostname or else its dashed IP, with the endpoint's
+    // port (8080, not the Service's 80), as CoreDNS answers (coredns plugin/kubernetes/kubernetes.go findServices,
+    // endpointHostname; plugin/backend_lookup.go SRV) and the DNS specification requires (kubernetes/dns
+    // docs/specification.md 2.4.2: _<port>._<proto>.<service>.<ns>.svc.<zone> SRV … <port-number> <hostname>.…)
+    const dashed = `${plainIP.replace(/\./g, '-')}.${zone}`;
+    const records = JSON.parse(out.stdout) as { name: string }[];
+    expect(records.sort((a, b) => a.name.localeCompare(b.name))).toEqual(
+      [`${pet}.${zone}`, dashed]
+        .sort()
+        .map((name) => expect.objectContaining({ name, port: 8080, priority: 0, weight: 50 })),
+    );
+    // And each target resolves to its pod
+    const resolver = new Resolver({ timeout: 2000, tries: 2 });
+    resolver.setServers([cluster.nodeIP]);
+    expect(await resolver.resolve4(`${pet}.${zone}`)).toEqual([petIP]);
+    expect(await resolver.resolve4(dashed)).toEqual([plainIP]);
   });
 });

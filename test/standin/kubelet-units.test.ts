@@ -16,7 +16,7 @@ import {
   resolveUser,
   type ContainerSpecInput,
 } from '../../standin/kubelet/oci-spec.js';
-import { answerQuery, resolveName } from '../../standin/kubelet/dns.js';
+import { answerQuery, resolve, resolveName } from '../../standin/kubelet/dns.js';
 import { EventCorrelator } from '../../standin/kubelet/event-recorder.js';
 import {
   buildContainerEnv,
@@ -31,6 +31,41 @@ const svc = (name: string, ns: string, clusterIP: string, ports: V1ServicePort[]
   metadata: { name, namespace: ns },
   spec: { clusterIP, ports },
 });
+
+/** A DNS name at offset in msg, following compression pointers, and the offset after it. */
+function readName(msg: Buffer, offset: number): [string, number] {
+  const labels: string[] = [];
+  let at = offset;
+  let end: number | undefined;
+  while (msg[at] !== 0) {
+    if (msg[at] >= 0xc0) {
+      end ??= at + 2;
+      at = msg.readUInt16BE(at) & 0x3fff;
+      continue;
+    }
+    labels.push(msg.subarray(at + 1, at + 1 + msg[at]).toString('latin1'));
+    at += 1 + msg[at];
+  }
+  return [labels.join('.'), end ?? at + 1];
+}
+
+/** count records from offset: owner, type and the data as text (A: the address; SRV: priority weight port target). */
+function readRecords(msg: Buffer, offset: number, count: number): { name: string; type: number; data: string }[] {
+  const out: { name: string; type: number; data: string }[] = [];
+  let at = offset;
+  for (let i = 0; i < count; i++) {
+    const [name, next] = readName(msg, at);
+    const type = msg.readUInt16BE(next);
+    const rdata = msg.subarray(next + 10, next + 10 + msg.readUInt16BE(next + 8));
+    const data =
+      type === 33
+        ? `${rdata.readUInt16BE(0)} ${rdata.readUInt16BE(2)} ${rdata.readUInt16BE(4)} ${readName(msg, next + 16)[0]}`
+        : [...rdata].join('.');
+    out.push({ name, type, data });
+    at = next + 10 + rdata.length;
+  }
+  return out;
+}
 
 describe('image references', () => {
   it('normalizes names as Kubernetes does: docker.io/library/ for bare names, latest for a missing tag', () => {
@@ -285,7 +320,7 @@ describe('cluster DNS answers', () => {
     ]);
     expect(resolveName('10-244-0-8.default.pod.cluster.local', 1, data)).toEqual([{ type: 'A', ip: '10.244.0.8' }]);
     expect(resolveName('_http._tcp.web.default.svc.cluster.local', 33, data)).toEqual([
-      { type: 'SRV', port: 80, target: 'web.default.svc.cluster.local' },
+      { type: 'SRV', port: 80, weight: 100, target: 'web.default.svc.cluster.local' },
     ]);
     expect(resolveName('web.default.svc.cluster.local', 28, data)).toEqual([]);
     expect(resolveName('web.other.svc.cluster.local', 1, data)).toBeUndefined();
@@ -336,6 +371,144 @@ describe('cluster DNS answers', () => {
     expect(ask('web-0.web.db.svc', 33)).toEqual([]);
     // And a ClusterIP Service's endpoints are named too (CoreDNS answers an endpoint name for any Service)
     expect(ask('10-244-0-7.web.default.svc', 1)).toEqual([{ type: 'A', ip: '10.244.0.7' }]);
+  });
+
+  it('answers a headless Service’s SRV name with one record per ready endpoint, its address in the additional section', () => {
+    // Given a dual-stack headless Service whose ready endpoints are web-0 (hostname) and a pod without a hostname, both
+    // serving http on 8080 and metrics on 9090, a not-ready web-1; and a dual-stack ClusterIP Service
+    const peers: V1Service = {
+      metadata: { name: 'web', namespace: 'db' },
+      spec: {
+        clusterIP: 'None',
+        ipFamilies: ['IPv4', 'IPv6'],
+        ports: [
+          { name: 'http', port: 80, targetPort: 8080 },
+          { name: 'metrics', port: 9090 },
+        ],
+      },
+    };
+    const front: V1Service = {
+      metadata: { name: 'front', namespace: 'db' },
+      spec: {
+        clusterIP: '10.96.0.40',
+        clusterIPs: ['10.96.0.40', 'fd00:10:96::40'],
+        ipFamilies: ['IPv4', 'IPv6'],
+        ports: [{ name: 'http', port: 80 }],
+      },
+    };
+    const twins: Record<string, string> = { '10.244.0.8': 'fd00:10:244::8', '10.244.0.9': 'fd00:10:244::9' };
+    const ports = [
+      { name: 'http', port: 8080, protocol: 'TCP' },
+      { name: 'metrics', port: 9090, protocol: 'TCP' },
+    ];
+    const srvData = {
+      domain: 'cluster.local',
+      service: (ns: string, name: string) => (ns !== 'db' ? undefined : name === 'web' ? peers : front),
+      endpoints: (ns: string, name: string): V1Endpoints | undefined =>
+        ns === 'db' && name === 'web'
+          ? {
+              subsets: [
+                {
+                  addresses: [{ ip: '10.244.0.8', hostname: 'web-0' }, { ip: '10.244.0.9' }],
+                  notReadyAddresses: [{ ip: '10.244.0.10', hostname: 'web-1' }],
+                  ports,
+                },
+              ],
+            }
+          : undefined,
+      twin: (ip: string) => twins[ip],
+    };
+    // When its _http._tcp name is asked for SRV
+    const found = resolve('_http._tcp.web.db.svc.cluster.local', 33, srvData)!;
+    // Then each ready endpoint is a target named by its hostname, else its dashed IP (each family's own), with the
+    // endpoint's port; a hostname's twin shares its record; weight 100 shared out over the four addresses (coredns
+    // plugin/kubernetes/kubernetes.go findServices, endpointHostname; plugin/backend_lookup.go SRV; kubernetes/dns
+    // docs/specification.md 2.4.2)
+    const zone = 'web.db.svc.cluster.local';
+    expect(found.answers).toEqual([
+      { type: 'SRV', port: 8080, weight: 25, target: `web-0.${zone}` },
+      { type: 'SRV', port: 8080, weight: 25, target: `10-244-0-9.${zone}` },
+      { type: 'SRV', port: 8080, weight: 25, target: `fd00-10-244--9.${zone}` },
+    ]);
+    // And the targets' A and AAAA records are in the additional section
+    expect(found.additional).toEqual([
+      { type: 'A', ip: '10.244.0.8', name: `web-0.${zone}` },
+      { type: 'AAAA', ip: 'fd00:10:244::8', name: `web-0.${zone}` },
+      { type: 'A', ip: '10.244.0.9', name: `10-244-0-9.${zone}` },
+      { type: 'AAAA', ip: 'fd00:10:244::9', name: `fd00-10-244--9.${zone}` },
+    ]);
+    // And another port name gives that port; A and AAAA of the SRV name are the addresses themselves
+    expect(resolveName('_metrics._tcp.web.db.svc.cluster.local', 33, srvData)?.[0]).toMatchObject({ port: 9090 });
+    expect(resolveName('_http._tcp.web.db.svc.cluster.local', 1, srvData)).toEqual([
+      { type: 'A', ip: '10.244.0.8' },
+      { type: 'A', ip: '10.244.0.9' },
+    ]);
+    // And an unknown port or protocol is NXDOMAIN, and so is a headless Service without a ready endpoint, by either
+    // name (findServices leaves errNoItems when it lists nothing)
+    expect(resolve('_grpc._tcp.web.db.svc.cluster.local', 33, srvData)).toBeUndefined();
+    expect(resolve('_http._udp.web.db.svc.cluster.local', 33, srvData)).toBeUndefined();
+    const drained = { ...srvData, endpoints: (): V1Endpoints => ({ subsets: [{ notReadyAddresses: [], ports }] }) };
+    expect(resolve('_http._tcp.web.db.svc.cluster.local', 33, drained)).toBeUndefined();
+    expect(resolve('web.db.svc.cluster.local', 1, drained)).toBeUndefined();
+    // And a ClusterIP Service keeps one record naming the Service, its ClusterIPs additional (weight: two entries)
+    expect(resolve('_http._tcp.front.db.svc.cluster.local', 33, srvData)).toEqual({
+      answers: [{ type: 'SRV', port: 80, weight: 50, target: 'front.db.svc.cluster.local' }],
+      additional: [
+        { type: 'A', ip: '10.96.0.40', name: 'front.db.svc.cluster.local' },
+        { type: 'AAAA', ip: 'fd00:10:96::40', name: 'front.db.svc.cluster.local' },
+      ],
+    });
+  });
+
+  it('writes an SRV answer’s additional records under their own names, and fits a UDP answer into 512 bytes', () => {
+    // Given a headless Service with two ready endpoints, one named by hostname
+    const many = (n: number) => ({
+      domain: 'cluster.local',
+      service: () => svc('db', 'default', 'None', [{ name: 'pg', port: 5432 }]),
+      endpoints: (): V1Endpoints => ({
+        subsets: [
+          {
+            addresses: Array.from({ length: n }, (_, i) => ({ ip: `10.244.1.${i + 1}`, hostname: `db-${i}` })),
+            ports: [{ name: 'pg', port: 5432, protocol: 'TCP' }],
+          },
+        ],
+      }),
+    });
+    const qname = Buffer.concat(
+      ['_pg', '_tcp', 'db', 'default', 'svc', 'cluster', 'local']
+        .map((l) => Buffer.concat([Buffer.from([l.length]), Buffer.from(l)]))
+        .concat([Buffer.from([0])]),
+    );
+    const query = Buffer.concat([
+      Buffer.from('432101000001000000000000', 'hex'),
+      qname,
+      Buffer.from('00210001', 'hex'),
+    ]);
+    // When the SRV query is answered
+    const reply = answerQuery(query, many(2))!;
+    // Then the header counts two answers and two additional records, and the message reads back as such
+    expect([reply.readUInt16BE(6), reply.readUInt16BE(8), reply.readUInt16BE(10)]).toEqual([2, 0, 2]);
+    const records = readRecords(reply, 12 + qname.length + 4, 4);
+    expect(records.slice(0, 2)).toEqual([
+      { name: '_pg._tcp.db.default.svc.cluster.local', type: 33, data: '0 50 5432 db-0.db.default.svc.cluster.local' },
+      { name: '_pg._tcp.db.default.svc.cluster.local', type: 33, data: '0 50 5432 db-1.db.default.svc.cluster.local' },
+    ]);
+    expect(records.slice(2)).toEqual([
+      { name: 'db-0.db.default.svc.cluster.local', type: 1, data: '10.244.1.1' },
+      { name: 'db-1.db.default.svc.cluster.local', type: 1, data: '10.244.1.2' },
+    ]);
+    // And over UDP (512 bytes) seven endpoints keep their answers and the one additional record that fits,
+    // twelve keep the eight answers that fit with TC set (the client asks again over TCP, where all of them fit), as
+    // CoreDNS's request.Scrub truncates (miekg/dns Truncate)
+    const counts = (reply: Buffer) => [
+      reply.length <= 512,
+      reply.readUInt16BE(2) & 0x0200,
+      reply.readUInt16BE(6),
+      reply.readUInt16BE(10),
+    ];
+    expect(counts(answerQuery(query, many(7), 512)!)).toEqual([true, 0, 7, 1]);
+    expect(counts(answerQuery(query, many(12), 512)!)).toEqual([true, 0x0200, 8, 0]);
+    expect(counts(answerQuery(query, many(12))!).slice(1)).toEqual([0, 12, 12]);
   });
 
   it('answers a wire-format query with the question echoed and a compressed A record', () => {
