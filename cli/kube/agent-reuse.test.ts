@@ -59,7 +59,7 @@ const secret = (ownerUid: string): V1Secret => ({
   data: { [AGENT_SECRET_KEY]: Buffer.from('the-token').toString('base64') },
 });
 
-/** The API calls in the order they began and ended; the Job's answer waits (up to 1 s) for the Secret's read to begin. */
+/** The API calls in the order they began and ended; the Job answers once the Secret is asked for (or after 1 s). */
 function fakeApi(secretOwner: string): string[] {
   const order: string[] = [];
   let secretAsked!: () => void;
